@@ -1,0 +1,82 @@
+// Memory-bound elementwise kernels in GB/s (bytes read + written), CPU and, when a GPU is usable, CUDA.
+//   hpdt-bench-elementwise --benchmark_filter=cpu --benchmark_format=json
+#include <benchmark/benchmark.h>
+
+#include "hpdt/core/runtime.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt/kernels/elementwise.h"
+#include "hpdt/kernels/reduce.h"
+
+namespace {
+
+using namespace hpdt;
+
+struct Setup {
+  Device device;
+  Stream stream;
+  explicit Setup(bool cuda) : device(cuda ? Device::cuda(0) : Device::cpu()), stream(cuda ? Stream::create_cuda(0) : Stream()) {}
+};
+
+bool skip_without_gpu(benchmark::State& state, bool cuda) {
+  if (cuda && !cuda_available()) {
+    state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
+    return true;
+  }
+  return false;
+}
+
+void BM_axpy(benchmark::State& state, bool cuda, DType dt) {
+  if (skip_without_gpu(state, cuda)) return;
+  Setup s(cuda);
+  const int64_t n = state.range(0);
+  Tensor x = Tensor::empty({n}, dt, s.device), y = Tensor::empty({n}, dt, s.device);
+  kernels::fill_uniform(x, -1, 1, 1, 0, s.stream);
+  kernels::fill_uniform(y, -1, 1, 1, uint64_t(n), s.stream);
+  for (auto _ : state) {
+    kernels::axpy(1e-3f, x, y, s.stream);
+    s.stream.synchronize();
+  }
+  state.SetBytesProcessed(state.iterations() * n * int64_t(dtype_size(dt)) * 3);
+}
+
+void BM_cast(benchmark::State& state, bool cuda, DType from, DType to) {
+  if (skip_without_gpu(state, cuda)) return;
+  Setup s(cuda);
+  const int64_t n = state.range(0);
+  Tensor x = Tensor::empty({n}, from, s.device), y = Tensor::empty({n}, to, s.device);
+  kernels::fill_uniform(x, -1, 1, 1, 0, s.stream);
+  for (auto _ : state) {
+    kernels::cast(x, y, s.stream);
+    s.stream.synchronize();
+  }
+  state.SetBytesProcessed(state.iterations() * n * int64_t(dtype_size(from) + dtype_size(to)));
+}
+
+void BM_sum(benchmark::State& state, bool cuda) {
+  if (skip_without_gpu(state, cuda)) return;
+  Setup s(cuda);
+  const int64_t n = state.range(0);
+  Tensor x = Tensor::empty({n}, DType::f32, s.device), out = Tensor::empty({1}, DType::f32, s.device);
+  kernels::fill_uniform(x, -1, 1, 1, 0, s.stream);
+  for (auto _ : state) {
+    kernels::sum(x, out, s.stream);
+    s.stream.synchronize();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4);
+}
+
+constexpr int64_t kSmall = 1 << 16, kLarge = 1 << 24;
+
+BENCHMARK_CAPTURE(BM_axpy, cpu_f32, false, DType::f32)->Range(kSmall, kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_axpy, cpu_bf16, false, DType::bf16)->Range(kSmall, kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_cast, cpu_f32_to_f16, false, DType::f32, DType::f16)->Range(kSmall, kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_cast, cpu_f32_to_bf16, false, DType::f32, DType::bf16)->Range(kSmall, kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_sum, cpu_f32, false)->Range(kSmall, kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_axpy, cuda_f32, true, DType::f32)->Range(kSmall, 1 << 28)->UseRealTime();
+BENCHMARK_CAPTURE(BM_axpy, cuda_bf16, true, DType::bf16)->Range(kSmall, 1 << 28)->UseRealTime();
+BENCHMARK_CAPTURE(BM_cast, cuda_f32_to_bf16, true, DType::f32, DType::bf16)->Range(kSmall, 1 << 28)->UseRealTime();
+BENCHMARK_CAPTURE(BM_sum, cuda_f32, true)->Range(kSmall, 1 << 28)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,88 @@
+# Test helpers.
+#
+#   hpdt_add_test(NAME <name> SOURCES <files...> [LIBS <targets...>] [LABELS <labels...>] [GPU])
+#     A GoogleTest binary whose cases ctest lists one by one. GPU: labelled `gpu`; cases call
+#     HPDT_REQUIRE_GPU() and show as *skipped* (not passed) where no GPU is usable.
+#
+#   hpdt_add_mpi_test(NAME <name> SOURCES <files...> NP <n...> [LIBS ...] [LABELS ...] [TIMEOUT <s>] [GPU])
+#     One binary run under `mpiexec -n N` for each N, as tests <name>.npN labelled `mpi`. Each run is
+#     wrapped in `timeout` so that a hang fails the test instead of blocking CI.
+
+include(GoogleTest)
+
+add_library(hpdt_test_main STATIC ${CMAKE_SOURCE_DIR}/tests/support/gtest_main.cpp)
+target_link_libraries(hpdt_test_main PUBLIC GTest::gtest hpdt::core)
+target_include_directories(hpdt_test_main PUBLIC ${CMAKE_SOURCE_DIR}/tests/support)
+hpdt_target_defaults(hpdt_test_main)
+
+add_library(hpdt_mpi_test_main STATIC ${CMAKE_SOURCE_DIR}/tests/support/mpi_gtest_main.cpp)
+target_link_libraries(hpdt_mpi_test_main PUBLIC GTest::gtest hpdt::core MPI::MPI_CXX)
+target_include_directories(hpdt_mpi_test_main PUBLIC ${CMAKE_SOURCE_DIR}/tests/support)
+hpdt_target_defaults(hpdt_mpi_test_main)
+
+# The string gtest prints for a skipped case; ctest then reports "Skipped" instead of "Passed".
+set(HPDT_GTEST_SKIP_REGEX "\\[  SKIPPED \\]")
+
+# Environment of every test: quiet logs, no sanitizer false alarms from MPI/OpenMP internals.
+set(HPDT_TEST_ENV "HPDT_LOG_LEVEL=warn" "OMP_NUM_THREADS=2")
+if(HPDT_SANITIZE)
+  list(APPEND HPDT_TEST_ENV
+       "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/support/lsan.supp:print_suppressions=0"
+       "ASAN_OPTIONS=detect_odr_violation=0:protect_shadow_gap=0"
+       "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endif()
+
+# mpiexec flags: Open MPI needs --oversubscribe for more ranks than cores, and root needs permission.
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version ERROR_VARIABLE _mpiexec_version)
+set(HPDT_MPIEXEC_FLAGS "")
+set(HPDT_MPI_ENV "")
+if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
+  set(HPDT_MPIEXEC_FLAGS --oversubscribe --bind-to none)
+  set(HPDT_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" "OMPI_MCA_mpi_yield_when_idle=1"
+                   "OMPI_MCA_rmaps_base_oversubscribe=1")
+endif()
+find_program(HPDT_TIMEOUT_EXECUTABLE timeout REQUIRED)
+
+function(hpdt_add_test)
+  cmake_parse_arguments(T "GPU" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE hpdt_test_main ${T_LIBS})
+  hpdt_target_defaults(${T_NAME})
+  set(labels cpu ${T_LABELS})
+  if(T_GPU)
+    set(labels gpu ${T_LABELS})
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  gtest_discover_tests(${T_NAME}
+    DISCOVERY_MODE PRE_TEST
+    TEST_PREFIX "${T_NAME}."
+    PROPERTIES LABELS "${labels}" SKIP_REGULAR_EXPRESSION "${HPDT_GTEST_SKIP_REGEX}"
+               ENVIRONMENT "${HPDT_TEST_ENV}" TIMEOUT ${T_TIMEOUT})
+endfunction()
+
+function(hpdt_add_mpi_test)
+  cmake_parse_arguments(T "GPU" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;NP;ENV" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE hpdt_mpi_test_main ${T_LIBS})
+  hpdt_target_defaults(${T_NAME})
+  foreach(np IN LISTS T_NP)
+    set(labels mpi np${np} ${T_LABELS})
+    if(T_GPU)
+      list(APPEND labels gpu)
+    endif()
+    add_test(NAME ${T_NAME}.np${np}
+             COMMAND ${HPDT_TIMEOUT_EXECUTABLE} --kill-after=10 ${T_TIMEOUT}
+                     ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${HPDT_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:${T_NAME}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${T_NAME}.np${np} PROPERTIES LABELS "${labels}"
+                         ENVIRONMENT "${HPDT_TEST_ENV};${HPDT_MPI_ENV};${T_ENV}" TIMEOUT ${T_TIMEOUT} PROCESSORS ${np})
+    if(T_GPU)
+      set_tests_properties(${T_NAME}.np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "${HPDT_GTEST_SKIP_REGEX}")
+    endif()
+  endforeach()
+endfunction()

@@ -1,0 +1,25 @@
+// Device dispatch used by the public kernel entry points (kernels/src): one place decides whether an
+// op runs on the CPU or on CUDA, and says clearly why when it cannot.
+#pragma once
+
+#include <initializer_list>
+#include <string_view>
+
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+
+namespace hpdt::kernels::detail {
+
+// Checks that all tensors live on one device and that `stream` belongs to it (CUDA), and returns that
+// device. Throws hpdt::Error naming `op` otherwise, or when CUDA is needed but not built.
+Device common_device(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream);
+
+}  // namespace hpdt::kernels::detail
+
+// HPDT_ON_CUDA(call): the CUDA branch of an entry point. Without CUDA it compiles to nothing;
+// common_device() has already thrown for a CUDA tensor by then.
+#if HPDT_HAVE_CUDA
+#define HPDT_ON_CUDA(call) call
+#else
+#define HPDT_ON_CUDA(call) (void)0
+#endif

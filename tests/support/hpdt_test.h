@@ -1,0 +1,54 @@
+// Helpers shared by hpdt's tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hpdt/core/runtime.h"
+
+// In a gpu-labelled test: skip (visibly, never pass) when no GPU is usable, saying why.
+#define HPDT_REQUIRE_GPU()                                                                         \
+  do {                                                                                             \
+    if (!::hpdt::cuda_available()) GTEST_SKIP() << "no GPU: " << ::hpdt::cuda_unavailable_reason(); \
+  } while (0)
+
+// EXPECT_THROW that also checks the message contains `needle`.
+#define HPDT_EXPECT_THROW_MSG(stmt, needle)                                                        \
+  do {                                                                                             \
+    try {                                                                                          \
+      stmt;                                                                                        \
+      ADD_FAILURE() << "expected an exception containing '" << (needle) << "' from: " #stmt;       \
+    } catch (const std::exception& hpdt_caught_) {                                               \
+      EXPECT_NE(std::string(hpdt_caught_.what()).find(needle), std::string::npos)                  \
+          << "message: " << hpdt_caught_.what() << "\nexpected to contain: " << (needle);          \
+    }                                                                                              \
+  } while (0)
+
+namespace hpdt::test {
+
+// A fresh temporary directory, removed with the object.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Bits of a float, for exact comparisons that also distinguish -0 and NaN payloads.
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+}  // namespace hpdt::test
