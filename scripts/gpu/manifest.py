@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Writes the manifest of what scripts/gpu/run.sh runs, from ctest's view of a build directory.
+
+Each line: kind<TAB>ranks<TAB>executable (relative to the build dir)<TAB>arguments
+  smoke  hpdt-smoke under mpiexec: MPI, parallel HDF5, CUDA kernels against the CPU
+  test   a gpu-labelled test binary, run whole (all its cases) under mpiexec -n ranks when ranks > 0
+  bench  a GPU benchmark from scripts/gpu/benchmarks.txt
+usage: manifest.py BUILD_DIR BENCHMARKS_TXT
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+build, bench_file = sys.argv[1], sys.argv[2]
+info = json.loads(subprocess.run(["ctest", "--test-dir", build, "--show-only=json-v1"],
+                                 check=True, capture_output=True, text=True).stdout)
+# First the smoke check: MPI, parallel HDF5 and CUDA kernels at 2 ranks sharing the GPU.
+print("smoke\t2\tapps/hpdt-smoke\t")
+seen = set()
+for test in info.get("tests", []):
+    props = {p["name"]: p["value"] for p in test.get("properties", [])}
+    if "gpu" not in props.get("LABELS", []):
+        continue
+    cmd = test.get("command", [])
+    ranks = 0
+    for i, arg in enumerate(cmd):
+        if arg in ("-n", "-np") and i + 1 < len(cmd):
+            ranks = int(cmd[i + 1])
+    exe = next((c for c in cmd if c.startswith(os.path.abspath(build)) and os.access(c, os.X_OK)), None)
+    if exe is None:
+        sys.exit(f"manifest.py: cannot find the executable of gpu test {test['name']}: {cmd}")
+    key = (ranks, exe)
+    if key in seen:
+        continue
+    seen.add(key)
+    print(f"test\t{ranks}\t{os.path.relpath(exe, build)}\t")
+with open(bench_file) as f:
+    for line in f:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        exe, _, args = line.partition(" ")
+        if not os.access(os.path.join(build, exe), os.X_OK):
+            sys.exit(f"manifest.py: benchmark {exe} listed in {bench_file} was not built")
+        print(f"bench\t0\t{exe}\t{args}")

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Prepares what the GPU machine needs, on this (build) machine: a CUDA build for sm_90 with portable
+# x86-64-v3 host code (preset gpu-bundle), and a self-contained bundle directory holding
+#   bin/      the test, benchmark and app executables (debug info stripped)
+#   lib/      every shared library they need that the GPU machine lacks (MPI, HDF5, ...), but not
+#             the CUDA libraries (cudart, cuBLAS, cuDNN, NCCL), which run.sh finds on that machine
+#   ompi/     a relocatable Open MPI runtime (mpiexec, orted, plugins, help files) and its PMIx
+#   manifest.tsv  what run.sh runs: gpu-labelled tests (with their rank counts) and GPU benchmarks
+#   ptxas.log register and spill report of every CUDA kernel (-Xptxas -v)
+#   build.json    commit, compiler and versions the bundle was made from
+# and BUNDLE_DIR.tgz, the same packed into one file: that is what travels to the GPU machine.
+#
+# usage: scripts/gpu/prepare.sh [BUNDLE_DIR=.gpu-bundle]
+# Then on the GPU machine (the device tool carries BUNDLE_DIR): scripts/gpu/run.sh OUT_DIR
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bundle=${1:-$root/.gpu-bundle}
+case "$bundle" in /*) ;; *) bundle=$root/$bundle ;; esac
+build=$root/build/gpu-bundle
+
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || {
+  echo "prepare.sh: nvcc not found; the GPU bundle needs the CUDA toolkit on this machine" >&2; exit 1; }
+
+echo "== configure and build (preset gpu-bundle: sm_90, x86-64-v3, -Xptxas -v)"
+cmake --preset gpu-bundle >/dev/null
+# ptxas -v prints one report per kernel; keep them (and everything else the build says) in the bundle.
+rm -rf "$bundle"; mkdir -p "$bundle"/{bin,lib,ompi}
+cmake --build --preset gpu-bundle 2>&1 | tee "$bundle/build.log" | grep -E "error|FAILED|warning" || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "prepare.sh: build failed, see $bundle/build.log" >&2; exit 1; }
+grep -E "ptxas info|bytes stack frame|spill" "$bundle/build.log" > "$bundle/ptxas.log" || true
+
+echo "== manifest of GPU tests and benchmarks"
+/usr/bin/env python3 "$root/scripts/gpu/manifest.py" "$build" "$root/scripts/gpu/benchmarks.txt" > "$bundle/manifest.tsv"
+cut -f3 "$bundle/manifest.tsv" | sort -u | while read -r exe; do
+  [ -n "$exe" ] || continue
+  mkdir -p "$bundle/bin/$(dirname "$exe")"
+  cp "$build/$exe" "$bundle/bin/$exe"
+  strip --strip-debug "$bundle/bin/$exe"
+done
+sed -n '1,200p' "$bundle/manifest.tsv"
+
+# Libraries every Linux GPU machine has (or must have its own of): never bundled.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+|libgcc_s|libresolv|libcuda\.so|libcudart|libcublas|libcudnn|libnccl|libnvrtc|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver)'
+# Multi-node fabrics (InfiniBand, OFI, UCX, PSM) are of no use on one GPU machine: neither their Open MPI
+# components nor their libraries travel, which keeps the bundle well under the 64 MiB a call can carry.
+fabric='(libfabric|libuc[mpst]|libpsm|libibverbs|libefa|librdmacm|libinfinipath|libnl-|libmunge)'
+copy_deps() {  # copy the shared-library closure of $1 into $2
+  ldd "$1" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    [[ "$name" =~ $skip ]] && continue
+    [[ "$name" =~ $fabric ]] && continue
+    [ -e "$2/$name" ] || cp -L "$path" "$2/$name"
+  done
+}
+echo "== shared libraries"
+find "$bundle/bin" -type f -executable | while read -r f; do copy_deps "$f" "$bundle/lib"; done
+
+echo "== relocatable Open MPI runtime"
+ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi
+pmix=/usr/lib/x86_64-linux-gnu/pmix2
+if [ -d "$ompi_lib" ]; then
+  o=$bundle/ompi
+  mkdir -p "$o/bin" "$o/lib/x86_64-linux-gnu" "$o/share" "$o/pmix2"
+  cp -L /usr/bin/orterun "$o/bin/mpiexec"
+  cp -L /usr/bin/orted "$o/bin/orted"
+  cp -a "$ompi_lib" "$o/lib/x86_64-linux-gnu/"
+  rm -rf "$o/lib/x86_64-linux-gnu/openmpi/include"
+  find "$o/lib/x86_64-linux-gnu/openmpi/lib" \( -name '*ofi*' -o -name '*ucx*' -o -name '*psm*' -o -name '*openib*' \
+       -o -name '*verbs*' -o -name '*portals*' -o -name '*ofi*' -o -name 'liboshmem*' -o -name '*spml*' \) -delete
+  cp -a /usr/share/openmpi "$o/share/"
+  [ -d /usr/share/pmix ] && cp -a /usr/share/pmix "$o/share/"
+  [ -d "$pmix" ] && cp -a "$pmix/lib" "$o/pmix2/" && rm -rf "$o/pmix2/lib/pkgconfig"
+  for f in "$o/bin/mpiexec" "$o/bin/orted" "$o"/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so "$o"/pmix2/lib/pmix/*.so; do
+    [ -f "$f" ] && copy_deps "$f" "$bundle/lib"
+  done
+else
+  echo "prepare.sh: Open MPI not found at $ompi_lib; MPI tests will not run on the GPU machine" >&2
+fi
+
+/usr/bin/env python3 - "$bundle/build.json" <<'PY'
+import json, subprocess, sys
+def out(*cmd):
+    try: return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+    except Exception: return ""
+json.dump({"git_commit": out("git", "rev-parse", "HEAD"), "git_dirty": bool(out("git", "status", "--porcelain", "--untracked-files=no")),
+           "nvcc": out("nvcc", "--version").splitlines()[-1:], "cxx": out("c++", "--version").splitlines()[:1],
+           "preset": "gpu-bundle"}, open(sys.argv[1], "w"), indent=2)
+PY
+rm -f "$bundle/ompi/pmix2/lib/libpmix.a" "$bundle/lib/liboshmem.so.40"
+# What travels: one compressed file (the device tool carries at most 64 MiB a call).
+tar czf "$bundle.tgz" -C "$(dirname "$bundle")" "$(basename "$bundle")"
+echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1)), packed as $bundle.tgz ($(du -sh "$bundle.tgz" | cut -f1))"
+echo "device tool: command 'scripts/gpu/device.sh [--sanitize]', carry ['$(basename "$bundle").tgz']"
