@@ -78,7 +78,9 @@ up() {
   chown munge:munge /run/munge; chmod 755 /run/munge
   [ -f /etc/munge/munge.key ] || die "no /etc/munge/munge.key (reinstall munge)"
   if ! munge -n >/dev/null 2>&1; then  # reuse a munged that already answers
-    runuser -u munge -- /usr/sbin/munged --pid-file="$ST/run/munged.pid"
+    # the pid file lives in munge's own directory: munged runs as user munge and cannot
+    # traverse a private (0700) state directory such as one made by mktemp
+    runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/hpdt-munged.pid
     touch "$ST/run/munged.ours"
   fi
   for _ in $(seq 1 50); do munge -n >/dev/null 2>&1 && break; sleep 0.1; done
@@ -179,7 +181,7 @@ down() {
   local n; n=$(nodes)
   for f in "$ST"/run/slurmd-*.pid "$ST/run/slurmctld.pid"; do stop_pid "$f"; done
   pkill -f "slurmd -N node" 2>/dev/null || true
-  [ -f "$ST/run/munged.ours" ] && stop_pid "$ST/run/munged.pid"
+  [ -f "$ST/run/munged.ours" ] && stop_pid /run/munge/hpdt-munged.pid
   for i in $(seq 1 "$n"); do
     ip netns del hpdt-node$i 2>/dev/null || true
     ip link del hpdtv$i 2>/dev/null || true
