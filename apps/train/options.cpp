@@ -1,0 +1,98 @@
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <sstream>
+
+#include "hpdt/core/error.h"
+
+namespace hpdt::train {
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names = {"resnet20", "resnet56", "resnet18", "resnet34",
+                                                 "resnet50", "vit-ti",   "vit-s",    "vit-b"};
+  return names;
+}
+const std::vector<std::string>& algo_names() {
+  static const std::vector<std::string> names = {"ring", "tree", "rhd", "hier", "mpi", "nccl", "auto"};
+  return names;
+}
+
+namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : "|") + x;
+  return s;
+}
+void require_one_of(const std::string& flag, const std::string& value, const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
+    HPDT_FAIL("hpdt-train: ", flag, " '", value, "' is not one of ", join(allowed));
+}
+}  // namespace
+
+std::optional<TrainOptions> parse_train_options(int argc, const char* const* argv, std::string* help_text) {
+  TrainOptions o;
+  CLI::App app{"hpdt-train: data-parallel training of ResNet and ViT across MPI ranks"};
+  app.set_config("--config", "", "read options from an INI/TOML file (long option names); the command line wins");
+  app.add_option("--model", o.model, join(model_names()));
+  app.add_option("--data", o.data, "training split (HDF5, hpdt format); default: Fashion-MNIST prepared in --cache-dir");
+  app.add_option("--test-data", o.test_data, "test split; default: the file beside --data with 'train' -> 'test'");
+  app.add_option("--cache-dir", o.cache_dir, "where Fashion-MNIST is prepared on first use (default $HPDT_CACHE or ~/.cache/hpdt)");
+  app.add_option("--epochs", o.epochs)->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: all epochs)")->check(CLI::NonNegativeNumber);
+  app.add_option("--train-samples", o.train_samples, "use the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-samples", o.eval_samples, "evaluate on the first N test samples (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", o.batch, "per-rank micro-batch size")->check(CLI::PositiveNumber);
+  app.add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "base learning rate at --lr-ref-batch (linear scaling rule)")->check(CLI::PositiveNumber);
+  app.add_option("--lr-ref-batch", o.lr_ref_batch)->check(CLI::PositiveNumber);
+  app.add_option("--warmup-epochs", o.warmup_epochs, "linear warmup, then cosine decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--optimizer", o.optimizer, "sgd|adamw");
+  app.add_option("--momentum", o.momentum)->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--nesterov", o.nesterov);
+  app.add_option("--weight-decay", o.weight_decay)->check(CLI::NonNegativeNumber);
+  app.add_option("--clip-norm", o.clip_norm, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--label-smoothing", o.label_smoothing)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--precision", o.precision, "fp32|fp16|bf16 (fp16 uses dynamic loss scaling)");
+  app.add_option("--algo", o.algo, join(algo_names()));
+  app.add_option("--tuning-file", o.tuning_file, "tuning file written by hpdt-allreduce-perf, for --algo auto");
+  app.add_option("--compress", o.compress, "none|fp16|bf16|topk:R|qsgd:B|powersgd:R");
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--overlap", o.overlap, "all-reduce buckets during backward (true) or after it (false)");
+  app.add_flag("--sync-bn", o.sync_bn, "batch-norm statistics over all ranks");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir);
+  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: end and preemption only)")->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-checkpoints", o.keep_checkpoints)->check(CLI::PositiveNumber);
+  app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir");
+  app.add_option("--device", o.device, "cpu|cuda");
+  app.add_option("--seed", o.seed);
+  app.add_option("--timeline", o.timeline, "write a Chrome/Perfetto trace (one track per rank)");
+  app.add_option("--metrics", o.metrics, "write JSON-lines metrics");
+  app.add_option("--nccl-debug", o.nccl_debug, "capture NCCL_DEBUG=INFO per rank in DIR and report at the end");
+  app.add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks on the node)")->check(CLI::NonNegativeNumber);
+  app.add_option("--prefetch", o.prefetch, "batches the reader keeps ready")->check(CLI::PositiveNumber);
+  app.add_option("--augment", o.augment, "random crop + flip on training batches");
+  app.add_option("--eval", o.eval, "evaluate on the test split after every epoch");
+  app.add_flag("--force", o.force, "overwrite --metrics/--timeline files left by an earlier run");
+  app.add_option("--progress", o.progress, "auto|bar|lines|off");
+  app.add_option("--log-every", o.log_every, "steps between progress lines when not a terminal")->check(CLI::PositiveNumber);
+  if (help_text) *help_text = app.help();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    HPDT_FAIL("hpdt-train: ", e.what(), " (see --help)");
+  }
+  require_one_of("--model", o.model, model_names());
+  require_one_of("--algo", o.algo, algo_names());
+  require_one_of("--optimizer", o.optimizer, {"sgd", "adamw"});
+  require_one_of("--precision", o.precision, {"fp32", "fp16", "bf16"});
+  require_one_of("--device", o.device, {"cpu", "cuda"});
+  require_one_of("--progress", o.progress, {"auto", "bar", "lines", "off"});
+  if (o.resume && o.checkpoint_dir.empty()) HPDT_FAIL("hpdt-train: --resume needs --checkpoint-dir");
+  if (o.algo == "nccl" && o.device != "cuda") HPDT_FAIL("hpdt-train: --algo nccl needs --device cuda");
+  return o;
+}
+
+}  // namespace hpdt::train
