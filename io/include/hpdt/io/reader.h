@@ -1,0 +1,112 @@
+// ShardedReader: each rank's share of every global batch, read from one HDF5 dataset file with
+// collective MPI-IO, decoded (u8 -> normalised f32) and augmented on a background thread.
+//
+// Sample order (DistributedSampler semantics, but rank-count independent):
+//   - epoch e's order is a permutation of [0, N) from (seed, e) (Fisher-Yates on Philox), or the
+//     identity when not shuffling. It does not depend on the number of ranks.
+//   - step s covers positions [s*B, (s+1)*B) of that order (B = global batch); rank r of p takes the
+//     contiguous part [s*B + r*b, s*B + (r+1)*b), b = B/p. So the global batch of a step is the same
+//     set of samples, in the same order, at any rank count: concatenating the ranks' batches in rank
+//     order gives the 1-rank batch.
+//   - tail: TailPolicy::drop gives floor(N/B) steps and never repeats a sample; TailPolicy::pad gives
+//     ceil(N/B) steps, the last one filled by wrapping around to the start of the order. Batch::valid
+//     says how many leading samples of this rank's batch are real (not wrap-around padding).
+//   - evaluation mode: no shuffle, no augmentation, pad: every sample appears exactly once among the
+//     `valid` samples of all ranks over one epoch; the trainer counts only those.
+//   - augmentation (random crop with zero padding, horizontal flip) is a function of (seed, epoch,
+//     position in the epoch): reproducible, and the same at any rank count.
+//   - next() continues into the next epoch after the last step; set_epoch/resume jump.
+//
+// Collective reads: every step each rank reads its b samples (sorted, merged into runs of adjacent
+// rows) as one hyperslab selection with H5FD_MPIO_COLLECTIVE; H5Pget_mpio_actual_io_mode is checked
+// after every read and a fallback to independent I/O is counted and logged once.
+//
+// Threads: all readers of a process share one I/O thread that runs their HDF5 work (open, reads,
+// close) in submission order. Submission happens only on the calling thread at deterministic points
+// (construction, set_epoch/resume, next, destruction), so every rank runs the same collective
+// sequence. Requirements: MPI initialised with MPI_THREAD_MULTIPLE (otherwise the reader works
+// synchronously on the calling thread, with a warning), and every rank creates, uses and destroys its
+// readers in the same order. Other HDF5 work while a reader is alive must be non-collective (see
+// hdf5_lock.h).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpdt/core/tensor.h"
+#include "hpdt/io/dataset.h"
+
+namespace hpdt::io {
+
+enum class ReaderMode { train, eval };
+enum class TailPolicy { drop, pad };
+
+struct ReaderOptions {
+  ReaderMode mode = ReaderMode::train;
+  int prefetch = 2;                      // batches kept ready ahead of next(); 0 = read inside next()
+  bool shuffle = true;                   // train mode only
+  bool augment = false;                  // train mode only: random crop with padding + horizontal flip
+  int crop_padding = 4;                  // zero padding (in pixels, raw image) around the random crop
+  bool hflip = true;                     // with augment: flip horizontally with probability 1/2
+  bool normalize = true;                 // (x/255 - mean[c]) / std[c] with the file's mean/std; else x/255
+  TailPolicy tail = TailPolicy::drop;    // train mode; eval mode always pads
+  bool collective = true;                // collective transfer (false: independent, for comparisons)
+  bool pinned = true;                    // page-locked batch memory when a GPU is usable
+};
+
+struct Batch {
+  Tensor images;  // f32 [b, C, H, W], CPU (pinned when asked and a GPU is usable)
+  Tensor labels;  // i32 [b]
+  int64_t epoch = 0, step = 0;
+  int64_t valid = 0;            // leading samples that are real; < b only in a padded last step
+  std::vector<int64_t> indices; // dataset index of each sample (row of /images)
+  double wait_seconds = 0;      // how long next() blocked for this batch (0 when it was ready)
+  double read_seconds = 0;      // the HDF5 read of this rank's share (on the I/O thread)
+  double decode_seconds = 0;    // u8 -> f32, normalisation and augmentation
+  bool collective = true;       // H5Pget_mpio_actual_io_mode: collective really happened
+};
+
+struct ReaderStats {
+  int64_t batches = 0;
+  int64_t independent_fallbacks = 0;  // reads where HDF5 fell back from collective to independent
+  double wait_seconds = 0, read_seconds = 0, decode_seconds = 0;
+  int64_t bytes_read = 0;             // image bytes this rank read from the file
+};
+
+class ShardedReader {
+ public:
+  // Opens `path` collectively over `comm` (duplicated internally) and validates it (every rank gets
+  // the same error). global_batch must be a positive multiple of the communicator size. Throws
+  // hpdt::Error naming the file, dataset or option.
+  ShardedReader(MPI_Comm comm, const std::string& path, int64_t global_batch, uint64_t seed, ReaderOptions options = {});
+  ~ShardedReader();
+  ShardedReader(const ShardedReader&) = delete;
+  ShardedReader& operator=(const ShardedReader&) = delete;
+
+  const DatasetInfo& info() const;
+  const ReaderOptions& options() const;
+  int64_t global_batch() const;
+  int64_t local_batch() const;
+  int64_t steps_per_epoch() const;
+
+  void set_epoch(int64_t epoch);               // the next batch is (epoch, 0)
+  void resume(int64_t epoch, int64_t step);    // the next batch is (epoch, step)
+  Batch next();                                // collective: every rank calls it the same number of times
+  ReaderStats stats() const;
+
+  // The order of epoch `epoch` (a permutation of [0, n) when shuffling) and the dataset indices of
+  // rank `rank`'s share of step `step`: the pure functions the reader follows, for tests and tools.
+  static std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
+  std::vector<int64_t> batch_indices(int64_t epoch, int64_t step, int rank) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hpdt::io
