@@ -203,7 +203,9 @@ TEST(ShardedReader, ResumeAndPrefetchAndAugmentationAreReproducible) {
   MPI_Allreduce(&any, &all_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_TRUE(all_any);
   EXPECT_EQ(full.stats().batches, int64_t(run.size()));
-  if (p > 1) EXPECT_EQ(full.stats().independent_fallbacks, 0) << "HDF5 fell back to independent reads";
+  if (p > 1) {
+    EXPECT_EQ(full.stats().independent_fallbacks, 0) << "HDF5 fell back to independent reads";
+  }
 }
 
 TEST(ShardedReader, NormalisationUsesTheFileStatistics) {
