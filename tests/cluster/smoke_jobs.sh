@@ -9,6 +9,10 @@ src=$1 smoke=$2
 for c in sbatch slurmctld slurmd munged generate_pbs_nodefile; do
   command -v $c >/dev/null || { echo "SKIPPED: $c not installed (scripts/install-deps.sh installs Slurm)"; exit 77; }
 done
+# One emulated cluster per MACHINE (network namespaces, /etc/slurm, /etc/hosts are global): ctest's
+# RESOURCE_LOCK only orders tests of one ctest run, so concurrent runs (several worktrees) queue here.
+exec 8>/tmp/hpdt-cluster.lock
+flock -w 240 8 || { echo "FAIL: another emulated cluster held /tmp/hpdt-cluster.lock for 240 s"; exit 1; }
 cluster=$src/scripts/cluster/cluster.sh
 work=$(mktemp -d /tmp/hpdt-cluster-test.XXXXXX)
 export HPDT_CLUSTER_DIR=$work/state
