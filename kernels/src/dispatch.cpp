@@ -17,4 +17,15 @@ Device common_device(std::string_view op, std::initializer_list<const Tensor*> t
   return d;
 }
 
+void not_on_cuda_yet(std::string_view op) {
+  HPDT_FAIL(op, ": not implemented on CUDA yet (the CPU version exists; the CUDA twin is issue 7)");
+}
+
+void cpu_f32_only(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream) {
+  if (!common_device(op, tensors, stream).is_cpu()) not_on_cuda_yet(op);
+  for (const Tensor* t : tensors)
+    HPDT_CHECK(t->dtype() == DType::f32, op, ": tensor ", t->str(), " has dtype ", dtype_name(t->dtype()),
+               "; this op computes on f32 tensors (cast reduced-precision copies first)");
+}
+
 }  // namespace hpdt::kernels::detail

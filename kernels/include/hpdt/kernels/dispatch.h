@@ -14,6 +14,13 @@ namespace hpdt::kernels::detail {
 // device. Throws hpdt::Error naming `op` otherwise, or when CUDA is needed but not built.
 Device common_device(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream);
 
+// For op families whose CUDA twin has not landed yet: throws "<op>: not implemented on CUDA yet".
+[[noreturn]] void not_on_cuda_yet(std::string_view op);
+
+// Entry point of a CPU-only op family: checks devices and f32 dtype of every tensor given, and throws
+// not_on_cuda_yet() for CUDA tensors.
+void cpu_f32_only(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream);
+
 }  // namespace hpdt::kernels::detail
 
 // HPDT_ON_CUDA(call): the CUDA branch of an entry point. Without CUDA it compiles to nothing;

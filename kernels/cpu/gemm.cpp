@@ -1,0 +1,231 @@
+// Cache-blocked, packed SGEMM in the Goto/BLIS style:
+//   for jc in N by NC:  for pc in K by KC:  pack op(B)[pc, jc] into NR-wide panels (shared)
+//     for ic in M by MC (threads):           pack op(A)[ic, pc] into MR-tall panels (per thread)
+//       for jr, ir: MR x NR micro-kernel, accumulators in vector registers, one FMA per (row, vector).
+// Packing makes the micro-kernel's loads unit-stride whatever the transposes are, and edges are
+// zero-padded in the packs so the kernel never branches inside its k loop.
+#include "hpdt/kernels/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+namespace hpdt::kernels::cpu {
+
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int VW = 16;
+using vec = __m512;
+inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vec v) { _mm512_storeu_ps(p, v); }
+inline vec vset1(float x) { return _mm512_set1_ps(x); }
+inline vec vzero() { return _mm512_setzero_ps(); }
+inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline vec vmul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+constexpr int MR = 8;  // 16 zmm accumulators + 2 B vectors + 1 broadcast
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int VW = 8;
+using vec = __m256;
+inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vec v) { _mm256_storeu_ps(p, v); }
+inline vec vset1(float x) { return _mm256_set1_ps(x); }
+inline vec vzero() { return _mm256_setzero_ps(); }
+inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline vec vmul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+constexpr int MR = 6;  // 12 ymm accumulators of 16
+#else
+constexpr int VW = 4;
+struct vec {
+  float v[4];
+};
+inline vec vload(const float* p) { return {{p[0], p[1], p[2], p[3]}}; }
+inline void vstore(float* p, vec a) { for (int i = 0; i < 4; ++i) p[i] = a.v[i]; }
+inline vec vset1(float x) { return {{x, x, x, x}}; }
+inline vec vzero() { return vset1(0.0f); }
+inline vec vfma(vec a, vec b, vec c) { for (int i = 0; i < 4; ++i) c.v[i] += a.v[i] * b.v[i]; return c; }
+inline vec vmul(vec a, vec b) { for (int i = 0; i < 4; ++i) a.v[i] *= b.v[i]; return a; }
+constexpr int MR = 4;
+#endif
+constexpr int NR = 2 * VW;
+constexpr int64_t KC = 256;       // a KC x NR panel of B stays in L1 across the MR rows
+constexpr int64_t MC = MR * 16;   // an MC x KC block of A stays in L2
+constexpr int64_t NC = NR * 64;   // a KC x NC block of B stays in L2/L3
+constexpr int64_t NCHUNK = NR * 8;  // columns one task handles inside an NC block
+
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
+                  float alpha, float beta, int mr, int nr) {
+  vec acc[MR][2];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = vzero();
+  for (int64_t k = 0; k < kc; ++k) {
+    const vec b0 = vload(b), b1 = vload(b + VW);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const vec ar = vset1(a[r]);
+      acc[r][0] = vfma(ar, b0, acc[r][0]);
+      acc[r][1] = vfma(ar, b1, acc[r][1]);
+    }
+    a += MR;
+    b += NR;
+  }
+  const vec va = vset1(alpha);
+  if (mr == MR && nr == NR) {
+    if (beta == 0.0f) {  // C is not read: it may hold garbage (NaN) on entry
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        vstore(c + r * ldc, vmul(va, acc[r][0]));
+        vstore(c + r * ldc + VW, vmul(va, acc[r][1]));
+      }
+    } else {
+      const vec vb = vset1(beta);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        float* cr = c + r * ldc;
+        vstore(cr, vfma(va, acc[r][0], vmul(vb, vload(cr))));
+        vstore(cr + VW, vfma(va, acc[r][1], vmul(vb, vload(cr + VW))));
+      }
+    }
+    return;
+  }
+  alignas(64) float tmp[MR * NR];
+  for (int r = 0; r < MR; ++r) {
+    vstore(tmp + r * NR, acc[r][0]);
+    vstore(tmp + r * NR + VW, acc[r][1]);
+  }
+  for (int r = 0; r < mr; ++r)
+    for (int j = 0; j < nr; ++j) {
+      float& dst = c[r * ldc + j];
+      dst = beta == 0.0f ? alpha * tmp[r * NR + j] : alpha * tmp[r * NR + j] + beta * dst;
+    }
+}
+
+// op(A) rows [i0, i0+mc), cols [k0, k0+kc) -> panels of MR rows: pa[(p*kc + k)*MR + r].
+void pack_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* pa) {
+  for (int64_t p = 0; p < mc; p += MR) {
+    const int rows = int(std::min<int64_t>(MR, mc - p));
+    float* dst = pa + p * kc;
+    if (!trans) {
+      for (int r = 0; r < MR; ++r) {
+        if (r < rows) {
+          const float* src = A + (i0 + p + r) * lda + k0;
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + r] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + r] = 0.0f;
+        }
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = A + (k0 + k) * lda + i0 + p;
+        int r = 0;
+        for (; r < rows; ++r) dst[k * MR + r] = src[r];
+        for (; r < MR; ++r) dst[k * MR + r] = 0.0f;
+      }
+    }
+  }
+}
+
+// op(B) rows [k0, k0+kc), cols [j0, j0+nc) -> panels of NR cols: pb[(q*kc + k)*NR + c].
+void pack_b(bool trans, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* pb) {
+  const int64_t panels = (nc + NR - 1) / NR;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && kc * nc > (1 << 16))
+  for (int64_t q = 0; q < panels; ++q) {
+    const int cols = int(std::min<int64_t>(NR, nc - q * NR));
+    float* dst = pb + q * NR * kc;
+    if (!trans) {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = B + (k0 + k) * ldb + j0 + q * NR;
+        int c = 0;
+        for (; c < cols; ++c) dst[k * NR + c] = src[c];
+        for (; c < NR; ++c) dst[k * NR + c] = 0.0f;
+      }
+    } else {
+      for (int c = 0; c < NR; ++c) {
+        if (c < cols) {
+          const float* src = B + (j0 + q * NR + c) * ldb + k0;
+          for (int64_t k = 0; k < kc; ++k) dst[k * NR + c] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * NR + c] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// Per-thread scratch that survives calls (no page faults from fresh allocations in the hot loop).
+float* scratch(std::vector<float>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == 0.0f) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  static thread_local std::vector<float> b_buf, a_buf;
+  const bool parallel = !omp_in_parallel() && omp_get_max_threads() > 1 && double(M) * N * K > 2e5;
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      const float beta_eff = pc == 0 ? beta : 1.0f;
+      float* pb = scratch(b_buf, size_t((nc + NR - 1) / NR * NR * kc));
+      pack_b(tb, B, ldb, pc, kc, jc, nc, pb);
+      const int64_t m_blocks = (M + MC - 1) / MC, n_chunks = (nc + NCHUNK - 1) / NCHUNK;
+      const int64_t tasks = m_blocks * n_chunks;
+#pragma omp parallel for schedule(dynamic) if (parallel && tasks > 1)
+      for (int64_t t = 0; t < tasks; ++t) {
+        const int64_t ic = (t / n_chunks) * MC, j1 = (t % n_chunks) * NCHUNK;
+        const int64_t mc = std::min(MC, M - ic), ncc = std::min(NCHUNK, nc - j1);
+        float* pa = scratch(a_buf, size_t((mc + MR - 1) / MR * MR * kc));
+        pack_a(ta, A, lda, ic, mc, pc, kc, pa);
+        for (int64_t jr = 0; jr < ncc; jr += NR) {
+          const int nr = int(std::min<int64_t>(NR, ncc - jr));
+          const float* bp = pb + (j1 + jr) * kc;
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int mr = int(std::min<int64_t>(MR, mc - ir));
+            micro_kernel(kc, pa + ir * kc, bp, C + (ic + ir) * ldc + jc + j1 + jr, ldc, alpha, beta_eff, mr, nr);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <>
+void gemm<float>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+template <>
+void gemm<double>(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && M * N * K > (1 << 16))
+  for (int64_t i = 0; i < M; ++i) {
+    double* c = C + i * ldc;
+    for (int64_t j = 0; j < N; ++j) c[j] = beta == 0.0 ? 0.0 : beta * c[j];
+    for (int64_t k = 0; k < K; ++k) {
+      const double a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);
+      if (!tb) {
+        const double* b = B + k * ldb;
+        for (int64_t j = 0; j < N; ++j) c[j] += a * b[j];
+      } else {
+        for (int64_t j = 0; j < N; ++j) c[j] += a * B[j * ldb + k];
+      }
+    }
+  }
+}
+
+}  // namespace hpdt::kernels::cpu

@@ -1,0 +1,46 @@
+// Softmax cross-entropy with label smoothing on the CPU: log-sum-exp with the row maximum subtracted.
+#include "hpdt/kernels/cpu/loss.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hpdt/core/error.h"
+
+namespace hpdt::kernels::cpu {
+
+template <class T>
+double softmax_cross_entropy(int64_t b, int64_t classes, const T* logits, const int32_t* labels, double smoothing,
+                             T* dlogits, double grad_scale) {
+  HPDT_CHECK(smoothing >= 0.0 && smoothing <= 1.0, "softmax_cross_entropy: label smoothing ", smoothing,
+             " is not in [0, 1]");
+  for (int64_t i = 0; i < b; ++i)
+    HPDT_CHECK(labels[i] >= 0 && labels[i] < classes, "softmax_cross_entropy: label ", labels[i], " of sample ", i,
+               " is outside [0, ", classes, ")");
+  const double off = smoothing / double(classes), on = 1.0 - smoothing + off;
+  double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (b * classes > (1 << 14))
+  for (int64_t i = 0; i < b; ++i) {
+    const T* z = logits + i * classes;
+    double m = double(z[0]);
+    for (int64_t c = 1; c < classes; ++c) m = std::max(m, double(z[c]));
+    double s = 0, qz = 0;
+    for (int64_t c = 0; c < classes; ++c) {
+      s += std::exp(double(z[c]) - m);
+      qz += (c == labels[i] ? on : off) * double(z[c]);
+    }
+    const double lse = m + std::log(s);
+    total += lse - qz;
+    if (dlogits) {
+      const double k = grad_scale / double(b);
+      for (int64_t c = 0; c < classes; ++c)
+        dlogits[i * classes + c] = T((std::exp(double(z[c]) - lse) - (c == labels[i] ? on : off)) * k);
+    }
+  }
+  return total / double(b);
+}
+
+template double softmax_cross_entropy<float>(int64_t, int64_t, const float*, const int32_t*, double, float*, double);
+template double softmax_cross_entropy<double>(int64_t, int64_t, const double*, const int32_t*, double, double*,
+                                              double);
+
+}  // namespace hpdt::kernels::cpu

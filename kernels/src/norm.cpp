@@ -1,0 +1,140 @@
+#include "hpdt/kernels/norm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "hpdt/kernels/cpu/norm.h"
+#include "hpdt/kernels/dispatch.h"
+
+namespace hpdt::kernels {
+
+namespace {
+struct Nchw {
+  int64_t n, c, hw;
+};
+Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma) {
+  HPDT_CHECK(x.ndim() == 4 || x.ndim() == 2, op, ": x must be [n, c, h, w] or [n, c], got ", x.shape().str());
+  const Nchw d{x.size(0), x.size(1), x.ndim() == 4 ? x.size(2) * x.size(3) : 1};
+  check_shape(op, "gamma", gamma, Shape{d.c});
+  return d;
+}
+void ensure(Tensor& t, int64_t n) {
+  if (!t.defined() || t.numel() != n) t = Tensor::empty({n}, DType::f32);
+}
+}  // namespace
+
+void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                             Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
+                             const AllReduceSum& sync, const Stream& s) {
+  const char* op = "batchnorm_forward_train";
+  detail::cpu_f32_only(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  const Nchw d = bn_dims(op, x, gamma);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var}) check_shape(op, "a per-channel tensor", *t, Shape{d.c});
+  check_shape(op, "y", y, x.shape());
+  std::vector<double> sum(size_t(d.c)), sumsq(size_t(d.c));
+  cpu::batchnorm_stats<float>(d.n, d.c, d.hw, x.data<float>(), sum.data(), sumsq.data());
+  double count = double(d.n * d.hw);
+  if (sync) {
+    std::vector<float> buf(size_t(2 * d.c + 1));
+    for (int64_t c = 0; c < d.c; ++c) {
+      buf[size_t(c)] = float(sum[size_t(c)]);
+      buf[size_t(d.c + c)] = float(sumsq[size_t(c)]);
+    }
+    buf[size_t(2 * d.c)] = float(count);
+    sync(buf.data(), buf.size());
+    for (int64_t c = 0; c < d.c; ++c) {
+      sum[size_t(c)] = buf[size_t(c)];
+      sumsq[size_t(c)] = buf[size_t(d.c + c)];
+    }
+    count = buf[size_t(2 * d.c)];
+  }
+  ensure(saved.mean, d.c);
+  ensure(saved.invstd, d.c);
+  cpu::batchnorm_finalize<float>(d.c, count, sum.data(), sumsq.data(), eps, momentum, saved.mean.data<float>(),
+                                 saved.invstd.data<float>(), running_mean.data<float>(), running_var.data<float>());
+  cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), saved.mean.data<float>(), saved.invstd.data<float>(),
+                              gamma.data<float>(), beta.data<float>(), y.data<float>());
+}
+
+void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, float eps, Tensor& y, const Stream& s) {
+  const char* op = "batchnorm_forward_eval";
+  detail::cpu_f32_only(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  const Nchw d = bn_dims(op, x, gamma);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var}) check_shape(op, "a per-channel tensor", *t, Shape{d.c});
+  check_shape(op, "y", y, x.shape());
+  std::vector<float> invstd(size_t(d.c));
+  const float* rv = running_var.data<float>();
+  for (int64_t c = 0; c < d.c; ++c) invstd[size_t(c)] = 1.0f / std::sqrt(rv[c] + eps);
+  cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), running_mean.data<float>(), invstd.data(),
+                              gamma.data<float>(), beta.data<float>(), y.data<float>());
+}
+
+void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s) {
+  const char* op = "batchnorm_backward_train";
+  detail::cpu_f32_only(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
+  const Nchw d = bn_dims(op, x, gamma);
+  check_shape(op, "dy", dy, x.shape());
+  check_shape(op, "dx", dx, x.shape());
+  check_shape(op, "dgamma", dgamma, Shape{d.c});
+  check_shape(op, "dbeta", dbeta, Shape{d.c});
+  std::vector<double> sdy(size_t(d.c)), sdyx(size_t(d.c));
+  cpu::batchnorm_backward_reduce<float>(d.n, d.c, d.hw, dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
+                                        saved.invstd.data<float>(), sdy.data(), sdyx.data());
+  float* dg = dgamma.data<float>();
+  float* db = dbeta.data<float>();
+  for (int64_t c = 0; c < d.c; ++c) {
+    dg[c] += float(sdyx[size_t(c)]);
+    db[c] += float(sdy[size_t(c)]);
+  }
+  double count = double(d.n * d.hw);
+  if (sync) {
+    std::vector<float> buf(size_t(2 * d.c + 1));
+    for (int64_t c = 0; c < d.c; ++c) {
+      buf[size_t(c)] = float(sdy[size_t(c)]);
+      buf[size_t(d.c + c)] = float(sdyx[size_t(c)]);
+    }
+    buf[size_t(2 * d.c)] = float(count);
+    sync(buf.data(), buf.size());
+    for (int64_t c = 0; c < d.c; ++c) {
+      sdy[size_t(c)] = buf[size_t(c)];
+      sdyx[size_t(c)] = buf[size_t(d.c + c)];
+    }
+    count = buf[size_t(2 * d.c)];
+  }
+  cpu::batchnorm_backward_apply<float>(d.n, d.c, d.hw, dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
+                                       saved.invstd.data<float>(), gamma.data<float>(), sdy.data(), sdyx.data(), count,
+                                       dx.data<float>());
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, LayerNormSaved& saved,
+                       Tensor& y, const Stream& s) {
+  const char* op = "layernorm_forward";
+  detail::cpu_f32_only(op, {&x, &gamma, &beta, &y}, s);
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  check_shape(op, "gamma", gamma, Shape{d});
+  check_shape(op, "beta", beta, Shape{d});
+  check_shape(op, "y", y, x.shape());
+  ensure(saved.mean, rows);
+  ensure(saved.rstd, rows);
+  cpu::layernorm_forward<float>(rows, d, x.data<float>(), gamma.data<float>(), beta.data<float>(), eps,
+                                y.data<float>(), saved.mean.data<float>(), saved.rstd.data<float>());
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved,
+                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Stream& s) {
+  const char* op = "layernorm_backward";
+  detail::cpu_f32_only(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  check_shape(op, "dy", dy, x.shape());
+  check_shape(op, "dx", dx, x.shape());
+  check_shape(op, "dgamma", dgamma, Shape{d});
+  check_shape(op, "dbeta", dbeta, Shape{d});
+  check_shape(op, "saved mean", saved.mean, Shape{rows});
+  cpu::layernorm_backward<float>(rows, d, dy.data<float>(), x.data<float>(), gamma.data<float>(),
+                                 saved.mean.data<float>(), saved.rstd.data<float>(), dx.data<float>(),
+                                 dgamma.data<float>(), dbeta.data<float>());
+}
+
+}  // namespace hpdt::kernels

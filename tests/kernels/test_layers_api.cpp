@@ -1,0 +1,152 @@
+// The public (Tensor) layer entry points: shape/dtype checks that name the op and shapes, the SyncBN
+// seam, optimizer steps against torch.optim's formulas, gradient clipping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hpdt/kernels/activation.h"
+#include "hpdt/kernels/attention.h"
+#include "hpdt/kernels/conv.h"
+#include "hpdt/kernels/embed.h"
+#include "hpdt/kernels/gemm.h"
+#include "hpdt/kernels/linear.h"
+#include "hpdt/kernels/loss.h"
+#include "hpdt/kernels/norm.h"
+#include "hpdt/kernels/optim.h"
+#include "hpdt/kernels/pool.h"
+#include "hpdt_test.h"
+
+namespace {
+
+using namespace hpdt;
+using namespace hpdt::kernels;
+const Stream kCpu;
+
+Tensor filled(const Shape& s, float seed_offset) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::sin(0.37f * float(i) + seed_offset);
+  return t;
+}
+
+TEST(LayerApi, BadShapesAndDtypesNameTheOpAndShapes) {
+  Tensor x = filled({2, 3, 8, 8}, 0), w = filled({4, 5, 3, 3}, 1), y = Tensor::empty({2, 4, 8, 8}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(conv2d_forward(x, w, nullptr, y, 1, 1, kCpu), "conv2d_forward: input channels of x [2, 3, 8, 8]");
+  Tensor w3 = filled({4, 3, 3, 3}, 1), ybad = Tensor::empty({2, 4, 7, 8}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(conv2d_forward(x, w3, nullptr, ybad, 1, 1, kCpu), "y has shape [2, 4, 7, 8], expected [2, 4, 8, 8]");
+  Tensor xh = Tensor::zeros({2, 3, 8, 8}, DType::f16);
+  HPDT_EXPECT_THROW_MSG(conv2d_forward(xh, w3, nullptr, y, 1, 1, kCpu), "has dtype f16");
+  Tensor lw = filled({10, 6}, 2), lx = filled({4, 5}, 3), ly = Tensor::empty({4, 10}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(linear_forward(lx, lw, nullptr, ly, kCpu), "linear_forward: x [4, 5] does not match weight [10, 6]");
+  Tensor qkv = filled({2, 5, 12}, 4), probs, out = Tensor::empty({2, 5, 4}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(attention_forward(qkv, 3, probs, out, kCpu), "divisible by 3 heads, got [2, 5, 12]");
+  Tensor logits = filled({4, 10}, 5), labels = Tensor::from_vector<int32_t>({1, 2, 3, 10}, {4});
+  HPDT_EXPECT_THROW_MSG(softmax_cross_entropy(logits, labels, 0.0, nullptr, 1.0, kCpu), "label 10 of sample 3");
+  Tensor mp_y = Tensor::empty({2, 3, 3, 4}, DType::f32), am;
+  HPDT_EXPECT_THROW_MSG(maxpool2d_forward(x, 3, 2, 1, mp_y, am, kCpu), "maxpool2d_forward: y has shape [2, 3, 3, 4], expected [2, 3, 4, 4]");
+}
+
+TEST(LayerApi, LinearAndMatmulAgree) {
+  Tensor x = filled({6, 5}, 0), w = filled({3, 5}, 1), b = filled({3}, 2), y = Tensor::empty({6, 3}, DType::f32);
+  linear_forward(x, w, &b, y, kCpu);
+  Tensor y2 = Tensor::empty({6, 3}, DType::f32);
+  matmul(x, false, w, true, y2, 1.0f, 0.0f, kCpu);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      EXPECT_NEAR(y.data<float>()[i * 3 + j], y2.data<float>()[i * 3 + j] + b.data<float>()[j], 1e-5);
+}
+
+TEST(LayerApi, SyncBatchNormHookSeesSumsAndCount) {
+  Tensor x = filled({4, 3, 5, 5}, 0), g = filled({3}, 1), b = filled({3}, 2);
+  Tensor rm = Tensor::zeros({3}, DType::f32), rv = Tensor::zeros({3}, DType::f32);
+  Tensor rm2 = Tensor::zeros({3}, DType::f32), rv2 = Tensor::zeros({3}, DType::f32);
+  Tensor y1 = Tensor::empty(x.shape(), DType::f32), y2 = Tensor::empty(x.shape(), DType::f32);
+  BatchNormSaved s1, s2;
+  batchnorm_forward_train(x, g, b, rm, rv, 1e-5f, 0.1f, s1, y1, nullptr, kCpu);
+  size_t seen = 0;
+  float count = 0;
+  // two identical "ranks": the all-reduced sums are doubled, the statistics must not change
+  AllReduceSum twice = [&](float* d, size_t n) {
+    seen = n;
+    for (size_t i = 0; i < n; ++i) d[i] *= 2;
+    count = d[n - 1];
+  };
+  batchnorm_forward_train(x, g, b, rm2, rv2, 1e-5f, 0.1f, s2, y2, twice, kCpu);
+  EXPECT_EQ(seen, 7u);
+  EXPECT_EQ(count, 200.0f);
+  for (int64_t i = 0; i < x.numel(); ++i) ASSERT_NEAR(y1.data<float>()[i], y2.data<float>()[i], 1e-5);
+  // unbiased variance uses the global count: 100 vs 200 samples
+  for (int64_t c = 0; c < 3; ++c) {
+    const double var = double(rv.data<float>()[c]) / 0.1 * 99 / 100;
+    EXPECT_NEAR(rv2.data<float>()[c], 0.1 * var * 200 / 199, 1e-5);
+  }
+  // eval uses the running stats
+  Tensor ye = Tensor::empty(x.shape(), DType::f32);
+  batchnorm_forward_eval(x, g, b, rm, rv, 1e-5f, ye, kCpu);
+  const float v0 = x.data<float>()[0];
+  EXPECT_NEAR(ye.data<float>()[0], (v0 - rm.data<float>()[0]) / std::sqrt(rv.data<float>()[0] + 1e-5f) * g.data<float>()[0] + b.data<float>()[0], 1e-4);
+  // backward through the hook too
+  Tensor dy = filled(x.shape(), 3), dx1 = Tensor::empty(x.shape(), DType::f32), dx2 = Tensor::empty(x.shape(), DType::f32);
+  Tensor dg1 = Tensor::zeros({3}, DType::f32), db1 = Tensor::zeros({3}, DType::f32);
+  Tensor dg2 = Tensor::zeros({3}, DType::f32), db2 = Tensor::zeros({3}, DType::f32);
+  batchnorm_backward_train(dy, x, g, s1, dx1, dg1, db1, nullptr, kCpu);
+  batchnorm_backward_train(dy, x, g, s2, dx2, dg2, db2, twice, kCpu);
+  for (int64_t i = 0; i < x.numel(); ++i) ASSERT_NEAR(dx1.data<float>()[i], dx2.data<float>()[i], 1e-5);
+  for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(dg1.data<float>()[c], dg2.data<float>()[c]);  // local sums
+}
+
+TEST(Optim, SgdMomentumNesterovWeightDecayMatchTorchFormula) {
+  for (bool nesterov : {false, true}) {
+    SgdOptions o{0.1f, 0.9f, 0.0f, 1e-2f, nesterov};
+    Tensor p = Tensor::from_vector<float>({1.0f, -2.0f}, {2}), buf = Tensor::zeros({2}, DType::f32);
+    const std::vector<std::vector<float>> grads = {{0.5f, 0.25f}, {-1.0f, 2.0f}};
+    double pr[2] = {1.0, -2.0}, br[2] = {0, 0};
+    for (size_t step = 0; step < grads.size(); ++step) {
+      Tensor g = Tensor::from_vector<float>(grads[step], {2});
+      sgd_step(p, g, buf, o, step == 0, kCpu);
+      for (int i = 0; i < 2; ++i) {
+        double d = grads[step][size_t(i)] + 1e-2 * pr[i];
+        br[i] = step == 0 ? d : 0.9 * br[i] + d;
+        d = nesterov ? d + 0.9 * br[i] : br[i];
+        pr[i] -= 0.1 * d;
+        EXPECT_NEAR(p.data<float>()[i], pr[i], 1e-6) << "nesterov " << nesterov << " step " << step;
+      }
+    }
+  }
+}
+
+TEST(Optim, AdamWMatchesTorchFormula) {
+  AdamWOptions o{1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f};
+  Tensor p = Tensor::from_vector<float>({1.0f, -0.5f}, {2}), m = Tensor::zeros({2}, DType::f32), v = Tensor::zeros({2}, DType::f32);
+  double pr[2] = {1.0, -0.5}, mr[2] = {0, 0}, vr[2] = {0, 0};
+  const std::vector<std::vector<float>> grads = {{0.3f, -0.2f}, {0.1f, 0.4f}, {-0.5f, 0.0f}};
+  for (size_t t = 1; t <= grads.size(); ++t) {
+    Tensor g = Tensor::from_vector<float>(grads[t - 1], {2});
+    adamw_step(p, g, m, v, o, int64_t(t), kCpu);
+    for (int i = 0; i < 2; ++i) {
+      const double gi = grads[t - 1][size_t(i)];
+      pr[i] *= 1 - 1e-2 * 0.1;
+      mr[i] = 0.9 * mr[i] + 0.1 * gi;
+      vr[i] = 0.999 * vr[i] + 0.001 * gi * gi;
+      const double bc1 = 1 - std::pow(0.9, double(t)), bc2 = 1 - std::pow(0.999, double(t));
+      pr[i] -= 1e-2 / bc1 * mr[i] / (std::sqrt(vr[i]) / std::sqrt(bc2) + 1e-8);
+      EXPECT_NEAR(p.data<float>()[i], pr[i], 1e-6) << "step " << t;
+    }
+  }
+  HPDT_EXPECT_THROW_MSG(adamw_step(p, p, m, v, o, 0, kCpu), "must count from 1");
+}
+
+TEST(Optim, ClipByGlobalNormAndNonFinite) {
+  std::vector<Tensor> g = {Tensor::from_vector<float>({3.0f, 0.0f}, {2}), Tensor::from_vector<float>({4.0f}, {1})};
+  EXPECT_NEAR(global_norm(g, kCpu), 5.0, 1e-12);
+  EXPECT_NEAR(clip_grad_norm(g, 1.0, kCpu), 5.0, 1e-12);
+  EXPECT_NEAR(g[0].data<float>()[0], 3.0 / (5.0 + 1e-6), 1e-6);
+  EXPECT_NEAR(g[1].data<float>()[0], 4.0 / (5.0 + 1e-6), 1e-6);
+  clip_grad_norm(g, 10.0, kCpu);  // below the limit: unchanged
+  EXPECT_NEAR(g[1].data<float>()[0], 4.0 / (5.0 + 1e-6), 1e-6);
+  EXPECT_FALSE(has_nonfinite(g[0], kCpu));
+  g[0].data<float>()[1] = INFINITY;
+  EXPECT_TRUE(has_nonfinite(g[0], kCpu));
+}
+
+}  // namespace
