@@ -1,0 +1,42 @@
+// The NCCL side of Communicator (GPU builds only): the communicator is created on first use by
+// broadcasting rank 0's ncclUniqueId over MPI; each rank drives GPU local_rank() % device count.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "hpdt/comm/communicator.h"
+#include "hpdt/core/check_cuda.h"
+#include "hpdt/core/check_mpi.h"
+#include "hpdt/core/check_nccl.h"
+#include "hpdt/core/runtime.h"
+
+namespace hpdt::comm {
+
+ncclComm_t Communicator::nccl() {
+  if (nccl_) return nccl_;
+  const int devices = cuda_device_count();
+  HPDT_CHECK(devices > 0, "NCCL communicator: no usable GPU on rank ", rank_, ": ", cuda_unavailable_reason());
+  cuda_set_device(local_rank_ % devices);
+  ncclUniqueId id;
+  if (rank_ == 0) HPDT_NCCL_CHECK(ncclGetUniqueId(&id));
+  HPDT_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm_));
+  HPDT_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+  cudaStream_t s;
+  HPDT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  nccl_stream_ = s;
+  return nccl_;
+}
+
+void* Communicator::nccl_stream() {
+  nccl();
+  return nccl_stream_;
+}
+
+void Communicator::destroy_nccl() {
+  // Destructors do not throw: failures here are ignored on purpose (the job is ending).
+  if (nccl_) ncclCommDestroy(nccl_);
+  if (nccl_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(nccl_stream_));
+  nccl_ = nullptr;
+  nccl_stream_ = nullptr;
+}
+
+}  // namespace hpdt::comm

@@ -1,0 +1,91 @@
+// Communicator: who is who in the job. World rank and size, the ranks sharing a node (node-local
+// communicator), the ranks with the same local rank on every node (cross-node communicator), node
+// count and placement, and the transports the all-reduce algorithms run on. With CUDA, an NCCL
+// communicator (one GPU per local rank) is created on first use.
+//
+// Virtual nodes, for testing hierarchical algorithms on one machine: HPDT_RANKS_PER_NODE=2 groups
+// consecutive world ranks two by two (the last node takes the rest); a comma list such as "3,1" gives
+// each node's size (uneven nodes allowed; the sizes must add up to the world size).
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpdt/comm/transport.h"
+
+#if HPDT_HAVE_CUDA
+typedef struct ncclComm* ncclComm_t;
+#endif
+
+namespace hpdt::comm {
+
+struct CommunicatorOptions {
+  // Virtual node sizes ("2" or "3,1"); empty: read HPDT_RANKS_PER_NODE, and when unset use the real
+  // shared-memory nodes (MPI_Comm_split_type).
+  std::string ranks_per_node;
+  WatchdogOptions watchdog;  // also read from HPDT_COMM_TIMEOUT (seconds)
+  // Check before every collective that all ranks call the same one with the same size and dtype
+  // (one small extra collective each). Also on with HPDT_COMM_DEBUG=1.
+  bool debug_checks = false;
+};
+
+class Communicator {
+ public:
+  // Duplicates `parent`, so hpdt's traffic never matches the caller's messages. Collective over parent.
+  explicit Communicator(MPI_Comm parent = MPI_COMM_WORLD, CommunicatorOptions options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int node() const { return node_; }  // index of this rank's node, 0..node_count()-1
+  int node_count() const { return node_count_; }
+  int node_of(int rank) const { return node_of_rank_.at(size_t(rank)); }
+  std::vector<int> node_sizes() const;
+  int min_local_size() const { return min_local_size_; }
+  bool virtual_nodes() const { return virtual_nodes_; }
+
+  MPI_Comm comm() const { return comm_; }              // all ranks (a duplicate of the parent)
+  MPI_Comm local_comm() const { return local_comm_; }  // ranks on this node, ordered by world rank
+  MPI_Comm cross_comm() const { return cross_comm_; }  // ranks with this local rank, one per node
+
+  MpiTransport& transport() { return *world_transport_; }
+  MpiTransport& local_transport() { return *local_transport_; }
+  MpiTransport& cross_transport() { return *cross_transport_; }
+
+  const CommunicatorOptions& options() const { return options_; }
+  void set_watchdog(const WatchdogOptions& w);
+  bool debug_checks() const { return options_.debug_checks; }
+  void set_debug_checks(bool on) { options_.debug_checks = on; }
+
+  // A one-line description: "4 ranks on 2 nodes (2,2, virtual)".
+  std::string describe() const;
+
+#if HPDT_HAVE_CUDA
+  // NCCL communicator over all ranks, created on first call (collective): the ncclUniqueId is made on
+  // rank 0 and broadcast over MPI; each rank uses GPU local_rank() % device count.
+  ncclComm_t nccl();
+  void* nccl_stream();  // the communication stream (cudaStream_t) NCCL work is queued on
+#endif
+
+ private:
+  CommunicatorOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL, local_comm_ = MPI_COMM_NULL, cross_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_ = 0, node_count_ = 1, min_local_size_ = 1;
+  bool virtual_nodes_ = false;
+  std::vector<int> node_of_rank_;
+  std::unique_ptr<MpiTransport> world_transport_, local_transport_, cross_transport_;
+#if HPDT_HAVE_CUDA
+  void destroy_nccl();
+  ncclComm_t nccl_ = nullptr;
+  void* nccl_stream_ = nullptr;
+#endif
+};
+
+}  // namespace hpdt::comm

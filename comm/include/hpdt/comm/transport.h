@@ -1,0 +1,94 @@
+// Transport: non-blocking point-to-point byte transfers between the ranks of one group, plus a wait.
+// The all-reduce algorithms are written once against this interface (Gloo style); an MPI transport
+// moves host memory, and GPU builds add device-memory and NCCL transports.
+//
+// Every wait is guarded by the watchdog: when a transfer has not completed after the timeout, the
+// error names the operation in progress (set with set_context), the bucket, and the ranks (world
+// numbering) whose transfers are still outstanding, then either aborts the job (the default) or
+// throws hpdt::Error (for tests and for callers that want to handle it).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace hpdt::comm {
+
+struct WatchdogOptions {
+  double timeout_s = 300;  // <= 0 disables the watchdog
+  enum class Action { abort, throw_error } action = Action::abort;
+};
+
+// What a transport is doing, for the watchdog's and the debug checks' messages.
+struct OperationContext {
+  std::string operation;  // e.g. "allreduce ring 1048576 x f32"
+  int bucket = -1;        // gradient bucket index, -1 when not a bucket
+  std::string describe() const;
+};
+
+class Transport {
+ public:
+  using Request = size_t;
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int world_rank_of(int peer) const = 0;  // for messages
+
+  // Start a transfer of `bytes` bytes to/from `peer` (a rank of this transport's group). Matching is
+  // in posting order per (peer, tag). The buffer must stay untouched until the request is waited.
+  virtual Request isend(const void* data, size_t bytes, int peer, int tag) = 0;
+  virtual Request irecv(void* data, size_t bytes, int peer, int tag) = 0;
+  virtual void wait(Request r) = 0;
+  virtual void wait_all() = 0;  // waits for every outstanding request and forgets them
+
+  void set_context(OperationContext c) { context_ = std::move(c); }
+  const OperationContext& context() const { return context_; }
+  void set_watchdog(const WatchdogOptions& w) { watchdog_ = w; }
+  const WatchdogOptions& watchdog() const { return watchdog_; }
+
+ protected:
+  OperationContext context_;
+  WatchdogOptions watchdog_;
+};
+
+// Host memory over MPI point-to-point on a communicator this object does not own. Transfers larger
+// than MPI's int count are split into pieces (matched in order).
+class MpiTransport final : public Transport {
+ public:
+  explicit MpiTransport(MPI_Comm comm);
+  ~MpiTransport() override;
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int world_rank_of(int peer) const override { return world_ranks_.at(size_t(peer)); }
+  MPI_Comm comm() const { return comm_; }
+
+  Request isend(const void* data, size_t bytes, int peer, int tag) override;
+  Request irecv(void* data, size_t bytes, int peer, int tag) override;
+  void wait(Request r) override;
+  void wait_all() override;
+
+ private:
+  struct Slot {
+    std::vector<MPI_Request> reqs;
+    int peer = -1;
+    bool recv = false;
+    bool done = false;
+  };
+  Request post(void* data, size_t bytes, int peer, int tag, bool recv);
+  bool test(Slot& s);
+  [[noreturn]] void timed_out(double waited_s);
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  std::vector<Slot> slots_;
+  size_t open_ = 0;  // slots not yet done
+};
+
+}  // namespace hpdt::comm

@@ -1,0 +1,79 @@
+// The algorithms behind allreduce(), each a small class over a Transport that sums an f32 buffer in
+// place (Gloo style: no global state; the entry point in allreduce.cpp widens/narrows dtypes, applies
+// averaging and picks the class). Private to comm/.
+#pragma once
+
+#include <cstddef>
+
+#include "hpdt/comm/communicator.h"
+#include "hpdt/comm/tuning.h"
+#include "hpdt/comm/transport.h"
+
+namespace hpdt::comm::detail {
+
+// Reusable scratch memory of the calling thread (grows, never shrinks): collectives run back to back
+// on the same thread, and fresh allocations would page-fault on every call.
+float* scratch(size_t floats, int slot);
+
+// Reduce-scatter + all-gather around the ring 0 -> 1 -> ... -> p-1 -> 0. Each chunk travels in segments
+// and every received segment is forwarded as soon as it is reduced (pipelined across steps).
+class RingAllreduce {
+ public:
+  RingAllreduce(Transport& t, size_t segment_floats) : t_(t), seg_(segment_floats ? segment_floats : 1) {}
+  void run(float* data, size_t n);
+
+ private:
+  Transport& t_;
+  size_t seg_;
+};
+
+// Pipelined binary tree (heap numbering, root 0): segments are reduced up the tree and broadcast down;
+// a node adds its children's segments to its own in a fixed order (left, then right).
+class TreeAllreduce {
+ public:
+  TreeAllreduce(Transport& t, size_t segment_floats) : t_(t), seg_(segment_floats ? segment_floats : 1) {}
+  void run(float* data, size_t n);
+
+ private:
+  Transport& t_;
+  size_t seg_;
+};
+
+// Rabenseifner: recursive-halving reduce-scatter + recursive-doubling all-gather among the largest
+// power of two p2 <= p ranks; the first 2(p-p2) ranks pair up first (even sends to odd) and the even
+// ones get the result back at the end.
+class RhdAllreduce {
+ public:
+  explicit RhdAllreduce(Transport& t) : t_(t) {}
+  void run(float* data, size_t n);
+
+ private:
+  Transport& t_;
+};
+
+// Hierarchical: the buffer is cut into K = (smallest node size) shards; shard k is reduced onto local
+// rank k of every node (direct reduce-scatter, contributions added in local-rank order), all-reduced
+// across nodes by a flat algorithm over the cross-node communicator, and copied back to the other ranks
+// of the node (direct all-gather). Uneven nodes work: local ranks >= K only contribute and receive.
+class HierAllreduce {
+ public:
+  HierAllreduce(Communicator& c, Algorithm inter, size_t segment_floats) : c_(c), inter_(inter), seg_(segment_floats) {}
+  void run(float* data, size_t n);
+
+ private:
+  Communicator& c_;
+  Algorithm inter_;
+  size_t seg_;
+};
+
+// Runs ring, tree or rhd over `t`.
+void flat_allreduce(Algorithm a, Transport& t, float* data, size_t n, size_t segment_floats);
+
+// Element range [begin, end) of part i when n elements are cut into `parts` nearly equal parts (the first
+// n % parts parts get one more element).
+inline size_t part_begin(size_t n, size_t parts, size_t i) {
+  const size_t base = n / parts, extra = n % parts;
+  return i * base + (i < extra ? i : extra);
+}
+
+}  // namespace hpdt::comm::detail

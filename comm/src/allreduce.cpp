@@ -1,0 +1,165 @@
+// allreduce(): checks, dtype widening, the algorithm choice and averaging around the algorithm classes.
+#include "hpdt/comm/allreduce.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "algorithms.h"
+#include "debug_check.h"
+#include "hpdt/core/check_mpi.h"
+#include "hpdt/core/error.h"
+#include "hpdt/kernels/accumulate.h"
+
+namespace hpdt::comm {
+
+namespace {
+constexpr std::string_view kNames[] = {"ring", "tree", "rhd", "hier", "mpi", "nccl", "auto"};
+}
+
+Algorithm parse_algorithm(std::string_view name) {
+  for (size_t i = 0; i < std::size(kNames); ++i)
+    if (kNames[i] == name) return Algorithm(i);
+  HPDT_FAIL("unknown all-reduce algorithm '", name, "' (expected ring, tree, rhd, hier, mpi, nccl or auto)");
+}
+
+std::string_view algorithm_name(Algorithm a) { return kNames[size_t(a)]; }
+
+ReduceOp parse_reduce_op(std::string_view name) {
+  if (name == "sum") return ReduceOp::sum;
+  if (name == "avg") return ReduceOp::avg;
+  HPDT_FAIL("unknown reduction '", name, "' (expected sum or avg)");
+}
+
+std::string_view reduce_op_name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : "avg"; }
+
+size_t default_segment_bytes(Algorithm a) {
+  switch (a) {
+    case Algorithm::ring: return size_t(1) << 20;
+    case Algorithm::tree: return size_t(256) << 10;
+    case Algorithm::hier: return size_t(1) << 20;
+    default: return 0;
+  }
+}
+
+namespace {
+// HPDT_TUNING_FILE, loaded once per process.
+const TuningTable* env_tuning() {
+  static std::once_flag once;
+  static std::unique_ptr<TuningTable> table;
+  std::call_once(once, [] {
+    if (const char* f = std::getenv("HPDT_TUNING_FILE"); f && *f) table = std::make_unique<TuningTable>(TuningTable::load(f));
+  });
+  return table.get();
+}
+}  // namespace
+
+TuningChoice resolve_auto(const Communicator& comm, size_t bytes, const AllreduceOptions& options) {
+  const TuningTable* t = options.tuning ? options.tuning : env_tuning();
+  TuningChoice c = t ? t->choose(bytes, comm.size(), comm.node_count()) : TuningTable::fallback(bytes, comm.size(), comm.node_count());
+  if (c.algorithm == Algorithm::automatic) c = TuningTable::fallback(bytes, comm.size(), comm.node_count());
+  return c;
+}
+
+void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algorithm algorithm,
+               const AllreduceOptions& options) {
+  HPDT_CHECK(is_floating(dtype), "allreduce: dtype ", dtype_name(dtype), " is not supported (expected f32, f16 or bf16)");
+  HPDT_CHECK(count == 0 || (send && recv), "allreduce: null buffer for ", count, " elements");
+  size_t segment_bytes = options.segment_bytes;
+  if (algorithm == Algorithm::automatic) {
+    const TuningChoice c = resolve_auto(comm, count * dtype_size(dtype), options);
+    algorithm = c.algorithm;
+    if (!segment_bytes) segment_bytes = c.segment_bytes;
+  }
+  if (!segment_bytes) segment_bytes = default_segment_bytes(algorithm);
+
+  std::ostringstream what;
+  what << "allreduce " << algorithm_name(algorithm) << " of " << count << " x " << dtype_name(dtype) << " (" << reduce_op_name(op) << ")";
+  const OperationContext ctx{what.str(), options.bucket};
+  for (Transport* t : {static_cast<Transport*>(&comm.transport()), static_cast<Transport*>(&comm.local_transport()),
+                       static_cast<Transport*>(&comm.cross_transport())})
+    t->set_context(ctx);
+  if (comm.debug_checks()) detail::check_same_call(comm, detail::CallSignature{1, int(algorithm), int(dtype), int(op), count});
+  if (count == 0) return;
+  HPDT_CHECK(algorithm != Algorithm::nccl, "allreduce: algorithm nccl needs device buffers and a CUDA build; "
+                                           "use allreduce_device (GPU builds) or another algorithm for host memory");
+
+  const size_t seg_floats = std::max<size_t>(1, segment_bytes / sizeof(float));
+  if (algorithm == Algorithm::mpi && dtype == DType::f32) {  // the baseline exactly as users call it
+    const bool in_place = send == recv;
+    for (size_t off = 0; off < count; off += size_t(INT_MAX)) {
+      const int c = int(std::min(count - off, size_t(INT_MAX)));
+      float* out = static_cast<float*>(recv) + off;
+      HPDT_MPI_CHECK(MPI_Allreduce(in_place ? MPI_IN_PLACE : static_cast<const float*>(send) + off, out, c, MPI_FLOAT, MPI_SUM, comm.comm()));
+    }
+    if (op == ReduceOp::avg) kernels::divide_f32(static_cast<float*>(recv), count, float(comm.size()));
+    return;
+  }
+
+  float* work;
+  if (dtype == DType::f32) {
+    work = static_cast<float*>(recv);
+    if (send != recv) std::memcpy(recv, send, count * sizeof(float));
+  } else {
+    work = detail::scratch(count, 3);
+    kernels::convert(work, DType::f32, send, dtype, count);
+  }
+  switch (algorithm) {
+    case Algorithm::hier: detail::HierAllreduce(comm, options.inter_node, seg_floats).run(work, count); break;
+    case Algorithm::ring:
+    case Algorithm::tree:
+    case Algorithm::rhd:
+    case Algorithm::mpi: detail::flat_allreduce(algorithm, comm.transport(), work, count, seg_floats); break;
+    default: HPDT_FAIL("allreduce: unexpected algorithm ", algorithm_name(algorithm));
+  }
+  if (op == ReduceOp::avg) kernels::divide_f32(work, count, float(comm.size()));
+  if (dtype != DType::f32) kernels::convert(recv, dtype, work, DType::f32, count);
+}
+
+// ---- broadcast and all-gather -------------------------------------------------------------------
+
+void broadcast(Communicator& comm, void* data, size_t bytes, int root) {
+  Transport& t = comm.transport();
+  const int p = t.size();
+  HPDT_CHECK(root >= 0 && root < p, "broadcast: root ", root, " out of range [0, ", p, ")");
+  t.set_context({"broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root), -1});
+  if (comm.debug_checks()) detail::check_same_call(comm, detail::CallSignature{2, root, 0, 0, bytes});
+  if (p == 1 || bytes == 0) return;
+  const int vr = (t.rank() - root + p) % p;  // binomial tree in virtual ranks rooted at 0
+  int mask = 1;
+  while (mask < p) {
+    if (vr & mask) {
+      t.wait(t.irecv(data, bytes, (vr - mask + root) % p, 201));
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (vr + mask < p) t.isend(data, bytes, (vr + mask + root) % p, 201);
+  t.wait_all();
+}
+
+void allgather(Communicator& comm, const void* send, void* recv, size_t bytes) {
+  Transport& t = comm.transport();
+  const int p = t.size(), r = t.rank();
+  t.set_context({"allgather of " + std::to_string(bytes) + " bytes per rank", -1});
+  if (comm.debug_checks()) detail::check_same_call(comm, detail::CallSignature{3, 0, 0, 0, bytes});
+  char* out = static_cast<char*>(recv);
+  if (bytes && out + size_t(r) * bytes != send) std::memmove(out + size_t(r) * bytes, send, bytes);
+  if (p == 1 || bytes == 0) return;
+  const int right = (r + 1) % p, left = (r + p - 1) % p;
+  std::vector<Transport::Request> recvs;
+  for (int s = 0; s < p - 1; ++s) recvs.push_back(t.irecv(out + size_t((r - s - 1 + p) % p) * bytes, bytes, left, 202));
+  t.isend(out + size_t(r) * bytes, bytes, right, 202);
+  for (int s = 0; s < p - 1; ++s) {
+    t.wait(recvs[size_t(s)]);
+    if (s + 1 < p - 1) t.isend(out + size_t((r - s - 1 + p) % p) * bytes, bytes, right, 202);
+  }
+  t.wait_all();
+}
+
+}  // namespace hpdt::comm

@@ -1,0 +1,177 @@
+// The all-reduce family under mpiexec: every algorithm x element counts (0, 1, fewer than ranks,
+// primes) x f32/f16/bf16 x sum/avg x in/out of place. Integer-valued inputs must give exact results;
+// random inputs must give the same bits on every rank and in a second run.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "hpdt/comm/allreduce.h"
+#include "hpdt/core/error.h"
+#include "hpdt_test.h"
+
+using namespace hpdt;
+using namespace hpdt::comm;
+
+namespace {
+
+Communicator& world() {
+  static Communicator c(MPI_COMM_WORLD);
+  return c;
+}
+
+const std::vector<size_t> kCounts = {0, 1, 2, 3, 5, 7, 13, 64, 1021, 4099, 65537};
+const std::vector<Algorithm> kAlgos = {Algorithm::ring, Algorithm::tree, Algorithm::rhd, Algorithm::hier, Algorithm::mpi,
+                                       Algorithm::automatic};
+const std::vector<DType> kTypes = {DType::f32, DType::f16, DType::bf16};
+
+// Small integers, so every partial sum is exact in f32, f16 (|sum| <= 8*5 < 2048) and bf16 (< 256).
+float int_input(int rank, size_t i) { return float(int((size_t(rank) * 7 + i * 3) % 11) - 5); }
+
+template <class T>
+std::vector<T> to_type(const std::vector<float>& x) {
+  std::vector<T> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = from_f32<T>(x[i]);
+  return out;
+}
+
+uint64_t fnv(const void* p, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  return h;
+}
+
+// True on every rank iff all ranks passed the same hash.
+bool same_on_all_ranks(uint64_t h) {
+  uint64_t lo = h, hi = h;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+
+template <class T>
+void check_exact(Algorithm a, size_t n, ReduceOp op, bool in_place, size_t segment_bytes = 0) {
+  Communicator& c = world();
+  const int p = c.size(), r = c.rank();
+  std::vector<float> in(n), expect(n);
+  for (size_t i = 0; i < n; ++i) {
+    in[i] = int_input(r, i);
+    float s = 0;
+    for (int q = 0; q < p; ++q) s += int_input(q, i);
+    expect[i] = op == ReduceOp::avg ? s / float(p) : s;
+  }
+  std::vector<T> send = to_type<T>(in), recv(n, from_f32<T>(-999.0f)), want = to_type<T>(expect);
+  AllreduceOptions o;
+  o.segment_bytes = segment_bytes;
+  if (in_place)
+    allreduce(c, send.data(), send.data(), n, dtype_of_v<T>, op, a, o);
+  else
+    allreduce(c, send.data(), recv.data(), n, dtype_of_v<T>, op, a, o);
+  const std::vector<T>& got = in_place ? send : recv;
+  size_t bad = 0, first = n;
+  for (size_t i = 0; i < n; ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << algorithm_name(a) << " " << dtype_name(dtype_of_v<T>) << " n=" << n << " " << reduce_op_name(op)
+                     << (in_place ? " in place" : " out of place") << ": first wrong element " << first << " got "
+                     << (first < n ? to_f32(got[first]) : 0.0f) << " want " << (first < n ? to_f32(want[first]) : 0.0f);
+  if (!in_place) {
+    EXPECT_EQ(fnv(send.data(), n * sizeof(T)), fnv(to_type<T>(in).data(), n * sizeof(T))) << "send buffer modified";
+  }
+}
+
+template <class T>
+void check_bitwise(Algorithm a, size_t n) {
+  Communicator& c = world();
+  std::mt19937 gen(1234u + unsigned(c.rank()));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> in(n);
+  for (auto& v : in) v = dist(gen);
+  const std::vector<T> send = to_type<T>(in);
+  std::vector<T> out1(n), out2(n);
+  allreduce(c, send.data(), out1.data(), n, dtype_of_v<T>, ReduceOp::avg, a);
+  allreduce(c, send.data(), out2.data(), n, dtype_of_v<T>, ReduceOp::avg, a);
+  const uint64_t h1 = fnv(out1.data(), n * sizeof(T)), h2 = fnv(out2.data(), n * sizeof(T));
+  EXPECT_EQ(h1, h2) << algorithm_name(a) << " " << dtype_name(dtype_of_v<T>) << " n=" << n << ": second run differs";
+  EXPECT_TRUE(same_on_all_ranks(h1)) << algorithm_name(a) << " " << dtype_name(dtype_of_v<T>) << " n=" << n
+                                     << ": ranks disagree";
+  // And close to the exact mean (random inputs: rounding only).
+  double max_err = 0;
+  std::vector<double> sum(n, 0.0);
+  for (int q = 0; q < c.size(); ++q) {
+    std::mt19937 g(1234u + unsigned(q));
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (size_t i = 0; i < n; ++i) sum[i] += double(to_f32(from_f32<T>(d(g))));
+  }
+  for (size_t i = 0; i < n; ++i) max_err = std::max(max_err, std::abs(double(to_f32(out1[i])) - sum[i] / c.size()));
+  const double tol = sizeof(T) == 4 ? 1e-5 : (dtype_of_v<T> == DType::f16 ? 4e-3 : 3e-2);
+  EXPECT_LT(max_err, tol) << algorithm_name(a) << " " << dtype_name(dtype_of_v<T>) << " n=" << n;
+}
+
+template <class T>
+void exact_all(Algorithm a) {
+  for (size_t n : kCounts)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
+      for (bool in_place : {false, true}) check_exact<T>(a, n, op, in_place);
+}
+
+}  // namespace
+
+class AllreduceTest : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(AllreduceTest, ExactF32) { exact_all<float>(GetParam()); }
+TEST_P(AllreduceTest, ExactF16) { exact_all<f16_t>(GetParam()); }
+TEST_P(AllreduceTest, ExactBF16) { exact_all<bf16_t>(GetParam()); }
+
+TEST_P(AllreduceTest, SmallSegmentsPipeline) {
+  // Segments much smaller than a chunk: many pipelined messages per step.
+  for (size_t n : {size_t(1021), size_t(65537)}) check_exact<float>(GetParam(), n, ReduceOp::sum, false, 256);
+}
+
+TEST_P(AllreduceTest, BitwiseAcrossRanksAndRuns) {
+  for (size_t n : {size_t(1), size_t(7), size_t(4099), size_t(100003)}) {
+    check_bitwise<float>(GetParam(), n);
+    check_bitwise<bf16_t>(GetParam(), n);
+    check_bitwise<f16_t>(GetParam(), n);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest, ::testing::ValuesIn(kAlgos),
+                         [](const ::testing::TestParamInfo<Algorithm>& param_info) { return std::string(algorithm_name(param_info.param)); });
+
+TEST(Allreduce, BadArguments) {
+  float x = 1;
+  HPDT_EXPECT_THROW_MSG(allreduce(world(), &x, &x, 1, DType::i32, ReduceOp::sum, Algorithm::ring), "not supported");
+  HPDT_EXPECT_THROW_MSG(parse_algorithm("butterfly"), "ring, tree, rhd, hier, mpi, nccl or auto");
+  EXPECT_EQ(parse_algorithm("rhd"), Algorithm::rhd);
+  EXPECT_EQ(algorithm_name(Algorithm::automatic), "auto");
+}
+
+TEST(Allreduce, BroadcastAndAllgather) {
+  Communicator& c = world();
+  for (int root = 0; root < c.size(); ++root) {
+    std::vector<int> v(37, c.rank() == root ? root + 100 : -1);
+    broadcast(c, v.data(), v.size() * sizeof(int), root);
+    for (int x : v) ASSERT_EQ(x, root + 100);
+  }
+  std::vector<int> mine(5, c.rank()), all(5 * size_t(c.size()), -1);
+  allgather(c, mine.data(), all.data(), mine.size() * sizeof(int));
+  for (int q = 0; q < c.size(); ++q)
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(all[size_t(q) * 5 + size_t(i)], q);
+}
+
+TEST(Communicator, Placement) {
+  Communicator& c = world();
+  EXPECT_GE(c.node_count(), 1);
+  int total = 0;
+  for (int s : c.node_sizes()) total += s;
+  EXPECT_EQ(total, c.size());
+  EXPECT_EQ(c.node_of(c.rank()), c.node());
+  EXPECT_GE(c.min_local_size(), 1);
+  EXPECT_LT(c.local_rank(), c.local_size());
+  int cross = 0;
+  MPI_Comm_size(c.cross_comm(), &cross);
+  EXPECT_LE(cross, c.node_count());
+}
