@@ -1,0 +1,226 @@
+// Layers with explicit forward and backward (no autograd). A layer registers its parameters with the
+// model's ParameterArena when constructed (in forward-execution order), keeps what its backward needs
+// from forward, and, at the end of backward, tells the arena its gradients are complete.
+//
+// Conventions: activations are f32 NCHW ([n, c, h, w]) for convolutional layers and [b, t, d] for
+// tokens. forward returns the layer's output (owned by the layer until the next forward); backward
+// takes dL/d(output) and returns dL/d(input), accumulating parameter gradients (+=) into the arena.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt/kernels/activation.h"
+#include "hpdt/kernels/norm.h"
+#include "hpdt/nn/arena.h"
+
+namespace hpdt::nn {
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  virtual Tensor forward(const Tensor& x) = 0;
+  virtual Tensor backward(const Tensor& dy) = 0;
+  // Sets train/eval mode here and in every sub-layer.
+  virtual void set_training(bool training) {
+    training_ = training;
+    for_each_child([training](Layer& c) { c.set_training(training); });
+  }
+  // Visits the direct sub-layers (containers and blocks override this).
+  virtual void for_each_child(const std::function<void(Layer&)>& f) { (void)f; }
+  bool training() const { return training_; }
+  const std::string& name() const { return name_; }
+
+ protected:
+  // Throws hpdt::Error naming this layer: "<name>: <what> (got <shape>)".
+  [[noreturn]] void fail(const std::string& what, const Tensor& got) const;
+  // A cached output tensor of `shape` (reallocated only when the shape changes).
+  static Tensor& ensure(Tensor& t, const Shape& shape);
+
+  std::string name_;
+  bool training_ = true;
+  Stream stream_;
+};
+
+// ---- layers ------------------------------------------------------------------------------------------
+
+class Conv2d : public Layer {
+ public:
+  Conv2d(ParameterArena& arena, std::string name, int64_t c_in, int64_t c_out, int64_t kernel, int64_t stride,
+         int64_t pad, bool bias, ParameterArena::Init weight_init = nullptr);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  // false: backward does not compute dL/dx (the first layer of a model).
+  void set_needs_input_grad(bool v) { needs_dx_ = v; }
+
+ private:
+  ParameterArena* arena_;
+  int64_t c_in_, c_out_, k_, stride_, pad_;
+  int w_id_, b_id_ = -1;
+  bool needs_dx_ = true;
+  Tensor x_, y_, dx_;
+};
+
+// BatchNorm2d (also [n, c] inputs), PyTorch defaults eps 1e-5, momentum 0.1.
+class BatchNorm : public Layer {
+ public:
+  BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  // SyncBN seam: all-reduce-sum of the batch statistics across ranks (null: local statistics).
+  void set_sync(kernels::AllReduceSum sync) { sync_ = std::move(sync); }
+  Tensor running_mean() const { return running_mean_; }
+  Tensor running_var() const { return running_var_; }
+
+ private:
+  ParameterArena* arena_;
+  int64_t c_;
+  float eps_, momentum_;
+  int g_id_, b_id_;
+  Tensor running_mean_, running_var_;
+  kernels::BatchNormSaved saved_;
+  kernels::AllReduceSum sync_;
+  Tensor x_, y_, dx_;
+};
+
+class ReLU : public Layer {
+ public:
+  explicit ReLU(std::string name) : Layer(std::move(name)) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  Tensor y_, dx_;
+};
+
+class MaxPool2d : public Layer {
+ public:
+  MaxPool2d(std::string name, int64_t k, int64_t stride, int64_t pad)
+      : Layer(std::move(name)), k_(k), stride_(stride), pad_(pad) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  int64_t k_, stride_, pad_;
+  Shape in_shape_;
+  Tensor y_, argmax_, dx_;
+};
+
+class GlobalAvgPool : public Layer {
+ public:
+  explicit GlobalAvgPool(std::string name) : Layer(std::move(name)) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  Shape in_shape_;
+  Tensor y_, dx_;
+};
+
+// y = x W^T + b over the last dimension (any leading dimensions).
+class Linear : public Layer {
+ public:
+  Linear(ParameterArena& arena, std::string name, int64_t in, int64_t out, bool bias = true,
+         ParameterArena::Init weight_init = nullptr, ParameterArena::Init bias_init = nullptr);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  ParameterArena* arena_;
+  int64_t in_, out_;
+  int w_id_, b_id_ = -1;
+  Tensor x_, y_, dx_;
+};
+
+class LayerNorm : public Layer {
+ public:
+  LayerNorm(ParameterArena& arena, std::string name, int64_t d, float eps);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  ParameterArena* arena_;
+  int64_t d_;
+  float eps_;
+  int g_id_, b_id_;
+  kernels::LayerNormSaved saved_;
+  Tensor x_, y_, dx_;
+};
+
+class GELU : public Layer {
+ public:
+  GELU(std::string name, kernels::GeluForm form) : Layer(std::move(name)), form_(form) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  kernels::GeluForm form_;
+  Tensor x_, y_, dx_;
+};
+
+// Inverted dropout; off (identity) in eval mode or with p = 0. The mask comes from Philox keyed by
+// (seed, stream = layer id, call counter), so backward regenerates it instead of storing it.
+class Dropout : public Layer {
+ public:
+  Dropout(std::string name, float p, uint64_t seed, uint64_t stream_id)
+      : Layer(std::move(name)), p_(p), seed_(seed), stream_id_(stream_id) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  float p_;
+  uint64_t seed_, stream_id_, calls_ = 0, mask_seed_ = 0;
+  bool active_ = false;
+  Tensor y_, dx_;
+};
+
+// Multi-head self-attention on [b, t, d]: QKV projection (one [3d, d] linear, PyTorch in_proj
+// layout), scaled dot-product attention with a max-subtracted softmax, output projection.
+class MultiHeadSelfAttention : public Layer {
+ public:
+  MultiHeadSelfAttention(ParameterArena& arena, std::string name, int64_t d, int64_t heads);
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  void for_each_child(const std::function<void(Layer&)>& f) override {
+    f(qkv_);
+    f(proj_);
+  }
+
+ private:
+  int64_t d_, heads_;
+  Linear qkv_, proj_;
+  Tensor qkv_out_, probs_, attn_, dattn_;
+};
+
+// A chain of layers run in order (backward in reverse).
+class Sequential : public Layer {
+ public:
+  explicit Sequential(std::string name) : Layer(std::move(name)) {}
+  template <class L, class... Args>
+  L& add(Args&&... args) {
+    auto p = std::make_unique<L>(std::forward<Args>(args)...);
+    L& ref = *p;
+    layers_.push_back(std::move(p));
+    return ref;
+  }
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+  void for_each_child(const std::function<void(Layer&)>& f) override {
+    for (auto& l : layers_) f(*l);
+  }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace hpdt::nn

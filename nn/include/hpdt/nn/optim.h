@@ -1,0 +1,102 @@
+// Optimizers over a model's ParameterArena (f32 master weights, f32 gradients, one flat buffer each),
+// and the LossScaler of mixed precision.
+//
+// One training step with mixed precision (what the trainer does):
+//   loss = softmax_cross_entropy(logits, labels, smoothing, &dlogits, scaler.scale())   // scaled grads
+//   model.backward(dlogits)            // arena.grads_ready() rounds finished slices into model_grads()
+//   (all-reduce arena.comm_grads())
+//   bool ok = scaler.unscale(arena);   // master grads = model grads / scale; false on inf/NaN
+//   if (ok) { clip_grad_norm(arena, max_norm); optimizer.step(); }   // step() refreshes the model copy
+//   scaler.update(!ok);
+#pragma once
+
+#include <cstdint>
+
+#include "hpdt/kernels/optim.h"
+#include "hpdt/nn/arena.h"
+
+namespace hpdt::nn {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of arena.master_params() from arena.grads(); then arena.sync_model_copy().
+  virtual void step() = 0;
+  virtual void set_lr(float lr) = 0;
+  virtual float lr() const = 0;
+  int64_t steps() const { return steps_; }
+
+ protected:
+  int64_t steps_ = 0;
+};
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(ParameterArena& arena, const kernels::SgdOptions& options);
+  void step() override;
+  void set_lr(float lr) override { o_.lr = lr; }
+  float lr() const override { return o_.lr; }
+  Tensor momentum_buffer() const { return buf_; }
+
+ private:
+  ParameterArena* arena_;
+  kernels::SgdOptions o_;
+  Tensor buf_;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(ParameterArena& arena, const kernels::AdamWOptions& options);
+  void step() override;
+  void set_lr(float lr) override { o_.lr = lr; }
+  float lr() const override { return o_.lr; }
+  Tensor exp_avg() const { return m_; }
+  Tensor exp_avg_sq() const { return v_; }
+
+ private:
+  ParameterArena* arena_;
+  kernels::AdamWOptions o_;
+  Tensor m_, v_;
+};
+
+// clip_grad_norm_ over all of the arena's f32 gradients; returns the norm before clipping.
+double clip_grad_norm(ParameterArena& arena, double max_norm);
+
+struct LossScalerOptions {
+  float init_scale = 65536.0f;  // 2^16
+  float growth_factor = 2.0f;
+  float backoff_factor = 0.5f;
+  int64_t growth_interval = 2000;
+};
+
+// torch.cuda.amp.GradScaler semantics: dynamic scale, step skipped on inf/NaN and the scale backed off,
+// grown after growth_interval clean steps in a row. A static mode keeps the scale fixed (still skipping
+// steps with inf/NaN); off is scale 1 without checks (bf16 and f32 by default).
+class LossScaler {
+ public:
+  enum class Mode { off, dynamic, fixed };
+  static LossScaler off() { return LossScaler(Mode::off, 1.0f, {}); }
+  static LossScaler dynamic(const LossScalerOptions& o = {}) { return LossScaler(Mode::dynamic, o.init_scale, o); }
+  static LossScaler fixed(float scale) { return LossScaler(Mode::fixed, scale, {}); }
+  // f16: dynamic; bf16 and f32: off.
+  static LossScaler for_dtype(DType model_dtype);
+
+  Mode mode() const { return mode_; }
+  float scale() const { return scale_; }
+  int64_t growth_tracker() const { return tracker_; }
+  // Gradients of the scaled loss -> true gradients in arena.grads(): from model_grads() in mixed
+  // precision (where f16 overflow is inf), from grads() in f32. Returns false when the step must be
+  // skipped (any inf/NaN; never in mode off).
+  bool unscale(ParameterArena& arena) const;
+  // After the step (or its skip): GradScaler.update().
+  void update(bool found_inf);
+
+ private:
+  LossScaler(Mode m, float scale, const LossScalerOptions& o) : mode_(m), scale_(scale), o_(o) {}
+  Mode mode_;
+  float scale_;
+  LossScalerOptions o_;
+  int64_t tracker_ = 0;
+};
+
+}  // namespace hpdt::nn

@@ -1,0 +1,118 @@
+#include "hpdt/nn/arena.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "hpdt/kernels/elementwise.h"
+
+namespace hpdt::nn {
+
+int ParameterArena::add(std::string name, const Shape& shape, Init init) {
+  HPDT_CHECK(!finalized_, "ParameterArena: parameter '", name, "' added after finalize()");
+  HPDT_CHECK(shape.numel() > 0, "ParameterArena: parameter '", name, "' has empty shape ", shape.str());
+  infos_.push_back({std::move(name), shape, 0});
+  pending_.push_back({std::move(init)});
+  return int(infos_.size()) - 1;
+}
+
+void ParameterArena::add_buffer(std::string name, Tensor t) { buffers_.emplace_back(std::move(name), std::move(t)); }
+
+void ParameterArena::finalize(uint64_t seed, DType model_dtype) {
+  HPDT_CHECK(!finalized_, "ParameterArena::finalize called twice");
+  HPDT_CHECK(model_dtype == DType::f32 || model_dtype == DType::f16 || model_dtype == DType::bf16,
+             "ParameterArena: model dtype ", dtype_name(model_dtype), " is not f32, f16 or bf16");
+  // reverse execution order: the last registered parameter at offset 0
+  int64_t off = 0;
+  for (int i = int(infos_.size()) - 1; i >= 0; --i) {
+    infos_[size_t(i)].offset = off;
+    off += infos_[size_t(i)].shape.numel();
+  }
+  total_ = off;
+  master_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, DType::f32).flat(0, total_);
+  grads_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, DType::f32).flat(0, total_);
+  Rng rng(seed);
+  for (size_t i = 0; i < infos_.size(); ++i)  // initialisers run in registration order
+    if (pending_[i].init) pending_[i].init(master_.data<float>() + infos_[i].offset, infos_[i].shape.numel(), rng);
+  pending_.clear();
+  model_dtype_ = model_dtype;
+  if (model_dtype != DType::f32) {
+    model_params_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, model_dtype).flat(0, total_);
+    model_grads_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, model_dtype).flat(0, total_);
+    compute_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, DType::f32).flat(0, total_);
+  }
+  finalized_ = true;
+  sync_model_copy();
+}
+
+Tensor ParameterArena::param(int id) const {
+  const ParamInfo& p = info(id);
+  const Tensor& base = model_dtype_ == DType::f32 ? master_ : compute_;
+  return base.flat(p.offset, p.shape.numel()).view(p.shape);
+}
+
+Tensor ParameterArena::grad(int id) const {
+  const ParamInfo& p = info(id);
+  return grads_.flat(p.offset, p.shape.numel()).view(p.shape);
+}
+
+const ParamInfo& ParameterArena::info(int id) const {
+  HPDT_CHECK(finalized_, "ParameterArena: parameter ", id, " used before finalize()");
+  HPDT_CHECK(id >= 0 && id < int(infos_.size()), "ParameterArena: no parameter with id ", id);
+  return infos_[size_t(id)];
+}
+
+void ParameterArena::zero_grad() {
+  if (total_ > 0) std::memset(grads_.data(), 0, grads_.nbytes());
+}
+
+void ParameterArena::grads_ready(int first_id, int n) {
+  const ParamInfo& last = info(first_id + n - 1);  // lowest offset (reverse layout)
+  const ParamInfo& first = info(first_id);
+  const int64_t offset = last.offset, count = first.offset + first.shape.numel() - last.offset;
+  if (model_dtype_ != DType::f32) {
+    Tensor src = grads_.flat(offset, count), dst = model_grads_.flat(offset, count);
+    kernels::cast(src, dst, Stream());
+  }
+  if (on_ready_) on_ready_(size_t(offset), size_t(count));
+}
+
+void ParameterArena::sync_model_copy() {
+  if (model_dtype_ == DType::f32 || total_ == 0) return;
+  const Stream s;
+  kernels::cast(master_, model_params_, s);
+  kernels::cast(model_params_, compute_, s);
+}
+
+namespace init {
+
+ParameterArena::Init uniform(float bound) {
+  return [bound](float* p, int64_t n, Rng& rng) {
+    for (int64_t i = 0; i < n; ++i) p[i] = rng.uniform(-bound, bound);
+  };
+}
+ParameterArena::Init normal(float std) {
+  return [std](float* p, int64_t n, Rng& rng) {
+    for (int64_t i = 0; i < n; ++i) p[i] = std * rng.normal();
+  };
+}
+ParameterArena::Init trunc_normal(float std) {
+  return [std](float* p, int64_t n, Rng& rng) {
+    for (int64_t i = 0; i < n; ++i) {
+      float z = rng.normal();
+      while (std::abs(z) > 2.0f) z = rng.normal();
+      p[i] = std * z;
+    }
+  };
+}
+ParameterArena::Init constant(float value) {
+  return [value](float* p, int64_t n, Rng&) {
+    for (int64_t i = 0; i < n; ++i) p[i] = value;
+  };
+}
+ParameterArena::Init xavier_uniform(int64_t fan_in, int64_t fan_out) {
+  return uniform(float(std::sqrt(6.0 / double(fan_in + fan_out))));
+}
+
+}  // namespace init
+
+}  // namespace hpdt::nn

@@ -1,0 +1,275 @@
+#include <cmath>
+
+#include "hpdt/kernels/attention.h"
+#include "hpdt/kernels/conv.h"
+#include "hpdt/kernels/linear.h"
+#include "hpdt/kernels/pool.h"
+#include "hpdt/nn/layer.h"
+
+namespace hpdt::nn {
+
+void Layer::fail(const std::string& what, const Tensor& got) const {
+  HPDT_FAIL(name_, ": ", what, " (got ", got.shape().str(), " ", dtype_name(got.dtype()), ")");
+}
+
+Tensor& Layer::ensure(Tensor& t, const Shape& shape) {
+  if (!t.defined() || !(t.shape() == shape)) t = Tensor::empty(shape, DType::f32);
+  return t;
+}
+
+namespace {
+// PyTorch's default Conv2d/Linear init: kaiming_uniform(a = sqrt(5)) = U(+-1/sqrt(fan_in)); same bound for bias.
+ParameterArena::Init default_uniform(int64_t fan_in) { return init::uniform(float(1.0 / std::sqrt(double(fan_in)))); }
+}  // namespace
+
+// ---- Conv2d ------------------------------------------------------------------------------------------
+
+Conv2d::Conv2d(ParameterArena& arena, std::string name, int64_t c_in, int64_t c_out, int64_t kernel, int64_t stride,
+               int64_t pad, bool bias, ParameterArena::Init weight_init)
+    : Layer(std::move(name)), arena_(&arena), c_in_(c_in), c_out_(c_out), k_(kernel), stride_(stride), pad_(pad) {
+  const int64_t fan_in = c_in * kernel * kernel;
+  w_id_ = arena.add(name_ + ".weight", {c_out, c_in, kernel, kernel}, weight_init ? weight_init : default_uniform(fan_in));
+  if (bias) b_id_ = arena.add(name_ + ".bias", {c_out}, default_uniform(fan_in));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  if (x.ndim() != 4 || x.size(1) != c_in_ || x.dtype() != DType::f32)
+    fail("expects f32 input [n, " + std::to_string(c_in_) + ", h, w]", x);
+  if (x.size(2) + 2 * pad_ < k_ || x.size(3) + 2 * pad_ < k_)
+    fail("input smaller than the " + std::to_string(k_) + "x" + std::to_string(k_) + " kernel", x);
+  x_ = x;
+  const Tensor w = arena_->param(w_id_);
+  const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
+  const int64_t oh = (x.size(2) + 2 * pad_ - k_) / stride_ + 1, ow = (x.size(3) + 2 * pad_ - k_) / stride_ + 1;
+  ensure(y_, {x.size(0), c_out_, oh, ow});
+  kernels::conv2d_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stride_, pad_, stream_);
+  return y_;
+}
+
+Tensor Conv2d::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  Tensor dw = arena_->grad(w_id_);
+  Tensor db = b_id_ >= 0 ? arena_->grad(b_id_) : Tensor();
+  kernels::conv2d_backward_filter(x_, dy, dw, b_id_ >= 0 ? &db : nullptr, stride_, pad_, stream_);
+  arena_->grads_ready(w_id_, b_id_ >= 0 ? 2 : 1);
+  if (!needs_dx_) return Tensor();
+  ensure(dx_, x_.shape());
+  kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_);
+  return dx_;
+}
+
+// ---- BatchNorm ---------------------------------------------------------------------------------------
+
+BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps, float momentum)
+    : Layer(std::move(name)), arena_(&arena), c_(channels), eps_(eps), momentum_(momentum) {
+  g_id_ = arena.add(name_ + ".weight", {channels}, init::constant(1.0f));
+  b_id_ = arena.add(name_ + ".bias", {channels}, init::constant(0.0f));
+  running_mean_ = Tensor::zeros({channels}, DType::f32);
+  running_var_ = Tensor::empty({channels}, DType::f32);
+  for (int64_t i = 0; i < channels; ++i) running_var_.data<float>()[i] = 1.0f;
+  arena.add_buffer(name_ + ".running_mean", running_mean_);
+  arena.add_buffer(name_ + ".running_var", running_var_);
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  if ((x.ndim() != 4 && x.ndim() != 2) || x.size(1) != c_ || x.dtype() != DType::f32)
+    fail("expects f32 input [n, " + std::to_string(c_) + ", h, w]", x);
+  x_ = x;
+  ensure(y_, x.shape());
+  const Tensor g = arena_->param(g_id_), b = arena_->param(b_id_);
+  if (training_) {
+    if (x.size(0) * (x.ndim() == 4 ? x.size(2) * x.size(3) : 1) < 2 && !sync_)
+      fail("needs more than one value per channel in training mode", x);
+    kernels::batchnorm_forward_train(x, g, b, running_mean_, running_var_, eps_, momentum_, saved_, y_, sync_, stream_);
+  } else {
+    kernels::batchnorm_forward_eval(x, g, b, running_mean_, running_var_, eps_, y_, stream_);
+  }
+  return y_;
+}
+
+Tensor BatchNorm::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  HPDT_CHECK(training_, name_, ": backward in eval mode is not supported (statistics are frozen; use train mode)");
+  ensure(dx_, x_.shape());
+  Tensor dg = arena_->grad(g_id_), db = arena_->grad(b_id_);
+  kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_);
+  arena_->grads_ready(g_id_, 2);
+  return dx_;
+}
+
+// ---- ReLU, pools -------------------------------------------------------------------------------------
+
+Tensor ReLU::forward(const Tensor& x) {
+  if (x.dtype() != DType::f32) fail("expects f32 input", x);
+  ensure(y_, x.shape());
+  kernels::relu_forward(x, y_, stream_);
+  return y_;
+}
+
+Tensor ReLU::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  ensure(dx_, dy.shape());
+  kernels::relu_backward(y_, dy, dx_, stream_);
+  return dx_;
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  if (x.ndim() != 4 || x.dtype() != DType::f32) fail("expects f32 input [n, c, h, w]", x);
+  in_shape_ = x.shape();
+  const int64_t oh = (x.size(2) + 2 * pad_ - k_) / stride_ + 1, ow = (x.size(3) + 2 * pad_ - k_) / stride_ + 1;
+  if (oh < 1 || ow < 1) fail("input smaller than the pooling window", x);
+  ensure(y_, {x.size(0), x.size(1), oh, ow});
+  kernels::maxpool2d_forward(x, k_, stride_, pad_, y_, argmax_, stream_);
+  return y_;
+}
+
+Tensor MaxPool2d::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  ensure(dx_, in_shape_);
+  kernels::maxpool2d_backward(dy, argmax_, dx_, stream_);
+  return dx_;
+}
+
+Tensor GlobalAvgPool::forward(const Tensor& x) {
+  if (x.ndim() != 4 || x.dtype() != DType::f32) fail("expects f32 input [n, c, h, w]", x);
+  in_shape_ = x.shape();
+  ensure(y_, {x.size(0), x.size(1)});
+  kernels::global_avgpool_forward(x, y_, stream_);
+  return y_;
+}
+
+Tensor GlobalAvgPool::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  ensure(dx_, in_shape_);
+  kernels::global_avgpool_backward(dy, dx_, stream_);
+  return dx_;
+}
+
+// ---- Linear, LayerNorm, GELU, Dropout ------------------------------------------------------------------
+
+Linear::Linear(ParameterArena& arena, std::string name, int64_t in, int64_t out, bool bias,
+               ParameterArena::Init weight_init, ParameterArena::Init bias_init)
+    : Layer(std::move(name)), arena_(&arena), in_(in), out_(out) {
+  w_id_ = arena.add(name_ + ".weight", {out, in}, weight_init ? weight_init : default_uniform(in));
+  if (bias) b_id_ = arena.add(name_ + ".bias", {out}, bias_init ? bias_init : default_uniform(in));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  if (x.ndim() < 2 || x.size(-1) != in_ || x.dtype() != DType::f32)
+    fail("expects f32 input [..., " + std::to_string(in_) + "]", x);
+  x_ = x;
+  std::vector<int64_t> dims = x.shape().vec();
+  dims.back() = out_;
+  ensure(y_, Shape(std::span<const int64_t>(dims)));
+  const Tensor w = arena_->param(w_id_);
+  const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
+  kernels::linear_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stream_);
+  return y_;
+}
+
+Tensor Linear::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  ensure(dx_, x_.shape());
+  Tensor dw = arena_->grad(w_id_);
+  Tensor db = b_id_ >= 0 ? arena_->grad(b_id_) : Tensor();
+  kernels::linear_backward(dy, x_, arena_->param(w_id_), &dx_, dw, b_id_ >= 0 ? &db : nullptr, stream_);
+  arena_->grads_ready(w_id_, b_id_ >= 0 ? 2 : 1);
+  return dx_;
+}
+
+LayerNorm::LayerNorm(ParameterArena& arena, std::string name, int64_t d, float eps)
+    : Layer(std::move(name)), arena_(&arena), d_(d), eps_(eps) {
+  g_id_ = arena.add(name_ + ".weight", {d}, init::constant(1.0f));
+  b_id_ = arena.add(name_ + ".bias", {d}, init::constant(0.0f));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  if (x.ndim() < 2 || x.size(-1) != d_ || x.dtype() != DType::f32)
+    fail("expects f32 input [..., " + std::to_string(d_) + "]", x);
+  x_ = x;
+  ensure(y_, x.shape());
+  kernels::layernorm_forward(x, arena_->param(g_id_), arena_->param(b_id_), eps_, saved_, y_, stream_);
+  return y_;
+}
+
+Tensor LayerNorm::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  ensure(dx_, x_.shape());
+  Tensor dg = arena_->grad(g_id_), db = arena_->grad(b_id_);
+  kernels::layernorm_backward(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, stream_);
+  arena_->grads_ready(g_id_, 2);
+  return dx_;
+}
+
+Tensor GELU::forward(const Tensor& x) {
+  if (x.dtype() != DType::f32) fail("expects f32 input", x);
+  x_ = x;
+  ensure(y_, x.shape());
+  kernels::gelu_forward(x, form_, y_, stream_);
+  return y_;
+}
+
+Tensor GELU::backward(const Tensor& dy) {
+  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  ensure(dx_, x_.shape());
+  kernels::gelu_backward(x_, dy, form_, dx_, stream_);
+  return dx_;
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  active_ = training_ && p_ > 0.0f;
+  if (!active_) return x;
+  mask_seed_ = seed_ ^ (0x9E3779B97F4A7C15ull * ++calls_);  // a fresh mask each call
+  ensure(y_, x.shape());
+  kernels::dropout_forward(x, p_, mask_seed_, stream_id_, y_, stream_);
+  return y_;
+}
+
+Tensor Dropout::backward(const Tensor& dy) {
+  if (!active_) return dy;
+  ensure(dx_, dy.shape());
+  kernels::dropout_backward(dy, p_, mask_seed_, stream_id_, dx_, stream_);
+  return dx_;
+}
+
+// ---- attention ---------------------------------------------------------------------------------------
+
+MultiHeadSelfAttention::MultiHeadSelfAttention(ParameterArena& arena, std::string name, int64_t d, int64_t heads)
+    : Layer(name), d_(d), heads_(heads),
+      // PyTorch nn.MultiheadAttention: in_proj xavier_uniform with zero bias, out_proj zero bias
+      qkv_(arena, name + ".in_proj", d, 3 * d, true, init::xavier_uniform(d, 3 * d), init::constant(0.0f)),
+      proj_(arena, name + ".out_proj", d, d, true, nullptr, init::constant(0.0f)) {
+  HPDT_CHECK(heads >= 1 && d % heads == 0, name_, ": width ", d, " is not divisible by ", heads, " heads");
+}
+
+Tensor MultiHeadSelfAttention::forward(const Tensor& x) {
+  if (x.ndim() != 3 || x.size(2) != d_ || x.dtype() != DType::f32)
+    fail("expects f32 input [b, t, " + std::to_string(d_) + "]", x);
+  qkv_out_ = qkv_.forward(x);
+  ensure(attn_, x.shape());
+  kernels::attention_forward(qkv_out_, heads_, probs_, attn_, stream_);
+  return proj_.forward(attn_);
+}
+
+Tensor MultiHeadSelfAttention::backward(const Tensor& dy) {
+  const Tensor dattn = proj_.backward(dy);
+  ensure(dattn_, qkv_out_.shape());
+  kernels::attention_backward(qkv_out_, probs_, dattn, heads_, dattn_, stream_);
+  return qkv_.backward(dattn_);
+}
+
+// ---- Sequential --------------------------------------------------------------------------------------
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& l : layers_) h = l->forward(h);
+  return h;
+}
+
+Tensor Sequential::backward(const Tensor& dy) {
+  Tensor g = dy;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = (*it)->backward(g);
+  return g;
+}
+
+}  // namespace hpdt::nn

@@ -1,0 +1,309 @@
+// ResNet and ViT built from nn layers. Parameter names follow torchvision so that checkpoints and the
+// PyTorch fixtures line up by name and order.
+#include <cmath>
+#include <sstream>
+
+#include "hpdt/kernels/activation.h"
+#include "hpdt/kernels/embed.h"
+#include "hpdt/nn/model.h"
+
+namespace hpdt::nn {
+
+namespace {
+
+// torchvision ResNet: kaiming_normal_(mode='fan_out', nonlinearity='relu') for every conv.
+ParameterArena::Init kaiming_fan_out(int64_t c_out, int64_t k) {
+  return init::normal(float(std::sqrt(2.0 / double(c_out * k * k))));
+}
+
+Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  if (!out.defined() || !(out.shape() == a.shape())) out = Tensor::empty(a.shape(), DType::f32);
+  kernels::add(a, b, out, Stream());
+  return out;
+}
+
+// ResNet basic block (two 3x3 convs) or bottleneck (1x1, 3x3 with the stride, 1x1 x4), with a
+// 1x1 conv + BN projection shortcut when the shape changes. Registration order = execution order:
+// main path, then shortcut; backward runs the exact reverse.
+class ResidualBlock : public Layer {
+ public:
+  ResidualBlock(ParameterArena& a, const std::string& name, int64_t c_in, int64_t width, int64_t stride, bool bottleneck)
+      : Layer(name), main_(name) {
+    const int64_t c_out = bottleneck ? 4 * width : width;
+    if (bottleneck) {
+      main_.add<Conv2d>(a, name + ".conv1", c_in, width, 1, 1, 0, false, kaiming_fan_out(width, 1));
+      main_.add<BatchNorm>(a, name + ".bn1", width);
+      main_.add<ReLU>(name + ".relu1");
+      main_.add<Conv2d>(a, name + ".conv2", width, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
+      main_.add<BatchNorm>(a, name + ".bn2", width);
+      main_.add<ReLU>(name + ".relu2");
+      main_.add<Conv2d>(a, name + ".conv3", width, c_out, 1, 1, 0, false, kaiming_fan_out(c_out, 1));
+      main_.add<BatchNorm>(a, name + ".bn3", c_out);
+    } else {
+      main_.add<Conv2d>(a, name + ".conv1", c_in, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
+      main_.add<BatchNorm>(a, name + ".bn1", width);
+      main_.add<ReLU>(name + ".relu1");
+      main_.add<Conv2d>(a, name + ".conv2", width, width, 3, 1, 1, false, kaiming_fan_out(width, 3));
+      main_.add<BatchNorm>(a, name + ".bn2", width);
+    }
+    if (stride != 1 || c_in != c_out) {
+      shortcut_ = std::make_unique<Sequential>(name + ".downsample");
+      shortcut_->add<Conv2d>(a, name + ".downsample.0", c_in, c_out, 1, stride, 0, false, kaiming_fan_out(c_out, 1));
+      shortcut_->add<BatchNorm>(a, name + ".downsample.1", c_out);
+    }
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor m = main_.forward(x);
+    const Tensor s = shortcut_ ? shortcut_->forward(x) : x;
+    add_into(sum_, m, s);
+    return relu_.forward(sum_);
+  }
+  Tensor backward(const Tensor& dy) override {
+    const Tensor g = relu_.backward(dy);
+    const Tensor ds = shortcut_ ? shortcut_->backward(g) : g;
+    const Tensor dm = main_.backward(g);
+    return add_into(dx_, dm, ds);
+  }
+  void for_each_child(const std::function<void(Layer&)>& f) override {
+    f(main_);
+    if (shortcut_) f(*shortcut_);
+    f(relu_);
+  }
+
+ private:
+  Sequential main_;
+  std::unique_ptr<Sequential> shortcut_;
+  ReLU relu_{name_ + ".relu"};
+  Tensor sum_, dx_;
+};
+
+// ViT patch embedding: patch conv, class token in front, position embedding added, dropout.
+class PatchEmbedding : public Layer {
+ public:
+  PatchEmbedding(ParameterArena& a, int64_t c_in, int64_t d, int64_t patch, int64_t grid, float dropout, uint64_t seed)
+      : Layer("embedding"),
+        arena_(&a),
+        conv_(a, "conv_proj", c_in, d, patch, patch, 0, true,
+              init::trunc_normal(float(std::sqrt(1.0 / double(c_in * patch * patch))))),
+        dropout_("embedding.dropout", dropout, seed, 0) {
+    cls_id_ = a.add("class_token", {d}, init::constant(0.0f));
+    pos_id_ = a.add("encoder.pos_embedding", {grid * grid + 1, d}, init::normal(0.02f));
+    conv_.set_needs_input_grad(false);
+  }
+  Tensor forward(const Tensor& x) override {
+    patches_ = conv_.forward(x);
+    const int64_t b = patches_.size(0), d = patches_.size(1), p = patches_.size(2) * patches_.size(3);
+    if (!tokens_.defined() || !(tokens_.shape() == Shape{b, p + 1, d})) tokens_ = Tensor::empty({b, p + 1, d}, DType::f32);
+    kernels::tokens_forward(patches_, arena_->param(cls_id_), arena_->param(pos_id_), tokens_, stream_);
+    return dropout_.forward(tokens_);
+  }
+  Tensor backward(const Tensor& dy) override {
+    const Tensor g = dropout_.backward(dy);
+    if (!dpatches_.defined() || !(dpatches_.shape() == patches_.shape())) dpatches_ = Tensor::empty(patches_.shape(), DType::f32);
+    Tensor dcls = arena_->grad(cls_id_), dpos = arena_->grad(pos_id_);
+    kernels::tokens_backward(g, dpatches_, dcls, dpos, stream_);
+    arena_->grads_ready(cls_id_, 2);
+    return conv_.backward(dpatches_);
+  }
+  void for_each_child(const std::function<void(Layer&)>& f) override {
+    f(conv_);
+    f(dropout_);
+  }
+
+ private:
+  ParameterArena* arena_;
+  Conv2d conv_;
+  Dropout dropout_;
+  int cls_id_, pos_id_;
+  Tensor patches_, tokens_, dpatches_;
+};
+
+// Pre-norm transformer encoder block (torchvision EncoderBlock): x + attn(ln_1(x)), then + mlp(ln_2(.)).
+class EncoderBlock : public Layer {
+ public:
+  EncoderBlock(ParameterArena& a, const std::string& name, int64_t d, int64_t heads, float dropout, uint64_t seed,
+               uint64_t stream_base)
+      : Layer(name), attn_path_(name + ".attn_path"), mlp_path_(name + ".mlp_path") {
+    attn_path_.add<LayerNorm>(a, name + ".ln_1", d, 1e-6f);
+    attn_path_.add<MultiHeadSelfAttention>(a, name + ".self_attention", d, heads);
+    attn_path_.add<Dropout>(name + ".dropout", dropout, seed, stream_base);
+    mlp_path_.add<LayerNorm>(a, name + ".ln_2", d, 1e-6f);
+    // torchvision MLPBlock: xavier_uniform weights, N(0, 1e-6) biases
+    mlp_path_.add<Linear>(a, name + ".mlp.0", d, 4 * d, true, init::xavier_uniform(d, 4 * d), init::normal(1e-6f));
+    mlp_path_.add<GELU>(name + ".mlp.1", kernels::GeluForm::erf);
+    mlp_path_.add<Dropout>(name + ".mlp.2", dropout, seed, stream_base + 1);
+    mlp_path_.add<Linear>(a, name + ".mlp.3", 4 * d, d, true, init::xavier_uniform(4 * d, d), init::normal(1e-6f));
+    mlp_path_.add<Dropout>(name + ".mlp.4", dropout, seed, stream_base + 2);
+  }
+  Tensor forward(const Tensor& x) override {
+    add_into(mid_, attn_path_.forward(x), x);
+    return add_into(out_, mlp_path_.forward(mid_), mid_);
+  }
+  Tensor backward(const Tensor& dy) override {
+    add_into(dmid_, mlp_path_.backward(dy), dy);
+    return add_into(dx_, attn_path_.backward(dmid_), dmid_);
+  }
+  void for_each_child(const std::function<void(Layer&)>& f) override {
+    f(attn_path_);
+    f(mlp_path_);
+  }
+
+ private:
+  Sequential attn_path_, mlp_path_;
+  Tensor mid_, out_, dmid_, dx_;
+};
+
+class ClassToken : public Layer {
+ public:
+  ClassToken() : Layer("select_class_token") {}
+  Tensor forward(const Tensor& x) override {
+    in_shape_ = x.shape();
+    if (!y_.defined() || !(y_.shape() == Shape{x.size(0), x.size(2)})) y_ = Tensor::empty({x.size(0), x.size(2)}, DType::f32);
+    kernels::cls_select_forward(x, y_, stream_);
+    return y_;
+  }
+  Tensor backward(const Tensor& dy) override {
+    if (!dx_.defined() || !(dx_.shape() == in_shape_)) dx_ = Tensor::empty(in_shape_, DType::f32);
+    kernels::cls_select_backward(dy, dx_, stream_);
+    return dx_;
+  }
+
+ private:
+  Shape in_shape_;
+  Tensor y_, dx_;
+};
+
+void build_resnet_cifar(Model& m, Sequential& body, ParameterArena& a, const ModelConfig& c, int blocks_per_stage) {
+  (void)m;
+  auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 16, 3, 1, 1, false, kaiming_fan_out(16, 3));
+  stem.set_needs_input_grad(false);
+  body.add<BatchNorm>(a, "bn1", 16);
+  body.add<ReLU>("relu");
+  int64_t c_in = 16;
+  const int64_t widths[3] = {16, 32, 64};
+  for (int s = 0; s < 3; ++s)
+    for (int b = 0; b < blocks_per_stage; ++b) {
+      const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
+      body.add<ResidualBlock>(a, "layer" + std::to_string(s + 1) + "." + std::to_string(b), c_in, widths[s], stride, false);
+      c_in = widths[s];
+    }
+  body.add<GlobalAvgPool>("avgpool");
+  body.add<Linear>(a, "fc", 64, c.classes);
+}
+
+void build_resnet_imagenet(Sequential& body, ParameterArena& a, const ModelConfig& c, const int (&blocks)[4], bool bottleneck) {
+  auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 64, 7, 2, 3, false, kaiming_fan_out(64, 7));
+  stem.set_needs_input_grad(false);
+  body.add<BatchNorm>(a, "bn1", 64);
+  body.add<ReLU>("relu");
+  body.add<MaxPool2d>("maxpool", 3, 2, 1);
+  int64_t c_in = 64;
+  for (int s = 0; s < 4; ++s) {
+    const int64_t width = 64 << s;
+    for (int b = 0; b < blocks[s]; ++b) {
+      const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
+      body.add<ResidualBlock>(a, "layer" + std::to_string(s + 1) + "." + std::to_string(b), c_in, width, stride, bottleneck);
+      c_in = bottleneck ? 4 * width : width;
+    }
+  }
+  body.add<GlobalAvgPool>("avgpool");
+  body.add<Linear>(a, "fc", c_in, c.classes);
+}
+
+void build_vit(Sequential& body, ParameterArena& a, const ModelConfig& c, int64_t d, int64_t depth, int64_t heads) {
+  const int64_t grid = c.image_size / c.patch;
+  body.add<PatchEmbedding>(a, c.in_channels, d, c.patch, grid, c.dropout, c.seed);
+  for (int64_t i = 0; i < depth; ++i)
+    body.add<EncoderBlock>(a, "encoder.layers.encoder_layer_" + std::to_string(i), d, heads, c.dropout, c.seed,
+                           uint64_t(1 + 3 * i));
+  body.add<LayerNorm>(a, "encoder.ln", d, 1e-6f);
+  body.add<ClassToken>();
+  body.add<Linear>(a, "heads.head", d, c.classes);
+}
+
+}  // namespace
+
+std::string ModelConfig::str() const {
+  std::ostringstream os;
+  os << "in_channels=" << in_channels << " image_size=" << image_size << " classes=" << classes << " patch=" << patch
+     << " dropout=" << dropout << " dtype=" << dtype_name(dtype) << " seed=" << seed;
+  if (vit_dim) os << " vit_dim=" << vit_dim;
+  if (vit_depth) os << " vit_depth=" << vit_depth;
+  if (vit_heads) os << " vit_heads=" << vit_heads;
+  return os.str();
+}
+
+Model::Model(std::string name, const ModelConfig& config) : name_(std::move(name)), config_(config) {}
+
+Tensor Model::forward(const Tensor& images) {
+  const ModelConfig& c = config_;
+  if (images.ndim() != 4 || images.size(1) != c.in_channels || images.size(2) != c.image_size ||
+      images.size(3) != c.image_size || images.dtype() != DType::f32)
+    HPDT_FAIL(name_, ": expects f32 images [b, ", c.in_channels, ", ", c.image_size, ", ", c.image_size, "], got ",
+              images.shape().str(), " ", dtype_name(images.dtype()));
+  return body_.forward(images);
+}
+
+void Model::backward(const Tensor& dlogits, bool accumulate) {
+  if (!accumulate) arena_.zero_grad();
+  body_.backward(dlogits);
+}
+
+namespace {
+void visit_batchnorms(Layer& l, const kernels::AllReduceSum& sync) {
+  if (auto* bn = dynamic_cast<BatchNorm*>(&l)) bn->set_sync(sync);
+  l.for_each_child([&](Layer& child) { visit_batchnorms(child, sync); });
+}
+}  // namespace
+
+void Model::set_batchnorm_sync(const kernels::AllReduceSum& sync) { visit_batchnorms(body_, sync); }
+
+std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c, bool allocate);
+
+std::vector<std::string> model_names() {
+  return {"resnet20", "resnet56", "resnet18", "resnet34", "resnet50", "vit_ti", "vit_s", "vit_b"};
+}
+
+std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c, bool allocate) {
+  HPDT_CHECK(c.in_channels >= 1 && c.image_size >= 1 && c.classes >= 1, "make_model ", name,
+             ": in_channels, image_size and classes must be positive (", c.str(), ")");
+  auto m = std::make_unique<Model>(name, c);
+  Sequential& body = m->body_;
+  ParameterArena& a = m->arena_;
+  if (name == "resnet20" || name == "resnet56") {
+    build_resnet_cifar(*m, body, a, c, name == "resnet20" ? 3 : 9);
+  } else if (name == "resnet18" || name == "resnet34" || name == "resnet50") {
+    static const int b18[4] = {2, 2, 2, 2}, b34[4] = {3, 4, 6, 3};
+    build_resnet_imagenet(body, a, c, name == "resnet18" ? b18 : b34, name == "resnet50");
+  } else if (name == "vit_ti" || name == "vit_s" || name == "vit_b") {
+    HPDT_CHECK(c.patch >= 1 && c.image_size % c.patch == 0, "make_model ", name, ": image size ", c.image_size,
+               " is not divisible by patch ", c.patch);
+    int64_t d = name == "vit_ti" ? 192 : name == "vit_s" ? 384 : 768;
+    int64_t heads = name == "vit_ti" ? 3 : name == "vit_s" ? 6 : 12;
+    int64_t depth = 12;
+    if (c.vit_dim) d = c.vit_dim;
+    if (c.vit_heads) heads = c.vit_heads;
+    if (c.vit_depth) depth = c.vit_depth;
+    HPDT_CHECK(d % heads == 0, "make_model ", name, ": width ", d, " is not divisible by ", heads, " heads");
+    build_vit(body, a, c, d, depth, heads);
+  } else {
+    std::string names;
+    for (const auto& n : model_names()) names += " " + n;
+    HPDT_FAIL("make_model: unknown model '", name, "' (known:", names, ")");
+  }
+  if (allocate) a.finalize(c.seed, c.dtype);
+  return m;
+}
+
+std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config) {
+  return build_model(name, config, true);
+}
+
+int64_t count_parameters(const std::string& name, const ModelConfig& config) {
+  const auto m = build_model(name, config, false);
+  int64_t n = 0;
+  for (const ParamInfo& p : m->arena().infos()) n += p.shape.numel();
+  return n;
+}
+
+}  // namespace hpdt::nn

@@ -1,0 +1,205 @@
+// Models and the parameter arena: exact parameter counts, reverse layout and the gradient-ready hook,
+// a finite-difference check of whole-model gradients along a random direction, eval/train, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hpdt/core/philox.h"
+#include "hpdt/kernels/loss.h"
+#include "hpdt/nn/model.h"
+#include "hpdt/nn/optim.h"
+#include "hpdt_test.h"
+
+namespace {
+
+using namespace hpdt;
+using namespace hpdt::nn;
+
+ModelConfig imagenet() {
+  ModelConfig c;
+  c.in_channels = 3;
+  c.image_size = 224;
+  c.classes = 1000;
+  c.patch = 16;
+  return c;
+}
+
+TEST(Models, ParameterCountsEqualTheReferenceArchitectures) {
+  // torchvision resnet50 / resnet18 / resnet34 and vit_b_16; timm vit_small/tiny_patch16_224
+  EXPECT_EQ(count_parameters("resnet50", imagenet()), 25557032);
+  EXPECT_EQ(count_parameters("resnet18", imagenet()), 11689512);
+  EXPECT_EQ(count_parameters("resnet34", imagenet()), 21797672);
+  EXPECT_EQ(count_parameters("vit_b", imagenet()), 86567656);
+  EXPECT_EQ(count_parameters("vit_s", imagenet()), 22050664);
+  EXPECT_EQ(count_parameters("vit_ti", imagenet()), 5717416);
+}
+
+TEST(Models, CifarResNetCountsFollowTheFormula) {
+  ModelConfig c;
+  c.in_channels = 3;
+  c.image_size = 32;
+  c.classes = 10;
+  // stem conv 3*16*9 + bn 32; per stage s with n blocks of width w (input w_in):
+  //   block = 9*w_in*w + 9*w*w + 4w (+ projection w_in*w + 2w when the shape changes); fc 64*10 + 10
+  auto resnet = [](int n) {
+    int64_t total = 3 * 16 * 9 + 32 + 64 * 10 + 10;
+    int64_t w_in = 16;
+    for (int64_t w : {16, 32, 64})
+      for (int b = 0; b < n; ++b) {
+        total += 9 * w_in * w + 9 * w * w + 4 * w;
+        if (w_in != w) total += w_in * w + 2 * w;
+        w_in = w;
+      }
+    return total;
+  };
+  EXPECT_EQ(count_parameters("resnet20", c), resnet(3));
+  EXPECT_EQ(count_parameters("resnet56", c), resnet(9));
+  EXPECT_EQ(resnet(3), 272474);  // the usual "0.27M" ResNet-20 with projection shortcuts (option A: 269,722)
+}
+
+TEST(Models, UnknownNameAndBadConfigurationsThrowClearly) {
+  HPDT_EXPECT_THROW_MSG(make_model("resnet21", {}), "unknown model 'resnet21'");
+  ModelConfig c;
+  c.image_size = 30;
+  c.patch = 4;
+  HPDT_EXPECT_THROW_MSG(make_model("vit_ti", c), "image size 30 is not divisible by patch 4");
+  ModelConfig r;
+  r.in_channels = 1;
+  r.image_size = 8;
+  auto m = make_model("resnet20", r);
+  Tensor bad = Tensor::zeros({2, 3, 8, 8}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(m->forward(bad), "resnet20: expects f32 images [b, 1, 8, 8], got [2, 3, 8, 8]");
+}
+
+ModelConfig tiny_vit() {
+  ModelConfig c;
+  c.in_channels = 1;
+  c.image_size = 8;
+  c.patch = 4;
+  c.classes = 5;
+  c.vit_dim = 12;
+  c.vit_depth = 2;
+  c.vit_heads = 3;
+  c.seed = 3;
+  return c;
+}
+
+ModelConfig tiny_resnet() {
+  ModelConfig c;
+  c.in_channels = 1;
+  c.image_size = 8;
+  c.classes = 5;
+  c.seed = 4;
+  return c;
+}
+
+Tensor random_images(int64_t b, const ModelConfig& c, uint64_t seed) {
+  Tensor x = Tensor::empty({b, c.in_channels, c.image_size, c.image_size}, DType::f32);
+  Rng rng(seed);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.normal();
+  return x;
+}
+
+class ModelGrad : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelGrad, ReverseLayoutHookCoversTheArenaInOrder) {
+  const bool vit = GetParam() == "vit_ti";
+  auto m = make_model(GetParam(), vit ? tiny_vit() : tiny_resnet());
+  ParameterArena& a = m->arena();
+  // reverse execution order: registration id 0 (the stem) sits at the end of the buffer
+  EXPECT_EQ(a.info(a.count() - 1).offset, 0);
+  EXPECT_EQ(a.info(0).offset + a.info(0).shape.numel(), a.numel());
+  std::vector<std::pair<size_t, size_t>> calls;
+  a.set_grad_ready_callback([&](size_t off, size_t n) { calls.emplace_back(off, n); });
+  Tensor x = random_images(4, m->config(), 1);
+  Tensor logits = m->forward(x);
+  Tensor dl = Tensor::empty(logits.shape(), DType::f32);
+  Tensor labels = Tensor::from_vector<int32_t>({0, 1, 2, 3}, {4});
+  kernels::softmax_cross_entropy(logits, labels, 0.0, &dl, 1.0, Stream());
+  m->backward(dl);
+  ASSERT_FALSE(calls.empty());
+  size_t next = 0;
+  for (auto [off, n] : calls) {
+    EXPECT_EQ(off, next) << "gradient-ready slices must be contiguous and in order";
+    next = off + n;
+  }
+  EXPECT_EQ(next, size_t(a.numel()));
+}
+
+// ViT only: its GELU is smooth. ResNet's BN-centred ReLUs put many units on the kink, so a finite
+// difference of the whole f32 model is not a stable reference there (measured: off by 2-6x at h=1e-3,
+// ~10% at 1e-4); ResNet-20's composition is checked against PyTorch in tests/golden instead.
+TEST(ModelGradVit, WholeModelGradientMatchesFiniteDifferenceAlongRandomDirection) {
+  auto m = make_model("vit_ti", tiny_vit());
+  ParameterArena& a = m->arena();
+  Tensor x = random_images(4, m->config(), 2);
+  Tensor labels = Tensor::from_vector<int32_t>({0, 1, 2, 3}, {4});
+  auto loss = [&](Tensor* dl) {
+    Tensor logits = m->forward(x);
+    return kernels::softmax_cross_entropy(logits, labels, 0.1, dl, 1.0, Stream());
+  };
+  Tensor logits = m->forward(x);
+  Tensor dl = Tensor::empty(logits.shape(), DType::f32);
+  loss(&dl);
+  m->backward(dl);
+  std::vector<float> g = a.grads().to_vector<float>();
+  std::vector<float> p0 = a.master_params().to_vector<float>();
+  Rng rng(9);
+  std::vector<float> v(g.size());
+  double gv = 0, vv = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = rng.normal();
+    gv += double(g[i]) * v[i];
+    vv += double(v[i]) * v[i];
+  }
+  const double h = 1e-2 / std::sqrt(vv / double(v.size())) / std::sqrt(double(v.size())) * 10;
+  float* p = a.master_params().data<float>();
+  for (size_t i = 0; i < v.size(); ++i) p[i] = p0[i] + float(h) * v[i];
+  const double lp = loss(nullptr);
+  for (size_t i = 0; i < v.size(); ++i) p[i] = p0[i] - float(h) * v[i];
+  const double lm = loss(nullptr);
+  for (size_t i = 0; i < v.size(); ++i) p[i] = p0[i];
+  const double numeric = (lp - lm) / (2 * h);
+  EXPECT_NEAR(numeric, gv, 2e-2 * std::abs(gv) + 1e-3) << "h " << h;
+}
+
+TEST_P(ModelGrad, EvalModeIsDeterministicAndBatchIndependent) {
+  const bool vit = GetParam() == "vit_ti";
+  ModelConfig c = vit ? tiny_vit() : tiny_resnet();
+  c.dropout = vit ? 0.2f : 0.0f;
+  auto m = make_model(GetParam(), c);
+  Tensor x = random_images(4, c, 5);
+  m->forward(x);  // train mode: updates running stats
+  m->set_training(false);
+  std::vector<float> full = m->forward(x).to_vector<float>();
+  Tensor one = x.slice(0, 1).clone(Stream());
+  std::vector<float> single = m->forward(one).to_vector<float>();
+  for (size_t j = 0; j < single.size(); ++j) EXPECT_NEAR(single[j], full[j], 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, ModelGrad, ::testing::Values("resnet20", "vit_ti"));
+
+TEST(Models, ImageNetResNetRunsForwardAndBackwardOnSmallImages) {
+  ModelConfig c;
+  c.in_channels = 3;
+  c.image_size = 32;
+  c.classes = 7;
+  for (const char* name : {"resnet18", "resnet50"}) {
+    auto m = make_model(name, c);
+    Tensor x = random_images(2, c, 6);
+    Tensor logits = m->forward(x);
+    EXPECT_EQ(logits.shape(), (Shape{2, 7}));
+    Tensor dl = Tensor::zeros(logits.shape(), DType::f32);
+    dl.data<float>()[0] = 1.0f;
+    m->backward(dl);
+    EXPECT_GT(kernels::global_norm({m->arena().grads()}, Stream()), 0.0) << name;
+  }
+}
+
+TEST(Models, DescribeNamesModelAndConfig) {
+  auto m = make_model("vit_ti", tiny_vit());
+  EXPECT_EQ(m->describe(),
+            "vit_ti in_channels=1 image_size=8 classes=5 patch=4 dropout=0 dtype=f32 seed=3 vit_dim=12 vit_depth=2 vit_heads=3");
+}
+
+}  // namespace
