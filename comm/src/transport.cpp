@@ -74,6 +74,7 @@ Transport::Request MpiTransport::post(void* data, size_t bytes, int peer, int ta
 }
 
 Transport::Request MpiTransport::isend(const void* data, size_t bytes, int peer, int tag) {
+  bytes_sent_ += bytes;
   return post(const_cast<void*>(data), bytes, peer, tag, false);
 }
 

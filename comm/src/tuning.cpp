@@ -1,12 +1,12 @@
 #include "hpdt/comm/tuning.h"
 
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/core/error.h"
+#include "hpdt/core/results.h"
 
 namespace hpdt::comm {
 
@@ -66,16 +66,7 @@ std::string TuningTable::to_json() const {
   return j.dump(2) + "\n";
 }
 
-void TuningTable::save(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    HPDT_CHECK(out.good(), "tuning file ", tmp, ": cannot be written");
-    out << to_json();
-    HPDT_CHECK(out.good(), "tuning file ", tmp, ": write failed");
-  }
-  HPDT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "tuning file ", path, ": rename from ", tmp, " failed");
-}
+void TuningTable::save(const std::string& path) const { write_file_atomic(path, to_json()); }
 
 TuningChoice TuningTable::fallback(size_t bytes, int world_size, int nodes) {
   if (world_size <= 1) return {Algorithm::ring, 0};

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,11 @@ class Transport {
   const OperationContext& context() const { return context_; }
   void set_watchdog(const WatchdogOptions& w) { watchdog_ = w; }
   const WatchdogOptions& watchdog() const { return watchdog_; }
+  // Bytes this rank has posted for sending since construction (what went on the wire from here).
+  uint64_t bytes_sent() const { return bytes_sent_; }
 
  protected:
+  uint64_t bytes_sent_ = 0;
   OperationContext context_;
   WatchdogOptions watchdog_;
 };
