@@ -15,7 +15,7 @@ hdf5=(libhdf5-openmpi-dev hdf5-tools)
 libs=(libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev)
 data=(dataset-fashion-mnist)                       # the embedded default data set (Fashion-MNIST IDX files)
 python=(python3-torch python3-numpy python3-h5py python3-matplotlib libopenblas0-openmp)  # fixtures, peers, plots
-tools=(graphviz)                                   # hpdt-nccl-log --png (dot); its CLI test renders one
+tools=(graphviz clang)                             # hpdt-nccl-log --png (dot, its CLI test renders one); clang: libFuzzer target
 cluster=(slurm-wlm slurmctld slurmd slurm-client munge slurm-wlm-torque iproute2)  # emulated cluster tests
 packages=("${build[@]}" "${mpi[@]}" "${hdf5[@]}" "${libs[@]}" "${data[@]}" "${python[@]}" "${tools[@]}" "${cluster[@]}")
 

@@ -2,6 +2,7 @@
 // looks wrong. See docs/nccl-log.md.
 //
 //   hpdt-nccl-log report [--json] [--json-out FILE] [--dot FILE] [--png FILE] [--dir DIR] [FILES... | -]
+//   hpdt-nccl-log env DIR      (prints `export NCCL_DEBUG=INFO ...` for job scripts)
 //
 // Exit codes: 0 report written; 1 bad usage or unreadable input; 2 the input holds no NCCL debug
 // lines (the report is still printed: it may show application failure lines).
@@ -14,6 +15,7 @@
 
 #include "hpdt/core/error.h"
 #include "hpdt/core/results.h"
+#include "hpdt/nccl_log/capture.h"
 #include "hpdt/nccl_log/diagnose.h"
 #include "hpdt/nccl_log/input.h"
 #include "hpdt/nccl_log/report.h"
@@ -35,7 +37,15 @@ int main(int argc, char** argv) {
   report->add_option("--dot", dot_out, "write a Graphviz drawing of rings and trees to this file");
   report->add_option("--png", png_out, "render the drawing to this PNG with graphviz `dot` (implies a drawing)");
   report->add_option("--dot-channels", dot_channels, "channels to draw per communicator")->check(CLI::Range(1, 64));
+  CLI::App* env = app.add_subcommand("env", "print the shell exports that capture NCCL_DEBUG output of every rank into DIR");
+  std::string env_dir;
+  env->add_option("dir", env_dir, "directory for the per-process logs (nccl.%h.%p.log)")->required();
   CLI11_PARSE(app, argc, argv);
+
+  if (env->parsed()) {
+    for (const auto& [k, v] : nccl_debug_env(env_dir)) std::cout << "export " << k << "='" << v << "'\n";
+    return 0;
+  }
 
   try {
     std::vector<std::string> paths = files;
@@ -50,9 +60,9 @@ int main(int argc, char** argv) {
     }
     Log log = read_logs(paths);
     auto diagnoses = diagnose(log);
-    if (json) std::cout << json_report(log, diagnoses).dump(2) << "\n";
+    if (json) std::cout << json_text(json_report(log, diagnoses));
     else std::cout << text_report(log, diagnoses);
-    if (!json_out.empty()) hpdt::write_file_atomic(json_out, json_report(log, diagnoses).dump(2) + "\n");
+    if (!json_out.empty()) hpdt::write_file_atomic(json_out, json_text(json_report(log, diagnoses)));
     if (!dot_out.empty() || !png_out.empty()) {
       std::string dot = dot_report(log, dot_channels);
       if (!dot_out.empty()) hpdt::write_file_atomic(dot_out, dot);

@@ -254,12 +254,27 @@ void missing_ranks(const Log& log, std::vector<Diagnosis>& out) {
   for (const auto& c : log.comms) {
     int n = c.nranks > 0 ? c.nranks : log.nccl_tests_nranks;
     if (n <= 0 || n > 1000000) continue;
-    std::vector<int> missing;
-    for (int r = 0; r < n; ++r)
-      if (!c.ranks.count(r)) missing.push_back(r);
-    if (missing.empty()) continue;
+    // the gaps between the ranks that printed (O(printed ranks), whatever nranks claims)
+    std::string gaps;
+    int missing = 0, expect = 0, listed = 0;
+    auto gap = [&](int a, int b) {  // ranks a..b-1 missing
+      if (a >= b) return;
+      missing += b - a;
+      if (listed++ == 16) gaps += ", ...";
+      if (listed > 16) return;
+      if (!gaps.empty()) gaps += ", ";
+      gaps += std::to_string(a);
+      if (b - a > 1) gaps += "-" + std::to_string(b - 1);
+    };
+    for (const auto& [r, ri] : c.ranks) {
+      if (r >= n) break;
+      gap(expect, r);
+      expect = r + 1;
+    }
+    gap(expect, n);
+    if (missing == 0) continue;
     out.push_back({"missing-ranks", "warning", c.id,
-                   std::to_string(missing.size()) + " of " + std::to_string(n) + " ranks printed nothing: " + ranges(missing),
+                   std::to_string(missing) + " of " + std::to_string(n) + " ranks printed nothing: " + gaps,
                    "The capture is incomplete (other nodes' output, an excerpt, or ranks that died before init), so "
                    "rings, trees and transports are only partly known.",
                    "Collect every rank's output: NCCL_DEBUG_FILE=dir/nccl.%h.%p.log on a shared file system, or the "

@@ -906,7 +906,8 @@ void classify(Connection& c) {
 
 // A ring from per-rank successor links; closes a single missing link. Empty when impossible.
 std::vector<int> ring_from_next(const std::map<int, int>& next, int nranks) {
-  if (nranks <= 0 || nranks > 100000) return {};
+  // at most one hop may be missing, so a map this small cannot close a ring (and big nranks cost nothing)
+  if (nranks <= 0 || static_cast<int>(next.size()) < nranks - 1) return {};
   std::vector<int> order{0};
   std::set<int> seen{0};
   int cur = 0;
@@ -1052,7 +1053,8 @@ void Builder::finish_comms() {
       }
       if (!c.nvls_heads.empty() && comm.nvls_heads.size() < c.nvls_heads.size()) comm.nvls_heads = c.nvls_heads;
       comm.nvls_comm |= c.nvls_comm;
-      for (auto& [k, s] : c.colls) {
+      for (auto& coll_kv : c.colls) {  // (no structured binding: clang 14 cannot capture one)
+        const CollStat& s = coll_kv.second;
         auto it = std::find_if(comm.colls.begin(), comm.colls.end(), [&](const CollStat& x) {
           return x.op == s.op && x.count == s.count && x.datatype == s.datatype && x.redop == s.redop;
         });
@@ -1068,7 +1070,8 @@ void Builder::finish_comms() {
         std::string who = c.comm_ptr.empty() ? c.host + ":" + std::to_string(c.pid) : c.comm_ptr;
         comm.collectives_last_opcount[who] = static_cast<int>(std::strtol(c.last_opcount.c_str(), nullptr, 16));
       }
-      for (auto& [k, t] : c.tuning) {
+      for (auto& tuning_kv : c.tuning) {
+        const TuningChoice& t = tuning_kv.second;
         auto it = std::find_if(comm.tuning.begin(), comm.tuning.end(), [&](const TuningChoice& x) {
           return x.op == t.op && x.bytes == t.bytes && x.algo == t.algo && x.proto == t.proto;
         });

@@ -312,6 +312,10 @@ nlohmann::json json_report(const Log& log, const std::vector<Diagnosis>& diagnos
   return j;
 }
 
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 std::string dot_report(const Log& log, int max_channels) {
   auto q = [](const std::string& s) {  // a DOT string literal
     std::string out = "\"";

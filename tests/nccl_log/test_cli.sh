@@ -24,6 +24,7 @@ if [ "$(id -u)" != 0 ]; then
   printf 'x\n' > "$tmp/locked.log"; chmod 000 "$tmp/locked.log"
   expect unreadable 1 "cannot open '.*locked.log'" -- "$bin" report "$tmp/locked.log"
 fi
+expect env 0 "export NCCL_DEBUG_FILE='/scratch/x/nccl.%h.%p.log'" -- env -u NCCL_DEBUG_FILE "$bin" env /scratch/x
 line='h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 1 cudaDev 0 busId 1000 - Init COMPLETE'
 expect stdin 0 "ranks        : 1" -- bash -c "echo '$line' | '$bin' report -"
 mkdir "$tmp/dir" && echo "$line" > "$tmp/dir/nccl.h.1.log"

@@ -13,6 +13,8 @@ namespace hpdt::nccl_log {
 
 std::string text_report(const Log& log, const std::vector<Diagnosis>& diagnoses);
 nlohmann::json json_report(const Log& log, const std::vector<Diagnosis>& diagnoses);
+// The JSON as text, indented; bytes that are not UTF-8 (logs hold anything) become U+FFFD.
+std::string json_text(const nlohmann::json& j);
 // max_channels: how many channels to draw per communicator (rings and trees of the first ones).
 std::string dot_report(const Log& log, int max_channels = 2);
 
