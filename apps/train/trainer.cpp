@@ -1,0 +1,716 @@
+// The training run: setup (data, model, communicator, readers, optimizer, resume), the step loop with
+// its timing breakdown, evaluation, checkpoints, preemption, and the final report.
+#include "trainer.h"
+
+#include <mpi.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "bucket_sync.h"
+#include "hpdt/comm/allreduce.h"
+#include "hpdt/comm/communicator.h"
+#include "hpdt/core/build_info.h"
+#include "hpdt/core/check_mpi.h"
+#include "hpdt/core/error.h"
+#include "hpdt/core/log.h"
+#include "hpdt/core/results.h"
+#include "hpdt/core/timer.h"
+#include "hpdt/io/checkpoint.h"
+#include "hpdt/io/dataset.h"
+#include "hpdt/io/prepare.h"
+#include "hpdt/io/reader.h"
+#include "hpdt/kernels/loss.h"
+#include "hpdt/nn/model.h"
+#include "hpdt/nn/optim.h"
+#include "metrics.h"
+#include "preemption.h"
+#include "progress.h"
+#include "schedule.h"
+#include "timeline.h"
+
+namespace hpdt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Runs `f`; an hpdt::Error from it becomes a UsageError (for checks every rank makes identically).
+template <class F>
+auto as_usage(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw UsageError(e.message() + (e.where().empty() ? "" : " (" + e.where() + ")"));
+  }
+}
+
+std::string default_cache_dir() {
+  if (const char* c = std::getenv("HPDT_CACHE"); c && *c) return c;
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/hpdt";
+  return "/tmp/hpdt-cache";
+}
+
+// The test split beside a training file: ".../x-train.h5" -> ".../x-test.h5" when it exists.
+std::string sibling_test_split(const std::string& train) {
+  const auto name = fs::path(train).filename().string();
+  const auto pos = name.rfind("train");
+  if (pos == std::string::npos) return {};
+  auto test = fs::path(train).parent_path() / (name.substr(0, pos) + "test" + name.substr(pos + 5));
+  return fs::exists(test) ? test.string() : std::string();
+}
+
+uint64_t fnv1a(const void* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+int64_t count_correct(const Tensor& logits, const Tensor& labels, int64_t rows) {
+  const int64_t classes = logits.size(1);
+  const float* l = logits.data<float>();
+  const int32_t* y = labels.data<int32_t>();
+  int64_t correct = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = l + i * classes;
+    correct += int64_t(std::max_element(row, row + classes) - row) == y[i];
+  }
+  return correct;
+}
+
+void bcast_tensor(Tensor& t, MPI_Comm comm) {
+  HPDT_CHECK(t.is_cpu(), "bcast_tensor: CPU tensor expected");
+  char* p = static_cast<char*>(t.data());
+  for (size_t done = 0, n = t.nbytes(); done < n;) {
+    const int chunk = int(std::min<size_t>(n - done, size_t(1) << 30));
+    HPDT_MPI_CHECK(MPI_Bcast(p + done, chunk, MPI_BYTE, 0, comm));
+    done += size_t(chunk);
+  }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+struct StepTimes {
+  double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0;
+};
+
+class Run {
+ public:
+  explicit Run(const TrainOptions& o) : o_(o), timeline_(!o.timeline.empty()) {}
+  int execute();
+
+ private:
+  void setup_mpi();
+  void setup_data();
+  void setup_model();
+  void setup_comm();
+  void resume_if_asked();
+  StepTimes train_step(double* loss_sum, int64_t* correct, int64_t* samples);
+  json evaluate();
+  void sync_buffers();
+  void save_checkpoint(const std::string& why);
+  void final_report(const std::vector<StepTimes>& steps, const json& last_eval, double wall);
+  void verify_identical_parameters();
+
+  const TrainOptions& o_;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
+  std::string host_;
+  MPI_Comm world_ = MPI_COMM_NULL, bn_comm_ = MPI_COMM_NULL;
+  std::string train_path_, test_path_;
+  io::DatasetInfo info_;
+  std::unique_ptr<nn::Model> model_;
+  std::unique_ptr<nn::Optimizer> optimizer_;
+  nn::LossScaler scaler_ = nn::LossScaler::off();
+  std::unique_ptr<comm::Communicator> comm_;
+  comm::TuningTable tuning_;
+  std::unique_ptr<BucketSync> sync_;
+  std::unique_ptr<io::ShardedReader> train_reader_, eval_reader_;
+  LrSchedule schedule_;
+  MetricsWriter metrics_;
+  Timeline timeline_;
+  Stream stream_;
+  Tensor dlogits_;
+  bool armed_ = false;  // forward gradients of this micro-batch to the sync (the last micro-batch)
+  int64_t global_batch_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t step_ = 0, epoch_ = 0, step_in_epoch_ = 0;  // optimizer steps done; position
+  int64_t skipped_steps_ = 0;
+  std::string resumed_note_;
+};
+
+void Run::setup_mpi() {
+  HPDT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world_));
+  HPDT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &bn_comm_));
+  HPDT_MPI_CHECK(MPI_Comm_rank(world_, &rank_));
+  HPDT_MPI_CHECK(MPI_Comm_size(world_, &size_));
+  MPI_Comm local;
+  HPDT_MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  HPDT_MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  HPDT_MPI_CHECK(MPI_Comm_free(&local));
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  HPDT_MPI_CHECK(MPI_Get_processor_name(name, &len));
+  host_ = name;
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  omp_set_num_threads(o_.threads > 0 ? o_.threads : std::max(1, cores / local_size_));
+  if (o_.device == "cuda")
+    throw UsageError("--device cuda: this build has no CUDA kernels for the model's layers yet (the CUDA "
+                     "layer kernels are a separate issue); use --device cpu");
+  if (!o_.nccl_debug.empty() && rank_ == 0)
+    std::fprintf(stderr, "hpdt-train: note: --nccl-debug has no effect on the CPU path (no NCCL communicator)\n");
+  const bool append = o_.resume;
+  as_usage([&] {
+    check_output_path("--metrics", o_.metrics, append, o_.force);
+    check_output_path("--timeline", o_.timeline, append, o_.force);
+    return 0;
+  });
+}
+
+void Run::setup_data() {
+  if (o_.data.empty()) {
+    const std::string cache = o_.cache_dir.empty() ? default_cache_dir() : o_.cache_dir;
+    auto paths = as_usage([&] { return io::prepare_fashion_mnist(world_, cache); });
+    train_path_ = paths.train;
+    test_path_ = paths.test;
+  } else {
+    train_path_ = o_.data;
+    test_path_ = o_.test_data.empty() ? sibling_test_split(o_.data) : o_.test_data;
+  }
+  info_ = as_usage([&] { return io::inspect_dataset(train_path_); });
+  if (info_.h != info_.w)
+    throw UsageError("--data " + train_path_ + ": images are " + std::to_string(info_.h) + "x" +
+                     std::to_string(info_.w) + "; the models take square images");
+  if (!test_path_.empty()) {
+    auto test = as_usage([&] { return io::inspect_dataset(test_path_); });
+    if (test.c != info_.c || test.h != info_.h || test.w != info_.w || test.num_classes != info_.num_classes)
+      throw UsageError("--test-data " + test_path_ + " does not match --data " + train_path_ +
+                       " (image shape or class count differ)");
+  } else if (o_.eval && rank_ == 0) {
+    std::fprintf(stderr, "hpdt-train: note: no test split found for %s; evaluation is off\n", train_path_.c_str());
+  }
+}
+
+void Run::setup_model() {
+  nn::ModelConfig cfg;
+  cfg.in_channels = info_.c;
+  cfg.image_size = info_.h;
+  cfg.classes = info_.num_classes;
+  cfg.patch = info_.h >= 224 ? 16 : 4;
+  cfg.dtype = o_.precision == "fp16" ? DType::f16 : o_.precision == "bf16" ? DType::bf16 : DType::f32;
+  cfg.seed = o_.seed;
+  std::string name = o_.model;
+  std::replace(name.begin(), name.end(), '-', '_');
+  model_ = as_usage([&] { return nn::make_model(name, cfg); });
+  auto& arena = model_->arena();
+  // All ranks initialise from the same seed; rank 0's weights are broadcast anyway so that nothing
+  // (a different OpenMP reduction order, say) can make the replicas start apart.
+  Tensor master = arena.master_params();
+  bcast_tensor(master, world_);
+  for (auto& [bname, t] : arena.buffers()) {
+    Tensor b = t;
+    bcast_tensor(b, world_);
+  }
+  arena.sync_model_copy();
+  if (o_.sync_bn)
+    model_->set_batchnorm_sync([this](float* data, size_t n) {
+      HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, bn_comm_));
+    });
+  if (o_.optimizer == "sgd") {
+    kernels::SgdOptions so;
+    so.lr = float(o_.lr);
+    so.momentum = float(o_.momentum);
+    so.nesterov = o_.nesterov;
+    so.weight_decay = float(o_.weight_decay);
+    optimizer_ = std::make_unique<nn::Sgd>(arena, so);
+  } else {
+    kernels::AdamWOptions ao;
+    ao.lr = float(o_.lr);
+    ao.weight_decay = float(o_.weight_decay);
+    optimizer_ = std::make_unique<nn::AdamW>(arena, ao);
+  }
+  scaler_ = nn::LossScaler::for_dtype(cfg.dtype);
+}
+
+void Run::setup_comm() {
+  comm_ = std::make_unique<comm::Communicator>(world_);
+  BucketSync::Options so;
+  so.bucket_bytes = size_t(o_.bucket_mb * 1024 * 1024);
+  so.algorithm = as_usage([&] { return comm::parse_algorithm(o_.algo); });
+  so.overlap = o_.overlap;
+  if (!o_.tuning_file.empty()) {
+    tuning_ = as_usage([&] { return comm::TuningTable::load(o_.tuning_file); });
+    so.allreduce.tuning = &tuning_;
+  }
+  if (o_.compress != "none")
+    throw UsageError("--compress " + o_.compress + ": gradient compression is not wired into hpdt-train yet; use none");
+  sync_ = std::make_unique<BucketSync>(*comm_, model_->arena().comm_grads(), so);
+  model_->arena().set_grad_ready_callback([this](size_t offset, size_t count) {
+    if (armed_) sync_->notify_ready(offset, count);
+  });
+
+  global_batch_ = int64_t(o_.batch) * size_;
+  io::ReaderOptions tr;
+  tr.prefetch = o_.prefetch;
+  tr.augment = o_.augment;
+  tr.tail = io::TailPolicy::drop;
+  train_reader_ = as_usage([&] {
+    return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);
+  });
+  micro_per_epoch_ = train_reader_->steps_per_epoch();
+  steps_per_epoch_ = micro_per_epoch_ / o_.accum_steps;
+  if (steps_per_epoch_ == 0)
+    throw UsageError("--data " + train_path_ + " has " + std::to_string(info_.n) + " samples, fewer than one step of " +
+                     std::to_string(global_batch_ * o_.accum_steps) + " (--batch " + std::to_string(o_.batch) + " x " +
+                     std::to_string(size_) + " ranks x --accum-steps " + std::to_string(o_.accum_steps) + ")");
+  if (!test_path_.empty() && o_.eval) {
+    io::ReaderOptions ev;
+    ev.mode = io::ReaderMode::eval;
+    ev.prefetch = 2;
+    eval_reader_ = as_usage([&] {
+      return std::make_unique<io::ShardedReader>(world_, test_path_, global_batch_, o_.seed, ev);
+    });
+  }
+  total_steps_ = int64_t(o_.epochs) * steps_per_epoch_;
+  if (o_.max_steps > 0) total_steps_ = std::min<int64_t>(total_steps_, o_.max_steps);
+  schedule_ = LrSchedule::make(o_.lr, global_batch_ * o_.accum_steps, o_.lr_ref_batch,
+                               long(std::lround(o_.warmup_epochs * double(steps_per_epoch_))), total_steps_);
+}
+
+// Checkpoint contents: master parameters and buffers by name, optimizer state as flat tensors, the
+// loss scaler, the position (optimizer steps; reader epoch and micro-batch), and what resuming on
+// another rank count needs (global batch).
+void Run::save_checkpoint(const std::string& why) {
+  if (o_.checkpoint_dir.empty()) return;
+  sync_buffers();
+  if (rank_ == 0) {
+    auto& arena = model_->arena();
+    io::Checkpoint c;
+    c.model_name = model_->name();
+    c.model_config = model_->describe();
+    c.world_size = size_;
+    c.epoch = epoch_;
+    c.step = step_;
+    c.data_epoch = epoch_;
+    c.data_step = step_in_epoch_ * o_.accum_steps;
+    Tensor master = arena.master_params();
+    for (const auto& p : arena.infos()) c.params[p.name] = master.flat(p.offset, p.shape.numel()).view(p.shape);
+    for (const auto& [name, t] : arena.buffers()) c.params["buffers/" + name] = t;
+    if (auto* sgd = dynamic_cast<nn::Sgd*>(optimizer_.get()); sgd && sgd->momentum_buffer().defined())
+      c.optimizer["sgd/momentum"] = sgd->momentum_buffer();
+    if (auto* adam = dynamic_cast<nn::AdamW*>(optimizer_.get())) {
+      c.optimizer["adamw/exp_avg"] = adam->exp_avg();
+      c.optimizer["adamw/exp_avg_sq"] = adam->exp_avg_sq();
+    }
+    c.loss_scaler = {{"scale", scaler_.scale()}, {"growth_tracker", double(scaler_.growth_tracker())}};
+    c.metadata = {{"global_batch", global_batch_ * o_.accum_steps}, {"per_rank_batch", o_.batch},
+                  {"accum_steps", o_.accum_steps},  {"optimizer", o_.optimizer},
+                  {"optimizer_steps", optimizer_->steps()}, {"skipped_steps", skipped_steps_},
+                  {"seed", o_.seed},                {"reason", why},
+                  {"samples_seen", step_ * global_batch_ * o_.accum_steps}};
+    io::CheckpointDirectory dir(o_.checkpoint_dir, o_.keep_checkpoints);
+    const auto path = dir.save(c);
+    std::fprintf(stderr, "hpdt-train: checkpoint %s (%s)\n", path.c_str(), why.c_str());
+  }
+  HPDT_MPI_CHECK(MPI_Barrier(world_));
+}
+
+void Run::resume_if_asked() {
+  if (!o_.resume) return;
+  io::CheckpointDirectory dir(o_.checkpoint_dir, o_.keep_checkpoints);
+  auto latest = dir.latest();
+  if (!latest) {
+    if (rank_ == 0)
+      std::fprintf(stderr, "hpdt-train: --resume: no checkpoint in %s yet; starting from the beginning\n",
+                   o_.checkpoint_dir.c_str());
+    return;
+  }
+  auto& arena = model_->arena();
+  io::CheckpointExpectation expect;
+  expect.model_name = model_->name();
+  expect.model_config = model_->describe();
+  for (const auto& p : arena.infos()) expect.params[p.name] = {p.shape, DType::f32};
+  auto c = as_usage([&] { return io::load_checkpoint(*latest, expect); });
+  Tensor master = arena.master_params();
+  for (const auto& p : arena.infos()) {
+    const Tensor& src = c.params.at(p.name);
+    std::memcpy(master.flat(p.offset, p.shape.numel()).data(), src.data(), src.nbytes());
+  }
+  for (auto& [name, t] : arena.buffers()) {
+    auto it = c.params.find("buffers/" + name);
+    if (it == c.params.end() || it->second.nbytes() != t.nbytes())
+      throw UsageError("checkpoint " + *latest + ": buffer " + name + " missing or of another size");
+    std::memcpy(t.data(), it->second.data(), t.nbytes());
+  }
+  auto restore = [&](const std::string& key, const Tensor& dst) {
+    auto it = c.optimizer.find(key);
+    if (it == c.optimizer.end() || it->second.nbytes() != dst.nbytes())
+      throw UsageError("checkpoint " + *latest + ": optimizer state " + key + " missing or of another size");
+    std::memcpy(dst.data(), it->second.data(), dst.nbytes());
+  };
+  const int64_t opt_steps = c.metadata.value("optimizer_steps", int64_t(0));
+  if (c.metadata.value("optimizer", o_.optimizer) != o_.optimizer)
+    throw UsageError("checkpoint " + *latest + " was written with --optimizer " +
+                     c.metadata.value("optimizer", std::string("?")) + ", this run uses " + o_.optimizer);
+  if (auto* sgd = dynamic_cast<nn::Sgd*>(optimizer_.get()); sgd && c.optimizer.count("sgd/momentum"))
+    restore("sgd/momentum", sgd->momentum_buffer());
+  if (auto* adam = dynamic_cast<nn::AdamW*>(optimizer_.get())) {
+    restore("adamw/exp_avg", adam->exp_avg());
+    restore("adamw/exp_avg_sq", adam->exp_avg_sq());
+  }
+  optimizer_->restore_steps(opt_steps);
+  scaler_.restore(float(c.loss_scaler.count("scale") ? c.loss_scaler.at("scale") : scaler_.scale()),
+                  int64_t(c.loss_scaler.count("growth_tracker") ? c.loss_scaler.at("growth_tracker") : 0));
+  arena.sync_model_copy();
+  skipped_steps_ = c.metadata.value("skipped_steps", int64_t(0));
+  // Position. The same global batch continues exactly; another one (the rank count changed with a
+  // fixed per-rank batch) restarts the epoch at the sample position rounded down to a whole step.
+  const int64_t old_gb = c.metadata.value("global_batch", global_batch_ * o_.accum_steps);
+  const int64_t new_gb = global_batch_ * o_.accum_steps;
+  epoch_ = c.data_epoch;
+  if (old_gb == new_gb) {
+    step_ = c.step;
+    step_in_epoch_ = c.data_step / o_.accum_steps;
+  } else {
+    const int64_t samples_in_epoch = (c.data_step / std::max<int64_t>(1, c.metadata.value("accum_steps", 1))) * old_gb;
+    step_in_epoch_ = samples_in_epoch / new_gb;
+    step_ = epoch_ * steps_per_epoch_ + step_in_epoch_;
+    resumed_note_ = "resumed on " + std::to_string(size_) + " ranks from a checkpoint of " +
+                    std::to_string(c.world_size) + " ranks: global batch " + std::to_string(old_gb) + " -> " +
+                    std::to_string(new_gb) + ", epoch " + std::to_string(epoch_) + " continues at sample " +
+                    std::to_string(step_in_epoch_ * new_gb) + " (was " + std::to_string(samples_in_epoch) +
+                    "), learning rate follows the linear scaling rule";
+  }
+  if (step_in_epoch_ >= steps_per_epoch_) {
+    ++epoch_;
+    step_in_epoch_ = 0;
+  }
+  if (rank_ == 0) {
+    std::fprintf(stderr, "hpdt-train: resumed from %s at step %lld (epoch %lld, step %lld of the epoch)\n",
+                 latest->c_str(), (long long)step_, (long long)epoch_, (long long)step_in_epoch_);
+    if (!resumed_note_.empty()) std::fprintf(stderr, "hpdt-train: %s\n", resumed_note_.c_str());
+  }
+}
+
+void Run::sync_buffers() {
+  // Without SyncBN every rank's running statistics follow its own shard: use rank 0's everywhere
+  // (what PyTorch DDP's broadcast_buffers does) before evaluating or saving.
+  for (auto& [name, t] : model_->arena().buffers()) {
+    Tensor b = t;
+    bcast_tensor(b, world_);
+  }
+}
+
+StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) {
+  StepTimes t;
+  const double t_step = now_s();
+  sync_->begin_step();
+  const double scale = double(scaler_.scale()) / double(o_.accum_steps);
+  for (int m = 0; m < o_.accum_steps; ++m) {
+    double t0 = now_s();
+    io::Batch batch = train_reader_->next();
+    double t1 = now_s();
+    t.data += t1 - t0;
+    timeline_.span(Timeline::data, "data wait", t0, t1);
+    const Tensor& logits = model_->forward(batch.images);
+    if (!dlogits_.defined() || !(dlogits_.shape() == logits.shape())) dlogits_ = Tensor::empty(logits.shape(), DType::f32);
+    const double loss = kernels::softmax_cross_entropy(logits, batch.labels, o_.label_smoothing, &dlogits_, scale, stream_);
+    *loss_sum += loss * double(batch.labels.numel());
+    *correct += count_correct(logits, batch.labels, batch.labels.numel());
+    *samples += batch.labels.numel();
+    double t2 = now_s();
+    t.forward += t2 - t1;
+    timeline_.span(Timeline::compute, "forward", t1, t2);
+    armed_ = m == o_.accum_steps - 1;
+    model_->backward(dlogits_, m > 0);
+    armed_ = false;
+    double t3 = now_s();
+    t.backward += t3 - t2;
+    timeline_.span(Timeline::compute, "backward", t2, t3);
+  }
+  const double tw = now_s();
+  t.comm = sync_->wait();
+  timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
+  for (const auto& b : sync_->timings())
+    timeline_.span(Timeline::comm, "allreduce bucket " + std::to_string(b.bucket), b.start, b.end,
+                   {{"elements", b.count}, {"offset", b.offset}});
+  const double t4 = now_s();
+  auto& arena = model_->arena();
+  const bool ok = scaler_.unscale(arena);
+  if (ok) {
+    if (o_.clip_norm > 0) nn::clip_grad_norm(arena, o_.clip_norm);
+    optimizer_->set_lr(float(schedule_.at(long(step_))));
+    optimizer_->step();
+  } else {
+    ++skipped_steps_;
+  }
+  scaler_.update(!ok);
+  const double t5 = now_s();
+  t.optimizer = t5 - t4;
+  timeline_.span(Timeline::compute, ok ? "optimizer" : "optimizer (skipped: inf/NaN)", t4, t5);
+  t.total = t5 - t_step;
+  return t;
+}
+
+json Run::evaluate() {
+  if (!eval_reader_) return nullptr;
+  sync_buffers();
+  model_->set_training(false);
+  eval_reader_->set_epoch(0);
+  int64_t steps = eval_reader_->steps_per_epoch();
+  if (o_.eval_samples > 0) steps = std::min<int64_t>(steps, (o_.eval_samples + global_batch_ - 1) / global_batch_);
+  double sums[3] = {0, 0, 0};  // loss * n, correct, n
+  const double t0 = now_s();
+  for (int64_t s = 0; s < steps; ++s) {
+    io::Batch b = eval_reader_->next();
+    if (b.valid == 0) continue;
+    const Tensor& logits = model_->forward(b.images);
+    Tensor l = logits.slice(0, b.valid), y = b.labels.slice(0, b.valid);
+    sums[0] += kernels::softmax_cross_entropy(l, y, 0.0, nullptr, 1.0, stream_) * double(b.valid);
+    sums[1] += double(count_correct(l, y, b.valid));
+    sums[2] += double(b.valid);
+  }
+  HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, world_));
+  model_->set_training(true);
+  return {{"test_loss", sums[2] > 0 ? sums[0] / sums[2] : 0.0},
+          {"test_accuracy", sums[2] > 0 ? sums[1] / sums[2] : 0.0},
+          {"test_samples", int64_t(sums[2])},
+          {"eval_seconds", now_s() - t0}};
+}
+
+void Run::verify_identical_parameters() {
+  Tensor master = model_->arena().master_params();
+  uint64_t h = fnv1a(master.data(), master.nbytes()), lo = h, hi = h;
+  HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, world_));
+  HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, world_));
+  if (lo != hi)
+    HPDT_FAIL("parameters differ across ranks after training (checksum ", h, " on rank ", rank_,
+              "): the replicas diverged; this is a bug in gradient synchronisation");
+}
+
+void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eval, double wall) {
+  // Medians over the steps after the first (warm-up: allocation, page faults, first prefetch).
+  std::vector<StepTimes> s(steps.size() > 2 ? steps.begin() + 1 : steps.begin(), steps.end());
+  auto med = [&](double StepTimes::*f) {
+    std::vector<double> v;
+    for (const auto& x : s) v.push_back(x.*f);
+    return median(v);
+  };
+  const double step_time = med(&StepTimes::total);
+  // Straggler report: every rank's median compute time (forward + backward) gathered on rank 0.
+  std::vector<double> compute_v;
+  for (const auto& x : s) compute_v.push_back(x.forward + x.backward);
+  double mine = median(compute_v);
+  std::vector<double> all(static_cast<size_t>(size_));
+  HPDT_MPI_CHECK(MPI_Gather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, world_));
+  // Every rank's step time is the same (the all-reduce synchronises them); the img/s is global.
+  const double img_s = step_time > 0 ? double(global_batch_ * o_.accum_steps) / step_time : 0;
+  std::vector<std::string> hosts_v(1, host_);
+  {
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    std::snprintf(name, sizeof name, "%s", host_.c_str());
+    std::vector<char> names(size_t(size_) * MPI_MAX_PROCESSOR_NAME);
+    HPDT_MPI_CHECK(MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, world_));
+    hosts_v.clear();
+    for (int r = 0; r < size_; ++r) hosts_v.emplace_back(&names[size_t(r) * MPI_MAX_PROCESSOR_NAME]);
+    std::sort(hosts_v.begin(), hosts_v.end());
+    hosts_v.erase(std::unique(hosts_v.begin(), hosts_v.end()), hosts_v.end());
+  }
+  if (rank_ != 0) return;
+  const auto slowest = std::max_element(all.begin(), all.end()), fastest = std::min_element(all.begin(), all.end());
+  json summary = {{"type", "summary"},
+                  {"model", o_.model},
+                  {"ranks", size_},
+                  {"nodes", int(hosts_v.size())},
+                  {"hosts", hosts_v},
+                  {"per_rank_batch", o_.batch},
+                  {"accum_steps", o_.accum_steps},
+                  {"global_batch", global_batch_ * o_.accum_steps},
+                  {"steps", int64_t(steps.size())},
+                  {"skipped_steps", skipped_steps_},
+                  {"step_time_s", step_time},
+                  {"throughput_img_s", img_s},
+                  {"throughput_img_s_per_rank", img_s / size_},
+                  {"data_wait_s", med(&StepTimes::data)},
+                  {"forward_s", med(&StepTimes::forward)},
+                  {"backward_s", med(&StepTimes::backward)},
+                  {"exposed_comm_s", med(&StepTimes::comm)},
+                  {"optimizer_s", med(&StepTimes::optimizer)},
+                  {"exposed_comm_share", step_time > 0 ? med(&StepTimes::comm) / step_time : 0.0},
+                  {"bytes_sent_per_step", sync_->bytes_per_step()},
+                  {"buckets", sync_->buckets()},
+                  {"straggler", {{"compute_s_min", *fastest}, {"compute_s_max", *slowest},
+                                 {"slowest_rank", int(slowest - all.begin())},
+                                 {"spread", *fastest > 0 ? *slowest / *fastest - 1 : 0.0}}},
+                  {"algo", o_.algo},
+                  {"compress", o_.compress},
+                  {"overlap", o_.overlap},
+                  {"precision", o_.precision},
+                  {"parameters", model_->num_parameters()},
+                  {"wall_s", wall},
+                  {"git_commit", build_info_json().value("git_commit", "")}};
+  if (last_eval.is_object())
+    for (auto& [k, v] : last_eval.items()) summary[k] = v;
+  metrics_.write(summary);
+  std::printf("\n== hpdt-train summary: %s on %d rank(s), %d node(s) ==\n", o_.model.c_str(), size_, int(hosts_v.size()));
+  if (last_eval.is_object())
+    std::printf("test accuracy   %.2f%% (%lld samples), test loss %.4f\n", 100 * last_eval["test_accuracy"].get<double>(),
+                (long long)last_eval["test_samples"].get<int64_t>(), last_eval["test_loss"].get<double>());
+  std::printf("throughput      %.1f img/s total, %.1f img/s per rank (global batch %lld, %zu steps)\n", img_s,
+              img_s / size_, (long long)(global_batch_ * o_.accum_steps), steps.size());
+  std::printf("step time       %.2f ms median: data wait %.2f, forward %.2f, backward %.2f, exposed comm %.2f (%.1f%%), optimizer %.2f\n",
+              1e3 * step_time, 1e3 * med(&StepTimes::data), 1e3 * med(&StepTimes::forward), 1e3 * med(&StepTimes::backward),
+              1e3 * med(&StepTimes::comm), step_time > 0 ? 100 * med(&StepTimes::comm) / step_time : 0.0,
+              1e3 * med(&StepTimes::optimizer));
+  std::printf("stragglers      compute per step %.2f..%.2f ms across ranks (slowest rank %d, spread %.1f%%)\n",
+              1e3 * *fastest, 1e3 * *slowest, int(slowest - all.begin()), *fastest > 0 ? 100 * (*slowest / *fastest - 1) : 0.0);
+  std::printf("communication   %.2f MiB sent per rank per step in %d bucket(s), algo %s, overlap %s\n",
+              double(sync_->bytes_per_step()) / (1 << 20), sync_->buckets(), o_.algo.c_str(), o_.overlap ? "on" : "off");
+  if (skipped_steps_) std::printf("loss scaler     %lld step(s) skipped on inf/NaN\n", (long long)skipped_steps_);
+  std::fflush(stdout);
+}
+
+int Run::execute() {
+  setup_mpi();
+  setup_data();
+  setup_model();
+  setup_comm();
+  resume_if_asked();
+  if (rank_ == 0) {
+    metrics_.open(o_.metrics, o_.resume, o_.force);
+    metrics_.write({{"type", "config"},
+                    {"model", o_.model},
+                    {"parameters", model_->num_parameters()},
+                    {"ranks", size_},
+                    {"data", train_path_},
+                    {"test_data", test_path_},
+                    {"samples", info_.n},
+                    {"per_rank_batch", o_.batch},
+                    {"global_batch", global_batch_ * o_.accum_steps},
+                    {"steps_per_epoch", steps_per_epoch_},
+                    {"total_steps", total_steps_},
+                    {"peak_lr", schedule_.peak},
+                    {"optimizer", o_.optimizer},
+                    {"precision", o_.precision},
+                    {"algo", o_.algo},
+                    {"compress", o_.compress},
+                    {"bucket_mb", o_.bucket_mb},
+                    {"buckets", sync_->buckets()},
+                    {"overlap", o_.overlap},
+                    {"sync_bn", o_.sync_bn},
+                    {"seed", o_.seed},
+                    {"resumed_from_step", step_},
+                    {"note", resumed_note_},
+                    {"build", build_info_json()}});
+    std::printf("hpdt-train: %s (%lld parameters) on %d rank(s) [%s], %lld steps of global batch %lld "
+                "(%lld per epoch), peak lr %.4g, algo %s\n",
+                o_.model.c_str(), (long long)model_->num_parameters(), size_, comm_->describe().c_str(),
+                (long long)total_steps_, (long long)(global_batch_ * o_.accum_steps), (long long)steps_per_epoch_,
+                schedule_.peak, o_.algo.c_str());
+    std::fflush(stdout);
+  }
+  Progress progress(rank_ == 0 ? Progress::resolve(o_.progress, stdout) : Progress::Mode::off, stdout, o_.log_every);
+  HPDT_MPI_CHECK(MPI_Barrier(world_));
+  const double t_start = now_s();
+  timeline_.set_origin(t_start);
+  std::vector<StepTimes> times;
+  json last_eval;
+  model_->set_training(true);
+  bool preempted = false;
+  while (step_ < total_steps_ && !preempted) {
+    train_reader_->resume(epoch_, step_in_epoch_ * o_.accum_steps);
+    const int64_t epoch_end = std::min(steps_per_epoch_, step_in_epoch_ + (total_steps_ - step_));
+    progress.start_epoch(int(epoch_), o_.epochs, epoch_end);
+    double loss_sum = 0, epoch_time = 0;
+    int64_t correct = 0, samples = 0;
+    while (step_in_epoch_ < epoch_end) {
+      double local_loss = 0;
+      int64_t local_correct = 0, local_samples = 0;
+      StepTimes t = train_step(&local_loss, &local_correct, &local_samples);
+      // One small all-reduce per step: loss, accuracy and the preemption flag, so that every rank
+      // stops after the same step.
+      double red[4] = {local_loss, double(local_correct), double(local_samples), preemption_requested() ? 1.0 : 0.0};
+      HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, red, 4, MPI_DOUBLE, MPI_SUM, world_));
+      ++step_;
+      ++step_in_epoch_;
+      times.push_back(t);
+      loss_sum += red[0];
+      correct += int64_t(red[1]);
+      samples += int64_t(red[2]);
+      epoch_time += t.total;
+      const double img_s = double(red[2]) / t.total;
+      progress.update(step_in_epoch_, loss_sum / double(samples), double(correct) / double(samples),
+                      double(samples) / epoch_time, epoch_time / double(step_in_epoch_));
+      if (rank_ == 0)
+        metrics_.write({{"type", "step"}, {"step", step_}, {"epoch", epoch_}, {"loss", red[0] / red[2]},
+                        {"accuracy", red[1] / red[2]}, {"lr", schedule_.at(long(step_ - 1))},
+                        {"loss_scale", scaler_.scale()}, {"img_s", img_s}, {"step_time_s", t.total},
+                        {"data_wait_s", t.data}, {"forward_s", t.forward}, {"backward_s", t.backward},
+                        {"exposed_comm_s", t.comm}, {"optimizer_s", t.optimizer}});
+      if (red[3] > 0) {
+        preempted = true;
+        break;
+      }
+      if (o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0 && step_ < total_steps_)
+        save_checkpoint("every " + std::to_string(o_.checkpoint_every) + " steps");
+    }
+    if (preempted) break;
+    const bool epoch_done = step_in_epoch_ == steps_per_epoch_;
+    if (epoch_done || step_ == total_steps_) {
+      last_eval = evaluate();
+      std::string line = "epoch " + std::to_string(epoch_ + 1) + ": train loss " +
+                         std::to_string(samples ? loss_sum / double(samples) : 0.0) + ", train acc " +
+                         std::to_string(samples ? 100.0 * double(correct) / double(samples) : 0.0) + "%";
+      if (last_eval.is_object())
+        line += ", test acc " + std::to_string(100 * last_eval["test_accuracy"].get<double>()) + "%";
+      progress.finish_epoch(line);
+      if (rank_ == 0) {
+        json e = {{"type", "epoch"}, {"epoch", epoch_}, {"step", step_}, {"train_loss", samples ? loss_sum / double(samples) : 0.0},
+                  {"train_accuracy", samples ? double(correct) / double(samples) : 0.0}, {"seconds", epoch_time}};
+        if (last_eval.is_object())
+          for (auto& [k, v] : last_eval.items()) e[k] = v;
+        metrics_.write(e);
+      }
+    }
+    if (epoch_done) {
+      ++epoch_;
+      step_in_epoch_ = 0;
+    }
+  }
+  const double wall = now_s() - t_start;
+  if (preempted) {
+    if (rank_ == 0)
+      std::fprintf(stderr, "hpdt-train: preempted (signal %d on some rank) after step %lld\n", preemption_signal(),
+                   (long long)step_);
+    save_checkpoint("preempted");
+    if (rank_ == 0) metrics_.write({{"type", "preempted"}, {"step", step_}, {"exit_code", kRequeueExitCode}});
+    timeline_.write(world_, o_.timeline, host_);
+    return kRequeueExitCode;
+  }
+  verify_identical_parameters();
+  save_checkpoint("end of training");
+  final_report(times, last_eval, wall);
+  timeline_.write(world_, o_.timeline, host_);
+  return 0;
+}
+
+}  // namespace
+
+int run_training(const TrainOptions& options) {
+  Run run(options);
+  return run.execute();
+}
+
+}  // namespace hpdt::train
