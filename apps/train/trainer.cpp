@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -149,6 +151,10 @@ class Run {
   int64_t step_ = 0, epoch_ = 0, step_in_epoch_ = 0;  // optimizer steps done; position
   int64_t skipped_steps_ = 0;
   std::string resumed_note_;
+  int64_t signal_at_step_ = [] {
+    const char* v = std::getenv("HPDT_TRAIN_TEST_SIGNAL_AT_STEP");
+    return v ? std::atoll(v) : 0LL;
+  }();
 };
 
 void Run::setup_mpi() {
@@ -639,6 +645,8 @@ int Run::execute() {
       double local_loss = 0;
       int64_t local_correct = 0, local_samples = 0;
       StepTimes t = train_step(&local_loss, &local_correct, &local_samples);
+      // Test hook: rank 0 sends itself SIGTERM after this step, exercising the real preemption path.
+      if (rank_ == 0 && signal_at_step_ > 0 && step_ + 1 == signal_at_step_) std::raise(SIGTERM);
       // One small all-reduce per step: loss, accuracy and the preemption flag, so that every rank
       // stops after the same step.
       double red[4] = {local_loss, double(local_correct), double(local_samples), preemption_requested() ? 1.0 : 0.0};

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# End-to-end checks of hpdt-train under MPI (ctest runs one CASE per test):
+#   equivalence-resnet  ResNet-20 with SyncBN: np 2 and np 4 end with the parameters of np 1 (same global batch)
+#   equivalence-vit     ViT-Ti (AdamW): the same
+#   resume              SIGTERM mid-run -> checkpoint + exit 75; --resume ends bit-identical to an
+#                       uninterrupted run; resuming on another rank count works and says so
+#   algos               every all-reduce algorithm trains a few steps with falling loss
+#   bad-input           clear errors, exit 2, nothing overwritten
+# usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
+# env:   HPDT_MPIEXEC (launcher and flags)
+set -uo pipefail
+case=$1 train=$2 compare=$3 prepare=$4 data=$5
+mpiexec=${HPDT_MPIEXEC:-mpiexec}
+w=$(mktemp -d /tmp/hpdt-train-test.XXXXXX)
+trap 'rm -rf "$w"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+run() {  # run NP ARGS...
+  local np=$1; shift
+  timeout --kill-after=10 240 $mpiexec -n "$np" "$train" --data "$data/fashion-mnist-train.h5" --progress lines \
+    --threads 1 --seed 7 "$@"
+}
+latest() { ls "$1"/ckpt-*.h5 | tail -1; }
+common_resnet=(--model resnet20 --sync-bn --eval false --augment false --max-steps 3 --lr 0.05 --warmup-epochs 0)
+common_vit=(--model vit-ti --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --lr 0.001 --warmup-epochs 0)
+
+case $case in
+equivalence-resnet | equivalence-vit)
+  if [ $case = equivalence-resnet ]; then args=("${common_resnet[@]}") b=16; else args=("${common_vit[@]}") b=8; fi
+  run 1 "${args[@]}" --batch $b --checkpoint-dir "$w/np1" > "$w/np1.log" 2>&1 || { cat "$w/np1.log"; fail "np 1 run"; }
+  run 2 "${args[@]}" --batch $((b / 2)) --checkpoint-dir "$w/np2" > "$w/np2.log" 2>&1 || { cat "$w/np2.log"; fail "np 2 run"; }
+  run 4 "${args[@]}" --batch $((b / 4)) --checkpoint-dir "$w/np4" > "$w/np4.log" 2>&1 || { cat "$w/np4.log"; fail "np 4 run"; }
+  # Not bitwise: the ranks' partial sums are added in a different order than one rank's (stated
+  # tolerance: |a-b| <= 2e-4 + 2e-3 |b| after the steps above).
+  "$compare" "$(latest "$w/np1")" "$(latest "$w/np2")" --atol 2e-4 --rtol 2e-3 || fail "np 2 differs from np 1"
+  "$compare" "$(latest "$w/np1")" "$(latest "$w/np4")" --atol 2e-4 --rtol 2e-3 || fail "np 4 differs from np 1"
+  # ...and the runs really trained: the parameters moved away from the initial ones.
+  run 1 "${args[@]}" --batch $b --max-steps 1 --lr 1e-9 --checkpoint-dir "$w/init" > /dev/null 2>&1 || fail "init run"
+  if "$compare" "$(latest "$w/np1")" "$(latest "$w/init")" --atol 1e-3 > /dev/null; then fail "training did not change the parameters"; fi
+  ;;
+resume)
+  args=(--model resnet20 --eval false --max-steps 4 --batch 8 --lr 0.05 --warmup-epochs 0)
+  run 2 "${args[@]}" --checkpoint-dir "$w/full" > "$w/full.log" 2>&1 || { cat "$w/full.log"; fail "uninterrupted run"; }
+  HPDT_TRAIN_TEST_SIGNAL_AT_STEP=2 run 2 "${args[@]}" --checkpoint-dir "$w/part" --metrics "$w/part.jsonl" > "$w/part.log" 2>&1
+  rc=$?
+  [ $rc -eq 75 ] || { cat "$w/part.log"; fail "a preempted run must exit 75, got $rc"; }
+  grep -q "preempted" "$w/part.log" || fail "no preemption message"
+  [ "$(ls "$w/part"/ckpt-*.h5 | wc -l)" -eq 1 ] || fail "the preempted run left no checkpoint"
+  run 2 "${args[@]}" --checkpoint-dir "$w/part" --metrics "$w/part.jsonl" --resume > "$w/resume.log" 2>&1 || { cat "$w/resume.log"; fail "resumed run"; }
+  grep -q "resumed from" "$w/resume.log" || fail "no resume message"
+  "$compare" "$(latest "$w/full")" "$(latest "$w/part")" --optimizer || fail "resumed run is not bit-identical to the uninterrupted one"
+  grep -c '"type":"step"' "$w/part.jsonl" | grep -qx 4 || fail "metrics of the two halves should hold 4 steps"
+  # Another rank count: the sampler re-shards and the learning rate follows the new global batch.
+  HPDT_TRAIN_TEST_SIGNAL_AT_STEP=2 run 2 "${args[@]}" --checkpoint-dir "$w/moved" > /dev/null 2>&1
+  run 1 "${args[@]}" --checkpoint-dir "$w/moved" --resume > "$w/moved.log" 2>&1 || { cat "$w/moved.log"; fail "resume on 1 rank"; }
+  grep -q "resumed on 1 ranks from a checkpoint of 2 ranks" "$w/moved.log" || { cat "$w/moved.log"; fail "no note about the rank count"; }
+  ;;
+algos)
+  for algo in ring tree rhd hier mpi; do
+    HPDT_RANKS_PER_NODE=1 run 2 --model resnet20 --eval false --max-steps 10 --batch 32 --lr 0.1 --warmup-epochs 0 \
+      --algo $algo --bucket-mb 0.25 --metrics "$w/$algo.jsonl" > "$w/$algo.log" 2>&1 || { cat "$w/$algo.log"; fail "--algo $algo"; }
+    /usr/bin/python3 - "$w/$algo.jsonl" "$algo" <<'PY' || fail "--algo $algo: loss did not fall"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"type":"step"' in l]
+first, last = steps[0]["loss"], sum(s["loss"] for s in steps[-3:]) / 3
+print(f"{sys.argv[2]}: loss {first:.3f} -> {last:.3f} over {len(steps)} steps")
+sys.exit(0 if last < first else 1)
+PY
+  done
+  ;;
+bad-input)
+  expect_error() {  # expect_error PATTERN ARGS...
+    local pattern=$1; shift
+    run 2 "$@" > "$w/out.log" 2>&1
+    local rc=$?
+    [ $rc -eq 2 ] || { cat "$w/out.log"; fail "expected exit 2 for: $*; got $rc"; }
+    grep -q -- "$pattern" "$w/out.log" || { cat "$w/out.log"; fail "message should mention '$pattern' for: $*"; }
+  }
+  expect_error "--model 'resnet21'" --model resnet21
+  expect_error "--algo" --algo butterfly
+  expect_error "--compress" --compress zip:3
+  expect_error "/nonexistent/x.h5" --data /nonexistent/x.h5
+  echo "not hdf5" > "$w/text.h5"
+  expect_error "$w/text.h5" --data "$w/text.h5"
+  timeout 60 "$prepare" --out "$w/wide.h5" --synthetic 64 --shape 1,28,32 --classes 10 > /dev/null || fail "prepare"
+  expect_error "square" --data "$w/wide.h5"
+  echo '{"keep": "me"}' > "$w/old.jsonl"
+  expect_error "already exists" --max-steps 1 --metrics "$w/old.jsonl"
+  grep -q keep "$w/old.jsonl" || fail "an existing metrics file was overwritten"
+  run 1 --model resnet20 --eval false --max-steps 1 --batch 8 --checkpoint-dir "$w/ck" > /dev/null 2>&1 || fail "checkpoint run"
+  sum=$(md5sum "$w"/ck/*.h5)
+  expect_error "resnet" --model resnet56 --eval false --max-steps 2 --batch 8 --checkpoint-dir "$w/ck" --resume
+  [ "$(md5sum "$w"/ck/*.h5)" = "$sum" ] || fail "the checkpoint of the other model was touched"
+  ;;
+*) fail "unknown case $case" ;;
+esac
+echo "PASS: $case"
