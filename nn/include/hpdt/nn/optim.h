@@ -25,6 +25,9 @@ class Optimizer {
   virtual void set_lr(float lr) = 0;
   virtual float lr() const = 0;
   int64_t steps() const { return steps_; }
+  // Resume from a checkpoint: the number of steps already taken (SGD's first-step momentum rule and
+  // AdamW's bias correction depend on it).
+  void restore_steps(int64_t steps) { steps_ = steps; }
 
  protected:
   int64_t steps_ = 0;
@@ -90,6 +93,11 @@ class LossScaler {
   bool unscale(ParameterArena& arena) const;
   // After the step (or its skip): GradScaler.update().
   void update(bool found_inf);
+  // Resume from a checkpoint: the scale and the count of clean steps since the last change.
+  void restore(float scale, int64_t growth_tracker) {
+    scale_ = scale;
+    tracker_ = growth_tracker;
+  }
 
  private:
   LossScaler(Mode m, float scale, const LossScalerOptions& o) : mode_(m), scale_(scale), o_(o) {}
