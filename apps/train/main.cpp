@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "hpdt/core/error.h"
@@ -30,7 +31,12 @@ int main(int argc, char** argv) {
   int code = 0;
   try {
     std::string help;
-    auto options = hpdt::train::parse_train_options(argc, argv, &help);
+    std::optional<hpdt::train::TrainOptions> options;
+    try {
+      options = hpdt::train::parse_train_options(argc, argv, &help);
+    } catch (const hpdt::Error& e) {
+      throw hpdt::train::UsageError(e.message());
+    }
     if (!options) {
       if (rank == 0) std::printf("%s", help.c_str());
     } else {

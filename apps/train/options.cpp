@@ -33,6 +33,7 @@ void require_one_of(const std::string& flag, const std::string& value, const std
 std::optional<TrainOptions> parse_train_options(int argc, const char* const* argv, std::string* help_text) {
   TrainOptions o;
   CLI::App app{"hpdt-train: data-parallel training of ResNet and ViT across MPI ranks"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   app.set_config("--config", "", "read options from an INI/TOML file (long option names); the command line wins");
   app.add_option("--model", o.model, join(model_names()));
   app.add_option("--data", o.data, "training split (HDF5, hpdt format); default: Fashion-MNIST prepared in --cache-dir");

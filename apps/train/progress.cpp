@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 namespace hpdt::train {
@@ -11,6 +12,9 @@ Progress::Mode Progress::resolve(const std::string& name, std::FILE* out) {
   if (name == "bar") return Mode::bar;
   if (name == "lines") return Mode::lines;
   if (name == "off") return Mode::off;
+  // Launchers hand ranks a pseudo-terminal even when the job's output goes to a file (Open MPI's
+  // mpirun does), so inside a batch job plain lines are the safe default.
+  if (std::getenv("SLURM_JOB_ID") || std::getenv("PBS_JOBID")) return Mode::lines;
   return isatty(fileno(out)) ? Mode::bar : Mode::lines;
 }
 

@@ -348,6 +348,7 @@ void Run::resume_if_asked() {
   expect.model_name = model_->name();
   expect.model_config = model_->describe();
   for (const auto& p : arena.infos()) expect.params[p.name] = {p.shape, DType::f32};
+  for (const auto& [name, t] : arena.buffers()) expect.params["buffers/" + name] = {t.shape(), t.dtype()};
   auto c = as_usage([&] { return io::load_checkpoint(*latest, expect); });
   Tensor master = arena.master_params();
   for (const auto& p : arena.infos()) {
