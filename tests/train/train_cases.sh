@@ -56,7 +56,7 @@ resume)
   ;;
 algos)
   for algo in ring tree rhd hier mpi; do
-    HPDT_RANKS_PER_NODE=1 run 2 --model resnet20 --eval false --max-steps 10 --batch 32 --lr 0.1 --warmup-epochs 0 \
+    HPDT_RANKS_PER_NODE=1 run 2 --model resnet20 --eval false --max-steps 8 --batch 16 --lr 0.1 --warmup-epochs 0 \
       --algo $algo --bucket-mb 0.25 --metrics "$w/$algo.jsonl" > "$w/$algo.log" 2>&1 || { cat "$w/$algo.log"; fail "--algo $algo"; }
     /usr/bin/python3 - "$w/$algo.jsonl" "$algo" <<'PY' || fail "--algo $algo: loss did not fall"
 import json, sys
