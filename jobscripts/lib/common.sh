@@ -102,6 +102,24 @@ hpdt_requeue_or_exit() {
   exit "$rc"
 }
 
+# hpdt_nccl_report: after the launch, the hpdt-nccl-log report over this job's per-rank NCCL_DEBUG
+# files: $HPDT_OUT/nccl/nccl-report.txt, nccl-report.json and nccl.dot (docs/nccl-log.md). Skipped when
+# capture is off, nothing was captured, or the app already wrote one (hpdt-train --nccl-debug). Never
+# changes the job's exit code.
+hpdt_nccl_report() {
+  [ "${HPDT_NCCL_DEBUG:-INFO}" != off ] || return 0
+  local dir=$HPDT_OUT/nccl tool=$HPDT_BUILD/apps/nccl-log/hpdt-nccl-log
+  [ -n "$(ls -A "$dir" 2>/dev/null)" ] || return 0
+  if [ ! -e "$dir/nccl-report.json" ]; then
+    [ -x "$tool" ] || tool=$(hpdt_bin hpdt-nccl-log 2>/dev/null) || { hpdt_log "hpdt-nccl-log not built: no NCCL report"; return 0; }
+    "$tool" report --dir "$dir" --json-out "$dir/nccl-report.json" --dot "$dir/nccl.dot" > "$dir/nccl-report.txt" 2>&1
+  fi
+  local n
+  n=$(grep -c '^  \[' "$dir/nccl-report.txt" 2>/dev/null)
+  hpdt_log "NCCL report: $dir/nccl-report.txt (${n:-0} diagnoses)"
+  return 0
+}
+
 # Binaries, checked before launching so that a missing build is one clear line, not N rank errors.
 hpdt_bin() {
   local name=$1 path

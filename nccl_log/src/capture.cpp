@@ -43,11 +43,7 @@ NcclDebugCapture::NcclDebugCapture(const std::string& dir) {
 
 std::string NcclDebugCapture::report() const {
   if (!enabled()) return "";
-  std::vector<std::string> files;
-  for (const auto& f : log_files_in(dir_)) {
-    const std::string name = fs::path(f).filename().string();
-    if (name != kReportTxt && name != kReportJson) files.push_back(f);
-  }
+  const std::vector<std::string> files = log_files_in(dir_);  // skips nccl-report.*
   if (files.empty()) return "NCCL debug capture: no NCCL output in '" + dir_ + "' (was NCCL used?)\n";
   Log log = read_logs(files);
   if (log.nccl_records == 0) return "NCCL debug capture: no NCCL debug lines in '" + dir_ + "'\n";

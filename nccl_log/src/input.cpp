@@ -47,7 +47,11 @@ std::vector<std::string> log_files_in(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file()) files.push_back(e.path().string());
+    if (e.is_regular_file()) {
+      const std::string name = e.path().filename().string(), ext = e.path().extension().string();
+      if (name == "nccl-report.txt" || name == "nccl-report.json" || ext == ".dot" || ext == ".png") continue;
+      files.push_back(e.path().string());
+    }
   HPDT_CHECK(!ec, "cannot list '", dir, "': ", ec.message());
   std::sort(files.begin(), files.end());
   return files;

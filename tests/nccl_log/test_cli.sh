@@ -2,7 +2,7 @@
 # The hpdt-nccl-log CLI: exit codes and messages on good, bad and empty input.
 #   test_cli.sh HPDT_NCCL_LOG CORPUS_DIR
 set -u
-bin=$1 corpus=$2
+bin=$1 corpus=$2 src=${3:-}
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 fail=0
 expect() {  # expect NAME WANT_RC PATTERN -- command...
@@ -31,6 +31,18 @@ mkdir "$tmp/dir" && echo "$line" > "$tmp/dir/nccl.h.1.log"
 expect dir-option 0 "Communicator" -- "$bin" report --dir "$tmp/dir" --json-out "$tmp/r.json" --dot "$tmp/r.dot"
 grep -q '"schema": "hpdt-nccl-log/1"' "$tmp/r.json" || { echo "FAIL json-out"; fail=1; }
 grep -q '^digraph nccl' "$tmp/r.dot" || { echo "FAIL dot"; fail=1; }
+# the job scripts' end-of-job hook (jobscripts/lib/common.sh): report into $HPDT_OUT/nccl, twice
+if [ -n "$src" ] && [ -f "$src/jobscripts/lib/common.sh" ]; then
+  mkdir -p "$tmp/job/nccl" && echo "$line" > "$tmp/job/nccl/nccl.h.1.log"
+  for pass in 1 2; do
+    expect job-hook-$pass 0 "NCCL report: .*nccl-report.txt \(0 diagnoses\)" -- bash -c \
+      ". '$src/jobscripts/lib/common.sh' && HPDT_OUT='$tmp/job' HPDT_BUILD=/nonexistent PATH='$(dirname "$bin")':\$PATH hpdt_nccl_report"
+    grep -q "Communicator" "$tmp/job/nccl/nccl-report.txt" || { echo "FAIL job-hook-$pass: no report"; fail=1; }
+    grep -q '"sources": \[' "$tmp/job/nccl/nccl-report.json" && [ "$(grep -c nccl.h.1.log "$tmp/job/nccl/nccl-report.json")" = 1 ] \
+      || { echo "FAIL job-hook-$pass: JSON should list the one log only"; fail=1; }
+    rm -f "$tmp/job/nccl/nccl-report.json"  # pass 2 runs the report again (over the logs only)
+  done
+fi
 if [ -d "$corpus" ]; then
   expect corpus-014-json 0 '"id": "0xb4d6ac1c5ff8674d"' -- "$bin" report --json "$corpus"/014_*.log
   expect corpus-022 2 "remote-error" -- "$bin" report "$corpus"/022_*.log

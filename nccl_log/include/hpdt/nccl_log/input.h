@@ -13,7 +13,9 @@ namespace hpdt::nccl_log {
 // when it cannot be read (missing, a directory, no permission, a corrupt .gz).
 void read_source(LogParser& parser, const std::string& path);
 
-// Every regular file directly in `dir` (sorted by name), e.g. an NCCL_DEBUG_FILE directory.
+// Every regular file directly in `dir` (sorted by name), e.g. an NCCL_DEBUG_FILE directory, except
+// what the report itself writes there (nccl-report.txt/.json, *.dot, *.png), so a second run reads
+// the logs only.
 std::vector<std::string> log_files_in(const std::string& dir);
 
 // read_source for each path (a directory expands to its files); then parser.finish().
