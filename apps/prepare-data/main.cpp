@@ -62,7 +62,7 @@ void print_info(const io::DatasetInfo& info, double seconds, int ranks) {
 
 int main(int argc, char** argv) {
   CLI::App app{"hpdt-prepare-data: write hpdt dataset files (HDF5): Fashion-MNIST or synthetic"};
-  std::string out, source = io::kFashionMnistDir, shape_text = "3,224,224", layout_text = "chunked", level = "info";
+  std::string out, source = io::kFashionMnistDir, shape_text = "3,224,224", layout_text = "contiguous", level = "info";
   int64_t synthetic = 0, classes = 1000, chunk = 0;
   uint64_t seed = 1;
   int compress = 0;
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape_text, "synthetic sample shape C,H,W");
   app.add_option("--classes", classes, "synthetic number of classes")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "synthetic data seed");
-  app.add_option("--layout", layout_text, "contiguous | chunked (along N)");
+  app.add_option("--layout", layout_text, "contiguous (default; fastest for shuffled reads) | chunked (along N)");
   app.add_option("--chunk", chunk, "samples per chunk (chunked layout; default about 1 MiB)")->check(CLI::NonNegativeNumber);
   app.add_option("--compress", compress, "deflate level 1-9 (chunked only; slower for parallel reads), 0 = none")
       ->check(CLI::Range(0, 9));

@@ -180,7 +180,12 @@ struct ShardedReader::Impl {
       h5check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops", path);
       file = h5::make(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "H5Fopen (MPI-IO)", path);
       info = detail::read_dataset_info(file, path, /*check_labels=*/true, &labels);
-      images = h5::make(H5Dopen2(file, "/images", H5P_DEFAULT), "H5Dopen", path + ":/images");
+      // Uncompressed chunks: no chunk cache, so a read of one sample moves that sample's bytes only
+      // (with the default 1 MiB cache HDF5 reads whole chunks, 6x more for ImageNet-sized chunks).
+      h5::Id dapl = h5::make(H5Pcreate(H5P_DATASET_ACCESS), "H5Pcreate", path);
+      if (!info.compressed)
+        h5check(H5Pset_chunk_cache(dapl, 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), "H5Pset_chunk_cache", path);
+      images = h5::make(H5Dopen2(file, "/images", dapl), "H5Dopen", path + ":/images");
       dxpl = h5::make(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", path);
       h5check(H5Pset_dxpl_mpio(dxpl, opt.collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT),
               "H5Pset_dxpl_mpio", path);

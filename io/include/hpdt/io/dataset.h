@@ -63,7 +63,7 @@ struct DatasetSpec {
 };
 
 struct WriteOptions {
-  Layout layout = Layout::chunked;
+  Layout layout = Layout::contiguous;  // fastest for shuffled reads here (docs/io.md)
   int64_t chunk_samples = 0;  // chunked: samples per chunk; 0 = about 1 MiB per chunk
   int deflate_level = 0;      // 0 = no compression; 1-9 = deflate (chunked only; slower to read in parallel)
   int64_t block_bytes = 64 << 20;  // each rank writes its slice in collective blocks of about this size
