@@ -187,6 +187,7 @@ H5Run hdf5_read(const std::string& path, const io::DatasetInfo& info, int64_t by
 }
 
 struct ReaderRun {
+  bool in_memory = false;
   int64_t bytes = 0, samples = 0, fallbacks = 0;
   double wall = 0, read = 0, decode = 0, wait = 0;
 };
@@ -215,6 +216,7 @@ ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batc
   r.bytes = sum_over_ranks(st.bytes_read);
   r.samples = steps * reader.global_batch();
   r.fallbacks = sum_over_ranks(st.independent_fallbacks);
+  r.in_memory = reader.in_memory();
   return r;
 }
 
@@ -322,12 +324,14 @@ int main(int argc, char** argv) {
         const bool aug = rcase.augment;
         std::vector<double> read_mbps, pipe_mbps, sps, waitf, cached_before;
         int64_t fallbacks = 0;
+        bool in_memory = false;
         for (int r = 0; r < reps; ++r) {
           cached_before.push_back(drop_cache(file));
           const ReaderRun run = reader_read(file, std::min(b, shuffle_bytes), local_batch, rcase.collective, io::ReaderMode::train, aug, seed + uint64_t(r));
           pipe_mbps.push_back(double(run.bytes) / run.wall / 1e6);
           sps.push_back(double(run.samples) / run.wall);
           waitf.push_back(run.wait / run.wall);
+          in_memory = run.in_memory;
           fallbacks += run.fallbacks;
         }
         const char* order = aug ? "shuffle+aug" : "shuffle";
@@ -336,7 +340,8 @@ int main(int argc, char** argv) {
                         {"order", order}, {"bytes", std::min(b, shuffle_bytes)}, {"pipeline_MBps", pipe_mbps},
                         {"pipeline_MBps_median", median(pipe_mbps)}, {"samples_per_s", sps},
                         {"samples_per_s_median", median(sps)}, {"wait_fraction", waitf},
-                        {"independent_fallbacks", fallbacks}, {"cached_fraction_before", cached_before}});
+                        {"independent_fallbacks", fallbacks}, {"cached_fraction_before", cached_before},
+                        {"in_memory", in_memory}});
         if (g_rank == 0)
           std::printf("%-28s %-10s %3d %-8s %-12s %-11s %9s %9.0f %10.0f %8.2f %7.2f\n", file.substr(file.rfind('/') + 1).c_str(),
                       layout.c_str(), g_size, "reader", transfer, order, "-", median(pipe_mbps), median(sps),

@@ -115,6 +115,7 @@ struct ShardedReader::Impl {
 
   // HDF5 state: used only by tasks (on the I/O thread, or inline when not threaded).
   h5::Id file, images, dxpl;
+  std::vector<uint8_t> memory;  // all images, when they fit in_memory_limit_bytes
 
   // Submission side (calling thread only).
   int64_t submit_epoch = 0, submit_step = 0;
@@ -189,6 +190,12 @@ struct ShardedReader::Impl {
       dxpl = h5::make(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate", path);
       h5check(H5Pset_dxpl_mpio(dxpl, opt.collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT),
               "H5Pset_dxpl_mpio", path);
+      const int64_t total = info.n * info.sample_bytes();
+      if (total <= opt.in_memory_limit_bytes) {
+        memory.resize(size_t(total));
+        h5check(H5Dread(images, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, dxpl, memory.data()), "H5Dread (whole dataset)",
+                path + ":/images");
+      }
     } catch (const std::exception& e) {
       close_task();
       return e.what();
@@ -201,6 +208,8 @@ struct ShardedReader::Impl {
     dxpl.reset();
     images.reset();
     file.reset();
+    memory.clear();
+    memory.shrink_to_fit();
   }
 
   Batch read_batch(int64_t epoch, int64_t step, const std::vector<int64_t>& ord) {
@@ -213,6 +222,12 @@ struct ShardedReader::Impl {
     std::vector<int64_t> rows = b.indices;
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    if (!memory.empty()) {  // in memory: no I/O, rows are positions in `memory`
+      Stopwatch sw;
+      decode(b, rows, memory, /*in_memory=*/true);
+      b.decode_seconds = sw.elapsed_s();
+      return b;
+    }
     std::vector<uint8_t> staging(size_t(int64_t(rows.size()) * S));
     Stopwatch sw;
     {
@@ -237,12 +252,13 @@ struct ShardedReader::Impl {
     }
     b.read_seconds = sw.elapsed_s();
     sw.restart();
-    decode(b, rows, staging);
+    decode(b, rows, staging, /*in_memory=*/false);
     b.decode_seconds = sw.elapsed_s();
     return b;
   }
 
-  void decode(Batch& b, const std::vector<int64_t>& rows, const std::vector<uint8_t>& staging) {
+  // staging holds rows[k] at position k, or (in_memory) every sample at its own index.
+  void decode(Batch& b, const std::vector<int64_t>& rows, const std::vector<uint8_t>& staging, bool in_memory) {
     const int64_t C = info.c, H = info.h, W = info.w, S = C * H * W, n = local_batch;
     AllocOptions alloc;
     alloc.pinned = opt.pinned;
@@ -262,7 +278,7 @@ struct ShardedReader::Impl {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t row = b.indices[size_t(i)];
       lab[i] = labels[size_t(row)];
-      const size_t pos = size_t(std::lower_bound(rows.begin(), rows.end(), row) - rows.begin());
+      const size_t pos = in_memory ? size_t(row) : size_t(std::lower_bound(rows.begin(), rows.end(), row) - rows.begin());
       const uint8_t* src = staging.data() + pos * size_t(S);
       float* dst = out + i * S;
       int64_t dy = 0, dx = 0;
@@ -328,6 +344,7 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
                " must be a positive multiple of the number of ranks (", m.size, ")");
     HPDT_CHECK(m.opt.prefetch >= 0, "prefetch depth must be >= 0, got ", m.opt.prefetch);
     HPDT_CHECK(m.opt.crop_padding >= 0, "crop padding must be >= 0, got ", m.opt.crop_padding);
+    HPDT_CHECK(m.opt.in_memory_limit_bytes >= 0, "in_memory_limit_bytes must be >= 0");
     if (!std::filesystem::exists(path)) throw Error("dataset file does not exist", path);
     std::lock_guard lock(hdf5_mutex());  // the I/O thread may be in HDF5 for another reader
     quiet_hdf5_errors();
@@ -387,6 +404,7 @@ const ReaderOptions& ShardedReader::options() const { return impl_->opt; }
 int64_t ShardedReader::global_batch() const { return impl_->global_batch; }
 int64_t ShardedReader::local_batch() const { return impl_->local_batch; }
 int64_t ShardedReader::steps_per_epoch() const { return impl_->steps; }
+bool ShardedReader::in_memory() const { return !impl_->memory.empty(); }
 ReaderStats ShardedReader::stats() const { return impl_->stats; }
 
 void ShardedReader::set_epoch(int64_t epoch) { resume(epoch, 0); }

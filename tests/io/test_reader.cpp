@@ -95,7 +95,9 @@ TEST(ShardedReader, ShardsAreDisjointCoveringAndRankCountIndependent) {
         opt.tail = tail;
         opt.normalize = false;
         opt.prefetch = 2;
+        opt.in_memory_limit_bytes = tail == io::TailPolicy::pad ? 0 : int64_t(1) << 20;  // both read paths
         io::ShardedReader reader(MPI_COMM_WORLD, path, B, 1234, opt);
+        EXPECT_EQ(reader.in_memory(), tail == io::TailPolicy::drop);
         const int64_t steps = reader.steps_per_epoch();
         EXPECT_EQ(steps, tail == io::TailPolicy::drop ? n / B : (n + B - 1) / B);
         for (int64_t epoch = 0; epoch < 2; ++epoch) {
@@ -170,15 +172,19 @@ TEST(ShardedReader, ResumeAndPrefetchAndAugmentationAreReproducible) {
   opt.augment = true;
   opt.crop_padding = 1;
   opt.prefetch = 3;
+  opt.in_memory_limit_bytes = 0;  // `full` reads the file each step; `resumed` below from memory
   const int64_t B = 2 * p;
   io::ShardedReader full(MPI_COMM_WORLD, path, B, 5, opt);
+  ASSERT_FALSE(full.in_memory());
   const int64_t steps = full.steps_per_epoch();
   std::vector<io::Batch> run;
   for (int64_t k = 0; k < 2 * steps + 3; ++k) run.push_back(full.next());
 
   io::ReaderOptions sync = opt;
   sync.prefetch = 0;
+  sync.in_memory_limit_bytes = int64_t(1) << 20;
   io::ShardedReader resumed(MPI_COMM_WORLD, path, B, 5, sync);
+  ASSERT_TRUE(resumed.in_memory());
   resumed.resume(1, steps - 2);
   for (int64_t k = 2 * steps - 2; k < int64_t(run.size()); ++k)
     EXPECT_TRUE(same_batch(resumed.next(), run[size_t(k)])) << "batch " << k;
