@@ -40,18 +40,26 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", default="resnet20,vit_ti")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--vit-batch", type=int, default=0, help="ViT batch when it must differ (0: --batch)")
+    ap.add_argument("--vit-rounds", type=int, default=0, help="rounds for ViT (0: --rounds)")
+    ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "train_step_cpu"))
     a = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    common = ["--batch", "128", "--image", "28", "--channels", "1", "--patch", "4", "--classes", "10",
-              "--steps", str(a.steps), "--warmup", "2"]
+    def common(model):
+        b = a.vit_batch if (model.startswith("vit") and a.vit_batch) else a.batch
+        return ["--batch", str(b), "--image", "28", "--channels", "1", "--patch", "4", "--classes", "10",
+                "--steps", str(a.steps), "--warmup", str(a.warmup)]
     load_before = os.getloadavg()
     runs = []
     for r in range(a.rounds):
         for model in a.models.split(","):
-            variants = [("hpdt", [a.hpdt, "--model", model] + common),
+            if model.startswith("vit") and a.vit_rounds and r >= a.vit_rounds:
+                continue
+            variants = [("hpdt", [a.hpdt, "--model", model] + common(model)),
                         ("pytorch", ["/usr/bin/python3", os.path.join(HERE, "torch_train_step.py"), "--model", model,
-                                     "--threads", str(a.threads)] + common)]
+                                     "--threads", str(a.threads)] + common(model))]
             if model.startswith("resnet"):
                 variants.append(("pytorch-channels_last", variants[1][1] + ["--channels-last"]))
             for impl, cmd in variants:
@@ -74,7 +82,7 @@ def main():
         "benchmark": "train_step_cpu", "date_utc": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z",
         "git_commit": sh(f"git -C {ROOT} rev-parse HEAD"), "host": platform.node(),
         "cpu": sh("lscpu | grep 'Model name' | sed 's/.*: *//'"), "threads": a.threads,
-        "setup": "batch 128, 1x28x28 random images, 10 classes, SGD nesterov momentum 0.9 wd 5e-4, ViT patch 4",
+        "setup": f"batch {a.batch} (ViT {a.vit_batch or a.batch}), 1x28x28 random images, 10 classes, SGD nesterov momentum 0.9 wd 5e-4, ViT patch 4, {a.warmup} warm-up steps",
         "loadavg_before": load_before, "loadavg_after": load_after,
         "load_note": "2-core machine shared with other helpers building and testing; runs interleaved so both sides see the same noise",
         "torch_version": sh("/usr/bin/python3 -c 'import torch; print(torch.__version__)'"),
@@ -85,15 +93,17 @@ def main():
     with open(a.out + ".json.tmp", "w") as f:
         json.dump(doc, f, indent=1)
     os.replace(a.out + ".json.tmp", a.out + ".json")
-    lines = ["# CPU training step: hpdt vs PyTorch 1.13 (batch 128, 1x28x28, %d threads)" % a.threads, "",
-             "| model | implementation | img/s (median of %d rounds) |" % a.rounds, "|---|---|---|"]
+    lines = ["# CPU training step: hpdt vs PyTorch 1.13 (1x28x28, %d threads)" % a.threads, "",
+             doc["setup"] + ".", "",
+             "| model | implementation | img/s (median over rounds) | per round |", "|---|---|---|---|"]
     for model, s in summary.items():
         for impl, v in s.items():
             if isinstance(v, dict):
-                lines.append(f"| {model} | {impl} | {v['img_per_s_median_of_rounds']:.1f} |")
-        lines.append(f"| {model} | **hpdt / best PyTorch** | **{s['ratio_hpdt_over_best_pytorch']:.2f}x** |")
+                rounds = ", ".join(f"{x:.1f}" for x in v["per_round"])
+                lines.append(f"| {model} | {impl} | {v['img_per_s_median_of_rounds']:.1f} | {rounds} |")
+        lines.append(f"| {model} | **hpdt / best PyTorch** | **{s['ratio_hpdt_over_best_pytorch']:.2f}x** | |")
     lines += ["", f"Load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (other helpers were "
-              "building/testing on the same 2 cores). Commit {doc['git_commit'][:10]}. JSON: train_step_cpu.json."]
+              f"building/testing on the same 2 cores). Commit {doc['git_commit'][:10]}. JSON: train_step_cpu.json."]
     with open(a.out + ".md.tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(a.out + ".md.tmp", a.out + ".md")

@@ -14,6 +14,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+sys.dont_write_bytecode = True  # no __pycache__ in tests/golden
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden"))
 from make_fixtures import ResNetCifar, ViT  # noqa: E402
 
