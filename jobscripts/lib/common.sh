@@ -32,11 +32,15 @@ hpdt_setup() {
     mkdir -p "$HPDT_OUT/nccl"
     export NCCL_DEBUG=${HPDT_NCCL_DEBUG:-INFO} NCCL_DEBUG_FILE=$HPDT_OUT/nccl/nccl.%h.%p.log
   fi
-  if [ -n "${SLURM_JOB_ID:-}" ]; then
+  # each script says which scheduler wrote it (HPDT_SCHEDULER): a PBS script run through Slurm's
+  # #PBS support (or on a site with both) must still use PBS_NODEFILE and mpiexec
+  local sched=${HPDT_SCHEDULER:-}
+  [ -z "$sched" ] && { [ -n "${SLURM_JOB_ID:-}" ] && sched=slurm || { [ -n "${PBS_JOBID:-}" ] && sched=pbs; }; }
+  if [ "$sched" = slurm ]; then
     HPDT_NODES=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}
     HPDT_RANKS=${SLURM_NTASKS:-$HPDT_NODES}
     HPDT_LAUNCH=${HPDT_LAUNCH:-srun}
-  elif [ -n "${PBS_JOBID:-}" ] || [ -n "${PBS_NODEFILE:-}" ]; then
+  elif [ "$sched" = pbs ]; then
     export PBS_NODEFILE=${PBS_NODEFILE:-$(generate_pbs_nodefile 2>/dev/null)}
     [ -s "$PBS_NODEFILE" ] || hpdt_die "PBS_NODEFILE is empty or missing"
     HPDT_RANKS=$(wc -l < "$PBS_NODEFILE")
@@ -90,7 +94,7 @@ hpdt_forward_signals() {
 hpdt_requeue_or_exit() {
   local rc=$1
   if [ "$rc" -eq "$HPDT_REQUEUE_EXIT" ]; then
-    if [ -n "${SLURM_JOB_ID:-}" ]; then
+    if [ "${HPDT_SCHEDULER:-slurm}" = slurm ] && [ -n "${SLURM_JOB_ID:-}" ]; then
       hpdt_log "trainer checkpointed (exit $rc): requeueing job $SLURM_JOB_ID"
       scontrol requeue "$SLURM_JOB_ID" && exit 0
     elif [ -n "${PBS_JOBID:-}" ] && command -v qrerun >/dev/null 2>&1; then

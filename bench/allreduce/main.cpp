@@ -1,0 +1,597 @@
+// hpdt-allreduce-perf: all-reduce algorithms (ring, tree, rhd, hier, mpi, nccl, auto) and gradient
+// compressions measured over a range of message sizes, printed in the layout of nccl-tests'
+// all_reduce_perf (one block per algorithm), plus JSON/CSV, an alpha-beta fit per algorithm with the
+// model beside each measurement, the best algorithm per size, and a tuning file for --algo auto.
+//
+//   mpirun -np 4 hpdt-allreduce-perf -b 8 -e 64M -f 2 --algo ring,tree,rhd,hier,mpi,auto -J out.json
+//
+// Conventions (nccl-tests, doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw * 2(p-1)/p, the
+// per-link bandwidth a bandwidth-optimal algorithm needs, comparable across rank counts and with the
+// hardware's peak. Times are per operation, averaged over -n back-to-back iterations after -w warm-up
+// ones, reduced over ranks by -a (0 rank 0, 1 mean, 2 min, 3 max), median over --repeat repetitions.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hpdt/bench/cost_model.h"
+#include "hpdt/comm/allreduce.h"
+#include "hpdt/comm/communicator.h"
+#include "hpdt/comm/tuning.h"
+#include "hpdt/core/check_mpi.h"
+#include "hpdt/core/error.h"
+#include "hpdt/core/float16.h"
+#include "hpdt/core/results.h"
+#include "hpdt/core/runtime.h"
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt/core/timer.h"
+
+using namespace hpdt;
+namespace hc = hpdt::comm;
+
+namespace {
+
+struct Options {
+  size_t min_bytes = 8, max_bytes = 32 << 20, step_bytes = 1 << 20;
+  double step_factor = 2;
+  bool factor_given = false;
+  int iters = 20, warmup = 5, check = 1, average = 1, repeat = 3;
+  std::string dtype = "float", op = "sum", device = "cpu";
+  std::string algos = "ring,tree,rhd,hier,mpi,auto", compresses = "none";
+  size_t segment = 0;
+  std::string json, csv, tuning_out, tuning_in, label, nccl_debug;
+  int root = -1;
+};
+
+size_t parse_size(const std::string& flag, const std::string& text) {
+  // nccl-tests accepts 8, 1K, 32M, 1G (powers of 1024)
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    HPDT_FAIL(flag, ": '", text, "' is not a size (e.g. 8, 64K, 32M, 1G)");
+  }
+  std::string unit = text.substr(used);
+  double mult = 1;
+  if (unit == "K" || unit == "k" || unit == "KB" || unit == "KiB") mult = 1024.0;
+  else if (unit == "M" || unit == "m" || unit == "MB" || unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g" || unit == "GB" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) HPDT_FAIL(flag, ": unknown unit '", unit, "' in '", text, "' (use K, M or G)");
+  HPDT_CHECK(v >= 0, flag, ": size must be >= 0, got '", text, "'");
+  return size_t(v * mult);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "float" || s == "f32" || s == "float32") return DType::f32;
+  if (s == "half" || s == "f16" || s == "float16") return DType::f16;
+  if (s == "bfloat16" || s == "bf16") return DType::bf16;
+  HPDT_FAIL("-d: unsupported datatype '", s, "' (float, half, bfloat16)");
+}
+const char* nccl_type_name(DType t) { return t == DType::f32 ? "float" : t == DType::f16 ? "half" : "bfloat16"; }
+
+std::string time_str(double us) {  // nccl-tests: %7.0f / %7.1f / %7.2f by magnitude
+  char b[32];
+  std::snprintf(b, sizeof b, us >= 10000.0 ? "%7.0f" : us >= 100.0 ? "%7.1f" : "%7.2f", us);
+  return b;
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// Exactly representable inputs: small integers whose sums over any rank count used here are exact in
+// the dtype (f32: |v| <= 8, so |sum| <= 8p; f16/bf16: v in {-1,0,1,2}, |sum| <= 2p, exact to p = 128
+// for bf16 and 1024 for f16). Each element's value depends on rank and index, so a misplaced chunk shows.
+double input_value(DType t, int rank, size_t i) {
+  if (t == DType::f32) return double(int((size_t(rank) * 7 + i) % 17) - 8);
+  return double(int((size_t(rank) + i) % 4) - 1);
+}
+
+void fill_host(DType t, void* p, size_t count, int rank) {
+  for (size_t i = 0; i < count; ++i) {
+    const float v = float(input_value(t, rank, i));
+    if (t == DType::f32) static_cast<float*>(p)[i] = v;
+    else if (t == DType::f16) static_cast<f16_t*>(p)[i] = f16_t(v);
+    else static_cast<bf16_t*>(p)[i] = bf16_t(v);
+  }
+}
+
+double read_host(DType t, const void* p, size_t i) {
+  if (t == DType::f32) return static_cast<const float*>(p)[i];
+  if (t == DType::f16) return to_f32(static_cast<const f16_t*>(p)[i]);
+  return to_f32(static_cast<const bf16_t*>(p)[i]);
+}
+
+// Elements that differ from the exact result (sum) or from it divided by p beyond one unit in the
+// last place of the dtype (avg: the algorithms may scale before or after the final rounding).
+size_t count_wrong(DType t, const void* p, size_t count, int ranks, bool avg) {
+  const double ulp = t == DType::f32 ? 0x1p-23 : t == DType::f16 ? 0x1p-10 : 0x1p-7;
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double sum = 0;
+    for (int r = 0; r < ranks; ++r) sum += input_value(t, r, i);
+    const double want = avg ? sum / ranks : sum;
+    const double got = read_host(t, p, i);
+    const double tol = avg ? 2 * ulp * std::max(1.0, std::abs(want)) : 0.0;
+    if (!(std::abs(got - want) <= tol)) ++wrong;
+  }
+  return wrong;
+}
+
+struct Row {
+  std::string algo, compress;
+  size_t bytes = 0, count = 0;
+  bool in_place = false;
+  double time_us = 0, algbw = 0, busbw = 0, model_us = 0;
+  long wrong = 0;  // -1: not checked
+};
+
+struct Bench {
+  Options o;
+  hc::Communicator& comm;
+  DType dtype;
+  hc::ReduceOp op;
+  Device device = Device::cpu();
+  Stream stream;
+  hc::TuningTable tuning;
+  bool have_tuning = false;
+  int p, rank;
+
+  Bench(Options opts, hc::Communicator& c)
+      : o(std::move(opts)), comm(c), dtype(parse_dtype(o.dtype)), op(hc::parse_reduce_op(o.op)), p(c.size()),
+        rank(c.rank()) {
+    if (o.device == "cuda") {
+      HPDT_CHECK(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
+      const int dev = comm.local_rank() % cuda_device_count();
+      cuda_set_device(dev);
+      device = Device::cuda(dev);
+      stream = Stream::create_cuda(dev);
+    }
+    if (!o.tuning_in.empty()) {
+      tuning = hc::TuningTable::load(o.tuning_in);
+      have_tuning = true;
+    }
+  }
+
+  void sync() {
+    stream.synchronize();
+#if HPDT_HAVE_CUDA
+    if (device.is_cuda()) Stream::wrap_cuda(comm.nccl_stream(), device.index).synchronize();
+#endif
+  }
+
+  void run_one(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
+    hc::AllreduceOptions ao;
+    ao.segment_bytes = o.segment;
+    if (have_tuning) ao.tuning = &tuning;
+    void* out = recv.data();
+    const void* in = in_place ? out : send.data();
+    hc::allreduce(comm, in, out, count, dtype, op, algo, ao);
+  }
+
+  // seconds per operation on this rank, reduced over ranks as -a asks, median over --repeat
+  double time_op(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
+    for (int i = 0; i < o.warmup; ++i) run_one(algo, send, recv, count, in_place);
+    sync();
+    std::vector<double> reps;
+    for (int r = 0; r < std::max(1, o.repeat); ++r) {
+      HPDT_MPI_CHECK(MPI_Barrier(comm.comm()));
+      Stopwatch sw;
+      for (int i = 0; i < o.iters; ++i) run_one(algo, send, recv, count, in_place);
+      sync();
+      double t = sw.elapsed_s() / std::max(1, o.iters), red = t;
+      if (o.average == 0) {
+        HPDT_MPI_CHECK(MPI_Bcast(&red, 1, MPI_DOUBLE, 0, comm.comm()));
+      } else {
+        const MPI_Op mop = o.average == 1 ? MPI_SUM : o.average == 2 ? MPI_MIN : MPI_MAX;
+        HPDT_MPI_CHECK(MPI_Allreduce(&t, &red, 1, MPI_DOUBLE, mop, comm.comm()));
+        if (o.average == 1) red /= p;
+      }
+      reps.push_back(red);
+    }
+    return sample_stats(reps).median;
+  }
+
+  // #wrong summed over ranks (each rank checks its own result: all must hold the full sum)
+  long check(hc::Algorithm algo, Tensor& send, Tensor& recv, size_t count, bool in_place) {
+    if (!o.check) return -1;
+    Tensor host = Tensor::empty({int64_t(std::max<size_t>(count, 1))}, dtype);
+    fill_host(dtype, host.data(), count, rank);
+    Tensor target = in_place ? recv : send;
+    if (count) {
+      Tensor src = host.flat(0, int64_t(count)), dst = target.flat(0, int64_t(count));
+      copy(src, dst, stream);
+    }
+    stream.synchronize();
+    run_one(algo, send, recv, count, in_place);
+    sync();
+    if (count) {
+      Tensor src = recv.flat(0, int64_t(count)), dst = host.flat(0, int64_t(count));
+      copy(src, dst, stream);
+    }
+    stream.synchronize();
+    long wrong = long(count_wrong(dtype, host.data(), count, p, op == hc::ReduceOp::avg));
+    long total = 0;
+    HPDT_MPI_CHECK(MPI_Allreduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, comm.comm()));
+    return total;
+  }
+};
+
+std::vector<size_t> sizes(const Options& o, size_t elem) {
+  std::vector<size_t> out;
+  for (size_t b = o.min_bytes; b <= o.max_bytes;) {
+    out.push_back(b / elem * elem);
+    size_t next = o.factor_given ? size_t(double(b) * o.step_factor) : b + o.step_bytes;
+    if (next <= b) break;
+    b = next;
+  }
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bench::Coefficients fit_coefficients(const std::string& algo, int p) {
+  // hier and auto are fitted with the ring's form: at one rank count only the effective alpha and beta
+  // matter; the two-level prediction at other scales is hpdt-scaling's job.
+  return bench::flat_coefficients(bench::is_known_algorithm(algo) ? algo : "ring", p);
+}
+
+// Tuning entries for this world size and node count from the best algorithm per size: a range
+// boundary sits at the geometric mean of the two measured sizes where the winner changes.
+std::vector<hc::TuningEntry> tuning_entries(const std::vector<std::pair<size_t, std::string>>& best, int p,
+                                            int nodes, size_t segment) {
+  std::vector<hc::TuningEntry> out;
+  for (size_t i = 0; i < best.size(); ++i) {
+    if (!out.empty() && hc::algorithm_name(out.back().algorithm) == best[i].second) continue;
+    hc::TuningEntry e;
+    e.world_size = p;
+    e.nodes = nodes;
+    e.algorithm = hc::parse_algorithm(best[i].second);
+    e.segment_bytes = segment;
+    e.min_bytes = i == 0 ? 0 : size_t(std::sqrt(double(best[i - 1].first) * double(best[i].first))) + 1;
+    if (!out.empty()) out.back().max_bytes = e.min_bytes;
+    out.push_back(e);
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  CLI::App app{"hpdt-allreduce-perf: all-reduce algorithms in the nccl-tests layout"};
+  std::string b = "8", e = "32M", i = "1M";
+  app.add_option("-b,--minbytes", b, "minimum size (bytes; K/M/G suffixes)")->capture_default_str();
+  app.add_option("-e,--maxbytes", e, "maximum size")->capture_default_str();
+  app.add_option("-i,--stepbytes", i, "increment between sizes (when -f is not given)")->capture_default_str();
+  auto* f = app.add_option("-f,--stepfactor", o.step_factor, "multiplication factor between sizes");
+  app.add_option("-n,--iters", o.iters, "timed iterations per repetition")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--check", o.check, "check results (1) or not (0)")->capture_default_str()->check(CLI::Range(0, 1));
+  app.add_option("-d,--datatype", o.dtype, "float | half | bfloat16")->capture_default_str();
+  app.add_option("-o,--op", o.op, "sum | avg")->capture_default_str();
+  app.add_option("-a,--average", o.average, "time over ranks: 0 rank 0, 1 mean, 2 min, 3 max")
+      ->capture_default_str()->check(CLI::Range(0, 3));
+  app.add_option("-J,--json", o.json, "write results, fits and the best-per-size summary as JSON");
+  app.add_option("--csv", o.csv, "write the result rows as CSV");
+  app.add_option("--algo", o.algos, "algorithms: ring,tree,rhd,hier,mpi,nccl,auto")->capture_default_str();
+  app.add_option("--compress", o.compresses, "compressions (none only in this build; see docs/benchmarks.md)")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--segment", o.segment, "pipelining segment in bytes (0: each algorithm's default)");
+  app.add_option("--repeat", o.repeat, "repetitions of the timed loop; the median is reported")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--tuning", o.tuning_in, "tuning file that --algo auto reads (else HPDT_TUNING_FILE or built-in)");
+  app.add_option("--tuning-out", o.tuning_out,
+                 "write the best algorithm per size as a tuning file (entries for this rank and node count "
+                 "replace older ones; others are kept)");
+  app.add_option("--label", o.label, "free text recorded in the JSON (e.g. 'emulated 2x2, 1 Gbit/s')");
+  app.add_option("--nccl-debug", o.nccl_debug, "capture NCCL_DEBUG=INFO per rank into DIR/nccl.rank<R>.log");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& pe) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank == 0 ? app.exit(pe) : (pe.get_exit_code() != 0);
+  }
+  o.factor_given = f->count() > 0;
+  o.min_bytes = parse_size("-b", b);
+  o.max_bytes = parse_size("-e", e);
+  o.step_bytes = parse_size("-i", i);
+  HPDT_CHECK(o.min_bytes <= o.max_bytes, "-b ", b, " is larger than -e ", e);
+  HPDT_CHECK(!o.factor_given || o.step_factor > 1, "-f must be > 1, got ", o.step_factor);
+  HPDT_CHECK(o.factor_given || o.step_bytes > 0, "-i must be > 0");
+
+  int world_rank = 0;
+  HPDT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  if (!o.nccl_debug.empty()) {
+    // NCCL reads these when the communicator is created (first nccl use), after this point.
+    std::string dir = o.nccl_debug;
+    if (world_rank == 0) std::system(("mkdir -p '" + dir + "'").c_str());
+    HPDT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    if (!std::getenv("NCCL_DEBUG")) setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_FILE", (dir + "/nccl.rank" + std::to_string(world_rank) + ".log").c_str(), 1);
+  }
+
+  const auto algos = split(o.algos);
+  const auto compresses = split(o.compresses);
+  HPDT_CHECK(!algos.empty(), "--algo: empty list");
+  for (const auto& a : algos) {
+    (void)hc::parse_algorithm(a);  // throws naming the known ones
+    HPDT_CHECK(a != "nccl" || o.device == "cuda", "--algo nccl needs --device cuda (NCCL reduces GPU memory)");
+  }
+  for (const auto& c : compresses)
+    HPDT_CHECK(c == "none", "--compress ", c, ": compressed all-reduce is not available in this build");
+
+  hc::Communicator comm(MPI_COMM_WORLD);
+  Bench bench(o, comm);
+  const int p = comm.size(), rank = comm.rank();
+  const size_t elem = dtype_size(bench.dtype);
+  const auto size_list = sizes(o, elem);
+  const std::string load_start = load_average();
+
+  // header: who runs where (nccl-tests prints one line per rank)
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string me = host;
+  std::string dev_desc = bench.device.is_cuda() ? cuda_device_name(bench.device.index) : "cpu";
+  char line[512];
+  std::snprintf(line, sizeof line, "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s", rank, int(getpid()), host,
+                bench.device.is_cuda() ? bench.device.index : -1, bench.device.str().c_str(), dev_desc.c_str());
+  std::vector<char> all(size_t(p) * 512, 0);
+  std::vector<char> mine(512, 0);
+  std::snprintf(mine.data(), 512, "%s", line);
+  HPDT_MPI_CHECK(MPI_Gather(mine.data(), 512, MPI_CHAR, all.data(), 512, MPI_CHAR, 0, comm.comm()));
+  std::vector<char> hostbuf(256, 0), hosts_all(size_t(p) * 256, 0);
+  std::snprintf(hostbuf.data(), 256, "%s", host);
+  HPDT_MPI_CHECK(MPI_Allgather(hostbuf.data(), 256, MPI_CHAR, hosts_all.data(), 256, MPI_CHAR, comm.comm()));
+  std::vector<std::string> hosts;
+  for (int r = 0; r < p; ++r) hosts.emplace_back(&hosts_all[size_t(r) * 256]);
+
+  const bool root = rank == 0;
+  auto out = [&](const std::string& s) {
+    if (root) std::fputs(s.c_str(), stdout);
+  };
+  {
+    std::ostringstream h;
+    h << "# nThread 1 nGpus 1 minBytes " << o.min_bytes << " maxBytes " << o.max_bytes << " step: "
+      << (o.factor_given ? std::to_string(int(o.step_factor)) + "(factor)" : std::to_string(o.step_bytes) + "(bytes)")
+      << " warmup iters: " << o.warmup << " iters: " << o.iters << " agg iters: 1 validation: " << o.check
+      << " graph: 0\n#\n# hpdt-allreduce-perf: " << comm.describe() << ", device " << o.device << ", repeat "
+      << o.repeat << " (median), -a " << o.average << "\n";
+    const char* na = std::getenv("NCCL_ALGO");
+    const char* np = std::getenv("NCCL_PROTO");
+    if (na || np) h << "# NCCL_ALGO=" << (na ? na : "") << " NCCL_PROTO=" << (np ? np : "") << " (passed to nccl)\n";
+    h << "# load average at start: " << load_start << "\n#\n# Using devices\n";
+    if (root)
+      for (int r = 0; r < p; ++r) h << &all[size_t(r) * 512] << "\n";
+    out(h.str());
+  }
+
+  std::vector<Row> rows;
+  std::map<std::string, bench::AlphaBeta> fits;
+  const Tensor dummy;
+  const size_t max_count = size_list.empty() ? 1 : std::max<size_t>(size_list.back() / elem, 1);
+  Tensor send = Tensor::zeros({int64_t(max_count)}, bench.dtype, bench.device);
+  Tensor recv = Tensor::zeros({int64_t(max_count)}, bench.dtype, bench.device);
+  long oob_total = 0;
+  double busbw_sum = 0;
+  size_t busbw_n = 0;
+
+  for (const auto& c : compresses)
+    for (const auto& a : algos) {
+      const hc::Algorithm algo = hc::parse_algorithm(a);
+      std::ostringstream h;
+      h << "#\n# Algorithm: " << a << (c == "none" ? "" : "  compress: " + c) << "\n"
+        << "#                                                              out-of-place                       in-place          \n"
+        << "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n";
+      out(h.str());
+      std::vector<Row> block;
+      for (size_t bytes : size_list) {
+        const size_t count = bytes / elem;
+        std::snprintf(line, sizeof line, "%12zu  %12zu  %8s  %6s  %6i", bytes, count, nccl_type_name(bench.dtype),
+                      o.op.c_str(), o.root);
+        std::string text = line;
+        for (bool in_place : {false, true}) {
+          Row r;
+          r.algo = a;
+          r.compress = c;
+          r.bytes = bytes;
+          r.count = count;
+          r.in_place = in_place;
+          r.wrong = bench.check(algo, send, recv, count, in_place);
+          const double t = bench.time_op(algo, send, recv, count, in_place);
+          r.time_us = t * 1e6;
+          r.algbw = t > 0 ? double(bytes) / t / 1e9 : 0;
+          r.busbw = r.algbw * (p > 1 ? 2.0 * (p - 1) / p : 1.0);
+          if (r.wrong > 0) oob_total += r.wrong;
+          busbw_sum += r.busbw;
+          ++busbw_n;
+          std::snprintf(line, sizeof line, "  %7s  %6.2f  %6.2f  %5s", time_str(r.time_us).c_str(), r.algbw, r.busbw,
+                        r.wrong < 0 ? "N/A" : std::to_string(r.wrong).c_str());
+          text += line;
+          block.push_back(r);
+        }
+        out(text + "\n");
+        std::fflush(stdout);
+      }
+      // alpha-beta fit of this block (out-of-place times), the model beside each measurement
+      const auto coef = fit_coefficients(a, p);
+      std::vector<bench::TimeSample> samples;
+      for (const auto& r : block)
+        if (!r.in_place && r.bytes > 0) samples.push_back({double(r.bytes), r.time_us * 1e-6});
+      const bench::AlphaBeta fit = bench::fit_alpha_beta(coef, samples);
+      const std::string key = c == "none" ? a : a + "+" + c;
+      fits[key] = fit;
+      for (auto& r : block) r.model_us = fit.predict_s(coef, double(r.bytes)) * 1e6;
+      std::ostringstream m;
+      char fl[256];
+      std::snprintf(fl, sizeof fl,
+                    "# alpha-beta fit (%s, p=%d: t = %g a + %g n b): alpha %.2f us, 1/beta %.3f GB/s, rms error %.1f%%\n",
+                    key.c_str(), p, coef.a, coef.b, fit.alpha_s * 1e6,
+                    fit.beta_s_per_byte > 0 ? 1e-9 / fit.beta_s_per_byte : 0.0, 100 * fit.rms_rel_error);
+      m << fl << "#       size   measured(us)   model(us)  measured/model\n";
+      for (const auto& r : block) {
+        if (r.in_place) continue;
+        std::snprintf(fl, sizeof fl, "# %10zu  %13.2f  %10.2f  %8.2f\n", r.bytes, r.time_us, r.model_us,
+                      r.model_us > 0 ? r.time_us / r.model_us : 0.0);
+        m << fl;
+      }
+      out(m.str());
+      rows.insert(rows.end(), block.begin(), block.end());
+    }
+
+  // footer (nccl-tests)
+  std::ostringstream ft;
+  ft << "# Out of bounds values : " << oob_total << (oob_total == 0 ? " OK" : " FAILED") << "\n";
+  std::snprintf(line, sizeof line, "# Avg bus bandwidth    : %g \n#\n", busbw_n ? busbw_sum / double(busbw_n) : 0.0);
+  ft << line;
+
+  // best algorithm per size (uncompressed, out of place; auto is compared against it, not a candidate)
+  std::vector<std::pair<size_t, std::string>> best;
+  nlohmann::json best_json = nlohmann::json::array();
+  auto busbw_of = [&](const std::string& a, size_t bytes) -> double {
+    for (const auto& r : rows)
+      if (r.algo == a && r.compress == "none" && !r.in_place && r.bytes == bytes) return r.busbw;
+    return -1;
+  };
+  const bool have_mpi = std::find(algos.begin(), algos.end(), "mpi") != algos.end();
+  const bool have_auto = std::find(algos.begin(), algos.end(), "auto") != algos.end();
+  if (std::find(compresses.begin(), compresses.end(), "none") != compresses.end()) {
+    ft << "# Best algorithm per size (out-of-place busbw, GB/s)\n#       size  best     busbw"
+       << (have_mpi ? "    mpi  best/mpi" : "") << (have_auto ? "   auto  auto/best" : "") << "\n";
+    for (size_t bytes : size_list) {
+      if (bytes == 0) continue;
+      std::string who;
+      double bb = -1;
+      for (const auto& a : algos) {
+        if (a == "auto") continue;
+        const double v = busbw_of(a, bytes);
+        if (v > bb) {
+          bb = v;
+          who = a;
+        }
+      }
+      if (who.empty()) continue;
+      best.emplace_back(bytes, who);
+      nlohmann::json bj = {{"bytes", bytes}, {"algo", who}, {"busbw_GBps", bb}};
+      std::snprintf(line, sizeof line, "# %10zu  %-6s %8.3f", bytes, who.c_str(), bb);
+      std::string t = line;
+      if (have_mpi) {
+        const double m = busbw_of("mpi", bytes);
+        std::snprintf(line, sizeof line, " %7.3f  %7.2f", m, m > 0 ? bb / m : 0.0);
+        t += line;
+        bj["mpi_busbw_GBps"] = m;
+        bj["best_over_mpi"] = m > 0 ? bb / m : 0.0;
+      }
+      if (have_auto) {
+        const double au = busbw_of("auto", bytes);
+        std::snprintf(line, sizeof line, " %7.3f  %7.2f", au, bb > 0 ? au / bb : 0.0);
+        t += line;
+        bj["auto_busbw_GBps"] = au;
+        bj["auto_over_best"] = bb > 0 ? au / bb : 0.0;
+      }
+      ft << t << "\n";
+      best_json.push_back(bj);
+    }
+    ft << "#\n";
+  }
+  const std::string load_end = load_average();
+  ft << "# load average at end: " << load_end << "\n";
+  out(ft.str());
+
+  if (root) {
+    if (!o.tuning_out.empty() && !best.empty()) {
+      std::vector<hc::TuningEntry> entries;
+      std::ifstream existing(o.tuning_out);
+      if (existing.good()) {
+        const hc::TuningTable old = hc::TuningTable::load(o.tuning_out);
+        for (const auto& en : old.entries())
+          if (!(en.world_size == p && en.nodes == comm.node_count())) entries.push_back(en);
+      }
+      for (const auto& en : tuning_entries(best, p, comm.node_count(), o.segment)) entries.push_back(en);
+      hc::TuningTable(entries).save(o.tuning_out);
+      std::printf("# tuning file for --algo auto: %s (%d ranks, %d nodes)\n", o.tuning_out.c_str(), p,
+                  comm.node_count());
+    }
+    nlohmann::json doc;
+    doc["tool"] = "hpdt-allreduce-perf";
+    doc["label"] = o.label;
+    doc["ranks"] = p;
+    doc["nodes"] = comm.node_count();
+    doc["hosts"] = hosts;
+    doc["topology"] = comm.describe();
+    doc["device"] = o.device;
+    doc["dtype"] = nccl_type_name(bench.dtype);
+    doc["op"] = o.op;
+    doc["config"] = {{"minbytes", o.min_bytes}, {"maxbytes", o.max_bytes}, {"stepfactor", o.step_factor},
+                     {"iters", o.iters}, {"warmup", o.warmup}, {"repeat", o.repeat}, {"average", o.average},
+                     {"segment", o.segment}, {"algos", algos}, {"compress", compresses}};
+    if (const char* na = std::getenv("NCCL_ALGO")) doc["config"]["NCCL_ALGO"] = na;
+    if (const char* np = std::getenv("NCCL_PROTO")) doc["config"]["NCCL_PROTO"] = np;
+    doc["load_average"] = {{"start", load_start}, {"end", load_end}};
+    doc["machine"] = machine_info();
+    doc["build"] = build_info_json();
+    doc["results"] = nlohmann::json::array();
+    for (const auto& r : rows)
+      doc["results"].push_back({{"algo", r.algo}, {"compress", r.compress}, {"bytes", r.bytes}, {"count", r.count},
+                                {"in_place", r.in_place}, {"time_us", r.time_us}, {"algbw_GBps", r.algbw},
+                                {"busbw_GBps", r.busbw}, {"wrong", r.wrong}, {"model_us", r.model_us}});
+    doc["fits"] = nlohmann::json::object();
+    for (const auto& [k, v] : fits) doc["fits"][k] = bench::to_json(v);
+    doc["best"] = best_json;
+    doc["out_of_bounds"] = oob_total;
+    if (!o.json.empty()) write_file_atomic(o.json, doc.dump(1) + "\n");
+    if (!o.csv.empty()) {
+      CsvWriter csv({"algo", "compress", "ranks", "nodes", "bytes", "count", "in_place", "time_us", "algbw_GBps",
+                     "busbw_GBps", "wrong", "model_us"});
+      for (const auto& r : rows)
+        csv.add_row({r.algo, r.compress, std::to_string(p), std::to_string(comm.node_count()), std::to_string(r.bytes),
+                     std::to_string(r.count), r.in_place ? "1" : "0", std::to_string(r.time_us),
+                     std::to_string(r.algbw), std::to_string(r.busbw), std::to_string(r.wrong),
+                     std::to_string(r.model_us)});
+      csv.write(o.csv);
+    }
+  }
+  return oob_total == 0 ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  set_errors_return(MPI_COMM_WORLD);
+  int rc = 1;
+  try {
+    rc = run(argc, argv);
+  } catch (const hpdt::Error& e) {
+    std::fprintf(stderr, "hpdt-allreduce-perf: error: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hpdt-allreduce-perf: error: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return rc;
+}

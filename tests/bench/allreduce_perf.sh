@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# hpdt-allreduce-perf under mpiexec with small sizes: the nccl-tests layout, #wrong = 0 for every
+# algorithm (f32 sum, f16 avg, in place and out of place, counts not divisible by the rank count),
+# the side files, the tuning file feeding --algo auto, and bad input (clear message, non-zero exit).
+#   usage: allreduce_perf.sh NP BINARY LAUNCH PREFIX... (e.g. timeout 120 mpiexec -n NP --oversubscribe)
+set -uo pipefail
+np=$1 bin=$2; shift 2
+run=("$@")
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d /tmp/hpdt-perf-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+algos=ring,tree,rhd,hier,mpi,auto
+"${run[@]}" "$bin" -b 4 -e 40K -f 3 -n 2 -w 1 --repeat 1 --algo $algos \
+  -J "$work/p.json" --csv "$work/p.csv" --tuning-out "$work/tuning.json" > "$work/out.txt" 2> "$work/err.txt" \
+  || { cat "$work/out.txt" "$work/err.txt"; echo "FAIL: f32 run exited non-zero"; exit 1; }
+"$here/check_allreduce_output.py" "$work/out.txt" "$np" $algos --json "$work/p.json" --csv "$work/p.csv" \
+  --tuning "$work/tuning.json" || { cat "$work/out.txt"; exit 1; }
+# the tuning file just written drives auto; f16 with avg, -i stepping instead of -f
+HPDT_TUNING_FILE= "${run[@]}" "$bin" -b 2 -e 6002 -i 3000 -n 1 -w 0 --repeat 1 -d half -o avg --algo auto,ring \
+  --tuning "$work/tuning.json" > "$work/out2.txt" 2> "$work/err2.txt" \
+  || { cat "$work/out2.txt" "$work/err2.txt"; echo "FAIL: f16 avg run exited non-zero"; exit 1; }
+"$here/check_allreduce_output.py" "$work/out2.txt" "$np" auto,ring || { cat "$work/out2.txt"; exit 1; }
+# bad input
+if "${run[@]}" "$bin" --algo bogus > "$work/bad.txt" 2>&1; then echo "FAIL: --algo bogus accepted"; exit 1; fi
+grep -q "bogus" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: message does not name 'bogus'"; exit 1; }
+if "${run[@]}" "$bin" --algo nccl --device cpu > "$work/bad.txt" 2>&1; then echo "FAIL: nccl on cpu accepted"; exit 1; fi
+grep -q "needs --device cuda" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: nccl/cpu message"; exit 1; }
+if "${run[@]}" "$bin" -b 1M -e 1K > "$work/bad.txt" 2>&1; then echo "FAIL: -b > -e accepted"; exit 1; fi
+grep -q "larger than -e" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: -b/-e message"; exit 1; }
+echo "allreduce_perf np$np: all checks passed"
