@@ -46,7 +46,7 @@ def main():
     names = [lines[i].split()[2] for i in blocks]
     if names != algos:
         fail(f"blocks {names} != requested algorithms {algos}")
-    factor = 2.0 * (p - 1) / p if p > 1 else 1.0
+    factor = 2.0 * (p - 1) / p
     nrows = 0
     for bi, i in enumerate(blocks):
         if lines[i + 1:i + 4] != HEAD:

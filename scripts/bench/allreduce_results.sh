@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The committed all-reduce results (results/allreduce/): this machine at np 1, 2, 4 and the emulated
+# cluster (scripts/cluster/cluster.sh) at 2 nodes x 2 ranks and 4 nodes x 1 rank, links unshaped and
+# shaped to 1 Gbit/s; every algorithm; then the plots. Each run records the load average in its JSON.
+#   usage: scripts/bench/allreduce_results.sh [BUILD_DIR] [OUT_DIR]     (as root, for the cluster part)
+# HPDT_RESULTS_PARTS="local cluster" picks parts.
+set -euo pipefail
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${1:-$src/build/cpu} out=${2:-$src/results/allreduce}
+perf=$build/bench/allreduce/hpdt-allreduce-perf
+[ -x "$perf" ] || { echo "no $perf: build hpdt-allreduce-perf first" >&2; exit 1; }
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
+algos=ring,tree,rhd,hier,mpi,auto
+parts=${HPDT_RESULTS_PARTS:-local cluster}
+
+if [[ " $parts " == *" local "* ]]; then
+  for np in 1 2 4; do
+    echo "== this machine, np $np"
+    timeout 900 mpiexec -n $np --oversubscribe --bind-to none "$perf" -b 8 -e 64M -f 4 -n 5 -w 2 --repeat 3 \
+      --algo $algos --label "this machine, np $np" -J "$out/local_np$np.json" --csv "$out/local_np$np.csv" \
+      --tuning-out "$out/tuning_local.json" | tee "$out/local_np$np.txt"
+  done
+fi
+
+if [[ " $parts " == *" cluster "* ]]; then
+  cluster=$src/scripts/cluster/cluster.sh
+  exec 8>/tmp/hpdt-cluster.lock
+  flock -w 600 8 || { echo "emulated cluster busy" >&2; exit 1; }
+  export HPDT_CLUSTER_DIR=/tmp/hpdt-results-cluster
+  trap '"$cluster" down > /dev/null 2>&1 || true' EXIT
+  for shape in 2x2 4x1; do
+    nodes=${shape%x*} per=${shape#*x}
+    "$cluster" up "$nodes" --cpus 2 > /dev/null
+    for rate in off 1gbit; do
+      "$cluster" shape $rate > /dev/null
+      name=cluster_${shape}_${rate/off/unshaped}
+      # 1 Gbit/s: 16 MiB at most (one 64 MiB ring all-reduce takes ~0.8 s there), fewer iterations
+      emax=64M iters=5; [ $rate = 1gbit ] && emax=16M iters=3
+      echo "== emulated cluster $shape, links $rate"
+      HPDT_CLUSTER_SLOTS=$per timeout 1200 "$cluster" mpirun -np $((nodes * per)) --bind-to none "$perf" \
+        -b 8 -e $emax -f 4 -n $iters -w 1 --repeat 3 --algo $algos --label "emulated $shape, links $rate" \
+        -J "$out/$name.json" --csv "$out/$name.csv" --tuning-out "$out/tuning_cluster.json" | tee "$out/$name.txt"
+      if [ $shape = 2x2 ] && [ $rate = 1gbit ]; then
+        # auto again, now reading the tuning file this configuration just wrote
+        echo "== emulated cluster $shape, links $rate: auto with the measured tuning file"
+        HPDT_CLUSTER_SLOTS=$per timeout 1200 "$cluster" mpirun -np $((nodes * per)) --bind-to none "$perf" \
+          -b 8 -e $emax -f 4 -n $iters -w 1 --repeat 3 --algo ring,hier,auto --tuning "$out/tuning_cluster.json" \
+          --label "emulated $shape, links $rate, auto tuned" -J "$out/${name}_tuned.json" | tee "$out/${name}_tuned.txt"
+      fi
+    done
+    "$cluster" down > /dev/null
+  done
+fi
+
+py=/usr/bin/python3
+$py "$src/scripts/plot/plot_allreduce.py" "$out"/local_np2.json "$out"/local_np4.json --name local || true
+$py "$src/scripts/plot/plot_allreduce.py" "$out"/cluster_2x2_unshaped.json "$out"/cluster_2x2_1gbit.json --name cluster_2x2 || true
+$py "$src/scripts/plot/plot_allreduce.py" "$out"/cluster_4x1_unshaped.json "$out"/cluster_4x1_1gbit.json --name cluster_4x1 || true
