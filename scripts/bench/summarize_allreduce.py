@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""Markdown summary of hpdt-allreduce-perf JSON files (for results/README.md): per run, the
+out-of-place busbw of each algorithm at selected sizes, the best algorithm and its ratio to mpi,
+auto's ratio to the best, and the alpha-beta fits.
+
+usage: summarize_allreduce.py FILE.json... > summary.md
+"""
+import json
+import sys
+
+SIZES = [1 << 10, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def human(n):
+    for u in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:g} {u}"
+        n /= 1024
+    return f"{n:g} TiB"
+
+
+def nearest(rows, size):
+    sizes = sorted({r["bytes"] for r in rows})
+    best = min(sizes, key=lambda s: abs(s - size)) if sizes else None
+    return best if best is not None and 0.5 <= best / size <= 2 else None
+
+
+def main():
+    for path in sys.argv[1:]:
+        d = json.load(open(path))
+        rows = [r for r in d["results"] if not r["in_place"] and r["compress"] == "none"]
+        algos = list(dict.fromkeys(r["algo"] for r in rows))
+        la = d.get("load_average", {})
+        print(f"### {d.get('label') or path}\n")
+        print(f"`{path.split('/')[-1]}`: {d['ranks']} ranks on {d['nodes']} node(s) ({d.get('topology', '')}), "
+              f"hosts {', '.join(sorted(set(d['hosts'])))}; load average at start {la.get('start', '?')}, "
+              f"at end {la.get('end', '?')}; commit {d.get('build', {}).get('git_commit', '?')}.\n")
+        sizes = [s for s in (nearest(rows, s) for s in SIZES) if s]
+        sizes = list(dict.fromkeys(sizes))
+        print("| size | " + " | ".join(algos) + " | best | best/mpi | auto/best |")
+        print("|---|" + "---|" * (len(algos) + 3))
+        for s in sizes:
+            bw = {r["algo"]: r["busbw_GBps"] for r in rows if r["bytes"] == s}
+            cand = {a: v for a, v in bw.items() if a != "auto"}
+            best = max(cand, key=cand.get) if cand else "-"
+            mpi = bw.get("mpi")
+            auto = bw.get("auto")
+            cells = [f"{bw[a]:.3f}" if a in bw else "-" for a in algos]
+            r_mpi = f"{cand[best] / mpi:.2f}" if mpi and best != "-" else "-"
+            r_auto = f"{auto / cand[best]:.2f}" if auto is not None and best != "-" and cand[best] > 0 else "-"
+            print(f"| {human(s)} | " + " | ".join(cells) + f" | {best} | {r_mpi} | {r_auto} |")
+        print("\nbusbw in GB/s, out of place, median of the repetitions; alpha-beta fits: " + "; ".join(
+            f"{k} {v['alpha_us']:.1f} us, {v['bandwidth_GBps']:.3f} GB/s (rms {100 * v['rms_rel_error']:.0f} %)"
+            for k, v in d.get("fits", {}).items()) + f". Out of bounds: {d.get('out_of_bounds', '?')}.\n")
+
+
+if __name__ == "__main__":
+    main()
