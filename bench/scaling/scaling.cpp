@@ -61,7 +61,9 @@ RunSummary parse_summary(const nlohmann::json& j, const std::string& file) {
   r.data_wait_s = num(j, "data_wait_s", file, false);
   r.bytes_sent_per_step = num(j, "bytes_sent_per_step", file, false);
   r.test_accuracy = num(j, "test_accuracy", file, false, -1);
-  r.grad_bytes = num(j, "grad_bytes", file, false, 4.0 * num(j, "params", file, false, 0));
+  // f32 gradient bytes: "grad_bytes", else 4 x the parameter count (hpdt-train writes "parameters")
+  r.grad_bytes = num(j, "grad_bytes", file, false,
+                     4.0 * num(j, "parameters", file, false, num(j, "params", file, false, 0)));
   if (auto it = j.find("hosts"); it != j.end() && it->is_array())
     for (const auto& h : *it)
       if (h.is_string()) r.hosts.push_back(h.get<std::string>());

@@ -134,16 +134,3 @@ hpdt_bin() {
   done
   hpdt_die "$name not found under $HPDT_BUILD (build it: cmake --preset default && cmake --build --preset default), or set HPDT_BUILD"
 }
-
-# After a run: summarise the per-rank NCCL_DEBUG files with hpdt-nccl-log (topology, transports,
-# warnings), when there are any and the tool is built. Never fails the job.
-hpdt_nccl_report() {
-  local dir=$HPDT_OUT/nccl tool
-  [ -d "$dir" ] && [ -n "$(find "$dir" -maxdepth 1 -type f -size +0 -name '*.log' 2>/dev/null | head -1)" ] || return 0
-  tool=$( (hpdt_bin hpdt-nccl-log) 2>/dev/null) || { hpdt_log "NCCL logs in $dir (hpdt-nccl-log not built)"; return 0; }
-  if "$tool" report --dir "$dir" --json-out "$dir/report.json" > "$dir/report.txt" 2>&1; then
-    hpdt_log "NCCL report: $dir/report.txt"
-  else
-    hpdt_log "hpdt-nccl-log could not read $dir (see $dir/report.txt)"
-  fi
-}

@@ -29,6 +29,8 @@ def main():
     for path in sys.argv[1:]:
         d = json.load(open(path))
         rows = [r for r in d["results"] if not r["in_place"] and r["compress"] == "none"]
+        # one rank: busbw is 0 by definition (nothing crosses a link); show algbw instead
+        key = "busbw_GBps" if d["ranks"] > 1 else "algbw_GBps"
         algos = list(dict.fromkeys(r["algo"] for r in rows))
         la = d.get("load_average", {})
         print(f"### {d.get('label') or path}\n")
@@ -40,7 +42,7 @@ def main():
         print("| size | " + " | ".join(algos) + " | best | best/mpi | auto/best |")
         print("|---|" + "---|" * (len(algos) + 3))
         for s in sizes:
-            bw = {r["algo"]: r["busbw_GBps"] for r in rows if r["bytes"] == s}
+            bw = {r["algo"]: r[key] for r in rows if r["bytes"] == s}
             cand = {a: v for a, v in bw.items() if a != "auto"}
             best = max(cand, key=cand.get) if cand else "-"
             mpi = bw.get("mpi")
@@ -49,7 +51,7 @@ def main():
             r_mpi = f"{cand[best] / mpi:.2f}" if mpi and best != "-" else "-"
             r_auto = f"{auto / cand[best]:.2f}" if auto is not None and best != "-" and cand[best] > 0 else "-"
             print(f"| {human(s)} | " + " | ".join(cells) + f" | {best} | {r_mpi} | {r_auto} |")
-        print("\nbusbw in GB/s, out of place, median of the repetitions; alpha-beta fits: " + "; ".join(
+        print(f"\n{key.split('_')[0]} in GB/s, out of place, median of the repetitions; alpha-beta fits: " + "; ".join(
             f"{k} {v['alpha_us']:.1f} us, {v['bandwidth_GBps']:.3f} GB/s (rms {100 * v['rms_rel_error']:.0f} %)"
             for k, v in d.get("fits", {}).items()) + f". Out of bounds: {d.get('out_of_bounds', '?')}.\n")
 
