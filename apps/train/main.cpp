@@ -1,6 +1,6 @@
 // hpdt-train: data-parallel training of ResNet and ViT across MPI ranks (mpirun, srun --mpi=pmix or a
 // PBS mpiexec). Every rank holds the whole model; each step every rank trains on its share of the
-// global batch (ShardedReader), gradients are averaged bucket by bucket during backward (BucketSync
+// global batch (ShardedReader), gradients are averaged bucket by bucket during backward (comm::GradientSync
 // over comm's all-reduce family), the optimizer runs identically everywhere.
 //
 // Exit codes: 0 done; 1 runtime error; 2 bad command line or input; 75 preempted (SIGTERM/SIGUSR1):

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <csignal>
 #include <cstring>
 #include <cmath>
@@ -18,9 +19,10 @@
 #include <optional>
 #include <thread>
 
-#include "bucket_sync.h"
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
+#include "hpdt/comm/compression.h"
+#include "hpdt/comm/gradient_sync.h"
 #include "hpdt/core/build_info.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
@@ -139,7 +141,8 @@ class Run {
   nn::LossScaler scaler_ = nn::LossScaler::off();
   std::unique_ptr<comm::Communicator> comm_;
   comm::TuningTable tuning_;
-  std::unique_ptr<BucketSync> sync_;
+  std::unique_ptr<comm::GradientSync> sync_;
+  bool sync_f32_grads_ = false;  // mixed precision with lossy compression: the f32 gradients are synced
   std::unique_ptr<io::ShardedReader> train_reader_, eval_reader_;
   LrSchedule schedule_;
   MetricsWriter metrics_;
@@ -252,17 +255,33 @@ void Run::setup_model() {
 
 void Run::setup_comm() {
   comm_ = std::make_unique<comm::Communicator>(world_);
-  BucketSync::Options so;
+  comm::GradientSyncOptions so;
   so.bucket_bytes = size_t(o_.bucket_mb * 1024 * 1024);
   so.algorithm = as_usage([&] { return comm::parse_algorithm(o_.algo); });
+  so.op = comm::ReduceOp::avg;
   so.overlap = o_.overlap;
+  so.seed = o_.seed;
   if (!o_.tuning_file.empty()) {
     tuning_ = as_usage([&] { return comm::TuningTable::load(o_.tuning_file); });
     so.allreduce.tuning = &tuning_;
   }
-  if (o_.compress != "none")
-    throw UsageError("--compress " + o_.compress + ": gradient compression is not wired into hpdt-train yet; use none");
-  sync_ = std::make_unique<BucketSync>(*comm_, model_->arena().comm_grads(), so);
+  try {
+    so.compression = comm::parse_compression(o_.compress);
+  } catch (const Error& e) {
+    throw UsageError("--compress " + o_.compress + ": " + e.message());
+  }
+  auto& arena = model_->arena();
+  // Every parameter tensor as a matrix (first dimension x the rest; vectors 1 x n): buckets end on
+  // tensor boundaries and PowerSGD compresses the weight matrices.
+  for (const nn::ParamInfo& p : arena.infos()) {
+    const int64_t n = p.shape.numel();
+    const int64_t rows = p.shape.ndim() >= 2 ? p.shape[0] : 1;
+    so.tensors.push_back({size_t(p.offset), size_t(rows), size_t(n / rows)});
+  }
+  // Lossy compression works on f32; in mixed precision it takes the f32 gradients backward also writes.
+  sync_f32_grads_ = !so.compression.lossless() && arena.model_dtype() != DType::f32;
+  Tensor grads = sync_f32_grads_ ? arena.grads() : arena.comm_grads();
+  sync_ = std::make_unique<comm::GradientSync>(*comm_, grads.data(), size_t(grads.numel()), grads.dtype(), so);
   model_->arena().set_grad_ready_callback([this](size_t offset, size_t count) {
     if (armed_) sync_->notify_ready(offset, count);
   });
@@ -301,6 +320,14 @@ void Run::setup_comm() {
 void Run::save_checkpoint(const std::string& why) {
   if (o_.checkpoint_dir.empty()) return;
   sync_buffers();
+  // Gradient compression state (error-feedback residuals, PowerSGD's Q) differs per rank: gathered
+  // into one (ranks x state) tensor.
+  const std::vector<float> cstate = sync_->compression_state();
+  std::vector<float> all_cstate(rank_ == 0 ? cstate.size() * size_t(size_) : 0);
+  if (!cstate.empty()) {
+    HPDT_CHECK(cstate.size() < size_t(INT_MAX), "compression state of ", cstate.size(), " values is too large to gather");
+    HPDT_MPI_CHECK(MPI_Gather(cstate.data(), int(cstate.size()), MPI_FLOAT, all_cstate.data(), int(cstate.size()), MPI_FLOAT, 0, world_));
+  }
   if (rank_ == 0) {
     auto& arena = model_->arena();
     io::Checkpoint c;
@@ -320,11 +347,14 @@ void Run::save_checkpoint(const std::string& why) {
       c.optimizer["adamw/exp_avg"] = adam->exp_avg();
       c.optimizer["adamw/exp_avg_sq"] = adam->exp_avg_sq();
     }
+    if (!cstate.empty())
+      c.optimizer["compression/state"] = Tensor::from_vector(all_cstate, Shape{int64_t(size_), int64_t(cstate.size())});
     c.loss_scaler = {{"scale", scaler_.scale()}, {"growth_tracker", double(scaler_.growth_tracker())}};
     c.metadata = {{"global_batch", global_batch_ * o_.accum_steps}, {"per_rank_batch", o_.batch},
                   {"accum_steps", o_.accum_steps},  {"optimizer", o_.optimizer},
                   {"optimizer_steps", optimizer_->steps()}, {"skipped_steps", skipped_steps_},
                   {"seed", o_.seed},                {"reason", why},
+                  {"compress", o_.compress},
                   {"samples_seen", step_ * global_batch_ * o_.accum_steps}};
     io::CheckpointDirectory dir(o_.checkpoint_dir, o_.keep_checkpoints);
     const auto path = dir.save(c);
@@ -378,6 +408,20 @@ void Run::resume_if_asked() {
     restore("adamw/exp_avg_sq", adam->exp_avg_sq());
   }
   optimizer_->restore_steps(opt_steps);
+  // Compression state: each rank its own row, when the run compresses the same way on as many ranks.
+  if (auto it = c.optimizer.find("compression/state"); !sync_->compression_state().empty()) {
+    const size_t n = sync_->compression_state().size();
+    const bool same = it != c.optimizer.end() && c.metadata.value("compress", std::string()) == o_.compress &&
+                      c.world_size == size_ && it->second.numel() == int64_t(n) * size_;
+    if (same) {
+      const float* row = static_cast<const float*>(it->second.data()) + size_t(rank_) * n;
+      sync_->set_compression_state(std::vector<float>(row, row + n));
+    } else {
+      resumed_note_ += std::string(resumed_note_.empty() ? "" : "; ") +
+                       "gradient compression state (error feedback) starts from zero: the checkpoint was written with --compress " +
+                       c.metadata.value("compress", std::string("none")) + " on " + std::to_string(c.world_size) + " ranks";
+    }
+  }
   scaler_.restore(float(c.loss_scaler.count("scale") ? c.loss_scaler.at("scale") : scaler_.scale()),
                   int64_t(c.loss_scaler.count("growth_tracker") ? c.loss_scaler.at("growth_tracker") : 0));
   arena.sync_model_copy();
@@ -448,14 +492,15 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
     timeline_.span(Timeline::compute, "backward", t2, t3);
   }
   const double tw = now_s();
-  t.comm = sync_->wait();
+  sync_->wait();
+  t.comm = sync_->exposed_s();
   timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
   for (const auto& b : sync_->timings())
-    timeline_.span(Timeline::comm, "allreduce bucket " + std::to_string(b.bucket), b.start, b.end,
-                   {{"elements", b.count}, {"offset", b.offset}});
+    timeline_.span(Timeline::comm, "allreduce bucket " + std::to_string(b.bucket), b.start_s, b.end_s,
+                   {{"elements", b.count}, {"offset", b.offset}, {"wire_bytes", b.wire_bytes}});
   const double t4 = now_s();
   auto& arena = model_->arena();
-  const bool ok = scaler_.unscale(arena);
+  const bool ok = scaler_.unscale(arena, /*cast_model_grads=*/!sync_f32_grads_);
   if (ok) {
     if (o_.clip_norm > 0) nn::clip_grad_norm(arena, o_.clip_norm);
     optimizer_->set_lr(float(schedule_.at(long(step_))));
@@ -556,8 +601,9 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"exposed_comm_s", med(&StepTimes::comm)},
                   {"optimizer_s", med(&StepTimes::optimizer)},
                   {"exposed_comm_share", step_time > 0 ? med(&StepTimes::comm) / step_time : 0.0},
-                  {"bytes_sent_per_step", sync_->bytes_per_step()},
-                  {"buckets", sync_->buckets()},
+                  {"bytes_sent_per_step", sync_->bytes_sent()},
+                  {"uncompressed_bytes_per_step", sync_->raw_bytes()},
+                  {"buckets", sync_->bucket_count()},
                   {"straggler", {{"compute_s_min", *fastest}, {"compute_s_max", *slowest},
                                  {"slowest_rank", int(slowest - all.begin())},
                                  {"spread", *fastest > 0 ? *slowest / *fastest - 1 : 0.0}}},
@@ -583,8 +629,9 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
               1e3 * med(&StepTimes::optimizer));
   std::printf("stragglers      compute per step %.2f..%.2f ms across ranks (slowest rank %d, spread %.1f%%)\n",
               1e3 * *fastest, 1e3 * *slowest, int(slowest - all.begin()), *fastest > 0 ? 100 * (*slowest / *fastest - 1) : 0.0);
-  std::printf("communication   %.2f MiB sent per rank per step in %d bucket(s), algo %s, overlap %s\n",
-              double(sync_->bytes_per_step()) / (1 << 20), sync_->buckets(), o_.algo.c_str(), o_.overlap ? "on" : "off");
+  std::printf("communication   %.2f MiB sent per rank per step in %zu bucket(s), algo %s, compress %s (%.2fx fewer bytes), overlap %s\n",
+              double(sync_->bytes_sent()) / (1 << 20), sync_->bucket_count(), o_.algo.c_str(), o_.compress.c_str(),
+              sync_->bytes_sent() ? double(sync_->raw_bytes()) / double(sync_->bytes_sent()) : 1.0, o_.overlap ? "on" : "off");
   if (skipped_steps_) std::printf("loss scaler     %lld step(s) skipped on inf/NaN\n", (long long)skipped_steps_);
   std::fflush(stdout);
 }
@@ -614,7 +661,7 @@ int Run::execute() {
                     {"algo", o_.algo},
                     {"compress", o_.compress},
                     {"bucket_mb", o_.bucket_mb},
-                    {"buckets", sync_->buckets()},
+                    {"buckets", sync_->bucket_count()},
                     {"overlap", o_.overlap},
                     {"sync_bn", o_.sync_bn},
                     {"seed", o_.seed},

@@ -21,8 +21,44 @@ GradientSync::GradientSync(Communicator& comm, void* grads, size_t count, DType 
                                                 "(MPI_Init_thread; MPI_THREAD_MULTIPLE if the caller also uses MPI during backward)");
   comm_ = std::make_unique<Communicator>(comm.comm(), comm.options());
   const size_t per = options_.bucket_bytes / dtype_size(dtype);
-  for (size_t off = 0; off < count; off += per) buckets_.push_back({off, std::min(per, count - off)});
+  auto tensors = options_.tensors;
+  std::sort(tensors.begin(), tensors.end(), [](const MatrixView& a, const MatrixView& b) { return a.offset < b.offset; });
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const MatrixView& t = tensors[i];
+    HPDT_CHECK(t.offset <= count && t.rows * t.cols <= count - t.offset, "GradientSync: tensor ", i, " at ", t.offset, " (", t.rows, "x", t.cols,
+               ") lies outside the gradient buffer of ", count, " elements");
+    HPDT_CHECK(i == 0 || tensors[i - 1].offset + tensors[i - 1].rows * tensors[i - 1].cols <= t.offset, "GradientSync: tensors overlap at element ",
+               t.offset);
+  }
+  // A cut that falls inside a tensor moves to the tensor's end.
+  auto snap = [&](size_t cut) {
+    auto it = std::upper_bound(tensors.begin(), tensors.end(), cut, [](size_t c, const MatrixView& t) { return c < t.offset; });
+    if (it != tensors.begin()) {
+      const MatrixView& t = *std::prev(it);
+      if (cut > t.offset && cut < t.offset + t.rows * t.cols) cut = t.offset + t.rows * t.cols;
+    }
+    return cut;
+  };
+  for (size_t off = 0; off < count;) {
+    const size_t end = std::min(count, snap(off + std::min(per, count - off)));
+    buckets_.push_back({off, end - off});
+    bucket_offsets_.push_back(off);
+    off = end;
+  }
   bucket_ready_.assign(buckets_.size(), 0);
+  if (!options_.compression.lossless()) {
+    HPDT_CHECK(dtype == DType::f32, "GradientSync: compression ", compression_name(options_.compression), " needs an f32 gradient buffer, not ",
+               dtype_name(dtype));
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      std::vector<MatrixView> mats;
+      for (const MatrixView& t : tensors)
+        if (t.offset >= buckets_[b].offset && t.offset + t.rows * t.cols <= buckets_[b].offset + buckets_[b].count)
+          mats.push_back({t.offset - buckets_[b].offset, t.rows, t.cols});
+      // Without a layout PowerSGD sees each bucket as one matrix; with one, only the layout's matrices.
+      if (!tensors.empty() && mats.empty()) mats.push_back({0, 1, buckets_[b].count});
+      compressors_.push_back(make_compressor(options_.compression, buckets_[b].count, std::move(mats), options_.seed, b));
+    }
+  }
   thread_ = std::thread([this] { comm_loop(); });
 }
 
@@ -49,6 +85,7 @@ void GradientSync::begin_step() {
   next_ = 0;
   error_ = nullptr;
   in_step_ = true;
+  waiting_ = false;
 }
 
 void GradientSync::notify_ready(size_t offset, size_t count) {
@@ -59,9 +96,9 @@ void GradientSync::notify_ready(size_t offset, size_t count) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     HPDT_CHECK(in_step_, "GradientSync::notify_ready outside a step (call begin_step() first)");
-    const size_t per = buckets_[0].count;
     const double t = now_s();
-    for (size_t b = offset / per; b < buckets_.size() && buckets_[b].offset < offset + count; ++b) {
+    size_t first = size_t(std::upper_bound(bucket_offsets_.begin(), bucket_offsets_.end(), offset) - bucket_offsets_.begin()) - 1;
+    for (size_t b = first; b < buckets_.size() && buckets_[b].offset < offset + count; ++b) {
       Bucket& k = buckets_[b];
       const size_t lo = std::max(offset, k.offset), hi = std::min(offset + count, k.offset + k.count);
       k.ready += hi - lo;
@@ -81,6 +118,8 @@ void GradientSync::wait() {
   const double t0 = now_s();
   std::unique_lock<std::mutex> lock(mu_);
   HPDT_CHECK(in_step_, "GradientSync::wait outside a step (call begin_step() first)");
+  waiting_ = true;
+  cv_.notify_all();
   cv_.wait(lock, [&] { return next_ == buckets_.size() || error_; });
   in_step_ = false;
   exposed_s_ = now_s() - t0;
@@ -90,8 +129,11 @@ void GradientSync::wait() {
     std::rethrow_exception(e);
   }
   timings_ = pending_timings_;
-  bytes_sent_ = 0;
-  for (const auto& t : timings_) bytes_sent_ += t.wire_bytes;
+  bytes_sent_ = raw_bytes_ = 0;
+  for (const auto& t : timings_) {
+    bytes_sent_ += t.wire_bytes;
+    raw_bytes_ += t.raw_bytes;
+  }
 }
 
 double GradientSync::step_comm_s() const {
@@ -102,7 +144,7 @@ double GradientSync::step_comm_s() const {
 void GradientSync::comm_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || (in_step_ && !error_ && next_ < buckets_.size() && bucket_ready_[next_]); });
+    cv_.wait(lock, [&] { return stop_ || (in_step_ && (options_.overlap || waiting_) && !error_ && next_ < buckets_.size() && bucket_ready_[next_]); });
     if (stop_) return;
     const size_t b = next_;
     lock.unlock();
@@ -128,12 +170,43 @@ void GradientSync::reduce_bucket(size_t b) {
   AllreduceOptions o = options_.allreduce;
   o.bucket = int(b);
   void* p = grads_ + k.offset * dtype_size(dtype_);
+  const int p_ = comm_->size();
+  t.raw_bytes = p_ > 1 ? uint64_t(2.0 * (p_ - 1) / p_ * double(k.count * dtype_size(dtype_))) : 0;
+  if (!compressors_.empty()) {
+    Compressor& c = *compressors_[b];
+    c.allreduce(*comm_, reinterpret_cast<float*>(p), options_.op, options_.algorithm, o);
+    t.end_s = now_s();
+    t.wire_bytes = c.wire_bytes();
+    return;
+  }
   allreduce(*comm_, p, p, k.count, dtype_, options_.op, options_.algorithm, o);
   t.end_s = now_s();
   t.wire_bytes = comm_->transport().bytes_sent() + comm_->local_transport().bytes_sent() + comm_->cross_transport().bytes_sent() - sent0;
-  const int p_ = comm_->size();
   if (t.wire_bytes == 0 && p_ > 1)  // MPI_Allreduce's own traffic is invisible here: count what ring/rhd would send
-    t.wire_bytes = uint64_t(2.0 * (p_ - 1) / p_ * double(k.count * dtype_size(dtype_)));
+    t.wire_bytes = t.raw_bytes;
+}
+
+std::vector<float> GradientSync::compression_state() const {
+  std::vector<float> all;
+  for (const auto& c : compressors_) {
+    const std::vector<float> s = c->state();
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  return all;
+}
+
+void GradientSync::set_compression_state(const std::vector<float>& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HPDT_CHECK(!in_step_, "GradientSync::set_compression_state during a step");
+  size_t off = 0;
+  for (auto& c : compressors_) {
+    const size_t n = c->state().size();
+    HPDT_CHECK(off + n <= state.size(), "GradientSync: compression state of ", state.size(), " values is too short for ",
+               compression_name(options_.compression), " over ", count_, " gradients in ", compressors_.size(), " buckets");
+    c->set_state(std::vector<float>(state.begin() + long(off), state.begin() + long(off + n)));
+    off += n;
+  }
+  HPDT_CHECK(off == state.size(), "GradientSync: compression state of ", state.size(), " values does not match ", off, " expected");
 }
 
 }  // namespace hpdt::comm

@@ -39,10 +39,10 @@ LossScaler LossScaler::for_dtype(DType model_dtype) {
   return model_dtype == DType::f16 ? dynamic() : off();
 }
 
-bool LossScaler::unscale(ParameterArena& arena) const {
+bool LossScaler::unscale(ParameterArena& arena, bool cast_model_grads) const {
   const Stream s;
   Tensor g = arena.grads();
-  if (arena.model_dtype() != DType::f32) kernels::cast(arena.model_grads(), g, s);
+  if (arena.model_dtype() != DType::f32 && cast_model_grads) kernels::cast(arena.model_grads(), g, s);
   if (scale_ != 1.0f) kernels::scale(g, 1.0f / scale_, s);
   if (mode_ == Mode::off) return true;
   return !kernels::has_nonfinite(g, s);

@@ -5,6 +5,8 @@
 #   resume              SIGTERM mid-run -> checkpoint + exit 75; --resume ends bit-identical to an
 #                       uninterrupted run; resuming on another rank count works and says so
 #   algos               every all-reduce algorithm trains a few steps with falling loss
+#   compress            every compression x every algorithm trains a few steps with falling loss; a
+#                       preempted + resumed run with error feedback ends bit-identical to an uninterrupted one
 #   bad-input           clear errors, exit 2, nothing overwritten
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
@@ -67,6 +69,36 @@ sys.exit(0 if last < first else 1)
 PY
   done
   ;;
+compress)
+  falling() {  # falling METRICS LABEL
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"type":"step"' in l]
+first, last = steps[0]["loss"], sum(s["loss"] for s in steps[-3:]) / 3
+print(f"{sys.argv[2]}: loss {first:.3f} -> {last:.3f} over {len(steps)} steps")
+sys.exit(0 if last < first else 1)
+PY
+  }
+  for comp in fp16 bf16 topk:0.1 qsgd:4 powersgd:2; do
+    for algo in ring tree rhd hier mpi; do
+      m="$w/$algo-${comp/:/}.jsonl"
+      HPDT_RANKS_PER_NODE=1 run 2 --model resnet20 --eval false --max-steps 8 --batch 16 --lr 0.1 --warmup-epochs 0 \
+        --algo $algo --compress $comp --bucket-mb 0.25 --metrics "$m" > "$w/out.log" 2>&1 || { cat "$w/out.log"; fail "--algo $algo --compress $comp"; }
+      grep -q "compress $comp" "$w/out.log" || { cat "$w/out.log"; fail "--compress $comp is not in the summary"; }
+      falling "$m" "$algo $comp" || fail "--algo $algo --compress $comp: loss did not fall"
+    done
+  done
+  # The error-feedback residuals and QSGD's random stream are in the checkpoint: resume is bit-exact.
+  args=(--model resnet20 --eval false --max-steps 4 --batch 8 --lr 0.05 --warmup-epochs 0 --compress qsgd:4 --bucket-mb 0.25)
+  run 2 "${args[@]}" --checkpoint-dir "$w/full" > "$w/full.log" 2>&1 || { cat "$w/full.log"; fail "uninterrupted qsgd run"; }
+  HPDT_TRAIN_TEST_SIGNAL_AT_STEP=2 run 2 "${args[@]}" --checkpoint-dir "$w/part" > "$w/part.log" 2>&1
+  [ $? -eq 75 ] || { cat "$w/part.log"; fail "a preempted run must exit 75"; }
+  run 2 "${args[@]}" --checkpoint-dir "$w/part" --resume > "$w/resume.log" 2>&1 || { cat "$w/resume.log"; fail "resumed qsgd run"; }
+  "$compare" "$(latest "$w/full")" "$(latest "$w/part")" --optimizer || fail "resumed qsgd run is not bit-identical to the uninterrupted one"
+  # Resuming with another compression says that the residuals start from zero.
+  run 2 "${args[@]/qsgd:4/topk:0.1}" --max-steps 6 --checkpoint-dir "$w/part" --resume > "$w/other.log" 2>&1 || { cat "$w/other.log"; fail "resume with topk"; }
+  grep -q "compression state (error feedback) starts from zero" "$w/other.log" || { cat "$w/other.log"; fail "no note about the compression state"; }
+  ;;
 bad-input)
   expect_error() {  # expect_error PATTERN ARGS...
     local pattern=$1; shift
@@ -78,6 +110,7 @@ bad-input)
   expect_error "--model 'resnet21'" --model resnet21
   expect_error "--algo" --algo butterfly
   expect_error "--compress" --compress zip:3
+  expect_error "top-k ratio must be in" --compress topk:2
   expect_error "/nonexistent/x.h5" --data /nonexistent/x.h5
   echo "not hdf5" > "$w/text.h5"
   expect_error "$w/text.h5" --data "$w/text.h5"

@@ -14,6 +14,13 @@
 //   sync.wait();
 //   optimizer.step();
 //
+// With `tensors` (every parameter tensor's place in the buffer) buckets end on tensor boundaries, as
+// in PyTorch DDP: a bucket takes whole tensors until it holds at least bucket_bytes. PowerSGD needs
+// them to find the matrices. With `compression` other than none, each bucket has a Compressor (its
+// error-feedback residual and PowerSGD state persist across steps); the buffer must be f32.
+// overlap = false starts the first bucket only in wait(), after backward (for measuring what overlap
+// hides).
+//
 // Buckets are reduced strictly in bucket order on every rank (a bucket completing early waits for the
 // earlier ones), so ranks always run the same collective sequence whatever order their gradients
 // complete in. The sync owns a duplicate of the communicator: its traffic never mixes with the caller's.
@@ -31,6 +38,7 @@
 
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
+#include "hpdt/comm/compression.h"
 
 namespace hpdt::comm {
 
@@ -39,6 +47,10 @@ struct GradientSyncOptions {
   Algorithm algorithm = Algorithm::automatic;
   ReduceOp op = ReduceOp::avg;  // avg: gradients averaged over ranks
   AllreduceOptions allreduce;   // segment size, tuning table, inter-node algorithm
+  CompressionSpec compression;  // none: the all-reduce as chosen
+  std::vector<MatrixView> tensors;  // parameter tensors (rows x cols; vectors 1 x n), offsets in elements
+  uint64_t seed = 0;                // QSGD rounding, PowerSGD's initial Q
+  bool overlap = true;
 };
 
 struct BucketTiming {
@@ -47,6 +59,7 @@ struct BucketTiming {
   double ready_s = 0;             // when its last gradient was notified (hpdt::now_s())
   double start_s = 0, end_s = 0;  // its all-reduce on the communication thread
   uint64_t wire_bytes = 0;        // bytes this rank sent for it
+  uint64_t raw_bytes = 0;         // what an uncompressed ring all-reduce of it would send
 };
 
 class GradientSync {
@@ -66,6 +79,12 @@ class GradientSync {
   double exposed_s() const { return exposed_s_; }  // time wait() blocked: communication not hidden by backward
   double step_comm_s() const;                      // first bucket start to last bucket end
   uint64_t bytes_sent() const { return bytes_sent_; }  // this rank, last step, all buckets
+  uint64_t raw_bytes() const { return raw_bytes_; }    // uncompressed ring equivalent of the same step
+  const std::vector<size_t>& bucket_offsets() const { return bucket_offsets_; }  // first element of each bucket
+  // Compressor state of all buckets (error feedback, PowerSGD Q), for checkpoints; empty without compression.
+  std::vector<float> compression_state() const;
+  void set_compression_state(const std::vector<float>& state);  // throws when the sizes do not match
+  Compressor* compressor(size_t bucket) { return bucket < compressors_.size() ? compressors_[bucket].get() : nullptr; }
   const Communicator& communicator() const { return *comm_; }
 
  private:
@@ -82,16 +101,18 @@ class GradientSync {
   DType dtype_;
   GradientSyncOptions options_;
   std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_offsets_;
+  std::vector<std::unique_ptr<Compressor>> compressors_;  // per bucket, when compressing
   std::vector<BucketTiming> timings_, pending_timings_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<char> bucket_ready_;  // per bucket: fully notified
   size_t next_ = 0;                 // next bucket the comm thread reduces
-  bool in_step_ = false, stop_ = false;
+  bool in_step_ = false, stop_ = false, waiting_ = false;
   std::exception_ptr error_;
   double exposed_s_ = 0;
-  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_sent_ = 0, raw_bytes_ = 0;
   std::thread thread_;
 };
 

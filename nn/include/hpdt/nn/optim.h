@@ -89,8 +89,9 @@ class LossScaler {
   int64_t growth_tracker() const { return tracker_; }
   // Gradients of the scaled loss -> true gradients in arena.grads(): from model_grads() in mixed
   // precision (where f16 overflow is inf), from grads() in f32. Returns false when the step must be
-  // skipped (any inf/NaN; never in mode off).
-  bool unscale(ParameterArena& arena) const;
+  // skipped (any inf/NaN; never in mode off). cast_model_grads = false: the gradients were reduced in
+  // arena.grads() itself (mixed precision with lossy gradient compression), leave model_grads() alone.
+  bool unscale(ParameterArena& arena, bool cast_model_grads = true) const;
   // After the step (or its skip): GradScaler.update().
   void update(bool found_inf);
   // Resume from a checkpoint: the scale and the count of clean steps since the last change.

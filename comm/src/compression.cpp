@@ -1,0 +1,509 @@
+// Gradient compression: fp16/bf16 on the wire, top-k, QSGD and PowerSGD, with error feedback.
+#include "hpdt/comm/compression.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "algorithms.h"
+#include "hpdt/core/error.h"
+#include "hpdt/core/float16.h"
+#include "hpdt/core/philox.h"
+#include "hpdt/kernels/accumulate.h"
+#include "hpdt/kernels/cpu/gemm.h"
+
+namespace hpdt::comm {
+
+// ---- names ----------------------------------------------------------------------------------------
+
+namespace {
+constexpr const char* kForms = "none, fp16, bf16, topk:R (0 < R <= 1), qsgd:B (2 <= B <= 8) or powersgd:R (R >= 1), optionally with ,noef";
+
+[[noreturn]] void bad_spec(std::string_view text, std::string_view why) {
+  HPDT_FAIL("compression '", text, "': ", why, " (expected ", kForms, ")");
+}
+}  // namespace
+
+CompressionSpec parse_compression(std::string_view text) {
+  CompressionSpec s;
+  std::string_view body = text;
+  if (const size_t comma = body.find(','); comma != std::string_view::npos) {
+    if (body.substr(comma + 1) != "noef") bad_spec(text, "the only suffix is ',noef'");
+    s.error_feedback = false;
+    body = body.substr(0, comma);
+  }
+  const size_t colon = body.find(':');
+  const std::string_view name = body.substr(0, colon);
+  const std::string arg = colon == std::string_view::npos ? std::string() : std::string(body.substr(colon + 1));
+  auto number = [&](bool integer) {
+    if (arg.empty()) bad_spec(text, "missing the number after ':'");
+    char* end = nullptr;
+    const double v = std::strtod(arg.c_str(), &end);
+    if (end != arg.c_str() + arg.size() || !std::isfinite(v)) bad_spec(text, "'" + arg + "' is not a number");
+    if (integer && v != std::floor(v)) bad_spec(text, "'" + arg + "' is not an integer");
+    return v;
+  };
+  if (name == "none" || name == "fp16" || name == "bf16") {
+    if (colon != std::string_view::npos) bad_spec(text, std::string(name) + " takes no argument");
+    s.kind = name == "none" ? CompressionKind::none : name == "fp16" ? CompressionKind::fp16 : CompressionKind::bf16;
+    if (!s.error_feedback) bad_spec(text, "',noef' applies to topk, qsgd and powersgd only");
+    s.error_feedback = false;
+  } else if (name == "topk") {
+    s.kind = CompressionKind::topk;
+    s.ratio = number(false);
+    if (!(s.ratio > 0 && s.ratio <= 1)) bad_spec(text, "the top-k ratio must be in (0, 1]");
+  } else if (name == "qsgd") {
+    s.kind = CompressionKind::qsgd;
+    const double b = number(true);
+    if (b < 2 || b > 8) bad_spec(text, "QSGD bits must be 2..8");
+    s.bits = int(b);
+  } else if (name == "powersgd") {
+    s.kind = CompressionKind::powersgd;
+    const double r = number(true);
+    if (r < 1 || r > 1024) bad_spec(text, "the PowerSGD rank must be 1..1024");
+    s.rank = int(r);
+  } else {
+    bad_spec(text, "unknown method '" + std::string(name) + "'");
+  }
+  return s;
+}
+
+std::string compression_name(const CompressionSpec& s) {
+  std::string n;
+  switch (s.kind) {
+    case CompressionKind::none: return "none";
+    case CompressionKind::fp16: return "fp16";
+    case CompressionKind::bf16: return "bf16";
+    case CompressionKind::topk: {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "topk:%.17g", s.ratio);
+      n = buf;
+      break;
+    }
+    case CompressionKind::qsgd: n = "qsgd:" + std::to_string(s.bits); break;
+    case CompressionKind::powersgd: n = "powersgd:" + std::to_string(s.rank); break;
+  }
+  return s.error_feedback ? n : n + ",noef";
+}
+
+// ---- shared machinery ---------------------------------------------------------------------------------
+
+Compressor::Compressor(const CompressionSpec& spec, size_t count) : spec_(spec), count_(count) {
+  if (spec_.error_feedback && spec_.kind != CompressionKind::none) residual_.assign(count, 0.0f);
+}
+
+std::vector<float> Compressor::state() const {
+  std::vector<float> s(residual_);
+  // The call counter (QSGD's random stream position) as two exact f32 halves of 24 bits each.
+  s.push_back(float(calls_ & 0xffffffu));
+  s.push_back(float((calls_ >> 24) & 0xffffffu));
+  return s;
+}
+
+void Compressor::set_state(const std::vector<float>& s) {
+  HPDT_CHECK(s.size() == residual_.size() + 2, "compression state of ", s.size(), " values does not fit ", compression_name(spec_),
+             " over ", count_, " values (expected ", residual_.size() + 2, ")");
+  std::copy(s.begin(), s.end() - 2, residual_.begin());
+  calls_ = uint64_t(s[s.size() - 2]) | uint64_t(s[s.size() - 1]) << 24;
+}
+
+namespace {
+
+uint64_t sent_bytes(Communicator& c) {
+  return c.transport().bytes_sent() + c.local_transport().bytes_sent() + c.cross_transport().bytes_sent();
+}
+
+// allreduce() plus, for MPI_Allreduce (whose traffic our transports cannot see), the bytes ring sends.
+uint64_t counted_allreduce(Communicator& c, float* data, size_t n, ReduceOp op, Algorithm a, const AllreduceOptions& o) {
+  allreduce(c, data, data, n, DType::f32, op, a, o);
+  Algorithm used = a == Algorithm::automatic ? resolve_auto(c, n * sizeof(float), o).algorithm : a;
+  const int p = c.size();
+  if (used == Algorithm::mpi && p > 1) return uint64_t(2.0 * (p - 1) / p * double(n * sizeof(float)));
+  return 0;
+}
+
+// g + e into `out` (or g when there is no error feedback).
+void add_residual(const float* g, const std::vector<float>& e, float* out, size_t n) {
+  if (e.empty()) {
+    if (out != g) std::memcpy(out, g, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = g[i] + e[i];
+}
+
+class NoCompression final : public Compressor {
+ public:
+  NoCompression(const CompressionSpec& s, size_t n) : Compressor(s, n) {}
+  void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm a, const AllreduceOptions& o) override {
+    const uint64_t b0 = sent_bytes(c);
+    const uint64_t extra = counted_allreduce(c, data, count_, op, a, o);
+    wire_bytes_ = sent_bytes(c) - b0 + extra;
+    if (record_) transmitted_.assign(data, data + count_);
+    ++calls_;
+  }
+};
+
+// fp16/bf16: direct reduce-scatter of 16-bit values (part j summed on rank j in f32, in rank order) and
+// direct all-gather of the 16-bit results.
+class HalfWire final : public Compressor {
+ public:
+  HalfWire(const CompressionSpec& s, size_t n) : Compressor(s, n) {}
+  void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions& o) override {
+    const uint64_t b0 = sent_bytes(c);
+    const bool bf = spec_.kind == CompressionKind::bf16;
+    const size_t n = count_;
+    auto narrow = [bf](float x) { return bf ? f32_to_bf16_bits(x) : f32_to_f16_bits(x); };
+    auto widen = [bf](uint16_t h) { return bf ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); };
+    wire_.resize(n);
+    for (size_t i = 0; i < n; ++i) wire_[i] = narrow(data[i]);
+    if (record_) {
+      transmitted_.resize(n);
+      for (size_t i = 0; i < n; ++i) transmitted_[i] = widen(wire_[i]);
+    }
+    Transport& t = c.transport();
+    const int p = t.size(), r = t.rank();
+    t.set_context({"compressed allreduce " + compression_name(spec_) + " of " + std::to_string(n) + " x f32", o.bucket});
+    const size_t lo = detail::part_begin(n, size_t(p), size_t(r)), hi = detail::part_begin(n, size_t(p), size_t(r) + 1);
+    const size_t mine = hi - lo;
+    if (p > 1 && n > 0) {
+      // Reduce-scatter: rank j receives everybody's part j.
+      incoming_.resize(size_t(p) * mine);
+      for (int q = 0; q < p; ++q)
+        if (q != r) t.irecv(incoming_.data() + size_t(q) * mine, mine * 2, q, 311);
+      for (int q = 0; q < p; ++q) {
+        if (q == r) continue;
+        const size_t ql = detail::part_begin(n, size_t(p), size_t(q)), qh = detail::part_begin(n, size_t(p), size_t(q) + 1);
+        t.isend(wire_.data() + ql, (qh - ql) * 2, q, 311);
+      }
+      t.wait_all();
+      std::memcpy(incoming_.data() + size_t(r) * mine, wire_.data() + lo, mine * 2);
+    } else {
+      incoming_.assign(wire_.begin() + long(lo), wire_.begin() + long(hi));
+    }
+    for (size_t i = 0; i < mine; ++i) {
+      float acc = 0;
+      for (int q = 0; q < p; ++q) acc += widen(incoming_[size_t(q) * mine + i]);
+      // Average by division, as allreduce() does, so avg of equal values is exact.
+      wire_[lo + i] = narrow(op == ReduceOp::avg ? acc / float(p) : acc);
+    }
+    if (p > 1 && n > 0) {  // All-gather of the reduced 16-bit parts.
+      for (int q = 0; q < p; ++q) {
+        if (q == r) continue;
+        const size_t ql = detail::part_begin(n, size_t(p), size_t(q)), qh = detail::part_begin(n, size_t(p), size_t(q) + 1);
+        t.irecv(wire_.data() + ql, (qh - ql) * 2, q, 312);
+      }
+      for (int q = 0; q < p; ++q)
+        if (q != r) t.isend(wire_.data() + lo, mine * 2, q, 312);
+      t.wait_all();
+    }
+    for (size_t i = 0; i < n; ++i) data[i] = widen(wire_[i]);
+    wire_bytes_ = sent_bytes(c) - b0;
+    ++calls_;
+  }
+
+ private:
+  std::vector<uint16_t> wire_, incoming_;
+};
+
+// Top-k by magnitude with (u32 index, f32 value) pairs all-gathered.
+class TopK final : public Compressor {
+ public:
+  TopK(const CompressionSpec& s, size_t n) : Compressor(s, n) {
+    HPDT_CHECK(n <= size_t(UINT32_MAX), "topk compression: ", n, " values exceed 32-bit indices; use smaller buckets");
+    k_ = n == 0 ? 0 : std::min(n, std::max<size_t>(1, size_t(std::ceil(s.ratio * double(n)))));
+  }
+  void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions& o) override {
+    const uint64_t b0 = sent_bytes(c);
+    const size_t n = count_;
+    acc_.resize(n);
+    add_residual(data, residual_, acc_.data(), n);
+    idx_.resize(n);
+    std::iota(idx_.begin(), idx_.end(), 0u);
+    // Largest |x| first; ties broken by index so the choice is a pure function of the values.
+    auto larger = [&](uint32_t a, uint32_t b) {
+      const float fa = std::fabs(acc_[a]), fb = std::fabs(acc_[b]);
+      return fa > fb || (fa == fb && a < b);
+    };
+    if (k_ < n) std::nth_element(idx_.begin(), idx_.begin() + long(k_), idx_.end(), larger);
+    std::sort(idx_.begin(), idx_.begin() + long(k_));
+    struct Pair {
+      uint32_t index;
+      float value;
+    };
+    static_assert(sizeof(Pair) == 8);
+    std::vector<Pair> mine(k_);
+    for (size_t j = 0; j < k_; ++j) mine[j] = {idx_[j], acc_[idx_[j]]};
+    if (!residual_.empty()) {
+      residual_ = acc_;
+      for (size_t j = 0; j < k_; ++j) residual_[idx_[j]] = 0;
+    }
+    if (record_) {
+      transmitted_.assign(n, 0.0f);
+      for (const Pair& q : mine) transmitted_[q.index] = q.value;
+    }
+    Transport& t = c.transport();
+    const int p = t.size();
+    (void)o;
+    all_.resize(size_t(p) * k_);
+    allgather(c, mine.data(), all_.data(), k_ * sizeof(Pair));
+    std::fill(data, data + n, 0.0f);
+    const Pair* pairs = reinterpret_cast<const Pair*>(all_.data());
+    for (size_t j = 0; j < size_t(p) * k_; ++j) data[pairs[j].index] += pairs[j].value;  // rank order
+    if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
+    wire_bytes_ = sent_bytes(c) - b0;
+    ++calls_;
+  }
+
+ private:
+  size_t k_ = 0;
+  std::vector<float> acc_;
+  std::vector<uint32_t> idx_;
+  std::vector<uint64_t> all_;  // 8-byte pairs
+};
+
+// QSGD: per chunk of kChunk values a scale s = max |x|; x -> sign(x) floor(|x| / s * L + u), u ~ U[0, 1),
+// L = 2^(B-1) - 1; stored as q + L in B bits, bit-packed.
+class Qsgd final : public Compressor {
+ public:
+  static constexpr size_t kChunk = 512;
+  Qsgd(const CompressionSpec& s, size_t n, uint64_t seed, uint64_t id) : Compressor(s, n), seed_(seed), id_(id) {
+    chunks_ = (n + kChunk - 1) / kChunk;
+    levels_ = (1 << (s.bits - 1)) - 1;
+    message_bytes_ = chunks_ * sizeof(float) + (n * size_t(s.bits) + 7) / 8;
+    message_bytes_ = (message_bytes_ + 7) / 8 * 8;
+  }
+  void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions&) override {
+    const uint64_t b0 = sent_bytes(c);
+    const size_t n = count_;
+    const int bits = spec_.bits, L = levels_;
+    const int p = c.size(), r = c.rank();
+    acc_.resize(n);
+    add_residual(data, residual_, acc_.data(), n);
+    std::vector<uint8_t> msg(message_bytes_, 0);
+    float* scales = reinterpret_cast<float*>(msg.data());
+    uint8_t* packed = msg.data() + chunks_ * sizeof(float);
+    // Random stream per (compressor, rank), position advancing with each call: reproducible, and
+    // independent across ranks and buckets.
+    const uint64_t stream = (id_ << 20) ^ uint64_t(r);
+    const uint64_t base = calls_ * ((uint64_t(n) + 3) & ~uint64_t(3));
+    if (record_) transmitted_.resize(n);
+    for (size_t ch = 0; ch < chunks_; ++ch) {
+      const size_t lo = ch * kChunk, hi = std::min(n, lo + kChunk);
+      float s = 0;
+      for (size_t i = lo; i < hi; ++i) s = std::max(s, std::fabs(acc_[i]));
+      scales[ch] = s;
+      for (size_t i = lo; i < hi; ++i) {
+        int q = 0;
+        if (s > 0) {
+          const float u = u32_to_uniform(philox_u32(seed_, stream, base + i));
+          const float a = std::fabs(acc_[i]) / s * float(L);
+          q = std::min(L, int(std::floor(a + u)));
+          if (acc_[i] < 0) q = -q;
+        }
+        put(packed, i, bits, uint32_t(q + L));
+        const float decoded = float(q) * (s / float(L));
+        if (!residual_.empty()) residual_[i] = acc_[i] - decoded;
+        if (record_) transmitted_[i] = decoded;
+      }
+    }
+    all_.resize(size_t(p) * message_bytes_);
+    allgather(c, msg.data(), all_.data(), message_bytes_);
+    std::fill(data, data + n, 0.0f);
+    for (int q = 0; q < p; ++q) {  // decode and sum in rank order
+      const uint8_t* m = all_.data() + size_t(q) * message_bytes_;
+      const float* sc = reinterpret_cast<const float*>(m);
+      const uint8_t* pk = m + chunks_ * sizeof(float);
+      for (size_t i = 0; i < n; ++i) data[i] += float(int(get(pk, i, bits)) - L) * (sc[i / kChunk] / float(L));
+    }
+    if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
+    wire_bytes_ = sent_bytes(c) - b0;
+    ++calls_;
+  }
+
+ private:
+  static void put(uint8_t* buf, size_t i, int bits, uint32_t v) {
+    const size_t bit = i * size_t(bits);
+    uint32_t w = v << (bit & 7);
+    for (size_t b = bit >> 3; w; ++b, w >>= 8) buf[b] |= uint8_t(w);
+  }
+  static uint32_t get(const uint8_t* buf, size_t i, int bits) {
+    const size_t bit = i * size_t(bits), b = bit >> 3;
+    uint32_t w = buf[b];
+    if ((bit & 7) + size_t(bits) > 8) w |= uint32_t(buf[b + 1]) << 8;
+    return (w >> (bit & 7)) & ((1u << bits) - 1);
+  }
+  uint64_t seed_, id_;
+  size_t chunks_ = 0, message_bytes_ = 0;
+  int levels_ = 1;
+  std::vector<float> acc_;
+  std::vector<uint8_t> all_;
+};
+
+// PowerSGD with warm start and error feedback.
+class PowerSgd final : public Compressor {
+ public:
+  PowerSgd(const CompressionSpec& s, size_t n, std::vector<MatrixView> views, uint64_t seed, uint64_t id) : Compressor(s, n) {
+    const size_t R = size_t(s.rank);
+    if (views.empty() && n > 0) {  // the whole range as one near-square matrix, padded with zeros
+      const size_t cols = size_t(std::ceil(std::sqrt(double(n))));
+      views.push_back({0, (n + cols - 1) / cols, cols});
+    }
+    std::sort(views.begin(), views.end(), [](const MatrixView& a, const MatrixView& b) { return a.offset < b.offset; });
+    std::vector<char> covered(n, 0);
+    size_t prev_end = 0;
+    for (const MatrixView& v : views) {
+      const size_t sz = v.rows * v.cols;
+      HPDT_CHECK(v.offset >= prev_end && v.offset <= n, "powersgd: matrices overlap or lie outside the range of ", n, " values");
+      prev_end = v.offset + sz;
+      const size_t avail = n - v.offset;
+      const bool gains = std::min(v.rows, v.cols) > R && (v.rows + v.cols) * R < v.rows * v.cols;
+      if (!gains) continue;
+      HPDT_CHECK(sz <= avail || (views.size() == 1 && v.offset == 0), "powersgd: matrix at ", v.offset, " of ", v.rows, "x", v.cols,
+                 " exceeds the range of ", n, " values");
+      Matrix m{v.offset, v.rows, v.cols, std::min(sz, avail), {}, {}};
+      m.q.resize(v.cols * R);
+      for (size_t i = 0; i < m.q.size(); ++i) m.q[i] = philox_normal(seed, (id << 20) | 0xfffffu, q_total_ + i);  // same on every rank
+      q_total_ += m.q.size();
+      p_total_ += v.rows * R;
+      std::fill(covered.begin() + long(v.offset), covered.begin() + long(v.offset + m.size), 1);
+      mats_.push_back(std::move(m));
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (!covered[i]) rest_.push_back(i);
+    if (!spec_.error_feedback) residual_.clear();
+  }
+
+  void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm a, const AllreduceOptions& o) override {
+    const uint64_t b0 = sent_bytes(c);
+    uint64_t extra = 0;
+    const size_t R = size_t(spec_.rank), n = count_;
+    const int p = c.size();
+    acc_.resize(n);
+    add_residual(data, residual_, acc_.data(), n);
+    // P = M Q for every matrix, followed by the uncompressed values: one all-reduce.
+    buf_.assign(p_total_ + rest_.size(), 0.0f);
+    size_t off = 0;
+    for (Matrix& m : mats_) {
+      const float* M = padded(m);
+      kernels::cpu::gemm<float>(false, false, int64_t(m.rows), int64_t(R), int64_t(m.cols), 1.0f, M, int64_t(m.cols), m.q.data(),
+                                int64_t(R), 0.0f, buf_.data() + off, int64_t(R));
+      off += m.rows * R;
+    }
+    for (size_t j = 0; j < rest_.size(); ++j) buf_[p_total_ + j] = data[rest_[j]];  // exact: no error feedback needed
+    extra += counted_allreduce(c, buf_.data(), buf_.size(), ReduceOp::avg, a, o);
+    // Orthonormalise each P (identical on every rank), then Q = M^T P: the second all-reduce.
+    qbuf_.assign(q_total_, 0.0f);
+    off = 0;
+    size_t qoff = 0;
+    for (Matrix& m : mats_) {
+      orthonormalise(buf_.data() + off, m.rows, R);
+      const float* M = padded(m);
+      kernels::cpu::gemm<float>(true, false, int64_t(m.cols), int64_t(R), int64_t(m.rows), 1.0f, M, int64_t(m.cols), buf_.data() + off,
+                                int64_t(R), 0.0f, qbuf_.data() + qoff, int64_t(R));
+      off += m.rows * R;
+      qoff += m.cols * R;
+    }
+    extra += counted_allreduce(c, qbuf_.data(), qbuf_.size(), ReduceOp::avg, a, o);
+    // M ~ P Q^T (the average); Q kept for the next call.
+    const float sum_scale = op == ReduceOp::sum ? float(p) : 1.0f;
+    off = 0;
+    qoff = 0;
+    for (Matrix& m : mats_) {
+      std::copy(qbuf_.begin() + long(qoff), qbuf_.begin() + long(qoff + m.cols * R), m.q.begin());
+      approx_.resize(m.rows * m.cols);
+      kernels::cpu::gemm<float>(false, true, int64_t(m.rows), int64_t(m.cols), int64_t(R), 1.0f, buf_.data() + off, int64_t(R),
+                                m.q.data(), int64_t(R), 0.0f, approx_.data(), int64_t(m.cols));
+      for (size_t i = 0; i < m.size; ++i) {
+        const size_t e = m.offset + i;
+        if (!residual_.empty()) residual_[e] = acc_[e] - approx_[i];
+        data[e] = approx_[i] * sum_scale;
+      }
+      off += m.rows * R;
+      qoff += m.cols * R;
+    }
+    for (size_t j = 0; j < rest_.size(); ++j) {
+      if (!residual_.empty()) residual_[rest_[j]] = 0;
+      data[rest_[j]] = buf_[p_total_ + j] * sum_scale;
+    }
+    if (record_) {  // what this rank "transmitted": the shared approximation, and its own exact rest
+      transmitted_.resize(n);
+      for (size_t i = 0; i < n; ++i) transmitted_[i] = data[i] / sum_scale;
+      for (size_t j : rest_) transmitted_[j] = acc_[j];
+    }
+    wire_bytes_ = sent_bytes(c) - b0 + extra;
+    ++calls_;
+  }
+
+  std::vector<float> state() const override {
+    std::vector<float> s = Compressor::state();
+    for (const Matrix& m : mats_) s.insert(s.end(), m.q.begin(), m.q.end());
+    return s;
+  }
+  void set_state(const std::vector<float>& s) override {
+    HPDT_CHECK(s.size() == residual_.size() + 2 + q_total_, "compression state of ", s.size(), " values does not fit ",
+               compression_name(spec_), " over ", count_, " values (expected ", residual_.size() + 2 + q_total_, ")");
+    Compressor::set_state(std::vector<float>(s.begin(), s.begin() + long(residual_.size() + 2)));
+    size_t off = residual_.size() + 2;
+    for (Matrix& m : mats_) {
+      std::copy(s.begin() + long(off), s.begin() + long(off + m.q.size()), m.q.begin());
+      off += m.q.size();
+    }
+  }
+  size_t matrices() const { return mats_.size(); }
+
+ private:
+  struct Matrix {
+    size_t offset, rows, cols, size;  // size: values of the range it covers (< rows*cols when padded)
+    std::vector<float> q;             // cols x R
+    std::vector<float> scratch;
+  };
+  // The matrix's values of acc_, zero-padded when the range ends inside it.
+  const float* padded(Matrix& m) {
+    if (m.size == m.rows * m.cols) return acc_.data() + m.offset;
+    m.scratch.assign(m.rows * m.cols, 0.0f);
+    std::copy(acc_.begin() + long(m.offset), acc_.begin() + long(m.offset + m.size), m.scratch.begin());
+    return m.scratch.data();
+  }
+  // Modified Gram-Schmidt on the R columns of a rows x R row-major matrix, in double; a column that
+  // lies in the span of the earlier ones (rank-deficient P) becomes zero.
+  static void orthonormalise(float* P, size_t rows, size_t R) {
+    for (size_t j = 0; j < R; ++j) {
+      double before = 0;
+      for (size_t i = 0; i < rows; ++i) before += double(P[i * R + j]) * double(P[i * R + j]);
+      for (size_t k = 0; k < j; ++k) {
+        double dot = 0;
+        for (size_t i = 0; i < rows; ++i) dot += double(P[i * R + j]) * double(P[i * R + k]);
+        for (size_t i = 0; i < rows; ++i) P[i * R + j] = float(double(P[i * R + j]) - dot * double(P[i * R + k]));
+      }
+      double norm = 0;
+      for (size_t i = 0; i < rows; ++i) norm += double(P[i * R + j]) * double(P[i * R + j]);
+      norm = std::sqrt(norm);
+      // What is left of a column inside the span of the earlier ones is rounding noise: drop it.
+      const double inv = norm > 1e-5 * std::sqrt(before) && norm > 1e-30 ? 1.0 / norm : 0.0;
+      for (size_t i = 0; i < rows; ++i) P[i * R + j] = float(double(P[i * R + j]) * inv);
+    }
+  }
+  std::vector<Matrix> mats_;
+  std::vector<size_t> rest_;
+  size_t p_total_ = 0, q_total_ = 0;
+  std::vector<float> acc_, buf_, qbuf_, approx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> make_compressor(const CompressionSpec& spec, size_t count, std::vector<MatrixView> matrices, uint64_t seed,
+                                            uint64_t id) {
+  switch (spec.kind) {
+    case CompressionKind::none: return std::make_unique<NoCompression>(spec, count);
+    case CompressionKind::fp16:
+    case CompressionKind::bf16: return std::make_unique<HalfWire>(spec, count);
+    case CompressionKind::topk: return std::make_unique<TopK>(spec, count);
+    case CompressionKind::qsgd: return std::make_unique<Qsgd>(spec, count, seed, id);
+    case CompressionKind::powersgd: return std::make_unique<PowerSgd>(spec, count, std::move(matrices), seed, id);
+  }
+  HPDT_FAIL("make_compressor: unknown compression kind");
+}
+
+}  // namespace hpdt::comm
