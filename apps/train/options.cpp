@@ -36,6 +36,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   app.set_config("--config", "", "read options from an INI/TOML file (long option names); the command line wins");
   app.add_option("--model", o.model, join(model_names()));
+  app.add_option("--patch", o.patch, "ViT patch size; must divide the image size (0: 16 from 224 px, else 4)")->check(CLI::NonNegativeNumber);
   app.add_option("--data", o.data, "training split (HDF5, hpdt format); default: Fashion-MNIST prepared in --cache-dir");
   app.add_option("--test-data", o.test_data, "test split; default: the file beside --data with 'train' -> 'test'");
   app.add_option("--cache-dir", o.cache_dir, "where Fashion-MNIST is prepared on first use (default $HPDT_CACHE or ~/.cache/hpdt)");

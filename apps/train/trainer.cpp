@@ -217,7 +217,7 @@ void Run::setup_model() {
   cfg.in_channels = info_.c;
   cfg.image_size = info_.h;
   cfg.classes = info_.num_classes;
-  cfg.patch = info_.h >= 224 ? 16 : 4;
+  cfg.patch = o_.patch > 0 ? o_.patch : info_.h >= 224 ? 16 : 4;
   cfg.dtype = o_.precision == "fp16" ? DType::f16 : o_.precision == "bf16" ? DType::bf16 : DType::f32;
   cfg.seed = o_.seed;
   std::string name = o_.model;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The recorded Fashion-MNIST accuracy runs of results/train/ (issue targets: ResNet-20 >= 93%,
+# ViT-Ti >= 88% test accuracy), on this machine's CPU with 2 ranks of 1 thread each.
+#
+# usage: scripts/bench/train_accuracy.sh [resnet20|vit-ti|all] [BUILD_DIR] [OUT_DIR]
+#   BUILD_DIR default build/cpu; OUT_DIR default results/train; data: Fashion-MNIST prepared into
+#   $OUT_DIR/../.. is not used: hpdt-train prepares it in its cache on first use (or set HPDT_DATA to
+#   the directory holding fashion-mnist-{train,test}.h5).
+# Each run writes OUT_DIR/fashion_<model>.jsonl (hpdt-train --metrics), .log (its output) and .png
+# (scripts/plot/plot_training.py). Checkpoints go to OUT_DIR/ckpt-<model> (not committed): an
+# interrupted run continues with the same command (--resume).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+which=${1:-all} build=${2:-build/cpu} out=${3:-results/train}
+train=$build/apps/train/hpdt-train
+[ -x "$train" ] || { echo "train_accuracy.sh: $train not built (cmake --workflow --preset cpu)" >&2; exit 2; }
+mkdir -p "$out"
+export OMPI_MCA_mpi_yield_when_idle=1
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+data=()
+[ -n "${HPDT_DATA:-}" ] && data=(--data "$HPDT_DATA/fashion-mnist-train.h5")
+
+run() {  # run NAME ARGS...
+  local name=$1; shift
+  local resume=()
+  [ -d "$out/ckpt-$name" ] && ls "$out/ckpt-$name"/ckpt-*.h5 > /dev/null 2>&1 && resume=(--resume)
+  mpirun -n 2 --oversubscribe "$train" "${data[@]}" --threads 1 --progress lines --log-every 50 \
+    --metrics "$out/fashion_$name.jsonl" --checkpoint-dir "$out/ckpt-$name" --checkpoint-every 500 "${resume[@]}" "$@" \
+    2>&1 | tee -a "$out/fashion_$name.log"
+  /usr/bin/python3 scripts/plot/plot_training.py "$out/fashion_$name.jsonl" --title "Fashion-MNIST, $name, 2 ranks (CPU)"
+}
+
+case $which in
+resnet20 | all)
+  # SGD + Nesterov momentum, lr 0.1 at global batch 128, 1 warm-up epoch then cosine, wd 5e-4,
+  # random crop (pad 4) + flip.
+  run resnet20 --model resnet20 --epochs 15 --batch 64 --lr 0.1 --lr-ref-batch 128 --warmup-epochs 1 --nesterov \
+    --weight-decay 5e-4 --seed 1 ;;&
+vit-ti | all)
+  # ViT-Ti (192 wide, 12 layers, 3 heads) with 7x7 patches (16 tokens + class token): AdamW.
+  run vit-ti --model vit-ti --patch 7 --optimizer adamw --epochs 6 --batch 64 --lr 0.001 --lr-ref-batch 128 \
+    --warmup-epochs 1 --weight-decay 0.05 --label-smoothing 0.1 --seed 1 ;;
+resnet20) ;;
+*) echo "train_accuracy.sh: unknown run '$which' (resnet20, vit-ti or all)" >&2; exit 2 ;;
+esac
