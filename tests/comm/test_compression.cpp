@@ -284,3 +284,19 @@ TEST(GradientSyncCompression, TensorAlignedBucketsOverlapOffAndCompression) {
   bad.tensors = {{5, 2, 5}};
   EXPECT_THROW(GradientSync(c, h.data(), 10, DType::f16, bad), Error);
 }
+
+TEST(Compression, TinyCountsWorkForEveryMethod) {
+  Communicator c(MPI_COMM_WORLD);
+  for (const char* name : {"fp16", "bf16", "topk:0.01", "topk:0.5,noef", "qsgd:2", "qsgd:8", "powersgd:1", "powersgd:3"}) {
+    for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(7), size_t(513)}) {
+      auto comp = make_compressor(parse_compression(name), n, {}, 1, 0);
+      for (int step = 0; step < 2; ++step) {
+        std::vector<float> x(n);
+        for (size_t i = 0; i < n; ++i) x[i] = float(int(i % 5) - 2 + c.rank());
+        comp->allreduce(c, x.data(), ReduceOp::avg, Algorithm::tree, {});
+        for (float v : x) ASSERT_TRUE(std::isfinite(v)) << name << " n " << n;
+        EXPECT_TRUE(same_on_every_rank(c, x)) << name << " n " << n;
+      }
+    }
+  }
+}
