@@ -126,9 +126,16 @@ double predict_allreduce_s(const std::string& algo, int ranks, double bytes, con
     const double intra_bytes = 2.0 * gm * n / nodes;
     return c.a * net.inter_alpha_s + inter_bytes / B + intra_bytes / net.intra_bw_Bps;
   }
-  // ring, nccl, tree: a flat ring/tree over the node-ordered ranks crosses each node boundary once,
-  // so the node's links carry one rank's share of the traffic: B(p) n over the node bandwidth.
   const Coefficients c = flat_coefficients(algo, ranks);
+  if (algo == "tree") {
+    // Our tree is a heap-numbered binary tree over the node-ordered ranks: beyond the first node
+    // every rank's parent and children live on other nodes, so each of the node's g ranks moves its
+    // pipelined segments over the node's links: n up to its parent and 2n down to its children
+    // (and as much in), 3 g n per direction in all.
+    return c.a * net.inter_alpha_s + 3.0 * g * n / B;
+  }
+  // ring, nccl: a ring over the node-ordered ranks crosses each node boundary once, so the node's
+  // links carry one rank's share of the traffic: B(p) n over the node bandwidth.
   return c.a * net.inter_alpha_s + c.b * n / B;
 }
 

@@ -93,3 +93,16 @@ TEST(CostModel, SparseAllGatherGrowsWithRanks) {
   const double r512 = predict_exchange_s("ring", "none", 512, g, net);
   EXPECT_LT(r512, 1.2 * r64 + 512 * 2 * net.inter_alpha_s);
 }
+
+TEST(CostModel, HeapTreeAcrossNodesCarriesEveryRanksTraffic) {
+  Network net;
+  net.ranks_per_node = 8;
+  net.intra_bw_Bps = 450e9;
+  net.inter_bw_Bps = 200e9;
+  net.intra_alpha_s = 1e-6;
+  net.inter_alpha_s = 5e-6;
+  const double n = 100e6;
+  // 64 ranks on 8 nodes: 8 ranks x (n up + 2n down) per node, against ring's 2(p-1)/p n.
+  EXPECT_NEAR(predict_allreduce_s("tree", 64, n, net), 2 * 6 * 5e-6 + 3.0 * 8 * n / 200e9, 1e-12);
+  EXPECT_GT(predict_allreduce_s("tree", 64, n, net), 5 * predict_allreduce_s("ring", 64, n, net));
+}
