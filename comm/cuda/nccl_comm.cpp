@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <memory>
+#include <vector>
+
 #include "hpdt/comm/communicator.h"
 #include "hpdt/core/check_cuda.h"
 #include "hpdt/core/check_mpi.h"
@@ -20,9 +23,14 @@ ncclComm_t Communicator::nccl() {
   if (rank_ == 0) HPDT_NCCL_CHECK(ncclGetUniqueId(&id));
   HPDT_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm_));
   HPDT_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+  nccl_device_ = local_rank_ % devices;
   cudaStream_t s;
   HPDT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   nccl_stream_ = s;
+  std::vector<int> world(size_t(size_), -1);
+  for (int i = 0; i < size_; ++i) world[size_t(i)] = world_transport_->world_rank_of(i);
+  nccl_transport_ = std::make_unique<NcclTransport>(nccl_, nccl_stream_, nccl_device_, std::move(world));
+  nccl_transport_->set_watchdog(options_.watchdog);
   return nccl_;
 }
 
@@ -31,8 +39,20 @@ void* Communicator::nccl_stream() {
   return nccl_stream_;
 }
 
+int Communicator::nccl_device() {
+  nccl();
+  return nccl_device_;
+}
+
+NcclTransport& Communicator::nccl_transport() {
+  nccl();
+  HPDT_CHECK(nccl_transport_, "NCCL transport: the NCCL communicator's setup failed earlier on rank ", rank_);
+  return *nccl_transport_;
+}
+
 void Communicator::destroy_nccl() {
   // Destructors do not throw: failures here are ignored on purpose (the job is ending).
+  nccl_transport_.reset();
   if (nccl_) ncclCommDestroy(nccl_);
   if (nccl_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(nccl_stream_));
   nccl_ = nullptr;

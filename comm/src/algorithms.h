@@ -5,6 +5,9 @@
 
 #include <cstddef>
 
+#include <string_view>
+
+#include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
 #include "hpdt/comm/tuning.h"
 #include "hpdt/comm/transport.h"
@@ -68,6 +71,21 @@ class HierAllreduce {
 
 // Runs ring, tree or rhd over `t`.
 void flat_allreduce(Algorithm a, Transport& t, float* data, size_t n, size_t segment_floats);
+
+// What an all-reduce entry point resolved: the algorithm (auto resolved), the segment size, the context.
+struct CallPlan {
+  Algorithm algorithm;
+  size_t segment_bytes;
+  OperationContext context;
+};
+// Argument checks, auto resolution, the operation context (named after `entry`) set on the MPI
+// transports, and the debug check (signature `collective`) of an all-reduce call.
+CallPlan plan_call(Communicator& comm, std::string_view entry, int collective, const void* send, void* recv,
+                   size_t count, DType dtype, ReduceOp op, Algorithm algorithm, const AllreduceOptions& options);
+// The reduction of host buffers after plan_call (algorithm resolved; not nccl): MPI_Allreduce for mpi
+// f32, else widen to f32, run the algorithm class, average, narrow.
+void host_allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                    Algorithm algorithm, Algorithm inter_node, size_t segment_bytes);
 
 // Element range [begin, end) of part i when n elements are cut into `parts` nearly equal parts (the first
 // n % parts parts get one more element).

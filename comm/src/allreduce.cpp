@@ -1,4 +1,5 @@
-// allreduce(): checks, dtype widening, the algorithm choice and averaging around the algorithm classes.
+// allreduce(): checks, dtype widening, the algorithm choice and averaging around the algorithm classes;
+// the planning and the host reduction are shared with allreduce_device (comm/cuda/device_allreduce.cpp).
 #include "hpdt/comm/allreduce.h"
 
 #include <algorithm>
@@ -8,6 +9,10 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's extensions: MPIX_Query_cuda_support() where OMPI_HAVE_MPI_EXT_CUDA
+#endif
 
 #include "algorithms.h"
 #include "debug_check.h"
@@ -65,29 +70,33 @@ TuningChoice resolve_auto(const Communicator& comm, size_t bytes, const Allreduc
   return c;
 }
 
-void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algorithm algorithm,
-               const AllreduceOptions& options) {
-  HPDT_CHECK(is_floating(dtype), "allreduce: dtype ", dtype_name(dtype), " is not supported (expected f32, f16 or bf16)");
-  HPDT_CHECK(count == 0 || (send && recv), "allreduce: null buffer for ", count, " elements");
-  size_t segment_bytes = options.segment_bytes;
-  if (algorithm == Algorithm::automatic) {
+namespace detail {
+
+CallPlan plan_call(Communicator& comm, std::string_view entry, int collective, const void* send, void* recv, size_t count,
+                   DType dtype, ReduceOp op, Algorithm algorithm, const AllreduceOptions& options) {
+  HPDT_CHECK(is_floating(dtype), entry, ": dtype ", dtype_name(dtype), " is not supported (expected f32, f16 or bf16)");
+  HPDT_CHECK(count == 0 || (send && recv), entry, ": null buffer for ", count, " elements");
+  CallPlan plan{algorithm, options.segment_bytes, {}};
+  if (plan.algorithm == Algorithm::automatic) {
     const TuningChoice c = resolve_auto(comm, count * dtype_size(dtype), options);
-    algorithm = c.algorithm;
-    if (!segment_bytes) segment_bytes = c.segment_bytes;
+    plan.algorithm = c.algorithm;
+    if (!plan.segment_bytes) plan.segment_bytes = c.segment_bytes;
   }
-  if (!segment_bytes) segment_bytes = default_segment_bytes(algorithm);
+  if (!plan.segment_bytes) plan.segment_bytes = default_segment_bytes(plan.algorithm);
 
   std::ostringstream what;
-  what << "allreduce " << algorithm_name(algorithm) << " of " << count << " x " << dtype_name(dtype) << " (" << reduce_op_name(op) << ")";
-  const OperationContext ctx{what.str(), options.bucket};
+  what << entry << " " << algorithm_name(plan.algorithm) << " of " << count << " x " << dtype_name(dtype) << " (" << reduce_op_name(op) << ")";
+  plan.context = OperationContext{what.str(), options.bucket};
   for (Transport* t : {static_cast<Transport*>(&comm.transport()), static_cast<Transport*>(&comm.local_transport()),
                        static_cast<Transport*>(&comm.cross_transport())})
-    t->set_context(ctx);
-  if (comm.debug_checks()) detail::check_same_call(comm, detail::CallSignature{1, int(algorithm), int(dtype), int(op), count});
-  if (count == 0) return;
-  HPDT_CHECK(algorithm != Algorithm::nccl, "allreduce: algorithm nccl needs device buffers and a CUDA build; "
-                                           "use allreduce_device (GPU builds) or another algorithm for host memory");
+    t->set_context(plan.context);
+  if (comm.debug_checks()) check_same_call(comm, CallSignature{collective, int(plan.algorithm), int(dtype), int(op), count});
+  return plan;
+}
 
+void host_allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algorithm algorithm,
+                    Algorithm inter_node, size_t segment_bytes) {
+  if (count == 0) return;
   const size_t seg_floats = std::max<size_t>(1, segment_bytes / sizeof(float));
   if (algorithm == Algorithm::mpi && dtype == DType::f32) {  // the baseline exactly as users call it
     const bool in_place = send == recv;
@@ -105,19 +114,39 @@ void allreduce(Communicator& comm, const void* send, void* recv, size_t count, D
     work = static_cast<float*>(recv);
     if (send != recv) std::memcpy(recv, send, count * sizeof(float));
   } else {
-    work = detail::scratch(count, 3);
+    work = scratch(count, 3);
     kernels::convert(work, DType::f32, send, dtype, count);
   }
   switch (algorithm) {
-    case Algorithm::hier: detail::HierAllreduce(comm, options.inter_node, seg_floats).run(work, count); break;
+    case Algorithm::hier: HierAllreduce(comm, inter_node, seg_floats).run(work, count); break;
     case Algorithm::ring:
     case Algorithm::tree:
     case Algorithm::rhd:
-    case Algorithm::mpi: detail::flat_allreduce(algorithm, comm.transport(), work, count, seg_floats); break;
+    case Algorithm::mpi: flat_allreduce(algorithm, comm.transport(), work, count, seg_floats); break;
     default: HPDT_FAIL("allreduce: unexpected algorithm ", algorithm_name(algorithm));
   }
   if (op == ReduceOp::avg) kernels::divide_f32(work, count, float(comm.size()));
   if (dtype != DType::f32) kernels::convert(recv, dtype, work, DType::f32, count);
+}
+
+}  // namespace detail
+
+void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algorithm algorithm,
+               const AllreduceOptions& options) {
+  const detail::CallPlan plan = detail::plan_call(comm, "allreduce", 1, send, recv, count, dtype, op, algorithm, options);
+  if (count == 0) return;
+  HPDT_CHECK(plan.algorithm != Algorithm::nccl, "allreduce: algorithm nccl needs device buffers and a CUDA build; "
+                                                "use allreduce_device (GPU builds) or another algorithm for host memory");
+  detail::host_allreduce(comm, send, recv, count, dtype, op, plan.algorithm, options.inter_node, plan.segment_bytes);
+}
+
+bool mpi_cuda_aware() {
+  if (const char* e = std::getenv("HPDT_MPI_CUDA_AWARE"); e && *e) return std::atoi(e) != 0;
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
 }
 
 // ---- broadcast and all-gather -------------------------------------------------------------------

@@ -111,6 +111,9 @@ void Communicator::set_watchdog(const WatchdogOptions& w) {
   options_.watchdog = w;
   for (MpiTransport* t : {world_transport_.get(), local_transport_.get(), cross_transport_.get()})
     if (t) t->set_watchdog(w);
+#if HPDT_HAVE_CUDA
+  if (nccl_transport_) nccl_transport_->set_watchdog(w);
+#endif
 }
 
 std::vector<int> Communicator::node_sizes() const {

@@ -13,7 +13,8 @@ std::string describe(const CallSignature& s) {
   std::ostringstream os;
   switch (s.collective) {
     case 1:
-      os << "allreduce " << (s.algorithm >= 0 && s.algorithm <= int(Algorithm::automatic) ? algorithm_name(Algorithm(s.algorithm)) : "?") << " " << s.count << " x " << (s.dtype >= 0 && s.dtype <= 4 ? dtype_name(DType(s.dtype)) : "?") << " "
+    case 4:
+      os << (s.collective == 4 ? "allreduce_device " : "allreduce ") << (s.algorithm >= 0 && s.algorithm <= int(Algorithm::automatic) ? algorithm_name(Algorithm(s.algorithm)) : "?") << " " << s.count << " x " << (s.dtype >= 0 && s.dtype <= 4 ? dtype_name(DType(s.dtype)) : "?") << " "
          << (s.op == 0 ? "sum" : s.op == 1 ? "avg" : "?");
       break;
     case 2: os << "broadcast " << s.count << " bytes from rank " << s.algorithm; break;

@@ -5,8 +5,10 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hpdt/comm/allreduce.h"
@@ -147,6 +149,22 @@ TEST(Allreduce, BadArguments) {
   HPDT_EXPECT_THROW_MSG(parse_algorithm("butterfly"), "ring, tree, rhd, hier, mpi, nccl or auto");
   EXPECT_EQ(parse_algorithm("rhd"), Algorithm::rhd);
   EXPECT_EQ(algorithm_name(Algorithm::automatic), "auto");
+  // Host memory never goes to NCCL (allreduce_device does, in GPU builds).
+  HPDT_EXPECT_THROW_MSG(allreduce(world(), &x, &x, 1, DType::f32, ReduceOp::sum, Algorithm::nccl), "use allreduce_device");
+}
+
+TEST(Allreduce, CudaAwareQuery) {
+  // HPDT_MPI_CUDA_AWARE overrides the MPI's answer; unset, the answer comes from the MPI (any value).
+  const char* old = std::getenv("HPDT_MPI_CUDA_AWARE");
+  const bool had = old != nullptr;
+  const std::string saved = had ? old : "";
+  setenv("HPDT_MPI_CUDA_AWARE", "0", 1);
+  EXPECT_FALSE(mpi_cuda_aware());
+  setenv("HPDT_MPI_CUDA_AWARE", "1", 1);
+  EXPECT_TRUE(mpi_cuda_aware());
+  unsetenv("HPDT_MPI_CUDA_AWARE");
+  (void)mpi_cuda_aware();
+  if (had) setenv("HPDT_MPI_CUDA_AWARE", saved.c_str(), 1);
 }
 
 TEST(Allreduce, BroadcastAndAllgather) {

@@ -7,7 +7,7 @@
 // with f32 accumulation (2-byte inputs are widened once, reduced in f32 and narrowed once), in place
 // (send == recv) or out of place, sum or average. Results are bitwise identical on every rank and from
 // run to run: each element's sum is formed in a fixed order on one rank and then copied to the others.
-// Buffers are host memory; device pointers are staged through host memory (GPU builds).
+// allreduce() takes host memory; allreduce_device() (GPU builds) takes device memory and adds `nccl`.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +33,7 @@ struct AllreduceOptions {
   Algorithm inter_node = Algorithm::rhd;  // hier: the flat algorithm across nodes
   const TuningTable* tuning = nullptr;    // auto: this table (else HPDT_TUNING_FILE, else built-in)
   int bucket = -1;                        // for watchdog and debug messages
+  size_t staging_bytes = 0;               // allreduce_device, staged path: pipelining chunk; 0: 4 MiB
 };
 
 // Default segment size of each algorithm (bytes of f32 working data).
@@ -43,6 +44,39 @@ TuningChoice resolve_auto(const Communicator& comm, size_t bytes, const Allreduc
 
 void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                Algorithm algorithm, const AllreduceOptions& options = {});
+
+// Whether MPI accepts device pointers: HPDT_MPI_CUDA_AWARE=0/1 when set (1 asserts it, for an MPI
+// without the query; a wrong 1 crashes), else Open MPI's MPIX_Query_cuda_support() where <mpi-ext.h>
+// has the CUDA extension, else false. Call after MPI_Init.
+bool mpi_cuda_aware();
+
+#if HPDT_HAVE_CUDA
+// Device-memory all-reduce (GPU builds). `send`/`recv` are device memory of this rank's GPU; `stream`
+// (a cudaStream_t; nullptr: the legacy default stream) is the caller's stream: the reduction starts
+// after the work queued on it before the call, and the result is complete in `recv` when the call
+// returns (every path is blocking for the host, under the watchdog). Paths:
+//   nccl                         ncclAllReduce (ncclSum / ncclAvg) on comm.nccl_stream() of the
+//                                communicator's NCCL communicator (created on first use, collective);
+//                                f16/bf16 are reduced by NCCL in their own type, in NCCL's order (not
+//                                the f32-accumulated, bitwise-reproducible result of the others).
+//   mpi, f32, CUDA-aware MPI     MPI_Allreduce directly on the device pointers (mpi_cuda_aware()).
+//   everything else              staged: chunks of options.staging_bytes (default 4 MiB) are copied to
+//                                two pinned host buffers on `stream` and all-reduced on the host by the
+//                                same code as allreduce(), while the next chunk is copied down and the
+//                                previous one copied back (pipelined). ring/tree/rhd/hier reduce on the
+//                                CPU, so they always stage, CUDA-aware MPI or not.
+// The staged result is the same on every rank, and bitwise equal to allreduce() of the same data when
+// one chunk holds the whole message (with several chunks each chunk is its own all-reduce, so the
+// summation order of an element may differ from a one-chunk call on inexact inputs).
+void allreduce_device(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                      Algorithm algorithm, const AllreduceOptions& options = {}, void* stream = nullptr);
+
+enum class DevicePath { nccl, mpi_direct, staged };
+std::string_view device_path_name(DevicePath p);  // "nccl", "mpi-direct", "staged"
+// The path allreduce_device takes for this call (auto resolved as it would be).
+DevicePath device_allreduce_path(const Communicator& comm, size_t count, DType dtype, Algorithm algorithm,
+                                 const AllreduceOptions& options = {});
+#endif
 
 // Broadcast `bytes` bytes from `root` (binomial tree over the transport).
 void broadcast(Communicator& comm, void* data, size_t bytes, int root);

@@ -1,7 +1,7 @@
 // Communicator: who is who in the job. World rank and size, the ranks sharing a node (node-local
 // communicator), the ranks with the same local rank on every node (cross-node communicator), node
 // count and placement, and the transports the all-reduce algorithms run on. With CUDA, an NCCL
-// communicator (one GPU per local rank) is created on first use.
+// communicator (one GPU per local rank) and its NcclTransport are created on first use.
 //
 // Virtual nodes, for testing hierarchical algorithms on one machine: HPDT_RANKS_PER_NODE=2 groups
 // consecutive world ranks two by two (the last node takes the rest); a comma list such as "3,1" gives
@@ -14,11 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "hpdt/comm/transport.h"
-
-#if HPDT_HAVE_CUDA
-typedef struct ncclComm* ncclComm_t;
-#endif
+#include "hpdt/comm/transport.h"  // also declares ncclComm_t in GPU builds
 
 namespace hpdt::comm {
 
@@ -72,6 +68,9 @@ class Communicator {
   // rank 0 and broadcast over MPI; each rank uses GPU local_rank() % device count.
   ncclComm_t nccl();
   void* nccl_stream();  // the communication stream (cudaStream_t) NCCL work is queued on
+  int nccl_device();    // the CUDA device of the NCCL communicator
+  // Device-memory transport over the NCCL communicator (created with it; semantics in transport.h).
+  NcclTransport& nccl_transport();
 #endif
 
  private:
@@ -85,6 +84,8 @@ class Communicator {
   void destroy_nccl();
   ncclComm_t nccl_ = nullptr;
   void* nccl_stream_ = nullptr;
+  int nccl_device_ = -1;
+  std::unique_ptr<NcclTransport> nccl_transport_;
 #endif
 };
 

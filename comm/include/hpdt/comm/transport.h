@@ -1,6 +1,6 @@
 // Transport: non-blocking point-to-point byte transfers between the ranks of one group, plus a wait.
-// The all-reduce algorithms are written once against this interface (Gloo style); an MPI transport
-// moves host memory, and GPU builds add device-memory and NCCL transports.
+// The all-reduce algorithms are written once against this interface (Gloo style); MpiTransport moves
+// host memory, and GPU builds add NcclTransport for device memory over NCCL point-to-point.
 //
 // Every wait is guarded by the watchdog: when a transfer has not completed after the timeout, the
 // error names the operation in progress (set with set_context), the bucket, and the ranks (world
@@ -14,6 +14,10 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#if HPDT_HAVE_CUDA
+typedef struct ncclComm* ncclComm_t;
+#endif
 
 namespace hpdt::comm {
 
@@ -94,5 +98,69 @@ class MpiTransport final : public Transport {
   std::vector<Slot> slots_;
   size_t open_ = 0;  // slots not yet done
 };
+
+#if HPDT_HAVE_CUDA
+
+// Device memory over NCCL point-to-point (GPU builds only; Communicator::nccl_transport()).
+//
+// Semantics:
+// - isend/irecv only record the transfer. The first wait()/wait_all() after them issues every recorded
+//   transfer in one ncclGroupStart/ncclGroupEnd on stream(), so a rank may post sends and receives in
+//   any order without deadlocking (the group makes them progress together).
+// - wait(r) waits until stream() has no pending work, so it completes r and everything issued with or
+//   before it; wait_all() does the same and forgets all requests (ids restart at 0, as in MpiTransport).
+//   Waiting polls cudaStreamQuery under the watchdog (same message and actions as MpiTransport; the
+//   ranks named are the peers of the transfers still outstanding) and checks ncclCommGetAsyncError.
+// - Matching: NCCL has no tags. Transfers between two ranks match in posting order per direction
+//   whatever their tag (MpiTransport matches per (peer, tag)); the tag is accepted and ignored.
+// - Buffers are device memory of this rank's GPU (or anything NCCL accepts). Data to send must be ready
+//   as seen from stream(): produced by work that has completed or that was queued earlier on stream().
+//   Received data is ready for the host and every stream once wait() returns.
+// - Sending to oneself is allowed (NCCL supports self send/recv within a group). Zero-byte transfers
+//   are accepted and move nothing.
+// - After a watchdog error thrown (Action::throw_error) the transfers may still be queued on the stream
+//   and the NCCL communicator may be stuck: end the job (Action::abort, the default, does).
+class NcclTransport final : public Transport {
+ public:
+  // `comm` and `stream` (a cudaStream_t) are not owned; `device` is the CUDA device of `comm`;
+  // world_ranks[i] is the world rank of NCCL rank i (for messages).
+  NcclTransport(ncclComm_t comm, void* stream, int device, std::vector<int> world_ranks);
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int world_rank_of(int peer) const override { return world_ranks_.at(size_t(peer)); }
+  ncclComm_t nccl() const { return comm_; }
+  void* stream() const { return stream_; }
+  int device() const { return device_; }
+
+  Request isend(const void* data, size_t bytes, int peer, int tag) override;
+  Request irecv(void* data, size_t bytes, int peer, int tag) override;
+  void wait(Request r) override;
+  void wait_all() override;
+
+ private:
+  struct Op {
+    void* data;
+    size_t bytes;
+    int peer;
+    bool recv;
+  };
+  Request record(void* data, size_t bytes, int peer, bool recv);
+  void flush();  // issues ops_[issued_, end) in one NCCL group on stream_
+  void drain();  // waits (watched) until stream_ is idle; then every issued op is complete
+
+  ncclComm_t comm_;
+  void* stream_;
+  int device_;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  std::vector<Op> ops_;   // every op since the last wait_all, indexed by request id
+  size_t issued_ = 0;     // ops_[0, issued_) are queued on stream_
+  size_t completed_ = 0;  // ops_[0, completed_) are known to be complete
+};
+
+#endif
 
 }  // namespace hpdt::comm

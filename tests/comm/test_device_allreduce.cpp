@@ -1,0 +1,311 @@
+// Device-memory all-reduce and the NCCL transport (label gpu; every case skips, visibly, where no GPU
+// is usable, and in builds without CUDA). Run under mpiexec at np 1 and 2: the ranks share GPU
+// local_rank % device count, which the staged MPI path allows; NCCL cases use a 1-rank NCCL
+// communicator per process (over MPI_COMM_SELF), since one GPU holds one rank of an NCCL communicator.
+//
+//   staged path (ring, rhd, mpi; f32, f16; counts 0, 1, 7, 65537; sum/avg; in/out of place; one chunk
+//     and many small pipelined chunks; on a non-default stream with the input queued on it) == the
+//     host all-reduce of the same data == the exact sum;
+//   mpi directly on device pointers where the MPI is CUDA-aware (skips otherwise);
+//   nccl at 1 rank: sum returns the input exactly, avg too (divided by 1), f32/f16/bf16;
+//   NcclTransport: send/recv to self, several transfers in one group, zero bytes, wait vs wait_all.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hpdt/comm/allreduce.h"
+#include "hpdt/core/dtype.h"
+#include "hpdt/core/runtime.h"
+#include "hpdt_test.h"
+
+#if HPDT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "hpdt/core/check_cuda.h"
+#endif
+
+using namespace hpdt;
+using namespace hpdt::comm;
+
+#if !HPDT_HAVE_CUDA
+
+TEST(DeviceAllreduce, NeedsCuda) {
+  GTEST_SKIP() << "no GPU: built without CUDA (HPDT_HAVE_CUDA=0); allreduce_device is GPU-only";
+}
+
+#else
+
+namespace {
+
+Communicator& world() {
+  static Communicator c(MPI_COMM_WORLD);
+  return c;
+}
+
+// Every rank drives GPU local_rank % device count (several ranks may share one GPU).
+void use_my_gpu() { cuda_set_device(world().local_rank() % cuda_device_count()); }
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes_) HPDT_CUDA_CHECK(cudaMalloc(&p_, bytes_));
+  }
+  ~DeviceBuffer() {
+    if (p_) (void)cudaFree(p_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+  void upload(const void* host) {
+    if (bytes_) HPDT_CUDA_CHECK(cudaMemcpy(p_, host, bytes_, cudaMemcpyHostToDevice));
+  }
+  void download(void* host) const {
+    if (bytes_) HPDT_CUDA_CHECK(cudaMemcpy(host, p_, bytes_, cudaMemcpyDeviceToHost));
+  }
+  void fill(unsigned char byte) {
+    if (bytes_) HPDT_CUDA_CHECK(cudaMemset(p_, byte, bytes_));
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+// Sets an environment variable for the scope (on this rank), restoring the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+const std::vector<size_t> kCounts = {0, 1, 7, 65537};
+
+// Small integers: every partial sum is exact in f32 and f16 (|sum| <= 2 * 5).
+float int_input(int rank, size_t i) { return float(int((size_t(rank) * 7 + i * 3) % 11) - 5); }
+
+template <class T>
+std::vector<T> to_type(const std::vector<float>& x) {
+  std::vector<T> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = from_f32<T>(x[i]);
+  return out;
+}
+
+template <class T>
+size_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return i;
+  return a.size();
+}
+
+// allreduce_device of device data on `stream` against allreduce() of the same host data and the exact
+// result, bitwise.
+template <class T>
+void check_device_vs_host(Communicator& c, Algorithm a, size_t n, ReduceOp op, bool in_place, const AllreduceOptions& o,
+                          cudaStream_t stream) {
+  const int p = c.size(), r = c.rank();
+  std::vector<float> in(n), exact(n);
+  for (size_t i = 0; i < n; ++i) {
+    in[i] = int_input(r, i);
+    float s = 0;
+    for (int q = 0; q < p; ++q) s += int_input(q, i);
+    exact[i] = op == ReduceOp::avg ? s / float(p) : s;
+  }
+  const std::vector<T> host_in = to_type<T>(in), want = to_type<T>(exact);
+  std::vector<T> oracle(n, from_f32<T>(-999.0f));
+  allreduce(c, host_in.data(), oracle.data(), n, dtype_of_v<T>, op, a, o);
+
+  DeviceBuffer send(n * sizeof(T)), recv(n * sizeof(T));
+  recv.fill(0xff);
+  // The input is queued on `stream` (not synchronised): allreduce_device must order itself after it.
+  if (n) HPDT_CUDA_CHECK(cudaMemcpyAsync(send.get(), host_in.data(), n * sizeof(T), cudaMemcpyHostToDevice, stream));
+  void* out = in_place ? send.get() : recv.get();
+  allreduce_device(c, send.get(), out, n, dtype_of_v<T>, op, a, o, stream);
+  std::vector<T> got(n, from_f32<T>(-999.0f)), sent_after(n);
+  HPDT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  (in_place ? send : recv).download(got.data());
+  const std::string what = std::string(algorithm_name(a)) + " " + std::string(dtype_name(dtype_of_v<T>)) +
+                           " n=" + std::to_string(n) + " " + std::string(reduce_op_name(op)) +
+                           (in_place ? " in place" : " out of place") +
+                           " staging_bytes=" + std::to_string(o.staging_bytes) + " path " +
+                           std::string(device_path_name(device_allreduce_path(c, n, dtype_of_v<T>, a, o)));
+  size_t i = first_difference(got, want);
+  EXPECT_EQ(i, n) << what << ": element " << i << " got " << (i < n ? to_f32(got[i]) : 0.0f) << " want exact "
+                  << (i < n ? to_f32(want[i]) : 0.0f);
+  i = first_difference(got, oracle);
+  EXPECT_EQ(i, n) << what << ": element " << i << " differs from the host all-reduce";
+  if (!in_place) {
+    send.download(sent_after.data());
+    EXPECT_EQ(first_difference(sent_after, host_in), n) << what << ": the send buffer was modified";
+  }
+}
+
+class DeviceStaged : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(DeviceStaged, MatchesHostOracle) {
+  HPDT_REQUIRE_GPU();
+  use_my_gpu();
+  ScopedEnv not_aware("HPDT_MPI_CUDA_AWARE", "0");  // mpi stages too, whatever the MPI
+  Communicator& c = world();
+  cudaStream_t stream = nullptr;
+  HPDT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (size_t staging :
+       {size_t(0), size_t(4096)}) {  // one chunk (default 4 MiB); 4 KiB chunks (pipelined: 33-65 of them)
+    AllreduceOptions o;
+    o.staging_bytes = staging;
+    for (size_t n : kCounts) {
+      EXPECT_EQ(device_allreduce_path(c, n, DType::f32, GetParam(), o), DevicePath::staged);
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
+        for (bool in_place : {false, true}) {
+          check_device_vs_host<float>(c, GetParam(), n, op, in_place, o, stream);
+          check_device_vs_host<f16_t>(c, GetParam(), n, op, in_place, o, stream);
+        }
+    }
+  }
+  // The legacy default stream too.
+  check_device_vs_host<float>(c, GetParam(), 65537, ReduceOp::sum, false, AllreduceOptions{}, nullptr);
+  HPDT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, DeviceStaged, ::testing::Values(Algorithm::ring, Algorithm::rhd, Algorithm::mpi),
+                         [](const ::testing::TestParamInfo<Algorithm>& param_info) {
+                           return std::string(algorithm_name(param_info.param));
+                         });
+
+TEST(DeviceAllreduce, MpiDirectWhenCudaAware) {
+  HPDT_REQUIRE_GPU();
+  if (!mpi_cuda_aware())
+    GTEST_SKIP() << "MPI is not CUDA-aware here (mpi_cuda_aware() is false): the direct path is not taken";
+  use_my_gpu();
+  Communicator& c = world();
+  ASSERT_EQ(device_allreduce_path(c, 7, DType::f32, Algorithm::mpi), DevicePath::mpi_direct);
+  for (size_t n : kCounts)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      check_device_vs_host<float>(c, Algorithm::mpi, n, op, false, AllreduceOptions{}, nullptr);
+      check_device_vs_host<float>(c, Algorithm::mpi, n, op, true, AllreduceOptions{}, nullptr);
+    }
+}
+
+TEST(DeviceAllreduce, AutoOnDeviceMemory) {
+  HPDT_REQUIRE_GPU();
+  use_my_gpu();
+  check_device_vs_host<float>(world(), Algorithm::automatic, 65537, ReduceOp::avg, false, AllreduceOptions{}, nullptr);
+}
+
+TEST(DeviceAllreduce, BadArguments) {
+  HPDT_REQUIRE_GPU();
+  use_my_gpu();
+  DeviceBuffer b(16);
+  HPDT_EXPECT_THROW_MSG(allreduce_device(world(), b.get(), b.get(), 4, DType::i32, ReduceOp::sum, Algorithm::ring),
+                        "not supported");
+  HPDT_EXPECT_THROW_MSG(allreduce_device(world(), nullptr, nullptr, 4, DType::f32, ReduceOp::sum, Algorithm::ring),
+                        "null buffer");
+}
+
+// ---- NCCL, one rank per process ---------------------------------------------------------------------
+
+template <class T>
+void check_nccl_identity(Communicator& self, size_t n, ReduceOp op, bool in_place, cudaStream_t stream) {
+  std::vector<float> in(n);
+  for (size_t i = 0; i < n; ++i) in[i] = int_input(world().rank(), i) * 0.5f;  // exact in every type
+  const std::vector<T> host_in = to_type<T>(in);
+  DeviceBuffer send(n * sizeof(T)), recv(n * sizeof(T));
+  send.upload(host_in.data());
+  recv.fill(0xff);
+  void* out = in_place ? send.get() : recv.get();
+  allreduce_device(self, send.get(), out, n, dtype_of_v<T>, op, Algorithm::nccl, AllreduceOptions{}, stream);
+  std::vector<T> got(n);
+  (in_place ? send : recv).download(got.data());
+  const size_t i = first_difference(got, host_in);
+  EXPECT_EQ(i, n) << "nccl " << dtype_name(dtype_of_v<T>) << " n=" << n << " " << reduce_op_name(op)
+                  << (in_place ? " in place" : " out of place") << ": element " << i << " got "
+                  << (i < n ? to_f32(got[i]) : 0.0f) << " want " << (i < n ? to_f32(host_in[i]) : 0.0f);
+}
+
+// Communicator(MPI_COMM_SELF) has local rank 0, so its NCCL communicator drives device 0: the buffers
+// go there too (several processes may each hold a 1-rank NCCL communicator on the same GPU).
+void use_self_gpu() { cuda_set_device(0); }
+
+TEST(NcclOneRank, AllreduceReturnsInputExactly) {
+  HPDT_REQUIRE_GPU();
+  use_self_gpu();
+  Communicator self(MPI_COMM_SELF);  // a 1-rank NCCL communicator in every process
+  ASSERT_EQ(self.size(), 1);
+  EXPECT_EQ(device_allreduce_path(self, 7, DType::f16, Algorithm::nccl), DevicePath::nccl);
+  cudaStream_t stream = nullptr;
+  HPDT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (size_t n : kCounts)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
+      for (bool in_place : {false, true}) {
+        check_nccl_identity<float>(self, n, op, in_place, stream);
+        check_nccl_identity<f16_t>(self, n, op, in_place, nullptr);
+        check_nccl_identity<bf16_t>(self, n, op, in_place, stream);
+      }
+  HPDT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(NcclOneRank, TransportSendRecvToSelf) {
+  HPDT_REQUIRE_GPU();
+  use_self_gpu();
+  Communicator self(MPI_COMM_SELF);
+  NcclTransport& t = self.nccl_transport();
+  ASSERT_EQ(t.size(), 1);
+  ASSERT_EQ(t.rank(), 0);
+  EXPECT_EQ(t.world_rank_of(0), world().rank());
+
+  const size_t n = 65537;
+  std::vector<int> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) a[i] = int(i * 2654435761u), b[i] = -int(i);
+  DeviceBuffer da(n * sizeof(int)), db(n * sizeof(int)), ra(n * sizeof(int)), rb(n * sizeof(int));
+  da.upload(a.data());
+  db.upload(b.data());
+  ra.fill(0);
+  rb.fill(0);
+  const uint64_t sent0 = t.bytes_sent();
+
+  // Receive posted before the send; wait on the receive only.
+  Transport::Request rr = t.irecv(ra.get(), n * sizeof(int), 0, 7);
+  t.isend(da.get(), n * sizeof(int), 0, 7);
+  t.wait(rr);
+  std::vector<int> got(n);
+  ra.download(got.data());
+  EXPECT_EQ(got, a);
+  t.wait_all();
+
+  // Two transfers and a zero-byte one in one group, matched in posting order; wait_all.
+  ra.fill(0);
+  t.isend(da.get(), n * sizeof(int), 0, 1);
+  t.isend(db.get(), n * sizeof(int), 0, 2);
+  t.isend(da.get(), 0, 0, 3);
+  t.irecv(ra.get(), n * sizeof(int), 0, 1);
+  t.irecv(rb.get(), n * sizeof(int), 0, 2);
+  t.irecv(rb.get(), 0, 0, 3);
+  t.wait_all();
+  ra.download(got.data());
+  EXPECT_EQ(got, a);
+  rb.download(got.data());
+  EXPECT_EQ(got, b);
+  EXPECT_EQ(t.bytes_sent() - sent0, 3 * n * sizeof(int));
+
+  HPDT_EXPECT_THROW_MSG(t.isend(da.get(), 4, 1, 0), "out of range");
+  HPDT_EXPECT_THROW_MSG(t.wait(99), "unknown request");
+}
+
+}  // namespace
+
+#endif
