@@ -14,7 +14,7 @@ const std::vector<std::string>& model_names() {
   return names;
 }
 const std::vector<std::string>& algo_names() {
-  static const std::vector<std::string> names = {"ring", "tree", "rhd", "hier", "mpi", "nccl", "auto"};
+  static const std::vector<std::string> names = {"ring", "tree", "rhd", "hier", "mpi", "nccl", "shm", "auto"};
   return names;
 }
 

@@ -16,6 +16,7 @@
 
 #include "algorithms.h"
 #include "debug_check.h"
+#include "shm.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
 #include "hpdt/kernels/accumulate.h"
@@ -23,13 +24,13 @@
 namespace hpdt::comm {
 
 namespace {
-constexpr std::string_view kNames[] = {"ring", "tree", "rhd", "hier", "mpi", "nccl", "auto"};
+constexpr std::string_view kNames[] = {"ring", "tree", "rhd", "hier", "mpi", "nccl", "shm", "auto"};
 }
 
 Algorithm parse_algorithm(std::string_view name) {
   for (size_t i = 0; i < std::size(kNames); ++i)
     if (kNames[i] == name) return Algorithm(i);
-  HPDT_FAIL("unknown all-reduce algorithm '", name, "' (expected ring, tree, rhd, hier, mpi, nccl or auto)");
+  HPDT_FAIL("unknown all-reduce algorithm '", name, "' (expected ring, tree, rhd, hier, mpi, nccl, shm or auto)");
 }
 
 std::string_view algorithm_name(Algorithm a) { return kNames[size_t(a)]; }
@@ -119,6 +120,11 @@ void host_allreduce(Communicator& comm, const void* send, void* recv, size_t cou
   }
   switch (algorithm) {
     case Algorithm::hier: HierAllreduce(comm, inter_node, seg_floats).run(work, count); break;
+    case Algorithm::shm:
+      HPDT_CHECK(comm.node_count() == 1, "allreduce: algorithm shm works among the ranks of one node; this communicator spans ",
+                 comm.node_count(), " nodes (", comm.describe(), "): use hier, which reduces inside each node first");
+      shm_allreduce(comm.shm_segment(), work, count, comm.transport().watchdog(), comm.transport().context());
+      break;
     case Algorithm::ring:
     case Algorithm::tree:
     case Algorithm::rhd:

@@ -1,5 +1,7 @@
 #include "hpdt/comm/communicator.h"
 
+#include "shm.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -97,6 +99,7 @@ Communicator::~Communicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  shm_.reset();  // frees its window (collective over the node) before the communicators go
   world_transport_.reset();
   local_transport_.reset();
   cross_transport_.reset();
@@ -129,6 +132,11 @@ std::string Communicator::describe() const {
   for (size_t i = 0; i < sizes.size(); ++i) os << (i ? "," : "") << sizes[i];
   os << (virtual_nodes_ ? ", virtual)" : ")");
   return os.str();
+}
+
+detail::ShmSegment& Communicator::shm_segment() {
+  if (!shm_) shm_ = std::make_unique<detail::ShmSegment>(local_comm_, size_t(1) << 20);
+  return *shm_;
 }
 
 }  // namespace hpdt::comm

@@ -27,7 +27,7 @@ Communicator& world() {
 
 const std::vector<size_t> kCounts = {0, 1, 2, 3, 5, 7, 13, 64, 1021, 4099, 65537};
 const std::vector<Algorithm> kAlgos = {Algorithm::ring, Algorithm::tree, Algorithm::rhd, Algorithm::hier, Algorithm::mpi,
-                                       Algorithm::automatic};
+                                       Algorithm::shm,  Algorithm::automatic};
 const std::vector<DType> kTypes = {DType::f32, DType::f16, DType::bf16};
 
 // Small integers, so every partial sum is exact in f32, f16 (|sum| <= 8*5 < 2048) and bf16 (< 256).
@@ -146,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest, ::testing::ValuesIn(kAlgos),
 TEST(Allreduce, BadArguments) {
   float x = 1;
   HPDT_EXPECT_THROW_MSG(allreduce(world(), &x, &x, 1, DType::i32, ReduceOp::sum, Algorithm::ring), "not supported");
-  HPDT_EXPECT_THROW_MSG(parse_algorithm("butterfly"), "ring, tree, rhd, hier, mpi, nccl or auto");
+  HPDT_EXPECT_THROW_MSG(parse_algorithm("butterfly"), "ring, tree, rhd, hier, mpi, nccl, shm or auto");
   EXPECT_EQ(parse_algorithm("rhd"), Algorithm::rhd);
   EXPECT_EQ(algorithm_name(Algorithm::automatic), "auto");
   // Host memory never goes to NCCL (allreduce_device does, in GPU builds).
@@ -192,4 +192,33 @@ TEST(Communicator, Placement) {
   int cross = 0;
   MPI_Comm_size(c.cross_comm(), &cross);
   EXPECT_LE(cross, c.node_count());
+}
+
+// shm beyond one chunk (1 MiB per rank): several chunks alternate the two buffer sets and back-to-back
+// calls continue the alternation; exact on integer inputs.
+TEST(Shm, SeveralChunksAndCallsAreExact) {
+  Communicator& c = world();
+  if (c.node_count() != 1) GTEST_SKIP() << "shm needs all ranks on one node; this run has " << c.describe();
+  for (size_t n : {size_t(600001), size_t(262144), size_t(262145)}) {
+    for (int call = 0; call < 3; ++call) {
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = float(int((i * 7 + size_t(c.rank()) * 13 + size_t(call)) % 29) - 14);
+      std::vector<float> want(n, 0.0f);
+      for (int q = 0; q < c.size(); ++q)
+        for (size_t i = 0; i < n; ++i) want[i] += float(int((i * 7 + size_t(q) * 13 + size_t(call)) % 29) - 14);
+      allreduce(c, x.data(), x.data(), n, DType::f32, ReduceOp::sum, Algorithm::shm);
+      size_t bad = 0;
+      for (size_t i = 0; i < n; ++i) bad += x[i] != want[i];
+      ASSERT_EQ(bad, 0u) << "n " << n << " call " << call;
+    }
+  }
+}
+
+TEST(Shm, RefusedAcrossNodes) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  CommunicatorOptions o;
+  o.ranks_per_node = "1";  // every rank its own virtual node
+  Communicator split(MPI_COMM_WORLD, o);
+  float x = 1;
+  HPDT_EXPECT_THROW_MSG(allreduce(split, &x, &x, 1, DType::f32, ReduceOp::sum, Algorithm::shm), "use hier");
 }

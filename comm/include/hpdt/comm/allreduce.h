@@ -1,4 +1,4 @@
-// The all-reduce family: one entry point, one set of names (ring, tree, rhd, hier, mpi, nccl, auto).
+// The all-reduce family: one entry point, one set of names (ring, tree, rhd, hier, mpi, nccl, shm, auto).
 //
 //   hpdt::comm::Communicator comm(MPI_COMM_WORLD);
 //   allreduce(comm, send, recv, count, DType::f32, ReduceOp::avg, Algorithm::ring);
@@ -22,7 +22,7 @@ namespace hpdt::comm {
 
 enum class ReduceOp { sum, avg };
 
-// "ring", "tree", "rhd", "hier", "mpi", "nccl", "auto"; throws hpdt::Error listing the names.
+// "ring", "tree", "rhd", "hier", "mpi", "nccl", "shm", "auto"; throws hpdt::Error listing the names.
 Algorithm parse_algorithm(std::string_view name);
 std::string_view algorithm_name(Algorithm a);
 ReduceOp parse_reduce_op(std::string_view name);  // "sum", "avg"

@@ -18,6 +18,10 @@
 
 namespace hpdt::comm {
 
+namespace detail {
+class ShmSegment;  // comm/src/shm.h
+}
+
 struct CommunicatorOptions {
   // Virtual node sizes ("2" or "3,1"); empty: read HPDT_RANKS_PER_NODE, and when unset use the real
   // shared-memory nodes (MPI_Comm_split_type).
@@ -63,6 +67,10 @@ class Communicator {
   // A one-line description: "4 ranks on 2 nodes (2,2, virtual)".
   std::string describe() const;
 
+  // The node's shared-memory segment of the `shm` algorithm, created on first use (collective over
+  // the node-local communicator).
+  detail::ShmSegment& shm_segment();
+
 #if HPDT_HAVE_CUDA
   // NCCL communicator over all ranks, created on first call (collective): the ncclUniqueId is made on
   // rank 0 and broadcast over MPI; each rank uses GPU local_rank() % device count.
@@ -80,6 +88,7 @@ class Communicator {
   bool virtual_nodes_ = false;
   std::vector<int> node_of_rank_;
   std::unique_ptr<MpiTransport> world_transport_, local_transport_, cross_transport_;
+  std::unique_ptr<detail::ShmSegment> shm_;
 #if HPDT_HAVE_CUDA
   void destroy_nccl();
   ncclComm_t nccl_ = nullptr;

@@ -17,7 +17,7 @@
 
 namespace hpdt::comm {
 
-enum class Algorithm { ring, tree, rhd, hier, mpi, nccl, automatic };
+enum class Algorithm { ring, tree, rhd, hier, mpi, nccl, shm, automatic };
 
 struct TuningEntry {
   int world_size = 0;  // 0: any
