@@ -9,16 +9,24 @@
 // per-link bandwidth a bandwidth-optimal algorithm needs, comparable across rank counts and with the
 // hardware's peak. Times are per operation, averaged over -n back-to-back iterations after -w warm-up
 // ones, reduced over ranks by -a (0 rank 0, 1 mean, 2 min, 3 max), median over --repeat repetitions.
+//
+// --compress LIST times comm's Compressor::allreduce (fp16, bf16, topk:R, qsgd:B, powersgd:R, ",noef")
+// for every (compression, algorithm, size), f32 on the host only. algbw/busbw stay defined on the
+// uncompressed message size; compressed blocks add the bytes a rank put on the wire per call and the
+// compression ratio (ring's 2(p-1)/p * bytes over those). See docs/benchmarks.md for #wrong there.
 #include <mpi.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,6 +34,7 @@
 #include "hpdt/bench/cost_model.h"
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
+#include "hpdt/comm/compression.h"
 #include "hpdt/comm/tuning.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
@@ -78,6 +87,17 @@ std::vector<std::string> split(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// --compress: the list is comma-separated and ",noef" belongs to the method before it
+// ("none,topk:0.01,noef,qsgd:4" -> none, topk:0.01,noef, qsgd:4).
+std::vector<std::string> split_compressions(const std::string& s) {
+  std::vector<std::string> out;
+  for (auto& item : split(s)) {
+    if (item == "noef" && !out.empty()) out.back() += ",noef";
+    else out.push_back(item);
+  }
   return out;
 }
 
@@ -147,7 +167,39 @@ struct Row {
   bool in_place = false;
   double time_us = 0, algbw = 0, busbw = 0, model_us = 0;
   long wrong = 0;  // -1: not checked
+  long long wire_bytes = -1;       // most bytes any rank sent in one call; -1: not measured (nccl)
+  double compression_ratio = 0;  // 2(p-1)/p * bytes / wire_bytes (0 when either is 0 or unknown)
 };
+
+// How a compressed result is checked (docs/benchmarks.md, "Compression"). Every compressed result
+// must also be finite and bitwise identical on all ranks.
+enum class CompressedCheck {
+  exact,        // lossless in effect (topk keeping every element, powersgd with nothing to compress)
+  rounding,     // fp16/bf16: within the 16-bit rounding of the inputs and of the result
+  transmitted,  // lossy (topk R < 1, qsgd, low-rank powersgd): the sum of what the ranks transmitted
+};
+
+CompressedCheck compressed_check(const hc::CompressionSpec& s, size_t count) {
+  switch (s.kind) {
+    case hc::CompressionKind::fp16:
+    case hc::CompressionKind::bf16: return CompressedCheck::rounding;
+    case hc::CompressionKind::topk: {  // comm's k = min(n, max(1, ceil(R n)))
+      const size_t k = std::min(count, std::max<size_t>(1, size_t(std::ceil(s.ratio * double(count)))));
+      return k == count ? CompressedCheck::exact : CompressedCheck::transmitted;
+    }
+    case hc::CompressionKind::powersgd: {  // a flat buffer is one near-square matrix, compressed only if it gains
+      if (count == 0) return CompressedCheck::exact;
+      const size_t cols = size_t(std::ceil(std::sqrt(double(count)))), rows = (count + cols - 1) / cols;
+      const size_t R = size_t(s.rank);
+      const bool gains = std::min(rows, cols) > R && (rows + cols) * R < rows * cols;
+      return gains ? CompressedCheck::transmitted : CompressedCheck::exact;
+    }
+    default: return CompressedCheck::transmitted;
+  }
+}
+const char* check_name(CompressedCheck c) {
+  return c == CompressedCheck::exact ? "exact" : c == CompressedCheck::rounding ? "16-bit rounding" : "sum of transmitted";
+}
 
 struct Bench {
   Options o;
@@ -184,9 +236,7 @@ struct Bench {
   }
 
   void run_one(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
-    hc::AllreduceOptions ao;
-    ao.segment_bytes = o.segment;
-    if (have_tuning) ao.tuning = &tuning;
+    const hc::AllreduceOptions ao = allreduce_options();
     void* out = recv.data();
     const void* in = in_place ? out : send.data();
     hc::allreduce(comm, in, out, count, dtype, op, algo, ao);
@@ -202,17 +252,159 @@ struct Bench {
       Stopwatch sw;
       for (int i = 0; i < o.iters; ++i) run_one(algo, send, recv, count, in_place);
       sync();
-      double t = sw.elapsed_s() / std::max(1, o.iters), red = t;
-      if (o.average == 0) {
-        HPDT_MPI_CHECK(MPI_Bcast(&red, 1, MPI_DOUBLE, 0, comm.comm()));
-      } else {
-        const MPI_Op mop = o.average == 1 ? MPI_SUM : o.average == 2 ? MPI_MIN : MPI_MAX;
-        HPDT_MPI_CHECK(MPI_Allreduce(&t, &red, 1, MPI_DOUBLE, mop, comm.comm()));
-        if (o.average == 1) red /= p;
-      }
-      reps.push_back(red);
+      reps.push_back(reduce_time(sw.elapsed_s() / std::max(1, o.iters)));
     }
     return sample_stats(reps).median;
+  }
+
+  // this rank's time reduced over ranks as -a asks
+  double reduce_time(double t) {
+    double red = t;
+    if (o.average == 0) {
+      HPDT_MPI_CHECK(MPI_Bcast(&red, 1, MPI_DOUBLE, 0, comm.comm()));
+    } else {
+      const MPI_Op mop = o.average == 1 ? MPI_SUM : o.average == 2 ? MPI_MIN : MPI_MAX;
+      HPDT_MPI_CHECK(MPI_Allreduce(&t, &red, 1, MPI_DOUBLE, mop, comm.comm()));
+      if (o.average == 1) red /= p;
+    }
+    return red;
+  }
+
+  hc::AllreduceOptions allreduce_options() const {
+    hc::AllreduceOptions ao;
+    ao.segment_bytes = o.segment;
+    if (have_tuning) ao.tuning = &tuning;
+    return ao;
+  }
+
+  // Compressed: every call starts from the same input (send[0, count), like a new gradient each
+  // step); the compressor, with its error-feedback state, carries on from call to call. Out of place:
+  // the copy send -> recv is inside the timed loop (the compressor works in place). In place: the
+  // input is restored outside the timed region and only the compressor's calls are timed.
+  double time_compressed(hc::Compressor& comp, hc::Algorithm algo, const float* send, float* recv, size_t count,
+                         bool in_place) {
+    const hc::AllreduceOptions ao = allreduce_options();
+    for (int i = 0; i < o.warmup; ++i) {
+      std::memcpy(recv, send, count * sizeof(float));
+      comp.allreduce(comm, recv, op, algo, ao);
+    }
+    std::vector<double> reps;
+    for (int r = 0; r < std::max(1, o.repeat); ++r) {
+      HPDT_MPI_CHECK(MPI_Barrier(comm.comm()));
+      double t = 0;
+      if (!in_place) {
+        Stopwatch sw;
+        for (int i = 0; i < o.iters; ++i) {
+          std::memcpy(recv, send, count * sizeof(float));
+          comp.allreduce(comm, recv, op, algo, ao);
+        }
+        t = sw.elapsed_s();
+      } else {
+        for (int i = 0; i < o.iters; ++i) {
+          std::memcpy(recv, send, count * sizeof(float));
+          Stopwatch sw;
+          comp.allreduce(comm, recv, op, algo, ao);
+          t += sw.elapsed_s();
+        }
+      }
+      reps.push_back(reduce_time(t / std::max(1, o.iters)));
+    }
+    return sample_stats(reps).median;
+  }
+
+  // Bytes a rank put on the wire for one uncompressed all-reduce (one extra, untimed call; MPI_Allreduce
+  // counted as ring would send, as comm's compressors count it), the most over ranks; -1 on a GPU.
+  long long wire_uncompressed(hc::Algorithm algo, Tensor& recv, size_t count) {
+    if (device.is_cuda()) return -1;
+    auto sent = [&] {
+      return comm.transport().bytes_sent() + comm.local_transport().bytes_sent() + comm.cross_transport().bytes_sent();
+    };
+    const hc::AllreduceOptions ao = allreduce_options();
+    const uint64_t b0 = sent();
+    run_one(algo, recv, recv, count, true);
+    uint64_t wire = sent() - b0;
+    const size_t bytes = count * dtype_size(dtype);
+    const hc::Algorithm used = algo == hc::Algorithm::automatic ? hc::resolve_auto(comm, bytes, ao).algorithm : algo;
+    if (used == hc::Algorithm::mpi && p > 1) wire += uint64_t(2.0 * (p - 1) / p * double(bytes));
+    return max_over_ranks(wire);
+  }
+
+  long long max_over_ranks(uint64_t v) {
+    unsigned long long mine = v, most = 0;
+    HPDT_MPI_CHECK(MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm.comm()));
+    return (long long)most;
+  }
+
+  // #wrong of one compressed call (summed over ranks), see docs/benchmarks.md: elements that are not
+  // finite or off the method's reference on some rank, plus elements not bitwise identical on all ranks.
+  long check_compressed(hc::Compressor& comp, hc::Algorithm algo, float* send, float* recv, size_t count, bool in_place) {
+    if (!o.check) return -1;
+    float* in = in_place ? recv : send;
+    fill_host(DType::f32, in, count, rank);
+    if (!in_place) std::memcpy(recv, send, count * sizeof(float));
+    const CompressedCheck kind = compressed_check(comp.spec(), count);
+    comp.record_transmitted(kind == CompressedCheck::transmitted);
+    comp.allreduce(comm, recv, op, algo, allreduce_options());
+    comp.record_transmitted(false);
+    const bool avg = op == hc::ReduceOp::avg;
+    const double u32 = 0x1p-24;
+    // reference sum and sum of magnitudes per element
+    std::vector<double> ref;
+    if (kind == CompressedCheck::transmitted) {
+      const std::vector<float>& t = comp.transmitted();
+      HPDT_CHECK(t.size() == count, "compressor recorded ", t.size(), " transmitted values, expected ", count);
+      std::vector<double> mine(2 * count);
+      for (size_t i = 0; i < count; ++i) {
+        mine[2 * i] = t[i];
+        mine[2 * i + 1] = std::abs(double(t[i]));
+      }
+      ref.resize(2 * count);
+      HPDT_MPI_CHECK(MPI_Allreduce(mine.data(), ref.data(), int(2 * count), MPI_DOUBLE, MPI_SUM, comm.comm()));
+    }
+    const bool bf = comp.spec().kind == hc::CompressionKind::bf16;
+    const double u16 = bf ? 0x1p-8 : 0x1p-11;  // unit roundoff of bf16 / fp16
+    long wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double got = recv[i];
+      bool ok = std::isfinite(got);
+      double want = 0, mag = 0, narrowing = 0;  // narrowing: what 16-bit inputs lose
+      if (kind == CompressedCheck::transmitted) {
+        want = ref[2 * i];
+        mag = ref[2 * i + 1];
+      } else {
+        for (int r = 0; r < p; ++r) {
+          const double v = input_value(DType::f32, r, i);
+          want += v;
+          mag += std::abs(v);
+          if (kind == CompressedCheck::rounding)
+            narrowing += std::abs(v - (bf ? to_f32(bf16_t(float(v))) : to_f32(f16_t(float(v)))));
+        }
+      }
+      if (avg) {
+        want /= p;
+        mag /= p;
+        narrowing /= p;
+      }
+      double tol = 0;
+      switch (kind) {
+        case CompressedCheck::exact: tol = 4 * u32 * std::abs(want); break;  // sum/p*p, /p: a few roundings
+        case CompressedCheck::rounding:  // the inputs' narrowing, the result's, f32 sums
+          tol = narrowing + u16 * (std::abs(want) + narrowing) + (p + 2) * u32 * mag;
+          break;
+        case CompressedCheck::transmitted: tol = (p + 3) * u32 * mag; break;  // f32 sum in another order
+      }
+      if (!(ok && std::abs(got - want) <= tol)) ++wrong;
+    }
+    // bitwise identical on every rank: compare each element's bits with their min and max over ranks
+    std::vector<uint32_t> bits(count), lo(count), hi(count);
+    if (count) std::memcpy(bits.data(), recv, count * sizeof(float));
+    HPDT_MPI_CHECK(MPI_Allreduce(bits.data(), lo.data(), int(count), MPI_UINT32_T, MPI_MIN, comm.comm()));
+    HPDT_MPI_CHECK(MPI_Allreduce(bits.data(), hi.data(), int(count), MPI_UINT32_T, MPI_MAX, comm.comm()));
+    if (rank == 0)
+      for (size_t i = 0; i < count; ++i) wrong += lo[i] != hi[i];
+    long total = 0;
+    HPDT_MPI_CHECK(MPI_Allreduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, comm.comm()));
+    return total;
   }
 
   // #wrong summed over ranks (each rank checks its own result: all must hold the full sum)
@@ -295,7 +487,12 @@ int run(int argc, char** argv) {
   app.add_option("-J,--json", o.json, "write results, fits and the best-per-size summary as JSON");
   app.add_option("--csv", o.csv, "write the result rows as CSV");
   app.add_option("--algo", o.algos, "algorithms: ring,tree,rhd,hier,mpi,nccl,auto")->capture_default_str();
-  app.add_option("--compress", o.compresses, "compressions (none only in this build; see docs/benchmarks.md)")
+  app.add_option("--compress", o.compresses,
+                 "compressions, one block per (compression, algorithm): none, fp16, bf16, topk:R (0<R<=1), qsgd:B "
+                 "(2..8 bits), powersgd:R (rank; a flat message is one near-square matrix), each lossy one "
+                 "optionally with ',noef' (no error feedback). Needs -d float and --device cpu. Adds wire bytes "
+                 "per rank and the ratio to ring's uncompressed bytes; algbw/busbw stay on the uncompressed size "
+                 "(docs/benchmarks.md)")
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--segment", o.segment, "pipelining segment in bytes (0: each algorithm's default)");
@@ -334,14 +531,21 @@ int run(int argc, char** argv) {
   }
 
   const auto algos = split(o.algos);
-  const auto compresses = split(o.compresses);
+  const auto compresses = split_compressions(o.compresses);
   HPDT_CHECK(!algos.empty(), "--algo: empty list");
   for (const auto& a : algos) {
     (void)hc::parse_algorithm(a);  // throws naming the known ones
     HPDT_CHECK(a != "nccl" || o.device == "cuda", "--algo nccl needs --device cuda (NCCL reduces GPU memory)");
   }
-  for (const auto& c : compresses)
-    HPDT_CHECK(c == "none", "--compress ", c, ": compressed all-reduce is not available in this build");
+  HPDT_CHECK(!compresses.empty(), "--compress: empty list");
+  std::map<std::string, hc::CompressionSpec> specs;
+  for (const auto& c : compresses) {
+    specs[c] = hc::parse_compression(c);  // throws naming the text and the accepted forms
+    if (specs[c].lossless()) continue;
+    HPDT_CHECK(parse_dtype(o.dtype) == DType::f32, "--compress ", c,
+               " needs -d float: the compressors reduce f32 buffers (got -d ", o.dtype, ")");
+    HPDT_CHECK(o.device == "cpu", "--compress ", c, " needs --device cpu: the compressors work on host memory");
+  }
 
   hc::Communicator comm(MPI_COMM_WORLD);
   Bench bench(o, comm);
@@ -397,22 +601,49 @@ int run(int argc, char** argv) {
   long oob_total = 0;
   double busbw_sum = 0;
   size_t busbw_n = 0;
+  const bool have_none = std::find(compresses.begin(), compresses.end(), "none") != compresses.end();
+  const bool have_compressed =
+      std::any_of(compresses.begin(), compresses.end(), [&](const std::string& c) { return !specs[c].lossless(); });
+  // compressed blocks: every call starts from the check's inputs (send is never written by them)
+  if (have_compressed) fill_host(DType::f32, send.data(), max_count, rank);
 
-  for (const auto& c : compresses)
+  for (size_t ci = 0; ci < compresses.size(); ++ci)
     for (const auto& a : algos) {
+      const std::string& c = compresses[ci];
+      const hc::CompressionSpec& spec = specs[c];
+      const bool compressed = !spec.lossless();
       const hc::Algorithm algo = hc::parse_algorithm(a);
       std::ostringstream h;
-      h << "#\n# Algorithm: " << a << (c == "none" ? "" : "  compress: " + c) << "\n"
+      // Uncompressed blocks keep nccl-tests' table byte for byte; compressed ones append the bytes a rank
+      // sends per call and the compression ratio against ring's uncompressed 2(p-1)/p * size.
+      h << "#\n# Algorithm: " << a << (compressed ? "  compress: " + c : "") << "\n"
         << "#                                                              out-of-place                       in-place          \n"
-        << "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-        << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n";
+        << "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+        << (compressed ? "          wire   ratio" : "") << "\n"
+        << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       "
+        << (compressed ? "      (B/rank)        " : "") << "\n";
+      if (compressed && o.check && !size_list.empty()) {
+        h << "# #wrong: not finite, not bitwise identical on every rank, or off the reference ("
+          << check_name(compressed_check(spec, size_list.front() / elem)) << " at " << size_list.front() << " B";
+        if (compressed_check(spec, size_list.back() / elem) != compressed_check(spec, size_list.front() / elem))
+          h << ", " << check_name(compressed_check(spec, size_list.back() / elem)) << " at " << size_list.back() << " B";
+        h << ")\n";
+      }
       out(h.str());
       std::vector<Row> block;
-      for (size_t bytes : size_list) {
+      for (size_t si = 0; si < size_list.size(); ++si) {
+        const size_t bytes = size_list[si];
         const size_t count = bytes / elem;
         std::snprintf(line, sizeof line, "%12zu  %12zu  %8s  %6s  %6i", bytes, count, nccl_type_name(bench.dtype),
                       o.op.c_str(), o.root);
         std::string text = line;
+        // one compressor per (compression, algorithm, size): its error-feedback state runs through the
+        // checks and both timed columns, never reset
+        std::unique_ptr<hc::Compressor> comp;
+        if (compressed) comp = hc::make_compressor(spec, count, {}, 0x5eed, ci * 1000 + si);
+        float* sendf = compressed ? static_cast<float*>(send.data()) : nullptr;
+        float* recvf = compressed ? static_cast<float*>(recv.data()) : nullptr;
+        const size_t first = block.size();
         for (bool in_place : {false, true}) {
           Row r;
           r.algo = a;
@@ -420,18 +651,40 @@ int run(int argc, char** argv) {
           r.bytes = bytes;
           r.count = count;
           r.in_place = in_place;
-          r.wrong = bench.check(algo, send, recv, count, in_place);
-          const double t = bench.time_op(algo, send, recv, count, in_place);
+          double t = 0;
+          if (compressed) {
+            r.wrong = bench.check_compressed(*comp, algo, sendf, recvf, count, in_place);
+            t = bench.time_compressed(*comp, algo, sendf, recvf, count, in_place);
+          } else {
+            r.wrong = bench.check(algo, send, recv, count, in_place);
+            t = bench.time_op(algo, send, recv, count, in_place);
+          }
           r.time_us = t * 1e6;
           r.algbw = t > 0 ? double(bytes) / t / 1e9 : 0;
           r.busbw = r.algbw * 2.0 * (p - 1) / p;  // nccl-tests: 0 on one rank (nothing crosses a link)
           if (r.wrong > 0) oob_total += r.wrong;
-          busbw_sum += r.busbw;
-          ++busbw_n;
+          if (!compressed || !have_none) {
+            busbw_sum += r.busbw;  // the average is over uncompressed rows when there are any
+            ++busbw_n;
+          }
           std::snprintf(line, sizeof line, "  %7s  %6.2f  %6.2f  %5s", time_str(r.time_us).c_str(), r.algbw, r.busbw,
                         r.wrong < 0 ? "N/A" : std::to_string(r.wrong).c_str());
           text += line;
           block.push_back(r);
+        }
+        // wire bytes: the compressor's last call (identical for every call of a compressor), or one extra
+        // uncompressed call measured by the transports' counters
+        const long long wire =
+            compressed ? bench.max_over_ranks(comp->wire_bytes()) : bench.wire_uncompressed(algo, recv, count);
+        const double ring_bytes = 2.0 * (p - 1) / p * double(bytes);
+        const double ratio = wire > 0 ? ring_bytes / double(wire) : 0.0;
+        for (size_t k = first; k < block.size(); ++k) {
+          block[k].wire_bytes = wire;
+          block[k].compression_ratio = ratio;
+        }
+        if (compressed) {
+          std::snprintf(line, sizeof line, "  %12lld  %6.2f", wire, ratio);
+          text += line;
         }
         out(text + "\n");
         std::fflush(stdout);
@@ -478,7 +731,7 @@ int run(int argc, char** argv) {
   };
   const bool have_mpi = std::find(algos.begin(), algos.end(), "mpi") != algos.end();
   const bool have_auto = std::find(algos.begin(), algos.end(), "auto") != algos.end();
-  if (std::find(compresses.begin(), compresses.end(), "none") != compresses.end()) {
+  if (have_none) {
     ft << "# Best algorithm per size (out-of-place busbw, GB/s)\n#       size  best     busbw"
        << (have_mpi ? "    mpi  best/mpi" : "") << (have_auto ? "   auto  auto/best" : "") << "\n";
     for (size_t bytes : size_list) {
@@ -557,7 +810,8 @@ int run(int argc, char** argv) {
     for (const auto& r : rows)
       doc["results"].push_back({{"algo", r.algo}, {"compress", r.compress}, {"bytes", r.bytes}, {"count", r.count},
                                 {"in_place", r.in_place}, {"time_us", r.time_us}, {"algbw_GBps", r.algbw},
-                                {"busbw_GBps", r.busbw}, {"wrong", r.wrong}, {"model_us", r.model_us}});
+                                {"busbw_GBps", r.busbw}, {"wrong", r.wrong}, {"model_us", r.model_us},
+                                {"wire_bytes", r.wire_bytes}, {"compression_ratio", r.compression_ratio}});
     doc["fits"] = nlohmann::json::object();
     for (const auto& [k, v] : fits) doc["fits"][k] = bench::to_json(v);
     doc["best"] = best_json;
@@ -565,12 +819,12 @@ int run(int argc, char** argv) {
     if (!o.json.empty()) write_file_atomic(o.json, doc.dump(1) + "\n");
     if (!o.csv.empty()) {
       CsvWriter csv({"algo", "compress", "ranks", "nodes", "bytes", "count", "in_place", "time_us", "algbw_GBps",
-                     "busbw_GBps", "wrong", "model_us"});
+                     "busbw_GBps", "wrong", "model_us", "wire_bytes", "compression_ratio"});
       for (const auto& r : rows)
         csv.add_row({r.algo, r.compress, std::to_string(p), std::to_string(comm.node_count()), std::to_string(r.bytes),
                      std::to_string(r.count), r.in_place ? "1" : "0", std::to_string(r.time_us),
                      std::to_string(r.algbw), std::to_string(r.busbw), std::to_string(r.wrong),
-                     std::to_string(r.model_us)});
+                     std::to_string(r.model_us), std::to_string(r.wire_bytes), std::to_string(r.compression_ratio)});
       csv.write(o.csv);
     }
   }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # hpdt-allreduce-perf under mpiexec with small sizes: the nccl-tests layout, #wrong = 0 for every
 # algorithm (f32 sum, f16 avg, in place and out of place, counts not divisible by the rank count),
-# the side files, the tuning file feeding --algo auto, and bad input (clear message, non-zero exit).
+# the side files, the tuning file feeding --algo auto, --compress (a block per (algorithm, compression),
+# #wrong = 0 by each method's check, fewer wire bytes than uncompressed ring at the larger sizes), and
+# bad input (clear message, non-zero exit).
 #   usage: allreduce_perf.sh NP BINARY LAUNCH PREFIX... (e.g. timeout 120 mpiexec -n NP --oversubscribe)
 set -uo pipefail
 np=$1 bin=$2; shift 2
@@ -20,7 +22,24 @@ HPDT_TUNING_FILE= "${run[@]}" "$bin" -b 2 -e 6002 -i 3000 -n 1 -w 0 --repeat 1 -
   --tuning "$work/tuning.json" > "$work/out2.txt" 2> "$work/err2.txt" \
   || { cat "$work/out2.txt" "$work/err2.txt"; echo "FAIL: f16 avg run exited non-zero"; exit 1; }
 "$here/check_allreduce_output.py" "$work/out2.txt" "$np" auto,ring || { cat "$work/out2.txt"; exit 1; }
+# compressed all-reduce: lossy methods (",noef" attached to the method before it), sum over ranks
+comp=none,fp16,topk:0.1,qsgd:8,powersgd:2,topk:0.1,noef
+"${run[@]}" "$bin" -b 4 -e 16K -f 16 -n 2 -w 1 --repeat 1 --algo ring,rhd --compress $comp \
+  -J "$work/c.json" --csv "$work/c.csv" > "$work/out3.txt" 2> "$work/err3.txt" \
+  || { cat "$work/out3.txt" "$work/err3.txt"; echo "FAIL: --compress run exited non-zero"; exit 1; }
+"$here/check_allreduce_output.py" "$work/out3.txt" "$np" ring,rhd --compress $comp --wire-smaller-from 16384 \
+  --json "$work/c.json" --csv "$work/c.csv" || { cat "$work/out3.txt"; exit 1; }
+# and with avg (fp16/bf16 rounding check, powersgd:1000: nothing to compress at these sizes, exact)
+"${run[@]}" "$bin" -b 1000 -e 20000 -f 20 -n 1 -w 0 --repeat 1 -o avg --algo auto --compress bf16,qsgd:4,powersgd:1000 \
+  > "$work/out4.txt" 2> "$work/err4.txt" \
+  || { cat "$work/out4.txt" "$work/err4.txt"; echo "FAIL: --compress avg run exited non-zero"; exit 1; }
+"$here/check_allreduce_output.py" "$work/out4.txt" "$np" auto --compress bf16,qsgd:4,powersgd:1000 \
+  || { cat "$work/out4.txt"; exit 1; }
 # bad input
+if "${run[@]}" "$bin" --compress fp16 -d half > "$work/bad.txt" 2>&1; then echo "FAIL: --compress with -d half accepted"; exit 1; fi
+grep -q "needs -d float" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: --compress/-d message"; exit 1; }
+if "${run[@]}" "$bin" --compress topk:2 > "$work/bad.txt" 2>&1; then echo "FAIL: --compress topk:2 accepted"; exit 1; fi
+grep -q "topk:2" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: message does not name 'topk:2'"; exit 1; }
 if "${run[@]}" "$bin" --algo bogus > "$work/bad.txt" 2>&1; then echo "FAIL: --algo bogus accepted"; exit 1; fi
 grep -q "bogus" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: message does not name 'bogus'"; exit 1; }
 if "${run[@]}" "$bin" --algo nccl --device cpu > "$work/bad.txt" 2>&1; then echo "FAIL: nccl on cpu accepted"; exit 1; fi

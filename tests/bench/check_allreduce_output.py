@@ -4,7 +4,13 @@ files: header, one block per algorithm with the exact nccl-tests column header, 
 row with nccl-tests' number formats, #wrong = 0 everywhere, busbw = algbw * 2(p-1)/p, the footer,
 the best-per-size summary, and the JSON / CSV / tuning files.
 
-usage: check_allreduce_output.py STDOUT_FILE RANKS ALGOS [--json F] [--csv F] [--tuning F]
+With --compress LIST: one block per (compression, algorithm) in that order; compressed blocks carry
+two more columns (wire bytes per rank, compression ratio against ring's 2(p-1)/p * size), and from
+--wire-smaller-from BYTES on every compressed row must send fewer bytes than uncompressed ring
+(ratio > 1). The best-per-size summary and the JSON's "best" use uncompressed rows only.
+
+usage: check_allreduce_output.py STDOUT_FILE RANKS ALGOS [--compress LIST] [--wire-smaller-from B]
+                                 [--json F] [--csv F] [--tuning F]
 """
 import argparse
 import csv
@@ -17,6 +23,7 @@ HEAD = [
     "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
     "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
 ]
+WIRE_HEAD = ["          wire   ratio", "      (B/rank)        "]
 ROW = re.compile(r"^ {0,11}\d+  +\d+  +(float|half|bfloat16)  +(sum|avg)  +-1(  +[\d.]+  +[\d.]+  +[\d.]+  +(\d+|N/A)){2}$")
 
 
@@ -33,28 +40,59 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--csv")
     ap.add_argument("--tuning")
+    ap.add_argument("--compress", default="none")
+    ap.add_argument("--wire-smaller-from", type=int, default=None)
     a = ap.parse_args()
     lines = open(a.out).read().splitlines()
     p = a.ranks
     algos = a.algos.split(",")
+    compresses = []  # ",noef" belongs to the method before it, as in the tool
+    for c in a.compress.split(","):
+        if c == "noef" and compresses:
+            compresses[-1] += ",noef"
+        elif c:
+            compresses.append(c)
+    want_blocks = [(al, c) for c in compresses for al in algos]
     if not lines or not lines[0].startswith("# nThread 1 nGpus 1 minBytes "):
         fail("first line is not the nccl-tests header: %r" % (lines[:1],))
     ranks_listed = [l for l in lines if re.match(r"^#  Rank +\d+ Group  0 Pid +\d+ on ", l)]
     if len(ranks_listed) != p:
         fail(f"expected {p} '#  Rank' device lines, found {len(ranks_listed)}")
     blocks = [i for i, l in enumerate(lines) if l.startswith("# Algorithm: ")]
-    names = [lines[i].split()[2] for i in blocks]
-    if names != algos:
-        fail(f"blocks {names} != requested algorithms {algos}")
+    got_blocks = []
+    for i in blocks:
+        m = re.match(r"^# Algorithm: (\S+)(?:  compress: (\S+))?$", lines[i])
+        if not m:
+            fail(f"malformed block line {lines[i]!r}")
+        got_blocks.append((m.group(1), m.group(2) or "none"))
+    if got_blocks != want_blocks:
+        fail(f"blocks {got_blocks} != requested (algorithm, compression) {want_blocks}")
+    names = [al if c == "none" else f"{al}+{c}" for al, c in got_blocks]
     factor = 2.0 * (p - 1) / p
     nrows = 0
     for bi, i in enumerate(blocks):
-        if lines[i + 1:i + 4] != HEAD:
-            fail(f"block {names[bi]}: column header differs from nccl-tests':\n" + "\n".join(lines[i + 1:i + 4]))
+        compressed = got_blocks[bi][1] != "none"
+        head = HEAD if not compressed else [HEAD[0], HEAD[1] + WIRE_HEAD[0], HEAD[2] + WIRE_HEAD[1]]
+        if lines[i + 1:i + 4] != head:
+            fail(f"block {names[bi]}: column header differs from the expected one:\n" + "\n".join(lines[i + 1:i + 4]))
         j = i + 4
+        if compressed and j < len(lines) and lines[j].startswith("# #wrong: "):
+            j += 1  # what #wrong checks in this block
         rows = 0
         while j < len(lines) and not lines[j].startswith("#"):
             l = lines[j]
+            if compressed:
+                m = re.match(r"^(.*?)  +(\d+)  +([\d.]+)$", l)
+                if not m:
+                    fail(f"block {names[bi]}: compressed row lacks the wire/ratio columns: {l!r}")
+                l, wire, ratio = m.group(1), int(m.group(2)), float(m.group(3))
+                size = int(l.split()[0])
+                ring = factor * size
+                want_ratio = ring / wire if wire > 0 else 0.0
+                if abs(ratio - want_ratio) > 0.006 + 0.001 * want_ratio:
+                    fail(f"block {names[bi]}: ratio {ratio} != 2(p-1)/p*size/wire {want_ratio:.3f} in {lines[j]!r}")
+                if a.wire_smaller_from is not None and size >= a.wire_smaller_from and p > 1 and not wire < ring:
+                    fail(f"block {names[bi]}: {wire} wire bytes not below ring's uncompressed {ring:.0f} at {size} B")
             if not ROW.match(l):
                 fail(f"block {names[bi]}: row does not match the nccl-tests format: {l!r}")
             f = l.split()
@@ -83,7 +121,7 @@ def main():
         fail("footer 'Out of bounds values : 0 OK' missing")
     if not any(re.match(r"^# Avg bus bandwidth    : [\d.e+-]+ $", l) for l in lines):
         fail("footer 'Avg bus bandwidth' missing or misformatted")
-    if "# Best algorithm per size (out-of-place busbw, GB/s)" not in lines:
+    if "none" in compresses and "# Best algorithm per size (out-of-place busbw, GB/s)" not in lines:
         fail("best-per-size summary missing")
     if a.json:
         doc = json.load(open(a.json))
@@ -96,13 +134,30 @@ def main():
         for k in ("machine", "build", "load_average", "fits", "best"):
             if k not in doc:
                 fail(f"JSON lacks '{k}'")
-        for algo in algos:
-            if algo not in doc["fits"]:
-                fail(f"JSON lacks the fit of {algo}")
+        for key in names:
+            if key not in doc["fits"]:
+                fail(f"JSON lacks the fit of {key}")
+        for r in doc["results"]:
+            for k in ("wire_bytes", "compression_ratio"):
+                if k not in r:
+                    fail(f"JSON result lacks '{k}': {r}")
+            if r["compress"] != "none" and r["bytes"] > 0 and p > 1 and not r["wire_bytes"] > 0:
+                fail(f"JSON: compressed result without wire bytes: {r}")
+        if "none" in compresses:
+            sizes = sorted({r["bytes"] for r in doc["results"] if r["bytes"] > 0})
+            for b in doc["best"]:
+                if b["algo"] not in algos or b["bytes"] not in sizes:
+                    fail(f"JSON best entry not an uncompressed algorithm: {b}")
+                mine = [r for r in doc["results"] if r["algo"] == b["algo"] and r["bytes"] == b["bytes"]
+                        and r["compress"] == "none" and not r["in_place"]]
+                if not mine or abs(mine[0]["busbw_GBps"] - b["busbw_GBps"]) > 1e-9:
+                    fail(f"JSON best entry does not come from an uncompressed row: {b}")
     if a.csv:
         rows = list(csv.DictReader(open(a.csv)))
         if len(rows) != 2 * nrows:
             fail(f"CSV has {len(rows)} rows, expected {2 * nrows}")
+        if rows and not {"wire_bytes", "compression_ratio"} <= set(rows[0]):
+            fail("CSV lacks the wire_bytes / compression_ratio columns")
     if a.tuning:
         t = json.load(open(a.tuning))
         if t.get("format") != "hpdt-allreduce-tuning" or not t.get("entries"):
