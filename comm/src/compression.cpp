@@ -78,8 +78,11 @@ std::string compression_name(const CompressionSpec& s) {
     case CompressionKind::bf16: return "bf16";
     case CompressionKind::topk: {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "topk:%.17g", s.ratio);
-      n = buf;
+      for (int digits = 1; digits <= 17; ++digits) {  // the shortest text that reads back as the same ratio
+        std::snprintf(buf, sizeof buf, "%.*g", digits, s.ratio);
+        if (std::strtod(buf, nullptr) == s.ratio) break;
+      }
+      n = std::string("topk:") + buf;
       break;
     }
     case CompressionKind::qsgd: n = "qsgd:" + std::to_string(s.bits); break;
@@ -120,7 +123,8 @@ uint64_t counted_allreduce(Communicator& c, float* data, size_t n, ReduceOp op, 
   allreduce(c, data, data, n, DType::f32, op, a, o);
   Algorithm used = a == Algorithm::automatic ? resolve_auto(c, n * sizeof(float), o).algorithm : a;
   const int p = c.size();
-  if (used == Algorithm::mpi && p > 1) return uint64_t(2.0 * (p - 1) / p * double(n * sizeof(float)));
+  // MPI_Allreduce and shm move no bytes through our transports: count what ring would send.
+  if ((used == Algorithm::mpi || used == Algorithm::shm) && p > 1) return uint64_t(2.0 * (p - 1) / p * double(n * sizeof(float)));
   return 0;
 }
 

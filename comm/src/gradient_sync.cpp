@@ -1,6 +1,9 @@
 #include "hpdt/comm/gradient_sync.h"
 
 #include <mpi.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <algorithm>
 
@@ -142,6 +145,11 @@ double GradientSync::step_comm_s() const {
 }
 
 void GradientSync::comm_loop() {
+#ifdef _OPENMP
+  // Compressors call OpenMP kernels (PowerSGD's GEMMs); from this thread they must not start a team
+  // of their own that competes with backward's threads for the cores.
+  omp_set_num_threads(1);
+#endif
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || (in_step_ && (options_.overlap || waiting_) && !error_ && next_ < buckets_.size() && bucket_ready_[next_]); });
