@@ -1,7 +1,9 @@
 // The intra-node shared-memory all-reduce (`shm`): the ranks of one node share an MPI-3 window
-// (MPI_Win_allocate_shared on the node-local communicator). Each chunk: every rank copies its input
-// into its slot (the single copy in), a barrier, rank r sums part r of every slot in rank order into
-// the shared result, a barrier, every rank copies the result out. Two sets of slots alternate
+// (MPI_Win_allocate_shared on the node-local communicator). Each chunk: every rank copies into its
+// slot the parts of its input that other ranks reduce (the single copy in), a barrier, rank r sums
+// part r (its own values read from its buffer, the others' from their slots) in rank order into the
+// shared result and its own buffer, a barrier, every rank copies the other parts of the result out:
+// (p-1)/p of the data in and out per rank. Two sets of slots alternate
 // between chunks, so a rank may write the next chunk's input while slower ranks still read this
 // chunk's result, and one chunk needs two barriers, not three. The barriers are per-rank arrival
 // counters in the window (atomics, spin then yield: ranks may outnumber cores), watched by the
@@ -42,6 +44,7 @@ class ShmSegment {
   size_t slot_floats_ = 0;
   char* base_ = nullptr;  // rank 0's allocation: arrival counters, then the slots and results
   uint64_t barriers_ = 0, chunks_ = 0;
+  uint64_t spin_limit_ = 4096;  // polls before the barrier starts yielding the core
   std::atomic<uint64_t>* arrival(int rank) const;
 };
 

@@ -70,6 +70,9 @@ void TuningTable::save(const std::string& path) const { write_file_atomic(path, 
 
 TuningChoice TuningTable::fallback(size_t bytes, int world_size, int nodes) {
   if (world_size <= 1) return {Algorithm::ring, 0};
+  // One node: the shared window beats every point-to-point algorithm and MPI_Allreduce at every size
+  // measured (4 KiB..16 MiB, np 2 and 4: results/allreduce/shm_np*.txt).
+  if (nodes == 1) return {Algorithm::shm, 0};
   if (nodes > 1 && world_size > nodes) return {Algorithm::hier, 0};
   if (bytes < (size_t(64) << 10)) return {Algorithm::rhd, 0};
   return {Algorithm::ring, 0};

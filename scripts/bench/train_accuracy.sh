@@ -38,7 +38,7 @@ resnet20 | all)
     --weight-decay 5e-4 --seed 1 ;;&
 vit-ti | all)
   # ViT-Ti (192 wide, 12 layers, 3 heads) with 7x7 patches (16 tokens + class token): AdamW.
-  run vit-ti --model vit-ti --patch 7 --optimizer adamw --epochs 5 --batch 64 --lr 0.001 --lr-ref-batch 128 \
+  run vit-ti --model vit-ti --patch 7 --optimizer adamw --epochs 6 --batch 64 --lr 0.001 --lr-ref-batch 128 \
     --warmup-epochs 1 --weight-decay 0.05 --label-smoothing 0.1 --seed 1 ;;
 resnet20) ;;
 *) echo "train_accuracy.sh: unknown run '$which' (resnet20, vit-ti or all)" >&2; exit 2 ;;

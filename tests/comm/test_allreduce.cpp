@@ -222,3 +222,12 @@ TEST(Shm, RefusedAcrossNodes) {
   float x = 1;
   HPDT_EXPECT_THROW_MSG(allreduce(split, &x, &x, 1, DType::f32, ReduceOp::sum, Algorithm::shm), "use hier");
 }
+
+TEST(Tuning, BuiltInFallback) {
+  EXPECT_EQ(TuningTable::fallback(1 << 20, 1, 1).algorithm, Algorithm::ring);  // one rank: nothing to do
+  EXPECT_EQ(TuningTable::fallback(4096, 2, 1).algorithm, Algorithm::shm);      // one node: shm at every size
+  EXPECT_EQ(TuningTable::fallback(64 << 20, 8, 1).algorithm, Algorithm::shm);
+  EXPECT_EQ(TuningTable::fallback(1 << 20, 4, 2).algorithm, Algorithm::hier);  // several ranks per node
+  EXPECT_EQ(TuningTable::fallback(1024, 2, 2).algorithm, Algorithm::rhd);      // one rank per node, small
+  EXPECT_EQ(TuningTable::fallback(1 << 20, 2, 2).algorithm, Algorithm::ring);
+}

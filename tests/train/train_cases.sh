@@ -57,8 +57,10 @@ resume)
   grep -q "resumed on 1 ranks from a checkpoint of 2 ranks" "$w/moved.log" || { cat "$w/moved.log"; fail "no note about the rank count"; }
   ;;
 algos)
-  for algo in ring tree rhd hier mpi; do
-    HPDT_RANKS_PER_NODE=1 run 2 --model resnet20 --eval false --max-steps 8 --batch 16 --lr 0.1 --warmup-epochs 0 \
+  for algo in ring tree rhd hier mpi shm; do
+    nodes=1
+    [ $algo = shm ] && nodes=2  # shm: both ranks on one node; the others: one rank per virtual node
+    HPDT_RANKS_PER_NODE=$nodes run 2 --model resnet20 --eval false --max-steps 8 --batch 16 --lr 0.1 --warmup-epochs 0 \
       --algo $algo --bucket-mb 0.25 --metrics "$w/$algo.jsonl" > "$w/$algo.log" 2>&1 || { cat "$w/$algo.log"; fail "--algo $algo"; }
     /usr/bin/python3 - "$w/$algo.jsonl" "$algo" <<'PY' || fail "--algo $algo: loss did not fall"
 import json, sys
@@ -80,9 +82,11 @@ sys.exit(0 if last < first else 1)
 PY
   }
   for comp in fp16 bf16 topk:0.1 qsgd:4 powersgd:2; do
-    for algo in ring tree rhd hier mpi; do
+    for algo in ring tree rhd hier mpi shm; do
       m="$w/$algo-${comp/:/}.jsonl"
-      HPDT_RANKS_PER_NODE=1 run 2 --model resnet20 --eval false --max-steps 8 --batch 16 --lr 0.1 --warmup-epochs 0 \
+      nodes=1
+      [ $algo = shm ] && nodes=2
+      HPDT_RANKS_PER_NODE=$nodes run 2 --model resnet20 --eval false --max-steps 8 --batch 16 --lr 0.1 --warmup-epochs 0 \
         --algo $algo --compress $comp --bucket-mb 0.25 --metrics "$m" > "$w/out.log" 2>&1 || { cat "$w/out.log"; fail "--algo $algo --compress $comp"; }
       grep -q "compress $comp" "$w/out.log" || { cat "$w/out.log"; fail "--compress $comp is not in the summary"; }
       falling "$m" "$algo $comp" || fail "--algo $algo --compress $comp: loss did not fall"
