@@ -313,19 +313,16 @@ struct Bench {
   }
 
   // Bytes a rank put on the wire for one uncompressed all-reduce (one extra, untimed call; MPI_Allreduce
-  // counted as ring would send, as comm's compressors count it), the most over ranks; -1 on a GPU.
+  // and shm counted as ring would send, as comm's compressors count them), the most over ranks; -1 on a GPU.
   long long wire_uncompressed(hc::Algorithm algo, Tensor& recv, size_t count) {
     if (device.is_cuda()) return -1;
-    auto sent = [&] {
-      return comm.transport().bytes_sent() + comm.local_transport().bytes_sent() + comm.cross_transport().bytes_sent();
-    };
     const hc::AllreduceOptions ao = allreduce_options();
-    const uint64_t b0 = sent();
+    const uint64_t b0 = comm.bytes_sent();
     run_one(algo, recv, recv, count, true);
-    uint64_t wire = sent() - b0;
+    uint64_t wire = comm.bytes_sent() - b0;
     const size_t bytes = count * dtype_size(dtype);
     const hc::Algorithm used = algo == hc::Algorithm::automatic ? hc::resolve_auto(comm, bytes, ao).algorithm : algo;
-    if (used == hc::Algorithm::mpi && p > 1) wire += uint64_t(2.0 * (p - 1) / p * double(bytes));
+    if (used == hc::Algorithm::mpi || used == hc::Algorithm::shm) wire += hc::ring_allreduce_bytes(p, bytes);
     return max_over_ranks(wire);
   }
 
@@ -676,7 +673,7 @@ int run(int argc, char** argv) {
         // uncompressed call measured by the transports' counters
         const long long wire =
             compressed ? bench.max_over_ranks(comp->wire_bytes()) : bench.wire_uncompressed(algo, recv, count);
-        const double ring_bytes = 2.0 * (p - 1) / p * double(bytes);
+        const double ring_bytes = 2.0 * (p - 1) / p * double(bytes);  // unrounded, for the ratio
         const double ratio = wire > 0 ? ring_bytes / double(wire) : 0.0;
         for (size_t k = first; k < block.size(); ++k) {
           block[k].wire_bytes = wire;

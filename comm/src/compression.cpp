@@ -114,18 +114,13 @@ void Compressor::set_state(const std::vector<float>& s) {
 
 namespace {
 
-uint64_t sent_bytes(Communicator& c) {
-  return c.transport().bytes_sent() + c.local_transport().bytes_sent() + c.cross_transport().bytes_sent();
-}
-
 // allreduce() plus, for MPI_Allreduce (whose traffic our transports cannot see), the bytes ring sends.
 uint64_t counted_allreduce(Communicator& c, float* data, size_t n, ReduceOp op, Algorithm a, const AllreduceOptions& o) {
   allreduce(c, data, data, n, DType::f32, op, a, o);
   Algorithm used = a == Algorithm::automatic ? resolve_auto(c, n * sizeof(float), o).algorithm : a;
   const int p = c.size();
   // MPI_Allreduce and shm move no bytes through our transports: count what ring would send.
-  if ((used == Algorithm::mpi || used == Algorithm::shm) && p > 1) return uint64_t(2.0 * (p - 1) / p * double(n * sizeof(float)));
-  return 0;
+  return used == Algorithm::mpi || used == Algorithm::shm ? ring_allreduce_bytes(p, n * sizeof(float)) : 0;
 }
 
 // g + e into `out` (or g when there is no error feedback).
@@ -141,9 +136,9 @@ class NoCompression final : public Compressor {
  public:
   NoCompression(const CompressionSpec& s, size_t n) : Compressor(s, n) {}
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm a, const AllreduceOptions& o) override {
-    const uint64_t b0 = sent_bytes(c);
+    const uint64_t b0 = c.bytes_sent();
     const uint64_t extra = counted_allreduce(c, data, count_, op, a, o);
-    wire_bytes_ = sent_bytes(c) - b0 + extra;
+    wire_bytes_ = c.bytes_sent() - b0 + extra;
     if (record_) transmitted_.assign(data, data + count_);
     ++calls_;
   }
@@ -155,7 +150,7 @@ class HalfWire final : public Compressor {
  public:
   HalfWire(const CompressionSpec& s, size_t n) : Compressor(s, n) {}
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions& o) override {
-    const uint64_t b0 = sent_bytes(c);
+    const uint64_t b0 = c.bytes_sent();
     const bool bf = spec_.kind == CompressionKind::bf16;
     const size_t n = count_;
     auto narrow = [bf](float x) { return bf ? f32_to_bf16_bits(x) : f32_to_f16_bits(x); };
@@ -203,7 +198,7 @@ class HalfWire final : public Compressor {
       t.wait_all();
     }
     for (size_t i = 0; i < n; ++i) data[i] = widen(wire_[i]);
-    wire_bytes_ = sent_bytes(c) - b0;
+    wire_bytes_ = c.bytes_sent() - b0;
     ++calls_;
   }
 
@@ -219,7 +214,7 @@ class TopK final : public Compressor {
     k_ = n == 0 ? 0 : std::min(n, std::max<size_t>(1, size_t(std::ceil(s.ratio * double(n)))));
   }
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions& o) override {
-    const uint64_t b0 = sent_bytes(c);
+    const uint64_t b0 = c.bytes_sent();
     const size_t n = count_;
     acc_.resize(n);
     add_residual(data, residual_, acc_.data(), n);
@@ -256,7 +251,7 @@ class TopK final : public Compressor {
     const Pair* pairs = reinterpret_cast<const Pair*>(all_.data());
     for (size_t j = 0; j < size_t(p) * k_; ++j) data[pairs[j].index] += pairs[j].value;  // rank order
     if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
-    wire_bytes_ = sent_bytes(c) - b0;
+    wire_bytes_ = c.bytes_sent() - b0;
     ++calls_;
   }
 
@@ -279,7 +274,7 @@ class Qsgd final : public Compressor {
     message_bytes_ = (message_bytes_ + 7) / 8 * 8;
   }
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions&) override {
-    const uint64_t b0 = sent_bytes(c);
+    const uint64_t b0 = c.bytes_sent();
     const size_t n = count_;
     const int bits = spec_.bits, L = levels_;
     const int p = c.size(), r = c.rank();
@@ -322,7 +317,7 @@ class Qsgd final : public Compressor {
       for (size_t i = 0; i < n; ++i) data[i] += float(int(get(pk, i, bits)) - L) * (sc[i / kChunk] / float(L));
     }
     if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
-    wire_bytes_ = sent_bytes(c) - b0;
+    wire_bytes_ = c.bytes_sent() - b0;
     ++calls_;
   }
 
@@ -380,7 +375,7 @@ class PowerSgd final : public Compressor {
   }
 
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm a, const AllreduceOptions& o) override {
-    const uint64_t b0 = sent_bytes(c);
+    const uint64_t b0 = c.bytes_sent();
     uint64_t extra = 0;
     const size_t R = size_t(spec_.rank), n = count_;
     const int p = c.size();
@@ -436,7 +431,7 @@ class PowerSgd final : public Compressor {
       for (size_t i = 0; i < n; ++i) transmitted_[i] = data[i] / sum_scale;
       for (size_t j : rest_) transmitted_[j] = acc_[j];
     }
-    wire_bytes_ = sent_bytes(c) - b0 + extra;
+    wire_bytes_ = c.bytes_sent() - b0 + extra;
     ++calls_;
   }
 
@@ -455,7 +450,6 @@ class PowerSgd final : public Compressor {
       off += m.q.size();
     }
   }
-  size_t matrices() const { return mats_.size(); }
 
  private:
   struct Matrix {

@@ -173,13 +173,13 @@ void GradientSync::comm_loop() {
 void GradientSync::reduce_bucket(size_t b) {
   const Bucket& k = buckets_[b];
   BucketTiming& t = pending_timings_[b];  // this slot is only touched by this thread until next_ passes b
-  const uint64_t sent0 = comm_->transport().bytes_sent() + comm_->local_transport().bytes_sent() + comm_->cross_transport().bytes_sent();
+  const uint64_t sent0 = comm_->bytes_sent();
   t.start_s = now_s();
   AllreduceOptions o = options_.allreduce;
   o.bucket = int(b);
   void* p = grads_ + k.offset * dtype_size(dtype_);
   const int p_ = comm_->size();
-  t.raw_bytes = p_ > 1 ? uint64_t(2.0 * (p_ - 1) / p_ * double(k.count * dtype_size(dtype_))) : 0;
+  t.raw_bytes = ring_allreduce_bytes(p_, k.count * dtype_size(dtype_));
   if (!compressors_.empty()) {
     Compressor& c = *compressors_[b];
     c.allreduce(*comm_, reinterpret_cast<float*>(p), options_.op, options_.algorithm, o);
@@ -189,7 +189,7 @@ void GradientSync::reduce_bucket(size_t b) {
   }
   allreduce(*comm_, p, p, k.count, dtype_, options_.op, options_.algorithm, o);
   t.end_s = now_s();
-  t.wire_bytes = comm_->transport().bytes_sent() + comm_->local_transport().bytes_sent() + comm_->cross_transport().bytes_sent() - sent0;
+  t.wire_bytes = comm_->bytes_sent() - sent0;
   if (t.wire_bytes == 0 && p_ > 1)  // MPI_Allreduce's own traffic is invisible here: count what ring/rhd would send
     t.wire_bytes = t.raw_bytes;
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,12 @@ struct AllreduceOptions {
   int bucket = -1;                        // for watchdog and debug messages
   size_t staging_bytes = 0;               // allreduce_device, staged path: pipelining chunk; 0: 4 MiB
 };
+
+// What one rank sends in a ring all-reduce of `bytes` bytes over `ranks` ranks: 2(p-1)/p bytes. The
+// yardstick for wire bytes the transports cannot see (MPI_Allreduce, shm) and for compression ratios.
+inline uint64_t ring_allreduce_bytes(int ranks, size_t bytes) {
+  return ranks > 1 ? uint64_t(2.0 * (ranks - 1) / ranks * double(bytes)) : 0;
+}
 
 // Default segment size of each algorithm (bytes of f32 working data).
 size_t default_segment_bytes(Algorithm a);

@@ -58,6 +58,10 @@ class Communicator {
   MpiTransport& transport() { return *world_transport_; }
   MpiTransport& local_transport() { return *local_transport_; }
   MpiTransport& cross_transport() { return *cross_transport_; }
+  // Bytes this rank has posted on the three host transports (MPI_Allreduce and shm are not seen here).
+  uint64_t bytes_sent() const {
+    return world_transport_->bytes_sent() + local_transport_->bytes_sent() + cross_transport_->bytes_sent();
+  }
 
   const CommunicatorOptions& options() const { return options_; }
   void set_watchdog(const WatchdogOptions& w);
