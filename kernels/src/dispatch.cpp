@@ -28,4 +28,19 @@ void cpu_f32_only(std::string_view op, std::initializer_list<const Tensor*> tens
                "; this op computes on f32 tensors (cast reduced-precision copies first)");
 }
 
+Device float_op_device(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream) {
+  const Device d = common_device(op, tensors, stream);
+  const DType first = (*tensors.begin())->dtype();
+  for (const Tensor* t : tensors) {
+    if (d.is_cpu())
+      HPDT_CHECK(t->dtype() == DType::f32, op, ": tensor ", t->str(), " has dtype ", dtype_name(t->dtype()),
+                 "; on the CPU this op computes on f32 tensors (cast reduced-precision copies first)");
+    else
+      HPDT_CHECK(is_floating(t->dtype()) && t->dtype() == first, op, ": tensor ", t->str(), " has dtype ",
+                 dtype_name(t->dtype()), "; on CUDA all tensors of this op share one of f32, f16, bf16 (the first is ",
+                 dtype_name(first), ")");
+  }
+  return d;
+}
+
 }  // namespace hpdt::kernels::detail

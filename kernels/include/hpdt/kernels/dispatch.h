@@ -21,6 +21,14 @@ Device common_device(std::string_view op, std::initializer_list<const Tensor*> t
 // not_on_cuda_yet() for CUDA tensors.
 void cpu_f32_only(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream);
 
+// Entry point of an op family with a CUDA twin. Checks devices (as common_device) and dtypes:
+//  - on the CPU every tensor in `tensors` is f32 (the oracle computes and stores f32);
+//  - on CUDA every tensor in `tensors` has one floating dtype, f32, f16 or bf16 (stored in that type,
+//    computed in f32).
+// Tensors whose dtype is fixed whatever the storage type (saved statistics, labels, argmax) are not
+// passed here; check them with check_dtype. Returns the device.
+Device float_op_device(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream);
+
 }  // namespace hpdt::kernels::detail
 
 // HPDT_ON_CUDA(call): the CUDA branch of an entry point. Without CUDA it compiles to nothing;

@@ -1,0 +1,134 @@
+// The one way a CUDA op is checked against its CPU oracle (gpu-labelled tests, tests/kernels/test_*_cuda.cpp):
+//   - inputs are fresh random numbers from Philox (a new seed per run, printed on failure), never zeros;
+//   - reduced-precision runs give the oracle exactly the values the GPU sees: the f32 input is rounded
+//     through the storage type first (round_through), and the oracle computes in f32 on those values;
+//   - every GPU output is poisoned (NaN) before the op runs, so an element the kernel forgot shows up;
+//   - results are compared element by element with |got - want| <= atol + rtol * |want|, the
+//     tolerance stated per dtype (and widened per op where the op's arithmetic says why).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "hpdt/core/philox.h"
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt/kernels/cpu/elementwise.h"
+#include "hpdt/kernels/elementwise.h"
+#include "hpdt_test.h"
+
+namespace hpdt::test {
+
+struct Tolerance {
+  double rtol = 0, atol = 0;
+};
+
+// Storage rounding of one element (f32: 0; bf16: 2^-8; f16: 2^-11) plus room for the f32
+// accumulation-order differences between the CPU and GPU. Ops that sum long rows widen these.
+inline Tolerance default_tolerance(DType dt) {
+  switch (dt) {
+    case DType::f32: return {1e-5, 1e-6};
+    case DType::f16: return {2e-3, 1e-4};
+    case DType::bf16: return {1.6e-2, 1e-3};
+    default: return {0, 0};
+  }
+}
+
+class CudaOracleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HPDT_REQUIRE_GPU();
+    stream = Stream::create_cuda(0);
+    seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed()) * 7919u + 17u;
+    ::testing::Test::RecordProperty("philox_seed", std::to_string(seed));
+  }
+
+  // A CPU f32 tensor of uniform numbers in [lo, hi) from Philox (seed, offset): fresh each run.
+  Tensor random(const Shape& shape, float lo = -1.0f, float hi = 1.0f) {
+    Tensor t = Tensor::empty(shape, DType::f32);
+    kernels::cpu::fill_uniform(t, lo, hi, seed, next_offset_);
+    next_offset_ += uint64_t(t.numel()) + 1024;
+    return t;
+  }
+
+  // The f32 values `t` takes once stored as `dt` (f32: unchanged copy). Feed this to the oracle.
+  Tensor round_through(const Tensor& t, DType dt) {
+    if (dt == DType::f32) return t.clone(cpu);
+    Tensor narrow = Tensor::empty(t.shape(), dt);
+    kernels::cpu::cast(t, narrow);
+    Tensor wide = Tensor::empty(t.shape(), DType::f32);
+    kernels::cpu::cast(narrow, wide);
+    return wide;
+  }
+
+  // A CPU f32 tensor copied to the GPU as dtype `dt`.
+  Tensor to_gpu(const Tensor& host_f32, DType dt = DType::f32) {
+    Tensor narrow = host_f32;
+    if (dt != host_f32.dtype()) {
+      narrow = Tensor::empty(host_f32.shape(), dt);
+      kernels::cpu::cast(host_f32, narrow);
+    }
+    return narrow.to(Device::cuda(0), stream);
+  }
+
+  // A GPU tensor filled with NaN (floating) or 0xff.. bytes (integers): what a kernel leaves unwritten shows.
+  Tensor poisoned(const Shape& shape, DType dt = DType::f32) {
+    Tensor g = Tensor::empty(shape, dt, Device::cuda(0), AllocOptions{.stream = &stream});
+    kernels::fill(g, is_floating(dt) ? NAN : -1.0f, stream);
+    return g;
+  }
+
+  // A GPU tensor copied back and widened to f32 (after the stream has finished).
+  Tensor to_cpu_f32(const Tensor& g) {
+    Tensor c = g.to(Device::cpu(), stream);
+    stream.synchronize();
+    if (c.dtype() == DType::f32) return c;
+    Tensor wide = Tensor::empty(c.shape(), DType::f32);
+    kernels::cpu::cast(c, wide);
+    return wide;
+  }
+
+  // Element-wise comparison; reports how many elements fail, the worst one and the first one.
+  static ::testing::AssertionResult close(const Tensor& want, const Tensor& got, Tolerance tol) {
+    if (want.numel() != got.numel())
+      return ::testing::AssertionFailure() << "element counts differ: " << want.str() << " vs " << got.str();
+    const float* w = want.data<float>();
+    const float* g = got.data<float>();
+    int64_t bad = 0, first = -1, worst = -1;
+    double worst_excess = -1;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double wi = w[i], gi = g[i];
+      const double allowed = tol.atol + tol.rtol * std::fabs(wi);
+      const double err = std::fabs(gi - wi);
+      const bool ok = std::isfinite(wi) ? (std::isfinite(gi) && err <= allowed) : (std::isnan(wi) ? std::isnan(gi) : gi == wi);
+      if (!ok) {
+        ++bad;
+        if (first < 0) first = i;
+        const double excess = std::isfinite(err) ? err / (allowed > 0 ? allowed : 1e-30) : 1e300;
+        if (excess > worst_excess) worst_excess = excess, worst = i;
+      }
+    }
+    if (bad == 0) return ::testing::AssertionSuccess();
+    std::ostringstream os;
+    os << bad << " of " << want.numel() << " elements outside rtol " << tol.rtol << " atol " << tol.atol
+       << "; first at " << first << ": want " << w[first] << " got " << g[first] << "; worst at " << worst
+       << ": want " << w[worst] << " got " << g[worst];
+    return ::testing::AssertionFailure() << os.str();
+  }
+
+  Stream stream;
+  Stream cpu;  // the CPU stream, for the oracle's entry points
+  uint64_t seed = 0;
+
+ private:
+  uint64_t next_offset_ = 0;
+};
+
+// The dtypes every CUDA op is checked in.
+inline constexpr DType kCudaTestDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+}  // namespace hpdt::test
