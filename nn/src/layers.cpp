@@ -247,14 +247,14 @@ Tensor MultiHeadSelfAttention::forward(const Tensor& x) {
     fail("expects f32 input [b, t, " + std::to_string(d_) + "]", x);
   qkv_out_ = qkv_.forward(x);
   ensure(attn_, x.shape());
-  kernels::attention_forward(qkv_out_, heads_, probs_, attn_, stream_);
+  kernels::attention_forward(qkv_out_, heads_, saved_, attn_, stream_);
   return proj_.forward(attn_);
 }
 
 Tensor MultiHeadSelfAttention::backward(const Tensor& dy) {
   const Tensor dattn = proj_.backward(dy);
   ensure(dattn_, qkv_out_.shape());
-  kernels::attention_backward(qkv_out_, probs_, dattn, heads_, dattn_, stream_);
+  kernels::attention_backward(qkv_out_, saved_, attn_, dattn, heads_, dattn_, stream_);
   return qkv_.backward(dattn_);
 }
 

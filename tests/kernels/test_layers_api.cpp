@@ -38,8 +38,9 @@ TEST(LayerApi, BadShapesAndDtypesNameTheOpAndShapes) {
   HPDT_EXPECT_THROW_MSG(conv2d_forward(xh, w3, nullptr, y, 1, 1, kCpu), "has dtype f16");
   Tensor lw = filled({10, 6}, 2), lx = filled({4, 5}, 3), ly = Tensor::empty({4, 10}, DType::f32);
   HPDT_EXPECT_THROW_MSG(linear_forward(lx, lw, nullptr, ly, kCpu), "linear_forward: x [4, 5] does not match weight [10, 6]");
-  Tensor qkv = filled({2, 5, 12}, 4), probs, out = Tensor::empty({2, 5, 4}, DType::f32);
-  HPDT_EXPECT_THROW_MSG(attention_forward(qkv, 3, probs, out, kCpu), "divisible by 3 heads, got [2, 5, 12]");
+  Tensor qkv = filled({2, 5, 12}, 4), out = Tensor::empty({2, 5, 4}, DType::f32);
+  AttentionSaved saved;
+  HPDT_EXPECT_THROW_MSG(attention_forward(qkv, 3, saved, out, kCpu), "divisible by 3 heads, got [2, 5, 12]");
   Tensor logits = filled({4, 10}, 5), labels = Tensor::from_vector<int32_t>({1, 2, 3, 10}, {4});
   HPDT_EXPECT_THROW_MSG(softmax_cross_entropy(logits, labels, 0.0, nullptr, 1.0, kCpu), "label 10 of sample 3");
   Tensor mp_y = Tensor::empty({2, 3, 3, 4}, DType::f32), am;

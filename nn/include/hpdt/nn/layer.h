@@ -16,6 +16,7 @@
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/activation.h"
+#include "hpdt/kernels/attention.h"
 #include "hpdt/kernels/norm.h"
 #include "hpdt/nn/arena.h"
 
@@ -198,7 +199,8 @@ class MultiHeadSelfAttention : public Layer {
  private:
   int64_t d_, heads_;
   Linear qkv_, proj_;
-  Tensor qkv_out_, probs_, attn_, dattn_;
+  Tensor qkv_out_, attn_, dattn_;
+  kernels::AttentionSaved saved_;
 };
 
 // A chain of layers run in order (backward in reverse).

@@ -1,0 +1,21 @@
+// Which implementation the GPU entry points use for GEMM and convolution:
+//   ours:   hpdt's own CUDA kernels (the default, and the point of the project);
+//   vendor: cuBLAS for GEMM (matmul, linear) and cuDNN for convolution, for side-by-side comparison
+//           and as a fallback a user can choose (hpdt-train --kernels vendor).
+// One setting per process, chosen once at start-up by the application (like PyTorch's
+// torch.backends flags); CPU ops ignore it. Every other op has one implementation per device.
+#pragma once
+
+#include <string_view>
+
+namespace hpdt::kernels {
+
+enum class KernelBackend { ours, vendor };
+
+void set_kernel_backend(KernelBackend backend);
+KernelBackend kernel_backend();
+// "ours" / "vendor"; parse throws hpdt::Error naming the bad value.
+std::string_view kernel_backend_name(KernelBackend backend);
+KernelBackend parse_kernel_backend(std::string_view name);
+
+}  // namespace hpdt::kernels
