@@ -1,0 +1,1 @@
+// placeholder: filled by the CUDA kernels work (issue 7)

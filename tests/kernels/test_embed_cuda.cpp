@@ -1,0 +1,2 @@
+// placeholder: filled by the CUDA kernels work (issue 7)
+#include <gtest/gtest.h>
