@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "hpdt/comm/communicator.h"
@@ -16,11 +17,28 @@ namespace hpdt::comm {
 
 ncclComm_t Communicator::nccl() {
   if (nccl_) return nccl_;
+  // Every rank must reach the collective MPI_Bcast below, or the others hang in it. So the local
+  // checks (a usable GPU; on rank 0 also ncclGetUniqueId) are agreed on first with one all-gather,
+  // and every rank throws the same message, naming the ranks that failed, when any did.
   const int devices = cuda_device_count();
-  HPDT_CHECK(devices > 0, "NCCL communicator: no usable GPU on rank ", rank_, ": ", cuda_unavailable_reason());
-  cuda_set_device(local_rank_ % devices);
-  ncclUniqueId id;
-  if (rank_ == 0) HPDT_NCCL_CHECK(ncclGetUniqueId(&id));
+  std::string why;
+  if (devices <= 0) why = "no usable GPU (" + cuda_unavailable_reason() + ")";
+  ncclUniqueId id{};
+  if (why.empty()) {
+    cuda_set_device(local_rank_ % devices);
+    if (rank_ == 0) {
+      const ncclResult_t r = ncclGetUniqueId(&id);
+      if (r != ncclSuccess) why = std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r);
+    }
+  }
+  const int ok = why.empty() ? 1 : 0;
+  std::vector<int> oks(size_t(size_), 0);
+  HPDT_MPI_CHECK(MPI_Allgather(&ok, 1, MPI_INT, oks.data(), 1, MPI_INT, comm_));
+  std::string failed;
+  for (int r = 0; r < size_; ++r)
+    if (!oks[size_t(r)]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  HPDT_CHECK(failed.empty(), "NCCL communicator: cannot be created: rank(s) ", failed, " failed",
+             ok ? std::string() : std::string(" (this rank, ") + std::to_string(rank_) + ": " + why + ")");
   HPDT_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm_));
   HPDT_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
   nccl_device_ = local_rank_ % devices;

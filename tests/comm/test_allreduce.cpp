@@ -231,3 +231,19 @@ TEST(Tuning, BuiltInFallback) {
   EXPECT_EQ(TuningTable::fallback(1024, 2, 2).algorithm, Algorithm::rhd);      // one rank per node, small
   EXPECT_EQ(TuningTable::fallback(1 << 20, 2, 2).algorithm, Algorithm::ring);
 }
+
+// Without a usable GPU, asking for the NCCL communicator must throw on every rank with the same
+// message naming the failed ranks, never leave the others waiting in the ncclUniqueId broadcast.
+TEST(Communicator, NcclWithoutGpuThrowsOnEveryRank) {
+#if HPDT_HAVE_CUDA
+  if (hpdt::cuda_available()) GTEST_SKIP() << "a GPU is usable here; this case is for ranks without one";
+  Communicator c(MPI_COMM_WORLD);
+  HPDT_EXPECT_THROW_MSG(c.nccl(), "NCCL communicator: cannot be created: rank(s) 0");
+  // The communicator is still usable for MPI collectives afterwards (nobody is stuck in a broadcast).
+  int one = 1, total = 0;
+  ASSERT_EQ(MPI_Allreduce(&one, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_SUCCESS);
+  EXPECT_EQ(total, c.size());
+#else
+  GTEST_SKIP() << "built without CUDA: there is no NCCL communicator to ask for";
+#endif
+}
