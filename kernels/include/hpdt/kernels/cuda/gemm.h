@@ -1,0 +1,46 @@
+// CUDA GEMM: C = alpha * op(A) * op(B) + beta * C (+ bias per column), row-major like cpu::gemm.
+//
+// A and B share one storage dtype (f32, f16 or bf16); C is f32 or that dtype; products are summed in
+// f32 whatever the storage. Any M, N, K >= 0 (K == 0 gives C = beta * C + bias), any leading
+// dimensions, either transpose. beta == 0 means C is not read (it may hold NaN on entry); alpha == 0
+// means A and B are not read.
+//
+// Variants (kernels/cuda/gemm.cu, gemm_vendor.cu), each kept, tested and benchmarked:
+//   v1_simt: SIMT f32 tiles (128x128x8, 8x8 outputs per thread); takes every dtype, shape and alignment
+//            (16-bit inputs are widened on load). The f32 path.
+//   v2_mma:  tensor cores (mma.sync m16n8k16 via ldmatrix, multi-stage cp.async pipeline, swizzled
+//            shared memory), bf16/f16 inputs only, with deterministic split-K for few output tiles.
+//            Needs A and B 16-byte aligned and lda, ldb multiples of 8; falls back to v1 otherwise.
+//   vendor:  cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F), bias added by a small kernel afterwards.
+//   automatic: vendor when kernels::kernel_backend() is vendor; else v2 for 16-bit inputs it can take,
+//            v1 otherwise.
+// Results are deterministic (same inputs, same bits) for every variant; no atomics.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "hpdt/core/dtype.h"
+#include "hpdt/core/stream.h"
+
+namespace hpdt::kernels::cuda {
+
+enum class GemmVariant { automatic, v1_simt, v2_mma, vendor };
+
+std::string_view gemm_variant_name(GemmVariant v);  // "automatic", "v1_simt", "v2_mma", "vendor"
+
+// What runs after the sum, before the store: C = alpha * AB + beta * C + bias[col].
+struct GemmEpilogue {
+  const void* bias = nullptr;  // [N] in C's dtype, or null
+};
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
+          const void* B, int64_t ldb, float beta, void* C, int64_t ldc, DType ab_type, DType c_type,
+          const GemmEpilogue& epi, const Stream& stream, GemmVariant variant = GemmVariant::automatic);
+
+// The variant gemm() runs for these arguments and this request (never `automatic`): the fallbacks
+// above applied. For tests and benchmarks, to know what was measured.
+GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B,
+                         DType ab_type);
+
+}  // namespace hpdt::kernels::cuda
