@@ -5,6 +5,7 @@ Each line: kind<TAB>ranks<TAB>executable (relative to the build dir)<TAB>argumen
   smoke  hpdt-smoke under mpiexec: MPI, parallel HDF5, CUDA kernels against the CPU
   test   a gpu-labelled test binary, run whole (all its cases) under mpiexec -n ranks when ranks > 0
   bench  a GPU benchmark from scripts/gpu/benchmarks.txt
+  peer   a command from the repository (PyTorch peers) from benchmarks.txt; executable "-"
 usage: manifest.py BUILD_DIR BENCHMARKS_TXT
 """
 import json
@@ -40,6 +41,9 @@ with open(bench_file) as f:
     for line in f:
         line = line.strip()
         if not line or line.startswith("#"):
+            continue
+        if line.startswith("peer "):
+            print(f"peer\t0\t-\t{line[5:]}")
             continue
         exe, _, args = line.partition(" ")
         if not os.access(os.path.join(build, exe), os.X_OK):

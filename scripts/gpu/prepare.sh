@@ -32,7 +32,7 @@ grep -E "ptxas info|bytes stack frame|spill" "$bundle/build.log" > "$bundle/ptxa
 echo "== manifest of GPU tests and benchmarks"
 /usr/bin/env python3 "$root/scripts/gpu/manifest.py" "$build" "$root/scripts/gpu/benchmarks.txt" > "$bundle/manifest.tsv"
 cut -f3 "$bundle/manifest.tsv" | sort -u | while read -r exe; do
-  [ -n "$exe" ] || continue
+  [ -n "$exe" ] && [ "$exe" != "-" ] || continue
   mkdir -p "$bundle/bin/$(dirname "$exe")"
   cp "$build/$exe" "$bundle/bin/$exe"
   strip --strip-debug "$bundle/bin/$exe"

@@ -109,6 +109,17 @@ run_bench() {  # exe args
   note "$(printf '%-5s %-40s rc=%-3s %4ss' "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "bench $name" "$rc" $((SECONDS - t0)))"
 }
 
+run_peer() {  # command line with {root} and {out}
+  local cmdline=${1//\{out\}/$out/bench}; cmdline=${cmdline//\{root\}/$root}
+  local name; name=$(basename "$(echo "$cmdline" | awk '{print $2}')" .py)
+  local t0=$SECONDS
+  # shellcheck disable=SC2086
+  timeout --kill-after=10 1200 $cmdline < /dev/null > "$out/bench/$name.log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && failed=1
+  note "$(printf '%-5s %-40s rc=%-3s %4ss' "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "peer $name" "$rc" $((SECONDS - t0)))"
+}
+
 run_smoke() {  # ranks exe
   local t0=$SECONDS
   timeout --kill-after=10 300 mpiexec -n "$1" --oversubscribe --bind-to none "$bundle/bin/$2" --dir "$out" < /dev/null > "$out/tests/smoke.log" 2>&1
@@ -123,6 +134,7 @@ while IFS=$'\t' read -r kind ranks exe args; do
     smoke) run_smoke "$ranks" "$exe" ;;
     test) run_test "$ranks" "$exe" ;;
     bench) [ $bench -eq 1 ] && run_bench "$exe" "$args" ;;
+    peer) [ $bench -eq 1 ] && run_peer "$args" ;;
   esac
 done < "$bundle/manifest.tsv"  # (every command below reads /dev/null: mpiexec would eat the manifest)
 
