@@ -1,1 +1,722 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// CUDA GEMM, row-major: C = alpha * op(A) op(B) + beta * C + bias[col]; the CPU oracle is cpu::gemm<float>.
+//
+//   v1_simt  128x128x8 block tile, 256 threads, 8x8 outputs per thread (two 4x4 quadrants 64 apart so
+//            the shared-memory reads are float4 broadcasts / contiguous). Loads are scalar and coalesced
+//            along whichever of (mn, k) is contiguous in memory, so any dtype, alignment and leading
+//            dimension works; the next tile is fetched into registers while the current one is used
+//            (double-buffered shared memory, one barrier per tile).
+//   v2_mma   bf16/f16 tensor cores: mma.sync.m16n8k16 (f32 accumulators) fed by ldmatrix from an
+//            XOR-swizzled, STAGES-deep cp.async pipeline (BK = 32). 64x64 warp tiles; block tiles
+//            128x128 (4 warps, 2 blocks/SM) or 128x256 (8 warps). Edge tiles come zero-filled by
+//            cp.async's src-size, so the k loop never branches. Few output tiles and a long K get a
+//            deterministic split-K: f32 partials per split, summed in split order by a second kernel.
+//   vendor   cuBLAS (gemm_vendor.cu).
+// Every variant is deterministic; element offsets are int64.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "hpdt/core/tensor.h"
+#include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/cuda/gemm.h"
+#include "launch.cuh"
+#include "vendor.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+constexpr int64_t kIntMax = 0x7fffffff;
+
+// Everything a GEMM kernel needs; passed by value (kernel parameter space).
+struct Params {
+  int M, N, K;
+  float alpha, beta;
+  const void* A;
+  int64_t lda;
+  const void* B;
+  int64_t ldb;
+  void* C;
+  int64_t ldc;
+  const void* bias;  // [N], C's dtype, or null
+  bool c_f32;        // C (and bias) f32, else C has the inputs' 16-bit type
+  bool a_kmajor;     // A's k index is contiguous (A not transposed)
+  bool b_kmajor;     // B's k index is contiguous (B transposed)
+  int tiles_m, tiles_n;
+  int kt_per_split;   // v2: k tiles (of 32) per split
+  float* partial;     // v2 split-K: [splits][M][N] f32 partial sums, or null
+};
+
+// Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.
+__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm, int& tn) {
+  constexpr int kGroup = 8;
+  const int per_group = kGroup * tiles_n;
+  const int group = pid / per_group;
+  const int first_m = group * kGroup;
+  const int size_m = min(tiles_m - first_m, kGroup);
+  const int in_group = pid - group * per_group;
+  tm = first_m + in_group % size_m;
+  tn = in_group / size_m;
+}
+
+// out = alpha * acc (+ beta * C) (+ bias): the oracle's order of operations.
+template <class TC>
+__device__ __forceinline__ void store_one(const Params& p, TC* c, int col, float acc) {
+  float v = p.alpha * acc;
+  if (p.beta != 0.0f) v += p.beta * to_f32(*c);
+  if (p.bias) v += to_f32(static_cast<const TC*>(p.bias)[col]);
+  *c = from_f32<TC>(v);
+}
+
+// ---- small kernels: beta * C + bias (K == 0, alpha == 0, vendor bias) and the split-K reduction ----
+
+constexpr int kEwThreads = 256;
+
+template <class TC>
+__global__ void scale_add_bias_kernel(int64_t M, int64_t N, TC* __restrict__ C, int64_t ldc, float beta,
+                                      const TC* __restrict__ bias) {
+  const int64_t n = M * N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / N, col = i - r * N;
+    TC* c = C + r * ldc + col;
+    float v = beta == 0.0f ? 0.0f : beta * to_f32(*c);
+    if (bias) v += to_f32(bias[col]);
+    *c = from_f32<TC>(v);
+  }
+}
+
+template <class TC>
+__global__ void splitk_reduce_kernel(int64_t M, int64_t N, int splits, const float* __restrict__ partial,
+                                     float alpha, float beta, TC* __restrict__ C, int64_t ldc,
+                                     const TC* __restrict__ bias) {
+  const int64_t n = M * N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int z = 0; z < splits; ++z) s += partial[z * n + i];  // fixed order: deterministic
+    const int64_t r = i / N, col = i - r * N;
+    TC* c = C + r * ldc + col;
+    float v = alpha * s;
+    if (beta != 0.0f) v += beta * to_f32(*c);
+    if (bias) v += to_f32(bias[col]);
+    *c = from_f32<TC>(v);
+  }
+}
+
+template <class F>
+void dispatch_c(DType c_type, F&& f) {
+  dispatch_floating(c_type, "gemm (C)", std::forward<F>(f));
+}
+
+// ================================================ v1: SIMT ================================================
+
+namespace v1 {
+
+constexpr int kBM = 128, kBN = 128, kBK = 8, kThreads = 256;
+constexpr int kLd = kBM + 4;  // shared row [k][mn]: +4 floats so the k-contiguous stores hit 32 banks
+static_assert(kBM == kBN, "one smem row length serves A and B");
+
+// The 4 elements of a BK x 128 tile this thread moves: consecutive threads walk the contiguous index.
+__device__ __forceinline__ void slot(bool kmajor, int i, int& mn, int& k) {
+  const int t = threadIdx.x;
+  if (kmajor) {
+    k = t & 7;
+    mn = (t >> 3) + 32 * i;
+  } else {
+    mn = t & 127;
+    k = (t >> 7) + 2 * i;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void fetch(const T* __restrict__ X, int64_t ld, bool kmajor, int extent, int K, int mn0,
+                                      int k0, float (&r)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int mn, k;
+    slot(kmajor, i, mn, k);
+    const int gmn = mn0 + mn, gk = k0 + k;
+    r[i] = 0.0f;  // outside the matrix: zero, so the k loop needs no predicate
+    if (gmn < extent && gk < K) r[i] = to_f32(X[kmajor ? int64_t(gmn) * ld + gk : int64_t(gk) * ld + gmn]);
+  }
+}
+
+__device__ __forceinline__ void stash(float* __restrict__ s, bool kmajor, const float (&r)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int mn, k;
+    slot(kmajor, i, mn, k);
+    s[k * kLd + mn] = r[i];
+  }
+}
+
+template <class TC>
+__device__ __forceinline__ void epilogue(const Params& p, int m0, int n0, const float (&acc)[8][8]) {
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+    if (row >= p.M) continue;
+    TC* crow = static_cast<TC*>(p.C) + int64_t(row) * p.ldc;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+      if (col < p.N) store_one<TC>(p, crow + col, col, acc[i][j]);
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 2) gemm_v1_kernel(const Params p) {
+  __shared__ __align__(16) float As[2][kBK * kLd];
+  __shared__ __align__(16) float Bs[2][kBK * kLd];
+  int tm, tn;
+  tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
+  const int m0 = tm * kBM, n0 = tn * kBN;
+  const T* A = static_cast<const T*>(p.A);
+  const T* B = static_cast<const T*>(p.B);
+  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+  const int KT = (p.K + kBK - 1) / kBK;
+  float ra[4], rb[4];
+  fetch(A, p.lda, p.a_kmajor, p.M, p.K, m0, 0, ra);
+  fetch(B, p.ldb, p.b_kmajor, p.N, p.K, n0, 0, rb);
+  stash(As[0], p.a_kmajor, ra);
+  stash(Bs[0], p.b_kmajor, rb);
+  __syncthreads();
+
+  for (int kt = 0; kt < KT; ++kt) {
+    const int buf = kt & 1;
+    const bool more = kt + 1 < KT;
+    if (more) {  // next tile's global loads in flight while this one is multiplied
+      fetch(A, p.lda, p.a_kmajor, p.M, p.K, m0, (kt + 1) * kBK, ra);
+      fetch(B, p.ldb, p.b_kmajor, p.N, p.K, n0, (kt + 1) * kBK, rb);
+    }
+    const float* sa = As[buf];
+    const float* sb = Bs[buf];
+#pragma unroll
+    for (int k = 0; k < kBK; ++k) {
+      const float4 a0 = *reinterpret_cast<const float4*>(sa + k * kLd + ty * 4);
+      const float4 a1 = *reinterpret_cast<const float4*>(sa + k * kLd + 64 + ty * 4);
+      const float4 b0 = *reinterpret_cast<const float4*>(sb + k * kLd + tx * 4);
+      const float4 b1 = *reinterpret_cast<const float4*>(sb + k * kLd + 64 + tx * 4);
+      const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    if (more) {  // the other buffer was last read before the previous barrier: free to overwrite
+      stash(As[buf ^ 1], p.a_kmajor, ra);
+      stash(Bs[buf ^ 1], p.b_kmajor, rb);
+    }
+    __syncthreads();
+  }
+
+  if (p.c_f32) epilogue<float>(p, m0, n0, acc);
+  else epilogue<T>(p, m0, n0, acc);
+}
+
+template <class T>
+void launch(Params p, cudaStream_t s) {
+  p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
+  p.tiles_n = int((int64_t(p.N) + kBN - 1) / kBN);
+  gemm_v1_kernel<T><<<unsigned(int64_t(p.tiles_m) * p.tiles_n), kThreads, 0, s>>>(p);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace v1
+
+// ========================================= v2: tensor cores (mma.sync) =========================================
+
+namespace v2 {
+
+constexpr int kBK = 32;  // k per stage: a k-major smem row is 64 bytes = 4 chunks of 16 bytes
+
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int MIN_BLOCKS_>
+struct Cfg {
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
+  static constexpr int MT = WM / 16, NT = WN / 8;             // mma tiles per warp
+  static constexpr int kStageElems = (BM + BN) * kBK;         // 16-bit elements per stage
+  static constexpr int kSmem = STAGES * kStageElems * 2;
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile in 16x16 steps (B fragments load in pairs)");
+  static_assert(BM >= 64 && BN >= 64, "mn-major rows need 8 chunks for the 8-way swizzle");
+  static_assert((BM * kBK / 8) % kThreads == 0 && (BN * kBK / 8) % kThreads == 0, "whole chunks per thread");
+};
+using Small = Cfg<128, 128, 2, 2, 4, 2>;  // 64 KiB smem, 4 warps, 2 blocks per SM
+using Large = Cfg<128, 256, 2, 4, 4, 1>;  // 96 KiB smem, 8 warps
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; bytes past src_bytes (0..16) are zero-filled.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Shared tiles, in 16-bit elements, 16-byte chunks XOR-swizzled so that the 8 rows one ldmatrix phase
+// reads (and the rows a warp's cp.asyncs write) fall in 8 different 16-byte bank groups:
+//   k-major  [MN][32]: 4 chunks per 64-byte row, two rows per 128 bytes -> chunk ^ ((row >> 1) & 3)
+//   mn-major [32][MN]: MN/8 chunks per row, rows a multiple of 128 bytes -> chunk ^ (row & 7)
+__device__ __forceinline__ int off_kmajor(int row, int chunk) { return row * kBK + ((chunk ^ ((row >> 1) & 3)) << 3); }
+template <int MN>
+__device__ __forceinline__ int off_mnmajor(int row, int chunk) {
+  return row * MN + ((chunk ^ (row & 7)) << 3);
+}
+
+// One BK-slice of an operand (MN rows of the output side x 32 k) into shared memory; chunks outside
+// the matrix (mn >= extent or k >= K) are zero-filled, partial chunks at the edge partly.
+// Needs ld % 8 == 0 and a 16-byte aligned base: every chunk start is then 16-byte aligned.
+template <bool KMAJOR, int MN, int THREADS>
+__device__ __forceinline__ void load_tile(uint16_t* __restrict__ s, const uint16_t* __restrict__ g, int64_t ld,
+                                          int extent, int K, int mn0, int k0) {
+  constexpr int kChunks = MN * kBK / 8;
+#pragma unroll
+  for (int i = 0; i < kChunks / THREADS; ++i) {
+    const int q = int(threadIdx.x) + i * THREADS;
+    int valid;
+    int64_t src;
+    int dst;
+    if constexpr (KMAJOR) {
+      const int row = q >> 2, chunk = q & 3;
+      const int gmn = mn0 + row, gk = k0 + chunk * 8;
+      valid = gmn < extent ? min(max(K - gk, 0), 8) : 0;
+      src = int64_t(gmn) * ld + gk;
+      dst = off_kmajor(row, chunk);
+    } else {
+      const int row = q / (MN / 8), chunk = q % (MN / 8);
+      const int gk = k0 + row, gmn = mn0 + chunk * 8;
+      valid = gk < K ? min(max(extent - gmn, 0), 8) : 0;
+      src = int64_t(gk) * ld + gmn;
+      dst = off_mnmajor<MN>(row, chunk);
+    }
+    cp_async_16(smem_addr(s + dst), valid > 0 ? g + src : g, valid * 2);
+  }
+}
+
+// A fragments of one m16 x k16 step (mma's row layout) for warp rows wm0 + mi*16.
+// ldmatrix x4: lanes 8i..8i+7 address the rows of 8x8 matrix i; matrix i covers
+// (m + (i & 1) * 8, k + (i >> 1) * 8), which lands in register i as the mma A operand expects.
+template <bool KMAJOR, int BM>
+__device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const uint16_t* sA, int m, int kk, int lane) {
+  if constexpr (KMAJOR) {  // [m][k]: rows are m, plain ldmatrix gives (m = lane/4, k = 2*(lane%4) + {0,1})
+    const int row = m + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const int chunk = kk * 2 + (lane >> 4);
+    ldsm_x4(a, smem_addr(sA + off_kmajor(row, chunk)));
+  } else {  // [k][m]: rows are k, the transposing ldmatrix gives the same fragment
+    const int row = kk * 16 + (lane >> 4) * 8 + (lane & 7);
+    const int chunk = (m >> 3) + ((lane >> 3) & 1);
+    ldsm_x4_trans(a, smem_addr(sA + off_mnmajor<BM>(row, chunk)));
+  }
+}
+
+// B fragments of two n8 x k16 steps (mma's col layout) for warp columns n and n + 8: matrix i covers
+// (n + (i >> 1) * 8, k + (i & 1) * 8): registers {0, 1} are the first n8 tile's b0, b1, {2, 3} the second's.
+template <bool KMAJOR, int BN>
+__device__ __forceinline__ void load_b_frag(uint32_t (&b)[4], const uint16_t* sB, int n, int kk, int lane) {
+  if constexpr (KMAJOR) {  // [n][k] (B transposed in memory)
+    const int row = n + (lane >> 4) * 8 + (lane & 7);
+    const int chunk = kk * 2 + ((lane >> 3) & 1);
+    ldsm_x4(b, smem_addr(sB + off_kmajor(row, chunk)));
+  } else {  // [k][n]
+    const int row = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+    const int chunk = (n >> 3) + (lane >> 4);
+    ldsm_x4_trans(b, smem_addr(sB + off_mnmajor<BN>(row, chunk)));
+  }
+}
+
+// Two adjacent outputs (row, col), (row, col + 1) of the mma C layout.
+template <class TC>
+__device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1, bool pair_ok) {
+  if (row >= p.M || col >= p.N) return;
+  TC* c = static_cast<TC*>(p.C) + int64_t(row) * p.ldc + col;
+  const bool two = col + 1 < p.N;
+  if (two && pair_ok) {
+    v0 *= p.alpha;
+    v1 *= p.alpha;
+    if constexpr (std::is_same_v<TC, float>) {
+      float2* c2 = reinterpret_cast<float2*>(c);
+      if (p.beta != 0.0f) {
+        const float2 old = *c2;
+        v0 += p.beta * old.x;
+        v1 += p.beta * old.y;
+      }
+      if (p.bias) {
+        v0 += static_cast<const float*>(p.bias)[col];
+        v1 += static_cast<const float*>(p.bias)[col + 1];
+      }
+      *c2 = make_float2(v0, v1);
+    } else {
+      uint32_t* c2 = reinterpret_cast<uint32_t*>(c);  // little-endian: the lower address is the low half
+      if (p.beta != 0.0f) {
+        const uint32_t old = *c2;
+        v0 += p.beta * to_f32(TC::from_bits(uint16_t(old & 0xffffu)));
+        v1 += p.beta * to_f32(TC::from_bits(uint16_t(old >> 16)));
+      }
+      if (p.bias) {
+        v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
+        v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
+      }
+      *c2 = uint32_t(from_f32<TC>(v0).bits) | (uint32_t(from_f32<TC>(v1).bits) << 16);
+    }
+  } else {
+    store_one<TC>(p, c, col, v0);
+    if (two) store_one<TC>(p, c + 1, col + 1, v1);
+  }
+}
+
+template <class T, class C, bool A_KMAJOR, bool B_KMAJOR>
+__global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(const Params p) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint16_t* smem = reinterpret_cast<uint16_t*>(smem_raw);
+  int tm, tn;
+  tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
+  const int m0 = tm * C::BM, n0 = tn * C::BN;
+  const int kt_total = (p.K + kBK - 1) / kBK;
+  const int kt0 = int(blockIdx.y) * p.kt_per_split;
+  const int KT = min(kt_total, kt0 + p.kt_per_split) - kt0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm0 = (warp / C::WARPS_N) * C::WM, wn0 = (warp % C::WARPS_N) * C::WN;
+  const uint16_t* A = static_cast<const uint16_t*>(p.A);
+  const uint16_t* B = static_cast<const uint16_t*>(p.B);
+
+  auto load_stage = [&](int stage, int kt) {
+    uint16_t* s = smem + stage * C::kStageElems;
+    const int k0 = (kt0 + kt) * kBK;
+    load_tile<A_KMAJOR, C::BM, C::kThreads>(s, A, p.lda, p.M, p.K, m0, k0);
+    load_tile<B_KMAJOR, C::BN, C::kThreads>(s + C::BM * kBK, B, p.ldb, p.N, p.K, n0, k0);
+  };
+
+  float acc[C::MT][C::NT][4];
+#pragma unroll
+  for (int i = 0; i < C::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < C::NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+
+  // Prologue: STAGES-1 tiles in flight (a group is committed even when empty, so the counts line up).
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < KT; ++kt) {
+    // Groups committed so far: STAGES-1 + kt; leaving STAGES-2 pending means tile kt has landed
+    // (for this thread); the barrier makes every thread's copies visible and also guarantees that
+    // everyone is done with the stage computed in the previous iteration, which is refilled next.
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();
+    const int next = kt + C::STAGES - 1;
+    if (next < KT) load_stage(next % C::STAGES, next);
+    cp_async_commit();
+
+    const uint16_t* sA = smem + (kt % C::STAGES) * C::kStageElems;
+    const uint16_t* sB = sA + C::BM * kBK;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t af[C::MT][4];
+      uint32_t bf[C::NT][2];
+#pragma unroll
+      for (int mi = 0; mi < C::MT; ++mi) load_a_frag<A_KMAJOR, C::BM>(af[mi], sA, wm0 + mi * 16, kk, lane);
+#pragma unroll
+      for (int nj = 0; nj < C::NT / 2; ++nj) {
+        uint32_t r[4];
+        load_b_frag<B_KMAJOR, C::BN>(r, sB, wn0 + nj * 16, kk, lane);
+        bf[2 * nj][0] = r[0];
+        bf[2 * nj][1] = r[1];
+        bf[2 * nj + 1][0] = r[2];
+        bf[2 * nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::MT; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < C::NT; ++ni) mma_16816<T>(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+    }
+  }
+  cp_async_wait<0>();  // only empty groups can be left; drain them before the block exits
+
+  // mma C layout: lane (g = lane / 4, t = lane % 4) holds rows g and g + 8, columns 2t and 2t + 1.
+  const int g = lane >> 2, t = lane & 3;
+  if (p.partial) {  // split-K: raw f32 sums of this split's k range, [split][M][N]
+    float* P = p.partial + int64_t(blockIdx.y) * p.M * p.N;
+#pragma unroll
+    for (int mi = 0; mi < C::MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < C::NT; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = m0 + wm0 + mi * 16 + g + h * 8, col = n0 + wn0 + ni * 8 + 2 * t;
+          if (row >= p.M || col >= p.N) continue;
+          float* dst = P + int64_t(row) * p.N + col;
+          if (col + 1 < p.N && (p.N & 1) == 0) {
+            *reinterpret_cast<float2*>(dst) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+          } else {
+            dst[0] = acc[mi][ni][2 * h];
+            if (col + 1 < p.N) dst[1] = acc[mi][ni][2 * h + 1];
+          }
+        }
+    return;
+  }
+  auto epilogue = [&](auto c_tag) {
+    using TC = decltype(c_tag);
+    const bool pair_ok = (p.ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(p.C) % (2 * sizeof(TC))) == 0;
+#pragma unroll
+    for (int mi = 0; mi < C::MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < C::NT; ++ni) {
+        const int row = m0 + wm0 + mi * 16 + g, col = n0 + wn0 + ni * 8 + 2 * t;
+        store_pair<TC>(p, row, col, acc[mi][ni][0], acc[mi][ni][1], pair_ok);
+        store_pair<TC>(p, row + 8, col, acc[mi][ni][2], acc[mi][ni][3], pair_ok);
+      }
+  };
+  if (p.c_f32) epilogue(float{});
+  else epilogue(T{});
+}
+
+// Dynamic shared memory above 48 KiB must be allowed per kernel (and per device) once.
+template <class Kernel>
+void allow_smem(Kernel kernel, int bytes, int device) {
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (done.load(std::memory_order_acquire) & bit) return;
+  HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <class T, class C, bool AK, bool BK>
+void launch_cfg(const Params& p, int splits, int device, cudaStream_t s) {
+  auto kernel = gemm_v2_kernel<T, C, AK, BK>;
+  allow_smem(kernel, C::kSmem, device);
+  const dim3 grid(unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(splits));
+  kernel<<<grid, C::kThreads, C::kSmem, s>>>(p);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class C>
+void launch_transposes(const Params& p, int splits, int device, cudaStream_t s) {
+  if (p.a_kmajor && p.b_kmajor) launch_cfg<T, C, true, true>(p, splits, device, s);
+  else if (p.a_kmajor) launch_cfg<T, C, true, false>(p, splits, device, s);
+  else if (p.b_kmajor) launch_cfg<T, C, false, true>(p, splits, device, s);
+  else launch_cfg<T, C, false, false>(p, splits, device, s);
+}
+
+int sm_count(int device) {
+  static std::atomic<int> cache[64] = {};
+  int n = cache[device & 63].load(std::memory_order_relaxed);
+  if (n == 0) {
+    HPDT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    cache[device & 63].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// HPDT_GEMM_V2_TILE=small|large pins the block tile (for tuning); unset: chosen by shape.
+int forced_tile() {
+  static const int forced = [] {
+    const char* e = std::getenv("HPDT_GEMM_V2_TILE");
+    if (!e) return 0;
+    if (std::strcmp(e, "small") == 0) return 1;
+    if (std::strcmp(e, "large") == 0) return 2;
+    return 0;
+  }();
+  return forced;
+}
+
+template <class T>
+void launch(Params p, DType c_type, const Stream& stream) {
+  const int device = stream.device().index;
+  const cudaStream_t s = detail::native(stream);
+  const int sms = sm_count(device);
+  const int64_t large_tiles = ((int64_t(p.M) + Large::BM - 1) / Large::BM) * ((int64_t(p.N) + Large::BN - 1) / Large::BN);
+  // The large tile reuses each loaded element twice as often but runs one block per SM: worth it only
+  // when there are enough tiles for several full waves.
+  const bool large = forced_tile() ? forced_tile() == 2 : large_tiles >= 4 * sms;
+  const int BM = large ? Large::BM : Small::BM, BN = large ? Large::BN : Small::BN;
+  const int slots = large ? sms : 2 * sms;  // blocks the GPU runs at once
+  p.tiles_m = int((int64_t(p.M) + BM - 1) / BM);
+  p.tiles_n = int((int64_t(p.N) + BN - 1) / BN);
+  const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
+  const int kt_total = (p.K + kBK - 1) / kBK;
+
+  // Split-K when the output tiles cannot fill the GPU: each split keeps >= 8 k tiles (256 k).
+  int splits = 1;
+  if (tiles < slots && kt_total >= 16)
+    splits = int(std::min<int64_t>({(slots + tiles - 1) / tiles, kt_total / 8, 16}));
+  p.kt_per_split = (kt_total + splits - 1) / splits;
+  splits = (kt_total + p.kt_per_split - 1) / p.kt_per_split;  // no empty split
+
+  Tensor partial;
+  float alpha = p.alpha, beta = p.beta;
+  if (splits > 1) {
+    partial = Tensor::empty({splits, p.M, p.N}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
+    p.partial = partial.data<float>();
+  }
+  if (large) launch_transposes<T, Large>(p, splits, device, s);
+  else launch_transposes<T, Small>(p, splits, device, s);
+
+  if (splits > 1) {
+    const int64_t n = int64_t(p.M) * p.N;
+    dispatch_c(c_type, [&](auto tag) {
+      using TC = decltype(tag);
+      splitk_reduce_kernel<TC><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(
+          p.M, p.N, splits, p.partial, alpha, beta, static_cast<TC*>(p.C), p.ldc, static_cast<const TC*>(p.bias));
+      HPDT_CUDA_CHECK_LAUNCH();
+    });
+  }
+}
+
+}  // namespace v2
+
+bool v2_can_take(int64_t lda, int64_t ldb, const void* A, const void* B, DType ab_type) {
+  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return (ab_type == DType::bf16 || ab_type == DType::f16) && lda % 8 == 0 && ldb % 8 == 0 && aligned16(A) &&
+         aligned16(B);
+}
+
+}  // namespace
+
+namespace detail {
+
+void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, float beta, const void* bias,
+                    cudaStream_t s) {
+  const int64_t n = M * N;
+  if (n == 0) return;
+  dispatch_c(c_type, [&](auto tag) {
+    using TC = decltype(tag);
+    scale_add_bias_kernel<TC><<<grid_for(n, kEwThreads), kEwThreads, 0, s>>>(M, N, static_cast<TC*>(C), ldc, beta,
+                                                                                static_cast<const TC*>(bias));
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace detail
+
+std::string_view gemm_variant_name(GemmVariant v) {
+  switch (v) {
+    case GemmVariant::automatic: return "automatic";
+    case GemmVariant::v1_simt: return "v1_simt";
+    case GemmVariant::v2_mma: return "v2_mma";
+    case GemmVariant::vendor: return "vendor";
+  }
+  return "?";
+}
+
+GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B,
+                         DType ab_type) {
+  GemmVariant v = requested;
+  if (v == GemmVariant::automatic)
+    v = kernel_backend() == KernelBackend::vendor ? GemmVariant::vendor
+        : ab_type == DType::f32                   ? GemmVariant::v1_simt
+                                                  : GemmVariant::v2_mma;
+  if (v == GemmVariant::v2_mma && !v2_can_take(lda, ldb, A, B, ab_type)) v = GemmVariant::v1_simt;
+  return v;
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
+          const void* B, int64_t ldb, float beta, void* C, int64_t ldc, DType ab_type, DType c_type,
+          const GemmEpilogue& epi, const Stream& stream, GemmVariant variant) {
+  HPDT_CHECK(stream.is_cuda(), "gemm: needs a CUDA stream, got one on ", stream.device().str());
+  HPDT_CHECK(is_floating(ab_type), "gemm: A and B must be f32, f16 or bf16, got ", dtype_name(ab_type));
+  HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm: C must be f32 or the dtype of A and B (",
+             dtype_name(ab_type), "), got ", dtype_name(c_type));
+  HPDT_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M ", M, " N ", N, " K ", K);
+  HPDT_CHECK(M <= kIntMax && N <= kIntMax && K <= kIntMax, "gemm: sizes above 2^31-1 are not supported, got M ", M,
+             " N ", N, " K ", K);
+  const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+  HPDT_CHECK(lda >= std::max<int64_t>(1, a_cols), "gemm: lda ", lda, " is smaller than A's row length ", a_cols,
+             trans_a ? " (A is K x M, transposed)" : " (A is M x K)");
+  HPDT_CHECK(ldb >= std::max<int64_t>(1, b_cols), "gemm: ldb ", ldb, " is smaller than B's row length ", b_cols,
+             trans_b ? " (B is N x K, transposed)" : " (B is K x N)");
+  HPDT_CHECK(ldc >= std::max<int64_t>(1, N), "gemm: ldc ", ldc, " is smaller than C's row length ", N);
+  if (M == 0 || N == 0) return;
+  HPDT_CHECK(C != nullptr && (K == 0 || alpha == 0.0f || (A != nullptr && B != nullptr)), "gemm: null matrix pointer");
+  const cudaStream_t s = detail::native(stream);
+  if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C + bias, A and B not read
+    detail::scale_add_bias(M, N, C, ldc, c_type, beta, epi.bias, s);
+    return;
+  }
+
+  const GemmVariant v = gemm_resolve(variant, lda, ldb, A, B, ab_type);
+  if (v == GemmVariant::vendor) {
+    detail::gemm_cublas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ab_type, c_type, stream);
+    if (epi.bias) detail::scale_add_bias(M, N, C, ldc, c_type, 1.0f, epi.bias, s);
+    return;
+  }
+
+  Params p{};
+  p.M = int(M);
+  p.N = int(N);
+  p.K = int(K);
+  p.alpha = alpha;
+  p.beta = beta;
+  p.A = A;
+  p.lda = lda;
+  p.B = B;
+  p.ldb = ldb;
+  p.C = C;
+  p.ldc = ldc;
+  p.bias = epi.bias;
+  p.c_f32 = c_type == DType::f32;
+  p.a_kmajor = !trans_a;
+  p.b_kmajor = trans_b;
+  p.partial = nullptr;
+  const int64_t tiles_v1 = ((M + v1::kBM - 1) / v1::kBM) * ((N + v1::kBN - 1) / v1::kBN);
+  HPDT_CHECK(tiles_v1 <= kIntMax, "gemm: ", M, " x ", N, " has too many output tiles for one launch");
+
+  if (v == GemmVariant::v2_mma) {
+    if (ab_type == DType::bf16) v2::launch<bf16_t>(p, c_type, stream);
+    else v2::launch<f16_t>(p, c_type, stream);
+    return;
+  }
+  dispatch_floating(ab_type, "gemm", [&](auto tag) { v1::launch<decltype(tag)>(p, s); });
+}
+
+}  // namespace hpdt::kernels::cuda
