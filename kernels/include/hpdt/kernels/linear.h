@@ -1,4 +1,5 @@
-// Linear layer y = x w^T + b on f32 tensors; x [rows, in] (any leading dims flattened), w [out, in].
+// Linear layer y = x w^T + b; x [rows, in] (any leading dims flattened), w [out, in].
+// CPU: f32 tensors. CUDA: all tensors one of f32, f16, bf16 (f32 accumulation; cuda/linear.h).
 #pragma once
 
 #include "hpdt/core/stream.h"
