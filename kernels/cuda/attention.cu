@@ -1,1 +1,1113 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// CUDA flash-style multi-head self-attention; the CPU oracle is kernels/cpu/attention.cpp.
+//
+// Layout: qkv [b, t, 3, heads, dh] (row stride 3d, d = heads * dh), out/dout [b, t, heads, dh],
+// lse [b, heads, t] f32. Scale 1 / sqrt(dh).
+//
+// Forward: one CTA per (batch, head, block of query rows) streams the key/value blocks of its head
+// through shared memory and keeps the online-softmax state of each row in f32 registers (running max m,
+// running sum l, output accumulator), rescaling the accumulator by exp(m_old - m_new) whenever the max
+// grows: no t x t matrix ever reaches memory. Scores live in the log2 domain (scale * log2(e) folded
+// into one multiply, exp2 in the inner loop); lse = m + log(l) is stored as a natural log.
+//
+// Backward, deterministic (no float atomics, same bits every run):
+//   1. D = rowsum(dout * out) per query row (attention_rowdot_kernel);
+//   2. per (batch, head, key block) a CTA loops over all query blocks, recomputes S = q k^T and
+//      P = exp(S - lse), and accumulates dV += P^T dO and dK += dS^T Q in registers, with
+//      dS = P * (dO V^T - D);
+//   3. per (batch, head, query block) a second CTA loops over all key blocks for dQ += dS K.
+//   FlashAttention-2 does 2 and 3 in one pass and adds dQ into an f32 buffer with atomicAdd, whose
+//   order (so the rounding) changes from run to run. Splitting dQ off keeps every sum in a fixed order
+//   at the price of recomputing S = QK^T and dP = dO V^T once more: 7 tile GEMMs instead of 5.
+//
+// Variants (numbered, each kept, tested and timed):
+//   v1 SIMT, every dtype (the f32 path): 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i
+//      and columns tx + 16 j of each tile; tiles in f32 shared memory.
+//   v2 tensor cores for f16/bf16: mma.sync.m16n8k16 (inline PTX) with f32 accumulation, 4 warps of 16
+//      rows each, tiles in 16-bit shared memory fed by cp.async (double-buffered) and read with
+//      ldmatrix; the probabilities go from the score accumulators to 16-bit A fragments in registers
+//      for the PV product (as FlashAttention-2 does).
+// Head dims: kernels are compiled for padded head dims 16, 32, 64, 128; any dh up to 128 runs on the
+// next one with the extra columns zero in shared memory (they add nothing to q.k and are not stored).
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "hpdt/kernels/cuda/attention.h"
+#include "launch.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr unsigned kFull = 0xffffffffu;
+
+// ---- shared helpers ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
+// Rows [0, ROWS) of a tile into f32 shared memory with row stride LDS floats; rows >= nrows and
+// columns >= dh are zero. src points at row 0 of the tile, rows ld elements apart. vec: 4 elements
+// per load (16 bytes f32, 8 bytes f16/bf16; dh % 4 == 0 and src aligned to that).
+template <class T, int DHP, int ROWS, int LDS, int NT>
+__device__ __forceinline__ void load_tile_f32(float* __restrict__ dst, const T* __restrict__ src, int64_t ld,
+                                              int nrows, int dh, bool vec) {
+  static_assert(DHP % 4 == 0 && LDS % 4 == 0);
+  using Vec = std::conditional_t<sizeof(T) == 4, uint4, uint2>;
+  if (vec) {
+    constexpr int CH = DHP / 4;
+    for (int idx = threadIdx.x; idx < ROWS * CH; idx += NT) {
+      const int r = idx / CH, c = (idx % CH) * 4;
+      float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < nrows && c < dh) {
+        const Vec raw = __ldg(reinterpret_cast<const Vec*>(src + r * ld + c));
+        T e[4];
+        memcpy(e, &raw, sizeof(raw));
+        f = make_float4(to_f32(e[0]), to_f32(e[1]), to_f32(e[2]), to_f32(e[3]));
+      }
+      *reinterpret_cast<float4*>(dst + r * LDS + c) = f;
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < ROWS * DHP; idx += NT) {
+      const int r = idx / DHP, c = idx % DHP;
+      dst[r * LDS + c] = (r < nrows && c < dh) ? to_f32(src[r * ld + c]) : 0.0f;
+    }
+  }
+}
+
+// acc[i][j] = a row (16 i) . b row (16 j) over DHP columns, rows LD floats apart; a and b point at the
+// thread's first row (a: ty, b: tx). Reads are float4 along the columns.
+template <int I, int J, int LD, int DHP>
+__device__ __forceinline__ void simt_tile_dot(float (&acc)[I][J], const float* a, const float* b) {
+#pragma unroll
+  for (int i = 0; i < I; ++i)
+#pragma unroll
+    for (int j = 0; j < J; ++j) acc[i][j] = 0.0f;
+#pragma unroll 2
+  for (int c = 0; c < DHP; c += 4) {
+    float4 av[I], bv[J];
+#pragma unroll
+    for (int i = 0; i < I; ++i) av[i] = lds4(a + 16 * i * LD + c);
+#pragma unroll
+    for (int j = 0; j < J; ++j) bv[j] = lds4(b + 16 * j * LD + c);
+#pragma unroll
+    for (int i = 0; i < I; ++i)
+#pragma unroll
+      for (int j = 0; j < J; ++j) acc[i][j] = dot4(av[i], bv[j], acc[i][j]);
+  }
+}
+
+template <class Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  // Above 48 KiB a kernel must opt in; the attribute is per device, so it is set at every launch (cheap).
+  if (bytes > 48 * 1024)
+    HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+struct Geometry {
+  int b, t, heads, dh;
+  float scale() const { return 1.0f / std::sqrt(float(dh)); }
+  float scale_log2() const { return scale() * kLog2e; }
+};
+
+unsigned grid_of(int64_t ctas, const char* op) {
+  HPDT_CHECK(ctas < (int64_t(1) << 31), op, ": ", ctas, " thread blocks exceed the grid limit");
+  return unsigned(ctas);
+}
+
+// Calls f(std::integral_constant<int, DHP>) with the padded head dim that dh runs on.
+template <class F>
+void with_padded_head_dim(int dh, const char* op, F&& f) {
+  if (dh <= 16) return f(std::integral_constant<int, 16>{});
+  if (dh <= 32) return f(std::integral_constant<int, 32>{});
+  if (dh <= 64) return f(std::integral_constant<int, 64>{});
+  if (dh <= 128) return f(std::integral_constant<int, 128>{});
+  HPDT_FAIL(op, ": head dim ", dh, " is not supported on CUDA (at most 128)");
+}
+
+// ---- v1: SIMT, every dtype ------------------------------------------------------------------------
+
+constexpr int kSimtThreads = 256;
+
+// Tile sizes: BR query rows x BC keys. The 128-wide head dim takes smaller tiles so that two or three
+// CTAs still fit on an SM (shared memory) and the register accumulators stay at 32-64 per thread.
+template <int DHP>
+struct SimtForwardTiles {
+  static constexpr int BR = 64, BC = DHP == 128 ? 32 : 64;
+};
+template <int DHP>
+struct SimtBackwardTiles {
+  static constexpr int BR = DHP == 128 ? 32 : 64, BC = DHP == 128 ? 32 : 64;
+};
+
+// Row strides of the f32 tiles (floats). Rows read as float4 along dh by the 16 lanes tx of a half
+// warp are 4 banks apart (stride = DHP + 4), so each quarter-warp phase hits 8 distinct bank quads.
+// Probability rows read by the two rows ty of a warp are 16 banks apart (stride = cols + 16).
+template <int DHP>
+constexpr int kSimtRowStride = DHP + 4;
+
+template <int DHP>
+constexpr size_t simt_forward_smem() {
+  using Tl = SimtForwardTiles<DHP>;
+  return sizeof(float) * (size_t(Tl::BR + Tl::BC) * kSimtRowStride<DHP> + Tl::BC * DHP + Tl::BR * (Tl::BC + 16));
+}
+
+template <class T, int DHP>
+__global__ void __launch_bounds__(kSimtThreads, 2)
+    attention_forward_v1_kernel(const T* __restrict__ qkv, T* __restrict__ out, float* __restrict__ lse, int t,
+                                int heads, int dh, float scale_log2, bool vec) {
+  constexpr int BR = SimtForwardTiles<DHP>::BR, BC = SimtForwardTiles<DHP>::BC;
+  constexpr int RI = BR / 16, CJ = BC / 16, DJ = DHP / 16;
+  constexpr int LQ = kSimtRowStride<DHP>, LV = DHP, LP = BC + 16;
+  extern __shared__ float4 smem_f4[];
+  float* q_s = reinterpret_cast<float*>(smem_f4);
+  float* k_s = q_s + BR * LQ;
+  float* v_s = k_s + BC * LQ;
+  float* p_s = v_s + BC * LV;
+
+  const int nqb = (t + BR - 1) / BR;
+  const int bh = blockIdx.x / nqb, q0 = (blockIdx.x % nqb) * BR;
+  const int bi = bh / heads, h = bh % heads;
+  const int64_t d = int64_t(heads) * dh, ld = 3 * d;
+  const T* q_g = qkv + int64_t(bi) * t * ld + int64_t(h) * dh;
+  const T* k_g = q_g + d;
+  const T* v_g = q_g + 2 * d;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  load_tile_f32<T, DHP, BR, LQ, kSimtThreads>(q_s, q_g + q0 * ld, ld, t - q0, dh, vec);
+  float o[RI][DJ], m[RI], l[RI];
+#pragma unroll
+  for (int i = 0; i < RI; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < DJ; ++j) o[i][j] = 0.0f;
+  }
+
+  for (int k0 = 0; k0 < t; k0 += BC) {
+    __syncthreads();  // the previous k, v, p tiles are consumed (and q_s is complete on the first pass)
+    load_tile_f32<T, DHP, BC, LQ, kSimtThreads>(k_s, k_g + k0 * ld, ld, t - k0, dh, vec);
+    load_tile_f32<T, DHP, BC, LV, kSimtThreads>(v_s, v_g + k0 * ld, ld, t - k0, dh, vec);
+    __syncthreads();
+
+    float s[RI][CJ];
+    simt_tile_dot<RI, CJ, LQ, DHP>(s, q_s + ty * LQ, k_s + tx * LQ);
+
+    // Online softmax. A row's BC scores sit in the 16 lanes tx of one half warp: xor-shuffles 8..1.
+    // Every block holds at least one valid key (k0 < t), so the block max is finite.
+#pragma unroll
+    for (int i = 0; i < RI; ++i) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < CJ; ++j) {
+        s[i][j] = k0 + tx + 16 * j < t ? s[i][j] * scale_log2 : -INFINITY;
+        mx = fmaxf(mx, s[i][j]);
+      }
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
+      const float m_new = fmaxf(m[i], mx);
+      const float alpha = exp2f(m[i] - m_new);  // 0 on the first block (m = -inf)
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < CJ; ++j) {
+        const float p = exp2f(s[i][j] - m_new);
+        sum += p;
+        p_s[(ty + 16 * i) * LP + tx + 16 * j] = p;
+      }
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(kFull, sum, off);
+      l[i] = l[i] * alpha + sum;
+      m[i] = m_new;
+#pragma unroll
+      for (int j = 0; j < DJ; ++j) o[i][j] *= alpha;
+    }
+    __syncthreads();
+
+    // O += P V (keys past t have p = 0 and zero v rows)
+#pragma unroll 2
+    for (int j = 0; j < BC; ++j) {
+      float pv[RI], vv[DJ];
+#pragma unroll
+      for (int i = 0; i < RI; ++i) pv[i] = p_s[(ty + 16 * i) * LP + j];
+#pragma unroll
+      for (int c = 0; c < DJ; ++c) vv[c] = v_s[j * LV + tx + 16 * c];
+#pragma unroll
+      for (int i = 0; i < RI; ++i)
+#pragma unroll
+        for (int c = 0; c < DJ; ++c) o[i][c] = fmaf(pv[i], vv[c], o[i][c]);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < RI; ++i) {
+    const int r = q0 + ty + 16 * i;
+    if (r >= t) continue;
+    const float inv = 1.0f / l[i];
+    T* o_g = out + (int64_t(bi) * t + r) * d + int64_t(h) * dh;
+#pragma unroll
+    for (int c = 0; c < DJ; ++c)
+      if (tx + 16 * c < dh) o_g[tx + 16 * c] = from_f32<T>(o[i][c] * inv);
+    if (tx == 0) lse[int64_t(bh) * t + r] = (m[i] + log2f(l[i])) * kLn2;
+  }
+}
+
+// D[b, h, i] = sum_c out[b, i, h, c] * dout[b, i, h, c]: one warp per (b, i, h) row, a fixed order.
+template <class T>
+__global__ void __launch_bounds__(256) attention_rowdot_kernel(const T* __restrict__ out, const T* __restrict__ dout,
+                                                               float* __restrict__ D, int64_t rows, int t, int heads,
+                                                               int dh) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t w = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; w < rows; w += warps) {
+    const T* o = out + w * dh;  // [b, t, heads, dh] rows are contiguous: row w = (b t + i) heads + h
+    const T* g = dout + w * dh;
+    float acc = 0.0f;
+    for (int c = lane; c < dh; c += 32) acc = fmaf(to_f32(o[c]), to_f32(g[c]), acc);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(kFull, acc, off);
+    if (lane == 0) {
+      const int64_t bt = w / heads, h = w % heads, bi = bt / t, i = bt % t;
+      D[(bi * heads + h) * t + i] = acc;
+    }
+  }
+}
+
+template <int DHP>
+constexpr size_t simt_dkdv_smem() {
+  using Tl = SimtBackwardTiles<DHP>;
+  return sizeof(float) *
+         (size_t(2 * Tl::BC + 2 * Tl::BR) * kSimtRowStride<DHP> + 2 * Tl::BC * (Tl::BR + 16) + 2 * Tl::BR);
+}
+
+// dK, dV for one block of BC keys, looping over all query blocks. Thread (ty, tx) owns keys ty + 16 i
+// and, in the score tiles, queries tx + 16 j; in the accumulators, head columns tx + 16 j.
+template <class T, int DHP>
+__global__ void __launch_bounds__(kSimtThreads, 2)
+    attention_backward_dkdv_v1_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
+                                      const float* __restrict__ lse, const float* __restrict__ D,
+                                      T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2,
+                                      bool vec) {
+  constexpr int BR = SimtBackwardTiles<DHP>::BR, BC = SimtBackwardTiles<DHP>::BC;
+  constexpr int CI = BC / 16, RJ = BR / 16, DJ = DHP / 16;
+  constexpr int LQ = kSimtRowStride<DHP>, LP = BR + 16;
+  extern __shared__ float4 smem_f4[];
+  float* k_s = reinterpret_cast<float*>(smem_f4);
+  float* v_s = k_s + BC * LQ;
+  float* q_s = v_s + BC * LQ;
+  float* do_s = q_s + BR * LQ;
+  float* pt_s = do_s + BR * LQ;  // P^T [key][query]
+  float* dst_s = pt_s + BC * LP;  // dS^T [key][query]
+  float* lse_s = dst_s + BC * LP;  // log2-domain lse of the query block (+inf past t: P = 0 there)
+  float* d_s = lse_s + BR;
+
+  const int nkb = (t + BC - 1) / BC;
+  const int bh = blockIdx.x / nkb, k0 = (blockIdx.x % nkb) * BC;
+  const int bi = bh / heads, h = bh % heads;
+  const int64_t d = int64_t(heads) * dh, ld = 3 * d;
+  const T* q_g = qkv + int64_t(bi) * t * ld + int64_t(h) * dh;
+  const T* do_g = dout + int64_t(bi) * t * d + int64_t(h) * dh;
+  const float* lse_g = lse + int64_t(bh) * t;
+  const float* D_g = D + int64_t(bh) * t;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  load_tile_f32<T, DHP, BC, LQ, kSimtThreads>(k_s, q_g + d + k0 * ld, ld, t - k0, dh, vec);
+  load_tile_f32<T, DHP, BC, LQ, kSimtThreads>(v_s, q_g + 2 * d + k0 * ld, ld, t - k0, dh, vec);
+  float dk[CI][DJ] = {}, dv[CI][DJ] = {};
+
+  for (int q0 = 0; q0 < t; q0 += BR) {
+    __syncthreads();  // the previous q, dO, P^T, dS^T tiles are consumed
+    load_tile_f32<T, DHP, BR, LQ, kSimtThreads>(q_s, q_g + q0 * ld, ld, t - q0, dh, vec);
+    load_tile_f32<T, DHP, BR, LQ, kSimtThreads>(do_s, do_g + q0 * d, d, t - q0, dh, vec);
+    for (int r = threadIdx.x; r < BR; r += kSimtThreads) {
+      const bool valid = q0 + r < t;
+      lse_s[r] = valid ? lse_g[q0 + r] * kLog2e : INFINITY;
+      d_s[r] = valid ? D_g[q0 + r] : 0.0f;
+    }
+    __syncthreads();
+
+    // S^T = K Q^T and dP^T = V dO^T as two separate passes (half the operand registers live at a time)
+    float s[CI][RJ], dp[CI][RJ];
+    simt_tile_dot<CI, RJ, LQ, DHP>(s, k_s + ty * LQ, q_s + tx * LQ);
+    simt_tile_dot<CI, RJ, LQ, DHP>(dp, v_s + ty * LQ, do_s + tx * LQ);
+#pragma unroll
+    for (int i = 0; i < CI; ++i)
+#pragma unroll
+      for (int j = 0; j < RJ; ++j) {
+        const int r = tx + 16 * j;
+        const float p = exp2f(s[i][j] * scale_log2 - lse_s[r]);
+        pt_s[(ty + 16 * i) * LP + r] = p;
+        dst_s[(ty + 16 * i) * LP + r] = p * (dp[i][j] - d_s[r]);
+      }
+    __syncthreads();
+
+#pragma unroll 2
+    for (int r = 0; r < BR; ++r) {
+      float pv[CI], sv[CI], gv[DJ], qv[DJ];
+#pragma unroll
+      for (int i = 0; i < CI; ++i) {
+        pv[i] = pt_s[(ty + 16 * i) * LP + r];
+        sv[i] = dst_s[(ty + 16 * i) * LP + r];
+      }
+#pragma unroll
+      for (int c = 0; c < DJ; ++c) {
+        gv[c] = do_s[r * LQ + tx + 16 * c];
+        qv[c] = q_s[r * LQ + tx + 16 * c];
+      }
+#pragma unroll
+      for (int i = 0; i < CI; ++i)
+#pragma unroll
+        for (int c = 0; c < DJ; ++c) {
+          dv[i][c] = fmaf(pv[i], gv[c], dv[i][c]);
+          dk[i][c] = fmaf(sv[i], qv[c], dk[i][c]);
+        }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < CI; ++i) {
+    const int key = k0 + ty + 16 * i;
+    if (key >= t) continue;
+    T* dk_g = dqkv + (int64_t(bi) * t + key) * ld + d + int64_t(h) * dh;
+    T* dv_g = dk_g + d;
+#pragma unroll
+    for (int c = 0; c < DJ; ++c) {
+      if (tx + 16 * c >= dh) continue;
+      dk_g[tx + 16 * c] = from_f32<T>(dk[i][c] * scale);
+      dv_g[tx + 16 * c] = from_f32<T>(dv[i][c]);
+    }
+  }
+}
+
+template <int DHP>
+constexpr size_t simt_dq_smem() {
+  using Tl = SimtBackwardTiles<DHP>;
+  return sizeof(float) * (size_t(2 * Tl::BR + 2 * Tl::BC) * kSimtRowStride<DHP> + Tl::BR * (Tl::BC + 16));
+}
+
+// dQ for one block of BR query rows, looping over all key blocks (S and dP recomputed: see the top).
+template <class T, int DHP>
+__global__ void __launch_bounds__(kSimtThreads, 2)
+    attention_backward_dq_v1_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
+                                    const float* __restrict__ lse, const float* __restrict__ D,
+                                    T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2,
+                                    bool vec) {
+  constexpr int BR = SimtBackwardTiles<DHP>::BR, BC = SimtBackwardTiles<DHP>::BC;
+  constexpr int RI = BR / 16, CJ = BC / 16, DJ = DHP / 16;
+  constexpr int LQ = kSimtRowStride<DHP>, LS = BC + 16;
+  extern __shared__ float4 smem_f4[];
+  float* q_s = reinterpret_cast<float*>(smem_f4);
+  float* do_s = q_s + BR * LQ;
+  float* k_s = do_s + BR * LQ;
+  float* v_s = k_s + BC * LQ;
+  float* ds_s = v_s + BC * LQ;
+
+  const int nqb = (t + BR - 1) / BR;
+  const int bh = blockIdx.x / nqb, q0 = (blockIdx.x % nqb) * BR;
+  const int bi = bh / heads, h = bh % heads;
+  const int64_t d = int64_t(heads) * dh, ld = 3 * d;
+  const T* q_g = qkv + int64_t(bi) * t * ld + int64_t(h) * dh;
+  const T* k_g = q_g + d;
+  const T* v_g = q_g + 2 * d;
+  const T* do_g = dout + int64_t(bi) * t * d + int64_t(h) * dh;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  load_tile_f32<T, DHP, BR, LQ, kSimtThreads>(q_s, q_g + q0 * ld, ld, t - q0, dh, vec);
+  load_tile_f32<T, DHP, BR, LQ, kSimtThreads>(do_s, do_g + q0 * d, d, t - q0, dh, vec);
+  float lse2[RI], Dr[RI], dq[RI][DJ] = {};
+#pragma unroll
+  for (int i = 0; i < RI; ++i) {
+    const int r = q0 + ty + 16 * i;
+    lse2[i] = r < t ? lse[int64_t(bh) * t + r] * kLog2e : INFINITY;
+    Dr[i] = r < t ? D[int64_t(bh) * t + r] : 0.0f;
+  }
+
+  for (int k0 = 0; k0 < t; k0 += BC) {
+    __syncthreads();  // the previous k, v, dS tiles are consumed (and q, dO complete on the first pass)
+    load_tile_f32<T, DHP, BC, LQ, kSimtThreads>(k_s, k_g + k0 * ld, ld, t - k0, dh, vec);
+    load_tile_f32<T, DHP, BC, LQ, kSimtThreads>(v_s, v_g + k0 * ld, ld, t - k0, dh, vec);
+    __syncthreads();
+
+    float s[RI][CJ], dp[RI][CJ];
+    simt_tile_dot<RI, CJ, LQ, DHP>(s, q_s + ty * LQ, k_s + tx * LQ);
+    simt_tile_dot<RI, CJ, LQ, DHP>(dp, do_s + ty * LQ, v_s + tx * LQ);
+#pragma unroll
+    for (int i = 0; i < RI; ++i)
+#pragma unroll
+      for (int j = 0; j < CJ; ++j) {
+        const float p = k0 + tx + 16 * j < t ? exp2f(s[i][j] * scale_log2 - lse2[i]) : 0.0f;
+        ds_s[(ty + 16 * i) * LS + tx + 16 * j] = p * (dp[i][j] - Dr[i]);
+      }
+    __syncthreads();
+
+#pragma unroll 2
+    for (int j = 0; j < BC; ++j) {
+      float sv[RI], kv[DJ];
+#pragma unroll
+      for (int i = 0; i < RI; ++i) sv[i] = ds_s[(ty + 16 * i) * LS + j];
+#pragma unroll
+      for (int c = 0; c < DJ; ++c) kv[c] = k_s[j * LQ + tx + 16 * c];
+#pragma unroll
+      for (int i = 0; i < RI; ++i)
+#pragma unroll
+        for (int c = 0; c < DJ; ++c) dq[i][c] = fmaf(sv[i], kv[c], dq[i][c]);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < RI; ++i) {
+    const int r = q0 + ty + 16 * i;
+    if (r >= t) continue;
+    T* dq_g = dqkv + (int64_t(bi) * t + r) * ld + int64_t(h) * dh;
+#pragma unroll
+    for (int c = 0; c < DJ; ++c)
+      if (tx + 16 * c < dh) dq_g[tx + 16 * c] = from_f32<T>(dq[i][c] * scale);
+  }
+}
+
+// ---- v2: tensor cores (mma.sync m16n8k16), f16/bf16 ---------------------------------------------------
+//
+// Fragments of mma.m16n8k16 (g = lane / 4, q = lane % 4), 16-bit pairs low half first:
+//   A 16x16 row-major: a0 (row g, cols 2q..2q+1), a1 (row g+8, same), a2 (row g, cols 2q+8..), a3 (row g+8, ..);
+//   B 16x8:            b0 (k rows 2q..2q+1, col g), b1 (k rows 2q+8..2q+9, col g);
+//   C 16x8 f32:        c0, c1 (row g, cols 2q, 2q+1), c2, c3 (row g+8, same cols).
+// A C tile pair (n-tiles 2k, 2k+1) is exactly the A fragment of k-step k: that is how P (and dS) go
+// from the score accumulators to the next product without leaving registers.
+// Shared tiles are [rows][DHP + 8] 16-bit: rows 16 bytes apart in the banks, so the 8 row addresses of
+// every ldmatrix 8x8 matrix hit distinct banks.
+
+constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  // src_bytes 0: the 16 bytes are zero-filled, nothing is read.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, f16_t>);
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two f32 -> one register of two 16-bit values (round to nearest even), `lo` in the low half.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16_t>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// A C-tile pair (n-tiles 2k, 2k+1 of f32 accumulators) as the 16-bit A fragment of k-step k.
+template <class T>
+__device__ __forceinline__ void c_pair_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack2<T>(c0[0], c0[1]);
+  a[1] = pack2<T>(c0[2], c0[3]);
+  a[2] = pack2<T>(c1[0], c1[1]);
+  a[3] = pack2<T>(c1[2], c1[3]);
+}
+
+// ldmatrix addressing (lane l supplies one 16-byte row address; matrices 0..3 from lanes 0-7, 8-15, ...):
+// A fragment of rows [r0, r0+16) x cols [c0, c0+16) of a row-major tile.
+template <int LS>
+__device__ __forceinline__ const uint16_t* a_frag_addr(const uint16_t* tile, int r0, int c0, int lane) {
+  return tile + (r0 + lane % 16) * LS + c0 + (lane / 16) * 8;
+}
+// B fragments of two n-tiles [n0, n0+8), [n0+8, n0+16) at k-step [c0, c0+16) when B[k][n] = tile[n][k]
+// (tile rows are the n index: keys for q k^T): regs 0, 1 -> n-tile n0, regs 2, 3 -> n-tile n0 + 8.
+template <int LS>
+__device__ __forceinline__ const uint16_t* bt_frag_addr(const uint16_t* tile, int n0, int c0, int lane) {
+  return tile + (n0 + lane % 8 + (lane / 16) * 8) * LS + c0 + ((lane / 8) % 2) * 8;
+}
+// B fragments (with ldmatrix .trans) of two n-tiles [n0, n0+8), [n0+8, n0+16) at k-step [k0, k0+16)
+// when B[k][n] = tile[k][n] (tile rows are the k index: keys for P V): regs 0, 1 -> n0, regs 2, 3 -> n0 + 8.
+template <int LS>
+__device__ __forceinline__ const uint16_t* b_frag_addr(const uint16_t* tile, int k0, int n0, int lane) {
+  return tile + (k0 + lane % 16) * LS + n0 + (lane / 16) * 8;
+}
+
+// Rows [0, ROWS) of a 16-bit tile into shared memory (row stride DHP + 8) with cp.async; rows >= nrows
+// and columns >= dh zero-filled. dh % 8 == 0 and src 16-byte aligned (checked by the host).
+template <class T, int DHP, int ROWS>
+__device__ __forceinline__ void cp_async_tile(uint16_t* dst, const T* src, int64_t ld, int nrows, int dh) {
+  constexpr int LS = DHP + 8, CH = DHP / 8;
+#pragma unroll
+  for (int idx = threadIdx.x; idx < ROWS * CH; idx += kMmaThreads) {
+    const int r = idx / CH, c = (idx % CH) * 8;
+    const bool ok = r < nrows && c < dh;
+    cp_async_16(smem_u32(dst + r * LS + c), ok ? src + r * ld + c : src, ok ? 16 : 0);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void store2(T* p, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(p) = pack2<T>(lo, hi);
+}
+
+constexpr int kMmaForwardBR = 16 * kMmaWarps, kMmaForwardBC = 64;
+
+template <int DHP>
+constexpr size_t mma_forward_smem() {
+  return sizeof(uint16_t) * size_t(kMmaForwardBR + 4 * kMmaForwardBC) * (DHP + 8);
+}
+
+template <class T, int DHP>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_forward_v2_kernel(const T* __restrict__ qkv, T* __restrict__ out, float* __restrict__ lse, int t,
+                                int heads, int dh, float scale_log2) {
+  constexpr int BR = kMmaForwardBR, BC = kMmaForwardBC;
+  constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NS = BC / 8;
+  extern __shared__ uint4 smem_u4[];
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_u4);
+  uint16_t* k_s = q_s + BR * LS;      // [2][BC][LS]
+  uint16_t* v_s = k_s + 2 * BC * LS;  // [2][BC][LS]
+
+  const int nqb = (t + BR - 1) / BR;
+  const int bh = blockIdx.x / nqb, q0 = (blockIdx.x % nqb) * BR;
+  const int bi = bh / heads, h = bh % heads;
+  const int64_t d = int64_t(heads) * dh, ld = 3 * d;
+  const T* q_g = qkv + int64_t(bi) * t * ld + int64_t(h) * dh;
+  const T* k_g = q_g + d;
+  const T* v_g = q_g + 2 * d;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  cp_async_tile<T, DHP, BR>(q_s, q_g + q0 * ld, ld, t - q0, dh);
+  cp_async_commit();
+  cp_async_tile<T, DHP, BC>(k_s, k_g, ld, t, dh);
+  cp_async_tile<T, DHP, BC>(v_s, v_g, ld, t, dh);
+  cp_async_commit();
+  cp_async_wait<1>();  // the q tile has landed (k, v may still be in flight)
+  __syncthreads();
+  uint32_t qf[KS][4];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], a_frag_addr<LS>(q_s, warp * 16, ks * 16, lane));
+
+  float o[ND][4] = {};
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8; l per thread (its columns)
+  const int nkb = (t + BC - 1) / BC;
+  for (int kb = 0; kb < nkb; ++kb) {
+    cp_async_wait<0>();
+    __syncthreads();  // block kb is in shared memory, and everyone is done with block kb - 1's buffers
+    if (kb + 1 < nkb) {  // prefetch block kb + 1 into the other buffer while this one is computed on
+      const int nb = (kb + 1) * BC, buf = (kb + 1) & 1;
+      cp_async_tile<T, DHP, BC>(k_s + buf * BC * LS, k_g + nb * ld, ld, t - nb, dh);
+      cp_async_tile<T, DHP, BC>(v_s + buf * BC * LS, v_g + nb * ld, ld, t - nb, dh);
+      cp_async_commit();
+    }
+    const uint16_t* kt = k_s + (kb & 1) * BC * LS;
+    const uint16_t* vt = v_s + (kb & 1) * BC * LS;
+    const int k0 = kb * BC;
+
+    float s[NS][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+      for (int np = 0; np < NS / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, bt_frag_addr<LS>(kt, np * 16, ks * 16, lane));
+        mma_16816<T>(s[2 * np], qf[ks], b[0], b[1]);
+        mma_16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
+      }
+
+    // Online softmax; a row's scores sit in the 4 lanes of a quad (xor-shuffles 1, 2).
+    const bool ragged = k0 + BC > t;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] *= scale_log2;
+        if (ragged && k0 + n * 8 + 2 * (lane % 4) + (e & 1) >= t) s[n][e] = -INFINITY;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFull, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFull, mx1, off));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);  // finite: every block has a valid key
+    const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    l0 *= a0;
+    l1 *= a1;
+#pragma unroll
+    for (int n = 0; n < ND; ++n) {
+      o[n][0] *= a0;
+      o[n][1] *= a0;
+      o[n][2] *= a1;
+      o[n][3] *= a1;
+    }
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+      s[n][0] = exp2f(s[n][0] - m0);
+      s[n][1] = exp2f(s[n][1] - m0);
+      s[n][2] = exp2f(s[n][2] - m1);
+      s[n][3] = exp2f(s[n][3] - m1);
+      l0 += s[n][0] + s[n][1];
+      l1 += s[n][2] + s[n][3];
+    }
+
+    // O += P V, P as 16-bit A fragments straight from the score accumulators
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      c_pair_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < ND / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, b_frag_addr<LS>(vt, kk * 16, np * 16, lane));
+        mma_16816<T>(o[2 * np], a, b[0], b[1]);
+        mma_16816<T>(o[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(kFull, l0, off);
+    l1 += __shfl_xor_sync(kFull, l1, off);
+  }
+  const int r0 = q0 + warp * 16 + lane / 4, r1 = r0 + 8;
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  T* o0 = out + (int64_t(bi) * t + r0) * d + int64_t(h) * dh;
+  T* o1 = o0 + 8 * d;
+#pragma unroll
+  for (int n = 0; n < ND; ++n) {
+    const int c = n * 8 + 2 * (lane % 4);
+    if (c >= dh) continue;
+    if (r0 < t) store2(o0 + c, o[n][0] * inv0, o[n][1] * inv0);
+    if (r1 < t) store2(o1 + c, o[n][2] * inv1, o[n][3] * inv1);
+  }
+  if (lane % 4 == 0) {
+    if (r0 < t) lse[int64_t(bh) * t + r0] = (m0 + log2f(l0)) * kLn2;
+    if (r1 < t) lse[int64_t(bh) * t + r1] = (m1 + log2f(l1)) * kLn2;
+  }
+}
+
+// dK, dV with tensor cores: a CTA holds BC = 64 keys (16 per warp) and loops over query blocks of BR.
+// Each warp works on its own keys in the transposed orientation (S^T = K Q^T, dP^T = V dO^T), so
+// P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
+template <int DHP>
+struct MmaBackwardTiles {
+  static constexpr int BC = 16 * kMmaWarps;              // keys of a dK/dV CTA
+  static constexpr int BR = DHP == 128 ? 32 : 64;        // queries per step of a dK/dV CTA
+  static constexpr int QR = 16 * kMmaWarps;              // queries of a dQ CTA
+  static constexpr int QC = DHP == 128 ? 32 : 64;        // keys per step of a dQ CTA
+};
+
+template <int DHP>
+constexpr size_t mma_dkdv_smem() {
+  using Tl = MmaBackwardTiles<DHP>;
+  return sizeof(uint16_t) * size_t(2 * Tl::BC + 4 * Tl::BR) * (DHP + 8) + sizeof(float) * 4 * Tl::BR;
+}
+
+template <class T, int DHP>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_backward_dkdv_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
+                                      const float* __restrict__ lse, const float* __restrict__ D,
+                                      T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2) {
+  constexpr int BC = MmaBackwardTiles<DHP>::BC, BR = MmaBackwardTiles<DHP>::BR;
+  constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NR = BR / 8;
+  extern __shared__ uint4 smem_u4[];
+  uint16_t* k_s = reinterpret_cast<uint16_t*>(smem_u4);
+  uint16_t* v_s = k_s + BC * LS;
+  uint16_t* q_s = v_s + BC * LS;       // [2][BR][LS]
+  uint16_t* do_s = q_s + 2 * BR * LS;  // [2][BR][LS]
+  float* lse_s = reinterpret_cast<float*>(do_s + 2 * BR * LS);  // [2][BR], log2 domain, +inf past t
+  float* d_s = lse_s + 2 * BR;                                  // [2][BR]
+
+  const int nkb = (t + BC - 1) / BC;
+  const int bh = blockIdx.x / nkb, k0 = (blockIdx.x % nkb) * BC;
+  const int bi = bh / heads, h = bh % heads;
+  const int64_t d = int64_t(heads) * dh, ld = 3 * d;
+  const T* q_g = qkv + int64_t(bi) * t * ld + int64_t(h) * dh;
+  const T* do_g = dout + int64_t(bi) * t * d + int64_t(h) * dh;
+  const float* lse_g = lse + int64_t(bh) * t;
+  const float* D_g = D + int64_t(bh) * t;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // Query block qb's q, dO (cp.async) and lse, D (plain stores, read after the next barrier) into buffer buf.
+  auto load_queries = [&](int qb, int buf) {
+    const int r0 = qb * BR;
+    cp_async_tile<T, DHP, BR>(q_s + buf * BR * LS, q_g + r0 * ld, ld, t - r0, dh);
+    cp_async_tile<T, DHP, BR>(do_s + buf * BR * LS, do_g + r0 * d, d, t - r0, dh);
+    for (int r = threadIdx.x; r < BR; r += kMmaThreads) {
+      const bool valid = r0 + r < t;
+      lse_s[buf * BR + r] = valid ? lse_g[r0 + r] * kLog2e : INFINITY;
+      d_s[buf * BR + r] = valid ? D_g[r0 + r] : 0.0f;
+    }
+  };
+  cp_async_tile<T, DHP, BC>(k_s, q_g + d + k0 * ld, ld, t - k0, dh);
+  cp_async_tile<T, DHP, BC>(v_s, q_g + 2 * d + k0 * ld, ld, t - k0, dh);
+  load_queries(0, 0);
+  cp_async_commit();
+
+  float dk[ND][4] = {}, dv[ND][4] = {};
+  const int nqb = (t + BR - 1) / BR;
+  for (int qb = 0; qb < nqb; ++qb) {
+    cp_async_wait<0>();
+    __syncthreads();  // query block qb is in shared memory; block qb - 1's buffers are free
+    if (qb + 1 < nqb) {
+      load_queries(qb + 1, (qb + 1) & 1);
+      cp_async_commit();
+    }
+    const int buf = qb & 1;
+    const uint16_t* qt = q_s + buf * BR * LS;
+    const uint16_t* gt = do_s + buf * BR * LS;
+    const float* ls = lse_s + buf * BR;
+    const float* Ds = d_s + buf * BR;
+
+    float st[NR][4] = {}, dpt[NR][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t ka[4], va[4];
+      ldmatrix_x4(ka, a_frag_addr<LS>(k_s, warp * 16, ks * 16, lane));
+      ldmatrix_x4(va, a_frag_addr<LS>(v_s, warp * 16, ks * 16, lane));
+#pragma unroll
+      for (int np = 0; np < NR / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, bt_frag_addr<LS>(qt, np * 16, ks * 16, lane));
+        mma_16816<T>(st[2 * np], ka, b[0], b[1]);
+        mma_16816<T>(st[2 * np + 1], ka, b[2], b[3]);
+        ldmatrix_x4(b, bt_frag_addr<LS>(gt, np * 16, ks * 16, lane));
+        mma_16816<T>(dpt[2 * np], va, b[0], b[1]);
+        mma_16816<T>(dpt[2 * np + 1], va, b[2], b[3]);
+      }
+    }
+    // P^T and dS^T; the column index is the query (lse, D per column)
+#pragma unroll
+    for (int n = 0; n < NR; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = n * 8 + 2 * (lane % 4) + (e & 1);
+        const float p = exp2f(st[n][e] * scale_log2 - ls[r]);
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - Ds[r]);
+      }
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+      uint32_t pa[4], sa[4];
+      c_pair_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
+      c_pair_to_a<T>(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < ND / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, b_frag_addr<LS>(gt, kk * 16, np * 16, lane));
+        mma_16816<T>(dv[2 * np], pa, b[0], b[1]);
+        mma_16816<T>(dv[2 * np + 1], pa, b[2], b[3]);
+        ldmatrix_x4_trans(b, b_frag_addr<LS>(qt, kk * 16, np * 16, lane));
+        mma_16816<T>(dk[2 * np], sa, b[0], b[1]);
+        mma_16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
+      }
+    }
+  }
+
+  const int c0 = k0 + warp * 16 + lane / 4, c1 = c0 + 8;
+  T* dk0 = dqkv + (int64_t(bi) * t + c0) * ld + d + int64_t(h) * dh;
+  T* dk1 = dk0 + 8 * ld;
+#pragma unroll
+  for (int n = 0; n < ND; ++n) {
+    const int c = n * 8 + 2 * (lane % 4);
+    if (c >= dh) continue;
+    if (c0 < t) {
+      store2(dk0 + c, dk[n][0] * scale, dk[n][1] * scale);
+      store2(dk0 + d + c, dv[n][0], dv[n][1]);
+    }
+    if (c1 < t) {
+      store2(dk1 + c, dk[n][2] * scale, dk[n][3] * scale);
+      store2(dk1 + d + c, dv[n][2], dv[n][3]);
+    }
+  }
+}
+
+template <int DHP>
+constexpr size_t mma_dq_smem() {
+  using Tl = MmaBackwardTiles<DHP>;
+  return sizeof(uint16_t) * size_t(2 * Tl::QR + 4 * Tl::QC) * (DHP + 8);
+}
+
+// dQ with tensor cores: 16 query rows per warp, looping over key blocks (double-buffered).
+template <class T, int DHP>
+__global__ void __launch_bounds__(kMmaThreads)
+    attention_backward_dq_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
+                                    const float* __restrict__ lse, const float* __restrict__ D,
+                                    T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2) {
+  constexpr int BR = MmaBackwardTiles<DHP>::QR, BC = MmaBackwardTiles<DHP>::QC;
+  constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NC = BC / 8;
+  extern __shared__ uint4 smem_u4[];
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_u4);
+  uint16_t* do_s = q_s + BR * LS;
+  uint16_t* k_s = do_s + BR * LS;     // [2][BC][LS]
+  uint16_t* v_s = k_s + 2 * BC * LS;  // [2][BC][LS]
+
+  const int nqb = (t + BR - 1) / BR;
+  const int bh = blockIdx.x / nqb, q0 = (blockIdx.x % nqb) * BR;
+  const int bi = bh / heads, h = bh % heads;
+  const int64_t d = int64_t(heads) * dh, ld = 3 * d;
+  const T* q_g = qkv + int64_t(bi) * t * ld + int64_t(h) * dh;
+  const T* k_g = q_g + d;
+  const T* v_g = q_g + 2 * d;
+  const T* do_g = dout + int64_t(bi) * t * d + int64_t(h) * dh;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  cp_async_tile<T, DHP, BR>(q_s, q_g + q0 * ld, ld, t - q0, dh);
+  cp_async_tile<T, DHP, BR>(do_s, do_g + q0 * d, d, t - q0, dh);
+  cp_async_tile<T, DHP, BC>(k_s, k_g, ld, t, dh);
+  cp_async_tile<T, DHP, BC>(v_s, v_g, ld, t, dh);
+  cp_async_commit();
+
+  const int r0 = q0 + warp * 16 + lane / 4, r1 = r0 + 8;
+  const float lse0 = r0 < t ? lse[int64_t(bh) * t + r0] * kLog2e : INFINITY;
+  const float lse1 = r1 < t ? lse[int64_t(bh) * t + r1] * kLog2e : INFINITY;
+  const float D0 = r0 < t ? D[int64_t(bh) * t + r0] : 0.0f;
+  const float D1 = r1 < t ? D[int64_t(bh) * t + r1] : 0.0f;
+
+  float dq[ND][4] = {};
+  const int nkb = (t + BC - 1) / BC;
+  for (int kb = 0; kb < nkb; ++kb) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (kb + 1 < nkb) {
+      const int nb = (kb + 1) * BC, buf = (kb + 1) & 1;
+      cp_async_tile<T, DHP, BC>(k_s + buf * BC * LS, k_g + nb * ld, ld, t - nb, dh);
+      cp_async_tile<T, DHP, BC>(v_s + buf * BC * LS, v_g + nb * ld, ld, t - nb, dh);
+      cp_async_commit();
+    }
+    const uint16_t* kt = k_s + (kb & 1) * BC * LS;
+    const uint16_t* vt = v_s + (kb & 1) * BC * LS;
+    const int k0 = kb * BC;
+
+    float s[NC][4] = {}, dp[NC][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t qa[4], ga[4];  // re-read from shared memory: keeps 64 registers free at DHP = 128
+      ldmatrix_x4(qa, a_frag_addr<LS>(q_s, warp * 16, ks * 16, lane));
+      ldmatrix_x4(ga, a_frag_addr<LS>(do_s, warp * 16, ks * 16, lane));
+#pragma unroll
+      for (int np = 0; np < NC / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, bt_frag_addr<LS>(kt, np * 16, ks * 16, lane));
+        mma_16816<T>(s[2 * np], qa, b[0], b[1]);
+        mma_16816<T>(s[2 * np + 1], qa, b[2], b[3]);
+        ldmatrix_x4(b, bt_frag_addr<LS>(vt, np * 16, ks * 16, lane));
+        mma_16816<T>(dp[2 * np], ga, b[0], b[1]);
+        mma_16816<T>(dp[2 * np + 1], ga, b[2], b[3]);
+      }
+    }
+    const bool ragged = k0 + BC > t;
+#pragma unroll
+    for (int n = 0; n < NC; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool valid = !ragged || k0 + n * 8 + 2 * (lane % 4) + (e & 1) < t;
+        const float p = valid ? exp2f(s[n][e] * scale_log2 - (e < 2 ? lse0 : lse1)) : 0.0f;
+        s[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));  // dS
+      }
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      c_pair_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < ND / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, b_frag_addr<LS>(kt, kk * 16, np * 16, lane));
+        mma_16816<T>(dq[2 * np], a, b[0], b[1]);
+        mma_16816<T>(dq[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  T* dq0 = dqkv + (int64_t(bi) * t + r0) * ld + int64_t(h) * dh;
+  T* dq1 = dq0 + 8 * ld;
+#pragma unroll
+  for (int n = 0; n < ND; ++n) {
+    const int c = n * 8 + 2 * (lane % 4);
+    if (c >= dh) continue;
+    if (r0 < t) store2(dq0 + c, dq[n][0] * scale, dq[n][1] * scale);
+    if (r1 < t) store2(dq1 + c, dq[n][2] * scale, dq[n][3] * scale);
+  }
+}
+
+// ---- host side ------------------------------------------------------------------------------------
+
+Geometry geometry(const char* op, const Tensor& qkv, int64_t heads) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), dh = qkv.size(2) / 3 / heads;
+  HPDT_CHECK(dh <= 128, op, ": head dim ", dh, " is not supported on CUDA (at most 128)");
+  HPDT_CHECK(t < (int64_t(1) << 30) && b * heads < (int64_t(1) << 30), op, ": ", qkv.shape().str(), " with ", heads,
+             " heads is too large for CUDA");
+  return {int(b), int(t), int(heads), int(dh)};
+}
+
+template <class T>
+constexpr bool kIs16Bit = !std::is_same_v<T, float>;
+
+// The variant that runs: an explicit one is checked, 0 picks the fastest that applies.
+int resolve_variant(int variant, const char* op, const Tensor& qkv, int64_t heads,
+                    std::initializer_list<const Tensor*> tensors) {
+  const int64_t dh = qkv.size(2) / 3 / heads;
+  bool tc = qkv.dtype() != DType::f32 && dh % 8 == 0 && dh <= 128;
+  for (const Tensor* x : tensors) tc = tc && aligned16(x->data());
+  if (variant == kAttentionAuto) return tc ? kAttentionTensorCore : kAttentionSimt;
+  HPDT_CHECK(variant == kAttentionSimt || variant == kAttentionTensorCore, op, ": no variant ", variant,
+             " (1: SIMT, 2: tensor cores)");
+  HPDT_CHECK(variant != kAttentionTensorCore || tc, op,
+             ": variant 2 (tensor cores) needs f16 or bf16, a head dim that is a multiple of 8 (at most 128) and "
+             "16-byte aligned tensors; got ",
+             dtype_name(qkv.dtype()), " with head dim ", dh);
+  return variant;
+}
+
+}  // namespace
+
+bool attention_variant_supported(int variant, const Tensor& qkv, int64_t heads) {
+  const int64_t dh = qkv.size(2) / 3 / heads;
+  if (dh > 128) return false;
+  if (variant == kAttentionAuto || variant == kAttentionSimt) return true;
+  return variant == kAttentionTensorCore && qkv.dtype() != DType::f32 && dh % 8 == 0 && aligned16(qkv.data());
+}
+
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out, const Stream& stream,
+                       int variant) {
+  const char* op = "attention_forward";
+  const Geometry g = geometry(op, qkv, heads);
+  if (int64_t(g.b) * g.t == 0) return;
+  variant = resolve_variant(variant, op, qkv, heads, {&qkv, &out});
+  const cudaStream_t s = detail::native(stream);
+  dispatch_floating(qkv.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    with_padded_head_dim(g.dh, op, [&](auto dhp) {
+      constexpr int DHP = decltype(dhp)::value;
+      const T* q = static_cast<const T*>(qkv.data());
+      T* o = static_cast<T*>(out.data());
+      if constexpr (kIs16Bit<T>) {
+        if (variant == kAttentionTensorCore) {
+          const size_t smem = mma_forward_smem<DHP>();
+          auto kernel = attention_forward_v2_kernel<T, DHP>;
+          allow_smem(kernel, smem);
+          const int nqb = (g.t + kMmaForwardBR - 1) / kMmaForwardBR;
+          kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(
+              q, o, lse.data<float>(), g.t, g.heads, g.dh, g.scale_log2());
+          HPDT_CUDA_CHECK_LAUNCH();
+          return;
+        }
+      }
+      const bool vec = g.dh % 4 == 0 && aligned16(q);
+      const size_t smem = simt_forward_smem<DHP>();
+      auto kernel = attention_forward_v1_kernel<T, DHP>;
+      allow_smem(kernel, smem);
+      const int nqb = (g.t + SimtForwardTiles<DHP>::BR - 1) / SimtForwardTiles<DHP>::BR;
+      kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kSimtThreads, smem, s>>>(
+          q, o, lse.data<float>(), g.t, g.heads, g.dh, g.scale_log2(), vec);
+      HPDT_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out, const Tensor& dout, int64_t heads,
+                        Tensor& dqkv, const Stream& stream, int variant) {
+  const char* op = "attention_backward";
+  const Geometry g = geometry(op, qkv, heads);
+  if (int64_t(g.b) * g.t == 0) return;
+  variant = resolve_variant(variant, op, qkv, heads, {&qkv, &out, &dout, &dqkv});
+  const cudaStream_t s = detail::native(stream);
+  Tensor D = Tensor::empty({g.b, g.heads, g.t}, DType::f32, qkv.device(), AllocOptions{.stream = &stream});
+  dispatch_floating(qkv.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* q = static_cast<const T*>(qkv.data());
+    const T* o = static_cast<const T*>(out.data());
+    const T* go = static_cast<const T*>(dout.data());
+    T* dq = static_cast<T*>(dqkv.data());
+    const float* L = lse.data<float>();
+    float* Dp = D.data<float>();
+    const int64_t rows = int64_t(g.b) * g.t * g.heads;
+    attention_rowdot_kernel<T><<<detail::grid_for(rows * 32, 256), 256, 0, s>>>(o, go, Dp, rows, g.t, g.heads, g.dh);
+    HPDT_CUDA_CHECK_LAUNCH();
+    with_padded_head_dim(g.dh, op, [&](auto dhp) {
+      constexpr int DHP = decltype(dhp)::value;
+      if constexpr (kIs16Bit<T>) {
+        if (variant == kAttentionTensorCore) {
+          using Tl = MmaBackwardTiles<DHP>;
+          size_t smem = mma_dkdv_smem<DHP>();
+          auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP>;
+          allow_smem(dkdv, smem);
+          const int nkb = (g.t + Tl::BC - 1) / Tl::BC;
+          dkdv<<<grid_of(int64_t(g.b) * g.heads * nkb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads,
+                                                                                   g.dh, g.scale(), g.scale_log2());
+          HPDT_CUDA_CHECK_LAUNCH();
+          smem = mma_dq_smem<DHP>();
+          auto dqk = attention_backward_dq_v2_kernel<T, DHP>;
+          allow_smem(dqk, smem);
+          const int nqb = (g.t + Tl::QR - 1) / Tl::QR;
+          dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads,
+                                                                                  g.dh, g.scale(), g.scale_log2());
+          HPDT_CUDA_CHECK_LAUNCH();
+          return;
+        }
+      }
+      using Tl = SimtBackwardTiles<DHP>;
+      const bool vec = g.dh % 4 == 0 && aligned16(q) && aligned16(go);
+      size_t smem = simt_dkdv_smem<DHP>();
+      auto dkdv = attention_backward_dkdv_v1_kernel<T, DHP>;
+      allow_smem(dkdv, smem);
+      const int nkb = (g.t + Tl::BC - 1) / Tl::BC;
+      dkdv<<<grid_of(int64_t(g.b) * g.heads * nkb, op), kSimtThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
+                                                                                g.scale(), g.scale_log2(), vec);
+      HPDT_CUDA_CHECK_LAUNCH();
+      smem = simt_dq_smem<DHP>();
+      auto dqk = attention_backward_dq_v1_kernel<T, DHP>;
+      allow_smem(dqk, smem);
+      const int nqb = (g.t + Tl::BR - 1) / Tl::BR;
+      dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kSimtThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
+                                                                               g.scale(), g.scale_log2(), vec);
+      HPDT_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace hpdt::kernels::cuda

@@ -1,2 +1,336 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// GPU flash-style attention (kernels/cuda/attention.cu) against the CPU oracle (kernels/cpu/attention.cpp),
+// the way cuda_oracle.h says: fresh Philox inputs rounded through the storage dtype for the oracle, GPU
+// outputs poisoned (NaN) before each run. Every case runs through the public entry points (variant 0,
+// auto) and through each numbered variant that applies: v1 (SIMT, every dtype) and v2 (tensor cores,
+// f16/bf16 with a head dim that is a multiple of 8).
+//
+// Checked: out and dqkv (q, k, v parts separately) against the oracle; lse against log(sum(exp(scores)))
+// computed here in double from the same rounded inputs (the CPU's probabilities are not compared).
+// Shapes: b in {1, 3}, heads in {1, 3, 12}, head dims 16, 24, 32, 64, 128 and odd ones (7, 20, 40, 80:
+// v1 only), t in {1, 2, 17, 50, 65, 197} (ViT on 28x28: 17 or 50; ViT-B/16 at 224: 197; 65: one past a
+// 64-row tile) and a long t = 700 (many key blocks: the online rescaling and the prefetch pipeline);
+// q and k scaled by 8 (scores of +-60: the running max changes a lot between key blocks); a misaligned
+// view (auto falls back to v1's scalar loads); determinism; bad-input errors.
+//
+// Tolerances, |got - want| <= atol + rtol |want|, with why:
+//   lse (f32 whatever the storage): rtol 2e-5, atol 1e-4: one f32 dot product per score and an f32 sum of
+//     exponentials, against double;
+//   out: f32 rtol 1e-4, atol 2e-5 (another summation order, exp2 of a pre-scaled score instead of exp);
+//     f16 rtol 2e-3, atol 1e-3 and bf16 rtol 1.6e-2, atol 6e-3: out is stored in 16 bits (2^-11, 2^-8
+//     relative), and v2 rounds P to 16 bits before P V (an error of about 2^-9 max|v| for bf16);
+//   dq, dk, dv, each against its own largest magnitude M (floored at 1e-2, so that t = 1, where dq and dk
+//     are exactly 0 on the CPU, is not held to zero): f32 rtol 1e-4, atol 2e-5 M; f16 rtol 4e-3,
+//     atol 4e-3 M; bf16 rtol 2.5e-2, atol 2.5e-2 M: the GPU forms D = rowsum(dout * out) from the stored
+//     (rounded) out and v2 rounds P and dS to 16 bits for the tile products, as FlashAttention-2 does;
+//   scores of +-60 (q, k x 8) widen f32 by 10 (one rounding of a score of 60 moves P by 60 * 2^-24
+//     relative, and P is nearly one-hot, so dS has cancellations) and f16/bf16 by 2.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_oracle.h"
+#include "hpdt/kernels/attention.h"
+#include "hpdt_test.h"
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/attention.h"
+#endif
+
+namespace {
+
+using namespace hpdt;
+using test::Tolerance;
+
+struct Case {
+  int64_t b, t, heads, dh;
+  float qk_scale = 1.0f;  // q and k multiplied by this (large scores)
+  std::string str() const {
+    return "b=" + std::to_string(b) + " t=" + std::to_string(t) + " heads=" + std::to_string(heads) +
+           " dh=" + std::to_string(dh) + (qk_scale != 1.0f ? " qk x" + std::to_string(int(qk_scale)) : "");
+  }
+};
+
+// The rows [b, t] of part `which` (0 q, 1 k, 2 v) of a packed [b, t, 3 d] f32 tensor, as [b, t, d].
+Tensor part(const Tensor& packed, int which) {
+  const int64_t rows = packed.size(0) * packed.size(1), d = packed.size(2) / 3;
+  Tensor p = Tensor::empty({packed.size(0), packed.size(1), d}, DType::f32);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(p.data<float>() + r * d, packed.data<float>() + r * 3 * d + which * d, size_t(d) * sizeof(float));
+  return p;
+}
+
+double max_abs(const Tensor& x) {
+  double m = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) m = std::max(m, double(std::fabs(x.data<float>()[i])));
+  return m;
+}
+
+Tolerance out_tolerance(DType dt, bool large) {
+  Tolerance t = dt == DType::f32 ? Tolerance{1e-4, 2e-5} : dt == DType::f16 ? Tolerance{2e-3, 1e-3} : Tolerance{1.6e-2, 6e-3};
+  if (large) t = dt == DType::f32 ? Tolerance{t.rtol * 10, t.atol * 10} : Tolerance{t.rtol * 2, t.atol * 2};
+  return t;
+}
+
+// Relative to the largest magnitude M of the gradient part (see the top of the file).
+Tolerance grad_tolerance(DType dt, bool large, double m) {
+  m = std::max(m, 1e-2);
+  double r = dt == DType::f32 ? 1e-4 : dt == DType::f16 ? 4e-3 : 2.5e-2;
+  double a = dt == DType::f32 ? 2e-5 : r;
+  if (large) r *= dt == DType::f32 ? 10 : 2, a *= dt == DType::f32 ? 10 : 2;
+  return {r, a * m};
+}
+
+constexpr Tolerance kLseTolerance{2e-5, 1e-4};
+
+class AttentionCuda : public test::CudaOracleTest {
+ protected:
+  struct Oracle {
+    Tensor qkv, dout, out, dqkv, lse;  // f32 CPU; lse from double
+  };
+
+  Oracle oracle(const Case& c, DType dt) {
+    const int64_t d = c.heads * c.dh;
+    Oracle o;
+    Tensor qkv = random({c.b, c.t, 3 * d});
+    if (c.qk_scale != 1.0f)
+      for (int64_t r = 0; r < c.b * c.t; ++r)
+        for (int64_t i = 0; i < 2 * d; ++i) qkv.data<float>()[r * 3 * d + i] *= c.qk_scale;
+    o.qkv = round_through(qkv, dt);
+    o.dout = round_through(random({c.b, c.t, d}), dt);
+    kernels::AttentionSaved saved;
+    o.out = Tensor::empty({c.b, c.t, d}, DType::f32);
+    kernels::attention_forward(o.qkv, c.heads, saved, o.out, cpu);
+    o.dqkv = Tensor::empty(o.qkv.shape(), DType::f32);
+    kernels::attention_backward(o.qkv, saved, o.out, o.dout, c.heads, o.dqkv, cpu);
+    // lse = log(sum_j exp(q_i . k_j / sqrt(dh))) in double
+    o.lse = Tensor::empty({c.b, c.heads, c.t}, DType::f32);
+    const float* x = o.qkv.data<float>();
+    const double scale = 1.0 / std::sqrt(double(c.dh));
+    std::vector<double> s(size_t(c.t));
+    for (int64_t bi = 0; bi < c.b; ++bi)
+      for (int64_t h = 0; h < c.heads; ++h)
+        for (int64_t i = 0; i < c.t; ++i) {
+          const float* q = x + (bi * c.t + i) * 3 * d + h * c.dh;
+          double mx = -INFINITY;
+          for (int64_t j = 0; j < c.t; ++j) {
+            const float* k = x + (bi * c.t + j) * 3 * d + d + h * c.dh;
+            double acc = 0;
+            for (int64_t e = 0; e < c.dh; ++e) acc += double(q[e]) * double(k[e]);
+            s[size_t(j)] = acc * scale;
+            mx = std::max(mx, s[size_t(j)]);
+          }
+          double sum = 0;
+          for (double v : s) sum += std::exp(v - mx);
+          o.lse.data<float>()[(bi * c.heads + h) * c.t + i] = float(mx + std::log(sum));
+        }
+    return o;
+  }
+
+  // One forward + backward on the GPU with `variant` (0: the public entry points) against the oracle.
+  void check(const Case& c, DType dt, int variant, const Oracle& o, const Tensor& qkv_g) {
+    const std::string label = std::string(dtype_name(dt)) + " v" + std::to_string(variant) + " " + c.str();
+    SCOPED_TRACE(label);
+    const int64_t d = c.heads * c.dh;
+    kernels::AttentionSaved saved;
+    saved.lse = poisoned({c.b, c.heads, c.t});
+    Tensor out_g = poisoned({c.b, c.t, d}, dt);
+    forward(qkv_g, c.heads, saved, out_g, variant);
+    Tensor dout_g = to_gpu(o.dout, dt);
+    Tensor dqkv_g = poisoned(o.qkv.shape(), dt);
+    backward(qkv_g, saved, out_g, dout_g, c.heads, dqkv_g, variant);
+
+    const bool large = c.qk_scale != 1.0f;
+    EXPECT_TRUE(close(o.lse, to_cpu_f32(saved.lse), kLseTolerance)) << "lse";
+    EXPECT_TRUE(close(o.out, to_cpu_f32(out_g), out_tolerance(dt, large))) << "out";
+    const Tensor got = to_cpu_f32(dqkv_g);
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int w = 0; w < 3; ++w) {
+      const Tensor want = part(o.dqkv, w);
+      EXPECT_TRUE(close(want, part(got, w), grad_tolerance(dt, large, max_abs(want)))) << names[w];
+    }
+  }
+
+  void forward(const Tensor& qkv, int64_t heads, kernels::AttentionSaved& saved, Tensor& out, int variant) {
+#if HPDT_HAVE_CUDA
+    if (variant != 0) return kernels::cuda::attention_forward(qkv, heads, saved.lse, out, stream, variant);
+#endif
+    kernels::attention_forward(qkv, heads, saved, out, stream);
+  }
+  void backward(const Tensor& qkv, const kernels::AttentionSaved& saved, const Tensor& out, const Tensor& dout,
+                int64_t heads, Tensor& dqkv, int variant) {
+#if HPDT_HAVE_CUDA
+    if (variant != 0)
+      return kernels::cuda::attention_backward(qkv, saved.lse, out, dout, heads, dqkv, stream, variant);
+#endif
+    kernels::attention_backward(qkv, saved, out, dout, heads, dqkv, stream);
+  }
+
+  static std::vector<int> variants(const Tensor& qkv_g, int64_t heads) {
+    std::vector<int> v = {0, 1};
+#if HPDT_HAVE_CUDA
+    if (kernels::cuda::attention_variant_supported(2, qkv_g, heads)) v.push_back(2);
+#else
+    (void)qkv_g, (void)heads;
+#endif
+    return v;
+  }
+
+  // Every dtype and every variant that applies, on one case.
+  void check_all(const Case& c) {
+    for (DType dt : test::kCudaTestDtypes) {
+      const Oracle o = oracle(c, dt);
+      const Tensor qkv_g = to_gpu(o.qkv, dt);
+      for (int v : variants(qkv_g, c.heads)) check(c, dt, v, o, qkv_g);
+    }
+  }
+};
+
+TEST_F(AttentionCuda, HeadDimsAndLengths) {
+  const int64_t pairs[][2] = {{1, 1}, {3, 3}, {1, 12}, {3, 1}, {1, 3}, {3, 12}};  // (b, heads)
+  int k = 0;
+  for (int64_t dh : {16, 24, 32, 64, 128})
+    for (int64_t t : {1, 2, 17, 50, 65, 197}) {
+      const auto& p = pairs[k++ % 6];
+      check_all({p[0], t, p[1], dh});
+    }
+}
+
+TEST_F(AttentionCuda, VisionTransformerShapes) {
+  check_all({2, 17, 3, 64});   // ViT-Ti on 28x28, patch 7: d = 192
+  check_all({2, 50, 3, 64});   // ViT-Ti on 28x28, patch 4
+  check_all({2, 197, 12, 64});  // ViT-B/16 at 224: d = 768
+  check_all({2, 197, 6, 64});   // ViT-S/16 at 224: d = 384
+}
+
+TEST_F(AttentionCuda, OddHeadDimsRunOnSimt) {
+  for (int64_t dh : {7, 20, 40, 80}) {
+    check_all({2, 17, 3, dh});
+    check_all({1, 65, 2, dh});
+  }
+}
+
+TEST_F(AttentionCuda, LargeScoresExerciseOnlineRescaling) {
+  for (int64_t dh : {64, 128})
+    for (int64_t t : {65, 197}) check_all({2, t, 3, dh, 8.0f});
+}
+
+TEST_F(AttentionCuda, LongSequence) {
+  check_all({1, 700, 2, 64});
+  check_all({1, 300, 1, 128, 8.0f});
+}
+
+TEST_F(AttentionCuda, MisalignedViewFallsBackToSimt) {
+  const Case c{2, 50, 3, 64};
+  for (DType dt : test::kCudaTestDtypes) {
+    const Oracle o = oracle(c, dt);
+    // The packed qkv one element past a 16-byte boundary: no vector loads, auto picks v1.
+    const Tensor host = o.qkv;
+    Tensor big = Tensor::empty({host.numel() + 1}, DType::f32);
+    std::memcpy(big.data<float>() + 1, host.data<float>(), host.nbytes());
+    const Tensor big_g = to_gpu(big, dt);
+    const Tensor qkv_g = big_g.flat(1, host.numel()).view(host.shape());
+#if HPDT_HAVE_CUDA
+    EXPECT_FALSE(kernels::cuda::attention_variant_supported(2, qkv_g, c.heads));
+#endif
+    check(c, dt, 0, o, qkv_g);
+    check(c, dt, 1, o, qkv_g);
+  }
+}
+
+TEST_F(AttentionCuda, DeterministicBits) {
+  const Case c{2, 197, 3, 64};
+  for (DType dt : test::kCudaTestDtypes) {
+    const Oracle o = oracle(c, dt);
+    const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
+    for (int v : variants(qkv_g, c.heads)) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " v" + std::to_string(v));
+      Tensor runs[2][3];  // out, lse, dqkv of two runs
+      for (auto& r : runs) {
+        kernels::AttentionSaved saved;
+        saved.lse = poisoned({c.b, c.heads, c.t});
+        Tensor out_g = poisoned({c.b, c.t, c.heads * c.dh}, dt), dqkv_g = poisoned(o.qkv.shape(), dt);
+        forward(qkv_g, c.heads, saved, out_g, v);
+        backward(qkv_g, saved, out_g, dout_g, c.heads, dqkv_g, v);
+        r[0] = out_g.to(Device::cpu(), stream);
+        r[1] = saved.lse.to(Device::cpu(), stream);
+        r[2] = dqkv_g.to(Device::cpu(), stream);
+      }
+      stream.synchronize();
+      const char* names[] = {"out", "lse", "dqkv"};
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_EQ(runs[0][k].nbytes(), runs[1][k].nbytes());
+        EXPECT_EQ(0, std::memcmp(runs[0][k].data(), runs[1][k].data(), runs[0][k].nbytes()))
+            << names[k] << " differs between two runs";
+      }
+    }
+  }
+}
+
+TEST_F(AttentionCuda, LseIsAllocatedOrReplaced) {
+  const Case c{1, 17, 3, 16};
+  const Oracle o = oracle(c, DType::f32);
+  const Tensor qkv_g = to_gpu(o.qkv);
+  Tensor out_g = poisoned({1, 17, 48});
+  kernels::AttentionSaved saved;  // no lse: allocated
+  kernels::attention_forward(qkv_g, 3, saved, out_g, stream);
+  ASSERT_TRUE(saved.lse.defined());
+  EXPECT_EQ(saved.lse.shape(), Shape({1, 3, 17}));
+  EXPECT_TRUE(saved.lse.is_cuda());
+  EXPECT_TRUE(close(o.lse, to_cpu_f32(saved.lse), kLseTolerance));
+  saved.lse = poisoned({2, 3, 17}, DType::bf16);  // wrong shape and dtype: replaced
+  kernels::attention_forward(qkv_g, 3, saved, out_g, stream);
+  EXPECT_EQ(saved.lse.shape(), Shape({1, 3, 17}));
+  EXPECT_EQ(saved.lse.dtype(), DType::f32);
+  EXPECT_TRUE(close(o.lse, to_cpu_f32(saved.lse), kLseTolerance));
+}
+
+TEST_F(AttentionCuda, ErrorsNameTheProblem) {
+  const Device g = Device::cuda(0);
+  const AllocOptions on{.stream = &stream};
+  Tensor qkv = Tensor::zeros({2, 5, 36}, DType::f32, g, on), out = Tensor::zeros({2, 5, 12}, DType::f32, g, on);
+  Tensor out16 = Tensor::zeros({2, 5, 12}, DType::bf16, g, on);
+  kernels::AttentionSaved saved;
+  HPDT_EXPECT_THROW_MSG(kernels::attention_forward(qkv, 3, saved, out16, stream),
+                        "on CUDA all tensors of this op share one of f32, f16, bf16");
+  Tensor wrong = Tensor::zeros({2, 5, 13}, DType::f32, g, on);
+  HPDT_EXPECT_THROW_MSG(kernels::attention_forward(qkv, 3, saved, wrong, stream),
+                        "attention_forward: out has shape [2, 5, 13], expected [2, 5, 12]");
+  HPDT_EXPECT_THROW_MSG(kernels::attention_forward(qkv, 5, saved, out, stream), "divisible by 5 heads");
+  HPDT_EXPECT_THROW_MSG(kernels::attention_forward(qkv, 3, saved, out, cpu), "need a CUDA stream");
+  Tensor wide = Tensor::zeros({1, 4, 3 * 160}, DType::f32, g, on), wide_out = Tensor::zeros({1, 4, 160}, DType::f32, g, on);
+  HPDT_EXPECT_THROW_MSG(kernels::attention_forward(wide, 1, saved, wide_out, stream),
+                        "head dim 160 is not supported on CUDA (at most 128)");
+
+  Tensor dqkv = Tensor::zeros({2, 5, 36}, DType::f32, g, on);
+  kernels::AttentionSaved none;
+  HPDT_EXPECT_THROW_MSG(kernels::attention_backward(qkv, none, out, out, 3, dqkv, stream),
+                        "attention_backward: no saved log-sum-exp (run attention_forward on CUDA first)");
+  kernels::AttentionSaved host;
+  host.lse = Tensor::zeros({2, 3, 5}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(kernels::attention_backward(qkv, host, out, out, 3, dqkv, stream),
+                        "run attention_forward on CUDA first");
+  kernels::AttentionSaved bad;
+  bad.lse = Tensor::zeros({2, 3, 5}, DType::bf16, g, on);
+  HPDT_EXPECT_THROW_MSG(kernels::attention_backward(qkv, bad, out, out, 3, dqkv, stream),
+                        "attention_backward: lse has dtype bf16, expected f32");
+  bad.lse = Tensor::zeros({2, 3, 4}, DType::f32, g, on);
+  HPDT_EXPECT_THROW_MSG(kernels::attention_backward(qkv, bad, out, out, 3, dqkv, stream),
+                        "attention_backward: lse has shape [2, 3, 4], expected [2, 3, 5]");
+  kernels::attention_forward(qkv, 3, saved, out, stream);
+  Tensor dqkv16 = Tensor::zeros({2, 5, 36}, DType::f16, g, on);
+  HPDT_EXPECT_THROW_MSG(kernels::attention_backward(qkv, saved, out, out, 3, dqkv16, stream),
+                        "on CUDA all tensors of this op share one of f32, f16, bf16");
+  Tensor dqkv_wrong = Tensor::zeros({2, 5, 33}, DType::f32, g, on);
+  HPDT_EXPECT_THROW_MSG(kernels::attention_backward(qkv, saved, out, out, 3, dqkv_wrong, stream),
+                        "attention_backward: dqkv has shape [2, 5, 33], expected [2, 5, 36]");
+#if HPDT_HAVE_CUDA
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv, 3, saved.lse, out, stream, 2),
+                        "variant 2 (tensor cores) needs f16 or bf16");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv, 3, saved.lse, out, stream, 7), "no variant 7");
+#endif
+}
+
+}  // namespace

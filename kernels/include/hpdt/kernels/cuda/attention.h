@@ -1,0 +1,34 @@
+// CUDA flash-style self-attention, checked against hpdt::kernels::cpu (see hpdt/kernels/attention.h).
+// qkv [b, t, 3 * heads * dh] packed q | k | v, out and dout [b, t, heads * dh], lse [b, heads, t] f32
+// (natural-log log-sum-exp of each scaled score row), dqkv like qkv (overwritten). All tensors on the
+// stream's device, shapes and dtypes already checked by kernels/src/attention.cpp; work is queued on
+// `stream` and not waited for. Head dims up to 128.
+//
+// Numbered variants, each kept, tested and timed (tests/kernels/test_attention_cuda.cpp,
+// bench/kernels/bench_attention_cuda.cpp):
+//   1: SIMT, f32 arithmetic, every dtype and any head dim <= 128;
+//   2: tensor cores (mma.sync m16n8k16, f32 accumulation), f16/bf16 with head dim a multiple of 8 and
+//      16-byte aligned tensors;
+//   0: the best one that applies (2 where it can run, else 1).
+#pragma once
+
+#include <cstdint>
+
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+
+namespace hpdt::kernels::cuda {
+
+inline constexpr int kAttentionAuto = 0, kAttentionSimt = 1, kAttentionTensorCore = 2;
+
+// Whether `variant` can run these tensors (variant 2: 16-bit dtype, head dim % 8 == 0, aligned data).
+bool attention_variant_supported(int variant, const Tensor& qkv, int64_t heads);
+
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out, const Stream& stream,
+                       int variant = kAttentionAuto);
+// Deterministic (no atomics): D = rowsum(dout * out), then one pass per key block for dK and dV and one
+// per query block for dQ.
+void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out, const Tensor& dout, int64_t heads,
+                        Tensor& dqkv, const Stream& stream, int variant = kAttentionAuto);
+
+}  // namespace hpdt::kernels::cuda
