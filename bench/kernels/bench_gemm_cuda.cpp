@@ -1,3 +1,165 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// GPU GEMM: hpdt's variants (v1 SIMT, v2 mma.sync tensor cores) beside cuBLAS (cublasGemmEx, f32 compute)
+// on the same shapes, timed with CUDA events around each call (manual time).
+// Counters: TFLOP/s (2 M N K per call) and, for ours, x_cublas = our throughput / cuBLAS's on the same
+// shape, dtypes and transposes (cuBLAS timed once per shape in the same process), so the ratio reads off
+// one run. The label is the variant that actually ran (v2 falls back to v1 where it cannot take a layout).
+//
+// Shapes: square 4096^3 (bf16 and f32), 8192^3 bf16, and the GEMMs of a ViT-B/16 training step at batch
+// 64 (rows = 64 * 197 tokens): qkv 768->2304, attention out 768->768, fc1 768->3072, fc2 3072->768, each
+// as forward (y = x w^T: NT), data gradient (dx = dy w: NN) and weight gradient (dw += dy^T x: TN, beta 1).
 #include <benchmark/benchmark.h>
-BENCHMARK_MAIN();
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hpdt/core/runtime.h"
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt/kernels/cuda/gemm.h"
+#include "hpdt/kernels/elementwise.h"
+
+namespace {
+
+using namespace hpdt;
+using kernels::cuda::GemmVariant;
+
+struct GemmShape {
+  std::string name;
+  int64_t M, N, K;
+  bool ta, tb;
+  float beta;
+};
+
+Stream& bench_stream() {
+  static Stream* s = new Stream(Stream::create_cuda(0));  // never destroyed: outlives CUDA's own teardown
+  return *s;
+}
+
+// A, B, C of one shape on the GPU, uniform in [-1, 1).
+struct Operands {
+  Tensor A, B, C;
+  int64_t lda, ldb, ldc;
+};
+
+Operands make_operands(const GemmShape& sh, DType ab, DType c) {
+  const Stream& s = bench_stream();
+  const Device dev = Device::cuda(0);
+  Operands o;
+  o.lda = sh.ta ? sh.M : sh.K;
+  o.ldb = sh.tb ? sh.K : sh.N;
+  o.ldc = sh.N;
+  o.A = Tensor::empty({sh.ta ? sh.K : sh.M, o.lda}, ab, dev, AllocOptions{.stream = &s});
+  o.B = Tensor::empty({sh.tb ? sh.N : sh.K, o.ldb}, ab, dev, AllocOptions{.stream = &s});
+  o.C = Tensor::empty({sh.M, sh.N}, c, dev, AllocOptions{.stream = &s});
+  kernels::fill_uniform(o.A, -1, 1, 1, 0, s);
+  kernels::fill_uniform(o.B, -1, 1, 2, 0, s);
+  kernels::fill_uniform(o.C, -1, 1, 3, 0, s);
+  return o;
+}
+
+void run_gemm(const GemmShape& sh, const Operands& o, DType ab, DType c, GemmVariant v) {
+  kernels::cuda::gemm(sh.ta, sh.tb, sh.M, sh.N, sh.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, sh.beta, o.C.data(),
+                      o.ldc, ab, c, {}, bench_stream(), v);
+}
+
+// Seconds per call of `v`, averaged over `reps` back-to-back calls after one warm-up call.
+double seconds_per_call(const GemmShape& sh, const Operands& o, DType ab, DType c, GemmVariant v, int reps) {
+  const Stream& s = bench_stream();
+  run_gemm(sh, o, ab, c, v);
+  Event start(Device::cuda(0)), stop(Device::cuda(0));
+  start.record(s);
+  for (int i = 0; i < reps; ++i) run_gemm(sh, o, ab, c, v);
+  stop.record(s);
+  stop.synchronize();
+  return start.elapsed_ms(stop) / 1e3 / reps;
+}
+
+// cuBLAS's time on a shape, measured once per process.
+double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c) {
+  static std::mutex mutex;
+  static std::map<std::string, double> cache;
+  const std::string key = sh.name + "/" + std::string(dtype_name(ab)) + "/" + std::string(dtype_name(c));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const double t = seconds_per_call(sh, o, ab, c, GemmVariant::vendor, 20);
+  cache[key] = t;
+  return t;
+}
+
+void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v) {
+  if (!cuda_available()) {
+    state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
+    return;
+  }
+  try {
+    const Operands o = make_operands(sh, ab, c);
+    const Stream& s = bench_stream();
+    run_gemm(sh, o, ab, c, v);  // warm-up: shared-memory attributes, cuBLAS handle and heuristics
+    s.synchronize();
+    Event start(Device::cuda(0)), stop(Device::cuda(0));
+    double total = 0;
+    for (auto _ : state) {
+      start.record(s);
+      run_gemm(sh, o, ab, c, v);
+      stop.record(s);
+      stop.synchronize();
+      const double sec = start.elapsed_ms(stop) / 1e3;
+      state.SetIterationTime(sec);
+      total += sec;
+    }
+    const double flop = 2.0 * double(sh.M) * double(sh.N) * double(sh.K);
+    const double per_call = total / double(state.iterations());
+    state.counters["TFLOP/s"] = flop / per_call / 1e12;
+    if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / per_call;
+    state.SetLabel(std::string(
+        kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, o.lda, o.ldb, o.A.data(), o.B.data(), ab))));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants) {
+  for (GemmVariant v : variants) {
+    const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" + sh.name +
+                             "/" + std::string(kernels::cuda::gemm_variant_name(v));
+    benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v)->UseManualTime()->Unit(benchmark::kMillisecond);
+  }
+}
+
+void register_all() {
+  const auto all = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::vendor};
+  const GemmShape sq4096{"4096x4096x4096_NN", 4096, 4096, 4096, false, false, 0.0f};
+  add(sq4096, DType::bf16, DType::bf16, all);
+  add(sq4096, DType::f32, DType::f32, {GemmVariant::v1_simt, GemmVariant::vendor});
+  add({"8192x8192x8192_NN", 8192, 8192, 8192, false, false, 0.0f}, DType::bf16, DType::bf16, all);
+
+  // ViT-B/16 training step, batch 64: forward, data gradient and weight gradient of every linear layer.
+  const int64_t rows = 64 * 197;
+  struct Layer {
+    const char* name;
+    int64_t in, out;
+  };
+  const Layer layers[] = {{"qkv", 768, 2304}, {"proj", 768, 768}, {"fc1", 768, 3072}, {"fc2", 3072, 768}};
+  for (const Layer& l : layers) {
+    const std::string base = std::string("vitb16_b64_") + l.name + "_";
+    const std::string dims = std::to_string(rows) + "x" + std::to_string(l.in) + "->" + std::to_string(l.out);
+    add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16, all);
+    add({base + "dx_" + dims, rows, l.in, l.out, false, false, 0.0f}, DType::bf16, DType::bf16, all);
+    add({base + "dw_" + dims, l.out, l.in, rows, true, false, 1.0f}, DType::bf16, DType::bf16, all);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -10,7 +10,7 @@
 //            128x128 (4 warps, 2 blocks/SM) or 128x256 (8 warps). Edge tiles come zero-filled by
 //            cp.async's src-size, so the k loop never branches. Few output tiles and a long K get a
 //            deterministic split-K: f32 partials per split, summed in split order by a second kernel.
-//   vendor   cuBLAS (gemm_vendor.cu).
+//   vendor   cuBLAS (gemm_vendor.cu); a bias is put in C first, cuBLAS then accumulates onto it.
 // Every variant is deterministic; element offsets are int64.
 #include <atomic>
 #include <cstdlib>
@@ -686,8 +686,15 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
   const GemmVariant v = gemm_resolve(variant, lda, ldb, A, B, ab_type);
   if (v == GemmVariant::vendor) {
-    detail::gemm_cublas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ab_type, c_type, stream);
-    if (epi.bias) detail::scale_add_bias(M, N, C, ldc, c_type, 1.0f, epi.bias, s);
+    // Bias first (C = beta * C + bias, then cuBLAS adds alpha * AB with beta 1): with beta == 0, as in
+    // linear forward, the result is rounded once, exactly like ours; adding the bias after cuBLAS would
+    // round the product before the bias is added.
+    float beta_blas = beta;
+    if (epi.bias) {
+      detail::scale_add_bias(M, N, C, ldc, c_type, beta, epi.bias, s);
+      beta_blas = 1.0f;
+    }
+    detail::gemm_cublas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta_blas, C, ldc, ab_type, c_type, stream);
     return;
   }
 

@@ -28,7 +28,7 @@ void gemm_cublas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
                  const Stream& stream);
 
 // C[r, c] = beta * C[r, c] + bias[c] over the M x N block (beta == 0: C not read; bias may be null).
-// K == 0, alpha == 0, and the vendor path's bias (beta = 1) go through this.
+// K == 0, alpha == 0, and the vendor path's bias (before cuBLAS, which then runs with beta = 1) use it.
 void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, float beta, const void* bias,
                     cudaStream_t stream);
 

@@ -1,2 +1,481 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// CUDA GEMM (every variant: v1 SIMT, v2 tensor cores, vendor cuBLAS), matmul and linear against the CPU
+// oracle (cpu::gemm<float>, cpu linear) on the inputs rounded through the storage dtype.
+//
+// Tolerance (gemm_tolerance below): products of rounded inputs are exact in f32 on both sides, so the
+// results differ only by the order of the K-term f32 sums (and the tensor cores' accumulation, which
+// truncates aligned addends), plus the final rounding for 16-bit C. With inputs uniform in [-1, 1] an
+// output is typically |alpha| sqrt(K) / 3 in size and the order error a few ulps of that times sqrt(K), so
+//   rtol = 2e-6 * sqrt(K) (+ the dtype's rounding for 16-bit C),
+//   atol = rtol_acc * (|alpha| sqrt(K) / 3 + |beta| + 1) (+ the dtype's atol),
+// i.e. about 1e-5 sqrt(K) relative to a typical output. A missing or doubled k-tile of 8 or 16 terms
+// moves an output by ~1, far outside this.
+// Padding of every matrix (leading dimension beyond the width) is NaN: reading it shows up; C's padding
+// must come back still NaN.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda_oracle.h"
+#include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/cpu/gemm.h"
+#include "hpdt/kernels/gemm.h"
+#include "hpdt/kernels/linear.h"
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/gemm.h"
+#endif
+
+namespace {
+
+using namespace hpdt;
+using test::Tolerance;
+
+// Sets the kernel backend for one scope.
+class BackendScope {
+ public:
+  explicit BackendScope(kernels::KernelBackend b) : prev_(kernels::kernel_backend()) { kernels::set_kernel_backend(b); }
+  ~BackendScope() { kernels::set_kernel_backend(prev_); }
+  BackendScope(const BackendScope&) = delete;
+  BackendScope& operator=(const BackendScope&) = delete;
+
+ private:
+  kernels::KernelBackend prev_;
+};
+
+Tolerance gemm_tolerance(DType c_type, int64_t K, float alpha, float beta) {
+  const double k = double(std::max<int64_t>(K, 1));
+  const double acc = 2e-6 * std::sqrt(k);
+  Tolerance t;
+  t.rtol = acc;
+  t.atol = acc * (std::fabs(alpha) * std::sqrt(k) / 3 + std::fabs(beta) + 1) + 1e-6;
+  if (c_type != DType::f32) {
+    const Tolerance c = test::default_tolerance(c_type);
+    t.rtol += c.rtol;
+    t.atol += c.atol;
+  }
+  return t;
+}
+
+class GemmCuda : public test::CudaOracleTest {
+ protected:
+  // A host f32 buffer holding a rows x cols matrix with leading dimension ld, starting `offset` elements
+  // in: random values inside (when `fill`), NaN everywhere else (padding, the offset, or all of it).
+  Tensor padded(int64_t rows, int64_t cols, int64_t ld, int64_t offset, bool fill) {
+    Tensor t = random({std::max<int64_t>(1, offset + rows * ld)});
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const int64_t j = i - offset;
+      const bool inside = j >= 0 && j < rows * ld && j % ld < cols;
+      if (!inside || !fill) p[i] = NAN;
+    }
+    return t;
+  }
+
+#if HPDT_HAVE_CUDA
+  struct Case {
+    kernels::cuda::GemmVariant variant = kernels::cuda::GemmVariant::automatic;
+    bool ta = false, tb = false;
+    int64_t M = 1, N = 1, K = 1;
+    DType ab = DType::f32, c = DType::f32;
+    float alpha = 1, beta = 0;
+    bool bias = false;
+    int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // leading dimension = width + pad
+    int64_t offset_a = 0;                     // A starts this many elements into its buffer
+  };
+
+  static std::string describe(const Case& c) {
+    std::ostringstream os;
+    os << kernels::cuda::gemm_variant_name(c.variant) << " " << (c.ta ? "T" : "N") << (c.tb ? "T" : "N") << " M" << c.M
+       << " N" << c.N << " K" << c.K << " ab " << dtype_name(c.ab) << " c " << dtype_name(c.c) << " alpha " << c.alpha
+       << " beta " << c.beta << (c.bias ? " bias" : "") << " pads " << c.pad_a << "/" << c.pad_b << "/" << c.pad_c
+       << " offset_a " << c.offset_a;
+    return os.str();
+  }
+
+  // Leading dimension that keeps v2 usable (a multiple of 8) and leaves some padding.
+  static int64_t aligned_pad(int64_t width) { return (width + 7) / 8 * 8 + 8 - width; }
+
+  // Runs the case on the GPU and on the oracle. `used`: the variant that ran; `out`: C copied back (f32).
+  ::testing::AssertionResult run(const Case& c, kernels::cuda::GemmVariant* used = nullptr, Tensor* out = nullptr) {
+    const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+    const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+    const int64_t lda = std::max<int64_t>(1, a_cols + c.pad_a), ldb = std::max<int64_t>(1, b_cols + c.pad_b);
+    const int64_t ldc = std::max<int64_t>(1, c.N + c.pad_c);
+    const Tensor A = padded(a_rows, a_cols, lda, c.offset_a, true);
+    const Tensor B = padded(b_rows, b_cols, ldb, 0, true);
+    const Tensor C = padded(c.M, c.N, ldc, 0, c.beta != 0.0f);  // beta == 0: C is not read, NaN throughout
+    const Tensor bias = random({std::max<int64_t>(1, c.N)});
+
+    // Oracle on the values the GPU sees.
+    const Tensor Ar = round_through(A, c.ab), Br = round_through(B, c.ab), biasr = round_through(bias, c.c);
+    Tensor want = round_through(C, c.c);
+    kernels::cpu::gemm<float>(c.ta, c.tb, c.M, c.N, c.K, c.alpha, Ar.data<float>() + c.offset_a, lda, Br.data<float>(),
+                              ldb, c.beta, want.data<float>(), ldc);
+    if (c.bias)
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < c.N; ++j) want.data<float>()[i * ldc + j] += biasr.data<float>()[j];
+
+    const Tensor Ag = to_gpu(A, c.ab), Bg = to_gpu(B, c.ab), biasg = to_gpu(bias, c.c);
+    Tensor Cg = to_gpu(C, c.c);
+    const void* a_ptr = static_cast<const char*>(Ag.data()) + c.offset_a * int64_t(dtype_size(c.ab));
+    kernels::cuda::GemmEpilogue epi;
+    epi.bias = c.bias ? biasg.data() : nullptr;
+    if (used) *used = kernels::cuda::gemm_resolve(c.variant, lda, ldb, a_ptr, Bg.data(), c.ab);
+    kernels::cuda::gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a_ptr, lda, Bg.data(), ldb, c.beta, Cg.data(), ldc, c.ab,
+                        c.c, epi, stream, c.variant);
+    const Tensor got = to_cpu_f32(Cg);
+    if (out) *out = got;
+    Tolerance tol = gemm_tolerance(c.c, c.K, c.alpha, c.beta);
+    // vendor with a bias and beta != 0 rounds beta * C + bias to C's dtype before cuBLAS adds the product.
+    if (c.variant == kernels::cuda::GemmVariant::vendor && c.bias && c.beta != 0.0f && c.c != DType::f32)
+      tol.atol += 2 * test::default_tolerance(c.c).rtol * (std::fabs(c.beta) + 1);
+    return close(want, got, tol);
+  }
+#endif
+};
+
+#if HPDT_HAVE_CUDA
+using kernels::cuda::GemmVariant;
+
+const GemmVariant kVariants[] = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::vendor};
+struct Types {
+  DType ab, c;
+};
+const Types kTypes[] = {{DType::f32, DType::f32},
+                        {DType::bf16, DType::bf16},
+                        {DType::bf16, DType::f32},
+                        {DType::f16, DType::f16},
+                        {DType::f16, DType::f32}};
+struct Size {
+  int64_t M, N, K;
+};
+
+// Every variant x transpose x dtype pair on odd and small sizes, tight and padded (v2-aligned) leading
+// dimensions, with and without alpha/beta/bias. v2 must really run wherever the layout allows it.
+TEST_F(GemmCuda, EveryVariantTransposeDtypeOnOddSizes) {
+  const Size sizes[] = {{1, 1, 1}, {7, 5, 3}, {17, 33, 65}, {127, 129, 255}, {64, 64, 64}};
+  for (const Size& sz : sizes)
+    for (GemmVariant v : kVariants)
+      for (int tr = 0; tr < 4; ++tr)
+        for (const Types& ty : kTypes)
+          for (int form = 0; form < 3; ++form) {
+            Case c;
+            c.variant = v;
+            c.ta = tr & 1;
+            c.tb = tr & 2;
+            c.M = sz.M, c.N = sz.N, c.K = sz.K;
+            c.ab = ty.ab, c.c = ty.c;
+            if (form >= 1) {  // padded, v2-aligned leading dimensions; alpha, beta and bias
+              c.pad_a = aligned_pad(c.ta ? c.M : c.K);
+              c.pad_b = aligned_pad(c.tb ? c.K : c.N);
+              c.pad_c = 3;
+              c.alpha = 0.75f;
+              c.beta = form == 1 ? -0.5f : 0.0f;
+              c.bias = true;
+            }
+            SCOPED_TRACE(describe(c));
+            GemmVariant used;
+            EXPECT_TRUE(run(c, &used));
+            if (v == GemmVariant::v2_mma && ty.ab != DType::f32 && form >= 1) {
+              EXPECT_EQ(used, GemmVariant::v2_mma);
+            }
+          }
+}
+
+// The GEMMs of linear layers at realistic shapes (forward, dx, dw), every variant, 16-bit and f32.
+TEST_F(GemmCuda, RealisticLinearShapes) {
+  struct Lin {
+    int64_t rows, in, out;
+  };
+  const Lin shapes[] = {{64 * 50, 192, 576}, {2 * 197, 768, 3072}, {256, 64, 10}};
+  for (const Lin& l : shapes)
+    for (GemmVariant v : kVariants)
+      for (const Types& ty : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f32}})
+        for (int which = 0; which < 3; ++which) {
+          Case c;
+          c.variant = v;
+          c.ab = ty.ab, c.c = ty.c;
+          if (which == 0) c.tb = true, c.M = l.rows, c.N = l.out, c.K = l.in, c.bias = true;  // y = x w^T + b
+          if (which == 1) c.M = l.rows, c.N = l.in, c.K = l.out;                                // dx = dy w
+          if (which == 2) c.ta = true, c.M = l.out, c.N = l.in, c.K = l.rows, c.beta = 1;      // dw += dy^T x
+          SCOPED_TRACE(describe(c));
+          EXPECT_TRUE(run(c));
+        }
+}
+
+// K == 0 (C = beta C + bias), alpha == 0 (A and B not read), empty M or N (C untouched).
+TEST_F(GemmCuda, DegenerateSizes) {
+  for (GemmVariant v : kVariants)
+    for (const Types& ty : kTypes) {
+      for (float beta : {0.0f, 0.5f})
+        for (bool bias : {false, true}) {
+          Case c;
+          c.variant = v, c.ab = ty.ab, c.c = ty.c, c.M = 9, c.N = 13, c.K = 0, c.beta = beta, c.bias = bias, c.pad_c = 2;
+          SCOPED_TRACE(describe(c));
+          EXPECT_TRUE(run(c));
+          c.K = 5, c.alpha = 0.0f;
+          SCOPED_TRACE(describe(c));
+          EXPECT_TRUE(run(c));
+        }
+      for (const Size& sz : {Size{0, 7, 5}, Size{7, 0, 5}, Size{0, 0, 0}}) {
+        Case c;
+        c.variant = v, c.ab = ty.ab, c.c = ty.c, c.M = sz.M, c.N = sz.N, c.K = sz.K, c.beta = 0.5f, c.pad_c = 1;
+        SCOPED_TRACE(describe(c));
+        EXPECT_TRUE(run(c));
+      }
+    }
+}
+
+// Leading dimensions that v2 cannot take (not a multiple of 8, or an A pointer off 16-byte alignment)
+// fall back to v1, which must then be right.
+TEST_F(GemmCuda, OddLeadingDimensionsAndUnalignedPointersFallBackToV1) {
+  for (const Types& ty : kTypes)
+    for (int tr = 0; tr < 4; ++tr)
+      for (int form = 0; form < 2; ++form) {
+        Case c;
+        c.variant = GemmVariant::v2_mma;
+        c.ta = tr & 1, c.tb = tr & 2, c.M = 70, c.N = 45, c.K = 99, c.ab = ty.ab, c.c = ty.c, c.alpha = 1.25f;
+        c.beta = -1.0f, c.bias = true, c.pad_c = 5;
+        if (form == 0) c.pad_a = 3, c.pad_b = 1;  // odd leading dimensions
+        else c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N), c.offset_a = 1;
+        SCOPED_TRACE(describe(c));
+        GemmVariant used;
+        EXPECT_TRUE(run(c, &used));
+        EXPECT_EQ(used, GemmVariant::v1_simt);
+      }
+}
+
+// Few output tiles and a long K: v2 splits K (f32 partials reduced in split order). Checked against the
+// oracle and for bitwise repeatability.
+TEST_F(GemmCuda, SplitKIsRightAndDeterministic) {
+  for (DType ab : {DType::bf16, DType::f16})
+    for (int tr = 0; tr < 4; ++tr)
+      for (DType ct : {DType::f32, ab}) {
+        Case c;
+        c.variant = GemmVariant::v2_mma;
+        c.ta = tr & 1, c.tb = tr & 2, c.M = 130, c.N = 72, c.K = 2504, c.ab = ab, c.c = ct, c.alpha = 0.5f, c.beta = 0.25f;
+        c.bias = true, c.pad_c = 1;
+        c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N);
+        SCOPED_TRACE(describe(c));
+        EXPECT_TRUE(run(c));
+      }
+  // Same inputs twice: same bits.
+  const int64_t M = 96, N = 80, K = 4096;
+  const Tensor A = to_gpu(random({M, K}), DType::bf16), B = to_gpu(random({K, N}), DType::bf16);
+  Tensor c1 = poisoned({M, N}), c2 = poisoned({M, N});
+  kernels::cuda::gemm(false, false, M, N, K, 1, A.data(), K, B.data(), N, 0, c1.data(), N, DType::bf16, DType::f32, {},
+                      stream, GemmVariant::v2_mma);
+  kernels::cuda::gemm(false, false, M, N, K, 1, A.data(), K, B.data(), N, 0, c2.data(), N, DType::bf16, DType::f32, {},
+                      stream, GemmVariant::v2_mma);
+  const Tensor h1 = to_cpu_f32(c1), h2 = to_cpu_f32(c2);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_EQ(test::bits_of(h1.data<float>()[i]), test::bits_of(h2.data<float>()[i])) << "element " << i;
+}
+
+// Large 16-bit GEMMs: v2 against cuBLAS (both f32-accumulated), every transpose. 4104^2 x 264 has enough
+// tiles for v2's 128x256 tile, 2000 x 1544 x 4000 uses the 128x128 one; neither is a multiple of a tile.
+TEST_F(GemmCuda, LargeV2AgainstCublas) {
+  const Size sizes[] = {{4104, 4104, 264}, {2000, 1544, 4000}};
+  for (const Size& sz : sizes)
+    for (DType ab : {DType::bf16, DType::f16})
+      for (int tr = 0; tr < 4; ++tr) {
+        const bool ta = tr & 1, tb = tr & 2;
+        const int64_t M = sz.M, N = sz.N, K = sz.K;
+        const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+        const Tensor A = to_gpu(random({ta ? K : M, lda}), ab), B = to_gpu(random({tb ? N : K, ldb}), ab);
+        for (DType ct : {DType::f32, ab}) {
+          if (M > 4000 && ct != DType::f32) continue;  // the big one: f32 C only (the epilogue is shared)
+          SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + (ta ? " T" : " N") +
+                       (tb ? "T " : "N ") + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
+          ASSERT_EQ(kernels::cuda::gemm_resolve(GemmVariant::v2_mma, lda, ldb, A.data(), B.data(), ab),
+                    GemmVariant::v2_mma);
+          Tensor ours = poisoned({M, N}, ct), ref = poisoned({M, N}, ct);
+          kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ours.data(), N, ab, ct, {}, stream,
+                              GemmVariant::v2_mma);
+          kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ref.data(), N, ab, ct, {}, stream,
+                              GemmVariant::vendor);
+          // Two f32-accumulated results: the order tolerance twice over, plus one ulp of the 16-bit
+          // output where the two land on either side of a rounding boundary.
+          Tolerance tol = gemm_tolerance(ct, K, 1, 0);
+          tol.atol *= 2;
+          EXPECT_TRUE(close(to_cpu_f32(ref), to_cpu_f32(ours), tol));
+        }
+      }
+}
+
+// f32 at a size where v1 runs many tiles: against cuBLAS (f32 compute, no TF32).
+TEST_F(GemmCuda, LargeV1AgainstCublas) {
+  const int64_t M = 1000, N = 1100, K = 1200;
+  for (int tr = 0; tr < 4; ++tr) {
+    const bool ta = tr & 1, tb = tr & 2;
+    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    const Tensor A = to_gpu(random({ta ? K : M, lda})), B = to_gpu(random({tb ? N : K, ldb}));
+    Tensor ours = poisoned({M, N}), ref = poisoned({M, N});
+    kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ours.data(), N, DType::f32, DType::f32, {},
+                        stream, GemmVariant::v1_simt);
+    kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ref.data(), N, DType::f32, DType::f32, {},
+                        stream, GemmVariant::vendor);
+    Tolerance tol = gemm_tolerance(DType::f32, K, 1, 0);
+    tol.atol *= 2;
+    EXPECT_TRUE(close(to_cpu_f32(ref), to_cpu_f32(ours), tol)) << "transposes " << tr;
+  }
+}
+
+TEST_F(GemmCuda, RawGemmErrors) {
+  Tensor a = poisoned({4, 4}, DType::bf16), c = poisoned({4, 4}, DType::f16);
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, false, 4, 4, 4, 1, a.data(), 4, a.data(), 4, 0, c.data(), 4,
+                                            DType::bf16, DType::f16, {}, stream),
+                        "gemm: C must be f32 or the dtype of A and B (bf16), got f16");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, false, 4, 4, 5, 1, a.data(), 4, a.data(), 4, 0, c.data(), 4,
+                                            DType::bf16, DType::bf16, {}, stream),
+                        "gemm: lda 4 is smaller than A's row length 5");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, true, 4, 4, 4, 1, a.data(), 4, a.data(), 3, 0, c.data(), 4,
+                                            DType::bf16, DType::bf16, {}, stream),
+                        "gemm: ldb 3 is smaller than B's row length 4");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, false, -1, 4, 4, 1, a.data(), 4, a.data(), 4, 0, c.data(), 4,
+                                            DType::bf16, DType::bf16, {}, stream),
+                        "gemm: negative size");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, false, 4, 4, 4, 1, a.data(), 4, a.data(), 4, 0, c.data(), 4,
+                                            DType::i32, DType::i32, {}, stream),
+                        "gemm: A and B must be f32, f16 or bf16, got i32");
+}
+#endif  // HPDT_HAVE_CUDA
+
+// ---- public entry points: matmul and linear ----
+
+TEST_F(GemmCuda, MatmulEveryDtypeAndTranspose) {
+  for (const DType dt : test::kCudaTestDtypes)
+    for (const DType ct : {DType::f32, dt})
+      for (int tr = 0; tr < 4; ++tr)
+        for (const bool vendor : {false, true}) {
+          BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
+          const bool ta = tr & 1, tb = tr & 2;
+          const int64_t M = 37, N = 50, K = 72;
+          const Tensor a = random(ta ? Shape{K, M} : Shape{M, K}), b = random(tb ? Shape{N, K} : Shape{K, N});
+          const Tensor c0 = random({M, N});
+          Tensor want = round_through(c0, ct);
+          kernels::matmul(round_through(a, dt), ta, round_through(b, dt), tb, want, 0.5f, 2.0f, cpu);
+          Tensor cg = to_gpu(c0, ct);
+          kernels::matmul(to_gpu(a, dt), ta, to_gpu(b, dt), tb, cg, 0.5f, 2.0f, stream);
+          EXPECT_TRUE(close(want, to_cpu_f32(cg), gemm_tolerance(ct, K, 0.5f, 2.0f)))
+              << dtype_name(dt) << " -> " << dtype_name(ct) << " transposes " << tr << (vendor ? " vendor" : " ours");
+        }
+}
+
+TEST_F(GemmCuda, MatmulErrors) {
+  const Tensor a = poisoned({4, 5}, DType::bf16), a32 = poisoned({4, 5}), b = poisoned({5, 3}, DType::bf16);
+  Tensor c = poisoned({4, 3}, DType::f32), c16 = poisoned({4, 3}, DType::f16), bad = poisoned({4, 4}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a32, false, b, false, c, 1, 0, stream),
+                        "on CUDA all tensors of this op share one of f32, f16, bf16");
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, b, false, c16, 1, 0, stream),
+                        "matmul: c has dtype f16; on CUDA c is f32 or the dtype of a and b (bf16)");
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, b, false, bad, 1, 0, stream),
+                        "matmul: op(a) 4x5 times op(b) 5x3 into c [4, 4] do not agree");
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, true, b, false, c, 1, 0, stream),
+                        "matmul: op(a) 5x4 times op(b) 5x3 into c [4, 3] do not agree");
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, b, false, c, 1, 0, cpu), "matmul: tensors on cuda:0 need a CUDA stream");
+  const Tensor host = random({5, 3});
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, host, false, c, 1, 0, stream), "matmul: tensors on different devices");
+}
+
+struct LinearShape {
+  Shape x;  // [..., in]
+  int64_t out;
+};
+
+// Forward and backward against the CPU linear layer, ours and vendor, every dtype, with and without bias.
+// dw and dbias are accumulated (+=) into random values; dx is overwritten (poisoned first).
+TEST_F(GemmCuda, LinearForwardBackward) {
+  const LinearShape shapes[] = {
+      {{1, 1}, 1},         {{7, 5}, 3},          {{17, 33}, 65},        {{2, 17, 192}, 192},  // ViT-Ti t = 17
+      {{64, 50, 192}, 576},                                                                   // ViT-Ti qkv
+      {{2, 197, 768}, 3072},                                                                  // ViT-B fc1
+      {{256, 64}, 10},                                                                        // ResNet fc
+  };
+  for (const LinearShape& sh : shapes)
+    for (const DType dt : test::kCudaTestDtypes)
+      for (const bool with_bias : {true, false})
+        for (const bool vendor : {false, true}) {
+          BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
+          const int64_t in = sh.x[-1], out = sh.out, rows = sh.x.numel() / in;
+          std::vector<int64_t> ydims = sh.x.vec();
+          ydims.back() = out;
+          const Shape yshape{std::span<const int64_t>(ydims)};
+          std::ostringstream what;
+          what << dtype_name(dt) << " x " << sh.x.str() << " out " << out << (with_bias ? " bias" : "")
+               << (vendor ? " vendor" : " ours");
+          SCOPED_TRACE(what.str());
+
+          const Tensor x = round_through(random(sh.x), dt), w = round_through(random({out, in}), dt);
+          const Tensor b = round_through(random({out}), dt), dy = round_through(random(yshape), dt);
+          const Tensor dw0 = round_through(random({out, in}), dt), db0 = round_through(random({out}), dt);
+
+          // Oracle.
+          Tensor y = Tensor::empty(yshape, DType::f32), dx = Tensor::empty(sh.x, DType::f32);
+          Tensor dw = dw0.clone(cpu), db = db0.clone(cpu);
+          kernels::linear_forward(x, w, with_bias ? &b : nullptr, y, cpu);
+          kernels::linear_backward(dy, x, w, &dx, dw, with_bias ? &db : nullptr, cpu);
+
+          const Tensor xg = to_gpu(x, dt), wg = to_gpu(w, dt), bg = to_gpu(b, dt), dyg = to_gpu(dy, dt);
+          Tensor yg = poisoned(yshape, dt), dxg = poisoned(sh.x, dt), dwg = to_gpu(dw0, dt), dbg = to_gpu(db0, dt);
+          kernels::linear_forward(xg, wg, with_bias ? &bg : nullptr, yg, stream);
+          kernels::linear_backward(dyg, xg, wg, &dxg, dwg, with_bias ? &dbg : nullptr, stream);
+
+          EXPECT_TRUE(close(y, to_cpu_f32(yg), gemm_tolerance(dt, in, 1, 0))) << "y";
+          EXPECT_TRUE(close(dx, to_cpu_f32(dxg), gemm_tolerance(dt, out, 1, 0))) << "dx";
+          EXPECT_TRUE(close(dw, to_cpu_f32(dwg), gemm_tolerance(dt, rows, 1, 1))) << "dw";
+          if (with_bias) {
+            EXPECT_TRUE(close(db, to_cpu_f32(dbg), gemm_tolerance(dt, rows, 1, 1))) << "dbias";
+          } else {
+            EXPECT_TRUE(close(db0, to_cpu_f32(dbg), {0, 0})) << "dbias untouched";
+          }
+        }
+}
+
+// dx skipped when null; the bias gradient is bitwise repeatable.
+TEST_F(GemmCuda, LinearBackwardWithoutDxAndDeterministicBiasGradient) {
+  for (const DType dt : test::kCudaTestDtypes) {
+    const int64_t rows = 64 * 197, in = 96, out = 768;
+    const Tensor x = to_gpu(random({rows, in}), dt), w = to_gpu(random({out, in}), dt), dy = to_gpu(random({rows, out}), dt);
+    const Tensor db0 = random({out});
+    Tensor dw = to_gpu(random({out, in}), dt), db1 = to_gpu(db0, dt), db2 = to_gpu(db0, dt);
+    kernels::linear_backward(dy, x, w, nullptr, dw, &db1, stream);
+    kernels::linear_backward(dy, x, w, nullptr, dw, &db2, stream);
+    const Tensor h1 = to_cpu_f32(db1), h2 = to_cpu_f32(db2);
+    for (int64_t i = 0; i < out; ++i)
+      ASSERT_EQ(test::bits_of(h1.data<float>()[i]), test::bits_of(h2.data<float>()[i])) << dtype_name(dt) << " " << i;
+  }
+}
+
+TEST_F(GemmCuda, LinearErrors) {
+  const Tensor x = poisoned({4, 6}, DType::bf16), w = poisoned({3, 6}, DType::bf16), w32 = poisoned({3, 6});
+  const Tensor b = poisoned({3}, DType::bf16), b_bad = poisoned({5}, DType::bf16), b16 = poisoned({3}, DType::f16);
+  Tensor y = poisoned({4, 3}, DType::bf16), y_bad = poisoned({4, 4}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::linear_forward(x, w32, &b, y, stream), "linear_forward: tensor");
+  HPDT_EXPECT_THROW_MSG(kernels::linear_forward(x, w, &b16, y, stream),
+                        "on CUDA all tensors of this op share one of f32, f16, bf16");
+  HPDT_EXPECT_THROW_MSG(kernels::linear_forward(x, w, &b_bad, y, stream),
+                        "linear_forward: bias has shape [5], expected [3]");
+  HPDT_EXPECT_THROW_MSG(kernels::linear_forward(x, w, &b, y_bad, stream), "linear_forward: y [4, 4] for x [4, 6]");
+  const Tensor w_bad = poisoned({3, 5}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::linear_forward(x, w_bad, nullptr, y, stream),
+                        "linear_forward: x [4, 6] does not match weight [3, 5]");
+
+  const Tensor dy = poisoned({4, 3}, DType::bf16), dy_bad = poisoned({5, 3}, DType::bf16);
+  Tensor dx = poisoned({4, 6}, DType::bf16), dx16 = poisoned({4, 6}, DType::f16), dw = poisoned({3, 6}, DType::bf16);
+  Tensor dw_bad = poisoned({6, 3}, DType::bf16), db = poisoned({3}, DType::bf16), db_bad = poisoned({4}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::linear_backward(dy_bad, x, w, &dx, dw, &db, stream),
+                        "linear_backward: dy [5, 3], x [4, 6] and weight [3, 6] do not agree");
+  HPDT_EXPECT_THROW_MSG(kernels::linear_backward(dy, x, w, &dx, dw_bad, &db, stream),
+                        "linear_backward: dw has shape [6, 3], expected [3, 6]");
+  HPDT_EXPECT_THROW_MSG(kernels::linear_backward(dy, x, w, &dx, dw, &db_bad, stream),
+                        "linear_backward: dbias has shape [4], expected [3]");
+  HPDT_EXPECT_THROW_MSG(kernels::linear_backward(dy, x, w, &dx16, dw, &db, stream),
+                        "on CUDA all tensors of this op share one of f32, f16, bf16");
+}
+
+}  // namespace

@@ -11,7 +11,8 @@
 //   v2_mma:  tensor cores (mma.sync m16n8k16 via ldmatrix, multi-stage cp.async pipeline, swizzled
 //            shared memory), bf16/f16 inputs only, with deterministic split-K for few output tiles.
 //            Needs A and B 16-byte aligned and lda, ldb multiples of 8; falls back to v1 otherwise.
-//   vendor:  cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F), bias added by a small kernel afterwards.
+//   vendor:  cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F); a bias is first written into C (beta * C + bias, a
+//            small kernel), then cuBLAS accumulates alpha * AB onto it.
 //   automatic: vendor when kernels::kernel_backend() is vendor; else v2 for 16-bit inputs it can take,
 //            v1 otherwise.
 // Results are deterministic (same inputs, same bits) for every variant; no atomics.
