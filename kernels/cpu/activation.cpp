@@ -7,14 +7,12 @@
 
 #include "hpdt/core/error.h"
 #include "hpdt/core/philox.h"
+#include "hpdt/kernels/math/activation_math.h"
 
 namespace hpdt::kernels::cpu {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 15;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
-constexpr double kInvSqrt2 = 0.70710678118654752440;
-constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1/sqrt(2 pi)
 }  // namespace
 
 template <class T>
@@ -35,17 +33,15 @@ void add_forward(int64_t n, const T* a, const T* b, T* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
+// GELU's scalar formulas live in hpdt/kernels/math/activation_math.h, shared with the CUDA kernels.
 template <class T>
 void gelu_forward(int64_t n, GeluForm form, const T* x, T* y) {
   if (form == GeluForm::erf) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin / 4)
-    for (int64_t i = 0; i < n; ++i) y[i] = T(0.5) * x[i] * (T(1) + std::erf(x[i] * T(kInvSqrt2)));
+    for (int64_t i = 0; i < n; ++i) y[i] = math::gelu_erf(x[i]);
   } else {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin / 4)
-    for (int64_t i = 0; i < n; ++i) {
-      const T v = x[i], u = T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v);
-      y[i] = T(0.5) * v * (T(1) + std::tanh(u));
-    }
+    for (int64_t i = 0; i < n; ++i) y[i] = math::gelu_tanh(x[i]);
   }
 }
 
@@ -53,20 +49,10 @@ template <class T>
 void gelu_backward(int64_t n, GeluForm form, const T* x, const T* dy, T* dx) {
   if (form == GeluForm::erf) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin / 4)
-    for (int64_t i = 0; i < n; ++i) {
-      const T v = x[i];
-      const T cdf = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
-      const T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * v * v);
-      dx[i] = dy[i] * (cdf + v * pdf);
-    }
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * math::gelu_erf_grad(x[i]);
   } else {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin / 4)
-    for (int64_t i = 0; i < n; ++i) {
-      const T v = x[i], u = T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v);
-      const T t = std::tanh(u);
-      const T du = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * v * v);
-      dx[i] = dy[i] * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
-    }
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * math::gelu_tanh_grad(x[i]);
   }
 }
 

@@ -1,1 +1,127 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// CUDA softmax cross-entropy with label smoothing; the CPU oracle is kernels/cpu/loss.cpp (which computes in
+// double; here f32 per row, the batch sum in double).
+//   ce_rows_kernel: one warp per row: max, sum exp(z - max) and sum q z (butterfly, so every lane holds the
+//     row's values), loss_row = lse - sum q z; dlogits = (softmax - q) * grad_scale / b. An out-of-range
+//     label records the smallest such row in a device word (atomicMin on an integer: order-free).
+//   ce_total_kernel: one block adds the row losses in a fixed order (double) and reads the bad label.
+// The op returns the loss to the host, so it synchronises the stream (the only wait).
+#include <cstdint>
+#include <limits>
+
+#include "hpdt/kernels/cuda/loss.h"
+#include "launch.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+struct Result {  // what comes back to the host
+  double total;
+  uint32_t bad_row;  // 0xffffffff: every label in range
+  int32_t bad_label;
+};
+
+__device__ __forceinline__ float warp_allsum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_allmax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    ce_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t b, int classes, float on,
+                   float off, float k, T* __restrict__ dlogits, float* __restrict__ row_loss, Result* result) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= b) return;  // whole warps
+  const int label = labels[row];
+  if (label < 0 || label >= classes) {
+    if (lane == 0) {
+      atomicMin(&result->bad_row, uint32_t(row));
+      row_loss[row] = 0.0f;
+    }
+    return;
+  }
+  const T* z = logits + row * classes;
+  float m = -INFINITY;
+  for (int c = lane; c < classes; c += 32) m = fmaxf(m, to_f32(z[c]));
+  m = warp_allmax(m);
+  float s = 0.0f, qz = 0.0f;
+  for (int c = lane; c < classes; c += 32) {
+    const float v = to_f32(z[c]);
+    s += expf(v - m);
+    qz += (c == label ? on : off) * v;
+  }
+  s = warp_allsum(s);
+  qz = warp_allsum(qz);
+  const float lse = m + logf(s);
+  if (lane == 0) row_loss[row] = lse - qz;
+  if (dlogits) {
+    T* g = dlogits + row * classes;
+    for (int c = lane; c < classes; c += 32) g[c] = from_f32<T>((expf(to_f32(z[c]) - lse) - (c == label ? on : off)) * k);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    ce_total_kernel(const float* __restrict__ row_loss, const int32_t* __restrict__ labels, int64_t b, Result* result) {
+  __shared__ double sh[kWarps];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < b; i += kThreads) acc += double(row_loss[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < kWarps; ++w) total += sh[w];
+    result->total = total;
+    const uint32_t bad = result->bad_row;
+    result->bad_label = bad != 0xffffffffu ? labels[bad] : 0;
+  }
+}
+
+}  // namespace
+
+double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
+                             double grad_scale, const Stream& stream) {
+  HPDT_CHECK(smoothing >= 0.0 && smoothing <= 1.0, "softmax_cross_entropy: label smoothing ", smoothing,
+             " is not in [0, 1]");
+  const int64_t b = logits.size(0), classes = logits.size(1);
+  if (b == 0) return 0.0 / double(b);  // the CPU's mean of nothing: NaN
+  HPDT_CHECK(b < 0xffffffffLL && classes < (int64_t(1) << 31), "softmax_cross_entropy: ", logits.shape().str(),
+             " too large for CUDA");
+  const double off = smoothing / double(classes), on = 1.0 - smoothing + off;
+  const cudaStream_t s = detail::native(stream);
+  const AllocOptions opts{.stream = &stream};
+  Tensor row_loss = Tensor::empty({b}, DType::f32, logits.device(), opts);
+  Tensor result_dev = Tensor::empty({int64_t(sizeof(Result))}, DType::u8, logits.device(), opts);
+  auto* res = static_cast<Result*>(result_dev.data());
+  HPDT_CUDA_CHECK(cudaMemsetAsync(res, 0xff, sizeof(Result), s));  // bad_row = 0xffffffff: none yet
+  dispatch_floating(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    ce_rows_kernel<T><<<unsigned((b + kWarps - 1) / kWarps), kThreads, 0, s>>>(
+        static_cast<const T*>(logits.data()), labels.data<int32_t>(), b, int(classes), float(on), float(off),
+        float(grad_scale / double(b)), dlogits ? static_cast<T*>(dlogits->data()) : nullptr, row_loss.data<float>(),
+        res);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+  ce_total_kernel<<<1, kThreads, 0, s>>>(row_loss.data<float>(), labels.data<int32_t>(), b, res);
+  HPDT_CUDA_CHECK_LAUNCH();
+  // The loss is a host value: copy it back and wait (pageable memory: the copy returns when done).
+  Result host{};
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(&host, res, sizeof(Result), cudaMemcpyDeviceToHost, s));
+  HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+  HPDT_CHECK(host.bad_row == 0xffffffffu, "softmax_cross_entropy: label ", host.bad_label, " of sample ", host.bad_row,
+             " is outside [0, ", classes, ")");
+  return host.total / double(b);
+}
+
+}  // namespace hpdt::kernels::cuda

@@ -1,1 +1,746 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// CUDA batch norm (NCHW or [n, c]) and layer norm (last dimension); the CPU oracle is kernels/cpu/norm.cpp.
+// Storage f32, f16 or bf16 with f32 math; saved and running statistics f32. Every reduction is
+// deterministic: a partition that depends on the shape only (never on the device or on timing), combined in
+// a fixed order, with no float atomics.
+//
+// Batch norm, per channel ch (its n*h*w values are n planes of h*w contiguous elements):
+//   1. bn_stats_kernel: grid (splits, c); block (split, ch) runs Welford over a fixed chunk of the channel's
+//      values (8 values at a time, merged with Chan's formula), then a fixed warp/block tree -> one partial
+//      (count, mean, M2) per block.
+//   2. bn_stats_finalize: one thread per channel merges its partials in split order (double), then the
+//      CPU's finalize: mean, invstd, running stats with momentum and the unbiased variance. SyncBN instead
+//      writes the CPU's (sum, sumsq, count) buffer, which the host all-reduces, and
+//      bn_finalize_from_sums finishes exactly as kernels/cpu/norm.cpp does.
+//   3. bn_apply_kernel: y = x * a + b with a = invstd * gamma, b = beta - mean * a (eval: from running stats).
+//   Backward: bn_backward_reduce_kernel (per-block sum dy, sum dy * (x - mean)) -> bn_backward_finalize
+//   (split order, double; dgamma/dbeta +=; the dx coefficients) -> bn_backward_apply_kernel.
+// Layer norm: ln_forward_kernel, one warp per row (the row re-read from L1/L2 for the three passes);
+//   ln_backward_kernel, a group of threads per row, each thread owning fixed columns of the block's
+//   dgamma/dbeta accumulators in shared memory (no races), partials per block summed in block order by
+//   ln_param_grad_finalize.
+#include <algorithm>
+#include <vector>
+
+#include "hpdt/kernels/cuda/norm.h"
+#include "launch.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kTargetBlocks = 132 * 8;  // H100: one full wave of 256-thread blocks (a constant: deterministic)
+
+// ---- small helpers (private to this file) ------------------------------------------------------------
+
+template <class T>
+constexpr int kVec = int(16 / sizeof(T));  // elements per 16-byte vector
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T e[V];
+};
+
+template <int V, class T>
+__device__ __forceinline__ void load(const T* p, float (&v)[V]) {
+  const Pack<T, V> pk = *reinterpret_cast<const Pack<T, V>*>(p);
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] = to_f32(pk.e[k]);
+}
+
+template <int V, class T>
+__device__ __forceinline__ void store(T* p, const float (&v)[V]) {
+  Pack<T, V> pk;
+#pragma unroll
+  for (int k = 0; k < V; ++k) pk.e[k] = from_f32<T>(v[k]);
+  *reinterpret_cast<Pack<T, V>*>(p) = pk;
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Butterfly sum: every lane ends with the same bits (float addition is commutative).
+__device__ __forceinline__ float warp_allsum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Fixed-tree block sum of two values; the result is valid in thread 0. Block size kThreads.
+__device__ __forceinline__ void block_sum2(float& a, float& b) {
+  __shared__ float sh[2][kWarps];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_down_sync(0xffffffffu, a, o);
+    b += __shfl_down_sync(0xffffffffu, b, o);
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) sh[0][warp] = a, sh[1][warp] = b;
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < kWarps ? sh[0][lane] : 0.0f;
+    b = lane < kWarps ? sh[1][lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      a += __shfl_down_sync(0xffffffffu, a, o);
+      b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+  }
+}
+
+// ---- batch norm: Welford statistics -------------------------------------------------------------------
+
+struct Welford {
+  float n, mean, m2;
+};
+
+// Chan et al.'s pairwise merge of two (count, mean, M2) summaries.
+__device__ __forceinline__ Welford merge(Welford a, Welford b) {
+  if (b.n == 0.0f) return a;
+  if (a.n == 0.0f) return b;
+  const float n = a.n + b.n;
+  const float delta = b.mean - a.mean;
+  const float wb = b.n / n;
+  return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb};
+}
+
+__device__ __forceinline__ Welford warp_merge_down(Welford w) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const Welford other{__shfl_down_sync(0xffffffffu, w.n, o), __shfl_down_sync(0xffffffffu, w.mean, o),
+                        __shfl_down_sync(0xffffffffu, w.m2, o)};
+    w = merge(w, other);
+  }
+  return w;
+}
+
+// Element offset of vector slot `s` of channel `ch`: slot s is vector j of plane i, s = i * hwv + j.
+__device__ __forceinline__ int64_t bn_offset(uint32_t s, uint32_t hwv, int c, int ch) {
+  const uint32_t i = s / hwv, j = s - i * hwv;
+  return (int64_t(i) * c + ch) * hwv + j;  // in vectors
+}
+
+// End of the chunk starting at s0 (no 32-bit overflow at the last chunk).
+__device__ __forceinline__ uint32_t chunk_end(uint32_t s0, uint32_t chunk, uint32_t slots) {
+  return uint32_t(min(uint64_t(slots), uint64_t(s0) + chunk));
+}
+
+// Per-channel grid: `splits` blocks per channel, each taking `chunk` consecutive vector slots.
+struct ChannelSplit {
+  int splits;
+  uint32_t chunk;
+};
+ChannelSplit channel_split(int64_t c, int64_t slots, int64_t min_slots_per_block) {
+  const int64_t want = std::max<int64_t>(1, (kTargetBlocks + c - 1) / c);
+  const int64_t most = std::max<int64_t>(1, slots / min_slots_per_block);
+  const int64_t splits = std::min(want, most);
+  const int64_t chunk = std::max<int64_t>(1, (slots + splits - 1) / splits);
+  return {int(std::max<int64_t>(1, (slots + chunk - 1) / chunk)), uint32_t(chunk)};
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_stats_kernel(const T* __restrict__ x, int c, uint32_t hwv, uint32_t slots, uint32_t chunk, float* __restrict__ partial) {
+  constexpr int U = 8 / V;  // slots per step: 8 values, merged into the running summary at once
+  const int ch = blockIdx.y;
+  const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
+  Welford st{0.0f, 0.0f, 0.0f};
+  for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
+    float v[U][V];
+    bool ok[U];
+    float sum = 0.0f;
+    int cnt = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t su = s + uint32_t(u) * kThreads;
+      ok[u] = su < s1;
+      if (ok[u]) {
+        load<V>(x + bn_offset(su, hwv, c, ch) * V, v[u]);
+        cnt += V;
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[u][k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) sum += v[u][k];
+    }
+    const float nb = float(cnt);  // >= V: slot s itself is in range
+    const float mb = sum / nb;
+    float m2b = 0.0f;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float d = ok[u] ? v[u][k] - mb : 0.0f;
+        m2b += d * d;
+      }
+    st = merge(st, Welford{nb, mb, m2b});
+  }
+  // Fixed tree: lanes (shfl_down), then the warps' summaries in warp order.
+  __shared__ float sh[3][kWarps];
+  st = warp_merge_down(st);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) sh[0][warp] = st.n, sh[1][warp] = st.mean, sh[2][warp] = st.m2;
+  __syncthreads();
+  if (warp == 0) {
+    st = lane < kWarps ? Welford{sh[0][lane], sh[1][lane], sh[2][lane]} : Welford{0.0f, 0.0f, 0.0f};
+    st = warp_merge_down(st);
+    if (lane == 0) {
+      float* p = partial + (int64_t(ch) * gridDim.x + blockIdx.x) * 3;
+      p[0] = st.n, p[1] = st.mean, p[2] = st.m2;
+    }
+  }
+}
+
+// The CPU's batchnorm_finalize for one channel (double math, f32 results).
+__device__ __forceinline__ void bn_finalize_channel(int ch, double count, double m, double var, double eps,
+                                                    double momentum, float* mean, float* invstd, float* running_mean,
+                                                    float* running_var) {
+  mean[ch] = float(m);
+  invstd[ch] = float(1.0 / sqrt(var + eps));
+  running_mean[ch] = float((1 - momentum) * double(running_mean[ch]) + momentum * m);
+  const double unbiased = count > 1 ? var * count / (count - 1) : var;
+  running_var[ch] = float((1 - momentum) * double(running_var[ch]) + momentum * unbiased);
+}
+
+// Merges the channel's partials in split order. Local statistics: finalizes from Welford's mean and M2.
+// SyncBN (sync_buf set): writes the CPU's seam buffer instead: sum = mean * count, sumsq = M2 + mean^2 * count,
+// and the count at [2c].
+__global__ void bn_stats_finalize(const float* __restrict__ partial, int splits, int c, double count, double eps,
+                                  double momentum, float* sync_buf, float* mean, float* invstd, float* running_mean,
+                                  float* running_var) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  double n = 0, m = 0, m2 = 0;
+  for (int s = 0; s < splits; ++s) {
+    const float* p = partial + (int64_t(ch) * splits + s) * 3;
+    const double nb = p[0];
+    if (nb == 0) continue;
+    const double nn = n + nb, delta = double(p[1]) - m;
+    m += delta * nb / nn;
+    m2 += double(p[2]) + delta * delta * n * nb / nn;
+    n = nn;
+  }
+  if (sync_buf) {
+    sync_buf[ch] = float(m * n);
+    sync_buf[c + ch] = float(m2 + m * m * n);
+    if (ch == 0) sync_buf[2 * c] = float(count);
+    return;
+  }
+  bn_finalize_channel(ch, count, m, fmax(0.0, m2 / count), eps, momentum, mean, invstd, running_mean, running_var);
+}
+
+// After the SyncBN all-reduce: exactly the CPU's finalize from (sum, sumsq, count).
+__global__ void bn_finalize_from_sums(const float* __restrict__ sync_buf, int c, double eps, double momentum,
+                                      float* mean, float* invstd, float* running_mean, float* running_var) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const double count = sync_buf[2 * c];
+  const double m = double(sync_buf[ch]) / count;
+  const double var = fmax(0.0, double(sync_buf[c + ch]) / count - m * m);
+  bn_finalize_channel(ch, count, m, var, eps, momentum, mean, invstd, running_mean, running_var);
+}
+
+// y = x * a + b per channel. Eval passes the running variance (scale_is_var): invstd = 1 / sqrt(var + eps)
+// in f32 as the CPU computes it. x and y may be the same tensor.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_apply_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale, int scale_is_var,
+                    float eps, const T* __restrict__ gamma, const T* __restrict__ beta, int c, uint32_t hwv,
+                    uint32_t slots, uint32_t chunk) {
+  constexpr int U = 4;
+  const int ch = blockIdx.y;
+  float is = scale[ch];
+  if (scale_is_var) is = 1.0f / sqrtf(is + eps);
+  const float a = is * to_f32(gamma[ch]), b = to_f32(beta[ch]) - mean[ch] * a;
+  const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
+  for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
+    float v[U][V];
+    int64_t off[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // all loads first: U vectors in flight per thread
+      const uint32_t su = s + uint32_t(u) * kThreads;
+      off[u] = su < s1 ? bn_offset(su, hwv, c, ch) * V : -1;
+      if (off[u] >= 0) load<V>(x + off[u], v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (off[u] < 0) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[u][k] = v[u][k] * a + b;
+      store<V>(y + off[u], v[u]);
+    }
+  }
+}
+
+// ---- batch norm backward ------------------------------------------------------------------------------
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_reduce_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, int c, uint32_t hwv,
+                              uint32_t slots, uint32_t chunk, float* __restrict__ partial) {
+  constexpr int U = 8 / V;
+  const int ch = blockIdx.y;
+  const float m = mean[ch];
+  const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
+  float sdy = 0.0f, sdyx = 0.0f;
+  for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
+    float g[U][V], p[U][V];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t su = s + uint32_t(u) * kThreads;
+      ok[u] = su < s1;
+      if (ok[u]) {
+        const int64_t off = bn_offset(su, hwv, c, ch) * V;
+        load<V>(dy + off, g[u]);
+        load<V>(x + off, p[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!ok[u]) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        sdy += g[u][k];
+        sdyx += g[u][k] * (p[u][k] - m);
+      }
+    }
+  }
+  block_sum2(sdy, sdyx);
+  if (threadIdx.x == 0) {
+    float* q = partial + (int64_t(ch) * gridDim.x + blockIdx.x) * 2;
+    q[0] = sdy, q[1] = sdyx;
+  }
+}
+
+// Per channel, in split order (double): sum_dy, sum_dy_xhat = sum dy (x - mean) * invstd (as the CPU);
+// dgamma += sum_dy_xhat, dbeta += sum_dy (local batch); coef = (sum_dy / count, sum_dy_xhat / count) for dx.
+// SyncBN (sync_buf set) also writes the seam buffer (sum_dy, sum_dy_xhat, count).
+template <class T>
+__global__ void bn_backward_finalize(const float* __restrict__ partial, int splits, int c, double count,
+                                     const float* __restrict__ invstd, T* dgamma, T* dbeta, float* sync_buf,
+                                     float* __restrict__ coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  double sdy = 0, sdyx = 0;
+  for (int s = 0; s < splits; ++s) {
+    const float* p = partial + (int64_t(ch) * splits + s) * 2;
+    sdy += double(p[0]);
+    sdyx += double(p[1]);
+  }
+  sdyx *= double(invstd[ch]);
+  dgamma[ch] = from_f32<T>(to_f32(dgamma[ch]) + float(sdyx));
+  dbeta[ch] = from_f32<T>(to_f32(dbeta[ch]) + float(sdy));
+  if (sync_buf) {
+    sync_buf[ch] = float(sdy);
+    sync_buf[c + ch] = float(sdyx);
+    if (ch == 0) sync_buf[2 * c] = float(count);
+  }
+  coef[ch] = float(sdy / count);
+  coef[c + ch] = float(sdyx / count);
+}
+
+// After the SyncBN all-reduce: the dx coefficients from the global sums and count, as the CPU.
+__global__ void bn_backward_coef_from_sums(const float* __restrict__ sync_buf, int c, float* __restrict__ coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const double count = sync_buf[2 * c];
+  coef[ch] = float(double(sync_buf[ch]) / count);
+  coef[c + ch] = float(double(sync_buf[c + ch]) / count);
+}
+
+// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)). dx may be dy.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_apply_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean,
+                             const float* __restrict__ invstd, const T* __restrict__ gamma,
+                             const float* __restrict__ coef, T* dx, int c, uint32_t hwv, uint32_t slots,
+                             uint32_t chunk) {
+  constexpr int U = V == 1 ? 4 : 2;
+  const int ch = blockIdx.y;
+  const float is = invstd[ch], k = to_f32(gamma[ch]) * is, mdy = coef[ch], mdyx = coef[c + ch], m = mean[ch];
+  const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
+  for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
+    float g[U][V], p[U][V];
+    int64_t off[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t su = s + uint32_t(u) * kThreads;
+      off[u] = su < s1 ? bn_offset(su, hwv, c, ch) * V : -1;
+      if (off[u] >= 0) {
+        load<V>(dy + off[u], g[u]);
+        load<V>(x + off[u], p[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (off[u] < 0) continue;
+#pragma unroll
+      for (int e = 0; e < V; ++e) g[u][e] = k * (g[u][e] - mdy - (p[u][e] - m) * is * mdyx);
+      store<V>(dx + off[u], g[u]);
+    }
+  }
+}
+
+// ---- host side of batch norm ---------------------------------------------------------------------------
+
+struct BnDims {
+  int c;
+  uint32_t hwv, slots;  // vectors per plane, vectors per channel
+  int v;                // vector width (elements)
+  int64_t count;        // values per channel, n * h * w
+};
+
+BnDims bn_dims(const char* op, const Tensor& x, int vec, std::initializer_list<const void*> ptrs) {
+  const int64_t n = x.size(0), c = x.size(1), hw = x.ndim() == 4 ? x.size(2) * x.size(3) : 1;
+  HPDT_CHECK(c <= 65535, op, ": on CUDA at most 65535 channels, got ", c);
+  HPDT_CHECK(n * hw <= (int64_t(1) << 31), op, ": on CUDA at most 2^31 values per channel, got ", n * hw);
+  bool vectorise = hw % vec == 0;
+  for (const void* p : ptrs) vectorise = vectorise && aligned16(p);
+  const int v = vectorise ? vec : 1;
+  return {int(c), uint32_t(hw / v), uint32_t(n * hw / v), v, n * hw};
+}
+
+void ensure_f32(Tensor& t, int64_t n, const Tensor& like, const Stream& stream) {
+  if (!t.defined() || t.numel() != n || t.dtype() != DType::f32 || t.device() != like.device())
+    t = Tensor::empty({n}, DType::f32, like.device(), AllocOptions{.stream = &stream});
+}
+
+unsigned channel_blocks(int c) { return unsigned((c + 127) / 128); }
+
+// SyncBN's host seam: the callback all-reduces a host buffer, so the 2c+1 floats (sum, sumsq or the
+// backward sums, count) travel to the host and back with one stream synchronisation in between. That round
+// trip is the price of the host-side seam; a device-side all-reduce on the stream would avoid it. Pageable
+// memory: the device-to-host copy returns when done, the host-to-device copy once the buffer is staged.
+void sync_round_trip(const AllReduceSum& sync, float* dev_buf, int c, cudaStream_t s) {
+  std::vector<float> host(size_t(2 * c + 1));
+  const size_t bytes = host.size() * sizeof(float);
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(host.data(), dev_buf, bytes, cudaMemcpyDeviceToHost, s));
+  HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+  sync(host.data(), host.size());
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(dev_buf, host.data(), bytes, cudaMemcpyHostToDevice, s));
+}
+
+template <class T>
+void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float* scale, bool scale_is_var, float eps,
+              const T* gamma, const T* beta, cudaStream_t s) {
+  const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
+  const dim3 grid(unsigned(sp.splits), unsigned(d.c));
+  if (d.v == 1)
+    bn_apply_kernel<T, 1><<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv,
+                                                    d.slots, sp.chunk);
+  else
+    bn_apply_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c,
+                                                          d.hwv, d.slots, sp.chunk);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+// ---- layer norm --------------------------------------------------------------------------------------
+
+// One warp per row: sum -> mean, sum (x - mean)^2 -> rstd, then y; the row stays in L1/L2 between passes.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    ln_forward_kernel(const T* x, const T* __restrict__ gamma, const T* __restrict__ beta, float eps, T* y,
+                      float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int d) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps
+  const T* p = x + row * d;
+  float s = 0.0f;
+  for (int j = lane * V; j < d; j += 32 * V) {
+    float v[V];
+    load<V>(p + j, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) s += v[k];
+  }
+  const float m = warp_allsum(s) / float(d);
+  float ss = 0.0f;
+  for (int j = lane * V; j < d; j += 32 * V) {
+    float v[V];
+    load<V>(p + j, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) ss += (v[k] - m) * (v[k] - m);
+  }
+  const float rs = 1.0f / sqrtf(warp_allsum(ss) / float(d) + eps);
+  T* q = y + row * d;
+  for (int j = lane * V; j < d; j += 32 * V) {
+    float v[V], g[V], b[V];
+    load<V>(p + j, v);
+    load<V>(gamma + j, g);
+    load<V>(beta + j, b);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = (v[k] - m) * rs * g[k] + b[k];
+    store<V>(q + j, v);
+  }
+  if (lane == 0) mean[row] = m, rstd[row] = rs;
+}
+
+// Backward. Block = `groups` groups of `tpr` threads (a multiple of 32); group g of block b takes rows
+// r0 + g, r0 + g + groups, ... of the block's fixed range [r0, r1). Thread t of a group owns the vectors
+// t, t + tpr, ... of a row, and with them the columns of its group's dgamma/dbeta accumulators in shared
+// memory: no two threads touch one accumulator. At the end the groups' accumulators are summed in group
+// order into the block's partial row; ln_param_grad_finalize sums the blocks in block order.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    ln_backward_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma, const float* __restrict__ mean,
+                       const float* __restrict__ rstd, T* dx, float* __restrict__ partial, int64_t rows,
+                       int64_t rows_per_block, int d, int tpr) {
+  extern __shared__ float acc[];  // [groups][2][d]
+  __shared__ float red[2][kWarps][2];
+  const int groups = blockDim.x / tpr, g = threadIdx.x / tpr, t = threadIdx.x - g * tpr;
+  const int warps_per_group = tpr >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int packs = d / V;
+  float* acc_g = acc + int64_t(g) * 2 * d;  // dgamma partial at [0, d), dbeta at [d, 2d)
+  for (int pk = t; pk < packs; pk += tpr)
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc_g[pk * V + k] = 0.0f, acc_g[d + pk * V + k] = 0.0f;
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per_block, r1 = min(rows, r0 + rows_per_block);
+  const int64_t iters = (rows_per_block + groups - 1) / groups;  // the same for every thread: syncs stay uniform
+  for (int64_t it = 0; it < iters; ++it) {
+    const int64_t row = r0 + it * groups + g;
+    const bool valid = row < r1;
+    float sg = 0.0f, sgx = 0.0f, m = 0.0f, rs = 0.0f;
+    if (valid) {
+      m = mean[row], rs = rstd[row];
+      const T* gr = dy + row * d;
+      const T* pr = x + row * d;
+      for (int pk = t; pk < packs; pk += tpr) {
+        float gv[V], pv[V], gm[V];
+        load<V>(gr + pk * V, gv);
+        load<V>(pr + pk * V, pv);
+        load<V>(gamma + pk * V, gm);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float xh = (pv[k] - m) * rs, gj = gv[k] * gm[k];
+          sg += gj;
+          sgx += gj * xh;
+          acc_g[pk * V + k] += gv[k] * xh;
+          acc_g[d + pk * V + k] += gv[k];
+        }
+      }
+    }
+    sg = warp_allsum(sg);
+    sgx = warp_allsum(sgx);
+    if (warps_per_group > 1) {  // uniform over the block
+      const int buf = int(it & 1);  // double buffer: one barrier per row
+      if (lane == 0) red[buf][warp][0] = sg, red[buf][warp][1] = sgx;
+      __syncthreads();
+      sg = 0.0f, sgx = 0.0f;
+      for (int w = 0; w < warps_per_group; ++w) {  // the same order in every thread of the group
+        sg += red[buf][g * warps_per_group + w][0];
+        sgx += red[buf][g * warps_per_group + w][1];
+      }
+    }
+    if (valid) {
+      sg /= float(d);
+      sgx /= float(d);
+      const T* gr = dy + row * d;
+      const T* pr = x + row * d;
+      T* qr = dx + row * d;
+      for (int pk = t; pk < packs; pk += tpr) {
+        float gv[V], pv[V], gm[V];
+        load<V>(gr + pk * V, gv);
+        load<V>(pr + pk * V, pv);
+        load<V>(gamma + pk * V, gm);
+#pragma unroll
+        for (int k = 0; k < V; ++k) gv[k] = rs * (gv[k] * gm[k] - sg - (pv[k] - m) * rs * sgx);
+        store<V>(qr + pk * V, gv);
+      }
+    }
+  }
+  __syncthreads();
+  float* out = partial + int64_t(blockIdx.x) * 2 * d;
+  for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) {
+    float s = 0.0f;
+    for (int gg = 0; gg < groups; ++gg) s += acc[int64_t(gg) * 2 * d + j];
+    out[j] = s;
+  }
+}
+
+template <class T>
+__global__ void ln_param_grad_finalize(const float* __restrict__ partial, int blocks, int d, T* dgamma, T* dbeta) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  float sg = 0.0f, sb = 0.0f;
+  for (int b = 0; b < blocks; ++b) {
+    sg += partial[int64_t(b) * 2 * d + j];
+    sb += partial[int64_t(b) * 2 * d + d + j];
+  }
+  dgamma[j] = from_f32<T>(to_f32(dgamma[j]) + sg);
+  dbeta[j] = from_f32<T>(to_f32(dbeta[j]) + sb);
+}
+
+}  // namespace
+
+// ---- entry points ------------------------------------------------------------------------------------
+
+void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                             Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
+                             const AllReduceSum& sync, const Stream& stream) {
+  const cudaStream_t s = detail::native(stream);
+  const int64_t c = x.size(1);
+  ensure_f32(saved.mean, c, x, stream);
+  ensure_f32(saved.invstd, c, x, stream);
+  if (c == 0) return;
+  dispatch_floating(x.dtype(), "batchnorm_forward_train", [&](auto tag) {
+    using T = decltype(tag);
+    const BnDims d = bn_dims("batchnorm_forward_train", x, kVec<T>, {x.data(), y.data()});
+    const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
+    const AllocOptions opts{.stream = &stream};
+    Tensor partial = Tensor::empty({int64_t(d.c) * sp.splits * 3}, DType::f32, x.device(), opts);
+    const dim3 grid(unsigned(sp.splits), unsigned(d.c));
+    const T* xp = static_cast<const T*>(x.data());
+    if (d.v == 1)
+      bn_stats_kernel<T, 1><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+    else
+      bn_stats_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+    HPDT_CUDA_CHECK_LAUNCH();
+    float* mean = saved.mean.data<float>();
+    float* invstd = saved.invstd.data<float>();
+    float* rm = running_mean.data<float>();
+    float* rv = running_var.data<float>();
+    Tensor buf;
+    if (sync) buf = Tensor::empty({2 * int64_t(d.c) + 1}, DType::f32, x.device(), opts);
+    bn_stats_finalize<<<channel_blocks(d.c), 128, 0, s>>>(partial.data<float>(), sp.splits, d.c, double(d.count), eps,
+                                                           momentum, sync ? buf.data<float>() : nullptr, mean, invstd,
+                                                           rm, rv);
+    HPDT_CUDA_CHECK_LAUNCH();
+    if (sync) {
+      sync_round_trip(sync, buf.data<float>(), d.c, s);
+      bn_finalize_from_sums<<<channel_blocks(d.c), 128, 0, s>>>(buf.data<float>(), d.c, eps, momentum, mean, invstd,
+                                                                rm, rv);
+      HPDT_CUDA_CHECK_LAUNCH();
+    }
+    bn_apply<T>(d, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, static_cast<const T*>(gamma.data()),
+                static_cast<const T*>(beta.data()), s);
+  });
+}
+
+void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                            const Tensor& running_var, float eps, Tensor& y, const Stream& stream) {
+  if (x.size(1) == 0) return;
+  dispatch_floating(x.dtype(), "batchnorm_forward_eval", [&](auto tag) {
+    using T = decltype(tag);
+    const BnDims d = bn_dims("batchnorm_forward_eval", x, kVec<T>, {x.data(), y.data()});
+    bn_apply<T>(d, static_cast<const T*>(x.data()), static_cast<T*>(y.data()), running_mean.data<float>(),
+                running_var.data<float>(), true, eps, static_cast<const T*>(gamma.data()),
+                static_cast<const T*>(beta.data()), detail::native(stream));
+  });
+}
+
+void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync,
+                              const Stream& stream) {
+  const cudaStream_t s = detail::native(stream);
+  if (x.size(1) == 0) return;
+  dispatch_floating(x.dtype(), "batchnorm_backward_train", [&](auto tag) {
+    using T = decltype(tag);
+    const BnDims d = bn_dims("batchnorm_backward_train", x, kVec<T>, {dy.data(), x.data(), dx.data()});
+    const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
+    const AllocOptions opts{.stream = &stream};
+    Tensor partial = Tensor::empty({int64_t(d.c) * sp.splits * 2}, DType::f32, x.device(), opts);
+    Tensor coef = Tensor::empty({2 * int64_t(d.c)}, DType::f32, x.device(), opts);
+    const dim3 grid(unsigned(sp.splits), unsigned(d.c));
+    const T* dyp = static_cast<const T*>(dy.data());
+    const T* xp = static_cast<const T*>(x.data());
+    const float* mean = saved.mean.data<float>();
+    const float* invstd = saved.invstd.data<float>();
+    if (d.v == 1)
+      bn_backward_reduce_kernel<T, 1><<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk,
+                                                                partial.data<float>());
+    else
+      bn_backward_reduce_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk,
+                                                                      partial.data<float>());
+    HPDT_CUDA_CHECK_LAUNCH();
+    Tensor buf;
+    if (sync) buf = Tensor::empty({2 * int64_t(d.c) + 1}, DType::f32, x.device(), opts);
+    bn_backward_finalize<T><<<channel_blocks(d.c), 128, 0, s>>>(
+        partial.data<float>(), sp.splits, d.c, double(d.count), invstd, static_cast<T*>(dgamma.data()),
+        static_cast<T*>(dbeta.data()), sync ? buf.data<float>() : nullptr, coef.data<float>());
+    HPDT_CUDA_CHECK_LAUNCH();
+    if (sync) {
+      sync_round_trip(sync, buf.data<float>(), d.c, s);
+      bn_backward_coef_from_sums<<<channel_blocks(d.c), 128, 0, s>>>(buf.data<float>(), d.c, coef.data<float>());
+      HPDT_CUDA_CHECK_LAUNCH();
+    }
+    const ChannelSplit ap = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
+    const dim3 agrid(unsigned(ap.splits), unsigned(d.c));
+    const T* gp = static_cast<const T*>(gamma.data());
+    T* dxp = static_cast<T*>(dx.data());
+    if (d.v == 1)
+      bn_backward_apply_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
+                                                                d.c, d.hwv, d.slots, ap.chunk);
+    else
+      bn_backward_apply_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
+                                                                      dxp, d.c, d.hwv, d.slots, ap.chunk);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, LayerNormSaved& saved,
+                       Tensor& y, const Stream& stream) {
+  const int64_t d = x.size(-1), rows = d > 0 ? x.numel() / d : 0;
+  ensure_f32(saved.mean, rows, x, stream);
+  ensure_f32(saved.rstd, rows, x, stream);
+  if (rows == 0 || d == 0) return;
+  HPDT_CHECK(d < (int64_t(1) << 31), "layernorm_forward: on CUDA rows of at most 2^31 values, got ", d);
+  dispatch_floating(x.dtype(), "layernorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = d % kVec<T> == 0 && aligned16(x.data()) && aligned16(y.data()) && aligned16(gamma.data()) &&
+                     aligned16(beta.data());
+    const unsigned blocks = unsigned((rows + kWarps - 1) / kWarps);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, kThreads, 0, detail::native(stream)>>>(
+          static_cast<const T*>(x.data()), static_cast<const T*>(gamma.data()), static_cast<const T*>(beta.data()), eps,
+          static_cast<T*>(y.data()), saved.mean.data<float>(), saved.rstd.data<float>(), rows, int(d));
+      HPDT_CUDA_CHECK_LAUNCH();
+    };
+    if (vec) launch(ln_forward_kernel<T, kVec<T>>);
+    else launch(ln_forward_kernel<T, 1>);
+  });
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved,
+                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Stream& stream) {
+  const int64_t d = x.size(-1), rows = d > 0 ? x.numel() / d : 0;
+  if (d == 0) return;
+  const char* op = "layernorm_backward";
+  check_dtype(op, "saved mean", saved.mean, DType::f32);
+  check_dtype(op, "saved rstd", saved.rstd, DType::f32);
+  const cudaStream_t s = detail::native(stream);
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const bool vec = d % kVec<T> == 0 && aligned16(dy.data()) && aligned16(x.data()) && aligned16(dx.data()) &&
+                     aligned16(gamma.data());
+    const int v = vec ? kVec<T> : 1;
+    const int64_t packs = d / v;
+    // Threads per row: the row's vectors, rounded up to whole warps, at most a block; several rows per block
+    // when rows are short.
+    const int tpr = int(std::min<int64_t>(kThreads, (packs + 31) / 32 * 32));
+    const int groups = kThreads / tpr;
+    const size_t smem = size_t(groups) * 2 * size_t(d) * sizeof(float);
+    constexpr size_t kMaxSmem = 227 * 1024;  // H100's per-block opt-in limit
+    HPDT_CHECK(smem <= kMaxSmem, op, ": on CUDA rows of at most ", kMaxSmem / 8,
+               " values (the dgamma/dbeta accumulators live in shared memory), got ", d);
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((rows + groups - 1) / groups, kTargetBlocks));
+    const int64_t rows_per_block = rows > 0 ? (rows + blocks - 1) / blocks : 1;
+    Tensor partial = Tensor::empty({blocks * 2 * d}, DType::f32, x.device(), AllocOptions{.stream = &stream});
+    auto launch = [&](auto kernel) {
+      if (smem > 48 * 1024)
+        HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      kernel<<<unsigned(blocks), groups * tpr, smem, s>>>(
+          static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), static_cast<const T*>(gamma.data()),
+          saved.mean.data<float>(), saved.rstd.data<float>(), static_cast<T*>(dx.data()), partial.data<float>(), rows,
+          rows_per_block, int(d), tpr);
+      HPDT_CUDA_CHECK_LAUNCH();
+    };
+    if (vec) launch(ln_backward_kernel<T, kVec<T>>);
+    else launch(ln_backward_kernel<T, 1>);
+    ln_param_grad_finalize<T><<<unsigned((d + 127) / 128), 128, 0, s>>>(
+        partial.data<float>(), int(blocks), int(d), static_cast<T*>(dgamma.data()), static_cast<T*>(dbeta.data()));
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace hpdt::kernels::cuda

@@ -1,1 +1,180 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// CUDA max pool and global average pool (NCHW); the CPU oracle is kernels/cpu/pool.cpp.
+// Storage f32, f16 or bf16, math in f32, argmax i32 (index into the input's h*w plane, -1 never occurs).
+//   maxpool_forward_kernel: one thread per output; the CPU's scan order and tie rule (first maximum wins,
+//     a NaN wins and propagates), padding = -inf.
+//   maxpool_backward_gather_kernel: one thread per input element sums, in output order, the dy of the
+//     windows that contain it and whose argmax is it: deterministic, no atomics, the CPU's addition order.
+//   avgpool_forward_kernel: one warp per plane (fixed lane tree); avgpool_backward_kernel: a block writes a
+//     contiguous run of whole planes.
+// Flat indices are 32-bit when the tensor allows it (Index = uint32_t), else 64-bit.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "hpdt/kernels/cuda/pool.h"
+#include "launch.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class Index, class T>
+__global__ void __launch_bounds__(kThreads)
+    maxpool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total,
+                           int h, int w, int oh, int ow, int k, int stride, int pad) {
+  for (Index o = Index(blockIdx.x) * kThreads + threadIdx.x; o < total; o += Index(gridDim.x) * kThreads) {
+    const Index plane = o / Index(oh * ow);
+    const int r = int(o - plane * Index(oh * ow));
+    const int oy = r / ow, ox = r - oy * ow;
+    const T* p = x + plane * Index(h * w);
+    float best = -std::numeric_limits<float>::infinity();
+    int at = -1;
+    for (int ky = 0; ky < k; ++ky) {
+      const int iy = oy * stride - pad + ky;
+      if (iy < 0 || iy >= h) continue;
+      for (int kx = 0; kx < k; ++kx) {
+        const int ix = ox * stride - pad + kx;
+        if (ix < 0 || ix >= w) continue;
+        const float v = to_f32(p[iy * w + ix]);
+        if (at < 0 || v > best || v != v) {  // as the CPU: NaN propagates like PyTorch
+          best = v;
+          at = iy * w + ix;
+        }
+      }
+    }
+    y[o] = from_f32<T>(best);
+    argmax[o] = at;
+  }
+}
+
+template <class Index, class T>
+__global__ void __launch_bounds__(kThreads)
+    maxpool_backward_gather_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
+                                   Index total, int h, int w, int oh, int ow, int k, int stride, int pad) {
+  for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < total; i += Index(gridDim.x) * kThreads) {
+    const Index plane = i / Index(h * w);
+    const int at = int(i - plane * Index(h * w));
+    const int iy = at / w, ix = at - iy * w;
+    // Windows containing (iy, ix): oy * stride - pad <= iy <= oy * stride - pad + k - 1.
+    const int ay = iy + pad - k + 1, ax = ix + pad - k + 1;
+    const int oy0 = ay <= 0 ? 0 : (ay + stride - 1) / stride, oy1 = min(oh - 1, (iy + pad) / stride);
+    const int ox0 = ax <= 0 ? 0 : (ax + stride - 1) / stride, ox1 = min(ow - 1, (ix + pad) / stride);
+    const Index base = plane * Index(oh * ow);
+    float acc = 0.0f;
+    for (int oy = oy0; oy <= oy1; ++oy)
+      for (int ox = ox0; ox <= ox1; ++ox) {
+        const Index o = base + Index(oy * ow + ox);
+        if (argmax[o] == at) acc += to_f32(dy[o]);
+      }
+    dx[i] = from_f32<T>(acc);
+  }
+}
+
+// One warp per plane: lanes stride over the plane, then a fixed shfl_down tree; y = sum / hw.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    avgpool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes, int hw) {
+  const int lane = threadIdx.x & 31;
+  const int64_t plane = int64_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  if (plane >= planes) return;  // whole warps
+  const T* p = x + plane * hw;
+  float s = 0.0f;
+  for (int j = lane; j < hw; j += 32) s += to_f32(p[j]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+  if (lane == 0) y[plane] = from_f32<T>(s / float(hw));
+}
+
+// Block b writes planes [b * per_block, ...): dx = dy[plane] / hw, 32-bit offsets inside the block's run.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    avgpool_backward_kernel(const T* __restrict__ dy, T* __restrict__ dx, int64_t planes, int hw, int per_block) {
+  const int64_t p0 = int64_t(blockIdx.x) * per_block;
+  const int64_t np = min(int64_t(per_block), planes - p0);
+  const uint32_t n = uint32_t(np * hw);
+  T* q = dx + p0 * hw;
+  for (uint32_t e = threadIdx.x; e < n; e += kThreads) {
+    const uint32_t pl = e / uint32_t(hw);
+    q[e] = from_f32<T>(to_f32(dy[p0 + pl]) / float(hw));
+  }
+}
+
+bool fits_u32(int64_t n) { return n < (int64_t(1) << 32) - int64_t(kThreads) * 132 * 16; }
+
+}  // namespace
+
+void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, Tensor& y, Tensor& argmax,
+                       const Stream& stream) {
+  const int64_t h = x.size(2), w = x.size(3), oh = y.size(2), ow = y.size(3);
+  HPDT_CHECK(h * w < (int64_t(1) << 31) && oh * ow < (int64_t(1) << 31) && k < (1 << 15), "maxpool2d_forward: plane ",
+             h, "x", w, " or window ", k, " too large for CUDA");
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  const cudaStream_t s = detail::native(stream);
+  dispatch_floating(x.dtype(), "maxpool2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    auto launch = [&](auto index) {
+      using Index = decltype(index);
+      maxpool_forward_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+          static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total), int(h),
+          int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+      HPDT_CUDA_CHECK_LAUNCH();
+    };
+    if (fits_u32(total) && fits_u32(x.numel())) launch(uint32_t{});
+    else launch(int64_t{});
+  });
+}
+
+void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64_t stride, int64_t pad, Tensor& dx,
+                        const Stream& stream) {
+  const int64_t h = dx.size(2), w = dx.size(3), oh = dy.size(2), ow = dy.size(3);
+  HPDT_CHECK(h * w < (int64_t(1) << 31) && oh * ow < (int64_t(1) << 31) && k < (1 << 15), "maxpool2d_backward: plane ",
+             h, "x", w, " or window ", k, " too large for CUDA");
+  const int64_t total = dx.numel();
+  if (total == 0) return;
+  const cudaStream_t s = detail::native(stream);
+  dispatch_floating(dx.dtype(), "maxpool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    auto launch = [&](auto index) {
+      using Index = decltype(index);
+      maxpool_backward_gather_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+          static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total), int(h),
+          int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+      HPDT_CUDA_CHECK_LAUNCH();
+    };
+    if (fits_u32(total) && fits_u32(dy.numel())) launch(uint32_t{});
+    else launch(int64_t{});
+  });
+}
+
+void global_avgpool_forward(const Tensor& x, Tensor& y, const Stream& stream) {
+  const int64_t planes = x.size(0) * x.size(1), hw = x.size(2) * x.size(3);
+  if (planes == 0) return;
+  HPDT_CHECK(hw < (int64_t(1) << 31), "global_avgpool_forward: plane of ", hw, " values too large for CUDA");
+  constexpr int kWarps = kThreads / 32;
+  dispatch_floating(x.dtype(), "global_avgpool_forward", [&](auto tag) {
+    using T = decltype(tag);
+    avgpool_forward_kernel<T><<<unsigned((planes + kWarps - 1) / kWarps), kThreads, 0, detail::native(stream)>>>(
+        static_cast<const T*>(x.data()), static_cast<T*>(y.data()), planes, int(hw));
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void global_avgpool_backward(const Tensor& dy, Tensor& dx, const Stream& stream) {
+  const int64_t planes = dx.size(0) * dx.size(1), hw = dx.size(2) * dx.size(3);
+  if (planes == 0 || hw == 0) return;
+  HPDT_CHECK(hw < (int64_t(1) << 31), "global_avgpool_backward: plane of ", hw, " values too large for CUDA");
+  // About 8 elements per thread per block, whole planes only.
+  const int per_block = int(std::max<int64_t>(1, int64_t(kThreads) * 8 / hw));
+  const int64_t blocks = (planes + per_block - 1) / per_block;
+  dispatch_floating(dx.dtype(), "global_avgpool_backward", [&](auto tag) {
+    using T = decltype(tag);
+    avgpool_backward_kernel<T><<<unsigned(blocks), kThreads, 0, detail::native(stream)>>>(
+        static_cast<const T*>(dy.data()), static_cast<T*>(dx.data()), planes, int(hw), per_block);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace hpdt::kernels::cuda

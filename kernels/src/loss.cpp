@@ -2,20 +2,25 @@
 
 #include "hpdt/kernels/cpu/loss.h"
 #include "hpdt/kernels/dispatch.h"
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/loss.h"
+#endif
 
 namespace hpdt::kernels {
 
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
                              double grad_scale, const Stream& s) {
   const char* op = "softmax_cross_entropy";
-  detail::cpu_f32_only(op, {&logits}, s);
-  if (!detail::common_device(op, {&logits, &labels}, s).is_cpu()) detail::not_on_cuda_yet(op);
+  const Device dev = dlogits ? detail::float_op_device(op, {&logits, dlogits}, s) : detail::float_op_device(op, {&logits}, s);
+  detail::common_device(op, {&logits, &labels}, s);
   HPDT_CHECK(logits.ndim() == 2, op, ": logits must be [b, classes], got ", logits.shape().str());
   check_dtype(op, "labels", labels, DType::i32);
   check_shape(op, "labels", labels, Shape{logits.size(0)});
-  if (dlogits) {
-    detail::cpu_f32_only(op, {dlogits}, s);
-    check_shape(op, "dlogits", *dlogits, logits.shape());
+  if (dlogits) check_shape(op, "dlogits", *dlogits, logits.shape());
+  if (dev.is_cuda()) {
+#if HPDT_HAVE_CUDA
+    return cuda::softmax_cross_entropy(logits, labels, smoothing, dlogits, grad_scale, s);
+#endif
   }
   return cpu::softmax_cross_entropy<float>(logits.size(0), logits.size(1), logits.data<float>(),
                                            labels.data<int32_t>(), smoothing,

@@ -5,6 +5,9 @@
 
 #include "hpdt/kernels/cpu/norm.h"
 #include "hpdt/kernels/dispatch.h"
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/norm.h"
+#endif
 
 namespace hpdt::kernels {
 
@@ -19,7 +22,11 @@ Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma) {
   return d;
 }
 void ensure(Tensor& t, int64_t n) {
-  if (!t.defined() || t.numel() != n) t = Tensor::empty({n}, DType::f32);
+  if (!t.defined() || t.numel() != n || !t.is_cpu() || t.dtype() != DType::f32) t = Tensor::empty({n}, DType::f32);
+}
+// Parameters share the storage dtype of x; running and saved statistics are f32 on either device.
+void check_f32_stats(std::string_view op, std::initializer_list<std::pair<const char*, const Tensor*>> stats) {
+  for (const auto& [name, t] : stats) check_dtype(op, name, *t, DType::f32);
 }
 }  // namespace
 
@@ -27,10 +34,17 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
                              const AllReduceSum& sync, const Stream& s) {
   const char* op = "batchnorm_forward_train";
-  detail::cpu_f32_only(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  if (dev.is_cpu()) detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  else detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
+  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
   const Nchw d = bn_dims(op, x, gamma);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var}) check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync, s));
+    return;
+  }
   std::vector<double> sum(size_t(d.c)), sumsq(size_t(d.c));
   cpu::batchnorm_stats<float>(d.n, d.c, d.hw, x.data<float>(), sum.data(), sumsq.data());
   double count = double(d.n * d.hw);
@@ -59,10 +73,17 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, float eps, Tensor& y, const Stream& s) {
   const char* op = "batchnorm_forward_eval";
-  detail::cpu_f32_only(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  if (dev.is_cpu()) detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  else detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
+  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
   const Nchw d = bn_dims(op, x, gamma);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var}) check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s));
+    return;
+  }
   std::vector<float> invstd(size_t(d.c));
   const float* rv = running_var.data<float>();
   for (int64_t c = 0; c < d.c; ++c) invstd[size_t(c)] = 1.0f / std::sqrt(rv[c] + eps);
@@ -73,12 +94,21 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s) {
   const char* op = "batchnorm_backward_train";
-  detail::cpu_f32_only(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
+  const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
+  if (dev.is_cpu()) detail::float_op_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
+  else detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
+  check_f32_stats(op, {{"saved mean", &saved.mean}, {"saved invstd", &saved.invstd}});
   const Nchw d = bn_dims(op, x, gamma);
   check_shape(op, "dy", dy, x.shape());
   check_shape(op, "dx", dx, x.shape());
   check_shape(op, "dgamma", dgamma, Shape{d.c});
   check_shape(op, "dbeta", dbeta, Shape{d.c});
+  if (dev.is_cuda()) {
+    check_shape(op, "saved mean", saved.mean, Shape{d.c});
+    check_shape(op, "saved invstd", saved.invstd, Shape{d.c});
+    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s));
+    return;
+  }
   std::vector<double> sdy(size_t(d.c)), sdyx(size_t(d.c));
   cpu::batchnorm_backward_reduce<float>(d.n, d.c, d.hw, dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
                                         saved.invstd.data<float>(), sdy.data(), sdyx.data());
@@ -111,11 +141,15 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, LayerNormSaved& saved,
                        Tensor& y, const Stream& s) {
   const char* op = "layernorm_forward";
-  detail::cpu_f32_only(op, {&x, &gamma, &beta, &y}, s);
+  const Device dev = detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
   const int64_t d = x.size(-1), rows = x.numel() / d;
   check_shape(op, "gamma", gamma, Shape{d});
   check_shape(op, "beta", beta, Shape{d});
   check_shape(op, "y", y, x.shape());
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(cuda::layernorm_forward(x, gamma, beta, eps, saved, y, s));
+    return;
+  }
   ensure(saved.mean, rows);
   ensure(saved.rstd, rows);
   cpu::layernorm_forward<float>(rows, d, x.data<float>(), gamma.data<float>(), beta.data<float>(), eps,
@@ -125,13 +159,21 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved,
                         Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Stream& s) {
   const char* op = "layernorm_backward";
-  detail::cpu_f32_only(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
+  const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
+  if (dev.is_cpu()) detail::float_op_device(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
+  else detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
+  check_f32_stats(op, {{"saved mean", &saved.mean}, {"saved rstd", &saved.rstd}});
   const int64_t d = x.size(-1), rows = x.numel() / d;
   check_shape(op, "dy", dy, x.shape());
   check_shape(op, "dx", dx, x.shape());
   check_shape(op, "dgamma", dgamma, Shape{d});
   check_shape(op, "dbeta", dbeta, Shape{d});
   check_shape(op, "saved mean", saved.mean, Shape{rows});
+  if (dev.is_cuda()) {
+    check_shape(op, "saved rstd", saved.rstd, Shape{rows});
+    HPDT_ON_CUDA(cuda::layernorm_backward(dy, x, gamma, saved, dx, dgamma, dbeta, s));
+    return;
+  }
   cpu::layernorm_backward<float>(rows, d, dy.data<float>(), x.data<float>(), gamma.data<float>(),
                                  saved.mean.data<float>(), saved.rstd.data<float>(), dx.data<float>(),
                                  dgamma.data<float>(), dbeta.data<float>());

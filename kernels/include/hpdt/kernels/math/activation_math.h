@@ -1,0 +1,88 @@
+// Scalar activation math shared by the CPU oracle (kernels/cpu/activation.cpp, float and double) and
+// the CUDA kernels (kernels/cuda/activation.cu, float): one formula, so the two sides differ only by
+// the last-bit rounding of erf/tanh/exp between the host libm and CUDA's (within 2 ulp).
+#pragma once
+
+#include <cmath>
+
+#include "hpdt/core/hostdev.h"
+
+namespace hpdt::kernels::math {
+
+inline constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+inline constexpr double kInvSqrt2 = 0.70710678118654752440;     // 1/sqrt(2)
+inline constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2 pi)
+inline constexpr double kGeluTanhCubic = 0.044715;
+
+// erf, tanh, exp in the precision of the argument, on the host (libm) and on the device (CUDA math).
+HPDT_HD_INLINE float hd_erf(float x) {
+#if HPDT_DEVICE_CODE
+  return erff(x);
+#else
+  return std::erf(x);
+#endif
+}
+HPDT_HD_INLINE double hd_erf(double x) {
+#if HPDT_DEVICE_CODE
+  return ::erf(x);
+#else
+  return std::erf(x);
+#endif
+}
+HPDT_HD_INLINE float hd_tanh(float x) {
+#if HPDT_DEVICE_CODE
+  return tanhf(x);
+#else
+  return std::tanh(x);
+#endif
+}
+HPDT_HD_INLINE double hd_tanh(double x) {
+#if HPDT_DEVICE_CODE
+  return ::tanh(x);
+#else
+  return std::tanh(x);
+#endif
+}
+HPDT_HD_INLINE float hd_exp(float x) {
+#if HPDT_DEVICE_CODE
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+HPDT_HD_INLINE double hd_exp(double x) {
+#if HPDT_DEVICE_CODE
+  return ::exp(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+// GELU, exact form (PyTorch approximate='none'): x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
+template <class T>
+HPDT_HD_INLINE T gelu_erf(T x) {
+  return T(0.5) * x * (T(1) + hd_erf(x * T(kInvSqrt2)));
+}
+// d/dx: Phi(x) + x phi(x).
+template <class T>
+HPDT_HD_INLINE T gelu_erf_grad(T x) {
+  const T cdf = T(0.5) * (T(1) + hd_erf(x * T(kInvSqrt2)));
+  const T pdf = T(kInvSqrt2Pi) * hd_exp(T(-0.5) * x * x);
+  return cdf + x * pdf;
+}
+
+// GELU, tanh form (approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <class T>
+HPDT_HD_INLINE T gelu_tanh(T x) {
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluTanhCubic) * x * x * x);
+  return T(0.5) * x * (T(1) + hd_tanh(u));
+}
+template <class T>
+HPDT_HD_INLINE T gelu_tanh_grad(T x) {
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluTanhCubic) * x * x * x);
+  const T t = hd_tanh(u);
+  const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluTanhCubic) * x * x);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+}
+
+}  // namespace hpdt::kernels::math
