@@ -35,17 +35,19 @@ if [[ " $parts " == *" cluster "* ]]; then
     for rate in off 1gbit; do
       "$cluster" shape $rate > /dev/null
       name=cluster_${shape}_${rate/off/unshaped}
+      # one tuning file per cluster shape (2x2 keeps the historical name tuning_cluster.json)
+      tuning=$out/tuning_cluster.json; [ $shape = 2x2 ] || tuning=$out/tuning_cluster_$shape.json
       # 16 MiB at most: one 64 MiB ring all-reduce takes ~0.8 s at 1 Gbit/s
       emax=16M iters=3
       echo "== emulated cluster $shape, links $rate"
       HPDT_CLUSTER_SLOTS=$per timeout 1200 "$cluster" mpirun -np $((nodes * per)) --bind-to none "$perf" \
         -b 8 -e $emax -f 4 -n $iters -w 1 --repeat 3 --algo $algos --label "emulated $shape, links $rate" \
-        -J "$out/$name.json" --csv "$out/$name.csv" --tuning-out "$out/tuning_cluster.json" | tee "$out/$name.txt"
+        -J "$out/$name.json" --csv "$out/$name.csv" --tuning-out "$tuning" | tee "$out/$name.txt"
       if [ $shape = 2x2 ] && [ $rate = 1gbit ]; then
         # auto again, now reading the tuning file this configuration just wrote
         echo "== emulated cluster $shape, links $rate: auto with the measured tuning file"
         HPDT_CLUSTER_SLOTS=$per timeout 1200 "$cluster" mpirun -np $((nodes * per)) --bind-to none "$perf" \
-          -b 8 -e $emax -f 4 -n $iters -w 1 --repeat 3 --algo ring,hier,auto --tuning "$out/tuning_cluster.json" \
+          -b 8 -e $emax -f 4 -n $iters -w 1 --repeat 3 --algo ring,hier,auto --tuning "$tuning" \
           --label "emulated $shape, links $rate, auto tuned" -J "$out/${name}_tuned.json" | tee "$out/${name}_tuned.txt"
       fi
     done
