@@ -1,1 +1,1129 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// CUDA conv2d, NCHW, groups = 1, as implicit GEMM: no im2col buffer, the loaders gather the convolution's
+// operand from x (or dy) straight into shared memory, padding reading as zero. The CPU oracle is
+// kernels/cpu/conv.cpp; cuDNN (kernels/cuda/conv_vendor.cu) is the peer to beat.
+//
+// The three GEMMs (pixels = n * oh * ow output positions, taps = kh * kw):
+//   forward          y[co][pixel]  = sum_k  w'[co][k] * x(k, pixel)        M = co, N = pixels, K = taps * ci
+//   backward-data    dx[ci][pixel] = sum_k  w''[ci][k] * dy(k, pixel)      M = ci, N = pixels, K = taps * co
+//                    (one launch per stride phase: see run_backward_data)
+//   backward-filter  dw[co][k]     = sum_P  dy[co][P] * x(k, P)            M = co, N = ci * taps, K = pixels
+// w' and w'' are the weights repacked tap-major (k = tap * C + channel), so that a 32-wide k tile of a layer
+// with C % 32 == 0 sits in one tap and its 32 gathers share one bounds check (the "channels" gather).
+//
+// Variants (each for the three directions, chosen by ConvVariant):
+//   v1 SIMT: 64|128 x 128 block tile, k step 8, 8 x 8 outputs per thread from f32 shared memory, register-staged
+//      double buffering; f32, f16, bf16 storage.
+//   v2 tensor cores (f16, bf16): 64|128 x 128 x 32 block tile, 4|8 warps of 64 x 32, mma.sync.m16n8k16 with f32
+//      accumulators, ldmatrix fragments, double-buffered shared memory filled by cp.async where the operand is
+//      contiguous (weights; x/dy of 1x1 stride-1 convs and dy in backward-filter when the plane is a multiple
+//      of 8) and by register-staged gathers otherwise (loaded before the math, stored after it).
+// Both stage the f32 accumulators through shared memory for coalesced stores; the forward epilogue adds bias,
+// applies per-channel scale/shift, a residual and ReLU (conv2d_forward_fused) before the one rounding to T.
+// Backward-filter splits the pixel reduction over blockIdx.z into f32 partials summed in a fixed order
+// (deterministic, no atomics); dbias is a fixed-order two-pass reduction.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "hpdt/kernels/cuda/conv.h"
+#include "launch.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+// ---- small helpers ---------------------------------------------------------------------------------------
+
+// Division by a divisor fixed at launch (Granlund-Montgomery, as PyTorch's IntDivider): exact for
+// 0 <= n < 2^31 and 1 <= d < 2^31; one mul.hi instead of a ~20-instruction integer division.
+struct FastDiv {
+  uint32_t d = 1, mul = 1, shr = 0;
+  FastDiv() = default;
+  explicit FastDiv(int64_t divisor) : d(uint32_t(std::max<int64_t>(divisor, 1))) {
+    while ((uint64_t(1) << shr) < d) ++shr;
+    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shr) - d)) / d + 1);
+  }
+  __device__ __forceinline__ int div(int n) const { return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shr); }
+  __device__ __forceinline__ int value() const { return int(d); }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c += a * b on one 16 x 8 x 16 tile: a row-major 16 x 16, b "col" 16 x 8 (k pairs packed), f32 accumulators.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    static_assert(std::is_same_v<T, f16_t>);
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+// Fixed-order sum over a block of 256 threads; valid in thread 0.
+__device__ __forceinline__ float block_sum256(float v) {
+  __shared__ float warp_totals[8];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) warp_totals[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = threadIdx.x < 8 ? warp_totals[threadIdx.x] : 0.0f;
+  if (threadIdx.x < 32) {
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  }
+  return v;
+}
+
+// ---- tiles -----------------------------------------------------------------------------------------------
+
+constexpr int kBN = 128;              // block tile along N (pixels, or ci * taps in backward-filter)
+constexpr int kTcBK = 32;             // v2: k per pipeline stage (two m16n8k16 steps)
+constexpr int kSimtBK = 8;            // v1: k per pipeline stage
+constexpr int kPitchK = kTcBK + 8;    // v2 [row][k] tiles: 80-byte rows, ldmatrix conflict-free, 16-byte aligned
+constexpr int kPitchN = kBN + 8;      // v2 [k][pixel] tiles: 272-byte rows, ditto
+constexpr int kStagePitch = kBN + 8;  // f32 epilogue staging rows: float2 / float4 writes without bank conflicts
+constexpr int kStageBytesTc = 64 * kStagePitch * 4;  // one warp row (64 rows) staged at a time
+
+enum Gather { kGeneric = 0, kChannels = 1, kDirect = 2 };
+
+// ---- forward / backward-data implicit GEMM -----------------------------------------------------------------
+
+// C[M][pixel] = sum_k A[M][k] * B[k][pixel], written through the epilogue to dst.
+//   A: weights repacked tap-major, a[m * lda + k], k = tap * C + c, zero for k in [K, lda); lda % 8 == 0.
+//   B: gathered, B[k][pixel (img, py, px)] = src[img][c][py * sy + oy0 + tsign * jr][px * sx + ox0 + tsign * jc]
+//      for k = (jr * KWp + jc) * C + c, zero outside the source plane.
+//   dst[img][m][py * dys + dy0][px * dxs + dx0] = epilogue(C[m][pixel]).
+// Forward: src = x, C = ci, taps = kh x kw, (s*, o*0) = (stride, -pad), tsign = +1, dst = y on its own grid.
+// Backward-data: one launch per stride phase, src = dy, C = co, the phase's taps, (s*, o*0) = (1, q*0),
+// tsign = -1, dst = the dx pixels of the phase (a strided sub-grid).
+struct GemmConv {
+  const void* a = nullptr;
+  int lda = 0, M = 0;
+  const void* src = nullptr;
+  int C = 0, Hs = 0, Ws = 0, plane = 0;  // source channels and plane (plane = Hs * Ws)
+  int64_t src_img = 0;                   // C * plane
+  FastDiv pix_hw, pix_w;                 // pixel grid Hp x Wp: m -> (img, py, px)
+  int npix = 0;                          // n * Hp * Wp
+  int sy = 1, sx = 1, oy0 = 0, ox0 = 0, tsign = 1;
+  FastDiv div_c, div_kw;  // k -> (tap, c), tap -> (jr, jc)
+  int K = 0;              // taps * C
+  void* dst = nullptr;
+  int64_t dst_img = 0;
+  int dst_plane = 0, dst_w = 0, dys = 1, dy0 = 0, dxs = 1, dx0 = 0;
+  const void* bias = nullptr;
+  const void* scale = nullptr;
+  const void* shift = nullptr;
+  const void* residual = nullptr;
+  int relu = 0;
+};
+
+// The pixel m of the GEMM's N dimension on a grid of h x w per image.
+struct Pixel {
+  int img, py, px;
+};
+__device__ __forceinline__ Pixel decode_pixel(int m, const FastDiv& hw, const FastDiv& w) {
+  const int img = hw.div(m), rem = m - img * hw.value();
+  const int py = w.div(rem);
+  return {img, py, rem - py * w.value()};
+}
+
+// Where the output of pixel m goes (element offset of channel 0), and whether m is a real pixel.
+__device__ __forceinline__ int64_t dst_offset(const GemmConv& p, int m) {
+  const Pixel q = decode_pixel(m, p.pix_hw, p.pix_w);
+  return int64_t(q.img) * p.dst_img + int64_t(q.py * p.dys + p.dy0) * p.dst_w + (q.px * p.dxs + p.dx0);
+}
+
+// One output element through the epilogue: relu?((v + bias) * scale + shift + residual), rounded once.
+template <class T>
+__device__ __forceinline__ void store_output(const GemmConv& p, int ch, int64_t pixel_offset, float v) {
+  const int64_t i = pixel_offset + int64_t(ch) * p.dst_plane;
+  if (p.bias) v += to_f32(static_cast<const T*>(p.bias)[ch]);
+  if (p.scale) v *= to_f32(static_cast<const T*>(p.scale)[ch]);
+  if (p.shift) v += to_f32(static_cast<const T*>(p.shift)[ch]);
+  if (p.residual) v += to_f32(static_cast<const T*>(p.residual)[i]);
+  if (p.relu) v = v > 0.0f ? v : 0.0f;
+  static_cast<T*>(p.dst)[i] = from_f32<T>(v);
+}
+
+// Per-thread state of the B gather: the thread's pixel, as the source offset of its image and the source
+// coordinates of tap (0, 0).
+struct PixelGather {
+  int64_t img_offset = 0;
+  int by = 0, bx = 0;
+  bool ok = false;
+};
+__device__ __forceinline__ PixelGather pixel_gather(const GemmConv& p, int m) {
+  PixelGather g;
+  g.ok = m < p.npix;
+  if (g.ok) {
+    const Pixel q = decode_pixel(m, p.pix_hw, p.pix_w);
+    g.img_offset = int64_t(q.img) * p.src_img;
+    g.by = q.py * p.sy + p.oy0;
+    g.bx = q.px * p.sx + p.ox0;
+  }
+  return g;
+}
+
+// B[k][pixel] for any k (the generic gather): two fast divisions decode k into (tap, channel).
+template <class T>
+__device__ __forceinline__ T gather_any(const GemmConv& p, const T* __restrict__ src, const PixelGather& g, int k) {
+  if (g.ok && k < p.K) {
+    const int tap = p.div_c.div(k), c = k - tap * p.C;
+    const int jr = p.div_kw.div(tap), jc = tap - jr * p.div_kw.value();
+    const int y = g.by + p.tsign * jr, x = g.bx + p.tsign * jc;
+    if (unsigned(y) < unsigned(p.Hs) && unsigned(x) < unsigned(p.Ws))
+      return src[g.img_offset + (int64_t(c) * p.plane + y * p.Ws + x)];
+  }
+  return T{};
+}
+
+// v1: SIMT. Block tile BM x 128 (threads 2 * BM, each 8 x 8 outputs: rows {tm*4 + i, BM/2 + tm*4 + i},
+// columns {tn*4 + j, 64 + tn*4 + j}, so that every shared-memory read is a conflict-free float4).
+template <class T, int BM>
+__global__ void __launch_bounds__(2 * BM) conv_gemm_simt(const GemmConv p) {
+  constexpr int kThreads = 2 * BM;
+  constexpr int kRowStep = kThreads / kBN;         // B rows per pass of the block: 1 or 2
+  constexpr int kBPerThread = kSimtBK / kRowStep;  // 8 or 4
+  constexpr int kPA = BM + 4, kPB = kBN + 4;       // f32 pitches: 16-byte rows, conflict-free transposed stores
+  constexpr int kPipeFloats = 2 * kSimtBK * (kPA + kPB);
+  constexpr int kEpiFloats = (BM / 2) * kStagePitch;
+  __shared__ __align__(16) float smem[kPipeFloats > kEpiFloats ? kPipeFloats : kEpiFloats];
+  float* As = smem;                     // [2][kSimtBK][kPA]  A transposed: As[k][m]
+  float* Bs = smem + 2 * kSimtBK * kPA;  // [2][kSimtBK][kPB]  Bs[k][pixel]
+
+  const T* __restrict__ a = static_cast<const T*>(p.a);
+  const T* __restrict__ src = static_cast<const T*>(p.src);
+  const int tid = threadIdx.x, tm = tid / 16, tn = tid % 16;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
+  const int KT = (p.K + kSimtBK - 1) / kSimtBK;
+
+  // A loader: row tid / 2, four consecutive k. B loader: pixel column tid % 128, rows krow0 + j * kRowStep.
+  const int a_row = tid >> 1, a_k = (tid & 1) * 4;
+  const int col = tid % kBN, krow0 = tid / kBN;
+  const PixelGather g = pixel_gather(p, n0 + col);
+  float areg[4], breg[kBPerThread];
+
+  auto fetch = [&](int kt) {
+    const int gm = m0 + a_row;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int k = kt * kSimtBK + a_k + e;
+      areg[e] = (gm < p.M && k < p.K) ? to_f32(a[int64_t(gm) * p.lda + k]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kBPerThread; ++j) breg[j] = to_f32(gather_any(p, src, g, kt * kSimtBK + krow0 + j * kRowStep));
+  };
+  auto stash = [&](int stage) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) As[(stage * kSimtBK + a_k + e) * kPA + a_row] = areg[e];
+#pragma unroll
+    for (int j = 0; j < kBPerThread; ++j) Bs[(stage * kSimtBK + krow0 + j * kRowStep) * kPB + col] = breg[j];
+  };
+
+  float acc[8][8] = {};
+  if (KT > 0) {
+    fetch(0);
+    stash(0);
+    __syncthreads();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    const int stage = kt & 1;
+    const bool more = kt + 1 < KT;
+    if (more) fetch(kt + 1);
+#pragma unroll
+    for (int k = 0; k < kSimtBK; ++k) {
+      const float* ar = As + (stage * kSimtBK + k) * kPA;
+      const float* br = Bs + (stage * kSimtBK + k) * kPB;
+      const float4 a0 = *reinterpret_cast<const float4*>(ar + tm * 4);
+      const float4 a1 = *reinterpret_cast<const float4*>(ar + BM / 2 + tm * 4);
+      const float4 b0 = *reinterpret_cast<const float4*>(br + tn * 4);
+      const float4 b1 = *reinterpret_cast<const float4*>(br + 64 + tn * 4);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    if (more) stash(stage ^ 1);
+    __syncthreads();
+  }
+
+  // Epilogue: half the rows at a time through shared memory, then coalesced stores along pixels.
+  const bool out_ok = n0 + col < p.npix;
+  const int64_t out_offset = out_ok ? dst_offset(p, n0 + col) : 0;
+  float* st = smem;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __syncthreads();  // the pipeline (or the previous half) is done with shared memory
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float* row = st + (tm * 4 + i) * kStagePitch;
+      *reinterpret_cast<float4*>(row + tn * 4) =
+          make_float4(acc[h * 4 + i][0], acc[h * 4 + i][1], acc[h * 4 + i][2], acc[h * 4 + i][3]);
+      *reinterpret_cast<float4*>(row + 64 + tn * 4) =
+          make_float4(acc[h * 4 + i][4], acc[h * 4 + i][5], acc[h * 4 + i][6], acc[h * 4 + i][7]);
+    }
+    __syncthreads();
+    for (int r = krow0; r < BM / 2; r += kRowStep) {
+      const int m = m0 + h * (BM / 2) + r;
+      if (out_ok && m < p.M) store_output<T>(p, m, out_offset, st[r * kStagePitch + col]);
+    }
+  }
+}
+
+// v2: tensor cores. Block tile BM x 128 x 32, warps (BM / 64) x 4 of 64 x 32 (4 x 4 mma tiles each).
+// A (weights) by cp.async; B by cp.async (kDirect: 1x1 stride-1 unpadded, plane % 8 == 0, so 8 pixels are 16
+// contiguous bytes of one channel plane) or gathered into registers (kChannels: C % 32 == 0, one tap per k tile;
+// kGeneric: any shape).
+template <class T, int BM, int MODE>
+__global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
+  constexpr int kThreads = 2 * BM;
+  constexpr int kRowStep = kThreads / kBN;        // 1 or 2
+  constexpr int kBPerThread = kTcBK / kRowStep;   // 32 or 16 register-staged B elements
+  constexpr int kAStage = BM * kPitchK;           // 16-bit elements
+  constexpr int kBStage = kTcBK * kPitchN;
+  constexpr int kPipeBytes = 2 * (kAStage + kBStage) * 2;
+  __shared__ __align__(16) unsigned char smem[kPipeBytes > kStageBytesTc ? kPipeBytes : kStageBytesTc];
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [2][BM][kPitchK]
+  uint16_t* Bs = As + 2 * kAStage;                   // [2][kTcBK][kPitchN]
+
+  const uint16_t* __restrict__ a = static_cast<const uint16_t*>(p.a);
+  const uint16_t* __restrict__ src = static_cast<const uint16_t*>(p.src);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / 4, wn = warp % 4;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
+  const int KT = (p.K + kTcBK - 1) / kTcBK;
+
+  auto load_a = [&](int kt, int stage) {
+#pragma unroll
+    for (int i = 0; i < BM * 4 / kThreads; ++i) {
+      const int c = tid + i * kThreads, row = c >> 2, q = c & 3;
+      const int gm = m0 + row, gk = kt * kTcBK + q * 8;
+      const bool ok = gm < p.M && gk < p.lda;
+      cp_async16(As + stage * kAStage + row * kPitchK + q * 8, ok ? a + int64_t(gm) * p.lda + gk : a, ok);
+    }
+  };
+
+  // B thread mapping. Register-staged: pixel column tid % 128, k rows krow0 + j * kRowStep.
+  // Direct: 16-byte chunk tid % 16 (pixels 8q .. 8q + 7) of k rows tid / 16 + i * (kThreads / 16).
+  const int col = tid % kBN, krow0 = tid / kBN;
+  PixelGather g;
+  if constexpr (MODE == kDirect) {
+    const int m = n0 + (tid & 15) * 8;
+    g.ok = m < p.npix;
+    if (g.ok) {
+      const int img = p.pix_hw.div(m);
+      g.img_offset = int64_t(img) * p.src_img + (m - img * p.pix_hw.value());
+    }
+  } else {
+    g = pixel_gather(p, n0 + col);
+  }
+  int c0 = 0, jr = 0, jc = 0;  // kChannels: the next tile's first channel and tap
+  uint16_t breg[MODE == kDirect ? 1 : kBPerThread];
+
+  auto fetch_b = [&](int kt, int stage) {
+    if constexpr (MODE == kDirect) {
+#pragma unroll
+      for (int i = 0; i < kTcBK * 16 / kThreads; ++i) {
+        const int row = (tid >> 4) + i * (kThreads / 16), k = kt * kTcBK + row;
+        const bool ok = g.ok && k < p.K;
+        cp_async16(Bs + stage * kBStage + row * kPitchN + (tid & 15) * 8,
+                   ok ? src + g.img_offset + int64_t(k) * p.plane : src, ok);
+      }
+    } else if constexpr (MODE == kChannels) {
+      (void)kt;
+      (void)stage;
+      const int y = g.by + p.tsign * jr, x = g.bx + p.tsign * jc;
+      if (g.ok && unsigned(y) < unsigned(p.Hs) && unsigned(x) < unsigned(p.Ws)) {
+        const uint16_t* s = src + g.img_offset + (int64_t(c0 + krow0) * p.plane + y * p.Ws + x);
+        const int step = kRowStep * p.plane;
+#pragma unroll
+        for (int j = 0; j < kBPerThread; ++j) breg[j] = __ldg(s + j * step);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kBPerThread; ++j) breg[j] = 0;
+      }
+      c0 += kTcBK;
+      if (c0 == p.C) {
+        c0 = 0;
+        if (++jc == p.div_kw.value()) jc = 0, ++jr;
+      }
+    } else {
+      (void)stage;
+#pragma unroll
+      for (int j = 0; j < kBPerThread; ++j)
+        breg[j] = gather_any(p, reinterpret_cast<const T*>(src), g, kt * kTcBK + krow0 + j * kRowStep).bits;
+    }
+  };
+  auto stash_b = [&](int stage) {
+    if constexpr (MODE != kDirect) {
+#pragma unroll
+      for (int j = 0; j < kBPerThread; ++j) Bs[stage * kBStage + (krow0 + j * kRowStep) * kPitchN + col] = breg[j];
+    } else {
+      (void)stage;
+    }
+  };
+
+  float acc[4][4][4] = {};
+  if (KT > 0) {
+    load_a(0, 0);
+    fetch_b(0, 0);
+    stash_b(0);
+    cp_async_wait_all();
+    __syncthreads();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    const int stage = kt & 1;
+    const bool more = kt + 1 < KT;
+    if (more) {
+      load_a(kt + 1, stage ^ 1);
+      fetch_b(kt + 1, stage ^ 1);
+    }
+    const uint16_t* as = As + stage * kAStage;
+    const uint16_t* bs = Bs + stage * kBStage;
+#pragma unroll
+    for (int ks = 0; ks < kTcBK / 16; ++ks) {
+      uint32_t af[4][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        ldmatrix_x4(af[i], as + (wm * 64 + i * 16 + (lane & 15)) * kPitchK + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, bs + (ks * 16 + (lane & 15)) * kPitchN + wn * 32 + jp * 16 + (lane >> 4) * 8);
+        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
+    }
+    if (more) stash_b(stage ^ 1);
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  // Epilogue: one warp row (64 output channels) at a time through shared memory, coalesced stores.
+  const bool out_ok = n0 + col < p.npix;
+  const int64_t out_offset = out_ok ? dst_offset(p, n0 + col) : 0;
+  float* st = reinterpret_cast<float*>(smem);
+  const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int pass = 0; pass < BM / 64; ++pass) {
+    __syncthreads();
+    if (wm == pass) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float* c = st + (i * 16 + gq) * kStagePitch + wn * 32 + j * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
+          *reinterpret_cast<float2*>(c + 8 * kStagePitch) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    }
+    __syncthreads();
+    for (int r = krow0; r < 64; r += kRowStep) {
+      const int m = m0 + pass * 64 + r;
+      if (out_ok && m < p.M) store_output<T>(p, m, out_offset, st[r * kStagePitch + col]);
+    }
+  }
+}
+
+// Weights repacked tap-major: out[row][k] for k = (jr * KWp + jc) * Cg + ch, kernel tap (ry0 + rstep * jr,
+// rx0 + rstep * jc); zero for k in [K, lda). Forward: rows = co, ch = ci. Backward-data phase: rows = ci,
+// ch = co (the transpose), the phase's taps.
+struct Repack {
+  int rows, lda, K, Cg, KWp, ry0, rx0, rstep, KW;
+  int64_t row_stride, ch_stride;
+};
+template <class T>
+__global__ void repack_weights(const T* __restrict__ w, T* __restrict__ out, const Repack r) {
+  const int64_t n = int64_t(r.rows) * r.lda;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int row = int(i / r.lda), k = int(i % r.lda);
+    T v{};
+    if (k < r.K) {
+      const int tap = k / r.Cg, ch = k - tap * r.Cg;
+      const int jr = tap / r.KWp, jc = tap - jr * r.KWp;
+      v = w[row * r.row_stride + ch * r.ch_stride + (r.ry0 + r.rstep * jr) * r.KW + (r.rx0 + r.rstep * jc)];
+    }
+    out[i] = v;
+  }
+}
+
+// ---- backward-filter ----------------------------------------------------------------------------------------
+
+// dW[co][k] (+)= sum over pixels P of dy[co][P] * x(k, P), k = (ci * KH + r) * KW + c (dw's own layout), the
+// pixel reduction split over blockIdx.z into chunks of tiles_per_split k tiles.
+struct GemmWgrad {
+  const void* dy = nullptr;
+  const void* x = nullptr;
+  int CO = 0, CI = 0, H = 0, W = 0, KH = 0, KW = 0, stride = 1, pad = 0;
+  int K = 0;     // ci * kh * kw: N of the GEMM
+  int npix = 0;  // n * oh * ow: the reduction
+  int ohw = 0;   // oh * ow
+  FastDiv div_ohw, div_ow;
+  int tiles_per_split = 0;
+  void* dw = nullptr;    // partials == nullptr: dw += sum (one split)
+  float* ws = nullptr;   // else partials [splits][CO][K]
+};
+
+// Column table of the x gather, built once per block: {ci * H * W + r * W + c, r, c, k < K}.
+__device__ __forceinline__ void wgrad_table(const GemmWgrad& p, int n0, int4* tab, int threads) {
+  for (int i = threadIdx.x; i < kBN; i += threads) {
+    const int k = n0 + i;
+    int4 e = make_int4(0, 0, 0, 0);
+    if (k < p.K) {
+      const int taps = p.KH * p.KW, ci = k / taps, rc = k - ci * taps, r = rc / p.KW, c = rc - r * p.KW;
+      e = make_int4(ci * p.H * p.W + r * p.W + c, r, c, 1);
+    }
+    tab[i] = e;
+  }
+}
+
+// The pixel P of the reduction: offsets of its dy column (channel 0) and of x at tap (0, 0), and its tap-(0, 0)
+// input coordinates.
+struct WgradPixel {
+  int64_t dy_offset = 0, x_offset = 0;
+  int by = 0, bx = 0;
+  bool ok = false;
+};
+__device__ __forceinline__ WgradPixel wgrad_pixel(const GemmWgrad& p, int P) {
+  WgradPixel w;
+  w.ok = P < p.npix;
+  if (w.ok) {
+    const int img = p.div_ohw.div(P), rem = P - img * p.ohw;
+    const int oy = p.div_ow.div(rem), ox = rem - oy * p.div_ow.value();
+    w.dy_offset = int64_t(img) * p.CO * p.ohw + rem;
+    w.by = oy * p.stride - p.pad;
+    w.bx = ox * p.stride - p.pad;
+    w.x_offset = int64_t(img) * p.CI * p.H * p.W + (int64_t(w.by) * p.W + w.bx);
+  }
+  return w;
+}
+
+template <class T>
+__device__ __forceinline__ T wgrad_x(const GemmWgrad& p, const T* __restrict__ x, const WgradPixel& w, int4 e) {
+  const int y = w.by + e.y, xx = w.bx + e.z;
+  if (w.ok && e.w && unsigned(y) < unsigned(p.H) && unsigned(xx) < unsigned(p.W)) return x[w.x_offset + e.x];
+  return T{};
+}
+
+template <class T>
+__device__ __forceinline__ void wgrad_store(const GemmWgrad& p, int co, int k, float v) {
+  const int64_t i = int64_t(co) * p.K + k;
+  if (p.ws)
+    p.ws[int64_t(blockIdx.z) * p.CO * p.K + i] = v;
+  else
+    static_cast<T*>(p.dw)[i] = from_f32<T>(to_f32(static_cast<const T*>(p.dw)[i]) + v);
+}
+
+// v1: SIMT backward-filter, same tiling as conv_gemm_simt with k = 8 pixels per stage.
+template <class T, int BM>
+__global__ void __launch_bounds__(2 * BM) conv_wgrad_simt(const GemmWgrad p) {
+  constexpr int kThreads = 2 * BM;
+  constexpr int kAPerThread = BM * kSimtBK / kThreads;   // 4
+  constexpr int kBPerThread = kBN * kSimtBK / kThreads;  // 4 or 8
+  constexpr int kRows = kThreads / kSimtBK;              // rows per pass of the loaders
+  constexpr int kPA = BM + 4, kPB = kBN + 4;
+  constexpr int kPipeFloats = 2 * kSimtBK * (kPA + kPB);
+  constexpr int kEpiFloats = (BM / 2) * kStagePitch;
+  __shared__ __align__(16) float smem[kPipeFloats > kEpiFloats ? kPipeFloats : kEpiFloats];
+  __shared__ int4 tab[kBN];
+  float* As = smem;                      // [2][pixel][kPA]
+  float* Bs = smem + 2 * kSimtBK * kPA;  // [2][pixel][kPB]
+
+  const T* __restrict__ dy = static_cast<const T*>(p.dy);
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const int tid = threadIdx.x, tm = tid / 16, tn = tid % 16;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
+  const int KT = (p.npix + kSimtBK - 1) / kSimtBK;
+  const int kt0 = blockIdx.z * p.tiles_per_split, kt1 = min(KT, kt0 + p.tiles_per_split);
+  wgrad_table(p, n0, tab, kThreads);
+  __syncthreads();
+
+  const int pl = tid & 7, row0 = tid >> 3;  // loaders: pixel pl of the tile, rows row0 + i * kRows
+  float areg[kAPerThread], breg[kBPerThread];
+  auto fetch = [&](int kt) {
+    const WgradPixel w = wgrad_pixel(p, kt * kSimtBK + pl);
+#pragma unroll
+    for (int i = 0; i < kAPerThread; ++i) {
+      const int co = m0 + row0 + i * kRows;
+      areg[i] = (w.ok && co < p.CO) ? to_f32(dy[w.dy_offset + int64_t(co) * p.ohw]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kBPerThread; ++i) breg[i] = to_f32(wgrad_x(p, x, w, tab[row0 + i * kRows]));
+  };
+  auto stash = [&](int stage) {
+#pragma unroll
+    for (int i = 0; i < kAPerThread; ++i) As[(stage * kSimtBK + pl) * kPA + row0 + i * kRows] = areg[i];
+#pragma unroll
+    for (int i = 0; i < kBPerThread; ++i) Bs[(stage * kSimtBK + pl) * kPB + row0 + i * kRows] = breg[i];
+  };
+
+  float acc[8][8] = {};
+  if (kt0 < kt1) {
+    fetch(kt0);
+    stash(0);
+    __syncthreads();
+  }
+  for (int kt = kt0; kt < kt1; ++kt) {
+    const int stage = (kt - kt0) & 1;
+    const bool more = kt + 1 < kt1;
+    if (more) fetch(kt + 1);
+#pragma unroll
+    for (int k = 0; k < kSimtBK; ++k) {
+      const float* ar = As + (stage * kSimtBK + k) * kPA;
+      const float* br = Bs + (stage * kSimtBK + k) * kPB;
+      const float4 a0 = *reinterpret_cast<const float4*>(ar + tm * 4);
+      const float4 a1 = *reinterpret_cast<const float4*>(ar + BM / 2 + tm * 4);
+      const float4 b0 = *reinterpret_cast<const float4*>(br + tn * 4);
+      const float4 b1 = *reinterpret_cast<const float4*>(br + 64 + tn * 4);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    if (more) stash(stage ^ 1);
+    __syncthreads();
+  }
+
+  const int col = tid % kBN, rstep = kThreads / kBN;
+  float* st = smem;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float* row = st + (tm * 4 + i) * kStagePitch;
+      *reinterpret_cast<float4*>(row + tn * 4) =
+          make_float4(acc[h * 4 + i][0], acc[h * 4 + i][1], acc[h * 4 + i][2], acc[h * 4 + i][3]);
+      *reinterpret_cast<float4*>(row + 64 + tn * 4) =
+          make_float4(acc[h * 4 + i][4], acc[h * 4 + i][5], acc[h * 4 + i][6], acc[h * 4 + i][7]);
+    }
+    __syncthreads();
+    for (int r = tid / kBN; r < BM / 2; r += rstep) {
+      const int co = m0 + h * (BM / 2) + r;
+      if (co < p.CO && n0 + col < p.K) wgrad_store<T>(p, co, n0 + col, st[r * kStagePitch + col]);
+    }
+  }
+}
+
+// v2: tensor-core backward-filter. A = dy tile [co][32 pixels] (cp.async when oh * ow % 8 == 0: 8 pixels are 16
+// contiguous bytes of one plane), B = x tile [k][32 pixels] (cp.async for 1x1 stride-1 unpadded convs, else
+// gathered through the column table). Both tiles are k-contiguous, so both fragments are plain ldmatrix.
+template <class T, int BM, bool kVecDy, bool kDirectX>
+__global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
+  constexpr int kThreads = 2 * BM;
+  constexpr int kAStage = BM * kPitchK, kBStage = kBN * kPitchK;
+  constexpr int kPipeBytes = 2 * (kAStage + kBStage) * 2;
+  constexpr int kAPerThread = BM * kTcBK / kThreads;   // 16
+  constexpr int kBPerThread = kBN * kTcBK / kThreads;  // 16 or 32
+  constexpr int kRows = kThreads / 32;                 // rows per pass of the element loaders
+  constexpr int kChunkRows = kThreads / 4;             // rows per pass of the 16-byte loaders
+  __shared__ __align__(16) unsigned char smem[kPipeBytes > kStageBytesTc ? kPipeBytes : kStageBytesTc];
+  __shared__ int4 tab[kDirectX ? 1 : kBN];
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [2][BM][kPitchK]
+  uint16_t* Bs = As + 2 * kAStage;                   // [2][kBN][kPitchK]
+
+  const uint16_t* __restrict__ dy = static_cast<const uint16_t*>(p.dy);
+  const uint16_t* __restrict__ x = static_cast<const uint16_t*>(p.x);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / 4, wn = warp % 4;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
+  const int KT = (p.npix + kTcBK - 1) / kTcBK;
+  const int kt0 = blockIdx.z * p.tiles_per_split, kt1 = min(KT, kt0 + p.tiles_per_split);
+  if constexpr (!kDirectX) {
+    wgrad_table(p, n0, tab, kThreads);
+    __syncthreads();
+  }
+
+  const int pl = tid & 31, row0 = tid >> 5;  // element loaders: pixel pl, rows row0 + i * kRows
+  const int q = tid & 3, crow0 = tid >> 2;   // 16-byte loaders: pixels 8q .. 8q + 7, rows crow0 + i * kChunkRows
+  uint16_t areg[kVecDy ? 1 : kAPerThread], breg[kDirectX ? 1 : kBPerThread];
+
+  auto fetch = [&](int kt, int stage) {
+    const WgradPixel w = wgrad_pixel(p, kt * kTcBK + (kVecDy ? q * 8 : pl));
+    if constexpr (kVecDy) {
+#pragma unroll
+      for (int i = 0; i < BM / kChunkRows; ++i) {
+        const int row = crow0 + i * kChunkRows, co = m0 + row;
+        const bool ok = w.ok && co < p.CO;
+        cp_async16(As + stage * kAStage + row * kPitchK + q * 8, ok ? dy + w.dy_offset + int64_t(co) * p.ohw : dy, ok);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kAPerThread; ++i) {
+        const int co = m0 + row0 + i * kRows;
+        areg[i] = (w.ok && co < p.CO) ? __ldg(dy + w.dy_offset + int64_t(co) * p.ohw) : uint16_t(0);
+      }
+    }
+    if constexpr (kDirectX) {
+      // 1x1, stride 1, no padding: x(k = ci, P) = x[img][ci][pixel]; w.x_offset is x[img][0][pixel].
+#pragma unroll
+      for (int i = 0; i < kBN / kChunkRows; ++i) {
+        const int row = crow0 + i * kChunkRows, k = n0 + row;
+        const bool ok = w.ok && k < p.K;
+        cp_async16(Bs + stage * kBStage + row * kPitchK + q * 8, ok ? x + w.x_offset + int64_t(k) * p.ohw : x, ok);
+      }
+    } else {
+      const WgradPixel wx = kVecDy ? wgrad_pixel(p, kt * kTcBK + pl) : w;
+#pragma unroll
+      for (int i = 0; i < kBPerThread; ++i)
+        breg[i] = wgrad_x(p, reinterpret_cast<const T*>(x), wx, tab[row0 + i * kRows]).bits;
+    }
+  };
+  auto stash = [&](int stage) {
+    if constexpr (!kVecDy) {
+#pragma unroll
+      for (int i = 0; i < kAPerThread; ++i) As[stage * kAStage + (row0 + i * kRows) * kPitchK + pl] = areg[i];
+    }
+    if constexpr (!kDirectX) {
+#pragma unroll
+      for (int i = 0; i < kBPerThread; ++i) Bs[stage * kBStage + (row0 + i * kRows) * kPitchK + pl] = breg[i];
+    }
+    (void)stage;
+  };
+
+  float acc[4][4][4] = {};
+  if (kt0 < kt1) {
+    fetch(kt0, 0);
+    stash(0);
+    cp_async_wait_all();
+    __syncthreads();
+  }
+  for (int kt = kt0; kt < kt1; ++kt) {
+    const int stage = (kt - kt0) & 1;
+    const bool more = kt + 1 < kt1;
+    if (more) fetch(kt + 1, stage ^ 1);
+    const uint16_t* as = As + stage * kAStage;
+    const uint16_t* bs = Bs + stage * kBStage;
+#pragma unroll
+    for (int ks = 0; ks < kTcBK / 16; ++ks) {
+      uint32_t af[4][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        ldmatrix_x4(af[i], as + (wm * 64 + i * 16 + (lane & 15)) * kPitchK + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        uint32_t r[4];
+        ldmatrix_x4(r, bs + (wn * 32 + jp * 16 + (lane & 7) + (lane >> 4) * 8) * kPitchK + ks * 16 + ((lane >> 3) & 1) * 8);
+        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
+    }
+    if (more) stash(stage ^ 1);
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  const int col = tid % kBN, rstep = kThreads / kBN;
+  float* st = reinterpret_cast<float*>(smem);
+  const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int pass = 0; pass < BM / 64; ++pass) {
+    __syncthreads();
+    if (wm == pass) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float* c = st + (i * 16 + gq) * kStagePitch + wn * 32 + j * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
+          *reinterpret_cast<float2*>(c + 8 * kStagePitch) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    }
+    __syncthreads();
+    for (int r = tid / kBN; r < 64; r += rstep) {
+      const int co = m0 + pass * 64 + r;
+      if (co < p.CO && n0 + col < p.K) wgrad_store<T>(p, co, n0 + col, st[r * kStagePitch + col]);
+    }
+  }
+}
+
+// dw[i] (+)= sum over splits s of ws[s][i], in split order.
+template <class T>
+__global__ void wgrad_reduce(const float* __restrict__ ws, int splits, int64_t n, T* __restrict__ dw) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float acc = to_f32(dw[i]);
+    for (int s = 0; s < splits; ++s) acc += ws[s * n + i];
+    dw[i] = from_f32<T>(acc);
+  }
+}
+
+// ---- dbias and the standalone epilogue -------------------------------------------------------------------
+
+// partial[co][s] = sum of dy[img][co][pixel] over the s-th chunk of the n * ohw (img, pixel) pairs.
+template <class T>
+__global__ void __launch_bounds__(256) bias_grad_partial(const T* __restrict__ dy, int CO, FastDiv ohw, int total,
+                                                         int chunk, float* __restrict__ partial) {
+  const int co = blockIdx.x, s = blockIdx.y;
+  const int begin = s * chunk, end = min(total, begin + chunk);
+  float acc = 0.0f;
+  for (int i = begin + int(threadIdx.x); i < end; i += 256) {
+    const int img = ohw.div(i);
+    acc += to_f32(dy[(int64_t(img) * CO + co) * ohw.value() + (i - img * ohw.value())]);
+  }
+  acc = block_sum256(acc);
+  if (threadIdx.x == 0) partial[int64_t(co) * gridDim.y + s] = acc;
+}
+
+template <class T>
+__global__ void bias_grad_final(const float* __restrict__ partial, int CO, int splits, T* __restrict__ dbias) {
+  const int co = blockIdx.x * blockDim.x + threadIdx.x;
+  if (co >= CO) return;
+  float acc = to_f32(dbias[co]);
+  for (int s = 0; s < splits; ++s) acc += partial[int64_t(co) * splits + s];
+  dbias[co] = from_f32<T>(acc);
+}
+
+template <class T>
+__global__ void epilogue_inplace(T* __restrict__ y, int n, FastDiv plane, int CO, const T* bias, const T* scale,
+                                 const T* shift, const T* residual, int relu) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int co = plane.div(i) % CO;
+    float v = to_f32(y[i]);
+    if (bias) v += to_f32(bias[co]);
+    if (scale) v *= to_f32(scale[co]);
+    if (shift) v += to_f32(shift[co]);
+    if (residual) v += to_f32(residual[i]);
+    if (relu) v = v > 0.0f ? v : 0.0f;
+    y[i] = from_f32<T>(v);
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------------------
+
+constexpr int kThreads1D = 256;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The kernels index within one tensor with 32-bit pixel counts and per-image offsets.
+void check_index_range(std::string_view op, const Conv2dShape& s) {
+  const int64_t lim = int64_t(1) << 31;
+  const int64_t biggest = std::max({s.n * s.c_in * s.h * s.w, s.n * s.c_out * s.out_h() * s.out_w(),
+                                    s.c_out * s.c_in * s.kh * s.kw});
+  HPDT_CHECK(biggest < lim, op, ": tensors of 2^31 elements or more are not supported on CUDA (", s.str(), ")");
+}
+
+bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op) {
+  const bool half = dt == DType::f16 || dt == DType::bf16;
+  HPDT_CHECK(half || v != ConvVariant::v2_tensor_core, op, ": the tensor-core variant (v2) takes f16 or bf16 tensors, got ",
+             dtype_name(dt));
+  return half && v != ConvVariant::v1_simt;
+}
+
+Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream) {
+  return Tensor::empty({std::max<int64_t>(n, 1)}, dt, dev, AllocOptions{.stream = &stream});
+}
+
+template <class T>
+void launch_repack(const T* w, T* out, const Repack& r, cudaStream_t st) {
+  const int64_t n = int64_t(r.rows) * r.lda;
+  if (n == 0) return;
+  repack_weights<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, st>>>(w, out, r);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
+  if (p.npix == 0 || p.M == 0) return;
+  const bool small = p.M <= 64;
+  const dim3 grid(unsigned((p.npix + kBN - 1) / kBN), unsigned((p.M + (small ? 63 : 127)) / (small ? 64 : 128)));
+  if constexpr (std::is_same_v<T, float>) {
+    (void)tc, (void)mode;
+    if (small) conv_gemm_simt<T, 64><<<grid, 128, 0, st>>>(p);
+    else conv_gemm_simt<T, 128><<<grid, 256, 0, st>>>(p);
+  } else if (!tc) {
+    if (small) conv_gemm_simt<T, 64><<<grid, 128, 0, st>>>(p);
+    else conv_gemm_simt<T, 128><<<grid, 256, 0, st>>>(p);
+  } else if (small) {
+    if (mode == kDirect) conv_gemm_tc<T, 64, kDirect><<<grid, 128, 0, st>>>(p);
+    else if (mode == kChannels) conv_gemm_tc<T, 64, kChannels><<<grid, 128, 0, st>>>(p);
+    else conv_gemm_tc<T, 64, kGeneric><<<grid, 128, 0, st>>>(p);
+  } else {
+    if (mode == kDirect) conv_gemm_tc<T, 128, kDirect><<<grid, 256, 0, st>>>(p);
+    else if (mode == kChannels) conv_gemm_tc<T, 128, kChannels><<<grid, 256, 0, st>>>(p);
+    else conv_gemm_tc<T, 128, kGeneric><<<grid, 256, 0, st>>>(p);
+  }
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+// The gather mode of a v2 launch: direct needs a 1x1 stride-1 unpadded tap (one phase covering the plane), a
+// plane of whole 16-byte chunks and an aligned source; channels needs whole 32-channel k tiles.
+int gather_mode(const GemmConv& p, bool one_by_one_unit) {
+  if (one_by_one_unit && p.plane % 8 == 0 && aligned16(p.src)) return kDirect;
+  if (p.C % kTcBK == 0) return kChannels;
+  return kGeneric;
+}
+
+template <class T>
+void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y, bool tc,
+                 const Stream& stream) {
+  const cudaStream_t st = detail::native(stream);
+  const int64_t oh = s.out_h(), ow = s.out_w(), K = s.c_in * s.kh * s.kw;
+  // Weights as [co][lda] tap-major. A 1x1 kernel already is; others (and unaligned ones, for cp.async) are repacked.
+  const bool one_tap = s.kh == 1 && s.kw == 1;
+  const T* a = static_cast<const T*>(w.data());
+  int64_t lda = K;
+  Tensor packed;
+  if (!one_tap || (tc && (K % 8 != 0 || !aligned16(w.data())))) {
+    lda = round_up(K, 8);
+    packed = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
+    Repack r{};
+    r.rows = int(s.c_out), r.lda = int(lda), r.K = int(K), r.Cg = int(s.c_in), r.KWp = int(std::max<int64_t>(s.kw, 1));
+    r.ry0 = 0, r.rx0 = 0, r.rstep = 1, r.KW = int(s.kw);
+    r.row_stride = s.c_in * s.kh * s.kw, r.ch_stride = s.kh * s.kw;
+    launch_repack<T>(a, static_cast<T*>(packed.data()), r, st);
+    a = static_cast<const T*>(packed.data());
+  }
+  GemmConv p;
+  p.a = a, p.lda = int(lda), p.M = int(s.c_out);
+  p.src = x.data(), p.C = int(s.c_in), p.Hs = int(s.h), p.Ws = int(s.w), p.plane = int(s.h * s.w);
+  p.src_img = s.c_in * s.h * s.w;
+  p.pix_hw = FastDiv(oh * ow), p.pix_w = FastDiv(ow), p.npix = int(s.n * oh * ow);
+  p.sy = p.sx = int(s.stride), p.oy0 = p.ox0 = int(-s.pad), p.tsign = 1;
+  p.div_c = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw), p.K = int(K);
+  p.dst = y.data(), p.dst_img = s.c_out * oh * ow, p.dst_plane = int(oh * ow), p.dst_w = int(ow);
+  p.bias = e.bias ? e.bias->data() : nullptr;
+  p.scale = e.scale ? e.scale->data() : nullptr;
+  p.shift = e.shift ? e.shift->data() : nullptr;
+  p.residual = e.residual ? e.residual->data() : nullptr;
+  p.relu = e.relu ? 1 : 0;
+  launch_gemm<T>(p, tc, gather_mode(p, one_tap && s.stride == 1 && s.pad == 0), st);
+}
+
+// Backward-data by stride phases: the dx pixels with (iy + pad) % s == ph_y (and likewise in x) receive exactly
+// the taps r = ph_y + s * jr, from dy row oy = qy0 + t - jr for the t-th such pixel iy = iy0 + s * t. Each phase
+// is a dense stride-1 implicit GEMM over its own taps (no multiplications by the zeros a dilated dy would
+// hold); a phase without taps (kernel smaller than the stride) writes zeros through the same kernel (K = 0).
+template <class T>
+void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc,
+                       const Stream& stream) {
+  const cudaStream_t st = detail::native(stream);
+  const int64_t S = s.stride, oh = s.out_h(), ow = s.out_w();
+  struct Phase {
+    int64_t py, px;    // the phase: taps (py + S * jr, px + S * jc), khp x kwp of them
+    int64_t khp, kwp;
+    int64_t iy0, ix0;  // its first dx pixel; then every S-th, hp x wp of them
+    int64_t hp, wp;
+    int64_t qy0, qx0;  // dy coordinates of its first pixel at tap (0, 0)
+    int64_t lda, offset;
+  };
+  std::vector<Phase> phases;
+  int64_t total = 0;
+  for (int64_t py = 0; py < S; ++py)
+    for (int64_t px = 0; px < S; ++px) {
+      Phase f{};
+      f.py = py, f.px = px;
+      f.khp = py < s.kh ? (s.kh - py + S - 1) / S : 0;
+      f.kwp = px < s.kw ? (s.kw - px + S - 1) / S : 0;
+      f.iy0 = ((py - s.pad) % S + S) % S;
+      f.ix0 = ((px - s.pad) % S + S) % S;
+      f.hp = f.iy0 < s.h ? (s.h - f.iy0 + S - 1) / S : 0;
+      f.wp = f.ix0 < s.w ? (s.w - f.ix0 + S - 1) / S : 0;
+      if (f.hp == 0 || f.wp == 0) continue;
+      f.qy0 = (f.iy0 + s.pad - py) / S;  // exact: iy0 + pad == py (mod S), and >= 0
+      f.qx0 = (f.ix0 + s.pad - px) / S;
+      f.lda = round_up(f.khp * f.kwp * s.c_out, 8);
+      f.offset = total;
+      total += s.c_in * f.lda;
+      phases.push_back(f);
+    }
+  Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
+  T* pk = static_cast<T*>(packed.data());
+  const bool unit = s.kh == 1 && s.kw == 1 && S == 1 && s.pad == 0;
+  for (const Phase& f : phases) {
+    const int64_t K = f.khp * f.kwp * s.c_out;
+    Repack r{};
+    r.rows = int(s.c_in), r.lda = int(f.lda), r.K = int(K), r.Cg = int(s.c_out), r.KWp = int(std::max<int64_t>(f.kwp, 1));
+    r.ry0 = int(f.py), r.rx0 = int(f.px), r.rstep = int(S), r.KW = int(s.kw);
+    r.row_stride = s.kh * s.kw, r.ch_stride = s.c_in * s.kh * s.kw;
+    launch_repack<T>(static_cast<const T*>(w.data()), pk + f.offset, r, st);
+    GemmConv p;
+    p.a = pk + f.offset, p.lda = int(f.lda), p.M = int(s.c_in);
+    p.src = dy.data(), p.C = int(s.c_out), p.Hs = int(oh), p.Ws = int(ow), p.plane = int(oh * ow);
+    p.src_img = s.c_out * oh * ow;
+    p.pix_hw = FastDiv(f.hp * f.wp), p.pix_w = FastDiv(f.wp), p.npix = int(s.n * f.hp * f.wp);
+    p.sy = p.sx = 1, p.oy0 = int(f.qy0), p.ox0 = int(f.qx0), p.tsign = -1;
+    p.div_c = FastDiv(s.c_out), p.div_kw = FastDiv(f.kwp), p.K = int(K);
+    p.dst = dx.data(), p.dst_img = s.c_in * s.h * s.w, p.dst_plane = int(s.h * s.w), p.dst_w = int(s.w);
+    p.dys = p.dxs = int(S), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
+    launch_gemm<T>(p, tc, gather_mode(p, unit), st);
+  }
+}
+
+// Splits of the pixel reduction: enough blocks for ~4 per SM of an H100 (a fixed number, so the sum order and
+// hence the bits depend on the shape only), at least 8 k tiles each, partials capped at 2^25 floats.
+int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int* tiles_per_split) {
+  int64_t splits = std::clamp<int64_t>((528 + tiles - 1) / tiles, 1, 256);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, KT / 8));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t(1) << 25) / std::max<int64_t>(partial_floats, 1)));
+  const int64_t per = (KT + splits - 1) / std::max<int64_t>(splits, 1);
+  *tiles_per_split = int(std::max<int64_t>(per, 1));
+  return int(std::max<int64_t>(1, (KT + *tiles_per_split - 1) / *tiles_per_split));
+}
+
+template <class T>
+void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, bool tc,
+                         const Stream& stream) {
+  const cudaStream_t st = detail::native(stream);
+  const int64_t oh = s.out_h(), ow = s.out_w(), K = s.c_in * s.kh * s.kw, npix = s.n * oh * ow;
+  if (s.c_out == 0 || K == 0 || npix == 0) return;
+  GemmWgrad p;
+  p.dy = dy.data(), p.x = x.data();
+  p.CO = int(s.c_out), p.CI = int(s.c_in), p.H = int(s.h), p.W = int(s.w), p.KH = int(s.kh), p.KW = int(s.kw);
+  p.stride = int(s.stride), p.pad = int(s.pad), p.K = int(K), p.npix = int(npix), p.ohw = int(oh * ow);
+  p.div_ohw = FastDiv(oh * ow), p.div_ow = FastDiv(ow);
+  const bool small = s.c_out <= 64;
+  const int64_t bm = small ? 64 : 128, bk = tc ? kTcBK : kSimtBK;
+  const int64_t tiles = ((s.c_out + bm - 1) / bm) * ((K + kBN - 1) / kBN), KT = (npix + bk - 1) / bk;
+  const int splits = wgrad_splits(tiles, KT, s.c_out * K, &p.tiles_per_split);
+  Tensor ws;
+  p.dw = dw.data();
+  if (splits > 1) {
+    ws = device_buffer(int64_t(splits) * s.c_out * K, DType::f32, dw.device(), stream);
+    p.ws = ws.data<float>();
+  }
+  const dim3 grid(unsigned((K + kBN - 1) / kBN), unsigned((s.c_out + bm - 1) / bm), unsigned(splits));
+  const int threads = int(2 * bm);
+  if constexpr (std::is_same_v<T, float>) {
+    (void)tc;
+    if (small) conv_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
+    else conv_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
+  } else if (!tc) {
+    if (small) conv_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
+    else conv_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
+  } else {
+    const bool vec_dy = (oh * ow) % 8 == 0 && aligned16(dy.data());
+    const bool direct_x = vec_dy && s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && aligned16(x.data());
+    if (direct_x) {
+      if (small) conv_wgrad_tc<T, 64, true, true><<<grid, threads, 0, st>>>(p);
+      else conv_wgrad_tc<T, 128, true, true><<<grid, threads, 0, st>>>(p);
+    } else if (vec_dy) {
+      if (small) conv_wgrad_tc<T, 64, true, false><<<grid, threads, 0, st>>>(p);
+      else conv_wgrad_tc<T, 128, true, false><<<grid, threads, 0, st>>>(p);
+    } else {
+      if (small) conv_wgrad_tc<T, 64, false, false><<<grid, threads, 0, st>>>(p);
+      else conv_wgrad_tc<T, 128, false, false><<<grid, threads, 0, st>>>(p);
+    }
+  }
+  HPDT_CUDA_CHECK_LAUNCH();
+  if (splits > 1) {
+    const int64_t n = s.c_out * K;
+    wgrad_reduce<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, st>>>(ws.data<float>(), splits, n,
+                                                                            static_cast<T*>(dw.data()));
+    HPDT_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
+                    const Stream& stream, ConvVariant variant) {
+  const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
+  check_index_range("conv2d_forward", s);
+  if (y.numel() == 0) return;
+  dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    run_forward<T>(s, x, w, e, y, tc, stream);
+  });
+}
+
+void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, const Stream& stream,
+                          ConvVariant variant) {
+  const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
+  check_index_range("conv2d_backward_data", s);
+  if (dx.numel() == 0) return;
+  dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
+    using T = decltype(tag);
+    run_backward_data<T>(s, dy, w, dx, tc, stream);
+  });
+}
+
+void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
+                            const Stream& stream, ConvVariant variant) {
+  const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_backward_filter");
+  check_index_range("conv2d_backward_filter", s);
+  dispatch_floating(x.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    run_backward_filter<T>(s, x, dy, dw, tc, stream);
+  });
+  if (dbias) conv2d_bias_grad(dy, *dbias, stream);
+}
+
+void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream) {
+  const int64_t n = dy.size(0), co = dy.size(1), ohw = dy.size(2) * dy.size(3), total = n * ohw;
+  if (co == 0) return;
+  HPDT_CHECK(total < (int64_t(1) << 31), "conv2d_backward_filter: dy ", dy.str(), " too large for the dbias reduction");
+  const cudaStream_t st = detail::native(stream);
+  // Chunks of at least 4096 (image, pixel) pairs, and about 1024 blocks in all: a function of the shape only.
+  const int64_t splits = std::clamp<int64_t>(std::min<int64_t>(total / 4096, (1024 + co - 1) / co), 1, 1024);
+  const int64_t chunk = (total + splits - 1) / splits;
+  Tensor partial = device_buffer(co * splits, DType::f32, dy.device(), stream);
+  dispatch_floating(dy.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    bias_grad_partial<T><<<dim3(unsigned(co), unsigned(splits)), 256, 0, st>>>(
+        static_cast<const T*>(dy.data()), int(co), FastDiv(ohw), int(total), int(chunk), partial.data<float>());
+    HPDT_CUDA_CHECK_LAUNCH();
+    bias_grad_final<T><<<unsigned((co + 255) / 256), 256, 0, st>>>(partial.data<float>(), int(co), int(splits),
+                                                                    static_cast<T*>(dbias.data()));
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void conv2d_epilogue_inplace(const Conv2dEpilogue& e, Tensor& y, const Stream& stream) {
+  if (!e.bias && !e.scale && !e.shift && !e.residual && !e.relu) return;
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  HPDT_CHECK(n < (int64_t(1) << 31), "conv2d_forward: y ", y.str(), " too large");
+  const int64_t plane = y.size(2) * y.size(3);
+  dispatch_floating(y.dtype(), "conv2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    auto ptr = [](const Tensor* t) { return t ? static_cast<const T*>(t->data()) : nullptr; };
+    epilogue_inplace<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
+        static_cast<T*>(y.data()), int(n), FastDiv(plane), int(y.size(1)), ptr(e.bias), ptr(e.scale), ptr(e.shift),
+        ptr(e.residual), e.relu ? 1 : 0);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace hpdt::kernels::cuda

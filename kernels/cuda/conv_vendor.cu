@@ -1,1 +1,221 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// cuDNN 9 convolution (legacy cudnnConvolution* API, NCHW descriptors): the `vendor` kernel backend and the peer
+// hpdt's implicit-GEMM kernels (conv.cu) are benchmarked against.
+//   - one cudnnHandle_t per device, created on first use and kept for the process (destroying it at exit can
+//     run after the driver has unloaded); cudnnSetStream before every call, under the handle's mutex so that two
+//     threads never interleave a set-stream and a call;
+//   - f32 compute type; f32 tensors run with CUDNN_FMA_MATH (true f32, no TF32, so they meet the f32 tolerance),
+//     f16/bf16 with tensor ops;
+//   - the algorithm: the first deterministic one the v7 heuristics rank (no Find: it would time kernels and
+//     allocate at first use), cached per (device, dtype, direction, shape);
+//   - workspace from the caching allocator (Tensor::empty on the stream), freed back to it after the call;
+//   - backward-filter accumulates with beta = 1; dbias and the forward epilogue run on hpdt's kernels
+//     (cudnnConvolutionBackwardBias / cudnnAddTensor do not take bf16 everywhere).
+#include <cudnn.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "cudnn_check.cuh"
+#include "hpdt/kernels/cuda/conv.h"
+#include "launch.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+struct Handle {
+  cudnnHandle_t h = nullptr;
+  std::mutex m;
+};
+
+Handle& handle_for(int device) {
+  static std::mutex mu;
+  static auto* handles = new std::map<int, std::unique_ptr<Handle>>();  // kept for the process (see above)
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Handle>& slot = (*handles)[device];
+  if (!slot) {
+    auto made = std::make_unique<Handle>();
+    int previous = 0;
+    HPDT_CUDA_CHECK(cudaGetDevice(&previous));
+    HPDT_CUDA_CHECK(cudaSetDevice(device));
+    const cudnnStatus_t status = cudnnCreate(&made->h);
+    HPDT_CUDA_CHECK(cudaSetDevice(previous));
+    HPDT_CUDNN_CHECK(status);
+    slot = std::move(made);
+  }
+  return *slot;
+}
+
+cudnnDataType_t cudnn_type(DType dt) {
+  switch (dt) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: break;
+  }
+  HPDT_FAIL("conv2d (cuDNN): dtype ", dtype_name(dt), " is not supported (expected f32, f16 or bf16)");
+}
+
+// The four descriptors of one convolution, destroyed with the object.
+class Descriptors {
+ public:
+  Descriptors(const Conv2dShape& s, DType dt) {
+    const cudnnDataType_t t = cudnn_type(dt);
+    HPDT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    HPDT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    HPDT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    HPDT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    HPDT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, int(s.n), int(s.c_in), int(s.h), int(s.w)));
+    HPDT_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, int(s.n), int(s.c_out), int(s.out_h()), int(s.out_w())));
+    HPDT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, int(s.c_out), int(s.c_in), int(s.kh), int(s.kw)));
+    HPDT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, int(s.pad), int(s.pad), int(s.stride), int(s.stride), 1, 1,
+                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, dt == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  }
+  ~Descriptors() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+enum class Direction { forward, backward_data, backward_filter };
+
+struct Choice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+// A heuristic result we take: it ran, it is deterministic, and f32 stays f32 (no tensor-op math).
+template <class Perf>
+bool acceptable(const Perf& perf, DType dt) {
+  if (perf.status != CUDNN_STATUS_SUCCESS || perf.determinism != CUDNN_DETERMINISTIC) return false;
+  if (dt == DType::f32 && perf.mathType != CUDNN_FMA_MATH && perf.mathType != CUDNN_DEFAULT_MATH) return false;
+  return true;
+}
+
+Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType dt, Direction dir, int device) {
+  static std::mutex mu;
+  static auto* cache = new std::map<Key, Choice>();
+  const Key key{device, int(dt), int(dir), s.n, s.c_in, s.h, s.w, s.c_out, s.kh, s.kw, s.stride, s.pad};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) return it->second;
+  }
+  Choice c;
+  bool found = false;
+  int returned = 0;
+  if (dir == Direction::forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    HPDT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                            &returned, perf));
+    for (int i = 0; i < returned && !found; ++i)
+      if (acceptable(perf[i], dt)) c = {int(perf[i].algo), perf[i].mathType}, found = true;
+  } else if (dir == Direction::backward_data) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
+    for (int i = 0; i < returned && !found; ++i)
+      if (acceptable(perf[i], dt)) c = {int(perf[i].algo), perf[i].mathType}, found = true;
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
+    for (int i = 0; i < returned && !found; ++i)
+      if (acceptable(perf[i], dt)) c = {int(perf[i].algo), perf[i].mathType}, found = true;
+  }
+  HPDT_CHECK(found, "conv2d (cuDNN): no deterministic algorithm for ", s.str(), " in ", dtype_name(dt));
+  if (dt == DType::f32) c.math = CUDNN_FMA_MATH;  // DEFAULT_MATH would allow TF32 on Ampere and later
+  std::lock_guard<std::mutex> lock(mu);
+  cache->emplace(key, c);
+  return c;
+}
+
+Tensor workspace(size_t bytes, Device dev, const Stream& stream) {
+  return Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, dev, AllocOptions{.stream = &stream});
+}
+
+void check_cudnn_range(const Conv2dShape& s) {
+  const int64_t lim = int64_t(1) << 31;
+  HPDT_CHECK(s.n * s.c_in * s.h * s.w < lim && s.n * s.c_out * s.out_h() * s.out_w() < lim, "conv2d (cuDNN): ",
+             s.str(), " has tensors of 2^31 elements or more");
+}
+
+}  // namespace
+
+void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
+                           const Stream& stream) {
+  if (y.numel() == 0) return;
+  check_cudnn_range(s);
+  const int device = x.device().index;
+  Handle& handle = handle_for(device);
+  const Descriptors d(s, x.dtype());
+  std::lock_guard<std::mutex> lock(handle.m);
+  const Choice c = choose(handle.h, d, s, x.dtype(), Direction::forward, device);
+  HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  size_t bytes = 0;
+  const auto algo = cudnnConvolutionFwdAlgo_t(c.algo);
+  HPDT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle.h, d.x, d.w, d.conv, d.y, algo, &bytes));
+  Tensor ws = workspace(bytes, x.device(), stream);
+  HPDT_CUDNN_CHECK(cudnnSetStream(handle.h, detail::native(stream)));
+  const float alpha = 1.0f, beta = 0.0f;
+  HPDT_CUDNN_CHECK(cudnnConvolutionForward(handle.h, &alpha, d.x, x.data(), d.w, w.data(), d.conv, algo, ws.data(),
+                                           bytes, &beta, d.y, y.data()));
+  conv2d_epilogue_inplace(e, y, stream);
+}
+
+void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
+                                 const Stream& stream) {
+  if (dx.numel() == 0) return;
+  check_cudnn_range(s);
+  const int device = dy.device().index;
+  Handle& handle = handle_for(device);
+  const Descriptors d(s, dy.dtype());
+  std::lock_guard<std::mutex> lock(handle.m);
+  const Choice c = choose(handle.h, d, s, dy.dtype(), Direction::backward_data, device);
+  HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  size_t bytes = 0;
+  const auto algo = cudnnConvolutionBwdDataAlgo_t(c.algo);
+  HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(handle.h, d.w, d.y, d.conv, d.x, algo, &bytes));
+  Tensor ws = workspace(bytes, dy.device(), stream);
+  HPDT_CUDNN_CHECK(cudnnSetStream(handle.h, detail::native(stream)));
+  const float alpha = 1.0f, beta = 0.0f;
+  HPDT_CUDNN_CHECK(cudnnConvolutionBackwardData(handle.h, &alpha, d.w, w.data(), d.y, dy.data(), d.conv, algo,
+                                                ws.data(), bytes, &beta, d.x, dx.data()));
+}
+
+void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                   Tensor* dbias, const Stream& stream) {
+  if (dbias) conv2d_bias_grad(dy, *dbias, stream);
+  if (dw.numel() == 0 || dy.numel() == 0) return;
+  check_cudnn_range(s);
+  const int device = x.device().index;
+  Handle& handle = handle_for(device);
+  const Descriptors d(s, x.dtype());
+  std::lock_guard<std::mutex> lock(handle.m);
+  const Choice c = choose(handle.h, d, s, x.dtype(), Direction::backward_filter, device);
+  HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+  size_t bytes = 0;
+  const auto algo = cudnnConvolutionBwdFilterAlgo_t(c.algo);
+  HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle.h, d.x, d.y, d.conv, d.w, algo, &bytes));
+  Tensor ws = workspace(bytes, x.device(), stream);
+  HPDT_CUDNN_CHECK(cudnnSetStream(handle.h, detail::native(stream)));
+  const float alpha = 1.0f, beta = 1.0f;  // dw += (accumulate)
+  HPDT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle.h, &alpha, d.x, x.data(), d.y, dy.data(), d.conv, algo,
+                                                  ws.data(), bytes, &beta, d.w, dw.data()));
+}
+
+}  // namespace hpdt::kernels::cuda

@@ -1,8 +1,25 @@
 #include "hpdt/kernels/conv.h"
 
+#include <utility>
+#include <vector>
+
+#include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/cpu/activation.h"
+#include "hpdt/kernels/cpu/norm.h"
 #include "hpdt/kernels/dispatch.h"
 
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/conv.h"
+#endif
+
 namespace hpdt::kernels {
+
+#if HPDT_HAVE_CUDA
+namespace {
+// CUDA tensors go to cuDNN under the vendor backend, to hpdt's kernels (conv.cu) otherwise.
+bool vendor() { return kernel_backend() == KernelBackend::vendor; }
+}  // namespace
+#endif
 
 Conv2dShape conv2d_shape(std::string_view op, const Tensor& x, const Tensor& w, int64_t stride, int64_t pad) {
   HPDT_CHECK(x.ndim() == 4 && w.ndim() == 4, op, ": needs x [n, c, h, w] and w [co, ci, kh, kw], got x ",
@@ -17,31 +34,86 @@ Conv2dShape conv2d_shape(std::string_view op, const Tensor& x, const Tensor& w, 
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, int64_t stride, int64_t pad,
                     const Stream& st) {
-  detail::cpu_f32_only("conv2d_forward", {&x, &w, &y}, st);
+  const Device dev = detail::float_op_device("conv2d_forward", {&x, &w, &y}, st);
   const Conv2dShape s = conv2d_shape("conv2d_forward", x, w, stride, pad);
   check_shape("conv2d_forward", "y", y, Shape{s.n, s.c_out, s.out_h(), s.out_w()});
   if (bias) {
-    detail::cpu_f32_only("conv2d_forward", {bias}, st);
+    detail::float_op_device("conv2d_forward", {&x, bias}, st);
     check_shape("conv2d_forward", "bias", *bias, Shape{s.c_out});
+  }
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(vendor() ? cuda::conv2d_forward_vendor(s, x, w, Conv2dEpilogue{.bias = bias}, y, st)
+                          : cuda::conv2d_forward(s, x, w, Conv2dEpilogue{.bias = bias}, y, st));
+    return;
   }
   cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                              y.data<float>());
 }
 
+void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y, int64_t stride,
+                          int64_t pad, const Stream& st) {
+  const char* op = "conv2d_forward_fused";
+  const Device dev = detail::float_op_device(op, {&x, &w, &y}, st);
+  const Conv2dShape s = conv2d_shape(op, x, w, stride, pad);
+  const Shape out{s.n, s.c_out, s.out_h(), s.out_w()};
+  check_shape(op, "y", y, out);
+  const std::pair<const Tensor*, const char*> per_channel[] = {{e.bias, "bias"}, {e.scale, "scale"}, {e.shift, "shift"}};
+  for (const auto& [t, name] : per_channel) {
+    if (!t) continue;
+    detail::float_op_device(op, {&x, t}, st);
+    check_shape(op, name, *t, Shape{s.c_out});
+  }
+  if (e.residual) {
+    detail::float_op_device(op, {&x, e.residual}, st);
+    check_shape(op, "residual", *e.residual, out);
+    HPDT_CHECK(e.residual->data() != y.data() || y.numel() == 0, op, ": residual must be a tensor other than y");
+  }
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(vendor() ? cuda::conv2d_forward_vendor(s, x, w, e, y, st) : cuda::conv2d_forward(s, x, w, e, y, st));
+    return;
+  }
+  // CPU: the composition of the CPU ops (a reference, not a fused kernel).
+  cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), e.bias ? e.bias->data<float>() : nullptr,
+                             y.data<float>());
+  const int64_t plane = s.out_h() * s.out_w();
+  float* yp = y.data<float>();
+  if (e.scale || e.shift) {
+    std::vector<float> zero(size_t(s.c_out), 0.0f), one(size_t(s.c_out), 1.0f);
+    cpu::batchnorm_apply<float>(s.n, s.c_out, plane, yp, zero.data(), one.data(),
+                                e.scale ? e.scale->data<float>() : one.data(),
+                                e.shift ? e.shift->data<float>() : zero.data(), yp);
+  }
+  if (e.residual) cpu::add_forward<float>(y.numel(), yp, e.residual->data<float>(), yp);
+  if (e.relu) cpu::relu_forward<float>(y.numel(), yp, yp);
+}
+
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t stride, int64_t pad,
                           const Stream& st) {
-  detail::cpu_f32_only("conv2d_backward_data", {&dy, &w, &dx}, st);
+  const Device dev = detail::float_op_device("conv2d_backward_data", {&dy, &w, &dx}, st);
   const Conv2dShape s = conv2d_shape("conv2d_backward_data", dx, w, stride, pad);
   check_shape("conv2d_backward_data", "dy", dy, Shape{s.n, s.c_out, s.out_h(), s.out_w()});
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(vendor() ? cuda::conv2d_backward_data_vendor(s, dy, w, dx, st)
+                          : cuda::conv2d_backward_data(s, dy, w, dx, st));
+    return;
+  }
   cpu::conv2d_backward_data<float>(s, dy.data<float>(), w.data<float>(), dx.data<float>());
 }
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,
                             int64_t pad, const Stream& st) {
-  detail::cpu_f32_only("conv2d_backward_filter", {&x, &dy, &dw}, st);
+  const Device dev = detail::float_op_device("conv2d_backward_filter", {&x, &dy, &dw}, st);
   const Conv2dShape s = conv2d_shape("conv2d_backward_filter", x, dw, stride, pad);
   check_shape("conv2d_backward_filter", "dy", dy, Shape{s.n, s.c_out, s.out_h(), s.out_w()});
-  if (dbias) check_shape("conv2d_backward_filter", "dbias", *dbias, Shape{s.c_out});
+  if (dbias) {
+    detail::float_op_device("conv2d_backward_filter", {&x, dbias}, st);
+    check_shape("conv2d_backward_filter", "dbias", *dbias, Shape{s.c_out});
+  }
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(vendor() ? cuda::conv2d_backward_filter_vendor(s, x, dy, dw, dbias, st)
+                          : cuda::conv2d_backward_filter(s, x, dy, dw, dbias, st));
+    return;
+  }
   cpu::conv2d_backward_filter<float>(s, x.data<float>(), dy.data<float>(), dw.data<float>(),
                                      dbias ? dbias->data<float>() : nullptr, true);
 }

@@ -1,4 +1,7 @@
-// 2-D convolution, NCHW, groups = 1, f32: forward, backward-data, backward-filter.
+// 2-D convolution, NCHW, groups = 1: forward, backward-data, backward-filter, and a fused forward
+// (conv + bias + per-channel scale/shift + residual + ReLU in one pass on CUDA).
+// CPU: f32 (the oracle, kernels/cpu/conv.cpp). CUDA: f32, f16 or bf16 storage, f32 accumulation; hpdt's own
+// implicit-GEMM kernels (kernels/cuda/conv.cu), or cuDNN when kernel_backend() is vendor.
 #pragma once
 
 #include "hpdt/core/stream.h"
@@ -16,6 +19,22 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t
 // dw and dbias (may be null) accumulated (+=).
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,
                             int64_t pad, const Stream& stream);
+
+// What the fused forward applies to the convolution, in this order, every part optional:
+//   y = relu?( (conv(x, w) + bias) * scale + shift + residual )
+// bias, scale, shift [co] (scale/shift: batch norm in eval folded per channel, scale = gamma * invstd,
+// shift = beta - mean * scale); residual [n, co, oh, ow], a tensor other than y. All of y's dtype.
+struct Conv2dEpilogue {
+  const Tensor* bias = nullptr;
+  const Tensor* scale = nullptr;
+  const Tensor* shift = nullptr;
+  const Tensor* residual = nullptr;
+  bool relu = false;
+};
+// CUDA: one kernel (the epilogue runs on the f32 accumulators; y is rounded once). CPU: the composition of
+// the CPU ops (conv2d_forward, a per-channel affine, add, relu), for reference and for CPU-only runs.
+void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue, Tensor& y,
+                          int64_t stride, int64_t pad, const Stream& stream);
 
 // The shape record the CPU kernel takes, checked: throws naming `op` and the shapes when they disagree.
 Conv2dShape conv2d_shape(std::string_view op, const Tensor& x, const Tensor& w, int64_t stride, int64_t pad);

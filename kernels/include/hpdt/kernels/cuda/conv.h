@@ -1,0 +1,41 @@
+// CUDA conv2d (NCHW, groups = 1), checked against hpdt::kernels::cpu::conv2d_*. See hpdt/kernels/conv.h.
+// Tensors are already checked by the entry points of kernels/src/conv.cpp (one device, one dtype of f32/f16/
+// bf16, shapes matching `s`); work is queued on `stream` and not waited for.
+#pragma once
+
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt/kernels/conv.h"
+
+namespace hpdt::kernels::cuda {
+
+// hpdt's own kernels, numbered as in kernels/cuda/conv.cu:
+//   v1: SIMT implicit GEMM (f32, f16, bf16);
+//   v2: tensor cores, mma.sync m16n8k16 with f32 accumulators (f16, bf16 only).
+// automatic: v2 for f16/bf16, v1 for f32. Asking v2 for f32 tensors throws.
+enum class ConvVariant { automatic = 0, v1_simt = 1, v2_tensor_core = 2 };
+
+void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue, Tensor& y,
+                    const Stream& stream, ConvVariant variant = ConvVariant::automatic);
+void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, const Stream& stream,
+                          ConvVariant variant = ConvVariant::automatic);
+void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
+                            const Stream& stream, ConvVariant variant = ConvVariant::automatic);
+
+// cuDNN 9 (the `vendor` backend and the benchmark peer): NCHW descriptors, f32 compute (no TF32 for f32
+// tensors), deterministic algorithms from the v7 heuristics cached per shape. The forward's epilogue and
+// dbias run on hpdt's kernels (cuDNN's bias/backward-bias calls do not take bf16).
+void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue,
+                           Tensor& y, const Stream& stream);
+void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
+                                 const Stream& stream);
+void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                   Tensor* dbias, const Stream& stream);
+
+// Pieces of hpdt's kernels the vendor path reuses (kernels/cuda/conv.cu).
+// y = relu?((y + bias) * scale + shift + residual) in place, per channel of y [n, co, oh, ow].
+void conv2d_epilogue_inplace(const Conv2dEpilogue& epilogue, Tensor& y, const Stream& stream);
+// dbias [co] += sum of dy [n, co, oh, ow] over n, oh, ow: fixed-order partial sums, no atomics.
+void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream);
+
+}  // namespace hpdt::kernels::cuda
