@@ -15,9 +15,20 @@ int ParameterArena::add(std::string name, const Shape& shape, Init init) {
   return int(infos_.size()) - 1;
 }
 
-void ParameterArena::add_buffer(std::string name, Tensor t) { buffers_.emplace_back(std::move(name), std::move(t)); }
+int ParameterArena::add_buffer(std::string name, Tensor init) {
+  HPDT_CHECK(!finalized_, "ParameterArena: buffer '", name, "' added after finalize()");
+  HPDT_CHECK(init.defined() && init.is_cpu(), "ParameterArena: buffer '", name, "' must be given as a CPU tensor");
+  buffers_.emplace_back(std::move(name), std::move(init));
+  return int(buffers_.size()) - 1;
+}
 
-void ParameterArena::finalize(uint64_t seed, DType model_dtype) {
+AllocOptions ParameterArena::alloc() const {
+  AllocOptions o;
+  if (stream_.is_cuda()) o.stream = &stream_;
+  return o;
+}
+
+void ParameterArena::finalize(uint64_t seed, DType model_dtype, const Stream& stream) {
   HPDT_CHECK(!finalized_, "ParameterArena::finalize called twice");
   HPDT_CHECK(model_dtype == DType::f32 || model_dtype == DType::f16 || model_dtype == DType::bf16,
              "ParameterArena: model dtype ", dtype_name(model_dtype), " is not f32, f16 or bf16");
@@ -28,31 +39,59 @@ void ParameterArena::finalize(uint64_t seed, DType model_dtype) {
     off += infos_[size_t(i)].shape.numel();
   }
   total_ = off;
-  master_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, DType::f32).flat(0, total_);
-  grads_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, DType::f32).flat(0, total_);
+  stream_ = stream;
+  const Device dev = stream.device();
+  const int64_t n1 = std::max<int64_t>(total_, 1);
+  // The initialisers run on the CPU whatever the device: one generator, one order, the same bits.
+  Tensor host = Tensor::zeros({n1}, DType::f32).flat(0, total_);
   Rng rng(seed);
   for (size_t i = 0; i < infos_.size(); ++i)  // initialisers run in registration order
-    if (pending_[i].init) pending_[i].init(master_.data<float>() + infos_[i].offset, infos_[i].shape.numel(), rng);
+    if (pending_[i].init) pending_[i].init(host.data<float>() + infos_[i].offset, infos_[i].shape.numel(), rng);
   pending_.clear();
   model_dtype_ = model_dtype;
-  if (model_dtype != DType::f32) {
-    model_params_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, model_dtype).flat(0, total_);
-    model_grads_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, model_dtype).flat(0, total_);
-    compute_ = Tensor::zeros({std::max<int64_t>(total_, 1)}, DType::f32).flat(0, total_);
+  if (dev.is_cpu()) {
+    master_ = host;
+    grads_ = Tensor::zeros({n1}, DType::f32).flat(0, total_);
+    if (model_dtype != DType::f32) {
+      model_params_ = Tensor::zeros({n1}, model_dtype).flat(0, total_);
+      model_grads_ = Tensor::zeros({n1}, model_dtype).flat(0, total_);
+      compute_ = Tensor::zeros({n1}, DType::f32).flat(0, total_);
+    }
+  } else {
+    master_ = Tensor::empty({n1}, DType::f32, dev, alloc()).flat(0, total_);
+    copy(host, master_, stream_);
+    grads_ = Tensor::zeros({n1}, DType::f32, dev, alloc()).flat(0, total_);
+    if (model_dtype != DType::f32) {
+      model_params_ = Tensor::zeros({n1}, model_dtype, dev, alloc()).flat(0, total_);
+      model_grads_ = Tensor::zeros({n1}, model_dtype, dev, alloc()).flat(0, total_);
+    }
+    for (auto& [name, t] : buffers_) t = t.to(dev, stream_, alloc());
   }
   finalized_ = true;
   sync_model_copy();
+  stream_.synchronize();  // the host initial values may go now
 }
 
 Tensor ParameterArena::param(int id) const {
   const ParamInfo& p = info(id);
-  const Tensor& base = model_dtype_ == DType::f32 ? master_ : compute_;
+  const Tensor& base = model_dtype_ == DType::f32 ? master_ : device().is_cuda() ? model_params_ : compute_;
   return base.flat(p.offset, p.shape.numel()).view(p.shape);
 }
 
 Tensor ParameterArena::grad(int id) const {
   const ParamInfo& p = info(id);
   return grads_.flat(p.offset, p.shape.numel()).view(p.shape);
+}
+
+Tensor ParameterArena::compute_grad(int id) const {
+  const ParamInfo& p = info(id);
+  const Tensor& base = model_dtype_ != DType::f32 && device().is_cuda() ? model_grads_ : grads_;
+  return base.flat(p.offset, p.shape.numel()).view(p.shape);
+}
+
+Tensor ParameterArena::buffer(int id) const {
+  HPDT_CHECK(id >= 0 && id < int(buffers_.size()), "ParameterArena: no buffer with id ", id);
+  return buffers_[size_t(id)].second;
 }
 
 const ParamInfo& ParameterArena::info(int id) const {
@@ -62,7 +101,13 @@ const ParamInfo& ParameterArena::info(int id) const {
 }
 
 void ParameterArena::zero_grad() {
-  if (total_ > 0) std::memset(grads_.data(), 0, grads_.nbytes());
+  if (total_ == 0) return;
+  if (device().is_cpu()) {
+    std::memset(grads_.data(), 0, grads_.nbytes());
+    return;
+  }
+  kernels::fill(grads_, 0.0f, stream_);
+  if (model_dtype_ != DType::f32) kernels::fill(model_grads_, 0.0f, stream_);
 }
 
 void ParameterArena::grads_ready(int first_id, int n) {
@@ -70,17 +115,19 @@ void ParameterArena::grads_ready(int first_id, int n) {
   const ParamInfo& first = info(first_id);
   const int64_t offset = last.offset, count = first.offset + first.shape.numel() - last.offset;
   if (model_dtype_ != DType::f32) {
-    Tensor src = grads_.flat(offset, count), dst = model_grads_.flat(offset, count);
-    kernels::cast(src, dst, Stream());
+    Tensor f32 = grads_.flat(offset, count), model = model_grads_.flat(offset, count);
+    if (device().is_cpu())
+      kernels::cast(f32, model, stream_);
+    else
+      kernels::cast(model, f32, stream_);
   }
   if (on_ready_) on_ready_(size_t(offset), size_t(count));
 }
 
 void ParameterArena::sync_model_copy() {
   if (model_dtype_ == DType::f32 || total_ == 0) return;
-  const Stream s;
-  kernels::cast(master_, model_params_, s);
-  kernels::cast(model_params_, compute_, s);
+  kernels::cast(master_, model_params_, stream_);
+  if (device().is_cpu()) kernels::cast(model_params_, compute_, stream_);
 }
 
 namespace init {

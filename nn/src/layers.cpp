@@ -12,10 +12,34 @@ void Layer::fail(const std::string& what, const Tensor& got) const {
   HPDT_FAIL(name_, ": ", what, " (got ", got.shape().str(), " ", dtype_name(got.dtype()), ")");
 }
 
-Tensor& Layer::ensure(Tensor& t, const Shape& shape) {
-  if (!t.defined() || !(t.shape() == shape)) t = Tensor::empty(shape, DType::f32);
+void Layer::check_device(const Tensor& x) const {
+  if (x.defined() && x.device() != device())
+    fail("input on " + x.device().str() + ", but this layer runs on " + device().str() + "; copy the input to " +
+             device().str() + " first",
+         x);
+}
+
+bool Layer::float_ok(const Tensor& x) const {
+  if (device().is_cpu()) return x.dtype() == DType::f32;
+  return x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16;
+}
+
+std::string Layer::float_names() const { return device().is_cpu() ? "f32" : "f32, f16 or bf16"; }
+
+Tensor& Layer::ensure(Tensor& t, const Shape& shape, DType dtype) { return ensure_on(t, shape, dtype, stream_); }
+
+Tensor& ensure_on(Tensor& t, const Shape& shape, DType dtype, const Stream& stream) {
+  if (!t.defined() || !(t.shape() == shape) || t.dtype() != dtype || t.device() != stream.device()) {
+    AllocOptions o;
+    if (stream.is_cuda()) o.stream = &stream;
+    t = Tensor::empty(shape, dtype, stream.device(), o);
+  }
   return t;
 }
+
+namespace {
+std::string dt_name(DType t) { return std::string(dtype_name(t)); }
+}  // namespace
 
 namespace {
 // PyTorch's default Conv2d/Linear init: kaiming_uniform(a = sqrt(5)) = U(+-1/sqrt(fan_in)); same bound for bias.
@@ -33,27 +57,29 @@ Conv2d::Conv2d(ParameterArena& arena, std::string name, int64_t c_in, int64_t c_
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  if (x.ndim() != 4 || x.size(1) != c_in_ || x.dtype() != DType::f32)
-    fail("expects f32 input [n, " + std::to_string(c_in_) + ", h, w]", x);
+  check_device(x);
+  const DType dt = arena_->compute_dtype();
+  if (x.ndim() != 4 || x.size(1) != c_in_ || x.dtype() != dt)
+    fail("expects " + dt_name(dt) + " input [n, " + std::to_string(c_in_) + ", h, w]", x);
   if (x.size(2) + 2 * pad_ < k_ || x.size(3) + 2 * pad_ < k_)
     fail("input smaller than the " + std::to_string(k_) + "x" + std::to_string(k_) + " kernel", x);
   x_ = x;
   const Tensor w = arena_->param(w_id_);
   const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
   const int64_t oh = (x.size(2) + 2 * pad_ - k_) / stride_ + 1, ow = (x.size(3) + 2 * pad_ - k_) / stride_ + 1;
-  ensure(y_, {x.size(0), c_out_, oh, ow});
+  ensure(y_, {x.size(0), c_out_, oh, ow}, dt);
   kernels::conv2d_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stride_, pad_, stream_);
   return y_;
 }
 
 Tensor Conv2d::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
-  Tensor dw = arena_->grad(w_id_);
-  Tensor db = b_id_ >= 0 ? arena_->grad(b_id_) : Tensor();
+  Tensor dw = arena_->compute_grad(w_id_);
+  Tensor db = b_id_ >= 0 ? arena_->compute_grad(b_id_) : Tensor();
   kernels::conv2d_backward_filter(x_, dy, dw, b_id_ >= 0 ? &db : nullptr, stride_, pad_, stream_);
   arena_->grads_ready(w_id_, b_id_ >= 0 ? 2 : 1);
   if (!needs_dx_) return Tensor();
-  ensure(dx_, x_.shape());
+  ensure(dx_, x_.shape(), x_.dtype());
   kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_);
   return dx_;
 }
@@ -64,25 +90,30 @@ BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, 
     : Layer(std::move(name)), arena_(&arena), c_(channels), eps_(eps), momentum_(momentum) {
   g_id_ = arena.add(name_ + ".weight", {channels}, init::constant(1.0f));
   b_id_ = arena.add(name_ + ".bias", {channels}, init::constant(0.0f));
-  running_mean_ = Tensor::zeros({channels}, DType::f32);
-  running_var_ = Tensor::empty({channels}, DType::f32);
-  for (int64_t i = 0; i < channels; ++i) running_var_.data<float>()[i] = 1.0f;
-  arena.add_buffer(name_ + ".running_mean", running_mean_);
-  arena.add_buffer(name_ + ".running_var", running_var_);
+  Tensor var = Tensor::empty({channels}, DType::f32);
+  for (int64_t i = 0; i < channels; ++i) var.data<float>()[i] = 1.0f;
+  mean_id_ = arena.add_buffer(name_ + ".running_mean", Tensor::zeros({channels}, DType::f32));
+  var_id_ = arena.add_buffer(name_ + ".running_var", var);
 }
 
 Tensor BatchNorm::forward(const Tensor& x) {
-  if ((x.ndim() != 4 && x.ndim() != 2) || x.size(1) != c_ || x.dtype() != DType::f32)
-    fail("expects f32 input [n, " + std::to_string(c_) + ", h, w]", x);
+  check_device(x);
+  const DType dt = arena_->compute_dtype();
+  if ((x.ndim() != 4 && x.ndim() != 2) || x.size(1) != c_ || x.dtype() != dt)
+    fail("expects " + dt_name(dt) + " input [n, " + std::to_string(c_) + ", h, w]", x);
   x_ = x;
-  ensure(y_, x.shape());
+  ensure(y_, x.shape(), dt);
   const Tensor g = arena_->param(g_id_), b = arena_->param(b_id_);
+  Tensor mean = arena_->buffer(mean_id_), var = arena_->buffer(var_id_);
   if (training_) {
     if (x.size(0) * (x.ndim() == 4 ? x.size(2) * x.size(3) : 1) < 2 && !sync_)
       fail("needs more than one value per channel in training mode", x);
-    kernels::batchnorm_forward_train(x, g, b, running_mean_, running_var_, eps_, momentum_, saved_, y_, sync_, stream_);
+    // the saved statistics: f32 [c] on the layer's device
+    ensure(saved_.mean, {c_}, DType::f32);
+    ensure(saved_.invstd, {c_}, DType::f32);
+    kernels::batchnorm_forward_train(x, g, b, mean, var, eps_, momentum_, saved_, y_, sync_, stream_);
   } else {
-    kernels::batchnorm_forward_eval(x, g, b, running_mean_, running_var_, eps_, y_, stream_);
+    kernels::batchnorm_forward_eval(x, g, b, mean, var, eps_, y_, stream_);
   }
   return y_;
 }
@@ -90,8 +121,8 @@ Tensor BatchNorm::forward(const Tensor& x) {
 Tensor BatchNorm::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   HPDT_CHECK(training_, name_, ": backward in eval mode is not supported (statistics are frozen; use train mode)");
-  ensure(dx_, x_.shape());
-  Tensor dg = arena_->grad(g_id_), db = arena_->grad(b_id_);
+  ensure(dx_, x_.shape(), x_.dtype());
+  Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);
   kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_);
   arena_->grads_ready(g_id_, 2);
   return dx_;
@@ -100,47 +131,51 @@ Tensor BatchNorm::backward(const Tensor& dy) {
 // ---- ReLU, pools -------------------------------------------------------------------------------------
 
 Tensor ReLU::forward(const Tensor& x) {
-  if (x.dtype() != DType::f32) fail("expects f32 input", x);
-  ensure(y_, x.shape());
+  check_device(x);
+  if (!float_ok(x)) fail("expects " + float_names() + " input", x);
+  ensure(y_, x.shape(), x.dtype());
   kernels::relu_forward(x, y_, stream_);
   return y_;
 }
 
 Tensor ReLU::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
-  ensure(dx_, dy.shape());
+  ensure(dx_, dy.shape(), dy.dtype());
   kernels::relu_backward(y_, dy, dx_, stream_);
   return dx_;
 }
 
 Tensor MaxPool2d::forward(const Tensor& x) {
-  if (x.ndim() != 4 || x.dtype() != DType::f32) fail("expects f32 input [n, c, h, w]", x);
+  check_device(x);
+  if (x.ndim() != 4 || !float_ok(x)) fail("expects " + float_names() + " input [n, c, h, w]", x);
   in_shape_ = x.shape();
   const int64_t oh = (x.size(2) + 2 * pad_ - k_) / stride_ + 1, ow = (x.size(3) + 2 * pad_ - k_) / stride_ + 1;
   if (oh < 1 || ow < 1) fail("input smaller than the pooling window", x);
-  ensure(y_, {x.size(0), x.size(1), oh, ow});
+  ensure(y_, {x.size(0), x.size(1), oh, ow}, x.dtype());
+  ensure(argmax_, y_.shape(), DType::i32);
   kernels::maxpool2d_forward(x, k_, stride_, pad_, y_, argmax_, stream_);
   return y_;
 }
 
 Tensor MaxPool2d::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
-  ensure(dx_, in_shape_);
+  ensure(dx_, in_shape_, dy.dtype());
   kernels::maxpool2d_backward(dy, argmax_, dx_, stream_);
   return dx_;
 }
 
 Tensor GlobalAvgPool::forward(const Tensor& x) {
-  if (x.ndim() != 4 || x.dtype() != DType::f32) fail("expects f32 input [n, c, h, w]", x);
+  check_device(x);
+  if (x.ndim() != 4 || !float_ok(x)) fail("expects " + float_names() + " input [n, c, h, w]", x);
   in_shape_ = x.shape();
-  ensure(y_, {x.size(0), x.size(1)});
+  ensure(y_, {x.size(0), x.size(1)}, x.dtype());
   kernels::global_avgpool_forward(x, y_, stream_);
   return y_;
 }
 
 Tensor GlobalAvgPool::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
-  ensure(dx_, in_shape_);
+  ensure(dx_, in_shape_, dy.dtype());
   kernels::global_avgpool_backward(dy, dx_, stream_);
   return dx_;
 }
@@ -155,12 +190,14 @@ Linear::Linear(ParameterArena& arena, std::string name, int64_t in, int64_t out,
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  if (x.ndim() < 2 || x.size(-1) != in_ || x.dtype() != DType::f32)
-    fail("expects f32 input [..., " + std::to_string(in_) + "]", x);
+  check_device(x);
+  const DType dt = arena_->compute_dtype();
+  if (x.ndim() < 2 || x.size(-1) != in_ || x.dtype() != dt)
+    fail("expects " + dt_name(dt) + " input [..., " + std::to_string(in_) + "]", x);
   x_ = x;
   std::vector<int64_t> dims = x.shape().vec();
   dims.back() = out_;
-  ensure(y_, Shape(std::span<const int64_t>(dims)));
+  ensure(y_, Shape(std::span<const int64_t>(dims)), dt);
   const Tensor w = arena_->param(w_id_);
   const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
   kernels::linear_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stream_);
@@ -169,9 +206,9 @@ Tensor Linear::forward(const Tensor& x) {
 
 Tensor Linear::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
-  ensure(dx_, x_.shape());
-  Tensor dw = arena_->grad(w_id_);
-  Tensor db = b_id_ >= 0 ? arena_->grad(b_id_) : Tensor();
+  ensure(dx_, x_.shape(), x_.dtype());
+  Tensor dw = arena_->compute_grad(w_id_);
+  Tensor db = b_id_ >= 0 ? arena_->compute_grad(b_id_) : Tensor();
   kernels::linear_backward(dy, x_, arena_->param(w_id_), &dx_, dw, b_id_ >= 0 ? &db : nullptr, stream_);
   arena_->grads_ready(w_id_, b_id_ >= 0 ? 2 : 1);
   return dx_;
@@ -184,34 +221,40 @@ LayerNorm::LayerNorm(ParameterArena& arena, std::string name, int64_t d, float e
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  if (x.ndim() < 2 || x.size(-1) != d_ || x.dtype() != DType::f32)
-    fail("expects f32 input [..., " + std::to_string(d_) + "]", x);
+  check_device(x);
+  const DType dt = arena_->compute_dtype();
+  if (x.ndim() < 2 || x.size(-1) != d_ || x.dtype() != dt)
+    fail("expects " + dt_name(dt) + " input [..., " + std::to_string(d_) + "]", x);
   x_ = x;
-  ensure(y_, x.shape());
+  ensure(y_, x.shape(), dt);
+  // the saved statistics: f32 per row on the layer's device
+  ensure(saved_.mean, {x.numel() / d_}, DType::f32);
+  ensure(saved_.rstd, {x.numel() / d_}, DType::f32);
   kernels::layernorm_forward(x, arena_->param(g_id_), arena_->param(b_id_), eps_, saved_, y_, stream_);
   return y_;
 }
 
 Tensor LayerNorm::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
-  ensure(dx_, x_.shape());
-  Tensor dg = arena_->grad(g_id_), db = arena_->grad(b_id_);
+  ensure(dx_, x_.shape(), x_.dtype());
+  Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);
   kernels::layernorm_backward(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, stream_);
   arena_->grads_ready(g_id_, 2);
   return dx_;
 }
 
 Tensor GELU::forward(const Tensor& x) {
-  if (x.dtype() != DType::f32) fail("expects f32 input", x);
+  check_device(x);
+  if (!float_ok(x)) fail("expects " + float_names() + " input", x);
   x_ = x;
-  ensure(y_, x.shape());
+  ensure(y_, x.shape(), x.dtype());
   kernels::gelu_forward(x, form_, y_, stream_);
   return y_;
 }
 
 Tensor GELU::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
-  ensure(dx_, x_.shape());
+  ensure(dx_, x_.shape(), x_.dtype());
   kernels::gelu_backward(x_, dy, form_, dx_, stream_);
   return dx_;
 }
@@ -219,15 +262,16 @@ Tensor GELU::backward(const Tensor& dy) {
 Tensor Dropout::forward(const Tensor& x) {
   active_ = training_ && p_ > 0.0f;
   if (!active_) return x;
+  check_device(x);
   mask_seed_ = seed_ ^ (0x9E3779B97F4A7C15ull * ++calls_);  // a fresh mask each call
-  ensure(y_, x.shape());
+  ensure(y_, x.shape(), x.dtype());
   kernels::dropout_forward(x, p_, mask_seed_, stream_id_, y_, stream_);
   return y_;
 }
 
 Tensor Dropout::backward(const Tensor& dy) {
   if (!active_) return dy;
-  ensure(dx_, dy.shape());
+  ensure(dx_, dy.shape(), dy.dtype());
   kernels::dropout_backward(dy, p_, mask_seed_, stream_id_, dx_, stream_);
   return dx_;
 }
@@ -243,17 +287,18 @@ MultiHeadSelfAttention::MultiHeadSelfAttention(ParameterArena& arena, std::strin
 }
 
 Tensor MultiHeadSelfAttention::forward(const Tensor& x) {
-  if (x.ndim() != 3 || x.size(2) != d_ || x.dtype() != DType::f32)
-    fail("expects f32 input [b, t, " + std::to_string(d_) + "]", x);
+  check_device(x);
+  if (x.ndim() != 3 || x.size(2) != d_ || !float_ok(x))
+    fail("expects " + float_names() + " input [b, t, " + std::to_string(d_) + "]", x);
   qkv_out_ = qkv_.forward(x);
-  ensure(attn_, x.shape());
+  ensure(attn_, x.shape(), qkv_out_.dtype());
   kernels::attention_forward(qkv_out_, heads_, saved_, attn_, stream_);
   return proj_.forward(attn_);
 }
 
 Tensor MultiHeadSelfAttention::backward(const Tensor& dy) {
   const Tensor dattn = proj_.backward(dy);
-  ensure(dattn_, qkv_out_.shape());
+  ensure(dattn_, qkv_out_.shape(), qkv_out_.dtype());
   kernels::attention_backward(qkv_out_, saved_, attn_, dattn, heads_, dattn_, stream_);
   return qkv_.backward(dattn_);
 }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "hpdt/kernels/activation.h"
+#include "hpdt/kernels/elementwise.h"
 #include "hpdt/kernels/embed.h"
 #include "hpdt/nn/model.h"
 
@@ -16,9 +17,9 @@ ParameterArena::Init kaiming_fan_out(int64_t c_out, int64_t k) {
   return init::normal(float(std::sqrt(2.0 / double(c_out * k * k))));
 }
 
-Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b) {
-  if (!out.defined() || !(out.shape() == a.shape())) out = Tensor::empty(a.shape(), DType::f32);
-  kernels::add(a, b, out, Stream());
+Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b, const Stream& s) {
+  ensure_on(out, a.shape(), a.dtype(), s);
+  kernels::add(a, b, out, s);
   return out;
 }
 
@@ -55,14 +56,14 @@ class ResidualBlock : public Layer {
   Tensor forward(const Tensor& x) override {
     const Tensor m = main_.forward(x);
     const Tensor s = shortcut_ ? shortcut_->forward(x) : x;
-    add_into(sum_, m, s);
+    add_into(sum_, m, s, stream_);
     return relu_.forward(sum_);
   }
   Tensor backward(const Tensor& dy) override {
     const Tensor g = relu_.backward(dy);
     const Tensor ds = shortcut_ ? shortcut_->backward(g) : g;
     const Tensor dm = main_.backward(g);
-    return add_into(dx_, dm, ds);
+    return add_into(dx_, dm, ds, stream_);
   }
   void for_each_child(const std::function<void(Layer&)>& f) override {
     f(main_);
@@ -93,14 +94,14 @@ class PatchEmbedding : public Layer {
   Tensor forward(const Tensor& x) override {
     patches_ = conv_.forward(x);
     const int64_t b = patches_.size(0), d = patches_.size(1), p = patches_.size(2) * patches_.size(3);
-    if (!tokens_.defined() || !(tokens_.shape() == Shape{b, p + 1, d})) tokens_ = Tensor::empty({b, p + 1, d}, DType::f32);
+    ensure(tokens_, {b, p + 1, d}, patches_.dtype());
     kernels::tokens_forward(patches_, arena_->param(cls_id_), arena_->param(pos_id_), tokens_, stream_);
     return dropout_.forward(tokens_);
   }
   Tensor backward(const Tensor& dy) override {
     const Tensor g = dropout_.backward(dy);
-    if (!dpatches_.defined() || !(dpatches_.shape() == patches_.shape())) dpatches_ = Tensor::empty(patches_.shape(), DType::f32);
-    Tensor dcls = arena_->grad(cls_id_), dpos = arena_->grad(pos_id_);
+    ensure(dpatches_, patches_.shape(), g.dtype());
+    Tensor dcls = arena_->compute_grad(cls_id_), dpos = arena_->compute_grad(pos_id_);
     kernels::tokens_backward(g, dpatches_, dcls, dpos, stream_);
     arena_->grads_ready(cls_id_, 2);
     return conv_.backward(dpatches_);
@@ -136,12 +137,12 @@ class EncoderBlock : public Layer {
     mlp_path_.add<Dropout>(name + ".mlp.4", dropout, seed, stream_base + 2);
   }
   Tensor forward(const Tensor& x) override {
-    add_into(mid_, attn_path_.forward(x), x);
-    return add_into(out_, mlp_path_.forward(mid_), mid_);
+    add_into(mid_, attn_path_.forward(x), x, stream_);
+    return add_into(out_, mlp_path_.forward(mid_), mid_, stream_);
   }
   Tensor backward(const Tensor& dy) override {
-    add_into(dmid_, mlp_path_.backward(dy), dy);
-    return add_into(dx_, attn_path_.backward(dmid_), dmid_);
+    add_into(dmid_, mlp_path_.backward(dy), dy, stream_);
+    return add_into(dx_, attn_path_.backward(dmid_), dmid_, stream_);
   }
   void for_each_child(const std::function<void(Layer&)>& f) override {
     f(attn_path_);
@@ -157,13 +158,14 @@ class ClassToken : public Layer {
  public:
   ClassToken() : Layer("select_class_token") {}
   Tensor forward(const Tensor& x) override {
+    check_device(x);
     in_shape_ = x.shape();
-    if (!y_.defined() || !(y_.shape() == Shape{x.size(0), x.size(2)})) y_ = Tensor::empty({x.size(0), x.size(2)}, DType::f32);
+    ensure(y_, {x.size(0), x.size(2)}, x.dtype());
     kernels::cls_select_forward(x, y_, stream_);
     return y_;
   }
   Tensor backward(const Tensor& dy) override {
-    if (!dx_.defined() || !(dx_.shape() == in_shape_)) dx_ = Tensor::empty(in_shape_, DType::f32);
+    ensure(dx_, in_shape_, dy.dtype());
     kernels::cls_select_backward(dy, dx_, stream_);
     return dx_;
   }
@@ -237,16 +239,33 @@ Model::Model(std::string name, const ModelConfig& config) : name_(std::move(name
 
 Tensor Model::forward(const Tensor& images) {
   const ModelConfig& c = config_;
+  const DType dt = compute_dtype();
   if (images.ndim() != 4 || images.size(1) != c.in_channels || images.size(2) != c.image_size ||
-      images.size(3) != c.image_size || images.dtype() != DType::f32)
-    HPDT_FAIL(name_, ": expects f32 images [b, ", c.in_channels, ", ", c.image_size, ", ", c.image_size, "], got ",
-              images.shape().str(), " ", dtype_name(images.dtype()));
-  return body_.forward(images);
+      images.size(3) != c.image_size || (images.dtype() != DType::f32 && images.dtype() != dt))
+    HPDT_FAIL(name_, ": expects ", dt == DType::f32 ? "f32" : "f32 or " + std::string(dtype_name(dt)), " images [b, ",
+              c.in_channels, ", ", c.image_size, ", ", c.image_size, "], got ", images.shape().str(), " ",
+              dtype_name(images.dtype()));
+  if (images.device() != device())
+    HPDT_FAIL(name_, ": images on ", images.device().str(), ", but the model (first layer ",
+              body_.layers().empty() ? std::string("?") : body_.layers().front()->name(), ") runs on ", device().str(),
+              "; copy the batch to ", device().str(), " first");
+  if (images.dtype() == dt) return body_.forward(images);
+  ensure_on(input_, images.shape(), dt, stream());
+  kernels::cast(images, input_, stream());
+  return body_.forward(input_);
 }
 
 void Model::backward(const Tensor& dlogits, bool accumulate) {
+  if (dlogits.device() != device())
+    HPDT_FAIL(name_, ": dlogits on ", dlogits.device().str(), ", but the model runs on ", device().str());
   if (!accumulate) arena_.zero_grad();
-  body_.backward(dlogits);
+  if (dlogits.dtype() == compute_dtype() || device().is_cpu()) {
+    body_.backward(dlogits);
+    return;
+  }
+  ensure_on(dlogits_, dlogits.shape(), compute_dtype(), stream());
+  kernels::cast(dlogits, dlogits_, stream());
+  body_.backward(dlogits_);
 }
 
 namespace {
@@ -258,13 +277,13 @@ void visit_batchnorms(Layer& l, const kernels::AllReduceSum& sync) {
 
 void Model::set_batchnorm_sync(const kernels::AllReduceSum& sync) { visit_batchnorms(body_, sync); }
 
-std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c, bool allocate);
+std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c, bool allocate, const Stream& stream);
 
 std::vector<std::string> model_names() {
   return {"resnet20", "resnet56", "resnet18", "resnet34", "resnet50", "vit_ti", "vit_s", "vit_b"};
 }
 
-std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c, bool allocate) {
+std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c, bool allocate, const Stream& stream) {
   HPDT_CHECK(c.in_channels >= 1 && c.image_size >= 1 && c.classes >= 1, "make_model ", name,
              ": in_channels, image_size and classes must be positive (", c.str(), ")");
   auto m = std::make_unique<Model>(name, c);
@@ -291,16 +310,19 @@ std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c
     for (const auto& n : model_names()) names += " " + n;
     HPDT_FAIL("make_model: unknown model '", name, "' (known:", names, ")");
   }
-  if (allocate) a.finalize(c.seed, c.dtype);
+  if (allocate) {
+    body.set_stream(stream);
+    a.finalize(c.seed, c.dtype, stream);
+  }
   return m;
 }
 
-std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config) {
-  return build_model(name, config, true);
+std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, const Stream& stream) {
+  return build_model(name, config, true, stream);
 }
 
 int64_t count_parameters(const std::string& name, const ModelConfig& config) {
-  const auto m = build_model(name, config, false);
+  const auto m = build_model(name, config, false, Stream());
   int64_t n = 0;
   for (const ParamInfo& p : m->arena().infos()) n += p.shape.numel();
   return n;

@@ -4,35 +4,44 @@
 
 namespace hpdt::nn {
 
+namespace {
+// Optimizer state: f32, like the master weights, on the arena's device and stream.
+Tensor state_like(const ParameterArena& arena) {
+  AllocOptions o;
+  if (arena.stream().is_cuda()) o.stream = &arena.stream();
+  return Tensor::zeros({std::max<int64_t>(arena.numel(), 1)}, DType::f32, arena.device(), o).flat(0, arena.numel());
+}
+}  // namespace
+
 Sgd::Sgd(ParameterArena& arena, const kernels::SgdOptions& o) : arena_(&arena), o_(o) {
   HPDT_CHECK(arena.finalized(), "Sgd: the arena is not finalized");
   HPDT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "Sgd: Nesterov needs momentum > 0 and no dampening");
-  buf_ = Tensor::zeros({std::max<int64_t>(arena.numel(), 1)}, DType::f32).flat(0, arena.numel());
+  buf_ = state_like(arena);
 }
 
 void Sgd::step() {
   Tensor p = arena_->master_params();
-  kernels::sgd_step(p, arena_->grads(), buf_, o_, steps_ == 0, Stream());
+  kernels::sgd_step(p, arena_->grads(), buf_, o_, steps_ == 0, arena_->stream());
   ++steps_;
   arena_->sync_model_copy();
 }
 
 AdamW::AdamW(ParameterArena& arena, const kernels::AdamWOptions& o) : arena_(&arena), o_(o) {
   HPDT_CHECK(arena.finalized(), "AdamW: the arena is not finalized");
-  m_ = Tensor::zeros({std::max<int64_t>(arena.numel(), 1)}, DType::f32).flat(0, arena.numel());
-  v_ = Tensor::zeros({std::max<int64_t>(arena.numel(), 1)}, DType::f32).flat(0, arena.numel());
+  m_ = state_like(arena);
+  v_ = state_like(arena);
 }
 
 void AdamW::step() {
   Tensor p = arena_->master_params();
   ++steps_;
-  kernels::adamw_step(p, arena_->grads(), m_, v_, o_, steps_, Stream());
+  kernels::adamw_step(p, arena_->grads(), m_, v_, o_, steps_, arena_->stream());
   arena_->sync_model_copy();
 }
 
 double clip_grad_norm(ParameterArena& arena, double max_norm) {
   std::vector<Tensor> g = {arena.grads()};
-  return kernels::clip_grad_norm(g, max_norm, Stream());
+  return kernels::clip_grad_norm(g, max_norm, arena.stream());
 }
 
 LossScaler LossScaler::for_dtype(DType model_dtype) {
@@ -40,7 +49,7 @@ LossScaler LossScaler::for_dtype(DType model_dtype) {
 }
 
 bool LossScaler::unscale(ParameterArena& arena, bool cast_model_grads) const {
-  const Stream s;
+  const Stream& s = arena.stream();
   Tensor g = arena.grads();
   if (arena.model_dtype() != DType::f32 && cast_model_grads) kernels::cast(arena.model_grads(), g, s);
   if (scale_ != 1.0f) kernels::scale(g, 1.0f / scale_, s);

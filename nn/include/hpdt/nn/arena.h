@@ -6,6 +6,19 @@
 // contiguous slice [0, k). A gradient bucket of the all-reduce is then a contiguous slice, and comm can
 // start reducing it while backward still runs: each layer calls grads_ready() when its gradients are
 // complete, which calls the callback set with set_grad_ready_callback(offset, count).
+//
+// Device: finalize() takes the stream the arena's own work runs on; every buffer (master weights,
+// gradients, the model copy, the registered buffers such as BN running statistics) lives on that
+// stream's device. Initialisers always run on the CPU from one Rng and the result is copied, so a CPU
+// and a GPU arena finalized with the same seed start bit-identical.
+//
+// Precision (what layers compute with, compute_dtype()):
+//   CPU:  f32 always. Mixed precision rounds the master through the model dtype into an f32 copy
+//         (param()), backward writes f32 gradients (grads()), grads_ready() rounds them into
+//         model_grads() (where f16 overflow shows as inf).
+//   CUDA: the model dtype. param() is a slice of model_params() (f32: of the master), backward
+//         accumulates into compute_grad() = model_grads() (f32: grads()), grads_ready() widens the
+//         finished slice into grads() so that grads() holds the f32 gradients on both devices.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +27,7 @@
 #include <vector>
 
 #include "hpdt/core/philox.h"
+#include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
 
 namespace hpdt::nn {
@@ -32,18 +46,28 @@ class ParameterArena {
 
   // Registration (before finalize): returns the parameter's id (ids follow execution order).
   int add(std::string name, const Shape& shape, Init init);
-  // A non-trainable state tensor (BN running statistics) that belongs in checkpoints.
-  void add_buffer(std::string name, Tensor t);
+  // A non-trainable state tensor (BN running statistics) that belongs in checkpoints, given by its
+  // initial value (a CPU tensor). Returns its id for buffer(); finalize() moves it to the arena's device.
+  int add_buffer(std::string name, Tensor init);
 
-  // Lays the parameters out in reverse order, allocates the buffers and runs the initialisers with
-  // Rng(seed). model_dtype f16/bf16 also allocates the reduced-precision model copy.
-  void finalize(uint64_t seed, DType model_dtype = DType::f32);
+  // Lays the parameters out in reverse order, allocates the buffers on stream.device() and runs the
+  // initialisers with Rng(seed) (on the CPU, then copied). model_dtype f16/bf16 also allocates the
+  // reduced-precision model copy. Returns after the copies are complete.
+  void finalize(uint64_t seed, DType model_dtype = DType::f32, const Stream& stream = Stream());
   bool finalized() const { return finalized_; }
 
-  // The weights layers compute with: the f32 master, or (mixed precision) the master rounded through
-  // the model dtype. f32 either way; the kernels compute in f32.
+  // Where the buffers live and the stream the arena's own work (zero_grad, casts, optimizer steps) is
+  // queued on: the stream given to finalize() (the CPU stream before).
+  Device device() const { return stream_.device(); }
+  const Stream& stream() const { return stream_; }
+  // The dtype layers compute in: f32 on the CPU, the model dtype on CUDA.
+  DType compute_dtype() const { return device().is_cuda() ? model_dtype_ : DType::f32; }
+
+  // The weights layers compute with, in compute_dtype(): the f32 master, the master rounded through
+  // the model dtype (CPU mixed precision, stored as f32), or the model copy itself (CUDA).
   Tensor param(int id) const;
-  Tensor grad(int id) const;  // f32 gradient, written by backward
+  Tensor grad(int id) const;          // f32 gradient (written by backward, or widened by grads_ready)
+  Tensor compute_grad(int id) const;  // the gradient backward accumulates into, in compute_dtype()
   Tensor master_params() const { return master_; }
   Tensor grads() const { return grads_; }
   // Mixed precision only (undefined in f32): the model copy of parameters and of gradients.
@@ -57,13 +81,18 @@ class ParameterArena {
   int count() const { return int(infos_.size()); }
   const ParamInfo& info(int id) const;
   const std::vector<ParamInfo>& infos() const { return infos_; }
+  // (name, tensor) of every buffer, on the arena's device after finalize().
   const std::vector<std::pair<std::string, Tensor>>& buffers() const { return buffers_; }
+  Tensor buffer(int id) const;
 
+  // Zeroes the gradients backward accumulates into (and the f32 ones).
   void zero_grad();
   void set_grad_ready_callback(GradReadyCallback cb) { on_ready_ = std::move(cb); }
   // Called by a layer when the gradients of its parameters [first_id, first_id + n) are complete.
-  // In mixed precision this also rounds that slice into model_grads() (where f16 overflow shows as
-  // inf) before announcing it.
+  // In mixed precision this also converts that slice between grads() and model_grads() (CPU: rounds
+  // into model_grads(), where f16 overflow shows as inf; CUDA: widens into grads()) before announcing
+  // it. On CUDA the callback runs when the work is queued on stream(), not when it is done: a consumer
+  // on another stream or on the host must wait for stream() (record an Event in the callback).
   void grads_ready(int first_id, int n);
   // After the optimizer updated the master: refresh the model copy and the compute weights.
   void sync_model_copy();
@@ -72,11 +101,13 @@ class ParameterArena {
   struct Pending {
     Init init;
   };
+  AllocOptions alloc() const;
   std::vector<ParamInfo> infos_;
   std::vector<Pending> pending_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   Tensor master_, grads_, compute_, model_params_, model_grads_;
   DType model_dtype_ = DType::f32;
+  Stream stream_;
   int64_t total_ = 0;
   bool finalized_ = false;
   GradReadyCallback on_ready_;

@@ -2,9 +2,15 @@
 // model's ParameterArena when constructed (in forward-execution order), keeps what its backward needs
 // from forward, and, at the end of backward, tells the arena its gradients are complete.
 //
-// Conventions: activations are f32 NCHW ([n, c, h, w]) for convolutional layers and [b, t, d] for
-// tokens. forward returns the layer's output (owned by the layer until the next forward); backward
-// takes dL/d(output) and returns dL/d(input), accumulating parameter gradients (+=) into the arena.
+// Conventions: activations are NCHW ([n, c, h, w]) for convolutional layers and [b, t, d] for tokens.
+// forward returns the layer's output (owned by the layer until the next forward); backward takes
+// dL/d(output) and returns dL/d(input), accumulating parameter gradients (+=) into the arena.
+//
+// Device and precision: a layer runs on its stream (set_stream, before the first forward; the CPU
+// stream by default) and allocates its outputs and gradients on that stream's device, through the
+// caching allocator on that stream. Its input must live there (else an error naming the layer). On the
+// CPU activations are f32; on CUDA they are in the arena's compute dtype (f32, f16 or bf16: the model
+// dtype), weights come from the model copy, statistics (BN, LayerNorm, attention's log-sum-exp) are f32.
 #pragma once
 
 #include <cstdint>
@@ -40,17 +46,37 @@ class Layer {
   virtual void for_each_child(const std::function<void(Layer&)>& f) { (void)f; }
   bool training() const { return training_; }
   const std::string& name() const { return name_; }
+  // Sets the stream here and in every sub-layer. Call once, before the first forward: cached outputs
+  // stay tied to the stream they were allocated on.
+  virtual void set_stream(const Stream& stream) {
+    stream_ = stream;
+    for_each_child([&stream](Layer& c) { c.set_stream(stream); });
+  }
+  const Stream& stream() const { return stream_; }
+  Device device() const { return stream_.device(); }
 
  protected:
-  // Throws hpdt::Error naming this layer: "<name>: <what> (got <shape>)".
+  // Throws hpdt::Error naming this layer: "<name>: <what> (got <shape> <dtype>)".
   [[noreturn]] void fail(const std::string& what, const Tensor& got) const;
-  // A cached output tensor of `shape` (reallocated only when the shape changes).
-  static Tensor& ensure(Tensor& t, const Shape& shape);
+  // Throws naming this layer unless x lives on the layer's device.
+  void check_device(const Tensor& x) const;
+  // Layers without weights take any dtype the kernels compute in on the layer's device: f32 on the
+  // CPU, f32/f16/bf16 on CUDA; float_names() is the phrase for messages ("f32" on the CPU). Layers
+  // with weights take exactly the arena's compute_dtype().
+  bool float_ok(const Tensor& x) const;
+  std::string float_names() const;
+  // A cached output tensor of `shape` and `dtype` on the layer's device (reallocated only when one of
+  // them changes).
+  Tensor& ensure(Tensor& t, const Shape& shape, DType dtype);
 
   std::string name_;
   bool training_ = true;
   Stream stream_;
 };
+
+// A cached tensor of `shape` and `dtype` on `stream`'s device, from the caching allocator on that stream
+// (reallocated only when shape, dtype or device change). What Layer::ensure uses.
+Tensor& ensure_on(Tensor& t, const Shape& shape, DType dtype, const Stream& stream);
 
 // ---- layers ------------------------------------------------------------------------------------------
 
@@ -79,15 +105,15 @@ class BatchNorm : public Layer {
   Tensor backward(const Tensor& dy) override;
   // SyncBN seam: all-reduce-sum of the batch statistics across ranks (null: local statistics).
   void set_sync(kernels::AllReduceSum sync) { sync_ = std::move(sync); }
-  Tensor running_mean() const { return running_mean_; }
-  Tensor running_var() const { return running_var_; }
+  // f32 [c] on the arena's device (arena buffers, so they are in checkpoints).
+  Tensor running_mean() const { return arena_->buffer(mean_id_); }
+  Tensor running_var() const { return arena_->buffer(var_id_); }
 
  private:
   ParameterArena* arena_;
   int64_t c_;
   float eps_, momentum_;
-  int g_id_, b_id_;
-  Tensor running_mean_, running_var_;
+  int g_id_, b_id_, mean_id_, var_id_;
   kernels::BatchNormSaved saved_;
   kernels::AllReduceSum sync_;
   Tensor x_, y_, dx_;

@@ -1,5 +1,15 @@
 // Models: ResNet-20/56 (CIFAR stem), ResNet-18/34/50 (ImageNet stem; bottleneck for 50), ViT-Ti/S/B.
-// A Model owns its ParameterArena and its layers; make_model(name, config) builds one by name.
+// A Model owns its ParameterArena and its layers; make_model(name, config, stream) builds one by name.
+//
+// Device: a model lives on the device of the stream it is built with and runs all its work on that
+// stream (the CPU stream by default): parameters, gradients, buffers and activations are allocated
+// there. The stream is fixed for the model's life (cached activations stay tied to it). Initial
+// weights depend on the seed only, never on the device. The configuration (and so a checkpoint's
+// model description) does not name the device: a checkpoint written on one device resumes on another.
+//
+// Precision: on the CPU the model computes in f32 (mixed precision rounds the weights and gradients
+// through the model dtype). On CUDA it computes in config.dtype: f32 images are cast to it in
+// forward(), logits come out in it and backward() takes dlogits in it (or f32, cast).
 #pragma once
 
 #include <memory>
@@ -32,13 +42,19 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  // images [b, in_channels, image_size, image_size] f32 -> logits [b, classes] (owned by the model
-  // until the next forward).
+  // images [b, in_channels, image_size, image_size] f32 (or compute_dtype()) on device() -> logits
+  // [b, classes] in compute_dtype() (owned by the model until the next forward).
   Tensor forward(const Tensor& images);
-  // dlogits [b, classes]; zeroes the gradients first unless accumulate.
+  // dlogits [b, classes] on device(), in compute_dtype() or f32; zeroes the gradients first unless
+  // accumulate.
   void backward(const Tensor& dlogits, bool accumulate = false);
   void set_training(bool training) { body_.set_training(training); }
   bool training() const { return body_.training(); }
+
+  Device device() const { return arena_.device(); }
+  const Stream& stream() const { return arena_.stream(); }
+  // f32 on the CPU; config().dtype on CUDA.
+  DType compute_dtype() const { return arena_.compute_dtype(); }
 
   ParameterArena& arena() { return arena_; }
   const ParameterArena& arena() const { return arena_; }
@@ -51,16 +67,18 @@ class Model {
   void set_batchnorm_sync(const kernels::AllReduceSum& sync);
 
  protected:
-  friend std::unique_ptr<Model> build_model(const std::string&, const ModelConfig&, bool);
+  friend std::unique_ptr<Model> build_model(const std::string&, const ModelConfig&, bool, const Stream&);
   std::string name_;
   ModelConfig config_;
   ParameterArena arena_;
   Sequential body_{"model"};
+  Tensor input_, dlogits_;  // CUDA mixed precision: the images and dlogits cast to the compute dtype
 };
 
 // Names: resnet20 resnet56 resnet18 resnet34 resnet50 vit_ti vit_s vit_b. Throws naming the name and
 // the accepted ones, or the configuration that does not fit (e.g. image size not divisible by patch).
-std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config);
+// The model lives on stream.device() and queues its work on `stream` (e.g. Stream::create_cuda(0)).
+std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, const Stream& stream = Stream());
 std::vector<std::string> model_names();
 // The parameter count of a model, without allocating or initialising its weights.
 int64_t count_parameters(const std::string& name, const ModelConfig& config);

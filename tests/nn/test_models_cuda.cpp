@@ -1,0 +1,344 @@
+// nn on the GPU against nn on the CPU (gpu label; skipped where no GPU is usable): one full training step
+// of ResNet-20 (1x28x28, batch 8) and ViT-Ti (patch 7, batch 4) from identical initial weights and data:
+// loss, every gradient (the arena's flat f32 gradients, tensor by tensor), the parameters after SGD and
+// after AdamW, the BN running statistics, an eval-mode forward; then bf16 (and f16 with loss scaling)
+// steps that must be finite and near the f32 loss; and the errors a model gives for input on the wrong
+// device or in the wrong dtype.
+//
+// Tolerances (f32 on both devices; the GPU sums in other orders: tiled GEMMs, flash attention, tree
+// reductions), each a bound that a correct implementation stays far inside and an indexing or
+// synchronisation bug (O(1) errors in whole tensors) cannot meet:
+//   loss                 |gpu - cpu| <= 1e-4 |cpu| + 1e-5 (twenty layers of f32 rounding: ~1e-6 relative)
+//   gradient, per tensor relative L2 <= 1e-3, every element within 1e-2 max|cpu| of the tensor. Not
+//                        elementwise-relative: a ReLU unit within ~1e-6 of zero may flip between devices and
+//                        move single elements of a BN/ReLU network's gradient (the same reason
+//                        test_models.cpp has no finite-difference check of ResNet).
+//   optimizer            exact arithmetic is checked on the GPU's own gradients (the CPU oracle applied to
+//                        them): |gpu - oracle| <= 1e-6 |oracle| + 1e-7 (FMA contraction differs); the end-to-end
+//                        parameters then differ from the CPU step's by lr x (gradient tolerance) for SGD, and by
+//                        at most 2 lr on the rare elements whose gradient is ~0 for AdamW (its first step
+//                        moves every element by ~lr x sign(g)).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "hpdt/core/philox.h"
+#include "hpdt/core/runtime.h"
+#include "hpdt/core/stream.h"
+#include "hpdt/kernels/cpu/elementwise.h"
+#include "hpdt/kernels/cpu/optim.h"
+#include "hpdt/kernels/loss.h"
+#include "hpdt/kernels/optim.h"
+#include "hpdt/nn/model.h"
+#include "hpdt/nn/optim.h"
+#include "hpdt_test.h"
+
+namespace {
+
+using namespace hpdt;
+using namespace hpdt::nn;
+
+struct Case {
+  const char* model;
+  int64_t batch;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << ", batch " << c.batch; }
+
+ModelConfig config(DType dt) {
+  ModelConfig m;
+  m.in_channels = 1;
+  m.image_size = 28;
+  m.classes = 10;
+  m.patch = 7;  // ViT: 4x4 patches + the class token = 17 tokens
+  m.dtype = dt;
+  m.seed = 1234;
+  return m;
+}
+
+// f32 host values of any tensor (any device, f32/f16/bf16).
+std::vector<float> host_f32(const Tensor& t, const Stream& s) {
+  Tensor h = t;
+  if (t.is_cuda()) {
+    h = t.to(Device::cpu(), s);
+    s.synchronize();
+  }
+  if (h.dtype() != DType::f32) {
+    Tensor f = Tensor::empty(h.shape(), DType::f32);
+    kernels::cpu::cast(h, f);
+    h = f;
+  }
+  return h.to_vector<float>();
+}
+
+struct Data {
+  Tensor images, labels;  // CPU
+};
+
+Data make_data(const Case& c) {
+  Data d{Tensor::empty({c.batch, 1, 28, 28}, DType::f32), Tensor::empty({c.batch}, DType::i32)};
+  Rng rng(77);
+  for (int64_t i = 0; i < d.images.numel(); ++i) d.images.data<float>()[i] = rng.normal();
+  for (int64_t i = 0; i < c.batch; ++i) d.labels.data<int32_t>()[i] = int32_t(rng.below(10));
+  return d;
+}
+
+struct StepOut {
+  double loss = 0;
+  std::vector<float> logits, grads;
+};
+
+// forward, loss (label smoothing 0.1, loss scale `scale`), backward; grads = the arena's f32 gradients.
+StepOut forward_backward(Model& m, const Data& d, float scale = 1.0f) {
+  const Stream& s = m.stream();
+  Tensor x = d.images, y = d.labels;
+  if (m.device().is_cuda()) {
+    x = d.images.to(m.device(), s);
+    y = d.labels.to(m.device(), s);
+  }
+  Tensor logits = m.forward(x);
+  AllocOptions o;
+  if (s.is_cuda()) o.stream = &s;
+  Tensor dl = Tensor::empty(logits.shape(), logits.dtype(), m.device(), o);
+  StepOut r;
+  r.loss = kernels::softmax_cross_entropy(logits, y, 0.1, &dl, scale, s);
+  r.logits = host_f32(logits, s);
+  m.backward(dl);
+  r.grads = host_f32(m.arena().grads(), s);
+  return r;
+}
+
+// Per parameter tensor: relative L2 error <= rel_l2 and every element within max_frac * max|want|.
+void expect_close_per_tensor(const ParameterArena& a, const std::vector<float>& got, const std::vector<float>& want,
+                             double rel_l2, double max_frac, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const ParamInfo& p : a.infos()) {
+    double num = 0, den = 0, worst = 0, scale = 0;
+    for (int64_t i = p.offset; i < p.offset + p.shape.numel(); ++i) {
+      const double g = got[size_t(i)], w = want[size_t(i)];
+      ASSERT_TRUE(std::isfinite(g)) << what << " " << p.name << "[" << i - p.offset << "] = " << g;
+      num += (g - w) * (g - w);
+      den += w * w;
+      worst = std::max(worst, std::abs(g - w));
+      scale = std::max(scale, std::abs(w));
+    }
+    if (den == 0) {
+      EXPECT_EQ(num, 0.0) << what << " " << p.name << ": zero on the CPU, not on the GPU";
+      continue;
+    }
+    EXPECT_LE(std::sqrt(num / den), rel_l2) << what << " " << p.name << " (relative L2 error)";
+    EXPECT_LE(worst, max_frac * scale) << what << " " << p.name << " (largest element error, max |cpu| " << scale << ")";
+  }
+}
+
+class ModelsCuda : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    HPDT_REQUIRE_GPU();
+    gpu = Stream::create_cuda(0);
+  }
+  std::unique_ptr<Model> cpu_model(DType dt = DType::f32) { return make_model(GetParam().model, config(dt)); }
+  std::unique_ptr<Model> gpu_model(DType dt = DType::f32) {
+    return make_model(GetParam().model, config(dt), gpu);
+  }
+  Stream gpu;
+};
+
+TEST_P(ModelsCuda, SameSeedGivesBitIdenticalInitialWeightsAndBuffers) {
+  auto c = cpu_model();
+  auto g = gpu_model();
+  EXPECT_EQ(g->device(), Device::cuda(0));
+  EXPECT_EQ(g->compute_dtype(), DType::f32);
+  EXPECT_EQ(host_f32(g->arena().master_params(), gpu), c->arena().master_params().to_vector<float>());
+  ASSERT_EQ(g->arena().buffers().size(), c->arena().buffers().size());
+  for (size_t i = 0; i < c->arena().buffers().size(); ++i) {
+    EXPECT_TRUE(g->arena().buffers()[i].second.is_cuda());
+    EXPECT_EQ(host_f32(g->arena().buffers()[i].second, gpu), c->arena().buffers()[i].second.to_vector<float>());
+  }
+  auto b = gpu_model(DType::bf16);
+  EXPECT_EQ(b->compute_dtype(), DType::bf16);
+  EXPECT_EQ(b->arena().param(0).dtype(), DType::bf16) << "on CUDA layers take the model copy itself";
+  EXPECT_EQ(host_f32(b->arena().master_params(), gpu), c->arena().master_params().to_vector<float>());
+}
+
+TEST_P(ModelsCuda, F32StepMatchesTheCpuThenSgd) {
+  const Data d = make_data(GetParam());
+  auto c = cpu_model();
+  auto g = gpu_model();
+  const StepOut rc = forward_backward(*c, d), rg = forward_backward(*g, d);
+  EXPECT_NEAR(rg.loss, rc.loss, 1e-4 * std::abs(rc.loss) + 1e-5);
+  ASSERT_EQ(rg.logits.size(), rc.logits.size());
+  for (size_t i = 0; i < rc.logits.size(); ++i) EXPECT_NEAR(rg.logits[i], rc.logits[i], 1e-4 * std::abs(rc.logits[i]) + 1e-4);
+  expect_close_per_tensor(c->arena(), rg.grads, rc.grads, 1e-3, 1e-2, "gradient");
+  for (size_t i = 0; i < c->arena().buffers().size(); ++i) {  // BN running statistics after one train forward
+    const auto want = c->arena().buffers()[i].second.to_vector<float>();
+    const auto got = host_f32(g->arena().buffers()[i].second, gpu);
+    for (size_t j = 0; j < want.size(); ++j)
+      EXPECT_NEAR(got[j], want[j], 1e-5 * std::abs(want[j]) + 1e-6) << c->arena().buffers()[i].first << "[" << j << "]";
+  }
+
+  const kernels::SgdOptions so{0.1f, 0.9f, 0.0f, 5e-4f, true};
+  const std::vector<float> p0 = c->arena().master_params().to_vector<float>();
+  Sgd sc(c->arena(), so), sg(g->arena(), so);
+  sc.step();
+  sg.step();
+  const std::vector<float> pc = c->arena().master_params().to_vector<float>();
+  const std::vector<float> pg = host_f32(g->arena().master_params(), gpu);
+  // the GPU's SGD, exactly: the CPU oracle on the GPU's own gradients
+  std::vector<float> oracle = p0, buf(p0.size());
+  kernels::cpu::sgd_step(int64_t(p0.size()), so, true, oracle.data(), rg.grads.data(), buf.data());
+  for (size_t i = 0; i < p0.size(); ++i) ASSERT_NEAR(pg[i], oracle[i], 1e-6 * std::abs(oracle[i]) + 1e-7) << i;
+  const std::vector<float> bg = host_f32(sg.momentum_buffer(), gpu);  // first step: gradient + weight decay
+  for (size_t i = 0; i < buf.size(); ++i) ASSERT_NEAR(bg[i], buf[i], 1e-6 * std::abs(buf[i]) + 1e-9) << i;
+  // end to end: the updates (p - p0) agree as the gradients do
+  std::vector<float> uc(p0.size()), ug(p0.size());
+  for (size_t i = 0; i < p0.size(); ++i) {
+    uc[i] = pc[i] - p0[i];
+    ug[i] = pg[i] - p0[i];
+  }
+  expect_close_per_tensor(c->arena(), ug, uc, 2e-3, 2e-2, "SGD update");
+}
+
+TEST_P(ModelsCuda, F32StepThenAdamW) {
+  const Data d = make_data(GetParam());
+  auto c = cpu_model();
+  auto g = gpu_model();
+  const StepOut rc = forward_backward(*c, d), rg = forward_backward(*g, d);
+  const kernels::AdamWOptions ao{1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f};
+  const std::vector<float> p0 = c->arena().master_params().to_vector<float>();
+  AdamW ac(c->arena(), ao), ag(g->arena(), ao);
+  ac.step();
+  ag.step();
+  const std::vector<float> pc = c->arena().master_params().to_vector<float>();
+  const std::vector<float> pg = host_f32(g->arena().master_params(), gpu);
+  std::vector<float> oracle = p0, m(p0.size()), v(p0.size());
+  kernels::cpu::adamw_step(int64_t(p0.size()), ao, 1, oracle.data(), rg.grads.data(), m.data(), v.data());
+  for (size_t i = 0; i < p0.size(); ++i) ASSERT_NEAR(pg[i], oracle[i], 1e-6 * std::abs(oracle[i]) + 1e-7) << i;
+  EXPECT_EQ(host_f32(ag.exp_avg(), gpu).size(), p0.size());
+  // end to end: no element further than a sign flip (2 lr), and flips only where |g| ~ 0: few
+  size_t off = 0;
+  for (size_t i = 0; i < p0.size(); ++i) {
+    EXPECT_LE(std::abs(pg[i] - pc[i]), 2.0 * ao.lr + 1e-6 * std::abs(pc[i]) + 1e-7) << i;
+    off += std::abs(pg[i] - pc[i]) > 0.01 * ao.lr + 1e-6 * std::abs(pc[i]);
+  }
+  EXPECT_LE(off, std::max<size_t>(8, p0.size() / 1000)) << "elements whose AdamW update differs by > 1% of lr";
+  (void)rc;
+}
+
+TEST_P(ModelsCuda, EvalModeForwardMatchesTheCpu) {
+  const Data d = make_data(GetParam());
+  auto c = cpu_model();
+  auto g = gpu_model();
+  forward_backward(*c, d);  // one train forward: BN running statistics move away from 0/1
+  forward_backward(*g, d);
+  c->set_training(false);
+  g->set_training(false);
+  const std::vector<float> lc = c->forward(d.images).to_vector<float>();
+  const std::vector<float> lg = host_f32(g->forward(d.images.to(g->device(), gpu)), gpu);
+  ASSERT_EQ(lg.size(), lc.size());
+  for (size_t i = 0; i < lc.size(); ++i) EXPECT_NEAR(lg[i], lc[i], 1e-4 * std::abs(lc[i]) + 1e-4) << i;
+  // and eval is deterministic: the same input gives the same bits
+  const std::vector<float> again = host_f32(g->forward(d.images.to(g->device(), gpu)), gpu);
+  EXPECT_EQ(again, lg);
+}
+
+// bf16 compute (f32 master, bf16 model copy, activations and gradients): finite, and the loss within
+// 5% (+0.02) of the f32 loss: bf16 keeps 8 bits, so each layer's output carries ~2^-9 relative rounding and
+// twenty layers of it move logits of size ~1 by about a percent, the loss by less.
+TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
+  const Data d = make_data(GetParam());
+  auto f = gpu_model();
+  auto b = gpu_model(DType::bf16);
+  const StepOut rf = forward_backward(*f, d), rb = forward_backward(*b, d);
+  ASSERT_TRUE(std::isfinite(rb.loss));
+  EXPECT_NEAR(rb.loss, rf.loss, 0.05 * std::abs(rf.loss) + 0.02);
+  EXPECT_EQ(b->arena().comm_grads().dtype(), DType::bf16);
+  double dot = 0, nb = 0, nf = 0;
+  for (size_t i = 0; i < rb.grads.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(rb.grads[i])) << "bf16 gradient " << i;
+    dot += double(rb.grads[i]) * rf.grads[i];
+    nb += double(rb.grads[i]) * rb.grads[i];
+    nf += double(rf.grads[i]) * rf.grads[i];
+  }
+  // a loose sanity bound (ReLU/attention flips under bf16 rounding move the gradient a lot; a broken kernel
+  // gives a gradient unrelated to the f32 one, cosine ~0)
+  EXPECT_GT(dot / std::sqrt(nb * nf), 0.5) << "cosine of the bf16 and f32 gradients";
+  LossScaler scaler = LossScaler::for_dtype(DType::bf16);
+  ASSERT_TRUE(scaler.unscale(b->arena()));
+  AdamW opt(b->arena(), {});
+  opt.step();
+  const std::vector<float> p = host_f32(b->arena().master_params(), gpu);
+  for (float x : p) ASSERT_TRUE(std::isfinite(x));
+  // the model copy follows the master
+  const std::vector<float> copy = host_f32(b->arena().model_params(), gpu);
+  for (size_t i = 0; i < p.size(); i += 997) EXPECT_NEAR(copy[i], p[i], std::abs(p[i]) * 0.0079f) << i;
+}
+
+// f16 compute with GradScaler semantics: back off until the scaled gradients fit, then finite and near f32.
+TEST_P(ModelsCuda, F16StepWithLossScalingIsFiniteAndNearTheF32Loss) {
+  const Data d = make_data(GetParam());
+  auto f = gpu_model();
+  auto h = gpu_model(DType::f16);
+  const StepOut rf = forward_backward(*f, d);
+  LossScaler scaler = LossScaler::for_dtype(DType::f16);
+  StepOut rh;
+  int skipped = 0;
+  for (;;) {
+    rh = forward_backward(*h, d, scaler.scale());
+    if (scaler.unscale(h->arena())) break;
+    scaler.update(true);
+    ASSERT_LE(++skipped, 30) << "the loss scale never made the f16 gradients finite";
+  }
+  ASSERT_TRUE(std::isfinite(rh.loss));
+  // f16 keeps 11 bits: closer than bf16 (the same argument, 8x smaller rounding)
+  EXPECT_NEAR(rh.loss, rf.loss, 0.01 * std::abs(rf.loss) + 0.005);
+  const std::vector<float> g = host_f32(h->arena().grads(), gpu);
+  for (float x : g) ASSERT_TRUE(std::isfinite(x));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelsCuda, ::testing::Values(Case{"resnet20", 8}, Case{"vit_ti", 4}),
+                         [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.model); });
+
+class ModelsCudaErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HPDT_REQUIRE_GPU();
+    gpu = Stream::create_cuda(0);
+  }
+  Stream gpu;
+};
+
+TEST_F(ModelsCudaErrors, CpuInputToAGpuModelNamesTheModelAndItsFirstLayer) {
+  ModelConfig c = config(DType::bf16);
+  auto m = make_model("resnet20", c, gpu);
+  const Tensor cpu_images = Tensor::zeros({2, 1, 28, 28}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(m->forward(cpu_images), "resnet20: images on cpu, but the model (first layer conv1) runs on cuda:0");
+  const Tensor logits = m->forward(cpu_images.to(Device::cuda(0), gpu));
+  EXPECT_EQ(logits.dtype(), DType::bf16);
+  EXPECT_TRUE(logits.is_cuda());
+  HPDT_EXPECT_THROW_MSG(m->backward(Tensor::zeros({2, 10}, DType::f32)), "resnet20: dlogits on cpu");
+  HPDT_EXPECT_THROW_MSG(m->forward(Tensor::zeros({2, 1, 28, 28}, DType::i32, Device::cuda(0))),
+                        "resnet20: expects f32 or bf16 images [b, 1, 28, 28]");
+}
+
+TEST_F(ModelsCudaErrors, ALayerNamesItselfForInputOnTheWrongDeviceOrInTheWrongDtype) {
+  ParameterArena a;
+  Linear fc(a, "head", 4, 3);
+  ReLU relu("act");
+  a.finalize(1, DType::bf16, gpu);
+  fc.set_stream(gpu);
+  relu.set_stream(gpu);
+  HPDT_EXPECT_THROW_MSG(fc.forward(Tensor::zeros({2, 4}, DType::bf16)), "head: input on cpu, but this layer runs on cuda:0");
+  HPDT_EXPECT_THROW_MSG(fc.forward(Tensor::zeros({2, 4}, DType::f32, Device::cuda(0))), "head: expects bf16 input [..., 4]");
+  HPDT_EXPECT_THROW_MSG(relu.forward(Tensor::zeros({2, 4}, DType::i32, Device::cuda(0))),
+                        "act: expects f32, f16 or bf16 input");
+  const Tensor y = fc.forward(Tensor::zeros({2, 4}, DType::bf16, Device::cuda(0), AllocOptions{.stream = &gpu}));
+  EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  EXPECT_TRUE(y.is_cuda());
+}
+
+}  // namespace
