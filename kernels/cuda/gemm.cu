@@ -286,14 +286,12 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, bf16_t>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -521,20 +519,17 @@ __global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(con
   else epilogue(T{});
 }
 
-// Dynamic shared memory above 48 KiB must be allowed per kernel (and per device) once.
-template <class Kernel>
-void allow_smem(Kernel kernel, int bytes, int device) {
-  static std::atomic<uint64_t> done{0};
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (done.load(std::memory_order_acquire) & bit) return;
-  HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
 template <class T, class C, bool AK, bool BK>
 void launch_cfg(const Params& p, int splits, int device, cudaStream_t s) {
   auto kernel = gemm_v2_kernel<T, C, AK, BK>;
-  allow_smem(kernel, C::kSmem, device);
+  // Dynamic shared memory above 48 KiB must be allowed once per kernel and device (one flag set per
+  // instantiation of this function, i.e. per kernel).
+  static std::atomic<uint64_t> smem_allowed{0};
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (!(smem_allowed.load(std::memory_order_acquire) & bit)) {
+    HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    smem_allowed.fetch_or(bit, std::memory_order_acq_rel);
+  }
   const dim3 grid(unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(splits));
   kernel<<<grid, C::kThreads, C::kSmem, s>>>(p);
   HPDT_CUDA_CHECK_LAUNCH();
