@@ -43,8 +43,9 @@ void qsgd_dequantize(const Tensor& packed, const Tensor& scales, int bits, Tenso
 
 // out[indices[j]] += values[j] for j in order; the indices of one call must be distinct on CUDA (one
 // rank's top-k message is), so every element gets at most one add per call. indices i32, values/out f32.
+// Indices outside out throw on the CPU; on CUDA they are skipped (checking them would need a sync).
 void sparse_accumulate(const Tensor& indices, const Tensor& values, Tensor& out, const Stream& stream);
-// x[indices[j]] = value (top-k error feedback: what was sent leaves the residual).
+// x[indices[j]] = value (top-k error feedback: what was sent leaves the residual). Bad indices as above.
 void sparse_fill(const Tensor& indices, float value, Tensor& x, const Stream& stream);
 
 }  // namespace hpdt::kernels
