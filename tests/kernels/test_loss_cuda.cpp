@@ -1,2 +1,115 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// GPU softmax cross-entropy (kernels/cuda/loss.cu) against the CPU oracle (kernels/cpu/loss.cpp, double math):
+// fresh Philox logits rounded through the storage dtype for the oracle, random labels, dlogits poisoned first.
+//
+// Shapes [b, classes]: 1x1, 1x10, 3x2, 17x10 (odd batch), 128x10 (Fashion-MNIST/CIFAR), 256x1000 (ImageNet),
+// 17x5000 (long rows); label smoothing 0, 0.1 and 1; grad_scale 1 and 65536 (a loss scale); dlogits omitted;
+// logits offset by 50 (the maximum must be subtracted). Out-of-range labels: the CPU's message, the first
+// bad sample. Determinism: the loss and dlogits bit for bit across runs.
+//
+// Tolerances:
+//   loss: |got - want| <= 1e-5 (1 + |want|) in every dtype: the GPU works in f32 per row (log-sum-exp of
+//     up to 5000 terms) and adds the rows in double, the CPU is double throughout;
+//   dlogits, which are (softmax - q) * grad_scale / b: relative to k = grad_scale / b, f32 rtol 1e-4,
+//     atol 1e-6 k (expf of z - lse with lse in f32: ~1e-6 relative); f16/bf16 the dtype's default with
+//     atol scaled by k.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_oracle.h"
+#include "hpdt/kernels/loss.h"
+#include "hpdt_test.h"
+
+namespace {
+
+using namespace hpdt;
+using test::Tolerance;
+
+struct Case {
+  int64_t b, classes;
+  double smoothing = 0.0, grad_scale = 1.0;
+  float offset = 0.0f;
+};
+
+const Case kCases[] = {{1, 1},           {1, 10},           {3, 2, 0.1},           {17, 10, 0.1},
+                       {128, 10},        {128, 10, 0.1, 65536.0}, {256, 1000, 0.1}, {17, 5000},
+                       {5, 7, 1.0},      {64, 100, 0.0, 1.0, 50.0f}};
+
+class LossCuda : public test::CudaOracleTest {
+ protected:
+  Tensor labels_for(int64_t b, int64_t classes) {
+    std::vector<int32_t> l(static_cast<size_t>(b));
+    Rng rng(seed, 99);
+    for (auto& v : l) v = int32_t(rng.below(uint32_t(classes)));
+    return Tensor::from_vector(l, {b});
+  }
+};
+
+TEST_F(LossCuda, MatchesCpu) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Case& c : kCases)
+      for (bool with_grad : {true, false}) {
+        SCOPED_TRACE(std::to_string(c.b) + "x" + std::to_string(c.classes) + " smoothing " +
+                     std::to_string(c.smoothing) + " scale " + std::to_string(c.grad_scale) + " " +
+                     std::string(dtype_name(dt)) + (with_grad ? "" : " no dlogits"));
+        const Tensor z = random({c.b, c.classes}, -4 + c.offset, 4 + c.offset), labels = labels_for(c.b, c.classes);
+        Tensor dl = Tensor::empty({c.b, c.classes}, DType::f32);
+        const double want = kernels::softmax_cross_entropy(round_through(z, dt), labels, c.smoothing,
+                                                           with_grad ? &dl : nullptr, c.grad_scale, cpu);
+        Tensor dlg = poisoned({c.b, c.classes}, dt);
+        const double got = kernels::softmax_cross_entropy(to_gpu(z, dt), labels.to(Device::cuda(0), stream),
+                                                          c.smoothing, with_grad ? &dlg : nullptr, c.grad_scale, stream);
+        EXPECT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)));
+        if (!with_grad) continue;
+        const double k = c.grad_scale / double(c.b);
+        Tolerance t = dt == DType::f32 ? Tolerance{1e-4, 1e-6} : test::default_tolerance(dt);
+        t.atol *= k;
+        EXPECT_TRUE(close(dl, to_cpu_f32(dlg), t)) << "dlogits";
+      }
+}
+
+TEST_F(LossCuda, IsDeterministic) {
+  for (DType dt : test::kCudaTestDtypes) {
+    const int64_t b = 4096, classes = 1000;
+    const Tensor z = to_gpu(random({b, classes}, -4, 4), dt), labels = labels_for(b, classes).to(Device::cuda(0), stream);
+    Tensor d1 = poisoned({b, classes}, dt), d2 = poisoned({b, classes}, dt);
+    const double l1 = kernels::softmax_cross_entropy(z, labels, 0.1, &d1, 1.0, stream);
+    const double l2 = kernels::softmax_cross_entropy(z, labels, 0.1, &d2, 1.0, stream);
+    uint64_t b1, b2;
+    std::memcpy(&b1, &l1, 8);
+    std::memcpy(&b2, &l2, 8);
+    EXPECT_EQ(b1, b2) << dtype_name(dt) << ": " << l1 << " vs " << l2;
+    EXPECT_TRUE(close(to_cpu_f32(d1), to_cpu_f32(d2), {0, 0})) << dtype_name(dt);
+  }
+}
+
+TEST_F(LossCuda, BadLabelsAndSmoothingThrowTheCpuMessage) {
+  const Tensor z = to_gpu(random({8, 10}), DType::bf16);
+  Tensor dl = poisoned({8, 10}, DType::bf16);
+  // the first bad sample is named, as the CPU names it
+  const Tensor l1 = Tensor::from_vector<int32_t>({1, 2, 3, 10, 4, 5, -1, 0}, {8});
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(z, l1.to(Device::cuda(0), stream), 0.0, &dl, 1.0, stream),
+                        "softmax_cross_entropy: label 10 of sample 3 is outside [0, 10)");
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(to_cpu_f32(z), l1, 0.0, nullptr, 1.0, cpu),
+                        "softmax_cross_entropy: label 10 of sample 3 is outside [0, 10)");
+  const Tensor l2 = Tensor::from_vector<int32_t>({1, -1, 3, 10, 4, 5, 6, 0}, {8});
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(z, l2.to(Device::cuda(0), stream), 0.0, nullptr, 1.0, stream),
+                        "label -1 of sample 1 is outside [0, 10)");
+  // the stream is still usable afterwards, and good labels give a finite loss
+  const Tensor good = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 0}, {8});
+  EXPECT_TRUE(std::isfinite(kernels::softmax_cross_entropy(z, good.to(Device::cuda(0), stream), 0.0, &dl, 1.0, stream)));
+  const Tensor lg = good.to(Device::cuda(0), stream);
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(z, lg, 1.5, nullptr, 1.0, stream),
+                        "label smoothing 1.5 is not in [0, 1]");
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(z, good, 0.0, nullptr, 1.0, stream), "different devices");
+  Tensor dl_f = poisoned({8, 10}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(z, lg, 0.0, &dl_f, 1.0, stream), "has dtype f32");
+  Tensor dl_bad = poisoned({8, 9}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(z, lg, 0.0, &dl_bad, 1.0, stream),
+                        "dlogits has shape [8, 9], expected [8, 10]");
+}
+
+}  // namespace

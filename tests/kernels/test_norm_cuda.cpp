@@ -1,2 +1,317 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// GPU batch norm and layer norm (kernels/cuda/norm.cu) against the CPU oracle (kernels/cpu/norm.cpp), the way
+// cuda_oracle.h says: fresh Philox inputs, the oracle fed the inputs rounded through the storage dtype, GPU
+// outputs poisoned (NaN) before each run, accumulated outputs (dgamma, dbeta) pre-filled with random values.
+//
+// Shapes: ResNet-20 (128x16x32x32), ResNet-50 stages (8x64x56x56, 16x256x14x14, 4x2048x7x7), odd ones
+// (c = 1, 3, 17; h*w = 1 ([n, c]), 7^2, 28^2); layer norm rows of d = 1, 5, 17, 192 (ViT-Ti), 768 (ViT-B),
+// 5000 and 12000 (the dgamma/dbeta accumulators beyond 48 KiB of shared memory), with 1, 17 and 197-token
+// rows. Misaligned views take the scalar (non-vector) paths. SyncBN: a callback that doubles the sums (two
+// identical ranks), compared with the CPU op given the same callback, buffer contents included.
+// Determinism: two runs of every reduction give the same bits.
+//
+// Tolerances, |got - want| <= atol + rtol |want|:
+//   statistics (saved mean/invstd/rstd, running stats; f32 whatever the storage): rtol 2e-5, atol 1e-6:
+//     the GPU merges f32 Welford summaries (then double across blocks); the CPU sums each plane in f32
+//     (56^2 values with a mean of 1: ~1e-6 relative) and the planes in double;
+//   y, dx: the dtype's default (one rounding to 16 bits: 2^-8 bf16, 2^-11 f16) with atol raised to 1e-5 for
+//     f32 (y = x a + b with |x a| up to ~3: an FMA or not moves y by an ulp of 3, 2.4e-7; the statistics'
+//     own 1e-6 relative difference);
+//   dgamma, dbeta and the backward seam buffer: sums over n*h*w (batch norm) or rows (layer norm) values of
+//     size ~1: atol 1e-5 sqrt(count) on top of the dtype's default (f32 partial sums in another order on
+//     both sides: the CPU adds a whole plane in f32, the GPU a thread's share).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_oracle.h"
+#include "hpdt/kernels/norm.h"
+#include "hpdt_test.h"
+
+namespace {
+
+using namespace hpdt;
+using kernels::AllReduceSum;
+using kernels::BatchNormSaved;
+using kernels::LayerNormSaved;
+using test::Tolerance;
+
+constexpr float kEps = 1e-5f, kMomentum = 0.1f;
+
+Tolerance stat_tol() { return {2e-5, 1e-6}; }
+Tolerance value_tol(DType dt) {
+  Tolerance t = test::default_tolerance(dt);
+  t.atol = std::max(t.atol, 1e-5);
+  return t;
+}
+Tolerance sum_tol(DType dt, int64_t count) {
+  Tolerance t = value_tol(dt);
+  t.atol += 1e-5 * std::sqrt(double(count));
+  return t;
+}
+
+std::string label(const Shape& s, DType dt) { return s.str() + " " + std::string(dtype_name(dt)); }
+
+class NormCuda : public test::CudaOracleTest {
+ protected:
+  // A GPU copy of `host` (f32) stored as `dt`, optionally starting one element past a 16-byte boundary.
+  Tensor gpu(const Tensor& host, DType dt, bool misaligned = false) {
+    if (!misaligned) return to_gpu(host, dt);
+    Tensor big = Tensor::empty({host.numel() + 8}, dt, Device::cuda(0), AllocOptions{.stream = &stream});
+    Tensor v = big.flat(1, host.numel()).view(host.shape());
+    Tensor narrow = host;
+    if (dt != DType::f32) {
+      narrow = Tensor::empty(host.shape(), dt);
+      kernels::cpu::cast(host, narrow);
+    }
+    copy(narrow, v, stream);
+    stream.synchronize();
+    return v;
+  }
+  Tensor poison(const Shape& s, DType dt, bool misaligned = false) {
+    if (!misaligned) return poisoned(s, dt);
+    Tensor big = poisoned({s.numel() + 8}, dt);
+    return big.flat(1, s.numel()).view(s);
+  }
+  static AllReduceSum doubling(std::vector<float>* seen) {
+    return [seen](float* d, size_t n) {
+      seen->assign(d, d + n);
+      for (size_t i = 0; i < n; ++i) d[i] *= 2;  // two identical ranks
+    };
+  }
+  static Tensor vec(const std::vector<float>& v) { return Tensor::from_vector(v, {int64_t(v.size())}); }
+
+  void bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned = false);
+  void bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned = false);
+  void ln_case(const Shape& shape, DType dt, bool misaligned = false);
+};
+
+const Shape kBnShapes[] = {{2, 3, 28, 28}, {4, 1, 28, 28},   {3, 17, 7, 7},     {37, 17},
+                           {5, 3},         {128, 16, 32, 32}, {8, 64, 56, 56}, {16, 256, 14, 14},
+                           {4, 2048, 7, 7}};
+
+void NormCuda::bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned) {
+  SCOPED_TRACE(label(shape, dt) + (sync ? " sync" : "") + (misaligned ? " misaligned" : ""));
+  const int64_t c = shape[1];
+  const Tensor x = random(shape, -1, 3), g = random({c}, 0.5, 1.5), b = random({c}, -0.5, 0.5);
+  const Tensor rm0 = random({c}, -0.2f, 0.2f), rv0 = random({c}, 0.5f, 2.0f);
+  std::vector<float> cpu_seen, gpu_seen;
+  // oracle
+  Tensor rm = rm0.clone(cpu), rv = rv0.clone(cpu), y = Tensor::empty(shape, DType::f32);
+  BatchNormSaved saved;
+  kernels::batchnorm_forward_train(round_through(x, dt), round_through(g, dt), round_through(b, dt), rm, rv, kEps,
+                                   kMomentum, saved, y, sync ? doubling(&cpu_seen) : AllReduceSum{}, cpu);
+  // GPU: saved statistics left undefined (the op allocates them on the device)
+  Tensor rmg = to_gpu(rm0), rvg = to_gpu(rv0), yg = poison(shape, dt, misaligned);
+  BatchNormSaved sg;
+  kernels::batchnorm_forward_train(gpu(x, dt, misaligned), to_gpu(g, dt), to_gpu(b, dt), rmg, rvg, kEps, kMomentum, sg,
+                                   yg, sync ? doubling(&gpu_seen) : AllReduceSum{}, stream);
+  ASSERT_TRUE(sg.mean.is_cuda() && sg.invstd.is_cuda());
+  ASSERT_EQ(sg.mean.dtype(), DType::f32);
+  EXPECT_TRUE(close(y, to_cpu_f32(yg), value_tol(dt))) << "y";
+  EXPECT_TRUE(close(saved.mean, to_cpu_f32(sg.mean), stat_tol())) << "saved mean";
+  EXPECT_TRUE(close(saved.invstd, to_cpu_f32(sg.invstd), stat_tol())) << "saved invstd";
+  EXPECT_TRUE(close(rm, to_cpu_f32(rmg), stat_tol())) << "running mean";
+  EXPECT_TRUE(close(rv, to_cpu_f32(rvg), stat_tol())) << "running var";
+  if (sync) {  // the seam buffer: sum, sumsq, count, as the CPU lays it out
+    ASSERT_EQ(gpu_seen.size(), size_t(2 * c + 1));
+    ASSERT_EQ(cpu_seen.size(), gpu_seen.size());
+    EXPECT_EQ(gpu_seen.back(), cpu_seen.back()) << "count";
+    EXPECT_TRUE(close(vec(cpu_seen), vec(gpu_seen), {2e-5, 1e-6 * double(shape.numel() / c)})) << "seam buffer";
+  }
+}
+
+void NormCuda::bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned) {
+  SCOPED_TRACE(label(shape, dt) + " backward" + (sync ? " sync" : "") + (misaligned ? " misaligned" : ""));
+  const int64_t c = shape[1], count = shape.numel() / c;
+  const Tensor x = random(shape, -1, 3), dy = random(shape), g = random({c}, 0.5, 1.5), b = random({c});
+  const Tensor dg0 = random({c}), db0 = random({c});
+  const Tensor xr = round_through(x, dt), dyr = round_through(dy, dt), gr = round_through(g, dt);
+  // oracle: forward for the saved statistics, then backward onto the rounded initial dgamma/dbeta
+  Tensor rm = Tensor::zeros({c}, DType::f32), rv = Tensor::zeros({c}, DType::f32), y = Tensor::empty(shape, DType::f32);
+  BatchNormSaved saved;
+  std::vector<float> cpu_seen, gpu_seen;
+  kernels::batchnorm_forward_train(xr, gr, round_through(b, dt), rm, rv, kEps, kMomentum, saved, y, {}, cpu);
+  Tensor dx = Tensor::empty(shape, DType::f32), dg = round_through(dg0, dt), db = round_through(db0, dt);
+  kernels::batchnorm_backward_train(dyr, xr, gr, saved, dx, dg, db, sync ? doubling(&cpu_seen) : AllReduceSum{}, cpu);
+  // GPU, given the CPU's saved statistics so that only the backward is compared
+  BatchNormSaved sg{to_gpu(saved.mean), to_gpu(saved.invstd)};
+  Tensor dxg = poison(shape, dt, misaligned), dgg = to_gpu(dg0, dt), dbg = to_gpu(db0, dt);
+  kernels::batchnorm_backward_train(gpu(dy, dt, misaligned), gpu(x, dt, misaligned), to_gpu(g, dt), sg, dxg, dgg, dbg,
+                                    sync ? doubling(&gpu_seen) : AllReduceSum{}, stream);
+  EXPECT_TRUE(close(dx, to_cpu_f32(dxg), value_tol(dt))) << "dx";
+  EXPECT_TRUE(close(dg, to_cpu_f32(dgg), sum_tol(dt, count))) << "dgamma";
+  EXPECT_TRUE(close(db, to_cpu_f32(dbg), sum_tol(dt, count))) << "dbeta";
+  if (sync) {
+    ASSERT_EQ(gpu_seen.size(), size_t(2 * c + 1));
+    EXPECT_EQ(gpu_seen.back(), cpu_seen.back()) << "count";
+    EXPECT_TRUE(close(vec(cpu_seen), vec(gpu_seen), sum_tol(DType::f32, count))) << "seam buffer";
+  }
+}
+
+TEST_F(NormCuda, BatchNormTrainForward) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : kBnShapes) bn_train_case(s, dt, false);
+}
+
+TEST_F(NormCuda, BatchNormTrainBackward) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : kBnShapes) bn_backward_case(s, dt, false);
+}
+
+TEST_F(NormCuda, SyncBatchNormDoublingCallbackMatchesCpu) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{2, 3, 28, 28}, Shape{37, 17}, Shape{8, 64, 56, 56}}) {
+      bn_train_case(s, dt, true);
+      bn_backward_case(s, dt, true);
+    }
+}
+
+TEST_F(NormCuda, MisalignedViewsTakeTheScalarPath) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{2, 3, 28, 28}, Shape{8, 64, 56, 56}}) {
+      bn_train_case(s, dt, false, true);
+      bn_backward_case(s, dt, false, true);
+    }
+}
+
+TEST_F(NormCuda, BatchNormEval) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : kBnShapes) {
+      SCOPED_TRACE(label(s, dt) + " eval");
+      const int64_t c = s[1];
+      const Tensor x = random(s, -1, 3), g = random({c}, 0.5, 1.5), b = random({c});
+      const Tensor rm = random({c}, -0.5, 0.5), rv = random({c}, 0.5, 2.0);
+      Tensor y = Tensor::empty(s, DType::f32);
+      kernels::batchnorm_forward_eval(round_through(x, dt), round_through(g, dt), round_through(b, dt), rm, rv, kEps, y,
+                                      cpu);
+      Tensor yg = poisoned(s, dt);
+      kernels::batchnorm_forward_eval(to_gpu(x, dt), to_gpu(g, dt), to_gpu(b, dt), to_gpu(rm), to_gpu(rv), kEps, yg,
+                                      stream);
+      EXPECT_TRUE(close(y, to_cpu_f32(yg), value_tol(dt)));
+    }
+}
+
+TEST_F(NormCuda, BatchNormIsDeterministic) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (bool sync : {false, true}) {
+      const Shape s{128, 16, 32, 32};  // 32 blocks per channel
+      const int64_t c = s[1];
+      const Tensor x = to_gpu(random(s, -1, 3), dt), dy = to_gpu(random(s), dt), g = to_gpu(random({c}), dt),
+                   b = to_gpu(random({c}), dt);
+      const Tensor rm0 = random({c}), rv0 = random({c}, 0.5, 2), dg0 = random({c}), db0 = random({c});
+      std::vector<float> seen;
+      const AllReduceSum cb = sync ? doubling(&seen) : AllReduceSum{};
+      Tensor out[2][7];
+      for (auto& o : out) {
+        Tensor rm = to_gpu(rm0), rv = to_gpu(rv0), y = poisoned(s, dt), dx = poisoned(s, dt);
+        Tensor dg = to_gpu(dg0, dt), db = to_gpu(db0, dt);
+        BatchNormSaved saved;
+        kernels::batchnorm_forward_train(x, g, b, rm, rv, kEps, kMomentum, saved, y, cb, stream);
+        kernels::batchnorm_backward_train(dy, x, g, saved, dx, dg, db, cb, stream);
+        const Tensor all[7] = {y, saved.mean, saved.invstd, rv, dx, dg, db};
+        for (int i = 0; i < 7; ++i) o[i] = to_cpu_f32(all[i]);
+      }
+      for (int i = 0; i < 7; ++i)
+        for (int64_t j = 0; j < out[0][i].numel(); ++j)
+          ASSERT_EQ(test::bits_of(out[0][i].data<float>()[j]), test::bits_of(out[1][i].data<float>()[j]))
+              << dtype_name(dt) << " output " << i << " element " << j << (sync ? " sync" : "");
+    }
+}
+
+// ---- layer norm ----------------------------------------------------------------------------------------
+
+const Shape kLnShapes[] = {{1, 5}, {17, 5}, {3, 17}, {4, 1}, {1, 197, 192}, {2, 197, 192}, {3, 17, 768},
+                           {8, 197, 768}, {3, 5000}, {2, 12000}};
+
+void NormCuda::ln_case(const Shape& shape, DType dt, bool misaligned) {
+  SCOPED_TRACE(label(shape, dt) + (misaligned ? " misaligned" : ""));
+  const int64_t d = shape[-1], rows = shape.numel() / d;
+  const Tensor x = random(shape), g = random({d}, 0.5, 1.5), b = random({d}), dy = random(shape);
+  const Tensor dg0 = random({d}), db0 = random({d});
+  const Tensor xr = round_through(x, dt), gr = round_through(g, dt);
+  // forward
+  Tensor y = Tensor::empty(shape, DType::f32);
+  LayerNormSaved saved;
+  kernels::layernorm_forward(xr, gr, round_through(b, dt), kEps, saved, y, cpu);
+  Tensor yg = poison(shape, dt, misaligned);
+  LayerNormSaved sg;
+  const Tensor xg = gpu(x, dt, misaligned);
+  kernels::layernorm_forward(xg, to_gpu(g, dt), to_gpu(b, dt), kEps, sg, yg, stream);
+  ASSERT_TRUE(sg.mean.is_cuda() && sg.rstd.is_cuda());
+  EXPECT_TRUE(close(y, to_cpu_f32(yg), value_tol(dt))) << "y";
+  EXPECT_TRUE(close(saved.mean, to_cpu_f32(sg.mean), stat_tol())) << "mean";
+  EXPECT_TRUE(close(saved.rstd, to_cpu_f32(sg.rstd), stat_tol())) << "rstd";
+  // backward, given the CPU's saved statistics
+  Tensor dx = Tensor::empty(shape, DType::f32), dg = round_through(dg0, dt), db = round_through(db0, dt);
+  kernels::layernorm_backward(round_through(dy, dt), xr, gr, saved, dx, dg, db, cpu);
+  LayerNormSaved sc{to_gpu(saved.mean), to_gpu(saved.rstd)};
+  Tensor dxg = poison(shape, dt, misaligned), dgg = to_gpu(dg0, dt), dbg = to_gpu(db0, dt);
+  kernels::layernorm_backward(gpu(dy, dt, misaligned), xg, to_gpu(g, dt), sc, dxg, dgg, dbg, stream);
+  EXPECT_TRUE(close(dx, to_cpu_f32(dxg), value_tol(dt))) << "dx";
+  EXPECT_TRUE(close(dg, to_cpu_f32(dgg), sum_tol(dt, rows))) << "dgamma";
+  EXPECT_TRUE(close(db, to_cpu_f32(dbg), sum_tol(dt, rows))) << "dbeta";
+}
+
+TEST_F(NormCuda, LayerNormForwardBackward) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : kLnShapes) ln_case(s, dt);
+}
+
+TEST_F(NormCuda, LayerNormMisalignedViews) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{17, 5}, Shape{2, 197, 192}, Shape{3, 17, 768}}) ln_case(s, dt, true);
+}
+
+TEST_F(NormCuda, LayerNormIsDeterministic) {
+  for (DType dt : test::kCudaTestDtypes) {
+    const Shape s{16, 197, 768};  // many blocks, several rows each
+    const int64_t d = s[-1];
+    const Tensor x = to_gpu(random(s), dt), dy = to_gpu(random(s), dt), g = to_gpu(random({d}), dt),
+                 b = to_gpu(random({d}), dt), dg0 = random({d}), db0 = random({d});
+    Tensor out[2][5];
+    for (auto& o : out) {
+      Tensor y = poisoned(s, dt), dx = poisoned(s, dt), dg = to_gpu(dg0, dt), db = to_gpu(db0, dt);
+      LayerNormSaved saved;
+      kernels::layernorm_forward(x, g, b, kEps, saved, y, stream);
+      kernels::layernorm_backward(dy, x, g, saved, dx, dg, db, stream);
+      const Tensor all[5] = {y, saved.rstd, dx, dg, db};
+      for (int i = 0; i < 5; ++i) o[i] = to_cpu_f32(all[i]);
+    }
+    for (int i = 0; i < 5; ++i)
+      for (int64_t j = 0; j < out[0][i].numel(); ++j)
+        ASSERT_EQ(test::bits_of(out[0][i].data<float>()[j]), test::bits_of(out[1][i].data<float>()[j]))
+            << dtype_name(dt) << " output " << i << " element " << j;
+  }
+}
+
+TEST_F(NormCuda, BadInputsNameTheOp) {
+  const Device dev = Device::cuda(0);
+  const AllocOptions o{.stream = &stream};
+  Tensor x = Tensor::zeros({2, 3, 4, 4}, DType::bf16, dev, o), y = Tensor::zeros({2, 3, 4, 4}, DType::bf16, dev, o);
+  Tensor g = Tensor::zeros({3}, DType::bf16, dev, o), gf = Tensor::zeros({3}, DType::f32, dev, o);
+  Tensor rm = Tensor::zeros({3}, DType::f32, dev, o), rv = Tensor::zeros({3}, DType::f32, dev, o);
+  Tensor rm16 = Tensor::zeros({3}, DType::bf16, dev, o), g4 = Tensor::zeros({4}, DType::bf16, dev, o);
+  BatchNormSaved saved;
+  HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_train(x, gf, g, rm, rv, kEps, kMomentum, saved, y, {}, stream),
+                        "batchnorm_forward_train: tensor");
+  HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_train(x, gf, g, rm, rv, kEps, kMomentum, saved, y, {}, stream),
+                        "on CUDA all tensors of this op share");
+  HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_train(x, g, g, rm16, rv, kEps, kMomentum, saved, y, {}, stream),
+                        "running_mean has dtype bf16, expected f32");
+  HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_train(x, g4, g4, rm, rv, kEps, kMomentum, saved, y, {}, stream),
+                        "gamma has shape [4], expected [3]");
+  Tensor xc = Tensor::zeros({2, 3, 4, 4}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_eval(xc, g, g, rm, rv, kEps, y, stream), "different devices");
+  LayerNormSaved ls;
+  Tensor lx = Tensor::zeros({5, 8}, DType::f16, dev, o), ly = Tensor::zeros({5, 8}, DType::f16, dev, o);
+  Tensor lg = Tensor::zeros({8}, DType::f16, dev, o), lg7 = Tensor::zeros({7}, DType::f16, dev, o);
+  HPDT_EXPECT_THROW_MSG(kernels::layernorm_forward(lx, lg7, lg, kEps, ls, ly, stream), "layernorm_forward: gamma has shape [7]");
+  Tensor lgf = Tensor::zeros({8}, DType::f32, dev, o);
+  HPDT_EXPECT_THROW_MSG(kernels::layernorm_forward(lx, lgf, lg, kEps, ls, ly, stream), "has dtype f32");
+  HPDT_EXPECT_THROW_MSG(kernels::layernorm_forward(lx, lg, lg, kEps, ls, ly, cpu), "need a CUDA stream");
+}
+
+}  // namespace

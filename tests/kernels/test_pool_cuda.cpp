@@ -1,2 +1,153 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// GPU max pool and global average pool (kernels/cuda/pool.cu) against the CPU oracle (kernels/cpu/pool.cpp):
+// fresh Philox inputs rounded through the storage dtype for the oracle, GPU outputs poisoned first.
+//
+// Shapes: ResNet-50's stem pool (4x64x112x112, k3 s2 p1), ResNet-50's global pool (8x2048x7x7),
+// ResNet-20's (128x64x8x8), odd ones (1x1x1x1; c = 3, 17; h*w = 1, 7^2, 9x11, 28^2) and windows that overlap
+// heavily (k3 s1 p1, k5 s1 p2: an input element is in up to 25 windows) or not at all (k2 s2), with NaN and
+// -inf inputs for the max pool.
+//
+// Tolerances:
+//   max pool y and argmax: exact in every dtype (a selection among the very values the oracle sees, with
+//     the CPU's scan order and tie rule; NaN wins);
+//   max pool dx: f32 exact (the gather adds the windows in output order from 0, as the CPU's scatter does);
+//     f16/bf16 the dtype's default (one rounding of the f32 sum);
+//   average pool y: f32 rtol 1e-5 (another summation order over h*w <= 784 values), f16/bf16 the default;
+//     dx exact in f32 (one division), the default otherwise.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "cuda_oracle.h"
+#include "hpdt/kernels/pool.h"
+#include "hpdt_test.h"
+
+namespace {
+
+using namespace hpdt;
+using test::Tolerance;
+
+struct MaxCase {
+  Shape x;
+  int64_t k, stride, pad;
+  std::string str() const {
+    return x.str() + " k" + std::to_string(k) + " s" + std::to_string(stride) + " p" + std::to_string(pad);
+  }
+};
+
+const MaxCase kMaxCases[] = {
+    {{1, 1, 1, 1}, 1, 1, 0},    {{2, 3, 7, 7}, 3, 2, 1},     {{3, 17, 28, 28}, 2, 2, 0}, {{2, 5, 9, 11}, 3, 1, 1},
+    {{2, 3, 8, 8}, 4, 3, 2},    {{1, 2, 5, 5}, 5, 1, 2},     {{2, 3, 1, 1}, 3, 1, 1},    {{1, 17, 7, 7}, 7, 1, 0},
+    {{4, 64, 112, 112}, 3, 2, 1}};
+
+class PoolCuda : public test::CudaOracleTest {
+ protected:
+  static Shape out_shape(const MaxCase& c) {
+    return {c.x[0], c.x[1], (c.x[2] + 2 * c.pad - c.k) / c.stride + 1, (c.x[3] + 2 * c.pad - c.k) / c.stride + 1};
+  }
+  void max_case(const MaxCase& c, DType dt, bool specials);
+};
+
+Tolerance exact() { return {0, 0}; }
+
+void PoolCuda::max_case(const MaxCase& c, DType dt, bool specials) {
+  SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dt)) + (specials ? " with NaN/-inf" : ""));
+  Tensor x = random(c.x);
+  if (specials) {  // a few NaN and -inf inputs (every 37th and 41st element)
+    float* p = x.data<float>();
+    for (int64_t i = 5; i < x.numel(); i += 37) p[i] = NAN;
+    for (int64_t i = 7; i < x.numel(); i += 41) p[i] = -std::numeric_limits<float>::infinity();
+  }
+  const Shape ys = out_shape(c);
+  // forward
+  Tensor y = Tensor::empty(ys, DType::f32), am;
+  kernels::maxpool2d_forward(round_through(x, dt), c.k, c.stride, c.pad, y, am, cpu);
+  Tensor yg = poisoned(ys, dt), amg = poisoned(ys, DType::i32);
+  kernels::maxpool2d_forward(to_gpu(x, dt), c.k, c.stride, c.pad, yg, amg, stream);
+  EXPECT_TRUE(close(y, to_cpu_f32(yg), exact())) << "y";
+  const Tensor amc = amg.to(Device::cpu(), stream);
+  stream.synchronize();
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < am.numel(); ++i)
+    if (am.data<int32_t>()[i] != amc.data<int32_t>()[i]) ++bad, first = first < 0 ? i : first;
+  EXPECT_EQ(bad, 0) << "argmax differs at " << bad << " outputs, first " << first;
+  // backward (the CPU's argmax on both sides)
+  const Tensor dy = random(ys);
+  Tensor dx = Tensor::empty(c.x, DType::f32);
+  kernels::maxpool2d_backward(round_through(dy, dt), am, dx, cpu);
+  Tensor dxg = poisoned(c.x, dt);
+  kernels::maxpool2d_backward(to_gpu(dy, dt), am.to(Device::cuda(0), stream), c.k, c.stride, c.pad, dxg, stream);
+  EXPECT_TRUE(close(dx, to_cpu_f32(dxg), dt == DType::f32 ? exact() : test::default_tolerance(dt))) << "dx";
+}
+
+TEST_F(PoolCuda, MaxPoolForwardBackward) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const MaxCase& c : kMaxCases) max_case(c, dt, false);
+}
+
+TEST_F(PoolCuda, MaxPoolNanAndMinusInfinity) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const MaxCase& c : {kMaxCases[1], kMaxCases[3], kMaxCases[5]}) max_case(c, dt, true);
+}
+
+TEST_F(PoolCuda, MaxPoolBackwardIsDeterministic) {
+  const MaxCase c{{4, 16, 28, 28}, 3, 1, 1};
+  for (DType dt : test::kCudaTestDtypes) {
+    const Shape ys = out_shape(c);
+    Tensor xg = to_gpu(random(c.x), dt), yg = poisoned(ys, dt), am;
+    kernels::maxpool2d_forward(xg, c.k, c.stride, c.pad, yg, am, stream);
+    ASSERT_TRUE(am.is_cuda());
+    const Tensor dy = to_gpu(random(ys), dt);
+    Tensor a = poisoned(c.x, dt), b = poisoned(c.x, dt);
+    kernels::maxpool2d_backward(dy, am, c.k, c.stride, c.pad, a, stream);
+    kernels::maxpool2d_backward(dy, am, c.k, c.stride, c.pad, b, stream);
+    EXPECT_TRUE(close(to_cpu_f32(a), to_cpu_f32(b), exact())) << dtype_name(dt);
+  }
+}
+
+TEST_F(PoolCuda, GlobalAveragePool) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{3, 17, 1, 1}, Shape{2, 3, 7, 7}, Shape{2, 3, 28, 28},
+                           Shape{2, 5, 9, 11}, Shape{128, 64, 8, 8}, Shape{8, 2048, 7, 7}}) {
+      SCOPED_TRACE(s.str() + " " + std::string(dtype_name(dt)));
+      const Shape ys{s[0], s[1]};
+      const Tensor x = random(s), dy = random(ys);
+      Tensor y = Tensor::empty(ys, DType::f32), dx = Tensor::empty(s, DType::f32);
+      kernels::global_avgpool_forward(round_through(x, dt), y, cpu);
+      kernels::global_avgpool_backward(round_through(dy, dt), dx, cpu);
+      Tensor yg = poisoned(ys, dt), dxg = poisoned(s, dt);
+      kernels::global_avgpool_forward(to_gpu(x, dt), yg, stream);
+      kernels::global_avgpool_backward(to_gpu(dy, dt), dxg, stream);
+      const Tolerance ty = dt == DType::f32 ? Tolerance{1e-5, 1e-6} : test::default_tolerance(dt);
+      EXPECT_TRUE(close(y, to_cpu_f32(yg), ty)) << "y";
+      EXPECT_TRUE(close(dx, to_cpu_f32(dxg), dt == DType::f32 ? exact() : test::default_tolerance(dt))) << "dx";
+      Tensor yg2 = poisoned(ys, dt);
+      kernels::global_avgpool_forward(to_gpu(x, dt), yg2, stream);
+      EXPECT_TRUE(close(to_cpu_f32(yg), to_cpu_f32(yg2), exact())) << "run to run";
+    }
+}
+
+TEST_F(PoolCuda, BadInputsNameTheOp) {
+  const Device dev = Device::cuda(0);
+  const AllocOptions o{.stream = &stream};
+  Tensor x = Tensor::zeros({2, 3, 8, 8}, DType::bf16, dev, o), y = Tensor::zeros({2, 3, 4, 4}, DType::bf16, dev, o);
+  Tensor yf = Tensor::zeros({2, 3, 4, 4}, DType::f32, dev, o), ybad = Tensor::zeros({2, 3, 3, 4}, DType::bf16, dev, o);
+  Tensor am;
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_forward(x, 3, 2, 1, yf, am, stream), "maxpool2d_forward: tensor");
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_forward(x, 3, 2, 1, ybad, am, stream),
+                        "maxpool2d_forward: y has shape [2, 3, 3, 4], expected [2, 3, 4, 4]");
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_forward(x, 3, 2, 2, y, am, stream), "unsupported window 3 stride 2 pad 2");
+  kernels::maxpool2d_forward(x, 3, 2, 1, y, am, stream);
+  ASSERT_TRUE(am.is_cuda());
+  Tensor dx = Tensor::zeros({2, 3, 8, 8}, DType::bf16, dev, o);
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(y, am, dx, stream), "on CUDA pass the window");
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(y, am, 2, 1, 0, dx, stream),
+                        "dy has shape [2, 3, 4, 4], expected [2, 3, 7, 7]");
+  Tensor am_f = Tensor::zeros({2, 3, 4, 4}, DType::f32, dev, o);
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(y, am_f, 3, 2, 1, dx, stream), "argmax has dtype f32, expected i32");
+  Tensor yavg = Tensor::zeros({2, 4}, DType::bf16, dev, o);
+  HPDT_EXPECT_THROW_MSG(kernels::global_avgpool_forward(x, yavg, stream), "global_avgpool_forward: y has shape [2, 4]");
+}
+
+}  // namespace
