@@ -1,2 +1,421 @@
-// placeholder: filled by the CUDA kernels work (issue 7)
+// GPU conv2d against the CPU oracle (kernels/cpu/conv.cpp), every implementation x direction x dtype:
+//   v1 (SIMT), v2 (tensor cores: f16, bf16) and cuDNN, called through hpdt/kernels/cuda/conv.h; then the public
+//   entry points (device dispatch, the vendor switch, the fused epilogue, the error messages) on GPU tensors.
+// Inputs are fresh uniform [-1, 1) numbers, rounded through the dtype for the oracle (round_through); y and dx are
+// poisoned (NaN) before each run; dw and dbias, accumulated (+=), start from random values.
+//
+// Tolerances, for a sum of L products of numbers in [-1, 1) (L = ci*kh*kw forward, co*kh*kw backward-data,
+// n*oh*ow backward-filter; partial sums are O(sqrt(L))):
+//   f32: rtol 1e-5, atol 1e-6 + 4e-7 * L. Two f32 sums of L terms in different orders differ by about
+//        eps * L / 3 = 2e-8 * L where they cancel; 4e-7 * L is 20x that and still far below one missing term.
+//   f16, bf16: default_tolerance (one rounding of the output to the storage type) plus the same 4e-7 * L: both
+//        sides see the same rounded inputs, products are exact in f32 and the sums are f32.
+//   cuDNN additionally: its heuristics may pick Winograd or FFT algorithms, whose transforms round intermediates
+//        (in the storage type for f16/bf16): + eps_dt * sqrt(L) absolute, and rtol x 10 for f32.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_oracle.h"
+#include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/conv.h"
+#include "hpdt/kernels/cpu/activation.h"
+#include "hpdt/kernels/cpu/conv.h"
+#include "hpdt/kernels/cpu/norm.h"
+#include "hpdt_test.h"
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/conv.h"
+#endif
+
+namespace {
+
+using namespace hpdt;
+using kernels::Conv2dEpilogue;
+using kernels::Conv2dShape;
+using test::Tolerance;
+
+enum class Impl { v1, v2, cudnn };
+const char* impl_name(Impl i) { return i == Impl::v1 ? "v1-simt" : i == Impl::v2 ? "v2-tensor-core" : "cudnn"; }
+std::vector<Impl> impls_for(DType dt) {
+  if (dt == DType::f32) return {Impl::v1, Impl::cudnn};
+  return {Impl::v1, Impl::v2, Impl::cudnn};
+}
+
+double storage_eps(DType dt) { return dt == DType::f32 ? 0x1p-24 : dt == DType::f16 ? 0x1p-11 : 0x1p-8; }
+
+Tolerance conv_tolerance(DType dt, double L, Impl impl) {
+  Tolerance t = test::default_tolerance(dt);
+  t.atol += 4e-7 * L;
+  if (impl == Impl::cudnn) {
+    t.atol += storage_eps(dt) * std::sqrt(L);
+    if (dt == DType::f32) t.rtol *= 10;
+  }
+  return t;
+}
+
+struct Case {
+  const char* name;
+  int64_t n, ci, h, w, co, k, stride, pad;
+  Conv2dShape shape() const { return Conv2dShape{n, ci, h, w, co, k, k, stride, pad}; }
+};
+
+// The oracle's results for one case and dtype, from the inputs rounded through the dtype.
+struct Expected {
+  Tensor y, dx, dw, db;
+};
+
+class ConvCuda : public test::CudaOracleTest {
+ protected:
+  // ---- the implementations under test ----
+  void forward(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y) {
+#if HPDT_HAVE_CUDA
+    if (impl == Impl::cudnn) return kernels::cuda::conv2d_forward_vendor(s, x, w, e, y, stream);
+    kernels::cuda::conv2d_forward(s, x, w, e, y, stream, variant(impl));
+#else
+    (void)impl, (void)s, (void)x, (void)w, (void)e, (void)y;
+#endif
+  }
+  void backward_data(Impl impl, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) {
+#if HPDT_HAVE_CUDA
+    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream);
+    kernels::cuda::conv2d_backward_data(s, dy, w, dx, stream, variant(impl));
+#else
+    (void)impl, (void)s, (void)dy, (void)w, (void)dx;
+#endif
+  }
+  void backward_filter(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
+#if HPDT_HAVE_CUDA
+    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_filter_vendor(s, x, dy, dw, db, stream);
+    kernels::cuda::conv2d_backward_filter(s, x, dy, dw, db, stream, variant(impl));
+#else
+    (void)impl, (void)s, (void)x, (void)dy, (void)dw, (void)db;
+#endif
+  }
+#if HPDT_HAVE_CUDA
+  static kernels::cuda::ConvVariant variant(Impl impl) {
+    return impl == Impl::v2 ? kernels::cuda::ConvVariant::v2_tensor_core : kernels::cuda::ConvVariant::v1_simt;
+  }
+#endif
+
+  // ---- one case: every dtype, every implementation, every direction ----
+  void check_case(const Case& c, bool bias) {
+    const Conv2dShape s = c.shape();
+    const int64_t oh = s.out_h(), ow = s.out_w();
+    const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, s.kh, s.kw}, ys{s.n, s.c_out, oh, ow}, bs{s.c_out};
+    const double l_fwd = double(s.c_in * s.kh * s.kw), l_data = double(s.c_out * s.kh * s.kw),
+                 l_filter = double(s.n * oh * ow);
+    for (DType dt : test::kCudaTestDtypes) {
+      const Tensor x = random(xs), w = random(ws), b = random(bs), dy = random(ys), dw0 = random(ws), db0 = random(bs);
+      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), bias ? &b : nullptr,
+                                   round_through(dy, dt), round_through(dw0, dt), round_through(db0, dt), dt);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
+      for (Impl impl : impls_for(dt)) {
+        SCOPED_TRACE(std::string(c.name) + " " + s.str() + " " + std::string(dtype_name(dt)) + " " + impl_name(impl) +
+                     (bias ? " bias" : " no bias"));
+        Tensor y = poisoned(ys, dt);
+        Conv2dEpilogue e;
+        e.bias = bias ? &gb : nullptr;
+        forward(impl, s, gx, gw, e, y);
+        EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, l_fwd, impl))) << "forward";
+
+        Tensor dx = poisoned(xs, dt);
+        backward_data(impl, s, gdy, gw, dx);
+        EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, l_data, impl))) << "backward-data";
+
+        Tensor dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+        backward_filter(impl, s, gx, gdy, dw, bias ? &db : nullptr);
+        EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, impl))) << "backward-filter dw";
+        if (bias) {
+          EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
+        }
+      }
+    }
+  }
+
+  static Expected oracle(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& dy,
+                         const Tensor& dw0, const Tensor& db0, DType dt) {
+    Expected e;
+    e.y = Tensor::empty({s.n, s.c_out, s.out_h(), s.out_w()}, DType::f32);
+    // b is the f32 draw; the GPU sees it rounded through dt
+    Tensor br;
+    if (b) {
+      br = Tensor::empty(b->shape(), DType::f32);
+      std::memcpy(br.data(), b->data(), b->nbytes());
+      if (dt != DType::f32) {
+        Tensor narrow = Tensor::empty(b->shape(), dt);
+        kernels::cpu::cast(*b, narrow);
+        kernels::cpu::cast(narrow, br);
+      }
+    }
+    kernels::cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), b ? br.data<float>() : nullptr,
+                                        e.y.data<float>());
+    e.dx = Tensor::empty({s.n, s.c_in, s.h, s.w}, DType::f32);
+    kernels::cpu::conv2d_backward_data<float>(s, dy.data<float>(), w.data<float>(), e.dx.data<float>());
+    e.dw = dw0, e.db = db0;  // already private copies (round_through returns new tensors)
+    kernels::cpu::conv2d_backward_filter<float>(s, x.data<float>(), dy.data<float>(), e.dw.data<float>(),
+                                                b ? e.db.data<float>() : nullptr, true);
+    return e;
+  }
+};
+
+// ---- shapes ------------------------------------------------------------------------------------------------
+
+TEST_F(ConvCuda, OnePixelOneChannel) { check_case({"1x1x1x1 k1", 1, 1, 1, 1, 1, 1, 1, 0}, true); }
+
+TEST_F(ConvCuda, SmallOddShapes) {
+  // n 3, ci 5, co 7 on 9 x 11: every tile is a partial one, K is not a multiple of 8 or 32.
+  const Case cases[] = {{"k3 s1 p1", 3, 5, 9, 11, 7, 3, 1, 1}, {"k3 s2 p1", 3, 5, 9, 11, 7, 3, 2, 1},
+                        {"k1 s2 p0", 3, 5, 9, 11, 7, 1, 2, 0}, {"k5 s1 p2", 3, 5, 9, 11, 7, 5, 1, 2},
+                        {"k7 s2 p3", 3, 5, 9, 11, 7, 7, 2, 3}};
+  for (const Case& c : cases)
+    for (bool bias : {true, false}) check_case(c, bias);
+}
+
+TEST_F(ConvCuda, TileEdges) {
+  // co 130: two 128-row tiles, the second with 2 rows; ci 96: whole 32-channel k tiles (the channels gather);
+  // 1x1 on 8 x 8: the 16-byte direct loads, pixels 192 = 1.5 pixel tiles; stride 3 with a 4x4 kernel: phases
+  // with 1 and 2 taps; kernel 2 stride 3: phases without taps (dx zeros there).
+  const Case cases[] = {{"co 130 ci 96 3x3", 2, 96, 13, 13, 130, 3, 1, 1},
+                        {"1x1 direct 64->72", 3, 64, 8, 8, 72, 1, 1, 0},
+                        {"1x1 direct 64->200", 1, 64, 16, 8, 200, 1, 1, 0},
+                        {"k4 s3 p1", 2, 32, 17, 17, 33, 4, 3, 1},
+                        {"k2 s3 p0", 2, 6, 10, 10, 5, 2, 3, 0}};
+  for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 0);
+}
+
+TEST_F(ConvCuda, ResNet20At28) {
+  // ResNet-20's convolutions on 28 x 28 inputs, batch 8: 16, 32, 64 channels, strided transitions, 1x1 projection.
+  const Case cases[] = {{"stem 1->16", 8, 1, 28, 28, 16, 3, 1, 1},    {"16->16", 8, 16, 28, 28, 16, 3, 1, 1},
+                        {"16->32 s2", 8, 16, 28, 28, 32, 3, 2, 1},    {"32->32", 8, 32, 14, 14, 32, 3, 1, 1},
+                        {"proj 16->32 s2", 8, 16, 28, 28, 32, 1, 2, 0}, {"32->64 s2", 8, 32, 14, 14, 64, 3, 2, 1},
+                        {"64->64", 8, 64, 7, 7, 64, 3, 1, 1}};
+  for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 1);
+}
+
+TEST_F(ConvCuda, ResNet50BottleneckAt56) {
+  const Case cases[] = {{"1x1 64->64", 2, 64, 56, 56, 64, 1, 1, 0},
+                        {"3x3 64->64", 2, 64, 56, 56, 64, 3, 1, 1},
+                        {"1x1 64->256", 2, 64, 56, 56, 256, 1, 1, 0}};
+  for (const Case& c : cases) check_case(c, false);
+}
+
+TEST_F(ConvCuda, ResNet50Stem) { check_case({"7x7/2 3->64", 2, 3, 64, 64, 64, 7, 2, 3}, false); }
+
+TEST_F(ConvCuda, ViTPatchEmbedding) {
+  check_case({"ViT-B/16 patch 3->192 at 224", 2, 3, 224, 224, 192, 16, 16, 0}, true);
+  check_case({"patch 4 1->192 at 28", 8, 1, 28, 28, 192, 4, 4, 0}, true);
+}
+
+// ---- the fused forward ---------------------------------------------------------------------------------------
+
+TEST_F(ConvCuda, FusedEpilogue) {
+  struct Parts {
+    bool bias, scale, shift, residual, relu;
+  };
+  const Parts combos[] = {{true, false, false, false, false}, {false, true, true, false, false},
+                          {false, true, true, true, true},    {true, false, false, false, true},
+                          {false, false, false, true, false}, {true, true, true, true, true}};
+  const Case cases[] = {{"k3 s1 p1", 3, 5, 9, 11, 7, 3, 1, 1},
+                        {"1x1 64->256 at 28", 2, 64, 28, 28, 256, 1, 1, 0},
+                        {"3x3 s2 32->64", 4, 32, 14, 14, 64, 3, 2, 1}};
+  for (const Case& c : cases) {
+    const Conv2dShape s = c.shape();
+    const Shape ys{s.n, s.c_out, s.out_h(), s.out_w()};
+    const int64_t plane = s.out_h() * s.out_w();
+    for (DType dt : test::kCudaTestDtypes) {
+      const Tensor x = round_through(random({s.n, s.c_in, s.h, s.w}), dt), w = round_through(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
+      const Tensor b = round_through(random({s.c_out}), dt), sc = round_through(random({s.c_out}, 0.5f, 2.0f), dt);
+      const Tensor sh = round_through(random({s.c_out}), dt), res = round_through(random(ys), dt);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gsc = to_gpu(sc, dt), gsh = to_gpu(sh, dt),
+                   gres = to_gpu(res, dt);
+      for (const Parts& p : combos) {
+        // The reference: the CPU ops composed (conv + bias, a per-channel affine, add, relu).
+        Tensor want = Tensor::empty(ys, DType::f32);
+        kernels::cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), p.bias ? b.data<float>() : nullptr,
+                                            want.data<float>());
+        std::vector<float> zero(size_t(s.c_out), 0.0f), one(size_t(s.c_out), 1.0f);
+        kernels::cpu::batchnorm_apply<float>(s.n, s.c_out, plane, want.data<float>(), zero.data(), one.data(),
+                                             p.scale ? sc.data<float>() : one.data(),
+                                             p.shift ? sh.data<float>() : zero.data(), want.data<float>());
+        if (p.residual) kernels::cpu::add_forward<float>(want.numel(), want.data<float>(), res.data<float>(), want.data<float>());
+        if (p.relu) kernels::cpu::relu_forward<float>(want.numel(), want.data<float>(), want.data<float>());
+        Conv2dEpilogue e;
+        e.bias = p.bias ? &gb : nullptr, e.scale = p.scale ? &gsc : nullptr, e.shift = p.shift ? &gsh : nullptr;
+        e.residual = p.residual ? &gres : nullptr, e.relu = p.relu;
+        // scale up to 2 and the residual add widen the absolute error: x 3 on atol
+        for (Impl impl : impls_for(dt)) {
+          SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " " + impl_name(impl) + " bias " +
+                       std::to_string(p.bias) + " scale/shift " + std::to_string(p.scale) + " residual " +
+                       std::to_string(p.residual) + " relu " + std::to_string(p.relu));
+          Tensor y = poisoned(ys, dt);
+          forward(impl, s, gx, gw, e, y);
+          Tolerance tol = conv_tolerance(dt, double(s.c_in * s.kh * s.kw), impl);
+          tol.atol *= 3;
+          EXPECT_TRUE(close(want, to_cpu_f32(y), tol));
+        }
+        // and through the public entry point, on the GPU and (the composition of CPU ops) on the CPU
+        Tensor y = poisoned(ys, dt);
+        kernels::conv2d_forward_fused(gx, gw, e, y, s.stride, s.pad, stream);
+        Tolerance tol = conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2);
+        tol.atol *= 3;
+        EXPECT_TRUE(close(want, to_cpu_f32(y), tol)) << c.name << " public entry point";
+        if (dt == DType::f32) {
+          Conv2dEpilogue ce;
+          ce.bias = p.bias ? &b : nullptr, ce.scale = p.scale ? &sc : nullptr, ce.shift = p.shift ? &sh : nullptr;
+          ce.residual = p.residual ? &res : nullptr, ce.relu = p.relu;
+          Tensor yc = Tensor::empty(ys, DType::f32);
+          kernels::conv2d_forward_fused(x, w, ce, yc, s.stride, s.pad, cpu);
+          EXPECT_TRUE(close(want, yc, Tolerance{0, 0})) << c.name << " CPU composition";
+        }
+      }
+    }
+  }
+}
+
+// ---- ours against cuDNN on a large bf16 case ------------------------------------------------------------------
+
+TEST_F(ConvCuda, OursVsCudnnLargeBf16) {
+  // Too big for the CPU oracle to be quick: the reference is v1 in f32 on the bf16-rounded inputs (v1 f32 is
+  // itself checked against the CPU above). Ours (v2, bf16) and cuDNN (bf16) must each be within the bf16
+  // tolerance of it, and within two bf16 roundings of each other.
+  const Case cases[] = {{"ResNet-50 3x3 256->256 at 14, batch 32", 32, 256, 14, 14, 256, 3, 1, 1},
+                        {"ResNet-50 1x1 256->1024 at 14, batch 32", 32, 256, 14, 14, 1024, 1, 1, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Conv2dShape s = c.shape();
+    const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, s.kh, s.kw}, ys{s.n, s.c_out, s.out_h(), s.out_w()};
+    const DType bf = DType::bf16;
+    const Tensor x = round_through(random(xs), bf), w = round_through(random(ws), bf), dy = round_through(random(ys), bf);
+    const Tensor x32 = to_gpu(x), w32 = to_gpu(w), dy32 = to_gpu(dy), xb = to_gpu(x, bf), wb = to_gpu(w, bf),
+                 dyb = to_gpu(dy, bf);
+    const double lf = double(s.c_in * s.kh * s.kw), ld = double(s.c_out * s.kh * s.kw), lw = double(s.n * s.out_h() * s.out_w());
+    // references (f32, v1)
+    Tensor y_ref = poisoned(ys), dx_ref = poisoned(xs), dw_ref = Tensor::zeros(ws, DType::f32, Device::cuda(0), AllocOptions{.stream = &stream});
+    forward(Impl::v1, s, x32, w32, Conv2dEpilogue{}, y_ref);
+    backward_data(Impl::v1, s, dy32, w32, dx_ref);
+    backward_filter(Impl::v1, s, x32, dy32, dw_ref, nullptr);
+    const Tensor want_y = to_cpu_f32(y_ref), want_dx = to_cpu_f32(dx_ref), want_dw = to_cpu_f32(dw_ref);
+    Tensor got[2][3];
+    for (Impl impl : {Impl::v2, Impl::cudnn}) {
+      SCOPED_TRACE(impl_name(impl));
+      Tensor y = poisoned(ys, bf), dx = poisoned(xs, bf);
+      Tensor dw = Tensor::zeros(ws, bf, Device::cuda(0), AllocOptions{.stream = &stream});
+      forward(impl, s, xb, wb, Conv2dEpilogue{}, y);
+      backward_data(impl, s, dyb, wb, dx);
+      backward_filter(impl, s, xb, dyb, dw, nullptr);
+      Tensor* g = got[impl == Impl::v2 ? 0 : 1];
+      g[0] = to_cpu_f32(y), g[1] = to_cpu_f32(dx), g[2] = to_cpu_f32(dw);
+      EXPECT_TRUE(close(want_y, g[0], conv_tolerance(bf, lf, impl))) << "forward";
+      EXPECT_TRUE(close(want_dx, g[1], conv_tolerance(bf, ld, impl))) << "backward-data";
+      EXPECT_TRUE(close(want_dw, g[2], conv_tolerance(bf, lw, impl))) << "backward-filter";
+    }
+    const double l[3] = {lf, ld, lw};
+    for (int d = 0; d < 3; ++d) {
+      Tolerance t = conv_tolerance(bf, l[d], Impl::cudnn);
+      t.rtol *= 2, t.atol *= 2;
+      EXPECT_TRUE(close(got[1][d], got[0][d], t)) << "ours vs cuDNN, direction " << d;
+    }
+  }
+}
+
+// ---- determinism, entry points, errors --------------------------------------------------------------------------
+
+TEST_F(ConvCuda, BackwardFilterIsDeterministic) {
+  // Many split-K partials (the 3x3 64->64 at 56 x 56 has 5 column tiles, so the pixel sum is split ~24 ways).
+  const Conv2dShape s{2, 64, 56, 56, 64, 3, 3, 1, 1};
+  const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.c_out, 56, 56};
+  for (DType dt : test::kCudaTestDtypes) {
+    const Tensor x = to_gpu(random(xs), dt), dy = to_gpu(random(ys), dt), dw0 = random(ws), db0 = random({s.c_out});
+    for (Impl impl : impls_for(dt)) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + impl_name(impl));
+      Tensor first_dw, first_db;
+      for (int run = 0; run < 3; ++run) {
+        Tensor dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+        backward_filter(impl, s, x, dy, dw, &db);
+        Tensor hw = dw.to(Device::cpu(), stream), hb = db.to(Device::cpu(), stream);
+        stream.synchronize();
+        if (run == 0) {
+          first_dw = hw, first_db = hb;
+          continue;
+        }
+        EXPECT_EQ(std::memcmp(first_dw.data(), hw.data(), hw.nbytes()), 0) << "dw differs on run " << run;
+        EXPECT_EQ(std::memcmp(first_db.data(), hb.data(), hb.nbytes()), 0) << "dbias differs on run " << run;
+      }
+    }
+  }
+}
+
+// Restores the process-wide kernel backend when the test leaves.
+struct BackendScope {
+  explicit BackendScope(kernels::KernelBackend b) : saved(kernels::kernel_backend()) { kernels::set_kernel_backend(b); }
+  ~BackendScope() { kernels::set_kernel_backend(saved); }
+  kernels::KernelBackend saved;
+};
+
+TEST_F(ConvCuda, PublicEntryPointsBothBackends) {
+  const Case c{"k3 s2 p1", 4, 32, 15, 15, 48, 3, 2, 1};
+  const Conv2dShape s = c.shape();
+  const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.c_out, s.out_h(), s.out_w()};
+  for (kernels::KernelBackend backend : {kernels::KernelBackend::ours, kernels::KernelBackend::vendor}) {
+    BackendScope scope(backend);
+    const Impl as = backend == kernels::KernelBackend::vendor ? Impl::cudnn : Impl::v2;
+    for (DType dt : test::kCudaTestDtypes) {
+      SCOPED_TRACE(std::string(kernels::kernel_backend_name(backend)) + " " + std::string(dtype_name(dt)));
+      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
+                   db0 = random({s.c_out});
+      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
+                                   round_through(dw0, dt), round_through(db0, dt), dt);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
+      Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+      kernels::conv2d_forward(gx, gw, &gb, y, s.stride, s.pad, stream);
+      kernels::conv2d_backward_data(gdy, gw, dx, s.stride, s.pad, stream);
+      kernels::conv2d_backward_filter(gx, gdy, dw, &db, s.stride, s.pad, stream);
+      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, 32 * 9, as)));
+      EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, 48 * 9, as)));
+      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), as)));
+      EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), Impl::v1)));
+    }
+  }
+}
+
+TEST_F(ConvCuda, BadInputsOnGpu) {
+  const auto gpu = [&](const Shape& sh, DType dt) { return poisoned(sh, dt); };
+  Tensor x = gpu({2, 3, 8, 8}, DType::bf16), w = gpu({4, 3, 3, 3}, DType::bf16), y = gpu({2, 4, 8, 8}, DType::bf16);
+  Tensor w32 = gpu({4, 3, 3, 3}, DType::f32), b32 = gpu({4}, DType::f32), b5 = gpu({5}, DType::bf16);
+  Tensor ybad = gpu({2, 4, 7, 8}, DType::bf16), wci = gpu({4, 5, 3, 3}, DType::bf16);
+  const std::string mix = "on CUDA all tensors of this op share one of f32, f16, bf16";
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(x, w32, nullptr, y, 1, 1, stream), mix);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(x, w, &b32, y, 1, 1, stream), mix);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(x, w, &b5, y, 1, 1, stream), "bias has shape [5], expected [4]");
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(x, w, nullptr, ybad, 1, 1, stream),
+                        "y has shape [2, 4, 7, 8], expected [2, 4, 8, 8]");
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(x, wci, nullptr, y, 1, 1, stream), "input channels of x [2, 3, 8, 8]");
+  Tensor dx = gpu({2, 3, 8, 8}, DType::bf16), dy32 = gpu({2, 4, 8, 8}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_data(dy32, w, dx, 1, 1, stream), mix);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_data(ybad, w, dx, 1, 1, stream), "dy has shape [2, 4, 7, 8]");
+  Tensor dw = gpu({4, 3, 3, 3}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_filter(x, y, dw, &b32, 1, 1, stream), mix);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_filter(x, y, dw, &b5, 1, 1, stream), "dbias has shape [5]");
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_filter(x, ybad, dw, nullptr, 1, 1, stream), "dy has shape");
+  Conv2dEpilogue e;
+  e.residual = &ybad;
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward_fused(x, w, e, y, 1, 1, stream), "residual has shape [2, 4, 7, 8]");
+  e.residual = &y;
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward_fused(x, w, e, y, 1, 1, stream), "residual must be a tensor other than y");
+  e.residual = nullptr, e.scale = &b32;
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward_fused(x, w, e, y, 1, 1, stream), mix);
+  Tensor xc = Tensor::empty({2, 3, 8, 8}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(xc, w, nullptr, y, 1, 1, stream), "conv2d_forward");
+#if HPDT_HAVE_CUDA
+  Tensor x32 = gpu({2, 3, 8, 8}, DType::f32), y32 = gpu({2, 4, 8, 8}, DType::f32);
+  const Conv2dShape s{2, 3, 8, 8, 4, 3, 3, 1, 1};
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::conv2d_forward(s, x32, w32, Conv2dEpilogue{}, y32, stream,
+                                                      kernels::cuda::ConvVariant::v2_tensor_core),
+                        "the tensor-core variant (v2) takes f16 or bf16 tensors, got f32");
+#endif
+}
+
+}  // namespace
