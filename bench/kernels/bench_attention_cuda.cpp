@@ -59,8 +59,8 @@ struct AttnShape {
   double fwd_flops() const { return 4.0 * double(b) * double(heads) * double(t) * double(t) * double(dh); }
 };
 
-const AttnShape kShapes[] = {{64, 12, 197, 64}, {8, 16, 1024, 64}, {8, 16, 1024, 128}, {8, 16, 4096, 64},
-                             {8, 16, 4096, 128}};
+const AttnShape kShapes[] = {
+    {64, 12, 197, 64}, {8, 16, 1024, 64}, {8, 16, 1024, 128}, {8, 16, 4096, 64}, {8, 16, 4096, 128}};
 
 Stream& bench_stream() {
   static Stream* s = new Stream(Stream::create_cuda(0));  // never destroyed: outlives CUDA's own teardown
@@ -107,14 +107,15 @@ int reps_for(const AttnShape& sh) { return sh.t >= 4096 ? 3 : 10; }
 
 // ---- the unfused reference ------------------------------------------------------------------------
 
-#define BENCH_CUBLAS(expr)                                                            \
-  do {                                                                                \
-    const cublasStatus_t st_ = (expr);                                                \
-    if (st_ != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(#expr) + ": " + cublasGetStatusString(st_)); \
+#define BENCH_CUBLAS(expr)                                                              \
+  do {                                                                                  \
+    const cublasStatus_t st_ = (expr);                                                  \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                   \
+      throw std::runtime_error(std::string(#expr) + ": " + cublasGetStatusString(st_)); \
   } while (0)
-#define BENCH_CUDNN(expr)                                                             \
-  do {                                                                                \
-    const cudnnStatus_t st_ = (expr);                                                 \
+#define BENCH_CUDNN(expr)                                                                                            \
+  do {                                                                                                               \
+    const cudnnStatus_t st_ = (expr);                                                                                \
     if (st_ != CUDNN_STATUS_SUCCESS) throw std::runtime_error(std::string(#expr) + ": " + cudnnGetErrorString(st_)); \
   } while (0)
 
@@ -142,9 +143,9 @@ Handles& handles() {
 
 // Pointer arrays (one entry per (batch, head)) and the t x t buffers of the unfused computation.
 struct Unfused {
-  Tensor S, P, dP, dS;  // [b, heads, t, t] in the storage dtype
-  Tensor ptrs;          // device array of pointers, 12 blocks of b * heads
-  int64_t n = 0;        // b * heads
+  Tensor S, P, dP, dS;                     // [b, heads, t, t] in the storage dtype
+  Tensor ptrs;                             // device array of pointers, 12 blocks of b * heads
+  int64_t n = 0;                           // b * heads
   cudnnTensorDescriptor_t rows = nullptr;  // [b heads t, t, 1, 1]: softmax over each row
   enum { Q, K, V, O, GO, GQ, GK, GV, S_, P_, DP, DS, kArrays };
   const void* const* arr(int which) const { return static_cast<const void* const*>(ptrs.data()) + which * n; }
@@ -170,9 +171,9 @@ std::unique_ptr<Unfused> make_unfused(const Problem& p, bool backward) {
   for (int64_t bi = 0; bi < sh.b; ++bi)
     for (int64_t h = 0; h < sh.heads; ++h) {
       const int64_t i = bi * sh.heads + h;
-      const uintptr_t row = uintptr_t((bi * sh.t * ld + h * sh.dh) * es);      // packed qkv / dqkv
-      const uintptr_t orow = uintptr_t((bi * sh.t * d + h * sh.dh) * es);      // out / dout
-      const uintptr_t tile = uintptr_t(i * sh.t * sh.t * es);                  // S, P, dP, dS
+      const uintptr_t row = uintptr_t((bi * sh.t * ld + h * sh.dh) * es);  // packed qkv / dqkv
+      const uintptr_t orow = uintptr_t((bi * sh.t * d + h * sh.dh) * es);  // out / dout
+      const uintptr_t tile = uintptr_t(i * sh.t * sh.t * es);              // S, P, dP, dS
       host[size_t(Unfused::Q * u->n + i)] = base(p.qkv) + row;
       host[size_t(Unfused::K * u->n + i)] = base(p.qkv) + row + uintptr_t(d * es);
       host[size_t(Unfused::V * u->n + i)] = base(p.qkv) + row + uintptr_t(2 * d * es);
@@ -193,7 +194,8 @@ std::unique_ptr<Unfused> make_unfused(const Problem& p, bool backward) {
   u->ptrs = h.to(Device::cuda(0), s);
   s.synchronize();  // the host copy goes out of scope
   BENCH_CUDNN(cudnnCreateTensorDescriptor(&u->rows));
-  BENCH_CUDNN(cudnnSetTensor4dDescriptor(u->rows, CUDNN_TENSOR_NCHW, cudnn_type(p.dt), int(u->n * sh.t), int(sh.t), 1, 1));
+  BENCH_CUDNN(
+      cudnnSetTensor4dDescriptor(u->rows, CUDNN_TENSOR_NCHW, cudnn_type(p.dt), int(u->n * sh.t), int(sh.t), 1, 1));
   return u;
 }
 
@@ -347,8 +349,10 @@ void BM_unfused(benchmark::State& state, AttnShape sh, DType dt, bool backward) 
     double total = 0;
     for (auto _ : state) {
       start.record(s);
-      if (backward) unfused_backward(p, *u);
-      else unfused_forward(p, *u);
+      if (backward)
+        unfused_backward(p, *u);
+      else
+        unfused_forward(p, *u);
       stop.record(s);
       stop.synchronize();
       const double sec = start.elapsed_ms(stop) / 1e3;

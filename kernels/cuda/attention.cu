@@ -58,8 +58,8 @@ __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cas
 // columns >= dh are zero. src points at row 0 of the tile, rows ld elements apart. vec: 4 elements
 // per load (16 bytes f32, 8 bytes f16/bf16; dh % 4 == 0 and src aligned to that).
 template <class T, int DHP, int ROWS, int LDS, int NT>
-__device__ __forceinline__ void load_tile_f32(float* __restrict__ dst, const T* __restrict__ src, int64_t ld,
-                                              int nrows, int dh, bool vec) {
+__device__ __forceinline__ void load_tile_f32(float* __restrict__ dst, const T* __restrict__ src, int64_t ld, int nrows,
+                                              int dh, bool vec) {
   static_assert(DHP % 4 == 0 && LDS % 4 == 0);
   using Vec = std::conditional_t<sizeof(T) == 4, uint4, uint2>;
   if (vec) {
@@ -263,9 +263,9 @@ __global__ void __launch_bounds__(kSimtThreads, 2)
 
 // D[b, h, i] = sum_c out[b, i, h, c] * dout[b, i, h, c]: one warp per (b, i, h) row, a fixed order.
 template <class T>
-__global__ void __launch_bounds__(256) attention_rowdot_kernel(const T* __restrict__ out, const T* __restrict__ dout,
-                                                               float* __restrict__ D, int64_t rows, int t, int heads,
-                                                               int dh) {
+__global__ void __launch_bounds__(256)
+    attention_rowdot_kernel(const T* __restrict__ out, const T* __restrict__ dout, float* __restrict__ D, int64_t rows,
+                            int t, int heads, int dh) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t w = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; w < rows; w += warps) {
@@ -294,9 +294,8 @@ constexpr size_t simt_dkdv_smem() {
 template <class T, int DHP>
 __global__ void __launch_bounds__(kSimtThreads, 2)
     attention_backward_dkdv_v1_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
-                                      const float* __restrict__ lse, const float* __restrict__ D,
-                                      T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2,
-                                      bool vec) {
+                                      const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
+                                      int t, int heads, int dh, float scale, float scale_log2, bool vec) {
   constexpr int BR = SimtBackwardTiles<DHP>::BR, BC = SimtBackwardTiles<DHP>::BC;
   constexpr int CI = BC / 16, RJ = BR / 16, DJ = DHP / 16;
   constexpr int LQ = kSimtRowStride<DHP>, LP = BR + 16;
@@ -305,8 +304,8 @@ __global__ void __launch_bounds__(kSimtThreads, 2)
   float* v_s = k_s + BC * LQ;
   float* q_s = v_s + BC * LQ;
   float* do_s = q_s + BR * LQ;
-  float* pt_s = do_s + BR * LQ;  // P^T [key][query]
-  float* dst_s = pt_s + BC * LP;  // dS^T [key][query]
+  float* pt_s = do_s + BR * LQ;    // P^T [key][query]
+  float* dst_s = pt_s + BC * LP;   // dS^T [key][query]
   float* lse_s = dst_s + BC * LP;  // log2-domain lse of the query block (+inf past t: P = 0 there)
   float* d_s = lse_s + BR;
 
@@ -398,9 +397,8 @@ constexpr size_t simt_dq_smem() {
 template <class T, int DHP>
 __global__ void __launch_bounds__(kSimtThreads, 2)
     attention_backward_dq_v1_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
-                                    const float* __restrict__ lse, const float* __restrict__ D,
-                                    T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2,
-                                    bool vec) {
+                                    const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
+                                    int t, int heads, int dh, float scale, float scale_log2, bool vec) {
   constexpr int BR = SimtBackwardTiles<DHP>::BR, BC = SimtBackwardTiles<DHP>::BC;
   constexpr int RI = BR / 16, CJ = BC / 16, DJ = DHP / 16;
   constexpr int LQ = kSimtRowStride<DHP>, LS = BC + 16;
@@ -630,7 +628,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int nkb = (t + BC - 1) / BC;
   for (int kb = 0; kb < nkb; ++kb) {
     cp_async_wait<0>();
-    __syncthreads();  // block kb is in shared memory, and everyone is done with block kb - 1's buffers
+    __syncthreads();     // block kb is in shared memory, and everyone is done with block kb - 1's buffers
     if (kb + 1 < nkb) {  // prefetch block kb + 1 into the other buffer while this one is computed on
       const int nb = (kb + 1) * BC, buf = (kb + 1) & 1;
       cp_async_tile<T, DHP, BC>(k_s + buf * BC * LS, k_g + nb * ld, ld, t - nb, dh);
@@ -735,10 +733,10 @@ __global__ void __launch_bounds__(kMmaThreads)
 // P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
 template <int DHP>
 struct MmaBackwardTiles {
-  static constexpr int BC = 16 * kMmaWarps;              // keys of a dK/dV CTA
-  static constexpr int BR = DHP == 128 ? 32 : 64;        // queries per step of a dK/dV CTA
-  static constexpr int QR = 16 * kMmaWarps;              // queries of a dQ CTA
-  static constexpr int QC = DHP == 128 ? 32 : 64;        // keys per step of a dQ CTA
+  static constexpr int BC = 16 * kMmaWarps;        // keys of a dK/dV CTA
+  static constexpr int BR = DHP == 128 ? 32 : 64;  // queries per step of a dK/dV CTA
+  static constexpr int QR = 16 * kMmaWarps;        // queries of a dQ CTA
+  static constexpr int QC = DHP == 128 ? 32 : 64;  // keys per step of a dQ CTA
 };
 
 template <int DHP>
@@ -750,15 +748,15 @@ constexpr size_t mma_dkdv_smem() {
 template <class T, int DHP>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dkdv_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
-                                      const float* __restrict__ lse, const float* __restrict__ D,
-                                      T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2) {
+                                      const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
+                                      int t, int heads, int dh, float scale, float scale_log2) {
   constexpr int BC = MmaBackwardTiles<DHP>::BC, BR = MmaBackwardTiles<DHP>::BR;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NR = BR / 8;
   extern __shared__ uint4 smem_u4[];
   uint16_t* k_s = reinterpret_cast<uint16_t*>(smem_u4);
   uint16_t* v_s = k_s + BC * LS;
-  uint16_t* q_s = v_s + BC * LS;       // [2][BR][LS]
-  uint16_t* do_s = q_s + 2 * BR * LS;  // [2][BR][LS]
+  uint16_t* q_s = v_s + BC * LS;                                // [2][BR][LS]
+  uint16_t* do_s = q_s + 2 * BR * LS;                           // [2][BR][LS]
   float* lse_s = reinterpret_cast<float*>(do_s + 2 * BR * LS);  // [2][BR], log2 domain, +inf past t
   float* d_s = lse_s + 2 * BR;                                  // [2][BR]
 
@@ -876,8 +874,8 @@ constexpr size_t mma_dq_smem() {
 template <class T, int DHP>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dq_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
-                                    const float* __restrict__ lse, const float* __restrict__ D,
-                                    T* __restrict__ dqkv, int t, int heads, int dh, float scale, float scale_log2) {
+                                    const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
+                                    int t, int heads, int dh, float scale, float scale_log2) {
   constexpr int BR = MmaBackwardTiles<DHP>::QR, BC = MmaBackwardTiles<DHP>::QC;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NC = BC / 8;
   extern __shared__ uint4 smem_u4[];
@@ -1012,8 +1010,7 @@ bool attention_variant_supported(int variant, const Tensor& qkv, int64_t heads) 
   return variant == kAttentionTensorCore && qkv.dtype() != DType::f32 && dh % 8 == 0 && aligned16(qkv.data());
 }
 
-void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out, const Stream& stream,
-                       int variant) {
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out, const Stream& stream, int variant) {
   const char* op = "attention_forward";
   const Geometry g = geometry(op, qkv, heads);
   if (int64_t(g.b) * g.t == 0) return;
@@ -1031,8 +1028,8 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
           auto kernel = attention_forward_v2_kernel<T, DHP>;
           allow_smem(kernel, smem);
           const int nqb = (g.t + kMmaForwardBR - 1) / kMmaForwardBR;
-          kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(
-              q, o, lse.data<float>(), g.t, g.heads, g.dh, g.scale_log2());
+          kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, o, lse.data<float>(), g.t,
+                                                                                      g.heads, g.dh, g.scale_log2());
           HPDT_CUDA_CHECK_LAUNCH();
           return;
         }
@@ -1042,8 +1039,8 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
       auto kernel = attention_forward_v1_kernel<T, DHP>;
       allow_smem(kernel, smem);
       const int nqb = (g.t + SimtForwardTiles<DHP>::BR - 1) / SimtForwardTiles<DHP>::BR;
-      kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kSimtThreads, smem, s>>>(
-          q, o, lse.data<float>(), g.t, g.heads, g.dh, g.scale_log2(), vec);
+      kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kSimtThreads, smem, s>>>(q, o, lse.data<float>(), g.t,
+                                                                                   g.heads, g.dh, g.scale_log2(), vec);
       HPDT_CUDA_CHECK_LAUNCH();
     });
   });
@@ -1078,14 +1075,14 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
           allow_smem(dkdv, smem);
           const int nkb = (g.t + Tl::BC - 1) / Tl::BC;
           dkdv<<<grid_of(int64_t(g.b) * g.heads * nkb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads,
-                                                                                   g.dh, g.scale(), g.scale_log2());
+                                                                                    g.dh, g.scale(), g.scale_log2());
           HPDT_CUDA_CHECK_LAUNCH();
           smem = mma_dq_smem<DHP>();
           auto dqk = attention_backward_dq_v2_kernel<T, DHP>;
           allow_smem(dqk, smem);
           const int nqb = (g.t + Tl::QR - 1) / Tl::QR;
-          dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads,
-                                                                                  g.dh, g.scale(), g.scale_log2());
+          dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
+                                                                                   g.scale(), g.scale_log2());
           HPDT_CUDA_CHECK_LAUNCH();
           return;
         }
@@ -1097,14 +1094,14 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
       allow_smem(dkdv, smem);
       const int nkb = (g.t + Tl::BC - 1) / Tl::BC;
       dkdv<<<grid_of(int64_t(g.b) * g.heads * nkb, op), kSimtThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
-                                                                                g.scale(), g.scale_log2(), vec);
+                                                                                 g.scale(), g.scale_log2(), vec);
       HPDT_CUDA_CHECK_LAUNCH();
       smem = simt_dq_smem<DHP>();
       auto dqk = attention_backward_dq_v1_kernel<T, DHP>;
       allow_smem(dqk, smem);
       const int nqb = (g.t + Tl::BR - 1) / Tl::BR;
       dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kSimtThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
-                                                                               g.scale(), g.scale_log2(), vec);
+                                                                                g.scale(), g.scale_log2(), vec);
       HPDT_CUDA_CHECK_LAUNCH();
     });
   });
