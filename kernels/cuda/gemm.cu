@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_v1_kernel(const Params p) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
-  const int KT = (p.K + kBK - 1) / kBK;
+  const int KT = p.K / kBK + (p.K % kBK != 0);  // ceil without overflow near INT_MAX
   float ra[4], rb[4];
   fetch(A, p.lda, p.a_kmajor, p.M, p.K, m0, 0, ra);
   fetch(B, p.ldb, p.b_kmajor, p.N, p.K, n0, 0, rb);
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(con
   int tm, tn;
   tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
   const int m0 = tm * C::BM, n0 = tn * C::BN;
-  const int kt_total = (p.K + kBK - 1) / kBK;
+  const int kt_total = p.K / kBK + (p.K % kBK != 0);
   const int kt0 = int(blockIdx.y) * p.kt_per_split;
   const int KT = min(kt_total, kt0 + p.kt_per_split) - kt0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -579,7 +579,7 @@ void launch(Params p, DType c_type, const Stream& stream) {
   p.tiles_m = int((int64_t(p.M) + BM - 1) / BM);
   p.tiles_n = int((int64_t(p.N) + BN - 1) / BN);
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
-  const int kt_total = (p.K + kBK - 1) / kBK;
+  const int kt_total = p.K / kBK + (p.K % kBK != 0);
 
   // Split-K when the output tiles cannot fill the GPU: each split keeps >= 8 k tiles (256 k).
   int splits = 1;

@@ -13,9 +13,11 @@
 //            Needs A and B 16-byte aligned and lda, ldb multiples of 8; falls back to v1 otherwise.
 //   vendor:  cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F); a bias is first written into C (beta * C + bias, a
 //            small kernel), then cuBLAS accumulates alpha * AB onto it.
+//   (v3, Hopper wgmma + TMA, is not written: wgmma needs the sm_90a target and the build compiles for sm_90.)
 //   automatic: vendor when kernels::kernel_backend() is vendor; else v2 for 16-bit inputs it can take,
 //            v1 otherwise.
-// Results are deterministic (same inputs, same bits) for every variant; no atomics.
+// v1 and v2 are deterministic (same inputs, same bits; no atomics, split-K partials summed in order).
+// v2's block tile (128x128 or 128x256) is chosen by shape; HPDT_GEMM_V2_TILE=small|large pins it (tuning).
 #pragma once
 
 #include <cstdint>
