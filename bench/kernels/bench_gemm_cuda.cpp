@@ -126,7 +126,9 @@ void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVaria
   for (GemmVariant v : variants) {
     const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" + sh.name +
                              "/" + std::string(kernels::cuda::gemm_variant_name(v));
-    benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v)->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
   }
 }
 

@@ -44,8 +44,8 @@ struct Params {
   bool a_kmajor;     // A's k index is contiguous (A not transposed)
   bool b_kmajor;     // B's k index is contiguous (B transposed)
   int tiles_m, tiles_n;
-  int kt_per_split;   // v2: k tiles (of 32) per split
-  float* partial;     // v2 split-K: [splits][M][N] f32 partial sums, or null
+  int kt_per_split;  // v2: k tiles (of 32) per split
+  float* partial;    // v2 split-K: [splits][M][N] f32 partial sums, or null
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.
@@ -87,9 +87,8 @@ __global__ void scale_add_bias_kernel(int64_t M, int64_t N, TC* __restrict__ C, 
 }
 
 template <class TC>
-__global__ void splitk_reduce_kernel(int64_t M, int64_t N, int splits, const float* __restrict__ partial,
-                                     float alpha, float beta, TC* __restrict__ C, int64_t ldc,
-                                     const TC* __restrict__ bias) {
+__global__ void splitk_reduce_kernel(int64_t M, int64_t N, int splits, const float* __restrict__ partial, float alpha,
+                                     float beta, TC* __restrict__ C, int64_t ldc, const TC* __restrict__ bias) {
   const int64_t n = M * N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float s = 0.0f;
@@ -220,8 +219,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_v1_kernel(const Params p) {
     __syncthreads();
   }
 
-  if (p.c_f32) epilogue<float>(p, m0, n0, acc);
-  else epilogue<T>(p, m0, n0, acc);
+  if (p.c_f32)
+    epilogue<float>(p, m0, n0, acc);
+  else
+    epilogue<T>(p, m0, n0, acc);
 }
 
 template <class T>
@@ -433,11 +434,12 @@ __global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(con
 
   float acc[C::MT][C::NT][4];
 #pragma unroll
-  for (int i = 0; i < C::MT; ++i)
+  for (int i = 0; i < C::MT; ++i) {
 #pragma unroll
     for (int j = 0; j < C::NT; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+  }
 
   // Prologue: STAGES-1 tiles in flight (a group is committed even when empty, so the counts line up).
 #pragma unroll
@@ -515,8 +517,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(con
         store_pair<TC>(p, row + 8, col, acc[mi][ni][2], acc[mi][ni][3], pair_ok);
       }
   };
-  if (p.c_f32) epilogue(float{});
-  else epilogue(T{});
+  if (p.c_f32)
+    epilogue(float{});
+  else
+    epilogue(T{});
 }
 
 template <class T, class C, bool AK, bool BK>
@@ -537,10 +541,14 @@ void launch_cfg(const Params& p, int splits, int device, cudaStream_t s) {
 
 template <class T, class C>
 void launch_transposes(const Params& p, int splits, int device, cudaStream_t s) {
-  if (p.a_kmajor && p.b_kmajor) launch_cfg<T, C, true, true>(p, splits, device, s);
-  else if (p.a_kmajor) launch_cfg<T, C, true, false>(p, splits, device, s);
-  else if (p.b_kmajor) launch_cfg<T, C, false, true>(p, splits, device, s);
-  else launch_cfg<T, C, false, false>(p, splits, device, s);
+  if (p.a_kmajor && p.b_kmajor)
+    launch_cfg<T, C, true, true>(p, splits, device, s);
+  else if (p.a_kmajor)
+    launch_cfg<T, C, true, false>(p, splits, device, s);
+  else if (p.b_kmajor)
+    launch_cfg<T, C, false, true>(p, splits, device, s);
+  else
+    launch_cfg<T, C, false, false>(p, splits, device, s);
 }
 
 int sm_count(int device) {
@@ -570,7 +578,8 @@ void launch(Params p, DType c_type, const Stream& stream) {
   const int device = stream.device().index;
   const cudaStream_t s = detail::native(stream);
   const int sms = sm_count(device);
-  const int64_t large_tiles = ((int64_t(p.M) + Large::BM - 1) / Large::BM) * ((int64_t(p.N) + Large::BN - 1) / Large::BN);
+  const int64_t large_tiles =
+      ((int64_t(p.M) + Large::BM - 1) / Large::BM) * ((int64_t(p.N) + Large::BN - 1) / Large::BN);
   // The large tile reuses each loaded element twice as often but runs one block per SM: worth it only
   // when there are enough tiles for several full waves.
   const bool large = forced_tile() ? forced_tile() == 2 : large_tiles >= 4 * sms;
@@ -583,8 +592,7 @@ void launch(Params p, DType c_type, const Stream& stream) {
 
   // Split-K when the output tiles cannot fill the GPU: each split keeps >= 8 k tiles (256 k).
   int splits = 1;
-  if (tiles < slots && kt_total >= 16)
-    splits = int(std::min<int64_t>({(slots + tiles - 1) / tiles, kt_total / 8, 16}));
+  if (tiles < slots && kt_total >= 16) splits = int(std::min<int64_t>({(slots + tiles - 1) / tiles, kt_total / 8, 16}));
   p.kt_per_split = (kt_total + splits - 1) / splits;
   splits = (kt_total + p.kt_per_split - 1) / p.kt_per_split;  // no empty split
 
@@ -594,8 +602,10 @@ void launch(Params p, DType c_type, const Stream& stream) {
     partial = Tensor::empty({splits, p.M, p.N}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
     p.partial = partial.data<float>();
   }
-  if (large) launch_transposes<T, Large>(p, splits, device, s);
-  else launch_transposes<T, Small>(p, splits, device, s);
+  if (large)
+    launch_transposes<T, Large>(p, splits, device, s);
+  else
+    launch_transposes<T, Small>(p, splits, device, s);
 
   if (splits > 1) {
     const int64_t n = int64_t(p.M) * p.N;
@@ -627,7 +637,7 @@ void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, fl
   dispatch_c(c_type, [&](auto tag) {
     using TC = decltype(tag);
     scale_add_bias_kernel<TC><<<grid_for(n, kEwThreads), kEwThreads, 0, s>>>(M, N, static_cast<TC*>(C), ldc, beta,
-                                                                                static_cast<const TC*>(bias));
+                                                                             static_cast<const TC*>(bias));
     HPDT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -636,16 +646,19 @@ void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, fl
 
 std::string_view gemm_variant_name(GemmVariant v) {
   switch (v) {
-    case GemmVariant::automatic: return "automatic";
-    case GemmVariant::v1_simt: return "v1_simt";
-    case GemmVariant::v2_mma: return "v2_mma";
-    case GemmVariant::vendor: return "vendor";
+    case GemmVariant::automatic:
+      return "automatic";
+    case GemmVariant::v1_simt:
+      return "v1_simt";
+    case GemmVariant::v2_mma:
+      return "v2_mma";
+    case GemmVariant::vendor:
+      return "vendor";
   }
   return "?";
 }
 
-GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B,
-                         DType ab_type) {
+GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B, DType ab_type) {
   GemmVariant v = requested;
   if (v == GemmVariant::automatic)
     v = kernel_backend() == KernelBackend::vendor ? GemmVariant::vendor
@@ -714,8 +727,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   HPDT_CHECK(tiles_v1 <= kIntMax, "gemm: ", M, " x ", N, " has too many output tiles for one launch");
 
   if (v == GemmVariant::v2_mma) {
-    if (ab_type == DType::bf16) v2::launch<bf16_t>(p, c_type, stream);
-    else v2::launch<f16_t>(p, c_type, stream);
+    if (ab_type == DType::bf16)
+      v2::launch<bf16_t>(p, c_type, stream);
+    else
+      v2::launch<f16_t>(p, c_type, stream);
     return;
   }
   dispatch_floating(ab_type, "gemm", [&](auto tag) { v1::launch<decltype(tag)>(p, s); });

@@ -15,10 +15,14 @@ namespace {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: break;
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      break;
   }
   HPDT_FAIL("gemm (vendor): dtype ", dtype_name(t), " is not supported");
 }
@@ -61,9 +65,9 @@ void gemm_cublas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
   }
   HPDT_CUBLAS_CHECK(cublasSetStream(slot.handle, native(stream)));
   HPDT_CUBLAS_CHECK(cublasGemmEx(slot.handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 int(N), int(M), int(K), &alpha, B, cuda_type(ab_type), int(ldb), A,
-                                 cuda_type(ab_type), int(lda), &beta, C, cuda_type(c_type), int(ldc),
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                 int(N), int(M), int(K), &alpha, B, cuda_type(ab_type), int(ldb), A, cuda_type(ab_type),
+                                 int(lda), &beta, C, cuda_type(c_type), int(ldc), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace hpdt::kernels::cuda::detail

@@ -61,9 +61,8 @@ void column_sums_accumulate(int64_t rows, int64_t cols, const void* x, void* out
   dispatch_floating(dtype, "linear_backward (bias gradient)", [&](auto tag) {
     using T = decltype(tag);
     const dim3 grid(unsigned((cols + kColsPerBlock - 1) / kColsPerBlock), unsigned(blocks));
-    column_partials_kernel<T><<<grid, dim3(kColsPerBlock, kRowLanes), 0, s>>>(rows, cols, rows_per_block,
-                                                                             static_cast<const T*>(x),
-                                                                             partial.data<float>());
+    column_partials_kernel<T><<<grid, dim3(kColsPerBlock, kRowLanes), 0, s>>>(
+        rows, cols, rows_per_block, static_cast<const T*>(x), partial.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();
     column_finish_kernel<T><<<detail::grid_for(cols, kFinishThreads), kFinishThreads, 0, s>>>(
         cols, blocks, partial.data<float>(), static_cast<T*>(out));
@@ -83,7 +82,8 @@ void linear_backward(int64_t rows, int64_t in, int64_t out, const void* dy, cons
   // dx [rows, in] = dy [rows, out] * w [out, in]
   if (dx) gemm(false, false, rows, in, out, 1.0f, dy, ld(out), w, ld(in), 0.0f, dx, ld(in), dtype, dtype, {}, stream);
   // dw [out, in] += (dy [rows, out])^T * x [rows, in]
-  if (rows > 0) gemm(true, false, out, in, rows, 1.0f, dy, ld(out), x, ld(in), 1.0f, dw, ld(in), dtype, dtype, {}, stream);
+  if (rows > 0)
+    gemm(true, false, out, in, rows, 1.0f, dy, ld(out), x, ld(in), 1.0f, dw, ld(in), dtype, dtype, {}, stream);
   if (db) column_sums_accumulate(rows, out, dy, db, dtype, stream);
 }
 

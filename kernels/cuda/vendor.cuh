@@ -16,9 +16,9 @@
 namespace hpdt::kernels::cuda::detail {
 
 [[noreturn]] inline void cublas_failed(cublasStatus_t st, const char* expr, std::source_location loc) {
-  throw Error(std::string("cuBLAS error ") + cublasGetStatusName(st) + " (" + cublasGetStatusString(st) + ") in " +
-                  expr,
-              {}, loc);
+  throw Error(
+      std::string("cuBLAS error ") + cublasGetStatusName(st) + " (" + cublasGetStatusString(st) + ") in " + expr, {},
+      loc);
 }
 
 // C = alpha * op(A) op(B) + beta * C through cublasGemmEx (row-major, CUBLAS_COMPUTE_32F), on the cached
@@ -35,9 +35,9 @@ void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, fl
 }  // namespace hpdt::kernels::cuda::detail
 
 // HPDT_CUBLAS_CHECK(expr): throws hpdt::Error naming the call and cuBLAS's status name and text.
-#define HPDT_CUBLAS_CHECK(expr)                                                                    \
-  do {                                                                                             \
-    const cublasStatus_t hpdt_st_ = (expr);                                                        \
-    if (hpdt_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                            \
+#define HPDT_CUBLAS_CHECK(expr)                                                                       \
+  do {                                                                                                \
+    const cublasStatus_t hpdt_st_ = (expr);                                                           \
+    if (hpdt_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                               \
       ::hpdt::kernels::cuda::detail::cublas_failed(hpdt_st_, #expr, std::source_location::current()); \
   } while (0)

@@ -194,14 +194,15 @@ TEST_F(GemmCuda, RealisticLinearShapes) {
   const Lin shapes[] = {{64 * 50, 192, 576}, {2 * 197, 768, 3072}, {256, 64, 10}};
   for (const Lin& l : shapes)
     for (GemmVariant v : kVariants)
-      for (const Types& ty : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f32}})
+      for (const Types& ty :
+           {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f32}})
         for (int which = 0; which < 3; ++which) {
           Case c;
           c.variant = v;
           c.ab = ty.ab, c.c = ty.c;
           if (which == 0) c.tb = true, c.M = l.rows, c.N = l.out, c.K = l.in, c.bias = true;  // y = x w^T + b
-          if (which == 1) c.M = l.rows, c.N = l.in, c.K = l.out;                                // dx = dy w
-          if (which == 2) c.ta = true, c.M = l.out, c.N = l.in, c.K = l.rows, c.beta = 1;      // dw += dy^T x
+          if (which == 1) c.M = l.rows, c.N = l.in, c.K = l.out;                              // dx = dy w
+          if (which == 2) c.ta = true, c.M = l.out, c.N = l.in, c.K = l.rows, c.beta = 1;     // dw += dy^T x
           SCOPED_TRACE(describe(c));
           EXPECT_TRUE(run(c));
         }
@@ -214,7 +215,8 @@ TEST_F(GemmCuda, DegenerateSizes) {
       for (float beta : {0.0f, 0.5f})
         for (bool bias : {false, true}) {
           Case c;
-          c.variant = v, c.ab = ty.ab, c.c = ty.c, c.M = 9, c.N = 13, c.K = 0, c.beta = beta, c.bias = bias, c.pad_c = 2;
+          c.variant = v, c.ab = ty.ab, c.c = ty.c, c.M = 9, c.N = 13, c.K = 0, c.beta = beta, c.bias = bias,
+          c.pad_c = 2;
           SCOPED_TRACE(describe(c));
           EXPECT_TRUE(run(c));
           c.K = 5, c.alpha = 0.0f;
@@ -240,8 +242,10 @@ TEST_F(GemmCuda, OddLeadingDimensionsAndUnalignedPointersFallBackToV1) {
         c.variant = GemmVariant::v2_mma;
         c.ta = tr & 1, c.tb = tr & 2, c.M = 70, c.N = 45, c.K = 99, c.ab = ty.ab, c.c = ty.c, c.alpha = 1.25f;
         c.beta = -1.0f, c.bias = true, c.pad_c = 5;
-        if (form == 0) c.pad_a = 3, c.pad_b = 1;  // odd leading dimensions
-        else c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N), c.offset_a = 1;
+        if (form == 0)
+          c.pad_a = 3, c.pad_b = 1;  // odd leading dimensions
+        else
+          c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N), c.offset_a = 1;
         SCOPED_TRACE(describe(c));
         GemmVariant used;
         EXPECT_TRUE(run(c, &used));
@@ -257,7 +261,8 @@ TEST_F(GemmCuda, SplitKIsRightAndDeterministic) {
       for (DType ct : {DType::f32, ab}) {
         Case c;
         c.variant = GemmVariant::v2_mma;
-        c.ta = tr & 1, c.tb = tr & 2, c.M = 130, c.N = 72, c.K = 2504, c.ab = ab, c.c = ct, c.alpha = 0.5f, c.beta = 0.25f;
+        c.ta = tr & 1, c.tb = tr & 2, c.M = 130, c.N = 72, c.K = 2504, c.ab = ab, c.c = ct, c.alpha = 0.5f,
+        c.beta = 0.25f;
         c.bias = true, c.pad_c = 1;
         c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N);
         SCOPED_TRACE(describe(c));
@@ -377,9 +382,11 @@ TEST_F(GemmCuda, MatmulErrors) {
                         "matmul: op(a) 4x5 times op(b) 5x3 into c [4, 4] do not agree");
   HPDT_EXPECT_THROW_MSG(kernels::matmul(a, true, b, false, c, 1, 0, stream),
                         "matmul: op(a) 5x4 times op(b) 5x3 into c [4, 3] do not agree");
-  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, b, false, c, 1, 0, cpu), "matmul: tensors on cuda:0 need a CUDA stream");
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, b, false, c, 1, 0, cpu),
+                        "matmul: tensors on cuda:0 need a CUDA stream");
   const Tensor host = random({5, 3});
-  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, host, false, c, 1, 0, stream), "matmul: tensors on different devices");
+  HPDT_EXPECT_THROW_MSG(kernels::matmul(a, false, host, false, c, 1, 0, stream),
+                        "matmul: tensors on different devices");
 }
 
 struct LinearShape {
@@ -391,10 +398,10 @@ struct LinearShape {
 // dw and dbias are accumulated (+=) into random values; dx is overwritten (poisoned first).
 TEST_F(GemmCuda, LinearForwardBackward) {
   const LinearShape shapes[] = {
-      {{1, 1}, 1},         {{7, 5}, 3},          {{17, 33}, 65},        {{2, 17, 192}, 192},  // ViT-Ti t = 17
-      {{64, 50, 192}, 576},                                                                   // ViT-Ti qkv
-      {{2, 197, 768}, 3072},                                                                  // ViT-B fc1
-      {{256, 64}, 10},                                                                        // ResNet fc
+      {{1, 1}, 1},           {{7, 5}, 3}, {{17, 33}, 65}, {{2, 17, 192}, 192},  // ViT-Ti t = 17
+      {{64, 50, 192}, 576},                                                     // ViT-Ti qkv
+      {{2, 197, 768}, 3072},                                                    // ViT-B fc1
+      {{256, 64}, 10},                                                          // ResNet fc
   };
   for (const LinearShape& sh : shapes)
     for (const DType dt : test::kCudaTestDtypes)
@@ -440,7 +447,8 @@ TEST_F(GemmCuda, LinearForwardBackward) {
 TEST_F(GemmCuda, LinearBackwardWithoutDxAndDeterministicBiasGradient) {
   for (const DType dt : test::kCudaTestDtypes) {
     const int64_t rows = 64 * 197, in = 96, out = 768;
-    const Tensor x = to_gpu(random({rows, in}), dt), w = to_gpu(random({out, in}), dt), dy = to_gpu(random({rows, out}), dt);
+    const Tensor x = to_gpu(random({rows, in}), dt), w = to_gpu(random({out, in}), dt),
+                 dy = to_gpu(random({rows, out}), dt);
     const Tensor db0 = random({out});
     Tensor dw = to_gpu(random({out, in}), dt), db1 = to_gpu(db0, dt), db2 = to_gpu(db0, dt);
     kernels::linear_backward(dy, x, w, nullptr, dw, &db1, stream);

@@ -43,7 +43,6 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 // The variant gemm() runs for these arguments and this request (never `automatic`): the fallbacks
 // above applied. For tests and benchmarks, to know what was measured.
-GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B,
-                         DType ab_type);
+GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B, DType ab_type);
 
 }  // namespace hpdt::kernels::cuda
