@@ -478,45 +478,71 @@ __global__ void __launch_bounds__(kThreads)
 
 // Backward. Block = `groups` groups of `tpr` threads (a multiple of 32); group g of block b takes rows
 // r0 + g, r0 + g + groups, ... of the block's fixed range [r0, r1). Thread t of a group owns the vectors
-// t, t + tpr, ... of a row, and with them the columns of its group's dgamma/dbeta accumulators in shared
-// memory: no two threads touch one accumulator. At the end the groups' accumulators are summed in group
-// order into the block's partial row; ln_param_grad_finalize sums the blocks in block order.
-template <class T, int V>
+// t, t + tpr, ... of a row, and with them the same columns of its group's dgamma/dbeta accumulators: no two
+// threads touch one accumulator. kOnePack (a row has at most tpr vectors, as every ViT row does): the one
+// vector's accumulators, gamma and the row values stay in registers; otherwise the accumulators live in
+// shared memory, laid out [2][V][d / V] so that a warp's lanes hit consecutive words (no bank conflicts).
+// At the end the groups' accumulators are summed in group order into the block's partial row;
+// ln_param_grad_finalize sums the blocks in block order.
+template <class T, int V, bool kOnePack>
 __global__ void __launch_bounds__(kThreads)
     ln_backward_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma, const float* __restrict__ mean,
                        const float* __restrict__ rstd, T* dx, float* __restrict__ partial, int64_t rows,
                        int64_t rows_per_block, int d, int tpr) {
-  extern __shared__ float acc[];  // [groups][2][d]
+  extern __shared__ float acc[];  // [groups][2][V][packs]
   __shared__ float red[2][kWarps][2];
   const int groups = blockDim.x / tpr, g = threadIdx.x / tpr, t = threadIdx.x - g * tpr;
   const int warps_per_group = tpr >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int packs = d / V;
   float* acc_g = acc + int64_t(g) * 2 * d;  // dgamma partial at [0, d), dbeta at [d, 2d)
-  for (int pk = t; pk < packs; pk += tpr)
+  float ag[V], ab[V], gm[V];                // kOnePack: the accumulators and gamma of vector t
 #pragma unroll
-    for (int k = 0; k < V; ++k) acc_g[pk * V + k] = 0.0f, acc_g[d + pk * V + k] = 0.0f;
+  for (int k = 0; k < V; ++k) ag[k] = 0.0f, ab[k] = 0.0f, gm[k] = 0.0f;
+  if constexpr (kOnePack) {
+    if (t < packs) load<V>(gamma + t * V, gm);
+  } else {
+    for (int pk = t; pk < packs; pk += tpr)
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc_g[k * packs + pk] = 0.0f, acc_g[d + k * packs + pk] = 0.0f;
+  }
   const int64_t r0 = int64_t(blockIdx.x) * rows_per_block, r1 = min(rows, r0 + rows_per_block);
   const int64_t iters = (rows_per_block + groups - 1) / groups;  // the same for every thread: syncs stay uniform
   for (int64_t it = 0; it < iters; ++it) {
     const int64_t row = r0 + it * groups + g;
     const bool valid = row < r1;
     float sg = 0.0f, sgx = 0.0f, m = 0.0f, rs = 0.0f;
+    float gv[V], pv[V];  // kOnePack: the row's vector t, kept for dx
     if (valid) {
       m = mean[row], rs = rstd[row];
       const T* gr = dy + row * d;
       const T* pr = x + row * d;
-      for (int pk = t; pk < packs; pk += tpr) {
-        float gv[V], pv[V], gm[V];
-        load<V>(gr + pk * V, gv);
-        load<V>(pr + pk * V, pv);
-        load<V>(gamma + pk * V, gm);
+      if constexpr (kOnePack) {
+        if (t < packs) {
+          load<V>(gr + t * V, gv);
+          load<V>(pr + t * V, pv);
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float xh = (pv[k] - m) * rs, gj = gv[k] * gm[k];
-          sg += gj;
-          sgx += gj * xh;
-          acc_g[pk * V + k] += gv[k] * xh;
-          acc_g[d + pk * V + k] += gv[k];
+          for (int k = 0; k < V; ++k) {
+            const float xh = (pv[k] - m) * rs, gj = gv[k] * gm[k];
+            sg += gj;
+            sgx += gj * xh;
+            ag[k] += gv[k] * xh;
+            ab[k] += gv[k];
+          }
+        }
+      } else {
+        for (int pk = t; pk < packs; pk += tpr) {
+          float gw[V], pw[V], gmw[V];
+          load<V>(gr + pk * V, gw);
+          load<V>(pr + pk * V, pw);
+          load<V>(gamma + pk * V, gmw);
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const float xh = (pw[k] - m) * rs, gj = gw[k] * gmw[k];
+            sg += gj;
+            sgx += gj * xh;
+            acc_g[k * packs + pk] += gw[k] * xh;
+            acc_g[d + k * packs + pk] += gw[k];
+          }
         }
       }
     }
@@ -535,25 +561,40 @@ __global__ void __launch_bounds__(kThreads)
     if (valid) {
       sg /= float(d);
       sgx /= float(d);
-      const T* gr = dy + row * d;
-      const T* pr = x + row * d;
       T* qr = dx + row * d;
-      for (int pk = t; pk < packs; pk += tpr) {
-        float gv[V], pv[V], gm[V];
-        load<V>(gr + pk * V, gv);
-        load<V>(pr + pk * V, pv);
-        load<V>(gamma + pk * V, gm);
+      if constexpr (kOnePack) {
+        if (t < packs) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) gv[k] = rs * (gv[k] * gm[k] - sg - (pv[k] - m) * rs * sgx);
-        store<V>(qr + pk * V, gv);
+          for (int k = 0; k < V; ++k) gv[k] = rs * (gv[k] * gm[k] - sg - (pv[k] - m) * rs * sgx);
+          store<V>(qr + t * V, gv);
+        }
+      } else {
+        const T* gr = dy + row * d;
+        const T* pr = x + row * d;
+        for (int pk = t; pk < packs; pk += tpr) {
+          float gw[V], pw[V], gmw[V];
+          load<V>(gr + pk * V, gw);
+          load<V>(pr + pk * V, pw);
+          load<V>(gamma + pk * V, gmw);
+#pragma unroll
+          for (int k = 0; k < V; ++k) gw[k] = rs * (gw[k] * gmw[k] - sg - (pw[k] - m) * rs * sgx);
+          store<V>(qr + pk * V, gw);
+        }
       }
     }
   }
+  if constexpr (kOnePack) {  // the register accumulators to shared memory, same layout
+    if (t < packs)
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc_g[k * packs + t] = ag[k], acc_g[d + k * packs + t] = ab[k];
+  }
   __syncthreads();
   float* out = partial + int64_t(blockIdx.x) * 2 * d;
-  for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) {
+  for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) {  // j = half * d + column
+    const int half = j >= d ? 1 : 0, col = j - half * d;
+    const int at = half * d + (col % V) * packs + col / V;
     float s = 0.0f;
-    for (int gg = 0; gg < groups; ++gg) s += acc[int64_t(gg) * 2 * d + j];
+    for (int gg = 0; gg < groups; ++gg) s += acc[int64_t(gg) * 2 * d + at];
     out[j] = s;
   }
 }
@@ -735,8 +776,14 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
           rows_per_block, int(d), tpr);
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (vec) launch(ln_backward_kernel<T, kVec<T>>);
-    else launch(ln_backward_kernel<T, 1>);
+    const bool one_pack = packs <= tpr;
+    if (vec) {
+      if (one_pack) launch(ln_backward_kernel<T, kVec<T>, true>);
+      else launch(ln_backward_kernel<T, kVec<T>, false>);
+    } else {
+      if (one_pack) launch(ln_backward_kernel<T, 1, true>);
+      else launch(ln_backward_kernel<T, 1, false>);
+    }
     ln_param_grad_finalize<T><<<unsigned((d + 127) / 128), 128, 0, s>>>(
         partial.data<float>(), int(blocks), int(d), static_cast<T*>(dgamma.data()), static_cast<T*>(dbeta.data()));
     HPDT_CUDA_CHECK_LAUNCH();

@@ -63,7 +63,11 @@ __global__ void __launch_bounds__(kThreads)
     const int ox0 = ax <= 0 ? 0 : (ax + stride - 1) / stride, ox1 = min(ow - 1, (ix + pad) / stride);
     const Index base = plane * Index(oh * ow);
     float acc = 0.0f;
+    // Not unrolled: the trip counts are ceil(k / stride) (2 for ResNet's k3 s2), and ptxas spills when it
+    // unrolls these by 4.
+#pragma unroll 1
     for (int oy = oy0; oy <= oy1; ++oy)
+#pragma unroll 1
       for (int ox = ox0; ox <= ox1; ++ox) {
         const Index o = base + Index(oy * ow + ox);
         if (argmax[o] == at) acc += to_f32(dy[o]);
