@@ -37,8 +37,8 @@ __device__ __forceinline__ float warp_allmax(float v) {
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    ce_rows_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t b, int classes, float on,
-                   float off, float k, T* __restrict__ dlogits, float* __restrict__ row_loss, Result* result) {
+    ce_rows_kernel(const T* logits, const int32_t* __restrict__ labels, int64_t b, int classes, float on, float off,
+                   float k, T* dlogits, float* __restrict__ row_loss, Result* result) {  // dlogits may be logits
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (row >= b) return;  // whole warps

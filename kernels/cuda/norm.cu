@@ -350,10 +350,10 @@ __global__ void bn_backward_coef_from_sums(const float* __restrict__ sync_buf, i
   coef[c + ch] = float(double(sync_buf[c + ch]) / count);
 }
 
-// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)). dx may be dy.
+// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)). dx may be dy (or x).
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
-    bn_backward_apply_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean,
+    bn_backward_apply_kernel(const T* dy, const T* x, const float* __restrict__ mean,
                              const float* __restrict__ invstd, const T* __restrict__ gamma,
                              const float* __restrict__ coef, T* dx, int c, uint32_t hwv, uint32_t slots,
                              uint32_t chunk) {
@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(kThreads)
 // ln_param_grad_finalize sums the blocks in block order.
 template <class T, int V, bool kOnePack>
 __global__ void __launch_bounds__(kThreads)
-    ln_backward_kernel(const T* dy, const T* __restrict__ x, const T* __restrict__ gamma, const float* __restrict__ mean,
+    ln_backward_kernel(const T* dy, const T* x, const T* __restrict__ gamma, const float* __restrict__ mean,
                        const float* __restrict__ rstd, T* dx, float* __restrict__ partial, int64_t rows,
                        int64_t rows_per_block, int d, int tpr) {
   extern __shared__ float acc[];  // [groups][2][V][packs]
