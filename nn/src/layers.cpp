@@ -160,7 +160,7 @@ Tensor MaxPool2d::forward(const Tensor& x) {
 Tensor MaxPool2d::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   ensure(dx_, in_shape_, dy.dtype());
-  kernels::maxpool2d_backward(dy, argmax_, dx_, stream_);
+  kernels::maxpool2d_backward(dy, argmax_, k_, stride_, pad_, dx_, stream_);
   return dx_;
 }
 

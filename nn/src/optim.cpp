@@ -13,7 +13,31 @@ Tensor state_like(const ParameterArena& arena) {
 }
 }  // namespace
 
-Sgd::Sgd(ParameterArena& arena, const kernels::SgdOptions& o) : arena_(&arena), o_(o) {
+bool Optimizer::fused_step(const Tensor& grads, float scale, double max_norm) {
+  const Stream& s = arena_->stream();
+  if (!stats_.defined()) stats_ = kernels::make_grad_stats(arena_->device(), s);
+  const float inv_scale = 1.0f / scale;
+  kernels::grad_stats({grads}, inv_scale, stats_, s);
+  kernels::FusedStepOptions o;
+  kernels::FusedStepBuffers b;
+  fused_options(o, b);
+  o.inv_scale = inv_scale;
+  o.max_norm = max_norm;
+  b.params = arena_->master_params();
+  b.grads = grads;
+  b.stats = stats_;
+  // The kernel writes the model copy on either device; the CPU's f32 compute copy follows it below.
+  if (arena_->model_dtype() != DType::f32) b.model_copy = arena_->model_params();
+  kernels::fused_step(b, o, s);
+  const bool ok = !kernels::read_grad_stats(stats_, s).nonfinite;
+  if (ok) {
+    ++steps_;
+    if (arena_->device().is_cpu()) arena_->sync_model_copy();
+  }
+  return ok;
+}
+
+Sgd::Sgd(ParameterArena& arena, const kernels::SgdOptions& o) : Optimizer(arena), o_(o) {
   HPDT_CHECK(arena.finalized(), "Sgd: the arena is not finalized");
   HPDT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "Sgd: Nesterov needs momentum > 0 and no dampening");
   buf_ = state_like(arena);
@@ -26,7 +50,14 @@ void Sgd::step() {
   arena_->sync_model_copy();
 }
 
-AdamW::AdamW(ParameterArena& arena, const kernels::AdamWOptions& o) : arena_(&arena), o_(o) {
+void Sgd::fused_options(kernels::FusedStepOptions& o, kernels::FusedStepBuffers& b) {
+  o.kind = kernels::OptimizerKind::sgd;
+  o.sgd = o_;
+  o.first_step = steps_ == 0;
+  b.state1 = buf_;
+}
+
+AdamW::AdamW(ParameterArena& arena, const kernels::AdamWOptions& o) : Optimizer(arena), o_(o) {
   HPDT_CHECK(arena.finalized(), "AdamW: the arena is not finalized");
   m_ = state_like(arena);
   v_ = state_like(arena);
@@ -37,6 +68,14 @@ void AdamW::step() {
   ++steps_;
   kernels::adamw_step(p, arena_->grads(), m_, v_, o_, steps_, arena_->stream());
   arena_->sync_model_copy();
+}
+
+void AdamW::fused_options(kernels::FusedStepOptions& o, kernels::FusedStepBuffers& b) {
+  o.kind = kernels::OptimizerKind::adamw;
+  o.adamw = o_;
+  o.step = steps_ + 1;
+  b.state1 = m_;
+  b.state2 = v_;
 }
 
 double clip_grad_norm(ParameterArena& arena, double max_norm) {

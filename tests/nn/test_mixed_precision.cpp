@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "hpdt/core/philox.h"
 #include "hpdt/kernels/loss.h"
@@ -176,6 +178,53 @@ TEST(LossScaler, StaticModeKeepsItsScaleButSkipsOverflowOffModeNeverChecks) {
   EXPECT_EQ(off.scale(), 1.0f);
   forward_backward(*m, batch(), 1e30f);  // overflowing gradients, but off mode does not look
   EXPECT_TRUE(off.unscale(m->arena()));
+}
+
+// Optimizer::fused_step (what hpdt-train runs on the GPU) against the unfused sequence the CPU trainer runs,
+// on the CPU: the same f32 operations, so the same bits (kernels/include/hpdt/kernels/optim.h), for SGD and
+// AdamW, with and without clipping; and an overflowing step is skipped with nothing changed.
+TEST(MixedPrecision, FusedStepEqualsUnscaleClipStep) {
+  const Batch b = batch();
+  for (DType dt : {DType::f16, DType::bf16}) {
+    for (bool adam : {false, true}) {
+      for (double max_norm : {0.0, 0.05}) {
+        auto m1 = make_model("resnet20", tiny(dt));
+        auto m2 = make_model("resnet20", tiny(dt));
+        std::unique_ptr<Optimizer> o1, o2;
+        if (adam) {
+          o1 = std::make_unique<AdamW>(m1->arena(), kernels::AdamWOptions{});
+          o2 = std::make_unique<AdamW>(m2->arena(), kernels::AdamWOptions{});
+        } else {
+          o1 = std::make_unique<Sgd>(m1->arena(), kernels::SgdOptions{0.1f, 0.9f, 0.0f, 5e-4f, true});
+          o2 = std::make_unique<Sgd>(m2->arena(), kernels::SgdOptions{0.1f, 0.9f, 0.0f, 5e-4f, true});
+        }
+        const float scale = 256.0f;
+        for (int step = 0; step < 2; ++step) {
+          forward_backward(*m1, b, scale);
+          forward_backward(*m2, b, scale);
+          LossScaler s1 = LossScaler::fixed(scale);
+          ASSERT_TRUE(s1.unscale(m1->arena()));
+          if (max_norm > 0) clip_grad_norm(m1->arena(), max_norm);
+          o1->step();
+          ASSERT_TRUE(o2->fused_step(m2->arena().comm_grads(), scale, max_norm));
+          const std::string what = std::string(dtype_name(dt)) + (adam ? " adamw" : " sgd") + " clip " +
+                                   std::to_string(max_norm) + " step " + std::to_string(step);
+          EXPECT_EQ(m2->arena().master_params().to_vector<float>(), m1->arena().master_params().to_vector<float>())
+              << what;
+          const Tensor p1 = m1->arena().param(3), p2 = m2->arena().param(3);
+          EXPECT_EQ(p2.to_vector<float>(), p1.to_vector<float>()) << what << ": the compute copy follows";
+          EXPECT_EQ(o2->steps(), o1->steps());
+        }
+      }
+    }
+  }
+  auto m = make_model("resnet20", tiny(DType::f16));
+  Sgd opt(m->arena(), {0.1f, 0.0f, 0.0f, 0.0f, false});
+  forward_backward(*m, b, 1e30f);  // overflows f16
+  const std::vector<float> before = m->arena().master_params().to_vector<float>();
+  EXPECT_FALSE(opt.fused_step(m->arena().comm_grads(), 1e30f, 0.0));
+  EXPECT_EQ(m->arena().master_params().to_vector<float>(), before) << "a skipped fused step changes nothing";
+  EXPECT_EQ(opt.steps(), 0);
 }
 
 TEST(MixedPrecision, Bf16TrainsWithoutScaling) {

@@ -277,6 +277,32 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
   for (size_t i = 0; i < p.size(); i += 997) EXPECT_NEAR(copy[i], p[i], std::abs(p[i]) * 0.0079f) << i;
 }
 
+// The fused step hpdt-train runs on the GPU (unscale, clip, AdamW, model copy in one kernel) against the
+// unfused sequence on a twin model: the gradients are the same bits (deterministic kernels, same seed and
+// data), and the fused kernel does the same f32 operations, so the results agree to an f32 ulp or so.
+TEST_P(ModelsCuda, Bf16FusedStepMatchesUnscaleClipStep) {
+  const Data d = make_data(GetParam());
+  auto a = gpu_model(DType::bf16);
+  auto b = gpu_model(DType::bf16);
+  const float scale = 128.0f;
+  const double max_norm = 0.1;
+  const StepOut ra = forward_backward(*a, d, scale), rb = forward_backward(*b, d, scale);
+  EXPECT_EQ(ra.loss, rb.loss) << "deterministic kernels: the twin's step is the same bits";
+  AdamW oa(a->arena(), {}), ob(b->arena(), {});
+  LossScaler s = LossScaler::fixed(scale);
+  ASSERT_TRUE(s.unscale(a->arena()));
+  clip_grad_norm(a->arena(), max_norm);
+  oa.step();
+  ASSERT_TRUE(ob.fused_step(b->arena().comm_grads(), scale, max_norm));
+  EXPECT_EQ(ob.steps(), 1);
+  const std::vector<float> pa = host_f32(a->arena().master_params(), gpu), pb = host_f32(b->arena().master_params(), gpu);
+  for (size_t i = 0; i < pa.size(); ++i) ASSERT_NEAR(pb[i], pa[i], 1e-6 * std::abs(pa[i]) + 1e-9) << i;
+  const std::vector<float> ca = host_f32(a->arena().model_params(), gpu), cb = host_f32(b->arena().model_params(), gpu);
+  size_t differ = 0;  // a one-ulp master difference may round to the neighbouring bf16 value
+  for (size_t i = 0; i < ca.size(); ++i) differ += ca[i] != cb[i];
+  EXPECT_LE(differ, ca.size() / 1000 + 1) << "model copies";
+}
+
 // f16 compute with GradScaler semantics: back off until the scaled gradients fit, then finite and near f32.
 TEST_P(ModelsCuda, F16StepWithLossScalingIsFiniteAndNearTheF32Loss) {
   const Data d = make_data(GetParam());

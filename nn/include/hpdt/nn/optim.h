@@ -1,12 +1,16 @@
 // Optimizers over a model's ParameterArena (f32 master weights, f32 gradients, one flat buffer each),
-// and the LossScaler of mixed precision.
+// and the LossScaler of mixed precision. Optimizer state lives on the arena's device; every step runs on
+// the arena's stream.
 //
-// One training step with mixed precision (what the trainer does):
+// One training step with mixed precision (what the trainer does on the CPU):
 //   loss = softmax_cross_entropy(logits, labels, smoothing, &dlogits, scaler.scale())   // scaled grads
 //   model.backward(dlogits)            // arena.grads_ready() rounds finished slices into model_grads()
 //   (all-reduce arena.comm_grads())
 //   bool ok = scaler.unscale(arena);   // master grads = model grads / scale; false on inf/NaN
 //   if (ok) { clip_grad_norm(arena, max_norm); optimizer.step(); }   // step() refreshes the model copy
+//   scaler.update(!ok);
+// and the same in two passes over the gradients (what it does on the GPU):
+//   bool ok = optimizer.fused_step(arena.comm_grads(), scaler.scale(), max_norm);
 //   scaler.update(!ok);
 #pragma once
 
@@ -22,6 +26,13 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // One update of arena.master_params() from arena.grads(); then arena.sync_model_copy().
   virtual void step() = 0;
+  // unscale + clip + step + model-copy refresh as one kernel over `grads` as backward and the all-reduce
+  // left them (arena.comm_grads(): the model dtype; or arena.grads() when the f32 gradients were
+  // reduced), which are read, not changed (kernels::fused_step; the same f32 arithmetic). Gradients
+  // with an inf/NaN (after unscaling by 1/scale) skip the step on the device: nothing changes, the step
+  // count stays, and this returns false (it reads that flag, so it synchronises the stream). max_norm
+  // > 0: clip_grad_norm_ of the unscaled gradients.
+  bool fused_step(const Tensor& grads, float scale, double max_norm);
   virtual void set_lr(float lr) = 0;
   virtual float lr() const = 0;
   int64_t steps() const { return steps_; }
@@ -30,7 +41,12 @@ class Optimizer {
   void restore_steps(int64_t steps) { steps_ = steps; }
 
  protected:
+  explicit Optimizer(ParameterArena& arena) : arena_(&arena) {}
+  // The optimizer's part of a fused step: kind, options, state buffers.
+  virtual void fused_options(kernels::FusedStepOptions& o, kernels::FusedStepBuffers& b) = 0;
+  ParameterArena* arena_;
   int64_t steps_ = 0;
+  Tensor stats_;  // fused_step's grad_stats, on the arena's device
 };
 
 class Sgd : public Optimizer {
@@ -42,7 +58,7 @@ class Sgd : public Optimizer {
   Tensor momentum_buffer() const { return buf_; }
 
  private:
-  ParameterArena* arena_;
+  void fused_options(kernels::FusedStepOptions& o, kernels::FusedStepBuffers& b) override;
   kernels::SgdOptions o_;
   Tensor buf_;
 };
@@ -57,7 +73,7 @@ class AdamW : public Optimizer {
   Tensor exp_avg_sq() const { return v_; }
 
  private:
-  ParameterArena* arena_;
+  void fused_options(kernels::FusedStepOptions& o, kernels::FusedStepBuffers& b) override;
   kernels::AdamWOptions o_;
   Tensor m_, v_;
 };
