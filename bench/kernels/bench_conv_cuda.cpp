@@ -110,7 +110,9 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
     return;
   }
   const Conv2dShape& s = kCases[case_index].s;
-  const Stream stream = Stream::create_cuda(0);
+  // One stream for the process: the caching allocator reuses a block only on the stream it was freed on, so a
+  // stream per benchmark would keep every benchmark's ~1 GB of buffers cached.
+  static const Stream stream = Stream::create_cuda(0);
   Buffers b = make_buffers(s, dt, stream);
   run_once(s, b, d, impl, stream);  // warm-up: cuDNN heuristics, caching allocator
   stream.synchronize();

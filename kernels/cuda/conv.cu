@@ -211,7 +211,7 @@ __device__ __forceinline__ T gather_any(const GemmConv& p, const T* __restrict__
 // v1: SIMT. Block tile BM x 128 (threads 2 * BM, each 8 x 8 outputs: rows {tm*4 + i, BM/2 + tm*4 + i},
 // columns {tn*4 + j, 64 + tn*4 + j}, so that every shared-memory read is a conflict-free float4).
 template <class T, int BM>
-__global__ void __launch_bounds__(2 * BM) conv_gemm_simt(const GemmConv p) {
+__global__ void __launch_bounds__(2 * BM, 2) conv_gemm_simt(const GemmConv p) {
   constexpr int kThreads = 2 * BM;
   constexpr int kRowStep = kThreads / kBN;         // B rows per pass of the block: 1 or 2
   constexpr int kBPerThread = kSimtBK / kRowStep;  // 8 or 4
@@ -500,14 +500,30 @@ struct GemmWgrad {
   float* ws = nullptr;   // else partials [splits][CO][K]
 };
 
+// Column k of the GEMM as (ci, tap): dw's own order k = ci * taps + tap, or tap-major k = tap * ci_count + ci
+// (v2's channels gather: 32 consecutive columns then share one tap).
+struct WgradColumn {
+  int ci, r, c;
+};
+__device__ __forceinline__ WgradColumn wgrad_column(const GemmWgrad& p, int k, bool tap_major) {
+  const int taps = p.KH * p.KW;
+  const int ci = tap_major ? k % p.CI : k / taps, tap = tap_major ? k / p.CI : k - (k / taps) * taps;
+  const int r = tap / p.KW;
+  return {ci, r, tap - r * p.KW};
+}
+// The index of column k in dw's row.
+__device__ __forceinline__ int wgrad_dw_column(const GemmWgrad& p, int k, bool tap_major) {
+  return tap_major ? (k % p.CI) * (p.KH * p.KW) + k / p.CI : k;
+}
+
 // Column table of the x gather, built once per block: {ci * H * W + r * W + c, r, c, k < K}.
-__device__ __forceinline__ void wgrad_table(const GemmWgrad& p, int n0, int4* tab, int threads) {
+__device__ __forceinline__ void wgrad_table(const GemmWgrad& p, int n0, int4* tab, int threads, bool tap_major) {
   for (int i = threadIdx.x; i < kBN; i += threads) {
     const int k = n0 + i;
     int4 e = make_int4(0, 0, 0, 0);
     if (k < p.K) {
-      const int taps = p.KH * p.KW, ci = k / taps, rc = k - ci * taps, r = rc / p.KW, c = rc - r * p.KW;
-      e = make_int4(ci * p.H * p.W + r * p.W + c, r, c, 1);
+      const WgradColumn col = wgrad_column(p, k, tap_major);
+      e = make_int4(col.ci * p.H * p.W + col.r * p.W + col.c, col.r, col.c, 1);
     }
     tab[i] = e;
   }
@@ -541,9 +557,10 @@ __device__ __forceinline__ T wgrad_x(const GemmWgrad& p, const T* __restrict__ x
   return T{};
 }
 
+// dw[co][column] (+)= v, or the split's partial (in dw's layout, so that wgrad_reduce adds like with like).
 template <class T>
-__device__ __forceinline__ void wgrad_store(const GemmWgrad& p, int co, int k, float v) {
-  const int64_t i = int64_t(co) * p.K + k;
+__device__ __forceinline__ void wgrad_store(const GemmWgrad& p, int co, int column, float v) {
+  const int64_t i = int64_t(co) * p.K + column;
   if (p.ws)
     p.ws[int64_t(blockIdx.z) * p.CO * p.K + i] = v;
   else
@@ -552,7 +569,7 @@ __device__ __forceinline__ void wgrad_store(const GemmWgrad& p, int co, int k, f
 
 // v1: SIMT backward-filter, same tiling as conv_gemm_simt with k = 8 pixels per stage.
 template <class T, int BM>
-__global__ void __launch_bounds__(2 * BM) conv_wgrad_simt(const GemmWgrad p) {
+__global__ void __launch_bounds__(2 * BM, 2) conv_wgrad_simt(const GemmWgrad p) {
   constexpr int kThreads = 2 * BM;
   constexpr int kAPerThread = BM * kSimtBK / kThreads;   // 4
   constexpr int kBPerThread = kBN * kSimtBK / kThreads;  // 4 or 8
@@ -571,7 +588,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_simt(const GemmWgrad p) {
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kBN;
   const int KT = (p.npix + kSimtBK - 1) / kSimtBK;
   const int kt0 = blockIdx.z * p.tiles_per_split, kt1 = min(KT, kt0 + p.tiles_per_split);
-  wgrad_table(p, n0, tab, kThreads);
+  wgrad_table(p, n0, tab, kThreads, false);
   __syncthreads();
 
   const int pl = tid & 7, row0 = tid >> 3;  // loaders: pixel pl of the tile, rows row0 + i * kRows
@@ -644,9 +661,11 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_simt(const GemmWgrad p) {
 }
 
 // v2: tensor-core backward-filter. A = dy tile [co][32 pixels] (cp.async when oh * ow % 8 == 0: 8 pixels are 16
-// contiguous bytes of one plane), B = x tile [k][32 pixels] (cp.async for 1x1 stride-1 unpadded convs, else
-// gathered through the column table). Both tiles are k-contiguous, so both fragments are plain ldmatrix.
-template <class T, int BM, bool kVecDy, bool kDirectX>
+// contiguous bytes of one plane), B = x tile [k][32 pixels]: cp.async for 1x1 stride-1 unpadded convs (kDirect),
+// else gathered through the column table: tap-major columns when ci % 32 == 0 (kChannels: one bounds check per
+// 32 columns, as the forward's channels gather), dw's own order otherwise (kGeneric). Both tiles are
+// k-contiguous, so both fragments are plain ldmatrix.
+template <class T, int BM, bool kVecDy, int XMODE>
 __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   constexpr int kThreads = 2 * BM;
   constexpr int kAStage = BM * kPitchK, kBStage = kBN * kPitchK;
@@ -656,6 +675,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   constexpr int kRows = kThreads / 32;                 // rows per pass of the element loaders
   constexpr int kChunkRows = kThreads / 4;             // rows per pass of the 16-byte loaders
   __shared__ __align__(16) unsigned char smem[kPipeBytes > kStageBytesTc ? kPipeBytes : kStageBytesTc];
+  constexpr bool kDirectX = XMODE == kDirect, kTapMajor = XMODE == kChannels;
   __shared__ int4 tab[kDirectX ? 1 : kBN];
   uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [2][BM][kPitchK]
   uint16_t* Bs = As + 2 * kAStage;                   // [2][kBN][kPitchK]
@@ -668,7 +688,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   const int KT = (p.npix + kTcBK - 1) / kTcBK;
   const int kt0 = blockIdx.z * p.tiles_per_split, kt1 = min(KT, kt0 + p.tiles_per_split);
   if constexpr (!kDirectX) {
-    wgrad_table(p, n0, tab, kThreads);
+    wgrad_table(p, n0, tab, kThreads, kTapMajor);
     __syncthreads();
   }
 
@@ -699,6 +719,25 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
         const int row = crow0 + i * kChunkRows, k = n0 + row;
         const bool ok = w.ok && k < p.K;
         cp_async16(Bs + stage * kBStage + row * kPitchK + q * 8, ok ? x + w.x_offset + int64_t(k) * p.ohw : x, ok);
+      }
+    } else if constexpr (kTapMajor) {
+      // The thread's rows row0 + i * kRows, i = 32 / kRows * g + j, lie in column group g (32 columns, one tap):
+      // one bounds check per group, then loads kRows channels apart.
+      const WgradPixel wx = kVecDy ? wgrad_pixel(p, kt * kTcBK + pl) : w;
+      constexpr int kPerGroup = 32 / kRows;
+#pragma unroll
+      for (int g = 0; g < kBN / 32; ++g) {
+        const int4 e = tab[32 * g + row0];
+        const int y = wx.by + e.y, xx = wx.bx + e.z;
+        if (wx.ok && e.w && unsigned(y) < unsigned(p.H) && unsigned(xx) < unsigned(p.W)) {
+          const uint16_t* s = x + wx.x_offset + e.x;
+          const int step = kRows * p.H * p.W;
+#pragma unroll
+          for (int j = 0; j < kPerGroup; ++j) breg[g * kPerGroup + j] = __ldg(s + j * step);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kPerGroup; ++j) breg[g * kPerGroup + j] = 0;
+        }
       }
     } else {
       const WgradPixel wx = kVecDy ? wgrad_pixel(p, kt * kTcBK + pl) : w;
@@ -755,6 +794,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   }
 
   const int col = tid % kBN, rstep = kThreads / kBN;
+  const int dw_column = n0 + col < p.K ? wgrad_dw_column(p, n0 + col, kTapMajor) : 0;
   float* st = reinterpret_cast<float*>(smem);
   const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -773,7 +813,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
     __syncthreads();
     for (int r = tid / kBN; r < 64; r += rstep) {
       const int co = m0 + pass * 64 + r;
-      if (co < p.CO && n0 + col < p.K) wgrad_store<T>(p, co, n0 + col, st[r * kStagePitch + col]);
+      if (co < p.CO && n0 + col < p.K) wgrad_store<T>(p, co, dw_column, st[r * kStagePitch + col]);
     }
   }
 }
@@ -1035,15 +1075,20 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
   } else {
     const bool vec_dy = (oh * ow) % 8 == 0 && aligned16(dy.data());
     const bool direct_x = vec_dy && s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && aligned16(x.data());
+    const bool channels_x = s.c_in % 32 == 0;
     if (direct_x) {
-      if (small) conv_wgrad_tc<T, 64, true, true><<<grid, threads, 0, st>>>(p);
-      else conv_wgrad_tc<T, 128, true, true><<<grid, threads, 0, st>>>(p);
-    } else if (vec_dy) {
-      if (small) conv_wgrad_tc<T, 64, true, false><<<grid, threads, 0, st>>>(p);
-      else conv_wgrad_tc<T, 128, true, false><<<grid, threads, 0, st>>>(p);
+      if (small) conv_wgrad_tc<T, 64, true, kDirect><<<grid, threads, 0, st>>>(p);
+      else conv_wgrad_tc<T, 128, true, kDirect><<<grid, threads, 0, st>>>(p);
+    } else if (channels_x) {
+      if (vec_dy && small) conv_wgrad_tc<T, 64, true, kChannels><<<grid, threads, 0, st>>>(p);
+      else if (vec_dy) conv_wgrad_tc<T, 128, true, kChannels><<<grid, threads, 0, st>>>(p);
+      else if (small) conv_wgrad_tc<T, 64, false, kChannels><<<grid, threads, 0, st>>>(p);
+      else conv_wgrad_tc<T, 128, false, kChannels><<<grid, threads, 0, st>>>(p);
     } else {
-      if (small) conv_wgrad_tc<T, 64, false, false><<<grid, threads, 0, st>>>(p);
-      else conv_wgrad_tc<T, 128, false, false><<<grid, threads, 0, st>>>(p);
+      if (vec_dy && small) conv_wgrad_tc<T, 64, true, kGeneric><<<grid, threads, 0, st>>>(p);
+      else if (vec_dy) conv_wgrad_tc<T, 128, true, kGeneric><<<grid, threads, 0, st>>>(p);
+      else if (small) conv_wgrad_tc<T, 64, false, kGeneric><<<grid, threads, 0, st>>>(p);
+      else conv_wgrad_tc<T, 128, false, kGeneric><<<grid, threads, 0, st>>>(p);
     }
   }
   HPDT_CUDA_CHECK_LAUNCH();
