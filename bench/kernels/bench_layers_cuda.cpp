@@ -124,9 +124,9 @@ void bench(benchmark::State& state, const Factory& make, DType dt) {
 
 // ---- cuDNN batch norm (the peer) ----------------------------------------------------------------------
 
-#define BENCH_CUDNN(expr)                                                                          \
-  do {                                                                                             \
-    const cudnnStatus_t st_ = (expr);                                                              \
+#define BENCH_CUDNN(expr)                                                                                           \
+  do {                                                                                                              \
+    const cudnnStatus_t st_ = (expr);                                                                               \
     if (st_ != CUDNN_STATUS_SUCCESS) throw Error(std::string("cuDNN: ") + cudnnGetErrorString(st_) + " in " #expr); \
   } while (0)
 
@@ -144,7 +144,9 @@ struct CudnnBn {
   cudnnTensorDescriptor_t x = nullptr, bn = nullptr;
   Tensor scale, bias, rmean, rvar, smean, sinv, dscale, dbias;
   CudnnBn(const Shape& s, DType dt) {
-    const cudnnDataType_t t = dt == DType::f32 ? CUDNN_DATA_FLOAT : dt == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+    const cudnnDataType_t t = dt == DType::f32   ? CUDNN_DATA_FLOAT
+                              : dt == DType::f16 ? CUDNN_DATA_HALF
+                                                 : CUDNN_DATA_BFLOAT16;
     BENCH_CUDNN(cudnnCreateTensorDescriptor(&x));
     BENCH_CUDNN(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, int(s[0]), int(s[1]), int(s[2]), int(s[3])));
     BENCH_CUDNN(cudnnCreateTensorDescriptor(&bn));
@@ -296,8 +298,10 @@ Factory maxpool(Shape s, bool backward) {
     k->x = uniform(s, dt), k->y = uniform(ys, dt), k->dy = uniform(ys, dt), k->dx = uniform(s, dt);
     kernels::maxpool2d_forward(k->x, 3, 2, 1, k->y, k->am, bench_stream());
     Op op;
-    if (backward) op.run = [k] { kernels::maxpool2d_backward(k->dy, k->am, 3, 2, 1, k->dx, bench_stream()); };
-    else op.run = [k] { kernels::maxpool2d_forward(k->x, 3, 2, 1, k->y, k->am, bench_stream()); };
+    if (backward)
+      op.run = [k] { kernels::maxpool2d_backward(k->dy, k->am, 3, 2, 1, k->dx, bench_stream()); };
+    else
+      op.run = [k] { kernels::maxpool2d_forward(k->x, 3, 2, 1, k->y, k->am, bench_stream()); };
     // x (or dx) once, y (or dy) once, the i32 argmax once
     op.bytes = double(s.numel()) * es(dt) + double(ys.numel()) * (es(dt) + 4.0);
     op.keep = k;
@@ -313,8 +317,10 @@ Factory avgpool(Shape s, bool backward) {
     auto k = std::make_shared<K>();
     k->x = uniform(s, dt), k->y = uniform({s[0], s[1]}, dt);
     Op op;
-    if (backward) op.run = [k] { kernels::global_avgpool_backward(k->y, k->x, bench_stream()); };
-    else op.run = [k] { kernels::global_avgpool_forward(k->x, k->y, bench_stream()); };
+    if (backward)
+      op.run = [k] { kernels::global_avgpool_backward(k->y, k->x, bench_stream()); };
+    else
+      op.run = [k] { kernels::global_avgpool_forward(k->x, k->y, bench_stream()); };
     op.bytes = double(s.numel() + s[0] * s[1]) * es(dt);
     op.keep = k;
     return op;
@@ -328,11 +334,14 @@ Factory tokens(Shape s, bool backward) {  // s = patches [b, d, gh, gw]
     };
     auto k = std::make_shared<K>();
     const int64_t b = s[0], d = s[1], p = s[2] * s[3];
-    k->x = uniform(s, dt), k->cls = uniform({d}, dt), k->pos = uniform({p + 1, d}, dt), k->y = uniform({b, p + 1, d}, dt);
+    k->x = uniform(s, dt), k->cls = uniform({d}, dt), k->pos = uniform({p + 1, d}, dt),
+    k->y = uniform({b, p + 1, d}, dt);
     k->dcls = filled({d}, dt, 0), k->dpos = filled({p + 1, d}, dt, 0);
     Op op;
-    if (backward) op.run = [k] { kernels::tokens_backward(k->y, k->x, k->dcls, k->dpos, bench_stream()); };
-    else op.run = [k] { kernels::tokens_forward(k->x, k->cls, k->pos, k->y, bench_stream()); };
+    if (backward)
+      op.run = [k] { kernels::tokens_backward(k->y, k->x, k->dcls, k->dpos, bench_stream()); };
+    else
+      op.run = [k] { kernels::tokens_forward(k->x, k->cls, k->pos, k->y, bench_stream()); };
     op.bytes = double(s.numel() + b * (p + 1) * d + (p + 1) * d) * es(dt);  // patches, tokens, pos (read or +=)
     op.keep = k;
     return op;
@@ -347,8 +356,10 @@ Factory cls_select(Shape s, bool backward) {  // s = tokens [b, t, d]
     auto k = std::make_shared<K>();
     k->x = uniform(s, dt), k->y = uniform({s[0], s[2]}, dt);
     Op op;
-    if (backward) op.run = [k] { kernels::cls_select_backward(k->y, k->x, bench_stream()); };
-    else op.run = [k] { kernels::cls_select_forward(k->x, k->y, bench_stream()); };
+    if (backward)
+      op.run = [k] { kernels::cls_select_backward(k->y, k->x, bench_stream()); };
+    else
+      op.run = [k] { kernels::cls_select_forward(k->x, k->y, bench_stream()); };
     op.bytes = double(backward ? s.numel() + s[0] * s[2] : 2 * s[0] * s[2]) * es(dt);
     op.keep = k;
     return op;
@@ -384,15 +395,16 @@ void register_all() {
   // ResNet-50 at 224, batch 64: the stem and one BN of each stage, pools, the residual add/ReLU, the loss.
   const Shape r50[] = {{64, 64, 112, 112}, {64, 256, 56, 56}, {64, 512, 28, 28}, {64, 1024, 14, 14}, {64, 2048, 7, 7}};
   for (const Shape& s : r50) {
-    const std::string dims = std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + "x" +
-                             std::to_string(s[3]);
+    const std::string dims =
+        std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + "x" + std::to_string(s[3]);
     add("resnet50_bn_train_fwd_" + dims, bn_train_forward(s));
     add("resnet50_bn_train_bwd_" + dims, bn_train_backward(s));
   }
   add("resnet50_bn_eval_64x256x56x56", bn_eval(r50[1]));
   const Shape act{64, 256, 56, 56};
-  add("resnet50_relu_fwd_64x256x56x56",
-      pointwise(act, 1, [](const Tensor& a, const Tensor&, Tensor& y) { kernels::relu_forward(a, y, bench_stream()); }));
+  add("resnet50_relu_fwd_64x256x56x56", pointwise(act, 1, [](const Tensor& a, const Tensor&, Tensor& y) {
+        kernels::relu_forward(a, y, bench_stream());
+      }));
   add("resnet50_relu_bwd_64x256x56x56", pointwise(act, 2, [](const Tensor& a, const Tensor& b, Tensor& y) {
         kernels::relu_backward(a, b, y, bench_stream());
       }));
@@ -420,8 +432,9 @@ void register_all() {
   add("vitb16_gelu_tanh_bwd_64x197x3072", pointwise(mlp, 2, [](const Tensor& a, const Tensor& b, Tensor& y) {
         kernels::gelu_backward(a, b, kernels::GeluForm::tanh, y, bench_stream());
       }));
-  add("vitb16_softmax_fwd_64x12x197x197",
-      pointwise(att, 1, [](const Tensor& a, const Tensor&, Tensor& y) { kernels::softmax_forward(a, y, bench_stream()); }));
+  add("vitb16_softmax_fwd_64x12x197x197", pointwise(att, 1, [](const Tensor& a, const Tensor&, Tensor& y) {
+        kernels::softmax_forward(a, y, bench_stream());
+      }));
   add("vitb16_softmax_bwd_64x12x197x197", pointwise(att, 2, [](const Tensor& a, const Tensor& b, Tensor& y) {
         kernels::softmax_backward(a, b, y, bench_stream());
       }));
@@ -434,9 +447,9 @@ void register_all() {
   add("vitb16_tokens_bwd_64x768x14x14", tokens({64, 768, 14, 14}, true));
   add("vitb16_cls_select_fwd_64x197x768", cls_select(tok, false));
   add("vitb16_cls_select_bwd_64x197x768", cls_select(tok, true));
-  add("vitb16_softmax_long_rows_fwd_1024x5000", pointwise({1024, 5000}, 1, [](const Tensor& a, const Tensor&, Tensor& y) {
-        kernels::softmax_forward(a, y, bench_stream());
-      }));
+  add("vitb16_softmax_long_rows_fwd_1024x5000",
+      pointwise({1024, 5000}, 1,
+                [](const Tensor& a, const Tensor&, Tensor& y) { kernels::softmax_forward(a, y, bench_stream()); }));
 }
 
 }  // namespace

@@ -104,15 +104,15 @@ void dropout_backward(int64_t n, float p, uint64_t seed, uint64_t stream, const 
   dropout_forward(n, p, seed, stream, dy, dx);  // the same mask and scale
 }
 
-#define HPDT_INSTANTIATE(T)                                                                  \
-  template void relu_forward<T>(int64_t, const T*, T*);                                     \
-  template void relu_backward<T>(int64_t, const T*, const T*, T*);                          \
-  template void add_forward<T>(int64_t, const T*, const T*, T*);                            \
-  template void gelu_forward<T>(int64_t, GeluForm, const T*, T*);                           \
-  template void gelu_backward<T>(int64_t, GeluForm, const T*, const T*, T*);                \
-  template void softmax_forward<T>(int64_t, int64_t, const T*, T*);                         \
-  template void softmax_backward<T>(int64_t, int64_t, const T*, const T*, T*);              \
-  template void dropout_forward<T>(int64_t, float, uint64_t, uint64_t, const T*, T*);       \
+#define HPDT_INSTANTIATE(T)                                                           \
+  template void relu_forward<T>(int64_t, const T*, T*);                               \
+  template void relu_backward<T>(int64_t, const T*, const T*, T*);                    \
+  template void add_forward<T>(int64_t, const T*, const T*, T*);                      \
+  template void gelu_forward<T>(int64_t, GeluForm, const T*, T*);                     \
+  template void gelu_backward<T>(int64_t, GeluForm, const T*, const T*, T*);          \
+  template void softmax_forward<T>(int64_t, int64_t, const T*, T*);                   \
+  template void softmax_backward<T>(int64_t, int64_t, const T*, const T*, T*);        \
+  template void dropout_forward<T>(int64_t, float, uint64_t, uint64_t, const T*, T*); \
   template void dropout_backward<T>(int64_t, float, uint64_t, uint64_t, const T*, T*);
 HPDT_INSTANTIATE(float)
 HPDT_INSTANTIATE(double)

@@ -85,16 +85,20 @@ __global__ void __launch_bounds__(kThreads) pointwise_kernel(const T* a, const T
     if constexpr (Arity == 2) load<V>(b + i * V, vb);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      if constexpr (Arity == 2) va[k] = op(va[k], vb[k]);
-      else va[k] = op(va[k]);
+      if constexpr (Arity == 2)
+        va[k] = op(va[k], vb[k]);
+      else
+        va[k] = op(va[k]);
     }
     store<V>(y + i * V, va);
   }
   if constexpr (V > 1) {
     const int64_t i = packs * V + tid;  // the last n % V elements
     if (i < n) {
-      if constexpr (Arity == 2) y[i] = from_f32<T>(op(to_f32(a[i]), to_f32(b[i])));
-      else y[i] = from_f32<T>(op(to_f32(a[i])));
+      if constexpr (Arity == 2)
+        y[i] = from_f32<T>(op(to_f32(a[i]), to_f32(b[i])));
+      else
+        y[i] = from_f32<T>(op(to_f32(a[i])));
     }
   }
 }
@@ -111,7 +115,8 @@ void pointwise(const char* name, const Tensor& a, const Tensor* b, Tensor& y, Op
     const bool vec = aligned16(pa) && aligned16(py) && (!pb || aligned16(pb));
     const cudaStream_t s = detail::native(stream);
     if (vec)
-      pointwise_kernel<T, kVec<T>, Arity, Op><<<detail::grid_for(n, kThreads, kVec<T>), kThreads, 0, s>>>(pa, pb, py, n, op);
+      pointwise_kernel<T, kVec<T>, Arity, Op>
+          <<<detail::grid_for(n, kThreads, kVec<T>), kThreads, 0, s>>>(pa, pb, py, n, op);
     else
       pointwise_kernel<T, 1, Arity, Op><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(pa, pb, py, n, op);
     HPDT_CUDA_CHECK_LAUNCH();
@@ -164,8 +169,8 @@ void dropout(const char* name, const Tensor& x, float p, uint64_t seed, uint64_t
     const T* px = static_cast<const T*>(x.data());
     T* py = static_cast<T*>(y.data());
     if (aligned16(px) && aligned16(py))
-      dropout_kernel<T, kVec<T>><<<detail::grid_for(n, kThreads, kVec<T>), kThreads, 0, s>>>(px, py, n, p, keep_scale,
-                                                                                            seed, sid);
+      dropout_kernel<T, kVec<T>>
+          <<<detail::grid_for(n, kThreads, kVec<T>), kThreads, 0, s>>>(px, py, n, p, keep_scale, seed, sid);
     else
       dropout_kernel<T, 1><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(px, py, n, p, keep_scale, seed, sid);
     HPDT_CUDA_CHECK_LAUNCH();
@@ -345,12 +350,16 @@ void add(const Tensor& a, const Tensor& b, Tensor& y, const Stream& stream) {
   pointwise<2>("add", a, &b, y, Add{}, stream);
 }
 void gelu_forward(const Tensor& x, GeluForm form, Tensor& y, const Stream& stream) {
-  if (form == GeluForm::erf) pointwise<1>("gelu_forward", x, nullptr, y, GeluErf{}, stream);
-  else pointwise<1>("gelu_forward", x, nullptr, y, GeluTanh{}, stream);
+  if (form == GeluForm::erf)
+    pointwise<1>("gelu_forward", x, nullptr, y, GeluErf{}, stream);
+  else
+    pointwise<1>("gelu_forward", x, nullptr, y, GeluTanh{}, stream);
 }
 void gelu_backward(const Tensor& x, const Tensor& dy, GeluForm form, Tensor& dx, const Stream& stream) {
-  if (form == GeluForm::erf) pointwise<2>("gelu_backward", x, &dy, dx, GeluErfGrad{}, stream);
-  else pointwise<2>("gelu_backward", x, &dy, dx, GeluTanhGrad{}, stream);
+  if (form == GeluForm::erf)
+    pointwise<2>("gelu_backward", x, &dy, dx, GeluErfGrad{}, stream);
+  else
+    pointwise<2>("gelu_backward", x, &dy, dx, GeluTanhGrad{}, stream);
 }
 
 void softmax_forward(const Tensor& x, Tensor& y, const Stream& stream) {
@@ -389,8 +398,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, const Strea
 void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& stream) {
   dropout("dropout_forward", x, p, seed, stream_id, y, stream);
 }
-void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx,
-                      const Stream& stream) {
+void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& stream) {
   dropout("dropout_backward", dy, p, seed, stream_id, dx, stream);  // the same mask and scale
 }
 

@@ -21,7 +21,7 @@ namespace {
 constexpr int kTile = 32, kRows = 8;  // 32x32 tile, 32x8 threads, 4 tile rows per thread
 
 template <class T>
-__global__ void __launch_bounds__(kTile * kRows)
+__global__ void __launch_bounds__(kTile* kRows)
     tokens_forward_kernel(const T* __restrict__ x, const T* __restrict__ cls, const T* __restrict__ pos,
                           T* __restrict__ y, int d, int p) {
   __shared__ float tile[kTile][kTile + 1];  // [channel][token], +1: no bank conflicts on the transposed read
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kTile * kRows)
 }
 
 template <class T>
-__global__ void __launch_bounds__(kTile * kRows)
+__global__ void __launch_bounds__(kTile* kRows)
     tokens_backward_kernel(const T* __restrict__ dy, T* __restrict__ dx, T* dcls, T* dpos, float* __restrict__ partial,
                            int b, int batches_per_split, int d, int p) {
   __shared__ float tile[kTile][kTile + 1];  // [token][channel]
@@ -136,7 +136,8 @@ void tokens_backward(const Tensor& dy, Tensor& dpatches, Tensor& dcls, Tensor& d
   dispatch_floating(dy.dtype(), "tokens_backward", [&](auto tag) {
     using T = decltype(tag);
     Tensor partial;
-    if (splits > 1) partial = Tensor::empty({splits * (p + 1) * d}, DType::f32, dy.device(), AllocOptions{.stream = &stream});
+    if (splits > 1)
+      partial = Tensor::empty({splits * (p + 1) * d}, DType::f32, dy.device(), AllocOptions{.stream = &stream});
     tokens_backward_kernel<T><<<grid, dim3(kTile, kRows), 0, s>>>(
         static_cast<const T*>(dy.data()), static_cast<T*>(dpatches.data()), static_cast<T*>(dcls.data()),
         static_cast<T*>(dpos.data()), splits > 1 ? partial.data<float>() : nullptr, int(b), int(per_split), int(d),

@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) row_loss[row] = lse - qz;
   if (dlogits) {
     T* g = dlogits + row * classes;
-    for (int c = lane; c < classes; c += 32) g[c] = from_f32<T>((expf(to_f32(z[c]) - lse) - (c == label ? on : off)) * k);
+    for (int c = lane; c < classes; c += 32)
+      g[c] = from_f32<T>((expf(to_f32(z[c]) - lse) - (c == label ? on : off)) * k);
   }
 }
 

@@ -140,7 +140,8 @@ ChannelSplit channel_split(int64_t c, int64_t slots, int64_t min_slots_per_block
 
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
-    bn_stats_kernel(const T* __restrict__ x, int c, uint32_t hwv, uint32_t slots, uint32_t chunk, float* __restrict__ partial) {
+    bn_stats_kernel(const T* __restrict__ x, int c, uint32_t hwv, uint32_t slots, uint32_t chunk,
+                    float* __restrict__ partial) {
   constexpr int U = 8 / V;  // slots per step: 8 values, merged into the running summary at once
   const int ch = blockIdx.y;
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
@@ -353,10 +354,9 @@ __global__ void bn_backward_coef_from_sums(const float* __restrict__ sync_buf, i
 // dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)). dx may be dy (or x).
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
-    bn_backward_apply_kernel(const T* dy, const T* x, const float* __restrict__ mean,
-                             const float* __restrict__ invstd, const T* __restrict__ gamma,
-                             const float* __restrict__ coef, T* dx, int c, uint32_t hwv, uint32_t slots,
-                             uint32_t chunk) {
+    bn_backward_apply_kernel(const T* dy, const T* x, const float* __restrict__ mean, const float* __restrict__ invstd,
+                             const T* __restrict__ gamma, const float* __restrict__ coef, T* dx, int c, uint32_t hwv,
+                             uint32_t slots, uint32_t chunk) {
   constexpr int U = V == 1 ? 4 : 2;
   const int ch = blockIdx.y;
   const float is = invstd[ch], k = to_f32(gamma[ch]) * is, mdy = coef[ch], mdyx = coef[c + ch], m = mean[ch];
@@ -428,11 +428,11 @@ void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float*
   const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
   const dim3 grid(unsigned(sp.splits), unsigned(d.c));
   if (d.v == 1)
-    bn_apply_kernel<T, 1><<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv,
-                                                    d.slots, sp.chunk);
+    bn_apply_kernel<T, 1>
+        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv, d.slots, sp.chunk);
   else
-    bn_apply_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c,
-                                                          d.hwv, d.slots, sp.chunk);
+    bn_apply_kernel<T, kVec<T>>
+        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv, d.slots, sp.chunk);
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
@@ -548,7 +548,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     sg = warp_allsum(sg);
     sgx = warp_allsum(sgx);
-    if (warps_per_group > 1) {  // uniform over the block
+    if (warps_per_group > 1) {      // uniform over the block
       const int buf = int(it & 1);  // double buffer: one barrier per row
       if (lane == 0) red[buf][warp][0] = sg, red[buf][warp][1] = sgx;
       __syncthreads();
@@ -644,13 +644,13 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * int64_t(d.c) + 1}, DType::f32, x.device(), opts);
     bn_stats_finalize<<<channel_blocks(d.c), 128, 0, s>>>(partial.data<float>(), sp.splits, d.c, double(d.count), eps,
-                                                           momentum, sync ? buf.data<float>() : nullptr, mean, invstd,
-                                                           rm, rv);
+                                                          momentum, sync ? buf.data<float>() : nullptr, mean, invstd,
+                                                          rm, rv);
     HPDT_CUDA_CHECK_LAUNCH();
     if (sync) {
       sync_round_trip(sync, buf.data<float>(), d.c, s);
-      bn_finalize_from_sums<<<channel_blocks(d.c), 128, 0, s>>>(buf.data<float>(), d.c, eps, momentum, mean, invstd,
-                                                                rm, rv);
+      bn_finalize_from_sums<<<channel_blocks(d.c), 128, 0, s>>>(buf.data<float>(), d.c, eps, momentum, mean, invstd, rm,
+                                                                rv);
       HPDT_CUDA_CHECK_LAUNCH();
     }
     bn_apply<T>(d, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, static_cast<const T*>(gamma.data()),
@@ -688,11 +688,11 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     const float* mean = saved.mean.data<float>();
     const float* invstd = saved.invstd.data<float>();
     if (d.v == 1)
-      bn_backward_reduce_kernel<T, 1><<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk,
-                                                                partial.data<float>());
+      bn_backward_reduce_kernel<T, 1>
+          <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
     else
-      bn_backward_reduce_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk,
-                                                                      partial.data<float>());
+      bn_backward_reduce_kernel<T, kVec<T>>
+          <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * int64_t(d.c) + 1}, DType::f32, x.device(), opts);
@@ -710,8 +710,8 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     const T* gp = static_cast<const T*>(gamma.data());
     T* dxp = static_cast<T*>(dx.data());
     if (d.v == 1)
-      bn_backward_apply_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
-                                                                d.c, d.hwv, d.slots, ap.chunk);
+      bn_backward_apply_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, d.c,
+                                                                d.hwv, d.slots, ap.chunk);
     else
       bn_backward_apply_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
                                                                       dxp, d.c, d.hwv, d.slots, ap.chunk);
@@ -737,13 +737,15 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
           static_cast<T*>(y.data()), saved.mean.data<float>(), saved.rstd.data<float>(), rows, int(d));
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (vec) launch(ln_forward_kernel<T, kVec<T>>);
-    else launch(ln_forward_kernel<T, 1>);
+    if (vec)
+      launch(ln_forward_kernel<T, kVec<T>>);
+    else
+      launch(ln_forward_kernel<T, 1>);
   });
 }
 
-void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved,
-                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Stream& stream) {
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved, Tensor& dx,
+                        Tensor& dgamma, Tensor& dbeta, const Stream& stream) {
   const int64_t d = x.size(-1), rows = d > 0 ? x.numel() / d : 0;
   if (d == 0) return;
   const char* op = "layernorm_backward";
@@ -778,11 +780,15 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
     };
     const bool one_pack = packs <= tpr;
     if (vec) {
-      if (one_pack) launch(ln_backward_kernel<T, kVec<T>, true>);
-      else launch(ln_backward_kernel<T, kVec<T>, false>);
+      if (one_pack)
+        launch(ln_backward_kernel<T, kVec<T>, true>);
+      else
+        launch(ln_backward_kernel<T, kVec<T>, false>);
     } else {
-      if (one_pack) launch(ln_backward_kernel<T, 1, true>);
-      else launch(ln_backward_kernel<T, 1, false>);
+      if (one_pack)
+        launch(ln_backward_kernel<T, 1, true>);
+      else
+        launch(ln_backward_kernel<T, 1, false>);
     }
     ln_param_grad_finalize<T><<<unsigned((d + 127) / 128), 128, 0, s>>>(
         partial.data<float>(), int(blocks), int(d), static_cast<T*>(dgamma.data()), static_cast<T*>(dbeta.data()));

@@ -22,8 +22,8 @@ constexpr int kThreads = 256;
 
 template <class Index, class T>
 __global__ void __launch_bounds__(kThreads)
-    maxpool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total,
-                           int h, int w, int oh, int ow, int k, int stride, int pad) {
+    maxpool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total, int h,
+                           int w, int oh, int ow, int k, int stride, int pad) {
   for (Index o = Index(blockIdx.x) * kThreads + threadIdx.x; o < total; o += Index(gridDim.x) * kThreads) {
     const Index plane = o / Index(oh * ow);
     const int r = int(o - plane * Index(oh * ow));
@@ -126,8 +126,10 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
           int(w), int(oh), int(ow), int(k), int(stride), int(pad));
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (fits_u32(total) && fits_u32(x.numel())) launch(uint32_t{});
-    else launch(int64_t{});
+    if (fits_u32(total) && fits_u32(x.numel()))
+      launch(uint32_t{});
+    else
+      launch(int64_t{});
   });
 }
 
@@ -148,8 +150,10 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
           int(w), int(oh), int(ow), int(k), int(stride), int(pad));
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (fits_u32(total) && fits_u32(dy.numel())) launch(uint32_t{});
-    else launch(int64_t{});
+    if (fits_u32(total) && fits_u32(dy.numel()))
+      launch(uint32_t{});
+    else
+      launch(int64_t{});
   });
 }
 

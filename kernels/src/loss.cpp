@@ -11,7 +11,8 @@ namespace hpdt::kernels {
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
                              double grad_scale, const Stream& s) {
   const char* op = "softmax_cross_entropy";
-  const Device dev = dlogits ? detail::float_op_device(op, {&logits, dlogits}, s) : detail::float_op_device(op, {&logits}, s);
+  const Device dev =
+      dlogits ? detail::float_op_device(op, {&logits, dlogits}, s) : detail::float_op_device(op, {&logits}, s);
   detail::common_device(op, {&logits, &labels}, s);
   HPDT_CHECK(logits.ndim() == 2, op, ": logits must be [b, classes], got ", logits.shape().str());
   check_dtype(op, "labels", labels, DType::i32);
@@ -22,9 +23,8 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double 
     return cuda::softmax_cross_entropy(logits, labels, smoothing, dlogits, grad_scale, s);
 #endif
   }
-  return cpu::softmax_cross_entropy<float>(logits.size(0), logits.size(1), logits.data<float>(),
-                                           labels.data<int32_t>(), smoothing,
-                                           dlogits ? dlogits->data<float>() : nullptr, grad_scale);
+  return cpu::softmax_cross_entropy<float>(logits.size(0), logits.size(1), logits.data<float>(), labels.data<int32_t>(),
+                                           smoothing, dlogits ? dlogits->data<float>() : nullptr, grad_scale);
 }
 
 }  // namespace hpdt::kernels

@@ -35,14 +35,18 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                              const AllReduceSum& sync, const Stream& s) {
   const char* op = "batchnorm_forward_train";
   const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  if (dev.is_cpu()) detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  else detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
+  if (dev.is_cpu())
+    detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  else
+    detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
   check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
   const Nchw d = bn_dims(op, x, gamma);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var}) check_shape(op, "a per-channel tensor", *t, Shape{d.c});
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
+    check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync, s));
+    HPDT_ON_CUDA(
+        cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync, s));
     return;
   }
   std::vector<double> sum(size_t(d.c)), sumsq(size_t(d.c));
@@ -74,11 +78,14 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
                             const Tensor& running_var, float eps, Tensor& y, const Stream& s) {
   const char* op = "batchnorm_forward_eval";
   const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  if (dev.is_cpu()) detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  else detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
+  if (dev.is_cpu())
+    detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  else
+    detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
   check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
   const Nchw d = bn_dims(op, x, gamma);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var}) check_shape(op, "a per-channel tensor", *t, Shape{d.c});
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
+    check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s));
@@ -95,8 +102,10 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s) {
   const char* op = "batchnorm_backward_train";
   const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
-  if (dev.is_cpu()) detail::float_op_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
-  else detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
+  if (dev.is_cpu())
+    detail::float_op_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
+  else
+    detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
   check_f32_stats(op, {{"saved mean", &saved.mean}, {"saved invstd", &saved.invstd}});
   const Nchw d = bn_dims(op, x, gamma);
   check_shape(op, "dy", dy, x.shape());
@@ -152,16 +161,18 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   }
   ensure(saved.mean, rows);
   ensure(saved.rstd, rows);
-  cpu::layernorm_forward<float>(rows, d, x.data<float>(), gamma.data<float>(), beta.data<float>(), eps,
-                                y.data<float>(), saved.mean.data<float>(), saved.rstd.data<float>());
+  cpu::layernorm_forward<float>(rows, d, x.data<float>(), gamma.data<float>(), beta.data<float>(), eps, y.data<float>(),
+                                saved.mean.data<float>(), saved.rstd.data<float>());
 }
 
-void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved,
-                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Stream& s) {
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved, Tensor& dx,
+                        Tensor& dgamma, Tensor& dbeta, const Stream& s) {
   const char* op = "layernorm_backward";
   const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
-  if (dev.is_cpu()) detail::float_op_device(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
-  else detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
+  if (dev.is_cpu())
+    detail::float_op_device(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
+  else
+    detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
   check_f32_stats(op, {{"saved mean", &saved.mean}, {"saved rstd", &saved.rstd}});
   const int64_t d = x.size(-1), rows = x.numel() / d;
   check_shape(op, "dy", dy, x.shape());

@@ -59,7 +59,8 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
 void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, Tensor& dx, const Stream& s) {
   const char* op = "maxpool2d_backward";
   const Device dev = detail::float_op_device(op, {&dy, &dx}, s);
-  HPDT_CHECK(dev.is_cpu(), op, ": on CUDA pass the window (maxpool2d_backward(dy, argmax, k, stride, pad, dx, stream)): "
+  HPDT_CHECK(dev.is_cpu(), op,
+             ": on CUDA pass the window (maxpool2d_backward(dy, argmax, k, stride, pad, dx, stream)): "
              "the backward is a gather over the windows that contain each input element");
   HPDT_CHECK(dx.ndim() == 4 && dy.ndim() == 4 && dy.size(0) == dx.size(0) && dy.size(1) == dx.size(1), op, ": dy ",
              dy.shape().str(), " does not match dx ", dx.shape().str());

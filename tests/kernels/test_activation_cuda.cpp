@@ -62,7 +62,8 @@ class ActivationCuda : public test::CudaOracleTest {
       for (int64_t n : kSizes)
         for (bool mis : {false, true}) {
           if (mis && n > 5000) continue;
-          SCOPED_TRACE(name + " " + std::string(dtype_name(dt)) + " n=" + std::to_string(n) + (mis ? " misaligned" : ""));
+          SCOPED_TRACE(name + " " + std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
+                       (mis ? " misaligned" : ""));
           const Tensor x = random({n}, lo, hi);
           Tensor y = Tensor::empty({n}, DType::f32), yg = poison({n}, dt, mis);
           op(round_through(x, dt), y, cpu);
@@ -70,12 +71,14 @@ class ActivationCuda : public test::CudaOracleTest {
           ASSERT_TRUE(close(y, to_cpu_f32(yg), f32_or_default(dt, f32_tol)));
         }
   }
-  void binary(const std::string& name, const Binary& op, float lo, float hi, Tolerance f32_tol, Tolerance dt_tol = {-1, -1}) {
+  void binary(const std::string& name, const Binary& op, float lo, float hi, Tolerance f32_tol,
+              Tolerance dt_tol = {-1, -1}) {
     for (DType dt : test::kCudaTestDtypes)
       for (int64_t n : kSizes)
         for (bool mis : {false, true}) {
           if (mis && n > 5000) continue;
-          SCOPED_TRACE(name + " " + std::string(dtype_name(dt)) + " n=" + std::to_string(n) + (mis ? " misaligned" : ""));
+          SCOPED_TRACE(name + " " + std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
+                       (mis ? " misaligned" : ""));
           const Tensor a = random({n}, lo, hi), b = random({n});
           Tensor y = Tensor::empty({n}, DType::f32), yg = poison({n}, dt, mis);
           op(round_through(a, dt), round_through(b, dt), y, cpu);
@@ -87,23 +90,27 @@ class ActivationCuda : public test::CudaOracleTest {
 };
 
 TEST_F(ActivationCuda, Relu) {
-  unary("relu_forward", [](const Tensor& x, Tensor& y, const Stream& s) { kernels::relu_forward(x, y, s); }, -1, 1,
-        exact());
-  binary("relu_backward",
-         [](const Tensor& y, const Tensor& dy, Tensor& dx, const Stream& s) { kernels::relu_backward(y, dy, dx, s); },
-         -1, 1, exact(), exact());
+  unary(
+      "relu_forward", [](const Tensor& x, Tensor& y, const Stream& s) { kernels::relu_forward(x, y, s); }, -1, 1,
+      exact());
+  binary(
+      "relu_backward",
+      [](const Tensor& y, const Tensor& dy, Tensor& dx, const Stream& s) { kernels::relu_backward(y, dy, dx, s); }, -1,
+      1, exact(), exact());
 }
 
 TEST_F(ActivationCuda, Add) {
-  binary("add", [](const Tensor& a, const Tensor& b, Tensor& y, const Stream& s) { kernels::add(a, b, y, s); }, -1, 1,
-         exact());
+  binary(
+      "add", [](const Tensor& a, const Tensor& b, Tensor& y, const Stream& s) { kernels::add(a, b, y, s); }, -1, 1,
+      exact());
 }
 
 TEST_F(ActivationCuda, Gelu) {
   for (GeluForm form : {GeluForm::erf, GeluForm::tanh}) {
     const std::string f = form == GeluForm::erf ? " erf" : " tanh";
-    unary("gelu_forward" + f, [form](const Tensor& x, Tensor& y, const Stream& s) { kernels::gelu_forward(x, form, y, s); },
-          -4, 4, {1e-5, 2e-6});
+    unary("gelu_forward" + f,
+          [form](const Tensor& x, Tensor& y, const Stream& s) { kernels::gelu_forward(x, form, y, s); }, -4, 4,
+          {1e-5, 2e-6});
     binary("gelu_backward" + f,
            [form](const Tensor& x, const Tensor& dy, Tensor& dx, const Stream& s) {
              kernels::gelu_backward(x, dy, form, dx, s);
@@ -171,10 +178,20 @@ struct SoftmaxCase {
   bool masked = false;  // about a third of the inputs -inf, and one whole row
 };
 
-const SoftmaxCase kSoftmaxCases[] = {{{1, 1}},           {{3, 5}},         {{17, 10}},       {{3, 8}},
-                                     {{2, 3, 197, 197}}, {{64, 1000}},     {{4, 1024}},      {{4, 1025}},
-                                     {{5, 5000}},        {{2, 16384}},     {{17, 10}, 1000}, {{5, 5000}, 1000},
-                                     {{6, 197}, 0, true}, {{3, 2048}, 0, true}};
+const SoftmaxCase kSoftmaxCases[] = {{{1, 1}},
+                                     {{3, 5}},
+                                     {{17, 10}},
+                                     {{3, 8}},
+                                     {{2, 3, 197, 197}},
+                                     {{64, 1000}},
+                                     {{4, 1024}},
+                                     {{4, 1025}},
+                                     {{5, 5000}},
+                                     {{2, 16384}},
+                                     {{17, 10}, 1000},
+                                     {{5, 5000}, 1000},
+                                     {{6, 197}, 0, true},
+                                     {{3, 2048}, 0, true}};
 
 TEST_F(ActivationCuda, Softmax) {
   for (DType dt : test::kCudaTestDtypes)

@@ -26,7 +26,7 @@ namespace {
 using namespace hpdt;
 using test::Tolerance;
 
-const Shape kShapes[] = {{1, 1, 1, 1},     {2, 5, 3, 3},     {17, 33, 4, 4},  {3, 192, 7, 7},
+const Shape kShapes[] = {{1, 1, 1, 1},     {2, 5, 3, 3},     {17, 33, 4, 4}, {3, 192, 7, 7},
                          {8, 192, 14, 14}, {4, 768, 14, 14}, {16, 64, 7, 7}, {64, 192, 14, 14}};
 
 Tolerance exact() { return {0, 0}; }
@@ -97,10 +97,12 @@ TEST_F(EmbedCuda, BadInputsNameTheOp) {
   Tensor pos = Tensor::zeros({10, 8}, DType::bf16, dev, o), y = Tensor::zeros({2, 10, 8}, DType::bf16, dev, o);
   Tensor pos_bad = Tensor::zeros({9, 8}, DType::bf16, dev, o), cls_f = Tensor::zeros({8}, DType::f32, dev, o);
   kernels::tokens_forward(x, cls, pos, y, stream);
-  HPDT_EXPECT_THROW_MSG(kernels::tokens_forward(x, cls, pos_bad, y, stream), "tokens_forward: pos has shape [9, 8], expected [10, 8]");
+  HPDT_EXPECT_THROW_MSG(kernels::tokens_forward(x, cls, pos_bad, y, stream),
+                        "tokens_forward: pos has shape [9, 8], expected [10, 8]");
   HPDT_EXPECT_THROW_MSG(kernels::tokens_forward(x, cls_f, pos, y, stream), "has dtype f32");
   Tensor ys = Tensor::zeros({2, 7}, DType::bf16, dev, o);
-  HPDT_EXPECT_THROW_MSG(kernels::cls_select_forward(y, ys, stream), "cls_select_forward: y has shape [2, 7], expected [2, 8]");
+  HPDT_EXPECT_THROW_MSG(kernels::cls_select_forward(y, ys, stream),
+                        "cls_select_forward: y has shape [2, 7], expected [2, 8]");
 }
 
 }  // namespace

@@ -34,8 +34,10 @@ struct Case {
   float offset = 0.0f;
 };
 
-const Case kCases[] = {{1, 1},           {1, 10},           {3, 2, 0.1},           {17, 10, 0.1},
-                       {128, 10},        {128, 10, 0.1, 65536.0}, {256, 1000, 0.1}, {17, 5000},
+const Case kCases[] = {{1, 1},           {1, 10},
+                       {3, 2, 0.1},      {17, 10, 0.1},
+                       {128, 10},        {128, 10, 0.1, 65536.0},
+                       {256, 1000, 0.1}, {17, 5000},
                        {5, 7, 1.0},      {64, 100, 0.0, 1.0, 50.0f}};
 
 class LossCuda : public test::CudaOracleTest {
@@ -60,8 +62,9 @@ TEST_F(LossCuda, MatchesCpu) {
         const double want = kernels::softmax_cross_entropy(round_through(z, dt), labels, c.smoothing,
                                                            with_grad ? &dl : nullptr, c.grad_scale, cpu);
         Tensor dlg = poisoned({c.b, c.classes}, dt);
-        const double got = kernels::softmax_cross_entropy(to_gpu(z, dt), labels.to(Device::cuda(0), stream),
-                                                          c.smoothing, with_grad ? &dlg : nullptr, c.grad_scale, stream);
+        const double got =
+            kernels::softmax_cross_entropy(to_gpu(z, dt), labels.to(Device::cuda(0), stream), c.smoothing,
+                                           with_grad ? &dlg : nullptr, c.grad_scale, stream);
         EXPECT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)));
         if (!with_grad) continue;
         const double k = c.grad_scale / double(c.b);
@@ -74,7 +77,8 @@ TEST_F(LossCuda, MatchesCpu) {
 TEST_F(LossCuda, IsDeterministic) {
   for (DType dt : test::kCudaTestDtypes) {
     const int64_t b = 4096, classes = 1000;
-    const Tensor z = to_gpu(random({b, classes}, -4, 4), dt), labels = labels_for(b, classes).to(Device::cuda(0), stream);
+    const Tensor z = to_gpu(random({b, classes}, -4, 4), dt),
+                 labels = labels_for(b, classes).to(Device::cuda(0), stream);
     Tensor d1 = poisoned({b, classes}, dt), d2 = poisoned({b, classes}, dt);
     const double l1 = kernels::softmax_cross_entropy(z, labels, 0.1, &d1, 1.0, stream);
     const double l2 = kernels::softmax_cross_entropy(z, labels, 0.1, &d2, 1.0, stream);
@@ -100,7 +104,8 @@ TEST_F(LossCuda, BadLabelsAndSmoothingThrowTheCpuMessage) {
                         "label -1 of sample 1 is outside [0, 10)");
   // the stream is still usable afterwards, and good labels give a finite loss
   const Tensor good = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 0}, {8});
-  EXPECT_TRUE(std::isfinite(kernels::softmax_cross_entropy(z, good.to(Device::cuda(0), stream), 0.0, &dl, 1.0, stream)));
+  EXPECT_TRUE(
+      std::isfinite(kernels::softmax_cross_entropy(z, good.to(Device::cuda(0), stream), 0.0, &dl, 1.0, stream)));
   const Tensor lg = good.to(Device::cuda(0), stream);
   HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy(z, lg, 1.5, nullptr, 1.0, stream),
                         "label smoothing 1.5 is not in [0, 1]");

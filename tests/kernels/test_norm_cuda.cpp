@@ -88,9 +88,8 @@ class NormCuda : public test::CudaOracleTest {
   void ln_case(const Shape& shape, DType dt, bool misaligned = false);
 };
 
-const Shape kBnShapes[] = {{2, 3, 28, 28}, {4, 1, 28, 28},   {3, 17, 7, 7},     {37, 17},
-                           {5, 3},         {128, 16, 32, 32}, {8, 64, 56, 56}, {16, 256, 14, 14},
-                           {4, 2048, 7, 7}};
+const Shape kBnShapes[] = {{2, 3, 28, 28},    {4, 1, 28, 28},  {3, 17, 7, 7},     {37, 17},       {5, 3},
+                           {128, 16, 32, 32}, {8, 64, 56, 56}, {16, 256, 14, 14}, {4, 2048, 7, 7}};
 
 void NormCuda::bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned) {
   SCOPED_TRACE(label(shape, dt) + (sync ? " sync" : "") + (misaligned ? " misaligned" : ""));
@@ -223,8 +222,8 @@ TEST_F(NormCuda, BatchNormIsDeterministic) {
 
 // ---- layer norm ----------------------------------------------------------------------------------------
 
-const Shape kLnShapes[] = {{1, 5}, {17, 5}, {3, 17}, {4, 1}, {1, 197, 192}, {2, 197, 192}, {3, 17, 768},
-                           {8, 197, 768}, {3, 5000}, {2, 12000}};
+const Shape kLnShapes[] = {{1, 5},        {17, 5},      {3, 17},       {4, 1},    {1, 197, 192},
+                           {2, 197, 192}, {3, 17, 768}, {8, 197, 768}, {3, 5000}, {2, 12000}};
 
 void NormCuda::ln_case(const Shape& shape, DType dt, bool misaligned) {
   SCOPED_TRACE(label(shape, dt) + (misaligned ? " misaligned" : ""));
@@ -308,7 +307,8 @@ TEST_F(NormCuda, BadInputsNameTheOp) {
   LayerNormSaved ls;
   Tensor lx = Tensor::zeros({5, 8}, DType::f16, dev, o), ly = Tensor::zeros({5, 8}, DType::f16, dev, o);
   Tensor lg = Tensor::zeros({8}, DType::f16, dev, o), lg7 = Tensor::zeros({7}, DType::f16, dev, o);
-  HPDT_EXPECT_THROW_MSG(kernels::layernorm_forward(lx, lg7, lg, kEps, ls, ly, stream), "layernorm_forward: gamma has shape [7]");
+  HPDT_EXPECT_THROW_MSG(kernels::layernorm_forward(lx, lg7, lg, kEps, ls, ly, stream),
+                        "layernorm_forward: gamma has shape [7]");
   Tensor lgf = Tensor::zeros({8}, DType::f32, dev, o);
   HPDT_EXPECT_THROW_MSG(kernels::layernorm_forward(lx, lgf, lg, kEps, ls, ly, stream), "has dtype f32");
   HPDT_EXPECT_THROW_MSG(kernels::layernorm_forward(lx, lg, lg, kEps, ls, ly, cpu), "need a CUDA stream");

@@ -36,10 +36,9 @@ struct MaxCase {
   }
 };
 
-const MaxCase kMaxCases[] = {
-    {{1, 1, 1, 1}, 1, 1, 0},    {{2, 3, 7, 7}, 3, 2, 1},     {{3, 17, 28, 28}, 2, 2, 0}, {{2, 5, 9, 11}, 3, 1, 1},
-    {{2, 3, 8, 8}, 4, 3, 2},    {{1, 2, 5, 5}, 5, 1, 2},     {{2, 3, 1, 1}, 3, 1, 1},    {{1, 17, 7, 7}, 7, 1, 0},
-    {{4, 64, 112, 112}, 3, 2, 1}};
+const MaxCase kMaxCases[] = {{{1, 1, 1, 1}, 1, 1, 0},  {{2, 3, 7, 7}, 3, 2, 1},  {{3, 17, 28, 28}, 2, 2, 0},
+                             {{2, 5, 9, 11}, 3, 1, 1}, {{2, 3, 8, 8}, 4, 3, 2},  {{1, 2, 5, 5}, 5, 1, 2},
+                             {{2, 3, 1, 1}, 3, 1, 1},  {{1, 17, 7, 7}, 7, 1, 0}, {{4, 64, 112, 112}, 3, 2, 1}};
 
 class PoolCuda : public test::CudaOracleTest {
  protected:
@@ -145,7 +144,8 @@ TEST_F(PoolCuda, BadInputsNameTheOp) {
   HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(y, am, 2, 1, 0, dx, stream),
                         "dy has shape [2, 3, 4, 4], expected [2, 3, 7, 7]");
   Tensor am_f = Tensor::zeros({2, 3, 4, 4}, DType::f32, dev, o);
-  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(y, am_f, 3, 2, 1, dx, stream), "argmax has dtype f32, expected i32");
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(y, am_f, 3, 2, 1, dx, stream),
+                        "argmax has dtype f32, expected i32");
   Tensor yavg = Tensor::zeros({2, 4}, DType::bf16, dev, o);
   HPDT_EXPECT_THROW_MSG(kernels::global_avgpool_forward(x, yavg, stream), "global_avgpool_forward: y has shape [2, 4]");
 }

@@ -18,6 +18,5 @@ void softmax_forward(const Tensor& x, Tensor& y, const Stream& stream);
 void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, const Stream& stream);  // dx may be dy
 // The same mask bits as the CPU: element i dropped when philox_uniform(seed, stream_id, i) < p.
 void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& stream);
-void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx,
-                      const Stream& stream);
+void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& stream);
 }  // namespace hpdt::kernels::cuda
