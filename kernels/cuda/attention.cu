@@ -23,9 +23,9 @@
 //   v1 SIMT, every dtype (the f32 path): 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i
 //      and columns tx + 16 j of each tile; tiles in f32 shared memory.
 //   v2 tensor cores for f16/bf16: mma.sync.m16n8k16 (inline PTX) with f32 accumulation, 4 warps of 16
-//      rows each, tiles in 16-bit shared memory fed by cp.async (double-buffered) and read with
-//      ldmatrix; the probabilities go from the score accumulators to 16-bit A fragments in registers
-//      for the PV product (as FlashAttention-2 does).
+//      query rows (32 in the forward up to dh 64) or 16 keys (dK/dV), tiles in 16-bit shared memory fed by
+//      cp.async (double-buffered) and read with ldmatrix; the probabilities go from the score
+//      accumulators to 16-bit A fragments in registers for the PV product (as FlashAttention-2 does).
 // Head dims: kernels are compiled for padded head dims 16, 32, 64, 128; any dh up to 128 runs on the
 // next one with the extra columns zero in shared memory (they add nothing to q.k and are not stored).
 #include <cmath>
@@ -585,18 +585,26 @@ __device__ __forceinline__ void store2(T* p, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(p) = pack2<T>(lo, hi);
 }
 
-constexpr int kMmaForwardBR = 16 * kMmaWarps, kMmaForwardBC = 64;
+// Forward tiles: each warp owns MT m-tiles of 16 query rows (BR = 16 MT warps), so every K and V fragment
+// read from shared memory feeds MT mma's. MT = 2 up to dh 64 (FlashAttention-2's 128-row tile: about 32
+// flops per shared-memory byte, enough to keep mma.sync busy); at dh 128 the 2 x 64 accumulators of a
+// second m-tile would not fit in registers, so MT = 1.
+template <int DHP>
+struct MmaForwardTiles {
+  static constexpr int MT = DHP <= 64 ? 2 : 1, BR = 16 * kMmaWarps * MT, BC = 64;
+};
 
 template <int DHP>
 constexpr size_t mma_forward_smem() {
-  return sizeof(uint16_t) * size_t(kMmaForwardBR + 4 * kMmaForwardBC) * (DHP + 8);
+  using Tl = MmaForwardTiles<DHP>;
+  return sizeof(uint16_t) * size_t(Tl::BR + 4 * Tl::BC) * (DHP + 8);
 }
 
 template <class T, int DHP>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_forward_v2_kernel(const T* __restrict__ qkv, T* __restrict__ out, float* __restrict__ lse, int t,
                                 int heads, int dh, float scale_log2) {
-  constexpr int BR = kMmaForwardBR, BC = kMmaForwardBC;
+  constexpr int MT = MmaForwardTiles<DHP>::MT, BR = MmaForwardTiles<DHP>::BR, BC = MmaForwardTiles<DHP>::BC;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NS = BC / 8;
   extern __shared__ uint4 smem_u4[];
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_u4);
@@ -619,12 +627,16 @@ __global__ void __launch_bounds__(kMmaThreads)
   cp_async_commit();
   cp_async_wait<1>();  // the q tile has landed (k, v may still be in flight)
   __syncthreads();
-  uint32_t qf[KS][4];
+  uint32_t qf[MT][KS][4];
 #pragma unroll
-  for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], a_frag_addr<LS>(q_s, warp * 16, ks * 16, lane));
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[mt][ks], a_frag_addr<LS>(q_s, (warp * MT + mt) * 16, ks * 16, lane));
 
-  float o[ND][4] = {};
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // rows g and g + 8; l per thread (its columns)
+  // Per m-tile: rows g and g + 8 (index 0, 1) of the running max m and sum l (l per thread: its columns).
+  float o[MT][ND][4] = {}, m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
   const int nkb = (t + BC - 1) / BC;
   for (int kb = 0; kb < nkb; ++kb) {
     cp_async_wait<0>();
@@ -639,93 +651,93 @@ __global__ void __launch_bounds__(kMmaThreads)
     const uint16_t* vt = v_s + (kb & 1) * BC * LS;
     const int k0 = kb * BC;
 
-    float s[NS][4] = {};
+    float s[MT][NS][4] = {};
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
       for (int np = 0; np < NS / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, bt_frag_addr<LS>(kt, np * 16, ks * 16, lane));
-        mma_16816<T>(s[2 * np], qf[ks], b[0], b[1]);
-        mma_16816<T>(s[2 * np + 1], qf[ks], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(s[mt][2 * np], qf[mt][ks], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * np + 1], qf[mt][ks], b[2], b[3]);
+        }
       }
 
     // Online softmax; a row's scores sit in the 4 lanes of a quad (xor-shuffles 1, 2).
     const bool ragged = k0 + BC > t;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < NS; ++n) {
+    for (int mt = 0; mt < MT; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] *= scale_log2;
-        if (ragged && k0 + n * 8 + 2 * (lane % 4) + (e & 1) >= t) s[n][e] = -INFINITY;
+      for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][n][e] *= scale_log2;
+          if (ragged && k0 + n * 8 + 2 * (lane % 4) + (e & 1) >= t) s[mt][n][e] = -INFINITY;
+          mx[e / 2] = fmaxf(mx[e / 2], s[mt][n][e]);
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFull, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFull, mx[r], 2));
+        const float m_new = fmaxf(m[mt][r], mx[r]);   // finite: every block has a valid key
+        const float alpha = exp2f(m[mt][r] - m_new);  // 0 on the first block (m = -inf)
+        m[mt][r] = m_new;
+        l[mt][r] *= alpha;
+#pragma unroll
+        for (int n = 0; n < ND; ++n) {
+          o[mt][n][2 * r] *= alpha;
+          o[mt][n][2 * r + 1] *= alpha;
+        }
       }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
 #pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(kFull, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(kFull, mx1, off));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);  // finite: every block has a valid key
-    const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
-    m0 = mn0;
-    m1 = mn1;
-    l0 *= a0;
-    l1 *= a1;
+      for (int n = 0; n < NS; ++n)
 #pragma unroll
-    for (int n = 0; n < ND; ++n) {
-      o[n][0] *= a0;
-      o[n][1] *= a0;
-      o[n][2] *= a1;
-      o[n][3] *= a1;
-    }
-#pragma unroll
-    for (int n = 0; n < NS; ++n) {
-      s[n][0] = exp2f(s[n][0] - m0);
-      s[n][1] = exp2f(s[n][1] - m0);
-      s[n][2] = exp2f(s[n][2] - m1);
-      s[n][3] = exp2f(s[n][3] - m1);
-      l0 += s[n][0] + s[n][1];
-      l1 += s[n][2] + s[n][3];
+        for (int e = 0; e < 4; ++e) {
+          s[mt][n][e] = exp2f(s[mt][n][e] - m[mt][e / 2]);
+          l[mt][e / 2] += s[mt][n][e];
+        }
     }
 
     // O += P V, P as 16-bit A fragments straight from the score accumulators
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      c_pair_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c_pair_to_a<T>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < ND / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, b_frag_addr<LS>(vt, kk * 16, np * 16, lane));
-        mma_16816<T>(o[2 * np], a, b[0], b[1]);
-        mma_16816<T>(o[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(o[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16816<T>(o[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
   }
 
 #pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(kFull, l0, off);
-    l1 += __shfl_xor_sync(kFull, l1, off);
-  }
-  const int r0 = q0 + warp * 16 + lane / 4, r1 = r0 + 8;
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-  T* o0 = out + (int64_t(bi) * t + r0) * d + int64_t(h) * dh;
-  T* o1 = o0 + 8 * d;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-  for (int n = 0; n < ND; ++n) {
-    const int c = n * 8 + 2 * (lane % 4);
-    if (c >= dh) continue;
-    if (r0 < t) store2(o0 + c, o[n][0] * inv0, o[n][1] * inv0);
-    if (r1 < t) store2(o1 + c, o[n][2] * inv1, o[n][3] * inv1);
-  }
-  if (lane % 4 == 0) {
-    if (r0 < t) lse[int64_t(bh) * t + r0] = (m0 + log2f(l0)) * kLn2;
-    if (r1 < t) lse[int64_t(bh) * t + r1] = (m1 + log2f(l1)) * kLn2;
-  }
+    for (int r = 0; r < 2; ++r) {
+      float sum = l[mt][r];
+      sum += __shfl_xor_sync(kFull, sum, 1);
+      sum += __shfl_xor_sync(kFull, sum, 2);
+      const int row = q0 + (warp * MT + mt) * 16 + lane / 4 + 8 * r;
+      if (row >= t) continue;
+      const float inv = 1.0f / sum;
+      T* o_g = out + (int64_t(bi) * t + row) * d + int64_t(h) * dh;
+#pragma unroll
+      for (int n = 0; n < ND; ++n) {
+        const int c = n * 8 + 2 * (lane % 4);
+        if (c < dh) store2(o_g + c, o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+      }
+      if (lane % 4 == 0) lse[int64_t(bh) * t + row] = (m[mt][r] + log2f(sum)) * kLn2;
+    }
 }
 
 // dK, dV with tensor cores: a CTA holds BC = 64 keys (16 per warp) and loops over query blocks of BR.
@@ -1027,7 +1039,7 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
           const size_t smem = mma_forward_smem<DHP>();
           auto kernel = attention_forward_v2_kernel<T, DHP>;
           allow_smem(kernel, smem);
-          const int nqb = (g.t + kMmaForwardBR - 1) / kMmaForwardBR;
+          const int nqb = (g.t + MmaForwardTiles<DHP>::BR - 1) / MmaForwardTiles<DHP>::BR;
           kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, o, lse.data<float>(), g.t,
                                                                                       g.heads, g.dh, g.scale_log2());
           HPDT_CUDA_CHECK_LAUNCH();
