@@ -6,7 +6,8 @@
 //   - f32 compute type; f32 tensors run with CUDNN_FMA_MATH (true f32, no TF32, so they meet the f32 tolerance),
 //     f16/bf16 with tensor ops;
 //   - the algorithm: the first deterministic one the v7 heuristics rank (no Find: it would time kernels and
-//     allocate at first use), cached per (device, dtype, direction, shape);
+//     allocate at first use; if none is deterministic, the first one, with a warning), cached per (device, dtype,
+//     direction, shape);
 //   - workspace from the caching allocator (Tensor::empty on the stream), freed back to it after the call;
 //   - backward-filter accumulates with beta = 1; dbias and the forward epilogue run on hpdt's kernels
 //     (cudnnConvolutionBackwardBias / cudnnAddTensor do not take bf16 everywhere).
@@ -18,6 +19,7 @@
 #include <tuple>
 
 #include "cudnn_check.cuh"
+#include "hpdt/core/log.h"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
 
@@ -98,12 +100,29 @@ struct Choice {
 
 using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-// A heuristic result we take: it ran, it is deterministic, and f32 stays f32 (no tensor-op math).
+// A heuristic result we take: it ran, needs at most 2 GiB of workspace, is deterministic (first pass; a second
+// pass takes any, with a warning), and keeps f32 in f32 (no tensor-op math).
 template <class Perf>
-bool acceptable(const Perf& perf, DType dt) {
-  if (perf.status != CUDNN_STATUS_SUCCESS || perf.determinism != CUDNN_DETERMINISTIC) return false;
+bool acceptable(const Perf& perf, DType dt, bool deterministic) {
+  if (perf.status != CUDNN_STATUS_SUCCESS) return false;
+  if (perf.memory > (size_t(1) << 31)) return false;  // FFT variants can ask for gigabytes of workspace
+  if (deterministic && perf.determinism != CUDNN_DETERMINISTIC) return false;
   if (dt == DType::f32 && perf.mathType != CUDNN_FMA_MATH && perf.mathType != CUDNN_DEFAULT_MATH) return false;
   return true;
+}
+
+template <class Perf>
+bool pick(const Perf* perf, int returned, DType dt, Choice& c) {
+  for (bool deterministic : {true, false})
+    for (int i = 0; i < returned; ++i)
+      if (acceptable(perf[i], dt, deterministic)) {
+        c = {int(perf[i].algo), perf[i].mathType};
+        if (!deterministic)
+          HPDT_LOG(warn) << "conv2d (cuDNN): no deterministic algorithm; using algorithm " << c.algo
+                         << ", whose results may vary from run to run";
+        return true;
+      }
+  return false;
 }
 
 Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType dt, Direction dir, int device) {
@@ -122,22 +141,19 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     HPDT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                             &returned, perf));
-    for (int i = 0; i < returned && !found; ++i)
-      if (acceptable(perf[i], dt)) c = {int(perf[i].algo), perf[i].mathType}, found = true;
+    found = pick(perf, returned, dt, c);
   } else if (dir == Direction::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
-    for (int i = 0; i < returned && !found; ++i)
-      if (acceptable(perf[i], dt)) c = {int(perf[i].algo), perf[i].mathType}, found = true;
+    found = pick(perf, returned, dt, c);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
-    for (int i = 0; i < returned && !found; ++i)
-      if (acceptable(perf[i], dt)) c = {int(perf[i].algo), perf[i].mathType}, found = true;
+    found = pick(perf, returned, dt, c);
   }
-  HPDT_CHECK(found, "conv2d (cuDNN): no deterministic algorithm for ", s.str(), " in ", dtype_name(dt));
+  HPDT_CHECK(found, "conv2d (cuDNN): no algorithm for ", s.str(), " in ", dtype_name(dt));
   if (dt == DType::f32) c.math = CUDNN_FMA_MATH;  // DEFAULT_MATH would allow TF32 on Ampere and later
   std::lock_guard<std::mutex> lock(mu);
   cache->emplace(key, c);

@@ -11,9 +11,10 @@
 //   f16, bf16: default_tolerance (one rounding of the output to the storage type) plus the same 4e-7 * L: both
 //        sides see the same rounded inputs, products are exact in f32 and the sums are f32.
 //   cuDNN additionally: its heuristics may pick Winograd or FFT algorithms, whose transforms round intermediates
-//        (in the storage type for f16/bf16): + eps_dt * sqrt(L) absolute, and rtol x 10 for f32.
+//        (in the storage type for f16/bf16): + max(eps_dt, 2^-17) * sqrt(L) absolute, and rtol x 10 for f32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -50,7 +51,7 @@ Tolerance conv_tolerance(DType dt, double L, Impl impl) {
   Tolerance t = test::default_tolerance(dt);
   t.atol += 4e-7 * L;
   if (impl == Impl::cudnn) {
-    t.atol += storage_eps(dt) * std::sqrt(L);
+    t.atol += std::max(storage_eps(dt), 0x1p-17) * std::sqrt(L);
     if (dt == DType::f32) t.rtol *= 10;
   }
   return t;
