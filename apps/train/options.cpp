@@ -66,7 +66,8 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: end and preemption only)")->check(CLI::NonNegativeNumber);
   app.add_option("--keep-checkpoints", o.keep_checkpoints)->check(CLI::PositiveNumber);
   app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir");
-  app.add_option("--device", o.device, "cpu|cuda");
+  app.add_option("--device", o.device, "cpu|cuda (cuda: one GPU per rank, local rank % GPUs on the node)");
+  app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
   app.add_option("--seed", o.seed);
   app.add_option("--timeline", o.timeline, "write a Chrome/Perfetto trace (one track per rank)");
   app.add_option("--metrics", o.metrics, "write JSON-lines metrics");
@@ -91,9 +92,15 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--optimizer", o.optimizer, {"sgd", "adamw"});
   require_one_of("--precision", o.precision, {"fp32", "fp16", "bf16"});
   require_one_of("--device", o.device, {"cpu", "cuda"});
+  require_one_of("--kernels", o.kernels, {"ours", "vendor"});
   require_one_of("--progress", o.progress, {"auto", "bar", "lines", "off"});
   if (o.resume && o.checkpoint_dir.empty()) HPDT_FAIL("hpdt-train: --resume needs --checkpoint-dir");
   if (o.algo == "nccl" && o.device != "cuda") HPDT_FAIL("hpdt-train: --algo nccl needs --device cuda");
+  if (o.kernels == "vendor" && o.device != "cuda")
+    HPDT_FAIL("hpdt-train: --kernels vendor needs --device cuda (the CPU has one implementation of each op)");
+  if (o.algo == "nccl" && o.compress != "none")
+    HPDT_FAIL("hpdt-train: --compress ", o.compress, " needs a host all-reduce algorithm; --algo nccl reduces the "
+              "gradients uncompressed in device memory");
   return o;
 }
 

@@ -43,6 +43,7 @@ struct TrainOptions {
   int keep_checkpoints = 3;
   bool resume = false;
   std::string device = "cpu";       // cpu|cuda
+  std::string kernels = "ours";     // ours|vendor: GEMM/conv on CUDA by hpdt's kernels or cuBLAS/cuDNN
   unsigned long long seed = 42;
   std::string timeline;             // Chrome/Perfetto trace
   std::string metrics;              // JSON lines

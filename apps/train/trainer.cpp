@@ -1,5 +1,11 @@
-// The training run: setup (data, model, communicator, readers, optimizer, resume), the step loop with
-// its timing breakdown, evaluation, checkpoints, preemption, and the final report.
+// The training run: setup (device, data, model, communicator, readers, optimizer, resume), the step loop
+// with its timing breakdown, evaluation, checkpoints, preemption, and the final report.
+//
+// --device cuda: each rank takes GPU local rank % GPUs on its node; the model, its gradients and the
+// optimizer state live there and every kernel is queued on one compute stream per rank. Batches are
+// copied up from the reader's (pinned) host memory; the gradients are averaged by GradSync (a pinned
+// host mirror for the host algorithms, device memory for nccl). What the host reads (loss, accuracy,
+// checksums, checkpoints, broadcasts) is copied down; --device cpu runs exactly as before.
 #include "trainer.h"
 
 #include <mpi.h>
@@ -22,18 +28,22 @@
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
 #include "hpdt/comm/compression.h"
-#include "hpdt/comm/gradient_sync.h"
+#include "grad_sync.h"
 #include "hpdt/core/build_info.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/results.h"
+#include "hpdt/core/runtime.h"
 #include "hpdt/core/timer.h"
 #include "hpdt/io/checkpoint.h"
 #include "hpdt/io/dataset.h"
 #include "hpdt/io/prepare.h"
 #include "hpdt/io/reader.h"
+#include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/elementwise.h"
 #include "hpdt/kernels/loss.h"
+#include "hpdt/nccl_log/capture.h"
 #include "hpdt/nn/model.h"
 #include "hpdt/nn/optim.h"
 #include "metrics.h"
@@ -80,6 +90,31 @@ uint64_t fnv1a(const void* data, size_t n) {
   return h;
 }
 
+// A host tensor with t's values: t itself on the CPU, else a copy, complete when this returns.
+Tensor host_copy(const Tensor& t, const Stream& s) {
+  if (t.is_cpu()) return t;
+  Tensor h = t.to(Device::cpu(), s, AllocOptions{.pinned = true});
+  s.synchronize();
+  return h;
+}
+
+// dst (any device) <- src (host), complete when this returns.
+void copy_from_host(const Tensor& src, const Tensor& dst, const Stream& s) {
+  Tensor d = dst;
+  copy(src, d, s);
+  s.synchronize();
+}
+
+// logits -> f32 host values (the model's compute dtype may be f16/bf16 on the GPU).
+Tensor host_f32(const Tensor& t, const Stream& s) {
+  Tensor h = host_copy(t, s);
+  if (h.dtype() == DType::f32) return h;
+  Tensor f = Tensor::empty(h.shape(), DType::f32);
+  kernels::cast(h, f, Stream());
+  return f;
+}
+
+// `logits` on the host, f32.
 int64_t count_correct(const Tensor& logits, const Tensor& labels, int64_t rows) {
   const int64_t classes = logits.size(1);
   const float* l = logits.data<float>();
@@ -92,14 +127,16 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels, int64_t rows) 
   return correct;
 }
 
-void bcast_tensor(Tensor& t, MPI_Comm comm) {
-  HPDT_CHECK(t.is_cpu(), "bcast_tensor: CPU tensor expected");
-  char* p = static_cast<char*>(t.data());
-  for (size_t done = 0, n = t.nbytes(); done < n;) {
+// Rank 0's values of t everywhere; a device tensor goes through a host copy.
+void bcast_tensor(const Tensor& t, MPI_Comm comm, const Stream& s) {
+  Tensor h = host_copy(t, s);
+  char* p = static_cast<char*>(h.data());
+  for (size_t done = 0, n = h.nbytes(); done < n;) {
     const int chunk = int(std::min<size_t>(n - done, size_t(1) << 30));
     HPDT_MPI_CHECK(MPI_Bcast(p + done, chunk, MPI_BYTE, 0, comm));
     done += size_t(chunk);
   }
+  if (!t.is_cpu()) copy_from_host(h, t, s);
 }
 
 double median(std::vector<double> v) {
@@ -119,6 +156,7 @@ class Run {
 
  private:
   void setup_mpi();
+  void setup_device();
   void setup_data();
   void setup_model();
   void setup_comm();
@@ -129,9 +167,12 @@ class Run {
   void save_checkpoint(const std::string& why);
   void final_report(const std::vector<StepTimes>& steps, const json& last_eval, double wall);
   void verify_identical_parameters();
+  void finish_nccl_debug();
+  // The batch on the model's device (the reader's host tensors themselves on the CPU).
+  void to_device(const io::Batch& b, Tensor* images, Tensor* labels);
 
   const TrainOptions& o_;
-  int rank_ = 0, size_ = 1, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;
   MPI_Comm world_ = MPI_COMM_NULL, bn_comm_ = MPI_COMM_NULL;
   std::string train_path_, test_path_;
@@ -141,14 +182,16 @@ class Run {
   nn::LossScaler scaler_ = nn::LossScaler::off();
   std::unique_ptr<comm::Communicator> comm_;
   comm::TuningTable tuning_;
-  std::unique_ptr<comm::GradientSync> sync_;
+  std::unique_ptr<GradSync> sync_;
   bool sync_f32_grads_ = false;  // mixed precision with lossy compression: the f32 gradients are synced
   std::unique_ptr<io::ShardedReader> train_reader_, eval_reader_;
   LrSchedule schedule_;
   MetricsWriter metrics_;
   Timeline timeline_;
-  Stream stream_;
-  Tensor dlogits_;
+  Device device_ = Device::cpu();
+  Stream stream_;  // the compute stream: the CPU stream, or this rank's CUDA stream
+  std::unique_ptr<nccl_log::NcclDebugCapture> nccl_debug_;
+  Tensor dlogits_, images_dev_, labels_dev_;
   bool armed_ = false;  // forward gradients of this micro-batch to the sync (the last micro-batch)
   int64_t global_batch_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   int64_t step_ = 0, epoch_ = 0, step_in_epoch_ = 0;  // optimizer steps done; position
@@ -168,6 +211,7 @@ void Run::setup_mpi() {
   MPI_Comm local;
   HPDT_MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   HPDT_MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  HPDT_MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
   HPDT_MPI_CHECK(MPI_Comm_free(&local));
   char name[MPI_MAX_PROCESSOR_NAME] = {0};
   int len = 0;
@@ -176,9 +220,8 @@ void Run::setup_mpi() {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   omp_set_num_threads(o_.threads > 0 ? o_.threads : std::max(1, cores / local_size_));
   if (o_.device == "cuda")
-    throw UsageError("--device cuda: this build has no CUDA kernels for the model's layers yet (the CUDA "
-                     "layer kernels are a separate issue); use --device cpu");
-  if (!o_.nccl_debug.empty() && rank_ == 0)
+    setup_device();
+  else if (!o_.nccl_debug.empty() && rank_ == 0)
     std::fprintf(stderr, "hpdt-train: note: --nccl-debug has no effect on the CPU path (no NCCL communicator)\n");
   const bool append = o_.resume;
   as_usage([&] {
@@ -186,6 +229,53 @@ void Run::setup_mpi() {
     check_output_path("--timeline", o_.timeline, append, o_.force);
     return 0;
   });
+}
+
+// One GPU per rank: local rank % GPUs on the node. Every rank checks; when any rank has no usable GPU,
+// every rank stops with one message from rank 0 that names each such rank, its host and the reason.
+void Run::setup_device() {
+  constexpr int kLen = 512;
+  const std::string why = cuda_unavailable_reason();
+  int ok = why.empty() ? 1 : 0, all_ok = 0;
+  HPDT_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world_));
+  if (!all_ok) {
+    char mine[kLen] = {0};
+    if (!ok) std::snprintf(mine, sizeof mine, "%s: %s", host_.c_str(), why.c_str());
+    std::vector<char> all(rank_ == 0 ? size_t(size_) * kLen : 1);
+    HPDT_MPI_CHECK(MPI_Gather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, 0, world_));
+    std::string msg = "--device cuda: no usable GPU on";
+    if (rank_ == 0)
+      for (int r = 0; r < size_; ++r)
+        if (all[size_t(r) * kLen]) msg += " rank " + std::to_string(r) + " (" + std::string(&all[size_t(r) * kLen]) + ");";
+    throw UsageError(msg + " run with --device cpu, or on GPU nodes");
+  }
+  const int gpus = cuda_device_count();
+  const int gpu = local_rank_ % gpus;
+  cuda_set_device(gpu);
+  device_ = Device::cuda(gpu);
+  stream_ = Stream::create_cuda(gpu);
+  kernels::set_kernel_backend(kernels::parse_kernel_backend(o_.kernels));
+  if (rank_ == 0 && local_size_ > gpus)
+    std::fprintf(stderr, "hpdt-train: note: %d ranks share %d GPU(s) on a node (local rank %% %d)\n", local_size_, gpus,
+                 gpus);
+  // NCCL reads its debug settings at its first call (the communicator is made in setup_comm).
+  if (!o_.nccl_debug.empty()) nccl_debug_ = std::make_unique<nccl_log::NcclDebugCapture>(o_.nccl_debug);
+}
+
+void Run::to_device(const io::Batch& b, Tensor* images, Tensor* labels) {
+  if (device_.is_cpu()) {
+    *images = b.images;
+    *labels = b.labels;
+    return;
+  }
+  // Asynchronous from the reader's pinned memory; the host value the loss returns (or the eval's host
+  // copy of the logits) waits for the stream before the batch goes back to the reader.
+  nn::ensure_on(images_dev_, b.images.shape(), b.images.dtype(), stream_);
+  nn::ensure_on(labels_dev_, b.labels.shape(), b.labels.dtype(), stream_);
+  copy(b.images, images_dev_, stream_);
+  copy(b.labels, labels_dev_, stream_);
+  *images = images_dev_;
+  *labels = labels_dev_;
 }
 
 void Run::setup_data() {
@@ -222,16 +312,12 @@ void Run::setup_model() {
   cfg.seed = o_.seed;
   std::string name = o_.model;
   std::replace(name.begin(), name.end(), '-', '_');
-  model_ = as_usage([&] { return nn::make_model(name, cfg); });
+  model_ = as_usage([&] { return nn::make_model(name, cfg, stream_); });
   auto& arena = model_->arena();
   // All ranks initialise from the same seed; rank 0's weights are broadcast anyway so that nothing
   // (a different OpenMP reduction order, say) can make the replicas start apart.
-  Tensor master = arena.master_params();
-  bcast_tensor(master, world_);
-  for (auto& [bname, t] : arena.buffers()) {
-    Tensor b = t;
-    bcast_tensor(b, world_);
-  }
+  bcast_tensor(arena.master_params(), world_, stream_);
+  for (auto& [bname, t] : arena.buffers()) bcast_tensor(t, world_, stream_);
   arena.sync_model_copy();
   if (o_.sync_bn)
     model_->set_batchnorm_sync([this](float* data, size_t n) {
@@ -279,9 +365,10 @@ void Run::setup_comm() {
     so.tensors.push_back({size_t(p.offset), size_t(rows), size_t(n / rows)});
   }
   // Lossy compression works on f32; in mixed precision it takes the f32 gradients backward also writes.
+  // (On CUDA grads_ready() widens each finished slice of the model-dtype gradients into the f32 ones.)
   sync_f32_grads_ = !so.compression.lossless() && arena.model_dtype() != DType::f32;
   Tensor grads = sync_f32_grads_ ? arena.grads() : arena.comm_grads();
-  sync_ = std::make_unique<comm::GradientSync>(*comm_, grads.data(), size_t(grads.numel()), grads.dtype(), so);
+  sync_ = std::make_unique<GradSync>(*comm_, grads, so, stream_);
   model_->arena().set_grad_ready_callback([this](size_t offset, size_t count) {
     if (armed_) sync_->notify_ready(offset, count);
   });
@@ -338,14 +425,15 @@ void Run::save_checkpoint(const std::string& why) {
     c.step = step_;
     c.data_epoch = epoch_;
     c.data_step = step_in_epoch_ * o_.accum_steps;
-    Tensor master = arena.master_params();
+    // Device state is written from host copies (the tensors themselves on the CPU).
+    Tensor master = host_copy(arena.master_params(), stream_);
     for (const auto& p : arena.infos()) c.params[p.name] = master.flat(p.offset, p.shape.numel()).view(p.shape);
-    for (const auto& [name, t] : arena.buffers()) c.params["buffers/" + name] = t;
+    for (const auto& [name, t] : arena.buffers()) c.params["buffers/" + name] = host_copy(t, stream_);
     if (auto* sgd = dynamic_cast<nn::Sgd*>(optimizer_.get()); sgd && sgd->momentum_buffer().defined())
-      c.optimizer["sgd/momentum"] = sgd->momentum_buffer();
+      c.optimizer["sgd/momentum"] = host_copy(sgd->momentum_buffer(), stream_);
     if (auto* adam = dynamic_cast<nn::AdamW*>(optimizer_.get())) {
-      c.optimizer["adamw/exp_avg"] = adam->exp_avg();
-      c.optimizer["adamw/exp_avg_sq"] = adam->exp_avg_sq();
+      c.optimizer["adamw/exp_avg"] = host_copy(adam->exp_avg(), stream_);
+      c.optimizer["adamw/exp_avg_sq"] = host_copy(adam->exp_avg_sq(), stream_);
     }
     if (!cstate.empty())
       c.optimizer["compression/state"] = Tensor::from_vector(all_cstate, Shape{int64_t(size_), int64_t(cstate.size())});
@@ -380,22 +468,32 @@ void Run::resume_if_asked() {
   for (const auto& p : arena.infos()) expect.params[p.name] = {p.shape, DType::f32};
   for (const auto& [name, t] : arena.buffers()) expect.params["buffers/" + name] = {t.shape(), t.dtype()};
   auto c = as_usage([&] { return io::load_checkpoint(*latest, expect); });
-  Tensor master = arena.master_params();
+  // Assembled on the host, then copied to the model's device (in place on the CPU, as before).
+  Tensor master = device_.is_cpu() ? arena.master_params() : Tensor::empty(arena.master_params().shape(), DType::f32);
   for (const auto& p : arena.infos()) {
     const Tensor& src = c.params.at(p.name);
     std::memcpy(master.flat(p.offset, p.shape.numel()).data(), src.data(), src.nbytes());
   }
+  if (!device_.is_cpu()) copy_from_host(master, arena.master_params(), stream_);
+  // dst <- the checkpoint's bytes, on whatever device dst lives.
+  auto load_into = [&](const Tensor& src, const Tensor& dst) {
+    if (dst.is_cpu()) {
+      std::memcpy(dst.data(), src.data(), dst.nbytes());
+      return;
+    }
+    copy_from_host(src, dst, stream_);
+  };
   for (auto& [name, t] : arena.buffers()) {
     auto it = c.params.find("buffers/" + name);
     if (it == c.params.end() || it->second.nbytes() != t.nbytes())
       throw UsageError("checkpoint " + *latest + ": buffer " + name + " missing or of another size");
-    std::memcpy(t.data(), it->second.data(), t.nbytes());
+    load_into(it->second, t);
   }
   auto restore = [&](const std::string& key, const Tensor& dst) {
     auto it = c.optimizer.find(key);
     if (it == c.optimizer.end() || it->second.nbytes() != dst.nbytes())
       throw UsageError("checkpoint " + *latest + ": optimizer state " + key + " missing or of another size");
-    std::memcpy(dst.data(), it->second.data(), dst.nbytes());
+    load_into(it->second, dst);
   };
   const int64_t opt_steps = c.metadata.value("optimizer_steps", int64_t(0));
   if (c.metadata.value("optimizer", o_.optimizer) != o_.optimizer)
@@ -458,10 +556,7 @@ void Run::resume_if_asked() {
 void Run::sync_buffers() {
   // Without SyncBN every rank's running statistics follow its own shard: use rank 0's everywhere
   // (what PyTorch DDP's broadcast_buffers does) before evaluating or saving.
-  for (auto& [name, t] : model_->arena().buffers()) {
-    Tensor b = t;
-    bcast_tensor(b, world_);
-  }
+  for (auto& [name, t] : model_->arena().buffers()) bcast_tensor(t, world_, stream_);
 }
 
 StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) {
@@ -472,14 +567,17 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
   for (int m = 0; m < o_.accum_steps; ++m) {
     double t0 = now_s();
     io::Batch batch = train_reader_->next();
+    Tensor images, labels;
+    to_device(batch, &images, &labels);
     double t1 = now_s();
     t.data += t1 - t0;
     timeline_.span(Timeline::data, "data wait", t0, t1);
-    const Tensor& logits = model_->forward(batch.images);
-    if (!dlogits_.defined() || !(dlogits_.shape() == logits.shape())) dlogits_ = Tensor::empty(logits.shape(), DType::f32);
-    const double loss = kernels::softmax_cross_entropy(logits, batch.labels, o_.label_smoothing, &dlogits_, scale, stream_);
+    const Tensor& logits = model_->forward(images);
+    // dlogits in the logits' dtype (the compute dtype) on the model's device
+    nn::ensure_on(dlogits_, logits.shape(), logits.dtype(), stream_);
+    const double loss = kernels::softmax_cross_entropy(logits, labels, o_.label_smoothing, &dlogits_, scale, stream_);
     *loss_sum += loss * double(batch.labels.numel());
-    *correct += count_correct(logits, batch.labels, batch.labels.numel());
+    *correct += count_correct(host_f32(logits, stream_), batch.labels, batch.labels.numel());
     *samples += batch.labels.numel();
     double t2 = now_s();
     t.forward += t2 - t1;
@@ -487,6 +585,7 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
     armed_ = m == o_.accum_steps - 1;
     model_->backward(dlogits_, m > 0);
     armed_ = false;
+    stream_.synchronize();  // CUDA: backward's time is the GPU's, not the time to queue it
     double t3 = now_s();
     t.backward += t3 - t2;
     timeline_.span(Timeline::compute, "backward", t2, t3);
@@ -500,15 +599,23 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
                    {{"elements", b.count}, {"offset", b.offset}, {"wire_bytes", b.wire_bytes}});
   const double t4 = now_s();
   auto& arena = model_->arena();
-  const bool ok = scaler_.unscale(arena, /*cast_model_grads=*/!sync_f32_grads_);
-  if (ok) {
-    if (o_.clip_norm > 0) nn::clip_grad_norm(arena, o_.clip_norm);
+  bool ok = true;
+  if (device_.is_cuda()) {
+    // Two passes over the gradients as reduced (model dtype, or f32 with lossy compression): unscale,
+    // inf/NaN check, clipping, the step on the f32 master and the model copy in one kernel.
     optimizer_->set_lr(float(schedule_.at(long(step_))));
-    optimizer_->step();
+    ok = optimizer_->fused_step(sync_f32_grads_ ? arena.grads() : arena.comm_grads(), scaler_.scale(), o_.clip_norm);
   } else {
-    ++skipped_steps_;
+    ok = scaler_.unscale(arena, /*cast_model_grads=*/!sync_f32_grads_);
+    if (ok) {
+      if (o_.clip_norm > 0) nn::clip_grad_norm(arena, o_.clip_norm);
+      optimizer_->set_lr(float(schedule_.at(long(step_))));
+      optimizer_->step();
+    }
   }
+  if (!ok) ++skipped_steps_;
   scaler_.update(!ok);
+  stream_.synchronize();
   const double t5 = now_s();
   t.optimizer = t5 - t4;
   timeline_.span(Timeline::compute, ok ? "optimizer" : "optimizer (skipped: inf/NaN)", t4, t5);
@@ -528,10 +635,12 @@ json Run::evaluate() {
   for (int64_t s = 0; s < steps; ++s) {
     io::Batch b = eval_reader_->next();
     if (b.valid == 0) continue;
-    const Tensor& logits = model_->forward(b.images);
-    Tensor l = logits.slice(0, b.valid), y = b.labels.slice(0, b.valid);
+    Tensor images, labels;
+    to_device(b, &images, &labels);
+    const Tensor& logits = model_->forward(images);
+    Tensor l = logits.slice(0, b.valid), y = labels.slice(0, b.valid);
     sums[0] += kernels::softmax_cross_entropy(l, y, 0.0, nullptr, 1.0, stream_) * double(b.valid);
-    sums[1] += double(count_correct(l, y, b.valid));
+    sums[1] += double(count_correct(host_f32(l, stream_), b.labels.slice(0, b.valid), b.valid));
     sums[2] += double(b.valid);
   }
   HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, world_));
@@ -543,7 +652,7 @@ json Run::evaluate() {
 }
 
 void Run::verify_identical_parameters() {
-  Tensor master = model_->arena().master_params();
+  Tensor master = host_copy(model_->arena().master_params(), stream_);
   uint64_t h = fnv1a(master.data(), master.nbytes()), lo = h, hi = h;
   HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, world_));
   HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, world_));
@@ -611,6 +720,9 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"compress", o_.compress},
                   {"overlap", o_.overlap},
                   {"precision", o_.precision},
+                  {"device", device_.str()},
+                  {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
+                  {"grad_sync", sync_->path()},
                   {"parameters", model_->num_parameters()},
                   {"wall_s", wall},
                   {"git_commit", build_info_json().value("git_commit", "")}};
@@ -658,6 +770,10 @@ int Run::execute() {
                     {"peak_lr", schedule_.peak},
                     {"optimizer", o_.optimizer},
                     {"precision", o_.precision},
+                    {"device", o_.device},
+                    {"gpu", device_.is_cuda() ? cuda_device_name(device_.index) : std::string()},
+                    {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
+                    {"grad_sync", sync_->path()},
                     {"algo", o_.algo},
                     {"compress", o_.compress},
                     {"bucket_mb", o_.bucket_mb},
@@ -673,6 +789,10 @@ int Run::execute() {
                 o_.model.c_str(), (long long)model_->num_parameters(), size_, comm_->describe().c_str(),
                 (long long)total_steps_, (long long)(global_batch_ * o_.accum_steps), (long long)steps_per_epoch_,
                 schedule_.peak, o_.algo.c_str());
+    if (device_.is_cuda())
+      std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, gradients averaged via %s\n",
+                  cuda_device_name(device_.index).c_str(), o_.kernels.c_str(),
+                  std::string(dtype_name(model_->compute_dtype())).c_str(), sync_->path().c_str());
     std::fflush(stdout);
   }
   Progress progress(rank_ == 0 ? Progress::resolve(o_.progress, stdout) : Progress::Mode::off, stdout, o_.log_every);
@@ -753,13 +873,28 @@ int Run::execute() {
     save_checkpoint("preempted");
     if (rank_ == 0) metrics_.write({{"type", "preempted"}, {"step", step_}, {"exit_code", kRequeueExitCode}});
     timeline_.write(world_, o_.timeline, host_);
+    finish_nccl_debug();
     return kRequeueExitCode;
   }
   verify_identical_parameters();
   save_checkpoint("end of training");
   final_report(times, last_eval, wall);
   timeline_.write(world_, o_.timeline, host_);
+  finish_nccl_debug();
   return 0;
+}
+
+// --nccl-debug on CUDA: the NCCL communicators go first (that flushes NCCL's files), then rank 0
+// prints the report.
+void Run::finish_nccl_debug() {
+  if (!nccl_debug_) return;
+  sync_.reset();
+  comm_.reset();
+  HPDT_MPI_CHECK(MPI_Barrier(world_));
+  if (rank_ == 0) {
+    std::printf("%s", nccl_debug_->report().c_str());
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace

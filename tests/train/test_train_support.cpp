@@ -51,6 +51,11 @@ TEST(TrainOptions, DefaultsAndValues) {
   EXPECT_TRUE(o.sync_bn);
   EXPECT_FALSE(o.overlap);
   EXPECT_EQ(parse({}).model, "resnet20");
+  EXPECT_EQ(parse({}).kernels, "ours");
+  const auto g = parse({"--device", "cuda", "--kernels", "vendor", "--algo", "nccl"});
+  EXPECT_EQ(g.device, "cuda");
+  EXPECT_EQ(g.kernels, "vendor");
+  EXPECT_EQ(g.algo, "nccl");
 }
 
 TEST(TrainOptions, BadValuesNameTheFlag) {
@@ -62,6 +67,10 @@ TEST(TrainOptions, BadValuesNameTheFlag) {
   EXPECT_NE(parse_error({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
   EXPECT_NE(parse_error({"--resume"}).find("--checkpoint-dir"), std::string::npos);
   EXPECT_NE(parse_error({"--algo", "nccl"}).find("--device cuda"), std::string::npos);
+  EXPECT_NE(parse_error({"--kernels", "cudnn"}).find("--kernels 'cudnn' is not one of ours|vendor"), std::string::npos);
+  EXPECT_NE(parse_error({"--kernels", "vendor"}).find("--kernels vendor needs --device cuda"), std::string::npos);
+  EXPECT_NE(parse_error({"--device", "cuda", "--algo", "nccl", "--compress", "topk:0.01"}).find("--algo nccl"),
+            std::string::npos);
 }
 
 TEST(TrainOptions, ConfigFileIsOverriddenByCommandLine) {

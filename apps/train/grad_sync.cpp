@@ -1,0 +1,238 @@
+#include "grad_sync.h"
+
+#include <algorithm>
+
+#include "hpdt/comm/allreduce.h"
+#include "hpdt/core/error.h"
+#include "hpdt/core/runtime.h"
+#include "hpdt/core/timer.h"
+
+namespace hpdt::train {
+
+GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::GradientSyncOptions options,
+                   const Stream& compute)
+    : grads_(grads), compute_(compute), options_(std::move(options)) {
+  const size_t n = size_t(grads.numel());
+  if (grads.is_cpu()) {
+    path_ = "host";
+    host_ = std::make_unique<comm::GradientSync>(comm, grads.data(), n, grads.dtype(), options_);
+    return;
+  }
+  HPDT_CHECK(compute.is_cuda() && compute.device() == grads.device(), "GradSync: gradients on ", grads.device().str(),
+             " need a compute stream of that device, got one on ", compute.device().str());
+  const int dev = grads.device().index;
+  copy_stream_ = Stream::create_cuda(dev);
+  if (options_.algorithm != comm::Algorithm::nccl) {
+    path_ = "host mirror";
+    mirror_ = Tensor::empty({int64_t(std::max<size_t>(n, 1))}, grads.dtype(), Device::cpu(), AllocOptions{.pinned = true})
+                  .flat(0, int64_t(n));
+    host_ = std::make_unique<comm::GradientSync>(comm, mirror_.data(), n, grads.dtype(), options_);
+  } else {
+#if HPDT_HAVE_CUDA
+    path_ = "nccl";
+    HPDT_CHECK(options_.compression.lossless(), "GradSync: --algo nccl reduces device memory uncompressed; gradient compression needs a host algorithm");
+    nccl_comm_ = std::make_unique<comm::Communicator>(comm.comm(), comm.options());
+    (void)nccl_comm_->nccl();  // created here, on the training thread, collectively
+    HPDT_CHECK(nccl_comm_->nccl_device() == dev, "GradSync: the NCCL communicator uses GPU ", nccl_comm_->nccl_device(),
+               " but the model is on GPU ", dev, " (both should be local rank % device count)");
+    // The buckets GradientSync would cut: whole tensors, at least bucket_bytes each.
+    const size_t es = dtype_size(grads.dtype());
+    const size_t per = std::max<size_t>(1, options_.bucket_bytes / es);
+    auto tensors = options_.tensors;
+    std::sort(tensors.begin(), tensors.end(),
+              [](const comm::MatrixView& a, const comm::MatrixView& b) { return a.offset < b.offset; });
+    auto snap = [&](size_t cut) {
+      for (const comm::MatrixView& t : tensors)
+        if (cut > t.offset && cut < t.offset + t.rows * t.cols) return t.offset + t.rows * t.cols;
+      return cut;
+    };
+    for (size_t off = 0; off < n;) {
+      const size_t end = std::min(n, snap(off + std::min(per, n - off)));
+      buckets_.push_back({off, end - off});
+      bucket_offsets_.push_back(off);
+      off = end;
+    }
+#else
+    HPDT_FAIL("GradSync: --algo nccl needs a CUDA build");
+#endif
+  }
+  stager_ = std::thread([this] { stager_loop(); });
+}
+
+GradSync::~GradSync() {
+  if (!stager_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  stager_.join();
+}
+
+void GradSync::begin_step() {
+  if (host_) host_->begin_step();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& b : buckets_) b.ready = 0;
+  next_bucket_ = 0;
+  pending_.assign(buckets_.size(), comm::BucketTiming{});
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    pending_[i].bucket = int(i);
+    pending_[i].offset = buckets_[i].offset;
+    pending_[i].count = buckets_[i].count;
+  }
+  error_ = nullptr;
+}
+
+void GradSync::notify_ready(size_t offset, size_t count) {
+  if (path_ == "host") {
+    host_->notify_ready(offset, count);
+    return;
+  }
+  HPDT_CHECK(offset <= size_t(grads_.numel()) && count <= size_t(grads_.numel()) - offset, "GradSync::notify_ready: [",
+             offset, ", ", offset + count, ") is outside the gradient buffer of ", grads_.numel(), " elements");
+  if (count == 0) return;
+  const Device dev = grads_.device();
+  Event done(dev, /*timing=*/false);
+  if (mirror_.defined()) {
+    Event computed(dev, false);
+    computed.record(compute_);
+    computed.wait(copy_stream_);
+    Tensor src = grads_.flat(int64_t(offset), int64_t(count)), dst = mirror_.flat(int64_t(offset), int64_t(count));
+    copy(src, dst, copy_stream_);
+    done.record(copy_stream_);
+  } else {
+    done.record(compute_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({std::move(done), offset, count});
+  }
+  cv_.notify_all();
+}
+
+void GradSync::stager_loop() {
+  try {
+    cuda_set_device(grads_.device().index);  // a new thread starts on device 0
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    auto bucket_due = [&] {
+      return !buckets_.empty() && next_bucket_ < buckets_.size() && (options_.overlap || waiting_) &&
+             buckets_[next_bucket_].ready == buckets_[next_bucket_].count;
+    };
+    cv_.wait(lock, [&] { return stop_ || (!error_ && (!queue_.empty() || bucket_due())); });
+    if (stop_) return;
+    try {
+      if (!queue_.empty()) {
+        Slice s = std::move(queue_.front());
+        queue_.pop_front();
+        ++in_flight_;
+        lock.unlock();
+        s.done.synchronize();
+        if (host_) {
+          host_->notify_ready(s.offset, s.count);
+          lock.lock();
+        } else {
+          lock.lock();
+          const double t = now_s();
+          size_t b = size_t(std::upper_bound(bucket_offsets_.begin(), bucket_offsets_.end(), s.offset) -
+                            bucket_offsets_.begin()) - 1;
+          for (; b < buckets_.size() && buckets_[b].offset < s.offset + s.count; ++b) {
+            Bucket& k = buckets_[b];
+            const size_t lo = std::max(s.offset, k.offset), hi = std::min(s.offset + s.count, k.offset + k.count);
+            k.ready += hi - lo;
+            HPDT_CHECK(k.ready <= k.count, "GradSync: bucket ", b, " notified for more elements than it holds");
+            if (k.ready == k.count) pending_[b].ready_s = t;
+          }
+        }
+        --in_flight_;
+      }
+      while (bucket_due()) {
+        const size_t b = next_bucket_;
+        lock.unlock();
+        reduce_device_bucket(b);
+        lock.lock();
+        ++next_bucket_;
+      }
+    } catch (...) {
+      if (!lock.owns_lock()) lock.lock();
+      in_flight_ = 0;
+      error_ = std::current_exception();
+    }
+    cv_.notify_all();
+  }
+}
+
+void GradSync::reduce_device_bucket(size_t b) {
+#if HPDT_HAVE_CUDA
+  const Bucket& k = buckets_[b];
+  comm::BucketTiming& t = pending_[b];  // only this thread touches slot b until next_bucket_ passes it
+  const size_t es = dtype_size(grads_.dtype());
+  comm::AllreduceOptions o = options_.allreduce;
+  o.bucket = int(b);
+  char* p = static_cast<char*>(grads_.data()) + k.offset * es;
+  t.start_s = now_s();
+  // The slices are complete on the device (their events were waited for): the idle copy stream is
+  // the caller's stream, and the call returns when the reduction is done.
+  comm::allreduce_device(*nccl_comm_, p, p, k.count, grads_.dtype(), options_.op, comm::Algorithm::nccl, o,
+                         copy_stream_.handle());
+  t.end_s = now_s();
+  // NCCL's own traffic is invisible here: count what its ring moves.
+  t.raw_bytes = comm::ring_allreduce_bytes(nccl_comm_->size(), k.count * es);
+  t.wire_bytes = t.raw_bytes;
+#else
+  (void)b;
+#endif
+}
+
+void GradSync::wait() {
+  if (path_ == "host") {
+    host_->wait();
+    return;
+  }
+  const double t0 = now_s();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    waiting_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] {
+      return error_ || (queue_.empty() && in_flight_ == 0 && next_bucket_ == buckets_.size());
+    });
+    waiting_ = false;
+    if (error_) {
+      auto e = error_;
+      error_ = nullptr;
+      queue_.clear();
+      std::rethrow_exception(e);
+    }
+  }
+  if (host_) {
+    host_->wait();
+    copy(mirror_, grads_, compute_);  // the averaged gradients back up, before the optimizer's kernels
+  } else {
+    timings_ = pending_;
+    bytes_sent_ = raw_bytes_ = 0;
+    for (const auto& t : timings_) {
+      bytes_sent_ += t.wire_bytes;
+      raw_bytes_ += t.raw_bytes;
+    }
+  }
+  exposed_s_ = now_s() - t0;
+}
+
+size_t GradSync::bucket_count() const { return host_ ? host_->bucket_count() : buckets_.size(); }
+const std::vector<comm::BucketTiming>& GradSync::timings() const { return host_ ? host_->timings() : timings_; }
+double GradSync::exposed_s() const { return path_ == "host" ? host_->exposed_s() : exposed_s_; }
+uint64_t GradSync::bytes_sent() const { return host_ ? host_->bytes_sent() : bytes_sent_; }
+uint64_t GradSync::raw_bytes() const { return host_ ? host_->raw_bytes() : raw_bytes_; }
+std::vector<float> GradSync::compression_state() const {
+  return host_ ? host_->compression_state() : std::vector<float>();
+}
+void GradSync::set_compression_state(const std::vector<float>& state) {
+  if (host_) host_->set_compression_state(state);
+}
+
+}  // namespace hpdt::train

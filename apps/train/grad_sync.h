@@ -1,0 +1,97 @@
+// Data-parallel gradient averaging for hpdt-train on either device, behind one interface for the step
+// loop (begin_step, notify_ready from the arena's grad-ready callback, wait before the optimizer):
+//
+//   cpu                 comm::GradientSync on the arena's gradient buffer itself (what it always was).
+//   cuda, host algos    ring, tree, rhd, hier, mpi, shm, auto, and any --compress: GradientSync on a
+//                       pinned host mirror of the device gradients. A ready slice is copied down on a
+//                       copy stream once the compute stream has reached it (event), and a stager thread
+//                       hands it to GradientSync when the copy is done, so buckets are still reduced
+//                       while backward runs. wait() queues the copy of the averaged mirror back up on the
+//                       compute stream (the optimizer's kernels follow it in stream order).
+//   cuda, nccl          buckets of whole tensors (the same cut as GradientSync) reduced in place in device
+//                       memory by comm::allreduce_device (ncclAllReduce, average) on the stager thread as
+//                       soon as their gradients are complete on the compute stream; no compression.
+//
+// GradientSync itself takes host memory only; the mirror is the stop-gap until comm grows a device
+// mode (per-bucket ready events + allreduce_device), which would make both CUDA paths one.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hpdt/comm/communicator.h"
+#include "hpdt/comm/gradient_sync.h"
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+
+namespace hpdt::train {
+
+class GradSync {
+ public:
+  // `grads`: the flat gradient buffer to average in place (a CPU tensor, or device memory on
+  // `compute`'s device); `compute`: the stream backward runs on (the CPU stream for CPU gradients).
+  GradSync(comm::Communicator& comm, const Tensor& grads, comm::GradientSyncOptions options, const Stream& compute);
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  void begin_step();
+  // Called on the training thread when [offset, offset + count) is complete in the work queued so far.
+  void notify_ready(size_t offset, size_t count);
+  // All buckets averaged; on CUDA the result is in `grads` for work queued on `compute` after this call.
+  void wait();
+
+  // "host" (CPU gradients), "host mirror" or "nccl".
+  const std::string& path() const { return path_; }
+  size_t bucket_count() const;
+  const std::vector<comm::BucketTiming>& timings() const;
+  double exposed_s() const;
+  uint64_t bytes_sent() const;
+  uint64_t raw_bytes() const;
+  std::vector<float> compression_state() const;
+  void set_compression_state(const std::vector<float>& state);
+
+ private:
+  struct Slice {
+    Event done;  // the slice is complete where the stager reads it (mirror: copied down; nccl: computed)
+    size_t offset, count;
+  };
+  struct Bucket {
+    size_t offset, count, ready = 0;
+  };
+  void stager_loop();
+  void reduce_device_bucket(size_t b);
+
+  std::string path_;
+  Tensor grads_;
+  Stream compute_;
+  comm::GradientSyncOptions options_;
+  std::unique_ptr<comm::GradientSync> host_;  // cpu and host mirror
+  Tensor mirror_;                             // host mirror: pinned, same dtype and size as grads_
+  Stream copy_stream_;                        // host mirror: device -> host copies
+  std::unique_ptr<comm::Communicator> nccl_comm_;  // nccl: a duplicate, its traffic apart from the caller's
+  std::vector<Bucket> buckets_;                    // nccl
+  std::vector<size_t> bucket_offsets_;             // nccl
+  size_t next_bucket_ = 0;                         // nccl: the next bucket to reduce (strict order on every rank)
+  std::vector<comm::BucketTiming> timings_, pending_;  // nccl
+  double exposed_s_ = 0;
+  uint64_t bytes_sent_ = 0, raw_bytes_ = 0;
+
+  // The stager thread (cuda paths).
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Slice> queue_;
+  size_t in_flight_ = 0;  // slices taken from the queue and not yet handed on
+  bool waiting_ = false, stop_ = false;
+  std::exception_ptr error_;
+  std::thread stager_;
+};
+
+}  // namespace hpdt::train
