@@ -3,14 +3,21 @@
 // measurement (posix_fadvise DONTNEED; the resident fraction is checked with mincore and recorded).
 //
 //   mpiexec -n P hpdt-io-bench --file big.h5 [--file other.h5] --bytes 1073741824 --local-batch 32
-//       --reps 3 --out results/io/run-npP.json
+//       --reps 3 --shuffle-block 1 --shuffle-block 32 --out results/io/run-npP.json
 //
-// Per file: raw = each rank preads a contiguous 1/P of the first --bytes of the file in 8 MiB blocks;
-// reader = ShardedReader over the same number of image bytes, for transfer {collective, independent}
-// x order {seq (eval mode: file order), shuffle (train mode: random samples)} [x train+augment with
-// --augment]. Reported: median over --reps of aggregate MB/s (all ranks' bytes / slowest rank's
-// time): "read" counts the HDF5 read calls only, "pipeline" the whole next() loop (read + u8->f32
-// decode + normalise [+ augment], prefetch 2), and samples/s of the pipeline.
+// Per file: raw = each rank preads a contiguous 1/P of --bytes of the file in 8 MiB blocks (the raw
+// row: the first --bytes; before every repetition of every other case, as its "adjacent raw": the
+// next --bytes, walking through the file; "vs raw" is the median of the per-repetition ratios);
+// hdf5 = the reader's access pattern without its threads and decode (each step each rank's own rows
+// as one hyperslab union, one H5Dread), collective or independent, order seq (file order) or each
+// --shuffle-block K (K = 1 "shuffle": random samples; K > 1 "blockK": ShardedReader's block order);
+// reader = ShardedReader in train mode for each K x transfer {collective, independent} [x the
+// two-phase exchange off, with --compare-exchange] [+ train+augment with --augment]. Per-sample
+// shuffles read --shuffle-bytes, block orders --block-bytes (default --bytes). Reported: median over
+// --reps of aggregate MB/s (all ranks' bytes / slowest rank's time): "read" counts the HDF5 read calls
+// only, "pipeline" the whole reader from construction through the last next() (read [+ exchange] +
+// u8->f32 decode + normalise [+ augment], prefetch 2), samples/s of the pipeline, and the reader's
+// own seconds (slowest rank) in read, exchange, decode, and waiting in next().
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/mman.h>
@@ -104,9 +111,9 @@ int64_t sum_over_ranks(int64_t v) {
   return s;
 }
 
-// Each rank preads its contiguous share of [0, bytes) in 8 MiB blocks. Returns {bytes, seconds}.
-std::pair<int64_t, double> raw_read(const std::string& path, int64_t bytes) {
-  const int64_t lo = bytes * g_rank / g_size, hi = bytes * (g_rank + 1) / g_size;
+// Each rank preads its contiguous share of [start, start + bytes) in 8 MiB blocks. Returns {bytes, seconds}.
+std::pair<int64_t, double> raw_read(const std::string& path, int64_t bytes, int64_t start = 0) {
+  const int64_t lo = start + bytes * g_rank / g_size, hi = start + bytes * (g_rank + 1) / g_size;
   std::vector<char> buf(8 << 20);
   const int fd = ::open(path.c_str(), O_RDONLY);
   HPDT_CHECK(fd >= 0, "cannot open ", path);
@@ -133,10 +140,10 @@ struct H5Run {
   double seconds = 0;
 };
 H5Run hdf5_read(const std::string& path, const io::DatasetInfo& info, int64_t bytes, int64_t local_batch, bool collective,
-                bool shuffle, uint64_t seed) {
+                bool shuffle, int64_t block, uint64_t seed) {
   const int64_t S = info.sample_bytes(), B = local_batch * g_size;
   const int64_t steps = std::max<int64_t>(1, std::min<int64_t>(bytes / (B * S), info.n / B));
-  const auto order = io::ShardedReader::epoch_order(info.n, seed, 0, shuffle);
+  const auto order = io::ShardedReader::epoch_order(info.n, seed, 0, shuffle, block, B);
   std::vector<uint8_t> buf(size_t(local_batch * S));
   HPDT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   Stopwatch sw;
@@ -188,21 +195,26 @@ H5Run hdf5_read(const std::string& path, const io::DatasetInfo& info, int64_t by
 
 struct ReaderRun {
   bool in_memory = false;
-  int64_t bytes = 0, samples = 0, fallbacks = 0;
-  double wall = 0, read = 0, decode = 0, wait = 0;
+  int64_t bytes = 0, samples = 0, fallbacks = 0, runs = 0, batches = 0;
+  double wall = 0, open = 0, read = 0, exchange = 0, decode = 0, wait = 0, read_cpu = 0, decode_cpu = 0;
 };
 
-ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batch, bool collective,
-                      io::ReaderMode mode, bool augment, uint64_t seed) {
+ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batch, bool collective, bool exchange,
+                      bool readahead, bool reuse, int64_t block, bool augment, uint64_t seed) {
   io::ReaderOptions opt;
-  opt.mode = mode;
+  opt.reuse_batch_memory = reuse;
+  opt.readahead = readahead;
+  opt.mode = io::ReaderMode::train;
   opt.shuffle = true;
+  opt.shuffle_block = block;
+  opt.exchange = exchange;
   opt.augment = augment;
   opt.collective = collective;
   opt.prefetch = 2;
   HPDT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   Stopwatch sw;  // includes opening the file and the first reads, as a trainer sees them
   io::ShardedReader reader(MPI_COMM_WORLD, path, local_batch * g_size, seed, opt);
+  const double open = sw.elapsed_s();
   const int64_t per_step = reader.global_batch() * reader.info().sample_bytes();
   const int64_t steps = std::max<int64_t>(1, std::min<int64_t>(bytes / per_step, reader.steps_per_epoch()));
   for (int64_t s = 0; s < steps; ++s) reader.next();
@@ -210,14 +222,24 @@ ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batc
   const auto st = reader.stats();
   ReaderRun r;
   r.wall = max_over_ranks(wall);
+  r.open = max_over_ranks(open);
   r.read = max_over_ranks(st.read_seconds);
+  r.exchange = max_over_ranks(st.exchange_seconds);
   r.decode = max_over_ranks(st.decode_seconds);
   r.wait = max_over_ranks(st.wait_seconds);
+  r.read_cpu = max_over_ranks(st.read_cpu_seconds);
+  r.decode_cpu = max_over_ranks(st.decode_cpu_seconds);
   r.bytes = sum_over_ranks(st.bytes_read);
+  r.runs = sum_over_ranks(st.runs);
+  r.batches = st.batches;
   r.samples = steps * reader.global_batch();
   r.fallbacks = sum_over_ranks(st.independent_fallbacks);
   r.in_memory = reader.in_memory();
   return r;
+}
+
+std::string order_name(bool shuffle, int64_t block) {
+  return !shuffle ? "seq" : block == 1 ? "shuffle" : "block" + std::to_string(block);
 }
 
 double median(std::vector<double> v) {
@@ -231,14 +253,24 @@ int main(int argc, char** argv) {
   CLI::App app{"hpdt-io-bench: ShardedReader throughput against the raw read speed of the same file"};
   std::vector<std::string> files;
   std::string out;
-  int64_t bytes = int64_t(1) << 30, shuffle_bytes = int64_t(64) << 20, local_batch = 32;
+  int64_t bytes = int64_t(1) << 30, shuffle_bytes = int64_t(64) << 20, block_bytes = 0, local_batch = 32;
+  std::vector<int64_t> blocks;
   int reps = 3;
-  bool augment = false, keep_cache = false;
+  bool augment = false, keep_cache = false, compare_exchange = false, compare_readahead = false, skip_hdf5 = false,
+       compare_reuse = false;
   uint64_t seed = 1;
   app.add_option("--file", files, "dataset files (hpdt-prepare-data --synthetic ...)")->required();
   app.add_option("--bytes", bytes, "image bytes per measurement (all ranks together)")->check(CLI::PositiveNumber);
   app.add_option("--shuffle-bytes", shuffle_bytes, "image bytes per shuffled measurement (random access is slow)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--block-bytes", block_bytes, "image bytes per block-shuffled measurement (default: --bytes)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shuffle-block", blocks, "shuffled orders to measure: 1 = per-sample, K > 1 = blocks of K (repeatable; default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--compare-exchange", compare_exchange, "block orders: also measure the reader with its two-phase exchange off");
+  app.add_flag("--skip-hdf5", skip_hdf5, "measure raw and the reader only");
+  app.add_flag("--compare-reuse", compare_reuse, "also measure the collective reader with reuse_batch_memory");
+  app.add_flag("--compare-readahead", compare_readahead, "also measure the collective reader with readahead hints off");
   app.add_option("--local-batch", local_batch, "samples per rank per step")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "repetitions (median reported)")->check(CLI::PositiveNumber);
   app.add_flag("--augment", augment, "also measure train mode with crop+flip augmentation");
@@ -246,6 +278,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "shuffle seed");
   app.add_option("--out", out, "JSON output file");
   CLI11_PARSE(app, argc, argv);
+  if (blocks.empty()) blocks = {1};
+  if (block_bytes == 0) block_bytes = bytes;
 
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -258,14 +292,15 @@ int main(int argc, char** argv) {
     g_keep_cache = keep_cache;
     json doc;
     doc["benchmark"] = "hpdt-io-bench";
-    doc["config"] = {{"files", files}, {"bytes", bytes}, {"shuffle_bytes", shuffle_bytes}, {"local_batch", local_batch}, {"reps", reps},
+    doc["config"] = {{"files", files}, {"bytes", bytes}, {"shuffle_bytes", shuffle_bytes}, {"block_bytes", block_bytes},
+                     {"shuffle_blocks", blocks}, {"local_batch", local_batch}, {"reps", reps},
                      {"ranks", g_size}, {"prefetch", 2}, {"page_cache", keep_cache ? "kept (warm)" : "dropped before each measurement"}, {"mpi_thread_multiple", provided == MPI_THREAD_MULTIPLE}};
     doc["machine"] = machine_info();
     doc["build"] = build_info_json();
     doc["load_average_start"] = load_average();
     json rows = json::array();
     if (g_rank == 0)
-      std::printf("%-28s %-10s %3s %-8s %-12s %-11s %9s %9s %10s %8s %7s\n", "file", "layout", "np", "kind", "transfer",
+      std::printf("%-28s %-10s %3s %-8s %-16s %-11s %9s %9s %10s %8s %7s\n", "file", "layout", "np", "kind", "transfer",
                   "order", "read MB/s", "pipe MB/s", "samples/s", "vs raw", "cached");
     for (const std::string& file : files) {
       const io::DatasetInfo info = io::inspect_dataset(file, false);
@@ -286,66 +321,127 @@ int main(int argc, char** argv) {
                       {"order", "seq"}, {"bytes", b}, {"MBps", raw_mbps}, {"MBps_median", raw},
                       {"cached_fraction_before", cached}});
       if (g_rank == 0)
-        std::printf("%-28s %-10s %3d %-8s %-12s %-11s %9.0f %9s %10s %8s %7.2f\n", file.substr(file.rfind('/') + 1).c_str(),
+        std::printf("%-28s %-10s %3d %-8s %-16s %-11s %9.0f %9s %10s %8s %7.2f\n", file.substr(file.rfind('/') + 1).c_str(),
                     layout.c_str(), g_size, "raw", "pread", "seq", raw, "-", "-", "1.00", median(cached));
+      // The disk's speed drifts (other jobs share it): every repetition of every case below is paired
+      // with a raw read taken just before it, and "vs raw" is the median of the per-repetition ratios.
+      // Successive adjacent raw reads walk through the whole file (the shuffled cases read all of it;
+      // always re-reading its first bytes could favour raw through caches below the guest's).
+      int64_t raw_cursor = 0;
+      struct stat fst {};
+      ::stat(file.c_str(), &fst);
+      const int64_t file_size = int64_t(fst.st_size);
+      auto adjacent_raw = [&] {
+        if (raw_cursor + b > file_size) raw_cursor = 0;
+        drop_cache(file);
+        const auto [n, t] = raw_read(file, b, raw_cursor);
+        raw_cursor += b;
+        return double(n) / t / 1e6;
+      };
       // HDF5 reads in the reader's pattern, synchronous, no decode: the "collective reads" of the target.
-      for (const bool shuffle : {false, true}) {
+      // {shuffle, block}: seq, then every --shuffle-block.
+      std::vector<std::pair<bool, int64_t>> orders = {{false, 1}};
+      for (const int64_t k : blocks) orders.push_back({true, k});
+      auto measured_bytes = [&](bool shuffle, int64_t block) {
+        return !shuffle ? b : block == 1 ? std::min(b, shuffle_bytes) : std::min(file_bytes, block_bytes);
+      };
+      for (const auto& [shuffle, block] : orders) {
+        if (skip_hdf5) break;
         for (const bool collective : {true, false}) {
-          std::vector<double> mbps, cached_before;
+          std::vector<double> mbps, cached_before, raws, ratios;
           int64_t fallbacks = 0;
+          const int64_t mb = measured_bytes(shuffle, block);
           for (int r = 0; r < reps; ++r) {
+            raws.push_back(adjacent_raw());
             cached_before.push_back(drop_cache(file));
-            const H5Run run = hdf5_read(file, info, shuffle ? std::min(b, shuffle_bytes) : b, local_batch, collective,
-                                        shuffle, seed + uint64_t(r));
+            const H5Run run = hdf5_read(file, info, mb, local_batch, collective, shuffle, block, seed + uint64_t(r));
             mbps.push_back(double(run.bytes) / run.seconds / 1e6);
+            ratios.push_back(mbps.back() / raws.back());
             fallbacks += run.fallbacks;
           }
-          const double m = median(mbps);
-          const char* order = shuffle ? "shuffle" : "seq";
+          const double m = median(mbps), ratio = median(ratios);
+          const std::string order = order_name(shuffle, block);
           rows.push_back({{"file", file}, {"layout", layout}, {"np", g_size}, {"kind", "hdf5"},
                           {"transfer", collective ? "collective" : "independent"}, {"order", order},
-                          {"bytes", shuffle ? std::min(b, shuffle_bytes) : b},
-                          {"MBps", mbps}, {"MBps_median", m}, {"vs_raw", m / raw}, {"independent_fallbacks", fallbacks},
+                          {"shuffle_block", block}, {"bytes", mb},
+                          {"MBps", mbps}, {"MBps_median", m}, {"raw_MBps_adjacent", raws}, {"vs_raw_each", ratios},
+                          {"vs_raw", ratio}, {"independent_fallbacks", fallbacks},
                           {"cached_fraction_before", cached_before}});
           if (g_rank == 0)
-            std::printf("%-28s %-10s %3d %-8s %-12s %-11s %9.0f %9s %10s %8.2f %7.2f\n", file.substr(file.rfind('/') + 1).c_str(),
-                        layout.c_str(), g_size, "hdf5", collective ? "collective" : "independent", order, m, "-", "-", m / raw,
-                        median(cached_before));
+            std::printf("%-28s %-10s %3d %-8s %-16s %-11s %9.0f %9s %10s %8.2f %7.2f\n", file.substr(file.rfind('/') + 1).c_str(),
+                        layout.c_str(), g_size, "hdf5", collective ? "collective" : "independent", order.c_str(), m, "-", "-",
+                        ratio, median(cached_before));
           std::fflush(stdout);
         }
       }
-      // The whole reader: collective shuffled reads on the I/O thread, decode, normalise [, augment], prefetch 2.
+      // The whole reader: reads on the I/O thread [+ two-phase exchange], decode, normalise [, augment], prefetch 2.
       struct ReaderCase {
-        bool collective, augment;
+        int64_t block;
+        bool collective, exchange, readahead, reuse, augment;
       };
-      std::vector<ReaderCase> reader_cases = {{true, false}, {false, false}};
-      if (augment) reader_cases.push_back({true, true});
+      std::vector<ReaderCase> reader_cases;
+      for (const int64_t k : blocks) {
+        reader_cases.push_back({k, true, true, true, false, false});
+        reader_cases.push_back({k, false, true, true, false, false});
+        if (k > 1 && g_size > 1 && compare_exchange) {
+          reader_cases.push_back({k, true, false, true, false, false});
+          reader_cases.push_back({k, false, false, true, false, false});
+        }
+        if (compare_readahead) reader_cases.push_back({k, true, true, false, false, false});
+        if (compare_reuse) reader_cases.push_back({k, true, true, true, true, false});
+      }
+      if (augment) reader_cases.push_back({1, true, true, true, false, true});
       for (const ReaderCase rcase : reader_cases) {
         const bool aug = rcase.augment;
-        std::vector<double> read_mbps, pipe_mbps, sps, waitf, cached_before;
+        std::vector<double> pipe_mbps, sps, waitf, readf, xchgf, decodef, opens, runs, cached_before, raws, ratios;
+        std::vector<double> read_ms, read_cpu_ms, decode_ms, decode_cpu_ms;  // per batch, slowest rank
         int64_t fallbacks = 0;
         bool in_memory = false;
+        const int64_t mb = measured_bytes(true, rcase.block);
         for (int r = 0; r < reps; ++r) {
+          raws.push_back(adjacent_raw());
           cached_before.push_back(drop_cache(file));
-          const ReaderRun run = reader_read(file, std::min(b, shuffle_bytes), local_batch, rcase.collective, io::ReaderMode::train, aug, seed + uint64_t(r));
+          const ReaderRun run = reader_read(file, mb, local_batch, rcase.collective, rcase.exchange, rcase.readahead,
+                                            rcase.reuse, rcase.block, aug, seed + uint64_t(r));
           pipe_mbps.push_back(double(run.bytes) / run.wall / 1e6);
+          ratios.push_back(pipe_mbps.back() / raws.back());
           sps.push_back(double(run.samples) / run.wall);
           waitf.push_back(run.wait / run.wall);
+          readf.push_back(run.read / run.wall);
+          xchgf.push_back(run.exchange / run.wall);
+          decodef.push_back(run.decode / run.wall);
+          opens.push_back(run.open);
+          runs.push_back(double(run.runs) / double(std::max<int64_t>(run.batches, 1)));
+          const double nb = double(std::max<int64_t>(run.batches, 1));
+          read_ms.push_back(run.read / nb * 1e3);
+          read_cpu_ms.push_back(run.read_cpu / nb * 1e3);
+          decode_ms.push_back(run.decode / nb * 1e3);
+          decode_cpu_ms.push_back(run.decode_cpu / nb * 1e3);
           in_memory = run.in_memory;
           fallbacks += run.fallbacks;
         }
-        const char* order = aug ? "shuffle+aug" : "shuffle";
-        const char* transfer = rcase.collective ? "collective" : "independent";
+        const std::string order = order_name(true, rcase.block) + (aug ? "+aug" : "");
+        // Two-phase only where the reader uses it: block order, several ranks, read from the file.
+        const bool two_phase = rcase.exchange && rcase.block > 1 && g_size > 1 && !in_memory;
+        const std::string transfer = std::string(rcase.collective ? "collective" : "independent") + (two_phase ? "+a2a" : "") +
+                                     (rcase.readahead ? "" : " nora") + (rcase.reuse ? " reuse" : "");
         rows.push_back({{"file", file}, {"layout", layout}, {"np", g_size}, {"kind", "reader"}, {"transfer", transfer},
-                        {"order", order}, {"bytes", std::min(b, shuffle_bytes)}, {"pipeline_MBps", pipe_mbps},
-                        {"pipeline_MBps_median", median(pipe_mbps)}, {"samples_per_s", sps},
-                        {"samples_per_s_median", median(sps)}, {"wait_fraction", waitf},
+                        {"order", order}, {"shuffle_block", rcase.block}, {"exchange", two_phase},
+                        {"readahead", rcase.readahead}, {"reuse_batch_memory", rcase.reuse}, {"bytes", mb},
+                        {"pipeline_MBps", pipe_mbps}, {"pipeline_MBps_median", median(pipe_mbps)},
+                        {"raw_MBps_adjacent", raws}, {"vs_raw_each", ratios}, {"vs_raw", median(ratios)},
+                        {"samples_per_s", sps}, {"samples_per_s_median", median(sps)}, {"wait_fraction", waitf},
+                        {"read_fraction", readf}, {"exchange_fraction", xchgf}, {"decode_fraction", decodef},
+                        {"open_seconds", opens}, {"runs_per_batch_all_ranks", runs},
+                        {"per_batch_ms", {{"read", read_ms}, {"read_cpu", read_cpu_ms}, {"decode", decode_ms}, {"decode_cpu", decode_cpu_ms}}},
                         {"independent_fallbacks", fallbacks}, {"cached_fraction_before", cached_before},
                         {"in_memory", in_memory}});
         if (g_rank == 0)
-          std::printf("%-28s %-10s %3d %-8s %-12s %-11s %9s %9.0f %10.0f %8.2f %7.2f\n", file.substr(file.rfind('/') + 1).c_str(),
-                      layout.c_str(), g_size, "reader", transfer, order, "-", median(pipe_mbps), median(sps),
-                      median(pipe_mbps) / raw, median(cached_before));
+          std::printf("%-28s %-10s %3d %-8s %-16s %-11s %9s %9.0f %10.0f %8.2f %7.2f  frac read %.2f xchg %.2f decode %.2f wait %.2f | runs %.1f | ms/batch read %.1f (cpu %.1f) decode %.1f (cpu %.1f)\n",
+                      file.substr(file.rfind('/') + 1).c_str(), layout.c_str(), g_size, "reader", transfer.c_str(), order.c_str(),
+                      "-", median(pipe_mbps), median(sps), median(ratios), median(cached_before), median(readf),
+                      median(xchgf), median(decodef), median(waitf), median(runs), median(read_ms), median(read_cpu_ms),
+                      median(decode_ms), median(decode_cpu_ms));
         std::fflush(stdout);
       }
     }

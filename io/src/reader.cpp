@@ -2,6 +2,7 @@
 #include "hpdt/io/reader.h"
 
 #include <algorithm>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -11,8 +12,13 @@
 #include <mutex>
 #include <thread>
 
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "dataset_internal.h"
 #include "h5.h"
+#include "hpdt/core/allocator.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
@@ -24,26 +30,26 @@ namespace hpdt::io {
 
 namespace {
 
-// The one thread of the process that runs readers' HDF5 work, in submission order. Started on first
-// use; idle between tasks; joined at exit.
-class IoThread {
+// A process-wide FIFO thread: started on first use, idle between tasks, drains its queue and joins at
+// exit. Tasks must not throw (they report through promises or packaged tasks).
+class Worker {
  public:
-  static IoThread& get() {
-    static IoThread t;
-    return t;
-  }
-  template <class R>
-  std::future<R> submit(std::function<R()> fn) {
-    auto task = std::make_shared<std::packaged_task<R()>>(std::move(fn));
-    std::future<R> f = task->get_future();
+  void submit(std::function<void()> fn) {
     {
       std::lock_guard lock(mu_);
-      queue_.emplace_back([task] { (*task)(); });
+      queue_.push_back(std::move(fn));
     }
     cv_.notify_one();
+  }
+  template <class R>
+  std::future<R> call(std::function<R()> fn) {
+    auto task = std::make_shared<std::packaged_task<R()>>(std::move(fn));
+    std::future<R> f = task->get_future();
+    submit([task] { (*task)(); });  // packaged_task stores exceptions in the future
     return f;
   }
-  ~IoThread() {
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -53,7 +59,6 @@ class IoThread {
   }
 
  private:
-  IoThread() : thread_([this] { loop(); }) {}
   void loop() {
     for (;;) {
       std::function<void()> task;
@@ -64,7 +69,7 @@ class IoThread {
         task = std::move(queue_.front());
         queue_.pop_front();
       }
-      task();  // packaged_task stores exceptions in the future
+      task();
     }
   }
   std::mutex mu_;
@@ -72,6 +77,20 @@ class IoThread {
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
   std::thread thread_;
+};
+
+// The I/O thread runs every reader's HDF5 and MPI work in submission order (the same on every rank);
+// the decode thread turns bytes into batches (no MPI, no HDF5), so batch k decodes while batch k+1 is
+// read; the hint thread asks the kernel to start reading the rows of queued batches. Declared so that
+// the I/O thread, which submits to the decode thread, is joined first.
+struct Workers {
+  Worker decode;
+  Worker hint;  // readahead hints (posix_fadvise): runs ahead of the I/O thread
+  Worker io;
+  static Workers& get() {
+    static Workers w;
+    return w;
+  }
 };
 
 template <class R>
@@ -83,6 +102,126 @@ std::future<R> ready_future(std::function<R()> fn) {
 }
 
 constexpr uint64_t kAugmentKey = 0xA5A5F00DCAFEBEEFull;  // augmentation draws use seed ^ this key
+constexpr uint64_t kWindowKey = 0x5EEDB10C4D1CE000ull;   // block order: in-window shuffle uses seed ^ this key
+
+// Staging memory for raw sample bytes, reused across batches (no zero fill, no page faults after the
+// first few batches). Thread-safe: taken on the I/O thread, given back on the decode thread.
+class BufferPool {
+ public:
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> data;
+    size_t size = 0;
+  };
+  Buffer take(size_t bytes) {
+    {
+      std::lock_guard lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i].size >= bytes) {
+          Buffer b = std::move(free_[i]);
+          free_.erase(free_.begin() + std::ptrdiff_t(i));
+          return b;
+        }
+      }
+    }
+    Buffer b;
+    b.data.reset(new uint8_t[std::max<size_t>(bytes, 1)]);  // default-initialised: not zeroed
+    b.size = bytes;
+    return b;
+  }
+  void give(Buffer b) {
+    if (!b.data) return;
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(b));
+    if (free_.size() > 8) free_.erase(free_.begin());  // bounded: a few batches in flight
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Buffer> free_;
+};
+
+// A read-only descriptor of the dataset file, for readahead hints only; shared with queued hint tasks
+// so that it stays open until the last of them ran.
+struct HintFile {
+  int fd = -1;
+  int64_t base = -1;                 // contiguous: file offset of row 0
+  std::vector<int64_t> chunk_addr;   // chunked: file offset of each chunk (all present)
+  int64_t chunk_samples = 0, sample_bytes = 0;
+  ~HintFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  // posix_fadvise(WILLNEED) on the bytes of `runs`: the kernel starts reading them asynchronously.
+  void hint(const std::vector<std::pair<int64_t, int64_t>>& runs) const {
+    for (const auto& [first, count] : runs) {
+      if (base >= 0) {
+        (void)posix_fadvise(fd, base + first * sample_bytes, count * sample_bytes, POSIX_FADV_WILLNEED);
+        continue;
+      }
+      for (int64_t row = first; row < first + count;) {  // one call per chunk touched
+        const int64_t chunk = row / chunk_samples, in = row % chunk_samples;
+        const int64_t take = std::min(first + count - row, chunk_samples - in);
+        (void)posix_fadvise(fd, chunk_addr[size_t(chunk)] + in * sample_bytes, take * sample_bytes, POSIX_FADV_WILLNEED);
+        row += take;
+      }
+    }
+  }
+};
+
+// CPU time of the calling thread, seconds.
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Batch memory (images then labels in one host allocation) handed out as a shared_ptr whose release
+// puts the allocation back. The pool lives as long as its reader or any batch still out.
+class BatchPool : public std::enable_shared_from_this<BatchPool> {
+ public:
+  BatchPool(size_t bytes, bool pinned, size_t keep) : bytes_(bytes), pinned_(pinned), keep_(keep) {}
+  std::shared_ptr<void> take() {
+    std::shared_ptr<void> raw;
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        raw = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (!raw) raw = allocate_host(bytes_, pinned_);
+    void* p = raw.get();
+    return std::shared_ptr<void>(p, [pool = shared_from_this(), raw](void*) mutable { pool->give(std::move(raw)); });
+  }
+
+ private:
+  void give(std::shared_ptr<void> raw) {
+    std::lock_guard lock(mu_);
+    if (free_.size() < keep_) free_.push_back(std::move(raw));
+  }
+  std::mutex mu_;
+  std::vector<std::shared_ptr<void>> free_;
+  size_t bytes_;
+  bool pinned_;
+  size_t keep_;
+};
+
+// Sorted rows merged into runs of adjacent rows: {first row, count} per run.
+std::vector<std::pair<int64_t, int64_t>> runs_of(const std::vector<int64_t>& sorted_rows) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (size_t i = 0; i < sorted_rows.size();) {
+    size_t j = i + 1;
+    while (j < sorted_rows.size() && sorted_rows[j] == sorted_rows[j - 1] + 1) ++j;
+    runs.emplace_back(sorted_rows[i], int64_t(j - i));
+    i = j;
+  }
+  return runs;
+}
+
+std::vector<int64_t> sorted_unique(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
 
 // Raises on every rank when any rank had an error, with the lowest failing rank's message.
 void agree_on_error(MPI_Comm comm, const std::string& local_error, const std::string& where) {
@@ -103,6 +242,8 @@ void agree_on_error(MPI_Comm comm, const std::string& local_error, const std::st
 
 struct ShardedReader::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm xcomm = MPI_COMM_NULL;  // the two-phase exchange (I/O thread only)
+  MPI_Datatype sample_type = MPI_DATATYPE_NULL;
   int rank = 0, size = 1;
   std::string path;
   DatasetInfo info;
@@ -111,11 +252,15 @@ struct ShardedReader::Impl {
   int64_t global_batch = 0, local_batch = 0, steps = 0;
   uint64_t seed = 0;
   bool threaded = false;
+  bool exchange = false;  // two-phase reads (block order, several ranks, file reads)
   int depth = 0;
 
   // HDF5 state: used only by tasks (on the I/O thread, or inline when not threaded).
   h5::Id file, images, dxpl;
   std::vector<uint8_t> memory;  // all images, when they fit in_memory_limit_bytes
+  BufferPool buffers;           // staging bytes, I/O thread -> decode thread
+  std::shared_ptr<const HintFile> hints;  // readahead hints, when enabled and the layout allows
+  std::shared_ptr<BatchPool> batch_pool;  // reuse_batch_memory
 
   // Submission side (calling thread only).
   int64_t submit_epoch = 0, submit_step = 0;
@@ -126,13 +271,19 @@ struct ShardedReader::Impl {
 
   template <class R>
   std::future<R> run(std::function<R()> fn) {
-    return threaded ? IoThread::get().submit<R>(std::move(fn)) : ready_future<R>(std::move(fn));
+    return threaded ? Workers::get().io.call<R>(std::move(fn)) : ready_future<R>(std::move(fn));
+  }
+
+  bool block_order() const { return opt.shuffle && opt.shuffle_block > 1; }
+
+  std::vector<int64_t> make_order(int64_t epoch) const {
+    return epoch_order(info.n, seed, epoch, opt.shuffle, opt.shuffle_block, global_batch);
   }
 
   std::shared_ptr<const std::vector<int64_t>> order(int64_t epoch) {
     auto it = orders.find(epoch);
     if (it != orders.end()) return it->second;
-    auto o = std::make_shared<const std::vector<int64_t>>(epoch_order(info.n, seed, epoch, opt.shuffle));
+    auto o = std::make_shared<const std::vector<int64_t>>(make_order(epoch));
     if (orders.size() >= 3) orders.erase(orders.begin());
     orders[epoch] = o;
     return o;
@@ -146,11 +297,88 @@ struct ShardedReader::Impl {
     return idx;
   }
 
+  // What a step means for this rank, computed on the calling thread at submission: its share, its
+  // distinct rows, and the rows it reads from the file (its own rows, or with the two-phase exchange
+  // its equal part of the global batch's distinct rows, file order).
+  struct Plan {
+    int64_t epoch = 0, step = 0, valid = 0;
+    std::vector<int64_t> indices, rows;            // share; its distinct rows in file order
+    std::vector<std::vector<int64_t>> share_rows;  // exchange: every rank's distinct rows
+    std::vector<int64_t> all, mine;                // exchange: global distinct rows; this rank's part
+  };
+
+  Plan plan(int64_t epoch, int64_t step, const std::vector<int64_t>& ord) const {
+    Plan p;
+    p.epoch = epoch;
+    p.step = step;
+    p.indices = indices(ord, step, rank, &p.valid);
+    p.rows = sorted_unique(p.indices);  // wrap-around padding can repeat a sample
+    if (!exchange) return p;
+    p.share_rows.resize(size_t(size));
+    for (int r = 0; r < size; ++r) {
+      p.share_rows[size_t(r)] = r == rank ? p.rows : sorted_unique(indices(ord, step, r, nullptr));
+      p.all.insert(p.all.end(), p.share_rows[size_t(r)].begin(), p.share_rows[size_t(r)].end());
+    }
+    p.all = sorted_unique(std::move(p.all));
+    p.mine.assign(p.all.begin() + part_begin(p, rank), p.all.begin() + part_begin(p, rank + 1));
+    return p;
+  }
+  int64_t part_begin(const Plan& p, int q) const { return int64_t(p.all.size()) * q / size; }
+
+  // A batch between the read (I/O thread) and the decode (decode thread): staging holds plan.rows[k]
+  // at k * sample_bytes (unless the images are in memory).
+  struct Work {
+    Batch batch;
+    std::shared_ptr<const Plan> plan;
+    BufferPool::Buffer staging;
+  };
+
   void submit_one() {
     const int64_t e = submit_epoch, s = submit_step;
     auto ord = order(e);
     if (++submit_step == steps) submit_step = 0, ++submit_epoch;
-    pending.push_back(run<Batch>([this, e, s, ord] { return read_batch(e, s, *ord); }));
+    auto pl = std::make_shared<const Plan>(plan(e, s, *ord));
+    if (hints && threaded) {
+      Workers::get().hint.submit([h = hints, pl, ex = exchange] { h->hint(runs_of(ex ? pl->mine : pl->rows)); });
+    }
+    auto done = std::make_shared<std::promise<Batch>>();
+    pending.push_back(done->get_future());
+    auto decode_job = [this, done](std::shared_ptr<Work> w) {
+      try {
+        Stopwatch sw;
+        const double cpu0 = thread_cpu_s();
+        const uint8_t* src = memory.empty() ? w->staging.data.get() : memory.data();
+        decode(w->batch, w->plan->rows, src, /*in_memory=*/!memory.empty());
+        w->batch.decode_seconds = sw.elapsed_s();
+        w->batch.decode_cpu_seconds = thread_cpu_s() - cpu0;
+        buffers.give(std::move(w->staging));
+        done->set_value(std::move(w->batch));
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    };
+    auto read_job = [this, pl, done, decode_job] {
+      auto w = std::make_shared<Work>();
+      w->plan = pl;
+      try {
+        const double cpu0 = thread_cpu_s();
+        read(*w);
+        w->batch.read_cpu_seconds = thread_cpu_s() - cpu0;
+      } catch (...) {
+        done->set_exception(std::current_exception());
+        return;
+      }
+      if (threaded) {
+        Workers::get().decode.submit([decode_job, w] { decode_job(w); });
+      } else {
+        decode_job(w);
+      }
+    };
+    if (threaded) {
+      Workers::get().io.submit(read_job);
+    } else {
+      read_job();
+    }
   }
 
   void drain() {
@@ -191,6 +419,7 @@ struct ShardedReader::Impl {
       h5check(H5Pset_dxpl_mpio(dxpl, opt.collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT),
               "H5Pset_dxpl_mpio", path);
       const int64_t total = info.n * info.sample_bytes();
+      if (opt.readahead && !info.compressed && total > opt.in_memory_limit_bytes) hints = make_hints();
       if (total <= opt.in_memory_limit_bytes) {
         memory.resize(size_t(total));
         h5check(H5Dread(images, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, dxpl, memory.data()), "H5Dread (whole dataset)",
@@ -203,8 +432,37 @@ struct ShardedReader::Impl {
     return {};
   }
 
+  // Where the rows lie in the file (uncompressed data only; every chunk must exist), or null.
+  std::shared_ptr<const HintFile> make_hints() {
+    auto h = std::make_shared<HintFile>();
+    h->sample_bytes = info.sample_bytes();
+    if (info.layout == Layout::contiguous) {
+      const haddr_t a = H5Dget_offset(images);
+      if (a == HADDR_UNDEF) return nullptr;
+      h->base = int64_t(a);
+    } else {
+      h->chunk_samples = info.chunk_samples;
+      const int64_t chunks = (info.n + info.chunk_samples - 1) / info.chunk_samples;
+      h->chunk_addr.resize(size_t(chunks));
+      for (int64_t c = 0; c < chunks; ++c) {
+        const hsize_t off[4] = {hsize_t(c * info.chunk_samples), 0, 0, 0};
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        hsize_t bytes = 0;
+        if (H5Dget_chunk_info_by_coord(images, off, &mask, &addr, &bytes) < 0 || addr == HADDR_UNDEF) {
+          H5Eclear2(H5E_DEFAULT);
+          return nullptr;
+        }
+        h->chunk_addr[size_t(c)] = int64_t(addr);
+      }
+    }
+    h->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    return h->fd >= 0 ? h : nullptr;
+  }
+
   void close_task() {
     std::lock_guard lock(hdf5_mutex());
+    hints.reset();
     dxpl.reset();
     images.reset();
     file.reset();
@@ -212,58 +470,101 @@ struct ShardedReader::Impl {
     memory.shrink_to_fit();
   }
 
-  Batch read_batch(int64_t epoch, int64_t step, const std::vector<int64_t>& ord) {
-    Batch b;
-    b.epoch = epoch;
-    b.step = step;
-    b.indices = indices(ord, step, rank, &b.valid);
-    const int64_t S = info.sample_bytes();
-    // Rows in file order, without repeats (wrap-around padding can repeat a sample).
-    std::vector<int64_t> rows = b.indices;
-    std::sort(rows.begin(), rows.end());
-    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    if (!memory.empty()) {  // in memory: no I/O, rows are positions in `memory`
-      Stopwatch sw;
-      decode(b, rows, memory, /*in_memory=*/true);
-      b.decode_seconds = sw.elapsed_s();
-      return b;
+  // One H5Dread of `rows` (sorted, distinct) into dst, rows[k] at k * sample_bytes; collective when
+  // opt.collective (every rank calls it, possibly with no rows). Returns whether it was collective.
+  bool read_rows(const std::vector<int64_t>& rows, uint8_t* dst) {
+    std::lock_guard lock(hdf5_mutex());
+    const std::string where = path + ":/images";
+    h5::Id fspace = h5::make(H5Dget_space(images), "H5Dget_space", where);
+    h5check(H5Sselect_none(fspace), "H5Sselect_none", where);
+    for (const auto& [first, count] : runs_of(rows)) {
+      const hsize_t start[4] = {hsize_t(first), 0, 0, 0};
+      const hsize_t cnt[4] = {hsize_t(count), hsize_t(info.c), hsize_t(info.h), hsize_t(info.w)};
+      h5check(H5Sselect_hyperslab(fspace, H5S_SELECT_OR, start, nullptr, cnt, nullptr), "H5Sselect_hyperslab", where);
     }
-    std::vector<uint8_t> staging(size_t(int64_t(rows.size()) * S));
+    const hsize_t mdims[4] = {hsize_t(std::max<size_t>(rows.size(), 1)), hsize_t(info.c), hsize_t(info.h), hsize_t(info.w)};
+    h5::Id mspace = h5::make(H5Screate_simple(4, mdims, nullptr), "H5Screate_simple", where);
+    if (rows.empty()) h5check(H5Sselect_none(mspace), "H5Sselect_none", where);
+    h5check(H5Dread(images, H5T_NATIVE_UINT8, mspace, fspace, dxpl, dst), "H5Dread", where);
+    H5D_mpio_actual_io_mode_t mode{};
+    h5check(H5Pget_mpio_actual_io_mode(dxpl, &mode), "H5Pget_mpio_actual_io_mode", where);
+    return mode != H5D_MPIO_NO_COLLECTIVE;
+  }
+
+  void read(Work& w) {
+    const Plan& p = *w.plan;
+    Batch& b = w.batch;
+    b.epoch = p.epoch;
+    b.step = p.step;
+    b.valid = p.valid;
+    b.indices = p.indices;
+    if (!memory.empty()) return;  // in memory: no I/O, rows index `memory`
+    const size_t S = size_t(info.sample_bytes());
     Stopwatch sw;
-    {
-      std::lock_guard lock(hdf5_mutex());
-      const std::string where = path + ":/images";
-      h5::Id fspace = h5::make(H5Dget_space(images), "H5Dget_space", where);
-      h5check(H5Sselect_none(fspace), "H5Sselect_none", where);
-      for (size_t i = 0; i < rows.size();) {
-        size_t j = i + 1;
-        while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;  // a run of adjacent rows
-        const hsize_t start[4] = {hsize_t(rows[i]), 0, 0, 0};
-        const hsize_t count[4] = {hsize_t(j - i), hsize_t(info.c), hsize_t(info.h), hsize_t(info.w)};
-        h5check(H5Sselect_hyperslab(fspace, H5S_SELECT_OR, start, nullptr, count, nullptr), "H5Sselect_hyperslab", where);
-        i = j;
-      }
-      const hsize_t mdims[4] = {hsize_t(rows.size()), hsize_t(info.c), hsize_t(info.h), hsize_t(info.w)};
-      h5::Id mspace = h5::make(H5Screate_simple(4, mdims, nullptr), "H5Screate_simple", where);
-      h5check(H5Dread(images, H5T_NATIVE_UINT8, mspace, fspace, dxpl, staging.data()), "H5Dread", where);
-      H5D_mpio_actual_io_mode_t mode{};
-      h5check(H5Pget_mpio_actual_io_mode(dxpl, &mode), "H5Pget_mpio_actual_io_mode", where);
-      b.collective = mode != H5D_MPIO_NO_COLLECTIVE;
+    if (!exchange) {
+      w.staging = buffers.take(p.rows.size() * S);
+      b.collective = read_rows(p.rows, w.staging.data.get());
+      b.runs = int64_t(runs_of(p.rows).size());
+      b.read_seconds = sw.elapsed_s();
+      return;
     }
+    // Two phases. 1: rank q reads the q-th equal part of the global batch's distinct rows in file
+    // order (a few long runs). 2: MPI_Alltoallv sends every row to the ranks whose shares hold it;
+    // each rank receives its rows grouped by source rank, which (parts being ascending ranges of
+    // rows) is file order, as decode expects.
+    BufferPool::Buffer part = buffers.take(p.mine.size() * S);
+    b.collective = read_rows(p.mine, part.data.get());
+    b.runs = int64_t(runs_of(p.mine).size());
+    Stopwatch xw;
+    const int64_t u = int64_t(p.all.size());
+    auto owner = [&](int64_t row) {  // the rank whose part holds `row`
+      const int64_t pos = std::lower_bound(p.all.begin(), p.all.end(), row) - p.all.begin();
+      int q = int(std::min<int64_t>(size - 1, pos * size / std::max<int64_t>(u, 1)));
+      while (q > 0 && pos < part_begin(p, q)) --q;
+      while (q + 1 < size && pos >= part_begin(p, q + 1)) ++q;
+      return q;
+    };
+    std::vector<int> scount(size_t(size), 0), sdispl(size_t(size), 0), rcount(size_t(size), 0), rdispl(size_t(size), 0);
+    std::vector<int64_t> send_rows;  // positions in `mine`, grouped by destination rank
+    for (int r = 0; r < size; ++r) {
+      sdispl[size_t(r)] = int(send_rows.size());
+      for (const int64_t row : p.share_rows[size_t(r)])
+        if (owner(row) == rank) send_rows.push_back(std::lower_bound(p.mine.begin(), p.mine.end(), row) - p.mine.begin());
+      scount[size_t(r)] = int(send_rows.size()) - sdispl[size_t(r)];
+    }
+    BufferPool::Buffer send = buffers.take(send_rows.size() * S);
+    for (size_t i = 0; i < send_rows.size(); ++i)
+      std::memcpy(send.data.get() + i * S, part.data.get() + size_t(send_rows[i]) * S, S);
+    for (const int64_t row : p.rows) rcount[size_t(owner(row))]++;
+    for (int q = 1; q < size; ++q) rdispl[size_t(q)] = rdispl[size_t(q - 1)] + rcount[size_t(q - 1)];
+    w.staging = buffers.take(p.rows.size() * S);
+    HPDT_MPI_CHECK(MPI_Alltoallv(send.data.get(), scount.data(), sdispl.data(), sample_type, w.staging.data.get(),
+                                 rcount.data(), rdispl.data(), sample_type, xcomm));
+    buffers.give(std::move(send));
+    buffers.give(std::move(part));
+    b.exchange_seconds = xw.elapsed_s();
     b.read_seconds = sw.elapsed_s();
-    sw.restart();
-    decode(b, rows, staging, /*in_memory=*/false);
-    b.decode_seconds = sw.elapsed_s();
-    return b;
+  }
+
+  // ---- decode (decode thread) ----
+
+  size_t labels_offset() const {  // in a pooled batch allocation, after the images, 64-byte aligned
+    return (size_t(local_batch * info.sample_bytes()) * sizeof(float) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
   }
 
   // staging holds rows[k] at position k, or (in_memory) every sample at its own index.
-  void decode(Batch& b, const std::vector<int64_t>& rows, const std::vector<uint8_t>& staging, bool in_memory) {
+  void decode(Batch& b, const std::vector<int64_t>& rows, const uint8_t* staging, bool in_memory) {
     const int64_t C = info.c, H = info.h, W = info.w, S = C * H * W, n = local_batch;
-    AllocOptions alloc;
-    alloc.pinned = opt.pinned;
-    b.images = Tensor::empty({n, C, H, W}, DType::f32, Device::cpu(), alloc);
-    b.labels = Tensor::empty({n}, DType::i32, Device::cpu(), alloc);
+    if (batch_pool) {
+      b.memory = batch_pool->take();
+      b.images = Tensor::wrap(b.memory.get(), {n, C, H, W}, DType::f32);
+      b.labels = Tensor::wrap(static_cast<char*>(b.memory.get()) + labels_offset(), {n}, DType::i32);
+    } else {
+      AllocOptions alloc;
+      alloc.pinned = opt.pinned;
+      b.images = Tensor::empty({n, C, H, W}, DType::f32, Device::cpu(), alloc);
+      b.labels = Tensor::empty({n}, DType::i32, Device::cpu(), alloc);
+    }
     float* out = b.images.data<float>();
     int32_t* lab = b.labels.data<int32_t>();
     std::vector<float> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));  // out = v * scale + shift
@@ -279,7 +580,7 @@ struct ShardedReader::Impl {
       const int64_t row = b.indices[size_t(i)];
       lab[i] = labels[size_t(row)];
       const size_t pos = in_memory ? size_t(row) : size_t(std::lower_bound(rows.begin(), rows.end(), row) - rows.begin());
-      const uint8_t* src = staging.data() + pos * size_t(S);
+      const uint8_t* src = staging + pos * size_t(S);
       float* dst = out + i * S;
       int64_t dy = 0, dx = 0;
       bool flip = false;
@@ -312,13 +613,35 @@ struct ShardedReader::Impl {
   }
 };
 
-std::vector<int64_t> ShardedReader::epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
+std::vector<int64_t> ShardedReader::epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int64_t block,
+                                                int64_t window) {
+  HPDT_CHECK(block >= 1, "epoch_order: shuffle block must be >= 1, got ", block);
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
   if (!shuffle) return order;
   HPDT_CHECK(n < (int64_t(1) << 32), "epoch_order: ", n, " samples are more than the shuffle supports (2^32)");
   Rng rng(seed, uint64_t(epoch));
-  for (int64_t i = n - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+  if (block == 1) {  // per-sample Fisher-Yates: the order of every earlier version
+    for (int64_t i = n - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+    return order;
+  }
+  HPDT_CHECK(window >= 1, "epoch_order: a block order (block ", block, ") needs a window >= 1 (the global batch)");
+  // 1: Fisher-Yates over the blocks (the same draws as the per-sample shuffle of nb items).
+  const int64_t nb = (n + block - 1) / block;
+  std::vector<int64_t> blocks(static_cast<size_t>(nb));
+  for (int64_t j = 0; j < nb; ++j) blocks[size_t(j)] = j;
+  for (int64_t j = nb - 1; j > 0; --j) std::swap(blocks[size_t(j)], blocks[rng.below(uint32_t(j + 1))]);
+  size_t k = 0;
+  for (const int64_t j : blocks)
+    for (int64_t i = j * block; i < std::min(n, (j + 1) * block); ++i) order[k++] = i;
+  // 2: Fisher-Yates inside each window of `window` positions (the last one may be shorter), with its
+  // own Philox counter range per (epoch, window): mixes the blocks of a global batch across its ranks.
+  for (int64_t w0 = 0, w = 0; w0 < n; w0 += window, ++w) {
+    Rng wr(seed ^ kWindowKey, uint64_t(epoch), uint64_t(w) << 32);
+    const int64_t len = std::min(window, n - w0);
+    HPDT_CHECK(len < (int64_t(1) << 32), "epoch_order: window ", len, " is more than the shuffle supports (2^32)");
+    for (int64_t i = len - 1; i > 0; --i) std::swap(order[size_t(w0 + i)], order[size_t(w0 + wr.below(uint32_t(i + 1)))]);
+  }
   return order;
 }
 
@@ -344,6 +667,7 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
                " must be a positive multiple of the number of ranks (", m.size, ")");
     HPDT_CHECK(m.opt.prefetch >= 0, "prefetch depth must be >= 0, got ", m.opt.prefetch);
     HPDT_CHECK(m.opt.crop_padding >= 0, "crop padding must be >= 0, got ", m.opt.crop_padding);
+    HPDT_CHECK(m.opt.shuffle_block >= 1, "shuffle block must be >= 1, got ", m.opt.shuffle_block);
     HPDT_CHECK(m.opt.in_memory_limit_bytes >= 0, "in_memory_limit_bytes must be >= 0");
     if (!std::filesystem::exists(path)) throw Error("dataset file does not exist", path);
     std::lock_guard lock(hdf5_mutex());  // the I/O thread may be in HDF5 for another reader
@@ -380,11 +704,21 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
       throw Error("the dataset has " + std::to_string(m.info.n) + " samples, fewer than one global batch of " +
                       std::to_string(global_batch) + " (use a smaller batch or TailPolicy::pad)",
                   path);
+    HPDT_CHECK(m.info.sample_bytes() < (int64_t(1) << 31), "samples of ", m.info.sample_bytes(),
+               " bytes are more than the reader supports (2^31)");
   } catch (...) {
     if (error.empty()) m.run<void>([&m] { m.close_task(); }).get();
     MPI_Comm_free(&m.comm);
     throw;
   }
+  m.exchange = m.opt.exchange && m.block_order() && m.size > 1 && m.memory.empty();
+  if (m.opt.reuse_batch_memory)
+    m.batch_pool = std::make_shared<BatchPool>(m.labels_offset() + size_t(m.local_batch) * sizeof(int32_t), m.opt.pinned,
+                                               size_t(m.depth) + 4);
+  HPDT_MPI_CHECK(MPI_Comm_dup(m.comm, &m.xcomm));
+  set_errors_return(m.xcomm);
+  HPDT_MPI_CHECK(MPI_Type_contiguous(int(m.info.sample_bytes()), MPI_BYTE, &m.sample_type));
+  HPDT_MPI_CHECK(MPI_Type_commit(&m.sample_type));
   m.restart(0, 0);
 }
 
@@ -396,6 +730,8 @@ ShardedReader::~ShardedReader() {
   } catch (const std::exception& e) {
     HPDT_LOG(warn) << "closing " << m.path << ": " << e.what();
   }
+  if (m.sample_type != MPI_DATATYPE_NULL) MPI_Type_free(&m.sample_type);
+  if (m.xcomm != MPI_COMM_NULL) MPI_Comm_free(&m.xcomm);
   MPI_Comm_free(&m.comm);
 }
 
@@ -417,8 +753,7 @@ void ShardedReader::resume(int64_t epoch, int64_t step) {
 
 std::vector<int64_t> ShardedReader::batch_indices(int64_t epoch, int64_t step, int rank) const {
   HPDT_CHECK(rank >= 0 && rank < impl_->size, "batch_indices: rank ", rank, " of ", impl_->size);
-  const auto ord = epoch_order(impl_->info.n, impl_->seed, epoch, impl_->opt.shuffle);
-  return impl_->indices(ord, step, rank, nullptr);
+  return impl_->indices(impl_->make_order(epoch), step, rank, nullptr);
 }
 
 Batch ShardedReader::next() {
@@ -433,8 +768,12 @@ Batch ShardedReader::next() {
   m.stats.batches++;
   m.stats.wait_seconds += b.wait_seconds;
   m.stats.read_seconds += b.read_seconds;
+  m.stats.exchange_seconds += b.exchange_seconds;
   m.stats.decode_seconds += b.decode_seconds;
   m.stats.bytes_read += int64_t(b.indices.size()) * m.info.sample_bytes();
+  m.stats.runs += b.runs;
+  m.stats.read_cpu_seconds += b.read_cpu_seconds;
+  m.stats.decode_cpu_seconds += b.decode_cpu_seconds;
   if (m.opt.collective && !b.collective) {
     m.stats.independent_fallbacks++;
     if (!m.warned_fallback) {

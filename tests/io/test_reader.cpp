@@ -1,6 +1,8 @@
 // ShardedReader at any rank count: shards disjoint and covering, the global batch independent of the
 // rank count, eval mode seeing every sample exactly once, augmentation reproducible across rank
-// counts, resume equal to an uninterrupted run, prefetch depth not changing a bit, and bad options.
+// counts, resume equal to an uninterrupted run, prefetch depth not changing a bit, and bad options;
+// the same for the block-shuffled order (shuffle_block > 1, with and without the two-phase exchange),
+// whose block 1 is exactly the per-sample order of earlier versions; pooled batch memory.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "hpdt/core/philox.h"
 #include "hpdt/io/dataset.h"
 #include "hpdt/io/prepare.h"
 #include "hpdt/io/reader.h"
@@ -155,6 +158,230 @@ TEST(ShardedReader, EvalModeSeesEverySampleExactlyOnce) {
   }
 }
 
+// ---- block-shuffled order ----
+
+// The per-sample order as every version before shuffle_block computed it (Fisher-Yates on Philox
+// keyed by (seed, epoch)): block 1 must reproduce it exactly, so existing checkpoints resume as before.
+std::vector<int64_t> legacy_order(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
+  Rng rng(seed, uint64_t(epoch));
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint32_t(i + 1))]);
+  return order;
+}
+
+bool is_permutation_of_n(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != int64_t(i)) return false;
+  return true;
+}
+
+TEST(ShardedReader, BlockOneIsTheLegacyOrder) {
+  for (int64_t n : {1, 2, 13, 1000, 4097})
+    for (uint64_t seed : {0ull, 7ull, 0xFFFFFFFFFFull})
+      for (int64_t epoch : {0, 1, 5}) {
+        const auto legacy = legacy_order(n, seed, epoch);
+        ASSERT_EQ(io::ShardedReader::epoch_order(n, seed, epoch, true), legacy);
+        ASSERT_EQ(io::ShardedReader::epoch_order(n, seed, epoch, true, 1, 64), legacy) << "the window must not matter";
+      }
+  // And through a reader: default options and an explicit shuffle_block = 1 give the legacy shares.
+  test::TempDir dir;
+  const int p = world_size(), r = world_rank();
+  const std::string path = make_index_dataset(dir, 50);
+  io::ReaderOptions explicit_one;
+  explicit_one.shuffle_block = 1;
+  io::ShardedReader a(MPI_COMM_WORLD, path, 2 * p, 11, {}), b(MPI_COMM_WORLD, path, 2 * p, 11, explicit_one);
+  const auto legacy = legacy_order(50, 11, 1);
+  for (int64_t s = 0; s < a.steps_per_epoch(); ++s) {
+    const auto idx = a.batch_indices(1, s, r);
+    ASSERT_EQ(idx, b.batch_indices(1, s, r));
+    for (int64_t i = 0; i < 2; ++i) ASSERT_EQ(idx[size_t(i)], legacy[size_t(s * 2 * p + r * 2 + i)]);
+  }
+}
+
+// The block order is a permutation for any (n, K, window), a function of (seed, epoch) only, and has
+// the promised structure: every window holds exactly the samples of the blocks that the block
+// permutation put there (K | window, K | n: window/K whole blocks of K consecutive rows).
+TEST(ShardedReader, BlockOrderIsAPermutationOfWholeBlocksPerWindow) {
+  for (int64_t n : {1, 7, 64, 100, 1001})
+    for (int64_t k : {2, 4, 8, 64, 2000})
+      for (int64_t window : {1, 4, 16, 60}) {
+        const auto a = io::ShardedReader::epoch_order(n, 3, 2, true, k, window);
+        ASSERT_EQ(int64_t(a.size()), n);
+        ASSERT_TRUE(is_permutation_of_n(a)) << "n=" << n << " k=" << k << " window=" << window;
+        ASSERT_EQ(a, io::ShardedReader::epoch_order(n, 3, 2, true, k, window));
+        if (n / k >= 8) {  // enough blocks that two orders coincide by chance with negligible probability
+          EXPECT_NE(a, io::ShardedReader::epoch_order(n, 3, 3, true, k, window)) << "epochs must differ";
+          EXPECT_NE(a, io::ShardedReader::epoch_order(n, 4, 2, true, k, window)) << "seeds must differ";
+        }
+        EXPECT_EQ(io::ShardedReader::epoch_order(n, 3, 2, false, k, window), io::ShardedReader::epoch_order(n, 3, 2, false));
+      }
+  const int64_t n = 960, k = 8, window = 64;  // 120 blocks, 8 per window
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    const auto order = io::ShardedReader::epoch_order(n, 5, epoch, true, k, window);
+    for (int64_t w0 = 0; w0 < n; w0 += window) {
+      std::vector<int64_t> win(order.begin() + w0, order.begin() + w0 + window);
+      std::sort(win.begin(), win.end());
+      for (int64_t i = 0; i < window; i += k) {  // sorted: window/k runs of k consecutive rows, each a whole block
+        ASSERT_EQ(win[size_t(i)] % k, 0);
+        for (int64_t j = 1; j < k; ++j) ASSERT_EQ(win[size_t(i + j)], win[size_t(i)] + j);
+      }
+      // ... and mixed: not simply the blocks one after the other.
+      std::vector<int64_t> as_is(order.begin() + w0, order.begin() + w0 + window);
+      int64_t breaks = 0;
+      for (size_t i = 1; i < as_is.size(); ++i) breaks += as_is[i] != as_is[i - 1] + 1;
+      EXPECT_GT(breaks, window / 2) << "the window shuffle must mix the blocks";
+    }
+  }
+  HPDT_EXPECT_THROW_MSG(io::ShardedReader::epoch_order(10, 1, 0, true, 0, 4), "shuffle block must be >= 1");
+  HPDT_EXPECT_THROW_MSG(io::ShardedReader::epoch_order(10, 1, 0, true, 4, 0), "needs a window");
+}
+
+// A block-ordered reader at this rank count, both tail policies, with and without the two-phase
+// exchange, reading the file: the ranks' batches gathered in rank order are exactly the slice of the
+// pure order (which does not involve the rank count: B = 60 at every np of the test), drop never
+// repeats, pad's valid samples cover the epoch once, and the bytes are those of the samples.
+TEST(ShardedReader, BlockOrderShardsAreDisjointCoveringAndRankCountIndependent) {
+  test::TempDir dir;
+  const int p = world_size();
+  if (60 % p != 0) GTEST_SKIP() << "global batch 60 needs np in 1..6";
+  const int64_t B = 60, lb = B / p;
+  for (int64_t n : {60, 131, 300}) {
+    for (io::Layout layout : {io::Layout::contiguous, io::Layout::chunked}) {
+      const std::string path = make_index_dataset(dir, n, layout);
+      for (int64_t k : {4, 7, 30}) {
+        for (io::TailPolicy tail : {io::TailPolicy::drop, io::TailPolicy::pad}) {
+          for (bool exchange : {true, false}) {
+            io::ReaderOptions opt;
+            opt.shuffle_block = k;
+            opt.exchange = exchange;
+            opt.tail = tail;
+            opt.normalize = false;
+            opt.in_memory_limit_bytes = 0;
+            opt.collective = k != 7;  // both transfers
+            io::ShardedReader reader(MPI_COMM_WORLD, path, B, 77, opt);
+            const int64_t steps = reader.steps_per_epoch();
+            for (int64_t epoch = 0; epoch < 2; ++epoch) {
+              const auto order = io::ShardedReader::epoch_order(n, 77, epoch, true, k, B);
+              ASSERT_TRUE(is_permutation_of_n(order));
+              std::multiset<int64_t> seen;
+              for (int64_t s = 0; s < steps; ++s) {
+                const io::Batch b = reader.next();
+                ASSERT_EQ(b.epoch, epoch);
+                ASSERT_EQ(b.step, s);
+                ASSERT_EQ(b.indices, reader.batch_indices(epoch, s, world_rank()));
+                for (int64_t i = 0; i < lb; ++i) {
+                  ASSERT_EQ(decoded_id(b.images.data<float>() + i * kC * kH * kW), b.indices[size_t(i)])
+                      << "n=" << n << " k=" << k << " exchange=" << exchange << " step " << s;
+                  ASSERT_EQ(b.labels.data<int32_t>()[i], int32_t(b.indices[size_t(i)] % kClasses));
+                }
+                const auto global = allgather(b.indices);
+                const auto valid = allgather({b.valid});
+                for (int64_t g = 0; g < B; ++g) ASSERT_EQ(global[size_t(g)], order[size_t((s * B + g) % n)]);
+                for (int r = 0; r < p; ++r)
+                  for (int64_t i = 0; i < valid[size_t(r)]; ++i) seen.insert(global[size_t(r * lb + i)]);
+              }
+              if (tail == io::TailPolicy::drop) {
+                EXPECT_EQ(int64_t(seen.size()), steps * B);
+                EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a sample repeated";
+              } else {
+                EXPECT_EQ(int64_t(seen.size()), n);
+                EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), size_t(n));
+              }
+            }
+            if (p > 1 && opt.collective) {
+              EXPECT_EQ(reader.stats().independent_fallbacks, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+bool same_batch(const io::Batch& a, const io::Batch& b);
+
+// Block order with augmentation: a 1-rank reader (MPI_COMM_SELF) of the same global batch holds this
+// rank's batch as its slice, bit for bit (rank-count independence of order and augmentation); resume
+// at (epoch, step) equals the uninterrupted run; the exchange, prefetch depth and pooled batch memory
+// change nothing.
+TEST(ShardedReader, BlockOrderResumeExchangeAndRankCountIndependence) {
+  test::TempDir dir;
+  const int p = world_size(), r = world_rank();
+  const std::string path = make_index_dataset(dir, 97, io::Layout::contiguous);
+  io::ReaderOptions opt;
+  opt.shuffle_block = 5;
+  opt.augment = true;
+  opt.crop_padding = 1;
+  opt.prefetch = 3;
+  opt.in_memory_limit_bytes = 0;
+  const int64_t B = 4 * p;
+  io::ShardedReader full(MPI_COMM_WORLD, path, B, 9, opt);
+  const int64_t steps = full.steps_per_epoch();
+  std::vector<io::Batch> run;
+  for (int64_t k = 0; k < 2 * steps + 2; ++k) run.push_back(full.next());
+
+  io::ReaderOptions other = opt;  // no exchange, synchronous, pooled memory, from memory
+  other.exchange = false;
+  other.prefetch = 0;
+  other.reuse_batch_memory = true;
+  for (int64_t limit : {int64_t(0), int64_t(1) << 20}) {
+    other.in_memory_limit_bytes = limit;
+    io::ShardedReader resumed(MPI_COMM_WORLD, path, B, 9, other);
+    resumed.resume(1, steps - 1);
+    for (int64_t k = 2 * steps - 1; k < int64_t(run.size()); ++k)
+      EXPECT_TRUE(same_batch(resumed.next(), run[size_t(k)])) << "batch " << k << " limit " << limit;
+    resumed.set_epoch(0);
+    EXPECT_TRUE(same_batch(resumed.next(), run[0]));
+  }
+
+  io::ShardedReader single(MPI_COMM_SELF, path, B, 9, opt);
+  for (int64_t k = 0; k < steps + 2; ++k) {
+    const io::Batch g = single.next();
+    const io::Batch& mine = run[size_t(k)];
+    const size_t per = size_t(mine.images.numel());
+    ASSERT_EQ(std::vector<int64_t>(g.indices.begin() + r * 4, g.indices.begin() + (r + 1) * 4), mine.indices);
+    EXPECT_EQ(std::memcmp(g.images.data<float>() + size_t(r) * per, mine.images.data<float>(), per * 4), 0) << "step " << k;
+  }
+  // Every step of this order reads a few runs: at most (B/K + 2) for the whole global batch.
+  const auto st = full.stats();
+  EXPECT_GT(st.runs, 0);
+  int64_t runs = st.runs, all_runs = 0;
+  MPI_Allreduce(&runs, &all_runs, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_LE(all_runs, st.batches * (B / 5 + 2) + st.batches * (p - 1)) << "too many runs for a block order";
+}
+
+// Pooled batch memory: the same bytes as fresh memory, and a batch outlives its reader.
+TEST(ShardedReader, ReusedBatchMemoryOutlivesTheReader) {
+  test::TempDir dir;
+  const int p = world_size();
+  const std::string path = make_index_dataset(dir, 40);
+  io::ReaderOptions fresh;
+  fresh.in_memory_limit_bytes = 0;
+  io::ReaderOptions pooled = fresh;
+  pooled.reuse_batch_memory = true;
+  io::ShardedReader a(MPI_COMM_WORLD, path, 2 * p, 4, fresh);
+  std::vector<io::Batch> kept;
+  {
+    io::ShardedReader b(MPI_COMM_WORLD, path, 2 * p, 4, pooled);
+    for (int k = 0; k < 12; ++k) {  // more batches than the pool keeps: buffers are recycled
+      io::Batch x = a.next(), y = b.next();
+      ASSERT_TRUE(y.memory != nullptr);
+      ASSERT_FALSE(y.images.is_owning());
+      ASSERT_TRUE(same_batch(x, y)) << "batch " << k;
+      if (k % 5 == 0) kept.push_back(y);
+    }
+  }
+  a.set_epoch(0);
+  for (int k = 0; k < 12; ++k) {
+    const io::Batch x = a.next();
+    if (k % 5 == 0) {
+      EXPECT_TRUE(same_batch(x, kept[size_t(k / 5)])) << "a kept batch changed after its reader ended";
+    }
+  }
+}
+
 bool same_batch(const io::Batch& a, const io::Batch& b) {
   return a.epoch == b.epoch && a.step == b.step && a.indices == b.indices &&
          std::memcmp(a.images.data(), b.images.data(), a.images.nbytes()) == 0 &&
@@ -234,6 +461,9 @@ TEST(ShardedReader, BadOptionsAndFilesFailOnEveryRank) {
   HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, path, 0, 0, {}), "global batch 0");
   HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, path, 16 * p, 0, {}), "fewer than one global batch of");
   HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, dir.file("none.h5"), p, 0, {}), "dataset file does not exist");
+  io::ReaderOptions zero_block;
+  zero_block.shuffle_block = 0;
+  HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, path, p, 0, zero_block), "shuffle block must be >= 1");
   io::ShardedReader ok(MPI_COMM_WORLD, path, p, 0, {});
   HPDT_EXPECT_THROW_MSG(ok.resume(0, ok.steps_per_epoch()), "step must be in");
   EXPECT_EQ(ok.next().step, 0);

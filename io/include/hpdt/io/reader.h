@@ -4,6 +4,11 @@
 // Sample order (DistributedSampler semantics, but rank-count independent):
 //   - epoch e's order is a permutation of [0, N) from (seed, e) (Fisher-Yates on Philox), or the
 //     identity when not shuffling. It does not depend on the number of ranks.
+//   - block shuffle (ReaderOptions::shuffle_block = K > 1, opt-in): the permutation shuffles the
+//     ceil(N/K) blocks of K consecutive samples (the last one may be shorter) instead of samples,
+//     then shuffles the positions inside each window of one global batch B (seeded, independent of
+//     the rank count). A step's global batch is then about B/K runs of K adjacent rows of the file,
+//     and every rank's share is still a random mix of all of them. K = 1 is the per-sample order.
 //   - step s covers positions [s*B, (s+1)*B) of that order (B = global batch); rank r of p takes the
 //     contiguous part [s*B + r*b, s*B + (r+1)*b), b = B/p. So the global batch of a step is the same
 //     set of samples, in the same order, at any rank count: concatenating the ranks' batches in rank
@@ -19,12 +24,16 @@
 //
 // Collective reads: every step each rank reads its b samples (sorted, merged into runs of adjacent
 // rows) as one hyperslab selection with H5FD_MPIO_COLLECTIVE; H5Pget_mpio_actual_io_mode is checked
-// after every read and a fallback to independent I/O is counted and logged once.
+// after every read and a fallback to independent I/O is counted and logged once. With a block order
+// on more than one rank the ranks instead read the step's rows in two phases (ReaderOptions::
+// exchange): rank r reads the r-th equal part of the global batch's rows in file order (a few long
+// runs, one collective H5Dread), then one MPI_Alltoallv gives every rank the samples of its share.
 //
-// Threads: all readers of a process share one I/O thread that runs their HDF5 work (open, reads,
-// close) in submission order. Submission happens only on the calling thread at deterministic points
-// (construction, set_epoch/resume, next, destruction), so every rank runs the same collective
-// sequence. Requirements: MPI initialised with MPI_THREAD_MULTIPLE (otherwise the reader works
+// Threads: all readers of a process share one I/O thread that runs their HDF5 and MPI work (open,
+// reads, exchanges, close) in submission order, one decode thread (u8 -> f32, augmentation) that
+// works on batch k while the I/O thread reads batch k+1, and one thread for readahead hints.
+// Submission happens only on the calling thread at deterministic points (construction,
+// set_epoch/resume, next, destruction), so every rank runs the same collective sequence. Requirements: MPI initialised with MPI_THREAD_MULTIPLE (otherwise the reader works
 // synchronously on the calling thread, with a warning), and every rank creates, uses and destroys its
 // readers in the same order. Other HDF5 work while a reader is alive must be non-collective (see
 // hdf5_lock.h).
@@ -49,13 +58,35 @@ struct ReaderOptions {
   ReaderMode mode = ReaderMode::train;
   int prefetch = 2;                      // batches kept ready ahead of next(); 0 = read inside next()
   bool shuffle = true;                   // train mode only
+  // Block-shuffled order (train mode, with shuffle): shuffle blocks of this many consecutive samples,
+  // then the samples inside each global batch (see the top of this file), so that a step reads about
+  // B/K long runs of the file instead of B scattered samples. 1 = per-sample shuffle, exactly the
+  // order of earlier versions (existing checkpoints resume as before). The order depends on K and B,
+  // not on the rank count; resuming with another K or B continues in another order. A global batch
+  // mixes only B/K blocks: keep B/K large enough for training (say >= 8).
+  int64_t shuffle_block = 1;
+  // With shuffle_block > 1 on more than one rank: read the global batch's rows as equal contiguous
+  // parts and redistribute them with MPI_Alltoallv (true, default), or let every rank read its own
+  // scattered rows (false, for comparisons).
+  bool exchange = true;
   bool augment = false;                  // train mode only: random crop with padding + horizontal flip
   int crop_padding = 4;                  // zero padding (in pixels, raw image) around the random crop
   bool hflip = true;                     // with augment: flip horizontally with probability 1/2
   bool normalize = true;                 // (x/255 - mean[c]) / std[c] with the file's mean/std; else x/255
   TailPolicy tail = TailPolicy::drop;    // train mode; eval mode always pads
   bool collective = true;                // collective transfer (false: independent, for comparisons)
+  // Readahead hints: when a batch is queued, ask the kernel to start reading this rank's rows of it
+  // (posix_fadvise WILLNEED on their byte ranges, on a hint thread), so the disk works on the next
+  // batches while the current one is read and decoded. Uncompressed datasets read from the file;
+  // needs prefetch > 0 and MPI_THREAD_MULTIPLE; changes no result.
+  bool readahead = true;
   bool pinned = true;                    // page-locked batch memory when a GPU is usable
+  // Batch memory from a pool instead of a fresh (pinned) allocation per batch. Then Batch::images and
+  // Batch::labels are views (Tensor::wrap) of memory that Batch::memory keeps alive: valid while the
+  // Batch or a copy of it lives (the reader may be gone), reused after. Saves the allocation and
+  // first-touch page faults of a new f32 buffer every batch (docs/io.md), or cudaHostAlloc when
+  // pinned. Off by default: a Tensor copied out of a dropped Batch would dangle.
+  bool reuse_batch_memory = false;
   // Datasets whose /images hold at most this many bytes are read whole into memory at open (one
   // read per rank; every rank keeps a copy) and batches are cut from there: Fashion-MNIST (47 MB)
   // then costs no I/O per step. 0 = always read from the file.
@@ -65,20 +96,27 @@ struct ReaderOptions {
 struct Batch {
   Tensor images;  // f32 [b, C, H, W], CPU (pinned when asked and a GPU is usable)
   Tensor labels;  // i32 [b]
+  std::shared_ptr<void> memory;  // reuse_batch_memory: owns images and labels (back to the pool when released)
   int64_t epoch = 0, step = 0;
   int64_t valid = 0;            // leading samples that are real; < b only in a padded last step
   std::vector<int64_t> indices; // dataset index of each sample (row of /images)
   double wait_seconds = 0;      // how long next() blocked for this batch (0 when it was ready)
   double read_seconds = 0;      // the HDF5 read of this rank's share (on the I/O thread)
+  double exchange_seconds = 0;  // MPI_Alltoallv of a two-phase (block order) read; part of read_seconds
   double decode_seconds = 0;    // u8 -> f32, normalisation and augmentation
+  int64_t runs = 0;             // contiguous runs of rows this rank read for the batch
+  double read_cpu_seconds = 0;  // CPU time of the I/O thread on this batch (user + kernel, incl. page-cache copies)
+  double decode_cpu_seconds = 0;  // CPU time of the decode thread on this batch (incl. page faults of the new tensors)
   bool collective = true;       // H5Pget_mpio_actual_io_mode: collective really happened
 };
 
 struct ReaderStats {
   int64_t batches = 0;
   int64_t independent_fallbacks = 0;  // reads where HDF5 fell back from collective to independent
-  double wait_seconds = 0, read_seconds = 0, decode_seconds = 0;
-  int64_t bytes_read = 0;             // image bytes this rank read from the file
+  double wait_seconds = 0, read_seconds = 0, exchange_seconds = 0, decode_seconds = 0;
+  int64_t bytes_read = 0;             // image bytes of this rank's batches (its share of the samples)
+  int64_t runs = 0;                   // contiguous runs of rows read (a measure of random access)
+  double read_cpu_seconds = 0, decode_cpu_seconds = 0;  // thread CPU time (load-independent cost)
 };
 
 class ShardedReader {
@@ -105,7 +143,9 @@ class ShardedReader {
 
   // The order of epoch `epoch` (a permutation of [0, n) when shuffling) and the dataset indices of
   // rank `rank`'s share of step `step`: the pure functions the reader follows, for tests and tools.
-  static std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
+  // block > 1: the block-shuffled order with windows of `window` positions (the global batch).
+  static std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int64_t block = 1,
+                                          int64_t window = 0);
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t step, int rank) const;
 
   struct Impl;
