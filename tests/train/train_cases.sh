@@ -7,7 +7,8 @@
 #   algos               every all-reduce algorithm trains a few steps with falling loss
 #   compress            every compression x every algorithm trains a few steps with falling loss; a
 #                       preempted + resumed run with error feedback ends bit-identical to an uninterrupted one
-#   bad-input           clear errors, exit 2, nothing overwritten
+#   bad-input           clear errors, exit 2, nothing overwritten (and --device cuda: exit 2 naming the
+#                       ranks without a GPU, or one step where GPUs exist)
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
 set -uo pipefail
@@ -120,6 +121,17 @@ bad-input)
   expect_error "$w/text.h5" --data "$w/text.h5"
   timeout 60 "$prepare" --out "$w/wide.h5" --synthetic 64 --shape 1,28,32 --classes 10 > /dev/null || fail "prepare"
   expect_error "square" --data "$w/wide.h5"
+  expect_error "--kernels vendor needs --device cuda" --kernels vendor
+  # --device cuda where no GPU is usable: every rank stops, one message naming each rank, its host and the
+  # reason; where GPUs exist the same command trains one step on them.
+  run 2 --device cuda --eval false --max-steps 1 --batch 8 > "$w/cuda.log" 2>&1
+  rc=$?
+  if [ $rc -eq 2 ]; then
+    { grep -q "no usable GPU on rank 0 (" "$w/cuda.log" && grep -q "rank 1 (" "$w/cuda.log"; } ||
+      { cat "$w/cuda.log"; fail "--device cuda without a GPU: the message should name ranks 0 and 1"; }
+  elif [ $rc -ne 0 ]; then
+    cat "$w/cuda.log"; fail "--device cuda: exit $rc"
+  fi
   echo '{"keep": "me"}' > "$w/old.jsonl"
   expect_error "already exists" --max-steps 1 --metrics "$w/old.jsonl"
   grep -q keep "$w/old.jsonl" || fail "an existing metrics file was overwritten"
