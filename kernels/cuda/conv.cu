@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
@@ -59,6 +60,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
                : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of the committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -116,6 +123,17 @@ constexpr int kStagePitch = kBN + 8;  // f32 epilogue staging rows: float2 / flo
 constexpr int kStageBytesTc = 64 * kStagePitch * 4;  // one warp row (64 rows) staged at a time
 
 enum Gather { kGeneric = 0, kChannels = 1, kDirect = 2 };
+
+// Pipeline depth: 2 stages where an operand is gathered through registers (loaded before a stage's math, stored
+// after it); 4 where both operands are cp.async (1x1 stride-1 convs), in dynamic shared memory.
+template <int MODE>
+constexpr int kGemmStages = MODE == kDirect ? 4 : 2;
+template <int BM, int MODE>
+constexpr int kGemmSmemBytes = std::max(kGemmStages<MODE> * (BM * kPitchK + kTcBK * kPitchN) * 2, kStageBytesTc);
+template <bool kAsync>
+constexpr int kWgradStages = kAsync ? 4 : 2;
+template <int BM, bool kAsync>
+constexpr int kWgradSmemBytes = std::max(kWgradStages<kAsync> * (BM + kBN) * kPitchK * 2, kStageBytesTc);
 
 // ---- forward / backward-data implicit GEMM -----------------------------------------------------------------
 
@@ -314,10 +332,10 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   constexpr int kBPerThread = kTcBK / kRowStep;   // 32 or 16 register-staged B elements
   constexpr int kAStage = BM * kPitchK;           // 16-bit elements
   constexpr int kBStage = kTcBK * kPitchN;
-  constexpr int kPipeBytes = 2 * (kAStage + kBStage) * 2;
-  __shared__ __align__(16) unsigned char smem[kPipeBytes > kStageBytesTc ? kPipeBytes : kStageBytesTc];
-  uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [2][BM][kPitchK]
-  uint16_t* Bs = As + 2 * kAStage;                   // [2][kTcBK][kPitchN]
+  constexpr int kStages = kGemmStages<MODE>;
+  extern __shared__ __align__(16) unsigned char smem[];  // kGemmSmemBytes<BM, MODE>
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem);     // [kStages][BM][kPitchK]
+  uint16_t* Bs = As + kStages * kAStage;                // [kStages][kTcBK][kPitchN]
 
   const uint16_t* __restrict__ a = static_cast<const uint16_t*>(p.a);
   const uint16_t* __restrict__ src = static_cast<const uint16_t*>(p.src);
@@ -397,20 +415,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   };
 
   float acc[4][4][4] = {};
-  if (KT > 0) {
-    load_a(0, 0);
-    fetch_b(0, 0);
-    stash_b(0);
-    cp_async_wait_all();
-    __syncthreads();
-  }
-  for (int kt = 0; kt < KT; ++kt) {
-    const int stage = kt & 1;
-    const bool more = kt + 1 < KT;
-    if (more) {
-      load_a(kt + 1, stage ^ 1);
-      fetch_b(kt + 1, stage ^ 1);
-    }
+  auto compute = [&](int stage) {
     const uint16_t* as = As + stage * kAStage;
     const uint16_t* bs = Bs + stage * kBStage;
 #pragma unroll
@@ -430,9 +435,52 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
     }
-    if (more) stash_b(stage ^ 1);
+  };
+
+  if constexpr (kStages > 2) {
+    // All cp.async: tiles kt + 1 .. kt + kStages - 1 are in flight while tile kt is multiplied. One commit group
+    // per tile (empty past the end), so wait_group<kStages - 2> at the top of iteration kt means tile kt landed.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < KT) {
+        load_a(s, s);
+        fetch_b(s, s);
+      }
+      cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile kt visible to all; every warp is done with tile kt - 1, whose stage is refilled now
+      const int next = kt + kStages - 1;
+      if (next < KT) {
+        load_a(next, next % kStages);
+        fetch_b(next, next % kStages);
+      }
+      cp_async_commit();
+      compute(kt % kStages);
+    }
     cp_async_wait_all();
-    __syncthreads();
+  } else {
+    // Register-staged B: the gathers for tile kt + 1 are issued before tile kt's math and stored after it.
+    if (KT > 0) {
+      load_a(0, 0);
+      fetch_b(0, 0);
+      stash_b(0);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+      const int stage = kt & 1;
+      const bool more = kt + 1 < KT;
+      if (more) {
+        load_a(kt + 1, stage ^ 1);
+        fetch_b(kt + 1, stage ^ 1);
+      }
+      compute(stage);
+      if (more) stash_b(stage ^ 1);
+      cp_async_wait_all();
+      __syncthreads();
+    }
   }
 
   // Epilogue: one warp row (64 output channels) at a time through shared memory, coalesced stores.
@@ -669,16 +717,16 @@ template <class T, int BM, bool kVecDy, int XMODE>
 __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   constexpr int kThreads = 2 * BM;
   constexpr int kAStage = BM * kPitchK, kBStage = kBN * kPitchK;
-  constexpr int kPipeBytes = 2 * (kAStage + kBStage) * 2;
   constexpr int kAPerThread = BM * kTcBK / kThreads;   // 16
   constexpr int kBPerThread = kBN * kTcBK / kThreads;  // 16 or 32
   constexpr int kRows = kThreads / 32;                 // rows per pass of the element loaders
   constexpr int kChunkRows = kThreads / 4;             // rows per pass of the 16-byte loaders
-  __shared__ __align__(16) unsigned char smem[kPipeBytes > kStageBytesTc ? kPipeBytes : kStageBytesTc];
   constexpr bool kDirectX = XMODE == kDirect, kTapMajor = XMODE == kChannels;
+  constexpr int kStages = kWgradStages<kVecDy && kDirectX>;
+  extern __shared__ __align__(16) unsigned char smem[];  // kWgradSmemBytes<BM, kVecDy && kDirectX>
   __shared__ int4 tab[kDirectX ? 1 : kBN];
-  uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [2][BM][kPitchK]
-  uint16_t* Bs = As + 2 * kAStage;                   // [2][kBN][kPitchK]
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [kStages][BM][kPitchK]
+  uint16_t* Bs = As + kStages * kAStage;             // [kStages][kBN][kPitchK]
 
   const uint16_t* __restrict__ dy = static_cast<const uint16_t*>(p.dy);
   const uint16_t* __restrict__ x = static_cast<const uint16_t*>(p.x);
@@ -759,16 +807,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   };
 
   float acc[4][4][4] = {};
-  if (kt0 < kt1) {
-    fetch(kt0, 0);
-    stash(0);
-    cp_async_wait_all();
-    __syncthreads();
-  }
-  for (int kt = kt0; kt < kt1; ++kt) {
-    const int stage = (kt - kt0) & 1;
-    const bool more = kt + 1 < kt1;
-    if (more) fetch(kt + 1, stage ^ 1);
+  auto compute = [&](int stage) {
     const uint16_t* as = As + stage * kAStage;
     const uint16_t* bs = Bs + stage * kBStage;
 #pragma unroll
@@ -788,9 +827,40 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
     }
-    if (more) stash(stage ^ 1);
+  };
+
+  if constexpr (kStages > 2) {
+    // All cp.async (see conv_gemm_tc): one commit group per tile, tile t of this split in stage t % kStages.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (kt0 + s < kt1) fetch(kt0 + s, s);
+      cp_async_commit();
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      const int next = kt + kStages - 1;
+      if (next < kt1) fetch(next, (next - kt0) % kStages);
+      cp_async_commit();
+      compute((kt - kt0) % kStages);
+    }
     cp_async_wait_all();
-    __syncthreads();
+  } else {
+    if (kt0 < kt1) {
+      fetch(kt0, 0);
+      stash(0);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      const int stage = (kt - kt0) & 1;
+      const bool more = kt + 1 < kt1;
+      if (more) fetch(kt + 1, stage ^ 1);
+      compute(stage);
+      if (more) stash(stage ^ 1);
+      cp_async_wait_all();
+      __syncthreads();
+    }
   }
 
   const int col = tid % kBN, rstep = kThreads / kBN;
@@ -903,6 +973,33 @@ void launch_repack(const T* w, T* out, const Repack& r, cudaStream_t st) {
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
+// Dynamic shared memory above the default 48 KB is opted into once per kernel and device.
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices_done) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0;
+  HPDT_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (devices_done.load(std::memory_order_acquire) & bit) return;
+  HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  devices_done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <class T, int BM, int MODE>
+void launch_gemm_tc(const GemmConv& p, dim3 grid, cudaStream_t st) {
+  static std::atomic<uint64_t> done{0};
+  allow_dynamic_smem(conv_gemm_tc<T, BM, MODE>, kGemmSmemBytes<BM, MODE>, done);
+  conv_gemm_tc<T, BM, MODE><<<grid, 2 * BM, kGemmSmemBytes<BM, MODE>, st>>>(p);
+}
+
+template <class T, int BM, bool kVecDy, int XMODE>
+void launch_wgrad_tc(const GemmWgrad& p, dim3 grid, cudaStream_t st) {
+  constexpr int bytes = kWgradSmemBytes<BM, kVecDy && XMODE == kDirect>;
+  static std::atomic<uint64_t> done{0};
+  allow_dynamic_smem(conv_wgrad_tc<T, BM, kVecDy, XMODE>, bytes, done);
+  conv_wgrad_tc<T, BM, kVecDy, XMODE><<<grid, 2 * BM, bytes, st>>>(p);
+}
+
 template <class T>
 void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
   if (p.npix == 0 || p.M == 0) return;
@@ -916,13 +1013,13 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
     if (small) conv_gemm_simt<T, 64><<<grid, 128, 0, st>>>(p);
     else conv_gemm_simt<T, 128><<<grid, 256, 0, st>>>(p);
   } else if (small) {
-    if (mode == kDirect) conv_gemm_tc<T, 64, kDirect><<<grid, 128, 0, st>>>(p);
-    else if (mode == kChannels) conv_gemm_tc<T, 64, kChannels><<<grid, 128, 0, st>>>(p);
-    else conv_gemm_tc<T, 64, kGeneric><<<grid, 128, 0, st>>>(p);
+    if (mode == kDirect) launch_gemm_tc<T, 64, kDirect>(p, grid, st);
+    else if (mode == kChannels) launch_gemm_tc<T, 64, kChannels>(p, grid, st);
+    else launch_gemm_tc<T, 64, kGeneric>(p, grid, st);
   } else {
-    if (mode == kDirect) conv_gemm_tc<T, 128, kDirect><<<grid, 256, 0, st>>>(p);
-    else if (mode == kChannels) conv_gemm_tc<T, 128, kChannels><<<grid, 256, 0, st>>>(p);
-    else conv_gemm_tc<T, 128, kGeneric><<<grid, 256, 0, st>>>(p);
+    if (mode == kDirect) launch_gemm_tc<T, 128, kDirect>(p, grid, st);
+    else if (mode == kChannels) launch_gemm_tc<T, 128, kChannels>(p, grid, st);
+    else launch_gemm_tc<T, 128, kGeneric>(p, grid, st);
   }
   HPDT_CUDA_CHECK_LAUNCH();
 }
@@ -1077,18 +1174,18 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
     const bool direct_x = vec_dy && s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && aligned16(x.data());
     const bool channels_x = s.c_in % 32 == 0;
     if (direct_x) {
-      if (small) conv_wgrad_tc<T, 64, true, kDirect><<<grid, threads, 0, st>>>(p);
-      else conv_wgrad_tc<T, 128, true, kDirect><<<grid, threads, 0, st>>>(p);
+      if (small) launch_wgrad_tc<T, 64, true, kDirect>(p, grid, st);
+      else launch_wgrad_tc<T, 128, true, kDirect>(p, grid, st);
     } else if (channels_x) {
-      if (vec_dy && small) conv_wgrad_tc<T, 64, true, kChannels><<<grid, threads, 0, st>>>(p);
-      else if (vec_dy) conv_wgrad_tc<T, 128, true, kChannels><<<grid, threads, 0, st>>>(p);
-      else if (small) conv_wgrad_tc<T, 64, false, kChannels><<<grid, threads, 0, st>>>(p);
-      else conv_wgrad_tc<T, 128, false, kChannels><<<grid, threads, 0, st>>>(p);
+      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kChannels>(p, grid, st);
+      else if (vec_dy) launch_wgrad_tc<T, 128, true, kChannels>(p, grid, st);
+      else if (small) launch_wgrad_tc<T, 64, false, kChannels>(p, grid, st);
+      else launch_wgrad_tc<T, 128, false, kChannels>(p, grid, st);
     } else {
-      if (vec_dy && small) conv_wgrad_tc<T, 64, true, kGeneric><<<grid, threads, 0, st>>>(p);
-      else if (vec_dy) conv_wgrad_tc<T, 128, true, kGeneric><<<grid, threads, 0, st>>>(p);
-      else if (small) conv_wgrad_tc<T, 64, false, kGeneric><<<grid, threads, 0, st>>>(p);
-      else conv_wgrad_tc<T, 128, false, kGeneric><<<grid, threads, 0, st>>>(p);
+      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kGeneric>(p, grid, st);
+      else if (vec_dy) launch_wgrad_tc<T, 128, true, kGeneric>(p, grid, st);
+      else if (small) launch_wgrad_tc<T, 64, false, kGeneric>(p, grid, st);
+      else launch_wgrad_tc<T, 128, false, kGeneric>(p, grid, st);
     }
   }
   HPDT_CUDA_CHECK_LAUNCH();
