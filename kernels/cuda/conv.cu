@@ -8,7 +8,7 @@
 //                    (one launch per stride phase: see run_backward_data)
 //   backward-filter  dw[co][k]     = sum_P  dy[co][P] * x(k, P)            M = co, N = ci * taps, K = pixels
 // w' and w'' are the weights repacked tap-major (k = tap * C + channel), so that a 32-wide k tile of a layer
-// with C % 32 == 0 sits in one tap and its 32 gathers share one bounds check (the "channels" gather).
+// with C % 16 == 0 has one tap per 16-row half, whose 16 gathers share one bounds check (the "channels" gather).
 //
 // Variants (each for the three directions, chosen by ConvVariant):
 //   v1 SIMT: 64|128 x 128 block tile, k step 8, 8 x 8 outputs per thread from f32 shared memory, register-staged
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(2 * BM, 2) conv_gemm_simt(const GemmConv p) {
 
 // v2: tensor cores. Block tile BM x 128 x 32, warps (BM / 64) x 4 of 64 x 32 (4 x 4 mma tiles each).
 // A (weights) by cp.async; B by cp.async (kDirect: 1x1 stride-1 unpadded, plane % 8 == 0, so 8 pixels are 16
-// contiguous bytes of one channel plane) or gathered into registers (kChannels: C % 32 == 0, one tap per k tile;
+// contiguous bytes of one channel plane) or gathered into registers (kChannels: C % 16 == 0, one tap per half tile;
 // kGeneric: any shape).
 template <class T, int BM, int MODE>
 __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
@@ -368,7 +368,6 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   } else {
     g = pixel_gather(p, n0 + col);
   }
-  int c0 = 0, jr = 0, jc = 0;  // kChannels: the next tile's first channel and tap
   uint16_t breg[MODE == kDirect ? 1 : kBPerThread];
 
   auto fetch_b = [&](int kt, int stage) {
@@ -381,22 +380,25 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
                    ok ? src + g.img_offset + int64_t(k) * p.plane : src, ok);
       }
     } else if constexpr (MODE == kChannels) {
-      (void)kt;
+      // C % 16 == 0: each 16-row half of the k tile lies in one tap. The thread's rows krow0 + j * kRowStep,
+      // j = kPerHalf * half + jj, are channels c0 + krow0 + jj * kRowStep of that tap: one bounds check per half.
       (void)stage;
-      const int y = g.by + p.tsign * jr, x = g.bx + p.tsign * jc;
-      if (g.ok && unsigned(y) < unsigned(p.Hs) && unsigned(x) < unsigned(p.Ws)) {
-        const uint16_t* s = src + g.img_offset + (int64_t(c0 + krow0) * p.plane + y * p.Ws + x);
-        const int step = kRowStep * p.plane;
+      constexpr int kPerHalf = kBPerThread / 2;
 #pragma unroll
-        for (int j = 0; j < kBPerThread; ++j) breg[j] = __ldg(s + j * step);
-      } else {
+      for (int half = 0; half < 2; ++half) {
+        const int k = kt * kTcBK + half * 16;
+        const int tap = p.div_c.div(k), c0 = k - tap * p.C;
+        const int jr = p.div_kw.div(tap), jc = tap - jr * p.div_kw.value();
+        const int y = g.by + p.tsign * jr, x = g.bx + p.tsign * jc;
+        if (g.ok && k < p.K && unsigned(y) < unsigned(p.Hs) && unsigned(x) < unsigned(p.Ws)) {
+          const uint16_t* s = src + g.img_offset + (int64_t(c0 + krow0) * p.plane + y * p.Ws + x);
+          const int step = kRowStep * p.plane;
 #pragma unroll
-        for (int j = 0; j < kBPerThread; ++j) breg[j] = 0;
-      }
-      c0 += kTcBK;
-      if (c0 == p.C) {
-        c0 = 0;
-        if (++jc == p.div_kw.value()) jc = 0, ++jr;
+          for (int jj = 0; jj < kPerHalf; ++jj) breg[half * kPerHalf + jj] = __ldg(s + jj * step);
+        } else {
+#pragma unroll
+          for (int jj = 0; jj < kPerHalf; ++jj) breg[half * kPerHalf + jj] = 0;
+        }
       }
     } else {
       (void)stage;
@@ -710,8 +712,8 @@ __global__ void __launch_bounds__(2 * BM, 2) conv_wgrad_simt(const GemmWgrad p) 
 
 // v2: tensor-core backward-filter. A = dy tile [co][32 pixels] (cp.async when oh * ow % 8 == 0: 8 pixels are 16
 // contiguous bytes of one plane), B = x tile [k][32 pixels]: cp.async for 1x1 stride-1 unpadded convs (kDirect),
-// else gathered through the column table: tap-major columns when ci % 32 == 0 (kChannels: one bounds check per
-// 32 columns, as the forward's channels gather), dw's own order otherwise (kGeneric). Both tiles are
+// else gathered through the column table: tap-major columns when ci % 16 == 0 (kChannels: one bounds check per
+// 16 columns, as the forward's channels gather), dw's own order otherwise (kGeneric). Both tiles are
 // k-contiguous, so both fragments are plain ldmatrix.
 template <class T, int BM, bool kVecDy, int XMODE>
 __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
@@ -769,13 +771,13 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
         cp_async16(Bs + stage * kBStage + row * kPitchK + q * 8, ok ? x + w.x_offset + int64_t(k) * p.ohw : x, ok);
       }
     } else if constexpr (kTapMajor) {
-      // The thread's rows row0 + i * kRows, i = 32 / kRows * g + j, lie in column group g (32 columns, one tap):
-      // one bounds check per group, then loads kRows channels apart.
+      // The thread's rows row0 + i * kRows, i = 16 / kRows * g + j, lie in column group g (16 columns, one tap as
+      // ci % 16 == 0): one bounds check per group, then loads kRows channels apart.
       const WgradPixel wx = kVecDy ? wgrad_pixel(p, kt * kTcBK + pl) : w;
-      constexpr int kPerGroup = 32 / kRows;
+      constexpr int kPerGroup = 16 / kRows;
 #pragma unroll
-      for (int g = 0; g < kBN / 32; ++g) {
-        const int4 e = tab[32 * g + row0];
+      for (int g = 0; g < kBN / 16; ++g) {
+        const int4 e = tab[16 * g + row0];
         const int y = wx.by + e.y, xx = wx.bx + e.z;
         if (wx.ok && e.w && unsigned(y) < unsigned(p.H) && unsigned(xx) < unsigned(p.W)) {
           const uint16_t* s = x + wx.x_offset + e.x;
@@ -1025,10 +1027,10 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
 }
 
 // The gather mode of a v2 launch: direct needs a 1x1 stride-1 unpadded tap (one phase covering the plane), a
-// plane of whole 16-byte chunks and an aligned source; channels needs whole 32-channel k tiles.
+// plane of whole 16-byte chunks and an aligned source; channels needs 16-channel halves of k tiles in one tap.
 int gather_mode(const GemmConv& p, bool one_by_one_unit) {
   if (one_by_one_unit && p.plane % 8 == 0 && aligned16(p.src)) return kDirect;
-  if (p.C % kTcBK == 0) return kChannels;
+  if (p.C % 16 == 0) return kChannels;
   return kGeneric;
 }
 
@@ -1172,7 +1174,7 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
   } else {
     const bool vec_dy = (oh * ow) % 8 == 0 && aligned16(dy.data());
     const bool direct_x = vec_dy && s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && aligned16(x.data());
-    const bool channels_x = s.c_in % 32 == 0;
+    const bool channels_x = s.c_in % 16 == 0;
     if (direct_x) {
       if (small) launch_wgrad_tc<T, 64, true, kDirect>(p, grid, st);
       else launch_wgrad_tc<T, 128, true, kDirect>(p, grid, st);
