@@ -2,7 +2,8 @@
 //   v1 (SIMT), v2 (tensor cores: f16, bf16) and cuDNN, called through hpdt/kernels/cuda/conv.h; then the public
 //   entry points (device dispatch, the vendor switch, the fused epilogue, the error messages) on GPU tensors.
 // Inputs are fresh uniform [-1, 1) numbers, rounded through the dtype for the oracle (round_through); y and dx are
-// poisoned (NaN) before each run; dw and dbias, accumulated (+=), start from random values.
+// poisoned (NaN) before each run; dw and dbias, accumulated (+=), start from random values. Built again for the
+// CPU emulator of CUDA (HPDT_CUDA_EMU), the same cases run smaller and without cuDNN.
 //
 // Tolerances, for a sum of L products of numbers in [-1, 1) (L = ci*kh*kw forward, co*kh*kw backward-data,
 // n*oh*ow backward-filter; partial sums are O(sqrt(L))):
@@ -38,11 +39,21 @@ using kernels::Conv2dEpilogue;
 using kernels::Conv2dShape;
 using test::Tolerance;
 
+// Under the CPU emulator of CUDA (tests/cuda_emu: one CUDA thread at a time) the big shapes shrink and cuDNN,
+// which cannot run on the CPU, is left out.
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
 enum class Impl { v1, v2, cudnn };
 const char* impl_name(Impl i) { return i == Impl::v1 ? "v1-simt" : i == Impl::v2 ? "v2-tensor-core" : "cudnn"; }
 std::vector<Impl> impls_for(DType dt) {
-  if (dt == DType::f32) return {Impl::v1, Impl::cudnn};
-  return {Impl::v1, Impl::v2, Impl::cudnn};
+  std::vector<Impl> impls{Impl::v1};
+  if (dt != DType::f32) impls.push_back(Impl::v2);
+  if (!kEmulated) impls.push_back(Impl::cudnn);
+  return impls;
 }
 
 double storage_eps(DType dt) { return dt == DType::f32 ? 0x1p-24 : dt == DType::f16 ? 0x1p-11 : 0x1p-8; }
@@ -62,6 +73,15 @@ struct Case {
   int64_t n, ci, h, w, co, k, stride, pad;
   Conv2dShape shape() const { return Conv2dShape{n, ci, h, w, co, k, k, stride, pad}; }
 };
+
+// The case as run: under emulation at most 2 images of at most max(16, 2k) x max(16, 2k) (channels, kernel,
+// stride and padding kept, so every code path stays).
+Case sized(Case c) {
+  if (!kEmulated) return c;
+  const int64_t plane = std::max<int64_t>(16, 2 * c.k);
+  c.n = std::min<int64_t>(c.n, 2), c.h = std::min(c.h, plane), c.w = std::min(c.w, plane);
+  return c;
+}
 
 // The oracle's results for one case and dtype, from the inputs rounded through the dtype.
 struct Expected {
@@ -102,7 +122,8 @@ class ConvCuda : public test::CudaOracleTest {
 #endif
 
   // ---- one case: every dtype, every implementation, every direction ----
-  void check_case(const Case& c, bool bias) {
+  void check_case(const Case& full, bool bias) {
+    const Case c = sized(full);
     const Conv2dShape s = c.shape();
     const int64_t oh = s.out_h(), ow = s.out_w();
     const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, s.kh, s.kw}, ys{s.n, s.c_out, oh, ow}, bs{s.c_out};
@@ -223,7 +244,8 @@ TEST_F(ConvCuda, FusedEpilogue) {
   const Case cases[] = {{"k3 s1 p1", 3, 5, 9, 11, 7, 3, 1, 1},
                         {"1x1 64->256 at 28", 2, 64, 28, 28, 256, 1, 1, 0},
                         {"3x3 s2 32->64", 4, 32, 14, 14, 64, 3, 2, 1}};
-  for (const Case& c : cases) {
+  for (const Case& full : cases) {
+    const Case c = sized(full);
     const Conv2dShape s = c.shape();
     const Shape ys{s.n, s.c_out, s.out_h(), s.out_w()};
     const int64_t plane = s.out_h() * s.out_w();
@@ -280,6 +302,7 @@ TEST_F(ConvCuda, FusedEpilogue) {
 // ---- ours against cuDNN on a large bf16 case ------------------------------------------------------------------
 
 TEST_F(ConvCuda, OursVsCudnnLargeBf16) {
+  if (kEmulated) GTEST_SKIP() << "cuDNN cannot run in the CUDA emulator";
   // Too big for the CPU oracle to be quick: the reference is v1 in f32 on the bf16-rounded inputs (v1 f32 is
   // itself checked against the CPU above). Ours (v2, bf16) and cuDNN (bf16) must each be within the bf16
   // tolerance of it, and within two bf16 roundings of each other.
@@ -327,8 +350,8 @@ TEST_F(ConvCuda, OursVsCudnnLargeBf16) {
 
 TEST_F(ConvCuda, BackwardFilterIsDeterministic) {
   // Many split-K partials (the 3x3 64->64 at 56 x 56 has 5 column tiles, so the pixel sum is split ~24 ways).
-  const Conv2dShape s{2, 64, 56, 56, 64, 3, 3, 1, 1};
-  const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.c_out, 56, 56};
+  const Conv2dShape s = sized({"3x3 64->64 at 56", 2, 64, 56, 56, 64, 3, 1, 1}).shape();
+  const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.c_out, s.h, s.w};
   for (DType dt : test::kCudaTestDtypes) {
     const Tensor x = to_gpu(random(xs), dt), dy = to_gpu(random(ys), dt), dw0 = random(ws), db0 = random({s.c_out});
     for (Impl impl : impls_for(dt)) {
@@ -362,6 +385,7 @@ TEST_F(ConvCuda, PublicEntryPointsBothBackends) {
   const Conv2dShape s = c.shape();
   const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.c_out, s.out_h(), s.out_w()};
   for (kernels::KernelBackend backend : {kernels::KernelBackend::ours, kernels::KernelBackend::vendor}) {
+    if (kEmulated && backend == kernels::KernelBackend::vendor) continue;
     BackendScope scope(backend);
     const Impl as = backend == kernels::KernelBackend::vendor ? Impl::cudnn : Impl::v2;
     for (DType dt : test::kCudaTestDtypes) {
