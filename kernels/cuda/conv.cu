@@ -14,9 +14,11 @@
 //   v1 SIMT: 64|128 x 128 block tile, k step 8, 8 x 8 outputs per thread from f32 shared memory, register-staged
 //      double buffering; f32, f16, bf16 storage.
 //   v2 tensor cores (f16, bf16): 64|128 x 128 x 32 block tile, 4|8 warps of 64 x 32, mma.sync.m16n8k16 with f32
-//      accumulators, ldmatrix fragments, double-buffered shared memory filled by cp.async where the operand is
-//      contiguous (weights; x/dy of 1x1 stride-1 convs and dy in backward-filter when the plane is a multiple
-//      of 8) and by register-staged gathers otherwise (loaded before the math, stored after it).
+//      accumulators, ldmatrix fragments. Shared memory is filled by cp.async where the operand is contiguous
+//      (weights; x/dy of 1x1 stride-1 convs; dy in backward-filter when the plane is a multiple of 8) and by
+//      register-staged gathers otherwise (loaded before a stage's math, stored after it): 2 stages when a gather is
+//      involved, 4 when every operand is cp.async (1x1 stride-1 convs, which are plain GEMMs in NCHW).
+//      Backward-data and backward-filter gather x/dy tap-major too (channels / column tables).
 // Both stage the f32 accumulators through shared memory for coalesced stores; the forward epilogue adds bias,
 // applies per-channel scale/shift, a residual and ReLU (conv2d_forward_fused) before the one rounding to T.
 // Backward-filter splits the pixel reduction over blockIdx.z into f32 partials summed in a fixed order
