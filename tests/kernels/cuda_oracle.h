@@ -23,6 +23,27 @@
 
 namespace hpdt::test {
 
+// True when the test runs in the CPU emulator of CUDA (tests/cuda_emu, docs/cuda-emulator.md): every
+// kernel runs there one CUDA thread at a time, so tests shrink their largest shapes, and the vendor
+// backend (cuBLAS, cuDNN) is not available.
+constexpr bool emulated() {
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The vendor backend (cuBLAS, cuDNN) runs only on a GPU: under emulation a test that compares against it
+// skips with this (visibly), and a test that loops over both backends leaves the vendor one out
+// (`if (vendor && !vendor_available()) continue;`).
+constexpr bool vendor_available() { return !emulated(); }
+#define HPDT_SKIP_WITHOUT_VENDOR()                                                                   \
+  do {                                                                                               \
+    if (!::hpdt::test::vendor_available())                                                           \
+      GTEST_SKIP() << "the vendor backend (cuBLAS/cuDNN) is not available in the CUDA emulator";     \
+  } while (0)
+
 struct Tolerance {
   double rtol = 0, atol = 0;
 };

@@ -1,0 +1,226 @@
+// Shim <cuda_runtime.h> of the CPU emulator of CUDA (tests/cuda_emu, docs/cuda-emulator.md): the runtime
+// API subset hpdt uses, run on host memory, plus the device-side built-ins (cuda_emu/device.h). It is first
+// on the include path of the emulated targets only; real CUDA builds never see it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_emu/types.h"
+
+#define CUDA_EMU 1
+#define CUDART_VERSION 13000
+
+enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorCudartUnloading = 4,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidPitchValue = 12,
+  cudaErrorInvalidSymbol = 13,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
+  cudaErrorUnknown = 999,
+};
+typedef enum cudaError cudaError_t;
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocPortable 0x01
+#define cudaHostAllocMapped 0x02
+#define cudaHostAllocWriteCombined 0x04
+#define cudaHostRegisterDefault 0x00
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+
+enum cudaDeviceAttr {
+  cudaDevAttrMaxThreadsPerBlock = 1,
+  cudaDevAttrMaxBlockDimX = 2,
+  cudaDevAttrMaxBlockDimY = 3,
+  cudaDevAttrMaxBlockDimZ = 4,
+  cudaDevAttrMaxGridDimX = 5,
+  cudaDevAttrMaxGridDimY = 6,
+  cudaDevAttrMaxGridDimZ = 7,
+  cudaDevAttrMaxSharedMemoryPerBlock = 8,
+  cudaDevAttrTotalConstantMemory = 9,
+  cudaDevAttrWarpSize = 10,
+  cudaDevAttrMaxRegistersPerBlock = 12,
+  cudaDevAttrClockRate = 13,
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMemoryClockRate = 36,
+  cudaDevAttrGlobalMemoryBusWidth = 37,
+  cudaDevAttrL2CacheSize = 38,
+  cudaDevAttrMaxThreadsPerMultiProcessor = 39,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+  cudaDevAttrMaxRegistersPerMultiprocessor = 82,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+
+// library_types.h
+typedef enum cudaDataType_t {
+  CUDA_R_32F = 0,
+  CUDA_R_64F = 1,
+  CUDA_R_16F = 2,
+  CUDA_R_8I = 3,
+  CUDA_R_32I = 10,
+  CUDA_R_16BF = 14,
+} cudaDataType;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlock;
+  int regsPerBlock;
+  int warpSize;
+  size_t memPitch;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int clockRate;
+  size_t totalConstMem;
+  int major;
+  int minor;
+  int multiProcessorCount;
+  int memoryClockRate;
+  int memoryBusWidth;
+  int l2CacheSize;
+  int maxThreadsPerMultiProcessor;
+  size_t sharedMemPerMultiprocessor;
+  int regsPerMultiprocessor;
+  size_t sharedMemPerBlockOptin;
+  int pciBusID;
+  int pciDeviceID;
+  int pciDomainID;
+};
+
+struct cudaFuncAttributes {
+  size_t sharedSizeBytes;
+  size_t constSizeBytes;
+  size_t localSizeBytes;
+  int maxThreadsPerBlock;
+  int numRegs;
+  int ptxVersion;
+  int binaryVersion;
+  int maxDynamicSharedSizeBytes;
+};
+
+struct cudaPointerAttributes {
+  int type;  // 0 unregistered, 1 host, 2 device
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
+
+const char* cudaGetErrorName(cudaError_t error);
+const char* cudaGetErrorString(cudaError_t error);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaDriverGetVersion(int* version);
+cudaError_t cudaRuntimeGetVersion(int* version);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaDeviceReset();
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer);
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags);
+
+cudaError_t cudaMalloc(void** ptr, size_t size);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMallocHost(void** ptr, size_t size);
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags);
+cudaError_t cudaFreeHost(void* ptr);
+cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags);
+cudaError_t cudaHostUnregister(void* ptr);
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream = 0);
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream = 0);
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device, size_t count);
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t count,
+                                cudaStream_t stream = 0);
+cudaError_t cudaMemset(void* ptr, int value, size_t count);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream = 0);
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
+
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func);
+template <class T>
+inline cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int value) {
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
+}
+template <class T>
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, T* func) {
+  return cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(func));
+}
+
+// The C++ overloads of cuda_runtime.h.
+template <class T>
+inline cudaError_t cudaMalloc(T** ptr, size_t size) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), size);
+}
+template <class T>
+inline cudaError_t cudaMallocHost(T** ptr, size_t size) {
+  return cudaMallocHost(reinterpret_cast<void**>(ptr), size);
+}
+template <class T>
+inline cudaError_t cudaHostAlloc(T** ptr, size_t size, unsigned int flags) {
+  return cudaHostAlloc(reinterpret_cast<void**>(ptr), size, flags);
+}
+
+#include "cuda_emu/device.h"

@@ -1,0 +1,400 @@
+// Tests of the CPU emulator of CUDA itself (tests/cuda_emu): this file is CUDA, transformed by transform.py like
+// kernels/cuda/*.cu. Barriers, shuffles and votes against their CUDA definitions; ldmatrix + mma.sync against a
+// host matrix product using the canonical fragment addressing (so a wrong PTX layout shows); cp.async groups;
+// launch-configuration errors; and the faults the emulator must stop on (deadlocks, divergent barriers, masks,
+// out-of-bounds shared memory, __launch_bounds__), as death tests.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+// Device buffers: cudaMalloc'd, copied up and down.
+template <class T>
+struct Buf {
+  T* d = nullptr;
+  size_t n = 0;
+  explicit Buf(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&d, n * sizeof(T)), cudaSuccess); }
+  Buf(const std::vector<T>& h) : Buf(h.size()) { up(h); }
+  ~Buf() { cudaFree(d); }
+  void up(const std::vector<T>& h) { EXPECT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
+  std::vector<T> down() const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+// ---- barriers and shared memory ----------------------------------------------------------------------------
+// Block sums through static shared memory, two barriers per step; 2-D blocks.
+__global__ void block_sum(const float* x, float* out, int n) {
+  __shared__ float buf[256];
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int i = blockIdx.x * 256 + t;
+  buf[t] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  for (int s = 128; s > 0; s >>= 1) {
+    if (t < s) buf[t] += buf[t + s];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = buf[0];
+}
+
+TEST(CudaEmu, BlockBarrierReduction) {
+  const int n = 1000, blocks = 4;
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) x[size_t(i)] = float(i % 17);
+  Buf<float> dx(x), dout(blocks);
+  block_sum<<<blocks, dim3(32, 8)>>>(dx.d, dout.d, n);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto out = dout.down();
+  for (int b = 0; b < blocks; ++b) {
+    float want = 0;
+    for (int i = b * 256; i < std::min(n, (b + 1) * 256); ++i) want += x[size_t(i)];
+    EXPECT_EQ(out[size_t(b)], want) << "block " << b;
+  }
+}
+
+__global__ void sync_count(int* out) {
+  const int t = threadIdx.x;
+  const int c = __syncthreads_count(t % 3 == 0);
+  const int a = __syncthreads_and(t < 1000);
+  const int o = __syncthreads_or(t == 77);
+  if (t == 0) out[0] = c, out[1] = a, out[2] = o;
+}
+
+TEST(CudaEmu, SyncthreadsReductions) {
+  Buf<int> d(3);
+  sync_count<<<1, 100>>>(d.d);
+  const auto h = d.down();
+  EXPECT_EQ(h[0], 34);
+  EXPECT_EQ(h[1], 1);
+  EXPECT_EQ(h[2], 1);
+}
+
+// ---- warp collectives --------------------------------------------------------------------------------------
+__global__ void shuffles(int* out) {
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  int* o = out + w * 32 * 8 + lane * 8;
+  o[0] = __shfl_sync(0xffffffffu, lane * 10, (lane + 5) % 32);
+  o[1] = __shfl_up_sync(0xffffffffu, lane * 10, 3);
+  o[2] = __shfl_down_sync(0xffffffffu, lane * 10, 3);
+  o[3] = __shfl_xor_sync(0xffffffffu, lane * 10, 5);
+  o[4] = __shfl_xor_sync(0xffffffffu, lane * 10, 1, 16);
+  o[5] = __shfl_down_sync(0xffffffffu, lane * 10, 4, 8);  // segments of 8: beyond the end keeps its own
+  o[6] = __shfl_sync(0xffffffffu, lane * 10, 2, 16);      // lane 2 of each half-warp
+  o[7] = int(__ballot_sync(0xffffffffu, lane % 3 == 0));
+}
+
+TEST(CudaEmu, Shuffles) {
+  Buf<int> d(64 * 8);
+  shuffles<<<1, 64>>>(d.d);
+  const auto h = d.down();
+  uint32_t ballot = 0;
+  for (int l = 0; l < 32; l += 3) ballot |= 1u << l;
+  for (int w = 0; w < 2; ++w)
+    for (int l = 0; l < 32; ++l) {
+      const int* o = &h[size_t(w * 256 + l * 8)];
+      EXPECT_EQ(o[0], ((l + 5) % 32) * 10);
+      EXPECT_EQ(o[1], (l >= 3 ? l - 3 : l) * 10);
+      EXPECT_EQ(o[2], (l + 3 < 32 ? l + 3 : l) * 10);
+      EXPECT_EQ(o[3], (l ^ 5) * 10);
+      EXPECT_EQ(o[4], (l ^ 1) * 10);
+      EXPECT_EQ(o[5], ((l % 8) + 4 < 8 ? l + 4 : l) * 10) << l;
+      EXPECT_EQ(o[6], ((l / 16) * 16 + 2) * 10);
+      EXPECT_EQ(uint32_t(o[7]), ballot);
+    }
+}
+
+__global__ void votes(unsigned* out) {
+  const int lane = threadIdx.x;
+  if (lane < 16) {  // a converged half-warp with its own mask
+    out[lane] = __ballot_sync(0x0000ffffu, lane & 1);
+    out[32 + lane] = unsigned(__any_sync(0x0000ffffu, lane == 7));
+    out[64 + lane] = unsigned(__all_sync(0x0000ffffu, lane < 16));
+  } else {
+    out[lane] = __ballot_sync(0xffff0000u, lane >= 20);
+    out[32 + lane] = __match_any_sync(0xffff0000u, lane / 4);
+    out[64 + lane] = __reduce_add_sync(0xffff0000u, unsigned(lane));
+  }
+  __syncwarp();
+}
+
+TEST(CudaEmu, VotesWithPartialMasks) {
+  Buf<unsigned> d(96);
+  votes<<<1, 32>>>(d.d);
+  const auto h = d.down();
+  unsigned sum = 0;
+  for (int l = 16; l < 32; ++l) sum += unsigned(l);
+  for (int l = 0; l < 32; ++l) {
+    if (l < 16) {
+      EXPECT_EQ(h[size_t(l)], 0xaaaau);
+      EXPECT_EQ(h[size_t(32 + l)], 1u);
+      EXPECT_EQ(h[size_t(64 + l)], 1u);
+    } else {
+      EXPECT_EQ(h[size_t(l)], 0xfff00000u);
+      EXPECT_EQ(h[size_t(32 + l)], 0xfu << (l / 4 * 4));
+      EXPECT_EQ(h[size_t(64 + l)], sum);
+    }
+  }
+}
+
+// PTX: shfl.sync waits for the non-exited lanes of its mask; reading an exited lane gives an undefined value
+// (all ones here).
+__global__ void shfl_exited(int* out) {
+  if (threadIdx.x == 3) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, int(threadIdx.x), 1);
+}
+
+TEST(CudaEmu, ExitedLanesLeaveShuffles) {
+  Buf<int> d(32);
+  shfl_exited<<<1, 32>>>(d.d);
+  const auto h = d.down();
+  for (int l = 0; l < 32; ++l) {
+    if (l == 3) continue;
+    EXPECT_EQ(h[size_t(l)], l == 2 ? -1 : (l ^ 1)) << l;
+  }
+}
+
+// ---- tensor cores ------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// C (16x8, f32) = A (16x16, row-major) B (16x8, row-major K x N) through the textbook fragment loads:
+// A with ldmatrix.x4 (lane l gives row l % 16, column block l / 16), B with ldmatrix.x2.trans (lane l < 16
+// gives row k = l), then one mma.sync. Also checks ldmatrix.x1 and the non-transposed x2 against the layout.
+template <bool kBf16>
+__global__ void mma_tile(const uint16_t* a, const uint16_t* b, float* c, uint32_t* frag) {
+  __shared__ __align__(16) uint16_t sa[16 * 16];
+  __shared__ __align__(16) uint16_t sb[16 * 8];
+  const int lane = threadIdx.x;
+  for (int i = lane; i < 256; i += 32) sa[i] = a[i];
+  for (int i = lane; i < 128; i += 32) sb[i] = b[i];
+  __syncwarp();
+  uint32_t ra[4], rb[2], r1, r2[2];
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(ra[0]), "=r"(ra[1]), "=r"(ra[2]), "=r"(ra[3])
+               : "r"(smem_u32(&sa[(lane % 16) * 16 + (lane / 16) * 8])));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(rb[0]), "=r"(rb[1])
+               : "r"(smem_u32(&sb[(lane % 16) * 8])));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 %0, [%1];\n" : "=r"(r1) : "r"(smem_u32(&sa[(lane % 8) * 16])));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r2[0]), "=r"(r2[1])
+               : "r"(smem_u32(&sa[(lane % 16) * 16])));
+  float d[4] = {1.0f, 2.0f, 3.0f, 4.0f};  // C = per-register constants, checked below
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+  }
+  const int g = lane / 4, q = lane % 4;
+  c[g * 8 + 2 * q] = d[0];
+  c[g * 8 + 2 * q + 1] = d[1];
+  c[(g + 8) * 8 + 2 * q] = d[2];
+  c[(g + 8) * 8 + 2 * q + 1] = d[3];
+  frag[lane * 3] = r1;
+  frag[lane * 3 + 1] = r2[0];
+  frag[lane * 3 + 2] = r2[1];
+}
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t(u >> 16);  // test values are exact in bf16
+}
+uint16_t to_f16(float f) {  // small integers only
+  if (f == 0) return 0;
+  const uint16_t sign = f < 0 ? 0x8000 : 0;
+  f = std::fabs(f);
+  int e = 0;
+  while (f >= 2) f /= 2, ++e;
+  while (f < 1) f *= 2, --e;
+  return uint16_t(sign | uint16_t((e + 15) << 10) | uint16_t(std::lround((f - 1) * 1024)));
+}
+
+template <bool kBf16>
+void check_mma() {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> dist(-8, 8);
+  std::vector<float> A(256), B(128);
+  for (auto& v : A) v = float(dist(rng));
+  for (auto& v : B) v = float(dist(rng));
+  std::vector<uint16_t> ha(256), hb(128);
+  for (int i = 0; i < 256; ++i) ha[size_t(i)] = kBf16 ? to_bf16(A[size_t(i)]) : to_f16(A[size_t(i)]);
+  for (int i = 0; i < 128; ++i) hb[size_t(i)] = kBf16 ? to_bf16(B[size_t(i)]) : to_f16(B[size_t(i)]);
+  Buf<uint16_t> da(ha), db(hb);
+  Buf<float> dc(128);
+  Buf<uint32_t> df(96);
+  mma_tile<kBf16><<<1, 32>>>(da.d, db.d, dc.d, df.d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto c = dc.down();
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n) {
+      float want = 1.0f + float((n & 1) + 2 * (m >= 8));  // the C register constants
+      for (int k = 0; k < 16; ++k) want += A[size_t(m * 16 + k)] * B[size_t(k * 8 + n)];
+      EXPECT_EQ(c[size_t(m * 8 + n)], want) << "m " << m << " n " << n;
+    }
+  // PTX ISA: ldmatrix (no .trans) gives lane l the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of each
+  // 8x8 matrix, whose row r comes from lane 8 i + r of the matrix i.
+  const auto f = df.down();
+  for (int l = 0; l < 32; ++l) {
+    const int row = l / 4, col = 2 * (l % 4);
+    auto pair = [&](int r, int c0) { return uint32_t(ha[size_t(r * 16 + c0)]) | uint32_t(ha[size_t(r * 16 + c0 + 1)]) << 16; };
+    EXPECT_EQ(f[size_t(l * 3)], pair(row, col)) << "x1 lane " << l;
+    EXPECT_EQ(f[size_t(l * 3 + 1)], pair(row, col)) << "x2 lane " << l;
+    EXPECT_EQ(f[size_t(l * 3 + 2)], pair(row + 8, col)) << "x2 lane " << l;
+  }
+}
+
+TEST(CudaEmu, LdmatrixMmaBf16) { check_mma<true>(); }
+TEST(CudaEmu, LdmatrixMmaF16) { check_mma<false>(); }
+
+// ---- cp.async ----------------------------------------------------------------------------------------------
+__global__ void cp_async_groups(const float* src, float* out) {
+  extern __shared__ __align__(16) float buf[];  // 3 x 4 floats
+  const uint32_t s = smem_u32(buf);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(16));
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(s + 16), "l"(src + 4), "r"(8));  // half zero-filled
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s + 32), "l"(src + 8));
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(1));
+  for (int i = 0; i < 12; ++i) out[i] = buf[i];  // the second group may not have landed
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  for (int i = 0; i < 12; ++i) out[12 + i] = buf[i];
+}
+
+TEST(CudaEmu, CpAsyncGroups) {
+  std::vector<float> src(12);
+  for (int i = 0; i < 12; ++i) src[size_t(i)] = float(i + 1);
+  Buf<float> ds(src), dout(24);
+  cp_async_groups<<<1, 1, 48>>>(ds.d, dout.d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto o = dout.down();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(o[size_t(i)], float(i + 1));
+  for (int i = 4; i < 12; ++i) EXPECT_TRUE(std::isnan(o[size_t(i)])) << "the emulator performs copies at the wait";
+  const float want[12] = {1, 2, 3, 4, 5, 6, 0, 0, 9, NAN, NAN, NAN};
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(o[size_t(12 + i)], want[i]) << i;
+}
+
+// ---- launch configuration ----------------------------------------------------------------------------------
+__global__ void big_smem(float* out) {
+  extern __shared__ float buf[];
+  buf[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[0] = buf[0];
+}
+
+TEST(CudaEmu, LaunchErrors) {
+  Buf<float> d(1);
+  big_smem<<<1, 2048>>>(d.d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  big_smem<<<0, 32>>>(d.d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  big_smem<<<1, 32, 64 * 1024>>>(d.d);  // above 48 KiB without the attribute
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFuncSetAttribute(big_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024), cudaSuccess);
+  big_smem<<<1, 32, 64 * 1024>>>(d.d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaFuncSetAttribute(big_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024),
+            cudaErrorInvalidValue);
+  float h = 0;
+  EXPECT_EQ(cudaMemcpy(&h, d.d, 8, cudaMemcpyDeviceToHost), cudaErrorInvalidValue) << "past the allocation";
+  EXPECT_EQ(cudaMemcpy(&h, &h, 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue) << "host memory as device memory";
+}
+
+// ---- faults the emulator stops on --------------------------------------------------------------------------
+__global__ void divergent_barrier(float* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[0] = 1;
+}
+__global__ void early_exit_barrier(float* out) {
+  if (threadIdx.x >= 40) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+__global__ void shfl_without_self(int* out) { out[threadIdx.x] = __shfl_sync(0x1u, 1, 0); }
+__global__ void mma_lane_exited(float* out) {
+  if (threadIdx.x == 3) return;
+  const uint32_t a[4] = {0, 0, 0, 0};
+  float d[4] = {0, 0, 0, 0};
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(a[0]), "r"(a[1]));
+  out[threadIdx.x] = d[0];
+}
+__global__ void smem_overrun(uint32_t* out) {
+  extern __shared__ __align__(16) uint16_t buf[];
+  uint32_t r[4];
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(&buf[threadIdx.x * 8])));
+  out[threadIdx.x] = r[0];
+}
+__global__ void smem_write_past_end(float* out) {
+  extern __shared__ float buf[];
+  buf[threadIdx.x] = 1.0f;  // 33 floats into 128 bytes
+  out[0] = 0;
+}
+__global__ void __launch_bounds__(64) bounded(float* out) { out[threadIdx.x] = 0; }
+__global__ void partial_warp_shfl(int* out) { out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1); }
+
+TEST(CudaEmuDeathTest, StopsOnFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Buf<float> f(64);
+  Buf<int> i(64);
+  Buf<uint32_t> u(64);
+  EXPECT_DEATH(divergent_barrier<<<1, 32>>>(f.d), "while thread 0 waits at __syncthreads\\(\\)");
+  EXPECT_DEATH(early_exit_barrier<<<1, 64>>>(f.d), "every thread of the block must reach the barrier");
+  EXPECT_DEATH(shfl_without_self<<<1, 32>>>(i.d), "leaves out the calling lane 1");
+  EXPECT_DEATH(mma_lane_exited<<<1, 32>>>(f.d), "needs the whole warp|wait for it");
+  EXPECT_DEATH(smem_overrun<<<1, 32, 256>>>(u.d), "outside the 256 bytes of dynamic shared memory");
+  EXPECT_DEATH(smem_write_past_end<<<1, 33, 128>>>(f.d), "outside the dynamic shared memory|shared memory out of bounds");
+  EXPECT_DEATH(bounded<<<1, 128>>>(f.d), "__launch_bounds__\\(64\\)");
+  EXPECT_DEATH(partial_warp_shfl<<<1, 48>>>(i.d), "do not exist in this block");
+}
+
+// ---- speed -------------------------------------------------------------------------------------------------
+__global__ void barrier_loop(int iters, float* out) {
+  float v = float(threadIdx.x);
+  for (int i = 0; i < iters; ++i) {
+    v = __shfl_xor_sync(0xffffffffu, v, 1) + 1.0f;
+    __syncthreads();
+  }
+  out[threadIdx.x] = v;
+}
+
+TEST(CudaEmu, SwitchCost) {
+  Buf<float> d(256);
+  const int iters = 400;
+  const auto t0 = std::chrono::steady_clock::now();
+  barrier_loop<<<4, 256>>>(iters, d.d);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waits = 4.0 * 256 * iters * 2;  // each thread waits once per shuffle and once per barrier
+  std::printf("cuda_emu: %.1f ns per wait (switch + bookkeeping), %.2f s for %.0f waits\n", s / waits * 1e9, s, waits);
+  const auto h = d.down();
+  EXPECT_EQ(h[0], float(iters) + (iters % 2 ? 1.0f : 0.0f));
+}
+
+}  // namespace

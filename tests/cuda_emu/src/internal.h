@@ -1,0 +1,49 @@
+// Internals shared by the emulator's sources (not included by emulated code).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CUDA_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUDA_EMU_ASAN 1
+#endif
+#endif
+#ifndef CUDA_EMU_ASAN
+#define CUDA_EMU_ASAN 0
+#endif
+
+#if !defined(__x86_64__) && !defined(CUDA_EMU_UCONTEXT)
+#define CUDA_EMU_UCONTEXT 1  // no hand-written switch for this architecture
+#endif
+#ifndef CUDA_EMU_UCONTEXT
+#define CUDA_EMU_UCONTEXT 0
+#endif
+#if CUDA_EMU_UCONTEXT
+#include <ucontext.h>
+#endif
+
+namespace cuda_emu {
+
+// The H100 (SXM) the emulator pretends to be.
+constexpr int kSmCount = 132;
+constexpr size_t kSmemPerBlockDefault = 48 * 1024;
+constexpr size_t kSmemPerBlockOptin = 227 * 1024;
+constexpr size_t kSmemPerSm = 228 * 1024;
+constexpr size_t kStaticSmemMax = 48 * 1024;
+constexpr int kMaxThreadsPerBlock = 1024;
+
+// Dynamic shared memory limit a kernel was given with cudaFuncSetAttribute (default 48 KiB).
+size_t max_dynamic_smem(const void* kernel);
+
+// Host-side error state (runtime.cpp).
+void set_last_error(cudaError_t e);
+bool is_live_stream(const void* s);
+
+}  // namespace cuda_emu

@@ -1,0 +1,466 @@
+// The host side of the emulated CUDA runtime: one H100-like device whose memory is host memory. Copies and
+// memsets run at once (the async ones too); launches run synchronously, so streams and events only keep
+// their bookkeeping (events record host time). Device pointers are tracked, so a copy or memset that runs
+// past an allocation, or names host memory as device memory, fails as it would on a GPU.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "internal.h"
+
+struct CUstream_st {
+  unsigned flags = 0;
+  int priority = 0;
+};
+struct CUevent_st {
+  unsigned flags = 0;
+  bool recorded = false;
+  double ms = 0;
+};
+
+namespace cuda_emu {
+namespace {
+
+thread_local cudaError_t g_last_error = cudaSuccess;
+thread_local int g_device = 0;
+
+struct Registry {
+  std::mutex mutex;
+  std::map<uintptr_t, size_t> device;  // cudaMalloc'd blocks: start -> bytes
+  std::map<uintptr_t, size_t> pinned;  // cudaHostAlloc'd / registered
+  std::set<const void*> streams;
+  std::set<const void*> events;
+  std::unordered_map<const void*, size_t> max_dyn_smem;
+};
+Registry& reg() {
+  static auto* r = new Registry;  // outlives static destructors that free device memory
+  return *r;
+}
+
+cudaError_t fail(cudaError_t e) {
+  g_last_error = e;
+  return e;
+}
+
+enum class Where { host, device, bad };
+
+// Where [p, p + n) lies: wholly inside one device allocation, wholly outside all of them, or straddling.
+Where locate(const void* p, size_t n) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  auto& dev = reg().device;
+  auto it = dev.upper_bound(a);
+  if (it != dev.begin()) {
+    auto prev = std::prev(it);
+    if (a >= prev->first && a < prev->first + std::max<size_t>(prev->second, 1))
+      return a + n <= prev->first + prev->second ? Where::device : Where::bad;
+  }
+  if (it != dev.end() && n > 0 && a + n > it->first) return Where::bad;
+  return Where::host;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool valid_stream(cudaStream_t s) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return true;
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  return reg().streams.count(s) != 0;
+}
+
+bool valid_event(cudaEvent_t e) {
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  return e && reg().events.count(e) != 0;
+}
+
+cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (n == 0) return cudaSuccess;
+  if (!dst || !src) return fail(cudaErrorInvalidValue);
+  const Where d = locate(dst, n), s = locate(src, n);
+  if (d == Where::bad || s == Where::bad) return fail(cudaErrorInvalidValue);  // runs past an allocation
+  switch (kind) {
+    case cudaMemcpyHostToDevice:
+      if (d != Where::device) return fail(cudaErrorInvalidValue);
+      break;
+    case cudaMemcpyDeviceToHost:
+      if (s != Where::device) return fail(cudaErrorInvalidValue);
+      break;
+    case cudaMemcpyDeviceToDevice:
+      if (d != Where::device || s != Where::device) return fail(cudaErrorInvalidValue);
+      break;
+    case cudaMemcpyHostToHost:
+    case cudaMemcpyDefault: break;
+    default: return fail(cudaErrorInvalidMemcpyDirection);
+  }
+  std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+void set_last_error(cudaError_t e) { g_last_error = e; }
+
+bool is_live_stream(const void* s) { return valid_stream(static_cast<cudaStream_t>(const_cast<void*>(s))); }
+
+size_t max_dynamic_smem(const void* kernel) {
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  auto it = reg().max_dyn_smem.find(kernel);
+  return it == reg().max_dyn_smem.end() ? kSmemPerBlockDefault : it->second;
+}
+
+}  // namespace cuda_emu
+
+using namespace cuda_emu;
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+#define CUDA_EMU_NAME(x) \
+  case x: return #x;
+    CUDA_EMU_NAME(cudaSuccess)
+    CUDA_EMU_NAME(cudaErrorInvalidValue)
+    CUDA_EMU_NAME(cudaErrorMemoryAllocation)
+    CUDA_EMU_NAME(cudaErrorInitializationError)
+    CUDA_EMU_NAME(cudaErrorCudartUnloading)
+    CUDA_EMU_NAME(cudaErrorInvalidConfiguration)
+    CUDA_EMU_NAME(cudaErrorInvalidPitchValue)
+    CUDA_EMU_NAME(cudaErrorInvalidSymbol)
+    CUDA_EMU_NAME(cudaErrorInvalidDevicePointer)
+    CUDA_EMU_NAME(cudaErrorInvalidMemcpyDirection)
+    CUDA_EMU_NAME(cudaErrorInsufficientDriver)
+    CUDA_EMU_NAME(cudaErrorInvalidDeviceFunction)
+    CUDA_EMU_NAME(cudaErrorNoDevice)
+    CUDA_EMU_NAME(cudaErrorInvalidDevice)
+    CUDA_EMU_NAME(cudaErrorInvalidResourceHandle)
+    CUDA_EMU_NAME(cudaErrorNotReady)
+    CUDA_EMU_NAME(cudaErrorIllegalAddress)
+    CUDA_EMU_NAME(cudaErrorLaunchOutOfResources)
+    CUDA_EMU_NAME(cudaErrorLaunchFailure)
+    CUDA_EMU_NAME(cudaErrorNotSupported)
+    CUDA_EMU_NAME(cudaErrorUnknown)
+#undef CUDA_EMU_NAME
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNotSupported: return "operation not supported (CUDA emulator)";
+    default: return "unknown error (CUDA emulator)";
+  }
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = g_last_error;
+  g_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return g_last_error; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = g_device;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  g_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  *p = cudaDeviceProp{};
+  std::snprintf(p->name, sizeof p->name, "hpdt CUDA emulator (H100-like, on the CPU)");
+  p->totalGlobalMem = size_t(80) << 30;
+  p->sharedMemPerBlock = kSmemPerBlockDefault;
+  p->regsPerBlock = 65536;
+  p->warpSize = 32;
+  p->memPitch = size_t(1) << 31;
+  p->maxThreadsPerBlock = kMaxThreadsPerBlock;
+  p->maxThreadsDim[0] = 1024, p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7fffffff, p->maxGridSize[1] = 65535, p->maxGridSize[2] = 65535;
+  p->clockRate = 1980000;
+  p->totalConstMem = 65536;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = kSmCount;
+  p->memoryClockRate = 2619000;
+  p->memoryBusWidth = 5120;
+  p->l2CacheSize = 50 << 20;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->sharedMemPerMultiprocessor = kSmemPerSm;
+  p->regsPerMultiprocessor = 65536;
+  p->sharedMemPerBlockOptin = kSmemPerBlockOptin;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  cudaDeviceProp p;
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; break;
+    case cudaDevAttrMaxBlockDimY: *value = p.maxThreadsDim[1]; break;
+    case cudaDevAttrMaxBlockDimZ: *value = p.maxThreadsDim[2]; break;
+    case cudaDevAttrMaxGridDimX: *value = p.maxGridSize[0]; break;
+    case cudaDevAttrMaxGridDimY: *value = p.maxGridSize[1]; break;
+    case cudaDevAttrMaxGridDimZ: *value = p.maxGridSize[2]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = int(p.sharedMemPerBlock); break;
+    case cudaDevAttrTotalConstantMemory: *value = int(p.totalConstMem); break;
+    case cudaDevAttrWarpSize: *value = p.warpSize; break;
+    case cudaDevAttrMaxRegistersPerBlock: *value = p.regsPerBlock; break;
+    case cudaDevAttrClockRate: *value = p.clockRate; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrMemoryClockRate: *value = p.memoryClockRate; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *value = p.memoryBusWidth; break;
+    case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = int(p.sharedMemPerMultiprocessor); break;
+    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = p.regsPerMultiprocessor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(p.sharedMemPerBlockOptin); break;
+    default: return fail(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceReset() { return cudaSuccess; }
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *total_bytes = size_t(80) << 30;
+  size_t used = 0;
+  {
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    for (const auto& [p, n] : reg().device) used += n;
+  }
+  *free_bytes = *total_bytes > used ? *total_bytes - used : 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceCanAccessPeer(int* can, int, int) {
+  *can = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceEnablePeerAccess(int, unsigned) { return fail(cudaErrorInvalidDevice); }
+
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+  if (!ptr) return fail(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, size) != 0 || !p) return fail(cudaErrorMemoryAllocation);
+  std::memset(p, 0xff, size);  // uninitialised device memory reads as NaN / -1, not as zeros
+  {
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    reg().device[reinterpret_cast<uintptr_t>(p)] = size;
+  }
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    if (reg().device.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return fail(cudaErrorInvalidValue);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, cudaHostAllocDefault); }
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned) {
+  if (!ptr) return fail(cudaErrorInvalidValue);
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, size ? size : 1) != 0 || !p) return fail(cudaErrorMemoryAllocation);
+  {
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    reg().pinned[reinterpret_cast<uintptr_t>(p)] = size;
+  }
+  *ptr = p;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    if (reg().pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return fail(cudaErrorInvalidValue);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned) {
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  reg().pinned[reinterpret_cast<uintptr_t>(ptr)] = size;
+  return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void* ptr) {
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  if (reg().pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) {
+  *a = cudaPointerAttributes{};
+  if (locate(ptr, 1) == Where::device) {
+    a->type = 2;
+    a->devicePointer = const_cast<void*>(ptr);
+  } else {
+    a->type = 0;
+    a->hostPointer = const_cast<void*>(ptr);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return copy(dst, src, count, kind);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return copy(dst, src, count, kind);
+}
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
+  for (size_t r = 0; r < height; ++r) {
+    const cudaError_t e =
+        copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width, kind);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyPeer(void* dst, int dd, const void* src, int sd, size_t count) {
+  if (dd != 0 || sd != 0) return fail(cudaErrorInvalidDevice);
+  return copy(dst, src, count, cudaMemcpyDeviceToDevice);
+}
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dd, const void* src, int sd, size_t count, cudaStream_t stream) {
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaMemcpyPeer(dst, dd, src, sd, count);
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
+  std::memset(ptr, value, count);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaMemset(ptr, value, count);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  return cudaStreamCreateWithPriority(s, flags, 0);
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+  auto* st = new CUstream_st{flags, priority};
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  reg().streams.insert(st);
+  *s = st;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0;
+  *greatest = -5;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  {
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    if (reg().streams.erase(s) == 0) return fail(cudaErrorInvalidResourceHandle);
+  }
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  return valid_stream(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (!valid_stream(s) || !valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  auto* ev = new CUevent_st{flags, false, 0};
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  reg().events.insert(ev);
+  *e = ev;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  {
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    if (reg().events.erase(e) == 0) return fail(cudaErrorInvalidResourceHandle);
+  }
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (!valid_event(e) || !valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  e->recorded = true;
+  e->ms = now_ms();
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return valid_event(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!valid_event(start) || !valid_event(end)) return fail(cudaErrorInvalidResourceHandle);
+  if ((start->flags | end->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
+  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+  *ms = float(end->ms - start->ms);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (!func) return fail(cudaErrorInvalidDeviceFunction);
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value < 0 || size_t(value) > kSmemPerBlockOptin) return fail(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    reg().max_dyn_smem[func] = size_t(value);
+    return cudaSuccess;
+  }
+  if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
+  return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* func) {
+  if (!func) return fail(cudaErrorInvalidDeviceFunction);
+  *a = cudaFuncAttributes{};
+  a->maxThreadsPerBlock = kMaxThreadsPerBlock;
+  a->numRegs = 32;
+  a->ptxVersion = 90;
+  a->binaryVersion = 90;
+  a->maxDynamicSharedSizeBytes = int(max_dynamic_smem(func));
+  return cudaSuccess;
+}

@@ -1,0 +1,1214 @@
+// The emulator's execution engine: launches, blocks, one fiber per CUDA thread, block barriers, warp
+// collectives, shared memory, and the PTX operations (ldmatrix, mma, cp.async).
+//
+// Scheduling: the fibers of a block run one at a time on one OS thread. A fiber runs until it waits (block
+// barrier, warp collective) or exits, then switches straight to the next runnable fiber in the block's run
+// order (forward for even blocks, reverse for odd ones by default: a missing barrier shows in one order or
+// the other). The thread that completes a barrier or collective does the work for all and runs on. A fiber
+// that has never run is started from the scheduler's own stack, which also takes back the stacks of
+// exited fibers, so a block whose threads never wait needs only one stack.
+#include <signal.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "internal.h"
+
+#if CUDA_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+uint3 threadIdx;
+uint3 blockIdx;
+dim3 blockDim;
+dim3 gridDim;
+
+// ---- context switch ----------------------------------------------------------------------------------------
+#if !CUDA_EMU_UCONTEXT
+// cuda_emu_switch(save, load): pushes the callee-saved registers, stores the stack pointer in *save, loads
+// `load` and pops the registers of the context saved there. A new fiber's stack holds zeroed registers and
+// the address of cuda_emu_trampoline, which calls cuda_emu_fiber_main (never returns).
+extern "C" void cuda_emu_switch(void** save, void* load);
+extern "C" void cuda_emu_trampoline();
+asm(R"(
+    .text
+    .p2align 4
+    .globl cuda_emu_switch
+    .hidden cuda_emu_switch
+    .type cuda_emu_switch,@function
+cuda_emu_switch:
+    .cfi_startproc
+    endbr64
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .cfi_endproc
+    .size cuda_emu_switch, .-cuda_emu_switch
+
+    .p2align 4
+    .globl cuda_emu_trampoline
+    .hidden cuda_emu_trampoline
+    .type cuda_emu_trampoline,@function
+cuda_emu_trampoline:
+    .cfi_startproc
+    .cfi_undefined rip
+    endbr64
+    xorl %ebp, %ebp
+    call cuda_emu_fiber_main
+    ud2
+    .cfi_endproc
+    .size cuda_emu_trampoline, .-cuda_emu_trampoline
+)");
+#endif
+extern "C" [[noreturn]] void cuda_emu_fiber_main();
+
+namespace cuda_emu {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+struct Stack {
+  char* lo = nullptr;  // usable [lo, lo + size); one PROT_NONE guard page below
+  size_t size = 0;
+};
+
+struct Context {
+#if CUDA_EMU_UCONTEXT
+  ucontext_t uc;
+#else
+  void* sp = nullptr;
+#endif
+  const void* stack_lo = nullptr;  // for AddressSanitizer's fiber annotations
+  size_t stack_size = 0;
+  void* fake_stack = nullptr;
+};
+
+enum State : uint8_t { kNew, kReady, kBlockWait, kWarpWait, kDone };
+
+struct Copy {
+  unsigned char* dst;
+  const unsigned char* src;
+  uint32_t cp_size, src_size;
+};
+
+struct Fiber {
+  Context ctx;
+  Stack* stack = nullptr;
+  uint3 tid{};
+  int index = 0;  // linear thread index in the block
+  int pos = 0;    // position in the run order
+  State state = kNew;
+  Loc wait_loc;
+  const char* wait_what = "";
+  uint32_t wait_mask = 0;
+  alignas(16) unsigned char in[48];   // this lane's operands of a warp collective
+  alignas(16) unsigned char out[16];  // and its result
+  std::vector<Copy> copies;           // cp.async issued, not yet performed
+  std::vector<size_t> group_ends;     // copies [.., group_ends[i]) form committed group i
+};
+
+struct Fiber;
+using Compute = void (*)(Fiber* lanes, uint32_t mask);
+
+struct Pending {
+  uint32_t mask = 0, arrived = 0;
+  int kind = 0;
+  bool aligned = false;
+  const char* what = "";
+  Loc loc;
+  Compute compute = nullptr;
+};
+
+constexpr int kMaxPending = 32;
+
+struct Warp {
+  uint32_t exists = 0, exited = 0;
+  Pending pending[kMaxPending];
+  int npending = 0;
+};
+
+// The shared-memory window: [guard][dynamic area][guard][static area][guard]. 32-bit shared addresses
+// (cvta.to.shared, ldmatrix, cp.async) are offsets from its start.
+constexpr size_t kDynArea = 232 * 1024;
+constexpr size_t kStaticArea = 64 * 1024;
+constexpr size_t kWindow = kPage + kDynArea + kPage + kStaticArea + kPage;
+constexpr size_t kDynBegin = kPage, kDynEnd = kDynBegin + kDynArea;
+constexpr size_t kStaticBegin = kDynEnd + kPage;
+constexpr size_t kRedzone = 16;
+
+struct Exec {
+  std::mutex mutex;
+  bool in_launch = false;
+  // launch
+  Loc launch_loc;
+  const char* kernel_name = nullptr;
+  const void* kernel = nullptr;
+  void (*thunk)(void*) = nullptr;
+  void* ctx = nullptr;
+  int n = 0;  // threads per block
+  uint64_t block_linear = 0;
+  bool reverse = false;
+  // block
+  std::vector<Fiber> fibers;
+  std::vector<int> order;  // order[pos] = thread index
+  std::vector<Warp> warps;
+  Fiber* cur = nullptr;
+  int ndone = 0;
+  int bar_arrived = 0, bar_first = 0;
+  Loc bar_loc;
+  int bar_op = -1, bar_acc = 0, bar_result = 0;
+  Context main;
+  std::vector<Stack*> free_stacks;
+  Stack* zombie = nullptr;
+  bool from_main = false;  // the switch in progress leaves the scheduler's own stack
+  size_t stack_bytes = 0;
+  // shared memory
+  unsigned char* window = nullptr;
+  size_t dyn_bytes = 0, dyn_start = kDynEnd, protected_below = kDynEnd;
+  size_t static_top = 0;
+  std::vector<std::pair<const void*, size_t>> statics;  // key -> offset in the window
+  std::string order_mode;
+};
+
+Exec E;
+
+const char* short_file(const char* f) {
+  const char* s = std::strstr(f, "/kernels/");
+  if (!s) s = std::strstr(f, "/tests/");
+  return s ? s + 1 : f;
+}
+
+bool same_loc(const Loc& a, const Loc& b) {
+  return a.line() == b.line() && a.column() == b.column() &&
+         (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
+}
+
+void print_context(FILE* out) {
+  if (!E.in_launch) return;
+  std::fprintf(out, "  kernel: %s\n", E.kernel_name ? E.kernel_name : "(not entered yet)");
+  std::fprintf(out, "  launched at %s:%u with grid (%u,%u,%u), block (%u,%u,%u)\n", short_file(E.launch_loc.file_name()),
+               E.launch_loc.line(), gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y, blockDim.z);
+  std::fprintf(out, "  block (%u,%u,%u)", blockIdx.x, blockIdx.y, blockIdx.z);
+  if (E.cur)
+    std::fprintf(out, ", thread (%u,%u,%u) (linear %d: warp %d, lane %d)", E.cur->tid.x, E.cur->tid.y, E.cur->tid.z,
+                 E.cur->index, E.cur->index / 32, E.cur->index % 32);
+  std::fprintf(out, "\n");
+}
+
+// ---- stacks and switching ------------------------------------------------------------------------------
+size_t stack_bytes() {
+  if (E.stack_bytes == 0) {
+    size_t kb = CUDA_EMU_ASAN ? 512 : 128;
+    if (const char* e = std::getenv("CUDA_EMU_STACK_KB")) kb = size_t(std::max(16L, std::atol(e)));
+    E.stack_bytes = (kb * 1024 + kPage - 1) / kPage * kPage;
+  }
+  return E.stack_bytes;
+}
+
+Stack* take_stack() {
+  if (!E.free_stacks.empty()) {
+    Stack* s = E.free_stacks.back();
+    E.free_stacks.pop_back();
+    return s;
+  }
+  const size_t size = stack_bytes();
+  void* m = mmap(nullptr, size + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
+                 -1, 0);
+  if (m == MAP_FAILED) fatal("cannot map a %zu KiB fiber stack", size / 1024);
+  mprotect(m, kPage, PROT_NONE);
+  auto* s = new Stack;
+  s->lo = static_cast<char*>(m) + kPage;
+  s->size = size;
+  return s;
+}
+
+// The stack of a thread that exited and switched away for good: back to the pool once we run elsewhere.
+void recycle_zombie() {
+  if (E.zombie) {
+    E.free_stacks.push_back(E.zombie);
+    E.zombie = nullptr;
+  }
+}
+
+void switch_context(Context& from, Context& to, bool from_exits) {
+#if CUDA_EMU_ASAN
+  __sanitizer_start_switch_fiber(from_exits ? nullptr : &from.fake_stack, to.stack_lo, to.stack_size);
+#else
+  (void)from_exits;
+#endif
+#if CUDA_EMU_UCONTEXT
+  swapcontext(&from.uc, &to.uc);
+#else
+  cuda_emu_switch(&from.sp, to.sp);
+#endif
+#if CUDA_EMU_ASAN
+  __sanitizer_finish_switch_fiber(from.fake_stack, nullptr, nullptr);
+#endif
+  recycle_zombie();
+}
+
+void make_current(Fiber* f) {
+  E.cur = f;
+  threadIdx = f->tid;
+}
+
+void start_fiber(Fiber* f) {
+  f->stack = take_stack();
+  Context& c = f->ctx;
+  c.stack_lo = f->stack->lo;
+  c.stack_size = f->stack->size;
+#if CUDA_EMU_UCONTEXT
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = f->stack->lo;
+  c.uc.uc_stack.ss_size = f->stack->size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, reinterpret_cast<void (*)()>(cuda_emu_fiber_main), 0);
+#else
+  // [r15 r14 r13 r12 rbx rbp ret=trampoline]: after the pops and the ret the stack is 16-byte aligned for
+  // the trampoline's call.
+  auto* top = reinterpret_cast<uintptr_t*>(f->stack->lo + f->stack->size);
+  uintptr_t* sp = top - 9;
+  for (int i = 0; i < 6; ++i) sp[i] = 0;
+  sp[6] = reinterpret_cast<uintptr_t>(&cuda_emu_trampoline);
+  sp[7] = sp[8] = 0;
+  c.sp = sp;
+#endif
+}
+
+Fiber* next_runnable(int from_pos) {
+  const int n = E.n;
+  for (int k = 1; k <= n; ++k) {
+    int p = from_pos + k;
+    if (p >= n) p -= n;
+    Fiber* f = &E.fibers[size_t(E.order[size_t(p)])];
+    if (f->state == kReady || f->state == kNew) return f;
+  }
+  return nullptr;
+}
+
+std::string thread_range(int a, int b) {
+  char buf[64];
+  if (a == b)
+    std::snprintf(buf, sizeof buf, "thread %d", a);
+  else
+    std::snprintf(buf, sizeof buf, "threads %d-%d", a, b);
+  return buf;
+}
+
+[[noreturn]] void deadlock() {
+  std::fprintf(stderr, "cuda_emu: deadlock: no thread of the block can run\n");
+  E.cur = nullptr;
+  print_context(stderr);
+  // Group consecutive threads in the same state at the same place.
+  auto describe = [](const Fiber& f) {
+    char buf[512];
+    switch (f.state) {
+      case kDone: return std::string("exited");
+      case kBlockWait:
+        std::snprintf(buf, sizeof buf, "wait in %s at %s:%u", f.wait_what, short_file(f.wait_loc.file_name()),
+                      f.wait_loc.line());
+        return std::string(buf);
+      case kWarpWait:
+        std::snprintf(buf, sizeof buf, "wait in %s (mask 0x%08x) at %s:%u", f.wait_what, f.wait_mask,
+                      short_file(f.wait_loc.file_name()), f.wait_loc.line());
+        return std::string(buf);
+      default: return std::string("runnable");
+    }
+  };
+  int start = 0;
+  std::string d0 = describe(E.fibers[0]);
+  for (int i = 1; i <= E.n; ++i) {
+    const std::string di = i < E.n ? describe(E.fibers[size_t(i)]) : std::string();
+    if (i == E.n || di != d0) {
+      std::fprintf(stderr, "    %s: %s\n", thread_range(start, i - 1).c_str(), d0.c_str());
+      start = i;
+      d0 = di;
+    }
+  }
+  std::fprintf(stderr,
+               "  (CUDA requires every thread of the block at the same __syncthreads(), and every lane named in a "
+               "warp collective's mask at the same collective)\n");
+  std::fflush(stderr);
+  std::abort();
+}
+
+// The current fiber has set a wait state: run someone else until it is woken.
+void wait_here() {
+  Fiber* me = E.cur;
+  Fiber* next = next_runnable(me->pos);
+  if (!next) deadlock();
+  if (next->state == kNew) start_fiber(next);
+  next->state = kReady;
+  make_current(next);
+  switch_context(me->ctx, next->ctx, false);
+  // woken and switched back to: whoever switched here made us current
+}
+
+void run_block() {
+  const int n = E.n;
+  E.ndone = 0;
+  E.bar_arrived = 0;
+  E.bar_op = -1;
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = E.fibers[size_t(i)];
+    f.state = kNew;
+    f.copies.clear();
+    f.group_ends.clear();
+  }
+  for (Warp& w : E.warps) {
+    w.exited = 0;
+    w.npending = 0;
+  }
+  E.reverse = E.order_mode == "reverse" || (E.order_mode != "forward" && (E.block_linear & 1));
+  for (int p = 0; p < n; ++p) {
+    const int i = E.reverse ? n - 1 - p : p;
+    E.order[size_t(p)] = i;
+    E.fibers[size_t(i)].pos = p;
+  }
+  Fiber* first = next_runnable(n - 1);
+  start_fiber(first);
+  first->state = kReady;
+  make_current(first);
+  E.from_main = true;
+  switch_context(E.main, first->ctx, false);
+  if (E.ndone != n) deadlock();  // not reached: the fibers report a deadlock themselves
+  E.cur = nullptr;
+}
+
+// ---- shared memory ---------------------------------------------------------------------------------------
+void protect(size_t begin, size_t end, int prot) {
+  if (end > begin) mprotect(E.window + begin, end - begin, prot);
+}
+
+void setup_window(size_t dyn_bytes) {
+  if (!E.window) {
+    void* m = mmap(nullptr, kWindow, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) fatal("cannot map the shared-memory window");
+    E.window = static_cast<unsigned char*>(m);
+    protect(kStaticBegin, kStaticBegin + kStaticArea, PROT_READ | PROT_WRITE);
+    E.protected_below = kDynEnd;
+  }
+  // The dynamic buffer ends where the guard page starts (128-byte aligned start, like nvcc's extern arrays);
+  // the pages below it are inaccessible.
+  E.dyn_bytes = dyn_bytes;
+  E.dyn_start = dyn_bytes ? (kDynEnd - dyn_bytes) & ~size_t(127) : kDynEnd;
+  const size_t below = E.dyn_start & ~(kPage - 1);
+  if (below != E.protected_below) {
+    protect(kDynBegin, below, PROT_NONE);
+    protect(below, kDynEnd, PROT_READ | PROT_WRITE);
+    E.protected_below = below;
+  }
+}
+
+constexpr unsigned char kCanary = 0xa5;
+
+void begin_block_smem() {
+  E.static_top = 0;
+  E.statics.clear();
+  if (E.dyn_bytes) {
+#if CUDA_EMU_ASAN
+    __asan_unpoison_memory_region(E.window + E.dyn_start, kDynEnd - E.dyn_start);
+#endif
+    std::memset(E.window + E.dyn_start, 0xff, E.dyn_bytes);  // NaN in f32, f16, bf16; -1 in integers
+    // The accessible bytes around the buffer (below it in its first page, above it up to the guard page)
+    // hold a canary checked at the end of the block (poisoned instead under AddressSanitizer).
+    std::memset(E.window + E.protected_below, kCanary, E.dyn_start - E.protected_below);
+    std::memset(E.window + E.dyn_start + E.dyn_bytes, kCanary, kDynEnd - E.dyn_start - E.dyn_bytes);
+#if CUDA_EMU_ASAN
+    __asan_poison_memory_region(E.window + E.protected_below, E.dyn_start - E.protected_below);
+    __asan_poison_memory_region(E.window + E.dyn_start + E.dyn_bytes, kDynEnd - E.dyn_start - E.dyn_bytes);
+#endif
+  }
+#if CUDA_EMU_ASAN
+  __asan_poison_memory_region(E.window + kStaticBegin, kStaticArea);
+#endif
+}
+
+void end_block_smem() {
+#if !CUDA_EMU_ASAN
+  if (!E.dyn_bytes) return;
+  auto check = [](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      if (E.window[i] != kCanary) {
+        std::fprintf(stderr,
+                     "cuda_emu: a write outside the dynamic shared memory: byte offset %lld of a %zu-byte buffer "
+                     "(the launch's smem argument)\n",
+                     (long long)i - (long long)E.dyn_start, E.dyn_bytes);
+        print_context(stderr);
+        std::abort();
+      }
+  };
+  check(E.protected_below, E.dyn_start);
+  check(E.dyn_start + E.dyn_bytes, kDynEnd);
+#endif
+}
+
+unsigned char* shared_ptr(uint32_t addr, size_t bytes, const char* what, const Loc& loc) {
+  const size_t a = addr;
+  const bool in_dyn = a >= E.dyn_start && a + bytes <= E.dyn_start + E.dyn_bytes;
+  const bool in_static = a >= kStaticBegin && a + bytes <= kStaticBegin + E.static_top;
+  if (!in_dyn && !in_static) {
+    if (a >= kDynBegin && a < kDynEnd + kPage)
+      fatal("%s at %s:%u: shared address 0x%x (%zu bytes) outside the %zu bytes of dynamic shared memory "
+            "(byte offset %lld)",
+            what, short_file(loc.file_name()), loc.line(), addr, bytes, E.dyn_bytes,
+            (long long)a - (long long)E.dyn_start);
+    fatal("%s at %s:%u: shared address 0x%x (%zu bytes) is not in the block's shared memory", what,
+          short_file(loc.file_name()), loc.line(), addr, bytes);
+  }
+  return E.window + a;
+}
+
+// ---- warp collectives ----------------------------------------------------------------------------------
+Warp& my_warp() { return E.warps[size_t(E.cur->index / 32)]; }
+
+void check_in_kernel(const char* what) {
+  if (!E.cur) fatal("%s called outside a kernel", what);
+}
+
+// Completes pending collective i of warp w (every non-exited lane of its mask has arrived): `compute` fills
+// each arrived lane's `out` from the lanes' `in`; the waiting lanes become runnable.
+void complete(Warp& w, int i, Fiber* lanes, int self) {
+  Pending p = w.pending[i];
+  w.pending[i] = w.pending[--w.npending];
+  if (p.compute) p.compute(lanes, p.arrived);
+  for (uint32_t m = p.arrived; m; m &= m - 1)
+    if (std::countr_zero(m) != self) lanes[std::countr_zero(m)].state = kReady;
+}
+
+// A warp collective of the calling lane: returns once every non-exited lane of `mask` has called one of the same
+// kind and mask (at the same place for the .aligned ldmatrix and mma, which need all 32 lanes).
+void collective(uint32_t mask, int kind, const char* what, const Loc& loc, bool aligned, Compute compute) {
+  Fiber* me = E.cur;
+  const int lane = me->index % 32;
+  Warp& w = my_warp();
+  if (!(mask >> lane & 1u))
+    fatal("%s at %s:%u with mask 0x%08x, which leaves out the calling lane %d", what, short_file(loc.file_name()),
+          loc.line(), mask, lane);
+  if (mask & ~w.exists)
+    fatal("%s at %s:%u: mask 0x%08x names lanes that do not exist in this block (warp has lanes 0x%08x)", what,
+          short_file(loc.file_name()), loc.line(), mask, w.exists);
+  if (aligned && (mask & w.exited))
+    fatal("%s at %s:%u: lanes 0x%08x have exited, but the instruction needs the whole warp", what,
+          short_file(loc.file_name()), loc.line(), mask & w.exited);
+  // PTX: a .sync collective waits until every non-exited lane of its mask has executed one "with the same
+  // qualifiers and the same membermask" (any such instruction for shfl/vote/bar.warp; the same one for the
+  // .aligned ldmatrix and mma). Lanes may wait in several collectives at once; a cycle ends in deadlock().
+  int pi = -1;
+  for (int i = 0; i < w.npending; ++i) {
+    Pending& q = w.pending[i];
+    if (q.kind != kind || q.mask != mask) continue;
+    if (aligned && !same_loc(q.loc, loc))
+      fatal("lane %d in %s at %s:%u while lanes 0x%08x of its warp wait in %s at %s:%u: an .aligned instruction must "
+            "be executed by all lanes at the same place",
+            lane, what, short_file(loc.file_name()), loc.line(), q.arrived, q.what, short_file(q.loc.file_name()),
+            q.loc.line());
+    pi = i;
+    break;
+  }
+  if (pi < 0) {
+    if (w.npending == kMaxPending) fatal("more than %d concurrent warp collectives in one warp", kMaxPending);
+    pi = w.npending++;
+    w.pending[pi] = Pending{mask, 0, kind, aligned, what, loc, compute};
+  }
+  Pending& p = w.pending[pi];
+  p.arrived |= 1u << lane;
+  if (p.arrived == (mask & ~w.exited)) {
+    complete(w, pi, &E.fibers[size_t(me->index - lane)], lane);
+    return;
+  }
+  me->state = kWarpWait;
+  me->wait_loc = loc;
+  me->wait_what = what;
+  me->wait_mask = mask;
+  wait_here();
+}
+
+template <class T>
+T& in_as(Fiber& f, size_t off = 0) {
+  return *reinterpret_cast<T*>(f.in + off);
+}
+template <class T>
+T& out_as(Fiber& f, size_t off = 0) {
+  return *reinterpret_cast<T*>(f.out + off);
+}
+
+// ---- f16/bf16 for mma (independent of the code under test) ---------------------------------------------
+float f16_to_f32(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);  // the hardware conversion (exact, like the GPU's)
+#endif
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {  // zero or subnormal: m * 2^-24, exact in f32
+    const float v = float(m) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (e == 31) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+  return std::bit_cast<float>(sign | (e + 112u) << 23 | m << 13);
+}
+float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
+uint16_t f32_to_bf16_rn(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);
+  return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+uint16_t f32_to_f16_rn(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return uint16_t(sign | 0x7e00u);
+  if (a >= 65520.0f) return uint16_t(sign | 0x7c00u);  // rounds to Inf
+  if (a < std::ldexp(1.0f, -14)) {                       // subnormal: multiples of 2^-24, nearest even
+    const float q = std::nearbyint(a * 16777216.0f);   // default rounding mode: to nearest even
+    return uint16_t(sign | uint16_t(q));
+  }
+  int e;
+  std::frexp(a, &e);                            // a = f * 2^e, f in [0.5, 1)
+  const float scaled = std::ldexp(a, 11 - e);  // [1024, 2048)
+  uint32_t m = uint32_t(std::nearbyint(scaled));
+  int be = e - 1 + 15;
+  if (m == 2048) {
+    m = 1024;
+    ++be;
+  }
+  if (be >= 31) return uint16_t(sign | 0x7c00u);
+  return uint16_t(sign | uint32_t(be) << 10 | (m & 0x3ffu));
+}
+
+}  // namespace
+
+// ---- entry points ------------------------------------------------------------------------------------------
+void fatal(const char* fmt, ...) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "cuda_emu: ");
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "\n");
+  print_context(stderr);
+  std::fflush(stderr);
+  std::abort();
+}
+
+long long clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void kernel_entry(const char* pretty_name, unsigned max_threads) {
+  E.kernel_name = pretty_name;
+  if (max_threads && unsigned(E.n) > max_threads)
+    fatal("launched with %d threads per block, more than its __launch_bounds__(%u): CUDA refuses such a launch "
+          "(cudaErrorInvalidValue)",
+          E.n, max_threads);
+}
+
+void syncthreads(const Loc& loc) {
+  check_in_kernel("__syncthreads()");
+  Fiber* me = E.cur;
+  if (E.ndone > 0) {
+    int first = 0;
+    while (E.fibers[size_t(first)].state != kDone) ++first;
+    fatal("__syncthreads() at %s:%u after %d thread(s) of the block exited (thread %d first): every thread of the "
+          "block must reach the barrier",
+          short_file(loc.file_name()), loc.line(), E.ndone, first);
+  }
+  if (E.bar_arrived == 0) {
+    E.bar_loc = loc;
+    E.bar_first = me->index;
+  } else if (!same_loc(loc, E.bar_loc)) {
+    fatal("thread %d reached __syncthreads() at %s:%u while thread %d waits at __syncthreads() at %s:%u", me->index,
+          short_file(loc.file_name()), loc.line(), E.bar_first, short_file(E.bar_loc.file_name()), E.bar_loc.line());
+  }
+  if (++E.bar_arrived == E.n) {
+    E.bar_arrived = 0;
+    for (Fiber& f : E.fibers)
+      if (f.state == kBlockWait) f.state = kReady;
+    return;
+  }
+  me->state = kBlockWait;
+  me->wait_loc = loc;
+  me->wait_what = "__syncthreads()";
+  wait_here();
+}
+
+int syncthreads_reduce(int op, int pred, const Loc& loc) {
+  check_in_kernel("__syncthreads_count/and/or()");
+  if (E.bar_arrived == 0) {
+    E.bar_op = op;
+    E.bar_acc = op == 1 ? 1 : 0;
+  } else if (E.bar_op != op) {
+    fatal("__syncthreads_count/and/or at %s:%u mixed with another kind of barrier", short_file(loc.file_name()),
+          loc.line());
+  }
+  if (op == 0) E.bar_acc += pred != 0;
+  if (op == 1) E.bar_acc &= pred != 0;
+  if (op == 2) E.bar_acc |= pred != 0;
+  const bool last = E.bar_arrived + 1 == E.n;
+  if (last) E.bar_result = E.bar_acc;
+  syncthreads(loc);
+  return E.bar_result;
+}
+
+void syncwarp(unsigned mask, const Loc& loc) {
+  check_in_kernel("__syncwarp()");
+  collective(mask, 1, "__syncwarp()", loc, false, nullptr);
+}
+
+uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c, const Loc& loc) {
+  check_in_kernel("__shfl_*_sync()");
+  static const char* names[] = {"__shfl_sync()", "__shfl_up_sync()", "__shfl_down_sync()", "__shfl_xor_sync()"};
+  Fiber& me = *E.cur;
+  in_as<uint64_t>(me) = value;
+  in_as<int32_t>(me, 8) = b;
+  in_as<int32_t>(me, 12) = c;
+  in_as<int32_t>(me, 16) = mode;
+  collective(mask, 10 + mode, names[mode], loc, false, [](Fiber* lanes, uint32_t m) {
+    // PTX ISA, shfl.sync: the source lane j and whether it is in range.
+    for (uint32_t r = m; r; r &= r - 1) {
+      const int lane = std::countr_zero(r);
+      Fiber& f = lanes[lane];
+      const int bval = in_as<int32_t>(f, 8) & 31, cval = in_as<int32_t>(f, 12) & 31;
+      const int segmask = (in_as<int32_t>(f, 12) >> 8) & 31;
+      const int max_lane = (lane & segmask) | (cval & ~segmask), min_lane = lane & segmask;
+      int j = lane;
+      bool ok = false;
+      switch (in_as<int32_t>(f, 16)) {
+        case 0: j = min_lane | (bval & ~segmask), ok = j <= max_lane; break;
+        case 1: j = lane - bval, ok = j >= max_lane; break;
+        case 2: j = lane + bval, ok = j <= max_lane; break;
+        default: j = lane ^ bval, ok = j <= max_lane; break;
+      }
+      if (!ok) j = lane;
+      // A source lane outside the mask gives an undefined value: all ones (NaN) rather than a plausible one.
+      out_as<uint64_t>(f) = (m >> j & 1u) ? in_as<uint64_t>(lanes[j]) : ~uint64_t(0);
+    }
+  });
+  return out_as<uint64_t>(me);
+}
+
+unsigned vote(unsigned mask, int op, int pred, const Loc& loc) {
+  check_in_kernel("__ballot/__any/__all_sync()");
+  static const char* names[] = {"__ballot_sync()", "__any_sync()", "__all_sync()"};
+  Fiber& me = *E.cur;
+  in_as<int32_t>(me) = pred != 0;
+  in_as<int32_t>(me, 4) = op;
+  collective(mask, 20 + op, names[op], loc, false, [](Fiber* lanes, uint32_t m) {
+    uint32_t ballot = 0;
+    for (uint32_t r = m; r; r &= r - 1) {
+      const int lane = std::countr_zero(r);
+      if (in_as<int32_t>(lanes[lane])) ballot |= 1u << lane;
+    }
+    const int op2 = in_as<int32_t>(lanes[std::countr_zero(m)], 4);
+    const uint32_t result = op2 == 0 ? ballot : op2 == 1 ? uint32_t(ballot != 0) : uint32_t(ballot == m);
+    for (uint32_t r = m; r; r &= r - 1) out_as<uint32_t>(lanes[std::countr_zero(r)]) = result;
+  });
+  return out_as<uint32_t>(me);
+}
+
+unsigned match_any(unsigned mask, uint64_t value, const Loc& loc) {
+  check_in_kernel("__match_any_sync()");
+  Fiber& me = *E.cur;
+  in_as<uint64_t>(me) = value;
+  collective(mask, 30, "__match_any_sync()", loc, false, [](Fiber* lanes, uint32_t m) {
+    for (uint32_t r = m; r; r &= r - 1) {
+      const int lane = std::countr_zero(r);
+      uint32_t same = 0;
+      for (uint32_t s = m; s; s &= s - 1) {
+        const int o = std::countr_zero(s);
+        if (in_as<uint64_t>(lanes[o]) == in_as<uint64_t>(lanes[lane])) same |= 1u << o;
+      }
+      out_as<uint32_t>(lanes[lane]) = same;
+    }
+  });
+  return out_as<uint32_t>(me);
+}
+
+unsigned match_all(unsigned mask, uint64_t value, int* pred, const Loc& loc) {
+  check_in_kernel("__match_all_sync()");
+  Fiber& me = *E.cur;
+  in_as<uint64_t>(me) = value;
+  collective(mask, 31, "__match_all_sync()", loc, false, [](Fiber* lanes, uint32_t m) {
+    bool all = true;
+    const uint64_t v0 = in_as<uint64_t>(lanes[std::countr_zero(m)]);
+    for (uint32_t s = m; s; s &= s - 1) all = all && in_as<uint64_t>(lanes[std::countr_zero(s)]) == v0;
+    for (uint32_t r = m; r; r &= r - 1) out_as<uint32_t>(lanes[std::countr_zero(r)]) = all ? m : 0u;
+  });
+  *pred = out_as<uint32_t>(me) != 0;
+  return out_as<uint32_t>(me);
+}
+
+unsigned reduce_sync(unsigned mask, int op, unsigned value, bool is_signed, const Loc& loc) {
+  check_in_kernel("__reduce_*_sync()");
+  Fiber& me = *E.cur;
+  in_as<uint32_t>(me) = value;
+  in_as<int32_t>(me, 4) = op;
+  in_as<int32_t>(me, 8) = is_signed;
+  collective(mask, 40 + op, "__reduce_*_sync()", loc, false, [](Fiber* lanes, uint32_t m) {
+    Fiber& f0 = lanes[std::countr_zero(m)];
+    const int op2 = in_as<int32_t>(f0, 4);
+    const bool sgn = in_as<int32_t>(f0, 8) != 0;
+    uint32_t acc = in_as<uint32_t>(f0);
+    for (uint32_t s = m & (m - 1); s; s &= s - 1) {
+      const uint32_t v = in_as<uint32_t>(lanes[std::countr_zero(s)]);
+      switch (op2) {
+        case 0: acc += v; break;
+        case 1: acc = sgn ? uint32_t(std::min(int32_t(acc), int32_t(v))) : std::min(acc, v); break;
+        case 2: acc = sgn ? uint32_t(std::max(int32_t(acc), int32_t(v))) : std::max(acc, v); break;
+        case 3: acc &= v; break;
+        case 4: acc |= v; break;
+        default: acc ^= v; break;
+      }
+    }
+    for (uint32_t r = m; r; r &= r - 1) out_as<uint32_t>(lanes[std::countr_zero(r)]) = acc;
+  });
+  return out_as<uint32_t>(me);
+}
+
+unsigned activemask() {
+  check_in_kernel("__activemask()");
+  const Warp& w = my_warp();
+  return w.exists & ~w.exited;
+}
+
+unsigned lane_id() {
+  check_in_kernel("%laneid");
+  return unsigned(E.cur->index % 32);
+}
+
+void* dynamic_shared() {
+  check_in_kernel("extern __shared__");
+  return E.window + E.dyn_start;
+}
+
+void* static_shared(const void* key, size_t bytes, size_t align) {
+  check_in_kernel("__shared__");
+  for (const auto& [k, off] : E.statics)
+    if (k == key) return E.window + off;
+  // Exactly the declared alignment (an odd multiple of it below 16 bytes), so that a wider access than the
+  // declaration allows is misaligned here as it may be on the GPU.
+  size_t off = (E.static_top + kRedzone + align - 1) / align * align;
+  if (align < 16 && (off / align) % 2 == 0) off += align;
+  if (off + bytes > kStaticArea || off + bytes > kStaticSmemMax + 1024)
+    fatal("static __shared__ memory of the block exceeds 48 KiB (%zu bytes requested)", off + bytes);
+  if (off + bytes + E.dyn_bytes > kSmemPerBlockOptin + 1024)
+    fatal("static (%zu) + dynamic (%zu) shared memory exceed the 227 KiB per block", off + bytes, E.dyn_bytes);
+  E.static_top = off + bytes;
+  E.statics.emplace_back(key, kStaticBegin + off);
+  unsigned char* p = E.window + kStaticBegin + off;
+#if CUDA_EMU_ASAN
+  __asan_unpoison_memory_region(p, bytes);
+#endif
+  std::memset(p, 0xff, bytes);
+  return p;
+}
+
+bool is_shared(const void* p) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  return E.window && c >= E.window && c < E.window + kWindow;
+}
+
+size_t shared_offset(const void* p, const Loc& loc) {
+  if (!is_shared(p))
+    fatal("__cvta_generic_to_shared at %s:%u of %p, which is not shared memory", short_file(loc.file_name()),
+          loc.line(), p);
+  return size_t(static_cast<const unsigned char*>(p) - E.window);
+}
+
+// ---- PTX ---------------------------------------------------------------------------------------------------
+namespace ptx {
+
+void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_size, const Loc& loc) {
+  check_in_kernel("cp.async");
+  if (cp_size != 4 && cp_size != 8 && cp_size != 16)
+    fatal("cp.async at %s:%u: cp-size %d (must be 4, 8 or 16)", short_file(loc.file_name()), loc.line(), cp_size);
+  if (src_size < 0 || src_size > cp_size)
+    fatal("cp.async at %s:%u: src-size %d outside [0, %d]", short_file(loc.file_name()), loc.line(), src_size, cp_size);
+  if (dst_shared % unsigned(cp_size) || src_global % unsigned(cp_size))
+    fatal("cp.async at %s:%u: %d-byte copy from 0x%llx to shared 0x%x is not %d-byte aligned",
+          short_file(loc.file_name()), loc.line(), cp_size, (unsigned long long)src_global, dst_shared, cp_size);
+  unsigned char* dst = shared_ptr(dst_shared, size_t(cp_size), "cp.async", loc);
+  const auto* src = reinterpret_cast<const unsigned char*>(uintptr_t(src_global));
+  if (is_shared(src)) fatal("cp.async at %s:%u: the source %p is shared memory", short_file(loc.file_name()), loc.line(), src);
+  // Performed at the wait that covers it: reading the destination earlier shows the old contents.
+  E.cur->copies.push_back({dst, src, uint32_t(cp_size), uint32_t(src_size)});
+}
+
+void cp_async_commit_group(const Loc&) {
+  check_in_kernel("cp.async.commit_group");
+  Fiber& f = *E.cur;
+  f.group_ends.push_back(f.copies.size());  // possibly an empty group, as PTX allows
+}
+
+namespace {
+void perform(Fiber& f, size_t upto) {
+  for (size_t i = 0; i < upto; ++i) {
+    const Copy& c = f.copies[i];
+    if (c.src_size) std::memcpy(c.dst, c.src, c.src_size);
+    if (c.src_size < c.cp_size) std::memset(c.dst + c.src_size, 0, c.cp_size - c.src_size);
+  }
+  f.copies.erase(f.copies.begin(), f.copies.begin() + std::ptrdiff_t(upto));
+}
+}  // namespace
+
+void cp_async_wait_group(int n, const Loc&) {
+  check_in_kernel("cp.async.wait_group");
+  Fiber& f = *E.cur;
+  const int groups = int(f.group_ends.size());
+  if (groups <= n) return;
+  const size_t upto = f.group_ends[size_t(groups - n - 1)];
+  perform(f, upto);
+  f.group_ends.erase(f.group_ends.begin(), f.group_ends.begin() + (groups - n));
+  for (size_t& e : f.group_ends) e -= upto;
+}
+
+void cp_async_wait_all(const Loc&) {
+  check_in_kernel("cp.async.wait_all");
+  Fiber& f = *E.cur;
+  perform(f, f.copies.size());  // wait_all commits the open copies too
+  f.group_ends.clear();
+}
+
+void ldmatrix(int count, bool trans, uint32_t addr, uint32_t* r, const Loc& loc) {
+  check_in_kernel("ldmatrix");
+  Fiber& me = *E.cur;
+  in_as<uint32_t>(me) = addr;
+  in_as<int32_t>(me, 4) = count;
+  in_as<int32_t>(me, 8) = trans;
+  static_assert(sizeof(Loc) <= 16);
+  std::memcpy(me.in + 16, &loc, sizeof(Loc));
+  collective(0xffffffffu, 50 + count * 2 + trans, trans ? "ldmatrix .trans" : "ldmatrix", loc, true,
+             [](Fiber* lanes, uint32_t) {
+               const int cnt = in_as<int32_t>(lanes[0], 4);
+               const bool tr = in_as<int32_t>(lanes[0], 8) != 0;
+               const uint16_t* rows[32] = {};
+               for (int l = 0; l < 8 * cnt; ++l) {
+                 const uint32_t a = in_as<uint32_t>(lanes[l]);
+                 Loc where;
+                 std::memcpy(&where, lanes[l].in + 16, sizeof(Loc));
+                 if (a % 16)
+                   fatal("ldmatrix at %s:%u: lane %d gives row address 0x%x, not 16-byte aligned",
+                         short_file(where.file_name()), where.line(), l, a);
+                 rows[l] = reinterpret_cast<const uint16_t*>(shared_ptr(a, 16, "ldmatrix", where));
+               }
+               for (int l = 0; l < 32; ++l) {
+                 auto* out = reinterpret_cast<uint32_t*>(lanes[l].out);
+                 for (int m = 0; m < cnt; ++m) {
+                   uint16_t lo, hi;
+                   if (!tr) {  // lane l holds row l/4, columns 2(l%4) and 2(l%4)+1
+                     lo = rows[8 * m + l / 4][2 * (l % 4)];
+                     hi = rows[8 * m + l / 4][2 * (l % 4) + 1];
+                   } else {  // the transpose: rows 2(l%4) and 2(l%4)+1 of column l/4
+                     lo = rows[8 * m + 2 * (l % 4)][l / 4];
+                     hi = rows[8 * m + 2 * (l % 4) + 1][l / 4];
+                   }
+                   out[m] = uint32_t(lo) | uint32_t(hi) << 16;
+                 }
+               }
+             });
+  std::memcpy(r, me.out, sizeof(uint32_t) * size_t(count));
+}
+
+void mma_m16n8k16_f32(int ab_type, float* d, const uint32_t* a, const uint32_t* b, const float* c, const Loc& loc) {
+  check_in_kernel("mma.sync");
+  Fiber& me = *E.cur;
+  std::memcpy(me.in, a, 16);
+  std::memcpy(me.in + 16, b, 8);
+  std::memcpy(me.in + 24, c, 16);
+  in_as<int32_t>(me, 40) = ab_type;
+  collective(0xffffffffu, 60 + ab_type, ab_type ? "mma.sync m16n8k16 bf16" : "mma.sync m16n8k16 f16", loc, true,
+             [](Fiber* lanes, uint32_t) {
+               // PTX ISA fragment layouts for m16n8k16 with 16-bit A/B (g = lane / 4, q = lane % 4):
+               //   A: a0,a1 (g, 2q..2q+1)  a2,a3 (g+8, 2q..)  a4,a5 (g, 2q+8..)  a6,a7 (g+8, 2q+8..)
+               //   B: b0,b1 (2q..2q+1, g)  b2,b3 (2q+8.., g)
+               //   C/D: c0,c1 (g, 2q..2q+1)  c2,c3 (g+8, 2q..2q+1)
+               const bool bf = in_as<int32_t>(lanes[0], 40) != 0;
+               uint16_t Ab[16][16], Bb[16][8];
+               float A[16][16], B[16][8], D[16][8];
+               for (int l = 0; l < 32; ++l) {
+                 const int g = l / 4, q = l % 4;
+                 const auto* ra = reinterpret_cast<const uint32_t*>(lanes[l].in);
+                 const int arow[4] = {g, g + 8, g, g + 8}, acol[4] = {2 * q, 2 * q, 2 * q + 8, 2 * q + 8};
+                 for (int i = 0; i < 4; ++i) {
+                   Ab[arow[i]][acol[i]] = uint16_t(ra[i]);
+                   Ab[arow[i]][acol[i] + 1] = uint16_t(ra[i] >> 16);
+                 }
+                 for (int i = 0; i < 2; ++i) {
+                   Bb[2 * q + 8 * i][g] = uint16_t(ra[4 + i]);
+                   Bb[2 * q + 8 * i + 1][g] = uint16_t(ra[4 + i] >> 16);
+                 }
+                 const float* cin = reinterpret_cast<const float*>(lanes[l].in + 24);
+                 D[g][2 * q] = cin[0], D[g][2 * q + 1] = cin[1], D[g + 8][2 * q] = cin[2], D[g + 8][2 * q + 1] = cin[3];
+               }
+               if (bf) {
+                 for (int i = 0; i < 256; ++i) (&A[0][0])[i] = bf16_to_f32((&Ab[0][0])[i]);
+                 for (int i = 0; i < 128; ++i) (&B[0][0])[i] = bf16_to_f32((&Bb[0][0])[i]);
+               } else {
+                 for (int i = 0; i < 256; ++i) (&A[0][0])[i] = f16_to_f32((&Ab[0][0])[i]);
+                 for (int i = 0; i < 128; ++i) (&B[0][0])[i] = f16_to_f32((&Bb[0][0])[i]);
+               }
+               // 16-bit products are exact in f32; each sum in f32, k in order (fma chains, vectorised over n).
+               for (int k = 0; k < 16; ++k)
+                 for (int m = 0; m < 16; ++m)
+                   for (int n = 0; n < 8; ++n) D[m][n] = std::fma(A[m][k], B[k][n], D[m][n]);
+               for (int l = 0; l < 32; ++l) {
+                 const int g = l / 4, q = l % 4;
+                 auto* dout = reinterpret_cast<float*>(lanes[l].out);
+                 dout[0] = D[g][2 * q], dout[1] = D[g][2 * q + 1], dout[2] = D[g + 8][2 * q], dout[3] = D[g + 8][2 * q + 1];
+               }
+             });
+  std::memcpy(d, me.out, 16);
+}
+
+uint32_t cvt_rn_f16x2_f32(float hi, float lo) { return uint32_t(f32_to_f16_rn(lo)) | uint32_t(f32_to_f16_rn(hi)) << 16; }
+uint32_t cvt_rn_bf16x2_f32(float hi, float lo) {
+  return uint32_t(f32_to_bf16_rn(lo)) | uint32_t(f32_to_bf16_rn(hi)) << 16;
+}
+uint16_t cvt_rn_f16_f32(float f) { return f32_to_f16_rn(f); }
+uint16_t cvt_rn_bf16_f32(float f) { return f32_to_bf16_rn(f); }
+float cvt_f32_f16(uint16_t h) { return f16_to_f32(h); }
+float cvt_f32_bf16(uint16_t h) { return bf16_to_f32(h); }
+
+}  // namespace ptx
+
+// ---- fatal signals during a launch ------------------------------------------------------------------------
+namespace {
+struct sigaction g_old_segv, g_old_bus;
+
+void on_fault(int sig, siginfo_t* info, void*) {
+  // Let the previous handler (the default, or a sanitizer's) report the fault when it recurs.
+  sigaction(SIGSEGV, &g_old_segv, nullptr);
+  sigaction(SIGBUS, &g_old_bus, nullptr);
+  if (!E.in_launch) return;
+  // Only async-signal-tolerant work: we are going down anyway.
+  const auto* a = static_cast<const unsigned char*>(info->si_addr);
+  std::fprintf(stderr, "cuda_emu: %s at address %p during a kernel\n", sig == SIGSEGV ? "segmentation fault" : "bus error",
+               info->si_addr);
+  if (E.window && a >= E.window && a < E.window + kWindow) {
+    const size_t off = size_t(a - E.window);
+    if (off >= kDynBegin && off < kDynEnd + kPage)
+      std::fprintf(stderr, "  shared memory out of bounds: byte offset %lld of the %zu bytes of dynamic shared memory\n",
+                   (long long)off - (long long)E.dyn_start, E.dyn_bytes);
+    else
+      std::fprintf(stderr, "  shared memory out of bounds (static __shared__ area, offset %zu)\n", off);
+  } else if (E.cur && E.cur->stack && a >= reinterpret_cast<const unsigned char*>(E.cur->stack->lo) - kPage &&
+             a < reinterpret_cast<const unsigned char*>(E.cur->stack->lo)) {
+    std::fprintf(stderr, "  fiber stack overflow: raise CUDA_EMU_STACK_KB (now %zu)\n", E.stack_bytes / 1024);
+  }
+  print_context(stderr);
+  std::fflush(stderr);
+}
+
+void install_fault_handler() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  static std::vector<char> alt(256 * 1024);
+  stack_t ss{};
+  ss.ss_sp = alt.data();
+  ss.ss_size = alt.size();
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa{};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_old_segv);
+  sigaction(SIGBUS, &sa, &g_old_bus);
+}
+}  // namespace
+
+// ---- launch ------------------------------------------------------------------------------------------------
+namespace {
+// CUDA_EMU_STATS=1: time spent per kernel, printed at exit (where emulation time goes).
+struct KernelStats {
+  long long ns = 0, launches = 0, threads = 0;
+};
+std::map<std::string, KernelStats>* g_stats = nullptr;
+
+bool stats_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("CUDA_EMU_STATS");
+    return e && *e && *e != '0';
+  }();
+  return on;
+}
+
+void print_stats() {
+  std::vector<std::pair<std::string, KernelStats>> v(g_stats->begin(), g_stats->end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  std::fprintf(stderr, "cuda_emu stats: seconds, launches, threads, kernel\n");
+  for (const auto& [name, st] : v)
+    std::fprintf(stderr, "%10.3f %8lld %12lld  %s\n", double(st.ns) * 1e-9, st.launches, st.threads, name.c_str());
+}
+
+void record_stats(long long ns, uint64_t threads) {
+  if (!g_stats) {
+    g_stats = new std::map<std::string, KernelStats>;
+    std::atexit(print_stats);
+  }
+  KernelStats& st = (*g_stats)[E.kernel_name ? E.kernel_name : "?"];
+  st.ns += ns;
+  st.launches += 1;
+  st.threads += (long long)threads;
+}
+}  // namespace
+
+void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, void (*thunk)(void*), void* ctx) {
+  const dim3 g = cfg.grid, b = cfg.block;
+  const uint64_t threads = uint64_t(b.x) * b.y * b.z;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0 || threads > kMaxThreadsPerBlock ||
+      b.x > 1024 || b.y > 1024 || b.z > 64 || g.y > 65535 || g.z > 65535 || g.x > 0x7fffffffu) {
+    set_last_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (cfg.smem > max_dynamic_smem(kernel)) {
+    set_last_error(cudaErrorInvalidValue);
+    return;
+  }
+  if (!is_live_stream(cfg.stream)) {
+    set_last_error(cudaErrorInvalidResourceHandle);
+    return;
+  }
+  static thread_local bool launching = false;
+  if (launching) fatal("kernel launched from inside a kernel (dynamic parallelism is not emulated)");
+  std::lock_guard<std::mutex> lock(E.mutex);
+  launching = true;
+  install_fault_handler();
+  E.in_launch = true;
+  E.launch_loc = where;
+  E.kernel_name = nullptr;
+  E.kernel = kernel;
+  E.thunk = thunk;
+  E.ctx = ctx;
+  E.n = int(threads);
+  if (E.order_mode.empty()) {
+    const char* e = std::getenv("CUDA_EMU_ORDER");
+    E.order_mode = e ? e : "alternate";
+  }
+  gridDim = g;
+  blockDim = b;
+  if (E.fibers.size() < threads) E.fibers.resize(threads);
+  E.order.resize(threads);
+  const int nwarps = int((threads + 31) / 32);
+  E.warps.assign(size_t(nwarps), Warp{});
+  for (int i = 0; i < E.n; ++i) {
+    Fiber& f = E.fibers[size_t(i)];
+    f.index = i;
+    f.tid = {unsigned(i) % b.x, (unsigned(i) / b.x) % b.y, unsigned(i) / (b.x * b.y)};
+    E.warps[size_t(i / 32)].exists |= 1u << (i % 32);
+  }
+  setup_window(cfg.smem);
+  const long long t0 = stats_enabled() ? clock_ns() : 0;
+  uint64_t linear = 0;
+  for (unsigned z = 0; z < g.z; ++z)
+    for (unsigned y = 0; y < g.y; ++y)
+      for (unsigned x = 0; x < g.x; ++x, ++linear) {
+        blockIdx = {x, y, z};
+        E.block_linear = linear;
+        begin_block_smem();
+        run_block();
+        end_block_smem();
+      }
+  threadIdx = {0, 0, 0};
+  blockIdx = {0, 0, 0};
+  E.in_launch = false;
+  launching = false;
+  if (stats_enabled()) record_stats(clock_ns() - t0, threads * g.x * g.y * g.z);
+}
+
+}  // namespace cuda_emu
+
+// ---- the fiber's first frame ---------------------------------------------------------------------------------
+extern "C" void cuda_emu_fiber_main() {
+  using namespace cuda_emu;
+#if CUDA_EMU_ASAN
+  {
+    const void* lo = nullptr;
+    size_t size = 0;
+    __sanitizer_finish_switch_fiber(nullptr, &lo, &size);
+    if (E.from_main) E.main.stack_lo = lo, E.main.stack_size = size;
+  }
+#endif
+  E.from_main = false;
+  recycle_zombie();
+  for (;;) {
+    Fiber* me = E.cur;
+    try {
+      E.thunk(E.ctx);
+    } catch (const std::exception& e) {
+      fatal("exception escaped a kernel: %s", e.what());
+    } catch (...) {
+      fatal("exception escaped a kernel");
+    }
+    // Finish what the thread issued (the GPU would), then leave for good.
+    ptx::cp_async_wait_all(Loc::current());
+    me->state = kDone;
+    ++E.ndone;
+    Warp& w = E.warps[size_t(me->index / 32)];
+    const uint32_t bit = 1u << (me->index % 32);
+    w.exited |= bit;
+    // Collectives that waited only for this lane now complete without it (PTX: non-exited lanes), except the
+    // .aligned ones, which need the whole warp.
+    for (int i = 0; i < w.npending;) {
+      const Pending& p = w.pending[i];
+      if ((p.mask & bit) && p.aligned)
+        fatal("thread exited while lanes 0x%08x of its warp wait for it in %s at %s:%u", p.arrived, p.what,
+              short_file(p.loc.file_name()), p.loc.line());
+      if ((p.mask & bit) && p.arrived == (p.mask & ~w.exited))
+        complete(w, i, &E.fibers[size_t(me->index - me->index % 32)], -1);
+      else
+        ++i;
+    }
+    if (E.bar_arrived > 0)
+      fatal("thread exited while %d thread(s) wait at __syncthreads() at %s:%u (thread %d first): every thread of "
+            "the block must reach the barrier",
+            E.bar_arrived, short_file(E.bar_loc.file_name()), E.bar_loc.line(), E.bar_first);
+    Fiber* next = next_runnable(me->pos);
+    if (next && next->state == kNew) {
+      // A thread that has not started yet runs on this stack: no switch at all.
+      next->stack = me->stack;
+      next->ctx.stack_lo = me->ctx.stack_lo;
+      next->ctx.stack_size = me->ctx.stack_size;
+      me->stack = nullptr;
+      next->state = kReady;
+      make_current(next);
+      continue;
+    }
+    E.zombie = me->stack;
+    me->stack = nullptr;
+    if (next) {
+      next->state = kReady;
+      make_current(next);
+      switch_context(me->ctx, next->ctx, true);
+    } else {
+      if (E.ndone != E.n) deadlock();
+      switch_context(me->ctx, E.main, true);  // the block is done
+    }
+    __builtin_unreachable();
+  }
+}
