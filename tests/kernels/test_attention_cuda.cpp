@@ -201,7 +201,11 @@ TEST_F(AttentionCuda, HeadDimsAndLengths) {
   for (int64_t dh : {16, 24, 32, 64, 128})
     for (int64_t t : {1, 2, 17, 50, 65, 197}) {
       const auto& p = pairs[k++ % 6];
-      check_all({p[0], t, p[1], dh});
+      // The CUDA emulator runs every thread in turn: t = 197 there with one batch of two heads, not 36 heads.
+      if (test::emulated() && t == 197)
+        check_all({1, t, 2, dh});
+      else
+        check_all({p[0], t, p[1], dh});
     }
 }
 

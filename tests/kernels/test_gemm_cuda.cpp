@@ -142,6 +142,12 @@ class GemmCuda : public test::CudaOracleTest {
 using kernels::cuda::GemmVariant;
 
 const GemmVariant kVariants[] = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::vendor};
+// The variants compared with the CPU: all of them, less cuBLAS where it cannot run (the CUDA emulator).
+std::vector<GemmVariant> checked_variants() {
+  std::vector<GemmVariant> v{GemmVariant::v1_simt, GemmVariant::v2_mma};
+  if (test::vendor_available()) v.push_back(GemmVariant::vendor);
+  return v;
+}
 struct Types {
   DType ab, c;
 };
@@ -159,7 +165,7 @@ struct Size {
 TEST_F(GemmCuda, EveryVariantTransposeDtypeOnOddSizes) {
   const Size sizes[] = {{1, 1, 1}, {7, 5, 3}, {17, 33, 65}, {127, 129, 255}, {64, 64, 64}};
   for (const Size& sz : sizes)
-    for (GemmVariant v : kVariants)
+    for (GemmVariant v : checked_variants())
       for (int tr = 0; tr < 4; ++tr)
         for (const Types& ty : kTypes)
           for (int form = 0; form < 3; ++form) {
@@ -192,8 +198,10 @@ TEST_F(GemmCuda, RealisticLinearShapes) {
     int64_t rows, in, out;
   };
   const Lin shapes[] = {{64 * 50, 192, 576}, {2 * 197, 768, 3072}, {256, 64, 10}};
-  for (const Lin& l : shapes)
-    for (GemmVariant v : kVariants)
+  // The CUDA emulator runs every thread in turn: there the rows (batch x tokens) shrink, in and out stay.
+  const Lin emulated_shapes[] = {{4 * 50, 192, 576}, {197, 768, 3072}, {256, 64, 10}};
+  for (const Lin& l : test::emulated() ? emulated_shapes : shapes)
+    for (GemmVariant v : checked_variants())
       for (const Types& ty :
            {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f32}})
         for (int which = 0; which < 3; ++which) {
@@ -284,6 +292,7 @@ TEST_F(GemmCuda, SplitKIsRightAndDeterministic) {
 // Large 16-bit GEMMs: v2 against cuBLAS (both f32-accumulated), every transpose. 4104^2 x 264 has enough
 // tiles for v2's 128x256 tile, 2000 x 1544 x 4000 uses the 128x128 one; neither is a multiple of a tile.
 TEST_F(GemmCuda, LargeV2AgainstCublas) {
+  HPDT_SKIP_WITHOUT_VENDOR();
   const Size sizes[] = {{4104, 4104, 264}, {2000, 1544, 4000}};
   for (const Size& sz : sizes)
     for (DType ab : {DType::bf16, DType::f16})
@@ -314,6 +323,7 @@ TEST_F(GemmCuda, LargeV2AgainstCublas) {
 
 // f32 at a size where v1 runs many tiles: against cuBLAS (f32 compute, no TF32).
 TEST_F(GemmCuda, LargeV1AgainstCublas) {
+  HPDT_SKIP_WITHOUT_VENDOR();
   const int64_t M = 1000, N = 1100, K = 1200;
   for (int tr = 0; tr < 4; ++tr) {
     const bool ta = tr & 1, tb = tr & 2;
@@ -357,6 +367,7 @@ TEST_F(GemmCuda, MatmulEveryDtypeAndTranspose) {
     for (const DType ct : {DType::f32, dt})
       for (int tr = 0; tr < 4; ++tr)
         for (const bool vendor : {false, true}) {
+          if (vendor && !test::vendor_available()) continue;
           BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
           const bool ta = tr & 1, tb = tr & 2;
           const int64_t M = 37, N = 50, K = 72;
@@ -403,10 +414,16 @@ TEST_F(GemmCuda, LinearForwardBackward) {
       {{2, 197, 768}, 3072},                                                    // ViT-B fc1
       {{256, 64}, 10},                                                          // ResNet fc
   };
-  for (const LinearShape& sh : shapes)
+  // The CUDA emulator runs every thread in turn: there the two big layers run with fewer rows.
+  const LinearShape emulated_shapes[] = {
+      {{1, 1}, 1}, {{7, 5}, 3}, {{17, 33}, 65}, {{2, 17, 192}, 192}, {{4, 50, 192}, 576}, {{1, 197, 768}, 3072},
+      {{256, 64}, 10},
+  };
+  for (const LinearShape& sh : test::emulated() ? emulated_shapes : shapes)
     for (const DType dt : test::kCudaTestDtypes)
       for (const bool with_bias : {true, false})
         for (const bool vendor : {false, true}) {
+          if (vendor && !test::vendor_available()) continue;
           BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
           const int64_t in = sh.x[-1], out = sh.out, rows = sh.x.numel() / in;
           std::vector<int64_t> ydims = sh.x.vec();
