@@ -45,5 +45,7 @@ size_t max_dynamic_smem(const void* kernel);
 // Host-side error state (runtime.cpp).
 void set_last_error(cudaError_t e);
 bool is_live_stream(const void* s);
+// From the fault handler: says when `addr` lies just past a device allocation.
+void describe_global_fault(const void* addr);
 
 }  // namespace cuda_emu

@@ -2,6 +2,8 @@
 // memsets run at once (the async ones too); launches run synchronously, so streams and events only keep
 // their bookkeeping (events record host time). Device pointers are tracked, so a copy or memset that runs
 // past an allocation, or names host memory as device memory, fails as it would on a GPU.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +49,32 @@ Registry& reg() {
 cudaError_t fail(cudaError_t e) {
   g_last_error = e;
   return e;
+}
+
+// Device memory: under AddressSanitizer plain heap blocks (it checks their bounds); otherwise each block ends
+// where a PROT_NONE page starts (start 256-byte aligned, as cudaMalloc's), so a kernel running past the end of
+// an allocation faults at once and the fault handler names the kernel and thread.
+constexpr size_t kPage = 4096;
+void* device_alloc(size_t size) {
+#if CUDA_EMU_ASAN
+  void* p = nullptr;
+  return posix_memalign(&p, 256, size) == 0 ? p : nullptr;
+#else
+  const size_t span = (size + 255) / 256 * 256, pages = (span + kPage - 1) / kPage * kPage;
+  void* m = mmap(nullptr, pages + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  mprotect(static_cast<char*>(m) + pages, kPage, PROT_NONE);
+  return static_cast<char*>(m) + (pages - span);
+#endif
+}
+void device_free(void* p, size_t size) {
+#if CUDA_EMU_ASAN
+  (void)size;
+  std::free(p);
+#else
+  const size_t span = (size + 255) / 256 * 256, pages = (span + kPage - 1) / kPage * kPage;
+  munmap(static_cast<char*>(p) - (pages - span), pages + kPage);
+#endif
 }
 
 enum class Where { host, device, bad };
@@ -109,6 +137,20 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
 void set_last_error(cudaError_t e) { g_last_error = e; }
 
 bool is_live_stream(const void* s) { return valid_stream(static_cast<cudaStream_t>(const_cast<void*>(s))); }
+
+void describe_global_fault(const void* addr) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  auto& r = reg();
+  if (!r.mutex.try_lock()) return;
+  auto it = r.device.upper_bound(a);
+  if (it != r.device.begin()) {
+    --it;
+    if (a >= it->first + it->second && a < it->first + it->second + 2 * kPage)
+      std::fprintf(stderr, "  global memory out of bounds: byte %llu of a %zu-byte device allocation at %p\n",
+                   (unsigned long long)(a - it->first), it->second, reinterpret_cast<void*>(it->first));
+  }
+  r.mutex.unlock();
+}
 
 size_t max_dynamic_smem(const void* kernel) {
   std::lock_guard<std::mutex> lock(reg().mutex);
@@ -274,8 +316,8 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
   if (size == 0) return cudaSuccess;
-  void* p = nullptr;
-  if (posix_memalign(&p, 256, size) != 0 || !p) return fail(cudaErrorMemoryAllocation);
+  void* p = device_alloc(size);
+  if (!p) return fail(cudaErrorMemoryAllocation);
   std::memset(p, 0xff, size);  // uninitialised device memory reads as NaN / -1, not as zeros
   {
     std::lock_guard<std::mutex> lock(reg().mutex);
@@ -287,11 +329,15 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
+  size_t size = 0;
   {
     std::lock_guard<std::mutex> lock(reg().mutex);
-    if (reg().device.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return fail(cudaErrorInvalidValue);
+    auto it = reg().device.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == reg().device.end()) return fail(cudaErrorInvalidValue);
+    size = it->second;
+    reg().device.erase(it);
   }
-  std::free(ptr);
+  device_free(ptr, size);
   return cudaSuccess;
 }
 

@@ -192,6 +192,7 @@ struct Exec {
   size_t static_top = 0;
   std::vector<std::pair<const void*, size_t>> statics;  // key -> offset in the window
   std::string order_mode;
+  uint64_t seed = 1;
 };
 
 Exec E;
@@ -383,12 +384,22 @@ void run_block() {
     w.exited = 0;
     w.npending = 0;
   }
-  E.reverse = E.order_mode == "reverse" || (E.order_mode != "forward" && (E.block_linear & 1));
-  for (int p = 0; p < n; ++p) {
-    const int i = E.reverse ? n - 1 - p : p;
-    E.order[size_t(p)] = i;
-    E.fibers[size_t(i)].pos = p;
+  // The run order: CUDA_EMU_ORDER=forward, reverse, random (seeded by CUDA_EMU_SEED and the block), or by
+  // default alternate (forward for even blocks, reverse for odd ones).
+  E.reverse = E.order_mode == "reverse" || (E.order_mode == "alternate" && (E.block_linear & 1));
+  for (int p = 0; p < n; ++p) E.order[size_t(p)] = E.reverse ? n - 1 - p : p;
+  if (E.order_mode == "random") {
+    uint64_t x = E.seed ^ (E.block_linear * 0x9e3779b97f4a7c15ull);
+    for (int p = n - 1; p > 0; --p) {  // Fisher-Yates with splitmix64
+      x += 0x9e3779b97f4a7c15ull;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      std::swap(E.order[size_t(p)], E.order[size_t(z % uint64_t(p + 1))]);
+    }
   }
+  for (int p = 0; p < n; ++p) E.fibers[size_t(E.order[size_t(p)])].pos = p;
   Fiber* first = next_runnable(n - 1);
   start_fiber(first);
   first->state = kReady;
@@ -1019,6 +1030,8 @@ void on_fault(int sig, siginfo_t* info, void*) {
   } else if (E.cur && E.cur->stack && a >= reinterpret_cast<const unsigned char*>(E.cur->stack->lo) - kPage &&
              a < reinterpret_cast<const unsigned char*>(E.cur->stack->lo)) {
     std::fprintf(stderr, "  fiber stack overflow: raise CUDA_EMU_STACK_KB (now %zu)\n", E.stack_bytes / 1024);
+  } else {
+    describe_global_fault(a);
   }
   print_context(stderr);
   std::fflush(stderr);
@@ -1109,6 +1122,10 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   if (E.order_mode.empty()) {
     const char* e = std::getenv("CUDA_EMU_ORDER");
     E.order_mode = e ? e : "alternate";
+    if (E.order_mode != "forward" && E.order_mode != "reverse" && E.order_mode != "random" &&
+        E.order_mode != "alternate")
+      fatal("CUDA_EMU_ORDER=%s: expected forward, reverse, random or alternate", e);
+    if (const char* sd = std::getenv("CUDA_EMU_SEED")) E.seed = std::strtoull(sd, nullptr, 0);
   }
   gridDim = g;
   blockDim = b;
