@@ -11,8 +11,9 @@
 // hdf5 = the reader's access pattern without its threads and decode (each step each rank's own rows
 // as one hyperslab union, one H5Dread), collective or independent, order seq (file order) or each
 // --shuffle-block K (K = 1 "shuffle": random samples; K > 1 "blockK": ShardedReader's block order);
-// reader = ShardedReader in train mode for each K x transfer {collective, independent} [x the
-// two-phase exchange off, with --compare-exchange] [+ train+augment with --augment]. Per-sample
+// reader = ShardedReader in train mode for each K x transfer {collective, independent} [+ the
+// two-phase exchange on ("+a2a", K > 1, np > 1), readahead hints off ("nora"), pooled batch memory
+// ("reuse"): --compare-exchange/-readahead/-reuse] [+ train+augment with --augment]. Per-sample
 // shuffles read --shuffle-bytes, block orders --block-bytes (default --bytes). Reported: median over
 // --reps of aggregate MB/s (all ranks' bytes / slowest rank's time): "read" counts the HDF5 read calls
 // only, "pipeline" the whole reader from construction through the last next() (read [+ exchange] +
@@ -380,17 +381,17 @@ int main(int argc, char** argv) {
         bool collective, exchange, readahead, reuse, augment;
       };
       std::vector<ReaderCase> reader_cases;
-      for (const int64_t k : blocks) {
-        reader_cases.push_back({k, true, true, true, false, false});
-        reader_cases.push_back({k, false, true, true, false, false});
+      for (const int64_t k : blocks) {  // {block, collective, exchange, readahead, reuse, augment}
+        reader_cases.push_back({k, true, false, true, false, false});
+        reader_cases.push_back({k, false, false, true, false, false});
         if (k > 1 && g_size > 1 && compare_exchange) {
-          reader_cases.push_back({k, true, false, true, false, false});
-          reader_cases.push_back({k, false, false, true, false, false});
+          reader_cases.push_back({k, true, true, true, false, false});
+          reader_cases.push_back({k, false, true, true, false, false});
         }
-        if (compare_readahead) reader_cases.push_back({k, true, true, false, false, false});
-        if (compare_reuse) reader_cases.push_back({k, true, true, true, true, false});
+        if (compare_readahead) reader_cases.push_back({k, true, false, false, false, false});
+        if (compare_reuse) reader_cases.push_back({k, true, false, true, true, false});
       }
-      if (augment) reader_cases.push_back({1, true, true, true, false, true});
+      if (augment) reader_cases.push_back({1, true, false, true, false, true});
       for (const ReaderCase rcase : reader_cases) {
         const bool aug = rcase.augment;
         std::vector<double> pipe_mbps, sps, waitf, readf, xchgf, decodef, opens, runs, cached_before, raws, ratios;

@@ -112,7 +112,8 @@ TEST(ShardedReader, ShardsAreDisjointCoveringAndRankCountIndependent) {
             ASSERT_EQ(b.step, s);
             ASSERT_EQ(b.images.shape(), (Shape{lb, kC, kH, kW}));
             for (int64_t i = 0; i < lb; ++i) {
-              ASSERT_EQ(decoded_id(b.images.data<float>() + i * kC * kH * kW), b.indices[size_t(i)]);
+              ASSERT_EQ(decoded_id(b.images.data<float>() + i * kC * kH * kW), b.indices[size_t(i)])
+                  << "n=" << n << " lb=" << lb << " step " << s << " sample " << i;
               ASSERT_EQ(b.labels.data<int32_t>()[i], int32_t(b.indices[size_t(i)] % kClasses));
             }
             const auto global = allgather(b.indices);
@@ -312,6 +313,7 @@ TEST(ShardedReader, BlockOrderResumeExchangeAndRankCountIndependence) {
   const std::string path = make_index_dataset(dir, 97, io::Layout::contiguous);
   io::ReaderOptions opt;
   opt.shuffle_block = 5;
+  opt.exchange = true;
   opt.augment = true;
   opt.crop_padding = 1;
   opt.prefetch = 3;

@@ -24,10 +24,11 @@
 //
 // Collective reads: every step each rank reads its b samples (sorted, merged into runs of adjacent
 // rows) as one hyperslab selection with H5FD_MPIO_COLLECTIVE; H5Pget_mpio_actual_io_mode is checked
-// after every read and a fallback to independent I/O is counted and logged once. With a block order
-// on more than one rank the ranks instead read the step's rows in two phases (ReaderOptions::
-// exchange): rank r reads the r-th equal part of the global batch's rows in file order (a few long
-// runs, one collective H5Dread), then one MPI_Alltoallv gives every rank the samples of its share.
+// after every read and a fallback to independent I/O is counted and logged once. Two-phase reads
+// (ReaderOptions::exchange with a block order, and collective steps whose global batch exceeds the
+// dataset, see reader.cpp): rank r reads the r-th equal part of the global batch's distinct rows in
+// file order, then one MPI_Alltoallv gives every rank the samples of its share. Chunked datasets are
+// read one run per H5Dread (HDF5 1.10 is slow on unions spread over many chunks).
 //
 // Threads: all readers of a process share one I/O thread that runs their HDF5 and MPI work (open,
 // reads, exchanges, close) in submission order, one decode thread (u8 -> f32, augmentation) that
@@ -65,10 +66,12 @@ struct ReaderOptions {
   // not on the rank count; resuming with another K or B continues in another order. A global batch
   // mixes only B/K blocks: keep B/K large enough for training (say >= 8).
   int64_t shuffle_block = 1;
-  // With shuffle_block > 1 on more than one rank: read the global batch's rows as equal contiguous
-  // parts and redistribute them with MPI_Alltoallv (true, default), or let every rank read its own
-  // scattered rows (false, for comparisons).
-  bool exchange = true;
+  // With shuffle_block > 1 on more than one rank: read the global batch's rows in two phases, every
+  // rank an equal contiguous part (a few long runs), then MPI_Alltoallv to the ranks whose shares
+  // hold them (true); or every rank reads its own rows, which the window shuffle scatters over the
+  // step's blocks, and a collective transfer lets MPI-IO aggregate them (false, default: measured
+  // no faster with the exchange on one node, docs/io.md; may pay off on parallel file systems).
+  bool exchange = false;
   bool augment = false;                  // train mode only: random crop with padding + horizontal flip
   int crop_padding = 4;                  // zero padding (in pixels, raw image) around the random crop
   bool hflip = true;                     // with augment: flip horizontally with probability 1/2
@@ -77,7 +80,7 @@ struct ReaderOptions {
   bool collective = true;                // collective transfer (false: independent, for comparisons)
   // Readahead hints: when a batch is queued, ask the kernel to start reading this rank's rows of it
   // (posix_fadvise WILLNEED on their byte ranges, on a hint thread), so the disk works on the next
-  // batches while the current one is read and decoded. Uncompressed datasets read from the file;
+  // batches while the current one is read and decoded. Contiguous datasets read from the file;
   // needs prefetch > 0 and MPI_THREAD_MULTIPLE; changes no result.
   bool readahead = true;
   bool pinned = true;                    // page-locked batch memory when a GPU is usable
