@@ -195,7 +195,9 @@ struct Exec {
   uint64_t seed = 1;
 };
 
-Exec E;
+// Never destroyed: fibers, stacks and the shared window live until the process ends (static destructors may run
+// while another thread still launches).
+Exec& E = *new Exec;
 
 const char* short_file(const char* f) {
   const char* s = std::strstr(f, "/kernels/");
@@ -279,6 +281,12 @@ void make_current(Fiber* f) {
 
 void start_fiber(Fiber* f) {
   f->stack = take_stack();
+#if CUDA_EMU_ASAN
+  // A reused stack still carries the poisoned redzones of the frames its last thread left without returning
+  // (cuda_emu_fiber_main's, at the top).
+  const size_t stale = std::min<size_t>(f->stack->size, 32 * 1024);
+  __asan_unpoison_memory_region(f->stack->lo + f->stack->size - stale, stale);
+#endif
   Context& c = f->ctx;
   c.stack_lo = f->stack->lo;
   c.stack_size = f->stack->size;
@@ -442,7 +450,7 @@ void begin_block_smem() {
   E.statics.clear();
   if (E.dyn_bytes) {
 #if CUDA_EMU_ASAN
-    __asan_unpoison_memory_region(E.window + E.dyn_start, kDynEnd - E.dyn_start);
+    __asan_unpoison_memory_region(E.window + E.protected_below, kDynEnd - E.protected_below);
 #endif
     std::memset(E.window + E.dyn_start, 0xff, E.dyn_bytes);  // NaN in f32, f16, bf16; -1 in integers
     // The accessible bytes around the buffer (below it in its first page, above it up to the guard page)
