@@ -14,8 +14,8 @@ namespace {
 }  // namespace
 
 namespace detail {
-void gemm_cublas(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*, int64_t, float,
-                 void*, int64_t, DType, DType, const Stream&) {
+void gemm_cublas(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*, int64_t, float, void*,
+                 int64_t, DType, DType, const Stream&) {
   no_vendor("gemm (vendor)");
 }
 }  // namespace detail
@@ -27,8 +27,7 @@ void conv2d_forward_vendor(const Conv2dShape&, const Tensor&, const Tensor&, con
 void conv2d_backward_data_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, const Stream&) {
   no_vendor("conv2d_backward_data (vendor)");
 }
-void conv2d_backward_filter_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, Tensor*,
-                                   const Stream&) {
+void conv2d_backward_filter_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, Tensor*, const Stream&) {
   no_vendor("conv2d_backward_filter (vendor)");
 }
 

@@ -13,5 +13,6 @@ typedef enum {
 typedef struct cudnnContext* cudnnHandle_t;
 
 inline const char* cudnnGetErrorString(cudnnStatus_t s) {
-  return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : "the vendor backend is not available in the CUDA emulator";
+  return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS"
+                                   : "the vendor backend is not available in the CUDA emulator";
 }

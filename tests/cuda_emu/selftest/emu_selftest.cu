@@ -24,7 +24,9 @@ struct Buf {
   explicit Buf(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&d, n * sizeof(T)), cudaSuccess); }
   Buf(const std::vector<T>& h) : Buf(h.size()) { up(h); }
   ~Buf() { cudaFree(d); }
-  void up(const std::vector<T>& h) { EXPECT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
+  void up(const std::vector<T>& h) {
+    EXPECT_EQ(cudaMemcpy(d, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
   std::vector<T> down() const {
     std::vector<T> h(n);
     EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -254,7 +256,9 @@ void check_mma() {
   const auto f = df.down();
   for (int l = 0; l < 32; ++l) {
     const int row = l / 4, col = 2 * (l % 4);
-    auto pair = [&](int r, int c0) { return uint32_t(ha[size_t(r * 16 + c0)]) | uint32_t(ha[size_t(r * 16 + c0 + 1)]) << 16; };
+    auto pair = [&](int r, int c0) {
+      return uint32_t(ha[size_t(r * 16 + c0)]) | uint32_t(ha[size_t(r * 16 + c0 + 1)]) << 16;
+    };
     EXPECT_EQ(f[size_t(l * 3)], pair(row, col)) << "x1 lane " << l;
     EXPECT_EQ(f[size_t(l * 3 + 1)], pair(row, col)) << "x2 lane " << l;
     EXPECT_EQ(f[size_t(l * 3 + 2)], pair(row + 8, col)) << "x2 lane " << l;
@@ -270,7 +274,8 @@ __global__ void cp_async_groups(const float* src, float* out) {
   const uint32_t s = smem_u32(buf);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(16));
   asm volatile("cp.async.commit_group;\n" ::);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(s + 16), "l"(src + 4), "r"(8));  // half zero-filled
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(s + 16), "l"(src + 4),
+               "r"(8));  // half zero-filled
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s + 32), "l"(src + 8));
   asm volatile("cp.async.commit_group;\n" ::);
   asm volatile("cp.async.wait_group %0;\n" ::"n"(1));
@@ -371,7 +376,8 @@ TEST(CudaEmuDeathTest, StopsOnFaults) {
   EXPECT_DEATH(shfl_without_self<<<1, 32>>>(i.d), "leaves out the calling lane [1-9]");
   EXPECT_DEATH(mma_lane_exited<<<1, 32>>>(f.d), "needs the whole warp|wait for it");
   EXPECT_DEATH(smem_overrun<<<1, 32, 256>>>(u.d), "outside the 256 bytes of dynamic shared memory");
-  EXPECT_DEATH(smem_write_past_end<<<1, 33, 128>>>(f.d), "outside the dynamic shared memory|shared memory out of bounds");
+  EXPECT_DEATH(smem_write_past_end<<<1, 33, 128>>>(f.d),
+               "outside the dynamic shared memory|shared memory out of bounds");
   EXPECT_DEATH(bounded<<<1, 128>>>(f.d), "__launch_bounds__\\(64\\)");
   EXPECT_DEATH(partial_warp_shfl<<<1, 48>>>(i.d), "do not exist in this block");
   EXPECT_DEATH(global_overrun<<<1, 32>>>(f.d), "global memory out of bounds|heap-buffer-overflow");

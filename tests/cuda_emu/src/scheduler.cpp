@@ -213,8 +213,9 @@ bool same_loc(const Loc& a, const Loc& b) {
 void print_context(FILE* out) {
   if (!E.in_launch) return;
   std::fprintf(out, "  kernel: %s\n", E.kernel_name ? E.kernel_name : "(not entered yet)");
-  std::fprintf(out, "  launched at %s:%u with grid (%u,%u,%u), block (%u,%u,%u)\n", short_file(E.launch_loc.file_name()),
-               E.launch_loc.line(), gridDim.x, gridDim.y, gridDim.z, blockDim.x, blockDim.y, blockDim.z);
+  std::fprintf(out, "  launched at %s:%u with grid (%u,%u,%u), block (%u,%u,%u)\n",
+               short_file(E.launch_loc.file_name()), E.launch_loc.line(), gridDim.x, gridDim.y, gridDim.z, blockDim.x,
+               blockDim.y, blockDim.z);
   std::fprintf(out, "  block (%u,%u,%u)", blockIdx.x, blockIdx.y, blockIdx.z);
   if (E.cur)
     std::fprintf(out, ", thread (%u,%u,%u) (linear %d: warp %d, lane %d)", E.cur->tid.x, E.cur->tid.y, E.cur->tid.z,
@@ -336,7 +337,8 @@ std::string thread_range(int a, int b) {
   auto describe = [](const Fiber& f) {
     char buf[512];
     switch (f.state) {
-      case kDone: return std::string("exited");
+      case kDone:
+        return std::string("exited");
       case kBlockWait:
         std::snprintf(buf, sizeof buf, "wait in %s at %s:%u", f.wait_what, short_file(f.wait_loc.file_name()),
                       f.wait_loc.line());
@@ -345,7 +347,8 @@ std::string thread_range(int a, int b) {
         std::snprintf(buf, sizeof buf, "wait in %s (mask 0x%08x) at %s:%u", f.wait_what, f.wait_mask,
                       short_file(f.wait_loc.file_name()), f.wait_loc.line());
         return std::string(buf);
-      default: return std::string("runnable");
+      default:
+        return std::string("runnable");
     }
   };
   int start = 0;
@@ -492,10 +495,11 @@ unsigned char* shared_ptr(uint32_t addr, size_t bytes, const char* what, const L
   const bool in_static = a >= kStaticBegin && a + bytes <= kStaticBegin + E.static_top;
   if (!in_dyn && !in_static) {
     if (a >= kDynBegin && a < kDynEnd + kPage)
-      fatal("%s at %s:%u: shared address 0x%x (%zu bytes) outside the %zu bytes of dynamic shared memory "
-            "(byte offset %lld)",
-            what, short_file(loc.file_name()), loc.line(), addr, bytes, E.dyn_bytes,
-            (long long)a - (long long)E.dyn_start);
+      fatal(
+          "%s at %s:%u: shared address 0x%x (%zu bytes) outside the %zu bytes of dynamic shared memory "
+          "(byte offset %lld)",
+          what, short_file(loc.file_name()), loc.line(), addr, bytes, E.dyn_bytes,
+          (long long)a - (long long)E.dyn_start);
     fatal("%s at %s:%u: shared address 0x%x (%zu bytes) is not in the block's shared memory", what,
           short_file(loc.file_name()), loc.line(), addr, bytes);
   }
@@ -542,10 +546,11 @@ void collective(uint32_t mask, int kind, const char* what, const Loc& loc, bool 
     Pending& q = w.pending[i];
     if (q.kind != kind || q.mask != mask) continue;
     if (aligned && !same_loc(q.loc, loc))
-      fatal("lane %d in %s at %s:%u while lanes 0x%08x of its warp wait in %s at %s:%u: an .aligned instruction must "
-            "be executed by all lanes at the same place",
-            lane, what, short_file(loc.file_name()), loc.line(), q.arrived, q.what, short_file(q.loc.file_name()),
-            q.loc.line());
+      fatal(
+          "lane %d in %s at %s:%u while lanes 0x%08x of its warp wait in %s at %s:%u: an .aligned instruction must "
+          "be executed by all lanes at the same place",
+          lane, what, short_file(loc.file_name()), loc.line(), q.arrived, q.what, short_file(q.loc.file_name()),
+          q.loc.line());
     pi = i;
     break;
   }
@@ -601,12 +606,12 @@ uint16_t f32_to_f16_rn(float f) {
   const float a = std::fabs(f);
   if (std::isnan(f)) return uint16_t(sign | 0x7e00u);
   if (a >= 65520.0f) return uint16_t(sign | 0x7c00u);  // rounds to Inf
-  if (a < std::ldexp(1.0f, -14)) {                       // subnormal: multiples of 2^-24, nearest even
+  if (a < std::ldexp(1.0f, -14)) {                     // subnormal: multiples of 2^-24, nearest even
     const float q = std::nearbyint(a * 16777216.0f);   // default rounding mode: to nearest even
     return uint16_t(sign | uint16_t(q));
   }
   int e;
-  std::frexp(a, &e);                            // a = f * 2^e, f in [0.5, 1)
+  std::frexp(a, &e);                           // a = f * 2^e, f in [0.5, 1)
   const float scaled = std::ldexp(a, 11 - e);  // [1024, 2048)
   uint32_t m = uint32_t(std::nearbyint(scaled));
   int be = e - 1 + 15;
@@ -642,9 +647,10 @@ long long clock_ns() {
 void kernel_entry(const char* pretty_name, unsigned max_threads) {
   E.kernel_name = pretty_name;
   if (max_threads && unsigned(E.n) > max_threads)
-    fatal("launched with %d threads per block, more than its __launch_bounds__(%u): CUDA refuses such a launch "
-          "(cudaErrorInvalidValue)",
-          E.n, max_threads);
+    fatal(
+        "launched with %d threads per block, more than its __launch_bounds__(%u): CUDA refuses such a launch "
+        "(cudaErrorInvalidValue)",
+        E.n, max_threads);
 }
 
 void syncthreads(const Loc& loc) {
@@ -653,9 +659,10 @@ void syncthreads(const Loc& loc) {
   if (E.ndone > 0) {
     int first = 0;
     while (E.fibers[size_t(first)].state != kDone) ++first;
-    fatal("__syncthreads() at %s:%u after %d thread(s) of the block exited (thread %d first): every thread of the "
-          "block must reach the barrier",
-          short_file(loc.file_name()), loc.line(), E.ndone, first);
+    fatal(
+        "__syncthreads() at %s:%u after %d thread(s) of the block exited (thread %d first): every thread of the "
+        "block must reach the barrier",
+        short_file(loc.file_name()), loc.line(), E.ndone, first);
   }
   if (E.bar_arrived == 0) {
     E.bar_loc = loc;
@@ -718,10 +725,18 @@ uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c, const Loc& 
       int j = lane;
       bool ok = false;
       switch (in_as<int32_t>(f, 16)) {
-        case 0: j = min_lane | (bval & ~segmask), ok = j <= max_lane; break;
-        case 1: j = lane - bval, ok = j >= max_lane; break;
-        case 2: j = lane + bval, ok = j <= max_lane; break;
-        default: j = lane ^ bval, ok = j <= max_lane; break;
+        case 0:
+          j = min_lane | (bval & ~segmask), ok = j <= max_lane;
+          break;
+        case 1:
+          j = lane - bval, ok = j >= max_lane;
+          break;
+        case 2:
+          j = lane + bval, ok = j <= max_lane;
+          break;
+        default:
+          j = lane ^ bval, ok = j <= max_lane;
+          break;
       }
       if (!ok) j = lane;
       // A source lane outside the mask gives an undefined value: all ones (NaN) rather than a plausible one.
@@ -796,12 +811,24 @@ unsigned reduce_sync(unsigned mask, int op, unsigned value, bool is_signed, cons
     for (uint32_t s = m & (m - 1); s; s &= s - 1) {
       const uint32_t v = in_as<uint32_t>(lanes[std::countr_zero(s)]);
       switch (op2) {
-        case 0: acc += v; break;
-        case 1: acc = sgn ? uint32_t(std::min(int32_t(acc), int32_t(v))) : std::min(acc, v); break;
-        case 2: acc = sgn ? uint32_t(std::max(int32_t(acc), int32_t(v))) : std::max(acc, v); break;
-        case 3: acc &= v; break;
-        case 4: acc |= v; break;
-        default: acc ^= v; break;
+        case 0:
+          acc += v;
+          break;
+        case 1:
+          acc = sgn ? uint32_t(std::min(int32_t(acc), int32_t(v))) : std::min(acc, v);
+          break;
+        case 2:
+          acc = sgn ? uint32_t(std::max(int32_t(acc), int32_t(v))) : std::max(acc, v);
+          break;
+        case 3:
+          acc &= v;
+          break;
+        case 4:
+          acc |= v;
+          break;
+        default:
+          acc ^= v;
+          break;
       }
     }
     for (uint32_t r = m; r; r &= r - 1) out_as<uint32_t>(lanes[std::countr_zero(r)]) = acc;
@@ -873,7 +900,8 @@ void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_siz
           short_file(loc.file_name()), loc.line(), cp_size, (unsigned long long)src_global, dst_shared, cp_size);
   unsigned char* dst = shared_ptr(dst_shared, size_t(cp_size), "cp.async", loc);
   const auto* src = reinterpret_cast<const unsigned char*>(uintptr_t(src_global));
-  if (is_shared(src)) fatal("cp.async at %s:%u: the source %p is shared memory", short_file(loc.file_name()), loc.line(), src);
+  if (is_shared(src))
+    fatal("cp.async at %s:%u: the source %p is shared memory", short_file(loc.file_name()), loc.line(), src);
   // Performed at the wait that covers it: reading the destination earlier shows the old contents.
   E.cur->copies.push_back({dst, src, uint32_t(cp_size), uint32_t(src_size)});
 }
@@ -998,13 +1026,16 @@ void mma_m16n8k16_f32(int ab_type, float* d, const uint32_t* a, const uint32_t* 
                for (int l = 0; l < 32; ++l) {
                  const int g = l / 4, q = l % 4;
                  auto* dout = reinterpret_cast<float*>(lanes[l].out);
-                 dout[0] = D[g][2 * q], dout[1] = D[g][2 * q + 1], dout[2] = D[g + 8][2 * q], dout[3] = D[g + 8][2 * q + 1];
+                 dout[0] = D[g][2 * q], dout[1] = D[g][2 * q + 1], dout[2] = D[g + 8][2 * q],
+                 dout[3] = D[g + 8][2 * q + 1];
                }
              });
   std::memcpy(d, me.out, 16);
 }
 
-uint32_t cvt_rn_f16x2_f32(float hi, float lo) { return uint32_t(f32_to_f16_rn(lo)) | uint32_t(f32_to_f16_rn(hi)) << 16; }
+uint32_t cvt_rn_f16x2_f32(float hi, float lo) {
+  return uint32_t(f32_to_f16_rn(lo)) | uint32_t(f32_to_f16_rn(hi)) << 16;
+}
 uint32_t cvt_rn_bf16x2_f32(float hi, float lo) {
   return uint32_t(f32_to_bf16_rn(lo)) | uint32_t(f32_to_bf16_rn(hi)) << 16;
 }
@@ -1026,12 +1057,13 @@ void on_fault(int sig, siginfo_t* info, void*) {
   if (!E.in_launch) return;
   // Only async-signal-tolerant work: we are going down anyway.
   const auto* a = static_cast<const unsigned char*>(info->si_addr);
-  std::fprintf(stderr, "cuda_emu: %s at address %p during a kernel\n", sig == SIGSEGV ? "segmentation fault" : "bus error",
-               info->si_addr);
+  std::fprintf(stderr, "cuda_emu: %s at address %p during a kernel\n",
+               sig == SIGSEGV ? "segmentation fault" : "bus error", info->si_addr);
   if (E.window && a >= E.window && a < E.window + kWindow) {
     const size_t off = size_t(a - E.window);
     if (off >= kDynBegin && off < kDynEnd + kPage)
-      std::fprintf(stderr, "  shared memory out of bounds: byte offset %lld of the %zu bytes of dynamic shared memory\n",
+      std::fprintf(stderr,
+                   "  shared memory out of bounds: byte offset %lld of the %zu bytes of dynamic shared memory\n",
                    (long long)off - (long long)E.dyn_start, E.dyn_bytes);
     else
       std::fprintf(stderr, "  shared memory out of bounds (static __shared__ area, offset %zu)\n", off);
@@ -1054,7 +1086,7 @@ void install_fault_handler() {
   ss.ss_sp = alt.data();
   ss.ss_size = alt.size();
   sigaltstack(&ss, nullptr);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
@@ -1210,9 +1242,10 @@ extern "C" void cuda_emu_fiber_main() {
         ++i;
     }
     if (E.bar_arrived > 0)
-      fatal("thread exited while %d thread(s) wait at __syncthreads() at %s:%u (thread %d first): every thread of "
-            "the block must reach the barrier",
-            E.bar_arrived, short_file(E.bar_loc.file_name()), E.bar_loc.line(), E.bar_first);
+      fatal(
+          "thread exited while %d thread(s) wait at __syncthreads() at %s:%u (thread %d first): every thread of "
+          "the block must reach the barrier",
+          E.bar_arrived, short_file(E.bar_loc.file_name()), E.bar_loc.line(), E.bar_first);
     Fiber* next = next_runnable(me->pos);
     if (next && next->state == kNew) {
       // A thread that has not started yet runs on this stack: no switch at all.

@@ -51,11 +51,13 @@ void kernel_entry(const char* pretty_name, unsigned max_threads);
 void syncthreads(const Loc& loc);
 int syncthreads_reduce(int op, int pred, const Loc& loc);  // op 0: count, 1: and, 2: or
 void syncwarp(unsigned mask, const Loc& loc);
-uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c, const Loc& loc);  // mode: 0 idx, 1 up, 2 down, 3 bfly
-unsigned vote(unsigned mask, int op, int pred, const Loc& loc);                      // op: 0 ballot, 1 any, 2 all
+uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c,
+              const Loc& loc);                                   // mode: 0 idx, 1 up, 2 down, 3 bfly
+unsigned vote(unsigned mask, int op, int pred, const Loc& loc);  // op: 0 ballot, 1 any, 2 all
 unsigned match_any(unsigned mask, uint64_t value, const Loc& loc);
 unsigned match_all(unsigned mask, uint64_t value, int* pred, const Loc& loc);
-unsigned reduce_sync(unsigned mask, int op, unsigned value, bool is_signed, const Loc& loc);  // 0 add, 1 min, 2 max, 3 and, 4 or, 5 xor
+unsigned reduce_sync(unsigned mask, int op, unsigned value, bool is_signed,
+                     const Loc& loc);  // 0 add, 1 min, 2 max, 3 and, 4 or, 5 xor
 unsigned activemask();
 unsigned lane_id();
 void* dynamic_shared();
@@ -104,7 +106,8 @@ namespace ptx {
 // Operand conversions by constraint letter; the sizes are those nvcc enforces.
 template <class T>
 inline uint32_t in_r(T v) {
-  static_assert(sizeof(T) == 4 && (std::is_integral_v<T> || std::is_enum_v<T>), "\"r\" operand must be a 32-bit integer");
+  static_assert(sizeof(T) == 4 && (std::is_integral_v<T> || std::is_enum_v<T>),
+                "\"r\" operand must be a 32-bit integer");
   return uint32_t(v);
 }
 template <class T>
@@ -194,22 +197,28 @@ inline void __syncwarp(unsigned mask = 0xffffffffu, const cuda_emu::Loc& loc = c
 
 // PTX shfl.sync: c = ((32 - width) << 8) | clamp, clamp 0 for up, 0x1f otherwise.
 template <class T>
-inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32, const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
-  return cuda_emu::from_bits64<T>(cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 0, src_lane, ((32 - width) << 8) | 0x1f, loc));
+inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32,
+                     const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
+  return cuda_emu::from_bits64<T>(
+      cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 0, src_lane, ((32 - width) << 8) | 0x1f, loc));
 }
 template <class T>
-inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32, const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
-  return cuda_emu::from_bits64<T>(cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 1, int(delta), (32 - width) << 8, loc));
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32,
+                        const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
+  return cuda_emu::from_bits64<T>(
+      cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 1, int(delta), (32 - width) << 8, loc));
 }
 template <class T>
 inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32,
                           const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
-  return cuda_emu::from_bits64<T>(cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 2, int(delta), ((32 - width) << 8) | 0x1f, loc));
+  return cuda_emu::from_bits64<T>(
+      cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 2, int(delta), ((32 - width) << 8) | 0x1f, loc));
 }
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32,
                          const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
-  return cuda_emu::from_bits64<T>(cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 3, lane_mask, ((32 - width) << 8) | 0x1f, loc));
+  return cuda_emu::from_bits64<T>(
+      cuda_emu::shfl(mask, cuda_emu::to_bits64(var), 3, lane_mask, ((32 - width) << 8) | 0x1f, loc));
 }
 inline unsigned __ballot_sync(unsigned mask, int pred, const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
   return cuda_emu::vote(mask, 0, pred, loc);
@@ -226,7 +235,8 @@ inline unsigned __match_any_sync(unsigned mask, T value, const cuda_emu::Loc& lo
   return cuda_emu::match_any(mask, cuda_emu::to_bits64(value), loc);
 }
 template <class T>
-inline unsigned __match_all_sync(unsigned mask, T value, int* pred, const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
+inline unsigned __match_all_sync(unsigned mask, T value, int* pred,
+                                 const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
   return cuda_emu::match_all(mask, cuda_emu::to_bits64(value), pred, loc);
 }
 inline unsigned __reduce_add_sync(unsigned mask, unsigned v, const cuda_emu::Loc& loc = cuda_emu::Loc::current()) {
@@ -262,8 +272,8 @@ inline unsigned __reduce_xor_sync(unsigned mask, unsigned v, const cuda_emu::Loc
 // atomic; the types are CUDA's overloads (nvcc rejects e.g. atomicAdd on a `long`).
 namespace cuda_emu {
 template <class T>
-constexpr bool kAtomicInt = std::is_same_v<T, int> || std::is_same_v<T, unsigned> || std::is_same_v<T, unsigned long long> ||
-                            std::is_same_v<T, long long>;
+constexpr bool kAtomicInt = std::is_same_v<T, int> || std::is_same_v<T, unsigned> ||
+                            std::is_same_v<T, unsigned long long> || std::is_same_v<T, long long>;
 template <class T>
 constexpr bool kAtomicArith = kAtomicInt<T> || std::is_same_v<T, float> || std::is_same_v<T, double>;
 }  // namespace cuda_emu
@@ -440,8 +450,7 @@ inline long long __double_as_longlong(double x) { return std::bit_cast<long long
 
 // CUDA's global min/max overloads (device code calls them unqualified).
 template <class A, class B>
-  requires(std::is_arithmetic_v<A> && std::is_arithmetic_v<B>)
-inline constexpr std::common_type_t<A, B> min(A a, B b) {
+requires(std::is_arithmetic_v<A>&& std::is_arithmetic_v<B>) inline constexpr std::common_type_t<A, B> min(A a, B b) {
   using C = std::common_type_t<A, B>;
   if constexpr (std::is_floating_point_v<C>)
     return std::fmin(C(a), C(b));
@@ -449,8 +458,7 @@ inline constexpr std::common_type_t<A, B> min(A a, B b) {
     return C(b) < C(a) ? C(b) : C(a);
 }
 template <class A, class B>
-  requires(std::is_arithmetic_v<A> && std::is_arithmetic_v<B>)
-inline constexpr std::common_type_t<A, B> max(A a, B b) {
+requires(std::is_arithmetic_v<A>&& std::is_arithmetic_v<B>) inline constexpr std::common_type_t<A, B> max(A a, B b) {
   using C = std::common_type_t<A, B>;
   if constexpr (std::is_floating_point_v<C>)
     return std::fmax(C(a), C(b));

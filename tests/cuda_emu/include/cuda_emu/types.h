@@ -6,22 +6,22 @@
 #include <cstdint>
 
 // name1..name4 with CUDA's alignment (sizeof for 1 and 3, 2 * sizeof for 2, 4 * sizeof up to 16 for 4).
-#define CUDA_EMU_VEC(T, name, a2, a4)                                                                      \
-  struct name##1 {                                                                                         \
-    T x;                                                                                                   \
-  };                                                                                                       \
-  struct alignas(a2) name##2 {                                                                             \
-    T x, y;                                                                                                \
-  };                                                                                                       \
-  struct name##3 {                                                                                         \
-    T x, y, z;                                                                                             \
-  };                                                                                                       \
-  struct alignas(a4) name##4 {                                                                             \
-    T x, y, z, w;                                                                                          \
-  };                                                                                                       \
-  inline constexpr name##1 make_##name##1(T x) { return {x}; }                                              \
-  inline constexpr name##2 make_##name##2(T x, T y) { return {x, y}; }                                      \
-  inline constexpr name##3 make_##name##3(T x, T y, T z) { return {x, y, z}; }                              \
+#define CUDA_EMU_VEC(T, name, a2, a4)                                          \
+  struct name##1 {                                                             \
+    T x;                                                                       \
+  };                                                                           \
+  struct alignas(a2) name##2 {                                                 \
+    T x, y;                                                                    \
+  };                                                                           \
+  struct name##3 {                                                             \
+    T x, y, z;                                                                 \
+  };                                                                           \
+  struct alignas(a4) name##4 {                                                 \
+    T x, y, z, w;                                                              \
+  };                                                                           \
+  inline constexpr name##1 make_##name##1(T x) { return {x}; }                 \
+  inline constexpr name##2 make_##name##2(T x, T y) { return {x, y}; }         \
+  inline constexpr name##3 make_##name##3(T x, T y, T z) { return {x, y, z}; } \
   inline constexpr name##4 make_##name##4(T x, T y, T z, T w) { return {x, y, z, w}; }
 
 CUDA_EMU_VEC(signed char, char, 2, 4)
