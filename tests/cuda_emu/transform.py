@@ -421,8 +421,7 @@ def kernel_entry(src, msrc, kw_pos):
             if m.group(0) == '__launch_bounds__':
                 p = msrc.index('(', m.end())
                 e = match_forward(msrc, p, '(', ')')
-                args = split_top(src[p + 1:e - 1], msrc[p + 1:e - 1], ',')
-                bounds = ' '.join(args[0][0].split())
+                bounds = ' '.join(src[p + 1:e - 1].split())  # the compiler picks the first argument
                 i = e
             else:
                 i = m.end()
@@ -436,7 +435,7 @@ def kernel_entry(src, msrc, kw_pos):
             while k < len(msrc) and msrc[k].isspace():
                 k += 1
             if k < len(msrc) and msrc[k] == '{':
-                return k + 1, ' CUDA_EMU_KERNEL_ENTRY(%s);' % ('(%s)' % bounds if bounds else '0')
+                return k + 1, ' CUDA_EMU_KERNEL_ENTRY(%s);' % (bounds if bounds else '0')
             return None
         raise TransformError('cannot parse the __global__ function signature')
     return None

@@ -321,6 +321,35 @@ TEST(CudaEmu, LaunchErrors) {
   float h = 0;
   EXPECT_EQ(cudaMemcpy(&h, d.d, 8, cudaMemcpyDeviceToHost), cudaErrorInvalidValue) << "past the allocation";
   EXPECT_EQ(cudaMemcpy(&h, &h, 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue) << "host memory as device memory";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);  // failed calls leave their error, as CUDA's do
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// ---- what the transformer rewrites ------------------------------------------------------------------------
+template <int kThreads, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) two_arrays(const int* __restrict__ in, int* out) {
+  __shared__ int a[kThreads], b[kThreads / 2];  // two declarators, one per-block array each
+  __shared__ __align__(16) int c;
+  a[threadIdx.x] = in[threadIdx.x];
+  if (threadIdx.x < kThreads / 2) b[threadIdx.x] = 2 * in[threadIdx.x];
+  if (threadIdx.x == 0) c = 1000;
+  __syncthreads();
+  out[blockIdx.x * kThreads + threadIdx.x] =
+      a[kThreads - 1 - threadIdx.x] + b[threadIdx.x % (kThreads / 2)] + c + int(blockIdx.x);
+}
+
+TEST(CudaEmu, TransformedDeclarationsAndLaunches) {
+  std::vector<int> in(64);
+  for (int i = 0; i < 64; ++i) in[size_t(i)] = i;
+  Buf<int> din(in), dout(3 * 64);
+  auto kernel = two_arrays<64, 2>;  // through a function pointer, in a generic lambda, over several lines
+  auto go = [&](auto k, auto... args) { k<<<dim3(3), 64, 0, cudaStreamPerThread>>>(args...); };
+  go(kernel, din.d, dout.d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto out = dout.down();
+  for (int bl = 0; bl < 3; ++bl)
+    for (int t = 0; t < 64; ++t)
+      EXPECT_EQ(out[size_t(bl * 64 + t)], (63 - t) + 2 * (t % 32) + 1000 + bl) << bl << " " << t;
 }
 
 // ---- faults the emulator stops on --------------------------------------------------------------------------
@@ -379,6 +408,7 @@ TEST(CudaEmuDeathTest, StopsOnFaults) {
   EXPECT_DEATH(smem_write_past_end<<<1, 33, 128>>>(f.d),
                "outside the dynamic shared memory|shared memory out of bounds");
   EXPECT_DEATH(bounded<<<1, 128>>>(f.d), "__launch_bounds__\\(64\\)");
+  EXPECT_DEATH((two_arrays<64, 2><<<1, 128>>>(i.d, i.d)), "__launch_bounds__\\(64\\)");
   EXPECT_DEATH(partial_warp_shfl<<<1, 48>>>(i.d), "do not exist in this block");
   EXPECT_DEATH(global_overrun<<<1, 32>>>(f.d), "global memory out of bounds|heap-buffer-overflow");
 }

@@ -529,4 +529,11 @@ inline void __nanosleep(unsigned) {}
 
 // The transformer puts this at the top of every __global__ function body: records the kernel's name for
 // messages and checks __launch_bounds__ (CUDA refuses a launch with more threads than the bound).
-#define CUDA_EMU_KERNEL_ENTRY(max_threads) ::cuda_emu::kernel_entry(__PRETTY_FUNCTION__, unsigned(max_threads))
+#define CUDA_EMU_KERNEL_ENTRY(...) ::cuda_emu::kernel_entry(__PRETTY_FUNCTION__, ::cuda_emu::launch_bound(__VA_ARGS__))
+namespace cuda_emu {
+// __launch_bounds__(max_threads[, min_blocks[, max_blocks_per_cluster]]): the first is the one a launch must meet.
+template <class... Rest>
+constexpr unsigned launch_bound(long long max_threads, Rest...) {
+  return unsigned(max_threads);
+}
+}  // namespace cuda_emu
