@@ -40,7 +40,7 @@ __global__ void fill_uniform_kernel(T* __restrict__ y, int64_t n, float lo, floa
 template <class T>
 __global__ void axpy_kernel(float alpha, const T* __restrict__ x, T* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = from_f32<T>(alpha * to_f32(x[i]) + to_f32(y[i]));
+    y[i] = from_f32<T>(fmaf(alpha, to_f32(x[i]), to_f32(y[i])));  // one rounding, as the CPU's std::fma
 }
 
 template <class TIn, class TOut>
