@@ -15,6 +15,7 @@
 #include "hpdt/kernels/cuda/activation.h"
 #include "hpdt/kernels/math/activation_math.h"
 #include "launch.cuh"
+#include "vec.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -23,31 +24,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kWarpRowMax = 1024;  // longer softmax rows get a block each
-
-template <class T>
-constexpr int kVec = int(16 / sizeof(T));
-
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T e[V];
-};
-
-template <int V, class T>
-__device__ __forceinline__ void load(const T* p, float (&v)[V]) {
-  const Pack<T, V> pk = *reinterpret_cast<const Pack<T, V>*>(p);
-#pragma unroll
-  for (int k = 0; k < V; ++k) v[k] = to_f32(pk.e[k]);
-}
-
-template <int V, class T>
-__device__ __forceinline__ void store(T* p, const float (&v)[V]) {
-  Pack<T, V> pk;
-#pragma unroll
-  for (int k = 0; k < V; ++k) pk.e[k] = from_f32<T>(v[k]);
-  *reinterpret_cast<Pack<T, V>*>(p) = pk;
-}
-
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // ---- pointwise ----------------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@
 
 #include "hpdt/kernels/cuda/norm.h"
 #include "launch.cuh"
+#include "vec.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -33,31 +34,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kTargetBlocks = 132 * 8;  // H100: one full wave of 256-thread blocks (a constant: deterministic)
 
 // ---- small helpers (private to this file) ------------------------------------------------------------
-
-template <class T>
-constexpr int kVec = int(16 / sizeof(T));  // elements per 16-byte vector
-
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T e[V];
-};
-
-template <int V, class T>
-__device__ __forceinline__ void load(const T* p, float (&v)[V]) {
-  const Pack<T, V> pk = *reinterpret_cast<const Pack<T, V>*>(p);
-#pragma unroll
-  for (int k = 0; k < V; ++k) v[k] = to_f32(pk.e[k]);
-}
-
-template <int V, class T>
-__device__ __forceinline__ void store(T* p, const float (&v)[V]) {
-  Pack<T, V> pk;
-#pragma unroll
-  for (int k = 0; k < V; ++k) pk.e[k] = from_f32<T>(v[k]);
-  *reinterpret_cast<Pack<T, V>*>(p) = pk;
-}
-
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Butterfly sum: every lane ends with the same bits (float addition is commutative).
 __device__ __forceinline__ float warp_allsum(float v) {
