@@ -61,8 +61,33 @@ function(hpdt_add_test)
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
     TEST_PREFIX "${T_NAME}."
-    PROPERTIES LABELS "${labels}" SKIP_REGULAR_EXPRESSION "${HPDT_GTEST_SKIP_REGEX}"
-               ENVIRONMENT "${HPDT_TEST_ENV}" TIMEOUT ${T_TIMEOUT})
+    PROPERTIES SKIP_REGULAR_EXPRESSION "${HPDT_GTEST_SKIP_REGEX}")
+  hpdt_set_discovered_test_properties(${T_NAME} LABELS "${labels}" ENVIRONMENT "${HPDT_TEST_ENV}" TIMEOUT ${T_TIMEOUT})
+endfunction()
+
+# Properties of the cases gtest_discover_tests(<target>) finds, set by a script ctest includes after
+# discovery. gtest_discover_tests' own PROPERTIES flattens list values (CMake 3.25): LABELS "cpu;gpu"
+# or a two-entry ENVIRONMENT turn into stray property names, and the properties after them are lost.
+#   hpdt_set_discovered_test_properties(<target> <property> <value> [<property> <value>...])
+function(hpdt_set_discovered_test_properties target)
+  # ARGV<i>, not ARGN: ARGN is itself a list and would split "cpu;gpu" again.
+  math(EXPR pairs "(${ARGC} - 1) % 2")
+  if(ARGC LESS 3 OR NOT pairs EQUAL 0)
+    message(FATAL_ERROR "hpdt_set_discovered_test_properties(${target} ...): needs <property> <value> pairs")
+  endif()
+  set(args "")
+  math(EXPR last "${ARGC} - 1")
+  foreach(i RANGE 1 ${last} 2)
+    math(EXPR v "${i} + 1")
+    set(value "${ARGV${v}}")
+    string(REPLACE "\\" "\\\\" value "${value}")
+    string(REPLACE "\"" "\\\"" value "${value}")
+    string(REPLACE "$" "\\$" value "${value}")
+    string(APPEND args " ${ARGV${i}} \"${value}\"")
+  endforeach()
+  set(script ${CMAKE_CURRENT_BINARY_DIR}/${target}_properties.cmake)
+  file(WRITE ${script} "if(${target}_TESTS)\n  set_tests_properties(\${${target}_TESTS} PROPERTIES${args})\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${script})
 endfunction()
 
 function(hpdt_add_mpi_test)
