@@ -12,6 +12,8 @@
 #include "hpdt/core/float16.h"
 #include "hpdt/core/philox.h"
 #include "hpdt/kernels/accumulate.h"
+#include "hpdt/kernels/compress.h"
+#include "hpdt/kernels/cpu/compress.h"
 #include "hpdt/kernels/cpu/gemm.h"
 
 namespace hpdt::comm {
@@ -206,60 +208,53 @@ class HalfWire final : public Compressor {
   std::vector<uint16_t> wire_, incoming_;
 };
 
-// Top-k by magnitude with (u32 index, f32 value) pairs all-gathered.
+// Top-k by magnitude (kernels::cpu::topk_select: ties to the lower index, so the choice is a pure function
+// of the values) with (u32 index, f32 value) pairs all-gathered and summed in rank order into zeros.
 class TopK final : public Compressor {
  public:
   TopK(const CompressionSpec& s, size_t n) : Compressor(s, n) {
-    HPDT_CHECK(n <= size_t(UINT32_MAX), "topk compression: ", n, " values exceed 32-bit indices; use smaller buckets");
-    k_ = n == 0 ? 0 : std::min(n, std::max<size_t>(1, size_t(std::ceil(s.ratio * double(n)))));
+    HPDT_CHECK(n <= size_t(INT32_MAX), "topk compression: ", n, " values exceed 31-bit indices; use smaller buckets");
+    k_ = size_t(kernels::topk_count(int64_t(n), s.ratio));
   }
-  void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions& o) override {
+  void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions&) override {
     const uint64_t b0 = c.bytes_sent();
     const size_t n = count_;
-    acc_.resize(n);
-    add_residual(data, residual_, acc_.data(), n);
-    idx_.resize(n);
-    std::iota(idx_.begin(), idx_.end(), 0u);
-    // Largest |x| first; ties broken by index so the choice is a pure function of the values.
-    auto larger = [&](uint32_t a, uint32_t b) {
-      const float fa = std::fabs(acc_[a]), fb = std::fabs(acc_[b]);
-      return fa > fb || (fa == fb && a < b);
-    };
-    if (k_ < n) std::nth_element(idx_.begin(), idx_.begin() + long(k_), idx_.end(), larger);
-    std::sort(idx_.begin(), idx_.begin() + long(k_));
-    struct Pair {
-      uint32_t index;
-      float value;
-    };
-    static_assert(sizeof(Pair) == 8);
-    std::vector<Pair> mine(k_);
-    for (size_t j = 0; j < k_; ++j) mine[j] = {idx_[j], acc_[idx_[j]]};
+    // With error feedback the accumulated gradient lives in the residual: what is sent leaves it.
+    float* acc = data;
     if (!residual_.empty()) {
-      residual_ = acc_;
-      for (size_t j = 0; j < k_; ++j) residual_[idx_[j]] = 0;
+      for (size_t i = 0; i < n; ++i) residual_[i] += data[i];
+      acc = residual_.data();
     }
+    idx_.resize(k_);
+    val_.resize(k_);
+    kernels::cpu::topk_select(int64_t(n), acc, int64_t(k_), idx_.data(), val_.data());
+    mine_.resize(k_);
+    for (size_t j = 0; j < k_; ++j) mine_[j] = {uint32_t(idx_[j]), val_[j]};
+    if (!residual_.empty()) kernels::cpu::sparse_fill(int64_t(k_), idx_.data(), 0.0f, residual_.data());
     if (record_) {
       transmitted_.assign(n, 0.0f);
-      for (const Pair& q : mine) transmitted_[q.index] = q.value;
+      for (size_t j = 0; j < k_; ++j) transmitted_[size_t(idx_[j])] = val_[j];
     }
-    Transport& t = c.transport();
-    const int p = t.size();
-    (void)o;
+    const int p = c.transport().size();
     all_.resize(size_t(p) * k_);
-    allgather(c, mine.data(), all_.data(), k_ * sizeof(Pair));
+    allgather(c, mine_.data(), all_.data(), k_ * sizeof(Pair));
     std::fill(data, data + n, 0.0f);
-    const Pair* pairs = reinterpret_cast<const Pair*>(all_.data());
-    for (size_t j = 0; j < size_t(p) * k_; ++j) data[pairs[j].index] += pairs[j].value;  // rank order
+    for (const Pair& q : all_) data[q.index] += q.value;  // rank order
     if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
     wire_bytes_ = c.bytes_sent() - b0;
     ++calls_;
   }
 
  private:
+  struct Pair {
+    uint32_t index;
+    float value;
+  };
+  static_assert(sizeof(Pair) == 8);
   size_t k_ = 0;
-  std::vector<float> acc_;
-  std::vector<uint32_t> idx_;
-  std::vector<uint64_t> all_;  // 8-byte pairs
+  std::vector<int32_t> idx_;
+  std::vector<float> val_;
+  std::vector<Pair> mine_, all_;
 };
 
 // QSGD: per chunk of kChunk values a scale s = max |x|; x -> sign(x) floor(|x| / s * L + u), u ~ U[0, 1),

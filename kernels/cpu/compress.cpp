@@ -20,22 +20,45 @@ void put(uint8_t* buf, int64_t i, int bits, uint32_t v) {
 }
 }  // namespace
 
+// The k-th largest key of |x| (bits with the sign cleared: for IEEE floats the bit order is the order of
+// |x|) by radix select: three histogram passes over 11, 11 and 9 bits, each counting only the keys that
+// share the digits fixed so far; then one pass collects the keys above it and, in index order, as many keys
+// equal to it as k still needs. Streaming O(n), where nth_element on an index array was random access
+// through x (23.5 M values, ResNet-50's gradient: ~30 ms against ~500 ms).
 void topk_select(int64_t n, const float* x, int64_t k, int32_t* indices, float* values) {
   if (k == 0) return;
-  std::vector<uint32_t> key(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) key[size_t(i)] = f32_bits(x[i]) & 0x7fffffffu;
-  std::vector<int32_t> idx(static_cast<size_t>(n));
-  std::iota(idx.begin(), idx.end(), 0);
-  // Largest |x| first; ties broken by index so the choice is a pure function of the values (as comm's TopK).
-  auto larger = [&](int32_t a, int32_t b) {
-    const uint32_t ka = key[size_t(a)], kb = key[size_t(b)];
-    return ka > kb || (ka == kb && a < b);
+  auto key = [x](int64_t i) { return f32_bits(x[i]) & 0x7fffffffu; };
+  struct Digit {
+    int shift, bits;
   };
-  if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
-  std::sort(idx.begin(), idx.begin() + k);
-  for (int64_t j = 0; j < k; ++j) {
-    indices[j] = idx[size_t(j)];
-    values[j] = x[idx[size_t(j)]];
+  constexpr Digit kDigits[3] = {{20, 11}, {9, 11}, {0, 9}};
+  uint32_t prefix = 0, fixed = 0;  // the threshold's bits found so far, and which bits those are
+  int64_t above = 0;               // keys known to be larger than the threshold
+  std::vector<int64_t> hist;
+  for (const Digit d : kDigits) {
+    const uint32_t mask = (1u << d.bits) - 1;
+    hist.assign(size_t(mask) + 1, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t kk = key(i);
+      if ((kk & fixed) == prefix) ++hist[(kk >> d.shift) & mask];
+    }
+    // From the top digit down until the keys counted reach k; the candidates number at least k - above.
+    uint32_t v = mask;
+    for (int64_t need = k - above; hist[v] < need; --v) {
+      need -= hist[v];
+      above += hist[v];
+    }
+    prefix |= v << d.shift;
+    fixed |= mask << d.shift;
+  }
+  const uint32_t threshold = prefix;
+  int64_t ties = k - above, j = 0;  // keys equal to the threshold still to take, lowest index first
+  for (int64_t i = 0; i < n && j < k; ++i) {
+    const uint32_t kk = key(i);
+    if (kk > threshold || (kk == threshold && ties-- > 0)) {
+      indices[j] = int32_t(i);
+      values[j++] = x[i];
+    }
   }
 }
 

@@ -75,6 +75,38 @@ TEST(TopkCpu, MatchesAFullStableSort) {
   }
 }
 
+// The selection is a radix select over the bits of |x| (11 + 11 + 9 bits): keys that differ only in the
+// lowest digit, in the middle one, across exponents, and a threshold inside a long run of equal keys.
+TEST(TopkCpu, RadixDigitsAndTiesAgainstASort) {
+  auto check = [](const std::vector<float>& x, const char* what) {
+    const int64_t n = int64_t(x.size());
+    std::vector<int32_t> order(x.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return std::fabs(x[size_t(a)]) > std::fabs(x[size_t(b)]); });
+    for (int64_t k : {int64_t(1), int64_t(2), n / 3, n / 2 + 1, n - 1, n}) {
+      if (k < 1 || k > n) continue;
+      std::vector<int32_t> want(order.begin(), order.begin() + k);
+      std::sort(want.begin(), want.end());
+      ASSERT_EQ(topk(x, k).indices, want) << what << " k=" << k;
+    }
+  };
+  std::vector<float> low(3000), mid(3000), wide(3000), flat(3000, 1.5f);
+  for (size_t i = 0; i < low.size(); ++i) {
+    const uint32_t b = 0x3f800000u + uint32_t((i * 7919) % 512);  // 1.0 plus up to 511 ulps: lowest digit only
+    std::memcpy(&low[i], &b, 4);
+    const uint32_t m = 0x3f800000u + (uint32_t((i * 104729) % 2048) << 9);  // middle digit only
+    std::memcpy(&mid[i], &m, 4);
+    wide[i] = std::ldexp(float(int(i % 17) - 8), int((i * 31) % 60) - 30);  // 2^-30 .. 2^29, both signs, zeros
+    if (i % 5 == 0) flat[i] = -1.5f;  // ties with +1.5
+  }
+  for (size_t i = 0; i < 40; ++i) flat[i * 71] = 2.0f;
+  check(low, "low digit");
+  check(mid, "middle digit");
+  check(wide, "exponents");
+  check(flat, "long tie run");
+}
+
 TEST(TopkCpu, CountAsComm) {
   EXPECT_EQ(kernels::topk_count(1000, 0.01), 10);
   EXPECT_EQ(kernels::topk_count(1001, 0.01), 11);  // ceil
