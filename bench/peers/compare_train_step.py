@@ -84,7 +84,7 @@ def main():
         "cpu": sh("lscpu | grep 'Model name' | sed 's/.*: *//'"), "threads": a.threads,
         "setup": f"batch {a.batch} (ViT {a.vit_batch or a.batch}), 1x28x28 random images, 10 classes, SGD nesterov momentum 0.9 wd 5e-4, ViT patch 4, {a.warmup} warm-up steps",
         "loadavg_before": load_before, "loadavg_after": load_after,
-        "load_note": "2-core machine shared with other helpers building and testing; runs interleaved so both sides see the same noise",
+        "load_note": "runs interleaved (hpdt, then PyTorch, per round) so both sides see the same machine; the load averages say how quiet it was",
         "torch_version": sh("/usr/bin/python3 -c 'import torch; print(torch.__version__)'"),
         "blas_alternative": sh("update-alternatives --display libblas.so.3-x86_64-linux-gnu | head -3"),
         "rounds": a.rounds, "steps_per_run": a.steps, "summary": summary, "runs": runs,
@@ -102,8 +102,8 @@ def main():
                 rounds = ", ".join(f"{x:.1f}" for x in v["per_round"])
                 lines.append(f"| {model} | {impl} | {v['img_per_s_median_of_rounds']:.1f} | {rounds} |")
         lines.append(f"| {model} | **hpdt / best PyTorch** | **{s['ratio_hpdt_over_best_pytorch']:.2f}x** | |")
-    lines += ["", f"Load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (other helpers were "
-              f"building/testing on the same 2 cores). Commit {doc['git_commit'][:10]}. JSON: train_step_cpu.json."]
+    lines += ["", f"Load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {a.threads} threads each; "
+              f"CPU {doc['cpu']}. Commit {doc['git_commit'][:10]}. JSON: {os.path.basename(a.out)}.json."]
     with open(a.out + ".md.tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(a.out + ".md.tmp", a.out + ".md")
