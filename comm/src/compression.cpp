@@ -147,21 +147,19 @@ class NoCompression final : public Compressor {
 };
 
 // fp16/bf16: direct reduce-scatter of 16-bit values (part j summed on rank j in f32, in rank order) and
-// direct all-gather of the 16-bit results.
+// direct all-gather of the 16-bit results. Casts by kernels::convert (F16C for f16 where available).
 class HalfWire final : public Compressor {
  public:
   HalfWire(const CompressionSpec& s, size_t n) : Compressor(s, n) {}
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions& o) override {
     const uint64_t b0 = c.bytes_sent();
-    const bool bf = spec_.kind == CompressionKind::bf16;
+    const DType wire_type = spec_.kind == CompressionKind::bf16 ? DType::bf16 : DType::f16;
     const size_t n = count_;
-    auto narrow = [bf](float x) { return bf ? f32_to_bf16_bits(x) : f32_to_f16_bits(x); };
-    auto widen = [bf](uint16_t h) { return bf ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); };
     wire_.resize(n);
-    for (size_t i = 0; i < n; ++i) wire_[i] = narrow(data[i]);
+    kernels::convert(wire_.data(), wire_type, data, DType::f32, n);
     if (record_) {
       transmitted_.resize(n);
-      for (size_t i = 0; i < n; ++i) transmitted_[i] = widen(wire_[i]);
+      kernels::convert(transmitted_.data(), DType::f32, wire_.data(), wire_type, n);
     }
     Transport& t = c.transport();
     const int p = t.size(), r = t.rank();
@@ -183,12 +181,15 @@ class HalfWire final : public Compressor {
     } else {
       incoming_.assign(wire_.begin() + long(lo), wire_.begin() + long(hi));
     }
-    for (size_t i = 0; i < mine; ++i) {
-      float acc = 0;
-      for (int q = 0; q < p; ++q) acc += widen(incoming_[size_t(q) * mine + i]);
-      // Average by division, as allreduce() does, so avg of equal values is exact.
-      wire_[lo + i] = narrow(op == ReduceOp::avg ? acc / float(p) : acc);
+    sum_.assign(mine, 0.0f);
+    part_.resize(mine);
+    for (int q = 0; q < p; ++q) {  // rank order
+      kernels::convert(part_.data(), DType::f32, incoming_.data() + size_t(q) * mine, wire_type, mine);
+      kernels::accumulate_f32(sum_.data(), part_.data(), mine);
     }
+    // Average by division, as allreduce() does, so avg of equal values is exact.
+    if (op == ReduceOp::avg) kernels::divide_f32(sum_.data(), mine, float(p));
+    kernels::convert(wire_.data() + lo, wire_type, sum_.data(), DType::f32, mine);
     if (p > 1 && n > 0) {  // All-gather of the reduced 16-bit parts.
       for (int q = 0; q < p; ++q) {
         if (q == r) continue;
@@ -199,13 +200,14 @@ class HalfWire final : public Compressor {
         if (q != r) t.isend(wire_.data() + lo, mine * 2, q, 312);
       t.wait_all();
     }
-    for (size_t i = 0; i < n; ++i) data[i] = widen(wire_[i]);
+    kernels::convert(data, DType::f32, wire_.data(), wire_type, n);
     wire_bytes_ = c.bytes_sent() - b0;
     ++calls_;
   }
 
  private:
   std::vector<uint16_t> wire_, incoming_;
+  std::vector<float> sum_, part_;
 };
 
 // Top-k by magnitude (kernels::cpu::topk_select: ties to the lower index, so the choice is a pure function

@@ -3,6 +3,9 @@
 #include "hpdt/kernels/accumulate.h"
 
 #include <cstring>
+#include <type_traits>
+
+#include "half_convert.h"
 
 #include "hpdt/core/error.h"
 
@@ -23,7 +26,13 @@ void divide_f32(float* x, size_t n, float d) {
 namespace {
 template <class D, class S>
 void convert_typed(D* __restrict dst, const S* __restrict src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = from_f32<D>(to_f32(src[i]));
+  if constexpr (std::is_same_v<D, f16_t> && std::is_same_v<S, float>) {
+    cpu::detail::f32_to_f16_range(src, dst, int64_t(n));  // F16C where available
+  } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, f16_t>) {
+    cpu::detail::f16_to_f32_range(src, dst, int64_t(n));
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = from_f32<D>(to_f32(src[i]));
+  }
 }
 }  // namespace
 

@@ -1,12 +1,10 @@
 // CPU elementwise kernels: OpenMP over contiguous ranges, f32 math, RNE rounding to the storage type.
 #include "hpdt/kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
+#include "half_convert.h"
 #include "hpdt/core/philox.h"
 
 namespace hpdt::kernels::cpu {
@@ -35,31 +33,16 @@ void fill_typed(Tensor& y, float value) {
   for_each_index(y.numel(), [&](int64_t i) { p[i] = v; });
 }
 
-// f32 -> f16 through the F16C instruction (8 at a time), when the CPU has it; identical to the scalar rule.
+// f32 <-> f16 (F16C where available, half_convert.h) in blocks of 4096 over the OpenMP threads.
+constexpr int64_t kCastBlock = 4096;
 void cast_f32_to_f16(const float* x, f16_t* y, int64_t n) {
-#if defined(__F16C__)
-  const int64_t n8 = n / 8 * 8;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n8; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
-  }
-  for (int64_t i = n8; i < n; ++i) y[i] = from_f32<f16_t>(x[i]);
-#else
-  for_each_index(n, [&](int64_t i) { y[i] = from_f32<f16_t>(x[i]); });
-#endif
+  for (int64_t b = 0; b < n; b += kCastBlock) detail::f32_to_f16_range(x + b, y + b, std::min(kCastBlock, n - b));
 }
 
 void cast_f16_to_f32(const f16_t* x, float* y, int64_t n) {
-#if defined(__F16C__)
-  const int64_t n8 = n / 8 * 8;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n8; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
-  for (int64_t i = n8; i < n; ++i) y[i] = to_f32(x[i]);
-#else
-  for_each_index(n, [&](int64_t i) { y[i] = to_f32(x[i]); });
-#endif
+  for (int64_t b = 0; b < n; b += kCastBlock) detail::f16_to_f32_range(x + b, y + b, std::min(kCastBlock, n - b));
 }
 
 template <class TIn, class TOut>
