@@ -3,7 +3,9 @@
 # cluster (scripts/cluster/cluster.sh) at 2 nodes x 2 ranks and 4 nodes x 1 rank, links unshaped and
 # shaped to 1 Gbit/s; every algorithm; then the plots. Each run records the load average in its JSON.
 #   usage: scripts/bench/allreduce_results.sh [BUILD_DIR] [OUT_DIR]     (as root, for the cluster part)
-# HPDT_RESULTS_PARTS="local cluster" picks parts.
+# HPDT_RESULTS_PARTS="local cluster" picks parts (default both); "auto-check" is the separate check of
+# `--algo auto` on 2 nodes x 2 ranks at 1 Gbit/s: every algorithm measured with more iterations, a
+# tuning file written from it, then every algorithm and auto again with that file (cluster_2x2_1gbit_auto*).
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$src/build/cpu} out=${2:-$src/results/allreduce}
@@ -13,6 +15,14 @@ mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 algos=ring,tree,rhd,hier,mpi,auto
 parts=${HPDT_RESULTS_PARTS:-local cluster}
+cluster=$src/scripts/cluster/cluster.sh
+
+take_cluster() {  # the emulated cluster is this script's until it exits (one user at a time), then torn down
+  exec 8>/tmp/hpdt-cluster.lock
+  flock -w 600 8 || { echo "emulated cluster busy" >&2; exit 1; }
+  export HPDT_CLUSTER_DIR=/tmp/hpdt-results-cluster
+  trap '"$cluster" down > /dev/null 2>&1 || true' EXIT
+}
 
 if [[ " $parts " == *" local "* ]]; then
   for np in 1 2 4; do
@@ -24,11 +34,7 @@ if [[ " $parts " == *" local "* ]]; then
 fi
 
 if [[ " $parts " == *" cluster "* ]]; then
-  cluster=$src/scripts/cluster/cluster.sh
-  exec 8>/tmp/hpdt-cluster.lock
-  flock -w 600 8 || { echo "emulated cluster busy" >&2; exit 1; }
-  export HPDT_CLUSTER_DIR=/tmp/hpdt-results-cluster
-  trap '"$cluster" down > /dev/null 2>&1 || true' EXIT
+  take_cluster
   for shape in 2x2 4x1; do
     nodes=${shape%x*} per=${shape#*x}
     "$cluster" up "$nodes" --cpus 2 > /dev/null
@@ -53,6 +59,22 @@ if [[ " $parts " == *" cluster "* ]]; then
     done
     "$cluster" down > /dev/null
   done
+fi
+
+if [[ " $parts " == *" auto-check "* ]]; then
+  take_cluster
+  "$cluster" up 2 --cpus 2 --rate 1gbit > /dev/null
+  tuning=$out/tuning_cluster_2x2_1gbit_auto.json
+  for pass in measure check; do
+    name=cluster_2x2_1gbit_auto_$pass
+    if [ $pass = measure ]; then args=(--tuning-out "$tuning"); else args=(--tuning "$tuning"); fi
+    echo "== emulated cluster 2x2, links 1gbit, auto $pass"
+    HPDT_CLUSTER_SLOTS=2 timeout 1200 "$cluster" mpirun -np 4 --bind-to none "$perf" -b 8 -e 8M -f 4 -n 10 -w 3 \
+      --repeat 3 --algo $algos --label "emulated 2x2, links 1gbit, auto $pass" -J "$out/$name.json" "${args[@]}" \
+      | tee "$out/$name.txt"
+  done
+  "$cluster" down > /dev/null
+  exit 0
 fi
 
 py=/usr/bin/python3
