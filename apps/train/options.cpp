@@ -74,6 +74,10 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--nccl-debug", o.nccl_debug, "capture NCCL_DEBUG=INFO per rank in DIR and report at the end");
   app.add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks on the node)")->check(CLI::NonNegativeNumber);
   app.add_option("--prefetch", o.prefetch, "batches the reader keeps ready")->check(CLI::PositiveNumber);
+  app.add_option("--shuffle-block", o.shuffle_block,
+                 "shuffle blocks of this many consecutive samples, mixed within each global batch (1: per-sample "
+                 "shuffle); larger blocks turn random reads into sequential ones on slow disks")
+      ->check(CLI::PositiveNumber);
   app.add_option("--augment", o.augment, "random crop + flip on training batches");
   app.add_option("--eval", o.eval, "evaluate on the test split after every epoch");
   app.add_flag("--force", o.force, "overwrite --metrics/--timeline files left by an earlier run");

@@ -50,6 +50,7 @@ struct TrainOptions {
   std::string nccl_debug;           // directory for per-rank NCCL_DEBUG files
   int threads = 0;                  // OpenMP threads per rank (0: cores / local ranks)
   int prefetch = 4;
+  long shuffle_block = 1;           // shuffle blocks of this many consecutive samples (1: per-sample)
   bool augment = true;
   bool eval = true;
   bool force = false;               // allow overwriting --metrics/--timeline files of an earlier run

@@ -377,6 +377,7 @@ void Run::setup_comm() {
   io::ReaderOptions tr;
   tr.prefetch = o_.prefetch;
   tr.augment = o_.augment;
+  tr.shuffle_block = o_.shuffle_block;
   tr.tail = io::TailPolicy::drop;
   train_reader_ = as_usage([&] {
     return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);
@@ -442,7 +443,7 @@ void Run::save_checkpoint(const std::string& why) {
                   {"accum_steps", o_.accum_steps},  {"optimizer", o_.optimizer},
                   {"optimizer_steps", optimizer_->steps()}, {"skipped_steps", skipped_steps_},
                   {"seed", o_.seed},                {"reason", why},
-                  {"compress", o_.compress},
+                  {"compress", o_.compress},       {"shuffle_block", o_.shuffle_block},
                   {"samples_seen", step_ * global_batch_ * o_.accum_steps}};
     io::CheckpointDirectory dir(o_.checkpoint_dir, o_.keep_checkpoints);
     const auto path = dir.save(c);
@@ -520,6 +521,9 @@ void Run::resume_if_asked() {
                        c.metadata.value("compress", std::string("none")) + " on " + std::to_string(c.world_size) + " ranks";
     }
   }
+  if (const long old_block = c.metadata.value("shuffle_block", 1L); old_block != o_.shuffle_block)
+    resumed_note_ += std::string(resumed_note_.empty() ? "" : "; ") + "the sample order changes: the checkpoint was written with --shuffle-block " +
+                     std::to_string(old_block) + ", this run uses " + std::to_string(o_.shuffle_block);
   scaler_.restore(float(c.loss_scaler.count("scale") ? c.loss_scaler.at("scale") : scaler_.scale()),
                   int64_t(c.loss_scaler.count("growth_tracker") ? c.loss_scaler.at("growth_tracker") : 0));
   arena.sync_model_copy();
@@ -781,6 +785,8 @@ int Run::execute() {
                     {"overlap", o_.overlap},
                     {"sync_bn", o_.sync_bn},
                     {"seed", o_.seed},
+                    {"shuffle_block", o_.shuffle_block},
+                    {"augment", o_.augment},
                     {"resumed_from_step", step_},
                     {"note", resumed_note_},
                     {"build", build_info_json()}});

@@ -122,6 +122,7 @@ bad-input)
   timeout 60 "$prepare" --out "$w/wide.h5" --synthetic 64 --shape 1,28,32 --classes 10 > /dev/null || fail "prepare"
   expect_error "square" --data "$w/wide.h5"
   expect_error "--kernels vendor needs --device cuda" --kernels vendor
+  expect_error "--shuffle-block" --shuffle-block 0
   # --device cuda where no GPU is usable: every rank stops, one message naming each rank, its host and the
   # reason; where GPUs exist the same command trains one step on them.
   run 2 --device cuda --eval false --max-steps 1 --batch 8 > "$w/cuda.log" 2>&1
