@@ -4,7 +4,8 @@
 # writes one JSON per run and a markdown table to OUT_DIR.
 #   bench/io/run_io_bench.sh BUILD_DIR OUT_DIR [DATA_DIR]
 # DATA_DIR (default /tmp/hpdt-iobench) needs ~9.1 GB free; the big files are deleted at the end
-# unless KEEP=1. Orders: per-sample shuffle (K=1) and block shuffles of K=8 and K=32 samples; the
+# unless KEEP=1. Orders: per-sample shuffle (K=1) and block shuffles of K=8, 32 and 256 samples (256: 8
+# consecutive steps of one rank read one run, which the kernel's sequential readahead sees); the
 # reader also with readahead hints off, pooled batch memory, and (np > 1) the two-phase exchange.
 set -euo pipefail
 build=$1 out=$2 data=${3:-/tmp/hpdt-iobench}
@@ -21,7 +22,7 @@ df -h "$data" | tee "$out/disk.txt"
 for np in 1 2 4; do
   mpi "$np" "$build/bench/io/hpdt-io-bench" --file "$data/imagenet-contiguous.h5" --file "$data/imagenet-chunked.h5" \
       --bytes $((512 << 20)) --shuffle-bytes $((128 << 20)) --block-bytes $((512 << 20)) \
-      --shuffle-block 1 --shuffle-block 8 --shuffle-block 32 --compare-readahead --compare-reuse --compare-exchange \
+      --shuffle-block 1 --shuffle-block 8 --shuffle-block 32 --shuffle-block 256 --compare-readahead --compare-reuse --compare-exchange \
       --local-batch 32 --reps 3 --out "$out/imagenet-np$np.json"
 done
 mpi 2 "$build/bench/io/hpdt-io-bench" --file "$data/fashion-mnist-train.h5" --bytes $((40 << 20)) --shuffle-bytes $((40 << 20)) --local-batch 128 \
