@@ -5,11 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 
 #include "algorithms.h"
 #include "hpdt/core/error.h"
-#include "hpdt/core/float16.h"
 #include "hpdt/core/philox.h"
 #include "hpdt/kernels/accumulate.h"
 #include "hpdt/kernels/compress.h"

@@ -443,6 +443,20 @@ def kernel_entry(src, msrc, kw_pos):
 
 # ---- launches ----------------------------------------------------------------------------------------------
 
+def open_bracket_before(msrc, close_pos, open_ch, close_ch):
+    """Index of the bracket that opens the one closing at close_pos (scanning backwards, nesting counted)."""
+    depth, k = 0, close_pos
+    while k >= 0:
+        if msrc[k] == close_ch:
+            depth += 1
+        elif msrc[k] == open_ch:
+            depth -= 1
+            if depth == 0:
+                break
+        k -= 1
+    return k
+
+
 def kernel_expr_start(msrc, pos):
     """Start of the kernel expression that ends just before `<<<` at pos."""
     i = pos
@@ -451,29 +465,11 @@ def kernel_expr_start(msrc, pos):
         while j > 0 and msrc[j - 1].isspace():
             j -= 1
         if j > 0 and msrc[j - 1] == '>':
-            depth, k = 0, j - 1
-            while k >= 0:
-                if msrc[k] == '>':
-                    depth += 1
-                elif msrc[k] == '<':
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k -= 1
-            j = k
+            j = open_bracket_before(msrc, j - 1, '<', '>')
             while j > 0 and msrc[j - 1].isspace():
                 j -= 1
         if j > 0 and msrc[j - 1] == ')':
-            depth, k = 0, j - 1
-            while k >= 0:
-                if msrc[k] == ')':
-                    depth += 1
-                elif msrc[k] == '(':
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k -= 1
-            return k
+            return open_bracket_before(msrc, j - 1, '(', ')')
         k = j
         while k > 0 and (msrc[k - 1].isalnum() or msrc[k - 1] == '_'):
             k -= 1
