@@ -13,7 +13,9 @@
 // --shuffle-block K (K = 1 "shuffle": random samples; K > 1 "blockK": ShardedReader's block order);
 // reader = ShardedReader in train mode for each K x transfer {collective, independent} [+ the
 // two-phase exchange on ("+a2a", K > 1, np > 1), readahead hints off ("nora"), pooled batch memory
-// ("reuse"): --compare-exchange/-readahead/-reuse] [+ train+augment with --augment]. Per-sample
+// ("reuse"): --compare-exchange/-readahead/-reuse; window reads of --window-samples S ("+winS", K > 1:
+// ReaderOptions::window_batches = S / global batch, measured over --window-bytes)] [+ train+augment
+// with --augment]. Per-sample
 // shuffles read --shuffle-bytes, block orders --block-bytes (default --bytes). Reported: median over
 // --reps of aggregate MB/s (all ranks' bytes / slowest rank's time): "read" counts the HDF5 read calls
 // only, "pipeline" the whole reader from construction through the last next() (read [+ exchange] +
@@ -201,7 +203,7 @@ struct ReaderRun {
 };
 
 ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batch, bool collective, bool exchange,
-                      bool readahead, bool reuse, int64_t block, bool augment, uint64_t seed) {
+                      bool readahead, bool reuse, int64_t block, bool augment, uint64_t seed, int64_t window_samples = 0) {
   io::ReaderOptions opt;
   opt.reuse_batch_memory = reuse;
   opt.readahead = readahead;
@@ -212,6 +214,7 @@ ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batc
   opt.augment = augment;
   opt.collective = collective;
   opt.prefetch = 2;
+  opt.window_batches = std::max<int64_t>(1, window_samples / (local_batch * g_size));
   HPDT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   Stopwatch sw;  // includes opening the file and the first reads, as a trainer sees them
   io::ShardedReader reader(MPI_COMM_WORLD, path, local_batch * g_size, seed, opt);
@@ -255,6 +258,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   std::string out;
   int64_t bytes = int64_t(1) << 30, shuffle_bytes = int64_t(64) << 20, block_bytes = 0, local_batch = 32;
+  int64_t window_samples = 0, window_bytes = 0;
   std::vector<int64_t> blocks;
   int reps = 3;
   bool augment = false, keep_cache = false, compare_exchange = false, compare_readahead = false, skip_hdf5 = false,
@@ -270,6 +274,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--compare-exchange", compare_exchange, "block orders: also measure the reader with its two-phase exchange off");
   app.add_flag("--skip-hdf5", skip_hdf5, "measure raw and the reader only");
+  app.add_option("--window-samples", window_samples,
+                 "block orders: also measure the reader with window reads of this many samples (window_batches = it / global batch)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--window-bytes", window_bytes, "image bytes per window-read measurement (default: --block-bytes)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--compare-reuse", compare_reuse, "also measure the collective reader with reuse_batch_memory");
   app.add_flag("--compare-readahead", compare_readahead, "also measure the collective reader with readahead hints off");
   app.add_option("--local-batch", local_batch, "samples per rank per step")->check(CLI::PositiveNumber);
@@ -281,6 +290,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (blocks.empty()) blocks = {1};
   if (block_bytes == 0) block_bytes = bytes;
+  if (window_bytes == 0) window_bytes = block_bytes;
 
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -295,6 +305,7 @@ int main(int argc, char** argv) {
     doc["benchmark"] = "hpdt-io-bench";
     doc["config"] = {{"files", files}, {"bytes", bytes}, {"shuffle_bytes", shuffle_bytes}, {"block_bytes", block_bytes},
                      {"shuffle_blocks", blocks}, {"local_batch", local_batch}, {"reps", reps},
+                     {"window_samples", window_samples}, {"window_bytes", window_bytes},
                      {"ranks", g_size}, {"prefetch", 2}, {"page_cache", keep_cache ? "kept (warm)" : "dropped before each measurement"}, {"mpi_thread_multiple", provided == MPI_THREAD_MULTIPLE}};
     doc["machine"] = machine_info();
     doc["build"] = build_info_json();
@@ -379,6 +390,7 @@ int main(int argc, char** argv) {
       struct ReaderCase {
         int64_t block;
         bool collective, exchange, readahead, reuse, augment;
+        int64_t window_samples = 0;  // > 0: window reads (ReaderOptions::window_batches)
       };
       std::vector<ReaderCase> reader_cases;
       for (const int64_t k : blocks) {  // {block, collective, exchange, readahead, reuse, augment}
@@ -390,6 +402,10 @@ int main(int argc, char** argv) {
         }
         if (compare_readahead) reader_cases.push_back({k, true, false, false, false, false});
         if (compare_reuse) reader_cases.push_back({k, true, false, true, true, false});
+        if (k > 1 && window_samples > 0) {
+          reader_cases.push_back({k, true, false, true, false, false, window_samples});
+          reader_cases.push_back({k, false, false, true, false, false, window_samples});
+        }
       }
       if (augment) reader_cases.push_back({1, true, false, true, false, true});
       for (const ReaderCase rcase : reader_cases) {
@@ -398,12 +414,12 @@ int main(int argc, char** argv) {
         std::vector<double> read_ms, read_cpu_ms, decode_ms, decode_cpu_ms;  // per batch, slowest rank
         int64_t fallbacks = 0;
         bool in_memory = false;
-        const int64_t mb = measured_bytes(true, rcase.block);
+        const int64_t mb = rcase.window_samples > 0 ? std::min(file_bytes, window_bytes) : measured_bytes(true, rcase.block);
         for (int r = 0; r < reps; ++r) {
           raws.push_back(adjacent_raw());
           cached_before.push_back(drop_cache(file));
           const ReaderRun run = reader_read(file, mb, local_batch, rcase.collective, rcase.exchange, rcase.readahead,
-                                            rcase.reuse, rcase.block, aug, seed + uint64_t(r));
+                                            rcase.reuse, rcase.block, aug, seed + uint64_t(r), rcase.window_samples);
           pipe_mbps.push_back(double(run.bytes) / run.wall / 1e6);
           ratios.push_back(pipe_mbps.back() / raws.back());
           sps.push_back(double(run.samples) / run.wall);
@@ -424,10 +440,13 @@ int main(int argc, char** argv) {
         const std::string order = order_name(true, rcase.block) + (aug ? "+aug" : "");
         // Two-phase only where the reader uses it: block order, several ranks, read from the file.
         const bool two_phase = rcase.exchange && rcase.block > 1 && g_size > 1 && !in_memory;
+        const bool windowed = rcase.window_samples > 0 && !in_memory;
         const std::string transfer = std::string(rcase.collective ? "collective" : "independent") + (two_phase ? "+a2a" : "") +
+                                     (windowed ? "+win" + std::to_string(rcase.window_samples) : "") +
                                      (rcase.readahead ? "" : " nora") + (rcase.reuse ? " reuse" : "");
         rows.push_back({{"file", file}, {"layout", layout}, {"np", g_size}, {"kind", "reader"}, {"transfer", transfer},
                         {"order", order}, {"shuffle_block", rcase.block}, {"exchange", two_phase},
+                        {"window_samples", windowed ? rcase.window_samples : 0},
                         {"readahead", rcase.readahead}, {"reuse_batch_memory", rcase.reuse}, {"bytes", mb},
                         {"pipeline_MBps", pipe_mbps}, {"pipeline_MBps_median", median(pipe_mbps)},
                         {"raw_MBps_adjacent", raws}, {"vs_raw_each", ratios}, {"vs_raw", median(ratios)},

@@ -104,11 +104,24 @@ std::future<R> ready_future(std::function<R()> fn) {
 
 constexpr uint64_t kAugmentKey = 0xA5A5F00DCAFEBEEFull;  // augmentation draws use seed ^ this key
 constexpr uint64_t kWindowKey = 0x5EEDB10C4D1CE000ull;   // block order: in-window shuffle uses seed ^ this key
+constexpr uint64_t kInterleaveKey = 0x1E7E41EAF0C0FFEEull;  // interleaved windows (window_batches > 1)
+
+// A fresh f32 batch is written once, page by page: 4 KiB pages cost a fault each (~1.3 us in this
+// VM, ~6 ms per 19 MB batch); transparent huge pages, where the system allows them on request
+// (THP "madvise"), cut that ~500-fold. Only a hint: no effect where THP is off or unavailable.
+void advise_huge_pages(void* p, size_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+}
 
 // Staging memory for raw sample bytes, reused across batches (no zero fill, no page faults after the
-// first few batches). Thread-safe: taken on the I/O thread, given back on the decode thread.
+// first few batches). Thread-safe: taken on the I/O thread, given back on the decode thread. Keeps at
+// most `keep` free buffers.
 class BufferPool {
  public:
+  explicit BufferPool(size_t keep = 8) : keep_(keep) {}
   struct Buffer {
     std::unique_ptr<uint8_t[]> data;
     size_t size = 0;
@@ -127,18 +140,20 @@ class BufferPool {
     Buffer b;
     b.data.reset(new uint8_t[std::max<size_t>(bytes, 1)]);  // default-initialised: not zeroed
     b.size = bytes;
+    advise_huge_pages(b.data.get(), bytes);  // window buffers (100s of MB): 2 MB pages fault 500x less
     return b;
   }
   void give(Buffer b) {
     if (!b.data) return;
     std::lock_guard lock(mu_);
     free_.push_back(std::move(b));
-    if (free_.size() > 8) free_.erase(free_.begin());  // bounded: a few batches in flight
+    if (free_.size() > keep_) free_.erase(free_.begin());  // bounded: a few batches in flight
   }
 
  private:
   std::mutex mu_;
   std::vector<Buffer> free_;
+  size_t keep_;
 };
 
 // A read-only descriptor of the dataset file, for readahead hints only; shared with queued hint tasks
@@ -156,16 +171,6 @@ struct HintFile {
       (void)posix_fadvise(fd, base + first * sample_bytes, count * sample_bytes, POSIX_FADV_WILLNEED);
   }
 };
-
-// A fresh f32 batch is written once, page by page: 4 KiB pages cost a fault each (~1.3 us in this
-// VM, ~6 ms per 19 MB batch); transparent huge pages, where the system allows them on request
-// (THP "madvise"), cut that ~500-fold. Only a hint: no effect where THP is off or unavailable.
-void advise_huge_pages(void* p, size_t bytes) {
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-}
 
 // CPU time of the calling thread, seconds.
 double thread_cpu_s() {
@@ -253,12 +258,14 @@ struct ShardedReader::Impl {
   uint64_t seed = 0;
   bool threaded = false;
   bool exchange = false;  // two-phase reads (block order, several ranks, file reads)
+  bool windowed = false;  // window reads (window_batches > 1, file reads)
   int depth = 0;
 
   // HDF5 state: used only by tasks (on the I/O thread, or inline when not threaded).
   h5::Id file, images, dxpl;
   std::vector<uint8_t> memory;  // all images, when they fit in_memory_limit_bytes
   BufferPool buffers;           // staging bytes, I/O thread -> decode thread
+  BufferPool window_buffers{6};  // window reads: a window's part, send and staging bytes (~2 windows)
   std::shared_ptr<const HintFile> hints;  // readahead hints, when enabled and the layout allows
   std::shared_ptr<BatchPool> batch_pool;  // reuse_batch_memory
 
@@ -268,6 +275,9 @@ struct ShardedReader::Impl {
   std::vector<int64_t> hint_ends;  // rows just past the runs of the last batch hinted
   std::deque<std::future<Batch>> pending;
   std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders;  // a few recent epochs
+  struct WindowData;
+  // Window reads submitted and not yet passed: (epoch, window index) -> its bytes (when read).
+  std::map<std::pair<int64_t, int64_t>, std::shared_future<std::shared_ptr<const WindowData>>> windows;
   ReaderStats stats;
   bool warned_fallback = false;
 
@@ -279,7 +289,7 @@ struct ShardedReader::Impl {
   bool block_order() const { return opt.shuffle && opt.shuffle_block > 1; }
 
   std::vector<int64_t> make_order(int64_t epoch) const {
-    return epoch_order(info.n, seed, epoch, opt.shuffle, opt.shuffle_block, global_batch);
+    return epoch_order(info.n, seed, epoch, opt.shuffle, opt.shuffle_block, global_batch, opt.window_batches);
   }
 
   std::shared_ptr<const std::vector<int64_t>> order(int64_t epoch) {
@@ -340,6 +350,49 @@ struct ShardedReader::Impl {
       });
     return p;
   }
+  // A window read: steps [first, last) of epoch `epoch` in one two-phase read (see ReaderOptions::
+  // window_batches). rows and share_rows hold the distinct rows of all those steps.
+  Plan window_plan(int64_t epoch, int64_t first, int64_t last, const std::vector<int64_t>& ord) const {
+    Plan p;
+    p.epoch = epoch;
+    p.step = first;
+    p.exchange = true;
+    p.share_rows.resize(size_t(size));
+    for (int r = 0; r < size; ++r) {
+      std::vector<int64_t> rows;
+      rows.reserve(size_t((last - first) * local_batch));
+      for (int64_t s = first; s < last; ++s) {
+        const auto idx = indices(ord, s, r, nullptr);
+        rows.insert(rows.end(), idx.begin(), idx.end());
+      }
+      p.share_rows[size_t(r)] = sorted_unique(std::move(rows));
+      p.all.insert(p.all.end(), p.share_rows[size_t(r)].begin(), p.share_rows[size_t(r)].end());
+    }
+    p.rows = p.share_rows[size_t(rank)];
+    const size_t total = p.all.size();
+    p.all = sorted_unique(std::move(p.all));
+    // Read the shares directly (no exchange) when they are disjoint (the overlapping selections of a
+    // wrap-around would hit ompio's bug, see plan()) and take no more runs than the equal parts: the
+    // interleaved block order. Every rank decides the same from the same plans.
+    int64_t share_runs = 0, part_runs = 0;
+    for (int r = 0; r < size; ++r) {
+      share_runs += int64_t(runs_of(p.share_rows[size_t(r)]).size());
+      part_runs += int64_t(runs_of(std::vector<int64_t>(p.all.begin() + part_begin(p, r), p.all.begin() + part_begin(p, r + 1))).size());
+    }
+    p.exchange = size > 1 && !(total == p.all.size() && share_runs <= part_runs + size);
+    if (!p.exchange) {
+      p.mine = p.rows;
+      if (info.layout == Layout::chunked) p.calls = max_runs([&](int r) { return p.share_rows[size_t(r)]; });
+      return p;
+    }
+    p.mine.assign(p.all.begin() + part_begin(p, rank), p.all.begin() + part_begin(p, rank + 1));
+    if (info.layout == Layout::chunked)
+      p.calls = max_runs([&](int r) {
+        return std::vector<int64_t>(p.all.begin() + part_begin(p, r), p.all.begin() + part_begin(p, r + 1));
+      });
+    return p;
+  }
+
   // Chunked layout: HDF5 1.10 maps a hyperslab union to chunks by visiting every chunk in the
   // union's bounding box, ~35 us each (170 ms of CPU per step for 32 random ImageNet samples in 5000
   // chunks), so chunked reads go one run per H5Dread. Collective transfers need the same number of
@@ -362,10 +415,104 @@ struct ShardedReader::Impl {
     BufferPool::Buffer staging;
   };
 
+  // Bytes of a window read: `rows` (this rank's distinct rows of steps [first, last), file order)
+  // at k * sample_bytes of `staging`; the read's statistics go to the batch of step `first`.
+  struct WindowData {
+    int64_t first = 0, last = 0;
+    std::vector<int64_t> rows;
+    BufferPool::Buffer staging;
+    Batch stats;  // read/exchange seconds, runs, read CPU, collective
+    BufferPool* pool = nullptr;
+    ~WindowData() {
+      if (pool) pool->give(std::move(staging));
+    }
+  };
+  int64_t windows_per_epoch() const { return (steps + opt.window_batches - 1) / opt.window_batches; }
+
+  // Submits the read of window `k` of epoch `e` from step `first` (its first step, or a later one
+  // after a resume) unless it is already submitted; returns its future.
+  std::shared_future<std::shared_ptr<const WindowData>> submit_window(int64_t e, int64_t k, int64_t first) {
+    auto key = std::make_pair(e, k);
+    if (auto it = windows.find(key); it != windows.end()) return it->second;
+    const int64_t last = std::min(steps, (k + 1) * opt.window_batches);
+    auto pl = std::make_shared<const Plan>(window_plan(e, first, last, *order(e)));
+    auto f = run<std::shared_ptr<const WindowData>>([this, pl, last]() -> std::shared_ptr<const WindowData> {
+                Work w;
+                w.plan = pl;
+                const double cpu0 = thread_cpu_s();
+                Stopwatch sw;
+                w.staging = two_phase(*pl, w.batch, window_buffers);
+                w.batch.read_seconds = sw.elapsed_s();
+                w.batch.read_cpu_seconds = thread_cpu_s() - cpu0;
+                auto d = std::make_shared<WindowData>();
+                d->first = pl->step;
+                d->last = last;
+                d->rows = pl->rows;
+                d->staging = std::move(w.staging);
+                d->stats = std::move(w.batch);
+                d->pool = &window_buffers;
+                return d;
+              }).share();
+    windows.emplace(key, f);
+    return f;
+  }
+
+  // Window mode: the batch of step (e, s) is cut from its window's bytes on the decode thread; the
+  // first step of a window also submits the next window's read (the I/O thread reads it while this
+  // window is consumed). Windows already passed are forgotten (their bytes live while batches use them).
+  void submit_windowed(int64_t e, int64_t s, const std::vector<int64_t>& ord) {
+    const int64_t k = s / opt.window_batches;
+    while (!windows.empty() && windows.begin()->first < std::make_pair(e, k)) windows.erase(windows.begin());
+    auto win = submit_window(e, k, s);
+    if (depth > 0) {  // read ahead: the next window (idempotent)
+      if (k + 1 < windows_per_epoch()) submit_window(e, k + 1, (k + 1) * opt.window_batches);
+      else submit_window(e + 1, 0, 0);
+    }
+    auto done = std::make_shared<std::promise<Batch>>();
+    pending.push_back(done->get_future());
+    Batch b;
+    b.epoch = e;
+    b.step = s;
+    b.indices = indices(ord, s, rank, &b.valid);
+    // The job drops its references to the window before it fulfils the promise: the reader may be
+    // destroyed right after its last batch is delivered, and the window's bytes go back to its pool.
+    auto job = [this, done, win, b = std::move(b)]() mutable {
+      try {
+        std::shared_ptr<const WindowData> d = win.get();
+        win = {};
+        if (b.step == d->first) {
+          b.read_seconds = d->stats.read_seconds;
+          b.exchange_seconds = d->stats.exchange_seconds;
+          b.read_cpu_seconds = d->stats.read_cpu_seconds;
+          b.runs = d->stats.runs;
+        }
+        b.collective = d->stats.collective;
+        Stopwatch sw;
+        const double cpu0 = thread_cpu_s();
+        decode(b, d->rows, d->staging.data.get(), /*in_memory=*/false);
+        b.decode_seconds = sw.elapsed_s();
+        b.decode_cpu_seconds = thread_cpu_s() - cpu0;
+        d.reset();
+        done->set_value(std::move(b));
+      } catch (...) {
+        win = {};
+        done->set_exception(std::current_exception());
+      }
+    };
+    if (threaded) {
+      Workers::get().decode.submit(std::move(job));
+    } else {
+      job();
+    }
+  }
   void submit_one() {
     const int64_t e = submit_epoch, s = submit_step;
     auto ord = order(e);
     if (++submit_step == steps) submit_step = 0, ++submit_epoch;
+    if (windowed) {
+      submit_windowed(e, s, *ord);
+      return;
+    }
     auto pl = std::make_shared<const Plan>(plan(e, s, *ord));
     hint_ahead(e * steps + s);
     auto done = std::make_shared<std::promise<Batch>>();
@@ -423,7 +570,7 @@ struct ShardedReader::Impl {
   // from the kernel.
   static constexpr int64_t kReadaheadBytes = int64_t(32) << 20;
   void hint_ahead(int64_t position) {
-    if (!hints || !threaded) return;
+    if (!hints || !threaded || windowed) return;  // window reads are long streams: the kernel reads ahead
     const int64_t per_batch = std::max<int64_t>(1, local_batch * info.sample_bytes());
     const int64_t ahead = std::max<int64_t>(depth, 1) + std::min<int64_t>(16, (kReadaheadBytes + per_batch - 1) / per_batch);
     hint_next = std::max(hint_next, position);
@@ -446,6 +593,7 @@ struct ShardedReader::Impl {
 
   void restart(int64_t epoch, int64_t step) {
     drain();
+    windows.clear();
     hint_next = epoch * steps + step;
     hint_ends.clear();
     submit_epoch = epoch;
@@ -571,13 +719,25 @@ struct ShardedReader::Impl {
       b.read_seconds = sw.elapsed_s();
       return;
     }
-    // Two phases. 1: rank q reads the q-th equal part of the global batch's distinct rows in file
-    // order (a few long runs). 2: MPI_Alltoallv sends every row to the ranks whose shares hold it;
-    // each rank receives its rows grouped by source rank, which (parts being ascending ranges of
-    // rows) is file order, as decode expects.
-    BufferPool::Buffer part = buffers.take(p.mine.size() * S);
-    b.collective = read_rows(p.mine, part.data.get(), p.calls);
+    w.staging = two_phase(p, b, buffers);
+    b.read_seconds = sw.elapsed_s();
+  }
+
+  // Two phases. 1: rank q reads the q-th equal part of the distinct rows of all shares (p.all) in
+  // file order (a few long runs). 2: MPI_Alltoallv sends every row to the ranks whose shares hold it;
+  // each rank receives its rows (p.rows) grouped by source rank, which (parts being ascending ranges
+  // of rows) is file order, as decode expects. Returns the staging bytes; sets b.collective, b.runs,
+  // b.exchange_seconds. One rank, or a plan without exchange: its rows, read straight into the staging bytes.
+  BufferPool::Buffer two_phase(const Plan& p, Batch& b, BufferPool& pool) {
+    const size_t S = size_t(info.sample_bytes());
     b.runs = int64_t(runs_of(p.mine).size());
+    if (size == 1 || !p.exchange) {  // one rank, or window reads of disjoint shares: read them directly
+      BufferPool::Buffer staging = pool.take(p.rows.size() * S);
+      b.collective = read_rows(p.rows, staging.data.get(), p.calls);
+      return staging;
+    }
+    BufferPool::Buffer part = pool.take(p.mine.size() * S);
+    b.collective = read_rows(p.mine, part.data.get(), p.calls);
     Stopwatch xw;
     const int64_t u = int64_t(p.all.size());
     auto owner = [&](int64_t row) {  // the rank whose part holds `row`
@@ -595,18 +755,18 @@ struct ShardedReader::Impl {
         if (owner(row) == rank) send_rows.push_back(std::lower_bound(p.mine.begin(), p.mine.end(), row) - p.mine.begin());
       scount[size_t(r)] = int(send_rows.size()) - sdispl[size_t(r)];
     }
-    BufferPool::Buffer send = buffers.take(send_rows.size() * S);
+    BufferPool::Buffer send = pool.take(send_rows.size() * S);
     for (size_t i = 0; i < send_rows.size(); ++i)
       std::memcpy(send.data.get() + i * S, part.data.get() + size_t(send_rows[i]) * S, S);
     for (const int64_t row : p.rows) rcount[size_t(owner(row))]++;
     for (int q = 1; q < size; ++q) rdispl[size_t(q)] = rdispl[size_t(q - 1)] + rcount[size_t(q - 1)];
-    w.staging = buffers.take(p.rows.size() * S);
-    HPDT_MPI_CHECK(MPI_Alltoallv(send.data.get(), scount.data(), sdispl.data(), sample_type, w.staging.data.get(),
+    BufferPool::Buffer staging = pool.take(p.rows.size() * S);
+    HPDT_MPI_CHECK(MPI_Alltoallv(send.data.get(), scount.data(), sdispl.data(), sample_type, staging.data.get(),
                                  rcount.data(), rdispl.data(), sample_type, xcomm));
-    buffers.give(std::move(send));
-    buffers.give(std::move(part));
+    pool.give(std::move(send));
+    pool.give(std::move(part));
     b.exchange_seconds = xw.elapsed_s();
-    b.read_seconds = sw.elapsed_s();
+    return staging;
   }
 
   // ---- decode (decode thread) ----
@@ -678,7 +838,7 @@ struct ShardedReader::Impl {
 };
 
 std::vector<int64_t> ShardedReader::epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int64_t block,
-                                                int64_t window) {
+                                                int64_t window, int64_t window_batches) {
   HPDT_CHECK(block >= 1, "epoch_order: shuffle block must be >= 1, got ", block);
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
@@ -690,6 +850,7 @@ std::vector<int64_t> ShardedReader::epoch_order(int64_t n, uint64_t seed, int64_
     return order;
   }
   HPDT_CHECK(window >= 1, "epoch_order: a block order (block ", block, ") needs a window >= 1 (the global batch)");
+  HPDT_CHECK(window_batches >= 1, "epoch_order: window_batches must be >= 1, got ", window_batches);
   // 1: Fisher-Yates over the blocks (the same draws as the per-sample shuffle of nb items).
   const int64_t nb = (n + block - 1) / block;
   std::vector<int64_t> blocks(static_cast<size_t>(nb));
@@ -698,9 +859,38 @@ std::vector<int64_t> ShardedReader::epoch_order(int64_t n, uint64_t seed, int64_
   size_t k = 0;
   for (const int64_t j : blocks)
     for (int64_t i = j * block; i < std::min(n, (j + 1) * block); ++i) order[k++] = i;
+  // 2, window_batches = W > 1: interleave every window of W batches of `window` (= B) positions
+  // (the last one may hold fewer batches): position j of its step s takes row
+  // j*W' + pi_j(s) of the window's rows in block order (W' = its number of steps, pi_j a seeded
+  // permutation of [0, W') per column j). Every global batch takes one row from each of B stretches of
+  // W' consecutive rows, and the rows of positions [r*b, (r+1)*b) of all the window's steps -- the
+  // shares of rank r of p, for any p dividing B -- are the contiguous stretch [r*b*W', (r+1)*b*W'):
+  // each rank reads its own few long runs, with no exchange. A window whose length is not a
+  // multiple of B (the epoch's tail) gets the in-window Fisher-Yates of step 2 below instead.
+  std::vector<int64_t> rows;
+  int64_t w0 = 0, w = 0;
+  if (window_batches > 1) {
+    for (; w0 + window <= n; w0 += window * window_batches, ++w) {
+      const int64_t steps = std::min(window_batches, (n - w0) / window);
+      rows.assign(order.begin() + w0, order.begin() + w0 + steps * window);
+      Rng wr(seed ^ kInterleaveKey, uint64_t(epoch), uint64_t(w) << 40);  // one counter range per window
+      std::vector<int64_t> pi(static_cast<size_t>(steps));
+      for (int64_t j = 0; j < window; ++j) {
+        for (int64_t t = 0; t < steps; ++t) pi[size_t(t)] = t;
+        for (int64_t t = steps - 1; t > 0; --t) std::swap(pi[size_t(t)], pi[wr.below(uint32_t(t + 1))]);
+        for (int64_t t = 0; t < steps; ++t) order[size_t(w0 + t * window + j)] = rows[size_t(j * steps + pi[size_t(t)])];
+      }
+      if (steps < window_batches) {
+        w0 += steps * window;
+        ++w;
+        break;
+      }
+    }
+    if (w0 >= n) return order;
+  }
   // 2: Fisher-Yates inside each window of `window` positions (the last one may be shorter), with its
   // own Philox counter range per (epoch, window): mixes the blocks of a global batch across its ranks.
-  for (int64_t w0 = 0, w = 0; w0 < n; w0 += window, ++w) {
+  for (; w0 < n; w0 += window, ++w) {
     Rng wr(seed ^ kWindowKey, uint64_t(epoch), uint64_t(w) << 32);
     const int64_t len = std::min(window, n - w0);
     HPDT_CHECK(len < (int64_t(1) << 32), "epoch_order: window ", len, " is more than the shuffle supports (2^32)");
@@ -732,6 +922,7 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
     HPDT_CHECK(m.opt.prefetch >= 0, "prefetch depth must be >= 0, got ", m.opt.prefetch);
     HPDT_CHECK(m.opt.crop_padding >= 0, "crop padding must be >= 0, got ", m.opt.crop_padding);
     HPDT_CHECK(m.opt.shuffle_block >= 1, "shuffle block must be >= 1, got ", m.opt.shuffle_block);
+    HPDT_CHECK(m.opt.window_batches >= 1, "window_batches must be >= 1, got ", m.opt.window_batches);
     HPDT_CHECK(m.opt.in_memory_limit_bytes >= 0, "in_memory_limit_bytes must be >= 0");
     if (!std::filesystem::exists(path)) throw Error("dataset file does not exist", path);
     std::lock_guard lock(hdf5_mutex());  // the I/O thread may be in HDF5 for another reader
@@ -776,6 +967,7 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
     throw;
   }
   m.exchange = m.opt.exchange && m.block_order() && m.size > 1 && m.memory.empty();
+  m.windowed = m.opt.window_batches > 1 && m.memory.empty();
   if (m.opt.reuse_batch_memory)
     m.batch_pool = std::make_shared<BatchPool>(m.labels_offset() + size_t(m.local_batch) * sizeof(int32_t), m.opt.pinned,
                                                size_t(m.depth) + 4);

@@ -2,7 +2,7 @@
 // rank count, eval mode seeing every sample exactly once, augmentation reproducible across rank
 // counts, resume equal to an uninterrupted run, prefetch depth not changing a bit, and bad options;
 // the same for the block-shuffled order (shuffle_block > 1, with and without the two-phase exchange),
-// whose block 1 is exactly the per-sample order of earlier versions; pooled batch memory.
+// whose block 1 is exactly the per-sample order of earlier versions; window reads; pooled batch memory.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -236,7 +236,56 @@ TEST(ShardedReader, BlockOrderIsAPermutationOfWholeBlocksPerWindow) {
     }
   }
   HPDT_EXPECT_THROW_MSG(io::ShardedReader::epoch_order(10, 1, 0, true, 0, 4), "shuffle block must be >= 1");
+  HPDT_EXPECT_THROW_MSG(io::ShardedReader::epoch_order(10, 1, 0, true, 4, 2, 0), "window_batches must be >= 1");
   HPDT_EXPECT_THROW_MSG(io::ShardedReader::epoch_order(10, 1, 0, true, 4, 0), "needs a window");
+}
+
+// Interleaved windows (window_batches W > 1): a permutation per (seed, epoch, K, B, W); the window
+// holds whole blocks; for every p dividing B the shares of rank r over a full window are one
+// contiguous stretch of the window's blocks (so at most bW/K + 3 runs of the file, one block being
+// short); every column's steps are shuffled (not simply the stretch in file order); W = 1 is the in-batch order.
+TEST(ShardedReader, InterleavedWindowsGiveEveryRankAContiguousStretch) {
+  for (int64_t n : {1, 7, 100, 1001, 4096})
+    for (int64_t k : {1, 8, 64})
+      for (int64_t B : {1, 12, 60})
+        for (int64_t W : {2, 3, 16}) {
+          const auto a = io::ShardedReader::epoch_order(n, 3, 2, true, k, B, W);
+          ASSERT_TRUE(is_permutation_of_n(a)) << "n=" << n << " k=" << k << " B=" << B << " W=" << W;
+          ASSERT_EQ(a, io::ShardedReader::epoch_order(n, 3, 2, true, k, B, W));
+          if (k == 1) {
+            ASSERT_EQ(a, io::ShardedReader::epoch_order(n, 3, 2, true, 1, B)) << "per-sample order ignores W";
+          }
+        }
+  EXPECT_EQ(io::ShardedReader::epoch_order(1000, 3, 2, true, 8, 40, 1), io::ShardedReader::epoch_order(1000, 3, 2, true, 8, 40));
+  const int64_t n = 4100, k = 64, B = 60, W = 16;  // windows of 960 = 15 blocks; 4 full windows, a short one, a tail
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    const auto order = io::ShardedReader::epoch_order(n, 5, epoch, true, k, B, W);
+    EXPECT_NE(order, io::ShardedReader::epoch_order(n, 5, epoch, true, k, B)) << "interleaving must change the order";
+    for (int64_t w0 = 0; w0 + B * W <= n; w0 += B * W) {
+      for (int64_t p : {1, 2, 3, 4, 5, 6, 12}) {
+        const int64_t b = B / p;
+        for (int64_t r = 0; r < p; ++r) {
+          std::vector<int64_t> rows;
+          for (int64_t s = 0; s < W; ++s)
+            for (int64_t i = 0; i < b; ++i) rows.push_back(order[size_t(w0 + s * B + r * b + i)]);
+          std::sort(rows.begin(), rows.end());
+          int64_t runs = 1;
+          for (size_t i = 1; i < rows.size(); ++i) runs += rows[i] != rows[i - 1] + 1;
+          EXPECT_LE(runs, b * W / k + 3) << "rank " << r << " of " << p << " window at " << w0;  // + the short last block
+        }
+      }
+      // Column j of the window's steps: a permutation of W consecutive rows of the block order, shuffled.
+      int64_t shuffled = 0;
+      for (int64_t j = 0; j < B; ++j) {
+        std::vector<int64_t> col;
+        for (int64_t s = 0; s < W; ++s) col.push_back(order[size_t(w0 + s * B + j)]);
+        std::vector<int64_t> sorted = col;
+        std::sort(sorted.begin(), sorted.end());
+        shuffled += col != sorted;
+      }
+      EXPECT_GT(shuffled, B / 2) << "the steps of a column must be shuffled";
+    }
+  }
 }
 
 // A block-ordered reader at this rank count, both tail policies, with and without the two-phase
@@ -354,6 +403,131 @@ TEST(ShardedReader, BlockOrderResumeExchangeAndRankCountIndependence) {
   EXPECT_LE(all_runs, st.batches * (B / 5 + 2) + st.batches * (p - 1)) << "too many runs for a block order";
 }
 
+// Window reads (window_batches = W > 1): block orders whose in-window shuffle spans W global batches,
+// file order and eval mode, read a window at a time in two phases. At this rank count, both layouts,
+// both transfers and tail policies: the ranks' batches gathered in rank order are the slice of the
+// pure order (which does not involve the rank count), drop never repeats a sample, pad's valid
+// samples cover the epoch once, and the bytes are those of the samples. Then: resume inside a window,
+// prefetch depth, pooled memory and in-memory datasets change nothing, a 1-rank reader holds this
+// rank's batch as its slice (augmented), and a window reads few runs.
+TEST(ShardedReader, WindowReadsAreTheSameBatchesAtAnyRankCount) {
+  test::TempDir dir;
+  const int p = world_size(), r = world_rank();
+  if (60 % p != 0) GTEST_SKIP() << "global batch 60 needs np in 1..6";
+  const int64_t B = 60, lb = B / p;
+  struct Case {
+    int64_t k;
+    bool shuffle;
+    io::ReaderMode mode;
+  };
+  for (int64_t n : {131, 300}) {
+    for (io::Layout layout : {io::Layout::contiguous, io::Layout::chunked}) {
+      const std::string path = make_index_dataset(dir, n, layout);
+      for (const Case c : {Case{7, true, io::ReaderMode::train}, Case{30, true, io::ReaderMode::train},
+                           Case{1, false, io::ReaderMode::train}, Case{1, false, io::ReaderMode::eval}}) {
+        for (int64_t window : {2, 3}) {
+          for (io::TailPolicy tail : {io::TailPolicy::drop, io::TailPolicy::pad}) {
+            io::ReaderOptions opt;
+            opt.mode = c.mode;
+            opt.shuffle = c.shuffle;
+            opt.shuffle_block = c.k;
+            opt.window_batches = window;
+            opt.tail = tail;
+            opt.normalize = false;
+            opt.in_memory_limit_bytes = 0;
+            opt.collective = (c.k + window) % 2 == 0;  // both transfers
+            io::ShardedReader reader(MPI_COMM_WORLD, path, B, 77, opt);
+            const bool pad = tail == io::TailPolicy::pad || c.mode == io::ReaderMode::eval;
+            const int64_t steps = reader.steps_per_epoch();
+            ASSERT_EQ(steps, pad ? (n + B - 1) / B : n / B);
+            for (int64_t epoch = 0; epoch < 2; ++epoch) {
+              const auto order = io::ShardedReader::epoch_order(n, 77, epoch, c.shuffle, c.k, B, window);
+              std::multiset<int64_t> seen;
+              for (int64_t s = 0; s < steps; ++s) {
+                const io::Batch b = reader.next();
+                ASSERT_EQ(b.epoch, epoch);
+                ASSERT_EQ(b.step, s);
+                ASSERT_EQ(b.indices, reader.batch_indices(epoch, s, r));
+                for (int64_t i = 0; i < lb; ++i) {
+                  ASSERT_EQ(decoded_id(b.images.data<float>() + i * kC * kH * kW), b.indices[size_t(i)])
+                      << "n=" << n << " k=" << c.k << " window=" << window << " step " << s;
+                  ASSERT_EQ(b.labels.data<int32_t>()[i], int32_t(b.indices[size_t(i)] % kClasses));
+                }
+                const auto global = allgather(b.indices);
+                const auto valid = allgather({b.valid});
+                for (int64_t g = 0; g < B; ++g) ASSERT_EQ(global[size_t(g)], order[size_t((s * B + g) % n)]);
+                for (int q = 0; q < p; ++q)
+                  for (int64_t i = 0; i < valid[size_t(q)]; ++i) seen.insert(global[size_t(q * lb + i)]);
+              }
+              EXPECT_EQ(int64_t(seen.size()), pad ? n : steps * B);
+              EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a sample repeated";
+            }
+            if (p > 1 && opt.collective) {
+              EXPECT_EQ(reader.stats().independent_fallbacks, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  if (p > 1) {  // file order, 5 steps a window: every rank's shares are 5 strided runs, read in two phases
+    io::ReaderOptions opt;
+    opt.shuffle = false;
+    opt.window_batches = 5;
+    opt.in_memory_limit_bytes = 0;
+    io::ShardedReader reader(MPI_COMM_WORLD, make_index_dataset(dir, 300, io::Layout::contiguous), B, 1, opt);
+    for (int64_t s = 0; s < 5; ++s) ASSERT_EQ(reader.next().indices, reader.batch_indices(0, s, r));
+    EXPECT_GT(reader.stats().exchange_seconds, 0.0);
+  }
+
+  // Resume, prefetch, pooled memory, in memory, rank-count independence with augmentation.
+  const std::string path = make_index_dataset(dir, 28 * p + 3, io::Layout::contiguous);  // 7 steps at any np
+  io::ReaderOptions opt;
+  opt.shuffle_block = 12;  // a rank's stretch of a window (3 x 4 rows) is one block, or two
+  opt.window_batches = 3;
+  opt.augment = true;
+  opt.crop_padding = 1;
+  opt.prefetch = 2;
+  opt.in_memory_limit_bytes = 0;
+  const int64_t B4 = 4 * p;
+  io::ShardedReader full(MPI_COMM_WORLD, path, B4, 9, opt);
+  const int64_t steps = full.steps_per_epoch();  // 7: windows of 3, 3 and 1 steps
+  ASSERT_EQ(steps, 7);
+  std::vector<io::Batch> run;
+  for (int64_t k = 0; k < 2 * steps + 4; ++k) run.push_back(full.next());
+  // A window reads one or two runs per rank, counted on its first batch.
+  int64_t runs = full.stats().runs, all_runs = 0;
+  MPI_Allreduce(&runs, &all_runs, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GT(all_runs, 0);
+  EXPECT_LE(all_runs, 7 * 2 * p) << "too many runs for window reads";  // 6 windows + 1 read ahead
+  EXPECT_EQ(full.stats().batches, int64_t(run.size()));
+  EXPECT_EQ(full.stats().exchange_seconds, 0.0) << "interleaved windows: every rank reads its own shares";
+
+  for (int64_t limit : {int64_t(0), int64_t(1) << 20})
+    for (int prefetch : {0, 3}) {
+      io::ReaderOptions other = opt;
+      other.in_memory_limit_bytes = limit;
+      other.prefetch = prefetch;
+      other.reuse_batch_memory = prefetch == 3;
+      io::ShardedReader resumed(MPI_COMM_WORLD, path, B4, 9, other);
+      resumed.resume(1, 4);  // inside the second window of epoch 1
+      for (int64_t k = steps + 4; k < int64_t(run.size()); ++k)
+        EXPECT_TRUE(same_batch(resumed.next(), run[size_t(k)])) << "batch " << k << " limit " << limit << " prefetch " << prefetch;
+      resumed.set_epoch(0);
+      EXPECT_TRUE(same_batch(resumed.next(), run[0]));
+    }
+
+  io::ShardedReader single(MPI_COMM_SELF, path, B4, 9, opt);
+  for (int64_t k = 0; k < steps + 2; ++k) {
+    const io::Batch g = single.next();
+    const io::Batch& mine = run[size_t(k)];
+    const size_t per = size_t(mine.images.numel());
+    ASSERT_EQ(std::vector<int64_t>(g.indices.begin() + r * 4, g.indices.begin() + (r + 1) * 4), mine.indices);
+    EXPECT_EQ(std::memcmp(g.images.data<float>() + size_t(r) * per, mine.images.data<float>(), per * 4), 0) << "step " << k;
+  }
+}
+
 // Pooled batch memory: the same bytes as fresh memory, and a batch outlives its reader.
 TEST(ShardedReader, ReusedBatchMemoryOutlivesTheReader) {
   test::TempDir dir;
@@ -466,6 +640,9 @@ TEST(ShardedReader, BadOptionsAndFilesFailOnEveryRank) {
   io::ReaderOptions zero_block;
   zero_block.shuffle_block = 0;
   HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, path, p, 0, zero_block), "shuffle block must be >= 1");
+  io::ReaderOptions zero_window;
+  zero_window.window_batches = 0;
+  HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, path, p, 0, zero_window), "window_batches must be >= 1");
   io::ShardedReader ok(MPI_COMM_WORLD, path, p, 0, {});
   HPDT_EXPECT_THROW_MSG(ok.resume(0, ok.steps_per_epoch()), "step must be in");
   EXPECT_EQ(ok.next().step, 0);

@@ -9,6 +9,12 @@
 //     then shuffles the positions inside each window of one global batch B (seeded, independent of
 //     the rank count). A step's global batch is then about B/K runs of K adjacent rows of the file,
 //     and every rank's share is still a random mix of all of them. K = 1 is the per-sample order.
+//   - interleaved windows (ReaderOptions::window_batches = W > 1, block orders): instead of the
+//     in-batch shuffle, each window of W*B positions (W global batches) maps position j of its step s
+//     to row j*W + pi_j(s) of the window's rows in block order (pi_j: a seeded permutation of the W
+//     steps per column j; a window shorter than W*B uses its number of steps, an epoch tail shorter
+//     than B the in-window shuffle). Rank r's shares over a window are then the contiguous stretch
+//     [r*b*W, (r+1)*b*W) of the window's rows, at any rank count, and reads fetch a window at once.
 //   - step s covers positions [s*B, (s+1)*B) of that order (B = global batch); rank r of p takes the
 //     contiguous part [s*B + r*b, s*B + (r+1)*b), b = B/p. So the global batch of a step is the same
 //     set of samples, in the same order, at any rank count: concatenating the ranks' batches in rank
@@ -27,7 +33,8 @@
 // after every read and a fallback to independent I/O is counted and logged once. Two-phase reads
 // (ReaderOptions::exchange with a block order, and collective steps whose global batch exceeds the
 // dataset, see reader.cpp): rank r reads the r-th equal part of the global batch's distinct rows in
-// file order, then one MPI_Alltoallv gives every rank the samples of its share. Chunked datasets are
+// file order, then one MPI_Alltoallv gives every rank the samples of its share; with windows the same
+// is done for W steps at once, so every rank streams long runs. Chunked datasets are
 // read one run per H5Dread (HDF5 1.10 is slow on unions spread over many chunks).
 //
 // Threads: all readers of a process share one I/O thread that runs their HDF5 and MPI work (open,
@@ -72,6 +79,22 @@ struct ReaderOptions {
   // step's blocks, and a collective transfer lets MPI-IO aggregate them (false, default: measured
   // no faster with the exchange on one node, docs/io.md; may pay off on parallel file systems).
   bool exchange = false;
+  // Windows of this many global batches (W >= 1). With W > 1:
+  //   - a block order interleaves each window of W global batches (see the top of this file): step s
+  //     of the window takes position j of its global batch from the j-th stretch of W consecutive
+  //     rows of the window's blocks, in a seeded random step order per stretch. So rank r's shares
+  //     over the window are one contiguous stretch of its blocks at any rank count, and a global
+  //     batch is a stratified sample of the window (one row from each stretch) instead of a random
+  //     one. With blocks of ~1000 ImageNet samples a rank reads a few runs of ~150 MB per window,
+  //     which this machine's disk serves at near sequential speed (docs/io.md);
+  //   - reads from the file go a window at a time: each rank reads the rows of its shares of the
+  //     window's steps (when these are disjoint and no more runs than below), or, for other orders,
+  //     in two phases: rank q reads the q-th equal part of the window's distinct rows in file order
+  //     and one MPI_Alltoallv hands every rank the rows of its shares. Batches are cut from there; the
+  //     next window is read while this one is consumed (prefetch > 0 and MPI_THREAD_MULTIPLE).
+  // Memory per rank: about 2-3 windows of its shares (W*B/p samples each). The order depends on W
+  // (block orders only), never on the rank count; W = 1 is the order and reads of before.
+  int64_t window_batches = 1;
   bool augment = false;                  // train mode only: random crop with padding + horizontal flip
   int crop_padding = 4;                  // zero padding (in pixels, raw image) around the random crop
   bool hflip = true;                     // with augment: flip horizontally with probability 1/2
@@ -146,9 +169,10 @@ class ShardedReader {
 
   // The order of epoch `epoch` (a permutation of [0, n) when shuffling) and the dataset indices of
   // rank `rank`'s share of step `step`: the pure functions the reader follows, for tests and tools.
-  // block > 1: the block-shuffled order with windows of `window` positions (the global batch).
+  // block > 1: the block-shuffled order with windows of `window` positions (the global batch B);
+  // window_batches > 1: interleaved windows of that many global batches (ReaderOptions::window_batches).
   static std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle, int64_t block = 1,
-                                          int64_t window = 0);
+                                          int64_t window = 0, int64_t window_batches = 1);
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t step, int rank) const;
 
   struct Impl;
