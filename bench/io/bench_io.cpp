@@ -20,7 +20,9 @@
 // --reps of aggregate MB/s (all ranks' bytes / slowest rank's time): "read" counts the HDF5 read calls
 // only, "pipeline" the whole reader from construction through the last next() (read [+ exchange] +
 // u8->f32 decode + normalise [+ augment], prefetch 2), samples/s of the pipeline, and the reader's
-// own seconds (slowest rank) in read, exchange, decode, and waiting in next().
+// own seconds (slowest rank) in read, exchange, decode, and waiting in next(); "steady" is the
+// pipeline after its first batch (leaves out the start-up: opening, and the first window of window
+// reads, which nothing overlaps), with the first batch's latency beside it.
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/mman.h>
@@ -30,6 +32,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -200,6 +203,7 @@ struct ReaderRun {
   bool in_memory = false;
   int64_t bytes = 0, samples = 0, fallbacks = 0, runs = 0, batches = 0;
   double wall = 0, open = 0, read = 0, exchange = 0, decode = 0, wait = 0, read_cpu = 0, decode_cpu = 0;
+  double first = 0;  // construction through the first batch (slowest rank): the reader's start-up
 };
 
 ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batch, bool collective, bool exchange,
@@ -221,12 +225,17 @@ ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batc
   const double open = sw.elapsed_s();
   const int64_t per_step = reader.global_batch() * reader.info().sample_bytes();
   const int64_t steps = std::max<int64_t>(1, std::min<int64_t>(bytes / per_step, reader.steps_per_epoch()));
-  for (int64_t s = 0; s < steps; ++s) reader.next();
+  double first = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    reader.next();
+    if (s == 0) first = sw.elapsed_s();
+  }
   const double wall = sw.elapsed_s();
   const auto st = reader.stats();
   ReaderRun r;
   r.wall = max_over_ranks(wall);
   r.open = max_over_ranks(open);
+  r.first = max_over_ranks(first);
   r.read = max_over_ranks(st.read_seconds);
   r.exchange = max_over_ranks(st.exchange_seconds);
   r.decode = max_over_ranks(st.decode_seconds);
@@ -240,6 +249,14 @@ ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batc
   r.fallbacks = sum_over_ranks(st.independent_fallbacks);
   r.in_memory = reader.in_memory();
   return r;
+}
+
+// Open MPI's MPI-IO selection from the environment (OMPI_MCA_io, OMPI_MCA_fcoll), as the JSON records it.
+std::string mpiio_setting() {
+  std::string out;
+  for (const char* name : {"OMPI_MCA_io", "OMPI_MCA_fcoll"})
+    if (const char* v = std::getenv(name)) out += (out.empty() ? "" : " ") + std::string(name + 9) + "=" + v;
+  return out.empty() ? "default" : out;
 }
 
 std::string order_name(bool shuffle, int64_t block) {
@@ -306,7 +323,7 @@ int main(int argc, char** argv) {
     doc["config"] = {{"files", files}, {"bytes", bytes}, {"shuffle_bytes", shuffle_bytes}, {"block_bytes", block_bytes},
                      {"shuffle_blocks", blocks}, {"local_batch", local_batch}, {"reps", reps},
                      {"window_samples", window_samples}, {"window_bytes", window_bytes},
-                     {"ranks", g_size}, {"prefetch", 2}, {"page_cache", keep_cache ? "kept (warm)" : "dropped before each measurement"}, {"mpi_thread_multiple", provided == MPI_THREAD_MULTIPLE}};
+                     {"ranks", g_size}, {"prefetch", 2}, {"mpiio", mpiio_setting()}, {"page_cache", keep_cache ? "kept (warm)" : "dropped before each measurement"}, {"mpi_thread_multiple", provided == MPI_THREAD_MULTIPLE}};
     doc["machine"] = machine_info();
     doc["build"] = build_info_json();
     doc["load_average_start"] = load_average();
@@ -411,6 +428,7 @@ int main(int argc, char** argv) {
       for (const ReaderCase rcase : reader_cases) {
         const bool aug = rcase.augment;
         std::vector<double> pipe_mbps, sps, waitf, readf, xchgf, decodef, opens, runs, cached_before, raws, ratios;
+        std::vector<double> steady_mbps, steady_ratios, firsts;  // after the first batch: the reader's start-up left out
         std::vector<double> read_ms, read_cpu_ms, decode_ms, decode_cpu_ms;  // per batch, slowest rank
         int64_t fallbacks = 0;
         bool in_memory = false;
@@ -422,6 +440,10 @@ int main(int argc, char** argv) {
                                             rcase.reuse, rcase.block, aug, seed + uint64_t(r), rcase.window_samples);
           pipe_mbps.push_back(double(run.bytes) / run.wall / 1e6);
           ratios.push_back(pipe_mbps.back() / raws.back());
+          const double after_first = double(run.bytes) * double(run.batches - 1) / double(std::max<int64_t>(run.batches, 1));
+          steady_mbps.push_back(run.batches > 1 ? after_first / (run.wall - run.first) / 1e6 : pipe_mbps.back());
+          steady_ratios.push_back(steady_mbps.back() / raws.back());
+          firsts.push_back(run.first);
           sps.push_back(double(run.samples) / run.wall);
           waitf.push_back(run.wait / run.wall);
           readf.push_back(run.read / run.wall);
@@ -450,6 +472,9 @@ int main(int argc, char** argv) {
                         {"readahead", rcase.readahead}, {"reuse_batch_memory", rcase.reuse}, {"bytes", mb},
                         {"pipeline_MBps", pipe_mbps}, {"pipeline_MBps_median", median(pipe_mbps)},
                         {"raw_MBps_adjacent", raws}, {"vs_raw_each", ratios}, {"vs_raw", median(ratios)},
+                        {"steady_MBps", steady_mbps}, {"steady_MBps_median", median(steady_mbps)},
+                        {"steady_vs_raw_each", steady_ratios}, {"steady_vs_raw", median(steady_ratios)},
+                        {"first_batch_seconds", firsts},
                         {"samples_per_s", sps}, {"samples_per_s_median", median(sps)}, {"wait_fraction", waitf},
                         {"read_fraction", readf}, {"exchange_fraction", xchgf}, {"decode_fraction", decodef},
                         {"open_seconds", opens}, {"runs_per_batch_all_ranks", runs},
@@ -457,9 +482,10 @@ int main(int argc, char** argv) {
                         {"independent_fallbacks", fallbacks}, {"cached_fraction_before", cached_before},
                         {"in_memory", in_memory}});
         if (g_rank == 0)
-          std::printf("%-28s %-10s %3d %-8s %-16s %-11s %9s %9.0f %10.0f %8.2f %7.2f  frac read %.2f xchg %.2f decode %.2f wait %.2f | runs %.1f | ms/batch read %.1f (cpu %.1f) decode %.1f (cpu %.1f)\n",
+          std::printf("%-28s %-10s %3d %-8s %-16s %-11s %9s %9.0f %10.0f %8.2f %7.2f  steady %.0f MB/s (%.2f), first batch %.2f s | frac read %.2f xchg %.2f decode %.2f wait %.2f | runs %.1f | ms/batch read %.1f (cpu %.1f) decode %.1f (cpu %.1f)\n",
                       file.substr(file.rfind('/') + 1).c_str(), layout.c_str(), g_size, "reader", transfer.c_str(), order.c_str(),
-                      "-", median(pipe_mbps), median(sps), median(ratios), median(cached_before), median(readf),
+                      "-", median(pipe_mbps), median(sps), median(ratios), median(cached_before), median(steady_mbps),
+                      median(steady_ratios), median(firsts), median(readf),
                       median(xchgf), median(decodef), median(waitf), median(runs), median(read_ms), median(read_cpu_ms),
                       median(decode_ms), median(decode_cpu_ms));
         std::fflush(stdout);
