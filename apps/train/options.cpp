@@ -78,6 +78,10 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
                  "shuffle blocks of this many consecutive samples, mixed within each global batch (1: per-sample "
                  "shuffle); larger blocks turn random reads into sequential ones on slow disks")
       ->check(CLI::PositiveNumber);
+  app.add_option("--window-batches", o.window_batches,
+                 "with --shuffle-block K > 1: interleave windows of this many global batches so that every rank "
+                 "reads one contiguous stretch per window (1: off; docs/io.md)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--augment", o.augment, "random crop + flip on training batches");
   app.add_option("--eval", o.eval, "evaluate on the test split after every epoch");
   app.add_flag("--force", o.force, "overwrite --metrics/--timeline files left by an earlier run");

@@ -51,6 +51,7 @@ struct TrainOptions {
   int threads = 0;                  // OpenMP threads per rank (0: cores / local ranks)
   int prefetch = 4;
   long shuffle_block = 1;           // shuffle blocks of this many consecutive samples (1: per-sample)
+  long window_batches = 1;          // interleaved windows of this many global batches (1: off)
   bool augment = true;
   bool eval = true;
   bool force = false;               // allow overwriting --metrics/--timeline files of an earlier run

@@ -378,6 +378,7 @@ void Run::setup_comm() {
   tr.prefetch = o_.prefetch;
   tr.augment = o_.augment;
   tr.shuffle_block = o_.shuffle_block;
+  tr.window_batches = o_.window_batches;
   tr.tail = io::TailPolicy::drop;
   train_reader_ = as_usage([&] {
     return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);
@@ -444,6 +445,7 @@ void Run::save_checkpoint(const std::string& why) {
                   {"optimizer_steps", optimizer_->steps()}, {"skipped_steps", skipped_steps_},
                   {"seed", o_.seed},                {"reason", why},
                   {"compress", o_.compress},       {"shuffle_block", o_.shuffle_block},
+                  {"window_batches", o_.window_batches},
                   {"samples_seen", step_ * global_batch_ * o_.accum_steps}};
     io::CheckpointDirectory dir(o_.checkpoint_dir, o_.keep_checkpoints);
     const auto path = dir.save(c);
@@ -524,6 +526,9 @@ void Run::resume_if_asked() {
   if (const long old_block = c.metadata.value("shuffle_block", 1L); old_block != o_.shuffle_block)
     resumed_note_ += std::string(resumed_note_.empty() ? "" : "; ") + "the sample order changes: the checkpoint was written with --shuffle-block " +
                      std::to_string(old_block) + ", this run uses " + std::to_string(o_.shuffle_block);
+  if (const long old_window = c.metadata.value("window_batches", 1L); old_window != o_.window_batches)
+    resumed_note_ += std::string(resumed_note_.empty() ? "" : "; ") + "the sample order changes: the checkpoint was written with --window-batches " +
+                     std::to_string(old_window) + ", this run uses " + std::to_string(o_.window_batches);
   scaler_.restore(float(c.loss_scaler.count("scale") ? c.loss_scaler.at("scale") : scaler_.scale()),
                   int64_t(c.loss_scaler.count("growth_tracker") ? c.loss_scaler.at("growth_tracker") : 0));
   arena.sync_model_copy();
@@ -786,6 +791,7 @@ int Run::execute() {
                     {"sync_bn", o_.sync_bn},
                     {"seed", o_.seed},
                     {"shuffle_block", o_.shuffle_block},
+                    {"window_batches", o_.window_batches},
                     {"augment", o_.augment},
                     {"resumed_from_step", step_},
                     {"note", resumed_note_},

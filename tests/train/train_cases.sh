@@ -123,6 +123,7 @@ bad-input)
   expect_error "square" --data "$w/wide.h5"
   expect_error "--kernels vendor needs --device cuda" --kernels vendor
   expect_error "--shuffle-block" --shuffle-block 0
+  expect_error "--window-batches" --window-batches 0
   # --device cuda where no GPU is usable: every rank stops, one message naming each rank, its host and the
   # reason; where GPUs exist the same command trains one step on them.
   run 2 --device cuda --eval false --max-steps 1 --batch 8 > "$w/cuda.log" 2>&1
