@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -20,6 +21,11 @@
 #include "trainer.h"
 
 int main(int argc, char** argv) {
+  // Open MPI's ompio aggregates the reader's collective reads through a few ranks ("vulcan"), which
+  // only copies bytes every rank reads as long runs anyway; "individual" keeps the reads collective
+  // and let each rank read its own (0.85-0.96 of raw at np 4 against 0.41-0.45, docs/io.md). A
+  // default only: an fcoll chosen by the user (environment or --mca) wins; other MPIs ignore it.
+  setenv("OMPI_MCA_fcoll", "individual", /*overwrite=*/0);
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "hpdt-train: MPI_Init_thread failed\n");
