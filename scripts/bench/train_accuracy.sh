@@ -2,7 +2,7 @@
 # The recorded Fashion-MNIST accuracy runs of results/train/ (issue targets: ResNet-20 >= 93%,
 # ViT-Ti >= 88% test accuracy), on this machine's CPU with 2 ranks of 1 thread each.
 #
-# usage: scripts/bench/train_accuracy.sh [resnet20|vit-ti|resnet20-topk|all] [BUILD_DIR] [OUT_DIR]
+# usage: scripts/bench/train_accuracy.sh [resnet20|vit-ti|resnet20-topk|resnet20-window|all] [BUILD_DIR] [OUT_DIR]
 #   (all: resnet20 and vit-ti)
 #   BUILD_DIR default build/cpu; OUT_DIR default results/train; data: Fashion-MNIST prepared into
 #   $OUT_DIR/../.. is not used: hpdt-train prepares it in its cache on first use (or set HPDT_DATA to
@@ -49,6 +49,12 @@ resnet20-topk)
   # final accuracy within 0.5 points of uncompressed; the step-time half is scripts/bench/compress_cluster.sh).
   run resnet20-topk --model resnet20 --epochs 15 --batch 64 --lr 0.1 --lr-ref-batch 128 --warmup-epochs 1 --nesterov \
     --weight-decay 5e-4 --seed 1 --compress topk:0.01 ;;
+resnet20-window)
+  # The first 3 epochs (1404 steps) of the ResNet-20 run above in the interleaved window order
+  # (blocks of 64, windows of 8 global batches = 1024 samples: 8 blocks per rank's stretch), to
+  # compare its test accuracy epoch by epoch with the per-sample shuffle (docs/io.md).
+  run resnet20-window --model resnet20 --epochs 15 --batch 64 --lr 0.1 --lr-ref-batch 128 --warmup-epochs 1 --nesterov \
+    --weight-decay 5e-4 --seed 1 --shuffle-block 64 --window-batches 8 --max-steps 1404 ;;
 resnet20) ;;
-*) echo "train_accuracy.sh: unknown run '$which' (resnet20, vit-ti, resnet20-topk or all)" >&2; exit 2 ;;
+*) echo "train_accuracy.sh: unknown run '$which' (resnet20, vit-ti, resnet20-topk, resnet20-window or all)" >&2; exit 2 ;;
 esac
