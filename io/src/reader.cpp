@@ -350,8 +350,8 @@ struct ShardedReader::Impl {
       });
     return p;
   }
-  // A window read: steps [first, last) of epoch `epoch` in one two-phase read (see ReaderOptions::
-  // window_batches). rows and share_rows hold the distinct rows of all those steps.
+  // A window read: steps [first, last) of epoch `epoch` in one read, direct or in two phases (see
+  // ReaderOptions::window_batches). rows and share_rows hold the distinct rows of all those steps.
   Plan window_plan(int64_t epoch, int64_t first, int64_t last, const std::vector<int64_t>& ord) const {
     Plan p;
     p.epoch = epoch;
@@ -457,8 +457,8 @@ struct ShardedReader::Impl {
     return f;
   }
 
-  // Window mode: the batch of step (e, s) is cut from its window's bytes on the decode thread; the
-  // first step of a window also submits the next window's read (the I/O thread reads it while this
+  // Window mode: the batch of step (e, s) is cut from its window's bytes on the decode thread. Every
+  // step also makes sure the next window's read is submitted (the I/O thread reads it while this
   // window is consumed). Windows already passed are forgotten (their bytes live while batches use them).
   void submit_windowed(int64_t e, int64_t s, const std::vector<int64_t>& ord) {
     const int64_t k = s / opt.window_batches;
@@ -859,14 +859,14 @@ std::vector<int64_t> ShardedReader::epoch_order(int64_t n, uint64_t seed, int64_
   size_t k = 0;
   for (const int64_t j : blocks)
     for (int64_t i = j * block; i < std::min(n, (j + 1) * block); ++i) order[k++] = i;
-  // 2, window_batches = W > 1: interleave every window of W batches of `window` (= B) positions
+  // 2a, window_batches = W > 1: interleave every window of W batches of `window` (= B) positions
   // (the last one may hold fewer batches): position j of its step s takes row
   // j*W' + pi_j(s) of the window's rows in block order (W' = its number of steps, pi_j a seeded
   // permutation of [0, W') per column j). Every global batch takes one row from each of B stretches of
   // W' consecutive rows, and the rows of positions [r*b, (r+1)*b) of all the window's steps -- the
   // shares of rank r of p, for any p dividing B -- are the contiguous stretch [r*b*W', (r+1)*b*W'):
   // each rank reads its own few long runs, with no exchange. A window whose length is not a
-  // multiple of B (the epoch's tail) gets the in-window Fisher-Yates of step 2 below instead.
+  // multiple of B (the epoch's tail) gets the in-window Fisher-Yates of step 2b below instead.
   std::vector<int64_t> rows;
   int64_t w0 = 0, w = 0;
   if (window_batches > 1) {
@@ -888,7 +888,7 @@ std::vector<int64_t> ShardedReader::epoch_order(int64_t n, uint64_t seed, int64_
     }
     if (w0 >= n) return order;
   }
-  // 2: Fisher-Yates inside each window of `window` positions (the last one may be shorter), with its
+  // 2b: Fisher-Yates inside each window of `window` positions (the last one may be shorter), with its
   // own Philox counter range per (epoch, window): mixes the blocks of a global batch across its ranks.
   for (; w0 < n; w0 += window, ++w) {
     Rng wr(seed ^ kWindowKey, uint64_t(epoch), uint64_t(w) << 32);

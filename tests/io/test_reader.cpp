@@ -288,6 +288,25 @@ TEST(ShardedReader, InterleavedWindowsGiveEveryRankAContiguousStretch) {
   }
 }
 
+// One step of a reader of index-filled samples (normalize off) at this rank count: this rank's
+// indices are batch_indices, its images and labels are those samples, the ranks' batches gathered in
+// rank order are the step's slice of `order` (which does not involve the rank count), and the valid
+// samples of all ranks go into `seen`.
+void check_step(const io::ShardedReader& reader, const io::Batch& b, const std::vector<int64_t>& order, int64_t n,
+                std::multiset<int64_t>& seen) {
+  const int64_t B = reader.global_batch(), lb = reader.local_batch();
+  ASSERT_EQ(b.indices, reader.batch_indices(b.epoch, b.step, world_rank()));
+  for (int64_t i = 0; i < lb; ++i) {
+    ASSERT_EQ(decoded_id(b.images.data<float>() + i * kC * kH * kW), b.indices[size_t(i)]) << "sample " << i;
+    ASSERT_EQ(b.labels.data<int32_t>()[i], int32_t(b.indices[size_t(i)] % kClasses));
+  }
+  const auto global = allgather(b.indices);
+  const auto valid = allgather({b.valid});
+  for (int64_t g = 0; g < B; ++g) ASSERT_EQ(global[size_t(g)], order[size_t((b.step * B + g) % n)]);
+  for (int q = 0; q < world_size(); ++q)
+    for (int64_t i = 0; i < valid[size_t(q)]; ++i) seen.insert(global[size_t(q * lb + i)]);
+}
+
 // A block-ordered reader at this rank count, both tail policies, with and without the two-phase
 // exchange, reading the file: the ranks' batches gathered in rank order are exactly the slice of the
 // pure order (which does not involve the rank count: B = 60 at every np of the test), drop never
@@ -296,7 +315,7 @@ TEST(ShardedReader, BlockOrderShardsAreDisjointCoveringAndRankCountIndependent) 
   test::TempDir dir;
   const int p = world_size();
   if (60 % p != 0) GTEST_SKIP() << "global batch 60 needs np in 1..6";
-  const int64_t B = 60, lb = B / p;
+  const int64_t B = 60;
   for (int64_t n : {60, 131, 300}) {
     for (io::Layout layout : {io::Layout::contiguous, io::Layout::chunked}) {
       const std::string path = make_index_dataset(dir, n, layout);
@@ -320,17 +339,8 @@ TEST(ShardedReader, BlockOrderShardsAreDisjointCoveringAndRankCountIndependent) 
                 const io::Batch b = reader.next();
                 ASSERT_EQ(b.epoch, epoch);
                 ASSERT_EQ(b.step, s);
-                ASSERT_EQ(b.indices, reader.batch_indices(epoch, s, world_rank()));
-                for (int64_t i = 0; i < lb; ++i) {
-                  ASSERT_EQ(decoded_id(b.images.data<float>() + i * kC * kH * kW), b.indices[size_t(i)])
-                      << "n=" << n << " k=" << k << " exchange=" << exchange << " step " << s;
-                  ASSERT_EQ(b.labels.data<int32_t>()[i], int32_t(b.indices[size_t(i)] % kClasses));
-                }
-                const auto global = allgather(b.indices);
-                const auto valid = allgather({b.valid});
-                for (int64_t g = 0; g < B; ++g) ASSERT_EQ(global[size_t(g)], order[size_t((s * B + g) % n)]);
-                for (int r = 0; r < p; ++r)
-                  for (int64_t i = 0; i < valid[size_t(r)]; ++i) seen.insert(global[size_t(r * lb + i)]);
+                check_step(reader, b, order, n, seen);
+                ASSERT_FALSE(HasFatalFailure()) << "n=" << n << " k=" << k << " exchange=" << exchange << " step " << s;
               }
               if (tail == io::TailPolicy::drop) {
                 EXPECT_EQ(int64_t(seen.size()), steps * B);
@@ -352,13 +362,30 @@ TEST(ShardedReader, BlockOrderShardsAreDisjointCoveringAndRankCountIndependent) 
 
 bool same_batch(const io::Batch& a, const io::Batch& b);
 
+// A 1-rank reader (MPI_COMM_SELF) of the same global batch B holds this rank's batches of `run` as
+// its slices, bit for bit, for the first `count` steps: order and augmentation independent of the
+// rank count.
+void expect_rank_slices(const std::string& path, int64_t B, uint64_t seed, const io::ReaderOptions& opt,
+                        const std::vector<io::Batch>& run, int64_t count) {
+  const int r = world_rank();
+  const int64_t lb = B / world_size();
+  io::ShardedReader single(MPI_COMM_SELF, path, B, seed, opt);
+  for (int64_t k = 0; k < count; ++k) {
+    const io::Batch g = single.next();
+    const io::Batch& mine = run[size_t(k)];
+    const size_t per = size_t(mine.images.numel());
+    ASSERT_EQ(std::vector<int64_t>(g.indices.begin() + r * lb, g.indices.begin() + (r + 1) * lb), mine.indices);
+    EXPECT_EQ(std::memcmp(g.images.data<float>() + size_t(r) * per, mine.images.data<float>(), per * 4), 0) << "step " << k;
+  }
+}
+
 // Block order with augmentation: a 1-rank reader (MPI_COMM_SELF) of the same global batch holds this
 // rank's batch as its slice, bit for bit (rank-count independence of order and augmentation); resume
 // at (epoch, step) equals the uninterrupted run; the exchange, prefetch depth and pooled batch memory
 // change nothing.
 TEST(ShardedReader, BlockOrderResumeExchangeAndRankCountIndependence) {
   test::TempDir dir;
-  const int p = world_size(), r = world_rank();
+  const int p = world_size();
   const std::string path = make_index_dataset(dir, 97, io::Layout::contiguous);
   io::ReaderOptions opt;
   opt.shuffle_block = 5;
@@ -387,14 +414,7 @@ TEST(ShardedReader, BlockOrderResumeExchangeAndRankCountIndependence) {
     EXPECT_TRUE(same_batch(resumed.next(), run[0]));
   }
 
-  io::ShardedReader single(MPI_COMM_SELF, path, B, 9, opt);
-  for (int64_t k = 0; k < steps + 2; ++k) {
-    const io::Batch g = single.next();
-    const io::Batch& mine = run[size_t(k)];
-    const size_t per = size_t(mine.images.numel());
-    ASSERT_EQ(std::vector<int64_t>(g.indices.begin() + r * 4, g.indices.begin() + (r + 1) * 4), mine.indices);
-    EXPECT_EQ(std::memcmp(g.images.data<float>() + size_t(r) * per, mine.images.data<float>(), per * 4), 0) << "step " << k;
-  }
+  expect_rank_slices(path, B, 9, opt, run, steps + 2);
   // Every step of this order reads a few runs: at most (B/K + 2) for the whole global batch.
   const auto st = full.stats();
   EXPECT_GT(st.runs, 0);
@@ -414,7 +434,7 @@ TEST(ShardedReader, WindowReadsAreTheSameBatchesAtAnyRankCount) {
   test::TempDir dir;
   const int p = world_size(), r = world_rank();
   if (60 % p != 0) GTEST_SKIP() << "global batch 60 needs np in 1..6";
-  const int64_t B = 60, lb = B / p;
+  const int64_t B = 60;
   struct Case {
     int64_t k;
     bool shuffle;
@@ -447,17 +467,8 @@ TEST(ShardedReader, WindowReadsAreTheSameBatchesAtAnyRankCount) {
                 const io::Batch b = reader.next();
                 ASSERT_EQ(b.epoch, epoch);
                 ASSERT_EQ(b.step, s);
-                ASSERT_EQ(b.indices, reader.batch_indices(epoch, s, r));
-                for (int64_t i = 0; i < lb; ++i) {
-                  ASSERT_EQ(decoded_id(b.images.data<float>() + i * kC * kH * kW), b.indices[size_t(i)])
-                      << "n=" << n << " k=" << c.k << " window=" << window << " step " << s;
-                  ASSERT_EQ(b.labels.data<int32_t>()[i], int32_t(b.indices[size_t(i)] % kClasses));
-                }
-                const auto global = allgather(b.indices);
-                const auto valid = allgather({b.valid});
-                for (int64_t g = 0; g < B; ++g) ASSERT_EQ(global[size_t(g)], order[size_t((s * B + g) % n)]);
-                for (int q = 0; q < p; ++q)
-                  for (int64_t i = 0; i < valid[size_t(q)]; ++i) seen.insert(global[size_t(q * lb + i)]);
+                check_step(reader, b, order, n, seen);
+                ASSERT_FALSE(HasFatalFailure()) << "n=" << n << " k=" << c.k << " window=" << window << " step " << s;
               }
               EXPECT_EQ(int64_t(seen.size()), pad ? n : steps * B);
               EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size()) << "a sample repeated";
@@ -518,14 +529,7 @@ TEST(ShardedReader, WindowReadsAreTheSameBatchesAtAnyRankCount) {
       EXPECT_TRUE(same_batch(resumed.next(), run[0]));
     }
 
-  io::ShardedReader single(MPI_COMM_SELF, path, B4, 9, opt);
-  for (int64_t k = 0; k < steps + 2; ++k) {
-    const io::Batch g = single.next();
-    const io::Batch& mine = run[size_t(k)];
-    const size_t per = size_t(mine.images.numel());
-    ASSERT_EQ(std::vector<int64_t>(g.indices.begin() + r * 4, g.indices.begin() + (r + 1) * 4), mine.indices);
-    EXPECT_EQ(std::memcmp(g.images.data<float>() + size_t(r) * per, mine.images.data<float>(), per * 4), 0) << "step " << k;
-  }
+  expect_rank_slices(path, B4, 9, opt, run, steps + 2);
 }
 
 // Pooled batch memory: the same bytes as fresh memory, and a batch outlives its reader.
