@@ -11,45 +11,18 @@
 #include <algorithm>
 #include <vector>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
+#include "simd.h"
 
 namespace hpdt::kernels::cpu {
 
 namespace {
 
+using namespace simd;
 #if defined(__AVX512F__)
-constexpr int VW = 16;
-using vec = __m512;
-inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
-inline void vstore(float* p, vec v) { _mm512_storeu_ps(p, v); }
-inline vec vset1(float x) { return _mm512_set1_ps(x); }
-inline vec vzero() { return _mm512_setzero_ps(); }
-inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline vec vmul(vec a, vec b) { return _mm512_mul_ps(a, b); }
 constexpr int MR = 8;  // 16 zmm accumulators + 2 B vectors + 1 broadcast
 #elif defined(__AVX2__) && defined(__FMA__)
-constexpr int VW = 8;
-using vec = __m256;
-inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
-inline void vstore(float* p, vec v) { _mm256_storeu_ps(p, v); }
-inline vec vset1(float x) { return _mm256_set1_ps(x); }
-inline vec vzero() { return _mm256_setzero_ps(); }
-inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline vec vmul(vec a, vec b) { return _mm256_mul_ps(a, b); }
 constexpr int MR = 6;  // 12 ymm accumulators of 16
 #else
-constexpr int VW = 4;
-struct vec {
-  float v[4];
-};
-inline vec vload(const float* p) { return {{p[0], p[1], p[2], p[3]}}; }
-inline void vstore(float* p, vec a) { for (int i = 0; i < 4; ++i) p[i] = a.v[i]; }
-inline vec vset1(float x) { return {{x, x, x, x}}; }
-inline vec vzero() { return vset1(0.0f); }
-inline vec vfma(vec a, vec b, vec c) { for (int i = 0; i < 4; ++i) c.v[i] += a.v[i] * b.v[i]; return c; }
-inline vec vmul(vec a, vec b) { for (int i = 0; i < 4; ++i) a.v[i] *= b.v[i]; return a; }
 constexpr int MR = 4;
 #endif
 constexpr int NR = 2 * VW;
