@@ -15,9 +15,15 @@ namespace {
 struct Nchw {
   int64_t n, c, hw;
 };
-Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma) {
-  HPDT_CHECK(x.ndim() == 4 || x.ndim() == 2, op, ": x must be [n, c, h, w] or [n, c], got ", x.shape().str());
-  const Nchw d{x.size(0), x.size(1), x.ndim() == 4 ? x.size(2) * x.size(3) : 1};
+// NHWC is batch norm of the [n*h*w, c] matrix (hw = 1).
+Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma, Layout layout, Device dev) {
+  detail::check_layout_device(op, layout, dev);
+  const bool nhwc = layout == Layout::nhwc;
+  HPDT_CHECK(x.ndim() == 4 || x.ndim() == 2, op, ": x must be ", nhwc ? "[n, h, w, c]" : "[n, c, h, w]",
+             " or [n, c], got ", x.shape().str());
+  const Nchw d = x.ndim() == 2 ? Nchw{x.size(0), x.size(1), 1}
+                 : nhwc        ? Nchw{x.size(0) * x.size(1) * x.size(2), x.size(3), 1}
+                               : Nchw{x.size(0), x.size(1), x.size(2) * x.size(3)};
   check_shape(op, "gamma", gamma, Shape{d.c});
   return d;
 }
@@ -32,7 +38,7 @@ void check_f32_stats(std::string_view op, std::initializer_list<std::pair<const 
 
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& s) {
+                             const AllReduceSum& sync, const Stream& s, Layout layout) {
   const char* op = "batchnorm_forward_train";
   const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
   if (dev.is_cpu())
@@ -40,7 +46,7 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
   else
     detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
   check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
-  const Nchw d = bn_dims(op, x, gamma);
+  const Nchw d = bn_dims(op, x, gamma, layout, dev);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
     check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
@@ -75,7 +81,7 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
 }
 
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, float eps, Tensor& y, const Stream& s) {
+                            const Tensor& running_var, float eps, Tensor& y, const Stream& s, Layout layout) {
   const char* op = "batchnorm_forward_eval";
   const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
   if (dev.is_cpu())
@@ -83,7 +89,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   else
     detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
   check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
-  const Nchw d = bn_dims(op, x, gamma);
+  const Nchw d = bn_dims(op, x, gamma, layout, dev);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
     check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
@@ -99,7 +105,8 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 }
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
-                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s) {
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s,
+                              Layout layout) {
   const char* op = "batchnorm_backward_train";
   const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
   if (dev.is_cpu())
@@ -107,7 +114,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   else
     detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
   check_f32_stats(op, {{"saved mean", &saved.mean}, {"saved invstd", &saved.invstd}});
-  const Nchw d = bn_dims(op, x, gamma);
+  const Nchw d = bn_dims(op, x, gamma, layout, dev);
   check_shape(op, "dy", dy, x.shape());
   check_shape(op, "dx", dx, x.shape());
   check_shape(op, "dgamma", dgamma, Shape{d.c});

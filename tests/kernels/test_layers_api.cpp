@@ -57,6 +57,34 @@ TEST(LayerApi, LinearAndMatmulAgree) {
       EXPECT_NEAR(y.data<float>()[i * 3 + j], y2.data<float>()[i * 3 + j] + b.data<float>()[j], 1e-5);
 }
 
+TEST(LayerApi, BatchNormStatisticsKeepTheirDigitsWhenTheMeanDominates) {
+  // mean 30, spread 0.05: E[x^2] - E[x]^2 needs the squares' sums in double (float sums gave invstd
+  // 20 % off before they were)
+  for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
+    const Shape s{8, 4, 14, 14};
+    Tensor x = Tensor::empty(s, DType::f32);
+    float* p = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = 30.0f + 0.05f * std::sin(1.7f * float(i) + 0.3f);
+    const int64_t c = layout == Layout::nhwc ? s[3] : s[1];
+    Tensor g = filled({c}, 1), b = filled({c}, 2), rm = Tensor::zeros({c}, DType::f32), rv = Tensor::zeros({c}, DType::f32);
+    Tensor y = Tensor::empty(s, DType::f32);
+    BatchNormSaved saved;
+    batchnorm_forward_train(x, g, b, rm, rv, 1e-5f, 0.1f, saved, y, nullptr, kCpu, layout);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double sum = 0, n = 0;
+      const auto at = [&](int64_t i) { return layout == Layout::nhwc ? i * c + ch : (i / 196 * c + ch) * 196 + i % 196; };
+      for (int64_t i = 0; i < x.numel() / c; ++i) sum += p[at(i)], ++n;
+      const double mean = sum / n;
+      double var = 0;
+      for (int64_t i = 0; i < x.numel() / c; ++i) var += (p[at(i)] - mean) * (p[at(i)] - mean);
+      var /= n;
+      EXPECT_NEAR(saved.mean.data<float>()[ch], mean, 1e-6 * mean) << layout_name(layout);
+      EXPECT_NEAR(saved.invstd.data<float>()[ch], 1.0 / std::sqrt(var + 1e-5), 1e-4 / std::sqrt(var + 1e-5))
+          << layout_name(layout) << " channel " << ch;
+    }
+  }
+}
+
 TEST(LayerApi, SyncBatchNormHookSeesSumsAndCount) {
   Tensor x = filled({4, 3, 5, 5}, 0), g = filled({3}, 1), b = filled({3}, 2);
   Tensor rm = Tensor::zeros({3}, DType::f32), rv = Tensor::zeros({3}, DType::f32);

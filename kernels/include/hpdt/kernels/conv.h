@@ -1,24 +1,28 @@
-// 2-D convolution, NCHW, groups = 1: forward, backward-data, backward-filter, and a fused forward
+// 2-D convolution, groups = 1: forward, backward-data, backward-filter, and a fused forward
 // (conv + bias + per-channel scale/shift + residual + ReLU in one pass on CUDA).
-// CPU: f32 (the oracle, kernels/cpu/conv.cpp). CUDA: f32, f16 or bf16 storage, f32 accumulation; hpdt's own
-// implicit-GEMM kernels (kernels/cuda/conv.cu), or cuDNN when kernel_backend() is vendor.
+// Layout (layout.h): NCHW by default; NHWC on the CPU with `layout = Layout::nhwc` (x [n, h, w, ci],
+// y [n, oh, ow, co]; the weights are [co, ci, kh, kw] in both).
+// CPU: f32; NCHW is the oracle (kernels/cpu/conv.cpp, im2col + our SGEMM), NHWC the fast path (direct
+// convolution, kernels/cpu/conv_nhwc.cpp). CUDA: NCHW, f32, f16 or bf16 storage, f32 accumulation; hpdt's
+// own implicit-GEMM kernels (kernels/cuda/conv.cu), or cuDNN when kernel_backend() is vendor.
 #pragma once
 
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/cpu/conv.h"
+#include "hpdt/kernels/layout.h"
 
 namespace hpdt::kernels {
 
 // x [n, ci, h, w], w [co, ci, kh, kw], bias [co] or null -> y [n, co, oh, ow].
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, int64_t stride, int64_t pad,
-                    const Stream& stream);
+                    const Stream& stream, Layout layout = Layout::nchw);
 // dx [n, ci, h, w] overwritten.
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t stride, int64_t pad,
-                          const Stream& stream);
+                          const Stream& stream, Layout layout = Layout::nchw);
 // dw and dbias (may be null) accumulated (+=).
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,
-                            int64_t pad, const Stream& stream);
+                            int64_t pad, const Stream& stream, Layout layout = Layout::nchw);
 
 // What the fused forward applies to the convolution, in this order, every part optional:
 //   y = relu?( (conv(x, w) + bias) * scale + shift + residual )
@@ -32,11 +36,15 @@ struct Conv2dEpilogue {
   bool relu = false;
 };
 // CUDA: one kernel (the epilogue runs on the f32 accumulators; y is rounded once). CPU: the composition of
-// the CPU ops (conv2d_forward, a per-channel affine, add, relu), for reference and for CPU-only runs.
+// the CPU ops (conv2d_forward, a per-channel affine, add, relu), for reference and for CPU-only runs;
+// the residual is in y's layout.
 void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue, Tensor& y,
-                          int64_t stride, int64_t pad, const Stream& stream);
+                          int64_t stride, int64_t pad, const Stream& stream, Layout layout = Layout::nchw);
 
 // The shape record the CPU kernel takes, checked: throws naming `op` and the shapes when they disagree.
-Conv2dShape conv2d_shape(std::string_view op, const Tensor& x, const Tensor& w, int64_t stride, int64_t pad);
+Conv2dShape conv2d_shape(std::string_view op, const Tensor& x, const Tensor& w, int64_t stride, int64_t pad,
+                         Layout layout = Layout::nchw);
+// The output shape of a convolution in `layout`: [n, co, oh, ow] or [n, oh, ow, co].
+Shape conv2d_output_shape(const Conv2dShape& s, Layout layout);
 
 }  // namespace hpdt::kernels

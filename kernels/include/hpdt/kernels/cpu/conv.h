@@ -1,6 +1,6 @@
-// CPU conv2d, NCHW, groups = 1, any kernel size / stride / padding.
-// Per image: im2col (skipped for 1x1 stride-1 unpadded convs) and one GEMM, images split over OpenMP
-// threads. See docs/kernels-cpu.md for why NCHW.
+// CPU conv2d, groups = 1, any kernel size / stride / padding.
+// NCHW (the oracle): per image im2col (skipped for 1x1 stride-1 unpadded convs) and one GEMM, images
+// split over OpenMP threads. NHWC: direct convolution, the fast path. See docs/kernels-cpu.md.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,14 @@ void conv2d_backward_data(const Conv2dShape& s, const T* dy, const T* w, T* dx);
 // dw (+)= sum_n dy_n * im2col(x_n)^T; dbias (+)= sum dy (dbias may be null). accumulate: add to dw/dbias.
 template <class T>
 void conv2d_backward_filter(const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias, bool accumulate);
+
+// NHWC ("channels last", kernels/cpu/conv_nhwc.cpp): x [n, h, w, c_in], y [n, oh, ow, c_out], the same
+// weights w [c_out, c_in, kh, kw] as NCHW. Direct convolution in register tiles, f32: the fast CPU path
+// (the NCHW functions above are its oracle). Same contracts as their NCHW twins.
+void conv2d_forward_nhwc(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
+void conv2d_backward_data_nhwc(const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_filter_nhwc(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
+                                 bool accumulate);
 }  // namespace cpu
 
 }  // namespace hpdt::kernels

@@ -1,4 +1,4 @@
-// CPU pooling, NCHW: max pool (any window/stride/padding; saves the argmax) and global average pool.
+// CPU pooling, NCHW (and NHWC twins): max pool (any window/stride/padding; saves the argmax) and global average pool.
 #pragma once
 
 #include <cstdint>
@@ -18,5 +18,18 @@ template <class T>
 void global_avgpool_forward(int64_t n, int64_t c, int64_t hw, const T* x, T* y);
 template <class T>
 void global_avgpool_backward(int64_t n, int64_t c, int64_t hw, const T* dy, T* dx);
+
+// NHWC twins: x [n, h, w, c], y and argmax [n, oh, ow, c] (argmax indexes the h*w plane as above),
+// global average pool x [n, hw, c] -> y [n, c].
+template <class T>
+void maxpool2d_forward_nhwc(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, int64_t pad,
+                            const T* x, T* y, int32_t* argmax);
+template <class T>
+void maxpool2d_backward_nhwc(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow, const T* dy,
+                             const int32_t* argmax, T* dx);
+template <class T>
+void global_avgpool_forward_nhwc(int64_t n, int64_t c, int64_t hw, const T* x, T* y);
+template <class T>
+void global_avgpool_backward_nhwc(int64_t n, int64_t c, int64_t hw, const T* dy, T* dx);
 
 }  // namespace hpdt::kernels::cpu
