@@ -9,7 +9,9 @@ and every parameter after one SGD and one AdamW step). The training-step files s
 parameter tensor (sum, sum of squares and four sampled entries) instead of storing it: the models
 have 0.27M and 5.5M parameters and the files must stay small. Initial weights of the models come from
 a closed formula both sides evaluate (det_init below, mirrored in test_golden.cpp), so no weights are
-stored either. Deterministic: running it again reproduces the committed files byte for byte.
+stored either. Deterministic: running it again reproduces the committed files byte for byte on the
+same kind of CPU (PyTorch's oneDNN picks kernels by instruction set: on an AVX2 machine the files made
+on an AVX-512 one differ in the last digits, up to 1e-5 relative in conv2d.json).
 Floats are written with 9 significant digits (round-trips f32).
 """
 import json
@@ -275,10 +277,23 @@ class ViT(nn.Module):  # torchvision VisionTransformer layout
         return self.head(self.ln(self.layers(x))[:, 0])
 
 
+def hash_uniform(k, n):
+    """n numbers in [-1, 1) for parameter k: splitmix64 of (k << 32) + i, top 53 bits. Integer
+    arithmetic, so both sides get the same bits; mirrored in test_golden.cpp. (A smooth pattern such as
+    sin(0.37 i) made every filter a shifted copy of its neighbour: ResNet-20's logits then moved by
+    3e-4 between two CPUs running the same PyTorch.)"""
+    with np.errstate(over="ignore"):
+        z = (np.uint64(k) << np.uint64(32)) + np.arange(n, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (2.0 ** -52) - 1.0
+
+
 def det_init(k, name, shape):
     """Parameter k (registration order) of the given name and shape; mirrored in test_golden.cpp."""
     n = int(np.prod(shape))
-    s = np.sin(0.37 * np.arange(n, dtype=np.float64) + 0.11 * k + 0.5)
+    s = hash_uniform(k, n)
     if name.endswith("bias"):
         v = 0.1 * s
     elif "token" in name or "pos_embedding" in name:
