@@ -310,6 +310,7 @@ void Run::setup_model() {
   cfg.patch = o_.patch > 0 ? o_.patch : info_.h >= 224 ? 16 : 4;
   cfg.dtype = o_.precision == "fp16" ? DType::f16 : o_.precision == "bf16" ? DType::bf16 : DType::f32;
   cfg.seed = o_.seed;
+  if (o_.layout != "auto") cfg.layout = kernels::parse_layout(o_.layout, "--layout");
   std::string name = o_.model;
   std::replace(name.begin(), name.end(), '-', '_');
   model_ = as_usage([&] { return nn::make_model(name, cfg, stream_); });
@@ -731,6 +732,7 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"precision", o_.precision},
                   {"device", device_.str()},
                   {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
+                  {"layout", kernels::layout_name(model_->layout())},
                   {"grad_sync", sync_->path()},
                   {"parameters", model_->num_parameters()},
                   {"wall_s", wall},
@@ -782,6 +784,7 @@ int Run::execute() {
                     {"device", o_.device},
                     {"gpu", device_.is_cuda() ? cuda_device_name(device_.index) : std::string()},
                     {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
+                    {"layout", kernels::layout_name(model_->layout())},
                     {"grad_sync", sync_->path()},
                     {"algo", o_.algo},
                     {"compress", o_.compress},

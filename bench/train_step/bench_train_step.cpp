@@ -51,7 +51,7 @@ double median_of(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   CLI::App app{"hpdt training-step benchmark (CPU, or one GPU with --device cuda)"};
-  std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", out;
+  std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", layout_name = "auto", out;
   int64_t batch = 128, steps = 10, warmup = 3, image = 28, channels = 1, patch = 4, classes = 10;
   app.add_option("--model", model, "resnet20 | resnet56 | resnet18 | resnet34 | resnet50 | vit_ti | vit_s | vit_b");
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--kernels", kernels_name, "ours | vendor (cuBLAS/cuDNN for GEMM and convolution; --device cuda)")
       ->check(CLI::IsMember({"ours", "vendor"}));
+  app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU)")
+      ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   app.add_option("--out", out, "also write the result as a JSON document (with machine and build records)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
     c.classes = classes;
     c.patch = patch;
     c.dtype = precision == "bf16" ? hpdt::DType::bf16 : precision == "fp16" ? hpdt::DType::f16 : hpdt::DType::f32;
+    if (layout_name != "auto") c.layout = hpdt::kernels::parse_layout(layout_name, "--layout");
     auto m = hpdt::nn::make_model(model, c, stream);
     hpdt::nn::Sgd opt(m->arena(), {0.01f, 0.9f, 0.0f, 5e-4f, true});
     hpdt::nn::LossScaler scaler = hpdt::nn::LossScaler::for_dtype(c.dtype);
@@ -121,10 +124,10 @@ int main(int argc, char** argv) {
     }
     const double median = median_of(times);
     if (!gpu) {  // the CPU line, as compare_train_step.py reads it
-      std::printf("{\"impl\":\"hpdt\",\"model\":\"%s\",\"batch\":%lld,\"threads\":%d,\"params\":%lld,\"loss\":%.6f,"
-                  "\"img_per_s_median\":%.3f,\"step_s\":[",
-                  model.c_str(), (long long)batch, omp_get_max_threads(), (long long)m->num_parameters(), loss,
-                  double(batch) / median);
+      std::printf("{\"impl\":\"hpdt\",\"model\":\"%s\",\"layout\":\"%s\",\"batch\":%lld,\"threads\":%d,"
+                  "\"params\":%lld,\"loss\":%.6f,\"img_per_s_median\":%.3f,\"step_s\":[",
+                  model.c_str(), hpdt::kernels::layout_name(m->layout()), (long long)batch, omp_get_max_threads(),
+                  (long long)m->num_parameters(), loss, double(batch) / median);
       for (size_t i = 0; i < times.size(); ++i) std::printf("%s%.6f", i ? "," : "", times[i]);
       std::printf("]}\n");
     }
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
                         {"classes", classes},
                         {"precision", precision},
                         {"kernels", gpu ? kernels_name : "cpu"},
+                        {"layout", hpdt::kernels::layout_name(m->layout())},
                         {"threads", omp_get_max_threads()},
                         {"params", m->num_parameters()},
                         {"loss", loss},

@@ -24,6 +24,10 @@ bool Layer::float_ok(const Tensor& x) const {
   return x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::bf16;
 }
 
+std::string Layer::image_shape(const std::string& c) const {
+  return layout_ == kernels::Layout::nhwc ? "[n, h, w, " + c + "]" : "[n, " + c + ", h, w]";
+}
+
 std::string Layer::float_names() const { return device().is_cpu() ? "f32" : "f32, f16 or bf16"; }
 
 Tensor& Layer::ensure(Tensor& t, const Shape& shape, DType dtype) { return ensure_on(t, shape, dtype, stream_); }
@@ -59,16 +63,18 @@ Conv2d::Conv2d(ParameterArena& arena, std::string name, int64_t c_in, int64_t c_
 Tensor Conv2d::forward(const Tensor& x) {
   check_device(x);
   const DType dt = arena_->compute_dtype();
-  if (x.ndim() != 4 || x.size(1) != c_in_ || x.dtype() != dt)
-    fail("expects " + dt_name(dt) + " input [n, " + std::to_string(c_in_) + ", h, w]", x);
-  if (x.size(2) + 2 * pad_ < k_ || x.size(3) + 2 * pad_ < k_)
+  const bool nhwc = layout_ == kernels::Layout::nhwc;
+  if (x.ndim() != 4 || channels(x) != c_in_ || x.dtype() != dt)
+    fail("expects " + dt_name(dt) + " input " + image_shape(std::to_string(c_in_)), x);
+  const int64_t h = nhwc ? x.size(1) : x.size(2), w_in = nhwc ? x.size(2) : x.size(3);
+  if (h + 2 * pad_ < k_ || w_in + 2 * pad_ < k_)
     fail("input smaller than the " + std::to_string(k_) + "x" + std::to_string(k_) + " kernel", x);
   x_ = x;
   const Tensor w = arena_->param(w_id_);
   const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
-  const int64_t oh = (x.size(2) + 2 * pad_ - k_) / stride_ + 1, ow = (x.size(3) + 2 * pad_ - k_) / stride_ + 1;
-  ensure(y_, {x.size(0), c_out_, oh, ow}, dt);
-  kernels::conv2d_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stride_, pad_, stream_);
+  const int64_t oh = (h + 2 * pad_ - k_) / stride_ + 1, ow = (w_in + 2 * pad_ - k_) / stride_ + 1;
+  ensure(y_, nhwc ? Shape{x.size(0), oh, ow, c_out_} : Shape{x.size(0), c_out_, oh, ow}, dt);
+  kernels::conv2d_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stride_, pad_, stream_, layout_);
   return y_;
 }
 
@@ -76,11 +82,11 @@ Tensor Conv2d::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   Tensor dw = arena_->compute_grad(w_id_);
   Tensor db = b_id_ >= 0 ? arena_->compute_grad(b_id_) : Tensor();
-  kernels::conv2d_backward_filter(x_, dy, dw, b_id_ >= 0 ? &db : nullptr, stride_, pad_, stream_);
+  kernels::conv2d_backward_filter(x_, dy, dw, b_id_ >= 0 ? &db : nullptr, stride_, pad_, stream_, layout_);
   arena_->grads_ready(w_id_, b_id_ >= 0 ? 2 : 1);
   if (!needs_dx_) return Tensor();
   ensure(dx_, x_.shape(), x_.dtype());
-  kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_);
+  kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_, layout_);
   return dx_;
 }
 
@@ -99,21 +105,22 @@ BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, 
 Tensor BatchNorm::forward(const Tensor& x) {
   check_device(x);
   const DType dt = arena_->compute_dtype();
-  if ((x.ndim() != 4 && x.ndim() != 2) || x.size(1) != c_ || x.dtype() != dt)
-    fail("expects " + dt_name(dt) + " input [n, " + std::to_string(c_) + ", h, w]", x);
+  const int64_t c = x.ndim() == 4 ? channels(x) : x.ndim() == 2 ? x.size(1) : -1;
+  if ((x.ndim() != 4 && x.ndim() != 2) || c != c_ || x.dtype() != dt)
+    fail("expects " + dt_name(dt) + " input " + image_shape(std::to_string(c_)) + " or [n, " + std::to_string(c_) + "]", x);
   x_ = x;
   ensure(y_, x.shape(), dt);
   const Tensor g = arena_->param(g_id_), b = arena_->param(b_id_);
   Tensor mean = arena_->buffer(mean_id_), var = arena_->buffer(var_id_);
   if (training_) {
-    if (x.size(0) * (x.ndim() == 4 ? x.size(2) * x.size(3) : 1) < 2 && !sync_)
+    if (x.numel() / c_ < 2 && !sync_)
       fail("needs more than one value per channel in training mode", x);
     // the saved statistics: f32 [c] on the layer's device
     ensure(saved_.mean, {c_}, DType::f32);
     ensure(saved_.invstd, {c_}, DType::f32);
-    kernels::batchnorm_forward_train(x, g, b, mean, var, eps_, momentum_, saved_, y_, sync_, stream_);
+    kernels::batchnorm_forward_train(x, g, b, mean, var, eps_, momentum_, saved_, y_, sync_, stream_, layout_);
   } else {
-    kernels::batchnorm_forward_eval(x, g, b, mean, var, eps_, y_, stream_);
+    kernels::batchnorm_forward_eval(x, g, b, mean, var, eps_, y_, stream_, layout_);
   }
   return y_;
 }
@@ -123,7 +130,7 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   HPDT_CHECK(training_, name_, ": backward in eval mode is not supported (statistics are frozen; use train mode)");
   ensure(dx_, x_.shape(), x_.dtype());
   Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);
-  kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_);
+  kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_);
   arena_->grads_ready(g_id_, 2);
   return dx_;
 }
@@ -145,38 +152,60 @@ Tensor ReLU::backward(const Tensor& dy) {
   return dx_;
 }
 
+Tensor ImageInput::forward(const Tensor& x) {
+  check_device(x);
+  if (layout_ == kernels::Layout::nchw) return x;
+  if (x.ndim() != 4) fail("expects NCHW images [n, c, h, w]", x);
+  const Shape nhwc{x.size(0), x.size(2), x.size(3), x.size(1)};
+  if (x.size(1) == 1) return x.view(nhwc);  // one channel: the same bytes
+  ensure(y_, nhwc, x.dtype());
+  kernels::nchw_to_nhwc(x, y_, stream_);
+  return y_;
+}
+
+Tensor ImageInput::backward(const Tensor& dy) {
+  if (layout_ == kernels::Layout::nchw || !dy.defined()) return dy;
+  const Shape nchw{dy.size(0), dy.size(3), dy.size(1), dy.size(2)};
+  if (dy.size(3) == 1) return dy.view(nchw);
+  ensure(dx_, nchw, dy.dtype());
+  kernels::nhwc_to_nchw(dy, dx_, stream_);
+  return dx_;
+}
+
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_device(x);
-  if (x.ndim() != 4 || !float_ok(x)) fail("expects " + float_names() + " input [n, c, h, w]", x);
+  if (x.ndim() != 4 || !float_ok(x)) fail("expects " + float_names() + " input " + image_shape("c"), x);
   in_shape_ = x.shape();
-  const int64_t oh = (x.size(2) + 2 * pad_ - k_) / stride_ + 1, ow = (x.size(3) + 2 * pad_ - k_) / stride_ + 1;
-  if (oh < 1 || ow < 1) fail("input smaller than the pooling window", x);
-  ensure(y_, {x.size(0), x.size(1), oh, ow}, x.dtype());
+  const bool nhwc = layout_ == kernels::Layout::nhwc;
+  const int64_t h = nhwc ? x.size(1) : x.size(2), w = nhwc ? x.size(2) : x.size(3);
+  const int64_t oh = (h + 2 * pad_ - k_) / stride_ + 1, ow = (w + 2 * pad_ - k_) / stride_ + 1;
+  if (h + 2 * pad_ < k_ || w + 2 * pad_ < k_ || oh < 1 || ow < 1) fail("input smaller than the pooling window", x);
+  ensure(y_, nhwc ? Shape{x.size(0), oh, ow, x.size(3)} : Shape{x.size(0), x.size(1), oh, ow}, x.dtype());
   ensure(argmax_, y_.shape(), DType::i32);
-  kernels::maxpool2d_forward(x, k_, stride_, pad_, y_, argmax_, stream_);
+  kernels::maxpool2d_forward(x, k_, stride_, pad_, y_, argmax_, stream_, layout_);
   return y_;
 }
 
 Tensor MaxPool2d::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   ensure(dx_, in_shape_, dy.dtype());
-  kernels::maxpool2d_backward(dy, argmax_, k_, stride_, pad_, dx_, stream_);
+  kernels::maxpool2d_backward(dy, argmax_, k_, stride_, pad_, dx_, stream_, layout_);
   return dx_;
 }
 
 Tensor GlobalAvgPool::forward(const Tensor& x) {
   check_device(x);
-  if (x.ndim() != 4 || !float_ok(x)) fail("expects " + float_names() + " input [n, c, h, w]", x);
+  if (x.ndim() != 4 || !float_ok(x)) fail("expects " + float_names() + " input " + image_shape("c"), x);
   in_shape_ = x.shape();
-  ensure(y_, {x.size(0), x.size(1)}, x.dtype());
-  kernels::global_avgpool_forward(x, y_, stream_);
+  ensure(y_, {x.size(0), channels(x)}, x.dtype());
+  kernels::global_avgpool_forward(x, y_, stream_, layout_);
   return y_;
 }
 
 Tensor GlobalAvgPool::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   ensure(dx_, in_shape_, dy.dtype());
-  kernels::global_avgpool_backward(dy, dx_, stream_);
+  kernels::global_avgpool_backward(dy, dx_, stream_, layout_);
   return dx_;
 }
 

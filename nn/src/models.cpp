@@ -177,6 +177,7 @@ class ClassToken : public Layer {
 
 void build_resnet_cifar(Model& m, Sequential& body, ParameterArena& a, const ModelConfig& c, int blocks_per_stage) {
   (void)m;
+  body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 16, 3, 1, 1, false, kaiming_fan_out(16, 3));
   stem.set_needs_input_grad(false);
   body.add<BatchNorm>(a, "bn1", 16);
@@ -194,6 +195,7 @@ void build_resnet_cifar(Model& m, Sequential& body, ParameterArena& a, const Mod
 }
 
 void build_resnet_imagenet(Sequential& body, ParameterArena& a, const ModelConfig& c, const int (&blocks)[4], bool bottleneck) {
+  body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 64, 7, 2, 3, false, kaiming_fan_out(64, 7));
   stem.set_needs_input_grad(false);
   body.add<BatchNorm>(a, "bn1", 64);
@@ -289,6 +291,11 @@ std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c
   auto m = std::make_unique<Model>(name, c);
   Sequential& body = m->body_;
   ParameterArena& a = m->arena_;
+  const bool resnet = name.starts_with("resnet");
+  if (c.layout == kernels::Layout::nhwc) {
+    HPDT_CHECK(resnet, "make_model ", name, ": layout nhwc is for the ResNets (a ViT's activations are tokens)");
+    HPDT_CHECK(!stream.is_cuda(), "make_model ", name, ": layout nhwc is CPU-only (the CUDA kernels are NCHW)");
+  }
   if (name == "resnet20" || name == "resnet56") {
     build_resnet_cifar(*m, body, a, c, name == "resnet20" ? 3 : 9);
   } else if (name == "resnet18" || name == "resnet34" || name == "resnet50") {
@@ -310,6 +317,7 @@ std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c
     for (const auto& n : model_names()) names += " " + n;
     HPDT_FAIL("make_model: unknown model '", name, "' (known:", names, ")");
   }
+  body.set_layout(resnet && !stream.is_cuda() ? c.layout.value_or(kernels::Layout::nhwc) : kernels::Layout::nchw);
   if (allocate) {
     body.set_stream(stream);
     a.finalize(c.seed, c.dtype, stream);

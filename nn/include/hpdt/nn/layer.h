@@ -2,7 +2,9 @@
 // model's ParameterArena when constructed (in forward-execution order), keeps what its backward needs
 // from forward, and, at the end of backward, tells the arena its gradients are complete.
 //
-// Conventions: activations are NCHW ([n, c, h, w]) for convolutional layers and [b, t, d] for tokens.
+// Conventions: activations are [b, t, d] for tokens and, for convolutional layers, NCHW ([n, c, h, w])
+// or NHWC ([n, h, w, c], the fast CPU path) as the layer's layout() says (set model-wide by make_model;
+// kernels/layout.h).
 // forward returns the layer's output (owned by the layer until the next forward); backward takes
 // dL/d(output) and returns dL/d(input), accumulating parameter gradients (+=) into the arena.
 //
@@ -23,6 +25,7 @@
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/activation.h"
 #include "hpdt/kernels/attention.h"
+#include "hpdt/kernels/layout.h"
 #include "hpdt/kernels/norm.h"
 #include "hpdt/nn/arena.h"
 
@@ -54,6 +57,13 @@ class Layer {
   }
   const Stream& stream() const { return stream_; }
   Device device() const { return stream_.device(); }
+  // Sets the activation layout here and in every sub-layer (before the first forward). Layers that do
+  // not look at image layout (ReLU, add, Linear, ...) ignore it.
+  virtual void set_layout(kernels::Layout layout) {
+    layout_ = layout;
+    for_each_child([layout](Layer& c) { c.set_layout(layout); });
+  }
+  kernels::Layout layout() const { return layout_; }
 
  protected:
   // Throws hpdt::Error naming this layer: "<name>: <what> (got <shape> <dtype>)".
@@ -69,9 +79,15 @@ class Layer {
   // them changes).
   Tensor& ensure(Tensor& t, const Shape& shape, DType dtype);
 
+  // "[n, <c>, h, w]" or "[n, h, w, <c>]" in this layer's layout, for messages.
+  std::string image_shape(const std::string& c) const;
+  // The channel count of a 4-D activation in this layer's layout.
+  int64_t channels(const Tensor& x) const { return layout_ == kernels::Layout::nhwc ? x.size(3) : x.size(1); }
+
   std::string name_;
   bool training_ = true;
   Stream stream_;
+  kernels::Layout layout_ = kernels::Layout::nchw;
 };
 
 // A cached tensor of `shape` and `dtype` on `stream`'s device, from the caching allocator on that stream
@@ -122,6 +138,18 @@ class BatchNorm : public Layer {
 class ReLU : public Layer {
  public:
   explicit ReLU(std::string name) : Layer(std::move(name)) {}
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  Tensor y_, dx_;
+};
+
+// The model's first layer: takes NCHW images and hands them on in the model's layout (a transpose to
+// NHWC, a no-copy view for one channel; nothing for NCHW). Backward transposes back.
+class ImageInput : public Layer {
+ public:
+  ImageInput() : Layer("image_input") {}
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct ModelConfig {
   uint64_t seed = 0;         // initialisation and dropout
   // ViT overrides of the named size (0: take it from the name), for tiny test configurations.
   int64_t vit_dim = 0, vit_depth = 0, vit_heads = 0;
+  // Activation layout of the ResNets (kernels/layout.h). Unset: NHWC on the CPU (direct convolution,
+  // 2-3x the NCHW im2col path), NCHW on CUDA (its kernels are NCHW). ViT is NCHW (its activations are
+  // tokens after the patch convolution). Not part of str(): parameters, checkpoints and results up to
+  // float rounding do not depend on it, so a run may resume in either layout.
+  std::optional<kernels::Layout> layout;
   // "in_channels=1 image_size=28 classes=10 patch=4 dropout=0 dtype=f32 seed=0" (+ vit_* when set)
   std::string str() const;
 };
@@ -55,6 +61,8 @@ class Model {
   const Stream& stream() const { return arena_.stream(); }
   // f32 on the CPU; config().dtype on CUDA.
   DType compute_dtype() const { return arena_.compute_dtype(); }
+  // The activation layout the model runs in (config().layout resolved for the device).
+  kernels::Layout layout() const { return body_.layout(); }
 
   ParameterArena& arena() { return arena_; }
   const ParameterArena& arena() const { return arena_; }
@@ -76,7 +84,8 @@ class Model {
 };
 
 // Names: resnet20 resnet56 resnet18 resnet34 resnet50 vit_ti vit_s vit_b. Throws naming the name and
-// the accepted ones, or the configuration that does not fit (e.g. image size not divisible by patch).
+// the accepted ones, or the configuration that does not fit (e.g. image size not divisible by patch,
+// layout nhwc for a ViT or on CUDA).
 // The model lives on stream.device() and queues its work on `stream` (e.g. Stream::create_cuda(0)).
 std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, const Stream& stream = Stream());
 std::vector<std::string> model_names();
