@@ -1,6 +1,6 @@
 // Hot CPU kernels in GFLOP/s: our SGEMM against OpenBLAS (loaded at run time with dlopen when
-// libopenblas.so.0 is installed: no build dependency), conv2d forward/backward at ResNet-20 shapes,
-// attention at ViT-Ti shapes.
+// libopenblas.so.0 is installed: no build dependency), conv2d forward/backward at ResNet-20 shapes in
+// both layouts (NCHW im2col + SGEMM, NHWC direct), attention at ViT-Ti shapes.
 //   OMP_NUM_THREADS=2 hpdt-bench-layers-cpu --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
@@ -72,16 +72,23 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_sgemm, hpdt, false)->Apply(gemm_shapes);
 BENCHMARK_CAPTURE(BM_sgemm, openblas, true)->Apply(gemm_shapes);
 
-// args: batch, channels, size, stride (3x3, pad 1, c -> c*stride)
-void BM_conv3x3(benchmark::State& state, int which) {
+// args: batch, channels, size, stride (3x3, pad 1, c -> c*stride). NCHW: im2col + SGEMM (the oracle);
+// NHWC: the direct convolution (the fast path), same shapes and FLOPs.
+void BM_conv3x3(benchmark::State& state, int which, bool nhwc) {
   const int64_t n = state.range(0), c = state.range(1), hw = state.range(2), stride = state.range(3);
   const Conv2dShape s{n, c, hw, hw, c * stride, 3, 3, stride, 1};
   auto x = random(size_t(n * c * hw * hw), 3), w = random(size_t(s.c_out * c * 9), 4);
   std::vector<float> y(size_t(n * s.c_out * s.out_h() * s.out_w())), dx(x.size()), dw(w.size());
   for (auto _ : state) {
-    if (which == 0) cpu::conv2d_forward<float>(s, x.data(), w.data(), nullptr, y.data());
-    if (which == 1) cpu::conv2d_backward_data<float>(s, y.data(), w.data(), dx.data());
-    if (which == 2) cpu::conv2d_backward_filter<float>(s, x.data(), y.data(), dw.data(), nullptr, false);
+    if (nhwc) {
+      if (which == 0) cpu::conv2d_forward_nhwc(s, x.data(), w.data(), nullptr, y.data());
+      if (which == 1) cpu::conv2d_backward_data_nhwc(s, y.data(), w.data(), dx.data());
+      if (which == 2) cpu::conv2d_backward_filter_nhwc(s, x.data(), y.data(), dw.data(), nullptr, false);
+    } else {
+      if (which == 0) cpu::conv2d_forward<float>(s, x.data(), w.data(), nullptr, y.data());
+      if (which == 1) cpu::conv2d_backward_data<float>(s, y.data(), w.data(), dx.data());
+      if (which == 2) cpu::conv2d_backward_filter<float>(s, x.data(), y.data(), dw.data(), nullptr, false);
+    }
     benchmark::DoNotOptimize(y.data());
   }
   flops(state, 2.0 * double(n * s.c_out * s.out_h() * s.out_w()) * double(c * 9));
@@ -91,9 +98,12 @@ void conv_shapes(benchmark::internal::Benchmark* b) {
   b->Args({128, 16, 28, 1})->Args({128, 32, 14, 1})->Args({128, 64, 7, 1})->Args({128, 16, 28, 2});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
-BENCHMARK_CAPTURE(BM_conv3x3, forward, 0)->Apply(conv_shapes);
-BENCHMARK_CAPTURE(BM_conv3x3, backward_data, 1)->Apply(conv_shapes);
-BENCHMARK_CAPTURE(BM_conv3x3, backward_filter, 2)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv3x3, forward_nchw, 0, false)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv3x3, backward_data_nchw, 1, false)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv3x3, backward_filter_nchw, 2, false)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv3x3, forward_nhwc, 0, true)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv3x3, backward_data_nhwc, 1, true)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv3x3, backward_filter_nhwc, 2, true)->Apply(conv_shapes);
 
 // ViT-Ti attention core: batch 128, 50 tokens, 3 heads of 64
 void BM_attention(benchmark::State& state, bool backward) {

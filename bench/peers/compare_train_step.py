@@ -4,8 +4,10 @@
     /usr/bin/python3 bench/peers/compare_train_step.py --hpdt build/cpu/bench/train_step/hpdt-bench-train-step \
         [--rounds 3] [--steps 8] [--out results/train_step_cpu]
 
-Each round runs, per model, hpdt then PyTorch (NCHW) then, for ResNets, PyTorch channels_last, all on
-the same 2 OpenMP threads. Writes OUT.json (every run, medians, ratios, machine, load average,
+Each round runs, per model, hpdt (its default layout: NHWC for ResNets on the CPU), for ResNets hpdt
+with --layout nchw (the im2col oracle path, for reference), then PyTorch (NCHW) and, for ResNets,
+PyTorch channels_last, all on the same 2 OpenMP threads. The ratio is hpdt's default against the best
+PyTorch setup. Writes OUT.json (every run, medians, ratios, machine, load average,
 versions, BLAS in use) and OUT.md (a short table).
 """
 import argparse
@@ -57,13 +59,18 @@ def main():
         for model in a.models.split(","):
             if model.startswith("vit") and a.vit_rounds and r >= a.vit_rounds:
                 continue
-            variants = [("hpdt", [a.hpdt, "--model", model] + common(model)),
-                        ("pytorch", ["/usr/bin/python3", os.path.join(HERE, "torch_train_step.py"), "--model", model,
-                                     "--threads", str(a.threads)] + common(model))]
+            hpdt = [a.hpdt, "--model", model] + common(model)
+            torch = ["/usr/bin/python3", os.path.join(HERE, "torch_train_step.py"), "--model", model,
+                     "--threads", str(a.threads)] + common(model)
+            variants = [("hpdt", hpdt)]
             if model.startswith("resnet"):
-                variants.append(("pytorch-channels_last", variants[1][1] + ["--channels-last"]))
+                variants.append(("hpdt-nchw", hpdt + ["--layout", "nchw"]))
+            variants.append(("pytorch", torch))
+            if model.startswith("resnet"):
+                variants.append(("pytorch-channels_last", torch + ["--channels-last"]))
             for impl, cmd in variants:
                 res = run(cmd, env)
+                res["impl"] = impl
                 res["round"] = r
                 res["loadavg_1m_at_end"] = os.getloadavg()[0]
                 runs.append(res)
@@ -82,6 +89,8 @@ def main():
         "benchmark": "train_step_cpu", "date_utc": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z",
         "git_commit": sh(f"git -C {ROOT} rev-parse HEAD"), "host": platform.node(),
         "cpu": sh("lscpu | grep 'Model name' | sed 's/.*: *//'"), "threads": a.threads,
+        "vector_isa": "avx512" if "avx512f" in sh("grep -m1 '^flags' /proc/cpuinfo").split() else
+                      "avx2" if "avx2" in sh("grep -m1 '^flags' /proc/cpuinfo").split() else "other",
         "setup": f"batch {a.batch} (ViT {a.vit_batch or a.batch}), 1x28x28 random images, 10 classes, SGD nesterov momentum 0.9 wd 5e-4, ViT patch 4, {a.warmup} warm-up steps",
         "loadavg_before": load_before, "loadavg_after": load_after,
         "load_note": "runs interleaved (hpdt, then PyTorch, per round) so both sides see the same machine; the load averages say how quiet it was",
@@ -103,7 +112,7 @@ def main():
                 lines.append(f"| {model} | {impl} | {v['img_per_s_median_of_rounds']:.1f} | {rounds} |")
         lines.append(f"| {model} | **hpdt / best PyTorch** | **{s['ratio_hpdt_over_best_pytorch']:.2f}x** | |")
     lines += ["", f"Load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {a.threads} threads each; "
-              f"CPU {doc['cpu']}. Commit {doc['git_commit'][:10]}. JSON: {os.path.basename(a.out)}.json."]
+              f"CPU {doc['cpu']} ({doc['vector_isa']}). Commit {doc['git_commit'][:10]}. JSON: {os.path.basename(a.out)}.json."]
     with open(a.out + ".md.tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(a.out + ".md.tmp", a.out + ".md")
