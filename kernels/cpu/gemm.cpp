@@ -79,11 +79,57 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     }
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+// A full 6-row panel of row-major A, 8 columns at a time: the 6 rows (and 2 zero rows) transposed 8x8 in
+// registers, each column stored as 8 floats at its k*6 slot; the 2 extra floats of a store are
+// overwritten by the next one, and the last spills 2 floats past the panel (pack_a's buffers have
+// kPackSlack floats of room). Scalar, this transpose took 10 % of a ViT-Ti step.
+constexpr int64_t kPackSlack = 8;
+int64_t pack_rows6_x8(const float* const* src, int64_t kc, float* dst) {
+  static_assert(MR == 6, "the AVX2 micro-kernel packs 6-row panels");
+  int64_t k = 0;
+  const __m256 zero = _mm256_setzero_ps();
+  for (; k + 8 <= kc; k += 8) {
+    const __m256 t0 = _mm256_unpacklo_ps(_mm256_loadu_ps(src[0] + k), _mm256_loadu_ps(src[1] + k));
+    const __m256 t1 = _mm256_unpackhi_ps(_mm256_loadu_ps(src[0] + k), _mm256_loadu_ps(src[1] + k));
+    const __m256 t2 = _mm256_unpacklo_ps(_mm256_loadu_ps(src[2] + k), _mm256_loadu_ps(src[3] + k));
+    const __m256 t3 = _mm256_unpackhi_ps(_mm256_loadu_ps(src[2] + k), _mm256_loadu_ps(src[3] + k));
+    const __m256 t4 = _mm256_unpacklo_ps(_mm256_loadu_ps(src[4] + k), _mm256_loadu_ps(src[5] + k));
+    const __m256 t5 = _mm256_unpackhi_ps(_mm256_loadu_ps(src[4] + k), _mm256_loadu_ps(src[5] + k));
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, zero, 0x44), u5 = _mm256_shuffle_ps(t4, zero, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, zero, 0x44), u7 = _mm256_shuffle_ps(t5, zero, 0xEE);
+    float* d = dst + k * 6;
+    _mm256_storeu_ps(d + 0, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + 6, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 12, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 18, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 24, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 30, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 36, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 42, _mm256_permute2f128_ps(u3, u7, 0x31));
+  }
+  return k;
+}
+#else
+constexpr int64_t kPackSlack = 0;
+#endif
+
 // op(A) rows [i0, i0+mc), cols [k0, k0+kc) -> panels of MR rows: pa[(p*kc + k)*MR + r].
 void pack_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* pa) {
   for (int64_t p = 0; p < mc; p += MR) {
     const int rows = int(std::min<int64_t>(MR, mc - p));
     float* dst = pa + p * kc;
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+    if (!trans && rows == MR) {
+      const float* src[MR];
+      for (int r = 0; r < MR; ++r) src[r] = A + (i0 + p + r) * lda + k0;
+      for (int64_t k = pack_rows6_x8(src, kc, dst); k < kc; ++k)
+        for (int r = 0; r < MR; ++r) dst[k * MR + r] = src[r][k];
+      continue;
+    }
+#endif
     if (!trans) {
       for (int r = 0; r < MR; ++r) {
         if (r < rows) {
@@ -152,18 +198,25 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
       const float beta_eff = pc == 0 ? beta : 1.0f;
-      // Row-major B is read in place (its NR-wide rows are already contiguous): packing it cost 7% of a
-      // ResNet-20 step for no gain at these sizes. Only the ragged last panel is packed, zero-padded.
-      const bool b_in_place = !tb;
+      // Row-major B is read in place (its NR-wide rows are already contiguous) when few row blocks reuse
+      // it: packing cost 7% of an NCHW ResNet-20 step (16-64-row GEMMs per image). Taller products pack
+      // it: read in place with a row stride of 3-4 KiB, the k rows of a panel fall into a few L1 sets and
+      // evict each other (1024^3 ran at 96 GFLOP/s against OpenBLAS's 159 on 2 Zen 3 cores). A ragged
+      // last panel is always packed, zero-padded.
+      const bool b_in_place = !tb && M <= 2 * MC;
       float* pb = b_in_place ? nullptr : scratch(b_buf, size_t((nc + NR - 1) / NR * NR * kc));
       if (!b_in_place) pack_b(tb, B, ldb, pc, kc, jc, nc, pb);
-      const int64_t m_blocks = (M + MC - 1) / MC, n_chunks = (nc + NCHUNK - 1) / NCHUNK;
-      const int64_t tasks = m_blocks * n_chunks;
+      // Tasks: row blocks x column chunks. With row blocks enough to feed every thread a few, a task
+      // takes all nc columns, so its A block is packed once instead of once per chunk (ViT's 6400-row
+      // linears spent 12 % of their step re-packing A).
+      const int64_t m_blocks = (M + MC - 1) / MC;
+      const int64_t chunk = !parallel || m_blocks >= 4 * omp_get_max_threads() ? nc : NCHUNK;
+      const int64_t n_chunks = (nc + chunk - 1) / chunk, tasks = m_blocks * n_chunks;
 #pragma omp parallel for schedule(dynamic) if (parallel && tasks > 1)
       for (int64_t t = 0; t < tasks; ++t) {
-        const int64_t ic = (t / n_chunks) * MC, j1 = (t % n_chunks) * NCHUNK;
-        const int64_t mc = std::min(MC, M - ic), ncc = std::min(NCHUNK, nc - j1);
-        float* pa = scratch(a_buf, size_t((mc + MR - 1) / MR * MR * kc));
+        const int64_t ic = (t / n_chunks) * MC, j1 = (t % n_chunks) * chunk;
+        const int64_t mc = std::min(MC, M - ic), ncc = std::min(chunk, nc - j1);
+        float* pa = scratch(a_buf, size_t((mc + MR - 1) / MR * MR * kc + kPackSlack));
         pack_a(ta, A, lda, ic, mc, pc, kc, pa);
         for (int64_t jr = 0; jr < ncc; jr += NR) {
           const int nr = int(std::min<int64_t>(NR, ncc - jr));

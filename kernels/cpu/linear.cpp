@@ -1,6 +1,9 @@
 // Linear layer on the CPU: GEMMs against the [out, in] weight, bias as a row broadcast / column sum.
 #include "hpdt/kernels/cpu/linear.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "hpdt/kernels/cpu/gemm.h"
 
 namespace hpdt::kernels::cpu {
@@ -21,12 +24,20 @@ void linear_backward(int64_t rows, int64_t in, int64_t out, const T* dy, const T
   if (dx) gemm<T>(false, false, rows, in, out, T(1), dy, out, w, in, T(0), dx, in);
   gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dw, in);
   if (db) {
+    // Column sums row by row (a column walk strides through dy and took 7 % of a ViT-Ti step): fixed
+    // blocks of rows summed across the vector of columns, then the blocks in order, so the result does
+    // not depend on the thread count.
+    constexpr int64_t kRows = 256;
+    const int64_t blocks = (rows + kRows - 1) / kRows;
+    std::vector<T> part(size_t(blocks * out), T(0));
 #pragma omp parallel for schedule(static) if (rows * out > (1 << 15))
-    for (int64_t j = 0; j < out; ++j) {
-      T s = 0;
-      for (int64_t r = 0; r < rows; ++r) s += dy[r * out + j];
-      db[j] += s;
+    for (int64_t b = 0; b < blocks; ++b) {
+      T* acc = part.data() + b * out;
+      for (int64_t r = b * kRows; r < std::min(rows, (b + 1) * kRows); ++r)
+        for (int64_t j = 0; j < out; ++j) acc[j] += dy[r * out + j];
     }
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t j = 0; j < out; ++j) db[j] += part[size_t(b * out + j)];
   }
 }
 

@@ -98,7 +98,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Conv2dGrad,
 // ---- gemm (float fast path) ------------------------------------------------------------------------
 
 TEST(Gemm, FloatMatchesDoubleForAllTransposesEdgesAndBetas) {
-  const int64_t sizes[][3] = {{1, 1, 1}, {7, 5, 3}, {17, 33, 9}, {64, 64, 64}, {100, 37, 300}, {13, 300, 260}};
+  // 100 and 700 rows: column-chunk and row-block task splits; 700: B packed (tall product), 2 K blocks
+  const int64_t sizes[][3] = {{1, 1, 1}, {7, 5, 3}, {17, 33, 9}, {64, 64, 64}, {100, 37, 300}, {13, 300, 260}, {700, 70, 300}};
   for (const auto& mnk : sizes)
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
