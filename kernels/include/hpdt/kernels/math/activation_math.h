@@ -1,11 +1,13 @@
 // Scalar activation math shared by the CPU oracle (kernels/cpu/activation.cpp, float and double) and
 // the CUDA kernels (kernels/cuda/activation.cu, float): one formula, so the two sides differ only by
-// the last-bit rounding of erf/tanh/exp between the host libm and CUDA's (within 2 ulp).
+// the last-bit rounding of erf/tanh/exp: CUDA's on the device; on the host libm's for double and tanh,
+// and for float erf/exp the vectorisable float_fns.h (within 2 ulp; libm's are scalar calls).
 #pragma once
 
 #include <cmath>
 
 #include "hpdt/core/hostdev.h"
+#include "hpdt/kernels/math/float_fns.h"
 
 namespace hpdt::kernels::math {
 
@@ -19,7 +21,7 @@ HPDT_HD_INLINE float hd_erf(float x) {
 #if HPDT_DEVICE_CODE
   return erff(x);
 #else
-  return std::erf(x);
+  return erf_f(x);
 #endif
 }
 HPDT_HD_INLINE double hd_erf(double x) {
@@ -47,7 +49,7 @@ HPDT_HD_INLINE float hd_exp(float x) {
 #if HPDT_DEVICE_CODE
   return expf(x);
 #else
-  return std::exp(x);
+  return exp_f(x);
 #endif
 }
 HPDT_HD_INLINE double hd_exp(double x) {
