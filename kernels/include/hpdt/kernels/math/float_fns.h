@@ -2,7 +2,7 @@
 // vectorises (GCC needs -fno-trapping-math to turn the selects into blends; hpdt_kernels builds with
 // it). libm's expf/erff are scalar calls: the erf-GELU of ViT-Ti spent 15 % of its CPU training step in
 // them. Accuracy, checked over every 3rd float bit pattern against double libm (tests/kernels,
-// FloatFns): exp_f within 1.01 ulp, erf_f within 2 ulp (libm's erff: 1 ulp; PyTorch's vectorised
+// test_float_fns.cpp): exp_f within 1.01 ulp, erf_f within 2 ulp (libm's erff: 1 ulp; PyTorch's vectorised
 // erf, Abramowitz-Stegun 7.1.26, 1.5e-7 absolute). Both propagate NaN; exp_f flushes results below
 // FLT_MIN (x < -87.34) to 0 and gives +inf above 88.72.
 #pragma once
