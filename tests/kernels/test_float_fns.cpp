@@ -1,4 +1,4 @@
-// math/float_fns.h against double libm: every 97th float bit pattern (44 million values, both signs,
+// math/float_fns.h against double libm: every 257th float bit pattern (17 million values, both signs,
 // every exponent), error in ulps of the float result; and the special values.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ double ulps(float got, double want) {
 TEST(FloatFns, ExpAndErfStayWithinTheirStatedUlps) {
   double worst_exp = 0, worst_erf = 0;
   float at_exp = 0, at_erf = 0;
-  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 97) {
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 257) {
     const float x = from_bits(uint32_t(u));
     if (std::isnan(x)) continue;
     const double e = std::exp(double(x));

@@ -71,6 +71,11 @@ print(f"{sys.argv[2]}: loss {first:.3f} -> {last:.3f} over {len(steps)} steps")
 sys.exit(0 if last < first else 1)
 PY
   done
+  # The CPU default is NHWC; --layout nchw (the oracle layout) trains too, and both are recorded.
+  grep -q '"layout":"nhwc"' "$w/ring.jsonl" || fail "the default layout on the CPU should be nhwc (metrics)"
+  run 2 --model resnet20 --eval false --max-steps 8 --batch 16 --lr 0.1 --warmup-epochs 0 --layout nchw \
+    --metrics "$w/nchw.jsonl" > "$w/nchw.log" 2>&1 || { cat "$w/nchw.log"; fail "--layout nchw"; }
+  grep -q '"layout":"nchw"' "$w/nchw.jsonl" || fail "--layout nchw is not in the metrics"
   ;;
 compress)
   falling() {  # falling METRICS LABEL
@@ -124,6 +129,9 @@ bad-input)
   expect_error "--kernels vendor needs --device cuda" --kernels vendor
   expect_error "--shuffle-block" --shuffle-block 0
   expect_error "--window-batches" --window-batches 0
+  expect_error "--layout" --layout nchwc
+  expect_error "--layout nhwc is for the ResNets" --model vit-ti --layout nhwc
+  expect_error "--layout nhwc is CPU-only" --layout nhwc --device cuda
   # --device cuda where no GPU is usable: every rank stops, one message naming each rank, its host and the
   # reason; where GPUs exist the same command trains one step on them.
   run 2 --device cuda --eval false --max-steps 1 --batch 8 > "$w/cuda.log" 2>&1
