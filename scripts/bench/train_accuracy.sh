@@ -2,7 +2,7 @@
 # The recorded Fashion-MNIST accuracy runs of results/train/ (issue targets: ResNet-20 >= 93%,
 # ViT-Ti >= 88% test accuracy), on this machine's CPU with 2 ranks of 1 thread each.
 #
-# usage: scripts/bench/train_accuracy.sh [resnet20|vit-ti|resnet20-topk|resnet20-window|all] [BUILD_DIR] [OUT_DIR]
+# usage: scripts/bench/train_accuracy.sh [resnet20|vit-ti|resnet20-topk|resnet20-window|resnet20-nhwc|all] [BUILD_DIR] [OUT_DIR]
 #   (all: resnet20 and vit-ti)
 #   BUILD_DIR default build/cpu; OUT_DIR default results/train; data: Fashion-MNIST prepared into
 #   $OUT_DIR/../.. is not used: hpdt-train prepares it in its cache on first use (or set HPDT_DATA to
@@ -55,6 +55,11 @@ resnet20-window)
   # compare its test accuracy epoch by epoch with the per-sample shuffle (docs/io.md).
   run resnet20-window --model resnet20 --epochs 15 --batch 64 --lr 0.1 --lr-ref-batch 128 --warmup-epochs 1 --nesterov \
     --weight-decay 5e-4 --seed 1 --shuffle-block 64 --window-batches 8 --max-steps 1404 ;;
+resnet20-nhwc)
+  # The ResNet-20 run above with the NHWC direct convolution named explicitly (the CPU default since it
+  # landed; the first resnet20 run was NCHW): the same recipe must reach the same accuracy.
+  run resnet20-nhwc --model resnet20 --epochs 15 --batch 64 --lr 0.1 --lr-ref-batch 128 --warmup-epochs 1 --nesterov \
+    --weight-decay 5e-4 --seed 1 --layout nhwc ;;
 resnet20) ;;
-*) echo "train_accuracy.sh: unknown run '$which' (resnet20, vit-ti, resnet20-topk, resnet20-window or all)" >&2; exit 2 ;;
+*) echo "train_accuracy.sh: unknown run '$which' (resnet20, vit-ti, resnet20-topk, resnet20-window, resnet20-nhwc or all)" >&2; exit 2 ;;
 esac
