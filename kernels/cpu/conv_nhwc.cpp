@@ -61,30 +61,39 @@ inline void with_rows(int m, F&& f) {
   }
 }
 
-// acc[r][j] = sum_t sum_c a[r][off[t] + c] * w[(t*C + c)*NV*VW + j*VW + lane].
+// The step every pass is made of: acc[r][j] += a[r][at] * b[j*VW + lane] (one broadcast per row, NV
+// vector loads, MR*NV FMAs).
 template <int MR, int NV>
-inline void tile_direct(const float* const* a, const int64_t* off, int ntaps, int64_t C, const float* __restrict w,
-                        vec (&acc)[MR][NV]) {
+inline void outer_product_step(const float* const* a, int64_t at, const float* __restrict b, vec (&acc)[MR][NV]) {
+  vec bv[NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; ++j) bv[j] = vload(b + j * VW);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    const vec av = vset1(a[r][at]);
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[r][j] = vfma(av, bv[j], acc[r][j]);
+  }
+}
+
+template <int MR, int NV>
+inline void zero_tile(vec (&acc)[MR][NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[r][j] = vzero();
+}
+
+// acc[r][j] = sum_t sum_c a[r][off[t] + c] * w[(t*C + c)*NV*VW + j*VW + lane].
+template <int MR, int NV>
+inline void tile_direct(const float* const* a, const int64_t* off, int ntaps, int64_t C, const float* __restrict w,
+                        vec (&acc)[MR][NV]) {
+  zero_tile(acc);
   for (int t = 0; t < ntaps; ++t) {
     const float* p[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) p[r] = a[r] + off[t];
-    for (int64_t c = 0; c < C; ++c) {
-      vec b[NV];
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) b[j] = vload(w + j * VW);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const vec av = vset1(p[r][c]);
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) acc[r][j] = vfma(av, b[j], acc[r][j]);
-      }
-      w += NV * VW;
-    }
+    for (int64_t c = 0; c < C; ++c, w += NV * VW) outer_product_step<MR, NV>(p, c, w, acc);
   }
 }
 
@@ -323,19 +332,7 @@ void filter_tile(const float* const* p, const int64_t* xoff, const float* __rest
   const float* pr[MR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) pr[r] = p[r];
-  for (int64_t k = 0; k < kc; ++k) {
-    const int64_t at = xoff[k];
-    vec b[NV];
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) b[j] = vload(panel + j * VW);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const vec av = vset1(pr[r][at]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[r][j] = vfma(av, b[j], acc[r][j]);
-    }
-    panel += NV * VW;
-  }
+  for (int64_t k = 0; k < kc; ++k, panel += NV * VW) outer_product_step<MR, NV>(pr, xoff[k], panel, acc);
 }
 
 // One group of `images` (padded input xpad, dy of the same images) into this thread's dwp [rows][co_pad].
@@ -374,10 +371,7 @@ void filter_pass(const Conv2dShape& s, const float* xpad, int64_t images, int64_
         const int mr = int(std::min<int64_t>(MR, rows_total - r0));
         with_rows<MR>(mr, [&]<int M>() {
           vec acc[M][NV];
-#pragma GCC unroll 8
-          for (int r = 0; r < M; ++r)
-#pragma GCC unroll 4
-            for (int j = 0; j < NV; ++j) acc[r][j] = vzero();
+          zero_tile(acc);
           const float* p[M];
           for (int r = 0; r < M; ++r) p[r] = xpad + roff_all[size_t(r0 + r)];
           filter_tile<M, NV>(p, xoff, pan, kc, acc);
