@@ -34,6 +34,14 @@ if(HPDT_SANITIZE)
   # see the libmpi frames the suppressions name. MPI tests unwind fully (slower, still exact).
   set(HPDT_MPI_SANITIZE_ENV "ASAN_OPTIONS=detect_odr_violation=0:protect_shadow_gap=0:fast_unwind_on_malloc=0")
 endif()
+# Only the sanitizer settings (empty without HPDT_SANITIZE), for script-driven tests that run MPI
+# programs and must keep their own log level and thread count (train.*, cluster.*).
+set(HPDT_SANITIZE_ENV "")
+if(HPDT_SANITIZE)
+  set(_san ${HPDT_TEST_ENV})
+  list(FILTER _san INCLUDE REGEX "^(LSAN|UBSAN)_OPTIONS=")
+  set(HPDT_SANITIZE_ENV ${_san} ${HPDT_MPI_SANITIZE_ENV})
+endif()
 
 # mpiexec flags: Open MPI needs --oversubscribe for more ranks than cores, and root needs permission.
 execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version ERROR_VARIABLE _mpiexec_version)

@@ -175,7 +175,8 @@ class HalfWire final : public Compressor {
         t.isend(wire_.data() + ql, (qh - ql) * 2, q, 311);
       }
       t.wait_all();
-      std::memcpy(incoming_.data() + size_t(r) * mine, wire_.data() + lo, mine * 2);
+      if (mine > 0)  // fewer elements than ranks: this rank's part is empty and incoming_ may have no storage
+        std::memcpy(incoming_.data() + size_t(r) * mine, wire_.data() + lo, mine * 2);
     } else {
       incoming_.assign(wire_.begin() + long(lo), wire_.begin() + long(hi));
     }

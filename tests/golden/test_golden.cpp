@@ -55,7 +55,8 @@ void expect_close(const std::string& what, const Tensor& got, const json& want, 
 }
 
 TEST(Golden, Conv2d) {
-  for (const json& c : load("conv2d")["cases"]) {
+  const json fixture = load("conv2d");  // kept alive: a range-for over load(...)["cases"] dangles (C++20)
+  for (const json& c : fixture["cases"]) {
     const auto s = c["shape"].get<std::vector<int64_t>>();  // n ci h w co k stride pad
     const Tensor x = tensor(c["x"], {s[0], s[1], s[2], s[3]}), w = tensor(c["w"], {s[4], s[1], s[5], s[5]});
     const bool bias = c.contains("b");
