@@ -9,15 +9,24 @@ and every parameter after one SGD and one AdamW step). The training-step files s
 parameter tensor (sum, sum of squares and four sampled entries) instead of storing it: the models
 have 0.27M and 5.5M parameters and the files must stay small. Initial weights of the models come from
 a closed formula both sides evaluate (det_init below, mirrored in test_golden.cpp), so no weights are
-stored either. Deterministic: running it again reproduces the committed files byte for byte on the
-same kind of CPU (PyTorch's oneDNN picks kernels by instruction set: on an AVX2 machine the files made
-on an AVX-512 one differ in the last digits, up to 1e-5 relative in conv2d.json).
+stored either. Deterministic: running it again reproduces the committed files byte for byte on any
+x86-64 CPU with AVX2 (the ctest golden.regenerate checks it). PyTorch's oneDNN and OpenBLAS pick
+kernels by instruction set (unpinned, files made on an AVX-512 machine differ from AVX2 ones in the
+last digits: up to 1e-5 relative in conv2d.json, 2e-2 in a ViT parameter sum), so this script pins
+both to their AVX2 (Haswell) kernels before torch is loaded. Checked on an Intel Xeon with AVX-512:
+pinned, it reproduces the nine files made unpinned on an AMD Zen 3 (AVX2) byte for byte, and
+conv2d.json (made unpinned on AVX-512) was regenerated pinned.
 Floats are written with 9 significant digits (round-trips f32).
 """
 import json
 import math
 import os
 import sys
+
+# Same kernels on every AVX2-or-better CPU (must be set before torch and its BLAS are loaded).
+os.environ["DNNL_MAX_CPU_ISA"] = "AVX2"
+os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
+os.environ["OPENBLAS_CORETYPE"] = "Haswell"
 
 import numpy as np
 import torch
