@@ -58,6 +58,8 @@ struct Options {
   std::string dtype = "float", op = "sum", device = "cpu";
   std::string algos = "ring,tree,rhd,hier,mpi,auto", compresses = "none";
   size_t segment = 0;
+  std::string hier_intra = "shm";
+  bool interleave = false;
   std::string json, csv, tuning_out, tuning_in, label, nccl_debug;
   int root = -1;
 };
@@ -242,19 +244,43 @@ struct Bench {
     hc::allreduce(comm, in, out, count, dtype, op, algo, ao);
   }
 
-  // seconds per operation on this rank, reduced over ranks as -a asks, median over --repeat
-  double time_op(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
+  void warm_up(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
     for (int i = 0; i < o.warmup; ++i) run_one(algo, send, recv, count, in_place);
     sync();
+  }
+
+  // One timed loop of -n operations: seconds per operation, reduced over ranks as -a asks.
+  double time_loop(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
+    HPDT_MPI_CHECK(MPI_Barrier(comm.comm()));
+    Stopwatch sw;
+    for (int i = 0; i < o.iters; ++i) run_one(algo, send, recv, count, in_place);
+    sync();
+    return reduce_time(sw.elapsed_s() / std::max(1, o.iters));
+  }
+
+  // seconds per operation, median over --repeat timed loops
+  double time_op(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
+    warm_up(algo, send, recv, count, in_place);
     std::vector<double> reps;
-    for (int r = 0; r < std::max(1, o.repeat); ++r) {
-      HPDT_MPI_CHECK(MPI_Barrier(comm.comm()));
-      Stopwatch sw;
-      for (int i = 0; i < o.iters; ++i) run_one(algo, send, recv, count, in_place);
-      sync();
-      reps.push_back(reduce_time(sw.elapsed_s() / std::max(1, o.iters)));
-    }
+    for (int r = 0; r < std::max(1, o.repeat); ++r) reps.push_back(time_loop(algo, send, recv, count, in_place));
     return sample_stats(reps).median;
+  }
+
+  // --interleave: every algorithm of one size timed round by round (repetition r of each algorithm and
+  // placement before repetition r+1 of any), so that conditions drifting during a run (a shaped link's
+  // token bucket, other load) hit them alike; median per (algorithm, in place) over --repeat.
+  std::map<std::pair<std::string, bool>, double> time_interleaved(const std::vector<std::string>& algos,
+                                                                  const Tensor& send, Tensor& recv, size_t count) {
+    for (const auto& a : algos)
+      for (bool in_place : {false, true}) warm_up(hc::parse_algorithm(a), send, recv, count, in_place);
+    std::map<std::pair<std::string, bool>, std::vector<double>> reps;
+    for (int r = 0; r < std::max(1, o.repeat); ++r)
+      for (const auto& a : algos)
+        for (bool in_place : {false, true})
+          reps[{a, in_place}].push_back(time_loop(hc::parse_algorithm(a), send, recv, count, in_place));
+    std::map<std::pair<std::string, bool>, double> med;
+    for (const auto& [key, v] : reps) med[key] = sample_stats(v).median;
+    return med;
   }
 
   // this rank's time reduced over ranks as -a asks
@@ -273,6 +299,7 @@ struct Bench {
   hc::AllreduceOptions allreduce_options() const {
     hc::AllreduceOptions ao;
     ao.segment_bytes = o.segment;
+    ao.intra_node = hc::parse_intra_node(o.hier_intra);
     if (have_tuning) ao.tuning = &tuning;
     return ao;
   }
@@ -493,6 +520,11 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--segment", o.segment, "pipelining segment in bytes (0: each algorithm's default)");
+  app.add_flag("--interleave", o.interleave,
+               "time the uncompressed algorithms of each size round by round (repetition r of every algorithm "
+               "before repetition r+1 of any) instead of block by block; the blocks are printed afterwards");
+  app.add_option("--hier-intra", o.hier_intra, "hier's phases inside a node: shm (shared window) or p2p (messages)")
+      ->capture_default_str()->check(CLI::IsMember({"shm", "p2p"}));
   app.add_option("--repeat", o.repeat, "repetitions of the timed loop; the median is reported")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--tuning", o.tuning_in, "tuning file that --algo auto reads (else HPDT_TUNING_FILE or built-in)");
@@ -579,7 +611,8 @@ int run(int argc, char** argv) {
       << (o.factor_given ? std::to_string(int(o.step_factor)) + "(factor)" : std::to_string(o.step_bytes) + "(bytes)")
       << " warmup iters: " << o.warmup << " iters: " << o.iters << " agg iters: 1 validation: " << o.check
       << " graph: 0\n#\n# hpdt-allreduce-perf: " << comm.describe() << ", device " << o.device << ", repeat "
-      << o.repeat << " (median), -a " << o.average << "\n";
+      << o.repeat << " (median" << (o.interleave ? ", algorithms interleaved" : "") << "), -a " << o.average
+      << ", hier intra-node " << o.hier_intra << "\n";
     const char* na = std::getenv("NCCL_ALGO");
     const char* np = std::getenv("NCCL_PROTO");
     if (na || np) h << "# NCCL_ALGO=" << (na ? na : "") << " NCCL_PROTO=" << (np ? np : "") << " (passed to nccl)\n";
@@ -603,6 +636,11 @@ int run(int argc, char** argv) {
       std::any_of(compresses.begin(), compresses.end(), [&](const std::string& c) { return !specs[c].lossless(); });
   // compressed blocks: every call starts from the check's inputs (send is never written by them)
   if (have_compressed) fill_host(DType::f32, send.data(), max_count, rank);
+
+  // --interleave: the uncompressed timings of all algorithms, size by size, before any block is printed
+  std::map<size_t, std::map<std::pair<std::string, bool>, double>> interleaved;
+  if (o.interleave && have_none)
+    for (const size_t bytes : size_list) interleaved[bytes] = bench.time_interleaved(algos, send, recv, bytes / elem);
 
   for (size_t ci = 0; ci < compresses.size(); ++ci)
     for (const auto& a : algos) {
@@ -654,7 +692,7 @@ int run(int argc, char** argv) {
             t = bench.time_compressed(*comp, algo, sendf, recvf, count, in_place);
           } else {
             r.wrong = bench.check(algo, send, recv, count, in_place);
-            t = bench.time_op(algo, send, recv, count, in_place);
+            t = o.interleave ? interleaved.at(bytes).at({a, in_place}) : bench.time_op(algo, send, recv, count, in_place);
           }
           r.time_us = t * 1e6;
           r.algbw = t > 0 ? double(bytes) / t / 1e9 : 0;
@@ -797,7 +835,7 @@ int run(int argc, char** argv) {
     doc["op"] = o.op;
     doc["config"] = {{"minbytes", o.min_bytes}, {"maxbytes", o.max_bytes}, {"stepfactor", o.step_factor},
                      {"iters", o.iters}, {"warmup", o.warmup}, {"repeat", o.repeat}, {"average", o.average},
-                     {"segment", o.segment}, {"algos", algos}, {"compress", compresses}};
+                     {"segment", o.segment}, {"hier_intra", o.hier_intra}, {"interleave", o.interleave}, {"algos", algos}, {"compress", compresses}};
     if (const char* na = std::getenv("NCCL_ALGO")) doc["config"]["NCCL_ALGO"] = na;
     if (const char* np = std::getenv("NCCL_PROTO")) doc["config"]["NCCL_PROTO"] = np;
     doc["load_average"] = {{"start", load_start}, {"end", load_end}};

@@ -140,7 +140,7 @@ void staged(Communicator& comm, const void* send, void* recv, size_t count, DTyp
       if (k + 1 < chunks) copy_down(k + 1);
       const cudaEvent_t e = copied[k & 1].get();
       detail::wait_cuda_watched([e] { return cudaEventQuery(e); }, nullptr, w, ctx, kLocalGpu);
-      detail::host_allreduce(comm, pin.p[k & 1], pin.p[k & 1], len(k), dtype, op, a, o.inter_node, segment_bytes);
+      detail::host_allreduce(comm, pin.p[k & 1], pin.p[k & 1], len(k), dtype, op, a, o, segment_bytes);
       HPDT_CUDA_CHECK(cudaMemcpyAsync(dst + k * chunk * es, pin.p[k & 1], len(k) * es, cudaMemcpyDefault, s));
     }
     detail::wait_stream_watched(s, nullptr, w, ctx, kLocalGpu);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
 #include "hpdt/kernels/accumulate.h"
+#include "shm.h"
 
 namespace hpdt::comm::detail {
 
@@ -222,6 +224,54 @@ void RhdAllreduce::run(float* data, size_t n) {
 
 void HierAllreduce::run(float* data, size_t n) {
   if (n == 0) return;
+  if (intra_ == IntraNode::shm)
+    run_shm(data, n);
+  else
+    run_p2p(data, n);
+}
+
+// Per chunk of the window's slot (the same chunks on every node, so the cross-node all-reduces match):
+// every rank copies into its slot the shards other local ranks reduce; a barrier; local rank k < K sums
+// shard k over the node in local-rank order (its own values straight from `data`) into the shared
+// result, all-reduces it across nodes there, and copies it to `data`; a barrier; every rank copies the
+// other shards of the result out. Two slot sets alternate, as in shm_allreduce.
+void HierAllreduce::run_shm(float* data, size_t n) {
+  ShmSegment& s = c_.shm_segment();
+  const int L = s.size(), lr = s.rank(), K = c_.min_local_size();
+  const WatchdogOptions& w = c_.local_transport().watchdog();
+  const OperationContext& ctx = c_.local_transport().context();
+  const bool cross = c_.node_count() > 1;
+  const size_t S = s.slot_floats();
+  for (size_t off = 0; off < n; off += S) {
+    const size_t m = std::min(S, n - off);
+    auto sbegin = [&](int k) { return part_begin(m, size_t(K), size_t(k)); };
+    auto slen = [&](int k) { return part_begin(m, size_t(K), size_t(k) + 1) - sbegin(k); };
+    float* chunk = data + off;
+    const int set = s.next_set();
+    if (L > 1) {
+      float* mine = s.slot(set, lr);
+      for (int k = 0; k < K; ++k)
+        if (k != lr) std::memcpy(mine + sbegin(k), chunk + sbegin(k), slen(k) * sizeof(float));
+      s.barrier(w, ctx);
+    }
+    if (lr < K && slen(lr)) {
+      const size_t lo = sbegin(lr), len = slen(lr);
+      float* res = s.result(set) + lo;
+      auto input = [&](int q) -> const float* { return q == lr ? chunk + lo : s.slot(set, q) + lo; };
+      std::memcpy(res, input(0), len * sizeof(float));
+      for (int q = 1; q < L; ++q) kernels::accumulate_f32(res, input(q), len);
+      if (cross) flat_allreduce(inter_, c_.cross_transport(), res, len, seg_);
+      std::memcpy(chunk + lo, res, len * sizeof(float));
+    }
+    if (L > 1) {
+      s.barrier(w, ctx);
+      for (int k = 0; k < K; ++k)
+        if (k != lr) std::memcpy(chunk + sbegin(k), s.result(set) + sbegin(k), slen(k) * sizeof(float));
+    }
+  }
+}
+
+void HierAllreduce::run_p2p(float* data, size_t n) {
   Transport& lt = c_.local_transport();
   const int L = lt.size(), lr = lt.rank();
   const int K = c_.min_local_size();

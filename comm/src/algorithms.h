@@ -55,17 +55,23 @@ class RhdAllreduce {
 };
 
 // Hierarchical: the buffer is cut into K = (smallest node size) shards; shard k is reduced onto local
-// rank k of every node (direct reduce-scatter, contributions added in local-rank order), all-reduced
-// across nodes by a flat algorithm over the cross-node communicator, and copied back to the other ranks
-// of the node (direct all-gather). Uneven nodes work: local ranks >= K only contribute and receive.
+// rank k of every node (contributions added in local-rank order), all-reduced across nodes by a flat
+// algorithm over the cross-node communicator, and copied back to the other ranks of the node. Uneven
+// nodes work: local ranks >= K only contribute and receive. The phases inside a node go through the
+// node's shared window (IntraNode::shm: chunk by chunk of the window's slot, each chunk's shards
+// crossing the nodes in turn) or as direct messages (IntraNode::p2p: the whole buffer at once).
 class HierAllreduce {
  public:
-  HierAllreduce(Communicator& c, Algorithm inter, size_t segment_floats) : c_(c), inter_(inter), seg_(segment_floats) {}
+  HierAllreduce(Communicator& c, Algorithm inter, IntraNode intra, size_t segment_floats)
+      : c_(c), inter_(inter), intra_(intra), seg_(segment_floats) {}
   void run(float* data, size_t n);
 
  private:
+  void run_p2p(float* data, size_t n);
+  void run_shm(float* data, size_t n);
   Communicator& c_;
   Algorithm inter_;
+  IntraNode intra_;
   size_t seg_;
 };
 
@@ -83,9 +89,10 @@ struct CallPlan {
 CallPlan plan_call(Communicator& comm, std::string_view entry, int collective, const void* send, void* recv,
                    size_t count, DType dtype, ReduceOp op, Algorithm algorithm, const AllreduceOptions& options);
 // The reduction of host buffers after plan_call (algorithm resolved; not nccl): MPI_Allreduce for mpi
-// f32, else widen to f32, run the algorithm class, average, narrow.
+// f32, else widen to f32, run the algorithm class, average, narrow. `options` gives hier's phases;
+// segment_bytes is the resolved pipelining unit.
 void host_allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                    Algorithm algorithm, Algorithm inter_node, size_t segment_bytes);
+                    Algorithm algorithm, const AllreduceOptions& options, size_t segment_bytes);
 
 // Element range [begin, end) of part i when n elements are cut into `parts` nearly equal parts (the first
 // n % parts parts get one more element).

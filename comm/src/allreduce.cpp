@@ -43,6 +43,14 @@ ReduceOp parse_reduce_op(std::string_view name) {
 
 std::string_view reduce_op_name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : "avg"; }
 
+std::string_view intra_node_name(IntraNode m) { return m == IntraNode::shm ? "shm" : "p2p"; }
+
+IntraNode parse_intra_node(std::string_view name) {
+  if (name == "shm") return IntraNode::shm;
+  if (name == "p2p") return IntraNode::p2p;
+  HPDT_FAIL("unknown intra-node method '", name, "' for hier (expected shm or p2p)");
+}
+
 size_t default_segment_bytes(Algorithm a) {
   switch (a) {
     case Algorithm::ring: return size_t(1) << 20;
@@ -96,7 +104,7 @@ CallPlan plan_call(Communicator& comm, std::string_view entry, int collective, c
 }
 
 void host_allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algorithm algorithm,
-                    Algorithm inter_node, size_t segment_bytes) {
+                    const AllreduceOptions& options, size_t segment_bytes) {
   if (count == 0) return;
   const size_t seg_floats = std::max<size_t>(1, segment_bytes / sizeof(float));
   if (algorithm == Algorithm::mpi && dtype == DType::f32) {  // the baseline exactly as users call it
@@ -119,7 +127,7 @@ void host_allreduce(Communicator& comm, const void* send, void* recv, size_t cou
     kernels::convert(work, DType::f32, send, dtype, count);
   }
   switch (algorithm) {
-    case Algorithm::hier: HierAllreduce(comm, inter_node, seg_floats).run(work, count); break;
+    case Algorithm::hier: HierAllreduce(comm, options.inter_node, options.intra_node, seg_floats).run(work, count); break;
     case Algorithm::shm:
       HPDT_CHECK(comm.node_count() == 1, "allreduce: algorithm shm works among the ranks of one node; this communicator spans ",
                  comm.node_count(), " nodes (", comm.describe(), "): use hier, which reduces inside each node first");
@@ -143,7 +151,7 @@ void allreduce(Communicator& comm, const void* send, void* recv, size_t count, D
   if (count == 0) return;
   HPDT_CHECK(plan.algorithm != Algorithm::nccl, "allreduce: algorithm nccl needs device buffers and a CUDA build; "
                                                 "use allreduce_device (GPU builds) or another algorithm for host memory");
-  detail::host_allreduce(comm, send, recv, count, dtype, op, plan.algorithm, options.inter_node, plan.segment_bytes);
+  detail::host_allreduce(comm, send, recv, count, dtype, op, plan.algorithm, options, plan.segment_bytes);
 }
 
 bool mpi_cuda_aware() {

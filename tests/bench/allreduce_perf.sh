@@ -22,6 +22,13 @@ HPDT_TUNING_FILE= "${run[@]}" "$bin" -b 2 -e 6002 -i 3000 -n 1 -w 0 --repeat 1 -
   --tuning "$work/tuning.json" > "$work/out2.txt" 2> "$work/err2.txt" \
   || { cat "$work/out2.txt" "$work/err2.txt"; echo "FAIL: f16 avg run exited non-zero"; exit 1; }
 "$here/check_allreduce_output.py" "$work/out2.txt" "$np" auto,ring || { cat "$work/out2.txt"; exit 1; }
+# --interleave (algorithms timed round by round, blocks printed afterwards) and hier's p2p phases
+"${run[@]}" "$bin" -b 4 -e 40K -f 9 -n 2 -w 1 --repeat 2 --algo ring,hier,auto --interleave --hier-intra p2p \
+  -J "$work/i.json" > "$work/out5.txt" 2> "$work/err5.txt" \
+  || { cat "$work/out5.txt" "$work/err5.txt"; echo "FAIL: --interleave run exited non-zero"; exit 1; }
+"$here/check_allreduce_output.py" "$work/out5.txt" "$np" ring,hier,auto --json "$work/i.json" || { cat "$work/out5.txt"; exit 1; }
+grep -q "algorithms interleaved), .*hier intra-node p2p" "$work/out5.txt" \
+  || { cat "$work/out5.txt"; echo "FAIL: the header does not say interleaved / hier intra-node p2p"; exit 1; }
 # compressed all-reduce: lossy methods (",noef" attached to the method before it), sum over ranks
 comp=none,fp16,topk:0.1,qsgd:8,powersgd:2,topk:0.1,noef
 "${run[@]}" "$bin" -b 4 -e 16K -f 16 -n 2 -w 1 --repeat 1 --algo ring,rhd --compress $comp \
@@ -44,6 +51,8 @@ if "${run[@]}" "$bin" --algo bogus > "$work/bad.txt" 2>&1; then echo "FAIL: --al
 grep -q "bogus" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: message does not name 'bogus'"; exit 1; }
 if "${run[@]}" "$bin" --algo nccl --device cpu > "$work/bad.txt" 2>&1; then echo "FAIL: nccl on cpu accepted"; exit 1; fi
 grep -q "needs --device cuda" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: nccl/cpu message"; exit 1; }
+if "${run[@]}" "$bin" --hier-intra nvlink > "$work/bad.txt" 2>&1; then echo "FAIL: --hier-intra nvlink accepted"; exit 1; fi
+grep -q "hier-intra" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: message does not name --hier-intra"; exit 1; }
 if "${run[@]}" "$bin" -b 1M -e 1K > "$work/bad.txt" 2>&1; then echo "FAIL: -b > -e accepted"; exit 1; fi
 grep -q "larger than -e" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: -b/-e message"; exit 1; }
 echo "allreduce_perf np$np: all checks passed"

@@ -55,7 +55,8 @@ bool same_on_all_ranks(uint64_t h) {
 }
 
 template <class T>
-void check_exact(Algorithm a, size_t n, ReduceOp op, bool in_place, size_t segment_bytes = 0) {
+void check_exact(Algorithm a, size_t n, ReduceOp op, bool in_place, size_t segment_bytes = 0,
+                 IntraNode intra = IntraNode::shm) {
   Communicator& c = world();
   const int p = c.size(), r = c.rank();
   std::vector<float> in(n), expect(n);
@@ -68,6 +69,7 @@ void check_exact(Algorithm a, size_t n, ReduceOp op, bool in_place, size_t segme
   std::vector<T> send = to_type<T>(in), recv(n, from_f32<T>(-999.0f)), want = to_type<T>(expect);
   AllreduceOptions o;
   o.segment_bytes = segment_bytes;
+  o.intra_node = intra;
   if (in_place)
     allreduce(c, send.data(), send.data(), n, dtype_of_v<T>, op, a, o);
   else
@@ -85,7 +87,7 @@ void check_exact(Algorithm a, size_t n, ReduceOp op, bool in_place, size_t segme
 }
 
 template <class T>
-void check_bitwise(Algorithm a, size_t n) {
+void check_bitwise(Algorithm a, size_t n, IntraNode intra = IntraNode::shm) {
   Communicator& c = world();
   std::mt19937 gen(1234u + unsigned(c.rank()));
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -93,8 +95,10 @@ void check_bitwise(Algorithm a, size_t n) {
   for (auto& v : in) v = dist(gen);
   const std::vector<T> send = to_type<T>(in);
   std::vector<T> out1(n), out2(n);
-  allreduce(c, send.data(), out1.data(), n, dtype_of_v<T>, ReduceOp::avg, a);
-  allreduce(c, send.data(), out2.data(), n, dtype_of_v<T>, ReduceOp::avg, a);
+  AllreduceOptions o;
+  o.intra_node = intra;
+  allreduce(c, send.data(), out1.data(), n, dtype_of_v<T>, ReduceOp::avg, a, o);
+  allreduce(c, send.data(), out2.data(), n, dtype_of_v<T>, ReduceOp::avg, a, o);
   const uint64_t h1 = fnv(out1.data(), n * sizeof(T)), h2 = fnv(out2.data(), n * sizeof(T));
   EXPECT_EQ(h1, h2) << algorithm_name(a) << " " << dtype_name(dtype_of_v<T>) << " n=" << n << ": second run differs";
   EXPECT_TRUE(same_on_all_ranks(h1)) << algorithm_name(a) << " " << dtype_name(dtype_of_v<T>) << " n=" << n
@@ -212,6 +216,36 @@ TEST(Shm, SeveralChunksAndCallsAreExact) {
       ASSERT_EQ(bad, 0u) << "n " << n << " call " << call;
     }
   }
+}
+
+// hier's two ways of working inside a node (AllreduceOptions::intra_node; the parameterised cases above
+// run the default, shm): p2p exact and reproducible, and shm over several chunks of its window (each
+// chunk's shards cross the nodes in turn) and back-to-back calls. Run on one node and on the virtual
+// nodes of tests/comm/CMakeLists.txt (2x2, 3x2, 3+1).
+TEST(HierIntraNode, P2pIsExactAndReproducible) {
+  for (size_t n : kCounts)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
+      for (bool in_place : {false, true}) {
+        check_exact<float>(Algorithm::hier, n, op, in_place, 0, IntraNode::p2p);
+        check_exact<bf16_t>(Algorithm::hier, n, op, in_place, 0, IntraNode::p2p);
+      }
+  for (size_t n : {size_t(7), size_t(100003)}) check_bitwise<float>(Algorithm::hier, n, IntraNode::p2p);
+}
+
+TEST(HierIntraNode, ShmSeveralChunksAndCallsAreExactAndReproducible) {
+  for (size_t n : {size_t(262144), size_t(600001)}) {
+    for (int call = 0; call < 2; ++call)
+      for (bool in_place : {false, true}) check_exact<float>(Algorithm::hier, n, ReduceOp::sum, in_place);
+    check_bitwise<float>(Algorithm::hier, n);
+    check_bitwise<f16_t>(Algorithm::hier, n);
+  }
+}
+
+TEST(HierIntraNode, Names) {
+  EXPECT_EQ(parse_intra_node("shm"), IntraNode::shm);
+  EXPECT_EQ(parse_intra_node("p2p"), IntraNode::p2p);
+  EXPECT_EQ(intra_node_name(IntraNode::p2p), "p2p");
+  HPDT_EXPECT_THROW_MSG(parse_intra_node("nvlink"), "expected shm or p2p");
 }
 
 TEST(Shm, RefusedAcrossNodes) {

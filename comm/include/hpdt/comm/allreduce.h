@@ -29,9 +29,18 @@ std::string_view algorithm_name(Algorithm a);
 ReduceOp parse_reduce_op(std::string_view name);  // "sum", "avg"
 std::string_view reduce_op_name(ReduceOp op);
 
+// hier: how the ranks of a node reduce-scatter and all-gather. shm: through the node's shared window
+// (the `shm` algorithm's segment; copies in shared memory, no messages); p2p: direct messages over the
+// node-local transport. Both give the same placement of shards; their sums differ in order (shm adds
+// the local ranks in rank order, p2p the own part first).
+enum class IntraNode { shm, p2p };
+std::string_view intra_node_name(IntraNode m);
+IntraNode parse_intra_node(std::string_view name);  // "shm" or "p2p"; throws hpdt::Error otherwise
+
 struct AllreduceOptions {
   size_t segment_bytes = 0;               // pipelining unit; 0: the algorithm's default
   Algorithm inter_node = Algorithm::rhd;  // hier: the flat algorithm across nodes
+  IntraNode intra_node = IntraNode::shm;  // hier: the phases inside each node
   const TuningTable* tuning = nullptr;    // auto: this table (else HPDT_TUNING_FILE, else built-in)
   int bucket = -1;                        // for watchdog and debug messages
   size_t staging_bytes = 0;               // allreduce_device, staged path: pipelining chunk; 0: 4 MiB
