@@ -51,8 +51,11 @@ ShmSegment::ShmSegment(MPI_Comm local, size_t slot_bytes) : local_(local) {
   HPDT_MPI_CHECK(MPI_Barrier(local));  // counters initialised before anyone arrives
   // More ranks than cores: a spinning rank burns the time slice of the rank it waits for, so yield at
   // once (measured here with 4 ranks on 2 cores: 4 KiB took 176 us with 4096 spins before yielding).
+  // Otherwise spin for a bounded time, not a count: a PAUSE takes ~10 cycles on some cores and ~140 on
+  // others, and 4096 of them (~270 us on a Xeon) made every barrier of a node whose partner had been
+  // descheduled by ranks of other nodes on the same cores cost that much (hier on the emulated cluster).
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  spin_limit_ = cores > 0 && size_ > cores ? 16 : 4096;
+  spin_s_ = cores > 0 && size_ > cores ? 0.0 : 20e-6;
 }
 
 ShmSegment::~ShmSegment() {
@@ -77,13 +80,21 @@ void ShmSegment::barrier(const WatchdogOptions& w, const OperationContext& ctx) 
   const uint64_t b = ++barriers_;
   arrival(rank_)->store(b, std::memory_order_release);  // publishes this rank's writes
   const double t0 = now_s();
+  bool yielding = spin_s_ <= 0;
   for (uint64_t spin = 0;; ++spin) {
     bool all = true;
     for (int q = 0; q < size_ && all; ++q) all = arrival(q)->load(std::memory_order_acquire) >= b;
     if (all) return;
-    if (spin < spin_limit_) {
+    if (spin < 16) {
       HPDT_CPU_RELAX();
       continue;
+    }
+    if (!yielding) {  // poll for spin_s_, reading the clock every 16th poll
+      if ((spin & 15) != 0 || now_s() - t0 < spin_s_) {
+        HPDT_CPU_RELAX();
+        continue;
+      }
+      yielding = true;
     }
     sched_yield();  // ranks may outnumber cores: let the one we wait for run
     if ((spin & 255) == 0 && w.timeout_s > 0) {

@@ -44,7 +44,7 @@ class ShmSegment {
   size_t slot_floats_ = 0;
   char* base_ = nullptr;  // rank 0's allocation: arrival counters, then the slots and results
   uint64_t barriers_ = 0, chunks_ = 0;
-  uint64_t spin_limit_ = 4096;  // polls before the barrier starts yielding the core
+  double spin_s_ = 20e-6;  // how long the barrier polls before it starts yielding the core
   std::atomic<uint64_t>* arrival(int rank) const;
 };
 

@@ -5,7 +5,9 @@
 #   usage: scripts/bench/allreduce_results.sh [BUILD_DIR] [OUT_DIR]     (as root, for the cluster part)
 # HPDT_RESULTS_PARTS="local cluster" picks parts (default both); "auto-check" is the separate check of
 # `--algo auto` on 2 nodes x 2 ranks at 1 Gbit/s: every algorithm measured with more iterations, a
-# tuning file written from it, then every algorithm and auto again with that file (cluster_2x2_1gbit_auto*).
+# tuning file written from it, then every algorithm and auto again with that file (cluster_2x2_1gbit_auto*);
+# both passes time the algorithms of each size round by round (--interleave), so that the shaped link's
+# token bucket and other drift hit them alike.
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$src/build/cpu} out=${2:-$src/results/allreduce}
@@ -69,8 +71,8 @@ if [[ " $parts " == *" auto-check "* ]]; then
     name=cluster_2x2_1gbit_auto_$pass
     if [ $pass = measure ]; then args=(--tuning-out "$tuning"); else args=(--tuning "$tuning"); fi
     echo "== emulated cluster 2x2, links 1gbit, auto $pass"
-    HPDT_CLUSTER_SLOTS=2 timeout 1200 "$cluster" mpirun -np 4 --bind-to none "$perf" -b 8 -e 8M -f 4 -n 10 -w 3 \
-      --repeat 3 --algo $algos --label "emulated 2x2, links 1gbit, auto $pass" -J "$out/$name.json" "${args[@]}" \
+    HPDT_CLUSTER_SLOTS=2 timeout 1800 "$cluster" mpirun -np 4 --bind-to none "$perf" -b 8 -e 8M -f 4 -n 10 -w 3 \
+      --repeat 5 --interleave --algo $algos --label "emulated 2x2, links 1gbit, auto $pass" -J "$out/$name.json" "${args[@]}" \
       | tee "$out/$name.txt"
   done
   "$cluster" down > /dev/null

@@ -15,6 +15,7 @@ usage: check_allreduce_output.py STDOUT_FILE RANKS ALGOS [--compress LIST] [--wi
 import argparse
 import csv
 import json
+import math
 import re
 import sys
 
@@ -121,10 +122,10 @@ def main():
         fail("footer 'Out of bounds values : 0 OK' missing")
     if not any(re.match(r"^# Avg bus bandwidth    : [\d.e+-]+ $", l) for l in lines):
         fail("footer 'Avg bus bandwidth' missing or misformatted")
-    if "none" in compresses and "# Best algorithm per size (out-of-place busbw, GB/s)" not in lines:
+    if "none" in compresses and not any(l.startswith("# Best algorithm per size (out-of-place busbw, GB/s)") for l in lines):
         fail("best-per-size summary missing")
+    doc = json.load(open(a.json)) if a.json else None
     if a.json:
-        doc = json.load(open(a.json))
         if doc["ranks"] != p or len(doc["hosts"]) != p:
             fail("JSON ranks/hosts wrong")
         if len(doc["results"]) != 2 * nrows:
@@ -152,6 +153,23 @@ def main():
                         and r["compress"] == "none" and not r["in_place"]]
                 if not mine or abs(mine[0]["busbw_GBps"] - b["busbw_GBps"]) > 1e-9:
                     fail(f"JSON best entry does not come from an uncompressed row: {b}")
+            # the tuned choice: among the algorithms within 10 % of the size's best busbw, the best sum
+            # of log busbw over the size and its two neighbours
+            bw = {(r["algo"], r["bytes"]): r["busbw_GBps"] for r in doc["results"]
+                  if r["compress"] == "none" and not r["in_place"] and r["bytes"] > 0}
+            cands = [x for x in algos if x != "auto"]
+            for i, b in enumerate(doc["best"]):
+                top = max(bw.get((x, sizes[i]), -1) for x in cands)
+                near = [x for x in cands if top > 0 and bw.get((x, sizes[i]), -1) >= 0.9 * top]
+                def score(x):
+                    sc = math.log(bw[(x, sizes[i])])
+                    for j in (i - 1, i + 1):
+                        if 0 <= j < len(sizes):
+                            sc += math.log(bw[(x, sizes[j])]) if bw.get((x, sizes[j]), 0) > 0 else -1e9
+                    return sc
+                want = max(near, key=lambda x: (score(x), -cands.index(x)))
+                if b.get("tuned_algo") != want:
+                    fail(f"JSON best entry at {b['bytes']} B: tuned_algo {b.get('tuned_algo')}, expected {want}")
     if a.csv:
         rows = list(csv.DictReader(open(a.csv)))
         if len(rows) != 2 * nrows:
@@ -168,6 +186,11 @@ def main():
         for x, y in zip(mine, mine[1:]):
             if x["max_bytes"] != y["min_bytes"]:
                 fail(f"tuning ranges not contiguous: {x} {y}")
+        if doc is not None and "best" in doc:
+            for b in doc["best"]:
+                hit = [e for e in mine if e["min_bytes"] <= b["bytes"] and (e["max_bytes"] == 0 or b["bytes"] < e["max_bytes"])]
+                if len(hit) != 1 or hit[0]["algorithm"] != b["tuned_algo"]:
+                    fail(f"tuning file gives {hit} at {b['bytes']} B, the tuned choice is {b['tuned_algo']}")
     print(f"check_allreduce_output: {len(blocks)} blocks, {nrows} rows, layout and results OK")
 
 
