@@ -55,6 +55,9 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--weight-decay", o.weight_decay)->check(CLI::NonNegativeNumber);
   app.add_option("--clip-norm", o.clip_norm, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
   app.add_option("--label-smoothing", o.label_smoothing)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--dropout", o.dropout,
+                 "ViT dropout probability (embedding, attention output, MLP; 0: off). The masks depend on each "
+                 "sample's position in the global batch, not on the rank count; checkpoints keep their position");
   app.add_option("--precision", o.precision, "fp32|fp16|bf16 (fp16 uses dynamic loss scaling)");
   app.add_option("--algo", o.algo, join(algo_names()));
   app.add_option("--tuning-file", o.tuning_file, "tuning file written by hpdt-allreduce-perf, for --algo auto");
@@ -106,6 +109,9 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--kernels", o.kernels, {"ours", "vendor"});
   require_one_of("--layout", o.layout, {"auto", "nchw", "nhwc"});
   if (o.layout == "nhwc" && o.device == "cuda") HPDT_FAIL("hpdt-train: --layout nhwc is CPU-only (the CUDA kernels are NCHW)");
+  if (o.dropout != 0 && o.model.rfind("vit", 0) != 0)
+    HPDT_FAIL("hpdt-train: --dropout is for the ViTs (", o.model, " has no dropout layers)");
+  if (!(o.dropout >= 0 && o.dropout < 1)) HPDT_FAIL("hpdt-train: --dropout ", o.dropout, " is not in [0, 1)");
   if (o.layout == "nhwc" && o.model.rfind("resnet", 0) != 0)
     HPDT_FAIL("hpdt-train: --layout nhwc is for the ResNets (", o.model, " runs on tokens after its patch convolution)");
   require_one_of("--progress", o.progress, {"auto", "bar", "lines", "off"});

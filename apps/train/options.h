@@ -31,6 +31,7 @@ struct TrainOptions {
   double weight_decay = 5e-4;
   double clip_norm = 0;             // 0: no clipping
   double label_smoothing = 0;
+  double dropout = 0;               // ViT: embedding, attention output and MLP dropout
   std::string precision = "fp32";   // fp32|fp16|bf16
   std::string algo = "auto";        // ring|tree|rhd|hier|mpi|nccl|auto
   std::string tuning_file;          // for --algo auto

@@ -310,6 +310,7 @@ void Run::setup_model() {
   cfg.patch = o_.patch > 0 ? o_.patch : info_.h >= 224 ? 16 : 4;
   cfg.dtype = o_.precision == "fp16" ? DType::f16 : o_.precision == "bf16" ? DType::bf16 : DType::f32;
   cfg.seed = o_.seed;
+  cfg.dropout = float(o_.dropout);
   if (o_.layout != "auto") cfg.layout = kernels::parse_layout(o_.layout, "--layout");
   std::string name = o_.model;
   std::replace(name.begin(), name.end(), '-', '_');
@@ -320,6 +321,7 @@ void Run::setup_model() {
   bcast_tensor(arena.master_params(), world_, stream_);
   for (auto& [bname, t] : arena.buffers()) bcast_tensor(t, world_, stream_);
   arena.sync_model_copy();
+  model_->set_first_sample(int64_t(rank_) * o_.batch);  // dropout masks by position in the global batch
   if (o_.sync_bn)
     model_->set_batchnorm_sync([this](float* data, size_t n) {
       HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, bn_comm_));
@@ -441,6 +443,8 @@ void Run::save_checkpoint(const std::string& why) {
     if (!cstate.empty())
       c.optimizer["compression/state"] = Tensor::from_vector(all_cstate, Shape{int64_t(size_), int64_t(cstate.size())});
     c.loss_scaler = {{"scale", scaler_.scale()}, {"growth_tracker", double(scaler_.growth_tracker())}};
+    // Dropout generators (identical on every rank): (seed, stream, training forwards so far) per layer.
+    for (const auto& [layer, calls] : model_->dropout_state()) c.rng["dropout/" + layer] = {o_.seed, 0, calls};
     c.metadata = {{"global_batch", global_batch_ * o_.accum_steps}, {"per_rank_batch", o_.batch},
                   {"accum_steps", o_.accum_steps},  {"optimizer", o_.optimizer},
                   {"optimizer_steps", optimizer_->steps()}, {"skipped_steps", skipped_steps_},
@@ -530,6 +534,16 @@ void Run::resume_if_asked() {
   if (const long old_window = c.metadata.value("window_batches", 1L); old_window != o_.window_batches)
     resumed_note_ += std::string(resumed_note_.empty() ? "" : "; ") + "the sample order changes: the checkpoint was written with --window-batches " +
                      std::to_string(old_window) + ", this run uses " + std::to_string(o_.window_batches);
+  // Dropout: each layer's generator position (a checkpoint without it was written before dropout had
+  // one, or with dropout off: the masks then start from the beginning, and the run says so).
+  std::map<std::string, uint64_t> dropout_calls;
+  for (const auto& [key, st] : c.rng)
+    if (key.rfind("dropout/", 0) == 0) dropout_calls[key.substr(8)] = st.offset;
+  if (!dropout_calls.empty())
+    as_usage([&] { model_->restore_dropout_state(dropout_calls); });
+  else if (!model_->dropout_state().empty())
+    resumed_note_ += std::string(resumed_note_.empty() ? "" : "; ") +
+                     "the dropout masks start from the beginning: the checkpoint holds no dropout generator state";
   scaler_.restore(float(c.loss_scaler.count("scale") ? c.loss_scaler.at("scale") : scaler_.scale()),
                   int64_t(c.loss_scaler.count("growth_tracker") ? c.loss_scaler.at("growth_tracker") : 0));
   arena.sync_model_copy();

@@ -88,7 +88,7 @@ void softmax_backward(int64_t rows, int64_t d, const T* y, const T* dy, T* dx) {
 }
 
 template <class T>
-void dropout_forward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* x, T* y) {
+void dropout_forward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* x, T* y, uint64_t first) {
   HPDT_CHECK(p >= 0.0f && p < 1.0f, "dropout: probability ", p, " is not in [0, 1)");
   if (p == 0.0f) {
     if (x != y) std::memcpy(y, x, size_t(n) * sizeof(T));
@@ -96,12 +96,12 @@ void dropout_forward(int64_t n, float p, uint64_t seed, uint64_t stream, const T
   }
   const T keep_scale = T(1) / (T(1) - T(p));
 #pragma omp parallel for schedule(static) if (n >= kParallelMin / 4)
-  for (int64_t i = 0; i < n; ++i) y[i] = philox_uniform(seed, stream, uint64_t(i)) < p ? T(0) : x[i] * keep_scale;
+  for (int64_t i = 0; i < n; ++i) y[i] = philox_uniform(seed, stream, first + uint64_t(i)) < p ? T(0) : x[i] * keep_scale;
 }
 
 template <class T>
-void dropout_backward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* dy, T* dx) {
-  dropout_forward(n, p, seed, stream, dy, dx);  // the same mask and scale
+void dropout_backward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* dy, T* dx, uint64_t first) {
+  dropout_forward(n, p, seed, stream, dy, dx, first);  // the same mask and scale
 }
 
 #define HPDT_INSTANTIATE(T)                                                           \
@@ -112,8 +112,8 @@ void dropout_backward(int64_t n, float p, uint64_t seed, uint64_t stream, const 
   template void gelu_backward<T>(int64_t, GeluForm, const T*, const T*, T*);          \
   template void softmax_forward<T>(int64_t, int64_t, const T*, T*);                   \
   template void softmax_backward<T>(int64_t, int64_t, const T*, const T*, T*);        \
-  template void dropout_forward<T>(int64_t, float, uint64_t, uint64_t, const T*, T*); \
-  template void dropout_backward<T>(int64_t, float, uint64_t, uint64_t, const T*, T*);
+  template void dropout_forward<T>(int64_t, float, uint64_t, uint64_t, const T*, T*, uint64_t); \
+  template void dropout_backward<T>(int64_t, float, uint64_t, uint64_t, const T*, T*, uint64_t);
 HPDT_INSTANTIATE(float)
 HPDT_INSTANTIATE(double)
 #undef HPDT_INSTANTIATE

@@ -3,8 +3,8 @@
 //   pointer is 16-byte aligned, then a scalar tail; element by element otherwise. Outputs may alias inputs
 //   (each element is read and written by one thread), so no __restrict__ on them.
 //   GELU's formulas: hpdt/kernels/math/activation_math.h, the ones the CPU uses.
-//   Dropout: the CPU's mask bits, philox_uniform(seed, stream_id, i) < p; one Philox block gives the four
-//   numbers of four consecutive elements.
+//   Dropout: the CPU's mask bits, philox_uniform(seed, stream_id, first + i) < p; one Philox block gives the
+//   four numbers of four consecutive elements (vector path when `first` is a multiple of 4).
 //   Softmax over the last dimension, forward and backward:
 //     softmax_*_warp: one warp per row (rows up to kWarpRowMax values), no barriers;
 //     softmax_*_block: one block per row for longer rows (fixed-order block reduction).
@@ -103,7 +103,7 @@ void pointwise(const char* name, const Tensor& a, const Tensor* b, Tensor& y, Op
 
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
-    dropout_kernel(const T* x, T* y, int64_t n, float p, float keep_scale, uint64_t seed, uint64_t sid) {
+    dropout_kernel(const T* x, T* y, int64_t n, float p, float keep_scale, uint64_t seed, uint64_t sid, uint64_t first) {
   static_assert(V == 1 || V % 4 == 0, "whole Philox blocks per vector");
   const int64_t packs = n / V;
   const int64_t stride = int64_t(gridDim.x) * kThreads;
@@ -112,11 +112,11 @@ __global__ void __launch_bounds__(kThreads)
     float v[V];
     load<V>(x + i * V, v);
     if constexpr (V == 1) {
-      v[0] = philox_uniform(seed, sid, uint64_t(i)) < p ? 0.0f : v[0] * keep_scale;
+      v[0] = philox_uniform(seed, sid, first + uint64_t(i)) < p ? 0.0f : v[0] * keep_scale;
     } else {
 #pragma unroll
       for (int k = 0; k < V; k += 4) {
-        const Philox4x32 r = philox_block(seed, sid, uint64_t(i * V + k) >> 2);  // i * V + k is a multiple of 4
+        const Philox4x32 r = philox_block(seed, sid, (first + uint64_t(i * V + k)) >> 2);  // a multiple of 4
 #pragma unroll
         for (int l = 0; l < 4; ++l) v[k + l] = u32_to_uniform(r.v[l]) < p ? 0.0f : v[k + l] * keep_scale;
       }
@@ -125,11 +125,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   if constexpr (V > 1) {
     const int64_t i = packs * V + tid;
-    if (i < n) y[i] = from_f32<T>(philox_uniform(seed, sid, uint64_t(i)) < p ? 0.0f : to_f32(x[i]) * keep_scale);
+    if (i < n) y[i] = from_f32<T>(philox_uniform(seed, sid, first + uint64_t(i)) < p ? 0.0f : to_f32(x[i]) * keep_scale);
   }
 }
 
-void dropout(const char* name, const Tensor& x, float p, uint64_t seed, uint64_t sid, Tensor& y, const Stream& stream) {
+void dropout(const char* name, const Tensor& x, float p, uint64_t seed, uint64_t sid, uint64_t first, Tensor& y,
+             const Stream& stream) {
   HPDT_CHECK(p >= 0.0f && p < 1.0f, "dropout: probability ", p, " is not in [0, 1)");
   const int64_t n = x.numel();
   if (n == 0) return;
@@ -144,11 +145,11 @@ void dropout(const char* name, const Tensor& x, float p, uint64_t seed, uint64_t
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data());
     T* py = static_cast<T*>(y.data());
-    if (aligned16(px) && aligned16(py))
+    if (aligned16(px) && aligned16(py) && first % 4 == 0)
       dropout_kernel<T, kVec<T>>
-          <<<detail::grid_for(n, kThreads, kVec<T>), kThreads, 0, s>>>(px, py, n, p, keep_scale, seed, sid);
+          <<<detail::grid_for(n, kThreads, kVec<T>), kThreads, 0, s>>>(px, py, n, p, keep_scale, seed, sid, first);
     else
-      dropout_kernel<T, 1><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(px, py, n, p, keep_scale, seed, sid);
+      dropout_kernel<T, 1><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(px, py, n, p, keep_scale, seed, sid, first);
     HPDT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -371,11 +372,13 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, const Strea
   });
 }
 
-void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& stream) {
-  dropout("dropout_forward", x, p, seed, stream_id, y, stream);
+void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& stream,
+                     uint64_t first) {
+  dropout("dropout_forward", x, p, seed, stream_id, first, y, stream);
 }
-void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& stream) {
-  dropout("dropout_backward", dy, p, seed, stream_id, dx, stream);  // the same mask and scale
+void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& stream,
+                      uint64_t first) {
+  dropout("dropout_backward", dy, p, seed, stream_id, first, dx, stream);  // the same mask and scale
 }
 
 }  // namespace hpdt::kernels::cuda

@@ -80,23 +80,25 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, const Strea
   const int64_t d = y.size(-1);
   cpu::softmax_backward<float>(y.numel() / d, d, y.data<float>(), dy.data<float>(), dx.data<float>());
 }
-void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& s) {
+void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& s,
+                     uint64_t first) {
   const Device dev = detail::float_op_device("dropout_forward", {&x, &y}, s);
   same("dropout_forward", x, y);
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::dropout_forward(x, p, seed, stream_id, y, s));
+    HPDT_ON_CUDA(cuda::dropout_forward(x, p, seed, stream_id, y, s, first));
     return;
   }
-  cpu::dropout_forward<float>(x.numel(), p, seed, stream_id, x.data<float>(), y.data<float>());
+  cpu::dropout_forward<float>(x.numel(), p, seed, stream_id, x.data<float>(), y.data<float>(), first);
 }
-void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& s) {
+void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& s,
+                      uint64_t first) {
   const Device dev = detail::float_op_device("dropout_backward", {&dy, &dx}, s);
   same("dropout_backward", dy, dx);
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::dropout_backward(dy, p, seed, stream_id, dx, s));
+    HPDT_ON_CUDA(cuda::dropout_backward(dy, p, seed, stream_id, dx, s, first));
     return;
   }
-  cpu::dropout_backward<float>(dy.numel(), p, seed, stream_id, dy.data<float>(), dx.data<float>());
+  cpu::dropout_backward<float>(dy.numel(), p, seed, stream_id, dy.data<float>(), dx.data<float>(), first);
 }
 
 }  // namespace hpdt::kernels

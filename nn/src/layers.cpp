@@ -293,15 +293,16 @@ Tensor Dropout::forward(const Tensor& x) {
   if (!active_) return x;
   check_device(x);
   mask_seed_ = seed_ ^ (0x9E3779B97F4A7C15ull * ++calls_);  // a fresh mask each call
+  first_ = x.ndim() > 0 && x.size(0) > 0 ? uint64_t(first_sample_) * uint64_t(x.numel() / x.size(0)) : 0;
   ensure(y_, x.shape(), x.dtype());
-  kernels::dropout_forward(x, p_, mask_seed_, stream_id_, y_, stream_);
+  kernels::dropout_forward(x, p_, mask_seed_, stream_id_, y_, stream_, first_);
   return y_;
 }
 
 Tensor Dropout::backward(const Tensor& dy) {
   if (!active_) return dy;
   ensure(dx_, dy.shape(), dy.dtype());
-  kernels::dropout_backward(dy, p_, mask_seed_, stream_id_, dx_, stream_);
+  kernels::dropout_backward(dy, p_, mask_seed_, stream_id_, dx_, stream_, first_);
   return dx_;
 }
 

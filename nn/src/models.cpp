@@ -279,6 +279,36 @@ void visit_batchnorms(Layer& l, const kernels::AllReduceSum& sync) {
 
 void Model::set_batchnorm_sync(const kernels::AllReduceSum& sync) { visit_batchnorms(body_, sync); }
 
+namespace {
+void visit_dropouts(Layer& l, const std::function<void(Dropout&)>& f) {
+  if (auto* d = dynamic_cast<Dropout*>(&l)) f(*d);
+  l.for_each_child([&](Layer& child) { visit_dropouts(child, f); });
+}
+}  // namespace
+
+void Model::set_first_sample(int64_t first) {
+  HPDT_CHECK(first >= 0, name_, ": first sample ", first, " is negative");
+  visit_dropouts(body_, [first](Dropout& d) { d.set_first_sample(first); });
+}
+
+std::map<std::string, uint64_t> Model::dropout_state() {
+  std::map<std::string, uint64_t> out;
+  visit_dropouts(body_, [&](Dropout& d) {
+    if (d.probability() > 0.0f) out[d.name()] = d.calls();
+  });
+  return out;
+}
+
+void Model::restore_dropout_state(const std::map<std::string, uint64_t>& calls) {
+  std::map<std::string, Dropout*> mine;
+  visit_dropouts(body_, [&](Dropout& d) { mine[d.name()] = &d; });
+  for (const auto& [layer, n] : calls) {
+    auto it = mine.find(layer);
+    HPDT_CHECK(it != mine.end(), name_, ": no dropout layer '", layer, "' to restore");
+    it->second->set_calls(n);
+  }
+}
+
 std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c, bool allocate, const Stream& stream);
 
 std::vector<std::string> model_names() {

@@ -160,6 +160,22 @@ TEST_F(ActivationCuda, DropoutSameMaskAsCpu) {
           for (int64_t i = 0; i < n; ++i)
             ASSERT_EQ(y.data<float>()[i] == 0.0f, yc.data<float>()[i] == 0.0f) << "mask differs at " << i;
         }
+  // an offset into a larger tensor's mask (the layers pass a rank's first element): multiples of 4 take
+  // the vector path, others the scalar one
+  for (DType dt : test::kCudaTestDtypes)
+    for (uint64_t first : {uint64_t(4), uint64_t(7), uint64_t(3264) * 5, uint64_t(1) << 33}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " first=" + std::to_string(first));
+      const int64_t n = 1029;
+      const Tensor x = random({n});
+      Tensor y = Tensor::empty({n}, DType::f32);
+      kernels::dropout_forward(round_through(x, dt), 0.3f, seed, 11, y, cpu, first);
+      Tensor yg = poison({n}, dt, false);
+      kernels::dropout_forward(gpu(x, dt, false), 0.3f, seed, 11, yg, stream, first);
+      ASSERT_TRUE(close(y, to_cpu_f32(yg), f32_or_default(dt, exact()))) << "forward with an offset";
+      Tensor dxg = poison({n}, dt, false);
+      kernels::dropout_backward(gpu(x, dt, false), 0.3f, seed, 11, dxg, stream, first);
+      ASSERT_TRUE(close(y, to_cpu_f32(dxg), f32_or_default(dt, exact()))) << "backward with an offset";
+    }
   // in place, as the layers may call it
   const int64_t n = 1000003;
   const Tensor x = random({n});

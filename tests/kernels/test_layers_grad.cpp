@@ -284,6 +284,15 @@ TEST(Dropout, SeededMaskRateScaleAndGradient) {
   expect_gradient("dropout", xs, dx, [&] { V t(50); cpu::dropout_forward<double>(50, 0.5f, 1, 0, xs.data(), t.data()); return dot(t, r); });
   cpu::dropout_forward<double>(50, 0.0f, 1, 0, xs.data(), dx.data());
   EXPECT_EQ(dx, xs);  // p = 0: identity
+  // A tensor cut in pieces, each given its first element's index, gets the whole tensor's mask.
+  for (int64_t cut : {int64_t(1), int64_t(4), int64_t(7777)}) {
+    V pieces(static_cast<size_t>(n));
+    cpu::dropout_forward<double>(cut, 0.25f, 7, 3, x.data(), pieces.data(), 0);
+    cpu::dropout_forward<double>(n - cut, 0.25f, 7, 3, x.data() + cut, pieces.data() + cut, uint64_t(cut));
+    EXPECT_EQ(pieces, y) << "cut at " << cut;
+    cpu::dropout_forward<double>(n - cut, 0.25f, 7, 3, x.data() + cut, pieces.data() + cut, 0);
+    EXPECT_NE(pieces, y) << "cut at " << cut << " without the offset: other masks";
+  }
 }
 
 // ---- pooling ---------------------------------------------------------------------------------------

@@ -279,3 +279,54 @@ TEST(Models, DescribeNamesModelAndConfig) {
 }
 
 }  // namespace
+
+// Dropout in data parallel and across a resume: the masks depend on each sample's position in the
+// global batch (Model::set_first_sample) and on the generator position (dropout_state).
+TEST(ModelDropout, SplitBatchGetsTheWholeBatchMasks) {
+  ModelConfig c = tiny_vit();
+  c.dropout = 0.3f;
+  Tensor x = random_images(4, c, 9);
+  auto whole = make_model("vit_ti", c);
+  const std::vector<float> want = whole->forward(x).to_vector<float>();
+  // Two "ranks" of 2 samples each, the second one told where its samples sit.
+  std::vector<float> got, unshifted;
+  for (int64_t first : {0, 2}) {
+    auto part = make_model("vit_ti", c);
+    part->set_first_sample(first);
+    const std::vector<float> y = part->forward(x.slice(first, first + 2).clone(Stream())).to_vector<float>();
+    got.insert(got.end(), y.begin(), y.end());
+    auto wrong = make_model("vit_ti", c);  // every rank at 0: the second half reuses the first half's masks
+    const std::vector<float> w = wrong->forward(x.slice(first, first + 2).clone(Stream())).to_vector<float>();
+    unshifted.insert(unshifted.end(), w.begin(), w.end());
+  }
+  ASSERT_EQ(got.size(), want.size());
+  double err = 0, err_unshifted = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, double(std::abs(got[i] - want[i])));
+    err_unshifted = std::max(err_unshifted, double(std::abs(unshifted[i] - want[i])));
+  }
+  EXPECT_LE(err, 1e-5) << "split batch with first_sample: logits differ from the whole batch's";
+  EXPECT_GT(err_unshifted, 1e-3) << "without first_sample the second half should get other masks (the check would be vacuous)";
+}
+
+TEST(ModelDropout, RestoredStateContinuesTheMasks) {
+  ModelConfig c = tiny_vit();
+  c.dropout = 0.3f;
+  Tensor x = random_images(2, c, 10);
+  auto a = make_model("vit_ti", c);
+  for (int i = 0; i < 3; ++i) a->forward(x);
+  const std::map<std::string, uint64_t> st = a->dropout_state();
+  ASSERT_FALSE(st.empty());
+  for (const auto& [layer, calls] : st) EXPECT_EQ(calls, 3u) << layer;
+  const std::vector<float> next = a->forward(x).to_vector<float>();
+  auto b = make_model("vit_ti", c);
+  b->restore_dropout_state(st);
+  EXPECT_EQ(b->forward(x).to_vector<float>(), next);
+  auto fresh = make_model("vit_ti", c);
+  EXPECT_NE(fresh->forward(x).to_vector<float>(), next) << "a fresh generator should draw other masks";
+  // Eval forwards do not move the generators.
+  a->set_training(false);
+  a->forward(x);
+  for (const auto& [layer, calls] : a->dropout_state()) EXPECT_EQ(calls, 4u) << layer;
+  HPDT_EXPECT_THROW_MSG(b->restore_dropout_state({{"no.such.layer", 1}}), "no dropout layer 'no.such.layer'");
+}

@@ -224,16 +224,29 @@ class GELU : public Layer {
 
 // Inverted dropout; off (identity) in eval mode or with p = 0. The mask comes from Philox keyed by
 // (seed, stream = layer id, call counter), so backward regenerates it instead of storing it.
+// Dropout with a fresh mask per training forward: element j of sample s of call k is dropped by a
+// function of (seed, stream_id, k, (first_sample + s) * per-sample elements + j). So the mask of a
+// sample depends on its position in the global batch, not on how the batch is split over ranks
+// (set_first_sample), and a run resumed with calls() restored draws the masks it would have drawn.
 class Dropout : public Layer {
  public:
   Dropout(std::string name, float p, uint64_t seed, uint64_t stream_id)
       : Layer(std::move(name)), p_(p), seed_(seed), stream_id_(stream_id) {}
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // The index of this rank's first sample in the global batch (0 on one rank).
+  void set_first_sample(int64_t s) { first_sample_ = s; }
+  // Training forwards so far: the generator's position.
+  uint64_t calls() const { return calls_; }
+  void set_calls(uint64_t calls) { calls_ = calls; }
+  float probability() const { return p_; }
+  uint64_t seed() const { return seed_; }
+  uint64_t stream_id() const { return stream_id_; }
 
  private:
   float p_;
-  uint64_t seed_, stream_id_, calls_ = 0, mask_seed_ = 0;
+  uint64_t seed_, stream_id_, calls_ = 0, mask_seed_ = 0, first_ = 0;
+  int64_t first_sample_ = 0;
   bool active_ = false;
   Tensor y_, dx_;
 };

@@ -12,6 +12,7 @@
 // forward(), logits come out in it and backward() takes dlogits in it (or f32, cast).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,13 @@ class Model {
   std::string describe() const { return name_ + " " + config_.str(); }
   // SyncBN: every BatchNorm all-reduces its batch statistics through `sync` (null: local).
   void set_batchnorm_sync(const kernels::AllReduceSum& sync);
+  // Data parallel: the index of this rank's first sample in the global batch, so that every sample
+  // gets the dropout mask it gets on one rank (Dropout::set_first_sample).
+  void set_first_sample(int64_t first);
+  // Every Dropout layer with p > 0 by name: its generator position (training forwards so far), for
+  // checkpoints; restore_dropout_state sets them back (throws naming a layer it does not have).
+  std::map<std::string, uint64_t> dropout_state();
+  void restore_dropout_state(const std::map<std::string, uint64_t>& calls);
 
  protected:
   friend std::unique_ptr<Model> build_model(const std::string&, const ModelConfig&, bool, const Stream&);

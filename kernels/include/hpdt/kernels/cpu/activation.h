@@ -27,11 +27,13 @@ void softmax_forward(int64_t rows, int64_t d, const T* x, T* y);
 // dx = y * (dy - sum(dy * y)) per row (dx may alias dy).
 template <class T>
 void softmax_backward(int64_t rows, int64_t d, const T* y, const T* dy, T* dx);
-// Inverted dropout with probability p: element i is dropped when philox_uniform(seed, stream, i) < p, kept
-// elements are scaled by 1/(1-p). The mask is a pure function of (seed, stream, i), so backward recomputes it.
+// Inverted dropout with probability p: element i is dropped when philox_uniform(seed, stream, first + i) < p,
+// kept elements are scaled by 1/(1-p). The mask is a pure function of (seed, stream, first + i), so backward
+// recomputes it, and a tensor cut into pieces (a batch split over ranks) gets the whole tensor's mask when
+// each piece passes its first element's index as `first`.
 template <class T>
-void dropout_forward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* x, T* y);
+void dropout_forward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* x, T* y, uint64_t first = 0);
 template <class T>
-void dropout_backward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* dy, T* dx);
+void dropout_backward(int64_t n, float p, uint64_t seed, uint64_t stream, const T* dy, T* dx, uint64_t first = 0);
 
 }  // namespace hpdt::kernels::cpu

@@ -17,6 +17,8 @@ void gelu_backward(const Tensor& x, const Tensor& dy, GeluForm form, Tensor& dx,
 void softmax_forward(const Tensor& x, Tensor& y, const Stream& stream);
 void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, const Stream& stream);  // dx may be dy
 // The same mask bits as the CPU: element i dropped when philox_uniform(seed, stream_id, i) < p.
-void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& stream);
-void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& stream);
+void dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t stream_id, Tensor& y, const Stream& stream,
+                     uint64_t first);
+void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t stream_id, Tensor& dx, const Stream& stream,
+                      uint64_t first);
 }  // namespace hpdt::kernels::cuda
