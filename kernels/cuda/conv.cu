@@ -1,7 +1,7 @@
 // CUDA conv2d, NCHW, groups = 1, as implicit GEMM: no im2col buffer, the loaders gather the convolution's
 // operand from x (or dy) straight into shared memory, padding reading as zero. The CPU oracle is
-// kernels/cpu/conv.cpp; cuDNN (kernels/cuda/conv_vendor.cu) is the peer to beat. The PTX wrappers, weight
-// repacking, stride phases and split-K sums are in conv_common.cuh, for the NHWC twin to share.
+// kernels/cpu/conv.cpp; cuDNN (kernels/cuda/conv_vendor.cu) is the peer to beat. The NHWC twin is conv_nhwc.cu;
+// what both use (PTX wrappers, weight repacking, stride phases, split-K sums) is in conv_common.cuh.
 //
 // The three GEMMs (pixels = n * oh * ow output positions, taps = kh * kw):
 //   forward          y[co][pixel]  = sum_k  w'[co][k] * x(k, pixel)        M = co, N = pixels, K = taps * ci
@@ -1075,7 +1075,8 @@ void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor&
   if (dbias) conv2d_bias_grad(dy, *dbias, stream);
 }
 
-void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream) {
+void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream, Layout layout) {
+  if (layout == Layout::nhwc) return conv_detail::bias_grad_nhwc(dy, dbias, stream);
   const int64_t n = dy.size(0), co = dy.size(1), ohw = dy.size(2) * dy.size(3), total = n * ohw;
   if (co == 0) return;
   HPDT_CHECK(total < (int64_t(1) << 31), "conv2d_backward_filter: dy ", dy.str(), " too large for the dbias reduction");
@@ -1093,17 +1094,19 @@ void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream) {
   bias_grad_final(partial.data<float>(), int(co), int(splits), dbias, st);
 }
 
-void conv2d_epilogue_inplace(const Conv2dEpilogue& e, Tensor& y, const Stream& stream) {
+void conv2d_epilogue_inplace(const Conv2dEpilogue& e, Tensor& y, const Stream& stream, Layout layout) {
   if (!e.bias && !e.scale && !e.shift && !e.residual && !e.relu) return;
   const int64_t n = y.numel();
   if (n == 0) return;
   HPDT_CHECK(n < (int64_t(1) << 31), "conv2d_forward: y ", y.str(), " too large");
-  const int64_t plane = y.size(2) * y.size(3);
+  // NHWC: channel i % co, which is the NCHW rule with a plane of one element and co = y.size(3).
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t plane = nhwc ? 1 : y.size(2) * y.size(3), co = nhwc ? y.size(3) : y.size(1);
   dispatch_floating(y.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     auto ptr = [](const Tensor* t) { return t ? static_cast<const T*>(t->data()) : nullptr; };
     epilogue_inplace<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
-        static_cast<T*>(y.data()), int(n), FastDiv(plane), int(y.size(1)), ptr(e.bias), ptr(e.scale), ptr(e.shift),
+        static_cast<T*>(y.data()), int(n), FastDiv(plane), int(co), ptr(e.bias), ptr(e.scale), ptr(e.shift),
         ptr(e.residual), e.relu ? 1 : 0);
     HPDT_CUDA_CHECK_LAUNCH();
   });

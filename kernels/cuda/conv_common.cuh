@@ -1,5 +1,5 @@
-// Pieces shared by hpdt's implicit-GEMM convolutions (conv.cu, and the NHWC twin to come) and the cuDNN path
-// (conv_vendor.cu). Private to kernels/cuda. Device helpers are inline here; the host helpers below are
+// Pieces shared by hpdt's implicit-GEMM convolutions, NCHW (conv.cu) and NHWC (conv_nhwc.cu), and by the cuDNN
+// path (conv_vendor.cu). Private to kernels/cuda. Device helpers are inline here; the host helpers below are
 // defined once, in conv.cu.
 #pragma once
 
@@ -132,6 +132,8 @@ int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int* tiles_p
 void wgrad_reduce(const float* ws, int splits, Tensor& dw, cudaStream_t st);
 // dbias[co] (+)= sum over s of partial[co][s], in split order.
 void bias_grad_final(const float* partial, int co, int splits, Tensor& dbias, cudaStream_t st);
+// dbias[co] (+)= the column sums of dy [n * oh * ow, co] (NHWC; conv_nhwc.cu).
+void bias_grad_nhwc(const Tensor& dy, Tensor& dbias, const Stream& stream);
 
 // Dynamic shared memory above the default 48 KB is opted into once per kernel and device.
 template <class Kernel>
