@@ -4,7 +4,7 @@
 // NHWC (kernels/cuda/conv_nhwc.cu, cuDNN with NHWC descriptors) against the CPU NHWC oracle
 //   (kernels/cpu/conv_nhwc.cpp, itself checked against the NCHW oracle by test_nhwc_cpu), the same way, with
 //   shapes for both of its activation loaders: channel counts that are multiples of 8 (16-byte cp.async) and odd
-//   ones (3, 5, 17: element gathers).
+//   ones (3, 5, 17: element gathers); and the CUDA NCHW <-> NHWC transposes (kernels/cuda/layout.cu), bit-exact.
 // Inputs are fresh uniform [-1, 1) numbers, rounded through the dtype for the oracle (round_through); y and dx are
 // poisoned (NaN) before each run; dw and dbias, accumulated (+=), start from random values. Built again for the
 // CPU emulator of CUDA (HPDT_CUDA_EMU), the same cases run smaller and without cuDNN.
@@ -30,7 +30,9 @@
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/cpu/activation.h"
 #include "hpdt/kernels/cpu/conv.h"
+#include "hpdt/kernels/cpu/layout.h"
 #include "hpdt/kernels/cpu/norm.h"
+#include "hpdt/kernels/layout.h"
 #include "hpdt_test.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/conv.h"
@@ -619,6 +621,29 @@ TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
       }
     }
   }
+}
+
+TEST_F(ConvCuda, NhwcTransposesAreBitExact) {
+  // kernels/cuda/layout.cu against the CPU transposes: the bits of every element move, whatever the dtype.
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{2, 3, 7, 7}, Shape{3, 17, 9, 11}, Shape{2, 33, 33, 5},
+                           Shape{1, 64, 1, 1}, Shape{2, 40, 35, 33}}) {
+      SCOPED_TRACE(s.str() + " " + std::string(dtype_name(dt)));
+      const Tensor x = round_through(random(s), dt);
+      const Shape hs{s[0], s[2], s[3], s[1]};
+      Tensor want = Tensor::empty(hs, DType::f32), back = Tensor::empty(s, DType::f32);
+      kernels::nchw_to_nhwc(x, want, cpu);
+      Tensor y = poisoned(hs, dt), z = poisoned(s, dt);
+      kernels::nchw_to_nhwc(to_gpu(x, dt), y, stream);
+      kernels::nhwc_to_nchw(y, z, stream);
+      EXPECT_TRUE(close(want, to_cpu_f32(y), Tolerance{0, 0})) << "nchw_to_nhwc";
+      EXPECT_TRUE(close(x, to_cpu_f32(z), Tolerance{0, 0})) << "nhwc_to_nchw";
+    }
+  Tensor a = poisoned({2, 3, 4, 5}, DType::bf16), b32 = poisoned({2, 4, 5, 3}, DType::f32),
+         bad = poisoned({2, 4, 3, 5}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::nchw_to_nhwc(a, b32, stream), "on CUDA all tensors of this op share");
+  HPDT_EXPECT_THROW_MSG(kernels::nchw_to_nhwc(a, bad, stream), "y has shape [2, 4, 3, 5], expected [2, 4, 5, 3]");
+  HPDT_EXPECT_THROW_MSG(kernels::nchw_to_nhwc(a, a, stream), "y must not alias x");
 }
 
 TEST_F(ConvCuda, NhwcPublicEntryPointsBothBackends) {
