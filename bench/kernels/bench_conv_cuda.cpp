@@ -1,7 +1,9 @@
 // conv2d on the GPU: hpdt's implicit-GEMM kernels (v1 SIMT, v2 tensor cores) beside cuDNN, in TFLOP/s, on
-// ResNet-50's convolutions at 224 x 224, batch 256 (NCHW), bf16 and f32, forward / backward-data /
-// backward-filter. Rows of one shape, dtype and direction are consecutive (v1, v2, cudnn), and every row of ours
-// carries vs_cudnn = cuDNN time / our time (> 1: faster than cuDNN), so the ratio reads off one run.
+// ResNet-50's convolutions at 224 x 224, batch 256, bf16 and f32, forward / backward-data / backward-filter, in
+// both activation layouts: conv/... NCHW (kernels/cuda/conv.cu, cuDNN with NCHW descriptors), conv_nhwc/... NHWC
+// (kernels/cuda/conv_nhwc.cu, cuDNN with NHWC descriptors and its NHWC filter layout). Rows of one layout, shape,
+// dtype and direction are consecutive (v1, v2, cudnn), and every row of ours carries vs_cudnn = cuDNN time / our
+// time in the same layout (> 1: faster than cuDNN), so the ratio reads off one run.
 // Time: CUDA events around each call (manual time). cuDNN: deterministic algorithm from its v7 heuristics, no
 // TF32 for f32 (see kernels/cuda/conv_vendor.cu).
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
@@ -17,12 +19,14 @@
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/elementwise.h"
+#include "hpdt/kernels/layout.h"
 
 namespace {
 
 using namespace hpdt;
 using kernels::Conv2dEpilogue;
 using kernels::Conv2dShape;
+using kernels::Layout;
 
 struct ConvCase {
   const char* name;
@@ -47,14 +51,17 @@ struct Buffers {
   Tensor x, w, y, dx, dw;
 };
 
-Buffers make_buffers(const Conv2dShape& s, DType dt, const Stream& stream) {
+Buffers make_buffers(const Conv2dShape& s, DType dt, Layout layout, const Stream& stream) {
   const Device d = Device::cuda(0);
   const AllocOptions o{.stream = &stream};
+  const bool nhwc = layout == Layout::nhwc;
+  const Shape xs = nhwc ? Shape{s.n, s.h, s.w, s.c_in} : Shape{s.n, s.c_in, s.h, s.w};
+  const Shape ys = nhwc ? Shape{s.n, s.out_h(), s.out_w(), s.c_out} : Shape{s.n, s.c_out, s.out_h(), s.out_w()};
   Buffers b;
-  b.x = Tensor::empty({s.n, s.c_in, s.h, s.w}, dt, d, o);
+  b.x = Tensor::empty(xs, dt, d, o);
   b.w = Tensor::empty({s.c_out, s.c_in, s.kh, s.kw}, dt, d, o);
-  b.y = Tensor::empty({s.n, s.c_out, s.out_h(), s.out_w()}, dt, d, o);
-  b.dx = Tensor::empty({s.n, s.c_in, s.h, s.w}, dt, d, o);
+  b.y = Tensor::empty(ys, dt, d, o);
+  b.dx = Tensor::empty(xs, dt, d, o);
   b.dw = Tensor::empty({s.c_out, s.c_in, s.kh, s.kw}, dt, d, o);
   kernels::fill_uniform(b.x, -1, 1, 1, 0, stream);
   kernels::fill_uniform(b.w, -1, 1, 2, 0, stream);
@@ -63,48 +70,62 @@ Buffers make_buffers(const Conv2dShape& s, DType dt, const Stream& stream) {
   return b;
 }
 
-void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, const Stream& stream) {
+void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, const Stream& stream) {
   namespace kc = kernels::cuda;
   const kc::ConvVariant v = impl == Impl::v2 ? kc::ConvVariant::v2_tensor_core : kc::ConvVariant::v1_simt;
+  const bool nhwc = layout == Layout::nhwc;
   switch (d) {
     case Dir::forward:
-      if (impl == Impl::cudnn) kc::conv2d_forward_vendor(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream);
-      else kc::conv2d_forward(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream, v);
+      if (impl == Impl::cudnn)
+        kc::conv2d_forward_vendor(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream, layout);
+      else if (nhwc)
+        kc::conv2d_forward_nhwc(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream, v);
+      else
+        kc::conv2d_forward(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream, v);
       break;
     case Dir::backward_data:
-      if (impl == Impl::cudnn) kc::conv2d_backward_data_vendor(s, b.y, b.w, b.dx, stream);
-      else kc::conv2d_backward_data(s, b.y, b.w, b.dx, stream, v);
+      if (impl == Impl::cudnn)
+        kc::conv2d_backward_data_vendor(s, b.y, b.w, b.dx, stream, layout);
+      else if (nhwc)
+        kc::conv2d_backward_data_nhwc(s, b.y, b.w, b.dx, stream, v);
+      else
+        kc::conv2d_backward_data(s, b.y, b.w, b.dx, stream, v);
       break;
     case Dir::backward_filter:
-      if (impl == Impl::cudnn) kc::conv2d_backward_filter_vendor(s, b.x, b.y, b.dw, nullptr, stream);
-      else kc::conv2d_backward_filter(s, b.x, b.y, b.dw, nullptr, stream, v);
+      if (impl == Impl::cudnn)
+        kc::conv2d_backward_filter_vendor(s, b.x, b.y, b.dw, nullptr, stream, layout);
+      else if (nhwc)
+        kc::conv2d_backward_filter_nhwc(s, b.x, b.y, b.dw, nullptr, stream, v);
+      else
+        kc::conv2d_backward_filter(s, b.x, b.y, b.dw, nullptr, stream, v);
       break;
   }
 }
 
 // Mean milliseconds of `iters` calls, timed with events after one warm-up call.
-double time_ms(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, const Stream& stream, int iters) {
-  run_once(s, b, d, impl, stream);
+double time_ms(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, const Stream& stream, int iters) {
+  run_once(s, b, d, impl, layout, stream);
   Event start(Device::cuda(0)), stop(Device::cuda(0));
   start.record(stream);
-  for (int i = 0; i < iters; ++i) run_once(s, b, d, impl, stream);
+  for (int i = 0; i < iters; ++i) run_once(s, b, d, impl, layout, stream);
   stop.record(stream);
   stop.synchronize();
   return double(start.elapsed_ms(stop)) / iters;
 }
 
-// cuDNN's time for a (case, dtype, direction), measured once per process for the vs_cudnn counter.
-double cudnn_ms(int case_index, const Conv2dShape& s, DType dt, Dir d, Buffers& b, const Stream& stream) {
-  static std::map<std::tuple<int, int, int>, double> cache;
-  const auto key = std::make_tuple(case_index, int(dt), int(d));
+// cuDNN's time for a (case, dtype, direction, layout), measured once per process for the vs_cudnn counter.
+double cudnn_ms(int case_index, const Conv2dShape& s, DType dt, Dir d, Layout layout, Buffers& b,
+                const Stream& stream) {
+  static std::map<std::tuple<int, int, int, int>, double> cache;
+  const auto key = std::make_tuple(case_index, int(dt), int(d), int(layout));
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const double ms = time_ms(s, b, d, Impl::cudnn, stream, 10);
+  const double ms = time_ms(s, b, d, Impl::cudnn, layout, stream, 10);
   cache.emplace(key, ms);
   return ms;
 }
 
-void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl) {
+void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl, Layout layout) {
   if (!cuda_available()) {
     state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
     return;
@@ -113,13 +134,13 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   // One stream for the process: the caching allocator reuses a block only on the stream it was freed on, so a
   // stream per benchmark would keep every benchmark's ~1 GB of buffers cached.
   static const Stream stream = Stream::create_cuda(0);
-  Buffers b = make_buffers(s, dt, stream);
-  run_once(s, b, d, impl, stream);  // warm-up: cuDNN heuristics, caching allocator
+  Buffers b = make_buffers(s, dt, layout, stream);
+  run_once(s, b, d, impl, layout, stream);  // warm-up: cuDNN heuristics, caching allocator
   stream.synchronize();
   Event start(Device::cuda(0)), stop(Device::cuda(0));
   for (auto _ : state) {
     start.record(stream);
-    run_once(s, b, d, impl, stream);
+    run_once(s, b, d, impl, layout, stream);
     stop.record(stream);
     stop.synchronize();
     state.SetIterationTime(double(start.elapsed_ms(stop)) * 1e-3);
@@ -127,24 +148,25 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   const double flops = 2.0 * double(s.n * s.out_h() * s.out_w()) * double(s.c_out) * double(s.c_in * s.kh * s.kw);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   if (impl != Impl::cudnn) {
-    const double ours = time_ms(s, b, d, impl, stream, 10);
-    state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, b, stream) / ours;
+    const double ours = time_ms(s, b, d, impl, layout, stream, 10);
+    state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, b, stream) / ours;
   }
 }
 
 const bool registered = [] {
-  for (DType dt : {DType::bf16, DType::f32})
-    for (int c = 0; c < int(std::size(kCases)); ++c)
-      for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
-        for (Impl impl : {Impl::v1, Impl::v2, Impl::cudnn}) {
-          if (impl == Impl::v2 && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
-          const std::string name = std::string("conv/") + kCases[c].name + "/" + std::string(dtype_name(dt)) + "/" +
-                                   dir_name(d) + "/" + impl_name(impl);
-          benchmark::RegisterBenchmark(name.c_str(), BM_conv, c, dt, d, impl)
-              ->UseManualTime()
-              ->Unit(benchmark::kMillisecond)
-              ->MinTime(0.2);
-        }
+  for (Layout layout : {Layout::nchw, Layout::nhwc})
+    for (DType dt : {DType::bf16, DType::f32})
+      for (int c = 0; c < int(std::size(kCases)); ++c)
+        for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
+          for (Impl impl : {Impl::v1, Impl::v2, Impl::cudnn}) {
+            if (impl == Impl::v2 && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
+            const std::string name = std::string(layout == Layout::nhwc ? "conv_nhwc/" : "conv/") + kCases[c].name +
+                                     "/" + std::string(dtype_name(dt)) + "/" + dir_name(d) + "/" + impl_name(impl);
+            benchmark::RegisterBenchmark(name.c_str(), BM_conv, c, dt, d, impl, layout)
+                ->UseManualTime()
+                ->Unit(benchmark::kMillisecond)
+                ->MinTime(0.2);
+          }
   return true;
 }();
 

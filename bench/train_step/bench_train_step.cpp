@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--kernels", kernels_name, "ours | vendor (cuBLAS/cuDNN for GEMM and convolution; --device cuda)")
       ->check(CLI::IsMember({"ours", "vendor"}));
-  app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU)")
+  app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   app.add_option("--out", out, "also write the result as a JSON document (with machine and build records)");
   CLI11_PARSE(app, argc, argv);

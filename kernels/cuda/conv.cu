@@ -1,6 +1,7 @@
 // CUDA conv2d, NCHW, groups = 1, as implicit GEMM: no im2col buffer, the loaders gather the convolution's
 // operand from x (or dy) straight into shared memory, padding reading as zero. The CPU oracle is
-// kernels/cpu/conv.cpp; cuDNN (kernels/cuda/conv_vendor.cu) is the peer to beat.
+// kernels/cpu/conv.cpp; cuDNN (kernels/cuda/conv_vendor.cu) is the peer to beat. The NHWC twin is conv_nhwc.cu;
+// what both use (PTX wrappers, weight repacking, stride phases, split-K sums) is in conv_common.cuh.
 //
 // The three GEMMs (pixels = n * oh * ow output positions, taps = kh * kw):
 //   forward          y[co][pixel]  = sum_k  w'[co][k] * x(k, pixel)        M = co, N = pixels, K = taps * ci
@@ -32,6 +33,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "conv_common.cuh"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
 
@@ -39,65 +41,9 @@ namespace hpdt::kernels::cuda {
 
 namespace {
 
+using namespace conv_detail;
+
 // ---- small helpers ---------------------------------------------------------------------------------------
-
-// Division by a divisor fixed at launch (Granlund-Montgomery, as PyTorch's IntDivider): exact for
-// 0 <= n < 2^31 and 1 <= d < 2^31; one mul.hi instead of a ~20-instruction integer division.
-struct FastDiv {
-  uint32_t d = 1, mul = 1, shr = 0;
-  FastDiv() = default;
-  explicit FastDiv(int64_t divisor) : d(uint32_t(std::max<int64_t>(divisor, 1))) {
-    while ((uint64_t(1) << shr) < d) ++shr;
-    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shr) - d)) / d + 1);
-  }
-  __device__ __forceinline__ int div(int n) const { return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shr); }
-  __device__ __forceinline__ int value() const { return int(d); }
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-// 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes and reads nothing.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of the committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// c += a * b on one 16 x 8 x 16 tile: a row-major 16 x 16, b "col" 16 x 8 (k pairs packed), f32 accumulators.
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    static_assert(std::is_same_v<T, f16_t>);
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
 
 // Fixed-order sum over a block of 256 threads; valid in thread 0.
 __device__ __forceinline__ float block_sum256(float v) {
@@ -117,9 +63,6 @@ __device__ __forceinline__ float block_sum256(float v) {
 // ---- tiles -----------------------------------------------------------------------------------------------
 
 constexpr int kBN = 128;              // block tile along N (pixels, or ci * taps in backward-filter)
-constexpr int kTcBK = 32;             // v2: k per pipeline stage (two m16n8k16 steps)
-constexpr int kSimtBK = 8;            // v1: k per pipeline stage
-constexpr int kPitchK = kTcBK + 8;    // v2 [row][k] tiles: 80-byte rows, ldmatrix conflict-free, 16-byte aligned
 constexpr int kPitchN = kBN + 8;      // v2 [k][pixel] tiles: 272-byte rows, ditto
 constexpr int kStagePitch = kBN + 8;  // f32 epilogue staging rows: float2 / float4 writes without bank conflicts
 constexpr int kStageBytesTc = 64 * kStagePitch * 4;  // one warp row (64 rows) staged at a time
@@ -513,13 +456,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   }
 }
 
-// Weights repacked tap-major: out[row][k] for k = (jr * KWp + jc) * Cg + ch, kernel tap (ry0 + rstep * jr,
-// rx0 + rstep * jc); zero for k in [K, lda). Forward: rows = co, ch = ci. Backward-data phase: rows = ci,
-// ch = co (the transpose), the phase's taps.
-struct Repack {
-  int rows, lda, K, Cg, KWp, ry0, rx0, rstep, KW;
-  int64_t row_stride, ch_stride;
-};
+// Weights repacked tap-major (Repack, conv_common.cuh).
 template <class T>
 __global__ void repack_weights(const T* __restrict__ w, T* __restrict__ out, const Repack r) {
   const int64_t n = int64_t(r.rows) * r.lda;
@@ -894,7 +831,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
 
 // dw[i] (+)= sum over splits s of ws[s][i], in split order.
 template <class T>
-__global__ void wgrad_reduce(const float* __restrict__ ws, int splits, int64_t n, T* __restrict__ dw) {
+__global__ void wgrad_reduce_kernel(const float* __restrict__ ws, int splits, int64_t n, T* __restrict__ dw) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float acc = to_f32(dw[i]);
     for (int s = 0; s < splits; ++s) acc += ws[s * n + i];
@@ -920,7 +857,7 @@ __global__ void __launch_bounds__(256) bias_grad_partial(const T* __restrict__ d
 }
 
 template <class T>
-__global__ void bias_grad_final(const float* __restrict__ partial, int CO, int splits, T* __restrict__ dbias) {
+__global__ void bias_grad_final_kernel(const float* __restrict__ partial, int CO, int splits, T* __restrict__ dbias) {
   const int co = blockIdx.x * blockDim.x + threadIdx.x;
   if (co >= CO) return;
   float acc = to_f32(dbias[co]);
@@ -944,50 +881,6 @@ __global__ void epilogue_inplace(T* __restrict__ y, int n, FastDiv plane, int CO
 }
 
 // ---- host side -------------------------------------------------------------------------------------------
-
-constexpr int kThreads1D = 256;
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-// The kernels index within one tensor with 32-bit pixel counts and per-image offsets.
-void check_index_range(std::string_view op, const Conv2dShape& s) {
-  const int64_t lim = int64_t(1) << 31;
-  const int64_t biggest = std::max({s.n * s.c_in * s.h * s.w, s.n * s.c_out * s.out_h() * s.out_w(),
-                                    s.c_out * s.c_in * s.kh * s.kw});
-  HPDT_CHECK(biggest < lim, op, ": tensors of 2^31 elements or more are not supported on CUDA (", s.str(), ")");
-}
-
-bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op) {
-  const bool half = dt == DType::f16 || dt == DType::bf16;
-  HPDT_CHECK(half || v != ConvVariant::v2_tensor_core, op, ": the tensor-core variant (v2) takes f16 or bf16 tensors, got ",
-             dtype_name(dt));
-  return half && v != ConvVariant::v1_simt;
-}
-
-Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream) {
-  return Tensor::empty({std::max<int64_t>(n, 1)}, dt, dev, AllocOptions{.stream = &stream});
-}
-
-template <class T>
-void launch_repack(const T* w, T* out, const Repack& r, cudaStream_t st) {
-  const int64_t n = int64_t(r.rows) * r.lda;
-  if (n == 0) return;
-  repack_weights<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, st>>>(w, out, r);
-  HPDT_CUDA_CHECK_LAUNCH();
-}
-
-// Dynamic shared memory above the default 48 KB is opted into once per kernel and device.
-template <class Kernel>
-void allow_dynamic_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices_done) {
-  if (bytes <= 48 * 1024) return;
-  int device = 0;
-  HPDT_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (devices_done.load(std::memory_order_acquire) & bit) return;
-  HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  devices_done.fetch_or(bit, std::memory_order_acq_rel);
-}
 
 template <class T, int BM, int MODE>
 void launch_gemm_tc(const GemmConv& p, dim3 grid, cudaStream_t st) {
@@ -1043,19 +936,9 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   const int64_t oh = s.out_h(), ow = s.out_w(), K = s.c_in * s.kh * s.kw;
   // Weights as [co][lda] tap-major. A 1x1 kernel already is; others (and unaligned ones, for cp.async) are repacked.
   const bool one_tap = s.kh == 1 && s.kw == 1;
-  const T* a = static_cast<const T*>(w.data());
   int64_t lda = K;
   Tensor packed;
-  if (!one_tap || (tc && (K % 8 != 0 || !aligned16(w.data())))) {
-    lda = round_up(K, 8);
-    packed = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
-    Repack r{};
-    r.rows = int(s.c_out), r.lda = int(lda), r.K = int(K), r.Cg = int(s.c_in), r.KWp = int(std::max<int64_t>(s.kw, 1));
-    r.ry0 = 0, r.rx0 = 0, r.rstep = 1, r.KW = int(s.kw);
-    r.row_stride = s.c_in * s.kh * s.kw, r.ch_stride = s.kh * s.kw;
-    launch_repack<T>(a, static_cast<T*>(packed.data()), r, st);
-    a = static_cast<const T*>(packed.data());
-  }
+  const void* a = forward_weights(s, w, tc, true, packed, &lda, stream);
   GemmConv p;
   p.a = a, p.lda = int(lda), p.M = int(s.c_out);
   p.src = x.data(), p.C = int(s.c_in), p.Hs = int(s.h), p.Ws = int(s.w), p.plane = int(s.h * s.w);
@@ -1081,44 +964,14 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
                        const Stream& stream) {
   const cudaStream_t st = detail::native(stream);
   const int64_t S = s.stride, oh = s.out_h(), ow = s.out_w();
-  struct Phase {
-    int64_t py, px;    // the phase: taps (py + S * jr, px + S * jc), khp x kwp of them
-    int64_t khp, kwp;
-    int64_t iy0, ix0;  // its first dx pixel; then every S-th, hp x wp of them
-    int64_t hp, wp;
-    int64_t qy0, qx0;  // dy coordinates of its first pixel at tap (0, 0)
-    int64_t lda, offset;
-  };
-  std::vector<Phase> phases;
   int64_t total = 0;
-  for (int64_t py = 0; py < S; ++py)
-    for (int64_t px = 0; px < S; ++px) {
-      Phase f{};
-      f.py = py, f.px = px;
-      f.khp = py < s.kh ? (s.kh - py + S - 1) / S : 0;
-      f.kwp = px < s.kw ? (s.kw - px + S - 1) / S : 0;
-      f.iy0 = ((py - s.pad) % S + S) % S;
-      f.ix0 = ((px - s.pad) % S + S) % S;
-      f.hp = f.iy0 < s.h ? (s.h - f.iy0 + S - 1) / S : 0;
-      f.wp = f.ix0 < s.w ? (s.w - f.ix0 + S - 1) / S : 0;
-      if (f.hp == 0 || f.wp == 0) continue;
-      f.qy0 = (f.iy0 + s.pad - py) / S;  // exact: iy0 + pad == py (mod S), and >= 0
-      f.qx0 = (f.ix0 + s.pad - px) / S;
-      f.lda = round_up(f.khp * f.kwp * s.c_out, 8);
-      f.offset = total;
-      total += s.c_in * f.lda;
-      phases.push_back(f);
-    }
+  const std::vector<DataPhase> phases = data_phases(s, &total);
   Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
   T* pk = static_cast<T*>(packed.data());
   const bool unit = s.kh == 1 && s.kw == 1 && S == 1 && s.pad == 0;
-  for (const Phase& f : phases) {
+  for (const DataPhase& f : phases) {
     const int64_t K = f.khp * f.kwp * s.c_out;
-    Repack r{};
-    r.rows = int(s.c_in), r.lda = int(f.lda), r.K = int(K), r.Cg = int(s.c_out), r.KWp = int(std::max<int64_t>(f.kwp, 1));
-    r.ry0 = int(f.py), r.rx0 = int(f.px), r.rstep = int(S), r.KW = int(s.kw);
-    r.row_stride = s.kh * s.kw, r.ch_stride = s.c_in * s.kh * s.kw;
-    launch_repack<T>(static_cast<const T*>(w.data()), pk + f.offset, r, st);
+    repack_phase_weights(s, f, w, packed, st);
     GemmConv p;
     p.a = pk + f.offset, p.lda = int(f.lda), p.M = int(s.c_in);
     p.src = dy.data(), p.C = int(s.c_out), p.Hs = int(oh), p.Ws = int(ow), p.plane = int(oh * ow);
@@ -1130,17 +983,6 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.dys = p.dxs = int(S), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
     launch_gemm<T>(p, tc, gather_mode(p, unit), st);
   }
-}
-
-// Splits of the pixel reduction: enough blocks for ~4 per SM of an H100 (a fixed number, so the sum order and
-// hence the bits depend on the shape only), at least 8 k tiles each, partials capped at 2^25 floats.
-int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int* tiles_per_split) {
-  int64_t splits = std::clamp<int64_t>((528 + tiles - 1) / tiles, 1, 256);
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, KT / 8));
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t(1) << 25) / std::max<int64_t>(partial_floats, 1)));
-  const int64_t per = (KT + splits - 1) / std::max<int64_t>(splits, 1);
-  *tiles_per_split = int(std::max<int64_t>(per, 1));
-  return int(std::max<int64_t>(1, (KT + *tiles_per_split - 1) / *tiles_per_split));
 }
 
 template <class T>
@@ -1194,10 +1036,7 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
   }
   HPDT_CUDA_CHECK_LAUNCH();
   if (splits > 1) {
-    const int64_t n = s.c_out * K;
-    wgrad_reduce<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, st>>>(ws.data<float>(), splits, n,
-                                                                            static_cast<T*>(dw.data()));
-    HPDT_CUDA_CHECK_LAUNCH();
+    wgrad_reduce(ws.data<float>(), splits, dw, st);
   }
 }
 
@@ -1236,7 +1075,8 @@ void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor&
   if (dbias) conv2d_bias_grad(dy, *dbias, stream);
 }
 
-void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream) {
+void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream, Layout layout) {
+  if (layout == Layout::nhwc) return conv_detail::bias_grad_nhwc(dy, dbias, stream);
   const int64_t n = dy.size(0), co = dy.size(1), ohw = dy.size(2) * dy.size(3), total = n * ohw;
   if (co == 0) return;
   HPDT_CHECK(total < (int64_t(1) << 31), "conv2d_backward_filter: dy ", dy.str(), " too large for the dbias reduction");
@@ -1250,26 +1090,145 @@ void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream) {
     bias_grad_partial<T><<<dim3(unsigned(co), unsigned(splits)), 256, 0, st>>>(
         static_cast<const T*>(dy.data()), int(co), FastDiv(ohw), int(total), int(chunk), partial.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();
-    bias_grad_final<T><<<unsigned((co + 255) / 256), 256, 0, st>>>(partial.data<float>(), int(co), int(splits),
-                                                                    static_cast<T*>(dbias.data()));
-    HPDT_CUDA_CHECK_LAUNCH();
   });
+  bias_grad_final(partial.data<float>(), int(co), int(splits), dbias, st);
 }
 
-void conv2d_epilogue_inplace(const Conv2dEpilogue& e, Tensor& y, const Stream& stream) {
+void conv2d_epilogue_inplace(const Conv2dEpilogue& e, Tensor& y, const Stream& stream, Layout layout) {
   if (!e.bias && !e.scale && !e.shift && !e.residual && !e.relu) return;
   const int64_t n = y.numel();
   if (n == 0) return;
   HPDT_CHECK(n < (int64_t(1) << 31), "conv2d_forward: y ", y.str(), " too large");
-  const int64_t plane = y.size(2) * y.size(3);
+  // NHWC: channel i % co, which is the NCHW rule with a plane of one element and co = y.size(3).
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t plane = nhwc ? 1 : y.size(2) * y.size(3), co = nhwc ? y.size(3) : y.size(1);
   dispatch_floating(y.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     auto ptr = [](const Tensor* t) { return t ? static_cast<const T*>(t->data()) : nullptr; };
     epilogue_inplace<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
-        static_cast<T*>(y.data()), int(n), FastDiv(plane), int(y.size(1)), ptr(e.bias), ptr(e.scale), ptr(e.shift),
+        static_cast<T*>(y.data()), int(n), FastDiv(plane), int(co), ptr(e.bias), ptr(e.scale), ptr(e.shift),
         ptr(e.residual), e.relu ? 1 : 0);
     HPDT_CUDA_CHECK_LAUNCH();
   });
 }
+
+// ---- conv_detail: host helpers declared in conv_common.cuh -------------------------------------------------
+
+namespace conv_detail {
+
+void check_index_range(std::string_view op, const Conv2dShape& s) {
+  const int64_t lim = int64_t(1) << 31;
+  const int64_t biggest =
+      std::max({s.n * s.c_in * s.h * s.w, s.n * s.c_out * s.out_h() * s.out_w(), s.c_out * s.c_in * s.kh * s.kw});
+  HPDT_CHECK(biggest < lim, op, ": tensors of 2^31 elements or more are not supported on CUDA (", s.str(), ")");
+}
+
+bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op) {
+  const bool half = dt == DType::f16 || dt == DType::bf16;
+  HPDT_CHECK(half || v != ConvVariant::v2_tensor_core, op,
+             ": the tensor-core variant (v2) takes f16 or bf16 tensors, got ", dtype_name(dt));
+  return half && v != ConvVariant::v1_simt;
+}
+
+Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream) {
+  return Tensor::empty({std::max<int64_t>(n, 1)}, dt, dev, AllocOptions{.stream = &stream});
+}
+
+void launch_repack(DType dt, const void* w, void* out, const Repack& r, cudaStream_t st) {
+  const int64_t n = int64_t(r.rows) * r.lda;
+  if (n == 0) return;
+  dispatch_floating(dt, "conv2d (weight repack)", [&](auto tag) {
+    using T = decltype(tag);
+    repack_weights<T>
+        <<<detail::grid_for(n, kThreads1D), kThreads1D, 0, st>>>(static_cast<const T*>(w), static_cast<T*>(out), r);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+const void* forward_weights(const Conv2dShape& s, const Tensor& w, bool for_cp_async, bool pad, Tensor& packed,
+                            int64_t* lda, const Stream& stream) {
+  const int64_t K = s.c_in * s.kh * s.kw;
+  const bool one_tap = s.kh == 1 && s.kw == 1;
+  *lda = K;
+  if (one_tap && !(for_cp_async && (K % 8 != 0 || !aligned16(w.data())))) return w.data();
+  *lda = pad ? round_up(K, 8) : K;
+  packed = device_buffer(s.c_out * *lda, w.dtype(), w.device(), stream);
+  Repack r{};
+  r.rows = int(s.c_out), r.lda = int(*lda), r.K = int(K), r.Cg = int(s.c_in), r.KWp = int(std::max<int64_t>(s.kw, 1));
+  r.ry0 = 0, r.rx0 = 0, r.rstep = 1, r.KW = int(s.kw);
+  r.row_stride = s.c_in * s.kh * s.kw, r.ch_stride = s.kh * s.kw;
+  launch_repack(w.dtype(), w.data(), packed.data(), r, detail::native(stream));
+  return packed.data();
+}
+
+std::vector<DataPhase> data_phases(const Conv2dShape& s, int64_t* packed_total) {
+  const int64_t S = s.stride;
+  std::vector<DataPhase> phases;
+  int64_t total = 0;
+  for (int64_t py = 0; py < S; ++py)
+    for (int64_t px = 0; px < S; ++px) {
+      DataPhase f{};
+      f.py = py, f.px = px;
+      f.khp = py < s.kh ? (s.kh - py + S - 1) / S : 0;
+      f.kwp = px < s.kw ? (s.kw - px + S - 1) / S : 0;
+      f.iy0 = ((py - s.pad) % S + S) % S;
+      f.ix0 = ((px - s.pad) % S + S) % S;
+      f.hp = f.iy0 < s.h ? (s.h - f.iy0 + S - 1) / S : 0;
+      f.wp = f.ix0 < s.w ? (s.w - f.ix0 + S - 1) / S : 0;
+      if (f.hp == 0 || f.wp == 0) continue;
+      f.qy0 = (f.iy0 + s.pad - py) / S;  // exact: iy0 + pad == py (mod S), and >= 0
+      f.qx0 = (f.ix0 + s.pad - px) / S;
+      f.lda = round_up(f.khp * f.kwp * s.c_out, 8);
+      f.offset = total;
+      total += s.c_in * f.lda;
+      phases.push_back(f);
+    }
+  *packed_total = total;
+  return phases;
+}
+
+void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor& w, Tensor& packed, cudaStream_t st) {
+  Repack r{};
+  r.rows = int(s.c_in), r.lda = int(f.lda), r.K = int(f.khp * f.kwp * s.c_out), r.Cg = int(s.c_out);
+  r.KWp = int(std::max<int64_t>(f.kwp, 1));
+  r.ry0 = int(f.py), r.rx0 = int(f.px), r.rstep = int(s.stride), r.KW = int(s.kw);
+  r.row_stride = s.kh * s.kw, r.ch_stride = s.c_in * s.kh * s.kw;
+  launch_repack(w.dtype(), w.data(), static_cast<char*>(packed.data()) + f.offset * int64_t(dtype_size(w.dtype())), r,
+                st);
+}
+
+// Splits of the pixel reduction: enough blocks for ~4 per SM of an H100 (a fixed number, so the sum order and
+// hence the bits depend on the shape only), at least 8 k tiles each, partials capped at 2^25 floats.
+int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int* tiles_per_split) {
+  int64_t splits = std::clamp<int64_t>((528 + tiles - 1) / tiles, 1, 256);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, KT / 8));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t(1) << 25) / std::max<int64_t>(partial_floats, 1)));
+  const int64_t per = (KT + splits - 1) / std::max<int64_t>(splits, 1);
+  *tiles_per_split = int(std::max<int64_t>(per, 1));
+  return int(std::max<int64_t>(1, (KT + *tiles_per_split - 1) / *tiles_per_split));
+}
+
+void wgrad_reduce(const float* ws, int splits, Tensor& dw, cudaStream_t st) {
+  const int64_t n = dw.numel();
+  if (n == 0) return;
+  dispatch_floating(dw.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    wgrad_reduce_kernel<T>
+        <<<detail::grid_for(n, kThreads1D), kThreads1D, 0, st>>>(ws, splits, n, static_cast<T*>(dw.data()));
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void bias_grad_final(const float* partial, int co, int splits, Tensor& dbias, cudaStream_t st) {
+  if (co == 0) return;
+  dispatch_floating(dbias.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    bias_grad_final_kernel<T>
+        <<<unsigned((co + 255) / 256), 256, 0, st>>>(partial, co, splits, static_cast<T*>(dbias.data()));
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace conv_detail
 
 }  // namespace hpdt::kernels::cuda

@@ -1,5 +1,5 @@
-// cuDNN 9 convolution (legacy cudnnConvolution* API, NCHW descriptors): the `vendor` kernel backend and the peer
-// hpdt's implicit-GEMM kernels (conv.cu) are benchmarked against.
+// cuDNN 9 convolution (legacy cudnnConvolution* API, NCHW or NHWC descriptors): the `vendor` kernel backend and the
+// peer hpdt's implicit-GEMM kernels (conv.cu, conv_nhwc.cu) are benchmarked against.
 //   - one cudnnHandle_t per device, created on first use and kept for the process (destroying it at exit can
 //     run after the driver has unloaded); cudnnSetStream before every call, under the handle's mutex so that two
 //     threads never interleave a set-stream and a call;
@@ -10,7 +10,11 @@
 //     direction, shape);
 //   - workspace from the caching allocator (Tensor::empty on the stream), freed back to it after the call;
 //   - backward-filter accumulates with beta = 1; dbias and the forward epilogue run on hpdt's kernels
-//     (cudnnConvolutionBackwardBias / cudnnAddTensor do not take bf16 everywhere).
+//     (cudnnConvolutionBackwardBias / cudnnAddTensor do not take bf16 everywhere);
+//   - NHWC: NHWC tensor descriptors and an NHWC (KRSC) filter descriptor, the layout cuDNN's NHWC tensor-core
+//     kernels take. hpdt keeps weights [co, ci, kh, kw], so kh x kw > 1 filters are permuted into a scratch KRSC
+//     copy (conv_common.cuh: forward_weights) and backward-filter accumulates into a KRSC copy of dw that is
+//     permuted back (conv2d_filter_from_krsc); a 1x1 filter is the same bytes in both layouts.
 #include <cudnn.h>
 
 #include <map>
@@ -18,6 +22,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "conv_common.cuh"
 #include "cudnn_check.cuh"
 #include "hpdt/core/log.h"
 #include "hpdt/kernels/cuda/conv.h"
@@ -63,16 +68,17 @@ cudnnDataType_t cudnn_type(DType dt) {
 // The four descriptors of one convolution, destroyed with the object.
 class Descriptors {
  public:
-  Descriptors(const Conv2dShape& s, DType dt) {
+  Descriptors(const Conv2dShape& s, DType dt, Layout layout) {
     const cudnnDataType_t t = cudnn_type(dt);
+    const cudnnTensorFormat_t f = layout == Layout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     HPDT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     HPDT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     HPDT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     HPDT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-    HPDT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, int(s.n), int(s.c_in), int(s.h), int(s.w)));
-    HPDT_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, int(s.n), int(s.c_out), int(s.out_h()), int(s.out_w())));
-    HPDT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, int(s.c_out), int(s.c_in), int(s.kh), int(s.kw)));
+    // Dimensions are always given as n, c, h, w; the format says the memory order.
+    HPDT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, f, t, int(s.n), int(s.c_in), int(s.h), int(s.w)));
+    HPDT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, f, t, int(s.n), int(s.c_out), int(s.out_h()), int(s.out_w())));
+    HPDT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, t, f, int(s.c_out), int(s.c_in), int(s.kh), int(s.kw)));
     HPDT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, int(s.pad), int(s.pad), int(s.stride), int(s.stride), 1, 1,
                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, dt == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
@@ -98,7 +104,8 @@ struct Choice {
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
 
-using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Key =
+    std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
 // A heuristic result we take: it ran, needs at most 2 GiB of workspace, is deterministic (first pass; a second
 // pass takes any, with a warning), and keeps f32 in f32 (no tensor-op math).
@@ -125,10 +132,11 @@ bool pick(const Perf* perf, int returned, DType dt, Choice& c) {
   return false;
 }
 
-Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType dt, Direction dir, int device) {
+Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType dt, Layout layout, Direction dir,
+              int device) {
   static std::mutex mu;
   static auto* cache = new std::map<Key, Choice>();
-  const Key key{device, int(dt), int(dir), s.n, s.c_in, s.h, s.w, s.c_out, s.kh, s.kw, s.stride, s.pad};
+  const Key key{device, int(dt), int(layout), int(dir), s.n, s.c_in, s.h, s.w, s.c_out, s.kh, s.kw, s.stride, s.pad};
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache->find(key);
@@ -153,7 +161,7 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType
         h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
     found = pick(perf, returned, dt, c);
   }
-  HPDT_CHECK(found, "conv2d (cuDNN): no algorithm for ", s.str(), " in ", dtype_name(dt));
+  HPDT_CHECK(found, "conv2d (cuDNN): no algorithm for ", s.str(), " in ", dtype_name(dt), ", ", layout_name(layout));
   if (dt == DType::f32) c.math = CUDNN_FMA_MATH;  // DEFAULT_MATH would allow TF32 on Ampere and later
   std::lock_guard<std::mutex> lock(mu);
   cache->emplace(key, c);
@@ -162,6 +170,14 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType
 
 Tensor workspace(size_t bytes, Device dev, const Stream& stream) {
   return Tensor::empty({int64_t(std::max<size_t>(bytes, 1))}, DType::u8, dev, AllocOptions{.stream = &stream});
+}
+
+// The filter cuDNN reads (and backward-filter writes): w itself for NCHW and for 1x1 kernels, else a KRSC copy
+// in `packed` (NHWC filter descriptor).
+const void* filter(const Conv2dShape& s, const Tensor& w, Layout layout, Tensor& packed, const Stream& stream) {
+  if (layout == Layout::nchw) return w.data();
+  int64_t lda = 0;
+  return conv_detail::forward_weights(s, w, false, false, packed, &lda, stream);
 }
 
 void check_cudnn_range(const Conv2dShape& s) {
@@ -173,14 +189,16 @@ void check_cudnn_range(const Conv2dShape& s) {
 }  // namespace
 
 void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
-                           const Stream& stream) {
+                           const Stream& stream, Layout layout) {
   if (y.numel() == 0) return;
   check_cudnn_range(s);
+  Tensor packed;
+  const void* wp = filter(s, w, layout, packed, stream);
   const int device = x.device().index;
   Handle& handle = handle_for(device);
-  const Descriptors d(s, x.dtype());
+  const Descriptors d(s, x.dtype(), layout);
   std::lock_guard<std::mutex> lock(handle.m);
-  const Choice c = choose(handle.h, d, s, x.dtype(), Direction::forward, device);
+  const Choice c = choose(handle.h, d, s, x.dtype(), layout, Direction::forward, device);
   HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   size_t bytes = 0;
   const auto algo = cudnnConvolutionFwdAlgo_t(c.algo);
@@ -188,20 +206,22 @@ void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& 
   Tensor ws = workspace(bytes, x.device(), stream);
   HPDT_CUDNN_CHECK(cudnnSetStream(handle.h, detail::native(stream)));
   const float alpha = 1.0f, beta = 0.0f;
-  HPDT_CUDNN_CHECK(cudnnConvolutionForward(handle.h, &alpha, d.x, x.data(), d.w, w.data(), d.conv, algo, ws.data(),
-                                           bytes, &beta, d.y, y.data()));
-  conv2d_epilogue_inplace(e, y, stream);
+  HPDT_CUDNN_CHECK(cudnnConvolutionForward(handle.h, &alpha, d.x, x.data(), d.w, wp, d.conv, algo, ws.data(), bytes,
+                                           &beta, d.y, y.data()));
+  conv2d_epilogue_inplace(e, y, stream, layout);
 }
 
 void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                                 const Stream& stream) {
+                                 const Stream& stream, Layout layout) {
   if (dx.numel() == 0) return;
   check_cudnn_range(s);
+  Tensor packed;
+  const void* wp = filter(s, w, layout, packed, stream);
   const int device = dy.device().index;
   Handle& handle = handle_for(device);
-  const Descriptors d(s, dy.dtype());
+  const Descriptors d(s, dy.dtype(), layout);
   std::lock_guard<std::mutex> lock(handle.m);
-  const Choice c = choose(handle.h, d, s, dy.dtype(), Direction::backward_data, device);
+  const Choice c = choose(handle.h, d, s, dy.dtype(), layout, Direction::backward_data, device);
   HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   size_t bytes = 0;
   const auto algo = cudnnConvolutionBwdDataAlgo_t(c.algo);
@@ -209,20 +229,23 @@ void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const T
   Tensor ws = workspace(bytes, dy.device(), stream);
   HPDT_CUDNN_CHECK(cudnnSetStream(handle.h, detail::native(stream)));
   const float alpha = 1.0f, beta = 0.0f;
-  HPDT_CUDNN_CHECK(cudnnConvolutionBackwardData(handle.h, &alpha, d.w, w.data(), d.y, dy.data(), d.conv, algo,
-                                                ws.data(), bytes, &beta, d.x, dx.data()));
+  HPDT_CUDNN_CHECK(cudnnConvolutionBackwardData(handle.h, &alpha, d.w, wp, d.y, dy.data(), d.conv, algo, ws.data(),
+                                                bytes, &beta, d.x, dx.data()));
 }
 
-void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
-                                   Tensor* dbias, const Stream& stream) {
-  if (dbias) conv2d_bias_grad(dy, *dbias, stream);
+void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
+                                   const Stream& stream, Layout layout) {
+  if (dbias) conv2d_bias_grad(dy, *dbias, stream, layout);
   if (dw.numel() == 0 || dy.numel() == 0) return;
   check_cudnn_range(s);
+  // NHWC with kh x kw > 1: accumulate into a KRSC copy of dw, permuted back after the call.
+  Tensor packed;
+  void* dwp = const_cast<void*>(filter(s, dw, layout, packed, stream));
   const int device = x.device().index;
   Handle& handle = handle_for(device);
-  const Descriptors d(s, x.dtype());
+  const Descriptors d(s, x.dtype(), layout);
   std::lock_guard<std::mutex> lock(handle.m);
-  const Choice c = choose(handle.h, d, s, x.dtype(), Direction::backward_filter, device);
+  const Choice c = choose(handle.h, d, s, x.dtype(), layout, Direction::backward_filter, device);
   HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   size_t bytes = 0;
   const auto algo = cudnnConvolutionBwdFilterAlgo_t(c.algo);
@@ -231,7 +254,8 @@ void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const 
   HPDT_CUDNN_CHECK(cudnnSetStream(handle.h, detail::native(stream)));
   const float alpha = 1.0f, beta = 1.0f;  // dw += (accumulate)
   HPDT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle.h, &alpha, d.x, x.data(), d.y, dy.data(), d.conv, algo,
-                                                  ws.data(), bytes, &beta, d.w, dw.data()));
+                                                  ws.data(), bytes, &beta, d.w, dwp));
+  if (packed.defined()) conv2d_filter_from_krsc(s, packed, dw, stream);
 }
 
 }  // namespace hpdt::kernels::cuda

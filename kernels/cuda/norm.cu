@@ -1,4 +1,4 @@
-// CUDA batch norm (NCHW or [n, c]) and layer norm (last dimension); the CPU oracle is kernels/cpu/norm.cpp.
+// CUDA batch norm (NCHW, NHWC or [n, c]) and layer norm (last dimension); the CPU oracle is kernels/cpu/norm.cpp.
 // Storage f32, f16 or bf16 with f32 math; saved and running statistics f32. Every reduction is
 // deterministic: a partition that depends on the shape only (never on the device or on timing), combined in
 // a fixed order, with no float atomics.
@@ -14,6 +14,11 @@
 //   3. bn_apply_kernel: y = x * a + b with a = invstd * gamma, b = beta - mean * a (eval: from running stats).
 //   Backward: bn_backward_reduce_kernel (per-block sum dy, sum dy * (x - mean)) -> bn_backward_finalize
 //   (split order, double; dgamma/dbeta +=; the dx coefficients) -> bn_backward_apply_kernel.
+// NHWC batch norm is the column statistics of the [n*h*w, c] matrix: bn_stats_nhwc_kernel, bn_apply_nhwc_kernel,
+//   bn_backward_reduce_nhwc_kernel, bn_backward_apply_nhwc_kernel. A block of TX x TY threads covers TX vectors of
+//   a row (coalesced along channels) and a fixed chunk of rows, each thread a fixed stride of rows (Welford in
+//   steps of 4 rows); the TY partial results per channel meet in a fixed shared-memory tree, and the per-block
+//   partials go through the same finalize kernels (SyncBN seam included) as NCHW's.
 // Layer norm: ln_forward_kernel, one warp per row (the row re-read from L1/L2 for the three passes);
 //   ln_backward_kernel, a group of threads per row, each thread owning fixed columns of the block's
 //   dgamma/dbeta accumulators in shared memory (no races), partials per block summed in block order by
@@ -359,6 +364,220 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- batch norm, NHWC: column statistics of the [rows, c] matrix (rows = n*h*w) --------------------------
+// Block of kThreads = TX x TY threads, TX a power of two <= 32 covering a row's vectors of V channels: thread
+// (tx, ty) owns vector column v = blockIdx.y * TX + tx (V channels; coalesced: a warp reads consecutive vectors
+// of a row) and rows r0 + ty, r0 + ty + TY, ... of the block's fixed chunk [r0, r1) (blockIdx.x). The TY
+// partial results of a channel are combined by a fixed tree over ty in shared memory.
+
+struct NhwcCols {
+  int tx_log2;  // TX = 1 << tx_log2
+  int cv;       // vectors per row
+  __device__ __forceinline__ int tx() const { return int(threadIdx.x) & ((1 << tx_log2) - 1); }
+  __device__ __forceinline__ int ty() const { return int(threadIdx.x) >> tx_log2; }
+  __device__ __forceinline__ int rows_step() const { return kThreads >> tx_log2; }
+  __device__ __forceinline__ int column() const { return int(blockIdx.y << tx_log2) + tx(); }
+};
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) bn_stats_nhwc_kernel(const T* __restrict__ x, NhwcCols g, uint32_t rows,
+                                                                 uint32_t chunk, float* __restrict__ partial) {
+  constexpr int U = 4;  // rows per step, merged into the running summary at once
+  __shared__ float sh[3][kThreads * V];
+  const int v = g.column(), ty = g.ty(), TY = g.rows_step();
+  const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
+  Welford st[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) st[k] = Welford{0.0f, 0.0f, 0.0f};
+  if (v < g.cv)
+    for (uint32_t r = r0 + uint32_t(ty); r < r1; r += uint32_t(TY * U)) {
+      float val[U][V];
+      bool ok[U];
+      int cnt = 0;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint32_t ru = r + uint32_t(u * TY);
+        ok[u] = ru < r1;
+        if (ok[u]) {
+          load<V>(x + (int64_t(ru) * g.cv + v) * V, val[u]);
+          ++cnt;
+        }
+      }
+      const float nb = float(cnt);  // >= 1: row r itself is in range
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int u = 0; u < U; ++u) sum += ok[u] ? val[u][k] : 0.0f;
+        const float mb = sum / nb;
+        float m2b = 0.0f;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const float d = ok[u] ? val[u][k] - mb : 0.0f;
+          m2b += d * d;
+        }
+        st[k] = merge(st[k], Welford{nb, mb, m2b});
+      }
+    }
+  // Fixed tree over ty: in round s, ty < s merges ty + s into itself (reads >= s, writes < s: no overlap).
+  const int me = int(threadIdx.x) * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) sh[0][me + k] = st[k].n, sh[1][me + k] = st[k].mean, sh[2][me + k] = st[k].m2;
+  for (int s = TY >> 1; s > 0; s >>= 1) {
+    __syncthreads();
+    if (ty < s) {
+      const int other = me + (s << g.tx_log2) * V;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        st[k] = merge(st[k], Welford{sh[0][other + k], sh[1][other + k], sh[2][other + k]});
+        sh[0][me + k] = st[k].n, sh[1][me + k] = st[k].mean, sh[2][me + k] = st[k].m2;
+      }
+    }
+  }
+  if (ty == 0 && v < g.cv)
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float* p = partial + ((int64_t(v) * V + k) * gridDim.x + blockIdx.x) * 3;
+      p[0] = st[k].n, p[1] = st[k].mean, p[2] = st[k].m2;
+    }
+}
+
+// y = x * a + b per channel (eval: invstd from the running variance, as bn_apply_kernel). x and y may be one tensor.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_apply_nhwc_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale,
+                         int scale_is_var, float eps, const T* __restrict__ gamma, const T* __restrict__ beta,
+                         NhwcCols g, uint32_t rows, uint32_t chunk) {
+  constexpr int U = 4;
+  const int v = g.column(), TY = g.rows_step();
+  if (v >= g.cv) return;  // no barriers below
+  float a[V], b[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int ch = v * V + k;
+    float is = scale[ch];
+    if (scale_is_var) is = 1.0f / sqrtf(is + eps);
+    a[k] = is * to_f32(gamma[ch]);
+    b[k] = to_f32(beta[ch]) - mean[ch] * a[k];
+  }
+  const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
+  for (uint32_t r = r0 + uint32_t(g.ty()); r < r1; r += uint32_t(TY * U)) {
+    float val[U][V];
+    int64_t off[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // all loads first: U vectors in flight per thread
+      const uint32_t ru = r + uint32_t(u * TY);
+      off[u] = ru < r1 ? (int64_t(ru) * g.cv + v) * V : -1;
+      if (off[u] >= 0) load<V>(x + off[u], val[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (off[u] < 0) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) val[u][k] = val[u][k] * a[k] + b[k];
+      store<V>(y + off[u], val[u]);
+    }
+  }
+}
+
+// Per block and channel: sum dy, sum dy * (x - mean) (the tree as bn_stats_nhwc_kernel); partial [c][splits][2].
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_reduce_nhwc_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, NhwcCols g,
+                                   uint32_t rows, uint32_t chunk, float* __restrict__ partial) {
+  constexpr int U = 4;
+  __shared__ float sh[2][kThreads * V];
+  const int v = g.column(), ty = g.ty(), TY = g.rows_step();
+  const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
+  float sdy[V], sdyx[V], m[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) sdy[k] = 0.0f, sdyx[k] = 0.0f, m[k] = v < g.cv ? mean[v * V + k] : 0.0f;
+  if (v < g.cv)
+    for (uint32_t r = r0 + uint32_t(ty); r < r1; r += uint32_t(TY * U)) {
+      float gv[U][V], pv[U][V];
+      bool ok[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint32_t ru = r + uint32_t(u * TY);
+        ok[u] = ru < r1;
+        if (ok[u]) {
+          const int64_t off = (int64_t(ru) * g.cv + v) * V;
+          load<V>(dy + off, gv[u]);
+          load<V>(x + off, pv[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (!ok[u]) continue;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          sdy[k] += gv[u][k];
+          sdyx[k] += gv[u][k] * (pv[u][k] - m[k]);
+        }
+      }
+    }
+  const int me = int(threadIdx.x) * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) sh[0][me + k] = sdy[k], sh[1][me + k] = sdyx[k];
+  for (int s = TY >> 1; s > 0; s >>= 1) {
+    __syncthreads();
+    if (ty < s) {
+      const int other = me + (s << g.tx_log2) * V;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        sdy[k] += sh[0][other + k];
+        sdyx[k] += sh[1][other + k];
+        sh[0][me + k] = sdy[k], sh[1][me + k] = sdyx[k];
+      }
+    }
+  }
+  if (ty == 0 && v < g.cv)
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float* q = partial + ((int64_t(v) * V + k) * gridDim.x + blockIdx.x) * 2;
+      q[0] = sdy[k], q[1] = sdyx[k];
+    }
+}
+
+// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), as bn_backward_apply_kernel.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_apply_nhwc_kernel(const T* dy, const T* x, const float* __restrict__ mean,
+                                  const float* __restrict__ invstd, const T* __restrict__ gamma,
+                                  const float* __restrict__ coef, T* dx, int c, NhwcCols g, uint32_t rows,
+                                  uint32_t chunk) {
+  constexpr int U = V == 1 ? 4 : 2;
+  const int v = g.column(), TY = g.rows_step();
+  if (v >= g.cv) return;  // no barriers below
+  float is[V], kk[V], mdy[V], mdyx[V], m[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int ch = v * V + k;
+    is[k] = invstd[ch], kk[k] = to_f32(gamma[ch]) * is[k], mdy[k] = coef[ch], mdyx[k] = coef[c + ch], m[k] = mean[ch];
+  }
+  const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
+  for (uint32_t r = r0 + uint32_t(g.ty()); r < r1; r += uint32_t(TY * U)) {
+    float gv[U][V], pv[U][V];
+    int64_t off[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t ru = r + uint32_t(u * TY);
+      off[u] = ru < r1 ? (int64_t(ru) * g.cv + v) * V : -1;
+      if (off[u] >= 0) {
+        load<V>(dy + off[u], gv[u]);
+        load<V>(x + off[u], pv[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (off[u] < 0) continue;
+#pragma unroll
+      for (int e = 0; e < V; ++e) gv[u][e] = kk[e] * (gv[u][e] - mdy[e] - (pv[u][e] - m[e]) * is[e] * mdyx[e]);
+      store<V>(dx + off[u], gv[u]);
+    }
+  }
+}
+
 // ---- host side of batch norm ---------------------------------------------------------------------------
 
 struct BnDims {
@@ -409,6 +628,51 @@ void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float*
   else
     bn_apply_kernel<T, kVec<T>>
         <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv, d.slots, sp.chunk);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+// The grid of the NHWC kernels: vector width V (when c % V == 0 and every pointer is 16-byte aligned), TX x TY
+// threads per block, blocks of fixed row chunks (about kTargetBlocks in all, at least min_rows_per_thread rows per
+// thread): a function of the shape only.
+struct NhwcDims {
+  NhwcCols cols;
+  int c, v, splits;
+  unsigned col_blocks;
+  uint32_t rows, chunk;
+};
+
+NhwcDims nhwc_dims(const char* op, const Tensor& x, int vec, std::initializer_list<const void*> ptrs,
+                   int64_t min_rows_per_thread) {
+  const int64_t c = x.size(-1), rows = c > 0 ? x.numel() / c : 0;
+  HPDT_CHECK(rows <= (int64_t(1) << 31), op, ": on CUDA at most 2^31 values per channel, got ", rows);
+  bool vectorise = c % vec == 0;
+  for (const void* p : ptrs) vectorise = vectorise && aligned16(p);
+  NhwcDims d{};
+  d.c = int(c), d.v = vectorise ? vec : 1, d.rows = uint32_t(rows);
+  d.cols.cv = int(c / d.v);
+  d.cols.tx_log2 = 0;
+  while ((1 << d.cols.tx_log2) < std::min(d.cols.cv, 32)) ++d.cols.tx_log2;
+  const int64_t tx = int64_t(1) << d.cols.tx_log2, ty = kThreads / tx;
+  d.col_blocks = unsigned((d.cols.cv + tx - 1) / tx);
+  HPDT_CHECK(d.col_blocks <= 65535, op, ": on CUDA at most ", 65535 * 32, " channel vectors per row, got ", d.cols.cv);
+  const int64_t want = std::max<int64_t>(1, (kTargetBlocks + d.col_blocks - 1) / d.col_blocks);
+  const int64_t most = std::max<int64_t>(1, rows / (ty * min_rows_per_thread));
+  const int64_t chunk = std::max<int64_t>(1, (rows + std::min(want, most) - 1) / std::min(want, most));
+  d.chunk = uint32_t(chunk);
+  d.splits = int(std::max<int64_t>(1, (rows + chunk - 1) / chunk));
+  return d;
+}
+
+template <class T>
+void bn_apply_nhwc(const NhwcDims& d, const T* x, T* y, const float* mean, const float* scale, bool scale_is_var,
+                   float eps, const T* gamma, const T* beta, cudaStream_t s) {
+  const dim3 grid(unsigned(d.splits), d.col_blocks);
+  if (d.v == 1)
+    bn_apply_nhwc_kernel<T, 1>
+        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.cols, d.rows, d.chunk);
+  else
+    bn_apply_nhwc_kernel<T, kVec<T>>
+        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.cols, d.rows, d.chunk);
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
@@ -594,103 +858,174 @@ __global__ void ln_param_grad_finalize(const float* __restrict__ partial, int bl
 
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& stream) {
+                             const AllReduceSum& sync, const Stream& stream, Layout layout) {
+  const char* op = "batchnorm_forward_train";
   const cudaStream_t s = detail::native(stream);
-  const int64_t c = x.size(1);
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t c = nhwc ? x.size(-1) : x.size(1);
   ensure_f32(saved.mean, c, x, stream);
   ensure_f32(saved.invstd, c, x, stream);
   if (c == 0) return;
-  dispatch_floating(x.dtype(), "batchnorm_forward_train", [&](auto tag) {
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    const BnDims d = bn_dims("batchnorm_forward_train", x, kVec<T>, {x.data(), y.data()});
-    const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
     const AllocOptions opts{.stream = &stream};
-    Tensor partial = Tensor::empty({int64_t(d.c) * sp.splits * 3}, DType::f32, x.device(), opts);
-    const dim3 grid(unsigned(sp.splits), unsigned(d.c));
     const T* xp = static_cast<const T*>(x.data());
-    if (d.v == 1)
-      bn_stats_kernel<T, 1><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
-    else
-      bn_stats_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+    // 1. per-block Welford partials [c][splits][3]
+    Tensor partial;
+    int splits = 0;
+    int64_t count = 0;
+    BnDims d{};
+    NhwcDims nd{};
+    if (nhwc) {
+      nd = nhwc_dims(op, x, kVec<T>, {x.data(), y.data()}, 4);
+      splits = nd.splits, count = nd.rows;
+      partial = Tensor::empty({c * splits * 3}, DType::f32, x.device(), opts);
+      const dim3 grid(unsigned(splits), nd.col_blocks);
+      if (nd.v == 1)
+        bn_stats_nhwc_kernel<T, 1><<<grid, kThreads, 0, s>>>(xp, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+      else
+        bn_stats_nhwc_kernel<T, kVec<T>>
+            <<<grid, kThreads, 0, s>>>(xp, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+    } else {
+      d = bn_dims(op, x, kVec<T>, {x.data(), y.data()});
+      const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
+      splits = sp.splits, count = d.count;
+      partial = Tensor::empty({c * splits * 3}, DType::f32, x.device(), opts);
+      const dim3 grid(unsigned(splits), unsigned(d.c));
+      if (d.v == 1)
+        bn_stats_kernel<T, 1><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+      else
+        bn_stats_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+    }
     HPDT_CUDA_CHECK_LAUNCH();
+    // 2. statistics (through the SyncBN seam when set)
     float* mean = saved.mean.data<float>();
     float* invstd = saved.invstd.data<float>();
     float* rm = running_mean.data<float>();
     float* rv = running_var.data<float>();
     Tensor buf;
-    if (sync) buf = Tensor::empty({2 * int64_t(d.c) + 1}, DType::f32, x.device(), opts);
-    bn_stats_finalize<<<channel_blocks(d.c), 128, 0, s>>>(partial.data<float>(), sp.splits, d.c, double(d.count), eps,
-                                                          momentum, sync ? buf.data<float>() : nullptr, mean, invstd,
-                                                          rm, rv);
+    if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
+    bn_stats_finalize<<<channel_blocks(int(c)), 128, 0, s>>>(partial.data<float>(), splits, int(c), double(count), eps,
+                                                             momentum, sync ? buf.data<float>() : nullptr, mean, invstd,
+                                                             rm, rv);
     HPDT_CUDA_CHECK_LAUNCH();
     if (sync) {
-      sync_round_trip(sync, buf.data<float>(), d.c, s);
-      bn_finalize_from_sums<<<channel_blocks(d.c), 128, 0, s>>>(buf.data<float>(), d.c, eps, momentum, mean, invstd, rm,
-                                                                rv);
+      sync_round_trip(sync, buf.data<float>(), int(c), s);
+      bn_finalize_from_sums<<<channel_blocks(int(c)), 128, 0, s>>>(buf.data<float>(), int(c), eps, momentum, mean,
+                                                                   invstd, rm, rv);
       HPDT_CUDA_CHECK_LAUNCH();
     }
-    bn_apply<T>(d, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, static_cast<const T*>(gamma.data()),
-                static_cast<const T*>(beta.data()), s);
+    // 3. y
+    const T* gp = static_cast<const T*>(gamma.data());
+    const T* bp = static_cast<const T*>(beta.data());
+    if (nhwc)
+      bn_apply_nhwc<T>(nd, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, s);
+    else
+      bn_apply<T>(d, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, s);
   });
 }
 
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, float eps, Tensor& y, const Stream& stream) {
-  if (x.size(1) == 0) return;
-  dispatch_floating(x.dtype(), "batchnorm_forward_eval", [&](auto tag) {
+                            const Tensor& running_var, float eps, Tensor& y, const Stream& stream, Layout layout) {
+  const char* op = "batchnorm_forward_eval";
+  const bool nhwc = layout == Layout::nhwc;
+  if ((nhwc ? x.size(-1) : x.size(1)) == 0) return;
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    const BnDims d = bn_dims("batchnorm_forward_eval", x, kVec<T>, {x.data(), y.data()});
-    bn_apply<T>(d, static_cast<const T*>(x.data()), static_cast<T*>(y.data()), running_mean.data<float>(),
-                running_var.data<float>(), true, eps, static_cast<const T*>(gamma.data()),
-                static_cast<const T*>(beta.data()), detail::native(stream));
+    const T* xp = static_cast<const T*>(x.data());
+    const T* gp = static_cast<const T*>(gamma.data());
+    const T* bp = static_cast<const T*>(beta.data());
+    if (nhwc)
+      bn_apply_nhwc<T>(nhwc_dims(op, x, kVec<T>, {x.data(), y.data()}, 8), xp, static_cast<T*>(y.data()),
+                       running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp,
+                       detail::native(stream));
+    else
+      bn_apply<T>(bn_dims(op, x, kVec<T>, {x.data(), y.data()}), xp, static_cast<T*>(y.data()),
+                  running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp, detail::native(stream));
   });
 }
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
-                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync,
-                              const Stream& stream) {
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& stream,
+                              Layout layout) {
+  const char* op = "batchnorm_backward_train";
   const cudaStream_t s = detail::native(stream);
-  if (x.size(1) == 0) return;
-  dispatch_floating(x.dtype(), "batchnorm_backward_train", [&](auto tag) {
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t c = nhwc ? x.size(-1) : x.size(1);
+  if (c == 0) return;
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    const BnDims d = bn_dims("batchnorm_backward_train", x, kVec<T>, {dy.data(), x.data(), dx.data()});
-    const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
     const AllocOptions opts{.stream = &stream};
-    Tensor partial = Tensor::empty({int64_t(d.c) * sp.splits * 2}, DType::f32, x.device(), opts);
-    Tensor coef = Tensor::empty({2 * int64_t(d.c)}, DType::f32, x.device(), opts);
-    const dim3 grid(unsigned(sp.splits), unsigned(d.c));
     const T* dyp = static_cast<const T*>(dy.data());
     const T* xp = static_cast<const T*>(x.data());
     const float* mean = saved.mean.data<float>();
     const float* invstd = saved.invstd.data<float>();
-    if (d.v == 1)
-      bn_backward_reduce_kernel<T, 1>
-          <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
-    else
-      bn_backward_reduce_kernel<T, kVec<T>>
-          <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+    // 1. per-block sums [c][splits][2]
+    Tensor partial;
+    int splits = 0;
+    int64_t count = 0;
+    BnDims d{};
+    NhwcDims nd{};
+    if (nhwc) {
+      nd = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data()}, 4);
+      splits = nd.splits, count = nd.rows;
+      partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
+      const dim3 grid(unsigned(splits), nd.col_blocks);
+      if (nd.v == 1)
+        bn_backward_reduce_nhwc_kernel<T, 1>
+            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+      else
+        bn_backward_reduce_nhwc_kernel<T, kVec<T>>
+            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+    } else {
+      d = bn_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data()});
+      const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
+      splits = sp.splits, count = d.count;
+      partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
+      const dim3 grid(unsigned(splits), unsigned(d.c));
+      if (d.v == 1)
+        bn_backward_reduce_kernel<T, 1>
+            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+      else
+        bn_backward_reduce_kernel<T, kVec<T>>
+            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+    }
     HPDT_CUDA_CHECK_LAUNCH();
+    // 2. dgamma, dbeta and the dx coefficients (through the SyncBN seam when set)
+    Tensor coef = Tensor::empty({2 * c}, DType::f32, x.device(), opts);
     Tensor buf;
-    if (sync) buf = Tensor::empty({2 * int64_t(d.c) + 1}, DType::f32, x.device(), opts);
-    bn_backward_finalize<T><<<channel_blocks(d.c), 128, 0, s>>>(
-        partial.data<float>(), sp.splits, d.c, double(d.count), invstd, static_cast<T*>(dgamma.data()),
+    if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
+    bn_backward_finalize<T><<<channel_blocks(int(c)), 128, 0, s>>>(
+        partial.data<float>(), splits, int(c), double(count), invstd, static_cast<T*>(dgamma.data()),
         static_cast<T*>(dbeta.data()), sync ? buf.data<float>() : nullptr, coef.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();
     if (sync) {
-      sync_round_trip(sync, buf.data<float>(), d.c, s);
-      bn_backward_coef_from_sums<<<channel_blocks(d.c), 128, 0, s>>>(buf.data<float>(), d.c, coef.data<float>());
+      sync_round_trip(sync, buf.data<float>(), int(c), s);
+      bn_backward_coef_from_sums<<<channel_blocks(int(c)), 128, 0, s>>>(buf.data<float>(), int(c), coef.data<float>());
       HPDT_CUDA_CHECK_LAUNCH();
     }
-    const ChannelSplit ap = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
-    const dim3 agrid(unsigned(ap.splits), unsigned(d.c));
+    // 3. dx
     const T* gp = static_cast<const T*>(gamma.data());
     T* dxp = static_cast<T*>(dx.data());
-    if (d.v == 1)
-      bn_backward_apply_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, d.c,
-                                                                d.hwv, d.slots, ap.chunk);
-    else
-      bn_backward_apply_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
-                                                                      dxp, d.c, d.hwv, d.slots, ap.chunk);
+    if (nhwc) {
+      const NhwcDims ad = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data()}, 8);
+      const dim3 agrid(unsigned(ad.splits), ad.col_blocks);
+      if (ad.v == 1)
+        bn_backward_apply_nhwc_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
+                                                                       dxp, int(c), ad.cols, ad.rows, ad.chunk);
+      else
+        bn_backward_apply_nhwc_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(
+            dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, int(c), ad.cols, ad.rows, ad.chunk);
+    } else {
+      const ChannelSplit ap = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
+      const dim3 agrid(unsigned(ap.splits), unsigned(d.c));
+      if (d.v == 1)
+        bn_backward_apply_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
+                                                                  d.c, d.hwv, d.slots, ap.chunk);
+      else
+        bn_backward_apply_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
+                                                                        dxp, d.c, d.hwv, d.slots, ap.chunk);
+    }
     HPDT_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,4 +1,4 @@
-// CUDA max pool and global average pool (NCHW); the CPU oracle is kernels/cpu/pool.cpp.
+// CUDA max pool and global average pool (NCHW and NHWC); the CPU oracle is kernels/cpu/pool.cpp.
 // Storage f32, f16 or bf16, math in f32, argmax i32 (index into the input's h*w plane, -1 never occurs).
 //   maxpool_forward_kernel: one thread per output; the CPU's scan order and tie rule (first maximum wins,
 //     a NaN wins and propagates), padding = -inf.
@@ -6,6 +6,10 @@
 //     windows that contain it and whose argmax is it: deterministic, no atomics, the CPU's addition order.
 //   avgpool_forward_kernel: one warp per plane (fixed lane tree); avgpool_backward_kernel: a block writes a
 //     contiguous run of whole planes.
+// NHWC ([n, h, w, c]; argmax the same index into the h*w plane as NCHW's): the same threads with the channel
+//   innermost, so that a warp reads and writes consecutive channels of a pixel: maxpool_*_nhwc_kernel (the CPU's
+//   scan order, tie rule and output-order sums); avgpool_forward_nhwc_kernel, one thread per (image, channel)
+//   adding the pixels in order (the CPU's order, so f32 matches it bit for bit); avgpool_backward_nhwc_kernel.
 // Flat indices are 32-bit when the tensor allows it (Index = uint32_t), else 64-bit.
 #include <algorithm>
 #include <cstdint>
@@ -76,6 +80,87 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// NHWC: output o = (pixel, channel), channel innermost.
+template <class Index, class T>
+__global__ void __launch_bounds__(kThreads)
+    maxpool_forward_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total,
+                                int c, int h, int w, int oh, int ow, int k, int stride, int pad) {
+  for (Index o = Index(blockIdx.x) * kThreads + threadIdx.x; o < total; o += Index(gridDim.x) * kThreads) {
+    const Index pix = o / Index(c);
+    const int ch = int(o - pix * Index(c));
+    const Index img = pix / Index(oh * ow);
+    const int r = int(pix - img * Index(oh * ow));
+    const int oy = r / ow, ox = r - oy * ow;
+    const T* p = x + img * Index(h * w) * Index(c) + ch;
+    float best = -std::numeric_limits<float>::infinity();
+    int at = -1;
+    for (int ky = 0; ky < k; ++ky) {
+      const int iy = oy * stride - pad + ky;
+      if (iy < 0 || iy >= h) continue;
+      for (int kx = 0; kx < k; ++kx) {
+        const int ix = ox * stride - pad + kx;
+        if (ix < 0 || ix >= w) continue;
+        const float v = to_f32(p[Index(iy * w + ix) * Index(c)]);
+        if (at < 0 || v > best || v != v) {
+          best = v;
+          at = iy * w + ix;
+        }
+      }
+    }
+    y[o] = from_f32<T>(best);
+    argmax[o] = at;
+  }
+}
+
+template <class Index, class T>
+__global__ void __launch_bounds__(kThreads)
+    maxpool_backward_nhwc_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
+                                 Index total, int c, int h, int w, int oh, int ow, int k, int stride, int pad) {
+  for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < total; i += Index(gridDim.x) * kThreads) {
+    const Index pix = i / Index(c);
+    const int ch = int(i - pix * Index(c));
+    const Index img = pix / Index(h * w);
+    const int at = int(pix - img * Index(h * w));
+    const int iy = at / w, ix = at - iy * w;
+    const int ay = iy + pad - k + 1, ax = ix + pad - k + 1;
+    const int oy0 = ay <= 0 ? 0 : (ay + stride - 1) / stride, oy1 = min(oh - 1, (iy + pad) / stride);
+    const int ox0 = ax <= 0 ? 0 : (ax + stride - 1) / stride, ox1 = min(ow - 1, (ix + pad) / stride);
+    const Index base = img * Index(oh * ow);
+    float acc = 0.0f;
+#pragma unroll 1
+    for (int oy = oy0; oy <= oy1; ++oy)
+#pragma unroll 1
+      for (int ox = ox0; ox <= ox1; ++ox) {
+        const Index o = (base + Index(oy * ow + ox)) * Index(c) + ch;
+        if (argmax[o] == at) acc += to_f32(dy[o]);
+      }
+    dx[i] = from_f32<T>(acc);
+  }
+}
+
+// NHWC: y[img][ch] = (sum over the pixels in order) / hw, one thread per (image, channel).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    avgpool_forward_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outputs, int c, int hw) {
+  for (int64_t o = int64_t(blockIdx.x) * kThreads + threadIdx.x; o < outputs; o += int64_t(gridDim.x) * kThreads) {
+    const int64_t img = o / c;
+    const T* p = x + img * int64_t(hw) * c + (o - img * c);
+    float s = 0.0f;
+    for (int j = 0; j < hw; ++j) s += to_f32(p[int64_t(j) * c]);
+    y[o] = from_f32<T>(s / float(hw));
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    avgpool_backward_nhwc_kernel(const T* __restrict__ dy, T* __restrict__ dx, int64_t total, int c, int64_t img_size,
+                                 int hw) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
+    const int64_t img = i / img_size;
+    dx[i] = from_f32<T>(to_f32(dy[img * c + i % c]) / float(hw));
+  }
+}
+
 // One warp per plane: lanes stride over the plane, then a fixed shfl_down tree; y = sum / hw.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
@@ -110,8 +195,10 @@ bool fits_u32(int64_t n) { return n < (int64_t(1) << 32) - int64_t(kThreads) * 1
 }  // namespace
 
 void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, Tensor& y, Tensor& argmax,
-                       const Stream& stream) {
-  const int64_t h = x.size(2), w = x.size(3), oh = y.size(2), ow = y.size(3);
+                       const Stream& stream, Layout layout) {
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t h = nhwc ? x.size(1) : x.size(2), w = nhwc ? x.size(2) : x.size(3);
+  const int64_t oh = nhwc ? y.size(1) : y.size(2), ow = nhwc ? y.size(2) : y.size(3), c = nhwc ? x.size(3) : 1;
   HPDT_CHECK(h * w < (int64_t(1) << 31) && oh * ow < (int64_t(1) << 31) && k < (1 << 15), "maxpool2d_forward: plane ",
              h, "x", w, " or window ", k, " too large for CUDA");
   const int64_t total = y.numel();
@@ -121,9 +208,14 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
     using T = decltype(tag);
     auto launch = [&](auto index) {
       using Index = decltype(index);
-      maxpool_forward_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
-          static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total), int(h),
-          int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+      if (nhwc)
+        maxpool_forward_nhwc_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+            static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total), int(c),
+            int(h), int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+      else
+        maxpool_forward_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+            static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total), int(h),
+            int(w), int(oh), int(ow), int(k), int(stride), int(pad));
       HPDT_CUDA_CHECK_LAUNCH();
     };
     if (fits_u32(total) && fits_u32(x.numel()))
@@ -134,8 +226,10 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
 }
 
 void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64_t stride, int64_t pad, Tensor& dx,
-                        const Stream& stream) {
-  const int64_t h = dx.size(2), w = dx.size(3), oh = dy.size(2), ow = dy.size(3);
+                        const Stream& stream, Layout layout) {
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t h = nhwc ? dx.size(1) : dx.size(2), w = nhwc ? dx.size(2) : dx.size(3);
+  const int64_t oh = nhwc ? dy.size(1) : dy.size(2), ow = nhwc ? dy.size(2) : dy.size(3), c = nhwc ? dx.size(3) : 1;
   HPDT_CHECK(h * w < (int64_t(1) << 31) && oh * ow < (int64_t(1) << 31) && k < (1 << 15), "maxpool2d_backward: plane ",
              h, "x", w, " or window ", k, " too large for CUDA");
   const int64_t total = dx.numel();
@@ -145,9 +239,14 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
     using T = decltype(tag);
     auto launch = [&](auto index) {
       using Index = decltype(index);
-      maxpool_backward_gather_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
-          static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total), int(h),
-          int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+      if (nhwc)
+        maxpool_backward_nhwc_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total), int(c),
+            int(h), int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+      else
+        maxpool_backward_gather_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total), int(h),
+            int(w), int(oh), int(ow), int(k), int(stride), int(pad));
       HPDT_CUDA_CHECK_LAUNCH();
     };
     if (fits_u32(total) && fits_u32(dy.numel()))
@@ -157,23 +256,45 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
   });
 }
 
-void global_avgpool_forward(const Tensor& x, Tensor& y, const Stream& stream) {
-  const int64_t planes = x.size(0) * x.size(1), hw = x.size(2) * x.size(3);
+void global_avgpool_forward(const Tensor& x, Tensor& y, const Stream& stream, Layout layout) {
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t c = nhwc ? x.size(3) : x.size(1), planes = x.size(0) * c;
+  const int64_t hw = nhwc ? x.size(1) * x.size(2) : x.size(2) * x.size(3);
   if (planes == 0) return;
-  HPDT_CHECK(hw < (int64_t(1) << 31), "global_avgpool_forward: plane of ", hw, " values too large for CUDA");
+  HPDT_CHECK(hw < (int64_t(1) << 31) && c < (int64_t(1) << 31), "global_avgpool_forward: plane of ", hw, " values or ",
+             c, " channels too large for CUDA");
   constexpr int kWarps = kThreads / 32;
   dispatch_floating(x.dtype(), "global_avgpool_forward", [&](auto tag) {
     using T = decltype(tag);
+    if (nhwc) {
+      avgpool_forward_nhwc_kernel<T><<<detail::grid_for(planes, kThreads), kThreads, 0, detail::native(stream)>>>(
+          static_cast<const T*>(x.data()), static_cast<T*>(y.data()), planes, int(c), int(hw));
+      HPDT_CUDA_CHECK_LAUNCH();
+      return;
+    }
     avgpool_forward_kernel<T><<<unsigned((planes + kWarps - 1) / kWarps), kThreads, 0, detail::native(stream)>>>(
         static_cast<const T*>(x.data()), static_cast<T*>(y.data()), planes, int(hw));
     HPDT_CUDA_CHECK_LAUNCH();
   });
 }
 
-void global_avgpool_backward(const Tensor& dy, Tensor& dx, const Stream& stream) {
-  const int64_t planes = dx.size(0) * dx.size(1), hw = dx.size(2) * dx.size(3);
+void global_avgpool_backward(const Tensor& dy, Tensor& dx, const Stream& stream, Layout layout) {
+  const bool nhwc = layout == Layout::nhwc;
+  const int64_t c = nhwc ? dx.size(3) : dx.size(1), planes = dx.size(0) * c;
+  const int64_t hw = nhwc ? dx.size(1) * dx.size(2) : dx.size(2) * dx.size(3);
   if (planes == 0 || hw == 0) return;
-  HPDT_CHECK(hw < (int64_t(1) << 31), "global_avgpool_backward: plane of ", hw, " values too large for CUDA");
+  HPDT_CHECK(hw < (int64_t(1) << 31) && c < (int64_t(1) << 31), "global_avgpool_backward: plane of ", hw, " values or ",
+             c, " channels too large for CUDA");
+  if (nhwc) {
+    const int64_t total = dx.numel();
+    dispatch_floating(dx.dtype(), "global_avgpool_backward", [&](auto tag) {
+      using T = decltype(tag);
+      avgpool_backward_nhwc_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, detail::native(stream)>>>(
+          static_cast<const T*>(dy.data()), static_cast<T*>(dx.data()), total, int(c), hw * c, int(hw));
+      HPDT_CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
   // About 8 elements per thread per block, whole planes only.
   const int per_block = int(std::max<int64_t>(1, int64_t(kThreads) * 8 / hw));
   const int64_t blocks = (planes + per_block - 1) / per_block;

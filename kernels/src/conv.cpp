@@ -16,8 +16,16 @@ namespace hpdt::kernels {
 
 #if HPDT_HAVE_CUDA
 namespace {
-// CUDA tensors go to cuDNN under the vendor backend, to hpdt's kernels (conv.cu) otherwise.
+// CUDA tensors go to cuDNN under the vendor backend (NCHW or NHWC descriptors), to hpdt's kernels otherwise
+// (conv.cu for NCHW, conv_nhwc.cu for NHWC).
 bool vendor() { return kernel_backend() == KernelBackend::vendor; }
+
+void cuda_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
+                  const Stream& st, Layout layout) {
+  if (vendor()) return cuda::conv2d_forward_vendor(s, x, w, e, y, st, layout);
+  if (layout == Layout::nhwc) return cuda::conv2d_forward_nhwc(s, x, w, e, y, st);
+  cuda::conv2d_forward(s, x, w, e, y, st);
+}
 }  // namespace
 #endif
 
@@ -42,7 +50,6 @@ Shape conv2d_output_shape(const Conv2dShape& s, Layout layout) {
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, int64_t stride, int64_t pad,
                     const Stream& st, Layout layout) {
   const Device dev = detail::float_op_device("conv2d_forward", {&x, &w, &y}, st);
-  detail::check_layout_device("conv2d_forward", layout, dev);
   const Conv2dShape s = conv2d_shape("conv2d_forward", x, w, stride, pad, layout);
   check_shape("conv2d_forward", "y", y, conv2d_output_shape(s, layout));
   if (bias) {
@@ -50,8 +57,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
     check_shape("conv2d_forward", "bias", *bias, Shape{s.c_out});
   }
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(vendor() ? cuda::conv2d_forward_vendor(s, x, w, Conv2dEpilogue{.bias = bias}, y, st)
-                          : cuda::conv2d_forward(s, x, w, Conv2dEpilogue{.bias = bias}, y, st));
+    HPDT_ON_CUDA(cuda_forward(s, x, w, Conv2dEpilogue{.bias = bias}, y, st, layout));
     return;
   }
   if (layout == Layout::nhwc)
@@ -65,7 +71,6 @@ void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue
                           int64_t pad, const Stream& st, Layout layout) {
   const char* op = "conv2d_forward_fused";
   const Device dev = detail::float_op_device(op, {&x, &w, &y}, st);
-  detail::check_layout_device(op, layout, dev);
   const Conv2dShape s = conv2d_shape(op, x, w, stride, pad, layout);
   const Shape out = conv2d_output_shape(s, layout);
   check_shape(op, "y", y, out);
@@ -81,7 +86,7 @@ void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue
     HPDT_CHECK(e.residual->data() != y.data() || y.numel() == 0, op, ": residual must be a tensor other than y");
   }
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(vendor() ? cuda::conv2d_forward_vendor(s, x, w, e, y, st) : cuda::conv2d_forward(s, x, w, e, y, st));
+    HPDT_ON_CUDA(cuda_forward(s, x, w, e, y, st, layout));
     return;
   }
   // CPU: the composition of the CPU ops (a reference, not a fused kernel).
@@ -103,12 +108,12 @@ void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t stride, int64_t pad,
                           const Stream& st, Layout layout) {
   const Device dev = detail::float_op_device("conv2d_backward_data", {&dy, &w, &dx}, st);
-  detail::check_layout_device("conv2d_backward_data", layout, dev);
   const Conv2dShape s = conv2d_shape("conv2d_backward_data", dx, w, stride, pad, layout);
   check_shape("conv2d_backward_data", "dy", dy, conv2d_output_shape(s, layout));
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(vendor() ? cuda::conv2d_backward_data_vendor(s, dy, w, dx, st)
-                          : cuda::conv2d_backward_data(s, dy, w, dx, st));
+    HPDT_ON_CUDA(vendor()                 ? cuda::conv2d_backward_data_vendor(s, dy, w, dx, st, layout)
+                 : layout == Layout::nhwc ? cuda::conv2d_backward_data_nhwc(s, dy, w, dx, st)
+                                          : cuda::conv2d_backward_data(s, dy, w, dx, st));
     return;
   }
   if (layout == Layout::nhwc)
@@ -120,7 +125,6 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,
                             int64_t pad, const Stream& st, Layout layout) {
   const Device dev = detail::float_op_device("conv2d_backward_filter", {&x, &dy, &dw}, st);
-  detail::check_layout_device("conv2d_backward_filter", layout, dev);
   const Conv2dShape s = conv2d_shape("conv2d_backward_filter", x, dw, stride, pad, layout);
   check_shape("conv2d_backward_filter", "dy", dy, conv2d_output_shape(s, layout));
   if (dbias) {
@@ -128,8 +132,9 @@ void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tenso
     check_shape("conv2d_backward_filter", "dbias", *dbias, Shape{s.c_out});
   }
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(vendor() ? cuda::conv2d_backward_filter_vendor(s, x, dy, dw, dbias, st)
-                          : cuda::conv2d_backward_filter(s, x, dy, dw, dbias, st));
+    HPDT_ON_CUDA(vendor()                 ? cuda::conv2d_backward_filter_vendor(s, x, dy, dw, dbias, st, layout)
+                 : layout == Layout::nhwc ? cuda::conv2d_backward_filter_nhwc(s, x, dy, dw, dbias, st)
+                                          : cuda::conv2d_backward_filter(s, x, dy, dw, dbias, st));
     return;
   }
   if (layout == Layout::nhwc)

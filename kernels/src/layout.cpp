@@ -2,6 +2,9 @@
 
 #include "hpdt/kernels/cpu/layout.h"
 #include "hpdt/kernels/dispatch.h"
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/layout.h"
+#endif
 
 namespace hpdt::kernels {
 
@@ -11,21 +14,18 @@ Layout parse_layout(std::string_view name, std::string_view what) {
   HPDT_FAIL(what, ": unknown layout '", name, "' (known: nchw nhwc)");
 }
 
-namespace detail {
-void check_layout_device(std::string_view op, Layout layout, Device device) {
-  HPDT_CHECK(layout == Layout::nchw || device.is_cpu(), op,
-             ": NHWC tensors are CPU-only (the CUDA kernels are NCHW); got an NHWC call on ", device.str());
-}
-}  // namespace detail
-
 namespace {
 void transpose(const char* op, const Tensor& x, Tensor& y, bool to_nhwc, const Stream& s) {
-  detail::cpu_f32_only(op, {&x, &y}, s);
+  const Device dev = detail::float_op_device(op, {&x, &y}, s);
   HPDT_CHECK(x.ndim() == 4, op, ": x must be 4-D, got ", x.shape().str());
   HPDT_CHECK(x.data() != y.data() || x.numel() == 0, op, ": y must not alias x");
   const Shape out = to_nhwc ? Shape{x.size(0), x.size(2), x.size(3), x.size(1)}
                             : Shape{x.size(0), x.size(3), x.size(1), x.size(2)};
   check_shape(op, "y", y, out);
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(to_nhwc ? cuda::nchw_to_nhwc(x, y, s) : cuda::nhwc_to_nchw(x, y, s));
+    return;
+  }
   if (to_nhwc)
     cpu::nchw_to_nhwc(x.size(0), x.size(1), x.size(2) * x.size(3), x.data<float>(), y.data<float>());
   else

@@ -16,8 +16,7 @@ struct Nchw {
   int64_t n, c, hw;
 };
 // NHWC is batch norm of the [n*h*w, c] matrix (hw = 1).
-Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma, Layout layout, Device dev) {
-  detail::check_layout_device(op, layout, dev);
+Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma, Layout layout) {
   const bool nhwc = layout == Layout::nhwc;
   HPDT_CHECK(x.ndim() == 4 || x.ndim() == 2, op, ": x must be ", nhwc ? "[n, h, w, c]" : "[n, c, h, w]",
              " or [n, c], got ", x.shape().str());
@@ -46,13 +45,13 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
   else
     detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
   check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
-  const Nchw d = bn_dims(op, x, gamma, layout, dev);
+  const Nchw d = bn_dims(op, x, gamma, layout);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
     check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(
-        cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync, s));
+    HPDT_ON_CUDA(cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync,
+                                               s, layout));
     return;
   }
   std::vector<double> sum(size_t(d.c)), sumsq(size_t(d.c));
@@ -89,12 +88,12 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   else
     detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
   check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
-  const Nchw d = bn_dims(op, x, gamma, layout, dev);
+  const Nchw d = bn_dims(op, x, gamma, layout);
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
     check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s));
+    HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s, layout));
     return;
   }
   std::vector<float> invstd(size_t(d.c));
@@ -114,7 +113,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   else
     detail::float_op_device(op, {&dy, &x, &gamma, &dx, &dgamma, &dbeta}, s);
   check_f32_stats(op, {{"saved mean", &saved.mean}, {"saved invstd", &saved.invstd}});
-  const Nchw d = bn_dims(op, x, gamma, layout, dev);
+  const Nchw d = bn_dims(op, x, gamma, layout);
   check_shape(op, "dy", dy, x.shape());
   check_shape(op, "dx", dx, x.shape());
   check_shape(op, "dgamma", dgamma, Shape{d.c});
@@ -122,7 +121,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   if (dev.is_cuda()) {
     check_shape(op, "saved mean", saved.mean, Shape{d.c});
     check_shape(op, "saved invstd", saved.invstd, Shape{d.c});
-    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s));
+    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s, layout));
     return;
   }
   std::vector<double> sdy(size_t(d.c)), sdyx(size_t(d.c));

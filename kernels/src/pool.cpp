@@ -47,7 +47,6 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
                        const Stream& s, Layout layout) {
   const char* op = "maxpool2d_forward";
   const Device dev = detail::float_op_device(op, {&x, &y}, s);
-  detail::check_layout_device(op, layout, dev);
   const Dims d = dims(op, "x", x, layout);
   check_window(op, x, d, k, stride, pad);
   const Dims yd{d.n, d.c, (d.h + 2 * pad - k) / stride + 1, (d.w + 2 * pad - k) / stride + 1};
@@ -57,7 +56,7 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
     argmax = Tensor::empty(ys, DType::i32, dev, AllocOptions{.stream = &s});
   check_dtype(op, "argmax", argmax, DType::i32);
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::maxpool2d_forward(x, k, stride, pad, y, argmax, s));
+    HPDT_ON_CUDA(cuda::maxpool2d_forward(x, k, stride, pad, y, argmax, s, layout));
     return;
   }
   if (layout == Layout::nhwc)
@@ -73,14 +72,13 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
   const char* op = "maxpool2d_backward";
   const Device dev = detail::float_op_device(op, {&dy, &dx}, s);
   detail::common_device(op, {&dy, &argmax}, s);
-  detail::check_layout_device(op, layout, dev);
   const Dims dxd = dims(op, "dx", dx, layout), dyd = dims(op, "dy", dy, layout);
   HPDT_CHECK(dyd.n == dxd.n && dyd.c == dxd.c, op, ": dy ", dy.shape().str(), " does not match dx ", dx.shape().str());
   check_window(op, dx, dxd, k, stride, pad);
   check_shape(op, "dy", dy, shape_of({dxd.n, dxd.c, (dxd.h + 2 * pad - k) / stride + 1, (dxd.w + 2 * pad - k) / stride + 1}, layout));
   check_backward(op, dy, argmax, dyd, dxd, dx);
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::maxpool2d_backward(dy, argmax, k, stride, pad, dx, s));
+    HPDT_ON_CUDA(cuda::maxpool2d_backward(dy, argmax, k, stride, pad, dx, s, layout));
     return;
   }
   maxpool_backward_cpu(dy, argmax, dx, dyd, dxd, layout);
@@ -100,11 +98,10 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, Tensor& dx, cons
 void global_avgpool_forward(const Tensor& x, Tensor& y, const Stream& s, Layout layout) {
   const char* op = "global_avgpool_forward";
   const Device dev = detail::float_op_device(op, {&x, &y}, s);
-  detail::check_layout_device(op, layout, dev);
   const Dims d = dims(op, "x", x, layout);
   check_shape(op, "y", y, Shape{d.n, d.c});
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::global_avgpool_forward(x, y, s));
+    HPDT_ON_CUDA(cuda::global_avgpool_forward(x, y, s, layout));
     return;
   }
   if (layout == Layout::nhwc)
@@ -116,11 +113,10 @@ void global_avgpool_forward(const Tensor& x, Tensor& y, const Stream& s, Layout 
 void global_avgpool_backward(const Tensor& dy, Tensor& dx, const Stream& s, Layout layout) {
   const char* op = "global_avgpool_backward";
   const Device dev = detail::float_op_device(op, {&dy, &dx}, s);
-  detail::check_layout_device(op, layout, dev);
   const Dims d = dims(op, "dx", dx, layout);
   check_shape(op, "dy", dy, Shape{d.n, d.c});
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::global_avgpool_backward(dy, dx, s));
+    HPDT_ON_CUDA(cuda::global_avgpool_backward(dy, dx, s, layout));
     return;
   }
   if (layout == Layout::nhwc)

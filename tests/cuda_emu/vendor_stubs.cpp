@@ -21,13 +21,14 @@ void gemm_cublas(bool, bool, int64_t, int64_t, int64_t, float, const void*, int6
 }  // namespace detail
 
 void conv2d_forward_vendor(const Conv2dShape&, const Tensor&, const Tensor&, const Conv2dEpilogue&, Tensor&,
-                           const Stream&) {
+                           const Stream&, Layout) {
   no_vendor("conv2d_forward (vendor)");
 }
-void conv2d_backward_data_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, const Stream&) {
+void conv2d_backward_data_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, const Stream&, Layout) {
   no_vendor("conv2d_backward_data (vendor)");
 }
-void conv2d_backward_filter_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, Tensor*, const Stream&) {
+void conv2d_backward_filter_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, Tensor*, const Stream&,
+                                   Layout) {
   no_vendor("conv2d_backward_filter (vendor)");
 }
 

@@ -1,6 +1,10 @@
 // GPU conv2d against the CPU oracle (kernels/cpu/conv.cpp), every implementation x direction x dtype:
 //   v1 (SIMT), v2 (tensor cores: f16, bf16) and cuDNN, called through hpdt/kernels/cuda/conv.h; then the public
 //   entry points (device dispatch, the vendor switch, the fused epilogue, the error messages) on GPU tensors.
+// NHWC (kernels/cuda/conv_nhwc.cu, cuDNN with NHWC descriptors) against the CPU NHWC oracle
+//   (kernels/cpu/conv_nhwc.cpp, itself checked against the NCHW oracle by test_nhwc_cpu), the same way, with
+//   shapes for both of its activation loaders: channel counts that are multiples of 8 (16-byte cp.async) and odd
+//   ones (3, 5, 17: element gathers); and the CUDA NCHW <-> NHWC transposes (kernels/cuda/layout.cu), bit-exact.
 // Inputs are fresh uniform [-1, 1) numbers, rounded through the dtype for the oracle (round_through); y and dx are
 // poisoned (NaN) before each run; dw and dbias, accumulated (+=), start from random values. Built again for the
 // CPU emulator of CUDA (HPDT_CUDA_EMU), the same cases run smaller and without cuDNN.
@@ -26,7 +30,9 @@
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/cpu/activation.h"
 #include "hpdt/kernels/cpu/conv.h"
+#include "hpdt/kernels/cpu/layout.h"
 #include "hpdt/kernels/cpu/norm.h"
+#include "hpdt/kernels/layout.h"
 #include "hpdt_test.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/conv.h"
@@ -37,6 +43,7 @@ namespace {
 using namespace hpdt;
 using kernels::Conv2dEpilogue;
 using kernels::Conv2dShape;
+using kernels::Layout;
 using test::Tolerance;
 
 // Under the CPU emulator of CUDA (tests/cuda_emu: one CUDA thread at a time) the big shapes shrink and cuDNN,
@@ -91,28 +98,35 @@ struct Expected {
 class ConvCuda : public test::CudaOracleTest {
  protected:
   // ---- the implementations under test ----
-  void forward(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y) {
+  void forward(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
+               Layout layout = Layout::nchw) {
 #if HPDT_HAVE_CUDA
-    if (impl == Impl::cudnn) return kernels::cuda::conv2d_forward_vendor(s, x, w, e, y, stream);
+    if (impl == Impl::cudnn) return kernels::cuda::conv2d_forward_vendor(s, x, w, e, y, stream, layout);
+    if (layout == Layout::nhwc) return kernels::cuda::conv2d_forward_nhwc(s, x, w, e, y, stream, variant(impl));
     kernels::cuda::conv2d_forward(s, x, w, e, y, stream, variant(impl));
 #else
-    (void)impl, (void)s, (void)x, (void)w, (void)e, (void)y;
+    (void)impl, (void)s, (void)x, (void)w, (void)e, (void)y, (void)layout;
 #endif
   }
-  void backward_data(Impl impl, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  void backward_data(Impl impl, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
+                     Layout layout = Layout::nchw) {
 #if HPDT_HAVE_CUDA
-    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream);
+    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream, layout);
+    if (layout == Layout::nhwc) return kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dx, stream, variant(impl));
     kernels::cuda::conv2d_backward_data(s, dy, w, dx, stream, variant(impl));
 #else
-    (void)impl, (void)s, (void)dy, (void)w, (void)dx;
+    (void)impl, (void)s, (void)dy, (void)w, (void)dx, (void)layout;
 #endif
   }
-  void backward_filter(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
+  void backward_filter(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db,
+                       Layout layout = Layout::nchw) {
 #if HPDT_HAVE_CUDA
-    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_filter_vendor(s, x, dy, dw, db, stream);
+    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_filter_vendor(s, x, dy, dw, db, stream, layout);
+    if (layout == Layout::nhwc)
+      return kernels::cuda::conv2d_backward_filter_nhwc(s, x, dy, dw, db, stream, variant(impl));
     kernels::cuda::conv2d_backward_filter(s, x, dy, dw, db, stream, variant(impl));
 #else
-    (void)impl, (void)s, (void)x, (void)dy, (void)dw, (void)db;
+    (void)impl, (void)s, (void)x, (void)dy, (void)dw, (void)db, (void)layout;
 #endif
   }
 #if HPDT_HAVE_CUDA
@@ -122,33 +136,39 @@ class ConvCuda : public test::CudaOracleTest {
 #endif
 
   // ---- one case: every dtype, every implementation, every direction ----
-  void check_case(const Case& full, bool bias) {
+  // NHWC: x, dx [n, h, w, ci] and y, dy [n, oh, ow, co], the oracle kernels/cpu/conv_nhwc.cpp. misaligned: x, dy
+  // and the outputs are views one element into their buffers, so the 16-byte loaders fall back to gathers.
+  void check_case(const Case& full, bool bias, Layout layout = Layout::nchw, bool misaligned = false) {
     const Case c = sized(full);
     const Conv2dShape s = c.shape();
     const int64_t oh = s.out_h(), ow = s.out_w();
-    const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, s.kh, s.kw}, ys{s.n, s.c_out, oh, ow}, bs{s.c_out};
+    const bool nhwc = layout == Layout::nhwc;
+    const Shape xs = nhwc ? Shape{s.n, s.h, s.w, s.c_in} : Shape{s.n, s.c_in, s.h, s.w};
+    const Shape ys = nhwc ? Shape{s.n, oh, ow, s.c_out} : Shape{s.n, s.c_out, oh, ow};
+    const Shape ws{s.c_out, s.c_in, s.kh, s.kw}, bs{s.c_out};
     const double l_fwd = double(s.c_in * s.kh * s.kw), l_data = double(s.c_out * s.kh * s.kw),
                  l_filter = double(s.n * oh * ow);
     for (DType dt : test::kCudaTestDtypes) {
       const Tensor x = random(xs), w = random(ws), b = random(bs), dy = random(ys), dw0 = random(ws), db0 = random(bs);
       const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), bias ? &b : nullptr,
-                                   round_through(dy, dt), round_through(dw0, dt), round_through(db0, dt), dt);
-      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
+                                   round_through(dy, dt), round_through(dw0, dt), round_through(db0, dt), dt, layout);
+      const Tensor gx = gpu(x, dt, misaligned), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = gpu(dy, dt, misaligned);
       for (Impl impl : impls_for(dt)) {
         SCOPED_TRACE(std::string(c.name) + " " + s.str() + " " + std::string(dtype_name(dt)) + " " + impl_name(impl) +
-                     (bias ? " bias" : " no bias"));
-        Tensor y = poisoned(ys, dt);
+                     (bias ? " bias" : " no bias") + " " + kernels::layout_name(layout) +
+                     (misaligned ? " misaligned" : ""));
+        Tensor y = poison(ys, dt, misaligned);
         Conv2dEpilogue e;
         e.bias = bias ? &gb : nullptr;
-        forward(impl, s, gx, gw, e, y);
+        forward(impl, s, gx, gw, e, y, layout);
         EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, l_fwd, impl))) << "forward";
 
-        Tensor dx = poisoned(xs, dt);
-        backward_data(impl, s, gdy, gw, dx);
+        Tensor dx = poison(xs, dt, misaligned);
+        backward_data(impl, s, gdy, gw, dx, layout);
         EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, l_data, impl))) << "backward-data";
 
         Tensor dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
-        backward_filter(impl, s, gx, gdy, dw, bias ? &db : nullptr);
+        backward_filter(impl, s, gx, gdy, dw, bias ? &db : nullptr, layout);
         EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, impl))) << "backward-filter dw";
         if (bias) {
           EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
@@ -158,7 +178,7 @@ class ConvCuda : public test::CudaOracleTest {
   }
 
   static Expected oracle(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& dy,
-                         const Tensor& dw0, const Tensor& db0, DType dt) {
+                         const Tensor& dw0, const Tensor& db0, DType dt, Layout layout = Layout::nchw) {
     Expected e;
     e.y = Tensor::empty({s.n, s.c_out, s.out_h(), s.out_w()}, DType::f32);
     // b is the f32 draw; the GPU sees it rounded through dt
@@ -172,14 +192,43 @@ class ConvCuda : public test::CudaOracleTest {
         kernels::cpu::cast(narrow, br);
       }
     }
+    e.dw = dw0, e.db = db0;  // already private copies (round_through returns new tensors)
+    if (layout == Layout::nhwc) {
+      e.y = Tensor::empty({s.n, s.out_h(), s.out_w(), s.c_out}, DType::f32);
+      kernels::cpu::conv2d_forward_nhwc(s, x.data<float>(), w.data<float>(), b ? br.data<float>() : nullptr,
+                                        e.y.data<float>());
+      e.dx = Tensor::empty({s.n, s.h, s.w, s.c_in}, DType::f32);
+      kernels::cpu::conv2d_backward_data_nhwc(s, dy.data<float>(), w.data<float>(), e.dx.data<float>());
+      kernels::cpu::conv2d_backward_filter_nhwc(s, x.data<float>(), dy.data<float>(), e.dw.data<float>(),
+                                                b ? e.db.data<float>() : nullptr, true);
+      return e;
+    }
     kernels::cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), b ? br.data<float>() : nullptr,
                                         e.y.data<float>());
     e.dx = Tensor::empty({s.n, s.c_in, s.h, s.w}, DType::f32);
     kernels::cpu::conv2d_backward_data<float>(s, dy.data<float>(), w.data<float>(), e.dx.data<float>());
-    e.dw = dw0, e.db = db0;  // already private copies (round_through returns new tensors)
     kernels::cpu::conv2d_backward_filter<float>(s, x.data<float>(), dy.data<float>(), e.dw.data<float>(),
                                                 b ? e.db.data<float>() : nullptr, true);
     return e;
+  }
+
+  // A GPU copy of `host` (f32) stored as `dt`, optionally one element past a 16-byte boundary (a view).
+  Tensor gpu(const Tensor& host, DType dt, bool misaligned = false) {
+    if (!misaligned) return to_gpu(host, dt);
+    Tensor big = poisoned({host.numel() + 8}, dt);
+    Tensor v = big.flat(1, host.numel()).view(host.shape());
+    Tensor narrow = host;
+    if (dt != DType::f32) {
+      narrow = Tensor::empty(host.shape(), dt);
+      kernels::cpu::cast(host, narrow);
+    }
+    copy(narrow, v, stream);
+    stream.synchronize();
+    return v;
+  }
+  Tensor poison(const Shape& sh, DType dt, bool misaligned = false) {
+    if (!misaligned) return poisoned(sh, dt);
+    return poisoned({sh.numel() + 8}, dt).flat(1, sh.numel()).view(sh);
   }
 };
 
@@ -306,44 +355,52 @@ TEST_F(ConvCuda, OursVsCudnnLargeBf16) {
   // Too big for the CPU oracle to be quick: the reference is v1 in f32 on the bf16-rounded inputs (v1 f32 is
   // itself checked against the CPU above). Ours (v2, bf16) and cuDNN (bf16) must each be within the bf16
   // tolerance of it, and within two bf16 roundings of each other.
+  // Both layouts: NHWC runs ours (conv_nhwc.cu) against cuDNN with NHWC descriptors.
   const Case cases[] = {{"ResNet-50 3x3 256->256 at 14, batch 32", 32, 256, 14, 14, 256, 3, 1, 1},
                         {"ResNet-50 1x1 256->1024 at 14, batch 32", 32, 256, 14, 14, 1024, 1, 1, 0}};
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const Conv2dShape s = c.shape();
-    const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, s.kh, s.kw}, ys{s.n, s.c_out, s.out_h(), s.out_w()};
-    const DType bf = DType::bf16;
-    const Tensor x = round_through(random(xs), bf), w = round_through(random(ws), bf), dy = round_through(random(ys), bf);
-    const Tensor x32 = to_gpu(x), w32 = to_gpu(w), dy32 = to_gpu(dy), xb = to_gpu(x, bf), wb = to_gpu(w, bf),
-                 dyb = to_gpu(dy, bf);
-    const double lf = double(s.c_in * s.kh * s.kw), ld = double(s.c_out * s.kh * s.kw), lw = double(s.n * s.out_h() * s.out_w());
-    // references (f32, v1)
-    Tensor y_ref = poisoned(ys), dx_ref = poisoned(xs), dw_ref = Tensor::zeros(ws, DType::f32, Device::cuda(0), AllocOptions{.stream = &stream});
-    forward(Impl::v1, s, x32, w32, Conv2dEpilogue{}, y_ref);
-    backward_data(Impl::v1, s, dy32, w32, dx_ref);
-    backward_filter(Impl::v1, s, x32, dy32, dw_ref, nullptr);
-    const Tensor want_y = to_cpu_f32(y_ref), want_dx = to_cpu_f32(dx_ref), want_dw = to_cpu_f32(dw_ref);
-    Tensor got[2][3];
-    for (Impl impl : {Impl::v2, Impl::cudnn}) {
-      SCOPED_TRACE(impl_name(impl));
-      Tensor y = poisoned(ys, bf), dx = poisoned(xs, bf);
-      Tensor dw = Tensor::zeros(ws, bf, Device::cuda(0), AllocOptions{.stream = &stream});
-      forward(impl, s, xb, wb, Conv2dEpilogue{}, y);
-      backward_data(impl, s, dyb, wb, dx);
-      backward_filter(impl, s, xb, dyb, dw, nullptr);
-      Tensor* g = got[impl == Impl::v2 ? 0 : 1];
-      g[0] = to_cpu_f32(y), g[1] = to_cpu_f32(dx), g[2] = to_cpu_f32(dw);
-      EXPECT_TRUE(close(want_y, g[0], conv_tolerance(bf, lf, impl))) << "forward";
-      EXPECT_TRUE(close(want_dx, g[1], conv_tolerance(bf, ld, impl))) << "backward-data";
-      EXPECT_TRUE(close(want_dw, g[2], conv_tolerance(bf, lw, impl))) << "backward-filter";
+  for (Layout layout : {Layout::nchw, Layout::nhwc})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.name) + " " + kernels::layout_name(layout));
+      const Conv2dShape s = c.shape();
+      const bool nhwc = layout == Layout::nhwc;
+      const Shape xs = nhwc ? Shape{s.n, s.h, s.w, s.c_in} : Shape{s.n, s.c_in, s.h, s.w};
+      const Shape ys = nhwc ? Shape{s.n, s.out_h(), s.out_w(), s.c_out} : Shape{s.n, s.c_out, s.out_h(), s.out_w()};
+      const Shape ws{s.c_out, s.c_in, s.kh, s.kw};
+      const DType bf = DType::bf16;
+      const Tensor x = round_through(random(xs), bf), w = round_through(random(ws), bf),
+                   dy = round_through(random(ys), bf);
+      const Tensor x32 = to_gpu(x), w32 = to_gpu(w), dy32 = to_gpu(dy), xb = to_gpu(x, bf), wb = to_gpu(w, bf),
+                   dyb = to_gpu(dy, bf);
+      const double lf = double(s.c_in * s.kh * s.kw), ld = double(s.c_out * s.kh * s.kw),
+                   lw = double(s.n * s.out_h() * s.out_w());
+      // references (f32, v1)
+      Tensor y_ref = poisoned(ys), dx_ref = poisoned(xs),
+             dw_ref = Tensor::zeros(ws, DType::f32, Device::cuda(0), AllocOptions{.stream = &stream});
+      forward(Impl::v1, s, x32, w32, Conv2dEpilogue{}, y_ref, layout);
+      backward_data(Impl::v1, s, dy32, w32, dx_ref, layout);
+      backward_filter(Impl::v1, s, x32, dy32, dw_ref, nullptr, layout);
+      const Tensor want_y = to_cpu_f32(y_ref), want_dx = to_cpu_f32(dx_ref), want_dw = to_cpu_f32(dw_ref);
+      Tensor got[2][3];
+      for (Impl impl : {Impl::v2, Impl::cudnn}) {
+        SCOPED_TRACE(impl_name(impl));
+        Tensor y = poisoned(ys, bf), dx = poisoned(xs, bf);
+        Tensor dw = Tensor::zeros(ws, bf, Device::cuda(0), AllocOptions{.stream = &stream});
+        forward(impl, s, xb, wb, Conv2dEpilogue{}, y, layout);
+        backward_data(impl, s, dyb, wb, dx, layout);
+        backward_filter(impl, s, xb, dyb, dw, nullptr, layout);
+        Tensor* g = got[impl == Impl::v2 ? 0 : 1];
+        g[0] = to_cpu_f32(y), g[1] = to_cpu_f32(dx), g[2] = to_cpu_f32(dw);
+        EXPECT_TRUE(close(want_y, g[0], conv_tolerance(bf, lf, impl))) << "forward";
+        EXPECT_TRUE(close(want_dx, g[1], conv_tolerance(bf, ld, impl))) << "backward-data";
+        EXPECT_TRUE(close(want_dw, g[2], conv_tolerance(bf, lw, impl))) << "backward-filter";
+      }
+      const double l[3] = {lf, ld, lw};
+      for (int d = 0; d < 3; ++d) {
+        Tolerance t = conv_tolerance(bf, l[d], Impl::cudnn);
+        t.rtol *= 2, t.atol *= 2;
+        EXPECT_TRUE(close(got[1][d], got[0][d], t)) << "ours vs cuDNN, direction " << d;
+      }
     }
-    const double l[3] = {lf, ld, lw};
-    for (int d = 0; d < 3; ++d) {
-      Tolerance t = conv_tolerance(bf, l[d], Impl::cudnn);
-      t.rtol *= 2, t.atol *= 2;
-      EXPECT_TRUE(close(got[1][d], got[0][d], t)) << "ours vs cuDNN, direction " << d;
-    }
-  }
 }
 
 // ---- determinism, entry points, errors --------------------------------------------------------------------------
@@ -442,6 +499,186 @@ TEST_F(ConvCuda, BadInputsOnGpu) {
                                                       kernels::cuda::ConvVariant::v2_tensor_core),
                         "the tensor-core variant (v2) takes f16 or bf16 tensors, got f32");
 #endif
+}
+
+// ---- NHWC ------------------------------------------------------------------------------------------------------
+// The same checks in NHWC against the CPU NHWC oracle. The v2 activation loader takes 16-byte cp.async when the
+// reduction's channel count (ci forward, co backward-data; co and ci for backward-filter's two tiles) is a
+// multiple of 8, element gathers otherwise: the cases cover both, and each alone in backward-filter.
+
+TEST_F(ConvCuda, NhwcOnePixelOneChannel) { check_case({"1x1x1x1 k1", 1, 1, 1, 1, 1, 1, 1, 0}, true, Layout::nhwc); }
+
+TEST_F(ConvCuda, NhwcOddChannelsGather) {
+  // ci 5, co 7 (and 3 -> 17) on 9 x 11: gathers everywhere, partial tiles, K not a multiple of 8 or 32.
+  const Case cases[] = {{"k3 s1 p1", 3, 5, 9, 11, 7, 3, 1, 1},
+                        {"k3 s2 p1", 3, 5, 9, 11, 7, 3, 2, 1},
+                        {"k1 s2 p0", 3, 5, 9, 11, 7, 1, 2, 0},
+                        {"k5 s1 p2", 2, 3, 9, 11, 17, 5, 1, 2},
+                        {"k2 s3 p0 (taps-less phases)", 2, 6, 10, 10, 5, 2, 3, 0},
+                        {"3->72 k3 s2 (128-wide channel tiles)", 2, 3, 9, 9, 72, 3, 2, 1}};
+  for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 0, Layout::nhwc);
+}
+
+TEST_F(ConvCuda, NhwcVectorLoadsAndTileEdges) {
+  // ci, co multiples of 8: the 16-byte loaders and the 4-stage pipelines. co 130: two channel tiles, the second of
+  // 2; 8 -> 17 and 17 -> 8: one of backward-filter's tiles gathered (co % 8 != 0 gathers dy and x; ci % 8 != 0 only
+  // x); stride 4 (phases of one tap), 1x1 (x and dy read as plain [pixels, channels] matrices).
+  const Case cases[] = {
+      {"co 130 ci 24 3x3", 2, 24, 9, 9, 130, 3, 1, 1}, {"8->17 k3 s2", 2, 8, 11, 9, 17, 3, 2, 1},
+      {"17->8 k3 s1", 2, 17, 9, 9, 8, 3, 1, 1},        {"k3 s4 p1 16->16", 2, 16, 13, 13, 16, 3, 4, 1},
+      {"1x1 72->40", 2, 72, 8, 9, 40, 1, 1, 0},        {"1x1 s2 32->64", 2, 32, 9, 9, 64, 1, 2, 0}};
+  for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 1, Layout::nhwc);
+}
+
+TEST_F(ConvCuda, NhwcStemAndPatchConvolutions) {
+  check_case({"7x7/2 3->64", 2, 3, 32, 32, 64, 7, 2, 3}, false, Layout::nhwc);
+  check_case({"patch 4x4/4 1->48 at 28", 2, 1, 28, 28, 48, 4, 4, 0}, true, Layout::nhwc);
+  check_case({"patch 4x4/4 8->32 at 16", 2, 8, 16, 16, 32, 4, 4, 0}, true, Layout::nhwc);
+}
+
+TEST_F(ConvCuda, NhwcResNetShapes) {
+  // ResNet-20 at 28 x 28 (batch 8: 16, 32, 64 channels, the stride-2 transitions and the 1x1 projection) and
+  // ResNet-50's stage-1 bottleneck at 56 x 56.
+  const Case cases[] = {
+      {"stem 1->16", 8, 1, 28, 28, 16, 3, 1, 1},      {"16->16", 8, 16, 28, 28, 16, 3, 1, 1},
+      {"16->32 s2", 8, 16, 28, 28, 32, 3, 2, 1},      {"proj 16->32 s2", 8, 16, 28, 28, 32, 1, 2, 0},
+      {"64->64 at 7", 8, 64, 7, 7, 64, 3, 1, 1},      {"R50 1x1 256->64", 2, 256, 56, 56, 64, 1, 1, 0},
+      {"R50 3x3 64->64", 2, 64, 56, 56, 64, 3, 1, 1}, {"R50 1x1 64->256", 2, 64, 56, 56, 256, 1, 1, 0}};
+  for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], false, Layout::nhwc);
+}
+
+TEST_F(ConvCuda, NhwcMisalignedViewsGather) {
+  // Channel counts that would take the 16-byte loads, but x, dy, y and dx start one element into their buffers.
+  check_case({"16->24 k3 s1", 2, 16, 9, 9, 24, 3, 1, 1}, true, Layout::nhwc, true);
+}
+
+TEST_F(ConvCuda, NhwcFusedEpilogue) {
+  // The fused forward in NHWC (residual [n, oh, ow, co]) against the CPU's composition of its NHWC ops.
+  struct Parts {
+    bool bias, scale, shift, residual, relu;
+  };
+  const Parts combos[] = {
+      {true, false, false, false, true}, {false, true, true, true, true}, {true, true, true, true, false}};
+  const Case cases[] = {{"k3 s1 p1 5->7", 3, 5, 9, 11, 7, 3, 1, 1},
+                        {"1x1 64->136 at 14", 2, 64, 14, 14, 136, 1, 1, 0},
+                        {"3x3 s2 32->64", 4, 32, 14, 14, 64, 3, 2, 1}};
+  for (const Case& full : cases) {
+    const Case c = sized(full);
+    const Conv2dShape s = c.shape();
+    const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out};
+    for (DType dt : test::kCudaTestDtypes) {
+      const Tensor x = round_through(random(xs), dt), w = round_through(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
+      const Tensor b = round_through(random({s.c_out}), dt), sc = round_through(random({s.c_out}, 0.5f, 2.0f), dt);
+      const Tensor sh = round_through(random({s.c_out}), dt), res = round_through(random(ys), dt);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gsc = to_gpu(sc, dt),
+                   gsh = to_gpu(sh, dt), gres = to_gpu(res, dt);
+      for (const Parts& p : combos) {
+        Conv2dEpilogue ce;
+        ce.bias = p.bias ? &b : nullptr, ce.scale = p.scale ? &sc : nullptr, ce.shift = p.shift ? &sh : nullptr;
+        ce.residual = p.residual ? &res : nullptr, ce.relu = p.relu;
+        Tensor want = Tensor::empty(ys, DType::f32);
+        kernels::conv2d_forward_fused(x, w, ce, want, s.stride, s.pad, cpu, Layout::nhwc);
+        Conv2dEpilogue e;
+        e.bias = p.bias ? &gb : nullptr, e.scale = p.scale ? &gsc : nullptr, e.shift = p.shift ? &gsh : nullptr;
+        e.residual = p.residual ? &gres : nullptr, e.relu = p.relu;
+        Tolerance tol = conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::cudnn);
+        tol.atol *= 3;  // scale up to 2 and the residual add widen the absolute error
+        for (Impl impl : impls_for(dt)) {
+          SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " " + impl_name(impl) + " bias " +
+                       std::to_string(p.bias) + " scale/shift " + std::to_string(p.scale) + " residual " +
+                       std::to_string(p.residual) + " relu " + std::to_string(p.relu));
+          Tensor y = poisoned(ys, dt);
+          forward(impl, s, gx, gw, e, y, Layout::nhwc);
+          EXPECT_TRUE(close(want, to_cpu_f32(y), tol));
+        }
+        Tensor y = poisoned(ys, dt);
+        kernels::conv2d_forward_fused(gx, gw, e, y, s.stride, s.pad, stream, Layout::nhwc);
+        EXPECT_TRUE(close(want, to_cpu_f32(y), tol)) << c.name << " public entry point";
+      }
+    }
+  }
+}
+
+TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
+  const Conv2dShape s = sized({"3x3 64->64 at 56", 2, 64, 56, 56, 64, 3, 1, 1}).shape();
+  const Shape xs{s.n, s.h, s.w, s.c_in}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.h, s.w, s.c_out};
+  for (DType dt : test::kCudaTestDtypes) {
+    const Tensor x = to_gpu(random(xs), dt), dy = to_gpu(random(ys), dt), dw0 = random(ws), db0 = random({s.c_out});
+    for (Impl impl : impls_for(dt)) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + impl_name(impl));
+      Tensor first_dw, first_db;
+      for (int run = 0; run < 3; ++run) {
+        Tensor dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+        backward_filter(impl, s, x, dy, dw, &db, Layout::nhwc);
+        Tensor hw = dw.to(Device::cpu(), stream), hb = db.to(Device::cpu(), stream);
+        stream.synchronize();
+        if (run == 0) {
+          first_dw = hw, first_db = hb;
+          continue;
+        }
+        EXPECT_EQ(std::memcmp(first_dw.data(), hw.data(), hw.nbytes()), 0) << "dw differs on run " << run;
+        EXPECT_EQ(std::memcmp(first_db.data(), hb.data(), hb.nbytes()), 0) << "dbias differs on run " << run;
+      }
+    }
+  }
+}
+
+TEST_F(ConvCuda, NhwcTransposesAreBitExact) {
+  // kernels/cuda/layout.cu against the CPU transposes: the bits of every element move, whatever the dtype.
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{2, 3, 7, 7}, Shape{3, 17, 9, 11}, Shape{2, 33, 33, 5},
+                           Shape{1, 64, 1, 1}, Shape{2, 40, 35, 33}}) {
+      SCOPED_TRACE(s.str() + " " + std::string(dtype_name(dt)));
+      const Tensor x = round_through(random(s), dt);
+      const Shape hs{s[0], s[2], s[3], s[1]};
+      Tensor want = Tensor::empty(hs, DType::f32), back = Tensor::empty(s, DType::f32);
+      kernels::nchw_to_nhwc(x, want, cpu);
+      Tensor y = poisoned(hs, dt), z = poisoned(s, dt);
+      kernels::nchw_to_nhwc(to_gpu(x, dt), y, stream);
+      kernels::nhwc_to_nchw(y, z, stream);
+      EXPECT_TRUE(close(want, to_cpu_f32(y), Tolerance{0, 0})) << "nchw_to_nhwc";
+      EXPECT_TRUE(close(x, to_cpu_f32(z), Tolerance{0, 0})) << "nhwc_to_nchw";
+    }
+  Tensor a = poisoned({2, 3, 4, 5}, DType::bf16), b32 = poisoned({2, 4, 5, 3}, DType::f32),
+         bad = poisoned({2, 4, 3, 5}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::nchw_to_nhwc(a, b32, stream), "on CUDA all tensors of this op share");
+  HPDT_EXPECT_THROW_MSG(kernels::nchw_to_nhwc(a, bad, stream), "y has shape [2, 4, 3, 5], expected [2, 4, 5, 3]");
+  HPDT_EXPECT_THROW_MSG(kernels::nchw_to_nhwc(a, a, stream), "y must not alias x");
+}
+
+TEST_F(ConvCuda, NhwcPublicEntryPointsBothBackends) {
+  const Case c{"k3 s2 p1", 4, 32, 15, 15, 48, 3, 2, 1};
+  const Conv2dShape s = c.shape();
+  const Shape xs{s.n, s.h, s.w, s.c_in}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.out_h(), s.out_w(), s.c_out};
+  for (kernels::KernelBackend backend : {kernels::KernelBackend::ours, kernels::KernelBackend::vendor}) {
+    if (kEmulated && backend == kernels::KernelBackend::vendor) continue;
+    BackendScope scope(backend);
+    const Impl as = backend == kernels::KernelBackend::vendor ? Impl::cudnn : Impl::v2;
+    for (DType dt : test::kCudaTestDtypes) {
+      SCOPED_TRACE(std::string(kernels::kernel_backend_name(backend)) + " " + std::string(dtype_name(dt)));
+      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
+                   db0 = random({s.c_out});
+      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
+                                   round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
+      Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+      kernels::conv2d_forward(gx, gw, &gb, y, s.stride, s.pad, stream, Layout::nhwc);
+      kernels::conv2d_backward_data(gdy, gw, dx, s.stride, s.pad, stream, Layout::nhwc);
+      kernels::conv2d_backward_filter(gx, gdy, dw, &db, s.stride, s.pad, stream, Layout::nhwc);
+      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, 32 * 9, as)));
+      EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, 48 * 9, as)));
+      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), as)));
+      EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), Impl::v1)));
+    }
+  }
+  // NHWC shapes are checked as NHWC: an NCHW-shaped y is refused, naming the NHWC shape expected.
+  Tensor x = poisoned({2, 8, 8, 3}, DType::bf16), w = poisoned({4, 3, 3, 3}, DType::bf16);
+  Tensor y_nchw = poisoned({2, 4, 8, 8}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(x, w, nullptr, y_nchw, 1, 1, stream, Layout::nhwc),
+                        "y has shape [2, 4, 8, 8], expected [2, 8, 8, 4]");
+  Tensor x_nchw = poisoned({2, 3, 8, 8}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_forward(x_nchw, w, nullptr, y_nchw, 1, 1, stream, Layout::nhwc),
+                        "input channels of x [2, 3, 8, 8] (nhwc)");
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 // rows. Misaligned views take the scalar (non-vector) paths. SyncBN: a callback that doubles the sums (two
 // identical ranks), compared with the CPU op given the same callback, buffer contents included.
 // Determinism: two runs of every reduction give the same bits.
+// NHWC batch norm ([n, h, w, c] or [n, c] with layout nhwc: the column statistics of the [n*h*w, c] matrix) runs
+// the same checks against the CPU's NHWC path (kernels/cpu/norm.cpp on the matrix), on odd channel counts
+// (1, 3, 17: one channel per thread) and vector-wide ones (16, 64, 256, 2048), aligned and misaligned.
 //
 // Tolerances, |got - want| <= atol + rtol |want|:
 //   statistics (saved mean/invstd/rstd, running stats; f32 whatever the storage): rtol 2e-5, atol 1e-6:
@@ -36,6 +39,7 @@ using namespace hpdt;
 using kernels::AllReduceSum;
 using kernels::BatchNormSaved;
 using kernels::LayerNormSaved;
+using kernels::Layout;
 using test::Tolerance;
 
 constexpr float kEps = 1e-5f, kMomentum = 0.1f;
@@ -83,17 +87,21 @@ class NormCuda : public test::CudaOracleTest {
   }
   static Tensor vec(const std::vector<float>& v) { return Tensor::from_vector(v, {int64_t(v.size())}); }
 
-  void bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned = false);
-  void bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned = false);
+  void bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned = false, Layout layout = Layout::nchw);
+  void bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned = false, Layout layout = Layout::nchw);
   void ln_case(const Shape& shape, DType dt, bool misaligned = false);
 };
 
 const Shape kBnShapes[] = {{2, 3, 28, 28},    {4, 1, 28, 28},  {3, 17, 7, 7},     {37, 17},       {5, 3},
                            {128, 16, 32, 32}, {8, 64, 56, 56}, {16, 256, 14, 14}, {4, 2048, 7, 7}};
 
-void NormCuda::bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned) {
-  SCOPED_TRACE(label(shape, dt) + (sync ? " sync" : "") + (misaligned ? " misaligned" : ""));
-  const int64_t c = shape[1];
+// The channel count of a batch-norm input: [n, c, h, w], [n, h, w, c] (NHWC) or [n, c].
+int64_t channels(const Shape& s, Layout layout) { return layout == Layout::nhwc ? s[-1] : s[1]; }
+
+void NormCuda::bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned, Layout layout) {
+  SCOPED_TRACE(label(shape, dt) + (sync ? " sync" : "") + (misaligned ? " misaligned" : "") + " " +
+               kernels::layout_name(layout));
+  const int64_t c = channels(shape, layout);
   const Tensor x = random(shape, -1, 3), g = random({c}, 0.5, 1.5), b = random({c}, -0.5, 0.5);
   const Tensor rm0 = random({c}, -0.2f, 0.2f), rv0 = random({c}, 0.5f, 2.0f);
   std::vector<float> cpu_seen, gpu_seen;
@@ -101,12 +109,12 @@ void NormCuda::bn_train_case(const Shape& shape, DType dt, bool sync, bool misal
   Tensor rm = rm0.clone(cpu), rv = rv0.clone(cpu), y = Tensor::empty(shape, DType::f32);
   BatchNormSaved saved;
   kernels::batchnorm_forward_train(round_through(x, dt), round_through(g, dt), round_through(b, dt), rm, rv, kEps,
-                                   kMomentum, saved, y, sync ? doubling(&cpu_seen) : AllReduceSum{}, cpu);
+                                   kMomentum, saved, y, sync ? doubling(&cpu_seen) : AllReduceSum{}, cpu, layout);
   // GPU: saved statistics left undefined (the op allocates them on the device)
   Tensor rmg = to_gpu(rm0), rvg = to_gpu(rv0), yg = poison(shape, dt, misaligned);
   BatchNormSaved sg;
   kernels::batchnorm_forward_train(gpu(x, dt, misaligned), to_gpu(g, dt), to_gpu(b, dt), rmg, rvg, kEps, kMomentum, sg,
-                                   yg, sync ? doubling(&gpu_seen) : AllReduceSum{}, stream);
+                                   yg, sync ? doubling(&gpu_seen) : AllReduceSum{}, stream, layout);
   ASSERT_TRUE(sg.mean.is_cuda() && sg.invstd.is_cuda());
   ASSERT_EQ(sg.mean.dtype(), DType::f32);
   EXPECT_TRUE(close(y, to_cpu_f32(yg), value_tol(dt))) << "y";
@@ -122,9 +130,10 @@ void NormCuda::bn_train_case(const Shape& shape, DType dt, bool sync, bool misal
   }
 }
 
-void NormCuda::bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned) {
-  SCOPED_TRACE(label(shape, dt) + " backward" + (sync ? " sync" : "") + (misaligned ? " misaligned" : ""));
-  const int64_t c = shape[1], count = shape.numel() / c;
+void NormCuda::bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned, Layout layout) {
+  SCOPED_TRACE(label(shape, dt) + " backward" + (sync ? " sync" : "") + (misaligned ? " misaligned" : "") + " " +
+               kernels::layout_name(layout));
+  const int64_t c = channels(shape, layout), count = shape.numel() / c;
   const Tensor x = random(shape, -1, 3), dy = random(shape), g = random({c}, 0.5, 1.5), b = random({c});
   const Tensor dg0 = random({c}), db0 = random({c});
   const Tensor xr = round_through(x, dt), dyr = round_through(dy, dt), gr = round_through(g, dt);
@@ -132,14 +141,15 @@ void NormCuda::bn_backward_case(const Shape& shape, DType dt, bool sync, bool mi
   Tensor rm = Tensor::zeros({c}, DType::f32), rv = Tensor::zeros({c}, DType::f32), y = Tensor::empty(shape, DType::f32);
   BatchNormSaved saved;
   std::vector<float> cpu_seen, gpu_seen;
-  kernels::batchnorm_forward_train(xr, gr, round_through(b, dt), rm, rv, kEps, kMomentum, saved, y, {}, cpu);
+  kernels::batchnorm_forward_train(xr, gr, round_through(b, dt), rm, rv, kEps, kMomentum, saved, y, {}, cpu, layout);
   Tensor dx = Tensor::empty(shape, DType::f32), dg = round_through(dg0, dt), db = round_through(db0, dt);
-  kernels::batchnorm_backward_train(dyr, xr, gr, saved, dx, dg, db, sync ? doubling(&cpu_seen) : AllReduceSum{}, cpu);
+  kernels::batchnorm_backward_train(dyr, xr, gr, saved, dx, dg, db, sync ? doubling(&cpu_seen) : AllReduceSum{}, cpu,
+                                    layout);
   // GPU, given the CPU's saved statistics so that only the backward is compared
   BatchNormSaved sg{to_gpu(saved.mean), to_gpu(saved.invstd)};
   Tensor dxg = poison(shape, dt, misaligned), dgg = to_gpu(dg0, dt), dbg = to_gpu(db0, dt);
   kernels::batchnorm_backward_train(gpu(dy, dt, misaligned), gpu(x, dt, misaligned), to_gpu(g, dt), sg, dxg, dgg, dbg,
-                                    sync ? doubling(&gpu_seen) : AllReduceSum{}, stream);
+                                    sync ? doubling(&gpu_seen) : AllReduceSum{}, stream, layout);
   EXPECT_TRUE(close(dx, to_cpu_f32(dxg), value_tol(dt))) << "dx";
   EXPECT_TRUE(close(dg, to_cpu_f32(dgg), sum_tol(dt, count))) << "dgamma";
   EXPECT_TRUE(close(db, to_cpu_f32(dbg), sum_tol(dt, count))) << "dbeta";
@@ -218,6 +228,69 @@ TEST_F(NormCuda, BatchNormIsDeterministic) {
           ASSERT_EQ(test::bits_of(out[0][i].data<float>()[j]), test::bits_of(out[1][i].data<float>()[j]))
               << dtype_name(dt) << " output " << i << " element " << j << (sync ? " sync" : "");
     }
+}
+
+// ---- batch norm, NHWC ----------------------------------------------------------------------------------------
+
+// ResNet-20's first stage and ResNet-50's (smaller batches than the NCHW list: the emulator runs these too), odd
+// channel counts, [n, c] in the NHWC layout.
+const Shape kBnNhwcShapes[] = {{2, 28, 28, 3},   {4, 28, 28, 1},  {3, 7, 7, 17},    {37, 17},       {5, 3},
+                               {16, 16, 16, 16}, {4, 28, 28, 64}, {4, 14, 14, 256}, {2, 7, 7, 2048}};
+
+TEST_F(NormCuda, BatchNormNhwcTrainForwardBackward) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : kBnNhwcShapes) {
+      bn_train_case(s, dt, false, false, Layout::nhwc);
+      bn_backward_case(s, dt, false, false, Layout::nhwc);
+    }
+}
+
+TEST_F(NormCuda, BatchNormNhwcSyncMisalignedAndEval) {
+  for (DType dt : test::kCudaTestDtypes) {
+    for (const Shape& s : {Shape{2, 28, 28, 3}, Shape{37, 17}, Shape{4, 14, 14, 64}}) {
+      bn_train_case(s, dt, true, false, Layout::nhwc);
+      bn_backward_case(s, dt, true, false, Layout::nhwc);
+    }
+    bn_train_case({4, 14, 14, 64}, dt, false, true, Layout::nhwc);  // c % 8 == 0, but not 16-byte aligned
+    bn_backward_case({4, 14, 14, 64}, dt, false, true, Layout::nhwc);
+    for (const Shape& s : kBnNhwcShapes) {
+      SCOPED_TRACE(label(s, dt) + " eval nhwc");
+      const int64_t c = s[-1];
+      const Tensor x = random(s, -1, 3), g = random({c}, 0.5, 1.5), b = random({c});
+      const Tensor rm = random({c}, -0.5, 0.5), rv = random({c}, 0.5, 2.0);
+      Tensor y = Tensor::empty(s, DType::f32);
+      kernels::batchnorm_forward_eval(round_through(x, dt), round_through(g, dt), round_through(b, dt), rm, rv, kEps, y,
+                                      cpu, Layout::nhwc);
+      Tensor yg = poisoned(s, dt);
+      kernels::batchnorm_forward_eval(to_gpu(x, dt), to_gpu(g, dt), to_gpu(b, dt), to_gpu(rm), to_gpu(rv), kEps, yg,
+                                      stream, Layout::nhwc);
+      EXPECT_TRUE(close(y, to_cpu_f32(yg), value_tol(dt)));
+    }
+  }
+}
+
+TEST_F(NormCuda, BatchNormNhwcIsDeterministic) {
+  for (DType dt : test::kCudaTestDtypes) {
+    const Shape s{32, 16, 16, 16};  // 8192 rows: 16 row chunks of blocks
+    const int64_t c = s[-1];
+    const Tensor x = to_gpu(random(s, -1, 3), dt), dy = to_gpu(random(s), dt), g = to_gpu(random({c}), dt),
+                 b = to_gpu(random({c}), dt);
+    const Tensor rm0 = random({c}), rv0 = random({c}, 0.5, 2), dg0 = random({c}), db0 = random({c});
+    Tensor out[2][7];
+    for (auto& o : out) {
+      Tensor rm = to_gpu(rm0), rv = to_gpu(rv0), y = poisoned(s, dt), dx = poisoned(s, dt);
+      Tensor dg = to_gpu(dg0, dt), db = to_gpu(db0, dt);
+      BatchNormSaved saved;
+      kernels::batchnorm_forward_train(x, g, b, rm, rv, kEps, kMomentum, saved, y, {}, stream, Layout::nhwc);
+      kernels::batchnorm_backward_train(dy, x, g, saved, dx, dg, db, {}, stream, Layout::nhwc);
+      const Tensor all[7] = {y, saved.mean, saved.invstd, rv, dx, dg, db};
+      for (int i = 0; i < 7; ++i) o[i] = to_cpu_f32(all[i]);
+    }
+    for (int i = 0; i < 7; ++i)
+      for (int64_t j = 0; j < out[0][i].numel(); ++j)
+        ASSERT_EQ(test::bits_of(out[0][i].data<float>()[j]), test::bits_of(out[1][i].data<float>()[j]))
+            << dtype_name(dt) << " output " << i << " element " << j;
+  }
 }
 
 // ---- layer norm ----------------------------------------------------------------------------------------

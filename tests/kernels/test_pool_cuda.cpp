@@ -13,6 +13,8 @@
 //     f16/bf16 the dtype's default (one rounding of the f32 sum);
 //   average pool y: f32 rtol 1e-5 (another summation order over h*w <= 784 values), f16/bf16 the default;
 //     dx exact in f32 (one division), the default otherwise.
+// NHWC ([n, h, w, c], kernels/cpu/pool.cpp's NHWC functions as the oracle): the same cases and tolerances, with the
+// exception that the NHWC average pool adds a channel's pixels in the CPU's order, so f32 y is exact too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,10 +28,11 @@
 namespace {
 
 using namespace hpdt;
+using kernels::Layout;
 using test::Tolerance;
 
 struct MaxCase {
-  Shape x;
+  Shape x;  // [n, c, h, w]; NHWC runs it as [n, h, w, c]
   int64_t k, stride, pad;
   std::string str() const {
     return x.str() + " k" + std::to_string(k) + " s" + std::to_string(stride) + " p" + std::to_string(pad);
@@ -45,25 +48,31 @@ class PoolCuda : public test::CudaOracleTest {
   static Shape out_shape(const MaxCase& c) {
     return {c.x[0], c.x[1], (c.x[2] + 2 * c.pad - c.k) / c.stride + 1, (c.x[3] + 2 * c.pad - c.k) / c.stride + 1};
   }
-  void max_case(const MaxCase& c, DType dt, bool specials);
+  // An [n, c, h, w] shape in `layout`.
+  static Shape in_layout(const Shape& s, Layout layout) {
+    return layout == Layout::nhwc ? Shape{s[0], s[2], s[3], s[1]} : s;
+  }
+  void max_case(const MaxCase& c, DType dt, bool specials, Layout layout = Layout::nchw);
 };
 
 Tolerance exact() { return {0, 0}; }
 
-void PoolCuda::max_case(const MaxCase& c, DType dt, bool specials) {
-  SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dt)) + (specials ? " with NaN/-inf" : ""));
-  Tensor x = random(c.x);
+void PoolCuda::max_case(const MaxCase& c, DType dt, bool specials, Layout layout) {
+  SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dt)) + (specials ? " with NaN/-inf " : " ") +
+               kernels::layout_name(layout));
+  const Shape xs = in_layout(c.x, layout);
+  Tensor x = random(xs);
   if (specials) {  // a few NaN and -inf inputs (every 37th and 41st element)
     float* p = x.data<float>();
     for (int64_t i = 5; i < x.numel(); i += 37) p[i] = NAN;
     for (int64_t i = 7; i < x.numel(); i += 41) p[i] = -std::numeric_limits<float>::infinity();
   }
-  const Shape ys = out_shape(c);
+  const Shape ys = in_layout(out_shape(c), layout);
   // forward
   Tensor y = Tensor::empty(ys, DType::f32), am;
-  kernels::maxpool2d_forward(round_through(x, dt), c.k, c.stride, c.pad, y, am, cpu);
+  kernels::maxpool2d_forward(round_through(x, dt), c.k, c.stride, c.pad, y, am, cpu, layout);
   Tensor yg = poisoned(ys, dt), amg = poisoned(ys, DType::i32);
-  kernels::maxpool2d_forward(to_gpu(x, dt), c.k, c.stride, c.pad, yg, amg, stream);
+  kernels::maxpool2d_forward(to_gpu(x, dt), c.k, c.stride, c.pad, yg, amg, stream, layout);
   EXPECT_TRUE(close(y, to_cpu_f32(yg), exact())) << "y";
   const Tensor amc = amg.to(Device::cpu(), stream);
   stream.synchronize();
@@ -73,10 +82,11 @@ void PoolCuda::max_case(const MaxCase& c, DType dt, bool specials) {
   EXPECT_EQ(bad, 0) << "argmax differs at " << bad << " outputs, first " << first;
   // backward (the CPU's argmax on both sides)
   const Tensor dy = random(ys);
-  Tensor dx = Tensor::empty(c.x, DType::f32);
-  kernels::maxpool2d_backward(round_through(dy, dt), am, dx, cpu);
-  Tensor dxg = poisoned(c.x, dt);
-  kernels::maxpool2d_backward(to_gpu(dy, dt), am.to(Device::cuda(0), stream), c.k, c.stride, c.pad, dxg, stream);
+  Tensor dx = Tensor::empty(xs, DType::f32);
+  kernels::maxpool2d_backward(round_through(dy, dt), am, dx, cpu, layout);
+  Tensor dxg = poisoned(xs, dt);
+  kernels::maxpool2d_backward(to_gpu(dy, dt), am.to(Device::cuda(0), stream), c.k, c.stride, c.pad, dxg, stream,
+                              layout);
   EXPECT_TRUE(close(dx, to_cpu_f32(dxg), dt == DType::f32 ? exact() : test::default_tolerance(dt))) << "dx";
 }
 
@@ -124,6 +134,32 @@ TEST_F(PoolCuda, GlobalAveragePool) {
       Tensor yg2 = poisoned(ys, dt);
       kernels::global_avgpool_forward(to_gpu(x, dt), yg2, stream);
       EXPECT_TRUE(close(to_cpu_f32(yg), to_cpu_f32(yg2), exact())) << "run to run";
+    }
+}
+
+TEST_F(PoolCuda, NhwcMaxPool) {
+  for (DType dt : test::kCudaTestDtypes) {
+    for (const MaxCase& c : kMaxCases) max_case(c, dt, false, Layout::nhwc);
+    for (const MaxCase& c : {kMaxCases[1], kMaxCases[3], kMaxCases[5]}) max_case(c, dt, true, Layout::nhwc);
+  }
+}
+
+TEST_F(PoolCuda, NhwcGlobalAveragePool) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{3, 1, 1, 17}, Shape{2, 7, 7, 3}, Shape{2, 28, 28, 3},
+                           Shape{2, 9, 11, 5}, Shape{128, 8, 8, 64}, Shape{8, 7, 7, 2048}}) {
+      SCOPED_TRACE(s.str() + " " + std::string(dtype_name(dt)) + " nhwc");
+      const Shape ys{s[0], s[3]};
+      const Tensor x = random(s), dy = random(ys);
+      Tensor y = Tensor::empty(ys, DType::f32), dx = Tensor::empty(s, DType::f32);
+      kernels::global_avgpool_forward(round_through(x, dt), y, cpu, Layout::nhwc);
+      kernels::global_avgpool_backward(round_through(dy, dt), dx, cpu, Layout::nhwc);
+      Tensor yg = poisoned(ys, dt), dxg = poisoned(s, dt);
+      kernels::global_avgpool_forward(to_gpu(x, dt), yg, stream, Layout::nhwc);
+      kernels::global_avgpool_backward(to_gpu(dy, dt), dxg, stream, Layout::nhwc);
+      const Tolerance t = dt == DType::f32 ? exact() : test::default_tolerance(dt);
+      EXPECT_TRUE(close(y, to_cpu_f32(yg), t)) << "y";
+      EXPECT_TRUE(close(dx, to_cpu_f32(dxg), t)) << "dx";
     }
 }
 

@@ -151,7 +151,16 @@ bad-input)
   expect_error "--layout nhwc is for the ResNets" --model vit-ti --layout nhwc
   expect_error "--dropout is for the ViTs" --dropout 0.1
   expect_error "--dropout 1 is not in" --model vit-ti --dropout 1
-  expect_error "--layout nhwc is CPU-only" --layout nhwc --device cuda
+  # --layout nhwc --device cuda is accepted (NHWC has CUDA kernels): it trains where a GPU is usable and fails
+  # only for the want of one here, like --device cuda below, never with a layout message.
+  run 2 --layout nhwc --device cuda --eval false --max-steps 1 --batch 8 > "$w/nhwc_cuda.log" 2>&1
+  rc=$?
+  if grep -q "CPU-only\|layout nhwc" "$w/nhwc_cuda.log"; then cat "$w/nhwc_cuda.log"; fail "--layout nhwc --device cuda was refused"; fi
+  if [ $rc -eq 2 ]; then
+    grep -q "no usable GPU on rank 0 (" "$w/nhwc_cuda.log" || { cat "$w/nhwc_cuda.log"; fail "--layout nhwc --device cuda: exit 2 without the no-GPU message"; }
+  elif [ $rc -ne 0 ]; then
+    cat "$w/nhwc_cuda.log"; fail "--layout nhwc --device cuda: exit $rc"
+  fi
   # --device cuda where no GPU is usable: every rank stops, one message naming each rank, its host and the
   # reason; where GPUs exist the same command trains one step on them.
   run 2 --device cuda --eval false --max-steps 1 --batch 8 > "$w/cuda.log" 2>&1

@@ -1,10 +1,11 @@
 // 2-D convolution, groups = 1: forward, backward-data, backward-filter, and a fused forward
 // (conv + bias + per-channel scale/shift + residual + ReLU in one pass on CUDA).
-// Layout (layout.h): NCHW by default; NHWC on the CPU with `layout = Layout::nhwc` (x [n, h, w, ci],
-// y [n, oh, ow, co]; the weights are [co, ci, kh, kw] in both).
+// Layout (layout.h): NCHW by default; NHWC with `layout = Layout::nhwc` (x [n, h, w, ci], y [n, oh, ow, co];
+// the weights are [co, ci, kh, kw] in both), on either device.
 // CPU: f32; NCHW is the oracle (kernels/cpu/conv.cpp, im2col + our SGEMM), NHWC the fast path (direct
-// convolution, kernels/cpu/conv_nhwc.cpp). CUDA: NCHW, f32, f16 or bf16 storage, f32 accumulation; hpdt's
-// own implicit-GEMM kernels (kernels/cuda/conv.cu), or cuDNN when kernel_backend() is vendor.
+// convolution, kernels/cpu/conv_nhwc.cpp). CUDA: f32, f16 or bf16 storage, f32 accumulation; hpdt's own
+// implicit-GEMM kernels (kernels/cuda/conv.cu for NCHW, conv_nhwc.cu for NHWC), or cuDNN (NCHW or NHWC
+// descriptors) when kernel_backend() is vendor.
 #pragma once
 
 #include "hpdt/core/stream.h"

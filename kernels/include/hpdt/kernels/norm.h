@@ -1,4 +1,5 @@
-// Batch norm (NCHW, NHWC on the CPU, or [n, c]) and layer norm (last dimension) on f32 tensors.
+// Batch norm (NCHW, NHWC, or [n, c]) and layer norm (last dimension): f32 on the CPU; f32, f16 or bf16 storage
+// on CUDA (statistics f32).
 #pragma once
 
 #include <functional>
@@ -16,7 +17,7 @@ struct BatchNormSaved {
   Tensor mean, invstd;  // [c] f32, written by the training forward, read by backward
 };
 
-// x is [n, c, h, w] (NCHW), [n, h, w, c] (layout nhwc, CPU) or [n, c] (either layout).
+// x is [n, c, h, w] (NCHW), [n, h, w, c] (layout nhwc: the [n*h*w, c] matrix) or [n, c] (either layout).
 // Training: batch statistics (all-reduced through `sync` when set), running stats updated with
 // `momentum` (unbiased variance), y = (x - mean) * invstd * gamma + beta.
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,

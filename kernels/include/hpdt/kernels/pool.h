@@ -1,5 +1,5 @@
 // Pooling (f32 on the CPU; f32, f16 or bf16 on CUDA): max pool (window k, stride, padding) and global
-// average pool. NCHW by default; NHWC ([n, h, w, c], CPU only) with `layout = Layout::nhwc`.
+// average pool. NCHW by default; NHWC ([n, h, w, c]) with `layout = Layout::nhwc`, on either device.
 #pragma once
 
 #include "hpdt/core/stream.h"

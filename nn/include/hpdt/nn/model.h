@@ -33,9 +33,10 @@ struct ModelConfig {
   uint64_t seed = 0;         // initialisation and dropout
   // ViT overrides of the named size (0: take it from the name), for tiny test configurations.
   int64_t vit_dim = 0, vit_depth = 0, vit_heads = 0;
-  // Activation layout of the ResNets (kernels/layout.h). Unset: NHWC on the CPU (direct convolution,
-  // 2-3x the NCHW im2col path), NCHW on CUDA (its kernels are NCHW). ViT is NCHW (its activations are
-  // tokens after the patch convolution). Not part of str(): parameters, checkpoints and results up to
+  // Activation layout of the ResNets (kernels/layout.h), on either device. Unset: NHWC on the CPU (direct
+  // convolution, 2-3x the NCHW im2col path), NCHW on CUDA (the NHWC CUDA kernels are checked against the CPU
+  // but not yet timed on a GPU; docs/nn.md). ViT is NCHW (its activations are tokens after the patch
+  // convolution). Not part of str(): parameters, checkpoints and results up to
   // float rounding do not depend on it, so a run may resume in either layout.
   std::optional<kernels::Layout> layout;
   // "in_channels=1 image_size=28 classes=10 patch=4 dropout=0 dtype=f32 seed=0" (+ vit_* when set)
@@ -93,7 +94,7 @@ class Model {
 
 // Names: resnet20 resnet56 resnet18 resnet34 resnet50 vit_ti vit_s vit_b. Throws naming the name and
 // the accepted ones, or the configuration that does not fit (e.g. image size not divisible by patch,
-// layout nhwc for a ViT or on CUDA).
+// layout nhwc for a ViT).
 // The model lives on stream.device() and queues its work on `stream` (e.g. Stream::create_cuda(0)).
 std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, const Stream& stream = Stream());
 std::vector<std::string> model_names();

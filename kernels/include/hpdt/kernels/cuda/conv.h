@@ -1,4 +1,5 @@
-// CUDA conv2d (NCHW, groups = 1), checked against hpdt::kernels::cpu::conv2d_*. See hpdt/kernels/conv.h.
+// CUDA conv2d (groups = 1), NCHW (kernels/cuda/conv.cu) and NHWC (kernels/cuda/conv_nhwc.cu), checked against
+// hpdt::kernels::cpu::conv2d_* and cpu::conv2d_*_nhwc. See hpdt/kernels/conv.h.
 // Tensors are already checked by the entry points of kernels/src/conv.cpp (one device, one dtype of f32/f16/
 // bf16, shapes matching `s`); work is queued on `stream` and not waited for.
 #pragma once
@@ -22,20 +23,37 @@ void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& 
 void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                             const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 
-// cuDNN 9 (the `vendor` backend and the benchmark peer): NCHW descriptors, f32 compute (no TF32 for f32
-// tensors), deterministic algorithms from the v7 heuristics cached per shape. The forward's epilogue and
-// dbias run on hpdt's kernels (cuDNN's bias/backward-bias calls do not take bf16).
-void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue,
-                           Tensor& y, const Stream& stream);
-void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                                 const Stream& stream);
-void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
-                                   Tensor* dbias, const Stream& stream);
+// NHWC ("channels last"): x [n, h, w, ci], dy/y [n, oh, ow, co]; the weights stay [co, ci, kh, kw]. The same
+// contracts and variants as the NCHW functions above; in NHWC the GEMMs' reduction runs over channels, so v2
+// fills shared memory with 16-byte cp.async of 8 channels when the channel count is a multiple of 8 (and the
+// tensor 16-byte aligned), and gathers element by element otherwise.
+void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue,
+                         Tensor& y, const Stream& stream, ConvVariant variant = ConvVariant::automatic);
+void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
+                               const Stream& stream, ConvVariant variant = ConvVariant::automatic);
+void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
+                                 const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 
-// Pieces of hpdt's kernels the vendor path reuses (kernels/cuda/conv.cu).
-// y = relu?((y + bias) * scale + shift + residual) in place, per channel of y [n, co, oh, ow].
-void conv2d_epilogue_inplace(const Conv2dEpilogue& epilogue, Tensor& y, const Stream& stream);
-// dbias [co] += sum of dy [n, co, oh, ow] over n, oh, ow: fixed-order partial sums, no atomics.
-void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream);
+// cuDNN 9 (the `vendor` backend and the benchmark peer): NCHW or NHWC tensor descriptors (`layout`), f32
+// compute (no TF32 for f32 tensors), deterministic algorithms from the v7 heuristics cached per shape. NHWC runs
+// with an NHWC (KRSC) filter, cuDNN's tensor-core layout: the weights are permuted into a scratch buffer (not
+// for 1x1 kernels, where the two layouts are the same bytes); backward-filter accumulates (beta = 1) into a KRSC
+// copy of dw and permutes the result back. The
+// forward's epilogue and dbias run on hpdt's kernels (cuDNN's bias/backward-bias calls do not take bf16).
+void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue,
+                           Tensor& y, const Stream& stream, Layout layout = Layout::nchw);
+void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
+                                 const Stream& stream, Layout layout = Layout::nchw);
+void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
+                                   const Stream& stream, Layout layout = Layout::nchw);
+
+// Pieces of hpdt's kernels the vendor path reuses (kernels/cuda/conv.cu, conv_nhwc.cu).
+// y = relu?((y + bias) * scale + shift + residual) in place, per channel of y ([n, co, oh, ow] or NHWC).
+void conv2d_epilogue_inplace(const Conv2dEpilogue& epilogue, Tensor& y, const Stream& stream,
+                             Layout layout = Layout::nchw);
+// dbias [co] += sum of dy ([n, co, oh, ow] or NHWC) over n, oh, ow: fixed-order partial sums, no atomics.
+void conv2d_bias_grad(const Tensor& dy, Tensor& dbias, const Stream& stream, Layout layout = Layout::nchw);
+// dw [co, ci, kh, kw] = w_krsc [co, kh, kw, ci] (cuDNN's NHWC filter layout back to hpdt's): a permutation.
+void conv2d_filter_from_krsc(const Conv2dShape& s, const Tensor& w_krsc, Tensor& dw, const Stream& stream);
 
 }  // namespace hpdt::kernels::cuda

@@ -1,0 +1,150 @@
+// Pieces shared by hpdt's implicit-GEMM convolutions, NCHW (conv.cu) and NHWC (conv_nhwc.cu), and by the cuDNN
+// path (conv_vendor.cu). Private to kernels/cuda. Device helpers are inline here; the host helpers below are
+// defined once, in conv.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "hpdt/kernels/cuda/conv.h"
+#include "launch.cuh"
+#include "vec.cuh"
+
+namespace hpdt::kernels::cuda::conv_detail {
+
+// ---- device helpers --------------------------------------------------------------------------------------
+
+// Division by a divisor fixed at launch (Granlund-Montgomery, as PyTorch's IntDivider): exact for
+// 0 <= n < 2^31 and 1 <= d < 2^31; one mul.hi instead of a ~20-instruction integer division.
+struct FastDiv {
+  uint32_t d = 1, mul = 1, shr = 0;
+  FastDiv() = default;
+  explicit FastDiv(int64_t divisor) : d(uint32_t(std::max<int64_t>(divisor, 1))) {
+    while ((uint64_t(1) << shr) < d) ++shr;
+    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shr) - d)) / d + 1);
+  }
+  __device__ __forceinline__ int div(int n) const { return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shr); }
+  __device__ __forceinline__ int value() const { return int(d); }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of the committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c += a * b on one 16 x 8 x 16 tile: a row-major 16 x 16, b "col" 16 x 8 (k pairs packed), f32 accumulators.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    static_assert(std::is_same_v<T, f16_t>);
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+// ---- tiles both layouts use ------------------------------------------------------------------------------
+
+constexpr int kTcBK = 32;           // v2: k per pipeline stage (two m16n8k16 steps)
+constexpr int kSimtBK = 8;          // v1: k per pipeline stage
+constexpr int kPitchK = kTcBK + 8;  // v2 [row][k] tiles: 80-byte rows, ldmatrix conflict-free, 16-byte aligned
+constexpr int kThreads1D = 256;     // element-wise helper kernels
+
+// ---- host helpers (defined in conv.cu) -------------------------------------------------------------------
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The kernels index within one tensor with 32-bit pixel counts and per-image offsets.
+void check_index_range(std::string_view op, const Conv2dShape& s);
+// Whether `variant` runs on tensor cores for dtype `dt` (throws for v2 with f32).
+bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op);
+// A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
+Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);
+
+// Weights repacked tap-major: out[row][k] for k = (jr * KWp + jc) * Cg + ch, kernel tap (ry0 + rstep * jr,
+// rx0 + rstep * jc); zero for k in [K, lda). Forward: rows = co, ch = ci. Backward-data phase: rows = ci,
+// ch = co (the transpose), the phase's taps.
+struct Repack {
+  int rows, lda, K, Cg, KWp, ry0, rx0, rstep, KW;
+  int64_t row_stride, ch_stride;
+};
+void launch_repack(DType dt, const void* w, void* out, const Repack& r, cudaStream_t st);
+
+// The forward's A operand: w [co, ci, kh, kw] as [co][lda] with k = tap * ci + c. A 1x1 kernel already is
+// (lda = ci), unless `for_cp_async` asks for 16-byte rows and an aligned start; otherwise it is repacked into
+// `packed` with lda = round_up(K, 8) (pad = false: lda = K, cuDNN's KRSC filter). Returns the operand.
+const void* forward_weights(const Conv2dShape& s, const Tensor& w, bool for_cp_async, bool pad, Tensor& packed,
+                            int64_t* lda, const Stream& stream);
+
+// Backward-data by stride phases (see run_backward_data in conv.cu): the dx pixels with (iy + pad) % S == py
+// (and likewise in x) receive exactly the taps (py + S * jr, px + S * jc).
+struct DataPhase {
+  int64_t py, px;  // the phase: taps (py + S * jr, px + S * jc), khp x kwp of them
+  int64_t khp, kwp;
+  int64_t iy0, ix0;  // its first dx pixel; then every S-th, hp x wp of them
+  int64_t hp, wp;
+  int64_t qy0, qx0;     // dy coordinates of its first pixel at tap (0, 0)
+  int64_t lda, offset;  // its repacked weights [ci][lda] at `offset` elements of the packed buffer
+};
+// The phases with at least one dx pixel; *packed_total: elements of the buffer holding all their weights.
+std::vector<DataPhase> data_phases(const Conv2dShape& s, int64_t* packed_total);
+// The phase's weights as [ci][lda], k = (jr * kwp + jc) * co + c, written into packed + f.offset.
+void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor& w, Tensor& packed, cudaStream_t st);
+
+// Splits of a backward-filter pixel reduction (a function of the shape only: deterministic sums).
+int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int* tiles_per_split);
+// dw[i] (+)= sum over splits s of ws[s][i], in split order; n = dw.numel().
+void wgrad_reduce(const float* ws, int splits, Tensor& dw, cudaStream_t st);
+// dbias[co] (+)= sum over s of partial[co][s], in split order.
+void bias_grad_final(const float* partial, int co, int splits, Tensor& dbias, cudaStream_t st);
+// dbias[co] (+)= the column sums of dy [n * oh * ow, co] (NHWC; conv_nhwc.cu).
+void bias_grad_nhwc(const Tensor& dy, Tensor& dbias, const Stream& stream);
+
+// Dynamic shared memory above the default 48 KB is opted into once per kernel and device.
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices_done) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0;
+  HPDT_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t(1) << (device & 63);
+  if (devices_done.load(std::memory_order_acquire) & bit) return;
+  HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  devices_done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+}  // namespace hpdt::kernels::cuda::conv_detail

@@ -1,0 +1,994 @@
+// CUDA conv2d, NHWC ("channels last"), groups = 1, as implicit GEMM on the [pixels, channels] matrices NHWC
+// activations are: no im2col buffer, the loaders read x (or dy) straight into shared memory, padding reading as
+// zero. The CPU oracle is kernels/cpu/conv_nhwc.cpp (itself checked against the NCHW oracle); cuDNN with NHWC
+// descriptors (conv_vendor.cu) is the peer. The NCHW twin is conv.cu; what both use is in conv_common.cuh.
+//
+// The three GEMMs (pixels P = n * oh * ow, taps = kh * kw, k = tap * C + c: tap-major, channel-minor, so that 8
+// consecutive k of a layer with C % 8 == 0 are 16 contiguous bytes of one input pixel):
+//   forward          y[P][co]    = sum_k x(P, k) * w'[co][k]      M = pixels, N = co, K = taps * ci
+//   backward-data    dx[P'][ci]  = sum_k dy(P', k) * w''[ci][k]   per stride phase (as conv.cu): M = the phase's dx
+//                                                                  pixels, N = ci, K = the phase's taps * co
+//   backward-filter  dw[co][k]   = sum_P dy[P][co] * x(P, k)      M = co, N = taps * ci, K = pixels
+// w' and w'' are the weights repacked tap-major (conv_common.cuh: forward_weights, repack_phase_weights).
+//
+// Variants (ConvVariant):
+//   v1 SIMT (f32, f16, bf16). Forward / backward-data: 128 pixels x 64|128 channels, k step 8, 8 x 8 outputs per
+//      thread from f32 shared memory, register-staged double buffering. A thread's outputs in one pixel row are
+//      4 + 4 consecutive channels, so a warp's stores are contiguous: they go to global memory without staging.
+//      Backward-filter: 64|128 co x 128 columns, 8 pixels per step.
+//   v2 tensor cores (f16, bf16): mma.sync m16n8k16 with f32 accumulators, ldmatrix fragments, warps of 64 x 32.
+//      Forward / backward-data: 128 pixels x 64|128 channels x 32 k. The activation tile [pixel][k] is filled by
+//      16-byte cp.async (C % 8 == 0 and an aligned tensor: the 8 channels of one tap of one pixel, a 4-stage
+//      pipeline) or gathered element by element through registers (any C, 2 stages); the weights [co][k] always by
+//      cp.async. Both tiles are k-contiguous: plain ldmatrix. Backward-filter: 64|128 co x 128 columns x 32 pixels,
+//      dy [pixel][co] and x [pixel][column] tiles by cp.async (co % 8 == 0, ci % 8 == 0; 4 stages when both) or
+//      gathered; both tiles are pixel-major, so both fragments are ldmatrix.trans.
+// The forward's epilogue (bias, scale/shift, residual, ReLU) runs on the f32 accumulators before the one rounding
+// to T. Backward-filter splits the pixel reduction over blockIdx.z into f32 partials summed in a fixed order
+// (deterministic, no atomics); dbias is a fixed-order column sum.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "conv_common.cuh"
+#include "hpdt/kernels/cuda/conv.h"
+#include "launch.cuh"
+
+namespace hpdt::kernels::cuda {
+
+namespace {
+
+using namespace conv_detail;
+
+constexpr int kPixTile = 128;  // forward / backward-data: pixels per block tile
+constexpr int kColTile = 128;  // backward-filter: columns (taps * ci) per block tile
+
+enum Load { kVec = 0, kGather = 1 };  // how an activation tile is filled: 16-byte cp.async, or element gathers
+
+// ---- forward / backward-data implicit GEMM -----------------------------------------------------------------
+
+// Out[pixel][m] = sum_k Src(pixel, k) * A[m][k], through the epilogue into dst.
+//   A: weights repacked tap-major, a[m * lda + k], k = tap * C + c, zero for k in [K, lda); lda % 8 == 0.
+//   Src(pixel (img, py, px), k) = src[img][py * sy + oy0 + tsign * jr][px * sx + ox0 + tsign * jc][c] for
+//     k = (jr * KWp + jc) * C + c, zero outside the source plane.
+//   dst[img][py * dys + dy0][px * dxs + dx0][m] = epilogue(Out[pixel][m]).
+// Forward: src = x, C = ci, (s*, o*0) = (stride, -pad), tsign = +1, dst = y. Backward-data: one launch per stride
+// phase (conv_common.cuh: DataPhase), src = dy, C = co, (s*, o*0) = (1, q*0), tsign = -1, dst = the phase's dx
+// pixels (a strided sub-grid of dx).
+struct NhwcGemm {
+  const void* a = nullptr;
+  int lda = 0, M = 0;
+  const void* src = nullptr;
+  int C = 0, Hs = 0, Ws = 0;
+  FastDiv pix_hw, pix_w;  // pixel grid Hp x Wp: m -> (img, py, px)
+  int npix = 0;           // n * Hp * Wp
+  int sy = 1, sx = 1, oy0 = 0, ox0 = 0, tsign = 1;
+  FastDiv div_c, div_kw;  // k -> (tap, c), tap -> (jr, jc)
+  int K = 0;              // taps * C
+  void* dst = nullptr;
+  int dst_h = 0, dst_w = 0, dys = 1, dy0 = 0, dxs = 1, dx0 = 0;
+  const void* bias = nullptr;
+  const void* scale = nullptr;
+  const void* shift = nullptr;
+  const void* residual = nullptr;
+  int relu = 0;
+};
+
+// The block's pixel table, built once: for each of its kPixTile pixels {source offset of tap (0, 0) channel 0
+// (outside the tensor when that tap is padding), tap-(0, 0) row, column, real pixel?}, and the element offset of
+// its output row. 32-bit: check_index_range keeps every tensor under 2^31 elements.
+__device__ __forceinline__ void pixel_table(const NhwcGemm& p, int m0, int4* tab, int* dst_tab, int threads) {
+  for (int i = threadIdx.x; i < kPixTile; i += threads) {
+    const int m = m0 + i;
+    int4 e = make_int4(0, 0, 0, 0);
+    int d = 0;
+    if (m < p.npix) {
+      const int img = p.pix_hw.div(m), rem = m - img * p.pix_hw.value();
+      const int py = p.pix_w.div(rem), px = rem - py * p.pix_w.value();
+      const int by = py * p.sy + p.oy0, bx = px * p.sx + p.ox0;
+      e = make_int4(((img * p.Hs + by) * p.Ws + bx) * p.C, by, bx, 1);
+      d = ((img * p.dst_h + py * p.dys + p.dy0) * p.dst_w + px * p.dxs + p.dx0) * p.M;
+    }
+    tab[i] = e;
+    dst_tab[i] = d;
+  }
+}
+
+// Column k of the gather: the offset from a pixel's tap-(0, 0) base and the tap's row/column shift.
+struct TapColumn {
+  int delta = 0, dy = 0, dx = 0;
+  bool ok = false;
+};
+__device__ __forceinline__ TapColumn tap_column(const NhwcGemm& p, int k) {
+  TapColumn t;
+  t.ok = k < p.K;
+  if (t.ok) {
+    const int tap = p.div_c.div(k), c = k - tap * p.C;
+    const int jr = p.div_kw.div(tap), jc = tap - jr * p.div_kw.value();
+    t.dy = p.tsign * jr;
+    t.dx = p.tsign * jc;
+    t.delta = (t.dy * p.Ws + t.dx) * p.C + c;
+  }
+  return t;
+}
+__device__ __forceinline__ bool inside(const NhwcGemm& p, int4 e, const TapColumn& t) {
+  return e.w && t.ok && unsigned(e.y + t.dy) < unsigned(p.Hs) && unsigned(e.z + t.dx) < unsigned(p.Ws);
+}
+
+// One output element through the epilogue: relu?((v + bias) * scale + shift + residual), rounded once.
+template <class T>
+__device__ __forceinline__ void store_nhwc(const NhwcGemm& p, int i, int ch, float v) {
+  if (p.bias) v += to_f32(static_cast<const T*>(p.bias)[ch]);
+  if (p.scale) v *= to_f32(static_cast<const T*>(p.scale)[ch]);
+  if (p.shift) v += to_f32(static_cast<const T*>(p.shift)[ch]);
+  if (p.residual) v += to_f32(static_cast<const T*>(p.residual)[i]);
+  if (p.relu) v = v > 0.0f ? v : 0.0f;
+  static_cast<T*>(p.dst)[i] = from_f32<T>(v);
+}
+
+// v1: SIMT. Block tile 128 pixels x BN channels, 2 * BN threads as 16 rows x BN / 8 columns, each 8 x 8 outputs:
+// pixels {tm*4 + i, 64 + tm*4 + i}, channels {tn*4 + j, BN/2 + tn*4 + j} (conflict-free float4 reads).
+template <class T, int BN>
+__global__ void __launch_bounds__(2 * BN, 2) conv_nhwc_simt(const NhwcGemm p) {
+  constexpr int kThreads = 2 * BN;
+  constexpr int kTN = BN / 8;
+  constexpr int kARowStep = kThreads / kSimtBK;               // pixel rows per pass of the x loader: 16 or 32
+  constexpr int kAPerThread = kPixTile * kSimtBK / kThreads;  // 8 or 4
+  constexpr int kPA = kPixTile + 4, kPB = BN + 4;             // f32 pitches: 16-byte rows, conflict-free stores
+  __shared__ __align__(16) float As[2 * kSimtBK * kPA];       // [stage][k][pixel]
+  __shared__ __align__(16) float Bs[2 * kSimtBK * kPB];       // [stage][k][channel]
+  __shared__ int4 tab[kPixTile];
+  __shared__ int dst_tab[kPixTile];
+
+  const T* __restrict__ a = static_cast<const T*>(p.a);
+  const T* __restrict__ src = static_cast<const T*>(p.src);
+  const int tid = threadIdx.x, tm = tid / kTN, tn = tid % kTN;
+  const int m0 = blockIdx.x * kPixTile, n0 = blockIdx.y * BN;
+  const int KT = (p.K + kSimtBK - 1) / kSimtBK;
+  pixel_table(p, m0, tab, dst_tab, kThreads);
+  __syncthreads();
+
+  // x loader: k column tid % 8 (8 threads read 8 consecutive channels of a pixel), pixel rows tid / 8 + j * step.
+  // Weights: channel row tid / 2, four consecutive k.
+  const int ak = tid & 7, arow0 = tid >> 3;
+  const int b_row = tid >> 1, b_k = (tid & 1) * 4;
+  float areg[kAPerThread], breg[4];
+  auto fetch = [&](int kt) {
+    const TapColumn t = tap_column(p, kt * kSimtBK + ak);
+#pragma unroll
+    for (int j = 0; j < kAPerThread; ++j) {
+      const int4 e = tab[arow0 + j * kARowStep];
+      areg[j] = inside(p, e, t) ? to_f32(src[e.x + t.delta]) : 0.0f;
+    }
+    const int gn = n0 + b_row;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int k = kt * kSimtBK + b_k + e;
+      breg[e] = (gn < p.M && k < p.K) ? to_f32(a[int64_t(gn) * p.lda + k]) : 0.0f;
+    }
+  };
+  auto stash = [&](int stage) {
+#pragma unroll
+    for (int j = 0; j < kAPerThread; ++j) As[(stage * kSimtBK + ak) * kPA + arow0 + j * kARowStep] = areg[j];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) Bs[(stage * kSimtBK + b_k + e) * kPB + b_row] = breg[e];
+  };
+
+  float acc[8][8] = {};
+  if (KT > 0) {
+    fetch(0);
+    stash(0);
+    __syncthreads();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    const int stage = kt & 1;
+    const bool more = kt + 1 < KT;
+    if (more) fetch(kt + 1);
+#pragma unroll
+    for (int k = 0; k < kSimtBK; ++k) {
+      const float* ar = As + (stage * kSimtBK + k) * kPA;
+      const float* br = Bs + (stage * kSimtBK + k) * kPB;
+      const float4 a0 = *reinterpret_cast<const float4*>(ar + tm * 4);
+      const float4 a1 = *reinterpret_cast<const float4*>(ar + kPixTile / 2 + tm * 4);
+      const float4 b0 = *reinterpret_cast<const float4*>(br + tn * 4);
+      const float4 b1 = *reinterpret_cast<const float4*>(br + BN / 2 + tn * 4);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    if (more) stash(stage ^ 1);
+    __syncthreads();
+  }
+
+  // Epilogue: straight to memory (the kTN threads of a pixel row write 4 * kTN consecutive channels).
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = (i < 4 ? 0 : kPixTile / 2) + tm * 4 + (i & 3);
+    if (m0 + row >= p.npix) continue;
+    const int base = dst_tab[row];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int ch = n0 + (j < 4 ? 0 : BN / 2) + tn * 4 + (j & 3);
+      if (ch < p.M) store_nhwc<T>(p, base + ch, ch, acc[i][j]);
+    }
+  }
+}
+
+// v2: tensor cores. Block tile 128 pixels x BN channels x 32 k, warps 2 x BN / 32 of 64 x 32 (4 x 4 mma tiles).
+template <int LOAD>
+constexpr int kNhwcStages = LOAD == kVec ? 4 : 2;
+template <int BN>
+constexpr int kNhwcStagePitch = BN + 8;  // f32 epilogue staging: float2 writes without bank conflicts
+template <int BN, int LOAD>
+constexpr int kNhwcSmemBytes = std::max(kNhwcStages<LOAD>*(kPixTile + BN) * kPitchK * 2, 64 * kNhwcStagePitch<BN> * 4);
+
+template <class T, int BN, int LOAD>
+__global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
+  constexpr int kThreads = 2 * BN;
+  constexpr int kWarpsN = BN / 32;
+  constexpr int kAStage = kPixTile * kPitchK;  // 16-bit elements
+  constexpr int kBStage = BN * kPitchK;
+  constexpr int kStages = kNhwcStages<LOAD>;
+  constexpr int kChunkRowStep = kThreads / 4;                  // vec: pixel rows per pass (4 chunks of 8 per row)
+  constexpr int kChunksPerThread = kPixTile / kChunkRowStep;   // 2 or 4
+  constexpr int kGatherRowStep = kThreads / kTcBK;             // gather: pixel rows per pass
+  constexpr int kGatherPerThread = kPixTile / kGatherRowStep;  // 16 or 32
+  constexpr int kPitchS = kNhwcStagePitch<BN>;
+  extern __shared__ __align__(16) unsigned char smem[];  // kNhwcSmemBytes<BN, LOAD>
+  __shared__ int4 tab[kPixTile];
+  __shared__ int dst_tab[kPixTile];
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [kStages][128 pixels][kPitchK]
+  uint16_t* Bs = As + kStages * kAStage;             // [kStages][BN channels][kPitchK]
+
+  const uint16_t* __restrict__ a = static_cast<const uint16_t*>(p.a);
+  const uint16_t* __restrict__ src = static_cast<const uint16_t*>(p.src);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const int m0 = blockIdx.x * kPixTile, n0 = blockIdx.y * BN;
+  const int KT = (p.K + kTcBK - 1) / kTcBK;
+  pixel_table(p, m0, tab, dst_tab, kThreads);
+  __syncthreads();
+
+  auto load_b = [&](int kt, int stage) {  // weights: BN rows x 4 chunks of 8 k
+#pragma unroll
+    for (int i = 0; i < BN * 4 / kThreads; ++i) {
+      const int c = tid + i * kThreads, row = c >> 2, q = c & 3;
+      const int gn = n0 + row, gk = kt * kTcBK + q * 8;
+      const bool ok = gn < p.M && gk < p.lda;
+      cp_async16(Bs + stage * kBStage + row * kPitchK + q * 8, ok ? a + int64_t(gn) * p.lda + gk : a, ok);
+    }
+  };
+  // Activations. Vec: chunk q = tid % 4 (k 8q .. 8q + 7: one tap, 8 channels) of pixel rows tid / 4 + i * step.
+  // Gather: k column tid % 32 of pixel rows tid / 32 + j * step; one (tap, channel) decode per stage either way.
+  const int q = tid & 3, vrow0 = tid >> 2;
+  const int gk = tid & 31, grow0 = tid >> 5;
+  uint16_t areg[LOAD == kVec ? 1 : kGatherPerThread];
+  auto fetch_a = [&](int kt, int stage) {
+    if constexpr (LOAD == kVec) {
+      const TapColumn t = tap_column(p, kt * kTcBK + q * 8);
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int row = vrow0 + i * kChunkRowStep;
+        const int4 e = tab[row];
+        const bool ok = inside(p, e, t);
+        cp_async16(As + stage * kAStage + row * kPitchK + q * 8, ok ? src + e.x + t.delta : src, ok);
+      }
+    } else {
+      (void)stage;
+      const TapColumn t = tap_column(p, kt * kTcBK + gk);
+#pragma unroll
+      for (int j = 0; j < kGatherPerThread; ++j) {
+        const int4 e = tab[grow0 + j * kGatherRowStep];
+        areg[j] = inside(p, e, t) ? __ldg(src + e.x + t.delta) : uint16_t(0);
+      }
+    }
+  };
+  auto stash_a = [&](int stage) {
+    if constexpr (LOAD == kGather) {
+#pragma unroll
+      for (int j = 0; j < kGatherPerThread; ++j)
+        As[stage * kAStage + (grow0 + j * kGatherRowStep) * kPitchK + gk] = areg[j];
+    } else {
+      (void)stage;
+    }
+  };
+
+  float acc[4][4][4] = {};
+  auto compute = [&](int stage) {
+    const uint16_t* as = As + stage * kAStage;
+    const uint16_t* bs = Bs + stage * kBStage;
+#pragma unroll
+    for (int ks = 0; ks < kTcBK / 16; ++ks) {
+      uint32_t af[4][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        ldmatrix_x4(af[i], as + (wm * 64 + i * 16 + (lane & 15)) * kPitchK + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        uint32_t r[4];
+        ldmatrix_x4(
+            r, bs + (wn * 32 + jp * 16 + (lane & 7) + (lane >> 4) * 8) * kPitchK + ks * 16 + ((lane >> 3) & 1) * 8);
+        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
+    }
+  };
+
+  if constexpr (kStages > 2) {
+    // All cp.async: one commit group per tile (empty past the end), so wait_group<kStages - 2> at the top of
+    // iteration kt means tile kt landed; the stage refilled there was last read in iteration kt - 1.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < KT) {
+        load_b(s, s);
+        fetch_a(s, s);
+      }
+      cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      const int next = kt + kStages - 1;
+      if (next < KT) {
+        load_b(next, next % kStages);
+        fetch_a(next, next % kStages);
+      }
+      cp_async_commit();
+      compute(kt % kStages);
+    }
+    cp_async_wait_all();
+  } else {
+    // Register-staged activations: the gathers for tile kt + 1 are issued before tile kt's math, stored after it.
+    if (KT > 0) {
+      load_b(0, 0);
+      fetch_a(0, 0);
+      stash_a(0);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+      const int stage = kt & 1;
+      const bool more = kt + 1 < KT;
+      if (more) {
+        load_b(kt + 1, stage ^ 1);
+        fetch_a(kt + 1, stage ^ 1);
+      }
+      compute(stage);
+      if (more) stash_a(stage ^ 1);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+  }
+
+  // Epilogue: one warp row (64 pixels) at a time through shared memory, then rows of channels, coalesced.
+  float* st = reinterpret_cast<float*>(smem);
+  const int gq = lane >> 2, tq = lane & 3;
+  const int col = tid % BN, ch = n0 + col;
+#pragma unroll
+  for (int pass = 0; pass < kPixTile / 64; ++pass) {
+    __syncthreads();
+    if (wm == pass) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float* c = st + (i * 16 + gq) * kPitchS + wn * 32 + j * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
+          *reinterpret_cast<float2*>(c + 8 * kPitchS) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    }
+    __syncthreads();
+    if (ch < p.M)
+      for (int r = tid / BN; r < 64; r += kThreads / BN) {
+        const int row = pass * 64 + r;
+        if (m0 + row < p.npix) store_nhwc<T>(p, dst_tab[row] + ch, ch, st[r * kPitchS + col]);
+      }
+  }
+}
+
+// ---- backward-filter --------------------------------------------------------------------------------------
+
+// dW[co][column] (+)= sum over pixels P of dy[P][co] * x(P, column), column = tap * CI + ci (tap-major: 8
+// consecutive columns are 8 consecutive channels of one tap), the pixel reduction split over blockIdx.z into
+// chunks of tiles_per_split k tiles.
+struct NhwcWgrad {
+  const void* dy = nullptr;
+  const void* x = nullptr;
+  int CO = 0, CI = 0, H = 0, W = 0, KW = 0, stride = 1, pad = 0, taps = 0;
+  int K = 0;     // taps * ci: N of the GEMM
+  int npix = 0;  // n * oh * ow: the reduction
+  FastDiv div_ohw, div_ow, div_ci, div_kw;
+  int tiles_per_split = 0;
+  void* dw = nullptr;   // ws == nullptr: dw += sum (one split)
+  float* ws = nullptr;  // else partials [splits][CO][K] in dw's layout
+};
+
+// Column table of a block, built once: {offset from a pixel's tap-(0, 0) base, r, c, column < K}.
+__device__ __forceinline__ void wgrad_columns(const NhwcWgrad& p, int n0, int4* tab, int threads) {
+  for (int i = threadIdx.x; i < kColTile; i += threads) {
+    const int k = n0 + i;
+    int4 e = make_int4(0, 0, 0, 0);
+    if (k < p.K) {
+      const int tap = p.div_ci.div(k), ci = k - tap * p.CI;
+      const int r = p.div_kw.div(tap), c = tap - r * p.KW;
+      e = make_int4((r * p.W + c) * p.CI + ci, r, c, 1);
+    }
+    tab[i] = e;
+  }
+}
+
+// Pixel P of the reduction: x offset of its tap-(0, 0) base (channel 0) and that tap's input coordinates.
+struct WgradPixel {
+  int base = 0, by = 0, bx = 0;
+  bool ok = false;
+};
+__device__ __forceinline__ WgradPixel wgrad_pixel(const NhwcWgrad& p, int P) {
+  WgradPixel w;
+  w.ok = P < p.npix;
+  if (w.ok) {
+    const int img = p.div_ohw.div(P), rem = P - img * p.div_ohw.value();
+    const int oy = p.div_ow.div(rem), ox = rem - oy * p.div_ow.value();
+    w.by = oy * p.stride - p.pad;
+    w.bx = ox * p.stride - p.pad;
+    w.base = ((img * p.H + w.by) * p.W + w.bx) * p.CI;
+  }
+  return w;
+}
+__device__ __forceinline__ bool in_x(const NhwcWgrad& p, const WgradPixel& w, int4 e) {
+  return w.ok && e.w && unsigned(w.by + e.y) < unsigned(p.H) && unsigned(w.bx + e.z) < unsigned(p.W);
+}
+
+// The index of tap-major column k in dw's row [ci][kh][kw].
+__device__ __forceinline__ int dw_column(const NhwcWgrad& p, int k) {
+  const int tap = p.div_ci.div(k);
+  return (k - tap * p.CI) * p.taps + tap;
+}
+// dw[co][dw column] (+)= v, or the split's partial (in dw's layout, so that wgrad_reduce adds like with like).
+template <class T>
+__device__ __forceinline__ void wgrad_out(const NhwcWgrad& p, int co, int column, float v) {
+  const int64_t i = int64_t(co) * p.K + column;
+  if (p.ws)
+    p.ws[int64_t(blockIdx.z) * p.CO * p.K + i] = v;
+  else
+    static_cast<T*>(p.dw)[i] = from_f32<T>(to_f32(static_cast<const T*>(p.dw)[i]) + v);
+}
+
+// v1: SIMT backward-filter, BM co x 128 columns, 8 pixels per stage, 8 x 8 outputs per thread (co rows
+// {tm*4 + i, BM/2 + tm*4 + i}, columns {tn*4 + j, 64 + tn*4 + j}).
+template <class T, int BM>
+__global__ void __launch_bounds__(2 * BM, 2) conv_nhwc_wgrad_simt(const NhwcWgrad p) {
+  constexpr int kThreads = 2 * BM;
+  constexpr int kAPerThread = BM * kSimtBK / kThreads;        // 4
+  constexpr int kBPerThread = kColTile * kSimtBK / kThreads;  // 8 or 4
+  constexpr int kBStep = kThreads / kColTile;                 // 1 or 2
+  constexpr int kPA = BM + 4, kPB = kColTile + 4;
+  __shared__ __align__(16) float As[2 * kSimtBK * kPA];  // [stage][pixel][co]
+  __shared__ __align__(16) float Bs[2 * kSimtBK * kPB];  // [stage][pixel][column]
+  __shared__ int4 tab[kColTile];
+
+  const T* __restrict__ dy = static_cast<const T*>(p.dy);
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const int tid = threadIdx.x, tm = tid / 16, tn = tid % 16;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kColTile;
+  const int KT = (p.npix + kSimtBK - 1) / kSimtBK;
+  const int kt0 = blockIdx.z * p.tiles_per_split, kt1 = min(KT, kt0 + p.tiles_per_split);
+  wgrad_columns(p, n0, tab, kThreads);
+  __syncthreads();
+
+  // dy loader: channel tid % BM (a warp reads consecutive channels of a pixel), pixels tid / BM + 2i.
+  // x loader: column tid % 128 (consecutive channels of a tap), pixels tid / 128 + kBStep * i.
+  const int a_co = tid % BM, a_p0 = tid / BM;
+  const int b_col = tid % kColTile, b_p0 = tid / kColTile;
+  const int4 col_entry = tab[b_col];
+  float areg[kAPerThread], breg[kBPerThread];
+  auto fetch = [&](int kt) {
+    const int co = m0 + a_co;
+#pragma unroll
+    for (int i = 0; i < kAPerThread; ++i) {
+      const int P = kt * kSimtBK + a_p0 + 2 * i;
+      areg[i] = (P < p.npix && co < p.CO) ? to_f32(dy[int64_t(P) * p.CO + co]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kBPerThread; ++i) {
+      const WgradPixel w = wgrad_pixel(p, kt * kSimtBK + b_p0 + kBStep * i);
+      breg[i] = in_x(p, w, col_entry) ? to_f32(x[w.base + col_entry.x]) : 0.0f;
+    }
+  };
+  auto stash = [&](int stage) {
+#pragma unroll
+    for (int i = 0; i < kAPerThread; ++i) As[(stage * kSimtBK + a_p0 + 2 * i) * kPA + a_co] = areg[i];
+#pragma unroll
+    for (int i = 0; i < kBPerThread; ++i) Bs[(stage * kSimtBK + b_p0 + kBStep * i) * kPB + b_col] = breg[i];
+  };
+
+  float acc[8][8] = {};
+  if (kt0 < kt1) {
+    fetch(kt0);
+    stash(0);
+    __syncthreads();
+  }
+  for (int kt = kt0; kt < kt1; ++kt) {
+    const int stage = (kt - kt0) & 1;
+    const bool more = kt + 1 < kt1;
+    if (more) fetch(kt + 1);
+#pragma unroll
+    for (int k = 0; k < kSimtBK; ++k) {
+      const float* ar = As + (stage * kSimtBK + k) * kPA;
+      const float* br = Bs + (stage * kSimtBK + k) * kPB;
+      const float4 a0 = *reinterpret_cast<const float4*>(ar + tm * 4);
+      const float4 a1 = *reinterpret_cast<const float4*>(ar + BM / 2 + tm * 4);
+      const float4 b0 = *reinterpret_cast<const float4*>(br + tn * 4);
+      const float4 b1 = *reinterpret_cast<const float4*>(br + 64 + tn * 4);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    if (more) stash(stage ^ 1);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int k = n0 + (j < 4 ? 0 : 64) + tn * 4 + (j & 3);
+    if (k >= p.K) continue;
+    const int column = dw_column(p, k);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int co = m0 + (i < 4 ? 0 : BM / 2) + tm * 4 + (i & 3);
+      if (co < p.CO) wgrad_out<T>(p, co, column, acc[i][j]);
+    }
+  }
+}
+
+// v2: tensor-core backward-filter, BM co x 128 columns x 32 pixels, warps (BM / 64) x 4 of 64 x 32. Both tiles are
+// pixel-major ([pixel][co], [pixel][column]), filled by 16-byte cp.async (DY_LOAD / X_LOAD == kVec: co % 8 == 0,
+// resp. ci % 8 == 0) or element gathers; the A and B fragments are ldmatrix.trans of them.
+template <int BM>
+constexpr int kWgradPitchA = BM + 8;  // [pixel][co] rows: 144 / 272 bytes, ldmatrix conflict-free
+constexpr int kWgradPitchB = kColTile + 8;
+template <int DY_LOAD, int X_LOAD>
+constexpr int kNhwcWgradStages = DY_LOAD == kVec&& X_LOAD == kVec ? 4 : 2;
+template <int BM, int DY_LOAD, int X_LOAD>
+constexpr int kNhwcWgradSmemBytes =
+    std::max(kNhwcWgradStages<DY_LOAD, X_LOAD>* kTcBK*(kWgradPitchA<BM> + kWgradPitchB) * 2, 64 * (kColTile + 8) * 4);
+
+template <class T, int BM, int DY_LOAD, int X_LOAD>
+__global__ void __launch_bounds__(2 * BM) conv_nhwc_wgrad_tc(const NhwcWgrad p) {
+  constexpr int kThreads = 2 * BM;
+  constexpr int kPA = kWgradPitchA<BM>, kPB = kWgradPitchB;
+  constexpr int kAStage = kTcBK * kPA, kBStage = kTcBK * kPB;
+  constexpr int kStages = kNhwcWgradStages<DY_LOAD, X_LOAD>;
+  constexpr int kAChunks = kTcBK * BM / 8 / kThreads;        // 2
+  constexpr int kBChunks = kTcBK * kColTile / 8 / kThreads;  // 4 or 2
+  constexpr int kAPerThread = kTcBK * BM / kThreads;         // 16
+  constexpr int kBPerThread = kTcBK * kColTile / kThreads;   // 32 or 16
+  constexpr int kBStep = kThreads / kColTile;                // 1 or 2
+  constexpr int kStagePitch = kColTile + 8;
+  extern __shared__ __align__(16) unsigned char smem[];  // kNhwcWgradSmemBytes<BM, DY_LOAD, X_LOAD>
+  __shared__ int4 tab[kColTile];
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem);  // [kStages][32 pixels][kPA]
+  uint16_t* Bs = As + kStages * kAStage;             // [kStages][32 pixels][kPB]
+
+  const uint16_t* __restrict__ dy = static_cast<const uint16_t*>(p.dy);
+  const uint16_t* __restrict__ x = static_cast<const uint16_t*>(p.x);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / 4, wn = warp % 4;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * kColTile;
+  const int KT = (p.npix + kTcBK - 1) / kTcBK;
+  const int kt0 = blockIdx.z * p.tiles_per_split, kt1 = min(KT, kt0 + p.tiles_per_split);
+  wgrad_columns(p, n0, tab, kThreads);
+  __syncthreads();
+
+  const int a_co = tid % BM, a_p0 = tid / BM;               // dy gather: channel, pixels a_p0 + 2i
+  const int b_col = tid % kColTile, b_p0 = tid / kColTile;  // x gather: column, pixels b_p0 + kBStep * i
+  const int4 col_entry = tab[b_col];
+  uint16_t areg[DY_LOAD == kVec ? 1 : kAPerThread], breg[X_LOAD == kVec ? 1 : kBPerThread];
+
+  auto fetch = [&](int kt, int stage) {
+    const int P0 = kt * kTcBK;
+    if constexpr (DY_LOAD == kVec) {
+      // dy rows are contiguous channels: chunk c of the tile is pixel c / (BM / 8), channels 8 (c % (BM / 8)) + 0..7.
+#pragma unroll
+      for (int i = 0; i < kAChunks; ++i) {
+        const int c = tid + i * kThreads, row = c / (BM / 8), qc = c % (BM / 8);
+        const int P = P0 + row, co = m0 + qc * 8;
+        const bool ok = P < p.npix && co < p.CO;
+        cp_async16(As + stage * kAStage + row * kPA + qc * 8, ok ? dy + int64_t(P) * p.CO + co : dy, ok);
+      }
+    } else {
+      const int co = m0 + a_co;
+#pragma unroll
+      for (int i = 0; i < kAPerThread; ++i) {
+        const int P = P0 + a_p0 + 2 * i;
+        areg[i] = (P < p.npix && co < p.CO) ? __ldg(dy + int64_t(P) * p.CO + co) : uint16_t(0);
+      }
+    }
+    if constexpr (X_LOAD == kVec) {
+      // 16 chunks of 8 columns per pixel: 8 channels of one tap (ci % 8 == 0).
+#pragma unroll
+      for (int i = 0; i < kBChunks; ++i) {
+        const int c = tid + i * kThreads, row = c >> 4, qc = c & 15;
+        const WgradPixel w = wgrad_pixel(p, P0 + row);
+        const int4 e = tab[qc * 8];
+        const bool ok = in_x(p, w, e);
+        cp_async16(Bs + stage * kBStage + row * kPB + qc * 8, ok ? x + w.base + e.x : x, ok);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBPerThread; ++i) {
+        const WgradPixel w = wgrad_pixel(p, P0 + b_p0 + kBStep * i);
+        breg[i] = in_x(p, w, col_entry) ? __ldg(x + w.base + col_entry.x) : uint16_t(0);
+      }
+    }
+  };
+  auto stash = [&](int stage) {
+    if constexpr (DY_LOAD == kGather) {
+#pragma unroll
+      for (int i = 0; i < kAPerThread; ++i) As[stage * kAStage + (a_p0 + 2 * i) * kPA + a_co] = areg[i];
+    }
+    if constexpr (X_LOAD == kGather) {
+#pragma unroll
+      for (int i = 0; i < kBPerThread; ++i) Bs[stage * kBStage + (b_p0 + kBStep * i) * kPB + b_col] = breg[i];
+    }
+    (void)stage;
+  };
+
+  float acc[4][4][4] = {};
+  auto compute = [&](int stage) {
+    const uint16_t* as = As + stage * kAStage;
+    const uint16_t* bs = Bs + stage * kBStage;
+#pragma unroll
+    for (int ks = 0; ks < kTcBK / 16; ++ks) {
+      uint32_t af[4][4], bf[4][2];
+      // A (co x pixels) from [pixel][co]: matrices (co 0-7 | 8-15) x (pixels 0-7 | 8-15), transposed on load.
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        ldmatrix_x4_trans(
+            af[i], as + (ks * 16 + (lane & 7) + (lane >> 4) * 8) * kPA + wm * 64 + i * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int jp = 0; jp < 2; ++jp) {
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, bs + (ks * 16 + (lane & 15)) * kPB + wn * 32 + jp * 16 + (lane >> 4) * 8);
+        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
+    }
+  };
+
+  if constexpr (kStages > 2) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (kt0 + s < kt1) fetch(kt0 + s, s);
+      cp_async_commit();
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      const int next = kt + kStages - 1;
+      if (next < kt1) fetch(next, (next - kt0) % kStages);
+      cp_async_commit();
+      compute((kt - kt0) % kStages);
+    }
+    cp_async_wait_all();
+  } else {
+    if (kt0 < kt1) {
+      fetch(kt0, 0);
+      stash(0);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      const int stage = (kt - kt0) & 1;
+      const bool more = kt + 1 < kt1;
+      if (more) fetch(kt + 1, stage ^ 1);
+      compute(stage);
+      if (more) stash(stage ^ 1);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+  }
+
+  // Epilogue: one warp row (64 co) at a time through shared memory, then rows of columns.
+  const int k = n0 + b_col;
+  const int column = k < p.K ? dw_column(p, k) : 0;
+  float* st = reinterpret_cast<float*>(smem);
+  const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int pass = 0; pass < BM / 64; ++pass) {
+    __syncthreads();
+    if (wm == pass) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float* c = st + (i * 16 + gq) * kStagePitch + wn * 32 + j * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
+          *reinterpret_cast<float2*>(c + 8 * kStagePitch) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    }
+    __syncthreads();
+    if (k < p.K)
+      for (int r = b_p0; r < 64; r += kBStep) {
+        const int co = m0 + pass * 64 + r;
+        if (co < p.CO) wgrad_out<T>(p, co, column, st[r * kStagePitch + b_col]);
+      }
+  }
+}
+
+// ---- dbias, cuDNN's filter layout ----------------------------------------------------------------------------
+
+// partial[co][s] = sum of dy[P][co] over the s-th chunk of pixels. Block: 32 channels x 8 lanes of rows; lane
+// ty adds rows begin + ty, + 8, ... in order, then lane 0 adds the 8 lanes in order.
+template <class T>
+__global__ void __launch_bounds__(256)
+    bias_grad_nhwc_partial(const T* __restrict__ dy, int CO, int npix, int chunk, float* __restrict__ partial) {
+  __shared__ float sums[8][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int co = blockIdx.x * 32 + tx, s = blockIdx.y;
+  const int begin = s * chunk, end = min(npix, begin + chunk);
+  float acc = 0.0f;
+  if (co < CO)
+    for (int P = begin + ty; P < end; P += 8) acc += to_f32(dy[int64_t(P) * CO + co]);
+  sums[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && co < CO) {
+    float t = 0.0f;
+    for (int r = 0; r < 8; ++r) t += sums[r][tx];
+    partial[int64_t(co) * gridDim.y + s] = t;
+  }
+}
+
+// dw [co][ci][taps] = w_krsc [co][taps][ci].
+template <class T>
+__global__ void filter_from_krsc(const T* __restrict__ wk, T* __restrict__ dw, int ci, int taps, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = i / (int64_t(ci) * taps);
+    const int rem = int(i - o * ci * taps), c = rem / taps, tap = rem - c * taps;
+    dw[i] = wk[(o * taps + tap) * ci + c];
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------------------
+
+template <class T, int BN, int LOAD>
+void launch_nhwc_tc(const NhwcGemm& p, dim3 grid, cudaStream_t st) {
+  static std::atomic<uint64_t> done{0};
+  allow_dynamic_smem(conv_nhwc_tc<T, BN, LOAD>, kNhwcSmemBytes<BN, LOAD>, done);
+  conv_nhwc_tc<T, BN, LOAD><<<grid, 2 * BN, kNhwcSmemBytes<BN, LOAD>, st>>>(p);
+}
+
+// vec: the activation tile by 16-byte cp.async (C % 8 == 0 and an aligned source).
+template <class T>
+void launch_nhwc_gemm(const NhwcGemm& p, bool tc, bool vec, cudaStream_t st) {
+  if (p.npix == 0 || p.M == 0) return;
+  const bool small = p.M <= 64;
+  const dim3 grid(unsigned((p.npix + kPixTile - 1) / kPixTile),
+                  unsigned((p.M + (small ? 63 : 127)) / (small ? 64 : 128)));
+  if constexpr (std::is_same_v<T, float>) {
+    (void)tc, (void)vec;
+    if (small)
+      conv_nhwc_simt<T, 64><<<grid, 128, 0, st>>>(p);
+    else
+      conv_nhwc_simt<T, 128><<<grid, 256, 0, st>>>(p);
+  } else if (!tc) {
+    if (small)
+      conv_nhwc_simt<T, 64><<<grid, 128, 0, st>>>(p);
+    else
+      conv_nhwc_simt<T, 128><<<grid, 256, 0, st>>>(p);
+  } else if (small) {
+    if (vec)
+      launch_nhwc_tc<T, 64, kVec>(p, grid, st);
+    else
+      launch_nhwc_tc<T, 64, kGather>(p, grid, st);
+  } else {
+    if (vec)
+      launch_nhwc_tc<T, 128, kVec>(p, grid, st);
+    else
+      launch_nhwc_tc<T, 128, kGather>(p, grid, st);
+  }
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+void set_epilogue(NhwcGemm& p, const Conv2dEpilogue& e) {
+  p.bias = e.bias ? e.bias->data() : nullptr;
+  p.scale = e.scale ? e.scale->data() : nullptr;
+  p.shift = e.shift ? e.shift->data() : nullptr;
+  p.residual = e.residual ? e.residual->data() : nullptr;
+  p.relu = e.relu ? 1 : 0;
+}
+
+template <class T>
+void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y, bool tc,
+                 const Stream& stream) {
+  const int64_t oh = s.out_h(), ow = s.out_w();
+  int64_t lda = 0;
+  Tensor packed;
+  NhwcGemm p;
+  p.a = forward_weights(s, w, tc, true, packed, &lda, stream);
+  p.lda = int(lda), p.M = int(s.c_out);
+  p.src = x.data(), p.C = int(s.c_in), p.Hs = int(s.h), p.Ws = int(s.w);
+  p.pix_hw = FastDiv(oh * ow), p.pix_w = FastDiv(ow), p.npix = int(s.n * oh * ow);
+  p.sy = p.sx = int(s.stride), p.oy0 = p.ox0 = int(-s.pad), p.tsign = 1;
+  p.div_c = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw), p.K = int(s.c_in * s.kh * s.kw);
+  p.dst = y.data(), p.dst_h = int(oh), p.dst_w = int(ow);
+  set_epilogue(p, e);
+  launch_nhwc_gemm<T>(p, tc, s.c_in % 8 == 0 && aligned16(x.data()), detail::native(stream));
+}
+
+// Backward-data by stride phases (conv_common.cuh: DataPhase): each phase is a dense stride-1 implicit GEMM over
+// its own taps from dy, writing its strided sub-grid of dx; a phase without taps writes zeros (K = 0).
+template <class T>
+void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc,
+                       const Stream& stream) {
+  const cudaStream_t st = detail::native(stream);
+  int64_t total = 0;
+  const std::vector<DataPhase> phases = data_phases(s, &total);
+  Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
+  const T* pk = static_cast<const T*>(packed.data());
+  const bool vec = s.c_out % 8 == 0 && aligned16(dy.data());
+  for (const DataPhase& f : phases) {
+    repack_phase_weights(s, f, w, packed, st);
+    NhwcGemm p;
+    p.a = pk + f.offset, p.lda = int(f.lda), p.M = int(s.c_in);
+    p.src = dy.data(), p.C = int(s.c_out), p.Hs = int(s.out_h()), p.Ws = int(s.out_w());
+    p.pix_hw = FastDiv(f.hp * f.wp), p.pix_w = FastDiv(f.wp), p.npix = int(s.n * f.hp * f.wp);
+    p.sy = p.sx = 1, p.oy0 = int(f.qy0), p.ox0 = int(f.qx0), p.tsign = -1;
+    p.div_c = FastDiv(s.c_out), p.div_kw = FastDiv(f.kwp), p.K = int(f.khp * f.kwp * s.c_out);
+    p.dst = dx.data(), p.dst_h = int(s.h), p.dst_w = int(s.w);
+    p.dys = p.dxs = int(s.stride), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
+    launch_nhwc_gemm<T>(p, tc, vec, st);
+  }
+}
+
+template <class T, int BM, int DY_LOAD, int X_LOAD>
+void launch_wgrad_tc(const NhwcWgrad& p, dim3 grid, cudaStream_t st) {
+  constexpr int bytes = kNhwcWgradSmemBytes<BM, DY_LOAD, X_LOAD>;
+  static std::atomic<uint64_t> done{0};
+  allow_dynamic_smem(conv_nhwc_wgrad_tc<T, BM, DY_LOAD, X_LOAD>, bytes, done);
+  conv_nhwc_wgrad_tc<T, BM, DY_LOAD, X_LOAD><<<grid, 2 * BM, bytes, st>>>(p);
+}
+
+template <class T, int BM>
+void launch_wgrad_tc_modes(const NhwcWgrad& p, dim3 grid, bool vec_dy, bool vec_x, cudaStream_t st) {
+  if (vec_dy && vec_x)
+    launch_wgrad_tc<T, BM, kVec, kVec>(p, grid, st);
+  else if (vec_dy)
+    launch_wgrad_tc<T, BM, kVec, kGather>(p, grid, st);
+  else
+    launch_wgrad_tc<T, BM, kGather, kGather>(p, grid, st);
+}
+
+template <class T>
+void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, bool tc,
+                         const Stream& stream) {
+  const cudaStream_t st = detail::native(stream);
+  const int64_t oh = s.out_h(), ow = s.out_w(), taps = s.kh * s.kw, K = s.c_in * taps, npix = s.n * oh * ow;
+  if (s.c_out == 0 || K == 0 || npix == 0) return;
+  NhwcWgrad p;
+  p.dy = dy.data(), p.x = x.data();
+  p.CO = int(s.c_out), p.CI = int(s.c_in), p.H = int(s.h), p.W = int(s.w), p.KW = int(s.kw);
+  p.stride = int(s.stride), p.pad = int(s.pad), p.taps = int(taps), p.K = int(K), p.npix = int(npix);
+  p.div_ohw = FastDiv(oh * ow), p.div_ow = FastDiv(ow), p.div_ci = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw);
+  const bool small = s.c_out <= 64;
+  const int64_t bm = small ? 64 : 128, bk = tc ? kTcBK : kSimtBK;
+  const int64_t tiles = ((s.c_out + bm - 1) / bm) * ((K + kColTile - 1) / kColTile), KT = (npix + bk - 1) / bk;
+  const int splits = wgrad_splits(tiles, KT, s.c_out * K, &p.tiles_per_split);
+  Tensor ws;
+  p.dw = dw.data();
+  if (splits > 1) {
+    ws = device_buffer(int64_t(splits) * s.c_out * K, DType::f32, dw.device(), stream);
+    p.ws = ws.data<float>();
+  }
+  const dim3 grid(unsigned((K + kColTile - 1) / kColTile), unsigned((s.c_out + bm - 1) / bm), unsigned(splits));
+  const int threads = int(2 * bm);
+  if constexpr (std::is_same_v<T, float>) {
+    (void)tc;
+    if (small)
+      conv_nhwc_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
+    else
+      conv_nhwc_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
+  } else if (!tc) {
+    if (small)
+      conv_nhwc_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
+    else
+      conv_nhwc_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
+  } else {
+    const bool vec_dy = s.c_out % 8 == 0 && aligned16(dy.data());
+    const bool vec_x = vec_dy && s.c_in % 8 == 0 && aligned16(x.data());
+    if (small)
+      launch_wgrad_tc_modes<T, 64>(p, grid, vec_dy, vec_x, st);
+    else
+      launch_wgrad_tc_modes<T, 128>(p, grid, vec_dy, vec_x, st);
+  }
+  HPDT_CUDA_CHECK_LAUNCH();
+  if (splits > 1) wgrad_reduce(ws.data<float>(), splits, dw, st);
+}
+
+}  // namespace
+
+void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
+                         const Stream& stream, ConvVariant variant) {
+  const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
+  check_index_range("conv2d_forward", s);
+  if (y.numel() == 0) return;
+  dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    run_forward<T>(s, x, w, e, y, tc, stream);
+  });
+}
+
+void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
+                               const Stream& stream, ConvVariant variant) {
+  const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
+  check_index_range("conv2d_backward_data", s);
+  if (dx.numel() == 0) return;
+  dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
+    using T = decltype(tag);
+    run_backward_data<T>(s, dy, w, dx, tc, stream);
+  });
+}
+
+void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
+                                 const Stream& stream, ConvVariant variant) {
+  const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_backward_filter");
+  check_index_range("conv2d_backward_filter", s);
+  dispatch_floating(x.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    run_backward_filter<T>(s, x, dy, dw, tc, stream);
+  });
+  if (dbias) conv_detail::bias_grad_nhwc(dy, *dbias, stream);
+}
+
+void conv2d_filter_from_krsc(const Conv2dShape& s, const Tensor& w_krsc, Tensor& dw, const Stream& stream) {
+  const int64_t n = dw.numel();
+  if (n == 0) return;
+  dispatch_floating(dw.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    filter_from_krsc<T><<<detail::grid_for(n, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
+        static_cast<const T*>(w_krsc.data()), static_cast<T*>(dw.data()), int(s.c_in), int(s.kh * s.kw), n);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+namespace conv_detail {
+
+void bias_grad_nhwc(const Tensor& dy, Tensor& dbias, const Stream& stream) {
+  const int64_t co = dy.size(3), npix = dy.size(0) * dy.size(1) * dy.size(2);
+  if (co == 0) return;
+  HPDT_CHECK(npix * co < (int64_t(1) << 31), "conv2d_backward_filter: dy ", dy.str(),
+             " too large for the dbias reduction");
+  const cudaStream_t st = detail::native(stream);
+  // Chunks of at least 512 pixels and about 1024 blocks in all: a function of the shape only.
+  const int64_t col_blocks = (co + 31) / 32;
+  int64_t splits = std::clamp<int64_t>(std::min<int64_t>(npix / 512, (1024 + col_blocks - 1) / col_blocks), 1, 1024);
+  const int64_t chunk = std::max<int64_t>(1, (npix + splits - 1) / splits);
+  splits = std::max<int64_t>(1, (npix + chunk - 1) / chunk);
+  Tensor partial = device_buffer(co * splits, DType::f32, dy.device(), stream);
+  dispatch_floating(dy.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    bias_grad_nhwc_partial<T><<<dim3(unsigned(col_blocks), unsigned(splits)), 256, 0, st>>>(
+        static_cast<const T*>(dy.data()), int(co), int(npix), int(chunk), partial.data<float>());
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+  bias_grad_final(partial.data<float>(), int(co), int(splits), dbias, st);
+}
+
+}  // namespace conv_detail
+
+}  // namespace hpdt::kernels::cuda
