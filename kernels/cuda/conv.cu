@@ -384,51 +384,13 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
     }
   };
 
-  if constexpr (kStages > 2) {
-    // All cp.async: tiles kt + 1 .. kt + kStages - 1 are in flight while tile kt is multiplied. One commit group
-    // per tile (empty past the end), so wait_group<kStages - 2> at the top of iteration kt means tile kt landed.
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < KT) {
-        load_a(s, s);
-        fetch_b(s, s);
-      }
-      cp_async_commit();
-    }
-    for (int kt = 0; kt < KT; ++kt) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();  // tile kt visible to all; every warp is done with tile kt - 1, whose stage is refilled now
-      const int next = kt + kStages - 1;
-      if (next < KT) {
-        load_a(next, next % kStages);
-        fetch_b(next, next % kStages);
-      }
-      cp_async_commit();
-      compute(kt % kStages);
-    }
-    cp_async_wait_all();
-  } else {
-    // Register-staged B: the gathers for tile kt + 1 are issued before tile kt's math and stored after it.
-    if (KT > 0) {
-      load_a(0, 0);
-      fetch_b(0, 0);
-      stash_b(0);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-    for (int kt = 0; kt < KT; ++kt) {
-      const int stage = kt & 1;
-      const bool more = kt + 1 < KT;
-      if (more) {
-        load_a(kt + 1, stage ^ 1);
-        fetch_b(kt + 1, stage ^ 1);
-      }
-      compute(stage);
-      if (more) stash_b(stage ^ 1);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-  }
+  pipelined_k_loop<kStages>(
+      0, KT,
+      [&](int kt, int stage) {
+        load_a(kt, stage);
+        fetch_b(kt, stage);
+      },
+      stash_b, compute);
 
   // Epilogue: one warp row (64 output channels) at a time through shared memory, coalesced stores.
   const bool out_ok = n0 + col < p.npix;
@@ -770,39 +732,7 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
     }
   };
 
-  if constexpr (kStages > 2) {
-    // All cp.async (see conv_gemm_tc): one commit group per tile, tile t of this split in stage t % kStages.
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (kt0 + s < kt1) fetch(kt0 + s, s);
-      cp_async_commit();
-    }
-    for (int kt = kt0; kt < kt1; ++kt) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      const int next = kt + kStages - 1;
-      if (next < kt1) fetch(next, (next - kt0) % kStages);
-      cp_async_commit();
-      compute((kt - kt0) % kStages);
-    }
-    cp_async_wait_all();
-  } else {
-    if (kt0 < kt1) {
-      fetch(kt0, 0);
-      stash(0);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-    for (int kt = kt0; kt < kt1; ++kt) {
-      const int stage = (kt - kt0) & 1;
-      const bool more = kt + 1 < kt1;
-      if (more) fetch(kt + 1, stage ^ 1);
-      compute(stage);
-      if (more) stash(stage ^ 1);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-  }
+  pipelined_k_loop<kStages>(kt0, kt1, fetch, stash, compute);
 
   const int col = tid % kBN, rstep = kThreads / kBN;
   const int dw_column = n0 + col < p.K ? wgrad_dw_column(p, n0 + col, kTapMajor) : 0;

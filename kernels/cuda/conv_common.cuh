@@ -85,6 +85,51 @@ constexpr int kSimtBK = 8;          // v1: k per pipeline stage
 constexpr int kPitchK = kTcBK + 8;  // v2 [row][k] tiles: 80-byte rows, ldmatrix conflict-free, 16-byte aligned
 constexpr int kThreads1D = 256;     // element-wise helper kernels
 
+// The k-loop of every v2 kernel here: tiles [kt0, kt1) of the reduction, through kStages shared-memory
+// stages. fetch(kt, stage) issues tile kt's loads into a stage (cp.async, or gathers into registers),
+// stash(stage) stores what fetch gathered into registers (nothing to do when every load is cp.async),
+// compute(stage) multiplies a stage that has landed.
+//   kStages > 2, everything cp.async: tiles kt + 1 .. kt + kStages - 1 are in flight while tile kt is
+//   multiplied. One commit group per tile (empty past the end), so wait_group<kStages - 2> at the top of
+//   iteration kt means tile kt landed, and the stage refilled there was last read in iteration kt - 1.
+//   kStages == 2, register-staged gathers: tile kt + 1 is fetched before tile kt's math and stashed after it.
+template <int kStages, class Fetch, class Stash, class Compute>
+__device__ __forceinline__ void pipelined_k_loop(int kt0, int kt1, Fetch&& fetch, Stash&& stash, Compute&& compute) {
+  if constexpr (kStages > 2) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (kt0 + s < kt1) fetch(kt0 + s, s);
+      cp_async_commit();
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile kt visible to all; every warp is done with tile kt - 1, whose stage is refilled now
+      const int next = kt + kStages - 1;
+      if (next < kt1) fetch(next, (next - kt0) % kStages);
+      cp_async_commit();
+      compute((kt - kt0) % kStages);
+    }
+    cp_async_wait_all();
+  } else {
+    static_assert(kStages == 2, "pipelined_k_loop: 2 stages (register-staged) or more (cp.async)");
+    if (kt0 < kt1) {
+      fetch(kt0, 0);
+      stash(0);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      const int stage = (kt - kt0) & 1;
+      const bool more = kt + 1 < kt1;
+      if (more) fetch(kt + 1, stage ^ 1);
+      compute(stage);
+      if (more) stash(stage ^ 1);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+  }
+}
+
 // ---- host helpers (defined in conv.cu) -------------------------------------------------------------------
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }

@@ -324,51 +324,13 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
     }
   };
 
-  if constexpr (kStages > 2) {
-    // All cp.async: one commit group per tile (empty past the end), so wait_group<kStages - 2> at the top of
-    // iteration kt means tile kt landed; the stage refilled there was last read in iteration kt - 1.
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < KT) {
-        load_b(s, s);
-        fetch_a(s, s);
-      }
-      cp_async_commit();
-    }
-    for (int kt = 0; kt < KT; ++kt) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      const int next = kt + kStages - 1;
-      if (next < KT) {
-        load_b(next, next % kStages);
-        fetch_a(next, next % kStages);
-      }
-      cp_async_commit();
-      compute(kt % kStages);
-    }
-    cp_async_wait_all();
-  } else {
-    // Register-staged activations: the gathers for tile kt + 1 are issued before tile kt's math, stored after it.
-    if (KT > 0) {
-      load_b(0, 0);
-      fetch_a(0, 0);
-      stash_a(0);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-    for (int kt = 0; kt < KT; ++kt) {
-      const int stage = kt & 1;
-      const bool more = kt + 1 < KT;
-      if (more) {
-        load_b(kt + 1, stage ^ 1);
-        fetch_a(kt + 1, stage ^ 1);
-      }
-      compute(stage);
-      if (more) stash_a(stage ^ 1);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-  }
+  pipelined_k_loop<kStages>(
+      0, KT,
+      [&](int kt, int stage) {
+        load_b(kt, stage);
+        fetch_a(kt, stage);
+      },
+      stash_a, compute);
 
   // Epilogue: one warp row (64 pixels) at a time through shared memory, then rows of channels, coalesced.
   float* st = reinterpret_cast<float*>(smem);
@@ -671,38 +633,7 @@ __global__ void __launch_bounds__(2 * BM) conv_nhwc_wgrad_tc(const NhwcWgrad p) 
     }
   };
 
-  if constexpr (kStages > 2) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (kt0 + s < kt1) fetch(kt0 + s, s);
-      cp_async_commit();
-    }
-    for (int kt = kt0; kt < kt1; ++kt) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      const int next = kt + kStages - 1;
-      if (next < kt1) fetch(next, (next - kt0) % kStages);
-      cp_async_commit();
-      compute((kt - kt0) % kStages);
-    }
-    cp_async_wait_all();
-  } else {
-    if (kt0 < kt1) {
-      fetch(kt0, 0);
-      stash(0);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-    for (int kt = kt0; kt < kt1; ++kt) {
-      const int stage = (kt - kt0) & 1;
-      const bool more = kt + 1 < kt1;
-      if (more) fetch(kt + 1, stage ^ 1);
-      compute(stage);
-      if (more) stash(stage ^ 1);
-      cp_async_wait_all();
-      __syncthreads();
-    }
-  }
+  pipelined_k_loop<kStages>(kt0, kt1, fetch, stash, compute);
 
   // Epilogue: one warp row (64 co) at a time through shared memory, then rows of columns.
   const int k = n0 + b_col;
