@@ -12,8 +12,9 @@ a closed formula both sides evaluate (det_init below, mirrored in test_golden.cp
 stored either. Deterministic: running it again reproduces the committed files byte for byte on any
 x86-64 CPU with AVX2 (the ctest golden.regenerate checks it). PyTorch's oneDNN and OpenBLAS pick
 kernels by instruction set (unpinned, files made on an AVX-512 machine differ from AVX2 ones in the
-last digits: up to 1e-5 relative in conv2d.json, 2e-2 in a ViT parameter sum), so this script pins
-both to their AVX2 (Haswell) kernels before torch is loaded. Checked on an Intel Xeon with AVX-512:
+last digits: up to 1e-5 relative in conv2d.json, 2e-2 in a ViT parameter sum), and so does ATen's own
+CPU dispatch (forced to avx512, five files change), so this script pins all three to AVX2 before
+torch is loaded. Checked on an Intel Xeon with AVX-512:
 pinned, it reproduces the nine files made unpinned on an AMD Zen 3 (AVX2) byte for byte, and
 conv2d.json (made unpinned on AVX-512) was regenerated pinned.
 Floats are written with 9 significant digits (round-trips f32).
@@ -27,6 +28,7 @@ import sys
 os.environ["DNNL_MAX_CPU_ISA"] = "AVX2"
 os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
 os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+os.environ["ATEN_CPU_CAPABILITY"] = "avx2"  # PyTorch's own vectorised kernels (norms, pointwise, pools)
 
 import numpy as np
 import torch
