@@ -10,6 +10,21 @@
 
 include(GoogleTest)
 
+# Test code itself (the sources under tests/) is built at -O1 in optimised configurations: the code under
+# test lives in the libraries, built as the preset says, and -O1 compiles a gtest file 20-35 % faster
+# than -O3 (CI builds everything from scratch on 2 cores). Kernel sources a test compiles itself (the
+# NHWC variants, the emulated kernels) keep the configuration's optimisation.
+#   hpdt_test_sources_opt(<files...>)   in the folder that creates the target
+set(HPDT_TEST_SOURCE_OPT $<$<NOT:$<CONFIG:Debug>>:-O1> CACHE INTERNAL "")
+function(hpdt_test_sources_opt)
+  foreach(src IN LISTS ARGN)
+    get_filename_component(abs ${src} ABSOLUTE)
+    if(abs MATCHES "^${PROJECT_SOURCE_DIR}/tests/" AND abs MATCHES "\\.cpp$")
+      set_property(SOURCE ${src} APPEND PROPERTY COMPILE_OPTIONS ${HPDT_TEST_SOURCE_OPT})
+    endif()
+  endforeach()
+endfunction()
+
 add_library(hpdt_test_main STATIC ${CMAKE_SOURCE_DIR}/tests/support/gtest_main.cpp)
 target_link_libraries(hpdt_test_main PUBLIC GTest::gtest hpdt::core)
 target_include_directories(hpdt_test_main PUBLIC ${CMAKE_SOURCE_DIR}/tests/support)
@@ -57,6 +72,7 @@ find_program(HPDT_TIMEOUT_EXECUTABLE timeout REQUIRED)
 function(hpdt_add_test)
   cmake_parse_arguments(T "GPU" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
+  hpdt_test_sources_opt(${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE hpdt_test_main ${T_LIBS})
   hpdt_target_defaults(${T_NAME})
   set(labels cpu ${T_LABELS})
@@ -104,6 +120,7 @@ function(hpdt_add_mpi_test)
     set(T_TIMEOUT 120)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
+  hpdt_test_sources_opt(${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE hpdt_mpi_test_main ${T_LIBS})
   hpdt_target_defaults(${T_NAME})
   foreach(np IN LISTS T_NP)

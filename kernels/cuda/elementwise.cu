@@ -32,7 +32,7 @@ __global__ void fill_uniform_kernel(T* __restrict__ y, int64_t n, float lo, floa
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int64_t i = base + k;
-      if (i < n) y[i] = from_f32<T>(lo + scale * philox_uniform(seed, 0, offset + uint64_t(i)));
+      if (i < n) y[i] = from_f32<T>(fmaf(scale, philox_uniform(seed, 0, offset + uint64_t(i)), lo));  // as the CPU
     }
   }
 }
