@@ -215,33 +215,7 @@ __global__ void __launch_bounds__(2 * BM, 2) conv_gemm_simt(const GemmConv p) {
   };
 
   float acc[8][8] = {};
-  if (KT > 0) {
-    fetch(0);
-    stash(0);
-    __syncthreads();
-  }
-  for (int kt = 0; kt < KT; ++kt) {
-    const int stage = kt & 1;
-    const bool more = kt + 1 < KT;
-    if (more) fetch(kt + 1);
-#pragma unroll
-    for (int k = 0; k < kSimtBK; ++k) {
-      const float* ar = As + (stage * kSimtBK + k) * kPA;
-      const float* br = Bs + (stage * kSimtBK + k) * kPB;
-      const float4 a0 = *reinterpret_cast<const float4*>(ar + tm * 4);
-      const float4 a1 = *reinterpret_cast<const float4*>(ar + BM / 2 + tm * 4);
-      const float4 b0 = *reinterpret_cast<const float4*>(br + tn * 4);
-      const float4 b1 = *reinterpret_cast<const float4*>(br + 64 + tn * 4);
-      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-    if (more) stash(stage ^ 1);
-    __syncthreads();
-  }
+  simt_k_loop<kPA, kPB, BM / 2, 64>(0, KT, As, Bs, tm, tn, acc, fetch, stash);
 
   // Epilogue: half the rows at a time through shared memory, then coalesced stores along pixels.
   const bool out_ok = n0 + col < p.npix;
@@ -562,33 +536,7 @@ __global__ void __launch_bounds__(2 * BM, 2) conv_wgrad_simt(const GemmWgrad p) 
   };
 
   float acc[8][8] = {};
-  if (kt0 < kt1) {
-    fetch(kt0);
-    stash(0);
-    __syncthreads();
-  }
-  for (int kt = kt0; kt < kt1; ++kt) {
-    const int stage = (kt - kt0) & 1;
-    const bool more = kt + 1 < kt1;
-    if (more) fetch(kt + 1);
-#pragma unroll
-    for (int k = 0; k < kSimtBK; ++k) {
-      const float* ar = As + (stage * kSimtBK + k) * kPA;
-      const float* br = Bs + (stage * kSimtBK + k) * kPB;
-      const float4 a0 = *reinterpret_cast<const float4*>(ar + tm * 4);
-      const float4 a1 = *reinterpret_cast<const float4*>(ar + BM / 2 + tm * 4);
-      const float4 b0 = *reinterpret_cast<const float4*>(br + tn * 4);
-      const float4 b1 = *reinterpret_cast<const float4*>(br + 64 + tn * 4);
-      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-    if (more) stash(stage ^ 1);
-    __syncthreads();
-  }
+  simt_k_loop<kPA, kPB, BM / 2, 64>(kt0, kt1, As, Bs, tm, tn, acc, fetch, stash);
 
   const int col = tid % kBN, rstep = kThreads / kBN;
   float* st = smem;

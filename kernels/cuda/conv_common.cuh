@@ -130,6 +130,43 @@ __device__ __forceinline__ void pipelined_k_loop(int kt0, int kt1, Fetch&& fetch
   }
 }
 
+// The k-loop of every v1 (SIMT) kernel here: tiles [kt0, kt1) of kSimtBK reduction rows through two shared-memory
+// stages, register-staged (fetch(kt) loads tile kt into registers, stash(stage) stores them; tile kt + 1 is
+// fetched before tile kt's math and stashed after it). Each thread accumulates 8 x 8 outputs: A columns
+// tm * 4 + 0..3 and kAHalf + tm * 4 + 0..3 of the [kSimtBK][kPA] stage times B columns tn * 4 + 0..3 and
+// kBHalf + tn * 4 + 0..3 of the [kSimtBK][kPB] stage, read as float4.
+template <int kPA, int kPB, int kAHalf, int kBHalf, class Fetch, class Stash>
+__device__ __forceinline__ void simt_k_loop(int kt0, int kt1, const float* As, const float* Bs, int tm, int tn,
+                                            float (&acc)[8][8], Fetch&& fetch, Stash&& stash) {
+  if (kt0 < kt1) {
+    fetch(kt0);
+    stash(0);
+    __syncthreads();
+  }
+  for (int kt = kt0; kt < kt1; ++kt) {
+    const int stage = (kt - kt0) & 1;
+    const bool more = kt + 1 < kt1;
+    if (more) fetch(kt + 1);
+#pragma unroll
+    for (int k = 0; k < kSimtBK; ++k) {
+      const float* ar = As + (stage * kSimtBK + k) * kPA;
+      const float* br = Bs + (stage * kSimtBK + k) * kPB;
+      const float4 a0 = *reinterpret_cast<const float4*>(ar + tm * 4);
+      const float4 a1 = *reinterpret_cast<const float4*>(ar + kAHalf + tm * 4);
+      const float4 b0 = *reinterpret_cast<const float4*>(br + tn * 4);
+      const float4 b1 = *reinterpret_cast<const float4*>(br + kBHalf + tn * 4);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    if (more) stash(stage ^ 1);
+    __syncthreads();
+  }
+}
+
 // ---- host helpers (defined in conv.cu) -------------------------------------------------------------------
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
