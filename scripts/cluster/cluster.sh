@@ -16,6 +16,10 @@
 set -euo pipefail
 
 ST=${HPDT_CLUSTER_DIR:-/tmp/hpdt-cluster}
+# Network namespaces, the bridge, /etc/hosts and /etc/slurm are machine-wide, so one cluster per
+# machine; this file names its owner ("PID STATE_DIR": the process that ran `up`, by default the shell
+# or script calling cluster.sh) so that a cluster left behind by a killed run can be told from a live one.
+OWNER=/run/hpdt-cluster.owner
 BR=hpdtbr0
 NET=10.10.0
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -55,10 +59,12 @@ up() {
     esac
   done
   need
+  reclaim_stale
   [ -e "$ST/nodes" ] && die "a cluster is already up ($ST); run 'cluster.sh down' first"
   trap 'echo "cluster.sh: up failed; tearing down what was started" >&2; down >/dev/null 2>&1' ERR
   mkdir -p "$ST"/{ctld,log,run,dev} /run/munge
   echo "$n" > "$ST/nodes"
+  echo "${HPDT_CLUSTER_OWNER_PID:-$PPID} $ST" > "$OWNER"
 
   # network: bridge in the root namespace (.254), node i at .i with its own namespace
   ip link add $BR type bridge && ip addr add $NET.254/24 dev $BR && ip link set $BR up
@@ -177,6 +183,41 @@ stop_pid() {  # kill and wait (up to 10 s) for the process in pid file $1
   kill -9 "$pid" 2>/dev/null || true
 }
 
+leftovers() {  # does anything of an emulated cluster exist on this machine?
+  compgen -G "/run/netns/hpdt-node*" >/dev/null || ip link show $BR >/dev/null 2>&1 || [ -f "$OWNER" ]
+}
+
+reclaim_stale() {
+  # A run killed before its `down` (SIGKILL, a lost session) leaves namespaces, the bridge and maybe
+  # slurm daemons behind, and the next `up` would fail on "File exists". Remove them when the owner
+  # recorded in $OWNER is gone; refuse (naming it) when it is still alive.
+  leftovers || return 0
+  local pid="" old=""
+  [ -f "$OWNER" ] && read -r pid old < "$OWNER"
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    die "an emulated cluster is already up, owned by process $pid (state in $old); run 'HPDT_CLUSTER_DIR=$old $0 down' first"
+  fi
+  echo "cluster.sh: removing an emulated cluster left behind by a dead process ${pid:-?} (state ${old:-unknown})" >&2
+  if [ -n "$old" ]; then
+    for f in "$old"/run/slurmd-*.pid "$old/run/slurmctld.pid"; do stop_pid "$f"; done
+  fi
+  pkill -f "slurmd -N node" 2>/dev/null || true
+  grep -qs "^ClusterName=hpdt$" /etc/slurm/slurm.conf && pkill -x slurmctld 2>/dev/null || true
+  local ns
+  for ns in /run/netns/hpdt-node*; do
+    [ -e "$ns" ] || continue
+    ip netns del "${ns##*/}" 2>/dev/null || true
+    ip link del "hpdtv${ns##*hpdt-node}" 2>/dev/null || true
+    rm -rf "/dev/shm/ci-${ns##*hpdt-}"
+  done
+  ip link del $BR 2>/dev/null || true
+  sed -i "/^${NET//./\\.}\.[0-9]* node[0-9]*\$/d" /etc/hosts
+  rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/plugstack.conf.d/pbs.conf "$OWNER"
+  [ -n "$old" ] && rm -f "$old/nodes"  # its logs stay for a look; the directory is no longer "up"
+  leftovers && die "could not remove the stale cluster (ip netns list; ip link show $BR)"
+  return 0
+}
+
 down() {
   local n; n=$(nodes)
   for f in "$ST"/run/slurmd-*.pid "$ST/run/slurmctld.pid"; do stop_pid "$f"; done
@@ -191,6 +232,9 @@ down() {
   sed -i "/^${NET//./\\.}\.[0-9]* node[0-9]*\$/d" /etc/hosts
   rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/plugstack.conf.d/pbs.conf
   rm -rf "$ST"
+  if [ -f "$OWNER" ]; then
+    local pid old; read -r pid old < "$OWNER"; [ "$old" = "$ST" ] && rm -f "$OWNER"
+  fi
   echo "cluster down"
 }
 
