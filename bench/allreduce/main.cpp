@@ -59,6 +59,7 @@ struct Options {
   std::string algos = "ring,tree,rhd,hier,mpi,auto", compresses = "none";
   size_t segment = 0;
   std::string hier_intra = "shm";
+  std::string device_transport = "auto";
   bool interleave = false;
   std::string json, csv, tuning_out, tuning_in, label, nccl_debug;
   int root = -1;
@@ -300,6 +301,7 @@ struct Bench {
     hc::AllreduceOptions ao;
     ao.segment_bytes = o.segment;
     ao.intra_node = hc::parse_intra_node(o.hier_intra);
+    ao.device_transport = hc::parse_device_transport(o.device_transport);
     if (have_tuning) ao.tuning = &tuning;
     return ao;
   }
@@ -525,6 +527,10 @@ int run(int argc, char** argv) {
                "before repetition r+1 of any) instead of block by block; the blocks are printed afterwards");
   app.add_option("--hier-intra", o.hier_intra, "hier's phases inside a node: shm (shared window) or p2p (messages)")
       ->capture_default_str()->check(CLI::IsMember({"shm", "p2p"}));
+  app.add_option("--device-transport", o.device_transport,
+                 "--device cuda: where ring/tree/rhd/hier run: nccl (on the GPU over NCCL send/recv), staged (on the "
+                 "host through pinned buffers) or auto (nccl when every rank has its own GPU)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "staged", "nccl"}));
   app.add_option("--repeat", o.repeat, "repetitions of the timed loop; the median is reported")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--tuning", o.tuning_in, "tuning file that --algo auto reads (else HPDT_TUNING_FILE or built-in)");
@@ -612,7 +618,8 @@ int run(int argc, char** argv) {
       << " warmup iters: " << o.warmup << " iters: " << o.iters << " agg iters: 1 validation: " << o.check
       << " graph: 0\n#\n# hpdt-allreduce-perf: " << comm.describe() << ", device " << o.device << ", repeat "
       << o.repeat << " (median" << (o.interleave ? ", algorithms interleaved" : "") << "), -a " << o.average
-      << ", hier intra-node " << o.hier_intra << "\n";
+      << ", hier intra-node " << o.hier_intra << (o.device == "cuda" ? ", device transport " + o.device_transport : "")
+      << "\n";
     const char* na = std::getenv("NCCL_ALGO");
     const char* np = std::getenv("NCCL_PROTO");
     if (na || np) h << "# NCCL_ALGO=" << (na ? na : "") << " NCCL_PROTO=" << (np ? np : "") << " (passed to nccl)\n";
@@ -864,7 +871,7 @@ int run(int argc, char** argv) {
     doc["op"] = o.op;
     doc["config"] = {{"minbytes", o.min_bytes}, {"maxbytes", o.max_bytes}, {"stepfactor", o.step_factor},
                      {"iters", o.iters}, {"warmup", o.warmup}, {"repeat", o.repeat}, {"average", o.average},
-                     {"segment", o.segment}, {"hier_intra", o.hier_intra}, {"interleave", o.interleave}, {"algos", algos}, {"compress", compresses}};
+                     {"segment", o.segment}, {"hier_intra", o.hier_intra}, {"device_transport", o.device_transport}, {"interleave", o.interleave}, {"algos", algos}, {"compress", compresses}};
     if (const char* na = std::getenv("NCCL_ALGO")) doc["config"]["NCCL_ALGO"] = na;
     if (const char* np = std::getenv("NCCL_PROTO")) doc["config"]["NCCL_PROTO"] = np;
     doc["load_average"] = {{"start", load_start}, {"end", load_end}};

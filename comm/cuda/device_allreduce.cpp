@@ -1,7 +1,8 @@
 // allreduce_device(): the device-memory all-reduce (GPU builds). Paths and semantics in allreduce.h:
-// nccl -> ncclAllReduce on the communicator's NCCL stream; mpi f32 with a CUDA-aware MPI ->
-// MPI_Allreduce on the device pointers; everything else -> staged through two pinned host buffers,
-// pipelined in chunks, reduced on the host by the same code as allreduce().
+// nccl -> ncclAllReduce on the communicator's NCCL stream; ring/tree/rhd/hier -> the algorithm classes
+// over NcclTransport, reduced by a CUDA kernel on that stream (or staged); mpi f32 with a CUDA-aware
+// MPI -> MPI_Allreduce on the device pointers; everything else -> staged through two pinned host
+// buffers, pipelined in chunks, reduced on the host by the same code as allreduce().
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -72,10 +73,22 @@ Algorithm resolved(const Communicator& comm, size_t count, DType dtype, Algorith
   return a == Algorithm::automatic ? resolve_auto(comm, count * dtype_size(dtype), o).algorithm : a;
 }
 
-DevicePath path_of(Algorithm a, DType dtype) {
+DevicePath path_of(const Communicator& comm, Algorithm a, DType dtype, const AllreduceOptions& o) {
   if (a == Algorithm::nccl) return DevicePath::nccl;
   if (a == Algorithm::mpi && dtype == DType::f32 && mpi_cuda_aware()) return DevicePath::mpi_direct;
+  const bool ours = a == Algorithm::ring || a == Algorithm::tree || a == Algorithm::rhd || a == Algorithm::hier;
+  if (ours && (o.device_transport == DeviceTransport::nccl ||
+               (o.device_transport == DeviceTransport::automatic && comm.gpu_per_rank())))
+    return DevicePath::nccl_p2p;
   return DevicePath::staged;
+}
+
+// Makes `to` wait for the work queued on `from` so far (nothing when they are the same stream).
+void join(cudaStream_t from, cudaStream_t to) {
+  if (from == to) return;
+  const detail::Event e;
+  HPDT_CUDA_CHECK(cudaEventRecord(e.get(), from));
+  HPDT_CUDA_CHECK(cudaStreamWaitEvent(to, e.get(), 0));
 }
 
 const std::string kLocalGpu = "none (waiting for this rank's GPU work)";
@@ -85,11 +98,7 @@ void via_nccl(Communicator& comm, const void* send, void* recv, size_t count, DT
   ncclComm_t nc = comm.nccl();
   const auto cs = static_cast<cudaStream_t>(comm.nccl_stream());
   const detail::DeviceScope scope(comm.nccl_device());
-  if (caller != cs) {  // start after the caller's queued work
-    const detail::Event ready;
-    HPDT_CUDA_CHECK(cudaEventRecord(ready.get(), caller));
-    HPDT_CUDA_CHECK(cudaStreamWaitEvent(cs, ready.get(), 0));
-  }
+  join(caller, cs);  // start after the caller's queued work
   HPDT_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), op == ReduceOp::avg ? ncclAvg : ncclSum, nc, cs));
   detail::wait_stream_watched(cs, nc, comm.options().watchdog, ctx,
                               "unknown (an NCCL collective over all " + std::to_string(comm.size()) + " ranks)");
@@ -110,6 +119,44 @@ void mpi_direct(Communicator& comm, const void* send, void* recv, size_t count, 
     kernels::cuda::divide_f32(static_cast<float*>(recv), count, float(comm.size()), caller);
     detail::wait_stream_watched(caller, nullptr, w, ctx, kLocalGpu);
   }
+}
+
+// ring/tree/rhd/hier on the GPU: the host's algorithm classes over NcclTransport (NCCL send/recv and the
+// accumulate kernel, all queued on the NCCL stream in program order), with the host path's widening,
+// averaging (division) and narrowing as kernels on that stream, so every element is summed in the host
+// path's order and the result has its bits.
+void via_nccl_p2p(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algorithm a,
+                  const AllreduceOptions& o, size_t segment_bytes, cudaStream_t caller, const OperationContext& ctx) {
+  NcclTransport& t = comm.nccl_transport();  // creates the NCCL communicator on first use
+  const auto cs = static_cast<cudaStream_t>(comm.nccl_stream());
+  const detail::DeviceScope scope(comm.nccl_device());
+  t.set_context(ctx);
+  join(caller, cs);
+  const size_t seg_floats = std::max<size_t>(1, segment_bytes / sizeof(float));
+  float* work;
+  if (dtype == DType::f32) {
+    work = static_cast<float*>(recv);
+    if (send != recv) HPDT_CUDA_CHECK(cudaMemcpyAsync(recv, send, count * sizeof(float), cudaMemcpyDefault, cs));
+  } else {
+    work = t.scratch(count, 3);  // the algorithms use slots 0-2
+    kernels::cuda::convert(work, DType::f32, send, dtype, count, cs);
+  }
+  if (a == Algorithm::hier) {
+    HPDT_CHECK(o.inter_node == Algorithm::ring || o.inter_node == Algorithm::tree || o.inter_node == Algorithm::rhd,
+               "allreduce_device: hier over NCCL needs a ring, tree or rhd inter-node algorithm, not ",
+               algorithm_name(o.inter_node), " (or device_transport staged)");
+    NcclTransport& local = comm.nccl_local_transport();
+    NcclTransport* cross = comm.nccl_cross_transport();
+    local.set_context(ctx);
+    if (cross) cross->set_context(ctx);
+    detail::HierAllreduce(local, cross, comm.min_local_size(), o.inter_node, seg_floats).run(work, count);
+  } else {
+    detail::flat_allreduce(a, t, work, count, seg_floats);
+  }
+  if (op == ReduceOp::avg) kernels::cuda::divide_f32(work, count, float(comm.size()), cs);
+  if (dtype != DType::f32) kernels::cuda::convert(recv, dtype, work, DType::f32, count, cs);
+  detail::wait_stream_watched(cs, comm.nccl(), comm.options().watchdog, ctx, kLocalGpu);
+  join(cs, caller);  // work the caller queues next sees the result (already complete for the host)
 }
 
 // Chunk k: copy down (device -> pinned buffer k % 2) on the caller's stream and record copied[k % 2];
@@ -157,6 +204,8 @@ std::string_view device_path_name(DevicePath p) {
   switch (p) {
     case DevicePath::nccl:
       return "nccl";
+    case DevicePath::nccl_p2p:
+      return "nccl-p2p";
     case DevicePath::mpi_direct:
       return "mpi-direct";
     case DevicePath::staged:
@@ -167,7 +216,7 @@ std::string_view device_path_name(DevicePath p) {
 
 DevicePath device_allreduce_path(const Communicator& comm, size_t count, DType dtype, Algorithm algorithm,
                                  const AllreduceOptions& options) {
-  return path_of(resolved(comm, count, dtype, algorithm, options), dtype);
+  return path_of(comm, resolved(comm, count, dtype, algorithm, options), dtype, options);
 }
 
 void allreduce_device(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -176,13 +225,16 @@ void allreduce_device(Communicator& comm, const void* send, void* recv, size_t c
       detail::plan_call(comm, "allreduce_device", 4, send, recv, count, dtype, op, algorithm, options);
   if (count == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  switch (path_of(plan.algorithm, dtype)) {
+  switch (path_of(comm, plan.algorithm, dtype, options)) {
     case DevicePath::nccl: {
       NcclTransport& t = comm.nccl_transport();  // creates the NCCL communicator on first use
       t.set_context(plan.context);
       via_nccl(comm, send, recv, count, dtype, op, s, plan.context);
       return;
     }
+    case DevicePath::nccl_p2p:
+      via_nccl_p2p(comm, send, recv, count, dtype, op, plan.algorithm, options, plan.segment_bytes, s, plan.context);
+      return;
     case DevicePath::mpi_direct:
       mpi_direct(comm, send, recv, count, op, s, plan.context);
       return;

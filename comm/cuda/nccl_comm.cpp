@@ -68,8 +68,48 @@ NcclTransport& Communicator::nccl_transport() {
   return *nccl_transport_;
 }
 
+void Communicator::split_nccl() {
+  if (nccl_split_) return;
+  ncclComm_t parent = nccl();
+  // Collective over nccl(): every rank splits twice, in the same order.
+  HPDT_NCCL_CHECK(ncclCommSplit(parent, node_, local_rank_, &nccl_local_, nullptr));
+  HPDT_NCCL_CHECK(ncclCommSplit(parent, node_count_ > 1 ? local_rank_ : NCCL_SPLIT_NOCOLOR, node_, &nccl_cross_, nullptr));
+  auto world_of = [](MPI_Comm c) {
+    int n = 0;
+    HPDT_MPI_CHECK(MPI_Comm_size(c, &n));
+    MpiTransport t(c);
+    std::vector<int> w(size_t(n), -1);
+    for (int i = 0; i < n; ++i) w[size_t(i)] = t.world_rank_of(i);
+    return w;
+  };
+  // The MPI communicators have the same members in the same order (split by the same colour and key).
+  nccl_local_transport_ = std::make_unique<NcclTransport>(nccl_local_, nccl_stream_, nccl_device_, world_of(local_comm_));
+  nccl_local_transport_->set_watchdog(options_.watchdog);
+  if (nccl_cross_) {
+    nccl_cross_transport_ = std::make_unique<NcclTransport>(nccl_cross_, nccl_stream_, nccl_device_, world_of(cross_comm_));
+    nccl_cross_transport_->set_watchdog(options_.watchdog);
+  }
+  nccl_split_ = true;
+}
+
+NcclTransport& Communicator::nccl_local_transport() {
+  split_nccl();
+  return *nccl_local_transport_;
+}
+
+NcclTransport* Communicator::nccl_cross_transport() {
+  split_nccl();
+  return nccl_cross_transport_.get();
+}
+
 void Communicator::destroy_nccl() {
   // Destructors do not throw: failures here are ignored on purpose (the job is ending).
+  nccl_local_transport_.reset();
+  nccl_cross_transport_.reset();
+  for (ncclComm_t* c : {&nccl_local_, &nccl_cross_})
+    if (*c) ncclCommDestroy(*c);
+  nccl_local_ = nccl_cross_ = nullptr;
+  nccl_split_ = false;
   nccl_transport_.reset();
   if (nccl_) ncclCommDestroy(nccl_);
   if (nccl_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(nccl_stream_));

@@ -15,6 +15,7 @@
 #include "hpdt/core/check_nccl.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
+#include "hpdt/kernels/accumulate.h"
 
 namespace hpdt::comm {
 
@@ -74,6 +75,33 @@ NcclTransport::NcclTransport(ncclComm_t comm, void* stream, int device, std::vec
   HPDT_NCCL_CHECK(ncclCommCount(comm_, &size_));
   HPDT_CHECK(world_ranks_.size() == size_t(size_), "NcclTransport: ", world_ranks_.size(),
              " world ranks for an NCCL communicator of ", size_, " ranks");
+}
+
+NcclTransport::~NcclTransport() {
+  for (Scratch& b : scratch_)
+    if (b.p) (void)cudaFree(b.p);  // destructors do not throw
+}
+
+void NcclTransport::accumulate(float* dst, const float* src, size_t n) {
+  if (n == 0) return;
+  const detail::DeviceScope scope(device_);
+  kernels::cuda::accumulate_f32(dst, src, n, stream_);
+}
+
+float* NcclTransport::scratch(size_t floats, int slot) {
+  HPDT_CHECK(slot >= 0 && slot < 8, "NCCL transport scratch: slot ", slot, " out of range [0, 8)");
+  Scratch& b = scratch_[slot];
+  if (b.floats < floats) {
+    const detail::DeviceScope scope(device_);
+    // The old buffer may still be read or written by work queued on the stream: let it finish first.
+    HPDT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+    if (b.p) HPDT_CUDA_CHECK(cudaFree(b.p));
+    b.p = nullptr;
+    b.floats = 0;
+    HPDT_CUDA_CHECK(cudaMalloc(&b.p, floats * sizeof(float)));
+    b.floats = floats;
+  }
+  return b.p;
 }
 
 Transport::Request NcclTransport::record(void* data, size_t bytes, int peer, bool recv) {

@@ -49,8 +49,32 @@ void RingAllreduce::run(float* data, size_t n) {
   auto cbegin = [&](int c) { return part_begin(n, size_t(p), size_t(c)); };
   auto clen = [&](int c) { return part_begin(n, size_t(p), size_t(c) + 1) - cbegin(c); };
   const size_t max_chunk = n / size_t(p) + 1;
-  float* tmp[2] = {scratch(max_chunk, 0), scratch(max_chunk, 1)};
+  float* tmp[2] = {t_.scratch(max_chunk, 0), t_.scratch(max_chunk, 1)};
   constexpr size_t F = sizeof(float);
+  // MPI: the receives of step s + 1 are posted during step s and every reduced segment is forwarded at
+  // once. NCCL (posts_ahead() false): each step posts its receives and the sends reduced in the step
+  // before, so that one wait issues exactly one step as one group (see Transport::posts_ahead).
+  const bool ahead = t_.posts_ahead();
+  struct Forward {
+    float* p;
+    size_t len;
+    int tag;
+  };
+  std::vector<Forward> deferred;
+  std::vector<Transport::Request> sends;
+  auto forward = [&](float* q, size_t len, int tag) {
+    if (!ahead) return deferred.push_back({q, len, tag});
+    // The last reduce-scatter step's forwards (the first all-gather step) are not waited for before the
+    // all-gather: their chunk is final and never overwritten.
+    if (tag == kRingRS)
+      sends.push_back(t_.isend(q, len * F, right, tag));
+    else
+      t_.isend(q, len * F, right, tag);
+  };
+  auto post_deferred = [&] {
+    for (const Forward& f : deferred) t_.isend(f.p, f.len * F, right, f.tag);
+    deferred.clear();
+  };
 
   // Reduce-scatter: at step s send chunk r-s, receive chunk r-s-1 and add it; after p-1 steps this rank
   // holds the full sum of chunk r+1.
@@ -63,46 +87,54 @@ void RingAllreduce::run(float* data, size_t n) {
     for (size_t k = 0; k < sg.count(); ++k)
       recvs[size_t(s)].push_back(t_.irecv(tmp[s & 1] + sg.begin(k), sg.len(k) * F, left, kRingRS));
   };
-  std::vector<Transport::Request> sends;
   post_rs_recvs(0);
   {
     Segments sg{clen(r), seg_};
     for (size_t k = 0; k < sg.count(); ++k) sends.push_back(t_.isend(data + cbegin(r) + sg.begin(k), sg.len(k) * F, right, kRingRS));
   }
   for (int s = 0; s < p - 1; ++s) {
-    if (s + 1 < p - 1) post_rs_recvs(s + 1);
+    if (s > 0 && !ahead) {
+      post_rs_recvs(s);
+      post_deferred();
+    }
+    if (ahead && s + 1 < p - 1) post_rs_recvs(s + 1);
     const int c = rs_recv_chunk(s);
     Segments sg{clen(c), seg_};
     for (size_t k = 0; k < sg.count(); ++k) {
       t_.wait(recvs[size_t(s)][k]);
       float* dst = data + cbegin(c) + sg.begin(k);
-      kernels::accumulate_f32(dst, tmp[s & 1] + sg.begin(k), sg.len(k));
-      // Forward at once: the next reduce-scatter step, or (last step) the first all-gather step. The
-      // latter is not waited for before the all-gather: its chunk is final and never overwritten.
-      if (s + 1 < p - 1)
-        sends.push_back(t_.isend(dst, sg.len(k) * F, right, kRingRS));
-      else
-        t_.isend(dst, sg.len(k) * F, right, kRingAG);
+      t_.accumulate(dst, tmp[s & 1] + sg.begin(k), sg.len(k));
+      // Forward: to the next reduce-scatter step, or (last step) the first all-gather step.
+      forward(dst, sg.len(k), s + 1 < p - 1 ? kRingRS : kRingAG);
     }
   }
-  // The all-gather receives overwrite chunks that reduce-scatter sends may still be reading.
-  for (auto q : sends) t_.wait(q);
+  // The all-gather receives overwrite chunks that reduce-scatter sends may still be reading. (Without
+  // posting ahead every one of them was issued before a completed wait, which completed it too.)
+  if (ahead)
+    for (auto q : sends) t_.wait(q);
 
   // All-gather: at step s receive chunk r-s (final) straight into place and forward it.
   std::vector<std::vector<Transport::Request>> ag{size_t(p)};
-  for (int s = 0; s < p - 1; ++s) {
+  auto post_ag_recvs = [&](int s) {
     const int c = (r - s + p) % p;
     Segments sg{clen(c), seg_};
     for (size_t k = 0; k < sg.count(); ++k) ag[size_t(s)].push_back(t_.irecv(data + cbegin(c) + sg.begin(k), sg.len(k) * F, left, kRingAG));
-  }
+  };
+  if (ahead)
+    for (int s = 0; s < p - 1; ++s) post_ag_recvs(s);
   for (int s = 0; s < p - 1; ++s) {
+    if (!ahead) {
+      post_ag_recvs(s);
+      post_deferred();
+    }
     const int c = (r - s + p) % p;
     Segments sg{clen(c), seg_};
     for (size_t k = 0; k < sg.count(); ++k) {
       t_.wait(ag[size_t(s)][k]);
-      if (s + 1 < p - 1) t_.isend(data + cbegin(c) + sg.begin(k), sg.len(k) * F, right, kRingAG);
+      if (s + 1 < p - 1) forward(data + cbegin(c) + sg.begin(k), sg.len(k), kRingAG);
     }
   }
+  post_deferred();
   t_.wait_all();
 }
 
@@ -116,7 +148,7 @@ void TreeAllreduce::run(float* data, size_t n) {
   constexpr size_t F = sizeof(float);
   Segments sg{n, seg_};
   const size_t ns = sg.count();
-  float* tmp[2] = {child[0] >= 0 ? scratch(n, 0) : nullptr, child[1] >= 0 ? scratch(n, 1) : nullptr};
+  float* tmp[2] = {child[0] >= 0 ? t_.scratch(n, 0) : nullptr, child[1] >= 0 ? t_.scratch(n, 1) : nullptr};
   std::vector<Transport::Request> up[2], up_send(ns), down(ns);
   for (int c = 0; c < 2; ++c)
     if (child[c] >= 0)
@@ -126,7 +158,7 @@ void TreeAllreduce::run(float* data, size_t n) {
     for (int c = 0; c < 2; ++c)
       if (child[c] >= 0) {
         t_.wait(up[c][k]);
-        kernels::accumulate_f32(d, tmp[c] + sg.begin(k), sg.len(k));
+        t_.accumulate(d, tmp[c] + sg.begin(k), sg.len(k));
       }
     if (parent >= 0) {
       up_send[k] = t_.isend(d, sg.len(k) * F, parent, kTreeUp);
@@ -158,7 +190,7 @@ void RhdAllreduce::run(float* data, size_t n) {
   int p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
   const int rem = p - p2;
-  float* tmp = scratch(n, 0);
+  float* tmp = t_.scratch(n, 0);
 
   // Fold the extra ranks in: rank 2i sends everything to 2i+1 (i < rem).
   int newrank;
@@ -168,7 +200,7 @@ void RhdAllreduce::run(float* data, size_t n) {
       newrank = -1;
     } else {
       t_.wait(t_.irecv(tmp, n * F, r - 1, kRhdFold));
-      kernels::accumulate_f32(data, tmp, n);
+      t_.accumulate(data, tmp, n);
       newrank = r / 2;
     }
   } else {
@@ -191,7 +223,7 @@ void RhdAllreduce::run(float* data, size_t n) {
       const auto s = t_.isend(data + slo, (shi - slo) * F, partner, kRhdHalve);
       const auto q = t_.irecv(tmp, (khi - klo) * F, partner, kRhdHalve);
       t_.wait(q);
-      kernels::accumulate_f32(data + klo, tmp, khi - klo);
+      t_.accumulate(data + klo, tmp, khi - klo);
       t_.wait(s);
       path.push_back({lo, hi});
       lo = klo;
@@ -224,7 +256,7 @@ void RhdAllreduce::run(float* data, size_t n) {
 
 void HierAllreduce::run(float* data, size_t n) {
   if (n == 0) return;
-  if (intra_ == IntraNode::shm)
+  if (intra_ == IntraNode::shm && c_)
     run_shm(data, n);
   else
     run_p2p(data, n);
@@ -236,11 +268,11 @@ void HierAllreduce::run(float* data, size_t n) {
 // result, all-reduces it across nodes there, and copies it to `data`; a barrier; every rank copies the
 // other shards of the result out. Two slot sets alternate, as in shm_allreduce.
 void HierAllreduce::run_shm(float* data, size_t n) {
-  ShmSegment& s = c_.shm_segment();
-  const int L = s.size(), lr = s.rank(), K = c_.min_local_size();
-  const WatchdogOptions& w = c_.local_transport().watchdog();
-  const OperationContext& ctx = c_.local_transport().context();
-  const bool cross = c_.node_count() > 1;
+  ShmSegment& s = c_->shm_segment();
+  const int L = s.size(), lr = s.rank(), K = K_;
+  const WatchdogOptions& w = local_.watchdog();
+  const OperationContext& ctx = local_.context();
+  const bool cross = cross_ != nullptr;
   const size_t S = s.slot_floats();
   for (size_t off = 0; off < n; off += S) {
     const size_t m = std::min(S, n - off);
@@ -260,7 +292,7 @@ void HierAllreduce::run_shm(float* data, size_t n) {
       auto input = [&](int q) -> const float* { return q == lr ? chunk + lo : s.slot(set, q) + lo; };
       std::memcpy(res, input(0), len * sizeof(float));
       for (int q = 1; q < L; ++q) kernels::accumulate_f32(res, input(q), len);
-      if (cross) flat_allreduce(inter_, c_.cross_transport(), res, len, seg_);
+      if (cross) flat_allreduce(inter_, *cross_, res, len, seg_);
       std::memcpy(chunk + lo, res, len * sizeof(float));
     }
     if (L > 1) {
@@ -272,9 +304,9 @@ void HierAllreduce::run_shm(float* data, size_t n) {
 }
 
 void HierAllreduce::run_p2p(float* data, size_t n) {
-  Transport& lt = c_.local_transport();
+  Transport& lt = local_;
   const int L = lt.size(), lr = lt.rank();
-  const int K = c_.min_local_size();
+  const int K = K_;
   constexpr size_t F = sizeof(float);
   auto sbegin = [&](int k) { return part_begin(n, size_t(K), size_t(k)); };
   auto slen = [&](int k) { return part_begin(n, size_t(K), size_t(k) + 1) - sbegin(k); };
@@ -282,7 +314,7 @@ void HierAllreduce::run_p2p(float* data, size_t n) {
   // Intra-node reduce-scatter, direct: shard k goes to local rank k.
   if (L > 1) {
     const size_t my = lr < K ? slen(lr) : 0;
-    float* tmp = my ? scratch(my * size_t(L), 2) : nullptr;
+    float* tmp = my ? lt.scratch(my * size_t(L), 2) : nullptr;
     std::vector<Transport::Request> recvs(static_cast<size_t>(L), 0);
     if (my)
       for (int j = 0; j < L; ++j)
@@ -293,12 +325,12 @@ void HierAllreduce::run_p2p(float* data, size_t n) {
       for (int j = 0; j < L; ++j)
         if (j != lr) {
           lt.wait(recvs[size_t(j)]);
-          kernels::accumulate_f32(data + sbegin(lr), tmp + size_t(j) * my, my);
+          lt.accumulate(data + sbegin(lr), tmp + size_t(j) * my, my);
         }
     lt.wait_all();  // shards sent away are overwritten by the all-gather below
   }
   // Across nodes: local rank k of every node all-reduces shard k.
-  if (lr < K && c_.node_count() > 1 && slen(lr)) flat_allreduce(inter_, c_.cross_transport(), data + sbegin(lr), slen(lr), seg_);
+  if (lr < K && cross_ && slen(lr)) flat_allreduce(inter_, *cross_, data + sbegin(lr), slen(lr), seg_);
   // Intra-node all-gather, direct.
   if (L > 1) {
     for (int k = 0; k < K; ++k)

@@ -62,14 +62,23 @@ class RhdAllreduce {
 // crossing the nodes in turn) or as direct messages (IntraNode::p2p: the whole buffer at once).
 class HierAllreduce {
  public:
+  // Host memory: the communicator's MPI transports (and its shared window for IntraNode::shm).
   HierAllreduce(Communicator& c, Algorithm inter, IntraNode intra, size_t segment_floats)
-      : c_(c), inter_(inter), intra_(intra), seg_(segment_floats) {}
+      : c_(&c), local_(c.local_transport()), cross_(c.node_count() > 1 ? &c.cross_transport() : nullptr),
+        K_(c.min_local_size()), inter_(inter), intra_(intra), seg_(segment_floats) {}
+  // Any memory, intra-node phases as direct messages: `local` holds the ranks of this node, `cross` the
+  // ranks with this local rank (one per node; null for one node); K = the smallest node's size.
+  HierAllreduce(Transport& local, Transport* cross, int K, Algorithm inter, size_t segment_floats)
+      : c_(nullptr), local_(local), cross_(cross), K_(K), inter_(inter), intra_(IntraNode::p2p), seg_(segment_floats) {}
   void run(float* data, size_t n);
 
  private:
   void run_p2p(float* data, size_t n);
   void run_shm(float* data, size_t n);
-  Communicator& c_;
+  Communicator* c_;
+  Transport& local_;
+  Transport* cross_;
+  int K_;
   Algorithm inter_;
   IntraNode intra_;
   size_t seg_;

@@ -51,6 +51,22 @@ IntraNode parse_intra_node(std::string_view name) {
   HPDT_FAIL("unknown intra-node method '", name, "' for hier (expected shm or p2p)");
 }
 
+std::string_view device_transport_name(DeviceTransport d) {
+  switch (d) {
+    case DeviceTransport::automatic: return "auto";
+    case DeviceTransport::staged: return "staged";
+    case DeviceTransport::nccl: return "nccl";
+  }
+  return "?";
+}
+
+DeviceTransport parse_device_transport(std::string_view name) {
+  if (name == "auto") return DeviceTransport::automatic;
+  if (name == "staged") return DeviceTransport::staged;
+  if (name == "nccl") return DeviceTransport::nccl;
+  HPDT_FAIL("unknown device transport '", name, "' (expected auto, staged or nccl)");
+}
+
 size_t default_segment_bytes(Algorithm a) {
   switch (a) {
     case Algorithm::ring: return size_t(1) << 20;

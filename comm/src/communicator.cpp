@@ -9,6 +9,7 @@
 
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
+#include "hpdt/core/runtime.h"
 
 namespace hpdt::comm {
 
@@ -91,6 +92,11 @@ Communicator::Communicator(MPI_Comm parent, CommunicatorOptions options) : optio
   world_transport_ = std::make_unique<MpiTransport>(comm_);
   local_transport_ = std::make_unique<MpiTransport>(local_comm_);
   cross_transport_ = std::make_unique<MpiTransport>(cross_comm_);
+#if HPDT_HAVE_CUDA
+  int mine = cuda_device_count() >= local_size_ ? 1 : 0;
+  HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_INT, MPI_MIN, comm_));
+  gpu_per_rank_ = mine == 1;
+#endif
   set_watchdog(options_.watchdog);
 }
 
@@ -115,7 +121,8 @@ void Communicator::set_watchdog(const WatchdogOptions& w) {
   for (MpiTransport* t : {world_transport_.get(), local_transport_.get(), cross_transport_.get()})
     if (t) t->set_watchdog(w);
 #if HPDT_HAVE_CUDA
-  if (nccl_transport_) nccl_transport_->set_watchdog(w);
+  for (NcclTransport* t : {nccl_transport_.get(), nccl_local_transport_.get(), nccl_cross_transport_.get()})
+    if (t) t->set_watchdog(w);
 #endif
 }
 

@@ -7,9 +7,11 @@
 #include <climits>
 #include <sstream>
 
+#include "algorithms.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
+#include "hpdt/kernels/accumulate.h"
 
 namespace hpdt::comm {
 
@@ -17,6 +19,13 @@ std::string OperationContext::describe() const {
   std::string s = operation.empty() ? std::string("(no operation)") : operation;
   if (bucket >= 0) s += " on bucket " + std::to_string(bucket);
   return s;
+}
+
+void Transport::accumulate(float* dst, const float* src, size_t n) { kernels::accumulate_f32(dst, src, n); }
+
+float* Transport::scratch(size_t floats, int slot) {
+  HPDT_CHECK(slot >= 0 && slot < 8, "transport scratch: slot ", slot, " out of range [0, 8)");
+  return detail::scratch(floats, slot);
 }
 
 namespace {

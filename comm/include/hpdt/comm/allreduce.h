@@ -37,6 +37,14 @@ enum class IntraNode { shm, p2p };
 std::string_view intra_node_name(IntraNode m);
 IntraNode parse_intra_node(std::string_view name);  // "shm" or "p2p"; throws hpdt::Error otherwise
 
+// allreduce_device: where ring, tree, rhd and hier run on device memory. nccl: on the GPU, over
+// NcclTransport (NCCL point-to-point; the reduction a CUDA kernel on the communicator's NCCL stream);
+// staged: on the host, through pinned buffers; automatic: nccl when every rank has a GPU of its own
+// (Communicator::gpu_per_rank(); an NCCL communicator cannot hold two ranks of one GPU), else staged.
+enum class DeviceTransport { automatic, staged, nccl };
+std::string_view device_transport_name(DeviceTransport d);  // "auto", "staged", "nccl"
+DeviceTransport parse_device_transport(std::string_view name);
+
 struct AllreduceOptions {
   size_t segment_bytes = 0;               // pipelining unit; 0: the algorithm's default
   Algorithm inter_node = Algorithm::rhd;  // hier: the flat algorithm across nodes
@@ -44,6 +52,7 @@ struct AllreduceOptions {
   const TuningTable* tuning = nullptr;    // auto: this table (else HPDT_TUNING_FILE, else built-in)
   int bucket = -1;                        // for watchdog and debug messages
   size_t staging_bytes = 0;               // allreduce_device, staged path: pipelining chunk; 0: 4 MiB
+  DeviceTransport device_transport = DeviceTransport::automatic;  // allreduce_device: ring/tree/rhd/hier
 };
 
 // What one rank sends in a ring all-reduce of `bytes` bytes over `ranks` ranks: 2(p-1)/p bytes. The
@@ -75,20 +84,29 @@ bool mpi_cuda_aware();
 //                                communicator's NCCL communicator (created on first use, collective);
 //                                f16/bf16 are reduced by NCCL in their own type, in NCCL's order (not
 //                                the f32-accumulated, bitwise-reproducible result of the others).
+//   ring, tree, rhd, hier        (options.device_transport nccl, or auto with a GPU per rank) the same
+//     on the GPU ("nccl-p2p")    algorithm classes as allreduce(), over NcclTransport: NCCL send/recv on
+//                                comm.nccl_stream(), the reduction a CUDA kernel queued there, f16/bf16
+//                                widened to f32 on the GPU first. Sums in the same order as on the host,
+//                                so the result is bitwise equal to allreduce() of the same data. hier
+//                                runs its intra-node phases as messages (p2p) over NCCL communicators
+//                                split per node and across nodes; its inter-node algorithm must be ring,
+//                                tree or rhd.
 //   mpi, f32, CUDA-aware MPI     MPI_Allreduce directly on the device pointers (mpi_cuda_aware()).
 //   everything else              staged: chunks of options.staging_bytes (default 4 MiB) are copied to
 //                                two pinned host buffers on `stream` and all-reduced on the host by the
 //                                same code as allreduce(), while the next chunk is copied down and the
-//                                previous one copied back (pipelined). ring/tree/rhd/hier reduce on the
-//                                CPU, so they always stage, CUDA-aware MPI or not.
+//                                previous one copied back (pipelined): mpi (not CUDA-aware), shm, and
+//                                ring/tree/rhd/hier with device_transport staged (or auto without a GPU
+//                                per rank).
 // The staged result is the same on every rank, and bitwise equal to allreduce() of the same data when
 // one chunk holds the whole message (with several chunks each chunk is its own all-reduce, so the
 // summation order of an element may differ from a one-chunk call on inexact inputs).
 void allreduce_device(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                       Algorithm algorithm, const AllreduceOptions& options = {}, void* stream = nullptr);
 
-enum class DevicePath { nccl, mpi_direct, staged };
-std::string_view device_path_name(DevicePath p);  // "nccl", "mpi-direct", "staged"
+enum class DevicePath { nccl, nccl_p2p, mpi_direct, staged };
+std::string_view device_path_name(DevicePath p);  // "nccl", "nccl-p2p", "mpi-direct", "staged"
 // The path allreduce_device takes for this call (auto resolved as it would be).
 DevicePath device_allreduce_path(const Communicator& comm, size_t count, DType dtype, Algorithm algorithm,
                                  const AllreduceOptions& options = {});

@@ -83,6 +83,14 @@ class Communicator {
   int nccl_device();    // the CUDA device of the NCCL communicator
   // Device-memory transport over the NCCL communicator (created with it; semantics in transport.h).
   NcclTransport& nccl_transport();
+  // For hier on device memory: NCCL communicators of this node's ranks (ordered by local rank) and of the
+  // ranks with this local rank (one per node, ordered by node), split from nccl() on first call
+  // (collective), with their transports on nccl_stream(). cross is null on one node.
+  NcclTransport& nccl_local_transport();
+  NcclTransport* nccl_cross_transport();
+  // Whether every rank has a GPU of its own: on every node, local_size() <= the CUDA device count
+  // (agreed on by all ranks at construction). NCCL needs it for communicators of several ranks.
+  bool gpu_per_rank() const { return gpu_per_rank_; }
 #endif
 
  private:
@@ -95,7 +103,10 @@ class Communicator {
   std::unique_ptr<detail::ShmSegment> shm_;
 #if HPDT_HAVE_CUDA
   void destroy_nccl();
-  ncclComm_t nccl_ = nullptr;
+  void split_nccl();
+  ncclComm_t nccl_ = nullptr, nccl_local_ = nullptr, nccl_cross_ = nullptr;
+  bool nccl_split_ = false, gpu_per_rank_ = false;
+  std::unique_ptr<NcclTransport> nccl_local_transport_, nccl_cross_transport_;
   void* nccl_stream_ = nullptr;
   int nccl_device_ = -1;
   std::unique_ptr<NcclTransport> nccl_transport_;

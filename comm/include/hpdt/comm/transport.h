@@ -49,6 +49,21 @@ class Transport {
   virtual void wait(Request r) = 0;
   virtual void wait_all() = 0;  // waits for every outstanding request and forgets them
 
+  // The memory the algorithms work in is the transport's: host memory for MpiTransport, this rank's GPU
+  // for NcclTransport (the same algorithm code runs on both). accumulate: dst[i] += src[i] (f32, i < n),
+  // ordered after the transfers waited for and before the transfers posted afterwards (MpiTransport: on
+  // the host at once; NcclTransport: a kernel queued on its stream).
+  virtual void accumulate(float* dst, const float* src, size_t n);
+  // At least `floats` floats of the transport's memory for slot `slot` (0..7), kept and grown between
+  // calls (MpiTransport: the calling thread's host buffers, shared by all MPI transports of the thread).
+  virtual float* scratch(size_t floats, int slot);
+  // Whether an algorithm may post a receive before the step whose send the peer issues next (MPI: yes).
+  // NcclTransport: no. Each wait there issues everything posted so far as one NCCL group and completes
+  // it, so a receive posted a step early would wait on a send the peer issues only after its own group
+  // completed: every rank waits for its left neighbour, a deadlock. The ring then posts step by step.
+  // A transport that says no also completes, in wait(r), every transfer issued before r.
+  virtual bool posts_ahead() const { return true; }
+
   void set_context(OperationContext c) { context_ = std::move(c); }
   const OperationContext& context() const { return context_; }
   void set_watchdog(const WatchdogOptions& w) { watchdog_ = w; }
@@ -134,11 +149,15 @@ class NcclTransport final : public Transport {
   ncclComm_t nccl() const { return comm_; }
   void* stream() const { return stream_; }
   int device() const { return device_; }
+  ~NcclTransport() override;
 
   Request isend(const void* data, size_t bytes, int peer, int tag) override;
   Request irecv(void* data, size_t bytes, int peer, int tag) override;
   void wait(Request r) override;
   void wait_all() override;
+  void accumulate(float* dst, const float* src, size_t n) override;  // a kernel on stream()
+  float* scratch(size_t floats, int slot) override;                   // device memory of device()
+  bool posts_ahead() const override { return false; }
 
  private:
   struct Op {
@@ -159,6 +178,11 @@ class NcclTransport final : public Transport {
   std::vector<Op> ops_;   // every op since the last wait_all, indexed by request id
   size_t issued_ = 0;     // ops_[0, issued_) are queued on stream_
   size_t completed_ = 0;  // ops_[0, completed_) are known to be complete
+  struct Scratch {
+    float* p = nullptr;
+    size_t floats = 0;
+  };
+  Scratch scratch_[8];
 };
 
 #endif
