@@ -22,14 +22,24 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
              " need a compute stream of that device, got one on ", compute.device().str());
   const int dev = grads.device().index;
   copy_stream_ = Stream::create_cuda(dev);
-  if (options_.algorithm != comm::Algorithm::nccl) {
+  // ring/tree/rhd/hier uncompressed run on the GPU over NCCL when every rank has a GPU of its own (comm's
+  // nccl-p2p path; agreed by all ranks), else through the host mirror like every other algorithm.
+  const comm::Algorithm algo = options_.algorithm;
+#if HPDT_HAVE_CUDA
+  const bool ours_on_gpu = options_.compression.lossless() && comm.gpu_per_rank() &&
+                           (algo == comm::Algorithm::ring || algo == comm::Algorithm::tree || algo == comm::Algorithm::rhd ||
+                            algo == comm::Algorithm::hier);
+#else
+  const bool ours_on_gpu = false;
+#endif
+  if (algo != comm::Algorithm::nccl && !ours_on_gpu) {
     path_ = "host mirror";
     mirror_ = Tensor::empty({int64_t(std::max<size_t>(n, 1))}, grads.dtype(), Device::cpu(), AllocOptions{.pinned = true})
                   .flat(0, int64_t(n));
     host_ = std::make_unique<comm::GradientSync>(comm, mirror_.data(), n, grads.dtype(), options_);
   } else {
 #if HPDT_HAVE_CUDA
-    path_ = "nccl";
+    path_ = algo == comm::Algorithm::nccl ? "nccl" : "nccl-p2p";
     HPDT_CHECK(options_.compression.lossless(), "GradSync: --algo nccl reduces device memory uncompressed; gradient compression needs a host algorithm");
     nccl_comm_ = std::make_unique<comm::Communicator>(comm.comm(), comm.options());
     (void)nccl_comm_->nccl();  // created here, on the training thread, collectively
@@ -173,16 +183,29 @@ void GradSync::reduce_device_bucket(size_t b) {
   const size_t es = dtype_size(grads_.dtype());
   comm::AllreduceOptions o = options_.allreduce;
   o.bucket = int(b);
+  o.device_transport = comm::DeviceTransport::nccl;  // ours: decided in the constructor
   char* p = static_cast<char*>(grads_.data()) + k.offset * es;
+  const bool ours = options_.algorithm != comm::Algorithm::nccl;
+  // What our algorithms post on the NCCL transports (hier's per-node and cross-node ones are split on
+  // its first call, at the same bucket on every rank).
+  auto sent = [&]() -> uint64_t {
+    uint64_t s = nccl_comm_->nccl_transport().bytes_sent();
+    if (options_.algorithm == comm::Algorithm::hier) {
+      s += nccl_comm_->nccl_local_transport().bytes_sent();
+      if (const comm::NcclTransport* c = nccl_comm_->nccl_cross_transport()) s += c->bytes_sent();
+    }
+    return s;
+  };
+  const uint64_t sent0 = ours ? sent() : 0;
   t.start_s = now_s();
   // The slices are complete on the device (their events were waited for): the idle copy stream is
   // the caller's stream, and the call returns when the reduction is done.
-  comm::allreduce_device(*nccl_comm_, p, p, k.count, grads_.dtype(), options_.op, comm::Algorithm::nccl, o,
+  comm::allreduce_device(*nccl_comm_, p, p, k.count, grads_.dtype(), options_.op, options_.algorithm, o,
                          copy_stream_.handle());
   t.end_s = now_s();
-  // NCCL's own traffic is invisible here: count what its ring moves.
   t.raw_bytes = comm::ring_allreduce_bytes(nccl_comm_->size(), k.count * es);
-  t.wire_bytes = t.raw_bytes;
+  // NCCL's own traffic is invisible here: count what its ring moves.
+  t.wire_bytes = ours ? sent() - sent0 : t.raw_bytes;
 #else
   (void)b;
 #endif

@@ -2,7 +2,10 @@
 // loop (begin_step, notify_ready from the arena's grad-ready callback, wait before the optimizer):
 //
 //   cpu                 comm::GradientSync on the arena's gradient buffer itself (what it always was).
-//   cuda, host algos    ring, tree, rhd, hier, mpi, shm, auto, and any --compress: GradientSync on a
+//   cuda, ours on GPU   ring, tree, rhd, hier uncompressed when every rank has a GPU of its own: as nccl
+//                       below, with comm::allreduce_device running that algorithm on the GPU over NCCL
+//                       send/recv (comm's nccl-p2p path). Path name "nccl-p2p".
+//   cuda, host algos    ring, tree, rhd, hier (ranks sharing a GPU), mpi, shm, auto, and any --compress: GradientSync on a
 //                       pinned host mirror of the device gradients. A ready slice is copied down on a
 //                       copy stream once the compute stream has reached it (event), and a stager thread
 //                       hands it to GradientSync when the copy is done, so buckets are still reduced
@@ -48,7 +51,7 @@ class GradSync {
   // All buckets averaged; on CUDA the result is in `grads` for work queued on `compute` after this call.
   void wait();
 
-  // "host" (CPU gradients), "host mirror" or "nccl".
+  // "host" (CPU gradients), "host mirror", "nccl" or "nccl-p2p".
   const std::string& path() const { return path_; }
   size_t bucket_count() const;
   const std::vector<comm::BucketTiming>& timings() const;
