@@ -61,6 +61,7 @@ struct Options {
   std::string hier_intra = "shm";
   std::string device_transport = "auto";
   bool interleave = false;
+  double loop_ms = 0;  // > 0: every timed loop of an uncompressed algorithm lasts at least this long
   std::string json, csv, tuning_out, tuning_in, label, nccl_debug;
   int root = -1;
 };
@@ -245,25 +246,36 @@ struct Bench {
     hc::allreduce(comm, in, out, count, dtype, op, algo, ao);
   }
 
-  void warm_up(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
-    for (int i = 0; i < o.warmup; ++i) run_one(algo, send, recv, count, in_place);
-    sync();
-  }
-
-  // One timed loop of -n operations: seconds per operation, reduced over ranks as -a asks.
-  double time_loop(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
+  // The warm-up; returns the operations per timed loop: -n, or with --loop-ms as many more as make a
+  // loop last that long by the warm-up's pace (rank 0's, broadcast: every rank must run the same count).
+  int warm_up(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
     HPDT_MPI_CHECK(MPI_Barrier(comm.comm()));
     Stopwatch sw;
-    for (int i = 0; i < o.iters; ++i) run_one(algo, send, recv, count, in_place);
+    for (int i = 0; i < o.warmup; ++i) run_one(algo, send, recv, count, in_place);
     sync();
-    return reduce_time(sw.elapsed_s() / std::max(1, o.iters));
+    int iters = o.iters;
+    if (o.loop_ms > 0) {
+      const double per_op = sw.elapsed_s() / std::max(1, o.warmup);
+      if (per_op > 0) iters = int(std::clamp(std::ceil(o.loop_ms * 1e-3 / per_op), double(o.iters), 1e6));
+      HPDT_MPI_CHECK(MPI_Bcast(&iters, 1, MPI_INT, 0, comm.comm()));
+    }
+    return iters;
+  }
+
+  // One timed loop of `iters` operations: seconds per operation, reduced over ranks as -a asks.
+  double time_loop(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place, int iters) {
+    HPDT_MPI_CHECK(MPI_Barrier(comm.comm()));
+    Stopwatch sw;
+    for (int i = 0; i < iters; ++i) run_one(algo, send, recv, count, in_place);
+    sync();
+    return reduce_time(sw.elapsed_s() / std::max(1, iters));
   }
 
   // seconds per operation, median over --repeat timed loops
   double time_op(hc::Algorithm algo, const Tensor& send, Tensor& recv, size_t count, bool in_place) {
-    warm_up(algo, send, recv, count, in_place);
+    const int iters = warm_up(algo, send, recv, count, in_place);
     std::vector<double> reps;
-    for (int r = 0; r < std::max(1, o.repeat); ++r) reps.push_back(time_loop(algo, send, recv, count, in_place));
+    for (int r = 0; r < std::max(1, o.repeat); ++r) reps.push_back(time_loop(algo, send, recv, count, in_place, iters));
     return sample_stats(reps).median;
   }
 
@@ -272,13 +284,14 @@ struct Bench {
   // token bucket, other load) hit them alike; median per (algorithm, in place) over --repeat.
   std::map<std::pair<std::string, bool>, double> time_interleaved(const std::vector<std::string>& algos,
                                                                   const Tensor& send, Tensor& recv, size_t count) {
+    std::map<std::pair<std::string, bool>, int> iters;
     for (const auto& a : algos)
-      for (bool in_place : {false, true}) warm_up(hc::parse_algorithm(a), send, recv, count, in_place);
+      for (bool in_place : {false, true}) iters[{a, in_place}] = warm_up(hc::parse_algorithm(a), send, recv, count, in_place);
     std::map<std::pair<std::string, bool>, std::vector<double>> reps;
     for (int r = 0; r < std::max(1, o.repeat); ++r)
       for (const auto& a : algos)
         for (bool in_place : {false, true})
-          reps[{a, in_place}].push_back(time_loop(hc::parse_algorithm(a), send, recv, count, in_place));
+          reps[{a, in_place}].push_back(time_loop(hc::parse_algorithm(a), send, recv, count, in_place, iters.at({a, in_place})));
     std::map<std::pair<std::string, bool>, double> med;
     for (const auto& [key, v] : reps) med[key] = sample_stats(v).median;
     return med;
@@ -531,6 +544,10 @@ int run(int argc, char** argv) {
                  "--device cuda: where ring/tree/rhd/hier run: nccl (on the GPU over NCCL send/recv), staged (on the "
                  "host through pinned buffers) or auto (nccl when every rank has its own GPU)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "staged", "nccl"}));
+  app.add_option("--loop-ms", o.loop_ms,
+                 "each timed loop of an uncompressed algorithm runs at least this many milliseconds: more operations "
+                 "than -n where one is short (the count from the warm-up's pace on rank 0); 0: exactly -n")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--repeat", o.repeat, "repetitions of the timed loop; the median is reported")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--tuning", o.tuning_in, "tuning file that --algo auto reads (else HPDT_TUNING_FILE or built-in)");
@@ -618,6 +635,7 @@ int run(int argc, char** argv) {
       << " warmup iters: " << o.warmup << " iters: " << o.iters << " agg iters: 1 validation: " << o.check
       << " graph: 0\n#\n# hpdt-allreduce-perf: " << comm.describe() << ", device " << o.device << ", repeat "
       << o.repeat << " (median" << (o.interleave ? ", algorithms interleaved" : "") << "), -a " << o.average
+      << (o.loop_ms > 0 ? ", timed loops >= " + std::to_string(int(std::lround(o.loop_ms))) + " ms" : "")
       << ", hier intra-node " << o.hier_intra << (o.device == "cuda" ? ", device transport " + o.device_transport : "")
       << "\n";
     const char* na = std::getenv("NCCL_ALGO");
@@ -871,7 +889,7 @@ int run(int argc, char** argv) {
     doc["op"] = o.op;
     doc["config"] = {{"minbytes", o.min_bytes}, {"maxbytes", o.max_bytes}, {"stepfactor", o.step_factor},
                      {"iters", o.iters}, {"warmup", o.warmup}, {"repeat", o.repeat}, {"average", o.average},
-                     {"segment", o.segment}, {"hier_intra", o.hier_intra}, {"device_transport", o.device_transport}, {"interleave", o.interleave}, {"algos", algos}, {"compress", compresses}};
+                     {"segment", o.segment}, {"hier_intra", o.hier_intra}, {"device_transport", o.device_transport}, {"interleave", o.interleave}, {"loop_ms", o.loop_ms}, {"algos", algos}, {"compress", compresses}};
     if (const char* na = std::getenv("NCCL_ALGO")) doc["config"]["NCCL_ALGO"] = na;
     if (const char* np = std::getenv("NCCL_PROTO")) doc["config"]["NCCL_PROTO"] = np;
     doc["load_average"] = {{"start", load_start}, {"end", load_end}};

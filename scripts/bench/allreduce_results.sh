@@ -7,7 +7,8 @@
 # `--algo auto` on 2 nodes x 2 ranks at 1 Gbit/s: every algorithm measured with more iterations, a
 # tuning file written from it, then every algorithm and auto again with that file (cluster_2x2_1gbit_auto*);
 # both passes time the algorithms of each size round by round (--interleave), so that the shaped link's
-# token bucket and other drift hit them alike.
+# token bucket and other drift hit them alike, and every timed loop lasts at least 25 ms (--loop-ms: the
+# small sizes get hundreds of operations per loop instead of 10).
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$src/build/cpu} out=${2:-$src/results/allreduce}
@@ -72,7 +73,7 @@ if [[ " $parts " == *" auto-check "* ]]; then
     if [ $pass = measure ]; then args=(--tuning-out "$tuning"); else args=(--tuning "$tuning"); fi
     echo "== emulated cluster 2x2, links 1gbit, auto $pass"
     HPDT_CLUSTER_SLOTS=2 timeout 1800 "$cluster" mpirun -np 4 --bind-to none "$perf" -b 8 -e 8M -f 4 -n 10 -w 3 \
-      --repeat 5 --interleave --algo $algos --label "emulated 2x2, links 1gbit, auto $pass" -J "$out/$name.json" "${args[@]}" \
+      --repeat 7 --loop-ms 25 --interleave --algo $algos --label "emulated 2x2, links 1gbit, auto $pass" -J "$out/$name.json" "${args[@]}" \
       | tee "$out/$name.txt"
   done
   "$cluster" down > /dev/null
