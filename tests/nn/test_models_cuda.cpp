@@ -358,7 +358,7 @@ TEST_F(ModelsCudaErrors, CpuInputToAGpuModelNamesTheModelAndItsFirstLayer) {
   ModelConfig c = config(DType::bf16);
   auto m = make_model("resnet20", c, gpu);
   const Tensor cpu_images = Tensor::zeros({2, 1, 28, 28}, DType::f32);
-  HPDT_EXPECT_THROW_MSG(m->forward(cpu_images), "resnet20: images on cpu, but the model (first layer conv1) runs on cuda:0");
+  HPDT_EXPECT_THROW_MSG(m->forward(cpu_images), "resnet20: images on cpu, but the model (first layer image_input) runs on cuda:0");
   const Tensor logits = m->forward(cpu_images.to(Device::cuda(0), gpu));
   EXPECT_EQ(logits.dtype(), DType::bf16);
   EXPECT_TRUE(logits.is_cuda());
