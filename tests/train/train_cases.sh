@@ -10,6 +10,10 @@
 #                       preempted + resumed run with error feedback ends bit-identical to an uninterrupted one
 #   bad-input           clear errors, exit 2, nothing overwritten (and --device cuda: exit 2 naming the
 #                       ranks without a GPU, or one step where GPUs exist)
+#   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
+#                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
+#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl), the GPU paths
+#                       bitwise equal to each other, the GPU run near the CPU run, bf16 finite
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
 set -uo pipefail
@@ -178,6 +182,40 @@ bad-input)
   sum=$(md5sum "$w"/ck/*.h5)
   expect_error "resnet" --model resnet56 --eval false --max-steps 2 --batch 8 --checkpoint-dir "$w/ck" --resume
   [ "$(md5sum "$w"/ck/*.h5)" = "$sum" ] || fail "the checkpoint of the other model was touched"
+  ;;
+cuda-emu)
+  cpu=${HPDT_TRAIN_CPU:?HPDT_TRAIN_CPU: the CPU hpdt-train to compare with}
+  args=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 4
+        --lr 0.001 --warmup-epochs 0)
+  ck() { echo "$w/$1/ckpt-000000002.h5"; }
+  # (path expected in the banner, extra environment, algorithm)
+  run 2 "${args[@]}" --device cuda --algo ring --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda ring (host mirror)"; }
+  grep -q "gradients averaged via host mirror" "$w/mirror.log" || { cat "$w/mirror.log"; fail "2 ranks on 1 emulated GPU should take the host mirror"; }
+  # One virtual node per rank: every rank has its own (emulated) GPU, so ring/hier run on the GPU over NCCL.
+  for algo in ring hier nccl; do
+    HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --algo $algo --checkpoint-dir "$w/$algo" > "$w/$algo.log" 2>&1 ||
+      { cat "$w/$algo.log"; fail "cuda $algo with a GPU per rank"; }
+    want=nccl-p2p; [ $algo = nccl ] && want=nccl
+    grep -q "gradients averaged via $want\b" "$w/$algo.log" || { cat "$w/$algo.log"; fail "cuda $algo: expected the $want path"; }
+  done
+  # The same f32 sums in the same order (2 ranks: a + b whatever the algorithm): bitwise equal.
+  for algo in ring hier; do
+    "$compare" "$(ck mirror)" "$(ck $algo)" --optimizer || fail "nccl-p2p $algo differs from the host mirror's ring"
+  done
+  # ncclAllReduce (here emulated over MPI) averages in its own way: equal within rounding.
+  "$compare" "$(ck mirror)" "$(ck nccl)" --optimizer --atol 1e-6 --rtol 1e-5 || fail "nccl differs from the host mirror"
+  # The GPU kernels against the CPU ones after two AdamW steps (other summation orders).
+  timeout --kill-after=10 240 $mpiexec -n 2 "$cpu" --data "$data/fashion-mnist-train.h5" --progress lines --threads 1 --seed 7 \
+    "${args[@]}" --device cpu --algo ring --checkpoint-dir "$w/cpu" > "$w/cpu.log" 2>&1 || { cat "$w/cpu.log"; fail "cpu run"; }
+  "$compare" "$(ck cpu)" "$(ck mirror)" --atol 2e-4 --rtol 2e-3 || fail "the emulated GPU run is not near the CPU run"
+  # ...and the runs trained: the parameters moved (against a run whose steps hardly move them).
+  timeout --kill-after=10 240 $mpiexec -n 2 "$cpu" --data "$data/fashion-mnist-train.h5" --progress lines --threads 1 --seed 7 \
+    "${args[@]}" --lr 1e-9 --device cpu --algo ring --checkpoint-dir "$w/still" > /dev/null 2>&1 || fail "cpu run at lr 1e-9"
+  # (peak lr 3.1e-5 at global batch 8: AdamW moves every weight by about that per step)
+  if "$compare" "$(ck still)" "$(ck mirror)" --atol 1e-5 > /dev/null; then fail "the GPU run did not change the parameters"; fi
+  HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --algo ring --precision bf16 > "$w/bf16.log" 2>&1 || { cat "$w/bf16.log"; fail "cuda bf16"; }
+  loss=$(sed -n 's/.*train loss \([^,]*\),.*/\1/p' "$w/bf16.log" | tail -1)
+  awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 10) }' || { cat "$w/bf16.log"; fail "bf16 loss '$loss' is not finite and near 2.3"; }
   ;;
 *) fail "unknown case $case" ;;
 esac
