@@ -243,6 +243,12 @@ struct Bench {
     const hc::AllreduceOptions ao = allreduce_options();
     void* out = recv.data();
     const void* in = in_place ? out : send.data();
+#if HPDT_HAVE_CUDA
+    if (device.is_cuda()) {  // device buffers: never through the host entry point, which reads them
+      hc::allreduce_device(comm, in, out, count, dtype, op, algo, ao, stream.handle());
+      return;
+    }
+#endif
     hc::allreduce(comm, in, out, count, dtype, op, algo, ao);
   }
 
