@@ -13,7 +13,8 @@
 #   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
 #                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
 #                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl), the GPU paths
-#                       bitwise equal to each other, the GPU run near the CPU run, bf16 finite
+#                       bitwise equal to each other, the GPU run near the CPU run (mixed precision on the
+#                       emulated GPU: test_nn_models_cuda_emu)
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
 set -uo pipefail
@@ -213,9 +214,6 @@ cuda-emu)
     "${args[@]}" --lr 1e-9 --device cpu --algo ring --checkpoint-dir "$w/still" > /dev/null 2>&1 || fail "cpu run at lr 1e-9"
   # (peak lr 3.1e-5 at global batch 8: AdamW moves every weight by about that per step)
   if "$compare" "$(ck still)" "$(ck mirror)" --atol 1e-5 > /dev/null; then fail "the GPU run did not change the parameters"; fi
-  HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --algo ring --precision bf16 > "$w/bf16.log" 2>&1 || { cat "$w/bf16.log"; fail "cuda bf16"; }
-  loss=$(sed -n 's/.*train loss \([^,]*\),.*/\1/p' "$w/bf16.log" | tail -1)
-  awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 10) }' || { cat "$w/bf16.log"; fail "bf16 loss '$loss' is not finite and near 2.3"; }
   ;;
 *) fail "unknown case $case" ;;
 esac
