@@ -155,9 +155,14 @@ class AttentionCuda : public test::CudaOracleTest {
     EXPECT_TRUE(close(o.out, to_cpu_f32(out_g), out_tolerance(dt, large))) << "out";
     const Tensor got = to_cpu_f32(dqkv_g);
     const char* names[] = {"dq", "dk", "dv"};
+    // dq and dk come from dS = P * (dP - D) with dP = dO . V and D = rowsum(dO * O), which cancel: at t = 1
+    // (P = 1, O = V) dq = dk = 0 exactly, while the kernel's D and dP, summed in other orders, leave ~1e-7.
+    // Their error scales with the cancelled terms, of the order of dv = P^T dO, not with dq itself.
+    const double dv_scale = max_abs(part(o.dqkv, 2));
     for (int w = 0; w < 3; ++w) {
       const Tensor want = part(o.dqkv, w);
-      EXPECT_TRUE(close(want, part(got, w), grad_tolerance(dt, large, max_abs(want)))) << names[w];
+      const double m = w < 2 ? std::max(max_abs(want), dv_scale) : max_abs(want);
+      EXPECT_TRUE(close(want, part(got, w), grad_tolerance(dt, large, m))) << names[w];
     }
   }
 
