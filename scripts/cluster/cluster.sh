@@ -200,6 +200,7 @@ reclaim_stale() {
   echo "cluster.sh: removing an emulated cluster left behind by a dead process ${pid:-?} (state ${old:-unknown})" >&2
   if [ -n "$old" ]; then
     for f in "$old"/run/slurmd-*.pid "$old/run/slurmctld.pid"; do stop_pid "$f"; done
+    [ -f "$old/run/munged.ours" ] && stop_pid /run/munge/hpdt-munged.pid
   fi
   pkill -f "slurmd -N node" 2>/dev/null || true
   grep -qs "^ClusterName=hpdt$" /etc/slurm/slurm.conf && pkill -x slurmctld 2>/dev/null || true
