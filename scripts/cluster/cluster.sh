@@ -198,13 +198,22 @@ reclaim_stale() {
     die "an emulated cluster is already up, owned by process $pid (state in $old); run 'HPDT_CLUSTER_DIR=$old $0 down' first"
   fi
   echo "cluster.sh: removing an emulated cluster left behind by a dead process ${pid:-?} (state ${old:-unknown})" >&2
-  if [ -n "$old" ]; then
-    for f in "$old"/run/slurmd-*.pid "$old/run/slurmctld.pid"; do stop_pid "$f"; done
-    [ -f "$old/run/munged.ours" ] && stop_pid /run/munge/hpdt-munged.pid
+  # its slurmctld, also when its state directory (and pid file) is gone
+  grep -qs "^ClusterName=hpdt$" /etc/slurm/slurm.conf && pkill -x slurmctld 2>/dev/null || true
+  teardown "$old"
+  rm -f "$OWNER"
+  [ -n "$old" ] && rm -f "$old/nodes"  # its logs stay for a look; the directory is no longer "up"
+  leftovers && die "could not remove the stale cluster (ip netns list; ip link show $BR)"
+  return 0
+}
+
+teardown() {  # teardown STATE_DIR: the daemons started from STATE_DIR (may be empty), then every node and the config
+  local dir=$1 ns
+  if [ -n "$dir" ]; then
+    for f in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid"; do stop_pid "$f"; done
+    [ -f "$dir/run/munged.ours" ] && stop_pid /run/munge/hpdt-munged.pid
   fi
   pkill -f "slurmd -N node" 2>/dev/null || true
-  grep -qs "^ClusterName=hpdt$" /etc/slurm/slurm.conf && pkill -x slurmctld 2>/dev/null || true
-  local ns
   for ns in /run/netns/hpdt-node*; do
     [ -e "$ns" ] || continue
     ip netns del "${ns##*/}" 2>/dev/null || true
@@ -213,25 +222,11 @@ reclaim_stale() {
   done
   ip link del $BR 2>/dev/null || true
   sed -i "/^${NET//./\\.}\.[0-9]* node[0-9]*\$/d" /etc/hosts
-  rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/plugstack.conf.d/pbs.conf "$OWNER"
-  [ -n "$old" ] && rm -f "$old/nodes"  # its logs stay for a look; the directory is no longer "up"
-  leftovers && die "could not remove the stale cluster (ip netns list; ip link show $BR)"
-  return 0
+  rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/plugstack.conf.d/pbs.conf
 }
 
 down() {
-  local n; n=$(nodes)
-  for f in "$ST"/run/slurmd-*.pid "$ST/run/slurmctld.pid"; do stop_pid "$f"; done
-  pkill -f "slurmd -N node" 2>/dev/null || true
-  [ -f "$ST/run/munged.ours" ] && stop_pid /run/munge/hpdt-munged.pid
-  for i in $(seq 1 "$n"); do
-    ip netns del hpdt-node$i 2>/dev/null || true
-    ip link del hpdtv$i 2>/dev/null || true
-    rm -rf "/dev/shm/ci-node$i"
-  done
-  ip link del $BR 2>/dev/null || true
-  sed -i "/^${NET//./\\.}\.[0-9]* node[0-9]*\$/d" /etc/hosts
-  rm -f /etc/slurm/slurm.conf /etc/slurm/gres.conf /etc/slurm/plugstack.conf.d/pbs.conf
+  teardown "$ST"
   rm -rf "$ST"
   if [ -f "$OWNER" ]; then
     local pid old; read -r pid old < "$OWNER"; [ "$old" = "$ST" ] && rm -f "$OWNER"
