@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
 # The command to give the device tool: runs scripts/gpu/run.sh and packs its results into $OUT as
 # summary.txt and gpu-results.tgz (the tool brings back at most 8 files).
-#   device tool:  command "scripts/gpu/device.sh [run.sh options]", carry [".gpu-bundle.tgz"]
-# The bundle is unpacked from .gpu-bundle.tgz (made by prepare.sh) into /tmp first.
+#   device tool:  command "scripts/gpu/device.sh [run.sh options]", carry [".gpu-bundle.txz"]
+# The bundle is unpacked from .gpu-bundle.txz (made by prepare.sh) into /tmp first (tar's xz, or Python's
+# lzma where the machine has no xz).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 : "${OUT:?device.sh runs on the device machine, where OUT names the directory that comes back}"
+export PATH=$PATH:/usr/local/cuda/bin
+command -v ncu > /dev/null || for d in /opt/nvidia/nsight-compute/*/; do [ -x "$d/ncu" ] && PATH=$PATH:$d && break; done
 work=/tmp/hpdt-gpu-results
 rm -rf "$work"
 bundle_args=()
-if [ -f "$root/.gpu-bundle.tgz" ]; then
-  rm -rf /tmp/hpdt-bundle && mkdir -p /tmp/hpdt-bundle && tar xzf "$root/.gpu-bundle.tgz" -C /tmp/hpdt-bundle
+if [ -f "$root/.gpu-bundle.txz" ]; then
+  rm -rf /tmp/hpdt-bundle && mkdir -p /tmp/hpdt-bundle
+  tar xJf "$root/.gpu-bundle.txz" -C /tmp/hpdt-bundle 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/.gpu-bundle.txz" /tmp/hpdt-bundle ||
+    { echo "device.sh: cannot unpack .gpu-bundle.txz" >&2; exit 2; }
   bundle_args=(--bundle /tmp/hpdt-bundle/.gpu-bundle)
 fi
 "$root/scripts/gpu/run.sh" "$work" "${bundle_args[@]}" "$@"
 rc=$?
 cp "$work/summary.txt" "$OUT/" 2>/dev/null
+# Nsight Compute reports travel as files of their own (the tool brings back files of up to 16 MB each),
+# with a text rendering of each in the results.
+for rep in "$work"/bench/*.ncu-rep; do
+  [ -f "$rep" ] || continue
+  ncu -i "$rep" --page details > "${rep%.ncu-rep}.details.txt" 2>&1 || true
+  mv "$rep" "$OUT/"
+done
 tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$work")" "$(basename "$work")"
 exit $rc

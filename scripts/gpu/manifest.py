@@ -4,9 +4,11 @@
 Each line: kind<TAB>ranks<TAB>executable (relative to the build dir)<TAB>arguments
   smoke  hpdt-smoke under mpiexec: MPI, parallel HDF5, CUDA kernels against the CPU
   test   a gpu-labelled test binary, run whole (all its cases) under mpiexec -n ranks when ranks > 0
+  check  a command from scripts/gpu/checks.txt (end-to-end runs: the trainer, the all-reduce benchmark);
+         the executable column holds the check's name
   bench  a GPU benchmark from scripts/gpu/benchmarks.txt
-  peer   a command from the repository (PyTorch peers) from benchmarks.txt; executable "-"
-usage: manifest.py BUILD_DIR BENCHMARKS_TXT
+  peer   a named command from benchmarks.txt (PyTorch peers, profiles); the executable column holds its name
+usage: manifest.py BUILD_DIR BENCHMARKS_TXT [CHECKS_TXT]
 """
 import json
 import os
@@ -18,7 +20,10 @@ build, bench_file = sys.argv[1], sys.argv[2]
 info = json.loads(subprocess.run(["ctest", "--test-dir", build, "--show-only=json-v1"],
                                  check=True, capture_output=True, text=True).stdout)
 # First the smoke check: MPI, parallel HDF5 and CUDA kernels at 2 ranks sharing the GPU.
-print("smoke\t2\tapps/hpdt-smoke\t")
+smoke = "apps/smoke/hpdt-smoke"
+if not os.access(os.path.join(build, smoke), os.X_OK):
+    sys.exit(f"manifest.py: {smoke} was not built in {build}")
+print(f"smoke\t2\t{smoke}\t")
 seen = set()
 for test in info.get("tests", []):
     props = {p["name"]: p["value"] for p in test.get("properties", [])}
@@ -37,13 +42,25 @@ for test in info.get("tests", []):
         continue
     seen.add(key)
     print(f"test\t{ranks}\t{os.path.relpath(exe, build)}\t")
+if len(sys.argv) > 3:
+    with open(sys.argv[3]) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, _, command = line.partition(" ")
+            for exe in re.findall(r"\{bin\}/(\S+)", command):
+                if not os.access(os.path.join(build, exe), os.X_OK):
+                    sys.exit(f"manifest.py: check {name} runs {exe}, which was not built")
+            print(f"check\t0\t{name}\t{command}")
 with open(bench_file) as f:
     for line in f:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("peer "):
-            print(f"peer\t0\t-\t{line[5:]}")
+            name, _, command = line[5:].partition(" ")
+            print(f"peer\t0\t{name}\t{command}")
             continue
         exe, _, args = line.partition(" ")
         if not os.access(os.path.join(build, exe), os.X_OK):

@@ -5,10 +5,13 @@
 #   lib/      every shared library they need that the GPU machine lacks (MPI, HDF5, ...), but not
 #             the CUDA libraries (cudart, cuBLAS, cuDNN, NCCL), which run.sh finds on that machine
 #   ompi/     a relocatable Open MPI runtime (mpiexec, orted, plugins, help files) and its PMIx
-#   manifest.tsv  what run.sh runs: gpu-labelled tests (with their rank counts) and GPU benchmarks
+#   manifest.tsv  what run.sh runs: gpu-labelled tests (with their rank counts), the end-to-end checks of
+#             scripts/gpu/checks.txt and the GPU benchmarks of scripts/gpu/benchmarks.txt
+#   data/     fashion-mnist-train.h5: Fashion-MNIST's 10,000 test images (8.9 MB; the 60,000 training images
+#             would not fit what a call carries), for the trainer's checks
 #   ptxas.log register and spill report of every CUDA kernel (-Xptxas -v)
 #   build.json    commit, compiler and versions the bundle was made from
-# and BUNDLE_DIR.tgz, the same packed into one file: that is what travels to the GPU machine.
+# and BUNDLE_DIR.txz, the same packed into one file: that is what travels to the GPU machine.
 #
 # usage: scripts/gpu/prepare.sh [BUNDLE_DIR=.gpu-bundle]
 # Then on the GPU machine (the device tool carries BUNDLE_DIR): scripts/gpu/run.sh OUT_DIR
@@ -25,13 +28,20 @@ echo "== configure and build (preset gpu-bundle: sm_90, x86-64-v3, -Xptxas -v)"
 cmake --preset gpu-bundle >/dev/null
 # ptxas -v prints one report per kernel; keep them (and everything else the build says) in the bundle.
 rm -rf "$bundle"; mkdir -p "$bundle"/{bin,lib,ompi}
-cmake --build --preset gpu-bundle 2>&1 | tee "$bundle/build.log" | grep -E "error|FAILED|warning" || true
+# Only what the GPU machine runs: the gpu-labelled tests (CMake lists them) and the executables that
+# checks.txt and benchmarks.txt name (a target is named as its executable).
+targets=$( { cat "$build/gpu-test-targets.txt"; echo hpdt-smoke hpdt-prepare-data
+             grep -hoE '(\{bin\}/|^)(apps|bench|tests)/[^ ]+' "$root/scripts/gpu/checks.txt" "$root/scripts/gpu/benchmarks.txt" | xargs -n1 basename; } |
+           tr ' ' '\n' | grep -v '^$' | sort -u)
+echo "targets:" $targets
+cmake --build --preset gpu-bundle --target $targets 2>&1 | tee "$bundle/build.log" | grep -E "error|FAILED|warning" || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "prepare.sh: build failed, see $bundle/build.log" >&2; exit 1; }
 grep -E "ptxas info|bytes stack frame|spill" "$bundle/build.log" > "$bundle/ptxas.log" || true
 
 echo "== manifest of GPU tests and benchmarks"
-/usr/bin/env python3 "$root/scripts/gpu/manifest.py" "$build" "$root/scripts/gpu/benchmarks.txt" > "$bundle/manifest.tsv"
-cut -f3 "$bundle/manifest.tsv" | sort -u | while read -r exe; do
+/usr/bin/env python3 "$root/scripts/gpu/manifest.py" "$build" "$root/scripts/gpu/benchmarks.txt" "$root/scripts/gpu/checks.txt" > "$bundle/manifest.tsv"
+{ awk -F'\t' '$1 == "test" || $1 == "bench" || $1 == "smoke" {print $3}' "$bundle/manifest.tsv"
+  grep -oE '\{bin\}/[^ ]+' "$bundle/manifest.tsv" | sed 's|^{bin}/||'; } | sort -u | while read -r exe; do
   [ -n "$exe" ] && [ "$exe" != "-" ] || continue
   mkdir -p "$bundle/bin/$(dirname "$exe")"
   cp "$build/$exe" "$bundle/bin/$exe"
@@ -51,6 +61,12 @@ copy_deps() {  # copy the shared-library closure of $1 into $2
     [ -e "$2/$name" ] || cp -L "$path" "$2/$name"
   done
 }
+echo "== data: Fashion-MNIST test split as the trainer's training file"
+mkdir -p "$bundle/data"
+data=$build/test-data/fashion-mnist
+[ -f "$data/fashion-mnist-test.h5" ] || { mkdir -p "$data" && "$build/apps/prepare-data/hpdt-prepare-data" --out "$data" >/dev/null; }
+cp "$data/fashion-mnist-test.h5" "$bundle/data/fashion-mnist-train.h5"
+
 echo "== shared libraries"
 find "$bundle/bin" -type f -executable | while read -r f; do copy_deps "$f" "$bundle/lib"; done
 
@@ -86,7 +102,12 @@ json.dump({"git_commit": out("git", "rev-parse", "HEAD"), "git_dirty": bool(out(
            "preset": "gpu-bundle"}, open(sys.argv[1], "w"), indent=2)
 PY
 rm -f "$bundle/ompi/pmix2/lib/libpmix.a" "$bundle/lib/liboshmem.so.40"
-# What travels: one compressed file (the device tool carries at most 64 MiB a call).
-tar czf "$bundle.tgz" -C "$(dirname "$bundle")" "$(basename "$bundle")"
-echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1)), packed as $bundle.tgz ($(du -sh "$bundle.tgz" | cut -f1))"
-echo "device tool: command 'scripts/gpu/device.sh [--sanitize]', carry ['$(basename "$bundle").tgz']"
+# What travels: one compressed file (the device tool carries at most 64 MiB a call, the checkout included).
+# The executables embed the same CUDA kernels (27 MB of sm_90 code in hpdt-train alone): files sorted by
+# size put near-copies side by side, and xz -9's 64 MiB window stores each such copy once (216 MB of
+# files -> 22 MB; gzip, with its 32 KiB window, gave 59 MB).
+(cd "$(dirname "$bundle")" && find "$(basename "$bundle")" \( -type f -o -type l \) -printf '%s %p\n' | sort -n | cut -d' ' -f2- |
+   tar cf - --no-recursion -T - | xz -9 -T1 > "$bundle.txz")
+rm -f "$bundle.tgz"
+echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1)), packed as $bundle.txz ($(du -sh "$bundle.txz" | cut -f1))"
+echo "device tool: command 'scripts/gpu/device.sh [run.sh options]', carry ['$(basename "$bundle").txz']"

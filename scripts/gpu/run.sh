@@ -1,40 +1,60 @@
 #!/usr/bin/env bash
-# Runs the GPU tests and GPU benchmarks of a bundle made by prepare.sh, on a machine with an NVIDIA
+# Runs the GPU tests, checks and benchmarks of a bundle made by prepare.sh, on a machine with an NVIDIA
 # GPU, and writes everything into OUT_DIR:
 #   environment.txt  GPU, driver, CUDA, PyTorch versions;  libraries.txt  where each library came from
-#   tests/           gtest XML and the log of every test binary (and compute-sanitizer runs)
-#   bench/           benchmark JSON;   summary.txt  one line per run and the totals
+#   tests/           gtest XML and the log of every test binary, check and compute-sanitizer run
+#   bench/           benchmark JSON and logs;   summary.txt  one line per run and the totals
 #
 # usage: scripts/gpu/run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--only REGEX]
-#   --sanitize   also run every gpu test binary under compute-sanitizer memcheck and racecheck
-#   --only RE    run only manifest entries whose executable matches RE
-# Exit code: 0 when every test passed (skips are reported, not counted as passes), 1 otherwise.
+#                                   [--jobs N] [--deadline SECONDS] [--sanitize-timeout SECONDS]
+#                                   [--sanitize-until SECONDS]
+#   --sanitize   also run every single-process gpu test binary under compute-sanitizer memcheck and racecheck
+#                (each at most --sanitize-timeout seconds, default 300; none past --sanitize-until seconds
+#                after the start, so that the benchmarks keep their time)
+#   --only RE    run only manifest entries whose executable (or check name) matches RE
+#   --jobs N     run the correctness phase (tests, checks, sanitizer) N at a time (default 1). The GPU is
+#                shared by them; benchmarks always run one at a time, after it, on an otherwise idle GPU
+#   --deadline S start nothing new S seconds after the start, and cut a run short where it would end after
+#                that; what did not run is listed as NOT RUN (a lease on a GPU machine is short)
+# Order: smoke, then tests + checks (+ sanitizer), then benchmarks in the order of benchmarks.txt.
+# Exit code: 0 when every test and check that ran passed and nothing was cut short, 1 otherwise
+# (skips are reported, not counted as passes).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""; bundle=$root/.gpu-bundle; sanitize=0; bench=1; only=""
+out=""; bundle=$root/.gpu-bundle; sanitize=0; bench=1; only=""; jobs=1; deadline=0; san_timeout=300; san_until=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle=$2; shift 2 ;;
     --sanitize) sanitize=1; shift ;;
     --no-bench) bench=0; shift ;;
     --only) only=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --deadline) deadline=$2; shift 2 ;;
+    --sanitize-timeout) san_timeout=$2; shift 2 ;;
+    --sanitize-until) san_until=$2; shift 2 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) out=$1; shift ;;
   esac
 done
-[ -n "$out" ] || { echo "usage: run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--only REGEX]" >&2; exit 2; }
+[ -n "$out" ] || { echo "usage: run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--only REGEX] [--jobs N] [--deadline S]" >&2; exit 2; }
 [ -f "$bundle/manifest.tsv" ] || { echo "run.sh: no bundle at $bundle (make one with scripts/gpu/prepare.sh and carry it)" >&2; exit 2; }
 mkdir -p "$out/tests" "$out/bench"
 summary=$out/summary.txt
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
+start=$SECONDS
 
+[ -d /usr/local/cuda/bin ] && export PATH=$PATH:/usr/local/cuda/bin  # nvcc, compute-sanitizer
+command -v ncu > /dev/null || for d in /opt/nvidia/nsight-compute/*/ /usr/local/cuda/nsight-compute*/; do
+  [ -x "$d/ncu" ] && export PATH=$PATH:$d && break
+done
 # --- environment ---------------------------------------------------------------------------------
 {
-  echo "date: $(date -u +%FT%TZ)"; echo "host: $(hostname)"; uname -a
+  echo "date: $(date -u +%FT%TZ)"; echo "host: $(hostname)"; uname -a; nproc; grep -m1 "model name" /proc/cpuinfo
   echo; nvidia-smi 2>&1 || echo "nvidia-smi failed"
-  echo; nvcc --version 2>&1 | tail -2
-  echo; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  echo; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1
+  echo; nvcc --version 2>&1 | tail -2; command -v compute-sanitizer ncu
+  echo; python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
   echo; cat "$bundle/build.json" 2>/dev/null
 } > "$out/environment.txt"
 
@@ -53,25 +73,39 @@ PY
 done
 export LD_LIBRARY_PATH="$bundle/lib$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Open MPI from the bundle, relocated; only the transports a single machine needs.
-export OPAL_PREFIX=$bundle/ompi PMIX_INSTALL_PREFIX=$bundle/ompi/pmix2 PATH=$bundle/ompi/bin:$PATH
+# (A bundle without its own Open MPI uses the machine's.)
+if [ -x "$bundle/ompi/bin/mpiexec" ]; then
+  export OPAL_PREFIX=$bundle/ompi PMIX_INSTALL_PREFIX=$bundle/ompi/pmix2 PATH=$bundle/ompi/bin:$PATH
+  export PMIX_MCA_mca_base_component_path=$bundle/ompi/pmix2/lib/pmix
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_mca_base_component_show_load_errors=0
-export PMIX_MCA_mca_base_component_path=$bundle/ompi/pmix2/lib/pmix HPDT_LOG_LEVEL=${HPDT_LOG_LEVEL:-warn}
-chmod +x "$bundle"/bin/*/* "$bundle"/ompi/bin/* 2>/dev/null
+export HPDT_LOG_LEVEL=${HPDT_LOG_LEVEL:-warn}
+chmod +x "$bundle"/bin/*/* "$bundle"/bin/*/*/* "$bundle"/ompi/bin/* 2>/dev/null
 
 missing=0
 : > "$out/libraries.txt"
-for f in "$bundle"/bin/*/*; do
+while read -r f; do
   echo "== $f" >> "$out/libraries.txt"
   ldd "$f" >> "$out/libraries.txt" 2>&1
   if ldd "$f" | grep -q "not found"; then
     note "MISSING LIBRARIES for $(basename "$f"): $(ldd "$f" | grep 'not found' | awk '{print $1}' | tr '\n' ' ')"
     missing=1
   fi
-done
+done < <(find "$bundle/bin" -type f)
+
+# --- time limits -----------------------------------------------------------------------------------
+left() {  # seconds left before the deadline (a large number without one)
+  if [ "$deadline" -gt 0 ]; then echo $((deadline - (SECONDS - start))); else echo 100000; fi
+}
+limit() {  # limit OWN: the smaller of OWN and the time left
+  local l; l=$(left); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"
+}
+not_run() { note "$(printf '%-9s %-44s (deadline: %ss after the start)' "NOT RUN" "$1" "$deadline")"; echo x >> "$out/.not_run"; }
+cut_short() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
+: > "$out/.not_run"
 
 # --- runs ------------------------------------------------------------------------------------------
-failed=0; total_pass=0; total_fail=0; total_skip=0
 count() { grep -c "$1" "$2" 2>/dev/null || true; }
 run_test() {  # ranks exe
   local ranks=$1 exe=$2 name; name=$(basename "$exe")
@@ -80,69 +114,120 @@ run_test() {  # ranks exe
   local cmd=("$bundle/bin/$exe" "--gtest_output=xml:$xml")
   [ "$ranks" -gt 0 ] && cmd=(mpiexec -n "$ranks" --oversubscribe --bind-to none "${cmd[@]}")
   local t0=$SECONDS
-  timeout --kill-after=10 900 "${cmd[@]}" < /dev/null > "$log" 2>&1
+  timeout --kill-after=10 "$(limit 900)" "${cmd[@]}" < /dev/null > "$log" 2>&1
   local rc=$?
   local tests fails skips
   tests=$(count '<testcase ' "$xml"); fails=$(count '<failure' "$xml"); skips=$(count 'result="skipped"' "$xml")
-  local passes=$(( tests - skips - fails ))
-  total_pass=$((total_pass + passes)); total_fail=$((total_fail + fails)); total_skip=$((total_skip + skips))
-  if [ $rc -ne 0 ] || [ "$fails" -gt 0 ] || [ ! -s "$xml" ]; then failed=1; st=FAIL; else st=ok; fi
-  note "$(printf '%-5s %-40s rc=%-3s cases=%-4s passed=%-4s failed=%-4s skipped=%-4s %4ss' "$st" "$tag" "$rc" "$tests" "$passes" "$fails" "$skips" $((SECONDS - t0)))"
-  if [ $sanitize -eq 1 ] && [ "$ranks" -eq 0 ]; then
-    for tool in memcheck racecheck; do
-      timeout --kill-after=10 1800 compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-        "$bundle/bin/$exe" < /dev/null > "$out/tests/$tag.$tool.log" 2>&1
-      local src=$?
-      local summary_line; summary_line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/tests/$tag.$tool.log" | tail -1)
-      if [ $src -ne 0 ]; then failed=1; st=FAIL; else st=ok; fi
-      note "$(printf '%-5s %-40s %s' "$st" "$tag [$tool]" "${summary_line:-rc=$src}")"
-    done
-  fi
+  local passes=$(( tests - skips - fails )) st=ok
+  if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ] || [ "$fails" -gt 0 ] || [ ! -s "$xml" ]; then st=FAIL; fi
+  note "$(printf '%-9s %-44s rc=%-3s cases=%-4s passed=%-4s failed=%-4s skipped=%-4s %4ss' "$st" "$tag" "$rc" "$tests" "$passes" "$fails" "$skips" $((SECONDS - t0)))"
+  [ "$st" = ok ] || echo "$tag" >> "$out/.failed"
 }
-run_bench() {  # exe args
-  local exe=$1 args=${2//\{out\}/$out/bench} name; name=$(basename "$exe")
-  local t0=$SECONDS
-  # shellcheck disable=SC2086
-  timeout --kill-after=10 900 "$bundle/bin/$exe" $args < /dev/null > "$out/bench/$name.log" 2>&1
-  local rc=$?
-  [ $rc -ne 0 ] && failed=1
-  note "$(printf '%-5s %-40s rc=%-3s %4ss' "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "bench $name" "$rc" $((SECONDS - t0)))"
+run_sanitizer() {  # tool exe
+  local tool=$1 exe=$2 tag; tag=$(basename "$exe")
+  local log=$out/tests/$tag.$tool.log t0=$SECONDS own=$san_timeout
+  if [ "$san_until" -gt 0 ] && [ $((san_until - (SECONDS - start))) -lt "$own" ]; then own=$((san_until - (SECONDS - start))); fi
+  if [ "$own" -le 0 ]; then not_run "$tag [$tool]"; return; fi
+  timeout --kill-after=10 "$(limit "$own")" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+    "$bundle/bin/$exe" < /dev/null > "$log" 2>&1
+  local rc=$? st=ok line
+  line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+  if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ]; then st=FAIL; fi
+  note "$(printf '%-9s %-44s rc=%-3s %4ss %s' "$st" "$tag [$tool]" "$rc" $((SECONDS - t0)) "${line:-}")"
+  [ "$st" = ok ] || echo "$tag [$tool]" >> "$out/.failed"
 }
-
-run_peer() {  # command line with {root} and {out}
-  local cmdline=${1//\{out\}/$out/bench}; cmdline=${cmdline//\{root\}/$root}
-  local name; name=$(basename "$(echo "$cmdline" | awk '{print $2}')" .py)
-  local t0=$SECONDS
-  # shellcheck disable=SC2086
-  timeout --kill-after=10 1200 $cmdline < /dev/null > "$out/bench/$name.log" 2>&1
-  local rc=$?
-  [ $rc -ne 0 ] && failed=1
-  note "$(printf '%-5s %-40s rc=%-3s %4ss' "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "peer $name" "$rc" $((SECONDS - t0)))"
+expand() {  # the placeholders of checks.txt and benchmarks.txt
+  local s=${1//\{out\}/$out/bench}; s=${s//\{root\}/$root}; s=${s//\{bin\}/$bundle/bin}; s=${s//\{data\}/$bundle/data}
+  echo "$s"
 }
-
+run_check() {  # name command-line
+  local name=$1 cmdline; cmdline=$(expand "$2")
+  local log=$out/tests/$name.log t0=$SECONDS
+  timeout --kill-after=10 "$(limit 600)" bash -c "$cmdline" < /dev/null > "$log" 2>&1
+  local rc=$? st=ok
+  if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ]; then st=FAIL; fi
+  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "check $name" "$rc" $((SECONDS - t0)) "$(tail -1 "$log" | cut -c1-80)")"
+  [ "$st" = ok ] || echo "check $name" >> "$out/.failed"
+}
+run_bench() {  # kind exe-or-name command-line
+  local kind=$1 name=$2 cmdline; cmdline=$(expand "$3")
+  [ "$kind" = bench ] && cmdline="$bundle/bin/$name $cmdline"
+  local log=$out/bench/$(basename "$name").log t0=$SECONDS
+  [ -f "$log" ] && log=$out/bench/$(basename "$name").$t0.log
+  timeout --kill-after=10 "$(limit 1200)" bash -c "$cmdline" < /dev/null > "$log" 2>&1
+  local rc=$? st=ok
+  if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ]; then st=FAIL; fi
+  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "$kind $(basename "$name")" "$rc" $((SECONDS - t0)) "$(basename "$log")")"
+  [ "$st" = ok ] || echo "$kind $name" >> "$out/.failed"
+}
 run_smoke() {  # ranks exe
   local t0=$SECONDS
-  timeout --kill-after=10 300 mpiexec -n "$1" --oversubscribe --bind-to none "$bundle/bin/$2" --dir "$out" < /dev/null > "$out/tests/smoke.log" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ] && grep -q "all checks passed" "$out/tests/smoke.log"; then st=ok; else st=FAIL; failed=1; fi
-  note "$(printf '%-5s %-40s rc=%-3s %4ss  %s' "$st" "smoke $(basename "$2").np$1" "$rc" $((SECONDS - t0)) "$(grep -E '^CUDA' "$out/tests/smoke.log" | head -1)")"
+  timeout --kill-after=10 "$(limit 300)" mpiexec -n "$1" --oversubscribe --bind-to none "$bundle/bin/$2" --dir "$out" < /dev/null > "$out/tests/smoke.log" 2>&1
+  local rc=$? st=ok
+  if [ $rc -ne 0 ] || ! grep -q "all checks passed" "$out/tests/smoke.log"; then st=FAIL; echo smoke >> "$out/.failed"; fi
+  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "smoke $(basename "$2").np$1" "$rc" $((SECONDS - t0)) "$(grep -E '^CUDA' "$out/tests/smoke.log" | head -1)")"
 }
+throttle() { while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done; }
+selected() { [ -z "$only" ] || [[ "$1" =~ $only ]]; }
+: > "$out/.failed"
 
-while IFS=$'\t' read -r kind ranks exe args; do
-  [ -n "$only" ] && ! [[ "$exe" =~ $only ]] && continue
-  case "$kind" in
-    smoke) run_smoke "$ranks" "$exe" ;;
-    test) run_test "$ranks" "$exe" ;;
-    bench) [ $bench -eq 1 ] && run_bench "$exe" "$args" ;;
-    peer) [ $bench -eq 1 ] && run_peer "$args" ;;
-  esac
-done < "$bundle/manifest.tsv"  # (every command below reads /dev/null: mpiexec would eat the manifest)
+manifest=()
+while IFS= read -r line; do manifest+=("$line"); done < "$bundle/manifest.tsv"
 
-note "TOTAL gpu test cases: passed=$total_pass failed=$total_fail skipped=$total_skip; missing libraries: $missing"
+# 1. smoke, alone (it says at once whether MPI, HDF5 and CUDA work at all)
+for line in "${manifest[@]}"; do
+  IFS=$'\t' read -r kind ranks exe args <<< "$line"
+  [ "$kind" = smoke ] && selected "$exe" && run_smoke "$ranks" "$exe"
+done
+# 2. correctness: tests and checks, then the sanitizer runs, $jobs at a time (OpenMP threads shared out)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 ))}
+for line in "${manifest[@]}"; do
+  IFS=$'\t' read -r kind ranks exe args <<< "$line"
+  case "$kind" in test | check) ;; *) continue ;; esac
+  selected "$exe" || continue
+  if [ "$(left)" -le 0 ]; then not_run "$kind $exe"; continue; fi
+  throttle
+  if [ "$kind" = test ]; then run_test "$ranks" "$exe" & else run_check "$exe" "$args" & fi
+done
+if [ $sanitize -eq 1 ]; then
+  for tool in memcheck racecheck; do
+    for line in "${manifest[@]}"; do
+      IFS=$'\t' read -r kind ranks exe args <<< "$line"
+      [ "$kind" = test ] && [ "$ranks" -eq 0 ] && selected "$exe" || continue
+      if [ "$(left)" -le 0 ]; then not_run "$(basename "$exe") [$tool]"; continue; fi
+      throttle
+      run_sanitizer "$tool" "$exe" &
+    done
+  done
+fi
+wait
+unset OMP_NUM_THREADS
+# 3. benchmarks, one at a time
+if [ $bench -eq 1 ]; then
+  for line in "${manifest[@]}"; do
+    IFS=$'\t' read -r kind ranks exe args <<< "$line"
+    case "$kind" in bench | peer) ;; *) continue ;; esac
+    selected "$exe$args" || continue
+    if [ "$(left)" -le 0 ]; then not_run "$kind $exe $(echo "$args" | grep -oE -- '--out[= ][^ ]*' | head -1)"; continue; fi
+    run_bench "$kind" "$exe" "$args"
+  done
+fi
+
+# --- totals ----------------------------------------------------------------------------------------
+total_pass=0 total_fail=0 total_skip=0
+for xml in "$out"/tests/*.xml; do
+  [ -f "$xml" ] || continue
+  t=$(count '<testcase ' "$xml"); f=$(count '<failure' "$xml"); s=$(count 'result="skipped"' "$xml")
+  total_pass=$((total_pass + t - f - s)); total_fail=$((total_fail + f)); total_skip=$((total_skip + s))
+done
+failed_runs=$(wc -l < "$out/.failed"); not_run_count=$(wc -l < "$out/.not_run")
+note "TOTAL gpu test cases: passed=$total_pass failed=$total_fail skipped=$total_skip; runs failed or cut short: $failed_runs; not run (deadline): $not_run_count; missing libraries: $missing; $((SECONDS - start)) s"
+[ -s "$out/.failed" ] && note "failed or cut short: $(tr '\n' ';' < "$out/.failed")"
 # On a machine that has a GPU, a skipped GPU test means the GPU was not usable (driver, libraries):
 # that is a failure of this run, not a pass.
+skip_fail=0
 if nvidia-smi -L > /dev/null 2>&1 && [ $total_skip -gt 0 ]; then
   note "FAIL: $total_skip GPU test case(s) skipped although nvidia-smi sees a GPU (see tests/*.log)"
-  failed=1
+  skip_fail=1
 fi
-[ $failed -eq 0 ] && [ $missing -eq 0 ] && [ $total_fail -eq 0 ]
+[ "$failed_runs" -eq 0 ] && [ $missing -eq 0 ] && [ $total_fail -eq 0 ] && [ $skip_fail -eq 0 ] && [ "$not_run_count" -eq 0 ]

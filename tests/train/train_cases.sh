@@ -15,6 +15,10 @@
 #                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl), the GPU paths
 #                       bitwise equal to each other, the GPU run near the CPU run (mixed precision on the
 #                       emulated GPU: test_nn_models_cuda_emu)
+#   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
+#                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
+#                       GPU (host mirror) near 1 rank; --algo nccl on a 1-rank NCCL communicator; bf16 and
+#                       fp16 (loss scaling) runs finish with a finite loss
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
 set -uo pipefail
@@ -214,6 +218,37 @@ cuda-emu)
     "${args[@]}" --lr 1e-9 --device cpu --algo ring --checkpoint-dir "$w/still" > /dev/null 2>&1 || fail "cpu run at lr 1e-9"
   # (peak lr 3.1e-5 at global batch 8: AdamW moves every weight by about that per step)
   if "$compare" "$(ck still)" "$(ck mirror)" --atol 1e-5 > /dev/null; then fail "the GPU run did not change the parameters"; fi
+  ;;
+cuda-gpu)
+  vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 8
+       --lr 0.001 --warmup-epochs 0)
+  res=(--model resnet20 --eval false --augment false --max-steps 3 --batch 16 --lr 0.05 --warmup-epochs 0)
+  ck() { echo "$w/$1/ckpt-000000002.h5"; }
+  ckr() { echo "$w/$1/ckpt-000000003.h5"; }
+  for m in vit res; do
+    eval "args=(\"\${$m[@]}\")"
+    ckf=ck; [ $m = res ] && ckf=ckr
+    run 1 "${args[@]}" --device cpu --checkpoint-dir "$w/$m-cpu" > "$w/$m-cpu.log" 2>&1 || { cat "$w/$m-cpu.log"; fail "$m cpu run"; }
+    run 1 "${args[@]}" --device cuda --checkpoint-dir "$w/$m-gpu" > "$w/$m-gpu.log" 2>&1 || { cat "$w/$m-gpu.log"; fail "$m cuda run (our kernels)"; }
+    run 1 "${args[@]}" --device cuda --kernels vendor --checkpoint-dir "$w/$m-vendor" > "$w/$m-vendor.log" 2>&1 || { cat "$w/$m-vendor.log"; fail "$m cuda run (--kernels vendor)"; }
+    grep -h "hpdt-train: GPU" "$w/$m-gpu.log" "$w/$m-vendor.log"
+    # Our kernels and the vendor's against the CPU oracle after a few f32 steps (other summation orders).
+    "$compare" "$($ckf $m-cpu)" "$($ckf $m-gpu)" --atol 2e-4 --rtol 2e-3 || fail "$m: the GPU run (our kernels) is not near the CPU run"
+    "$compare" "$($ckf $m-cpu)" "$($ckf $m-vendor)" --atol 2e-4 --rtol 2e-3 || fail "$m: the GPU run (vendor kernels) is not near the CPU run"
+  done
+  # Two ranks sharing the one GPU average through the host mirror; NCCL on a 1-rank communicator.
+  run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda np 2 ring (host mirror)"; }
+  grep -q "gradients averaged via host mirror" "$w/mirror.log" || { cat "$w/mirror.log"; fail "2 ranks on 1 GPU should take the host mirror"; }
+  "$compare" "$(ck vit-gpu)" "$(ck mirror)" --atol 2e-4 --rtol 2e-3 || fail "cuda np 2 differs from cuda np 1"
+  run 1 "${vit[@]}" --device cuda --algo nccl --checkpoint-dir "$w/nccl" > "$w/nccl.log" 2>&1 || { cat "$w/nccl.log"; fail "cuda --algo nccl (1 rank)"; }
+  grep -q "gradients averaged via nccl" "$w/nccl.log" || { cat "$w/nccl.log"; fail "--algo nccl: expected the nccl path"; }
+  "$compare" "$(ck vit-gpu)" "$(ck nccl)" --atol 1e-6 --rtol 1e-5 || fail "--algo nccl on 1 rank differs from --algo ring"
+  # Mixed precision: the step runs and the loss stays finite (how near it is: test_nn_models_cuda).
+  for p in bf16 fp16; do
+    run 1 "${res[@]}" --device cuda --precision $p --max-steps 5 --checkpoint-dir "$w/$p" > "$w/$p.log" 2>&1 || { cat "$w/$p.log"; fail "resnet20 --precision $p"; }
+    grep -qiE "loss[^0-9]*(nan|inf)" "$w/$p.log" && { cat "$w/$p.log"; fail "resnet20 --precision $p: non-finite loss"; }
+    tail -2 "$w/$p.log"
+  done
   ;;
 *) fail "unknown case $case" ;;
 esac
