@@ -235,7 +235,9 @@ struct Bench {
   void sync() {
     stream.synchronize();
 #if HPDT_HAVE_CUDA
-    if (device.is_cuda()) Stream::wrap_cuda(comm.nccl_stream(), device.index).synchronize();
+    // (has_nccl: the NCCL communicator exists only once an nccl path ran; creating it here would fail
+    // where ranks share a GPU and only the staged path can run.)
+    if (device.is_cuda() && comm.has_nccl()) Stream::wrap_cuda(comm.nccl_stream(), device.index).synchronize();
 #endif
   }
 

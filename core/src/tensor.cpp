@@ -75,7 +75,10 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, AllocOption
     if (opts.stream) {
       HPDT_CUDA_CHECK(cudaMemsetAsync(t.data_, 0, t.nbytes(), static_cast<cudaStream_t>(opts.stream->handle())));
     } else {
+      // Without a stream the zeros must be there when this returns: cudaMemset of device memory is
+      // asynchronous to the host and unordered with the non-blocking streams hpdt's work runs on.
       HPDT_CUDA_CHECK(cudaMemset(t.data_, 0, t.nbytes()));
+      HPDT_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     }
 #endif
   }

@@ -7,7 +7,7 @@
 #
 # usage: scripts/gpu/run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--only REGEX]
 #                                   [--jobs N] [--deadline SECONDS] [--sanitize-timeout SECONDS]
-#                                   [--sanitize-until SECONDS]
+#                                   [--sanitize-until SECONDS] [--sanitize-tools "memcheck racecheck"]
 #   --sanitize   also run every single-process gpu test binary under compute-sanitizer memcheck and racecheck
 #                (each at most --sanitize-timeout seconds, default 300; none past --sanitize-until seconds
 #                after the start, so that the benchmarks keep their time)
@@ -21,7 +21,7 @@
 # (skips are reported, not counted as passes).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""; bundle=$root/.gpu-bundle; sanitize=0; bench=1; only=""; jobs=1; deadline=0; san_timeout=300; san_until=0
+out=""; bundle=$root/.gpu-bundle; sanitize=0; bench=1; only=""; jobs=1; deadline=0; san_timeout=300; san_until=0; san_tools="memcheck racecheck"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle=$2; shift 2 ;;
@@ -32,6 +32,7 @@ while [ $# -gt 0 ]; do
     --deadline) deadline=$2; shift 2 ;;
     --sanitize-timeout) san_timeout=$2; shift 2 ;;
     --sanitize-until) san_until=$2; shift 2 ;;
+    --sanitize-tools) san_tools=$2; shift 2 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) out=$1; shift ;;
   esac
@@ -190,7 +191,7 @@ for line in "${manifest[@]}"; do
   if [ "$kind" = test ]; then run_test "$ranks" "$exe" & else run_check "$exe" "$args" & fi
 done
 if [ $sanitize -eq 1 ]; then
-  for tool in memcheck racecheck; do
+  for tool in $san_tools; do
     for line in "${manifest[@]}"; do
       IFS=$'\t' read -r kind ranks exe args <<< "$line"
       [ "$kind" = test ] && [ "$ranks" -eq 0 ] && selected "$exe" || continue
@@ -223,11 +224,18 @@ done
 failed_runs=$(wc -l < "$out/.failed"); not_run_count=$(wc -l < "$out/.not_run")
 note "TOTAL gpu test cases: passed=$total_pass failed=$total_fail skipped=$total_skip; runs failed or cut short: $failed_runs; not run (deadline): $not_run_count; missing libraries: $missing; $((SECONDS - start)) s"
 [ -s "$out/.failed" ] && note "failed or cut short: $(tr '\n' ';' < "$out/.failed")"
-# On a machine that has a GPU, a skipped GPU test means the GPU was not usable (driver, libraries):
-# that is a failure of this run, not a pass.
+# On a machine that has a GPU, a test skipped for want of one ("no GPU: ...", HPDT_REQUIRE_GPU) means
+# the GPU was not usable (driver, libraries): a failure of this run, not a pass. Other skips say what
+# this machine lacks (a second GPU, a CUDA-aware MPI) and are listed with their reasons.
 skip_fail=0
-if nvidia-smi -L > /dev/null 2>&1 && [ $total_skip -gt 0 ]; then
-  note "FAIL: $total_skip GPU test case(s) skipped although nvidia-smi sees a GPU (see tests/*.log)"
+no_gpu_skips=$(cat "$out"/tests/*.xml 2>/dev/null | grep -c 'skipped message="[^"]*no GPU: ' || true)
+if nvidia-smi -L > /dev/null 2>&1 && [ "$no_gpu_skips" -gt 0 ]; then
+  note "FAIL: $no_gpu_skips GPU test case(s) skipped for want of a GPU although nvidia-smi sees one (see tests/*.log)"
   skip_fail=1
+fi
+if [ $total_skip -gt 0 ]; then
+  note "skipped, by reason:"
+  cat "$out"/tests/*.xml 2>/dev/null | grep -o 'skipped message="[^"]*"' | sed 's/.*&#x0A;//; s/"$//' | sort | uniq -c |
+    while read -r line; do note "  $line"; done
 fi
 [ "$failed_runs" -eq 0 ] && [ $missing -eq 0 ] && [ $total_fail -eq 0 ] && [ $skip_fail -eq 0 ] && [ "$not_run_count" -eq 0 ]

@@ -60,14 +60,20 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return p_; }
+  // upload and fill are complete when they return. Alone they are not: cudaMemcpy from pageable memory
+  // may return before its DMA lands, cudaMemset of device memory is asynchronous, and neither is ordered
+  // with the non-blocking streams the collectives run on (seen on an H100: poison or stale values in
+  // the output of an otherwise right all-reduce).
   void upload(const void* host) {
     if (bytes_) HPDT_CUDA_CHECK(cudaMemcpy(p_, host, bytes_, cudaMemcpyHostToDevice));
+    HPDT_CUDA_CHECK(cudaDeviceSynchronize());
   }
   void download(void* host) const {
     if (bytes_) HPDT_CUDA_CHECK(cudaMemcpy(host, p_, bytes_, cudaMemcpyDeviceToHost));
   }
   void fill(unsigned char byte) {
     if (bytes_) HPDT_CUDA_CHECK(cudaMemset(p_, byte, bytes_));
+    HPDT_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
  private:

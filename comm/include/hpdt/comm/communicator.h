@@ -80,6 +80,7 @@ class Communicator {
   // rank 0 and broadcast over MPI; each rank uses GPU local_rank() % device count.
   ncclComm_t nccl();
   void* nccl_stream();  // the communication stream (cudaStream_t) NCCL work is queued on
+  bool has_nccl() const { return nccl_ != nullptr; }  // created already (nccl() was called), without creating it
   int nccl_device();    // the CUDA device of the NCCL communicator
   // Device-memory transport over the NCCL communicator (created with it; semantics in transport.h).
   NcclTransport& nccl_transport();

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Summarises one or more result directories of scripts/gpu/run.sh (unpacked gpu-results.tgz) into the
+tables results/gpu/README.md shows: ours beside cuBLAS / cuDNN / PyTorch, measured in the same run.
+
+    python3 scripts/gpu/summarize.py RESULTS_DIR [RESULTS_DIR ...] --out results/gpu/h100_DATE
+
+Later directories win where two hold the same benchmark (a re-run after a fix). Writes OUT.md (tables)
+and OUT.json (every number the tables show, with the GPU, driver, versions and commits).
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def gbench_medians(path):
+    """name (without /manual_time...) -> median aggregate record of a Google Benchmark JSON file."""
+    out = {}
+    try:
+        doc = load(path)
+    except ValueError:  # empty: the benchmark ran nothing (its log says why)
+        print(f"summarize.py: {path} holds no JSON; skipped", file=sys.stderr)
+        return out
+    for b in doc.get("benchmarks", []):
+        if b.get("aggregate_name") != "median":
+            continue
+        name = re.sub(r"/(manual_time|min_time:[0-9.]+|real_time)$", "", b["run_name"])
+        name = re.sub(r"/(manual_time|min_time:[0-9.]+|real_time)$", "", name)
+        out[name] = b
+    return out
+
+
+def collect(dirs):
+    found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "optim": {}, "train": {}, "torch": {},
+             "summary": [], "environment": ""}
+    for d in dirs:
+        bench = os.path.join(d, "bench")
+        for key, fname in [("gemm", "bench_gemm_cuda.json"), ("conv", "bench_conv_cuda.json"),
+                           ("attention", "bench_attention_cuda.json"), ("layers", "bench_layers_cuda.json"),
+                           ("optim", "bench_optim_cuda.json")]:
+            p = os.path.join(bench, fname)
+            if os.path.exists(p):
+                found[key].update(gbench_medians(p))
+        for f in sorted(os.listdir(bench)) if os.path.isdir(bench) else []:
+            if f.startswith("train_step_") and f.endswith(".json"):
+                found["train"][f[len("train_step_"):-5]] = load(os.path.join(bench, f))
+            if f.startswith("torch_gpu_train_step") and f.endswith(".json"):
+                doc = load(os.path.join(bench, f))
+                for r in doc.get("train_step", []):
+                    if "img_per_s_median" in r:
+                        found["torch"][(r["model"], r["mode"])] = r
+                if doc.get("attention"):
+                    found["torch"]["attention"] = doc["attention"]
+                found["torch"]["environment"] = doc.get("environment", {})
+        s = os.path.join(d, "summary.txt")
+        if os.path.exists(s):
+            found["summary"].append((d, open(s).read()))
+        e = os.path.join(d, "environment.txt")
+        if os.path.exists(e):
+            found["environment"] = open(e).read()
+    return found
+
+
+def fmt(x, nd=1):
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def gemm_table(g, rows, numbers):
+    rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | cuBLAS TFLOP/s | v2 / cuBLAS |")
+    rows.append("|---|---:|---:|---:|---:|")
+    shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/")}, key=lambda s: (not s[0].isdigit(), s))
+    for dt in ("bf16->bf16", "f32->f32"):
+        for sh in shapes:
+            v1, v2, cu = (g.get(f"gemm/{dt}/{sh}/{v}") for v in ("v1_simt", "v2_mma", "vendor"))
+            if not cu:
+                continue
+            tf = lambda b: b["TFLOP/s"] if b else None  # noqa: E731
+            ratio = tf(v2) / tf(cu) if v2 and cu else None
+            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(cu))} | {fmt(ratio, 2)} |")
+            numbers.append({"op": "gemm", "dtype": dt, "shape": sh, "v1_tflops": tf(v1), "v2_tflops": tf(v2),
+                            "cublas_tflops": tf(cu), "v2_over_cublas": ratio})
+
+
+def conv_table(c, rows, numbers):
+    rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | cuDNN ms | ours / cuDNN speed |")
+    rows.append("|---|---|---|---:|---:|---:|")
+    for k in sorted(c):
+        parts = k.split("/")
+        if len(parts) != 5 or parts[4] != "v2_tensor_core" or parts[2] != "bf16":
+            continue
+        layout = "NHWC" if parts[0] == "conv_nhwc" else "NCHW"
+        cu = c.get("/".join(parts[:4] + ["cudnn"]))
+        ours = c[k]
+        ratio = cu["real_time"] / ours["real_time"] if cu else None
+        rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {fmt(cu['real_time'] if cu else None, 3)} | {fmt(ratio, 2)} |")
+        numbers.append({"op": "conv", "case": parts[1], "layout": layout, "dir": parts[3], "ours_ms": ours["real_time"],
+                        "cudnn_ms": cu["real_time"] if cu else None, "ours_over_cudnn": ratio})
+
+
+def attention_table(a, torch_att, rows, numbers):
+    sdpa = {}
+    for r in torch_att or []:
+        if "forward" not in r:
+            continue
+        key = f"b{r['b']}_h{r['heads']}_t{r['t']}_d{r['dh']}"
+        fl = 4.0 * r["b"] * r["heads"] * r["t"] ** 2 * r["dh"]
+        f = r["forward"]["s_median"]
+        bwd = r["forward_backward"]["s_median"] - f
+        sdpa[key] = (f * 1e3, bwd * 1e3, fl)
+    rows.append("| attention (bf16) | ours v2 fwd ms | SDPA fwd ms | fwd: ours / SDPA speed | ours v2 bwd ms | SDPA bwd ms | bwd: ours / SDPA speed |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|")
+    for key in sorted({k.split("/")[3] for k in a if k.startswith("attention_fwd/v2/bf16/")}):
+        f = a.get(f"attention_fwd/v2/bf16/{key}")
+        b = a.get(f"attention_bwd/v2/bf16/{key}")
+        s = sdpa.get(key)
+        fr = s[0] / f["real_time"] if s and f else None
+        br = s[1] / b["real_time"] if s and b else None
+        rows.append(f"| {key} | {fmt(f['real_time'] if f else None, 3)} | {fmt(s[0] if s else None, 3)} | {fmt(fr, 2)} | "
+                    f"{fmt(b['real_time'] if b else None, 3)} | {fmt(s[1] if s else None, 3)} | {fmt(br, 2)} |")
+        numbers.append({"op": "attention", "shape": key, "ours_fwd_ms": f["real_time"] if f else None,
+                        "sdpa_fwd_ms": s[0] if s else None, "fwd_ratio": fr, "ours_bwd_ms": b["real_time"] if b else None,
+                        "sdpa_bwd_ms": s[1] if s else None, "bwd_ratio": br})
+
+
+def train_table(t, torch, rows, numbers):
+    rows.append("| training step (bf16, f32 master weights) | hpdt ours img/s | hpdt --kernels vendor img/s | PyTorch eager img/s | PyTorch compile img/s | ours / eager | ours / compile | vendor / eager |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, key, tmodel in [("ResNet-50, 224², batch 256, NCHW", "resnet50_bf16_{}", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC", "resnet50_bf16_{}_nhwc", "resnet50"),
+                               ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16")]:
+        ours = t.get(key.format("ours"), {}).get("img_per_s_median")
+        vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
+        eager = torch.get((tmodel, "eager"), {}).get("img_per_s_median")
+        comp = torch.get((tmodel, "compile"), {}).get("img_per_s_median")
+        r = lambda a, b: a / b if a and b else None  # noqa: E731
+        rows.append(f"| {label} | {fmt(ours)} | {fmt(vend)} | {fmt(eager)} | {fmt(comp)} | {fmt(r(ours, eager), 2)} | "
+                    f"{fmt(r(ours, comp), 2)} | {fmt(r(vend, eager), 2)} |")
+        numbers.append({"op": "train_step", "what": label, "ours_img_s": ours, "vendor_img_s": vend,
+                        "torch_eager_img_s": eager, "torch_compile_img_s": comp})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    f = collect(a.dirs)
+    rows, numbers = [], []
+    env = f["torch"].get("environment", {})
+    build = {}
+    for d in a.dirs:
+        m = re.search(r"\{.*\}", open(os.path.join(d, "environment.txt")).read(), re.S) if os.path.exists(
+            os.path.join(d, "environment.txt")) else None
+        if m:
+            try:
+                build = json.loads(m.group(0))
+            except ValueError:
+                pass
+    rows.append(f"GPU: {env.get('gpu', '?')}, driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
+                f"cuDNN {env.get('cudnn', '?')}, PyTorch {env.get('torch', '?')}; hpdt built at {build.get('git_commit', '?')[:12]} "
+                f"(nvcc {' '.join(build.get('nvcc', []))}). Medians; every ratio is of two numbers from the same run.")
+    rows.append("")
+    sections = [("Training step", lambda: train_table(f["train"], f["torch"], rows, numbers)),
+                ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
+                ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
+                ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers))]
+    for title, fn in sections:
+        rows.append(f"### {title}")
+        rows.append("")
+        fn()
+        rows.append("")
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out + ".md", "w") as fo:
+        fo.write("\n".join(rows) + "\n")
+    with open(a.out + ".json", "w") as fo:
+        json.dump({"environment": env, "build": build, "results": numbers,
+                   "runs": [{"dir": os.path.basename(os.path.normpath(d)), "summary": s} for d, s in f["summary"]]},
+                  fo, indent=1)
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
