@@ -23,12 +23,15 @@ ncclComm_t Communicator::nccl() {
   const int devices = cuda_device_count();
   std::string why;
   if (devices <= 0) why = "no usable GPU (" + cuda_unavailable_reason() + ")";
-  // NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected"); say so in
-  // our words, before every rank dies in ncclCommInitRank.
+#if !HPDT_CUDA_EMU
+  // NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected", seen on an
+  // H100); say so in our words, before every rank dies in ncclCommInitRank. (The emulated NCCL of
+  // tests/cuda_emu gives each process its own emulated device 0, so there ranks may share it.)
   else if (devices < local_size_)
     why = std::to_string(local_size_) + " ranks on this node share its " + std::to_string(devices) +
           " GPU(s); an NCCL communicator of several ranks needs a GPU per rank (use the staged path, "
           "or fewer ranks per node)";
+#endif
   ncclUniqueId id{};
   if (why.empty()) {
     cuda_set_device(local_rank_ % devices);

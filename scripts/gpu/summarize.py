@@ -128,6 +128,25 @@ def attention_table(a, torch_att, rows, numbers):
                         "sdpa_bwd_ms": s[1] if s else None, "bwd_ratio": br})
 
 
+COPY_GBS = 3000.0  # H100 SXM device-to-device copy, bytes read + written (KINDS.md of the device tool, 2026-11-13)
+
+
+def layers_table(layers, optim, rows, numbers):
+    rows.append("| memory-bound op (batch 64) | bf16 GB/s | f32 GB/s | bf16 / copy | f32 / copy |")
+    rows.append("|---|---:|---:|---:|---:|")
+    merged = dict(layers)
+    merged.update(optim or {})
+    ops = sorted({k.split("/", 2)[2] for k in merged if k.count("/") >= 2 and k.split("/")[1] in ("bf16", "f32")})
+    for op in ops:
+        bf, f32 = merged.get(f"layers/bf16/{op}"), merged.get(f"layers/f32/{op}")
+        if bf is None and f32 is None:
+            continue
+        g = lambda b: b.get("GB/s") if b else None  # noqa: E731
+        r = lambda v: v / COPY_GBS if v else None  # noqa: E731
+        rows.append(f"| {op} | {fmt(g(bf), 0)} | {fmt(g(f32), 0)} | {fmt(r(g(bf)), 2)} | {fmt(r(g(f32)), 2)} |")
+        numbers.append({"op": "layer", "name": op, "bf16_gbs": g(bf), "f32_gbs": g(f32)})
+
+
 def train_table(t, torch, rows, numbers):
     rows.append("| training step (bf16, f32 master weights) | hpdt ours img/s | hpdt --kernels vendor img/s | PyTorch eager img/s | PyTorch compile img/s | ours / eager | ours / compile | vendor / eager |")
     rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -169,7 +188,9 @@ def main():
     sections = [("Training step", lambda: train_table(f["train"], f["torch"], rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
-                ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers))]
+                ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
+                (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
+                 lambda: layers_table(f["layers"], {}, rows, numbers))]
     for title, fn in sections:
         rows.append(f"### {title}")
         rows.append("")
