@@ -10,7 +10,8 @@
 #                                   [--sanitize-until SECONDS] [--sanitize-tools "memcheck racecheck"]
 #   --sanitize   also run every single-process gpu test binary under compute-sanitizer memcheck and racecheck
 #                (each at most --sanitize-timeout seconds, default 300; none past --sanitize-until seconds
-#                after the start, so that the benchmarks keep their time)
+#                after the start, so that the benchmarks keep their time; scripts/gpu/sanitize.txt may
+#                give a binary a gtest filter per tool)
 #   --only RE    run only manifest entries whose executable (or check name) matches RE
 #   --jobs N     run the correctness phase (tests, checks, sanitizer) N at a time (default 1). The GPU is
 #                shared by them; benchmarks always run one at a time, after it, on an otherwise idle GPU
@@ -93,7 +94,7 @@ while read -r f; do
     note "MISSING LIBRARIES for $(basename "$f"): $(ldd "$f" | grep 'not found' | awk '{print $1}' | tr '\n' ' ')"
     missing=1
   fi
-done < <(find "$bundle/bin" -type f)
+done < <(find -L "$bundle/bin" -type f)
 
 # --- time limits -----------------------------------------------------------------------------------
 left() {  # seconds left before the deadline (a large number without one)
@@ -129,10 +130,14 @@ run_sanitizer() {  # tool exe
   local log=$out/tests/$tag.$tool.log t0=$SECONDS own=$san_timeout
   if [ "$san_until" -gt 0 ] && [ $((san_until - (SECONDS - start))) -lt "$own" ]; then own=$((san_until - (SECONDS - start))); fi
   if [ "$own" -le 0 ]; then not_run "$tag [$tool]"; return; fi
+  local filter args=()
+  filter=$(awk -v t="$tool" -v b="$tag" '$1 == t && $2 == b {print $3}' "$root/scripts/gpu/sanitize.txt" 2>/dev/null)
+  [ -n "$filter" ] && args=("--gtest_filter=$filter")
   timeout --kill-after=10 "$(limit "$own")" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-    "$bundle/bin/$exe" < /dev/null > "$log" 2>&1
+    "$bundle/bin/$exe" "${args[@]}" < /dev/null > "$log" 2>&1
   local rc=$? st=ok line
   line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+  [ -n "$filter" ] && line="$line (cases: $filter)"
   if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ]; then st=FAIL; fi
   note "$(printf '%-9s %-44s rc=%-3s %4ss %s' "$st" "$tag [$tool]" "$rc" $((SECONDS - t0)) "${line:-}")"
   [ "$st" = ok ] || echo "$tag [$tool]" >> "$out/.failed"

@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
 # usage: check_gpu_manifest.sh PYTHON SOURCE_DIR BUILD_DIR
-# manifest.py must succeed (every listed benchmark built) and list the smoke check, the gpu-labelled
-# test binaries of every op family, each GPU benchmark and the PyTorch peer.
+# manifest.py must succeed (every listed benchmark and check executable built) and list the smoke check,
+# the gpu-labelled test binaries of every op family and of core, each GPU benchmark, the named PyTorch
+# peer and every end-to-end check of checks.txt.
 set -euo pipefail
 py=$1 src=$2 build=$3
-m=$("$py" "$src/scripts/gpu/manifest.py" "$build" "$src/scripts/gpu/benchmarks.txt")
+m=$("$py" "$src/scripts/gpu/manifest.py" "$build" "$src/scripts/gpu/benchmarks.txt" "$src/scripts/gpu/checks.txt")
 echo "$m"
 fail=0
 expect() { grep -qE "$1" <<< "$m" || { echo "check_gpu_manifest: the manifest lacks a line matching: $1" >&2; fail=1; }; }
-expect $'^smoke\t2\tapps/hpdt-smoke'
+expect $'^smoke\t2\tapps/smoke/hpdt-smoke\t'
 for t in "$src"/tests/kernels/test_*_cuda.cpp; do
   expect $'^test\t0\ttests/kernels/'"$(basename "$t" .cpp)"$'\t'
 done
+expect $'^test\t0\ttests/core/test_core_cuda\t'
+expect $'^test\t0\ttests/nn/test_nn_models_cuda\t'
 expect $'^test\t2\ttests/comm/test_comm_device_allreduce'
 for b in "$src"/bench/kernels/bench_*_cuda.cpp; do
   f=$(basename "$b" .cpp); f=${f#bench_}; f=${f%_cuda}
   expect $'^bench\t0\tbench/kernels/hpdt-bench-'"${f//_/-}"$'-cuda\t'
 done
-expect $'^peer\t0\t-\tpython3 .*torch_gpu_train_step.py'
+expect $'^peer\t0\ttorch_eager\tpython3 .*torch_gpu_train_step.py'
+grep -vE '^(#|$)' "$src/scripts/gpu/checks.txt" | while read -r name _; do
+  grep -qP "^check\t0\t\Q$name\E\t" <<< "$m" || { echo "check_gpu_manifest: check $name missing" >&2; exit 1; }
+done || fail=1
+# A sanitizer filter must name cases that exist (a typo would quietly run nothing).
+while read -r tool bin filter; do
+  case "$tool" in '#'* | '') continue ;; esac
+  exe=$(find "$build/tests" -name "$bin" -type f -perm -u+x | head -1)
+  [ -n "$exe" ] || { echo "check_gpu_manifest: sanitize.txt names $bin, which was not built" >&2; fail=1; continue; }
+  IFS=: read -ra cases <<< "$filter"
+  for c in "${cases[@]}"; do
+    n=$("$exe" --gtest_list_tests --gtest_filter="$c" | grep -c '^  ' || true)
+    [ "$n" -ge 1 ] || { echo "check_gpu_manifest: sanitize.txt: $bin has no case $c" >&2; fail=1; }
+  done
+done < "$src/scripts/gpu/sanitize.txt"
 exit $fail

@@ -1,0 +1,139 @@
+// core/ on the GPU: device tensors and their copies, Tensor::zeros, the caching allocator on cudaMalloc,
+// pinned host tensors, streams and CUDA events. (The kernels' tests use all of these; this checks them
+// on their own, with the ordering rules the H100 run of 2026-11-26 showed matter: work on hpdt's
+// non-blocking streams is not ordered with the legacy default stream.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "hpdt/core/allocator.h"
+#include "hpdt/core/runtime.h"
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt_test.h"
+
+namespace {
+
+using namespace hpdt;
+
+class CoreCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HPDT_REQUIRE_GPU();
+    stream = Stream::create_cuda(0);
+    other = Stream::create_cuda(0);
+  }
+  static Tensor random_bytes(const Shape& s, DType dt, uint32_t seed) {
+    Tensor t = Tensor::empty(s, dt);
+    std::mt19937 g(seed);
+    auto* p = static_cast<uint8_t*>(t.data());
+    for (size_t i = 0; i < t.nbytes(); ++i) p[i] = uint8_t(g());
+    return t;
+  }
+  static bool same_bytes(const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  }
+  Stream stream, other;
+};
+
+// Host -> device -> host keeps every byte, for every dtype and odd sizes, and through views.
+TEST_F(CoreCuda, RoundTripEveryDtypeAndView) {
+  uint32_t seed = 1;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::u8})
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(4099), int64_t(1) << 20}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " n=" + std::to_string(n));
+      const Tensor h = random_bytes({n}, dt, seed++);
+      const Tensor d = h.to(Device::cuda(0), stream);
+      ASSERT_TRUE(d.is_cuda());
+      const Tensor back = d.to(Device::cpu(), stream);
+      stream.synchronize();
+      EXPECT_TRUE(same_bytes(h, back));
+      if (n > 2) {  // a view in the middle of the device tensor
+        const Tensor part = d.flat(1, n - 2).to(Device::cpu(), stream);
+        stream.synchronize();
+        EXPECT_EQ(std::memcmp(part.data(), static_cast<const char*>(h.data()) + dtype_size(dt), part.nbytes()), 0);
+      }
+    }
+}
+
+// clone on one stream, read on another after an event: equal.
+TEST_F(CoreCuda, CloneThenEventOrdersAnotherStream) {
+  const Tensor h = random_bytes({3, 1001}, DType::f32, 42);
+  const Tensor d = h.to(Device::cuda(0), stream);
+  const Tensor c = d.clone(stream);
+  Event done(Device::cuda(0));
+  done.record(stream);
+  done.wait(other);
+  const Tensor back = c.to(Device::cpu(), other);
+  other.synchronize();
+  EXPECT_TRUE(same_bytes(h, back));
+  EXPECT_TRUE(done.query());
+}
+
+// Tensor::zeros without a stream is zero for work on any stream as soon as it returns, also where the
+// caching allocator hands back a block that held other bytes (poisoned here on a non-blocking stream).
+TEST_F(CoreCuda, ZerosWithoutAStreamAreReadyForEveryStream) {
+  const int64_t n = int64_t(1) << 22;  // 16 MiB of f32: a copy long enough to overlap a late memset
+  for (int round = 0; round < 4; ++round) {
+    {
+      const Tensor poison = random_bytes({n}, DType::f32, 7 + round).to(Device::cuda(0), Stream::cuda_default(0));
+      Stream::cuda_default(0).synchronize();
+    }
+    const Tensor z = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+    const Tensor back = z.to(Device::cpu(), other);  // at once, on a non-blocking stream
+    other.synchronize();
+    const float* p = back.data<float>();
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < n; ++i) nonzero += p[i] != 0.0f;
+    EXPECT_EQ(nonzero, 0) << "round " << round;
+  }
+}
+
+// The device caching allocator: a freed block of one size class comes back for the next request of that
+// class on the same stream without a new cudaMalloc; bytes in use return to where they were.
+TEST_F(CoreCuda, CachingAllocatorReusesDeviceBlocks) {
+  CachingAllocator& a = cuda_caching_allocator(0);
+  stream.synchronize();
+  a.release_cached();  // no block of an earlier test (whose stream handle this one may reuse) in the way
+  const CachingAllocator::Stats before = a.stats();
+  void* p = nullptr;
+  {
+    const Tensor t = Tensor::empty({3 << 20}, DType::u8, Device::cuda(0), AllocOptions{.stream = &stream});
+    p = t.data();
+  }
+  const CachingAllocator::Stats mid = a.stats();
+  EXPECT_EQ(mid.bytes_in_use, before.bytes_in_use);
+  EXPECT_GE(mid.bytes_cached, CachingAllocator::round_size(3 << 20));
+  {
+    const Tensor t = Tensor::empty({3 << 20}, DType::u8, Device::cuda(0), AllocOptions{.stream = &stream});
+    EXPECT_EQ(t.data(), p) << "the cached block was not reused";
+  }
+  const CachingAllocator::Stats after = a.stats();
+  EXPECT_EQ(after.raw_allocations, mid.raw_allocations);
+  EXPECT_EQ(after.cache_hits, mid.cache_hits + 1);
+}
+
+// Pinned host tensors hold what was written and travel to the device and back.
+TEST_F(CoreCuda, PinnedHostTensor) {
+  Tensor h = Tensor::empty({4097}, DType::i32, Device::cpu(), AllocOptions{.pinned = true});
+  for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = int32_t(i * 2654435761u);
+  const Tensor back = h.to(Device::cuda(0), stream).to(Device::cpu(), stream, AllocOptions{.pinned = true});
+  stream.synchronize();
+  EXPECT_TRUE(same_bytes(h, back));
+}
+
+// CUDA events time device work: a few hundred MB of copies take more than zero and less than a minute.
+TEST_F(CoreCuda, EventsTimeDeviceWork) {
+  const Tensor a = Tensor::zeros({int64_t(1) << 26}, DType::f32, Device::cuda(0), AllocOptions{.stream = &stream});
+  Event start(Device::cuda(0)), stop(Device::cuda(0));
+  start.record(stream);
+  for (int i = 0; i < 4; ++i) (void)a.clone(stream);
+  stop.record(stream);
+  stop.synchronize();
+  const float ms = start.elapsed_ms(stop);
+  EXPECT_GT(ms, 0.0f);
+  EXPECT_LT(ms, 60e3f);
+}
+
+}  // namespace
