@@ -15,6 +15,12 @@
 // the machine and build records:
 //   hpdt-bench-train-step --device cuda --model resnet50 --channels 3 --image 224 --classes 1000
 //       --batch 256 --precision bf16 --kernels ours --steps 20 --warmup 5 --out resnet50_ours.json
+// --cuda-graph: after the warm-up steps (at least two: they fill the caching allocator the capture then
+// draws from; run as the graph holds it, and repeated up to 5 more times until one allocates no new device
+// memory: "extra_warmup" in the JSON), one step is captured into a CUDA graph (core/cuda_graph.h) and each
+// timed step replays it: one launch instead of one per kernel. The loss and the skip flag are read once,
+// after the last step.
+// Not with fp16 (the dynamic loss scale would be baked into the graph).
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +33,7 @@
 
 #include "hpdt/core/allocator.h"
 #include "hpdt/core/build_info.h"
+#include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/philox.h"
 #include "hpdt/core/results.h"
 #include "hpdt/core/runtime.h"
@@ -69,10 +76,15 @@ int main(int argc, char** argv) {
   app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   app.add_option("--out", out, "also write the result as a JSON document (with machine and build records)");
+  bool cuda_graph = false;
+  app.add_flag("--cuda-graph", cuda_graph, "--device cuda: capture one step into a CUDA graph and replay it (after the warm-up)");
   CLI11_PARSE(app, argc, argv);
   try {
     const bool gpu = device == "cuda";
     HPDT_CHECK(gpu || kernels_name == "ours", "--kernels vendor needs --device cuda");
+    HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
+    HPDT_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph: not with --precision fp16 (its dynamic loss scale changes between steps; a graph replays the scale of the capture)");
+    HPDT_CHECK(!cuda_graph || warmup >= 2, "--cuda-graph needs --warmup 2 or more (the capture takes its memory from what the warm-up left cached: a step allocates while the model still holds the previous one's activations)");
     if (gpu) {
       HPDT_CHECK(hpdt::cuda_available(), "--device cuda: no usable GPU: ", hpdt::cuda_unavailable_reason());
       hpdt::cuda_set_device(0);
@@ -104,7 +116,39 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     double loss = 0;
     int64_t skipped = 0;
-    for (int64_t s = 0; s < warmup + steps; ++s) {
+    int64_t extra_warmup = 0;
+    if (cuda_graph) {
+      // The step as the graph holds it: nothing read back inside.
+      hpdt::Tensor loss_state = hpdt::kernels::make_loss_state(m->device(), stream);
+      const auto queued = [&] {
+        const hpdt::Tensor logits = m->forward(x);
+        hpdt::kernels::softmax_cross_entropy_queued(logits, y, 0.0, &dl, scaler.scale(), loss_state, stream);
+        m->backward(dl);
+        opt.queue_fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
+      };
+      // Warm-up: that step run eagerly, waited for; then more (at most 5) until one allocates no new device
+      // memory, so that the capture takes all of it from the caching allocator's cache.
+      hpdt::CachingAllocator& alloc = hpdt::cuda_caching_allocator(0);
+      for (int64_t s = 0;; ++s) {
+        const size_t before = alloc.stats().raw_allocations;
+        queued();
+        loss = hpdt::kernels::read_loss(loss_state, stream);
+        skipped += !opt.last_fused_step_ok();
+        if (s + 1 < warmup) continue;
+        if (alloc.stats().raw_allocations == before) break;
+        HPDT_CHECK(++extra_warmup <= 5, "--cuda-graph: every warm-up step still allocated new device memory");
+      }
+      const hpdt::CudaGraph graph = hpdt::CudaGraph::capture(stream, queued);
+      for (int64_t s = 0; s < steps; ++s) {
+        const auto t0 = std::chrono::steady_clock::now();
+        graph.launch(stream);
+        stream.synchronize();
+        times.push_back(seconds_since(t0));
+      }
+      loss = hpdt::kernels::read_loss(loss_state, stream);
+      skipped += !opt.last_fused_step_ok();
+    }
+    for (int64_t s = 0; !cuda_graph && s < warmup + steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       const hpdt::Tensor logits = m->forward(x);
       loss = hpdt::kernels::softmax_cross_entropy(logits, y, 0.0, &dl, scaler.scale(), stream);
@@ -146,6 +190,8 @@ int main(int argc, char** argv) {
                         {"skipped_steps", skipped},
                         {"warmup", warmup},
                         {"img_per_s_median", double(batch) / median},
+                        {"cuda_graph", cuda_graph},
+                        {"extra_warmup", extra_warmup},
                         {"step_s_median", median},
                         {"step_s", times},
                         {"git_commit", hpdt::build_info().git_commit}};

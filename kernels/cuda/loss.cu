@@ -4,7 +4,9 @@
 //     row's values), loss_row = lse - sum q z; dlogits = (softmax - q) * grad_scale / b. An out-of-range
 //     label records the smallest such row in a device word (atomicMin on an integer: order-free).
 //   ce_total_kernel: one block adds the row losses in a fixed order (double) and reads the bad label.
-// The op returns the loss to the host, so it synchronises the stream (the only wait).
+// The op returns the loss to the host, so it synchronises the stream (the only wait); the _queued form
+// leaves the result in a device word for read_loss (CUDA graph capture).
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -22,6 +24,7 @@ struct Result {  // what comes back to the host
   double total;
   uint32_t bad_row;  // 0xffffffff: every label in range
   int32_t bad_label;
+  int64_t batch, classes;  // of the call (set on the host, queued)
 };
 
 __device__ __forceinline__ float warp_allsum(float v) {
@@ -91,21 +94,21 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
-                             double grad_scale, const Stream& stream) {
+namespace {
+
+// Queues the two kernels; the result lands in `res` (device). b > 0.
+void queue_loss(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits, double grad_scale,
+                Result* res, const Stream& stream) {
   HPDT_CHECK(smoothing >= 0.0 && smoothing <= 1.0, "softmax_cross_entropy: label smoothing ", smoothing,
              " is not in [0, 1]");
   const int64_t b = logits.size(0), classes = logits.size(1);
-  if (b == 0) return 0.0 / double(b);  // the CPU's mean of nothing: NaN
   HPDT_CHECK(b < 0xffffffffLL && classes < (int64_t(1) << 31), "softmax_cross_entropy: ", logits.shape().str(),
              " too large for CUDA");
   const double off = smoothing / double(classes), on = 1.0 - smoothing + off;
   const cudaStream_t s = detail::native(stream);
   const AllocOptions opts{.stream = &stream};
   Tensor row_loss = Tensor::empty({b}, DType::f32, logits.device(), opts);
-  Tensor result_dev = Tensor::empty({int64_t(sizeof(Result))}, DType::u8, logits.device(), opts);
-  auto* res = static_cast<Result*>(result_dev.data());
-  HPDT_CUDA_CHECK(cudaMemsetAsync(res, 0xff, sizeof(Result), s));  // bad_row = 0xffffffff: none yet
+  HPDT_CUDA_CHECK(cudaMemsetAsync(res, 0xff, offsetof(Result, batch), s));  // bad_row = 0xffffffff: none yet
   dispatch_floating(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     ce_rows_kernel<T><<<unsigned((b + kWarps - 1) / kWarps), kThreads, 0, s>>>(
@@ -116,13 +119,71 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double 
   });
   ce_total_kernel<<<1, kThreads, 0, s>>>(row_loss.data<float>(), labels.data<int32_t>(), b, res);
   HPDT_CUDA_CHECK_LAUNCH();
-  // The loss is a host value: copy it back and wait (pageable memory: the copy returns when done).
-  Result host{};
-  HPDT_CUDA_CHECK(cudaMemcpyAsync(&host, res, sizeof(Result), cudaMemcpyDeviceToHost, s));
-  HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+double mean_of(const Result& host, int64_t b, int64_t classes) {
   HPDT_CHECK(host.bad_row == 0xffffffffu, "softmax_cross_entropy: label ", host.bad_label, " of sample ", host.bad_row,
              " is outside [0, ", classes, ")");
   return host.total / double(b);
+}
+
+__global__ void set_shape_kernel(Result* r, int64_t b, int64_t classes) {
+  r->batch = b;
+  r->classes = classes;
+}
+
+}  // namespace
+
+double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
+                             double grad_scale, const Stream& stream) {
+  const int64_t b = logits.size(0), classes = logits.size(1);
+  if (b == 0) return 0.0 / double(b);  // the CPU's mean of nothing: NaN
+  const AllocOptions opts{.stream = &stream};
+  Tensor result_dev = Tensor::empty({int64_t(sizeof(Result))}, DType::u8, logits.device(), opts);
+  auto* res = static_cast<Result*>(result_dev.data());
+  queue_loss(logits, labels, smoothing, dlogits, grad_scale, res, stream);
+  // The loss is a host value: copy it back and wait (pageable memory: the copy returns when done).
+  Result host{};
+  const cudaStream_t s = detail::native(stream);
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(&host, res, offsetof(Result, batch), cudaMemcpyDeviceToHost, s));
+  HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+  return mean_of(host, b, classes);
+}
+
+Tensor make_loss_state(Device device, const Stream& stream) {
+  const AllocOptions opts{.stream = &stream};
+  Tensor state = Tensor::empty({int64_t(sizeof(Result))}, DType::u8, device, opts);
+  Result none{};
+  none.bad_row = 0xffffffffu;
+  none.total = 0.0 / 0.0;  // NaN until a loss is queued
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(state.data(), &none, sizeof none, cudaMemcpyHostToDevice, detail::native(stream)));
+  HPDT_CUDA_CHECK(cudaStreamSynchronize(detail::native(stream)));
+  return state;
+}
+
+void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
+                                  double grad_scale, Tensor& state, const Stream& stream) {
+  HPDT_CHECK(state.dtype() == DType::u8 && state.nbytes() == sizeof(Result),
+             "softmax_cross_entropy_queued: state is not one of make_loss_state");
+  const int64_t b = logits.size(0), classes = logits.size(1);
+  HPDT_CHECK(b > 0, "softmax_cross_entropy_queued: an empty batch");
+  auto* res = static_cast<Result*>(state.data());
+  queue_loss(logits, labels, smoothing, dlogits, grad_scale, res, stream);
+  // The shape travels with the result (a graph replays this copy too; its source is the graph's own).
+  static_assert(offsetof(Result, classes) == offsetof(Result, batch) + sizeof(int64_t));
+  const int64_t shape[2] = {b, classes};
+  set_shape_kernel<<<1, 1, 0, detail::native(stream)>>>(res, shape[0], shape[1]);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+double read_loss(const Tensor& state, const Stream& stream) {
+  HPDT_CHECK(state.dtype() == DType::u8 && state.nbytes() == sizeof(Result), "read_loss: state is not one of make_loss_state");
+  Result host{};
+  const cudaStream_t s = detail::native(stream);
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(&host, state.data(), sizeof host, cudaMemcpyDeviceToHost, s));
+  HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (host.batch <= 0) return host.total;  // nothing queued yet: NaN
+  return mean_of(host, host.batch, host.classes);
 }
 
 }  // namespace hpdt::kernels::cuda

@@ -27,4 +27,46 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double 
                                            smoothing, dlogits ? dlogits->data<float>() : nullptr, grad_scale);
 }
 
+namespace {
+[[noreturn]] void cuda_only(const char* op, const Device& d) {
+  HPDT_FAIL(op, ": CUDA tensors only (got ", d.str(), "); on the CPU call softmax_cross_entropy");
+}
+}  // namespace
+
+Tensor make_loss_state(Device device, const Stream& s) {
+  if (!device.is_cuda()) cuda_only("make_loss_state", device);
+#if HPDT_HAVE_CUDA
+  return cuda::make_loss_state(device, s);
+#else
+  (void)s;
+  cuda_only("make_loss_state", device);
+#endif
+}
+
+void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
+                                  double grad_scale, Tensor& state, const Stream& s) {
+  const char* op = "softmax_cross_entropy_queued";
+  const Device dev =
+      dlogits ? detail::float_op_device(op, {&logits, dlogits}, s) : detail::float_op_device(op, {&logits}, s);
+  detail::common_device(op, {&logits, &labels, &state}, s);
+  if (!dev.is_cuda()) cuda_only(op, dev);
+  HPDT_CHECK(logits.ndim() == 2, op, ": logits must be [b, classes], got ", logits.shape().str());
+  check_dtype(op, "labels", labels, DType::i32);
+  check_shape(op, "labels", labels, Shape{logits.size(0)});
+  if (dlogits) check_shape(op, "dlogits", *dlogits, logits.shape());
+#if HPDT_HAVE_CUDA
+  cuda::softmax_cross_entropy_queued(logits, labels, smoothing, dlogits, grad_scale, state, s);
+#endif
+}
+
+double read_loss(const Tensor& state, const Stream& s) {
+  if (!state.is_cuda()) cuda_only("read_loss", state.device());
+#if HPDT_HAVE_CUDA
+  return cuda::read_loss(state, s);
+#else
+  (void)s;
+  cuda_only("read_loss", state.device());
+#endif
+}
+
 }  // namespace hpdt::kernels

@@ -14,6 +14,22 @@ Tensor state_like(const ParameterArena& arena) {
 }  // namespace
 
 bool Optimizer::fused_step(const Tensor& grads, float scale, double max_norm) {
+  queue_fused_step(grads, scale, max_norm);
+  const bool ok = last_fused_step_ok();
+  if (ok) {
+    if (arena_->device().is_cpu()) arena_->sync_model_copy();
+  } else {
+    --steps_;  // skipped on the device: not a step
+  }
+  return ok;
+}
+
+bool Optimizer::last_fused_step_ok() {
+  HPDT_CHECK(stats_.defined(), "Optimizer::last_fused_step_ok: no fused step was queued");
+  return !kernels::read_grad_stats(stats_, arena_->stream()).nonfinite;
+}
+
+void Optimizer::queue_fused_step(const Tensor& grads, float scale, double max_norm) {
   const Stream& s = arena_->stream();
   if (!stats_.defined()) stats_ = kernels::make_grad_stats(arena_->device(), s);
   const float inv_scale = 1.0f / scale;
@@ -29,12 +45,7 @@ bool Optimizer::fused_step(const Tensor& grads, float scale, double max_norm) {
   // The kernel writes the model copy on either device; the CPU's f32 compute copy follows it below.
   if (arena_->model_dtype() != DType::f32) b.model_copy = arena_->model_params();
   kernels::fused_step(b, o, s);
-  const bool ok = !kernels::read_grad_stats(stats_, s).nonfinite;
-  if (ok) {
-    ++steps_;
-    if (arena_->device().is_cpu()) arena_->sync_model_copy();
-  }
-  return ok;
+  ++steps_;  // counted as taken (it cannot know yet); fused_step takes it back when the step was skipped
 }
 
 Sgd::Sgd(ParameterArena& arena, const kernels::SgdOptions& o) : Optimizer(arena), o_(o) {

@@ -117,4 +117,33 @@ TEST_F(LossCuda, BadLabelsAndSmoothingThrowTheCpuMessage) {
                         "dlogits has shape [8, 9], expected [8, 10]");
 }
 
+// The queued form (for CUDA graph capture): the same loss and dlogits bits as the waiting form, read
+// after the stream; NaN before anything was queued; a bad label reported by read_loss; CUDA tensors only.
+TEST_F(LossCuda, QueuedFormEqualsTheWaitingOne) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t b = 37, classes = 1000;
+    const Tensor z = to_gpu(random({b, classes}), dt), labels = labels_for(b, classes).to(Device::cuda(0), stream);
+    Tensor d1 = poisoned({b, classes}, dt), d2 = poisoned({b, classes}, dt);
+    const double want = kernels::softmax_cross_entropy(z, labels, 0.1, &d1, 128.0, stream);
+    Tensor state = kernels::make_loss_state(Device::cuda(0), stream);
+    EXPECT_TRUE(std::isnan(kernels::read_loss(state, stream)));
+    kernels::softmax_cross_entropy_queued(z, labels, 0.1, &d2, 128.0, state, stream);
+    EXPECT_EQ(kernels::read_loss(state, stream), want);
+    const Tensor h1 = d1.to(Device::cpu(), stream), h2 = d2.to(Device::cpu(), stream);
+    stream.synchronize();
+    EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.nbytes()), 0) << "dlogits";
+  }
+  const Tensor z = to_gpu(random({8, 10}), DType::bf16);
+  Tensor state = kernels::make_loss_state(Device::cuda(0), stream);
+  const Tensor bad = Tensor::from_vector<int32_t>({1, 2, 3, 10, 4, 5, -1, 0}, {8});
+  kernels::softmax_cross_entropy_queued(z, bad.to(Device::cuda(0), stream), 0.0, nullptr, 1.0, state, stream);
+  HPDT_EXPECT_THROW_MSG(kernels::read_loss(state, stream), "softmax_cross_entropy: label 10 of sample 3 is outside [0, 10)");
+  HPDT_EXPECT_THROW_MSG(kernels::make_loss_state(Device::cpu(), cpu), "CUDA tensors only");
+  Tensor small = Tensor::empty({4}, DType::u8, Device::cuda(0), AllocOptions{.stream = &stream});
+  const Tensor good = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6, 7, 0}, {8}).to(Device::cuda(0), stream);
+  HPDT_EXPECT_THROW_MSG(kernels::softmax_cross_entropy_queued(z, good, 0.0, nullptr, 1.0, small, stream),
+                        "not one of make_loss_state");
+}
+
 }  // namespace

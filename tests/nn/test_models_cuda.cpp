@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "hpdt/core/allocator.h"
+#include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/philox.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
@@ -337,6 +339,71 @@ TEST_P(ModelsCuda, F16StepWithLossScalingIsFiniteAndNearTheF32Loss) {
   const std::vector<float> g = host_f32(h->arena().grads(), gpu);
   for (float x : g) ASSERT_TRUE(std::isfinite(x));
 }
+
+// A bf16 step (SGD, the fused optimizer step) captured into a CUDA graph: nothing runs at capture, and
+// replaying it gives the bits of the same steps run eagerly, parameters and loss; a capture whose work
+// waits for the host fails, naming the capture.
+TEST_P(ModelsCuda, CudaGraphReplaysTheEagerSteps) {
+  const Data d = make_data(GetParam());
+  auto a = gpu_model(DType::bf16);
+  auto b = gpu_model(DType::bf16);
+  const kernels::SgdOptions so{0.05f, 0.9f, 0.0f, 5e-4f, true};
+  Sgd oa(a->arena(), so), ob(b->arena(), so);
+  const Tensor x = d.images.to(a->device(), gpu), y = d.labels.to(a->device(), gpu);
+  const AllocOptions ao{.stream = &gpu};
+  Tensor dla = Tensor::empty({GetParam().batch, 10}, a->compute_dtype(), a->device(), ao);
+  Tensor dlb = Tensor::empty({GetParam().batch, 10}, b->compute_dtype(), b->device(), ao);
+  const auto eager = [&](Model& m, Sgd& o, Tensor& dl) {
+    const Tensor logits = m.forward(x);
+    const double loss = kernels::softmax_cross_entropy(logits, y, 0.1, &dl, 1.0, gpu);
+    m.backward(dl);
+    EXPECT_TRUE(o.fused_step(m.arena().comm_grads(), 1.0f, 0.0));
+    return loss;
+  };
+  // b's step as the graph holds it: nothing read back.
+  Tensor state = kernels::make_loss_state(b->device(), gpu);
+  EXPECT_TRUE(std::isnan(kernels::read_loss(state, gpu))) << "no loss queued yet";
+  const auto queued = [&] {
+    const Tensor logits = b->forward(x);
+    kernels::softmax_cross_entropy_queued(logits, y, 0.1, &dlb, 1.0, state, gpu);
+    b->backward(dlb);
+    ob.queue_fused_step(b->arena().comm_grads(), 1.0f, 0.0);
+  };
+  // That step run eagerly until it allocates no new device memory (at least twice: a step allocates while
+  // the model still holds the previous step's activations): the capture then takes all its memory from the
+  // caching allocator's cache; a cudaMalloc would fail the capture.
+  CachingAllocator& alloc = cuda_caching_allocator(0);
+  int warm = 0;
+  for (bool stable = false; !stable; ++warm) {
+    ASSERT_LT(warm, 8) << "every eager step allocated new device memory";
+    const size_t before = alloc.stats().raw_allocations;
+    queued();
+    (void)kernels::read_loss(state, gpu);
+    ASSERT_TRUE(ob.last_fused_step_ok());
+    stable = warm >= 1 && alloc.stats().raw_allocations == before;
+  }
+  state = kernels::make_loss_state(b->device(), gpu);  // NaN again (a new block of the same size)
+  const CudaGraph g = CudaGraph::capture(gpu, queued);
+  ASSERT_FALSE(g.empty());
+  EXPECT_TRUE(std::isnan(kernels::read_loss(state, gpu))) << "the captured loss ran at capture";
+  // a: the same steps eagerly (after the capture: a's allocations would otherwise empty the cache b's
+  // capture draws from), all before b's replays (memory the capture took and freed stays the graph's).
+  double la = 0;
+  for (int i = 0; i < warm + 3; ++i) la = eager(*a, oa, dla);
+  for (int i = 0; i < 3; ++i) g.launch(gpu);
+  EXPECT_EQ(kernels::read_loss(state, gpu), la);
+  EXPECT_TRUE(ob.last_fused_step_ok());
+  EXPECT_EQ(host_f32(a->arena().master_params(), gpu), host_f32(b->arena().master_params(), gpu)) << "master weights";
+  EXPECT_EQ(host_f32(a->arena().model_params(), gpu), host_f32(b->arena().model_params(), gpu)) << "bf16 model copy";
+  HPDT_EXPECT_THROW_MSG(CudaGraph::capture(gpu,
+                                           [&] {
+                                             const Tensor logits = b->forward(x);
+                                             (void)kernels::softmax_cross_entropy(logits, y, 0.1, &dlb, 1.0, gpu);
+                                           }),
+                        "CudaGraph::capture");
+}
+
+
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelsCuda,
                          ::testing::Values(Case{"resnet20", 8, std::nullopt},

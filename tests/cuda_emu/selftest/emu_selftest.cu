@@ -298,6 +298,63 @@ TEST(CudaEmu, CpAsyncGroups) {
 }
 
 // ---- launch configuration ----------------------------------------------------------------------------------
+// ---- stream capture into graphs ---------------------------------------------------------------------------
+__global__ void add_one(float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+
+// Work queued on a capturing stream runs at each cudaGraphLaunch, not at capture; what a capture refuses
+// on a GPU (a synchronous copy, a host wait, an allocation, the legacy stream) invalidates it here too.
+TEST(CudaEmu, StreamCaptureAndReplay) {
+  const int n = 100;
+  Buf<float> x(std::vector<float>(n, 0.0f));
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamCaptureStatus st;
+  ASSERT_EQ(cudaStreamIsCapturing(s, &st), cudaSuccess);
+  EXPECT_EQ(st, cudaStreamCaptureStatusActive);
+  add_one<<<1, 128, 0, s>>>(x.d, n);
+  ASSERT_EQ(cudaMemsetAsync(x.d, 0, sizeof(float), s), cudaSuccess);  // x[0] = 0 after the kernel
+  add_one<<<1, 128, 0, s>>>(x.d, n);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  EXPECT_EQ(x.down()[5], 0.0f) << "captured work ran at capture";
+  cudaGraphExec_t e = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(cudaGraphLaunch(e, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const std::vector<float> h = x.down();
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[5], 6.0f);
+  EXPECT_EQ(cudaGraphExecDestroy(e), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(g), cudaSuccess);
+
+  // Refused inside a capture: each invalidates it, and EndCapture says so.
+  std::vector<float> host(n);
+  const auto refused = [&](const char* what, auto&& call) {
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess) << what;
+    call();
+    cudaGraph_t bad = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(s, &bad), cudaErrorStreamCaptureInvalidated) << what;
+    EXPECT_EQ(bad, nullptr) << what;
+    (void)cudaGetLastError();
+  };
+  refused("cudaMemcpy", [&] { EXPECT_EQ(cudaMemcpy(host.data(), x.d, 4, cudaMemcpyDeviceToHost), cudaErrorStreamCaptureUnsupported); });
+  refused("pageable cudaMemcpyAsync", [&] {
+    EXPECT_EQ(cudaMemcpyAsync(host.data(), x.d, 4, cudaMemcpyDeviceToHost, s), cudaErrorStreamCaptureUnsupported);
+  });
+  refused("cudaStreamSynchronize", [&] { EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported); });
+  refused("cudaMalloc", [&] {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
+  });
+  refused("a kernel on the legacy stream", [&] { add_one<<<1, 128>>>(x.d, n); });
+  EXPECT_EQ(x.down()[5], 6.0f) << "refused work ran";
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 __global__ void big_smem(float* out) {
   extern __shared__ float buf[];
   buf[threadIdx.x] = 1.0f;

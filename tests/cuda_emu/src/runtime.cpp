@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -20,6 +21,15 @@
 struct CUstream_st {
   unsigned flags = 0;
   int priority = 0;
+  bool capturing = false;  // between cudaStreamBeginCapture and cudaStreamEndCapture
+  bool invalidated = false;
+  std::vector<std::function<void()>> captured;
+};
+struct CUgraph_st {
+  std::vector<std::function<void()>> ops;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> ops;
 };
 struct CUevent_st {
   unsigned flags = 0;
@@ -32,6 +42,7 @@ namespace {
 
 thread_local cudaError_t g_last_error = cudaSuccess;
 thread_local int g_device = 0;
+thread_local CUstream_st* g_capture = nullptr;  // the stream this thread captures (thread-local mode)
 
 struct Registry {
   std::mutex mutex;
@@ -50,6 +61,19 @@ cudaError_t fail(cudaError_t e) {
   g_last_error = e;
   return e;
 }
+
+// A call a capture does not allow (an allocation, a synchronous copy, a host wait) made by the capturing
+// thread: the capture is invalidated and the call fails, as on a GPU.
+cudaError_t refused_in_capture() {
+  g_capture->invalidated = true;
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
+#define CUDA_EMU_NOT_IN_CAPTURE() \
+  do {                            \
+    if (g_capture) return refused_in_capture(); \
+  } while (0)
+
+bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
 
 // Device memory: under AddressSanitizer plain heap blocks (it checks their bounds); otherwise each block ends
 // where a PROT_NONE page starts (start 256-byte aligned, as cudaMalloc's), so a kernel running past the end of
@@ -92,6 +116,16 @@ Where locate(const void* p, size_t n) {
   }
   if (it != dev.end() && n > 0 && a + n > it->first) return Where::bad;
   return Where::host;
+}
+
+// Whether p lies in pinned host memory (cudaHostAlloc'd or registered).
+bool is_pinned(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  auto it = reg().pinned.upper_bound(a);
+  if (it == reg().pinned.begin()) return false;
+  --it;
+  return a >= it->first && a < it->first + it->second;
 }
 
 double now_ms() {
@@ -160,6 +194,20 @@ size_t max_dynamic_smem(const void* kernel) {
   return it == reg().max_dyn_smem.end() ? kSmemPerBlockDefault : it->second;
 }
 
+// Work queued on the stream this thread captures is kept for the graph instead of run (device.h's launch).
+bool capture_defer(const void* stream, std::function<void()> op) {
+  if (!g_capture) return false;
+  auto* s = static_cast<cudaStream_t>(const_cast<void*>(stream));
+  if (is_legacy(s)) {  // the legacy stream waits for the capturing one: not allowed inside a capture
+    g_capture->invalidated = true;
+    set_last_error(cudaErrorStreamCaptureImplicit);
+    return true;
+  }
+  if (s != g_capture) return false;  // another stream: runs now
+  s->captured.push_back(std::move(op));
+  return true;
+}
+
 }  // namespace cuda_emu
 
 using namespace cuda_emu;
@@ -183,6 +231,12 @@ const char* cudaGetErrorName(cudaError_t e) {
     CUDA_EMU_NAME(cudaErrorInvalidDeviceFunction)
     CUDA_EMU_NAME(cudaErrorNoDevice)
     CUDA_EMU_NAME(cudaErrorInvalidDevice)
+    CUDA_EMU_NAME(cudaErrorIllegalState)
+    CUDA_EMU_NAME(cudaErrorStreamCaptureUnsupported)
+    CUDA_EMU_NAME(cudaErrorStreamCaptureInvalidated)
+    CUDA_EMU_NAME(cudaErrorStreamCaptureUnmatched)
+    CUDA_EMU_NAME(cudaErrorStreamCaptureImplicit)
+    CUDA_EMU_NAME(cudaErrorStreamCaptureWrongThread)
     CUDA_EMU_NAME(cudaErrorInvalidResourceHandle)
     CUDA_EMU_NAME(cudaErrorNotReady)
     CUDA_EMU_NAME(cudaErrorIllegalAddress)
@@ -215,6 +269,12 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "invalid copy direction for memcpy";
     case cudaErrorNotSupported:
       return "operation not supported (CUDA emulator)";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     default:
       return "unknown error (CUDA emulator)";
   }
@@ -352,7 +412,10 @@ cudaError_t cudaRuntimeGetVersion(int* v) {
   *v = CUDART_VERSION;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  CUDA_EMU_NOT_IN_CAPTURE();
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   *total_bytes = size_t(80) << 30;
@@ -371,6 +434,7 @@ cudaError_t cudaDeviceCanAccessPeer(int* can, int, int) {
 cudaError_t cudaDeviceEnablePeerAccess(int, unsigned) { return fail(cudaErrorInvalidDevice); }
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
   if (size == 0) return cudaSuccess;
@@ -386,6 +450,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   if (!ptr) return cudaSuccess;
   size_t size = 0;
   {
@@ -401,6 +466,7 @@ cudaError_t cudaFree(void* ptr) {
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, cudaHostAllocDefault); }
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   if (!ptr) return fail(cudaErrorInvalidValue);
   void* p = nullptr;
   if (posix_memalign(&p, 4096, size ? size : 1) != 0 || !p) return fail(cudaErrorMemoryAllocation);
@@ -443,16 +509,40 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) 
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   return copy(dst, src, count, kind);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (g_capture) {
+    // Into a graph only between device memory and pinned host memory: a pageable copy waits for the host.
+    const bool pageable = (locate(dst, count) == Where::host && !is_pinned(dst)) ||
+                          (locate(src, count) == Where::host && !is_pinned(src));
+    if (pageable || is_legacy(stream)) return refused_in_capture();
+    if (stream == g_capture) {
+      stream->captured.push_back([=] { (void)copy(dst, src, count, kind); });
+      return cudaSuccess;
+    }
+  }
   return copy(dst, src, count, kind);
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
+  if (g_capture) {
+    const size_t span_d = height ? (height - 1) * dpitch + width : 0, span_s = height ? (height - 1) * spitch + width : 0;
+    const bool pageable = (locate(dst, span_d) == Where::host && !is_pinned(dst)) ||
+                          (locate(src, span_s) == Where::host && !is_pinned(src));
+    if (pageable || is_legacy(stream)) return refused_in_capture();
+    if (stream == g_capture) {
+      stream->captured.push_back([=] {
+        for (size_t r = 0; r < height; ++r)
+          (void)copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width, kind);
+      });
+      return cudaSuccess;
+    }
+  }
   for (size_t r = 0; r < height; ++r) {
     const cudaError_t e =
         copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width, kind);
@@ -461,14 +551,17 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyPeer(void* dst, int dd, const void* src, int sd, size_t count) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   if (dd != 0 || sd != 0) return fail(cudaErrorInvalidDevice);
   return copy(dst, src, count, cudaMemcpyDeviceToDevice);
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dd, const void* src, int sd, size_t count, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemcpyPeer(dst, dd, src, sd, count);
+  if (dd != 0 || sd != 0) return fail(cudaErrorInvalidDevice);
+  return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   if (count == 0) return cudaSuccess;
   if (locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
   std::memset(ptr, value, count);
@@ -476,6 +569,16 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) {
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (g_capture) {
+    if (is_legacy(stream)) return refused_in_capture();
+    if (locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
+    if (stream == g_capture) {
+      stream->captured.push_back([=] { std::memset(ptr, value, count); });
+      return cudaSuccess;
+    }
+    std::memset(ptr, value, count);
+    return cudaSuccess;
+  }
   return cudaMemset(ptr, value, count);
 }
 
@@ -484,7 +587,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   return cudaStreamCreateWithPriority(s, flags, 0);
 }
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
-  auto* st = new CUstream_st{flags, priority};
+  auto* st = new CUstream_st;
+  st->flags = flags;
+  st->priority = priority;
   std::lock_guard<std::mutex> lock(reg().mutex);
   reg().streams.insert(st);
   *s = st;
@@ -504,9 +609,67 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   return valid_stream(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  if (is_legacy(s)) return fail(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be captured
+  if (g_capture || s->capturing) return fail(cudaErrorIllegalState);
+  s->capturing = true;
+  s->invalidated = false;
+  s->captured.clear();
+  g_capture = s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  if (!s->capturing) return fail(cudaErrorIllegalState);
+  if (g_capture != s) return fail(cudaErrorStreamCaptureWrongThread);
+  s->capturing = false;
+  g_capture = nullptr;
+  std::vector<std::function<void()>> ops;
+  ops.swap(s->captured);
+  *graph = nullptr;
+  if (s->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  *graph = new CUgraph_st{std::move(ops)};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  if (is_legacy(s) && g_capture) return refused_in_capture();
+  *status = !s || is_legacy(s) || !s->capturing ? cudaStreamCaptureStatusNone
+            : s->invalidated                    ? cudaStreamCaptureStatusInvalidated
+                                                : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!graph) return fail(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->ops};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (!exec) return fail(cudaErrorInvalidValue);
+  if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  CUDA_EMU_NOT_IN_CAPTURE();  // (a graph launched into a capture is not emulated)
+  for (auto& op : exec->ops) {
+    op();
+    if (g_last_error != cudaSuccess) return g_last_error;  // a kernel of the graph failed its launch
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+
+
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!valid_stream(s) || !valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
   return cudaSuccess;
@@ -530,11 +693,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!valid_event(e) || !valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  if (g_capture && is_legacy(s)) return refused_in_capture();
+  if (g_capture && s == g_capture) {
+    s->captured.push_back([e] {
+      e->recorded = true;
+      e->ms = now_ms();
+    });
+    return cudaSuccess;
+  }
   e->recorded = true;
   e->ms = now_ms();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  CUDA_EMU_NOT_IN_CAPTURE();
   return valid_event(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }

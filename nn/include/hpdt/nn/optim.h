@@ -33,6 +33,13 @@ class Optimizer {
   // count stays, and this returns false (it reads that flag, so it synchronises the stream). max_norm
   // > 0: clip_grad_norm_ of the unscaled gradients.
   bool fused_step(const Tensor& grads, float scale, double max_norm);
+  // fused_step without the wait, for a step captured into a CUDA graph (core/cuda_graph.h): queues the
+  // same kernels and counts the step as taken (a graph replays the options of the capture: the first-step
+  // rule, AdamW's bias correction and the learning rate of that call). last_fused_step_ok() then waits
+  // and says whether the last queued (or replayed) step ran (no inf/NaN gradient). GPU arenas only: on
+  // the CPU the model copy is refreshed by fused_step.
+  void queue_fused_step(const Tensor& grads, float scale, double max_norm);
+  bool last_fused_step_ok();
   virtual void set_lr(float lr) = 0;
   virtual float lr() const = 0;
   int64_t steps() const { return steps_; }

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <source_location>
 #include <tuple>
 #include <type_traits>
@@ -81,6 +83,9 @@ struct LaunchConfig {
 };
 
 void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, void (*thunk)(void*), void* ctx);
+// True when `stream` is the one this thread captures into a graph: `op` is kept for cudaGraphLaunch
+// instead of run (or the capture is invalidated, for the legacy stream). runtime.cpp.
+bool capture_defer(const void* stream, std::function<void()> op);
 
 template <class... P, class... A>
 void launch(const Loc& where, void (*kernel)(P...), const LaunchConfig& cfg, A&&... args) {
@@ -91,14 +96,18 @@ void launch(const Loc& where, void (*kernel)(P...), const LaunchConfig& cfg, A&&
     void (*k)(P...);
     std::tuple<std::decay_t<P>...> params;
   };
-  Ctx ctx{kernel, std::tuple<std::decay_t<P>...>(static_cast<std::decay_t<P>>(std::forward<A>(args))...)};
-  launch_impl(
-      where, reinterpret_cast<const void*>(kernel), cfg,
-      [](void* c) {
-        auto* x = static_cast<Ctx*>(c);
-        std::apply(x->k, x->params);
-      },
-      &ctx);
+  void (*thunk)(void*) = [](void* c) {
+    auto* x = static_cast<Ctx*>(c);
+    std::apply(x->k, x->params);
+  };
+  auto ctx = std::make_shared<Ctx>(
+      Ctx{kernel, std::tuple<std::decay_t<P>...>(static_cast<std::decay_t<P>>(std::forward<A>(args))...)});
+  // Captured into a graph: the parameters as converted now, the kernel run at each replay.
+  if (capture_defer(cfg.stream, [where, kernel, cfg, thunk, ctx] {
+        launch_impl(where, reinterpret_cast<const void*>(kernel), cfg, thunk, ctx.get());
+      }))
+    return;
+  launch_impl(where, reinterpret_cast<const void*>(kernel), cfg, thunk, ctx.get());
 }
 
 // ---- PTX operations (transform.py maps each inline asm statement to one of these) ------------------------

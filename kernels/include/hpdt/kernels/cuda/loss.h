@@ -10,4 +10,9 @@ namespace hpdt::kernels::cuda {
 // CPU's message for the first out-of-range label after that synchronisation (dlogits then unspecified).
 double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
                              double grad_scale, const Stream& stream);
+// Without the wait (kernels/loss.h: softmax_cross_entropy_queued, read_loss).
+Tensor make_loss_state(Device device, const Stream& stream);
+void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
+                                  double grad_scale, Tensor& state, const Stream& stream);
+double read_loss(const Tensor& state, const Stream& stream);
 }  // namespace hpdt::kernels::cuda

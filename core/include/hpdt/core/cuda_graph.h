@@ -1,0 +1,35 @@
+// A CUDA graph captured from the work one thread queues on one stream, replayed with launch(): one launch
+// for a whole training step instead of hundreds (llm.c and PyTorch's CUDA graphs do the same).
+//
+// What the captured work may do is what stream capture allows: kernels, device copies and memsets queued
+// on that stream, taking memory the caching allocator already holds (for a training step: run it eagerly
+// twice first, since a step allocates while the model still holds the previous step's activations). Host waits, synchronous copies, copies
+// to pageable memory, cudaMalloc and work on the legacy stream make the capture fail; capture() then throws,
+// naming the call (every CUDA call in hpdt is checked). Each replay runs the same kernels with the same
+// arguments: pointers, sizes and host scalars (learning rate, step count, loss scale) are those of the
+// capture. The memory the captured work allocated and freed stays the graph's: blocks the caching
+// allocator hands out after the capture may be the same, so data kept in them across a replay is lost.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "hpdt/core/stream.h"
+
+namespace hpdt {
+
+class CudaGraph {
+ public:
+  CudaGraph() = default;  // empty: launch() throws
+  // Runs queue_work() with `stream` capturing (this thread only: other threads' CUDA calls are unaffected)
+  // and instantiates the graph. Nothing of the captured work runs now.
+  static CudaGraph capture(const Stream& stream, const std::function<void()>& queue_work);
+  // Queues one replay on `stream` (a CUDA stream of the capture's device).
+  void launch(const Stream& stream) const;
+  bool empty() const { return exec_ == nullptr; }
+
+ private:
+  std::shared_ptr<void> exec_;  // cudaGraphExec_t
+};
+
+}  // namespace hpdt
