@@ -56,6 +56,9 @@ void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, do
   if (dlogits) check_shape(op, "dlogits", *dlogits, logits.shape());
 #if HPDT_HAVE_CUDA
   cuda::softmax_cross_entropy_queued(logits, labels, smoothing, dlogits, grad_scale, state, s);
+#else
+  (void)smoothing;
+  (void)grad_scale;
 #endif
 }
 
