@@ -6,7 +6,6 @@
 //   ce_total_kernel: one block adds the row losses in a fixed order (double) and reads the bad label.
 // The op returns the loss to the host, so it synchronises the stream (the only wait); the _queued form
 // leaves the result in a device word for read_loss (CUDA graph capture).
-#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -24,7 +23,7 @@ struct Result {  // what comes back to the host
   double total;
   uint32_t bad_row;  // 0xffffffff: every label in range
   int32_t bad_label;
-  int64_t batch, classes;  // of the call (set on the host, queued)
+  int64_t batch, classes;  // of the call (for read_loss)
 };
 
 __device__ __forceinline__ float warp_allsum(float v) {
@@ -75,7 +74,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    ce_total_kernel(const float* __restrict__ row_loss, const int32_t* __restrict__ labels, int64_t b, Result* result) {
+    ce_total_kernel(const float* __restrict__ row_loss, const int32_t* __restrict__ labels, int64_t b, int64_t classes,
+                    Result* result) {
   __shared__ double sh[kWarps];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < b; i += kThreads) acc += double(row_loss[i]);
@@ -89,6 +89,8 @@ __global__ void __launch_bounds__(kThreads)
     result->total = total;
     const uint32_t bad = result->bad_row;
     result->bad_label = bad != 0xffffffffu ? labels[bad] : 0;
+    result->batch = b;
+    result->classes = classes;
   }
 }
 
@@ -108,7 +110,7 @@ void queue_loss(const Tensor& logits, const Tensor& labels, double smoothing, Te
   const cudaStream_t s = detail::native(stream);
   const AllocOptions opts{.stream = &stream};
   Tensor row_loss = Tensor::empty({b}, DType::f32, logits.device(), opts);
-  HPDT_CUDA_CHECK(cudaMemsetAsync(res, 0xff, offsetof(Result, batch), s));  // bad_row = 0xffffffff: none yet
+  HPDT_CUDA_CHECK(cudaMemsetAsync(res, 0xff, sizeof(Result), s));  // bad_row = 0xffffffff: none yet
   dispatch_floating(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     ce_rows_kernel<T><<<unsigned((b + kWarps - 1) / kWarps), kThreads, 0, s>>>(
@@ -117,7 +119,7 @@ void queue_loss(const Tensor& logits, const Tensor& labels, double smoothing, Te
         res);
     HPDT_CUDA_CHECK_LAUNCH();
   });
-  ce_total_kernel<<<1, kThreads, 0, s>>>(row_loss.data<float>(), labels.data<int32_t>(), b, res);
+  ce_total_kernel<<<1, kThreads, 0, s>>>(row_loss.data<float>(), labels.data<int32_t>(), b, classes, res);
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
@@ -125,11 +127,6 @@ double mean_of(const Result& host, int64_t b, int64_t classes) {
   HPDT_CHECK(host.bad_row == 0xffffffffu, "softmax_cross_entropy: label ", host.bad_label, " of sample ", host.bad_row,
              " is outside [0, ", classes, ")");
   return host.total / double(b);
-}
-
-__global__ void set_shape_kernel(Result* r, int64_t b, int64_t classes) {
-  r->batch = b;
-  r->classes = classes;
 }
 
 }  // namespace
@@ -145,7 +142,7 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double 
   // The loss is a host value: copy it back and wait (pageable memory: the copy returns when done).
   Result host{};
   const cudaStream_t s = detail::native(stream);
-  HPDT_CUDA_CHECK(cudaMemcpyAsync(&host, res, offsetof(Result, batch), cudaMemcpyDeviceToHost, s));
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(&host, res, sizeof host, cudaMemcpyDeviceToHost, s));
   HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
   return mean_of(host, b, classes);
 }
@@ -155,7 +152,7 @@ Tensor make_loss_state(Device device, const Stream& stream) {
   Tensor state = Tensor::empty({int64_t(sizeof(Result))}, DType::u8, device, opts);
   Result none{};
   none.bad_row = 0xffffffffu;
-  none.total = 0.0 / 0.0;  // NaN until a loss is queued
+  none.total = std::numeric_limits<double>::quiet_NaN();  // until a loss is queued (batch 0)
   HPDT_CUDA_CHECK(cudaMemcpyAsync(state.data(), &none, sizeof none, cudaMemcpyHostToDevice, detail::native(stream)));
   HPDT_CUDA_CHECK(cudaStreamSynchronize(detail::native(stream)));
   return state;
@@ -165,15 +162,8 @@ void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, do
                                   double grad_scale, Tensor& state, const Stream& stream) {
   HPDT_CHECK(state.dtype() == DType::u8 && state.nbytes() == sizeof(Result),
              "softmax_cross_entropy_queued: state is not one of make_loss_state");
-  const int64_t b = logits.size(0), classes = logits.size(1);
-  HPDT_CHECK(b > 0, "softmax_cross_entropy_queued: an empty batch");
-  auto* res = static_cast<Result*>(state.data());
-  queue_loss(logits, labels, smoothing, dlogits, grad_scale, res, stream);
-  // The shape travels with the result (a graph replays this copy too; its source is the graph's own).
-  static_assert(offsetof(Result, classes) == offsetof(Result, batch) + sizeof(int64_t));
-  const int64_t shape[2] = {b, classes};
-  set_shape_kernel<<<1, 1, 0, detail::native(stream)>>>(res, shape[0], shape[1]);
-  HPDT_CUDA_CHECK_LAUNCH();
+  HPDT_CHECK(logits.size(0) > 0, "softmax_cross_entropy_queued: an empty batch");
+  queue_loss(logits, labels, smoothing, dlogits, grad_scale, static_cast<Result*>(state.data()), stream);
 }
 
 double read_loss(const Tensor& state, const Stream& stream) {

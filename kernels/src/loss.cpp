@@ -8,9 +8,10 @@
 
 namespace hpdt::kernels {
 
-double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
-                             double grad_scale, const Stream& s) {
-  const char* op = "softmax_cross_entropy";
+namespace {
+// The arguments both forms take: returns the device the loss runs on.
+Device check_loss_args(const char* op, const Tensor& logits, const Tensor& labels, const Tensor* dlogits,
+                       const Stream& s) {
   const Device dev =
       dlogits ? detail::float_op_device(op, {&logits, dlogits}, s) : detail::float_op_device(op, {&logits}, s);
   detail::common_device(op, {&logits, &labels}, s);
@@ -18,6 +19,17 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double 
   check_dtype(op, "labels", labels, DType::i32);
   check_shape(op, "labels", labels, Shape{logits.size(0)});
   if (dlogits) check_shape(op, "dlogits", *dlogits, logits.shape());
+  return dev;
+}
+
+[[noreturn]] void cuda_only(const char* op, const Device& d) {
+  HPDT_FAIL(op, ": CUDA tensors only (got ", d.str(), "); on the CPU call softmax_cross_entropy");
+}
+}  // namespace
+
+double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
+                             double grad_scale, const Stream& s) {
+  const Device dev = check_loss_args("softmax_cross_entropy", logits, labels, dlogits, s);
   if (dev.is_cuda()) {
 #if HPDT_HAVE_CUDA
     return cuda::softmax_cross_entropy(logits, labels, smoothing, dlogits, grad_scale, s);
@@ -26,12 +38,6 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double 
   return cpu::softmax_cross_entropy<float>(logits.size(0), logits.size(1), logits.data<float>(), labels.data<int32_t>(),
                                            smoothing, dlogits ? dlogits->data<float>() : nullptr, grad_scale);
 }
-
-namespace {
-[[noreturn]] void cuda_only(const char* op, const Device& d) {
-  HPDT_FAIL(op, ": CUDA tensors only (got ", d.str(), "); on the CPU call softmax_cross_entropy");
-}
-}  // namespace
 
 Tensor make_loss_state(Device device, const Stream& s) {
   if (!device.is_cuda()) cuda_only("make_loss_state", device);
@@ -46,14 +52,9 @@ Tensor make_loss_state(Device device, const Stream& s) {
 void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, double smoothing, Tensor* dlogits,
                                   double grad_scale, Tensor& state, const Stream& s) {
   const char* op = "softmax_cross_entropy_queued";
-  const Device dev =
-      dlogits ? detail::float_op_device(op, {&logits, dlogits}, s) : detail::float_op_device(op, {&logits}, s);
-  detail::common_device(op, {&logits, &labels, &state}, s);
+  const Device dev = check_loss_args(op, logits, labels, dlogits, s);
+  detail::common_device(op, {&logits, &state}, s);
   if (!dev.is_cuda()) cuda_only(op, dev);
-  HPDT_CHECK(logits.ndim() == 2, op, ": logits must be [b, classes], got ", logits.shape().str());
-  check_dtype(op, "labels", labels, DType::i32);
-  check_shape(op, "labels", labels, Shape{logits.size(0)});
-  if (dlogits) check_shape(op, "dlogits", *dlogits, logits.shape());
 #if HPDT_HAVE_CUDA
   cuda::softmax_cross_entropy_queued(logits, labels, smoothing, dlogits, grad_scale, state, s);
 #else

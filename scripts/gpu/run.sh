@@ -105,6 +105,7 @@ limit() {  # limit OWN: the smaller of OWN and the time left
 }
 not_run() { note "$(printf '%-9s %-44s (deadline: %ss after the start)' "NOT RUN" "$1" "$deadline")"; echo x >> "$out/.not_run"; }
 cut_short() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }
+status() { if cut_short "$1"; then echo "CUT SHORT"; elif [ "$1" -ne 0 ]; then echo FAIL; else echo ok; fi; }  # of an exit code
 : > "$out/.not_run"
 
 # --- runs ------------------------------------------------------------------------------------------
@@ -135,10 +136,10 @@ run_sanitizer() {  # tool exe
   [ -n "$filter" ] && args=("--gtest_filter=$filter")
   timeout --kill-after=10 "$(limit "$own")" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
     "$bundle/bin/$exe" "${args[@]}" < /dev/null > "$log" 2>&1
-  local rc=$? st=ok line
+  local rc=$? st line
+  st=$(status $rc)
   line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
   [ -n "$filter" ] && line="$line (cases: $filter)"
-  if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ]; then st=FAIL; fi
   note "$(printf '%-9s %-44s rc=%-3s %4ss %s' "$st" "$tag [$tool]" "$rc" $((SECONDS - t0)) "${line:-}")"
   [ "$st" = ok ] || echo "$tag [$tool]" >> "$out/.failed"
 }
@@ -150,8 +151,8 @@ run_check() {  # name command-line
   local name=$1 cmdline; cmdline=$(expand "$2")
   local log=$out/tests/$name.log t0=$SECONDS
   timeout --kill-after=10 "$(limit 600)" bash -c "$cmdline" < /dev/null > "$log" 2>&1
-  local rc=$? st=ok
-  if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ]; then st=FAIL; fi
+  local rc=$? st
+  st=$(status $rc)
   note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "check $name" "$rc" $((SECONDS - t0)) "$(tail -1 "$log" | cut -c1-80)")"
   [ "$st" = ok ] || echo "check $name" >> "$out/.failed"
 }
@@ -161,8 +162,8 @@ run_bench() {  # kind exe-or-name command-line
   local log=$out/bench/$(basename "$name").log t0=$SECONDS
   [ -f "$log" ] && log=$out/bench/$(basename "$name").$t0.log
   timeout --kill-after=10 "$(limit 1200)" bash -c "$cmdline" < /dev/null > "$log" 2>&1
-  local rc=$? st=ok
-  if cut_short $rc; then st="CUT SHORT"; elif [ $rc -ne 0 ]; then st=FAIL; fi
+  local rc=$? st
+  st=$(status $rc)
   note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "$kind $(basename "$name")" "$rc" $((SECONDS - t0)) "$(basename "$log")")"
   [ "$st" = ok ] || echo "$kind $name" >> "$out/.failed"
 }

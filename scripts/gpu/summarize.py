@@ -30,20 +30,17 @@ def gbench_medians(path):
     for b in doc.get("benchmarks", []):
         if b.get("aggregate_name") != "median":
             continue
-        name = re.sub(r"/(manual_time|min_time:[0-9.]+|real_time)$", "", b["run_name"])
-        name = re.sub(r"/(manual_time|min_time:[0-9.]+|real_time)$", "", name)
-        out[name] = b
+        out[re.sub(r"(/(manual_time|min_time:[0-9.]+|real_time))+$", "", b["run_name"])] = b
     return out
 
 
 def collect(dirs):
-    found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "optim": {}, "train": {}, "torch": {},
+    found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "train": {}, "torch": {},
              "summary": [], "environment": ""}
     for d in dirs:
         bench = os.path.join(d, "bench")
         for key, fname in [("gemm", "bench_gemm_cuda.json"), ("conv", "bench_conv_cuda.json"),
-                           ("attention", "bench_attention_cuda.json"), ("layers", "bench_layers_cuda.json"),
-                           ("optim", "bench_optim_cuda.json")]:
+                           ("attention", "bench_attention_cuda.json"), ("layers", "bench_layers_cuda.json")]:
             p = os.path.join(bench, fname)
             if os.path.exists(p):
                 found[key].update(gbench_medians(p))
@@ -131,14 +128,12 @@ def attention_table(a, torch_att, rows, numbers):
 COPY_GBS = 3000.0  # H100 SXM device-to-device copy, bytes read + written (KINDS.md of the device tool, 2026-11-13)
 
 
-def layers_table(layers, optim, rows, numbers):
+def layers_table(layers, rows, numbers):
     rows.append("| memory-bound op (batch 64) | bf16 GB/s | f32 GB/s | bf16 / copy | f32 / copy |")
     rows.append("|---|---:|---:|---:|---:|")
-    merged = dict(layers)
-    merged.update(optim or {})
-    ops = sorted({k.split("/", 2)[2] for k in merged if k.count("/") >= 2 and k.split("/")[1] in ("bf16", "f32")})
+    ops = sorted({k.split("/", 2)[2] for k in layers if k.count("/") >= 2 and k.split("/")[1] in ("bf16", "f32")})
     for op in ops:
-        bf, f32 = merged.get(f"layers/bf16/{op}"), merged.get(f"layers/f32/{op}")
+        bf, f32 = layers.get(f"layers/bf16/{op}"), layers.get(f"layers/f32/{op}")
         if bf is None and f32 is None:
             continue
         g = lambda b: b.get("GB/s") if b else None  # noqa: E731
@@ -190,7 +185,7 @@ def main():
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
                 (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
-                 lambda: layers_table(f["layers"], {}, rows, numbers))]
+                 lambda: layers_table(f["layers"], rows, numbers))]
     for title, fn in sections:
         rows.append(f"### {title}")
         rows.append("")

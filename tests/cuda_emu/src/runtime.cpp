@@ -127,6 +127,15 @@ bool is_pinned(const void* p) {
   --it;
   return a >= it->first && a < it->first + it->second;
 }
+// Host memory that is not pinned: a copy from or to it waits for the host, which a capture refuses.
+bool pageable(const void* p, size_t n) { return locate(p, n) == Where::host && !is_pinned(p); }
+
+cudaError_t memset_device(void* ptr, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
+  std::memset(ptr, value, count);
+  return cudaSuccess;
+}
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -515,10 +524,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (g_capture) {
-    // Into a graph only between device memory and pinned host memory: a pageable copy waits for the host.
-    const bool pageable = (locate(dst, count) == Where::host && !is_pinned(dst)) ||
-                          (locate(src, count) == Where::host && !is_pinned(src));
-    if (pageable || is_legacy(stream)) return refused_in_capture();
+    if (pageable(dst, count) || pageable(src, count) || is_legacy(stream)) return refused_in_capture();
     if (stream == g_capture) {
       stream->captured.push_back([=] { (void)copy(dst, src, count, kind); });
       return cudaSuccess;
@@ -532,9 +538,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
   if (g_capture) {
     const size_t span_d = height ? (height - 1) * dpitch + width : 0, span_s = height ? (height - 1) * spitch + width : 0;
-    const bool pageable = (locate(dst, span_d) == Where::host && !is_pinned(dst)) ||
-                          (locate(src, span_s) == Where::host && !is_pinned(src));
-    if (pageable || is_legacy(stream)) return refused_in_capture();
+    if (pageable(dst, span_d) || pageable(src, span_s) || is_legacy(stream)) return refused_in_capture();
     if (stream == g_capture) {
       stream->captured.push_back([=] {
         for (size_t r = 0; r < height; ++r)
@@ -562,24 +566,17 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dd, const void* src, int sd, size
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
   CUDA_EMU_NOT_IN_CAPTURE();
-  if (count == 0) return cudaSuccess;
-  if (locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
-  std::memset(ptr, value, count);
-  return cudaSuccess;
+  return memset_device(ptr, value, count);
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  if (g_capture) {
-    if (is_legacy(stream)) return refused_in_capture();
+  if (g_capture && is_legacy(stream)) return refused_in_capture();
+  if (g_capture && stream == g_capture) {
     if (locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
-    if (stream == g_capture) {
-      stream->captured.push_back([=] { std::memset(ptr, value, count); });
-      return cudaSuccess;
-    }
-    std::memset(ptr, value, count);
+    stream->captured.push_back([=] { std::memset(ptr, value, count); });
     return cudaSuccess;
   }
-  return cudaMemset(ptr, value, count);
+  return memset_device(ptr, value, count);
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
