@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Markdown summary of hpdt-allreduce-perf JSON files (for results/README.md): per run, the
 out-of-place busbw of each algorithm at selected sizes, the best algorithm and its ratio to mpi,
-auto's ratio to the best, and the alpha-beta fits.
+auto's ratio to the best, and the alpha-beta fits. The best, best/mpi and auto/best columns compare
+as the tool's own summary does: by the mean time per operation over the timed loops of both
+placements (rows with `mean_us`); files from before that field compare out-of-place medians.
 
 usage: summarize_allreduce.py FILE.json... > summary.md
 """
@@ -37,21 +39,37 @@ def main():
         print(f"`{path.split('/')[-1]}`: {d['ranks']} ranks on {d['nodes']} node(s) ({d.get('topology', '')}), "
               f"hosts {', '.join(sorted(set(d['hosts'])))}; load average at start {la.get('start', '?')}, "
               f"at end {la.get('end', '?')}; commit {d.get('build', {}).get('git_commit', '?')}.\n")
+        both = [r for r in d["results"] if r["compress"] == "none"]
+        pooled = all("mean_us" in r for r in both)
+        factor = 2 * (d["ranks"] - 1) / d["ranks"] if d["ranks"] > 1 else 1  # algbw on one rank
+
+        def compare_bw(s):  # per algorithm at size s: what best/auto are decided on
+            if not pooled:
+                return {r["algo"]: r[key] for r in rows if r["bytes"] == s}
+            out = {}
+            for a in algos:
+                m = [r["mean_us"] for r in both if r["algo"] == a and r["bytes"] == s]
+                if m and sum(m) > 0:
+                    out[a] = s / (sum(m) / len(m) * 1e-6) / 1e9 * factor
+            return out
         sizes = [s for s in (nearest(rows, s) for s in SIZES) if s]
         sizes = list(dict.fromkeys(sizes))
         print("| size | " + " | ".join(algos) + " | best | best/mpi | auto/best |")
         print("|---|" + "---|" * (len(algos) + 3))
         for s in sizes:
             bw = {r["algo"]: r[key] for r in rows if r["bytes"] == s}
-            cand = {a: v for a, v in bw.items() if a != "auto"}
+            cmp = compare_bw(s)
+            cand = {a: v for a, v in cmp.items() if a != "auto"}
             best = max(cand, key=cand.get) if cand else "-"
-            mpi = bw.get("mpi")
-            auto = bw.get("auto")
+            mpi = cmp.get("mpi")
+            auto = cmp.get("auto")
             cells = [f"{bw[a]:.3f}" if a in bw else "-" for a in algos]
             r_mpi = f"{cand[best] / mpi:.2f}" if mpi and best != "-" else "-"
             r_auto = f"{auto / cand[best]:.2f}" if auto is not None and best != "-" and cand[best] > 0 else "-"
             print(f"| {human(s)} | " + " | ".join(cells) + f" | {best} | {r_mpi} | {r_auto} |")
-        print(f"\n{key.split('_')[0]} in GB/s, out of place, median of the repetitions; alpha-beta fits: " + "; ".join(
+        basis = ("best, best/mpi and auto/best from the mean time per operation over the timed loops of both "
+                 "placements" if pooled else "best and the ratios from these medians")
+        print(f"\n{key.split('_')[0]} in GB/s, out of place, median of the repetitions ({basis}); alpha-beta fits: " + "; ".join(
             f"{k} {v['alpha_us']:.1f} us, {v['bandwidth_GBps']:.3f} GB/s (rms {100 * v['rms_rel_error']:.0f} %)"
             for k, v in d.get("fits", {}).items()) + f". Out of bounds: {d.get('out_of_bounds', '?')}.\n")
 
