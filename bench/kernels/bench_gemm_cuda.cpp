@@ -1,10 +1,12 @@
-// GPU GEMM: hpdt's variants (v1 SIMT, v2 mma.sync tensor cores) beside cuBLAS (cublasGemmEx, f32 compute)
+// GPU GEMM: hpdt's variants (v1 SIMT, v2 mma.sync tensor cores, v3 Hopper wgmma + TMA) beside cuBLAS
+// (cublasGemmEx, f32 compute)
 // on the same shapes, timed with CUDA events around each call (manual time).
 // Counters: TFLOP/s (2 M N K per call) and, for ours, x_cublas = our throughput / cuBLAS's on the same
 // shape, dtypes and transposes (cuBLAS timed once per shape in the same process), so the ratio reads off
-// one run. The label is the variant that actually ran (v2 falls back to v1 where it cannot take a layout).
+// one run. The label is the variant that actually ran (v3 falls back to v2 off k-major x k-major layouts,
+// v2 to v1 where it cannot take a layout).
 //
-// Shapes: square 4096^3 (bf16 and f32), 8192^3 bf16, and the GEMMs of a ViT-B/16 training step at batch
+// Shapes: square 4096^3 (bf16 NN and NT, f32), 8192^3 bf16 (NN and NT), and the GEMMs of a ViT-B/16 training step at batch
 // 64 (rows = 64 * 197 tokens): qkv 768->2304, attention out 768->768, fc1 768->3072, fc2 3072->768, each
 // as forward (y = x w^T: NT), data gradient (dx = dy w: NN) and weight gradient (dw += dy^T x: TN, beta 1).
 #include <benchmark/benchmark.h>
@@ -116,7 +118,8 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     state.counters["TFLOP/s"] = flop / per_call / 1e12;
     if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / per_call;
     state.SetLabel(std::string(
-        kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, o.lda, o.ldb, o.A.data(), o.B.data(), ab))));
+        kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, sh.ta, sh.tb, o.lda, o.ldb, o.A.data(),
+                                                                     o.B.data(), ab, bench_stream()))));
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -134,10 +137,14 @@ void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVaria
 
 void register_all() {
   const auto all = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::vendor};
+  // v3 takes k-major A and B only (NT): there it runs beside v2 and cuBLAS
+  const auto nt = {GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor};
   const GemmShape sq4096{"4096x4096x4096_NN", 4096, 4096, 4096, false, false, 0.0f};
   add(sq4096, DType::bf16, DType::bf16, all);
+  add({"4096x4096x4096_NT", 4096, 4096, 4096, false, true, 0.0f}, DType::bf16, DType::bf16, nt);
   add(sq4096, DType::f32, DType::f32, {GemmVariant::v1_simt, GemmVariant::vendor});
   add({"8192x8192x8192_NN", 8192, 8192, 8192, false, false, 0.0f}, DType::bf16, DType::bf16, all);
+  add({"8192x8192x8192_NT", 8192, 8192, 8192, false, true, 0.0f}, DType::bf16, DType::bf16, nt);
 
   // ViT-B/16 training step, batch 64: forward, data gradient and weight gradient of every linear layer.
   const int64_t rows = 64 * 197;
@@ -149,7 +156,8 @@ void register_all() {
   for (const Layer& l : layers) {
     const std::string base = std::string("vitb16_b64_") + l.name + "_";
     const std::string dims = std::to_string(rows) + "x" + std::to_string(l.in) + "->" + std::to_string(l.out);
-    add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16, all);
+    add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16,
+        {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor});
     add({base + "dx_" + dims, rows, l.in, l.out, false, false, 0.0f}, DType::bf16, DType::bf16, all);
     add({base + "dw_" + dims, l.out, l.in, rows, true, false, 1.0f}, DType::bf16, DType::bf16, all);
   }

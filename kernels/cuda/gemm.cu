@@ -10,6 +10,7 @@
 //            128x128 (4 warps, 2 blocks/SM) or 128x256 (8 warps). Edge tiles come zero-filled by
 //            cp.async's src-size, so the k loop never branches. Few output tiles and a long K get a
 //            deterministic split-K: f32 partials per split, summed in split order by a second kernel.
+//   v3_wgmma Hopper wgmma + TMA, sm90a/gemm_wgmma.cu (its own target: sm_90a only); k-major A and B.
 //   vendor   cuBLAS (gemm_vendor.cu); a bias is put in C first, cuBLAS then accumulates onto it.
 // Every variant is deterministic; element offsets are int64.
 #include <atomic>
@@ -20,8 +21,13 @@
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/gemm.h"
+#include "gemm_common.cuh"
 #include "launch.cuh"
 #include "vendor.cuh"
+
+#ifndef HPDT_HAVE_GEMM_WGMMA
+#define HPDT_HAVE_GEMM_WGMMA 0
+#endif
 
 namespace hpdt::kernels::cuda {
 
@@ -29,45 +35,9 @@ namespace {
 
 constexpr int64_t kIntMax = 0x7fffffff;
 
-// Everything a GEMM kernel needs; passed by value (kernel parameter space).
-struct Params {
-  int M, N, K;
-  float alpha, beta;
-  const void* A;
-  int64_t lda;
-  const void* B;
-  int64_t ldb;
-  void* C;
-  int64_t ldc;
-  const void* bias;  // [N], C's dtype, or null
-  bool c_f32;        // C (and bias) f32, else C has the inputs' 16-bit type
-  bool a_kmajor;     // A's k index is contiguous (A not transposed)
-  bool b_kmajor;     // B's k index is contiguous (B transposed)
-  int tiles_m, tiles_n;
-  int kt_per_split;  // v2: k tiles (of 32) per split
-  float* partial;    // v2 split-K: [splits][M][N] f32 partial sums, or null
-};
-
-// Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.
-__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm, int& tn) {
-  constexpr int kGroup = 8;
-  const int per_group = kGroup * tiles_n;
-  const int group = pid / per_group;
-  const int first_m = group * kGroup;
-  const int size_m = min(tiles_m - first_m, kGroup);
-  const int in_group = pid - group * per_group;
-  tm = first_m + in_group % size_m;
-  tn = in_group / size_m;
-}
-
-// out = alpha * acc (+ beta * C) (+ bias): the oracle's order of operations.
-template <class TC>
-__device__ __forceinline__ void store_one(const Params& p, TC* c, int col, float acc) {
-  float v = p.alpha * acc;
-  if (p.beta != 0.0f) v += p.beta * to_f32(*c);
-  if (p.bias) v += to_f32(static_cast<const TC*>(p.bias)[col]);
-  *c = from_f32<TC>(v);
-}
+using gemm_detail::Params;
+using gemm_detail::store_one;
+using gemm_detail::tile_coords;
 
 // ---- small kernels: beta * C + bias (K == 0, alpha == 0, vendor bias) and the split-K reduction ----
 
@@ -626,6 +596,19 @@ bool v2_can_take(int64_t lda, int64_t ldb, const void* A, const void* B, DType a
          aligned16(B);
 }
 
+// v3 needs what v2 needs (TMA: 16-byte aligned base and row stride) plus k-major A and B and sm_90a code
+// for this device.
+bool v3_can_take(bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const void* A, const void* B, DType ab_type,
+                 const Stream& stream) {
+#if HPDT_HAVE_GEMM_WGMMA
+  return !trans_a && trans_b && v2_can_take(lda, ldb, A, B, ab_type) && stream.is_cuda() &&
+         gemm_detail::v3_device_ok(stream.device().index);
+#else
+  (void)trans_a, (void)trans_b, (void)lda, (void)ldb, (void)A, (void)B, (void)ab_type, (void)stream;
+  return false;
+#endif
+}
+
 }  // namespace
 
 namespace detail {
@@ -644,6 +627,8 @@ void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, fl
 
 }  // namespace detail
 
+bool gemm_v3_built() { return HPDT_HAVE_GEMM_WGMMA + 0 != 0; }
+
 std::string_view gemm_variant_name(GemmVariant v) {
   switch (v) {
     case GemmVariant::automatic:
@@ -652,14 +637,19 @@ std::string_view gemm_variant_name(GemmVariant v) {
       return "v1_simt";
     case GemmVariant::v2_mma:
       return "v2_mma";
+    case GemmVariant::v3_wgmma:
+      return "v3_wgmma";
     case GemmVariant::vendor:
       return "vendor";
   }
   return "?";
 }
 
-GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B, DType ab_type) {
+GemmVariant gemm_resolve(GemmVariant requested, bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const void* A,
+                         const void* B, DType ab_type, const Stream& stream) {
   GemmVariant v = requested;
+  if (v == GemmVariant::v3_wgmma && !v3_can_take(trans_a, trans_b, lda, ldb, A, B, ab_type, stream))
+    v = GemmVariant::v2_mma;
   if (v == GemmVariant::automatic)
     v = kernel_backend() == KernelBackend::vendor ? GemmVariant::vendor
         : ab_type == DType::f32                   ? GemmVariant::v1_simt
@@ -692,7 +682,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     return;
   }
 
-  const GemmVariant v = gemm_resolve(variant, lda, ldb, A, B, ab_type);
+  const GemmVariant v = gemm_resolve(variant, trans_a, trans_b, lda, ldb, A, B, ab_type, stream);
   if (v == GemmVariant::vendor) {
     // Bias first (C = beta * C + bias, then cuBLAS adds alpha * AB with beta 1): with beta == 0, as in
     // linear forward, the result is rounded once, exactly like ours; adding the bias after cuBLAS would
@@ -726,6 +716,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   const int64_t tiles_v1 = ((M + v1::kBM - 1) / v1::kBM) * ((N + v1::kBN - 1) / v1::kBN);
   HPDT_CHECK(tiles_v1 <= kIntMax, "gemm: ", M, " x ", N, " has too many output tiles for one launch");
 
+#if HPDT_HAVE_GEMM_WGMMA
+  if (v == GemmVariant::v3_wgmma) {
+    gemm_detail::v3_launch(p, ab_type, c_type, stream);
+    return;
+  }
+#endif
   if (v == GemmVariant::v2_mma) {
     if (ab_type == DType::bf16)
       v2::launch<bf16_t>(p, c_type, stream);

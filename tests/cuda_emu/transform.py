@@ -177,6 +177,7 @@ class AsmGen:
         self.pre = []   # evaluation of the operands
         self.body = []  # the emulated instructions
         self.post = []  # stores of the outputs
+        self.preds = set()  # predicate registers declared in a { .reg .pred p; ... } block
         for k, op in enumerate(ops):
             if op.is_output:
                 ty = OUT_TYPES.get(op.kind)
@@ -208,7 +209,77 @@ class AsmGen:
         tok = tok.strip()
         if re.fullmatch(r'-?(0x[0-9a-fA-F]+|\d+)', tok):
             return tok
+        if tok in self.preds:
+            return 'cuda_emu_pred_' + tok
         return self.ref(tok)
+
+    def pred(self, tok):
+        tok = tok.strip()
+        if tok not in self.preds:
+            raise TransformError('`%s` is not a predicate declared with .reg .pred in this asm block' % tok)
+        return 'cuda_emu_pred_' + tok
+
+    def declare(self, decl):
+        m = re.fullmatch(r'\.reg\s+\.pred\s+([A-Za-z_]\w*)', decl.strip())
+        if not m:
+            raise TransformError('only `.reg .pred NAME` declarations are emulated, got `%s`' % decl.strip())
+        self.preds.add(m.group(1))
+        self.body.append('bool cuda_emu_pred_%s = false;' % m.group(1))
+
+    def emit_hopper(self, opcode, args, instr, loc):
+        """sm_90a: mbarrier, TMA (cp.async.bulk.tensor) and wgmma; False when `opcode` is none of them."""
+        if opcode == 'mbarrier.init.shared::cta.b64':
+            self.body.append('::cuda_emu::ptx::mbarrier_init(uint32_t(%s), uint32_t(%s), %s);' %
+                             (self.address(args[0]), self.value(args[1]), loc))
+        elif opcode == 'mbarrier.arrive.expect_tx.shared::cta.b64':
+            if len(args) != 3 or args[0].strip() != '_':
+                raise TransformError('mbarrier.arrive.expect_tx is emulated as `_, [bar], bytes` only')
+            self.body.append('::cuda_emu::ptx::mbarrier_arrive_expect_tx(uint32_t(%s), uint32_t(%s), %s);' %
+                             (self.address(args[1]), self.value(args[2]), loc))
+        elif opcode == 'mbarrier.try_wait.parity.shared::cta.b64':
+            self.body.append('%s = ::cuda_emu::ptx::mbarrier_try_wait_parity(uint32_t(%s), uint32_t(%s), %s);' %
+                             (self.pred(args[0]), self.address(args[1]), self.value(args[2]), loc))
+        elif opcode == 'fence.mbarrier_init.release.cluster':
+            self.body.append('::cuda_emu::ptx::fence_mbarrier_init(%s);' % loc)
+        elif opcode == 'cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes':
+            m = re.fullmatch(r'\[\s*(%\d+)\s*,\s*\{\s*(%\d+)\s*,\s*(%\d+)\s*\}\s*\]', args[1].strip()) \
+                if len(args) == 3 else None
+            if not m:
+                raise TransformError('cp.async.bulk.tensor.2d is emulated as `[dst], [map, {c0, c1}], [bar]` only')
+            self.body.append('::cuda_emu::ptx::tma_load_2d(uint32_t(%s), uint64_t(%s), int32_t(%s), int32_t(%s), '
+                             'uint32_t(%s), %s);' % (self.address(args[0]), self.ref(m.group(1)),
+                                                     self.ref(m.group(2)), self.ref(m.group(3)),
+                                                     self.address(args[2]), loc))
+        elif opcode == 'wgmma.fence.sync.aligned':
+            self.body.append('::cuda_emu::ptx::wgmma_fence(%s);' % loc)
+        elif opcode == 'wgmma.commit_group.sync.aligned':
+            self.body.append('::cuda_emu::ptx::wgmma_commit_group(%s);' % loc)
+        elif opcode == 'wgmma.wait_group.sync.aligned':
+            self.body.append('::cuda_emu::ptx::wgmma_wait_group(int(%s), %s);' % (self.value(args[0]), loc))
+        elif opcode.startswith('wgmma.mma_async'):
+            m = re.fullmatch(r'wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(bf16|f16)\.(bf16|f16)', opcode)
+            if not m or m.group(2) != m.group(3) or len(args) != 8:
+                raise TransformError('only wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} with shared-memory '
+                                     'descriptors for A and B is emulated, got `%s`' % instr.strip())
+            n = int(m.group(1))
+            if n % 8 or not 8 <= n <= 256:
+                raise TransformError('wgmma n must be a multiple of 8 in [8, 256], got %d' % n)
+            d = self.vector(args[0], n // 2, output=True)
+            # the accumulators are written when a wgmma.wait_group covers the operation: their addresses
+            self.body.append('{ float* cuda_emu_wd[%d] = {%s}; ::cuda_emu::ptx::wgmma_m64nNk16(%d, %d, cuda_emu_wd, '
+                             'uint64_t(%s), uint64_t(%s), bool(%s), int(%s), int(%s), int(%s), int(%s), %s); }' %
+                             (n // 2, ', '.join('&cuda_emu_r%s' % x[len('cuda_emu_v'):] for x in d), n,
+                              1 if m.group(2) == 'bf16' else 0, self.value(args[1]), self.value(args[2]),
+                              self.value(args[3]), self.value(args[4]), self.value(args[5]), self.value(args[6]),
+                              self.value(args[7]), loc))
+            # the accumulators are not copied in or out here: the wait writes them through their addresses
+            for x in d:
+                k = x[len('cuda_emu_v'):]
+                self.post = [q for q in self.post if q != '::cuda_emu::ptx::out(cuda_emu_r%s, cuda_emu_v%s);' % (k, k)]
+                self.pre = [q for q in self.pre if not q.startswith('float cuda_emu_v%s = ' % k)]
+        else:
+            return False
+        return True
 
     def vector(self, tok, n, output=False):
         m = re.fullmatch(r'\{(.*)\}', tok.strip(), re.S)
@@ -236,6 +307,8 @@ class AsmGen:
         args = ptx_operands(rest)
         parts = opcode.split('.')
         loc = '::cuda_emu::Loc::current()'
+        if self.emit_hopper(opcode, args, instr, loc):
+            return
         if parts[0] == 'cp' and len(parts) > 1 and parts[1] == 'async':
             sub = parts[2] if len(parts) > 2 else ''
             if sub == 'commit_group':
@@ -303,6 +376,13 @@ class AsmGen:
                              (self.ref(args[0], want_output=True), fn, self.value(args[1])))
         elif opcode in ('mov.u32', 'mov.b32') and len(args) == 2 and args[1].strip() == '%laneid':
             self.body.append('%s = ::cuda_emu::lane_id();' % self.ref(args[0], want_output=True))
+        elif opcode == 'setp.ne.b32' and len(args) == 3:
+            self.body.append('%s = uint32_t(%s) != uint32_t(%s);' %
+                             (self.pred(args[0]), self.value(args[1]), self.value(args[2])))
+        elif opcode == 'selp.u32' and len(args) == 4:
+            self.body.append('%s = %s ? uint32_t(%s) : uint32_t(%s);' %
+                             (self.ref(args[0], want_output=True), self.pred(args[3]), self.value(args[1]),
+                              self.value(args[2])))
         else:
             raise TransformError('PTX `%s` is not emulated: add it to tests/cuda_emu (transform.py and the '
                                  'runtime) with its PTX ISA semantics' % opcode)
@@ -325,12 +405,24 @@ def asm_statement(src, msrc, start, open_paren, close_paren):
     if '[' in ''.join(o.constraint for o in outs + ins):
         raise TransformError('symbolic asm operand names are not supported')
     gen = AsmGen(outs + ins)
-    instrs = [s for s in (x.strip() for x in template.split(';')) if s]
-    if not instrs:  # asm volatile("" ::: "memory"): a compiler barrier
-        return '{ std::atomic_signal_fence(std::memory_order_seq_cst); }'
+    body = template.strip()
+    block = body.startswith('{')
+    if block:  # { .reg .pred p; instructions; }: one scope with local predicate registers
+        if not body.endswith('}'):
+            raise TransformError('a PTX block must end with `}`: `%s`' % body)
+        body = body[1:-1]
+    instrs = [s for s in (x.strip() for x in body.split(';')) if s]
+    if not instrs:  # asm volatile("" : "+f"(x) :: "memory"): a compiler barrier (its operands untouched)
+        return '{ std::atomic_signal_fence(std::memory_order_seq_cst); %s}' % ''.join(
+            '(void)(%s); ' % op.expr for op in outs + ins)
     for ins_text in instrs:
-        if ins_text.startswith('{') or ins_text.startswith('.reg'):
-            raise TransformError('PTX blocks with local registers are not emulated: `%s`' % ins_text)
+        if ins_text.startswith('.reg'):
+            if not block:
+                raise TransformError('a .reg declaration outside a { } block: `%s`' % ins_text)
+            gen.declare(ins_text)
+            continue
+        if ins_text.startswith('{'):
+            raise TransformError('nested PTX blocks are not emulated: `%s`' % ins_text)
         gen.emit(ins_text)
     return gen.code()
 

@@ -1,5 +1,7 @@
-// CUDA GEMM (every variant: v1 SIMT, v2 tensor cores, vendor cuBLAS), matmul and linear against the CPU
-// oracle (cpu::gemm<float>, cpu linear) on the inputs rounded through the storage dtype.
+// CUDA GEMM (every variant: v1 SIMT, v2 tensor cores, v3 Hopper wgmma/TMA, vendor cuBLAS), matmul and linear
+// against the CPU oracle (cpu::gemm<float>, cpu linear) on the inputs rounded through the storage dtype.
+// v3 runs where the device is compute capability 9.0 and the layout is k-major x k-major (else it falls back
+// to v2, which these tests then check); the CUDA emulator reports 9.0, so it runs v3 on its wgmma/TMA model.
 //
 // Tolerance (gemm_tolerance below): products of rounded inputs are exact in f32 on both sides, so the
 // results differ only by the order of the K-term f32 sums (and the tensor cores' accumulation, which
@@ -26,6 +28,8 @@
 #include "hpdt/kernels/gemm.h"
 #include "hpdt/kernels/linear.h"
 #if HPDT_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "hpdt/kernels/cuda/gemm.h"
 #endif
 
@@ -136,7 +140,7 @@ class GemmCuda : public test::CudaOracleTest {
     const void* a_ptr = static_cast<const char*>(Ag.data()) + c.offset_a * int64_t(dtype_size(c.ab));
     kernels::cuda::GemmEpilogue epi;
     epi.bias = c.bias ? biasg.data() : nullptr;
-    if (used) *used = kernels::cuda::gemm_resolve(c.variant, lda, ldb, a_ptr, Bg.data(), c.ab);
+    if (used) *used = kernels::cuda::gemm_resolve(c.variant, c.ta, c.tb, lda, ldb, a_ptr, Bg.data(), c.ab, stream);
     kernels::cuda::gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a_ptr, lda, Bg.data(), ldb, c.beta, Cg.data(), ldc, c.ab,
                         c.c, epi, stream, c.variant);
     const Tensor got = to_cpu_f32(Cg);
@@ -154,13 +158,32 @@ class GemmCuda : public test::CudaOracleTest {
 #if HPDT_HAVE_CUDA
 using kernels::cuda::GemmVariant;
 
-const GemmVariant kVariants[] = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::vendor};
+const GemmVariant kVariants[] = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor};
 // The variants compared with the CPU: all of them, less cuBLAS where it cannot run (the CUDA emulator).
 std::vector<GemmVariant> checked_variants() {
-  std::vector<GemmVariant> v{GemmVariant::v1_simt, GemmVariant::v2_mma};
+  std::vector<GemmVariant> v{GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::v3_wgmma};
   if (test::vendor_available()) v.push_back(GemmVariant::vendor);
   return v;
 }
+
+// Compute capability 9.0 (H100/H200, and the emulator): where v3's sm_90a code runs.
+bool hopper_device() {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+bool v3_runs_here() { return kernels::cuda::gemm_v3_built() && hopper_device(); }
+
+// Pins v3's block tile for one scope (HPDT_GEMM_V3_TILE, read at every call).
+class V3TileScope {
+ public:
+  explicit V3TileScope(const char* tile) { ::setenv("HPDT_GEMM_V3_TILE", tile, 1); }
+  ~V3TileScope() { ::unsetenv("HPDT_GEMM_V3_TILE"); }
+  V3TileScope(const V3TileScope&) = delete;
+  V3TileScope& operator=(const V3TileScope&) = delete;
+};
 struct Types {
   DType ab, c;
 };
@@ -201,6 +224,9 @@ TEST_F(GemmCuda, EveryVariantTransposeDtypeOnOddSizes) {
             EXPECT_TRUE(run(c, &used));
             if (v == GemmVariant::v2_mma && ty.ab != DType::f32 && form >= 1) {
               EXPECT_EQ(used, GemmVariant::v2_mma);
+            }
+            if (v == GemmVariant::v3_wgmma && ty.ab != DType::f32 && form >= 1) {  // v3 where it can, else v2
+              EXPECT_EQ(used, v3_runs_here() && !c.ta && c.tb ? GemmVariant::v3_wgmma : GemmVariant::v2_mma);
             }
           }
 }
@@ -318,7 +344,7 @@ TEST_F(GemmCuda, LargeV2AgainstCublas) {
           if (M > 4000 && ct != DType::f32) continue;  // the big one: f32 C only (the epilogue is shared)
           SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + (ta ? " T" : " N") +
                        (tb ? "T " : "N ") + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
-          ASSERT_EQ(kernels::cuda::gemm_resolve(GemmVariant::v2_mma, lda, ldb, A.data(), B.data(), ab),
+          ASSERT_EQ(kernels::cuda::gemm_resolve(GemmVariant::v2_mma, ta, tb, lda, ldb, A.data(), B.data(), ab, stream),
                     GemmVariant::v2_mma);
           Tensor ours = poisoned({M, N}, ct), ref = poisoned({M, N}, ct);
           kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ours.data(), N, ab, ct, {}, stream,
@@ -331,6 +357,89 @@ TEST_F(GemmCuda, LargeV2AgainstCublas) {
           tol.atol *= 2;
           EXPECT_TRUE(close(to_cpu_f32(ref), to_cpu_f32(ours), tol));
         }
+      }
+}
+
+// v3 on a compute capability 9.0 device: it must be built in (a build that runs there targets sm_90) and be
+// what k-major x k-major 16-bit GEMMs resolve to; transposed A or untransposed B, f32 and unaligned leading
+// dimensions go to v2 or v1.
+TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
+  if (!hopper_device()) GTEST_SKIP() << "v3_wgmma runs on compute capability 9.0 only; this device is not";
+  ASSERT_TRUE(kernels::cuda::gemm_v3_built()) << "this build has no v3_wgmma: CMAKE_CUDA_ARCHITECTURES lacks 90";
+  const Tensor A = to_gpu(random({64, 72}), DType::bf16), B = to_gpu(random({64, 72}), DType::bf16);
+  auto resolve = [&](bool ta, bool tb, int64_t ld, DType t) {
+    return kernels::cuda::gemm_resolve(GemmVariant::v3_wgmma, ta, tb, ld, ld, A.data(), B.data(), t, stream);
+  };
+  EXPECT_EQ(resolve(false, true, 72, DType::bf16), GemmVariant::v3_wgmma);
+  EXPECT_EQ(resolve(false, true, 72, DType::f16), GemmVariant::v3_wgmma);
+  EXPECT_EQ(resolve(true, true, 72, DType::bf16), GemmVariant::v2_mma);
+  EXPECT_EQ(resolve(false, false, 72, DType::bf16), GemmVariant::v2_mma);
+  EXPECT_EQ(resolve(false, true, 70, DType::bf16), GemmVariant::v1_simt);
+  EXPECT_EQ(resolve(false, true, 72, DType::f32), GemmVariant::v1_simt);
+  EXPECT_EQ(kernels::cuda::gemm_resolve(GemmVariant::automatic, false, true, 72, 72, A.data(), B.data(), DType::bf16,
+                                        stream),
+            GemmVariant::v2_mma)
+      << "automatic must not pick v3 before it has been validated on a GPU";
+}
+
+// v3 with both block tiles on shapes that are no multiple of a tile (rows of A and B and k columns past the
+// edge come from TMA as zeros; NaN padding beyond K shows a read past it), several k tiles and stages reused
+// (K up to 520: 9 k tiles over 4 or 6 stages), alpha/beta/bias, f32 and 16-bit C.
+// On the emulator (docs/cuda-emulator.md) two schedules are tried: TMA completing at the first wait with
+// the warps taking turns (a read before the wait shows), and TMA completing at the issue with each warp
+// running ahead as far as the barriers let it (a stage refilled while another warpgroup still reads it shows).
+TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const Size sizes[] = {{1, 1, 1}, {130, 260, 72}, {300, 520, 200}, {64, 24, 520}};
+  for (const char* tma : {"late", "early"})
+  for (const char* tile : {"narrow", "wide"}) {
+    if (!test::emulated() && std::string(tma) == "early") continue;  // a GPU decides that itself
+    ::setenv("CUDA_EMU_TMA", tma, 1);
+    ::setenv("CUDA_EMU_SCHEDULE", std::string(tma) == "early" ? "warp" : "roundrobin", 1);
+    const V3TileScope scope(tile);
+    for (const Size& sz : sizes)
+      for (const Types& ty : {Types{DType::bf16, DType::f32}, Types{DType::bf16, DType::bf16},
+                              Types{DType::f16, DType::f16}, Types{DType::f16, DType::f32}}) {
+        Case c;
+        c.variant = GemmVariant::v3_wgmma;
+        c.tb = true;
+        c.M = sz.M, c.N = sz.N, c.K = sz.K;
+        c.ab = ty.ab, c.c = ty.c;
+        c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K), c.pad_c = 3;
+        c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
+        SCOPED_TRACE(std::string(tile) + " tile, TMA " + tma + ", " + describe(c));
+        GemmVariant used;
+        EXPECT_TRUE(run(c, &used));
+        EXPECT_EQ(used, GemmVariant::v3_wgmma);
+      }
+  }
+  ::unsetenv("CUDA_EMU_TMA");
+  ::unsetenv("CUDA_EMU_SCHEDULE");
+}
+
+// Large k-major x k-major 16-bit GEMMs: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS).
+TEST_F(GemmCuda, LargeV3AgainstCublas) {
+  HPDT_SKIP_WITHOUT_VENDOR();
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const Size sizes[] = {{4104, 4104, 264}, {2000, 1544, 4000}, {64 * 197, 3072, 768}};
+  for (const Size& sz : sizes)
+    for (DType ab : {DType::bf16, DType::f16})
+      for (DType ct : {DType::f32, ab}) {
+        const int64_t M = sz.M, N = sz.N, K = sz.K;
+        const Tensor A = to_gpu(random({M, K}), ab), B = to_gpu(random({N, K}), ab);
+        SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + " NT " + std::to_string(M) +
+                     "x" + std::to_string(N) + "x" + std::to_string(K));
+        ASSERT_EQ(kernels::cuda::gemm_resolve(GemmVariant::v3_wgmma, false, true, K, K, A.data(), B.data(), ab, stream),
+                  GemmVariant::v3_wgmma);
+        Tensor ours = poisoned({M, N}, ct), ref = poisoned({M, N}, ct);
+        kernels::cuda::gemm(false, true, M, N, K, 1, A.data(), K, B.data(), K, 0, ours.data(), N, ab, ct, {}, stream,
+                            GemmVariant::v3_wgmma);
+        kernels::cuda::gemm(false, true, M, N, K, 1, A.data(), K, B.data(), K, 0, ref.data(), N, ab, ct, {}, stream,
+                            GemmVariant::vendor);
+        Tolerance tol = gemm_tolerance(ct, K, 1, 0);
+        tol.atol *= 2;
+        widen_for_vendor_16bit(tol, ct, K, 1, 0);
+        EXPECT_TRUE(close(to_cpu_f32(ref), to_cpu_f32(ours), tol));
       }
 }
 

@@ -237,6 +237,16 @@ inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, T* func) {
   return cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(func));
 }
 
+// Driver entry points (only cuTensorMapEncodeTiled is emulated; cuda.h has its types).
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0,
+  cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2,
+};
+#define cudaEnableDefault 0x0
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult* driverStatus);
+
 // The C++ overloads of cuda_runtime.h.
 template <class T>
 inline cudaError_t cudaMalloc(T** ptr, size_t size) {

@@ -1,8 +1,11 @@
 // Tests of the CPU emulator of CUDA itself (tests/cuda_emu): this file is CUDA, transformed by transform.py like
 // kernels/cuda/*.cu. Barriers, shuffles and votes against their CUDA definitions; ldmatrix + mma.sync against a
 // host matrix product using the canonical fragment addressing (so a wrong PTX layout shows); cp.async groups;
-// launch-configuration errors; and the faults the emulator must stop on (deadlocks, divergent barriers, masks,
+// sm_90a (mbarrier, TMA with the 128-byte swizzle, wgmma from descriptors) against a host reference of the
+// PTX ISA layouts; launch-configuration errors; and the faults the emulator must stop on (deadlocks, divergent barriers, masks,
 // out-of-bounds shared memory, __launch_bounds__), as death tests.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -295,6 +298,211 @@ TEST(CudaEmu, CpAsyncGroups) {
   for (int i = 4; i < 12; ++i) EXPECT_TRUE(std::isnan(o[size_t(i)])) << "the emulator performs copies at the wait";
   const float want[12] = {1, 2, 3, 4, 5, 6, 0, 0, 9, NAN, NAN, NAN};
   for (int i = 0; i < 9; ++i) EXPECT_EQ(o[size_t(12 + i)], want[i]) << i;
+}
+
+// ---- sm_90a: mbarrier, TMA, wgmma ------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// One 64 x 64 bf16 box at (c0, c1) of a map with the 128-byte swizzle, twice through one mbarrier (phases 0
+// and 1), the shared bytes copied out raw.
+__global__ void tma_box(const __grid_constant__ CUtensorMap map, int c0, int c1, uint16_t* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u, bar = base + 8192;
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  for (int phase = 0; phase < 2; ++phase) {
+    if (threadIdx.x == 0) {
+      mbar_expect(bar, 8192);
+      tma_2d(base, &map, bar, c0 + 64 * phase, c1);
+    }
+    while (!mbar_try_wait(bar, uint32_t(phase))) {
+    }
+    const auto* s = reinterpret_cast<const uint16_t*>(smem + (base - smem_u32(smem)));
+    for (int i = int(threadIdx.x); i < 4096; i += int(blockDim.x)) out[phase * 4096 + i] = s[i];
+    __syncthreads();
+  }
+}
+
+CUtensorMap bf16_map(const void* p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), cudaSuccess);
+  EXPECT_EQ(q, cudaDriverEntryPointSuccess);
+  CUtensorMap m{};
+  const cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * 2};
+  const cuuint32_t box[2] = {64, box_rows}, es[2] = {1, 1};
+  EXPECT_EQ(reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
+                &m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides, box, es,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+            CUDA_SUCCESS);
+  return m;
+}
+
+// TMA: the box lands with the PTX ISA's 128-byte swizzle (16-byte chunk c of row r at chunk c ^ r % 8),
+// elements past the matrix (here 70 x 100, row stride 104) as zeros; the second phase of the barrier too.
+TEST(CudaEmu, TmaBoxSwizzleAndBounds) {
+  const uint64_t rows = 70, cols = 100, ld = 104;
+  std::vector<uint16_t> h(rows * ld);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = uint16_t(1 + i % 60000);
+  Buf<uint16_t> dm(h), dout(2 * 4096);
+  const CUtensorMap map = bf16_map(dm.d, rows, cols, ld, 64);
+  cudaFuncSetAttribute(tma_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024 + 64);
+  tma_box<<<1, 128, 8192 + 1024 + 64>>>(map, 0, 40, dout.d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto o = dout.down();
+  for (int phase = 0; phase < 2; ++phase)
+    for (int r = 0; r < 64; ++r)
+      for (int e = 0; e < 64; ++e) {
+        const uint64_t x = uint64_t(64 * phase + e), y = uint64_t(40 + r);
+        const uint16_t want = x < cols && y < rows ? h[y * ld + x] : 0;
+        const int chunk = (e / 8) ^ (r % 8);
+        ASSERT_EQ(o[size_t(phase * 4096 + r * 64 + chunk * 8 + e % 8)], want) << phase << " " << r << " " << e;
+      }
+}
+
+// One warpgroup: A (64 x 16) and B (8 x 16, k-major) written into 128-byte-swizzled tiles by plain stores,
+// then wgmma m64n8k16 from descriptors, D read back in the m64nNk16 fragment layout.
+__global__ void wgmma_n8(const uint16_t* a, const uint16_t* b, float* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  unsigned char* tile = smem + (base - smem_u32(smem));
+  const int t = int(threadIdx.x);
+  for (int i = t; i < 64 * 16; i += 128) {  // A row r, k: byte r * 128 + ((2k / 16) ^ r % 8) * 16 + 2k % 16
+    const int r = i / 16, k = i % 16;
+    std::memcpy(tile + r * 128 + (((2 * k) / 16) ^ (r % 8)) * 16 + (2 * k) % 16, &a[i], 2);
+  }
+  for (int i = t; i < 8 * 16; i += 128) {  // B at 8192 the same way
+    const int r = i / 16, k = i % 16;
+    std::memcpy(tile + 8192 + r * 128 + (((2 * k) / 16) ^ (r % 8)) * 16 + (2 * k) % 16, &b[i], 2);
+  }
+  __syncthreads();
+  auto desc = [](uint32_t addr) {
+    return uint64_t((addr & 0x3ffffu) >> 4) | uint64_t(1) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+  };
+  float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};  // scale-d 1: accumulated onto
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(desc(base)), "l"(desc(base + 8192)), "r"(1));
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  const int warp = t / 32, lane = t % 32;
+  for (int i = 0; i < 4; ++i) {
+    const int row = 16 * warp + lane / 4 + 8 * (i / 2), col = 2 * (lane % 4) + i % 2;
+    out[row * 8 + col] = d[i];
+  }
+}
+
+TEST(CudaEmu, WgmmaFromSwizzledDescriptors) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> u(-8, 8);
+  std::vector<uint16_t> a(64 * 16), b(8 * 16);
+  std::vector<float> af(a.size()), bf(b.size());
+  for (size_t i = 0; i < a.size(); ++i) af[i] = float(u(rng)) / 4, a[i] = uint16_t(std::bit_cast<uint32_t>(af[i]) >> 16);
+  for (size_t i = 0; i < b.size(); ++i) bf[i] = float(u(rng)) / 4, b[i] = uint16_t(std::bit_cast<uint32_t>(bf[i]) >> 16);
+  Buf<uint16_t> da(a), db(b);
+  Buf<float> dout(64 * 8);
+  cudaFuncSetAttribute(wgmma_n8, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
+  wgmma_n8<<<1, 128, 16384>>>(da.d, db.d, dout.d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto o = dout.down();
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 8; ++n) {
+      double want = 1.0;  // the accumulator's initial value
+      for (int k = 0; k < 16; ++k) want += double(af[size_t(m * 16 + k)]) * bf[size_t(n * 16 + k)];
+      ASSERT_EQ(double(o[size_t(m * 8 + n)]), want) << m << " " << n;  // exact: quarters, short sums
+    }
+}
+
+__global__ void wait_uninitialised() {
+  __shared__ uint64_t bar;
+  while (!mbar_try_wait(smem_u32(&bar), 0)) {
+  }
+}
+__global__ void wgmma_never_waited(float* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  const uint64_t da = uint64_t((base & 0x3ffffu) >> 4) | uint64_t(1) << 16 | uint64_t(64) << 32 | uint64_t(1) << 62;
+  float d[4] = {0, 0, 0, 0};
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(da), "l"(da), "r"(1));
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  out[threadIdx.x] = 0;
+}
+// Thread 0 loads two phases through one mbarrier and the others wait only for the first: the second fill
+// lands (CUDA_EMU_TMA=early) under threads that still read the first.
+__global__ void refill_under_readers(const __grid_constant__ CUtensorMap map, float* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u, bar = base + 8192;
+  if (threadIdx.x == 0) mbar_init(bar, 1);
+  __syncthreads();
+  const uint64_t desc = uint64_t((base & 0x3ffffu) >> 4) | uint64_t(1) << 16 | uint64_t(64) << 32 | uint64_t(1) << 62;
+  for (int kt = 0; kt < 2; ++kt) {
+    if (threadIdx.x == 0) {
+      mbar_expect(bar, 8192);
+      tma_2d(base, &map, bar, 0, 64 * kt);
+    }
+    while (!mbar_try_wait(bar, uint32_t(kt))) {
+    }
+    float d[4] = {0, 0, 0, 0};
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc), "l"(desc), "r"(1));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    out[threadIdx.x] = d[0];
+    // (no __syncthreads: the refill of the next kt may land before the other warps' wgmma read this one)
+  }
+}
+
+TEST(CudaEmuDeathTest, StopsOnHopperFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Buf<float> f(256);
+  Buf<uint16_t> m(128 * 64);
+  const CUtensorMap map = bf16_map(m.d, 128, 64, 64, 64);
+  cudaFuncSetAttribute(wgmma_never_waited, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
+  cudaFuncSetAttribute(refill_under_readers, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
+  EXPECT_DEATH(wait_uninitialised<<<1, 32>>>(), "holds no initialised mbarrier");
+  EXPECT_DEATH(wgmma_never_waited<<<1, 128, 16384>>>(f.d), "never waited for");
+  EXPECT_DEATH(
+      {
+        setenv("CUDA_EMU_TMA", "early", 1);
+        setenv("CUDA_EMU_SCHEDULE", "warp", 1);
+        refill_under_readers<<<1, 128, 16384>>>(map, f.d);
+        cudaDeviceSynchronize();
+      },
+      "was refilled before every reader|no thread of the block can complete");
 }
 
 // ---- launch configuration ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda.h"
 #include "cuda_runtime.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -41,6 +42,21 @@ constexpr int kMaxThreadsPerBlock = 1024;
 
 // Dynamic shared memory limit a kernel was given with cudaFuncSetAttribute (default 48 KiB).
 size_t max_dynamic_smem(const void* kernel);
+
+// What the emulated cuTensorMapEncodeTiled stores in a CUtensorMap's opaque bytes (rank 2 only), and the TMA
+// loads read back.
+struct TensorMap2D {
+  uint64_t magic;
+  const unsigned char* base;
+  uint64_t dim[2];     // elements; dim[0] contiguous
+  uint64_t stride1;    // bytes between consecutive dim[1] indices
+  uint32_t box[2];     // elements per tile
+  uint32_t elem_bytes;
+  int swizzle;         // CUtensorMapSwizzle
+  int oob_nan;         // out-of-bounds elements read as NaN instead of zero
+};
+static_assert(sizeof(TensorMap2D) <= sizeof(CUtensorMap));
+constexpr uint64_t kTensorMapMagic = 0x3250414d54554465ull;
 
 // Host-side error state (runtime.cpp).
 void set_last_error(cudaError_t e);

@@ -1,5 +1,5 @@
 // The emulator's execution engine: launches, blocks, one fiber per CUDA thread, block barriers, warp
-// collectives, shared memory, and the PTX operations (ldmatrix, mma, cp.async).
+// collectives, shared memory, and the PTX operations (ldmatrix, mma, cp.async; sm_90a: mbarrier, TMA, wgmma).
 //
 // Scheduling: the fibers of a block run one at a time on one OS thread. A fiber runs until it waits (block
 // barrier, warp collective) or exits, then switches straight to the next runnable fiber in the block's run
@@ -115,6 +115,15 @@ struct Copy {
   uint32_t cp_size, src_size;
 };
 
+// wgmma.mma_async issued by one lane, performed at the wgmma.wait_group that covers it
+struct Wgmma {
+  int n = 0, ab_type = 0;
+  uint64_t desc_a = 0, desc_b = 0;
+  bool scale_d = true;
+  Loc loc;
+  std::vector<float*> d;  // this lane's n / 2 accumulators
+};
+
 struct Fiber {
   Context ctx;
   Stack* stack = nullptr;
@@ -129,6 +138,34 @@ struct Fiber {
   alignas(16) unsigned char out[16];  // and its result
   std::vector<Copy> copies;           // cp.async issued, not yet performed
   std::vector<size_t> group_ends;     // copies [.., group_ends[i]) form committed group i
+  std::vector<Wgmma> wgmmas;          // wgmma.mma_async issued, not yet performed
+  std::vector<size_t> wgmma_group_ends;
+  std::map<uint32_t, uint64_t> seen_phases;  // per mbarrier: the phases completed when this thread last saw one
+  uint64_t failed_waits = 0;                 // consecutive mbarrier.try_wait that found the phase incomplete
+};
+
+// An mbarrier object (PTX ISA "mbarrier"): the phase completes when every expected arrival has come and the
+// transaction count is back to 0; then the phase parity flips and the arrivals are expected again.
+struct Mbarrier {
+  uint32_t expected = 0, pending = 0;
+  int64_t tx = 0;
+  uint32_t phase = 0;      // parity of the current (incomplete) phase
+  uint64_t completed = 0;  // phases completed so far
+};
+// Which fill wrote a 128-byte line of shared memory last: TMA completing phase `phase` (1-based count) of
+// the mbarrier at `bar`. A wgmma reading the line from a thread that has seen fewer phases of that barrier
+// complete reads a later fill than the one it waited for: the stage was refilled under it.
+struct FillTag {
+  uint32_t bar = 0;
+  uint64_t phase = 0;
+};
+// A TMA tile load issued, not yet performed (until a thread waits on its mbarrier).
+struct TmaLoad {
+  uint32_t dst, bar;
+  uint64_t phase;  // the phase of `bar` it completes (1-based)
+  TensorMap2D map;
+  int32_t c0, c1;
+  Loc loc;
 };
 
 struct Fiber;
@@ -191,7 +228,12 @@ struct Exec {
   size_t dyn_bytes = 0, dyn_start = kDynEnd, protected_below = kDynEnd;
   size_t static_top = 0;
   std::vector<std::pair<const void*, size_t>> statics;  // key -> offset in the window
+  // sm_90a state of the block
+  std::map<uint32_t, Mbarrier> mbarriers;  // by shared address
+  std::vector<TmaLoad> tma_pending;
+  std::map<uint32_t, FillTag> fills;  // by 128-byte line of shared memory
   std::string order_mode;
+  bool warp_greedy = false;  // CUDA_EMU_SCHEDULE=warp: a blocked thread hands over to its own warp first
   uint64_t seed = 1;
 };
 
@@ -368,10 +410,25 @@ std::string thread_range(int a, int b) {
   std::abort();
 }
 
-// The current fiber has set a wait state: run someone else until it is woken.
+// The next runnable lane of the current fiber's warp (CUDA_EMU_SCHEDULE=warp), or null.
+Fiber* next_in_warp(const Fiber* me, bool skip_polling = false) {
+  const int base = me->index - me->index % 32;
+  for (int k = 1; k < 32; ++k) {
+    const int i = base + (me->index % 32 + k) % 32;
+    if (i >= E.n) continue;
+    Fiber* f = &E.fibers[size_t(i)];
+    if ((f->state == kReady || f->state == kNew) && !(skip_polling && f->failed_waits > 0)) return f;
+  }
+  return nullptr;
+}
+
+// The current fiber has set a wait state: run someone else until it is woken. With CUDA_EMU_SCHEDULE=warp
+// its own warp goes first, so one warp runs as far ahead of the others as their barriers let it (a
+// producer that refills a buffer before the other warps are done with it then overwrites it under them).
 void wait_here() {
   Fiber* me = E.cur;
-  Fiber* next = next_runnable(me->pos);
+  Fiber* next = E.warp_greedy ? next_in_warp(me) : nullptr;
+  if (!next) next = next_runnable(me->pos);
   if (!next) deadlock();
   if (next->state == kNew) start_fiber(next);
   next->state = kReady;
@@ -390,7 +447,14 @@ void run_block() {
     f.state = kNew;
     f.copies.clear();
     f.group_ends.clear();
+    f.wgmmas.clear();
+    f.wgmma_group_ends.clear();
+    f.seen_phases.clear();
+    f.failed_waits = 0;
   }
+  E.mbarriers.clear();
+  E.tma_pending.clear();
+  E.fills.clear();
   for (Warp& w : E.warps) {
     w.exited = 0;
     w.npending = 0;
@@ -1044,6 +1108,289 @@ uint16_t cvt_rn_bf16_f32(float f) { return f32_to_bf16_rn(f); }
 float cvt_f32_f16(uint16_t h) { return f16_to_f32(h); }
 float cvt_f32_bf16(uint16_t h) { return bf16_to_f32(h); }
 
+// ---- sm_90a: mbarrier, TMA, wgmma ------------------------------------------------------------------------
+namespace {
+Mbarrier& mbarrier_at(uint32_t bar, const char* what, const Loc& loc) {
+  if (bar % 8) fatal("%s at %s:%u: mbarrier address 0x%x is not 8-byte aligned", what, short_file(loc.file_name()), loc.line(), bar);
+  shared_ptr(bar, 8, what, loc);
+  auto it = E.mbarriers.find(bar);
+  if (it == E.mbarriers.end())
+    fatal("%s at %s:%u: shared address 0x%x holds no initialised mbarrier (mbarrier.init first)", what,
+          short_file(loc.file_name()), loc.line(), bar);
+  return it->second;
+}
+
+void mbarrier_maybe_complete(Mbarrier& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    m.phase ^= 1u;
+    m.pending = m.expected;
+    ++m.completed;
+  }
+}
+
+// Swizzled byte offset inside a tile (PTX ISA, "Tensor-map swizzle modes" / wgmma "matrix descriptor"):
+// 16-byte chunk bits [4, 4 + log2(span / 16)) XOR the bits [7, ...) of the 128-byte row index, which is how
+// both TMA and wgmma apply it to shared addresses (tiles 1024-byte aligned for the 128-byte mode).
+uint32_t swizzle_offset(uint32_t off, int mode) {
+  switch (mode) {
+    case CU_TENSOR_MAP_SWIZZLE_128B:
+      return off ^ (((off >> 7) & 7u) << 4);
+    case CU_TENSOR_MAP_SWIZZLE_64B:
+      return off ^ (((off >> 7) & 3u) << 4);
+    case CU_TENSOR_MAP_SWIZZLE_32B:
+      return off ^ (((off >> 7) & 1u) << 4);
+    default:
+      return off;
+  }
+}
+
+void perform_tma(const TmaLoad& t) {
+  const TensorMap2D& m = t.map;
+  const uint32_t row_bytes = m.box[0] * m.elem_bytes;
+  const uint32_t bytes = row_bytes * m.box[1];
+  unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
+  for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.fills[line] = FillTag{t.bar, t.phase};
+  for (uint32_t r = 0; r < m.box[1]; ++r)
+    for (uint32_t e = 0; e < m.box[0]; ++e) {
+      const int64_t x = int64_t(t.c0) + e, y = int64_t(t.c1) + r;
+      unsigned char* out = dst + swizzle_offset(r * row_bytes + e * m.elem_bytes, m.swizzle);
+      if (x >= 0 && y >= 0 && uint64_t(x) < m.dim[0] && uint64_t(y) < m.dim[1]) {
+        std::memcpy(out, m.base + uint64_t(y) * m.stride1 + uint64_t(x) * m.elem_bytes, m.elem_bytes);
+      } else if (m.oob_nan) {
+        std::memset(out, 0xff, m.elem_bytes);
+      } else {
+        std::memset(out, 0, m.elem_bytes);
+      }
+    }
+  Mbarrier& b = mbarrier_at(t.bar, "cp.async.bulk.tensor (complete_tx)", t.loc);
+  b.tx -= int64_t(bytes);
+  mbarrier_maybe_complete(b);
+}
+
+// Lets another runnable thread of the block go first (a thread polling an mbarrier); false when none can.
+bool yield_to_others() {
+  Fiber* me = E.cur;
+  // CUDA_EMU_SCHEDULE=warp: a lane of its own warp first, unless those only poll too (then the rotation,
+  // which reaches the thread that can complete the phase)
+  Fiber* next = E.warp_greedy ? next_in_warp(me, true) : nullptr;
+  if (!next) next = next_runnable(me->pos);
+  if (!next || next == me) return false;
+  me->state = kReady;
+  if (next->state == kNew) start_fiber(next);
+  next->state = kReady;
+  make_current(next);
+  switch_context(me->ctx, next->ctx, false);
+  return true;
+}
+
+// One element of a 16-bit matrix held in shared memory as wgmma's descriptor describes it, k-major with the
+// 128-byte swizzle (the only layout emulated): row `row` (m of A, n of B), column k.
+uint16_t wgmma_element(uint64_t desc, int row, int k, const Fiber& reader, const Loc& loc) {
+  const uint32_t start = uint32_t(desc & 0x3fffu) << 4;
+  const uint32_t sbo = uint32_t((desc >> 32) & 0x3fffu) << 4;
+  const uint32_t addr = start + uint32_t(row / 8) * sbo + uint32_t(row % 8) * 128u + uint32_t(k) * 2u;
+  const uint32_t phys = (addr & ~0x3ffu) | swizzle_offset(addr & 0x3ffu, CU_TENSOR_MAP_SWIZZLE_128B);
+  const auto fill = E.fills.find(phys / 128);
+  if (fill != E.fills.end()) {
+    const auto seen = reader.seen_phases.find(fill->second.bar);
+    const uint64_t seen_phase = seen == reader.seen_phases.end() ? 0 : seen->second;
+    if (fill->second.phase > seen_phase)
+      fatal("wgmma at %s:%u (warp %d) reads shared memory at 0x%x that TMA filled for phase %llu of the mbarrier at "
+            "0x%x, while this warp has seen %llu phases of it complete: the stage was refilled before every reader "
+            "was done with it (a missing barrier or release before the refill)",
+            short_file(loc.file_name()), loc.line(), reader.index / 32, phys, (unsigned long long)fill->second.phase,
+            fill->second.bar, (unsigned long long)seen_phase);
+  }
+  uint16_t v;
+  std::memcpy(&v, shared_ptr(phys, 2, "wgmma operand", loc), 2);
+  return v;
+}
+
+void check_wgmma_desc(uint64_t desc, const char* which, const Loc& loc) {
+  const int mode = int(desc >> 62);
+  const int base_offset = int((desc >> 49) & 7u);
+  const uint32_t start = uint32_t(desc & 0x3fffu) << 4;
+  if (mode != 1)
+    fatal("wgmma at %s:%u: %s descriptor has swizzle mode %d; the emulator supports the 128-byte swizzle (1) only",
+          short_file(loc.file_name()), loc.line(), which, mode);
+  if (base_offset != 0 || (start & 0x380u) != 0)
+    fatal("wgmma at %s:%u: %s descriptor starts at 0x%x with base offset %d: a 128-byte-swizzled tile must start on "
+          "its 1024-byte pattern (k steps move the start by < 128 bytes)",
+          short_file(loc.file_name()), loc.line(), which, start, base_offset);
+  if (((desc >> 32) & 0x3fffu) << 4 != 1024)
+    fatal("wgmma at %s:%u: %s descriptor stride byte offset %u; 8 rows of 128 bytes (1024) is the emulated layout",
+          short_file(loc.file_name()), loc.line(), which, unsigned(((desc >> 32) & 0x3fffu) << 4));
+}
+
+// Performs the first `count` wgmmas of every lane of a warp (all lanes issued the same ones).
+void perform_wgmmas(Fiber* lanes, uint32_t mask, size_t count) {
+  const int wg_warp = (lanes[0].index / 32) % 4;  // this warp's 16 rows of the warpgroup's 64
+  for (size_t i = 0; i < count; ++i) {
+    const Wgmma& op = lanes[0].wgmmas[i];
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const Wgmma& o = lanes[std::countr_zero(m)].wgmmas[i];
+      if (o.n != op.n || o.ab_type != op.ab_type || o.desc_a != op.desc_a || o.desc_b != op.desc_b || o.scale_d != op.scale_d)
+        fatal("wgmma at %s:%u: the lanes of warp %d gave different operands to the same wgmma", short_file(op.loc.file_name()),
+              op.loc.line(), lanes[0].index / 32);
+    }
+    auto to_f32 = [&](uint16_t h) { return op.ab_type ? bf16_to_f32(h) : f16_to_f32(h); };
+    float A[16][16];
+    std::vector<float> B(size_t(op.n) * 16);
+    for (int r = 0; r < 16; ++r)
+      for (int k = 0; k < 16; ++k) A[r][k] = to_f32(wgmma_element(op.desc_a, wg_warp * 16 + r, k, lanes[0], op.loc));
+    for (int n = 0; n < op.n; ++n)
+      for (int k = 0; k < 16; ++k) B[size_t(n) * 16 + k] = to_f32(wgmma_element(op.desc_b, n, k, lanes[0], op.loc));
+    // D fragment (PTX ISA, wgmma .m64nNk16 f32 accumulators): lane l holds rows l / 4 and l / 4 + 8 of the
+    // warp's 16; d[4 j + 2 h + e] is column 8 j + 2 (l % 4) + e of row l / 4 + 8 h.
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const int l = std::countr_zero(m);
+      const Wgmma& o = lanes[l].wgmmas[i];
+      for (int j = 0; j < op.n / 8; ++j)
+        for (int h = 0; h < 2; ++h)
+          for (int e = 0; e < 2; ++e) {
+            const int row = l / 4 + 8 * h, col = 8 * j + 2 * (l % 4) + e;
+            float acc = op.scale_d ? *o.d[size_t(4 * j + 2 * h + e)] : 0.0f;
+            for (int k = 0; k < 16; ++k) acc = std::fma(A[row][k], B[size_t(col) * 16 + k], acc);
+            *o.d[size_t(4 * j + 2 * h + e)] = acc;
+          }
+    }
+  }
+  for (uint32_t m = mask; m; m &= m - 1) {
+    Fiber& f = lanes[std::countr_zero(m)];
+    f.wgmmas.erase(f.wgmmas.begin(), f.wgmmas.begin() + std::ptrdiff_t(count));
+    for (size_t& e : f.wgmma_group_ends) e -= count;
+  }
+}
+}  // namespace
+
+void mbarrier_init(uint32_t bar, uint32_t count, const Loc& loc) {
+  check_in_kernel("mbarrier.init");
+  if (bar % 8) fatal("mbarrier.init at %s:%u: address 0x%x is not 8-byte aligned", short_file(loc.file_name()), loc.line(), bar);
+  shared_ptr(bar, 8, "mbarrier.init", loc);
+  if (count == 0 || count >= (1u << 20))
+    fatal("mbarrier.init at %s:%u: count %u outside [1, 2^20)", short_file(loc.file_name()), loc.line(), count);
+  Mbarrier m;
+  m.expected = m.pending = count;
+  E.mbarriers[bar] = m;
+}
+
+void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes, const Loc& loc) {
+  check_in_kernel("mbarrier.arrive.expect_tx");
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.arrive.expect_tx", loc);
+  m.tx += int64_t(tx_bytes);
+  if (m.pending == 0)
+    fatal("mbarrier.arrive.expect_tx at %s:%u: more arrivals than the barrier's count %u in one phase",
+          short_file(loc.file_name()), loc.line(), m.expected);
+  --m.pending;
+  mbarrier_maybe_complete(m);
+}
+
+bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
+  check_in_kernel("mbarrier.try_wait.parity");
+  mbarrier_at(bar, "mbarrier.try_wait.parity", loc);
+  // the TMA loads completing on this barrier land now, at the latest moment a waiting thread allows
+  for (size_t i = 0; i < E.tma_pending.size();) {
+    if (E.tma_pending[i].bar == bar) {
+      const TmaLoad t = E.tma_pending[i];
+      E.tma_pending.erase(E.tma_pending.begin() + std::ptrdiff_t(i));
+      perform_tma(t);
+    } else {
+      ++i;
+    }
+  }
+  // the phase of parity `parity` has completed when the current phase has the other parity
+  if (E.mbarriers[bar].phase != (parity & 1u)) {
+    E.cur->seen_phases[bar] = E.mbarriers[bar].completed;
+    E.cur->failed_waits = 0;
+    return true;
+  }
+  // Not yet: others run first. When no other thread of the block can run, nothing can complete the phase;
+  // when the others only poll too (each try lets every runnable thread run until it blocks or polls), they
+  // never will.
+  constexpr uint64_t kMaxFailedWaits = 100000;
+  if (++E.cur->failed_waits > kMaxFailedWaits || !yield_to_others())
+    fatal("mbarrier.try_wait.parity at %s:%u: waits for phase parity %u of the mbarrier at 0x%x, which no thread "
+          "of the block can complete any more (arrivals pending %u, transaction bytes pending %lld)",
+          short_file(loc.file_name()), loc.line(), parity, bar, E.mbarriers[bar].pending,
+          (long long)E.mbarriers[bar].tx);
+  return false;
+}
+
+void fence_mbarrier_init(const Loc&) { check_in_kernel("fence.mbarrier_init"); }
+
+void tma_load_2d(uint32_t dst, uint64_t tensor_map, int32_t c0, int32_t c1, uint32_t bar, const Loc& loc) {
+  check_in_kernel("cp.async.bulk.tensor");
+  TmaLoad t;
+  std::memcpy(&t.map, reinterpret_cast<const void*>(uintptr_t(tensor_map)), sizeof t.map);
+  if (t.map.magic != kTensorMapMagic)
+    fatal("cp.async.bulk.tensor at %s:%u: %p is not a tensor map made by cuTensorMapEncodeTiled",
+          short_file(loc.file_name()), loc.line(), reinterpret_cast<const void*>(uintptr_t(tensor_map)));
+  const uint32_t align = t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
+  if (dst % align)
+    fatal("cp.async.bulk.tensor at %s:%u: shared destination 0x%x is not %u-byte aligned", short_file(loc.file_name()),
+          loc.line(), dst, align);
+  if (t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && t.map.box[0] * t.map.elem_bytes != 128)
+    fatal("cp.async.bulk.tensor at %s:%u: the emulator takes 128-byte-swizzled boxes of 128-byte rows only",
+          short_file(loc.file_name()), loc.line());
+  shared_ptr(dst, size_t(t.map.box[0]) * t.map.elem_bytes * t.map.box[1], "cp.async.bulk.tensor", loc);
+  t.phase = mbarrier_at(bar, "cp.async.bulk.tensor", loc).completed + 1;
+  t.dst = dst, t.bar = bar, t.c0 = c0, t.c1 = c1, t.loc = loc;
+  // CUDA_EMU_TMA=early performs the load now, the earliest completion CUDA allows: a refill issued before
+  // every reader of the stage is done then overwrites what their pending wgmmas still read. The default
+  // (late) performs it when a thread first waits on its mbarrier: reading before the wait sees old data.
+  const char* mode = std::getenv("CUDA_EMU_TMA");
+  if (mode && std::strcmp(mode, "early") == 0)
+    perform_tma(t);
+  else
+    E.tma_pending.push_back(t);
+}
+
+void wgmma_fence(const Loc& loc) {
+  check_in_kernel("wgmma.fence");
+  collective(0xffffffffu, 70, "wgmma.fence", loc, true, nullptr);
+}
+
+void wgmma_m64nNk16(int n, int ab_type, float* const* d, uint64_t desc_a, uint64_t desc_b, bool scale_d, int scale_a,
+                    int scale_b, int trans_a, int trans_b, const Loc& loc) {
+  check_in_kernel("wgmma.mma_async");
+  if (scale_a != 1 || scale_b != 1 || trans_a != 0 || trans_b != 0)
+    fatal("wgmma at %s:%u: imm-scale-a/b other than 1 or transposed operands are not emulated",
+          short_file(loc.file_name()), loc.line());
+  if (blockDim.x * blockDim.y * blockDim.z % 128)
+    fatal("wgmma at %s:%u: the block's %u threads are not whole warpgroups of 128", short_file(loc.file_name()),
+          loc.line(), blockDim.x * blockDim.y * blockDim.z);
+  check_wgmma_desc(desc_a, "A", loc);
+  check_wgmma_desc(desc_b, "B", loc);
+  Wgmma w;
+  w.n = n, w.ab_type = ab_type, w.desc_a = desc_a, w.desc_b = desc_b, w.scale_d = scale_d, w.loc = loc;
+  w.d.assign(d, d + n / 2);
+  E.cur->wgmmas.push_back(std::move(w));
+  collective(0xffffffffu, 71, "wgmma.mma_async", loc, true, nullptr);
+}
+
+void wgmma_commit_group(const Loc& loc) {
+  check_in_kernel("wgmma.commit_group");
+  E.cur->wgmma_group_ends.push_back(E.cur->wgmmas.size());
+  collective(0xffffffffu, 72, "wgmma.commit_group", loc, true, nullptr);
+}
+
+void wgmma_wait_group(int n, const Loc& loc) {
+  check_in_kernel("wgmma.wait_group");
+  in_as<int32_t>(*E.cur) = n;
+  collective(0xffffffffu, 73, "wgmma.wait_group", loc, true, [](Fiber* lanes, uint32_t mask) {
+    Fiber& f0 = lanes[std::countr_zero(mask)];
+    const int keep = in_as<int32_t>(f0);
+    const int groups = int(f0.wgmma_group_ends.size());
+    if (groups <= keep) return;
+    const size_t upto = f0.wgmma_group_ends[size_t(groups - keep - 1)];
+    perform_wgmmas(lanes, mask, upto);
+    for (uint32_t m = mask; m; m &= m - 1) {
+      Fiber& f = lanes[std::countr_zero(m)];
+      f.wgmma_group_ends.erase(f.wgmma_group_ends.begin(), f.wgmma_group_ends.begin() + (groups - keep));
+    }
+  });
+}
+
 }  // namespace ptx
 
 // ---- fatal signals during a launch ------------------------------------------------------------------------
@@ -1167,6 +1514,12 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
       fatal("CUDA_EMU_ORDER=%s: expected forward, reverse, random or alternate", e);
     if (const char* sd = std::getenv("CUDA_EMU_SEED")) E.seed = std::strtoull(sd, nullptr, 0);
   }
+  {
+    const char* sched = std::getenv("CUDA_EMU_SCHEDULE");  // read at every launch: tests switch it
+    if (sched && std::strcmp(sched, "warp") != 0 && std::strcmp(sched, "roundrobin") != 0)
+      fatal("CUDA_EMU_SCHEDULE=%s: expected roundrobin or warp", sched);
+    E.warp_greedy = sched && std::strcmp(sched, "warp") == 0;
+  }
   gridDim = g;
   blockDim = b;
   if (E.fibers.size() < threads) E.fibers.resize(threads);
@@ -1224,6 +1577,10 @@ extern "C" void cuda_emu_fiber_main() {
     }
     // Finish what the thread issued (the GPU would), then leave for good.
     ptx::cp_async_wait_all(Loc::current());
+    if (!me->wgmmas.empty())
+      fatal("thread exited with %zu wgmma.mma_async issued at %s:%u and never waited for (wgmma.wait_group): its "
+            "accumulators are undefined",
+            me->wgmmas.size(), short_file(me->wgmmas.front().loc.file_name()), me->wgmmas.front().loc.line());
     me->state = kDone;
     ++E.ndone;
     Warp& w = E.warps[size_t(me->index / 32)];

@@ -28,6 +28,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
 #define __constant__
@@ -156,6 +157,23 @@ uint16_t cvt_rn_f16_f32(float f);
 uint16_t cvt_rn_bf16_f32(float f);
 float cvt_f32_f16(uint16_t h);
 float cvt_f32_bf16(uint16_t h);
+
+// sm_90a (docs/cuda-emulator.md, "Hopper"): mbarriers (in a table of the block, keyed by shared address),
+// TMA 2-D tile loads (performed when a thread first waits on their mbarrier: the latest completion CUDA
+// allows, so a read before the wait sees the old contents), and wgmma from shared-memory descriptors
+// (performed at the wgmma.wait_group that covers them, reading shared memory then, writing the
+// accumulators through `d`).
+void mbarrier_init(uint32_t bar, uint32_t count, const Loc& loc);
+void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes, const Loc& loc);
+bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc);
+void fence_mbarrier_init(const Loc& loc);
+void tma_load_2d(uint32_t dst, uint64_t tensor_map, int32_t c0, int32_t c1, uint32_t bar, const Loc& loc);
+void wgmma_fence(const Loc& loc);
+void wgmma_commit_group(const Loc& loc);
+void wgmma_wait_group(int n, const Loc& loc);
+// D (m64nN, this warp's 16 rows) += A B: ab_type 0 f16, 1 bf16; d: the n / 2 accumulators of this lane.
+void wgmma_m64nNk16(int n, int ab_type, float* const* d, uint64_t desc_a, uint64_t desc_b, bool scale_d, int scale_a,
+                    int scale_b, int trans_a, int trans_b, const Loc& loc);
 }  // namespace ptx
 
 template <class T>

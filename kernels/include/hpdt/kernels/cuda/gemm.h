@@ -13,7 +13,13 @@
 //            Needs A and B 16-byte aligned and lda, ldb multiples of 8; falls back to v1 otherwise.
 //   vendor:  cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F); a bias is first written into C (beta * C + bias, a
 //            small kernel), then cuBLAS accumulates alpha * AB onto it.
-//   (v3, Hopper wgmma + TMA, is not written: wgmma needs the sm_90a target and the build compiles for sm_90.)
+//   v3_wgmma: Hopper (sm_90a): TMA loads into 128-byte-swizzled shared memory on mbarriers, wgmma.mma_async
+//            m64n256k16 / m64n128k16 from shared-memory descriptors, two warpgroups per 128 x 256 (or 128 x
+//            128) block tile. bf16/f16 with A not transposed and B transposed (both k-major: y = x w^T),
+//            16-byte aligned, lda and ldb multiples of 8, on a compute capability 9.0 device, in a build
+//            that targets sm_90 (kernels/cuda/sm90a/ is compiled for sm_90a alone); otherwise v2 (then v1).
+//            NOT YET RUN ON A GPU: checked in the CUDA emulator only (its wgmma/TMA/mbarrier model), so
+//            `automatic` does not choose it; ask for it by name.
 //   automatic: vendor when kernels::kernel_backend() is vendor; else v2 for 16-bit inputs it can take,
 //            v1 otherwise.
 // v1 and v2 are deterministic (same inputs, same bits; no atomics, split-K partials summed in order).
@@ -28,9 +34,9 @@
 
 namespace hpdt::kernels::cuda {
 
-enum class GemmVariant { automatic, v1_simt, v2_mma, vendor };
+enum class GemmVariant { automatic, v1_simt, v2_mma, v3_wgmma, vendor };
 
-std::string_view gemm_variant_name(GemmVariant v);  // "automatic", "v1_simt", "v2_mma", "vendor"
+std::string_view gemm_variant_name(GemmVariant v);  // "automatic", "v1_simt", "v2_mma", "v3_wgmma", "vendor"
 
 // What runs after the sum, before the store: C = alpha * AB + beta * C + bias[col].
 struct GemmEpilogue {
@@ -41,8 +47,13 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const void* B, int64_t ldb, float beta, void* C, int64_t ldc, DType ab_type, DType c_type,
           const GemmEpilogue& epi, const Stream& stream, GemmVariant variant = GemmVariant::automatic);
 
+// Whether this build compiled v3_wgmma (the build targets sm_90); it runs only on compute capability 9.0.
+// HPDT_GEMM_V3_TILE=wide|narrow pins its block tile (128 x 256 or 128 x 128; tuning and tests).
+bool gemm_v3_built();
+
 // The variant gemm() runs for these arguments and this request (never `automatic`): the fallbacks
 // above applied. For tests and benchmarks, to know what was measured.
-GemmVariant gemm_resolve(GemmVariant requested, int64_t lda, int64_t ldb, const void* A, const void* B, DType ab_type);
+GemmVariant gemm_resolve(GemmVariant requested, bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const void* A,
+                         const void* B, DType ab_type, const Stream& stream);
 
 }  // namespace hpdt::kernels::cuda

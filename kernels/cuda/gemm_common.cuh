@@ -1,0 +1,61 @@
+// What the GEMM variants of gemm.cu and sm90a/gemm_wgmma.cu share (private to kernels/cuda): the
+// kernel parameters, the tile order and the epilogue's order of operations.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "hpdt/core/dtype.h"
+#include "hpdt/core/float16.h"
+#include "hpdt/core/stream.h"
+
+namespace hpdt::kernels::cuda::gemm_detail {
+
+// Everything a GEMM kernel needs; passed by value (kernel parameter space).
+struct Params {
+  int M, N, K;
+  float alpha, beta;
+  const void* A;
+  int64_t lda;
+  const void* B;
+  int64_t ldb;
+  void* C;
+  int64_t ldc;
+  const void* bias;  // [N], C's dtype, or null
+  bool c_f32;        // C (and bias) f32, else C has the inputs' 16-bit type
+  bool a_kmajor;     // A's k index is contiguous (A not transposed)
+  bool b_kmajor;     // B's k index is contiguous (B transposed)
+  int tiles_m, tiles_n;
+  int kt_per_split;  // v2: k tiles (of 32) per split
+  float* partial;    // v2 split-K: [splits][M][N] f32 partial sums, or null
+};
+
+// Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.
+__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm, int& tn) {
+  constexpr int kGroup = 8;
+  const int per_group = kGroup * tiles_n;
+  const int group = pid / per_group;
+  const int first_m = group * kGroup;
+  const int size_m = min(tiles_m - first_m, kGroup);
+  const int in_group = pid - group * per_group;
+  tm = first_m + in_group % size_m;
+  tn = in_group / size_m;
+}
+
+// out = alpha * acc (+ beta * C) (+ bias): the oracle's order of operations.
+template <class TC>
+__device__ __forceinline__ void store_one(const Params& p, TC* c, int col, float acc) {
+  float v = p.alpha * acc;
+  if (p.beta != 0.0f) v += p.beta * to_f32(*c);
+  if (p.bias) v += to_f32(static_cast<const TC*>(p.bias)[col]);
+  *c = from_f32<TC>(v);
+}
+
+// v3 (sm90a/gemm_wgmma.cu): built only where the build targets sm_90 (HPDT_HAVE_GEMM_WGMMA), and runs
+// only on a device of compute capability 9.0. Takes 16-bit A and B, both k-major (A not transposed, B
+// transposed), 16-byte aligned, lda and ldb multiples of 8.
+bool v3_device_ok(int device);
+void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream);
+
+}  // namespace hpdt::kernels::cuda::gemm_detail
