@@ -69,19 +69,26 @@ def fmt(x, nd=1):
 
 
 def gemm_table(g, rows, numbers):
-    rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | cuBLAS TFLOP/s | v2 / cuBLAS |")
-    rows.append("|---|---:|---:|---:|---:|")
+    rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | v3 wgmma TFLOP/s "
+                "| cuBLAS TFLOP/s | v2 / cuBLAS | v3 / cuBLAS |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/")}, key=lambda s: (not s[0].isdigit(), s))
     for dt in ("bf16->bf16", "f32->f32"):
         for sh in shapes:
-            v1, v2, cu = (g.get(f"gemm/{dt}/{sh}/{v}") for v in ("v1_simt", "v2_mma", "vendor"))
+            v1, v2, v3, cu = (g.get(f"gemm/{dt}/{sh}/{v}") for v in ("v1_simt", "v2_mma", "v3_wgmma", "vendor"))
             if not cu:
                 continue
+            # v3 only where it really ran (its label is the variant that ran: v2 off k-major x k-major)
+            if v3 and v3.get("label") not in (None, "v3_wgmma"):
+                v3 = None
             tf = lambda b: b["TFLOP/s"] if b else None  # noqa: E731
             ratio = tf(v2) / tf(cu) if v2 and cu else None
-            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(cu))} | {fmt(ratio, 2)} |")
+            ratio3 = tf(v3) / tf(cu) if v3 and cu else None
+            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(cu))} | {fmt(ratio, 2)} "
+                        f"| {fmt(ratio3, 2)} |")
             numbers.append({"op": "gemm", "dtype": dt, "shape": sh, "v1_tflops": tf(v1), "v2_tflops": tf(v2),
-                            "cublas_tflops": tf(cu), "v2_over_cublas": ratio})
+                            "v3_tflops": tf(v3), "cublas_tflops": tf(cu), "v2_over_cublas": ratio,
+                            "v3_over_cublas": ratio3})
 
 
 def conv_table(c, rows, numbers):
