@@ -244,6 +244,7 @@ TEST_F(GemmCuda, RealisticLinearShapes) {
       for (const Types& ty :
            {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f32}})
         for (int which = 0; which < 3; ++which) {
+          if (v == GemmVariant::v3_wgmma && which != 0) continue;  // v3 takes the forward (NT) only; else v2 again
           Case c;
           c.variant = v;
           c.ab = ty.ab, c.c = ty.c;
