@@ -322,6 +322,19 @@ __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, uin
       : "memory");
 }
 
+// wgmma descriptor of a k-major tile with the 128-byte swizzle: 8-row groups 1024 bytes apart
+__device__ __forceinline__ uint64_t desc128(uint32_t addr) {
+  return uint64_t((addr & 0x3ffffu) >> 4) | uint64_t(1) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+}
+// D (m64n8, f32) += A B, bf16 from descriptors
+__device__ __forceinline__ void mma_m64n8k16(float (&d)[4], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(da), "l"(db), "r"(1));
+}
+
 // One 64 x 64 bf16 box at (c0, c1) of a map with the 128-byte swizzle, twice through one mbarrier (phases 0
 // and 1), the shared bytes copied out raw.
 __global__ void tma_box(const __grid_constant__ CUtensorMap map, int c0, int c1, uint16_t* out) {
@@ -399,16 +412,9 @@ __global__ void wgmma_n8(const uint16_t* a, const uint16_t* b, float* out) {
     std::memcpy(tile + 8192 + r * 128 + (((2 * k) / 16) ^ (r % 8)) * 16 + (2 * k) % 16, &b[i], 2);
   }
   __syncthreads();
-  auto desc = [](uint32_t addr) {
-    return uint64_t((addr & 0x3ffffu) >> 4) | uint64_t(1) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
-  };
   float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};  // scale-d 1: accumulated onto
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(desc(base)), "l"(desc(base + 8192)), "r"(1));
+  mma_m64n8k16(d, desc128(base), desc128(base + 8192));
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   const int warp = t / 32, lane = t % 32;
@@ -447,13 +453,8 @@ __global__ void wait_uninitialised() {
 __global__ void wgmma_never_waited(float* out) {
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
-  const uint64_t da = uint64_t((base & 0x3ffffu) >> 4) | uint64_t(1) << 16 | uint64_t(64) << 32 | uint64_t(1) << 62;
   float d[4] = {0, 0, 0, 0};
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(da), "l"(da), "r"(1));
+  mma_m64n8k16(d, desc128(base), desc128(base));
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   out[threadIdx.x] = 0;
 }
@@ -464,7 +465,7 @@ __global__ void refill_under_readers(const __grid_constant__ CUtensorMap map, fl
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u, bar = base + 8192;
   if (threadIdx.x == 0) mbar_init(bar, 1);
   __syncthreads();
-  const uint64_t desc = uint64_t((base & 0x3ffffu) >> 4) | uint64_t(1) << 16 | uint64_t(64) << 32 | uint64_t(1) << 62;
+  const uint64_t desc = desc128(base);
   for (int kt = 0; kt < 2; ++kt) {
     if (threadIdx.x == 0) {
       mbar_expect(bar, 8192);
@@ -474,11 +475,7 @@ __global__ void refill_under_readers(const __grid_constant__ CUtensorMap map, fl
     }
     float d[4] = {0, 0, 0, 0};
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(desc), "l"(desc), "r"(1));
+    mma_m64n8k16(d, desc, desc);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     out[threadIdx.x] = d[0];
