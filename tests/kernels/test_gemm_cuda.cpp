@@ -385,16 +385,19 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
 
 // v3 with both block tiles on shapes that are no multiple of a tile (rows of A and B and k columns past the
 // edge come from TMA as zeros; NaN padding beyond K shows a read past it), several k tiles and stages reused
-// (K up to 520: 9 k tiles over 4 or 6 stages), alpha/beta/bias, f32 and 16-bit C.
+// (K up to 520: 9 k tiles over 4 or 6 stages), alpha/beta/bias, f32 and 16-bit C; one MMA group in flight
+// across the refill barrier (the default) and none (HPDT_GEMM_V3_IN_FLIGHT=0).
 // On the emulator (docs/cuda-emulator.md) two schedules are tried: TMA completing at the first wait with
 // the warps taking turns (a read before the wait shows), and TMA completing at the issue with each warp
 // running ahead as far as the barriers let it (a stage refilled while another warpgroup still reads it shows).
 TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Size sizes[] = {{1, 1, 1}, {130, 260, 72}, {300, 520, 200}, {64, 24, 520}};
+  for (const char* in_flight : {"1", "0"})
   for (const char* tma : {"late", "early"})
   for (const char* tile : {"narrow", "wide"}) {
     if (!test::emulated() && std::string(tma) == "early") continue;  // a GPU decides that itself
+    ::setenv("HPDT_GEMM_V3_IN_FLIGHT", in_flight, 1);
     ::setenv("CUDA_EMU_TMA", tma, 1);
     ::setenv("CUDA_EMU_SCHEDULE", std::string(tma) == "early" ? "warp" : "roundrobin", 1);
     const V3TileScope scope(tile);
@@ -408,7 +411,8 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
         c.ab = ty.ab, c.c = ty.c;
         c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K), c.pad_c = 3;
         c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
-        SCOPED_TRACE(std::string(tile) + " tile, TMA " + tma + ", " + describe(c));
+        SCOPED_TRACE(std::string(tile) + " tile, " + in_flight + " MMA group(s) in flight, TMA " + tma + ", " +
+                     describe(c));
         GemmVariant used;
         EXPECT_TRUE(run(c, &used));
         EXPECT_EQ(used, GemmVariant::v3_wgmma);
@@ -416,6 +420,7 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   }
   ::unsetenv("CUDA_EMU_TMA");
   ::unsetenv("CUDA_EMU_SCHEDULE");
+  ::unsetenv("HPDT_GEMM_V3_IN_FLIGHT");
 }
 
 // Large k-major x k-major 16-bit GEMMs: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS).

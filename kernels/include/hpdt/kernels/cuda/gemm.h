@@ -48,7 +48,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const GemmEpilogue& epi, const Stream& stream, GemmVariant variant = GemmVariant::automatic);
 
 // Whether this build compiled v3_wgmma (the build targets sm_90); it runs only on compute capability 9.0.
-// HPDT_GEMM_V3_TILE=wide|narrow pins its block tile (128 x 256 or 128 x 128; tuning and tests).
+// HPDT_GEMM_V3_TILE=wide|narrow pins its block tile (128 x 256 or 128 x 128; tuning and tests);
+// HPDT_GEMM_V3_IN_FLIGHT=0 waits for every k tile's MMAs before freeing its stage (default: one group in flight).
 bool gemm_v3_built();
 
 // The variant gemm() runs for these arguments and this request (never `automatic`): the fallbacks
