@@ -521,15 +521,6 @@ void launch_transposes(const Params& p, int splits, int device, cudaStream_t s) 
     launch_cfg<T, C, false, false>(p, splits, device, s);
 }
 
-int sm_count(int device) {
-  static std::atomic<int> cache[64] = {};
-  int n = cache[device & 63].load(std::memory_order_relaxed);
-  if (n == 0) {
-    HPDT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    cache[device & 63].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
 
 // HPDT_GEMM_V2_TILE=small|large pins the block tile (for tuning); unset: chosen by shape.
 int forced_tile() {
@@ -547,7 +538,7 @@ template <class T>
 void launch(Params p, DType c_type, const Stream& stream) {
   const int device = stream.device().index;
   const cudaStream_t s = detail::native(stream);
-  const int sms = sm_count(device);
+  const int sms = gemm_detail::sm_count(device);
   const int64_t large_tiles =
       ((int64_t(p.M) + Large::BM - 1) / Large::BM) * ((int64_t(p.N) + Large::BN - 1) / Large::BN);
   // The large tile reuses each loaded element twice as often but runs one block per SM: worth it only
@@ -610,6 +601,20 @@ bool v3_can_take(bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const voi
 }
 
 }  // namespace
+
+namespace gemm_detail {
+
+int sm_count(int device) {
+  static std::atomic<int> cache[64] = {};
+  int n = cache[device & 63].load(std::memory_order_relaxed);
+  if (n == 0) {
+    HPDT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    cache[device & 63].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+}  // namespace gemm_detail
 
 namespace detail {
 

@@ -112,6 +112,23 @@ class GemmCuda : public test::CudaOracleTest {
     return os.str();
   }
 
+  // `variant` (which must be what runs) against cuBLAS on dense A and B, alpha 1, beta 0. Two f32-accumulated
+  // results: the order tolerance twice over, plus one ulp of the 16-bit output where the two land on either
+  // side of a rounding boundary (and, with `vendor_16bit_slack`, cuBLAS's partial-sum rounding of a 16-bit C).
+  void expect_near_cublas(kernels::cuda::GemmVariant variant, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                          const Tensor& A, const Tensor& B, DType ab, DType ct, bool vendor_16bit_slack) {
+    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    ASSERT_EQ(kernels::cuda::gemm_resolve(variant, ta, tb, lda, ldb, A.data(), B.data(), ab, stream), variant);
+    Tensor ours = poisoned({M, N}, ct), ref = poisoned({M, N}, ct);
+    kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ours.data(), N, ab, ct, {}, stream, variant);
+    kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ref.data(), N, ab, ct, {}, stream,
+                        kernels::cuda::GemmVariant::vendor);
+    Tolerance tol = gemm_tolerance(ct, K, 1, 0);
+    tol.atol *= 2;
+    if (vendor_16bit_slack) widen_for_vendor_16bit(tol, ct, K, 1, 0);
+    EXPECT_TRUE(close(to_cpu_f32(ref), to_cpu_f32(ours), tol));
+  }
+
   // Leading dimension that keeps v2 usable (a multiple of 8) and leaves some padding.
   static int64_t aligned_pad(int64_t width) { return (width + 7) / 8 * 8 + 8 - width; }
 
@@ -345,18 +362,7 @@ TEST_F(GemmCuda, LargeV2AgainstCublas) {
           if (M > 4000 && ct != DType::f32) continue;  // the big one: f32 C only (the epilogue is shared)
           SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + (ta ? " T" : " N") +
                        (tb ? "T " : "N ") + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
-          ASSERT_EQ(kernels::cuda::gemm_resolve(GemmVariant::v2_mma, ta, tb, lda, ldb, A.data(), B.data(), ab, stream),
-                    GemmVariant::v2_mma);
-          Tensor ours = poisoned({M, N}, ct), ref = poisoned({M, N}, ct);
-          kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ours.data(), N, ab, ct, {}, stream,
-                              GemmVariant::v2_mma);
-          kernels::cuda::gemm(ta, tb, M, N, K, 1, A.data(), lda, B.data(), ldb, 0, ref.data(), N, ab, ct, {}, stream,
-                              GemmVariant::vendor);
-          // Two f32-accumulated results: the order tolerance twice over, plus one ulp of the 16-bit
-          // output where the two land on either side of a rounding boundary.
-          Tolerance tol = gemm_tolerance(ct, K, 1, 0);
-          tol.atol *= 2;
-          EXPECT_TRUE(close(to_cpu_f32(ref), to_cpu_f32(ours), tol));
+          expect_near_cublas(GemmVariant::v2_mma, ta, tb, M, N, K, A, B, ab, ct, false);
         }
       }
 }
@@ -435,17 +441,7 @@ TEST_F(GemmCuda, LargeV3AgainstCublas) {
         const Tensor A = to_gpu(random({M, K}), ab), B = to_gpu(random({N, K}), ab);
         SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + " NT " + std::to_string(M) +
                      "x" + std::to_string(N) + "x" + std::to_string(K));
-        ASSERT_EQ(kernels::cuda::gemm_resolve(GemmVariant::v3_wgmma, false, true, K, K, A.data(), B.data(), ab, stream),
-                  GemmVariant::v3_wgmma);
-        Tensor ours = poisoned({M, N}, ct), ref = poisoned({M, N}, ct);
-        kernels::cuda::gemm(false, true, M, N, K, 1, A.data(), K, B.data(), K, 0, ours.data(), N, ab, ct, {}, stream,
-                            GemmVariant::v3_wgmma);
-        kernels::cuda::gemm(false, true, M, N, K, 1, A.data(), K, B.data(), K, 0, ref.data(), N, ab, ct, {}, stream,
-                            GemmVariant::vendor);
-        Tolerance tol = gemm_tolerance(ct, K, 1, 0);
-        tol.atol *= 2;
-        widen_for_vendor_16bit(tol, ct, K, 1, 0);
-        EXPECT_TRUE(close(to_cpu_f32(ref), to_cpu_f32(ours), tol));
+        expect_near_cublas(GemmVariant::v3_wgmma, false, true, M, N, K, A, B, ab, ct, true);
       }
 }
 
