@@ -15,7 +15,6 @@ usage: check_allreduce_output.py STDOUT_FILE RANKS ALGOS [--compress LIST] [--wi
 import argparse
 import csv
 import json
-import math
 import re
 import sys
 
@@ -167,19 +166,15 @@ def main():
                     fail(f"JSON best entry's busbw is not its algorithm's mean over both placements: {b}")
                 if p > 1 and any(bw[(x, b["bytes"])] > b["busbw_GBps"] * (1 + 1e-12) for x in algos if x != "auto"):
                     fail(f"JSON best entry is not the fastest by the mean: {b}")
-            # the tuned choice: among the algorithms within 10 % of the size's best busbw, the best sum
-            # of log busbw over the size and its two neighbours
+            # the tuned choice: among the algorithms within 10 % of the size's best busbw, the one whose
+            # alpha-beta fit predicts the shortest time at that size (model_us of the out-of-place row)
             cands = [x for x in algos if x != "auto"]
+            model = {(r["algo"], r["bytes"]): r["model_us"] for r in doc["results"]
+                     if r["compress"] == "none" and not r["in_place"]}
             for i, b in enumerate(doc["best"]):
                 top = max(bw.get((x, sizes[i]), -1) for x in cands)
                 near = [x for x in cands if top > 0 and bw.get((x, sizes[i]), -1) >= 0.9 * top]
-                def score(x):
-                    sc = math.log(bw[(x, sizes[i])])
-                    for j in (i - 1, i + 1):
-                        if 0 <= j < len(sizes):
-                            sc += math.log(bw[(x, sizes[j])]) if bw.get((x, sizes[j]), 0) > 0 else -1e9
-                    return sc
-                want = max(near, key=lambda x: (score(x), -cands.index(x)))
+                want = min(near, key=lambda x: (model[(x, sizes[i])], cands.index(x)))
                 if b.get("tuned_algo") != want:
                     fail(f"JSON best entry at {b['bytes']} B: tuned_algo {b.get('tuned_algo')}, expected {want}")
     if a.csv:
