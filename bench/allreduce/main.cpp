@@ -859,7 +859,7 @@ int run(int argc, char** argv) {
   if (have_none) {
     ft << "# Best algorithm per size (busbw from the mean time per operation over the timed loops of both placements, GB/s); tuned: what --tuning-out writes for the size\n"
        << "#       size  best     busbw  tuned " << (have_mpi ? "    mpi  best/mpi" : "")
-       << (have_auto ? "   auto  auto/best" : "") << "\n";
+       << (have_auto ? "   auto  auto/best  auto_is  its/best" : "") << "\n";
     for (size_t bytes : size_list) {
       if (bytes == 0) continue;
       std::string who;
@@ -890,6 +890,16 @@ int run(int argc, char** argv) {
         t += line;
         bj["auto_busbw_GBps"] = au;
         bj["auto_over_best"] = bb > 0 ? au / bb : 0.0;
+        // What auto resolves to here, and that algorithm's own rows of this run over the best: the
+        // quality of the choice, apart from the noise between auto's loops and its algorithm's loops.
+        const std::string is(hc::algorithm_name(hc::resolve_auto(comm, bytes, bench.allreduce_options()).algorithm));
+        const double its = busbw_of(is, bytes);
+        char ratio[32] = "n/a";
+        if (its > 0 && bb > 0) std::snprintf(ratio, sizeof ratio, "%.2f", its / bb);
+        std::snprintf(line, sizeof line, "  %-7s  %7s", is.c_str(), ratio);
+        t += line;
+        bj["auto_algo"] = is;
+        bj["auto_algo_over_best"] = its > 0 && bb > 0 ? nlohmann::json(its / bb) : nlohmann::json(nullptr);
       }
       ft << t << "\n";
       best_json.push_back(bj);

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Markdown summary of hpdt-allreduce-perf JSON files (for results/README.md): per run, the
 out-of-place busbw of each algorithm at selected sizes, the best algorithm and its ratio to mpi,
-auto's ratio to the best, and the alpha-beta fits. The best, best/mpi and auto/best columns compare
+auto's ratio to the best, what auto runs there and that algorithm's ratio to the best, and the alpha-beta fits. The best, best/mpi and auto/best columns compare
 as the tool's own summary does: by the mean time per operation over the timed loops of both
 placements (rows with `mean_us`); files from before that field compare out-of-place medians.
 
@@ -54,8 +54,9 @@ def main():
             return out
         sizes = [s for s in (nearest(rows, s) for s in SIZES) if s]
         sizes = list(dict.fromkeys(sizes))
-        print("| size | " + " | ".join(algos) + " | best | best/mpi | auto/best |")
-        print("|---|" + "---|" * (len(algos) + 3))
+        have_is = any("auto_algo" in b for b in d.get("best", []))
+        print("| size | " + " | ".join(algos) + " | best | best/mpi | auto/best |" + (" auto runs | its/best |" if have_is else ""))
+        print("|---|" + "---|" * (len(algos) + 3 + (2 if have_is else 0)))
         for s in sizes:
             bw = {r["algo"]: r[key] for r in rows if r["bytes"] == s}
             cmp = compare_bw(s)
@@ -66,7 +67,12 @@ def main():
             cells = [f"{bw[a]:.3f}" if a in bw else "-" for a in algos]
             r_mpi = f"{cand[best] / mpi:.2f}" if mpi and best != "-" else "-"
             r_auto = f"{auto / cand[best]:.2f}" if auto is not None and best != "-" and cand[best] > 0 else "-"
-            print(f"| {human(s)} | " + " | ".join(cells) + f" | {best} | {r_mpi} | {r_auto} |")
+            line = f"| {human(s)} | " + " | ".join(cells) + f" | {best} | {r_mpi} | {r_auto} |"
+            if have_is:
+                b = next((b for b in d["best"] if b["bytes"] == s), {})
+                its = b.get("auto_algo_over_best")
+                line += f" {b.get('auto_algo', '-')} | " + (f"{its:.2f}" if its is not None else "-") + " |"
+            print(line)
         basis = ("best, best/mpi and auto/best from the mean time per operation over the timed loops of both "
                  "placements" if pooled else "best and the ratios from these medians")
         print(f"\n{key.split('_')[0]} in GB/s, out of place, median of the repetitions ({basis}); alpha-beta fits: " + "; ".join(

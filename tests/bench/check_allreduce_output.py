@@ -166,6 +166,14 @@ def main():
                     fail(f"JSON best entry's busbw is not its algorithm's mean over both placements: {b}")
                 if p > 1 and any(bw[(x, b["bytes"])] > b["busbw_GBps"] * (1 + 1e-12) for x in algos if x != "auto"):
                     fail(f"JSON best entry is not the fastest by the mean: {b}")
+                if "auto" in algos:  # what auto resolves to, and that algorithm's own busbw over the best
+                    who = b.get("auto_algo")
+                    if not who:
+                        fail(f"JSON best entry lacks auto_algo: {b}")
+                    want = bw[(who, b["bytes"])] / b["busbw_GBps"] if (who, b["bytes"]) in bw else None
+                    got = b.get("auto_algo_over_best")
+                    if (want is None) != (got is None) or (want is not None and abs(got - want) > 1e-9):
+                        fail(f"JSON best entry: auto_algo_over_best {got}, expected {want}: {b}")
             # the tuned choice: among the algorithms within 10 % of the size's best busbw, the one whose
             # alpha-beta fit predicts the shortest time at that size (model_us of the out-of-place row)
             cands = [x for x in algos if x != "auto"]
