@@ -434,11 +434,13 @@ void Run::save_checkpoint(const std::string& why) {
     Tensor master = host_copy(arena.master_params(), stream_);
     for (const auto& p : arena.infos()) c.params[p.name] = master.flat(p.offset, p.shape.numel()).view(p.shape);
     for (const auto& [name, t] : arena.buffers()) c.params["buffers/" + name] = host_copy(t, stream_);
+    // flat optimizer state in the arena's packed layout (no alignment gaps: the same bytes as before the
+    // gaps existed)
     if (auto* sgd = dynamic_cast<nn::Sgd*>(optimizer_.get()); sgd && sgd->momentum_buffer().defined())
-      c.optimizer["sgd/momentum"] = host_copy(sgd->momentum_buffer(), stream_);
+      c.optimizer["sgd/momentum"] = arena.packed(host_copy(sgd->momentum_buffer(), stream_));
     if (auto* adam = dynamic_cast<nn::AdamW*>(optimizer_.get())) {
-      c.optimizer["adamw/exp_avg"] = host_copy(adam->exp_avg(), stream_);
-      c.optimizer["adamw/exp_avg_sq"] = host_copy(adam->exp_avg_sq(), stream_);
+      c.optimizer["adamw/exp_avg"] = arena.packed(host_copy(adam->exp_avg(), stream_));
+      c.optimizer["adamw/exp_avg_sq"] = arena.packed(host_copy(adam->exp_avg_sq(), stream_));
     }
     if (!cstate.empty())
       c.optimizer["compression/state"] = Tensor::from_vector(all_cstate, Shape{int64_t(size_), int64_t(cstate.size())});
@@ -497,11 +499,14 @@ void Run::resume_if_asked() {
       throw UsageError("checkpoint " + *latest + ": buffer " + name + " missing or of another size");
     load_into(it->second, t);
   }
-  auto restore = [&](const std::string& key, const Tensor& dst) {
+  auto restore = [&](const std::string& key, const Tensor& dst) {  // dst: flat, alignment gaps included
     auto it = c.optimizer.find(key);
-    if (it == c.optimizer.end() || it->second.nbytes() != dst.nbytes())
-      throw UsageError("checkpoint " + *latest + ": optimizer state " + key + " missing or of another size");
-    load_into(it->second, dst);
+    if (it == c.optimizer.end() || it->second.dtype() != DType::f32 || it->second.numel() != arena.parameter_count())
+      throw UsageError("checkpoint " + *latest + ": optimizer state " + key + " missing or of another size (" +
+                       std::to_string(arena.parameter_count()) + " f32 values expected)");
+    Tensor flat = Tensor::empty({arena.numel()}, DType::f32);
+    arena.unpack(it->second, flat);
+    load_into(flat, dst);
   };
   const int64_t opt_steps = c.metadata.value("optimizer_steps", int64_t(0));
   if (c.metadata.value("optimizer", o_.optimizer) != o_.optimizer)

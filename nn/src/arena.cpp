@@ -32,9 +32,11 @@ void ParameterArena::finalize(uint64_t seed, DType model_dtype, const Stream& st
   HPDT_CHECK(!finalized_, "ParameterArena::finalize called twice");
   HPDT_CHECK(model_dtype == DType::f32 || model_dtype == DType::f16 || model_dtype == DType::bf16,
              "ParameterArena: model dtype ", dtype_name(model_dtype), " is not f32, f16 or bf16");
-  // reverse execution order: the last registered parameter at offset 0
+  // reverse execution order: the last registered parameter at offset 0, each on a multiple of
+  // kAlignElements (header)
   int64_t off = 0;
   for (int i = int(infos_.size()) - 1; i >= 0; --i) {
+    off = (off + kAlignElements - 1) / kAlignElements * kAlignElements;
     infos_[size_t(i)].offset = off;
     off += infos_[size_t(i)].shape.numel();
   }
@@ -70,6 +72,44 @@ void ParameterArena::finalize(uint64_t seed, DType model_dtype, const Stream& st
   finalized_ = true;
   sync_model_copy();
   stream_.synchronize();  // the host initial values may go now
+}
+
+int64_t ParameterArena::parameter_count() const {
+  int64_t n = 0;
+  for (const ParamInfo& p : infos_) n += p.shape.numel();
+  return n;
+}
+
+// Packed order: by offset (the reverse registration order of the flat layout), no gaps.
+Tensor ParameterArena::packed(const Tensor& flat) const {
+  HPDT_CHECK(finalized_, "ParameterArena::packed before finalize()");
+  HPDT_CHECK(flat.is_cpu() && flat.dtype() == DType::f32 && flat.numel() == total_,
+             "ParameterArena::packed: needs a CPU f32 tensor of ", total_, " elements, got ",
+             dtype_name(flat.dtype()), " ", flat.shape().str(), " on ", flat.device().str());
+  Tensor out = Tensor::empty({parameter_count()}, DType::f32);
+  int64_t at = 0;
+  for (int i = int(infos_.size()) - 1; i >= 0; --i) {
+    const ParamInfo& p = infos_[size_t(i)];
+    std::memcpy(out.data<float>() + at, flat.data<float>() + p.offset, size_t(p.shape.numel()) * sizeof(float));
+    at += p.shape.numel();
+  }
+  return out;
+}
+
+void ParameterArena::unpack(const Tensor& packed, Tensor& flat) const {
+  HPDT_CHECK(finalized_, "ParameterArena::unpack before finalize()");
+  HPDT_CHECK(packed.is_cpu() && packed.dtype() == DType::f32 && packed.numel() == parameter_count(),
+             "ParameterArena::unpack: needs a CPU f32 tensor of ", parameter_count(), " elements, got ",
+             dtype_name(packed.dtype()), " ", packed.shape().str());
+  HPDT_CHECK(flat.is_cpu() && flat.dtype() == DType::f32 && flat.numel() == total_,
+             "ParameterArena::unpack: the destination must be a CPU f32 tensor of ", total_, " elements");
+  std::memset(flat.data(), 0, size_t(total_) * sizeof(float));
+  int64_t at = 0;
+  for (int i = int(infos_.size()) - 1; i >= 0; --i) {
+    const ParamInfo& p = infos_[size_t(i)];
+    std::memcpy(flat.data<float>() + p.offset, packed.data<float>() + at, size_t(p.shape.numel()) * sizeof(float));
+    at += p.shape.numel();
+  }
 }
 
 Tensor ParameterArena::param(int id) const {
@@ -111,9 +151,14 @@ void ParameterArena::zero_grad() {
 }
 
 void ParameterArena::grads_ready(int first_id, int n) {
-  const ParamInfo& last = info(first_id + n - 1);  // lowest offset (reverse layout)
   const ParamInfo& first = info(first_id);
-  const int64_t offset = last.offset, count = first.offset + first.shape.numel() - last.offset;
+  HPDT_CHECK(n >= 1 && first_id + n <= count(), "ParameterArena::grads_ready: parameters [", first_id, ", ",
+             first_id + n, ") out of range");
+  // From the end of the parameter below the lowest of these (the next registered one, reverse layout), so
+  // that the alignment gap in between belongs to this slice and the ready slices tile [0, numel())
+  const int below = first_id + n;
+  const int64_t offset = below < count() ? info(below).offset + info(below).shape.numel() : 0;
+  const int64_t count = first.offset + first.shape.numel() - offset;
   if (model_dtype_ != DType::f32) {
     Tensor f32 = grads_.flat(offset, count), model = model_grads_.flat(offset, count);
     if (device().is_cpu())

@@ -6,6 +6,11 @@
 // contiguous slice [0, k). A gradient bucket of the all-reduce is then a contiguous slice, and comm can
 // start reducing it while backward still runs: each layer calls grads_ready() when its gradients are
 // complete, which calls the callback set with set_grad_ready_callback(offset, count).
+// Every parameter starts on a multiple of kAlignElements (16 bytes of a 16-bit copy, 32 of f32): the GPU's
+// tensor-core GEMMs and convolutions read weights with 16-byte copies (cp.async, TMA) and take slower
+// paths for a misaligned one, and without the gaps a 10-class head (10 biases) would misalign every
+// weight laid out after it. The gaps are zero in every flat buffer and stay zero (zero gradient, zero
+// update); checkpoints store the packed layout (packed()/unpack()), which has no gaps.
 //
 // Device: finalize() takes the stream the arena's own work runs on; every buffer (master weights,
 // gradients, the model copy, the registered buffers such as BN running statistics) lives on that
@@ -77,7 +82,15 @@ class ParameterArena {
   Tensor comm_grads() const { return model_dtype_ == DType::f32 ? grads_ : model_grads_; }
   DType model_dtype() const { return model_dtype_; }
 
+  static constexpr int64_t kAlignElements = 8;
+  // Elements of the flat buffers, alignment gaps included; parameter_count() is the parameters alone.
   int64_t numel() const { return total_; }
+  int64_t parameter_count() const;
+  // A CPU f32 tensor of numel() elements without the gaps (the parameters back to back, same order;
+  // parameter_count() elements): the layout checkpoints store flat optimizer state in. unpack() is the
+  // inverse, into a CPU f32 tensor of numel() elements whose gaps it zeroes.
+  Tensor packed(const Tensor& flat) const;
+  void unpack(const Tensor& packed, Tensor& flat) const;
   int count() const { return int(infos_.size()); }
   const ParamInfo& info(int id) const;
   const std::vector<ParamInfo>& infos() const { return infos_; }

@@ -68,7 +68,7 @@ class Model {
 
   ParameterArena& arena() { return arena_; }
   const ParameterArena& arena() const { return arena_; }
-  int64_t num_parameters() const { return arena_.numel(); }
+  int64_t num_parameters() const { return arena_.parameter_count(); }
   const std::string& name() const { return name_; }
   const ModelConfig& config() const { return config_; }
   // "<name> <config.str()>": what a checkpoint records to rebuild the model.
