@@ -255,6 +255,7 @@ void Run::setup_device() {
   device_ = Device::cuda(gpu);
   stream_ = Stream::create_cuda(gpu);
   kernels::set_kernel_backend(kernels::parse_kernel_backend(o_.kernels));
+  kernels::set_gemm_choice(kernels::parse_gemm_choice(o_.gemm));
   if (rank_ == 0 && local_size_ > gpus)
     std::fprintf(stderr, "hpdt-train: note: %d ranks share %d GPU(s) on a node (local rank %% %d)\n", local_size_, gpus,
                  gpus);
@@ -751,6 +752,7 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"precision", o_.precision},
                   {"device", device_.str()},
                   {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
+                  {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                   {"layout", kernels::layout_name(model_->layout())},
                   {"grad_sync", sync_->path()},
                   {"parameters", model_->num_parameters()},
@@ -803,6 +805,7 @@ int Run::execute() {
                     {"device", o_.device},
                     {"gpu", device_.is_cuda() ? cuda_device_name(device_.index) : std::string()},
                     {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
+                    {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                     {"layout", kernels::layout_name(model_->layout())},
                     {"grad_sync", sync_->path()},
                     {"algo", o_.algo},

@@ -136,15 +136,15 @@ void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVaria
 }
 
 void register_all() {
-  const auto all = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::vendor};
-  // v3 takes k-major A and B only (NT): there it runs beside v2 and cuBLAS
-  const auto nt = {GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor};
+  const auto all = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor};
+  const auto tensor_cores = {GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor};
   const GemmShape sq4096{"4096x4096x4096_NN", 4096, 4096, 4096, false, false, 0.0f};
   add(sq4096, DType::bf16, DType::bf16, all);
-  add({"4096x4096x4096_NT", 4096, 4096, 4096, false, true, 0.0f}, DType::bf16, DType::bf16, nt);
+  add({"4096x4096x4096_NT", 4096, 4096, 4096, false, true, 0.0f}, DType::bf16, DType::bf16, tensor_cores);
+  add({"4096x4096x4096_TN", 4096, 4096, 4096, true, false, 0.0f}, DType::bf16, DType::bf16, tensor_cores);
   add(sq4096, DType::f32, DType::f32, {GemmVariant::v1_simt, GemmVariant::vendor});
-  add({"8192x8192x8192_NN", 8192, 8192, 8192, false, false, 0.0f}, DType::bf16, DType::bf16, all);
-  add({"8192x8192x8192_NT", 8192, 8192, 8192, false, true, 0.0f}, DType::bf16, DType::bf16, nt);
+  add({"8192x8192x8192_NN", 8192, 8192, 8192, false, false, 0.0f}, DType::bf16, DType::bf16, tensor_cores);
+  add({"8192x8192x8192_NT", 8192, 8192, 8192, false, true, 0.0f}, DType::bf16, DType::bf16, tensor_cores);
 
   // ViT-B/16 training step, batch 64: forward, data gradient and weight gradient of every linear layer.
   const int64_t rows = 64 * 197;
@@ -156,8 +156,7 @@ void register_all() {
   for (const Layer& l : layers) {
     const std::string base = std::string("vitb16_b64_") + l.name + "_";
     const std::string dims = std::to_string(rows) + "x" + std::to_string(l.in) + "->" + std::to_string(l.out);
-    add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16,
-        {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor});
+    add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16, all);
     add({base + "dx_" + dims, rows, l.in, l.out, false, false, 0.0f}, DType::bf16, DType::bf16, all);
     add({base + "dw_" + dims, l.out, l.in, rows, true, false, 1.0f}, DType::bf16, DType::bf16, all);
   }

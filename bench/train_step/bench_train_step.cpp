@@ -58,7 +58,7 @@ double median_of(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   CLI::App app{"hpdt training-step benchmark (CPU, or one GPU with --device cuda)"};
-  std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", layout_name = "auto", out;
+  std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", gemm_name = "v2", layout_name = "auto", out;
   int64_t batch = 128, steps = 10, warmup = 3, image = 28, channels = 1, patch = 4, classes = 10;
   app.add_option("--model", model, "resnet20 | resnet56 | resnet18 | resnet34 | resnet50 | vit_ti | vit_s | vit_b");
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--kernels", kernels_name, "ours | vendor (cuBLAS/cuDNN for GEMM and convolution; --device cuda)")
       ->check(CLI::IsMember({"ours", "vendor"}));
+  app.add_option("--gemm", gemm_name, "v2 | v3: our GEMM for 16-bit inputs (v3: Hopper wgmma + TMA where it can run, v2 elsewhere; --kernels ours)")
+      ->check(CLI::IsMember({"v2", "v3"}));
   app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   app.add_option("--out", out, "also write the result as a JSON document (with machine and build records)");
@@ -82,6 +84,7 @@ int main(int argc, char** argv) {
   try {
     const bool gpu = device == "cuda";
     HPDT_CHECK(gpu || kernels_name == "ours", "--kernels vendor needs --device cuda");
+    HPDT_CHECK(gemm_name == "v2" || (gpu && kernels_name == "ours"), "--gemm v3 needs --device cuda and --kernels ours");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
     HPDT_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph: not with --precision fp16 (its dynamic loss scale changes between steps; a graph replays the scale of the capture)");
     HPDT_CHECK(!cuda_graph || warmup >= 2, "--cuda-graph needs --warmup 2 or more (the capture takes its memory from what the warm-up left cached: a step allocates while the model still holds the previous one's activations)");
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
       HPDT_CHECK(hpdt::cuda_available(), "--device cuda: no usable GPU: ", hpdt::cuda_unavailable_reason());
       hpdt::cuda_set_device(0);
       hpdt::kernels::set_kernel_backend(hpdt::kernels::parse_kernel_backend(kernels_name));
+      hpdt::kernels::set_gemm_choice(hpdt::kernels::parse_gemm_choice(gemm_name));
     }
     const hpdt::Stream stream = gpu ? hpdt::Stream::create_cuda(0) : hpdt::Stream();
     hpdt::nn::ModelConfig c;
@@ -183,6 +187,7 @@ int main(int argc, char** argv) {
                         {"classes", classes},
                         {"precision", precision},
                         {"kernels", gpu ? kernels_name : "cpu"},
+                        {"gemm", gpu && kernels_name == "ours" ? gemm_name : "-"},
                         {"layout", hpdt::kernels::layout_name(m->layout())},
                         {"threads", omp_get_max_threads()},
                         {"params", m->num_parameters()},

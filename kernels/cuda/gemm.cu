@@ -587,13 +587,13 @@ bool v2_can_take(int64_t lda, int64_t ldb, const void* A, const void* B, DType a
          aligned16(B);
 }
 
-// v3 needs what v2 needs (TMA: 16-byte aligned base and row stride) plus k-major A and B and sm_90a code
-// for this device.
+// v3 needs what v2 needs (TMA: 16-byte aligned base and row stride) and sm_90a code for this device; any
+// transposes (k-major operands as they are, MN-major ones through wgmma's transpose bits).
 bool v3_can_take(bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const void* A, const void* B, DType ab_type,
                  const Stream& stream) {
 #if HPDT_HAVE_GEMM_WGMMA
-  return !trans_a && trans_b && v2_can_take(lda, ldb, A, B, ab_type) && stream.is_cuda() &&
-         gemm_detail::v3_device_ok(stream.device().index);
+  (void)trans_a, (void)trans_b;  // every layout: k-major operands as such, MN-major ones with wgmma's transpose
+  return v2_can_take(lda, ldb, A, B, ab_type) && stream.is_cuda() && gemm_detail::v3_device_ok(stream.device().index);
 #else
   (void)trans_a, (void)trans_b, (void)lda, (void)ldb, (void)A, (void)B, (void)ab_type, (void)stream;
   return false;
@@ -653,12 +653,13 @@ std::string_view gemm_variant_name(GemmVariant v) {
 GemmVariant gemm_resolve(GemmVariant requested, bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const void* A,
                          const void* B, DType ab_type, const Stream& stream) {
   GemmVariant v = requested;
-  if (v == GemmVariant::v3_wgmma && !v3_can_take(trans_a, trans_b, lda, ldb, A, B, ab_type, stream))
-    v = GemmVariant::v2_mma;
   if (v == GemmVariant::automatic)
     v = kernel_backend() == KernelBackend::vendor ? GemmVariant::vendor
         : ab_type == DType::f32                   ? GemmVariant::v1_simt
+        : gemm_choice() == GemmChoice::v3         ? GemmVariant::v3_wgmma
                                                   : GemmVariant::v2_mma;
+  if (v == GemmVariant::v3_wgmma && !v3_can_take(trans_a, trans_b, lda, ldb, A, B, ab_type, stream))
+    v = GemmVariant::v2_mma;
   if (v == GemmVariant::v2_mma && !v2_can_take(lda, ldb, A, B, ab_type)) v = GemmVariant::v1_simt;
   return v;
 }

@@ -1,7 +1,7 @@
 // CUDA GEMM (every variant: v1 SIMT, v2 tensor cores, v3 Hopper wgmma/TMA, vendor cuBLAS), matmul and linear
 // against the CPU oracle (cpu::gemm<float>, cpu linear) on the inputs rounded through the storage dtype.
-// v3 runs where the device is compute capability 9.0 and the layout is k-major x k-major (else it falls back
-// to v2, which these tests then check); the CUDA emulator reports 9.0, so it runs v3 on its wgmma/TMA model.
+// v3 runs where the device is compute capability 9.0 and the operands are aligned (else it falls back to v2,
+// which these tests then check); the CUDA emulator reports 9.0, so it runs v3 on its wgmma/TMA model.
 //
 // Tolerance (gemm_tolerance below): products of rounded inputs are exact in f32 on both sides, so the
 // results differ only by the order of the K-term f32 sums (and the tensor cores' accumulation, which
@@ -243,7 +243,7 @@ TEST_F(GemmCuda, EveryVariantTransposeDtypeOnOddSizes) {
               EXPECT_EQ(used, GemmVariant::v2_mma);
             }
             if (v == GemmVariant::v3_wgmma && ty.ab != DType::f32 && form >= 1) {  // v3 where it can, else v2
-              EXPECT_EQ(used, v3_runs_here() && !c.ta && c.tb ? GemmVariant::v3_wgmma : GemmVariant::v2_mma);
+              EXPECT_EQ(used, v3_runs_here() ? GemmVariant::v3_wgmma : GemmVariant::v2_mma);
             }
           }
 }
@@ -261,7 +261,6 @@ TEST_F(GemmCuda, RealisticLinearShapes) {
       for (const Types& ty :
            {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f32}})
         for (int which = 0; which < 3; ++which) {
-          if (v == GemmVariant::v3_wgmma && which != 0) continue;  // v3 takes the forward (NT) only; else v2 again
           Case c;
           c.variant = v;
           c.ab = ty.ab, c.c = ty.c;
@@ -367,9 +366,21 @@ TEST_F(GemmCuda, LargeV2AgainstCublas) {
       }
 }
 
+// Sets kernels::gemm_choice() for one scope.
+class GemmChoiceScope {
+ public:
+  explicit GemmChoiceScope(kernels::GemmChoice c) : prev_(kernels::gemm_choice()) { kernels::set_gemm_choice(c); }
+  ~GemmChoiceScope() { kernels::set_gemm_choice(prev_); }
+  GemmChoiceScope(const GemmChoiceScope&) = delete;
+  GemmChoiceScope& operator=(const GemmChoiceScope&) = delete;
+
+ private:
+  kernels::GemmChoice prev_;
+};
+
 // v3 on a compute capability 9.0 device: it must be built in (a build that runs there targets sm_90) and be
-// what k-major x k-major 16-bit GEMMs resolve to; transposed A or untransposed B, f32 and unaligned leading
-// dimensions go to v2 or v1.
+// what aligned 16-bit GEMMs of every layout resolve to when asked for; f32 and unaligned leading dimensions
+// go to v1. `automatic` takes v2 unless gemm_choice() is v3, and never takes v3 under the vendor backend.
 TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
   if (!hopper_device()) GTEST_SKIP() << "v3_wgmma runs on compute capability 9.0 only; this device is not";
   ASSERT_TRUE(kernels::cuda::gemm_v3_built()) << "this build has no v3_wgmma: CMAKE_CUDA_ARCHITECTURES lacks 90";
@@ -377,16 +388,25 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
   auto resolve = [&](bool ta, bool tb, int64_t ld, DType t) {
     return kernels::cuda::gemm_resolve(GemmVariant::v3_wgmma, ta, tb, ld, ld, A.data(), B.data(), t, stream);
   };
-  EXPECT_EQ(resolve(false, true, 72, DType::bf16), GemmVariant::v3_wgmma);
-  EXPECT_EQ(resolve(false, true, 72, DType::f16), GemmVariant::v3_wgmma);
-  EXPECT_EQ(resolve(true, true, 72, DType::bf16), GemmVariant::v2_mma);
-  EXPECT_EQ(resolve(false, false, 72, DType::bf16), GemmVariant::v2_mma);
+  for (int tr = 0; tr < 4; ++tr) {
+    EXPECT_EQ(resolve(tr & 1, tr & 2, 72, DType::bf16), GemmVariant::v3_wgmma) << "transposes " << tr;
+    EXPECT_EQ(resolve(tr & 1, tr & 2, 72, DType::f16), GemmVariant::v3_wgmma) << "transposes " << tr;
+  }
   EXPECT_EQ(resolve(false, true, 70, DType::bf16), GemmVariant::v1_simt);
   EXPECT_EQ(resolve(false, true, 72, DType::f32), GemmVariant::v1_simt);
-  EXPECT_EQ(kernels::cuda::gemm_resolve(GemmVariant::automatic, false, true, 72, 72, A.data(), B.data(), DType::bf16,
-                                        stream),
-            GemmVariant::v2_mma)
-      << "automatic must not pick v3 before it has been validated on a GPU";
+  auto automatic = [&](DType t) {
+    return kernels::cuda::gemm_resolve(GemmVariant::automatic, false, false, 72, 72, A.data(), B.data(), t, stream);
+  };
+  EXPECT_EQ(automatic(DType::bf16), GemmVariant::v2_mma)
+      << "automatic must not pick v3 by default before it has been validated on a GPU";
+  {
+    const GemmChoiceScope v3(kernels::GemmChoice::v3);
+    EXPECT_EQ(automatic(DType::bf16), GemmVariant::v3_wgmma);
+    EXPECT_EQ(automatic(DType::f32), GemmVariant::v1_simt);
+    const BackendScope vendor(kernels::KernelBackend::vendor);
+    EXPECT_EQ(automatic(DType::bf16), GemmVariant::vendor);
+  }
+  EXPECT_EQ(automatic(DType::bf16), GemmVariant::v2_mma);
 }
 
 // v3 with both block tiles on shapes that are no multiple of a tile (rows of A and B and k columns past the
@@ -399,9 +419,11 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
 TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Size sizes[] = {{1, 1, 1}, {130, 260, 72}, {300, 520, 200}, {64, 24, 520}};
+  for (int tr = 0; tr < 4; ++tr)
   for (const char* in_flight : {"1", "0"})
   for (const char* tma : {"late", "early"})
   for (const char* tile : {"narrow", "wide"}) {
+    if (tr != 2 && std::string(in_flight) == "0") continue;  // the wait-all pipeline is built for NT only
     if (!test::emulated() && std::string(tma) == "early") continue;  // a GPU decides that itself
     ::setenv("HPDT_GEMM_V3_IN_FLIGHT", in_flight, 1);
     ::setenv("CUDA_EMU_TMA", tma, 1);
@@ -412,10 +434,11 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
                               Types{DType::f16, DType::f16}, Types{DType::f16, DType::f32}}) {
         Case c;
         c.variant = GemmVariant::v3_wgmma;
-        c.tb = true;
+        c.ta = tr & 1;
+        c.tb = tr & 2;
         c.M = sz.M, c.N = sz.N, c.K = sz.K;
         c.ab = ty.ab, c.c = ty.c;
-        c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K), c.pad_c = 3;
+        c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N), c.pad_c = 3;
         c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
         SCOPED_TRACE(std::string(tile) + " tile, " + in_flight + " MMA group(s) in flight, TMA " + tma + ", " +
                      describe(c));
@@ -429,20 +452,24 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   ::unsetenv("HPDT_GEMM_V3_IN_FLIGHT");
 }
 
-// Large k-major x k-major 16-bit GEMMs: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS).
+// Large 16-bit GEMMs of every layout: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS). NT is
+// the linear forward, NN its dx, TN its dw.
 TEST_F(GemmCuda, LargeV3AgainstCublas) {
   HPDT_SKIP_WITHOUT_VENDOR();
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Size sizes[] = {{4104, 4104, 264}, {2000, 1544, 4000}, {64 * 197, 3072, 768}};
-  for (const Size& sz : sizes)
-    for (DType ab : {DType::bf16, DType::f16})
-      for (DType ct : {DType::f32, ab}) {
-        const int64_t M = sz.M, N = sz.N, K = sz.K;
-        const Tensor A = to_gpu(random({M, K}), ab), B = to_gpu(random({N, K}), ab);
-        SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + " NT " + std::to_string(M) +
-                     "x" + std::to_string(N) + "x" + std::to_string(K));
-        expect_near_cublas(GemmVariant::v3_wgmma, false, true, M, N, K, A, B, ab, ct, true);
-      }
+  for (int tr = 0; tr < 4; ++tr)
+    for (const Size& sz : sizes)
+      for (DType ab : {DType::bf16, DType::f16})
+        for (DType ct : {DType::f32, ab}) {
+          const bool ta = tr & 1, tb = tr & 2;
+          if (tr != 2 && (sz.M != 2000 || ab != DType::bf16)) continue;  // NT everywhere, the others on one shape
+          const int64_t M = sz.M, N = sz.N, K = sz.K;
+          const Tensor A = to_gpu(random({ta ? K : M, ta ? M : K}), ab), B = to_gpu(random({tb ? N : K, tb ? K : N}), ab);
+          SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + (ta ? " T" : " N") +
+                       (tb ? "T " : "N ") + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
+          expect_near_cublas(GemmVariant::v3_wgmma, ta, tb, M, N, K, A, B, ab, ct, true);
+        }
 }
 
 // f32 at a size where v1 runs many tiles: against cuBLAS (f32 compute, no TF32).

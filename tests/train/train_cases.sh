@@ -18,7 +18,7 @@
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank; --algo nccl on a 1-rank NCCL communicator; bf16 and
-#                       fp16 (loss scaling) runs finish with a finite loss
+#                       fp16 (loss scaling) runs finish with a finite loss, and a bf16 ViT-Ti run with --gemm v3
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
 set -uo pipefail
@@ -249,6 +249,10 @@ cuda-gpu)
     grep -qiE "loss[^0-9]*(nan|inf)" "$w/$p.log" && { cat "$w/$p.log"; fail "resnet20 --precision $p: non-finite loss"; }
     tail -2 "$w/$p.log"
   done
+  # bf16 ViT-Ti with our Hopper GEMM for every linear layer (--gemm v3; v2 where the GPU is not 9.0)
+  run 1 "${vit[@]}" --device cuda --precision bf16 --gemm v3 --max-steps 5 --checkpoint-dir "$w/v3" > "$w/v3.log" 2>&1 || { cat "$w/v3.log"; fail "vit-ti bf16 --gemm v3"; }
+  grep -qiE "loss[^0-9]*(nan|inf)" "$w/v3.log" && { cat "$w/v3.log"; fail "vit-ti bf16 --gemm v3: non-finite loss"; }
+  tail -2 "$w/v3.log"
   ;;
 *) fail "unknown case $case" ;;
 esac

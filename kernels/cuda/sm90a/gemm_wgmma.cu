@@ -41,6 +41,9 @@ namespace {
 
 constexpr int kBM = 128;  // two warpgroups of 64 rows
 constexpr int kBK = 64;   // one 128-byte swizzled row of 16-bit values
+// An MN-major operand (A transposed: [K][M]; B not transposed: [K][N]) arrives as boxes of 64 k rows by
+// 64 m or n values (one 128-byte swizzled row per k), one box per 64 of m or n, kMnBoxBytes apart.
+constexpr uint32_t kMnBoxBytes = kBK * 64 * 2;
 
 template <int BN_, int STAGES_>
 struct Cfg {
@@ -83,10 +86,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// wgmma shared-memory descriptor: start >> 4, leading byte offset 16 (unused by swizzled k-major
-// tiles), stride byte offset 1024 (8 rows of 128 bytes), 128-byte swizzle (mode 1 in bits 62-63).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3ffffu) >> 4) | uint64_t(16 >> 4) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+// wgmma shared-memory descriptor, 128-byte swizzle (mode 1 in bits 62-63): start >> 4, leading byte offset
+// (LBO) >> 4, stride byte offset (SBO) >> 4. SBO is 1024 in both layouts used here: from one 8-row group of
+// 128-byte rows to the next (k-major: 8 rows of m or n; MN-major: 8 rows of k). LBO: unused by k-major
+// swizzled tiles (16); MN-major, from one 64-wide block of m or n to the next (kMnBoxBytes apart).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo) {
+  return uint64_t((addr & 0x3ffffu) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -101,55 +106,61 @@ __device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r):
 
 // wgmma.mma_async m64nNk16, D = A B + (scale_d ? D : 0), A and B from shared-memory descriptors, no transposes
 // (both k-major). One function per (N, type): the accumulators are N / 2 asm operands, written out.
+template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      "%64, %65, p, 1, 1, %67, %68;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
+template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      "%64, %65, p, 1, 1, %67, %68;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
+template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1, 0, 0;\n}\n"
+      "%128, %129, p, 1, 1, %131, %132;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
+template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, p, 1, 1, 0, 0;\n}\n"
+      "%128, %129, p, 1, 1, %131, %132;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
-template <class T, int BN>
+template <class T, int BN, int TA, int TB>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint64_t db, int scale_d) {
-  if constexpr (BN == 128 && std::is_same_v<T, bf16_t>) wgmma_m64n128k16_bf16(d, da, db, scale_d);
-  else if constexpr (BN == 128) wgmma_m64n128k16_f16(d, da, db, scale_d);
-  else if constexpr (std::is_same_v<T, bf16_t>) wgmma_m64n256k16_bf16(d, da, db, scale_d);
-  else wgmma_m64n256k16_f16(d, da, db, scale_d);
+  if constexpr (BN == 128 && std::is_same_v<T, bf16_t>) wgmma_m64n128k16_bf16<TA, TB>(d, da, db, scale_d);
+  else if constexpr (BN == 128) wgmma_m64n128k16_f16<TA, TB>(d, da, db, scale_d);
+  else if constexpr (std::is_same_v<T, bf16_t>) wgmma_m64n256k16_bf16<TA, TB>(d, da, db, scale_d);
+  else wgmma_m64n256k16_f16<TA, TB>(d, da, db, scale_d);
 }
 
-template <class T, class C, int IN_FLIGHT>
+// A_MN / B_MN: the operand is MN-major (A transposed, B not transposed); wgmma reads it with its transpose
+// bit set, from the boxes described at kMnBoxBytes.
+template <class T, class C, int IN_FLIGHT, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(C::kThreads, 1)
     gemm_v3_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const Params p) {
   extern __shared__ unsigned char smem_raw[];
@@ -170,8 +181,19 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     const uint32_t s = uint32_t(kt % C::STAGES), bar = bars + 8u * s;
     const uint32_t a_dst = base + s * uint32_t(C::kStageBytes), b_dst = a_dst + uint32_t(C::kABytes);
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
-    tma_load_2d(a_dst, &map_a, bar, kt * kBK, tm * kBM);
-    tma_load_2d(b_dst, &map_b, bar, kt * kBK, tn * C::BN);
+    if constexpr (A_MN) {
+#pragma unroll
+      for (int j = 0; j < kBM / 64; ++j) tma_load_2d(a_dst + uint32_t(j) * kMnBoxBytes, &map_a, bar, tm * kBM + 64 * j, kt * kBK);
+    } else {
+      tma_load_2d(a_dst, &map_a, bar, kt * kBK, tm * kBM);
+    }
+    if constexpr (B_MN) {
+#pragma unroll
+      for (int j = 0; j < C::BN / 64; ++j)
+        tma_load_2d(b_dst + uint32_t(j) * kMnBoxBytes, &map_b, bar, tn * C::BN + 64 * j, kt * kBK);
+    } else {
+      tma_load_2d(b_dst, &map_b, bar, kt * kBK, tn * C::BN);
+    }
   };
   if (tid == 0)
     for (int kt = 0; kt < min(C::STAGES, kt_total); ++kt) issue(kt);
@@ -186,14 +208,21 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     // the stage's phase flips once per use: use kt / STAGES completes phase parity (kt / STAGES) & 1
     while (!mbar_try_wait(bars + 8u * s, uint32_t(kt / C::STAGES) & 1u)) {
     }
+    // this warpgroup's 64 rows of A: k-major, rows 64 wg.. (64 rows of 128 bytes); MN-major, box wg
+    // (both 8 KiB in)
+    static_assert(64u * 128u == kMnBoxBytes, "a warpgroup's A tile starts 8 KiB in, in both layouts");
     const uint32_t a_tile = base + s * uint32_t(C::kStageBytes) + uint32_t(wg) * 64u * 128u;
     const uint32_t b_tile = base + s * uint32_t(C::kStageBytes) + uint32_t(C::kABytes);
     // (no fence_reg on the accumulators inside the loop: with a group in flight, ptxas then serialises
     // every wgmma, C7515 "non wgmma instructions defining accumulator registers"; only wgmmas touch them here)
     wgmma_fence();
+    // k step j of 16: k-major, 32 bytes along the swizzled rows; MN-major, 16 rows of 128 bytes down
+    constexpr uint32_t a_step = A_MN ? 16u * 128u : 32u, b_step = B_MN ? 16u * 128u : 32u;
+    constexpr uint32_t a_lbo = A_MN ? kMnBoxBytes : 16u, b_lbo = B_MN ? kMnBoxBytes : 16u;
 #pragma unroll
     for (int j = 0; j < kBK / 16; ++j)
-      wgmma_tile<T, C::BN>(d, smem_desc(a_tile + 32u * j), smem_desc(b_tile + 32u * j), kt > 0 || j > 0);
+      wgmma_tile<T, C::BN, A_MN, B_MN>(d, smem_desc(a_tile + a_step * j, a_lbo), smem_desc(b_tile + b_step * j, b_lbo),
+                                       kt > 0 || j > 0);
     wgmma_commit();
     wgmma_wait<IN_FLIGHT>();  // the MMAs of k tile kt - IN_FLIGHT are done (this warpgroup's)
     __syncthreads();  // ... and both warpgroups': refill the stage that k tile used
@@ -243,11 +272,12 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A k-major matrix [rows][K] (row stride ld elements) as a TMA map of box_rows x 64 tiles, 128-byte swizzle,
-// out-of-bounds elements read as zeros.
-CUtensorMap kmajor_map(const void* ptr, int64_t rows, int64_t K, int64_t ld, int box_rows, DType t) {
+// A row-major matrix [rows][cols] (row stride ld elements) as a TMA map of box_rows x 64 boxes (64 values of a
+// row, 128 bytes, by box_rows rows), 128-byte swizzle, out-of-bounds elements read as zeros. A k-major operand
+// is [m or n][K] in boxes of the tile's rows; an MN-major one [K][m or n] in boxes of 64 k rows.
+CUtensorMap tile_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, int box_rows, DType t) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};  // bytes, of dimension 1
   const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
@@ -255,14 +285,14 @@ CUtensorMap kmajor_map(const void* ptr, int64_t rows, int64_t K, int64_t ld, int
       &map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
       const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  HPDT_CHECK(r == CUDA_SUCCESS, "gemm v3: cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a ", rows, " x ", K,
-             " matrix with row stride ", ld, " at ", ptr);
+  HPDT_CHECK(r == CUDA_SUCCESS, "gemm v3: cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a ", rows, " x ",
+             cols, " matrix with row stride ", ld, " at ", ptr);
   return map;
 }
 
-template <class T, class C, int IN_FLIGHT>
+template <class T, class C, int IN_FLIGHT, bool A_MN, bool B_MN>
 void launch_cfg(const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device, cudaStream_t s) {
-  auto kernel = gemm_v3_kernel<T, C, IN_FLIGHT>;
+  auto kernel = gemm_v3_kernel<T, C, IN_FLIGHT, A_MN, B_MN>;
   static std::atomic<uint64_t> smem_allowed{0};  // per kernel and device, as in v2
   const uint64_t bit = uint64_t(1) << (device & 63);
   if (!(smem_allowed.load(std::memory_order_acquire) & bit)) {
@@ -277,15 +307,23 @@ template <class T, class C>
 void launch_tile(Params p, DType ab, int device, cudaStream_t s) {
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
-  const CUtensorMap ma = kmajor_map(p.A, p.M, p.K, p.lda, kBM, ab);
-  const CUtensorMap mb = kmajor_map(p.B, p.N, p.K, p.ldb, C::BN, ab);
+  const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
+  const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
   // HPDT_GEMM_V3_IN_FLIGHT=0 waits for every k tile's MMAs before the barrier (the first version; for
-  // comparison and tests), read at every call
+  // comparison and tests), read at every call; built for the k-major x k-major layout only
   const char* e = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
-  if (e && std::strcmp(e, "0") == 0)
-    launch_cfg<T, C, 0>(p, ma, mb, device, s);
-  else
-    launch_cfg<T, C, 1>(p, ma, mb, device, s);
+  if (p.a_kmajor && p.b_kmajor) {
+    if (e && std::strcmp(e, "0") == 0)
+      launch_cfg<T, C, 0, false, false>(p, ma, mb, device, s);
+    else
+      launch_cfg<T, C, 1, false, false>(p, ma, mb, device, s);
+  } else if (p.a_kmajor) {
+    launch_cfg<T, C, 1, false, true>(p, ma, mb, device, s);
+  } else if (p.b_kmajor) {
+    launch_cfg<T, C, 1, true, false>(p, ma, mb, device, s);
+  } else {
+    launch_cfg<T, C, 1, true, true>(p, ma, mb, device, s);
+  }
 }
 
 }  // namespace
@@ -304,7 +342,6 @@ bool v3_device_ok(int device) {
 }
 
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
-  HPDT_CHECK(p.a_kmajor && p.b_kmajor, "gemm v3: needs A not transposed and B transposed (both k-major)");
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
   const int device = stream.device().index;
   const cudaStream_t s = detail::native(stream);

@@ -335,6 +335,16 @@ __device__ __forceinline__ void mma_m64n8k16(float (&d)[4], uint64_t da, uint64_
       : "l"(da), "l"(db), "r"(1));
 }
 
+// D (m64n72, f32) = A B, A and B MN-major (imm-trans-a/b 1), bf16 from descriptors; n 72 spans two 64-wide
+// blocks of B, so B's leading byte offset is used.
+__device__ __forceinline__ void mma_m64n72k16_mn(float (&d)[36], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+      : "l"(da), "l"(db), "r"(0));
+}
+
 // One 64 x 64 bf16 box at (c0, c1) of a map with the 128-byte swizzle, twice through one mbarrier (phases 0
 // and 1), the shared bytes copied out raw.
 __global__ void tma_box(const __grid_constant__ CUtensorMap map, int c0, int c1, uint16_t* out) {
@@ -442,6 +452,55 @@ TEST(CudaEmu, WgmmaFromSwizzledDescriptors) {
       double want = 1.0;  // the accumulator's initial value
       for (int k = 0; k < 16; ++k) want += double(af[size_t(m * 16 + k)]) * bf[size_t(n * 16 + k)];
       ASSERT_EQ(double(o[size_t(m * 8 + n)]), want) << m << " " << n;  // exact: quarters, short sums
+    }
+}
+
+// MN-major operands (wgmma's transpose bits), written by plain stores in the PTX ISA's canonical layout
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) with the 128-byte swizzle: k row r of a 64-wide block holds its 64
+// m (n) values in 128 bytes, 16-byte chunk c at chunk c ^ r % 8; 8-row groups of k SBO = 1024 bytes apart;
+// B's two 64-wide blocks of n LBO = 2048 bytes apart (A's single block: LBO unused). scale-d 0: D = A B.
+__global__ void wgmma_mn_major(const uint16_t* a, const uint16_t* b, float* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  unsigned char* tile = smem + (base - smem_u32(smem));
+  const int t = int(threadIdx.x);
+  auto at = [](int mn, int k) { return (mn / 64) * 2048 + (k / 8) * 1024 + (k % 8) * 128 + (((mn % 64) / 8) ^ (k % 8)) * 16 + (mn % 8) * 2; };
+  for (int i = t; i < 16 * 64; i += 128) std::memcpy(tile + at(i % 64, i / 64), &a[i], 2);         // a[k][m]
+  for (int i = t; i < 16 * 72; i += 128) std::memcpy(tile + 8192 + at(i % 72, i / 72), &b[i], 2);  // b[k][n]
+  __syncthreads();
+  auto desc = [](uint32_t addr, uint32_t lbo) {
+    return uint64_t((addr & 0x3ffffu) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+  };
+  float d[36];
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  mma_m64n72k16_mn(d, desc(base, 8192), desc(base + 8192, 2048));
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  const int warp = t / 32, lane = t % 32;
+  for (int i = 0; i < 36; ++i) {  // d[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e
+    const int row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    out[row * 72 + col] = d[i];
+  }
+}
+
+TEST(CudaEmu, WgmmaFromMnMajorDescriptors) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> u(-8, 8);
+  std::vector<uint16_t> a(16 * 64), b(16 * 72);
+  std::vector<float> af(a.size()), bf(b.size());
+  for (size_t i = 0; i < a.size(); ++i) af[i] = float(u(rng)) / 4, a[i] = uint16_t(std::bit_cast<uint32_t>(af[i]) >> 16);
+  for (size_t i = 0; i < b.size(); ++i) bf[i] = float(u(rng)) / 4, b[i] = uint16_t(std::bit_cast<uint32_t>(bf[i]) >> 16);
+  Buf<uint16_t> da(a), db(b);
+  Buf<float> dout(64 * 72);
+  cudaFuncSetAttribute(wgmma_mn_major, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
+  wgmma_mn_major<<<1, 128, 16384>>>(da.d, db.d, dout.d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto o = dout.down();
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 72; ++n) {
+      double want = 0.0;
+      for (int k = 0; k < 16; ++k) want += double(af[size_t(k * 64 + m)]) * bf[size_t(k * 72 + n)];
+      ASSERT_EQ(double(o[size_t(m * 72 + n)]), want) << m << " " << n;  // exact: quarters, short sums
     }
 }
 

@@ -119,6 +119,7 @@ struct Copy {
 struct Wgmma {
   int n = 0, ab_type = 0;
   uint64_t desc_a = 0, desc_b = 0;
+  bool mn_a = false, mn_b = false;  // imm-trans-a / imm-trans-b: the operand is MN-major
   bool scale_d = true;
   Loc loc;
   std::vector<float*> d;  // this lane's n / 2 accumulators
@@ -1183,12 +1184,20 @@ bool yield_to_others() {
   return true;
 }
 
-// One element of a 16-bit matrix held in shared memory as wgmma's descriptor describes it, k-major with the
-// 128-byte swizzle (the only layout emulated): row `row` (m of A, n of B), column k.
-uint16_t wgmma_element(uint64_t desc, int row, int k, const Fiber& reader, const Loc& loc) {
+// One element of a 16-bit matrix held in shared memory as wgmma's descriptor describes it, with the 128-byte
+// swizzle (the only mode emulated): row `row` (m of A, n of B), column k. PTX ISA, "Shared Memory Matrix
+// Layout", canonical layouts in units of 8 16-bit values (T = 8):
+//   k-major:  ((8,m),(T,2k)):((8T,SBO),(1,T)): a row's k values in one 128-byte row, rows 128 bytes apart,
+//             8-row groups SBO apart;
+//   MN-major: ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)): 64 m (or n) values in one 128-byte row per k, k rows
+//             128 bytes apart, 8-row groups of k SBO apart, 64-wide blocks of m (n) LBO apart.
+uint16_t wgmma_element(uint64_t desc, bool mn_major, int row, int k, const Fiber& reader, const Loc& loc) {
   const uint32_t start = uint32_t(desc & 0x3fffu) << 4;
+  const uint32_t lbo = uint32_t((desc >> 16) & 0x3fffu) << 4;
   const uint32_t sbo = uint32_t((desc >> 32) & 0x3fffu) << 4;
-  const uint32_t addr = start + uint32_t(row / 8) * sbo + uint32_t(row % 8) * 128u + uint32_t(k) * 2u;
+  const uint32_t addr =
+      mn_major ? start + uint32_t(row / 64) * lbo + uint32_t(k / 8) * sbo + uint32_t(k % 8) * 128u + uint32_t(row % 64) * 2u
+               : start + uint32_t(row / 8) * sbo + uint32_t(row % 8) * 128u + uint32_t(k) * 2u;
   const uint32_t phys = (addr & ~0x3ffu) | swizzle_offset(addr & 0x3ffu, CU_TENSOR_MAP_SWIZZLE_128B);
   const auto fill = E.fills.find(phys / 128);
   if (fill != E.fills.end()) {
@@ -1206,17 +1215,22 @@ uint16_t wgmma_element(uint64_t desc, int row, int k, const Fiber& reader, const
   return v;
 }
 
-void check_wgmma_desc(uint64_t desc, const char* which, const Loc& loc) {
+void check_wgmma_desc(uint64_t desc, bool mn_major, const char* which, const Loc& loc) {
   const int mode = int(desc >> 62);
   const int base_offset = int((desc >> 49) & 7u);
   const uint32_t start = uint32_t(desc & 0x3fffu) << 4;
   if (mode != 1)
     fatal("wgmma at %s:%u: %s descriptor has swizzle mode %d; the emulator supports the 128-byte swizzle (1) only",
           short_file(loc.file_name()), loc.line(), which, mode);
-  if (base_offset != 0 || (start & 0x380u) != 0)
+  if (base_offset != 0 || (start & (mn_major ? 0x3ffu : 0x380u)) != 0)
     fatal("wgmma at %s:%u: %s descriptor starts at 0x%x with base offset %d: a 128-byte-swizzled tile must start on "
-          "its 1024-byte pattern (k steps move the start by < 128 bytes)",
+          "its 1024-byte pattern (k steps move the start by < 128 bytes k-major, by whole 8-row groups MN-major)",
           short_file(loc.file_name()), loc.line(), which, start, base_offset);
+  const uint32_t lbo = uint32_t((desc >> 16) & 0x3fffu) << 4;
+  if (mn_major && (lbo == 0 || lbo % 1024))
+    fatal("wgmma at %s:%u: MN-major %s descriptor has leading byte offset %u; the emulated layout puts its 64-wide "
+          "blocks whole 1024-byte patterns apart",
+          short_file(loc.file_name()), loc.line(), which, lbo);
   if (((desc >> 32) & 0x3fffu) << 4 != 1024)
     fatal("wgmma at %s:%u: %s descriptor stride byte offset %u; 8 rows of 128 bytes (1024) is the emulated layout",
           short_file(loc.file_name()), loc.line(), which, unsigned(((desc >> 32) & 0x3fffu) << 4));
@@ -1229,7 +1243,8 @@ void perform_wgmmas(Fiber* lanes, uint32_t mask, size_t count) {
     const Wgmma& op = lanes[0].wgmmas[i];
     for (uint32_t m = mask; m; m &= m - 1) {
       const Wgmma& o = lanes[std::countr_zero(m)].wgmmas[i];
-      if (o.n != op.n || o.ab_type != op.ab_type || o.desc_a != op.desc_a || o.desc_b != op.desc_b || o.scale_d != op.scale_d)
+      if (o.n != op.n || o.ab_type != op.ab_type || o.desc_a != op.desc_a || o.desc_b != op.desc_b ||
+          o.scale_d != op.scale_d || o.mn_a != op.mn_a || o.mn_b != op.mn_b)
         fatal("wgmma at %s:%u: the lanes of warp %d gave different operands to the same wgmma", short_file(op.loc.file_name()),
               op.loc.line(), lanes[0].index / 32);
     }
@@ -1237,9 +1252,11 @@ void perform_wgmmas(Fiber* lanes, uint32_t mask, size_t count) {
     float A[16][16];
     std::vector<float> B(size_t(op.n) * 16);
     for (int r = 0; r < 16; ++r)
-      for (int k = 0; k < 16; ++k) A[r][k] = to_f32(wgmma_element(op.desc_a, wg_warp * 16 + r, k, lanes[0], op.loc));
+      for (int k = 0; k < 16; ++k)
+        A[r][k] = to_f32(wgmma_element(op.desc_a, op.mn_a, wg_warp * 16 + r, k, lanes[0], op.loc));
     for (int n = 0; n < op.n; ++n)
-      for (int k = 0; k < 16; ++k) B[size_t(n) * 16 + k] = to_f32(wgmma_element(op.desc_b, n, k, lanes[0], op.loc));
+      for (int k = 0; k < 16; ++k)
+        B[size_t(n) * 16 + k] = to_f32(wgmma_element(op.desc_b, op.mn_b, n, k, lanes[0], op.loc));
     // D fragment (PTX ISA, wgmma .m64nNk16 f32 accumulators): lane l holds rows l / 4 and l / 4 + 8 of the
     // warp's 16; d[4 j + 2 h + e] is column 8 j + 2 (l % 4) + e of row l / 4 + 8 h.
     for (uint32_t m = mask; m; m &= m - 1) {
@@ -1353,16 +1370,20 @@ void wgmma_fence(const Loc& loc) {
 void wgmma_m64nNk16(int n, int ab_type, float* const* d, uint64_t desc_a, uint64_t desc_b, bool scale_d, int scale_a,
                     int scale_b, int trans_a, int trans_b, const Loc& loc) {
   check_in_kernel("wgmma.mma_async");
-  if (scale_a != 1 || scale_b != 1 || trans_a != 0 || trans_b != 0)
-    fatal("wgmma at %s:%u: imm-scale-a/b other than 1 or transposed operands are not emulated",
-          short_file(loc.file_name()), loc.line());
+  if (scale_a != 1 || scale_b != 1)
+    fatal("wgmma at %s:%u: imm-scale-a/b other than 1 (negated operands) are not emulated", short_file(loc.file_name()),
+          loc.line());
+  if ((trans_a != 0 && trans_a != 1) || (trans_b != 0 && trans_b != 1))
+    fatal("wgmma at %s:%u: imm-trans-a/b must be 0 or 1, got %d and %d", short_file(loc.file_name()), loc.line(),
+          trans_a, trans_b);
   if (blockDim.x * blockDim.y * blockDim.z % 128)
     fatal("wgmma at %s:%u: the block's %u threads are not whole warpgroups of 128", short_file(loc.file_name()),
           loc.line(), blockDim.x * blockDim.y * blockDim.z);
-  check_wgmma_desc(desc_a, "A", loc);
-  check_wgmma_desc(desc_b, "B", loc);
+  check_wgmma_desc(desc_a, trans_a == 1, "A", loc);
+  check_wgmma_desc(desc_b, trans_b == 1, "B", loc);
   Wgmma w;
   w.n = n, w.ab_type = ab_type, w.desc_a = desc_a, w.desc_b = desc_b, w.scale_d = scale_d, w.loc = loc;
+  w.mn_a = trans_a == 1, w.mn_b = trans_b == 1;
   w.d.assign(d, d + n / 2);
   E.cur->wgmmas.push_back(std::move(w));
   collective(0xffffffffu, 71, "wgmma.mma_async", loc, true, nullptr);

@@ -18,4 +18,17 @@ KernelBackend kernel_backend();
 std::string_view kernel_backend_name(KernelBackend backend);
 KernelBackend parse_kernel_backend(std::string_view name);
 
+// Which of our tensor-core GEMMs runs for 16-bit inputs under KernelBackend::ours (cuda::gemm's `automatic`):
+//   v2: mma.sync (the default);
+//   v3: Hopper wgmma + TMA where it can take the call (compute capability 9.0, a build for sm_90, 16-byte
+//       aligned operands), v2 elsewhere. Not the default until it has run on a GPU (docs/kernels-cuda.md).
+// One setting per process like the backend (hpdt-train / hpdt-bench-train-step --gemm).
+enum class GemmChoice { v2, v3 };
+
+void set_gemm_choice(GemmChoice choice);
+GemmChoice gemm_choice();
+// "v2" / "v3"; parse throws hpdt::Error naming the bad value.
+std::string_view gemm_choice_name(GemmChoice choice);
+GemmChoice parse_gemm_choice(std::string_view name);
+
 }  // namespace hpdt::kernels

@@ -15,13 +15,14 @@
 //            small kernel), then cuBLAS accumulates alpha * AB onto it.
 //   v3_wgmma: Hopper (sm_90a): TMA loads into 128-byte-swizzled shared memory on mbarriers, wgmma.mma_async
 //            m64n256k16 / m64n128k16 from shared-memory descriptors, two warpgroups per 128 x 256 (or 128 x
-//            128) block tile. bf16/f16 with A not transposed and B transposed (both k-major: y = x w^T),
-//            16-byte aligned, lda and ldb multiples of 8, on a compute capability 9.0 device, in a build
-//            that targets sm_90 (kernels/cuda/sm90a/ is compiled for sm_90a alone); otherwise v2 (then v1).
-//            NOT YET RUN ON A GPU: checked in the CUDA emulator only (its wgmma/TMA/mbarrier model), so
-//            `automatic` does not choose it; ask for it by name.
-//   automatic: vendor when kernels::kernel_backend() is vendor; else v2 for 16-bit inputs it can take,
-//            v1 otherwise.
+//            128) block tile. bf16/f16, either transpose (a k-major operand as it is, an MN-major one, A
+//            transposed or B not, through wgmma's transpose bit), 16-byte aligned, lda and ldb multiples of
+//            8, on a compute capability 9.0 device, in a build that targets sm_90 (kernels/cuda/sm90a/ is
+//            compiled for sm_90a alone); otherwise v2 (then v1). NOT YET RUN ON A GPU: checked in the
+//            CUDA emulator only (its wgmma/TMA/mbarrier model), so `automatic` takes it only when
+//            kernels::gemm_choice() is v3 (hpdt-train --gemm v3), or ask for it by name.
+//   automatic: vendor when kernels::kernel_backend() is vendor; else for 16-bit inputs v2, or v3 when
+//            kernels::gemm_choice() is v3 (each where it can take the call); v1 otherwise.
 // v1 and v2 are deterministic (same inputs, same bits; no atomics, split-K partials summed in order).
 // v2's block tile (128x128 or 128x256) is chosen by shape; HPDT_GEMM_V2_TILE=small|large pins it (tuning).
 #pragma once
