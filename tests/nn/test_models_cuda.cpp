@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -179,6 +180,13 @@ TEST_P(ModelsCuda, SameSeedGivesBitIdenticalInitialWeightsAndBuffers) {
   EXPECT_EQ(b->compute_dtype(), DType::bf16);
   EXPECT_EQ(b->arena().param(0).dtype(), DType::bf16) << "on CUDA layers take the model copy itself";
   EXPECT_EQ(host_f32(b->arena().master_params(), gpu), c->arena().master_params().to_vector<float>());
+  // every weight and gradient 16-byte aligned (the tensor-core GEMMs and convolutions load them with
+  // 16-byte copies; a misaligned one ran ViT-Ti's GEMMs on v1 SIMT before the arena aligned them)
+  for (const auto* m : {g.get(), b.get()})
+    for (int id = 0; id < m->arena().count(); ++id) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(m->arena().param(id).data()) % 16, 0u) << m->arena().info(id).name;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(m->arena().compute_grad(id).data()) % 16, 0u) << m->arena().info(id).name;
+    }
 }
 
 TEST_P(ModelsCuda, F32StepMatchesTheCpuThenSgd) {
