@@ -6,7 +6,11 @@ Each pair is a "measure" run (every algorithm, from which the tuning file is wri
 run and reports, per size, the check run's busbw of that pick over the check run's best busbw: what
 `--algo auto` would reach if it matched the algorithm it resolves to. Sizes at >= 0.9 count as hits.
 
-  scripts/bench/replay_tuning.py MEASURE.json CHECK.json [MEASURE.json CHECK.json ...]
+  scripts/bench/replay_tuning.py [--check-tuned] MEASURE.json CHECK.json [MEASURE.json CHECK.json ...]
+
+--check-tuned: also require that the `model` rule replayed here picks, at every size, what the measure
+run's own summary wrote to its tuning file (`best[].tuned_algo`): the replay and hpdt-allreduce-perf
+implement the same rule (for files written since the rule, 2026-11-26). Exit status 1 if not.
 
 Rules:
   raw        the measure run's best busbw
@@ -61,8 +65,11 @@ def picks(rule, algos, bw, model, sizes):
 
 def main():
     args = sys.argv[1:]
+    check_tuned = "--check-tuned" in args
+    args = [a for a in args if a != "--check-tuned"]
     if not args or len(args) % 2:
-        sys.exit("usage: replay_tuning.py MEASURE.json CHECK.json [MEASURE.json CHECK.json ...]")
+        sys.exit("usage: replay_tuning.py [--check-tuned] MEASURE.json CHECK.json [MEASURE.json CHECK.json ...]")
+    mismatches = 0
     totals = {}
     for m_path, c_path in zip(args[::2], args[1::2]):
         algos, bw, model = load(m_path)
@@ -71,6 +78,14 @@ def main():
         if set(algos) != set(c_algos) or sizes != sorted({s for (_, s) in c_bw}):
             sys.exit(f"{m_path} and {c_path} measure different algorithms or sizes")
         print(f"{m_path} -> {c_path}")
+        if check_tuned:
+            recorded = {b["bytes"]: b.get("tuned_algo") for b in json.load(open(m_path)).get("best", [])}
+            mine = picks("model", algos, bw, model, sizes)
+            for s in sizes:
+                if recorded.get(s) != mine[s]:
+                    mismatches += 1
+                    print(f"  MISMATCH at {s} B: the measure run's tuning file has {recorded.get(s)}, the replayed "
+                          f"model rule picks {mine[s]}")
         for rule in ("raw", "neighbour", "model"):
             chosen = picks(rule, algos, bw, model, sizes)
             ratios = [c_bw[(chosen[s], s)] / max(c_bw[(a, s)] for a in algos) for s in sizes]
@@ -80,6 +95,10 @@ def main():
             got[1] += len(sizes)
             print(f"  {rule:<9} {hits:2d}/{len(sizes)}  " + " ".join(f"{chosen[s]}:{r:.2f}" for s, r in zip(sizes, ratios)))
     print("total: " + ", ".join(f"{rule} {h}/{n}" for rule, (h, n) in totals.items()))
+    if check_tuned:
+        print(f"check-tuned: {mismatches} mismatches")
+        if mismatches:
+            sys.exit(1)
 
 
 if __name__ == "__main__":
