@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -92,11 +93,18 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
   return t;
 }
 
-void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v) {
+// v3_pipeline: HPDT_GEMM_V3_PIPELINE for this row (v3's "ws" rows), or null for the default
+void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v, const char* v3_pipeline) {
   if (!cuda_available()) {
     state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
     return;
   }
+  struct PipelineScope {
+    explicit PipelineScope(const char* p) {
+      if (p) ::setenv("HPDT_GEMM_V3_PIPELINE", p, 1);
+    }
+    ~PipelineScope() { ::unsetenv("HPDT_GEMM_V3_PIPELINE"); }
+  } scope(v3_pipeline);
   try {
     const Operands o = make_operands(sh, ab, c);
     const Stream& s = bench_stream();
@@ -125,14 +133,19 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
   }
 }
 
+// One row per variant; v3 twice: its default pipeline ("barrier", row v3_wgmma) and the warp-specialised one
+// (row v3_wgmma_ws).
 void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants) {
-  for (GemmVariant v : variants) {
-    const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" + sh.name +
-                             "/" + std::string(kernels::cuda::gemm_variant_name(v));
-    benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
-  }
+  for (GemmVariant v : variants)
+    for (const char* pipeline : {static_cast<const char*>(nullptr), "ws"}) {
+      if (pipeline && v != GemmVariant::v3_wgmma) continue;
+      const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" +
+                               sh.name + "/" + std::string(kernels::cuda::gemm_variant_name(v)) +
+                               (pipeline ? std::string("_") + pipeline : std::string());
+      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, pipeline)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
 }
 
 void register_all() {

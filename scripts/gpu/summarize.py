@@ -70,25 +70,29 @@ def fmt(x, nd=1):
 
 def gemm_table(g, rows, numbers):
     rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | v3 wgmma TFLOP/s "
-                "| cuBLAS TFLOP/s | v2 / cuBLAS | v3 / cuBLAS |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|")
+                "| v3 ws TFLOP/s | cuBLAS TFLOP/s | v2 / cuBLAS | v3 / cuBLAS | v3 ws / cuBLAS |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/")}, key=lambda s: (not s[0].isdigit(), s))
     for dt in ("bf16->bf16", "f32->f32"):
         for sh in shapes:
-            v1, v2, v3, cu = (g.get(f"gemm/{dt}/{sh}/{v}") for v in ("v1_simt", "v2_mma", "v3_wgmma", "vendor"))
+            v1, v2, v3, v3ws, cu = (g.get(f"gemm/{dt}/{sh}/{v}")
+                                    for v in ("v1_simt", "v2_mma", "v3_wgmma", "v3_wgmma_ws", "vendor"))
             if not cu:
                 continue
             # v3 only where it really ran (its label is the variant that ran: v2 off Hopper or for unaligned operands)
             if v3 and v3.get("label") not in (None, "v3_wgmma"):
                 v3 = None
+            if v3ws and v3ws.get("label") not in (None, "v3_wgmma"):
+                v3ws = None
             tf = lambda b: b["TFLOP/s"] if b else None  # noqa: E731
             ratio = tf(v2) / tf(cu) if v2 and cu else None
             ratio3 = tf(v3) / tf(cu) if v3 and cu else None
-            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(cu))} | {fmt(ratio, 2)} "
-                        f"| {fmt(ratio3, 2)} |")
+            ratio3ws = tf(v3ws) / tf(cu) if v3ws and cu else None
+            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(v3ws))} | {fmt(tf(cu))} "
+                        f"| {fmt(ratio, 2)} | {fmt(ratio3, 2)} | {fmt(ratio3ws, 2)} |")
             numbers.append({"op": "gemm", "dtype": dt, "shape": sh, "v1_tflops": tf(v1), "v2_tflops": tf(v2),
-                            "v3_tflops": tf(v3), "cublas_tflops": tf(cu), "v2_over_cublas": ratio,
-                            "v3_over_cublas": ratio3})
+                            "v3_tflops": tf(v3), "v3_ws_tflops": tf(v3ws), "cublas_tflops": tf(cu),
+                            "v2_over_cublas": ratio, "v3_over_cublas": ratio3, "v3_ws_over_cublas": ratio3ws})
 
 
 def conv_table(c, rows, numbers):
@@ -155,7 +159,9 @@ def train_table(t, torch, rows, numbers):
     for label, key, tmodel in [("ResNet-50, 224², batch 256, NCHW", "resnet50_bf16_{}", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC", "resnet50_bf16_{}_nhwc", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
-                               ("ViT-B/16, 224², batch 64, --gemm v3", "vit_b16_bf16_{}_gemm_v3", "vit_b16")]:
+                               ("ViT-B/16, 224², batch 64, --gemm v3", "vit_b16_bf16_{}_gemm_v3", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, --gemm v3, ws pipeline", "vit_b16_bf16_{}_gemm_v3ws",
+                                "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
         eager = torch.get((tmodel, "eager"), {}).get("img_per_s_median")

@@ -236,6 +236,11 @@ class AsmGen:
                 raise TransformError('mbarrier.arrive.expect_tx is emulated as `_, [bar], bytes` only')
             self.body.append('::cuda_emu::ptx::mbarrier_arrive_expect_tx(uint32_t(%s), uint32_t(%s), %s);' %
                              (self.address(args[1]), self.value(args[2]), loc))
+        elif opcode == 'mbarrier.arrive.shared::cta.b64':
+            if len(args) != 2 or args[0].strip() != '_':
+                raise TransformError('mbarrier.arrive is emulated as `_, [bar]` only')
+            self.body.append('::cuda_emu::ptx::mbarrier_arrive_expect_tx(uint32_t(%s), 0u, %s);' %
+                             (self.address(args[1]), loc))
         elif opcode == 'mbarrier.try_wait.parity.shared::cta.b64':
             self.body.append('%s = ::cuda_emu::ptx::mbarrier_try_wait_parity(uint32_t(%s), uint32_t(%s), %s);' %
                              (self.pred(args[0]), self.address(args[1]), self.value(args[2]), loc))

@@ -416,14 +416,18 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
 // On the emulator (docs/cuda-emulator.md) two schedules are tried: TMA completing at the first wait with
 // the warps taking turns (a read before the wait shows), and TMA completing at the issue with each warp
 // running ahead as far as the barriers let it (a stage refilled while another warpgroup still reads it shows).
+// Both pipelines: "barrier" (a block barrier per k tile) and "ws" (a producer warpgroup, full/empty mbarriers).
 TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Size sizes[] = {{1, 1, 1}, {130, 260, 72}, {300, 520, 200}, {64, 24, 520}};
   for (int tr = 0; tr < 4; ++tr)
+  for (const char* pipeline : {"barrier", "ws"})
   for (const char* in_flight : {"1", "0"})
   for (const char* tma : {"late", "early"})
   for (const char* tile : {"narrow", "wide"}) {
-    if (tr != 2 && std::string(in_flight) == "0") continue;  // the wait-all pipeline is built for NT only
+    // the wait-all variant is the barrier pipeline's, built for NT only
+    if ((tr != 2 || std::string(pipeline) == "ws") && std::string(in_flight) == "0") continue;
+    ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
     if (!test::emulated() && std::string(tma) == "early") continue;  // a GPU decides that itself
     ::setenv("HPDT_GEMM_V3_IN_FLIGHT", in_flight, 1);
     ::setenv("CUDA_EMU_TMA", tma, 1);
@@ -440,8 +444,8 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
         c.ab = ty.ab, c.c = ty.c;
         c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N), c.pad_c = 3;
         c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
-        SCOPED_TRACE(std::string(tile) + " tile, " + in_flight + " MMA group(s) in flight, TMA " + tma + ", " +
-                     describe(c));
+        SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, " + in_flight +
+                     " MMA group(s) in flight, TMA " + tma + ", " + describe(c));
         GemmVariant used;
         EXPECT_TRUE(run(c, &used));
         EXPECT_EQ(used, GemmVariant::v3_wgmma);
@@ -450,6 +454,7 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   ::unsetenv("CUDA_EMU_TMA");
   ::unsetenv("CUDA_EMU_SCHEDULE");
   ::unsetenv("HPDT_GEMM_V3_IN_FLIGHT");
+  ::unsetenv("HPDT_GEMM_V3_PIPELINE");
 }
 
 // Large 16-bit GEMMs of every layout: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS). NT is
@@ -468,7 +473,12 @@ TEST_F(GemmCuda, LargeV3AgainstCublas) {
           const Tensor A = to_gpu(random({ta ? K : M, ta ? M : K}), ab), B = to_gpu(random({tb ? N : K, tb ? K : N}), ab);
           SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + (ta ? " T" : " N") +
                        (tb ? "T " : "N ") + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
-          expect_near_cublas(GemmVariant::v3_wgmma, ta, tb, M, N, K, A, B, ab, ct, true);
+          for (const char* pipeline : {"barrier", "ws"}) {
+            SCOPED_TRACE(std::string(pipeline) + " pipeline");
+            ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
+            expect_near_cublas(GemmVariant::v3_wgmma, ta, tb, M, N, K, A, B, ab, ct, true);
+          }
+          ::unsetenv("HPDT_GEMM_V3_PIPELINE");
         }
 }
 

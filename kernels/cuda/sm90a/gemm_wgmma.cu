@@ -51,8 +51,8 @@ struct Cfg {
   static constexpr int kThreads = 256;
   static constexpr int kABytes = kBM * kBK * 2, kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // stages, 1024 bytes to align the first tile, one 8-byte mbarrier per stage
-  static constexpr int kSmem = STAGES * kStageBytes + 1024 + 8 * STAGES;
+  // stages, 1024 bytes to align the first tile, two 8-byte mbarriers per stage (one used by "barrier")
+  static constexpr int kSmem = STAGES * kStageBytes + 1024 + 16 * STAGES;
   static_assert(BN % 64 == 0 && BN <= 256, "wgmma n and the TMA box (<= 256 rows)");
 };
 using Wide = Cfg<256, 4>;    // 192 KiB of stages, 128 accumulators per thread
@@ -67,6 +67,9 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
@@ -160,82 +163,53 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint
 
 // A_MN / B_MN: the operand is MN-major (A transposed, B not transposed); wgmma reads it with its transpose
 // bit set, from the boxes described at kMnBoxBytes.
-template <class T, class C, int IN_FLIGHT, bool A_MN, bool B_MN>
-__global__ void __launch_bounds__(C::kThreads, 1)
-    gemm_v3_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const Params p) {
-  extern __shared__ unsigned char smem_raw[];
-  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
-  const uint32_t bars = base + uint32_t(C::STAGES * C::kStageBytes);
-  int tm, tn;
-  tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
-  const int kt_total = (p.K + kBK - 1) / kBK;
-  const int tid = int(threadIdx.x), wg = tid / 128;
 
-  if (tid == 0) {
-    for (int s = 0; s < C::STAGES; ++s) mbar_init(bars + 8u * uint32_t(s), 1);
-    fence_mbar_init();
+// k tile kt into the stage at a_dst (A) / a_dst + kABytes (B), completing on `bar`: one arrival announcing
+// the bytes TMA will deliver, then the loads (one thread).
+template <class C, bool A_MN, bool B_MN>
+__device__ __forceinline__ void issue_stage(const CUtensorMap* map_a, const CUtensorMap* map_b, uint32_t bar,
+                                            uint32_t a_dst, int tm, int tn, int kt) {
+  const uint32_t b_dst = a_dst + uint32_t(C::kABytes);
+  mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
+  if constexpr (A_MN) {
+#pragma unroll
+    for (int j = 0; j < kBM / 64; ++j) tma_load_2d(a_dst + uint32_t(j) * kMnBoxBytes, map_a, bar, tm * kBM + 64 * j, kt * kBK);
+  } else {
+    tma_load_2d(a_dst, map_a, bar, kt * kBK, tm * kBM);
   }
-  __syncthreads();
-  // k tile kt into stage kt % STAGES: thread 0 arrives once, announcing the bytes TMA will deliver
-  auto issue = [&](int kt) {
-    const uint32_t s = uint32_t(kt % C::STAGES), bar = bars + 8u * s;
-    const uint32_t a_dst = base + s * uint32_t(C::kStageBytes), b_dst = a_dst + uint32_t(C::kABytes);
-    mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
-    if constexpr (A_MN) {
+  if constexpr (B_MN) {
 #pragma unroll
-      for (int j = 0; j < kBM / 64; ++j) tma_load_2d(a_dst + uint32_t(j) * kMnBoxBytes, &map_a, bar, tm * kBM + 64 * j, kt * kBK);
-    } else {
-      tma_load_2d(a_dst, &map_a, bar, kt * kBK, tm * kBM);
-    }
-    if constexpr (B_MN) {
-#pragma unroll
-      for (int j = 0; j < C::BN / 64; ++j)
-        tma_load_2d(b_dst + uint32_t(j) * kMnBoxBytes, &map_b, bar, tn * C::BN + 64 * j, kt * kBK);
-    } else {
-      tma_load_2d(b_dst, &map_b, bar, kt * kBK, tn * C::BN);
-    }
-  };
-  if (tid == 0)
-    for (int kt = 0; kt < min(C::STAGES, kt_total); ++kt) issue(kt);
-
-  // No zero fill: the first MMA runs with scale-d 0 (D = A B), so nothing but wgmmas ever defines the
-  // accumulators before the last wait (ptxas serialises wgmmas whose accumulators other instructions define
-  // while a group is in flight, C7515).
-  float d[C::BN / 2];
-
-  for (int kt = 0; kt < kt_total; ++kt) {
-    const uint32_t s = uint32_t(kt % C::STAGES);
-    // the stage's phase flips once per use: use kt / STAGES completes phase parity (kt / STAGES) & 1
-    while (!mbar_try_wait(bars + 8u * s, uint32_t(kt / C::STAGES) & 1u)) {
-    }
-    // this warpgroup's 64 rows of A: k-major, rows 64 wg.. (64 rows of 128 bytes); MN-major, box wg
-    // (both 8 KiB in)
-    static_assert(64u * 128u == kMnBoxBytes, "a warpgroup's A tile starts 8 KiB in, in both layouts");
-    const uint32_t a_tile = base + s * uint32_t(C::kStageBytes) + uint32_t(wg) * 64u * 128u;
-    const uint32_t b_tile = base + s * uint32_t(C::kStageBytes) + uint32_t(C::kABytes);
-    // (no fence_reg on the accumulators inside the loop: with a group in flight, ptxas then serialises
-    // every wgmma, C7515 "non wgmma instructions defining accumulator registers"; only wgmmas touch them here)
-    wgmma_fence();
-    // k step j of 16: k-major, 32 bytes along the swizzled rows; MN-major, 16 rows of 128 bytes down
-    constexpr uint32_t a_step = A_MN ? 16u * 128u : 32u, b_step = B_MN ? 16u * 128u : 32u;
-    constexpr uint32_t a_lbo = A_MN ? kMnBoxBytes : 16u, b_lbo = B_MN ? kMnBoxBytes : 16u;
-#pragma unroll
-    for (int j = 0; j < kBK / 16; ++j)
-      wgmma_tile<T, C::BN, A_MN, B_MN>(d, smem_desc(a_tile + a_step * j, a_lbo), smem_desc(b_tile + b_step * j, b_lbo),
-                                       kt > 0 || j > 0);
-    wgmma_commit();
-    wgmma_wait<IN_FLIGHT>();  // the MMAs of k tile kt - IN_FLIGHT are done (this warpgroup's)
-    __syncthreads();  // ... and both warpgroups': refill the stage that k tile used
-    const int done = kt - IN_FLIGHT;
-    if (tid == 0 && done >= 0 && done + C::STAGES < kt_total) issue(done + C::STAGES);
+    for (int j = 0; j < C::BN / 64; ++j)
+      tma_load_2d(b_dst + uint32_t(j) * kMnBoxBytes, map_b, bar, tn * C::BN + 64 * j, kt * kBK);
+  } else {
+    tma_load_2d(b_dst, map_b, bar, kt * kBK, tn * C::BN);
   }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);  // the epilogue reads them after the last wait
+}
 
-  // Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register fragment D"): warp w of the
-  // warpgroup holds rows 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column 8 j + 2 (lane % 4) + e of row + 8 h.
-  const int warp = (tid % 128) / 32, lane = tid % 32;
+// The 4 wgmmas of one 64-wide k tile for warpgroup `wg` (its 64 rows of A) from the stage at `stage`;
+// scale-d 0 on the first of the first tile (D = A B: nothing but wgmmas defines the accumulators, see below).
+template <class T, class C, bool A_MN, bool B_MN>
+__device__ __forceinline__ void mma_ktile(float (&d)[C::BN / 2], uint32_t stage, int wg, bool first) {
+  // this warpgroup's 64 rows of A: k-major, rows 64 wg.. (64 rows of 128 bytes); MN-major, box wg
+  // (both 8 KiB in)
+  static_assert(64u * 128u == kMnBoxBytes, "a warpgroup's A tile starts 8 KiB in, in both layouts");
+  const uint32_t a_tile = stage + uint32_t(wg) * 64u * 128u;
+  const uint32_t b_tile = stage + uint32_t(C::kABytes);
+  // k step j of 16: k-major, 32 bytes along the swizzled rows; MN-major, 16 rows of 128 bytes down
+  constexpr uint32_t a_step = A_MN ? 16u * 128u : 32u, b_step = B_MN ? 16u * 128u : 32u;
+  constexpr uint32_t a_lbo = A_MN ? kMnBoxBytes : 16u, b_lbo = B_MN ? kMnBoxBytes : 16u;
+#pragma unroll
+  for (int j = 0; j < kBK / 16; ++j)
+    wgmma_tile<T, C::BN, A_MN, B_MN>(d, smem_desc(a_tile + a_step * j, a_lbo), smem_desc(b_tile + b_step * j, b_lbo),
+                                     !first || j > 0);
+}
+
+// The epilogue of warpgroup `wg`'s 64 x BN accumulators (t: the thread's index in the warpgroup).
+// Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register fragment D"): warp w of the
+// warpgroup holds rows 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column 8 j + 2 (lane % 4) + e of row + 8 h.
+template <class T, class C>
+__device__ __forceinline__ void store_tile(const Params& p, const float (&d)[C::BN / 2], int tm, int tn, int wg, int t) {
+  const int warp = t / 32, lane = t % 32;
   const int row0 = tm * kBM + wg * 64 + warp * 16 + lane / 4;
   const int col0 = tn * C::BN + 2 * (lane % 4);
   auto epilogue = [&](auto tag) {
@@ -258,6 +232,118 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     epilogue(float{});
   else
     epilogue(T{});
+}
+
+// Pipeline "barrier" (the first v3): both warpgroups compute; thread 0 also issues the loads. One group of
+// MMAs stays in flight across a block barrier per k tile, after which thread 0 refills the stage the
+// previous k tile used (IN_FLIGHT 0: the barrier after every k tile's MMAs).
+template <class T, class C, int IN_FLIGHT, bool A_MN, bool B_MN>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    gemm_v3_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  const uint32_t bars = base + uint32_t(C::STAGES * C::kStageBytes);
+  int tm, tn;
+  tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
+  const int kt_total = (p.K + kBK - 1) / kBK;
+  const int tid = int(threadIdx.x), wg = tid / 128;
+
+  if (tid == 0) {
+    for (int s = 0; s < C::STAGES; ++s) mbar_init(bars + 8u * uint32_t(s), 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  auto issue = [&](int kt) {  // k tile kt into stage kt % STAGES
+    const uint32_t s = uint32_t(kt % C::STAGES);
+    issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bars + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn, kt);
+  };
+  if (tid == 0)
+    for (int kt = 0; kt < min(C::STAGES, kt_total); ++kt) issue(kt);
+
+  // No zero fill: the first MMA runs with scale-d 0 (D = A B), so nothing but wgmmas ever defines the
+  // accumulators before the last wait (ptxas serialises wgmmas whose accumulators other instructions define
+  // while a group is in flight, C7515).
+  float d[C::BN / 2];
+
+  for (int kt = 0; kt < kt_total; ++kt) {
+    const uint32_t s = uint32_t(kt % C::STAGES);
+    // the stage's phase flips once per use: use kt / STAGES completes phase parity (kt / STAGES) & 1
+    while (!mbar_try_wait(bars + 8u * s, uint32_t(kt / C::STAGES) & 1u)) {
+    }
+    // (no fence_reg on the accumulators inside the loop: with a group in flight, ptxas then serialises
+    // every wgmma, C7515 "non wgmma instructions defining accumulator registers"; only wgmmas touch them here)
+    wgmma_fence();
+    mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), wg, kt == 0);
+    wgmma_commit();
+    wgmma_wait<IN_FLIGHT>();  // the MMAs of k tile kt - IN_FLIGHT are done (this warpgroup's)
+    __syncthreads();  // ... and both warpgroups': refill the stage that k tile used
+    const int done = kt - IN_FLIGHT;
+    if (tid == 0 && done >= 0 && done + C::STAGES < kt_total) issue(done + C::STAGES);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);  // the epilogue reads them after the last wait
+  store_tile<T, C>(p, d, tm, tn, wg, tid % 128);
+}
+
+// Pipeline "ws" (warp-specialised): a producer warpgroup (warpgroup 0, one thread of it) issues the loads
+// as stages free up, two consumer warpgroups (1 and 2) compute; no block barrier in the k loop. Per stage a
+// "full" mbarrier (the producer's arrival with the TMA bytes) and an "empty" one that each of the 8
+// consumer warps arrives on once its MMAs reading the stage are done (wait_group 1 after the next k tile's
+// MMAs). A warp's lane 0 arrives, not one thread per warpgroup as in CUTLASS: the same on the GPU (a
+// warpgroup's MMA completes as a whole) and what the CUDA emulator, which performs each warp's share of a
+// wgmma at that warp's own wait, can check.
+template <class T, class C, bool A_MN, bool B_MN>
+__global__ void __launch_bounds__(C::kThreads + 128, 1)
+    gemm_v3ws_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                     const Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
+  int tm, tn;
+  tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
+  const int kt_total = (p.K + kBK - 1) / kBK;
+  const int tid = int(threadIdx.x), wg = tid / 128;
+  constexpr uint32_t kConsumerWarps = C::kThreads / 32;
+
+  if (tid == 0) {
+    for (int s = 0; s < C::STAGES; ++s) {
+      mbar_init(full + 8u * uint32_t(s), 1);
+      mbar_init(empty + 8u * uint32_t(s), kConsumerWarps);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    if (tid == 0)
+      for (int kt = 0; kt < kt_total; ++kt) {
+        const uint32_t s = uint32_t(kt % C::STAGES);
+        // use u = kt / STAGES of the stage needs the consumers' release of use u - 1 (phase u - 1)
+        if (kt >= C::STAGES)
+          while (!mbar_try_wait(empty + 8u * s, uint32_t(kt / C::STAGES - 1) & 1u)) {
+          }
+        issue_stage<C, A_MN, B_MN>(&map_a, &map_b, full + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn, kt);
+      }
+    return;
+  }
+
+  const int cw = wg - 1;  // consumer warpgroup: rows 64 cw.. of the block tile
+  float d[C::BN / 2];
+  for (int kt = 0; kt < kt_total; ++kt) {
+    const uint32_t s = uint32_t(kt % C::STAGES);
+    while (!mbar_try_wait(full + 8u * s, uint32_t(kt / C::STAGES) & 1u)) {
+    }
+    wgmma_fence();
+    mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), cw, kt == 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // this warp's MMAs of k tile kt - 1 are done: release its stage
+    if (kt > 0 && tid % 32 == 0) mbar_arrive(empty + 8u * uint32_t((kt - 1) % C::STAGES));
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);
+  store_tile<T, C>(p, d, tm, tn, cw, tid % 128);
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -290,17 +376,40 @@ CUtensorMap tile_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, in
   return map;
 }
 
-template <class T, class C, int IN_FLIGHT, bool A_MN, bool B_MN>
-void launch_cfg(const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device, cudaStream_t s) {
-  auto kernel = gemm_v3_kernel<T, C, IN_FLIGHT, A_MN, B_MN>;
+// One launch of `kernel` (threads per block), its shared-memory limit raised once per kernel and device.
+// The kernel is a template argument, not a function-pointer parameter: every kernel then has its own
+// `smem_allowed` (with a parameter, all kernels of one signature shared it, and the second kernel launched
+// without its limit raised: caught by the emulator, cudaErrorInvalidValue).
+template <class C, auto kernel>
+void launch_kernel(int threads, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
+                   cudaStream_t s) {
   static std::atomic<uint64_t> smem_allowed{0};  // per kernel and device, as in v2
   const uint64_t bit = uint64_t(1) << (device & 63);
   if (!(smem_allowed.load(std::memory_order_acquire) & bit)) {
     HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     smem_allowed.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<unsigned(int64_t(p.tiles_m) * p.tiles_n), C::kThreads, C::kSmem, s>>>(ma, mb, p);
+  kernel<<<unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(threads), C::kSmem, s>>>(ma, mb, p);
   HPDT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class C, bool A_MN, bool B_MN>
+void launch_layout(const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device, cudaStream_t s) {
+  // HPDT_GEMM_V3_PIPELINE=ws runs the warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
+  // pipeline waiting for every k tile's MMAs (k-major x k-major only); both read at every call (tests and
+  // benchmarks switch them)
+  const char* pipeline = std::getenv("HPDT_GEMM_V3_PIPELINE");
+  const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
+  if (pipeline && std::strcmp(pipeline, "ws") == 0)
+    launch_kernel<C, gemm_v3ws_kernel<T, C, A_MN, B_MN>>(C::kThreads + 128, p, ma, mb, device, s);
+  else if constexpr (!A_MN && !B_MN) {
+    if (in_flight && std::strcmp(in_flight, "0") == 0)
+      launch_kernel<C, gemm_v3_kernel<T, C, 0, false, false>>(C::kThreads, p, ma, mb, device, s);
+    else
+      launch_kernel<C, gemm_v3_kernel<T, C, 1, false, false>>(C::kThreads, p, ma, mb, device, s);
+  } else {
+    launch_kernel<C, gemm_v3_kernel<T, C, 1, A_MN, B_MN>>(C::kThreads, p, ma, mb, device, s);
+  }
 }
 
 template <class T, class C>
@@ -309,21 +418,14 @@ void launch_tile(Params p, DType ab, int device, cudaStream_t s) {
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
-  // HPDT_GEMM_V3_IN_FLIGHT=0 waits for every k tile's MMAs before the barrier (the first version; for
-  // comparison and tests), read at every call; built for the k-major x k-major layout only
-  const char* e = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
-  if (p.a_kmajor && p.b_kmajor) {
-    if (e && std::strcmp(e, "0") == 0)
-      launch_cfg<T, C, 0, false, false>(p, ma, mb, device, s);
-    else
-      launch_cfg<T, C, 1, false, false>(p, ma, mb, device, s);
-  } else if (p.a_kmajor) {
-    launch_cfg<T, C, 1, false, true>(p, ma, mb, device, s);
-  } else if (p.b_kmajor) {
-    launch_cfg<T, C, 1, true, false>(p, ma, mb, device, s);
-  } else {
-    launch_cfg<T, C, 1, true, true>(p, ma, mb, device, s);
-  }
+  if (p.a_kmajor && p.b_kmajor)
+    launch_layout<T, C, false, false>(p, ma, mb, device, s);
+  else if (p.a_kmajor)
+    launch_layout<T, C, false, true>(p, ma, mb, device, s);
+  else if (p.b_kmajor)
+    launch_layout<T, C, true, false>(p, ma, mb, device, s);
+  else
+    launch_layout<T, C, true, true>(p, ma, mb, device, s);
 }
 
 }  // namespace
