@@ -158,15 +158,15 @@ void ParameterArena::grads_ready(int first_id, int n) {
   // that the alignment gap in between belongs to this slice and the ready slices tile [0, numel())
   const int below = first_id + n;
   const int64_t offset = below < count() ? info(below).offset + info(below).shape.numel() : 0;
-  const int64_t count = first.offset + first.shape.numel() - offset;
+  const int64_t elements = first.offset + first.shape.numel() - offset;
   if (model_dtype_ != DType::f32) {
-    Tensor f32 = grads_.flat(offset, count), model = model_grads_.flat(offset, count);
+    Tensor f32 = grads_.flat(offset, elements), model = model_grads_.flat(offset, elements);
     if (device().is_cpu())
       kernels::cast(f32, model, stream_);
     else
       kernels::cast(model, f32, stream_);
   }
-  if (on_ready_) on_ready_(size_t(offset), size_t(count));
+  if (on_ready_) on_ready_(size_t(offset), size_t(elements));
 }
 
 void ParameterArena::sync_model_copy() {

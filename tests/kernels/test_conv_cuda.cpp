@@ -34,6 +34,7 @@
 #include "hpdt/kernels/cpu/norm.h"
 #include "hpdt/kernels/layout.h"
 #include "hpdt_test.h"
+#include "kernel_settings.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/conv.h"
 #endif
@@ -430,12 +431,7 @@ TEST_F(ConvCuda, BackwardFilterIsDeterministic) {
   }
 }
 
-// Restores the process-wide kernel backend when the test leaves.
-struct BackendScope {
-  explicit BackendScope(kernels::KernelBackend b) : saved(kernels::kernel_backend()) { kernels::set_kernel_backend(b); }
-  ~BackendScope() { kernels::set_kernel_backend(saved); }
-  kernels::KernelBackend saved;
-};
+using test::BackendScope;
 
 TEST_F(ConvCuda, PublicEntryPointsBothBackends) {
   const Case c{"k3 s2 p1", 4, 32, 15, 15, 48, 3, 2, 1};

@@ -27,6 +27,7 @@
 #include "hpdt/kernels/cpu/gemm.h"
 #include "hpdt/kernels/gemm.h"
 #include "hpdt/kernels/linear.h"
+#include "kernel_settings.h"
 #if HPDT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -36,19 +37,9 @@
 namespace {
 
 using namespace hpdt;
+using test::BackendScope;
+using test::GemmChoiceScope;
 using test::Tolerance;
-
-// Sets the kernel backend for one scope.
-class BackendScope {
- public:
-  explicit BackendScope(kernels::KernelBackend b) : prev_(kernels::kernel_backend()) { kernels::set_kernel_backend(b); }
-  ~BackendScope() { kernels::set_kernel_backend(prev_); }
-  BackendScope(const BackendScope&) = delete;
-  BackendScope& operator=(const BackendScope&) = delete;
-
- private:
-  kernels::KernelBackend prev_;
-};
 
 Tolerance gemm_tolerance(DType c_type, int64_t K, float alpha, float beta) {
   const double k = double(std::max<int64_t>(K, 1));
@@ -365,18 +356,6 @@ TEST_F(GemmCuda, LargeV2AgainstCublas) {
         }
       }
 }
-
-// Sets kernels::gemm_choice() for one scope.
-class GemmChoiceScope {
- public:
-  explicit GemmChoiceScope(kernels::GemmChoice c) : prev_(kernels::gemm_choice()) { kernels::set_gemm_choice(c); }
-  ~GemmChoiceScope() { kernels::set_gemm_choice(prev_); }
-  GemmChoiceScope(const GemmChoiceScope&) = delete;
-  GemmChoiceScope& operator=(const GemmChoiceScope&) = delete;
-
- private:
-  kernels::GemmChoice prev_;
-};
 
 // v3 on a compute capability 9.0 device: it must be built in (a build that runs there targets sm_90) and be
 // what aligned 16-bit GEMMs of every layout resolve to when asked for; f32 and unaligned leading dimensions

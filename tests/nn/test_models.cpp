@@ -100,6 +100,14 @@ Tensor random_images(int64_t b, const ModelConfig& c, uint64_t seed) {
   return x;
 }
 
+// 1 where the flat buffers hold a parameter's element, 0 in the arena's alignment gaps.
+std::vector<char> parameter_mask(const ParameterArena& a) {
+  std::vector<char> in_param(size_t(a.numel()), 0);
+  for (const ParamInfo& p : a.infos())
+    for (int64_t i = p.offset; i < p.offset + p.shape.numel(); ++i) in_param[size_t(i)] = 1;
+  return in_param;
+}
+
 class ModelGrad : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelGrad, ReverseLayoutHookCoversTheArenaInOrder) {
@@ -133,12 +141,11 @@ TEST_P(ModelGrad, ArenaAlignsEveryParameterAndKeepsTheGapsZero) {
   const bool vit = GetParam() == "vit_ti";
   auto m = make_model(GetParam(), vit ? tiny_vit() : tiny_resnet());
   ParameterArena& a = m->arena();
-  std::vector<char> in_param(size_t(a.numel()), 0);
+  const std::vector<char> in_param = parameter_mask(a);
   int64_t count = 0;
   bool any_gap = false;
   for (const ParamInfo& p : a.infos()) {
     EXPECT_EQ(p.offset % ParameterArena::kAlignElements, 0) << p.name;
-    for (int64_t i = p.offset; i < p.offset + p.shape.numel(); ++i) in_param[size_t(i)] = 1;
     count += p.shape.numel();
     any_gap = any_gap || p.shape.numel() % ParameterArena::kAlignElements != 0;
   }
@@ -188,9 +195,7 @@ TEST(ModelGradVit, WholeModelGradientMatchesFiniteDifferenceAlongRandomDirection
   std::vector<float> p0 = a.master_params().to_vector<float>();
   // the direction: normal values on the parameters' elements (in flat order, the arena's alignment gaps
   // skipped, so the same direction whatever the gaps), zero in the gaps
-  std::vector<char> in_param(g.size(), 0);
-  for (const ParamInfo& q : a.infos())
-    for (int64_t i = q.offset; i < q.offset + q.shape.numel(); ++i) in_param[size_t(i)] = 1;
+  const std::vector<char> in_param = parameter_mask(a);
   Rng rng(9);
   std::vector<float> v(g.size(), 0.0f);
   double gv = 0, vv = 0;

@@ -43,6 +43,7 @@
 #include "hpdt/nn/model.h"
 #include "hpdt/nn/optim.h"
 #include "hpdt_test.h"
+#include "kernel_settings.h"
 
 namespace {
 
@@ -121,6 +122,20 @@ StepOut forward_backward(Model& m, const Data& d, float scale = 1.0f) {
   m.backward(dl);
   r.grads = host_f32(m.arena().grads(), s);
   return r;
+}
+
+// Cosine of two flat gradients (every element finite: asserted per element).
+double gradient_cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(a[i]) && std::isfinite(b[i])) << "gradient " << i << ": " << a[i] << ", " << b[i];
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return 0;
+    dot += double(a[i]) * b[i];
+    na += double(a[i]) * a[i];
+    nb += double(b[i]) * b[i];
+  }
+  return dot / std::sqrt(na * nb);
 }
 
 // Per parameter tensor: relative L2 error <= rel_l2 and every element within max_frac * max|want|.
@@ -281,16 +296,9 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
   ASSERT_TRUE(std::isfinite(rb.loss));
   EXPECT_NEAR(rb.loss, rf.loss, 0.05 * std::abs(rf.loss) + 0.02);
   EXPECT_EQ(b->arena().comm_grads().dtype(), DType::bf16);
-  double dot = 0, nb = 0, nf = 0;
-  for (size_t i = 0; i < rb.grads.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(rb.grads[i])) << "bf16 gradient " << i;
-    dot += double(rb.grads[i]) * rf.grads[i];
-    nb += double(rb.grads[i]) * rb.grads[i];
-    nf += double(rf.grads[i]) * rf.grads[i];
-  }
   // a loose sanity bound (ReLU/attention flips under bf16 rounding move the gradient a lot; a broken kernel
   // gives a gradient unrelated to the f32 one, cosine ~0)
-  EXPECT_GT(dot / std::sqrt(nb * nf), 0.5) << "cosine of the bf16 and f32 gradients";
+  EXPECT_GT(gradient_cosine(rb.grads, rf.grads), 0.5) << "cosine of the bf16 and f32 gradients";
   LossScaler scaler = LossScaler::for_dtype(DType::bf16);
   ASSERT_TRUE(scaler.unscale(b->arena()));
   AdamW opt(b->arena(), {});
@@ -319,26 +327,15 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   const Data d = make_data(GetParam());
   auto a = gpu_model(DType::bf16);
   const StepOut r2 = forward_backward(*a, d);
-  kernels::set_gemm_choice(kernels::GemmChoice::v3);
   StepOut r3;
-  try {
+  {
+    const test::GemmChoiceScope v3(kernels::GemmChoice::v3);
     auto b = gpu_model(DType::bf16);
     r3 = forward_backward(*b, d);
-  } catch (...) {
-    kernels::set_gemm_choice(kernels::GemmChoice::v2);
-    throw;
   }
-  kernels::set_gemm_choice(kernels::GemmChoice::v2);
   ASSERT_TRUE(std::isfinite(r3.loss));
   EXPECT_NEAR(r3.loss, r2.loss, 2e-3 * std::abs(r2.loss) + 1e-3);
-  double dot = 0, n2 = 0, n3 = 0;
-  for (size_t i = 0; i < r2.grads.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(r3.grads[i])) << "gradient " << i;
-    dot += double(r2.grads[i]) * r3.grads[i];
-    n2 += double(r2.grads[i]) * r2.grads[i];
-    n3 += double(r3.grads[i]) * r3.grads[i];
-  }
-  const double cosine = dot / std::sqrt(n2 * n3);
+  const double cosine = gradient_cosine(r3.grads, r2.grads);
   std::printf("[ v3 vs v2 ] %s: loss %.6f vs %.6f, gradient cosine %.6f\n", GetParam().model, r3.loss, r2.loss, cosine);
   EXPECT_GT(cosine, 0.999) << "cosine of the v3 and v2 bf16 gradients";
 }
