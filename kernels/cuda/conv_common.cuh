@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fast_div.cuh"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
 #include "vec.cuh"
@@ -19,19 +20,6 @@
 namespace hpdt::kernels::cuda::conv_detail {
 
 // ---- device helpers --------------------------------------------------------------------------------------
-
-// Division by a divisor fixed at launch (Granlund-Montgomery, as PyTorch's IntDivider): exact for
-// 0 <= n < 2^31 and 1 <= d < 2^31; one mul.hi instead of a ~20-instruction integer division.
-struct FastDiv {
-  uint32_t d = 1, mul = 1, shr = 0;
-  FastDiv() = default;
-  explicit FastDiv(int64_t divisor) : d(uint32_t(std::max<int64_t>(divisor, 1))) {
-    while ((uint64_t(1) << shr) < d) ++shr;
-    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shr) - d)) / d + 1);
-  }
-  __device__ __forceinline__ int div(int n) const { return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shr); }
-  __device__ __forceinline__ int value() const { return int(d); }
-};
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 

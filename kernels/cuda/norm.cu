@@ -14,6 +14,8 @@
 //   3. bn_apply_kernel: y = x * a + b with a = invstd * gamma, b = beta - mean * a (eval: from running stats).
 //   Backward: bn_backward_reduce_kernel (per-block sum dy, sum dy * (x - mean)) -> bn_backward_finalize
 //   (split order, double; dgamma/dbeta +=; the dx coefficients) -> bn_backward_apply_kernel.
+//   These read vectors of V values, V the widest power of two <= 16 bytes that divides h*w (plane_vector: 8 bf16
+//   values on 56x56, 4 on 14x14, 1 on 7x7), and decode a slot into (plane, vector) with a FastDiv.
 // NHWC batch norm is the column statistics of the [n*h*w, c] matrix: bn_stats_nhwc_kernel, bn_apply_nhwc_kernel,
 //   bn_backward_reduce_nhwc_kernel, bn_backward_apply_nhwc_kernel. A block of TX x TY threads covers TX vectors of
 //   a row (coalesced along channels) and a fixed chunk of rows, each thread a fixed stride of rows (Welford in
@@ -24,8 +26,10 @@
 //   dgamma/dbeta accumulators in shared memory (no races), partials per block summed in block order by
 //   ln_param_grad_finalize.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
+#include "fast_div.cuh"
 #include "hpdt/kernels/cuda/norm.h"
 #include "launch.cuh"
 #include "vec.cuh"
@@ -95,10 +99,12 @@ __device__ __forceinline__ Welford warp_merge_down(Welford w) {
   return w;
 }
 
-// Element offset of vector slot `s` of channel `ch`: slot s is vector j of plane i, s = i * hwv + j.
-__device__ __forceinline__ int64_t bn_offset(uint32_t s, uint32_t hwv, int c, int ch) {
-  const uint32_t i = s / hwv, j = s - i * hwv;
-  return (int64_t(i) * c + ch) * hwv + j;  // in vectors
+// Element offset of vector slot `s` of channel `ch`: slot s is vector j of plane i, s = i * hwv + j. FastDiv, not
+// `/`: on 7x7 and 14x14 planes in bf16 the decode runs once per 2-byte value, and a plain division made the kernels
+// instruction-bound (0.3 of a device copy on the H100, against 0.7-0.9 on large planes).
+__device__ __forceinline__ int64_t bn_offset(uint32_t s, const FastDiv& hwv, int c, int ch) {
+  const uint32_t i = uint32_t(hwv.div(int(s))), j = s - i * uint32_t(hwv.value());
+  return (int64_t(i) * c + ch) * hwv.value() + j;  // in vectors
 }
 
 // End of the chunk starting at s0 (no 32-bit overflow at the last chunk).
@@ -121,7 +127,7 @@ ChannelSplit channel_split(int64_t c, int64_t slots, int64_t min_slots_per_block
 
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
-    bn_stats_kernel(const T* __restrict__ x, int c, uint32_t hwv, uint32_t slots, uint32_t chunk,
+    bn_stats_kernel(const T* __restrict__ x, int c, FastDiv hwv, uint32_t slots, uint32_t chunk,
                     float* __restrict__ partial) {
   constexpr int U = 8 / V;  // slots per step: 8 values, merged into the running summary at once
   const int ch = blockIdx.y;
@@ -228,7 +234,7 @@ __global__ void bn_finalize_from_sums(const float* __restrict__ sync_buf, int c,
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale, int scale_is_var,
-                    float eps, const T* __restrict__ gamma, const T* __restrict__ beta, int c, uint32_t hwv,
+                    float eps, const T* __restrict__ gamma, const T* __restrict__ beta, int c, FastDiv hwv,
                     uint32_t slots, uint32_t chunk) {
   constexpr int U = 4;
   const int ch = blockIdx.y;
@@ -259,7 +265,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
-    bn_backward_reduce_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, int c, uint32_t hwv,
+    bn_backward_reduce_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, int c, FastDiv hwv,
                               uint32_t slots, uint32_t chunk, float* __restrict__ partial) {
   constexpr int U = 8 / V;
   const int ch = blockIdx.y;
@@ -336,9 +342,9 @@ __global__ void bn_backward_coef_from_sums(const float* __restrict__ sync_buf, i
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_apply_kernel(const T* dy, const T* x, const float* __restrict__ mean, const float* __restrict__ invstd,
-                             const T* __restrict__ gamma, const float* __restrict__ coef, T* dx, int c, uint32_t hwv,
+                             const T* __restrict__ gamma, const float* __restrict__ coef, T* dx, int c, FastDiv hwv,
                              uint32_t slots, uint32_t chunk) {
-  constexpr int U = V == 1 ? 4 : 2;
+  constexpr int U = V >= 4 ? 2 : 4;
   const int ch = blockIdx.y;
   const float is = invstd[ch], k = to_f32(gamma[ch]) * is, mdy = coef[ch], mdyx = coef[c + ch], m = mean[ch];
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
@@ -582,19 +588,44 @@ __global__ void __launch_bounds__(kThreads)
 
 struct BnDims {
   int c;
-  uint32_t hwv, slots;  // vectors per plane, vectors per channel
-  int v;                // vector width (elements)
-  int64_t count;        // values per channel, n * h * w
+  FastDiv hwv;     // vectors per plane
+  uint32_t slots;  // vectors per channel
+  int v;           // vector width (elements)
+  int64_t count;   // values per channel, n * h * w
 };
 
-BnDims bn_dims(const char* op, const Tensor& x, int vec, std::initializer_list<const void*> ptrs) {
+// The widest vector (a power of two <= 16 bytes) that divides a plane and that every pointer is aligned to: 8
+// bf16 values on 56x56 planes, 4 on 14x14 (196 = 4 * 49), 1 on 7x7.
+template <class T>
+int plane_vector(int64_t hw, std::initializer_list<const void*> ptrs) {
+  int v = kVec<T>;
+  auto fits = [&](int w) {
+    if (hw % w != 0) return false;
+    for (const void* p : ptrs)
+      if (reinterpret_cast<uintptr_t>(p) % (uintptr_t(w) * sizeof(T)) != 0) return false;
+    return true;
+  };
+  while (v > 1 && !fits(v)) v /= 2;
+  return v;
+}
+
+// Calls f(std::integral_constant<int, V>{}) for v in {1, 2, 4, 8} (8 only for 2-byte T).
+template <class T, class F>
+void with_vector(int v, F&& f) {
+  if constexpr (kVec<T> >= 8)
+    if (v == 8) return f(std::integral_constant<int, 8>{});
+  if (v == 4) return f(std::integral_constant<int, 4>{});
+  if (v == 2) return f(std::integral_constant<int, 2>{});
+  f(std::integral_constant<int, 1>{});
+}
+
+template <class T>
+BnDims bn_dims(const char* op, const Tensor& x, std::initializer_list<const void*> ptrs) {
   const int64_t n = x.size(0), c = x.size(1), hw = x.ndim() == 4 ? x.size(2) * x.size(3) : 1;
   HPDT_CHECK(c <= 65535, op, ": on CUDA at most 65535 channels, got ", c);
   HPDT_CHECK(n * hw <= (int64_t(1) << 31), op, ": on CUDA at most 2^31 values per channel, got ", n * hw);
-  bool vectorise = hw % vec == 0;
-  for (const void* p : ptrs) vectorise = vectorise && aligned16(p);
-  const int v = vectorise ? vec : 1;
-  return {int(c), uint32_t(hw / v), uint32_t(n * hw / v), v, n * hw};
+  const int v = plane_vector<T>(hw, ptrs);
+  return {int(c), FastDiv(hw / v), uint32_t(n * hw / v), v, n * hw};
 }
 
 void ensure_f32(Tensor& t, int64_t n, const Tensor& like, const Stream& stream) {
@@ -622,12 +653,11 @@ void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float*
               const T* gamma, const T* beta, cudaStream_t s) {
   const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
   const dim3 grid(unsigned(sp.splits), unsigned(d.c));
-  if (d.v == 1)
-    bn_apply_kernel<T, 1>
+  with_vector<T>(d.v, [&](auto vt) {
+    constexpr int V = decltype(vt)::value;
+    bn_apply_kernel<T, V>
         <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv, d.slots, sp.chunk);
-  else
-    bn_apply_kernel<T, kVec<T>>
-        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv, d.slots, sp.chunk);
+  });
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
@@ -887,15 +917,15 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
         bn_stats_nhwc_kernel<T, kVec<T>>
             <<<grid, kThreads, 0, s>>>(xp, nd.cols, nd.rows, nd.chunk, partial.data<float>());
     } else {
-      d = bn_dims(op, x, kVec<T>, {x.data(), y.data()});
+      d = bn_dims<T>(op, x, {x.data(), y.data()});
       const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
       splits = sp.splits, count = d.count;
       partial = Tensor::empty({c * splits * 3}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), unsigned(d.c));
-      if (d.v == 1)
-        bn_stats_kernel<T, 1><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
-      else
-        bn_stats_kernel<T, kVec<T>><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+      with_vector<T>(d.v, [&](auto vt) {
+        constexpr int V = decltype(vt)::value;
+        bn_stats_kernel<T, V><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+      });
     }
     HPDT_CUDA_CHECK_LAUNCH();
     // 2. statistics (through the SyncBN seam when set)
@@ -940,7 +970,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
                        running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp,
                        detail::native(stream));
     else
-      bn_apply<T>(bn_dims(op, x, kVec<T>, {x.data(), y.data()}), xp, static_cast<T*>(y.data()),
+      bn_apply<T>(bn_dims<T>(op, x, {x.data(), y.data()}), xp, static_cast<T*>(y.data()),
                   running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp, detail::native(stream));
   });
 }
@@ -978,17 +1008,16 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
         bn_backward_reduce_nhwc_kernel<T, kVec<T>>
             <<<grid, kThreads, 0, s>>>(dyp, xp, mean, nd.cols, nd.rows, nd.chunk, partial.data<float>());
     } else {
-      d = bn_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data()});
+      d = bn_dims<T>(op, x, {dy.data(), x.data(), dx.data()});
       const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
       splits = sp.splits, count = d.count;
       partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), unsigned(d.c));
-      if (d.v == 1)
-        bn_backward_reduce_kernel<T, 1>
+      with_vector<T>(d.v, [&](auto vt) {
+        constexpr int V = decltype(vt)::value;
+        bn_backward_reduce_kernel<T, V>
             <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
-      else
-        bn_backward_reduce_kernel<T, kVec<T>>
-            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+      });
     }
     HPDT_CUDA_CHECK_LAUNCH();
     // 2. dgamma, dbeta and the dx coefficients (through the SyncBN seam when set)
@@ -1019,12 +1048,11 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     } else {
       const ChannelSplit ap = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
       const dim3 agrid(unsigned(ap.splits), unsigned(d.c));
-      if (d.v == 1)
-        bn_backward_apply_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
+      with_vector<T>(d.v, [&](auto vt) {
+        constexpr int V = decltype(vt)::value;
+        bn_backward_apply_kernel<T, V><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
                                                                   d.c, d.hwv, d.slots, ap.chunk);
-      else
-        bn_backward_apply_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
-                                                                        dxp, d.c, d.hwv, d.slots, ap.chunk);
+      });
     }
     HPDT_CUDA_CHECK_LAUNCH();
   });

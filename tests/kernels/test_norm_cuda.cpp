@@ -92,8 +92,10 @@ class NormCuda : public test::CudaOracleTest {
   void ln_case(const Shape& shape, DType dt, bool misaligned = false);
 };
 
-const Shape kBnShapes[] = {{2, 3, 28, 28},    {4, 1, 28, 28},  {3, 17, 7, 7},     {37, 17},       {5, 3},
-                           {128, 16, 32, 32}, {8, 64, 56, 56}, {16, 256, 14, 14}, {4, 2048, 7, 7}};
+// Plane vectors (bf16 / f32): 28x28 8 / 4, 7x7 1 / 1, 2x7 2 / 2, 6x6 4 / 4, 14x14 4 / 4.
+const Shape kBnShapes[] = {{2, 3, 28, 28},   {4, 1, 28, 28},  {3, 17, 7, 7},     {3, 5, 2, 7},   {7, 3, 6, 6},
+                           {37, 17},         {5, 3},          {128, 16, 32, 32}, {8, 64, 56, 56}, {16, 256, 14, 14},
+                           {4, 2048, 7, 7}};
 
 // The channel count of a batch-norm input: [n, c, h, w], [n, h, w, c] (NHWC) or [n, c].
 int64_t channels(const Shape& s, Layout layout) { return layout == Layout::nhwc ? s[-1] : s[1]; }
