@@ -23,8 +23,8 @@
 //   partials go through the same finalize kernels (SyncBN seam included) as NCHW's.
 // Layer norm: ln_forward_kernel, one warp per row (the row re-read from L1/L2 for the three passes);
 //   ln_backward_kernel, a group of threads per row, each thread owning fixed columns of the block's
-//   dgamma/dbeta accumulators in shared memory (no races), partials per block summed in block order by
-//   ln_param_grad_finalize.
+//   dgamma/dbeta accumulators in shared memory (no races), partials per block summed in a fixed order by
+//   ln_param_grad_finalize (32 lanes of blocks per column, then the lanes in order).
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -753,7 +753,7 @@ __global__ void __launch_bounds__(kThreads)
 // vector's accumulators, gamma and the row values stay in registers; otherwise the accumulators live in
 // shared memory, laid out [2][V][d / V] so that a warp's lanes hit consecutive words (no bank conflicts).
 // At the end the groups' accumulators are summed in group order into the block's partial row;
-// ln_param_grad_finalize sums the blocks in block order.
+// ln_param_grad_finalize sums the blocks in a fixed order.
 template <class T, int V, bool kOnePack>
 __global__ void __launch_bounds__(kThreads)
     ln_backward_kernel(const T* dy, const T* x, const T* __restrict__ gamma, const float* __restrict__ mean,
@@ -869,15 +869,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// dgamma/dbeta += the column sums of the blocks' partial rows. Block of 32 x 32 threads on 32 columns: thread
+// (tx, ty) sums partial rows ty, ty + 32, ... of its column in order, then thread ty == 0 adds the 32 lane sums in
+// order (fixed order: deterministic). One thread per column walking all ~1,000 partial rows was latency-bound:
+// 768 threads on 6 SMs for ViT-B, each a chain of ~1,000 loads.
+constexpr int kFinishCols = 32, kFinishLanes = 32;
 template <class T>
-__global__ void ln_param_grad_finalize(const float* __restrict__ partial, int blocks, int d, T* dgamma, T* dbeta) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= d) return;
+__global__ void __launch_bounds__(kFinishCols* kFinishLanes)
+    ln_param_grad_finalize(const float* __restrict__ partial, int blocks, int d, T* dgamma, T* dbeta) {
+  __shared__ float lane_sums[2][kFinishLanes][kFinishCols];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int j = blockIdx.x * kFinishCols + tx;
   float sg = 0.0f, sb = 0.0f;
-  for (int b = 0; b < blocks; ++b) {
-    sg += partial[int64_t(b) * 2 * d + j];
-    sb += partial[int64_t(b) * 2 * d + d + j];
-  }
+  if (j < d)
+    for (int b = ty; b < blocks; b += kFinishLanes) {
+      sg += partial[int64_t(b) * 2 * d + j];
+      sb += partial[int64_t(b) * 2 * d + d + j];
+    }
+  lane_sums[0][ty][tx] = sg;
+  lane_sums[1][ty][tx] = sb;
+  __syncthreads();
+  if (ty != 0 || j >= d) return;
+  sg = 0.0f, sb = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kFinishLanes; ++i) sg += lane_sums[0][i][tx], sb += lane_sums[1][i][tx];
   dgamma[j] = from_f32<T>(to_f32(dgamma[j]) + sg);
   dbeta[j] = from_f32<T>(to_f32(dbeta[j]) + sb);
 }
@@ -1129,7 +1144,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
       else
         launch(ln_backward_kernel<T, 1, false>);
     }
-    ln_param_grad_finalize<T><<<unsigned((d + 127) / 128), 128, 0, s>>>(
+    ln_param_grad_finalize<T><<<unsigned((d + kFinishCols - 1) / kFinishCols), dim3(kFinishCols, kFinishLanes), 0, s>>>(
         partial.data<float>(), int(blocks), int(d), static_cast<T*>(dgamma.data()), static_cast<T*>(dbeta.data()));
     HPDT_CUDA_CHECK_LAUNCH();
   });
