@@ -10,11 +10,14 @@
 //   innermost, so that a warp reads and writes consecutive channels of a pixel: maxpool_*_nhwc_kernel (the CPU's
 //   scan order, tie rule and output-order sums); avgpool_forward_nhwc_kernel, one thread per (image, channel)
 //   adding the pixels in order (the CPU's order, so f32 matches it bit for bit); avgpool_backward_nhwc_kernel.
-// Flat indices are 32-bit when the tensor allows it (Index = uint32_t), else 64-bit.
+// Flat indices are 32-bit when the tensor allows it (Index = uint32_t, decoded with FastDiv), else 64-bit; the window
+// decode divides by FastDivs (PoolWindow).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
+#include "fast_div.cuh"
 #include "hpdt/kernels/cuda/pool.h"
 #include "launch.cuh"
 
@@ -24,27 +27,58 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Division of a flat index: FastDiv (one mul.hi) when every index is below 2^31, plain 64-bit division otherwise.
+// The window decode runs once per value, and with `/` it made max pool instruction-bound (backward at 0.12 of a
+// device copy on the H100 in bf16).
+struct Div64 {
+  int64_t d = 1;
+  Div64() = default;
+  explicit Div64(int64_t divisor) : d(divisor) {}
+  __device__ __forceinline__ int64_t div(int64_t n) const { return n / d; }
+};
+template <class Index>
+using FlatDiv = std::conditional_t<std::is_same_v<Index, int64_t>, Div64, FastDiv>;
+
+// The window geometry, with divisions by w, ow and stride as FastDivs (all operands are below 2^31).
+struct PoolWindow {
+  int h, w, oh, ow, k, stride, pad;
+  FastDiv w_div, ow_div, stride_div;
+};
+PoolWindow pool_window(int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t k, int64_t stride, int64_t pad) {
+  return {int(h), int(w), int(oh), int(ow), int(k), int(stride), int(pad), FastDiv(w), FastDiv(ow), FastDiv(stride)};
+}
+
+// The output windows that contain input (iy, ix): oy * stride - pad <= iy <= oy * stride - pad + k - 1.
+struct WindowRange {
+  int oy0, oy1, ox0, ox1;
+};
+__device__ __forceinline__ WindowRange windows_of(const PoolWindow& g, int iy, int ix) {
+  const int ay = iy + g.pad - g.k + 1, ax = ix + g.pad - g.k + 1;
+  return {ay <= 0 ? 0 : g.stride_div.div(ay + g.stride - 1), min(g.oh - 1, g.stride_div.div(iy + g.pad)),
+          ax <= 0 ? 0 : g.stride_div.div(ax + g.stride - 1), min(g.ow - 1, g.stride_div.div(ix + g.pad))};
+}
+
 template <class Index, class T>
 __global__ void __launch_bounds__(kThreads)
-    maxpool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total, int h,
-                           int w, int oh, int ow, int k, int stride, int pad) {
+    maxpool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total,
+                           FlatDiv<Index> ohw, const PoolWindow g) {
   for (Index o = Index(blockIdx.x) * kThreads + threadIdx.x; o < total; o += Index(gridDim.x) * kThreads) {
-    const Index plane = o / Index(oh * ow);
-    const int r = int(o - plane * Index(oh * ow));
-    const int oy = r / ow, ox = r - oy * ow;
-    const T* p = x + plane * Index(h * w);
+    const Index plane = Index(ohw.div(o));
+    const int r = int(o - plane * Index(g.oh * g.ow));
+    const int oy = g.ow_div.div(r), ox = r - oy * g.ow;
+    const T* p = x + plane * Index(g.h * g.w);
     float best = -std::numeric_limits<float>::infinity();
     int at = -1;
-    for (int ky = 0; ky < k; ++ky) {
-      const int iy = oy * stride - pad + ky;
-      if (iy < 0 || iy >= h) continue;
-      for (int kx = 0; kx < k; ++kx) {
-        const int ix = ox * stride - pad + kx;
-        if (ix < 0 || ix >= w) continue;
-        const float v = to_f32(p[iy * w + ix]);
+    for (int ky = 0; ky < g.k; ++ky) {
+      const int iy = oy * g.stride - g.pad + ky;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int kx = 0; kx < g.k; ++kx) {
+        const int ix = ox * g.stride - g.pad + kx;
+        if (ix < 0 || ix >= g.w) continue;
+        const float v = to_f32(p[iy * g.w + ix]);
         if (at < 0 || v > best || v != v) {  // as the CPU: NaN propagates like PyTorch
           best = v;
-          at = iy * w + ix;
+          at = iy * g.w + ix;
         }
       }
     }
@@ -56,24 +90,21 @@ __global__ void __launch_bounds__(kThreads)
 template <class Index, class T>
 __global__ void __launch_bounds__(kThreads)
     maxpool_backward_gather_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
-                                   Index total, int h, int w, int oh, int ow, int k, int stride, int pad) {
+                                   Index total, FlatDiv<Index> hw, const PoolWindow g) {
   for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < total; i += Index(gridDim.x) * kThreads) {
-    const Index plane = i / Index(h * w);
-    const int at = int(i - plane * Index(h * w));
-    const int iy = at / w, ix = at - iy * w;
-    // Windows containing (iy, ix): oy * stride - pad <= iy <= oy * stride - pad + k - 1.
-    const int ay = iy + pad - k + 1, ax = ix + pad - k + 1;
-    const int oy0 = ay <= 0 ? 0 : (ay + stride - 1) / stride, oy1 = min(oh - 1, (iy + pad) / stride);
-    const int ox0 = ax <= 0 ? 0 : (ax + stride - 1) / stride, ox1 = min(ow - 1, (ix + pad) / stride);
-    const Index base = plane * Index(oh * ow);
+    const Index plane = Index(hw.div(i));
+    const int at = int(i - plane * Index(g.h * g.w));
+    const int iy = g.w_div.div(at), ix = at - iy * g.w;
+    const WindowRange wr = windows_of(g, iy, ix);
+    const Index base = plane * Index(g.oh * g.ow);
     float acc = 0.0f;
     // Not unrolled: the trip counts are ceil(k / stride) (2 for ResNet's k3 s2), and ptxas spills when it
     // unrolls these by 4.
 #pragma unroll 1
-    for (int oy = oy0; oy <= oy1; ++oy)
+    for (int oy = wr.oy0; oy <= wr.oy1; ++oy)
 #pragma unroll 1
-      for (int ox = ox0; ox <= ox1; ++ox) {
-        const Index o = base + Index(oy * ow + ox);
+      for (int ox = wr.ox0; ox <= wr.ox1; ++ox) {
+        const Index o = base + Index(oy * g.ow + ox);
         if (argmax[o] == at) acc += to_f32(dy[o]);
       }
     dx[i] = from_f32<T>(acc);
@@ -84,26 +115,26 @@ __global__ void __launch_bounds__(kThreads)
 template <class Index, class T>
 __global__ void __launch_bounds__(kThreads)
     maxpool_forward_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total,
-                                int c, int h, int w, int oh, int ow, int k, int stride, int pad) {
+                                int c, FlatDiv<Index> c_div, FlatDiv<Index> ohw, const PoolWindow g) {
   for (Index o = Index(blockIdx.x) * kThreads + threadIdx.x; o < total; o += Index(gridDim.x) * kThreads) {
-    const Index pix = o / Index(c);
+    const Index pix = Index(c_div.div(o));
     const int ch = int(o - pix * Index(c));
-    const Index img = pix / Index(oh * ow);
-    const int r = int(pix - img * Index(oh * ow));
-    const int oy = r / ow, ox = r - oy * ow;
-    const T* p = x + img * Index(h * w) * Index(c) + ch;
+    const Index img = Index(ohw.div(pix));
+    const int r = int(pix - img * Index(g.oh * g.ow));
+    const int oy = g.ow_div.div(r), ox = r - oy * g.ow;
+    const T* p = x + img * Index(g.h * g.w) * Index(c) + ch;
     float best = -std::numeric_limits<float>::infinity();
     int at = -1;
-    for (int ky = 0; ky < k; ++ky) {
-      const int iy = oy * stride - pad + ky;
-      if (iy < 0 || iy >= h) continue;
-      for (int kx = 0; kx < k; ++kx) {
-        const int ix = ox * stride - pad + kx;
-        if (ix < 0 || ix >= w) continue;
-        const float v = to_f32(p[Index(iy * w + ix) * Index(c)]);
+    for (int ky = 0; ky < g.k; ++ky) {
+      const int iy = oy * g.stride - g.pad + ky;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int kx = 0; kx < g.k; ++kx) {
+        const int ix = ox * g.stride - g.pad + kx;
+        if (ix < 0 || ix >= g.w) continue;
+        const float v = to_f32(p[Index(iy * g.w + ix) * Index(c)]);
         if (at < 0 || v > best || v != v) {
           best = v;
-          at = iy * w + ix;
+          at = iy * g.w + ix;
         }
       }
     }
@@ -115,23 +146,21 @@ __global__ void __launch_bounds__(kThreads)
 template <class Index, class T>
 __global__ void __launch_bounds__(kThreads)
     maxpool_backward_nhwc_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
-                                 Index total, int c, int h, int w, int oh, int ow, int k, int stride, int pad) {
+                                 Index total, int c, FlatDiv<Index> c_div, FlatDiv<Index> hw, const PoolWindow g) {
   for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < total; i += Index(gridDim.x) * kThreads) {
-    const Index pix = i / Index(c);
+    const Index pix = Index(c_div.div(i));
     const int ch = int(i - pix * Index(c));
-    const Index img = pix / Index(h * w);
-    const int at = int(pix - img * Index(h * w));
-    const int iy = at / w, ix = at - iy * w;
-    const int ay = iy + pad - k + 1, ax = ix + pad - k + 1;
-    const int oy0 = ay <= 0 ? 0 : (ay + stride - 1) / stride, oy1 = min(oh - 1, (iy + pad) / stride);
-    const int ox0 = ax <= 0 ? 0 : (ax + stride - 1) / stride, ox1 = min(ow - 1, (ix + pad) / stride);
-    const Index base = img * Index(oh * ow);
+    const Index img = Index(hw.div(pix));
+    const int at = int(pix - img * Index(g.h * g.w));
+    const int iy = g.w_div.div(at), ix = at - iy * g.w;
+    const WindowRange wr = windows_of(g, iy, ix);
+    const Index base = img * Index(g.oh * g.ow);
     float acc = 0.0f;
 #pragma unroll 1
-    for (int oy = oy0; oy <= oy1; ++oy)
+    for (int oy = wr.oy0; oy <= wr.oy1; ++oy)
 #pragma unroll 1
-      for (int ox = ox0; ox <= ox1; ++ox) {
-        const Index o = (base + Index(oy * ow + ox)) * Index(c) + ch;
+      for (int ox = wr.ox0; ox <= wr.ox1; ++ox) {
+        const Index o = (base + Index(oy * g.ow + ox)) * Index(c) + ch;
         if (argmax[o] == at) acc += to_f32(dy[o]);
       }
     dx[i] = from_f32<T>(acc);
@@ -190,7 +219,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool fits_u32(int64_t n) { return n < (int64_t(1) << 32) - int64_t(kThreads) * 132 * 16; }
+// 32-bit flat indices (and FastDiv) when every index, and every index a grid-stride loop steps to, is below 2^31.
+bool fits_i31(int64_t n) { return n < (int64_t(1) << 31) - int64_t(kThreads) * 132 * 16; }
 
 }  // namespace
 
@@ -206,19 +236,21 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
   const cudaStream_t s = detail::native(stream);
   dispatch_floating(x.dtype(), "maxpool2d_forward", [&](auto tag) {
     using T = decltype(tag);
+    const PoolWindow g = pool_window(h, w, oh, ow, k, stride, pad);
     auto launch = [&](auto index) {
       using Index = decltype(index);
+      using Div = FlatDiv<Index>;
       if (nhwc)
         maxpool_forward_nhwc_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
             static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total), int(c),
-            int(h), int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+            Div(c), Div(oh * ow), g);
       else
         maxpool_forward_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
-            static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total), int(h),
-            int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+            static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total),
+            Div(oh * ow), g);
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (fits_u32(total) && fits_u32(x.numel()))
+    if (fits_i31(total) && fits_i31(x.numel()))
       launch(uint32_t{});
     else
       launch(int64_t{});
@@ -237,19 +269,21 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
   const cudaStream_t s = detail::native(stream);
   dispatch_floating(dx.dtype(), "maxpool2d_backward", [&](auto tag) {
     using T = decltype(tag);
+    const PoolWindow g = pool_window(h, w, oh, ow, k, stride, pad);
     auto launch = [&](auto index) {
       using Index = decltype(index);
+      using Div = FlatDiv<Index>;
       if (nhwc)
         maxpool_backward_nhwc_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
             static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total), int(c),
-            int(h), int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+            Div(c), Div(h * w), g);
       else
         maxpool_backward_gather_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
-            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total), int(h),
-            int(w), int(oh), int(ow), int(k), int(stride), int(pad));
+            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total),
+            Div(h * w), g);
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (fits_u32(total) && fits_u32(dy.numel()))
+    if (fits_i31(total) && fits_i31(dy.numel()))
       launch(uint32_t{});
     else
       launch(int64_t{});
