@@ -768,11 +768,9 @@ void launch_gemm_tc(const GemmConv& p, dim3 grid, cudaStream_t st) {
 }
 
 template <class T, int BM, bool kVecDy, int XMODE>
-void launch_wgrad_tc(const GemmWgrad& p, dim3 grid, cudaStream_t st) {
-  constexpr int bytes = kWgradSmemBytes<BM, kVecDy && XMODE == kDirect>;
-  static std::atomic<uint64_t> done{0};
-  allow_dynamic_smem(conv_wgrad_tc<T, BM, kVecDy, XMODE>, bytes, done);
-  conv_wgrad_tc<T, BM, kVecDy, XMODE><<<grid, 2 * BM, bytes, st>>>(p);
+void launch_wgrad_tc(const GemmWgrad& p, const WgradGrid& g, Tensor& dw, const Stream& stream) {
+  launch_wgrad<conv_wgrad_tc<T, BM, kVecDy, XMODE>>(p, g, 2 * BM, kWgradSmemBytes<BM, kVecDy && XMODE == kDirect>, dw,
+                                                    stream);
 }
 
 template <class T>
@@ -866,7 +864,6 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
 template <class T>
 void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, bool tc,
                          const Stream& stream) {
-  const cudaStream_t st = detail::native(stream);
   const int64_t oh = s.out_h(), ow = s.out_w(), K = s.c_in * s.kh * s.kw, npix = s.n * oh * ow;
   if (s.c_out == 0 || K == 0 || npix == 0) return;
   GemmWgrad p;
@@ -874,47 +871,34 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
   p.CO = int(s.c_out), p.CI = int(s.c_in), p.H = int(s.h), p.W = int(s.w), p.KH = int(s.kh), p.KW = int(s.kw);
   p.stride = int(s.stride), p.pad = int(s.pad), p.K = int(K), p.npix = int(npix), p.ohw = int(oh * ow);
   p.div_ohw = FastDiv(oh * ow), p.div_ow = FastDiv(ow);
+  p.dw = dw.data();
   const bool small = s.c_out <= 64;
   const int64_t bm = small ? 64 : 128, bk = tc ? kTcBK : kSimtBK;
-  const int64_t tiles = ((s.c_out + bm - 1) / bm) * ((K + kBN - 1) / kBN), KT = (npix + bk - 1) / bk;
-  const int splits = wgrad_splits(tiles, KT, s.c_out * K, &p.tiles_per_split);
-  Tensor ws;
-  p.dw = dw.data();
-  if (splits > 1) {
-    ws = device_buffer(int64_t(splits) * s.c_out * K, DType::f32, dw.device(), stream);
-    p.ws = ws.data<float>();
+  tc = tc && !std::is_same_v<T, float>;
+  const WgradGrid g{(K + kBN - 1) / kBN, (s.c_out + bm - 1) / bm, (npix + bk - 1) / bk, 2.0 * double(bm * kBN * bk), tc};
+  if (!tc) {
+    if (small) launch_wgrad<conv_wgrad_simt<T, 64>>(p, g, 128, 0, dw, stream);
+    else launch_wgrad<conv_wgrad_simt<T, 128>>(p, g, 256, 0, dw, stream);
+    return;
   }
-  const dim3 grid(unsigned((K + kBN - 1) / kBN), unsigned((s.c_out + bm - 1) / bm), unsigned(splits));
-  const int threads = int(2 * bm);
-  if constexpr (std::is_same_v<T, float>) {
-    (void)tc;
-    if (small) conv_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
-    else conv_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
-  } else if (!tc) {
-    if (small) conv_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
-    else conv_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
-  } else {
+  if constexpr (!std::is_same_v<T, float>) {
     const bool vec_dy = (oh * ow) % 8 == 0 && aligned16(dy.data());
     const bool direct_x = vec_dy && s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && aligned16(x.data());
     const bool channels_x = s.c_in % 16 == 0;
     if (direct_x) {
-      if (small) launch_wgrad_tc<T, 64, true, kDirect>(p, grid, st);
-      else launch_wgrad_tc<T, 128, true, kDirect>(p, grid, st);
+      if (small) launch_wgrad_tc<T, 64, true, kDirect>(p, g, dw, stream);
+      else launch_wgrad_tc<T, 128, true, kDirect>(p, g, dw, stream);
     } else if (channels_x) {
-      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kChannels>(p, grid, st);
-      else if (vec_dy) launch_wgrad_tc<T, 128, true, kChannels>(p, grid, st);
-      else if (small) launch_wgrad_tc<T, 64, false, kChannels>(p, grid, st);
-      else launch_wgrad_tc<T, 128, false, kChannels>(p, grid, st);
+      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kChannels>(p, g, dw, stream);
+      else if (vec_dy) launch_wgrad_tc<T, 128, true, kChannels>(p, g, dw, stream);
+      else if (small) launch_wgrad_tc<T, 64, false, kChannels>(p, g, dw, stream);
+      else launch_wgrad_tc<T, 128, false, kChannels>(p, g, dw, stream);
     } else {
-      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kGeneric>(p, grid, st);
-      else if (vec_dy) launch_wgrad_tc<T, 128, true, kGeneric>(p, grid, st);
-      else if (small) launch_wgrad_tc<T, 64, false, kGeneric>(p, grid, st);
-      else launch_wgrad_tc<T, 128, false, kGeneric>(p, grid, st);
+      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kGeneric>(p, g, dw, stream);
+      else if (vec_dy) launch_wgrad_tc<T, 128, true, kGeneric>(p, g, dw, stream);
+      else if (small) launch_wgrad_tc<T, 64, false, kGeneric>(p, g, dw, stream);
+      else launch_wgrad_tc<T, 128, false, kGeneric>(p, g, dw, stream);
     }
-  }
-  HPDT_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    wgrad_reduce(ws.data<float>(), splits, dw, st);
   }
 }
 
@@ -1077,13 +1061,13 @@ void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor
 
 // Splits of the pixel reduction: enough blocks for ~4 per SM of an H100 (a fixed number, so the sum order and
 // hence the bits depend on the shape only), at least 8 k tiles each, partials capped at 2^25 floats.
-int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int* tiles_per_split) {
-  int64_t splits = std::clamp<int64_t>((528 + tiles - 1) / tiles, 1, 256);
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, KT / 8));
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t(1) << 25) / std::max<int64_t>(partial_floats, 1)));
-  const int64_t per = (KT + splits - 1) / std::max<int64_t>(splits, 1);
-  *tiles_per_split = int(std::max<int64_t>(per, 1));
-  return int(std::max<int64_t>(1, (KT + *tiles_per_split - 1) / *tiles_per_split));
+int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int64_t resident, double step_flops, bool tc,
+                 int* tiles_per_split) {
+  const int64_t most = std::clamp<int64_t>((int64_t(1) << 25) / std::max<int64_t>(partial_floats, 1), 1, 256);
+  const detail::SplitK sk = detail::choose_split_k(tiles, KT, resident, step_flops, partial_floats, 8, int(most),
+                                                   tc ? detail::kTensorFlops : detail::kSimtFlops);
+  *tiles_per_split = int(sk.steps_per_split);
+  return sk.splits;
 }
 
 void wgrad_reduce(const float* ws, int splits, Tensor& dw, cudaStream_t st) {

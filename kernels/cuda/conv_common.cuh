@@ -196,8 +196,11 @@ std::vector<DataPhase> data_phases(const Conv2dShape& s, int64_t* packed_total);
 // The phase's weights as [ci][lda], k = (jr * kwp + jc) * co + c, written into packed + f.offset.
 void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor& w, Tensor& packed, cudaStream_t st);
 
-// Splits of a backward-filter pixel reduction (a function of the shape only: deterministic sums).
-int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int* tiles_per_split);
+// Splits of a backward-filter pixel reduction of KT k tiles over `tiles` output tiles, `resident` blocks running at
+// once (detail::choose_split_k: whole waves, >= 8 k tiles per split, <= 256 splits, a workspace of <= 2^25 floats).
+// Deterministic sums: the partition depends on the shape, the kernel and the device's SM count, never on timing.
+int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int64_t resident, double step_flops, bool tc,
+                 int* tiles_per_split);
 // dw[i] (+)= sum over splits s of ws[s][i], in split order; n = dw.numel().
 void wgrad_reduce(const float* ws, int splits, Tensor& dw, cudaStream_t st);
 // dbias[co] (+)= sum over s of partial[co][s], in split order.
@@ -215,6 +218,37 @@ void allow_dynamic_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices
   if (devices_done.load(std::memory_order_acquire) & bit) return;
   HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   devices_done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+// A backward-filter launch: a grid of col_tiles x row_tiles output tiles, each k tile (KT of them) step_flops of
+// math per block, on tensor cores (tc) or not.
+struct WgradGrid {
+  int64_t col_tiles, row_tiles, KT;
+  double step_flops;
+  bool tc;
+};
+
+// Runs backward-filter kernel Kernel (P: its parameter block, with CO, K, tiles_per_split and ws) at `threads`
+// threads and `smem` bytes: the pixel reduction split by wgrad_splits from the kernel's occupancy, the partials
+// ([splits][CO][K] f32) summed in split order into dw by wgrad_reduce.
+template <auto Kernel, class P>
+void launch_wgrad(P p, const WgradGrid& g, int threads, int smem, Tensor& dw, const Stream& stream) {
+  static std::atomic<uint64_t> smem_done{0};
+  allow_dynamic_smem(Kernel, smem, smem_done);
+  const int64_t resident =
+      int64_t(detail::sm_count(stream.device().index)) * detail::blocks_per_sm<Kernel>(threads, smem);
+  const int splits = wgrad_splits(g.col_tiles * g.row_tiles, g.KT, int64_t(p.CO) * p.K, resident, g.step_flops, g.tc,
+                                  &p.tiles_per_split);
+  Tensor ws;
+  if (splits > 1) {
+    ws = device_buffer(int64_t(splits) * p.CO * p.K, DType::f32, dw.device(), stream);
+    p.ws = ws.data<float>();
+  }
+  const cudaStream_t st = detail::native(stream);
+  const dim3 grid(unsigned(g.col_tiles), unsigned(g.row_tiles), unsigned(splits));
+  Kernel<<<grid, threads, smem, st>>>(p);
+  HPDT_CUDA_CHECK_LAUNCH();
+  if (splits > 1) wgrad_reduce(ws.data<float>(), splits, dw, st);
 }
 
 }  // namespace hpdt::kernels::cuda::conv_detail

@@ -736,27 +736,25 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
 }
 
 template <class T, int BM, int DY_LOAD, int X_LOAD>
-void launch_wgrad_tc(const NhwcWgrad& p, dim3 grid, cudaStream_t st) {
-  constexpr int bytes = kNhwcWgradSmemBytes<BM, DY_LOAD, X_LOAD>;
-  static std::atomic<uint64_t> done{0};
-  allow_dynamic_smem(conv_nhwc_wgrad_tc<T, BM, DY_LOAD, X_LOAD>, bytes, done);
-  conv_nhwc_wgrad_tc<T, BM, DY_LOAD, X_LOAD><<<grid, 2 * BM, bytes, st>>>(p);
+void launch_wgrad_tc(const NhwcWgrad& p, const WgradGrid& g, Tensor& dw, const Stream& stream) {
+  launch_wgrad<conv_nhwc_wgrad_tc<T, BM, DY_LOAD, X_LOAD>>(p, g, 2 * BM, kNhwcWgradSmemBytes<BM, DY_LOAD, X_LOAD>, dw,
+                                                           stream);
 }
 
 template <class T, int BM>
-void launch_wgrad_tc_modes(const NhwcWgrad& p, dim3 grid, bool vec_dy, bool vec_x, cudaStream_t st) {
+void launch_wgrad_tc_modes(const NhwcWgrad& p, const WgradGrid& g, bool vec_dy, bool vec_x, Tensor& dw,
+                           const Stream& stream) {
   if (vec_dy && vec_x)
-    launch_wgrad_tc<T, BM, kVec, kVec>(p, grid, st);
+    launch_wgrad_tc<T, BM, kVec, kVec>(p, g, dw, stream);
   else if (vec_dy)
-    launch_wgrad_tc<T, BM, kVec, kGather>(p, grid, st);
+    launch_wgrad_tc<T, BM, kVec, kGather>(p, g, dw, stream);
   else
-    launch_wgrad_tc<T, BM, kGather, kGather>(p, grid, st);
+    launch_wgrad_tc<T, BM, kGather, kGather>(p, g, dw, stream);
 }
 
 template <class T>
 void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, bool tc,
                          const Stream& stream) {
-  const cudaStream_t st = detail::native(stream);
   const int64_t oh = s.out_h(), ow = s.out_w(), taps = s.kh * s.kw, K = s.c_in * taps, npix = s.n * oh * ow;
   if (s.c_out == 0 || K == 0 || npix == 0) return;
   NhwcWgrad p;
@@ -764,39 +762,27 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
   p.CO = int(s.c_out), p.CI = int(s.c_in), p.H = int(s.h), p.W = int(s.w), p.KW = int(s.kw);
   p.stride = int(s.stride), p.pad = int(s.pad), p.taps = int(taps), p.K = int(K), p.npix = int(npix);
   p.div_ohw = FastDiv(oh * ow), p.div_ow = FastDiv(ow), p.div_ci = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw);
+  p.dw = dw.data();
   const bool small = s.c_out <= 64;
   const int64_t bm = small ? 64 : 128, bk = tc ? kTcBK : kSimtBK;
-  const int64_t tiles = ((s.c_out + bm - 1) / bm) * ((K + kColTile - 1) / kColTile), KT = (npix + bk - 1) / bk;
-  const int splits = wgrad_splits(tiles, KT, s.c_out * K, &p.tiles_per_split);
-  Tensor ws;
-  p.dw = dw.data();
-  if (splits > 1) {
-    ws = device_buffer(int64_t(splits) * s.c_out * K, DType::f32, dw.device(), stream);
-    p.ws = ws.data<float>();
+  tc = tc && !std::is_same_v<T, float>;
+  const WgradGrid g{(K + kColTile - 1) / kColTile, (s.c_out + bm - 1) / bm, (npix + bk - 1) / bk,
+                    2.0 * double(bm * kColTile * bk), tc};
+  if (!tc) {
+    if (small)
+      launch_wgrad<conv_nhwc_wgrad_simt<T, 64>>(p, g, 128, 0, dw, stream);
+    else
+      launch_wgrad<conv_nhwc_wgrad_simt<T, 128>>(p, g, 256, 0, dw, stream);
+    return;
   }
-  const dim3 grid(unsigned((K + kColTile - 1) / kColTile), unsigned((s.c_out + bm - 1) / bm), unsigned(splits));
-  const int threads = int(2 * bm);
-  if constexpr (std::is_same_v<T, float>) {
-    (void)tc;
-    if (small)
-      conv_nhwc_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
-    else
-      conv_nhwc_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
-  } else if (!tc) {
-    if (small)
-      conv_nhwc_wgrad_simt<T, 64><<<grid, threads, 0, st>>>(p);
-    else
-      conv_nhwc_wgrad_simt<T, 128><<<grid, threads, 0, st>>>(p);
-  } else {
+  if constexpr (!std::is_same_v<T, float>) {
     const bool vec_dy = s.c_out % 8 == 0 && aligned16(dy.data());
     const bool vec_x = vec_dy && s.c_in % 8 == 0 && aligned16(x.data());
     if (small)
-      launch_wgrad_tc_modes<T, 64>(p, grid, vec_dy, vec_x, st);
+      launch_wgrad_tc_modes<T, 64>(p, g, vec_dy, vec_x, dw, stream);
     else
-      launch_wgrad_tc_modes<T, 128>(p, grid, vec_dy, vec_x, st);
+      launch_wgrad_tc_modes<T, 128>(p, g, vec_dy, vec_x, dw, stream);
   }
-  HPDT_CUDA_CHECK_LAUNCH();
-  if (splits > 1) wgrad_reduce(ws.data<float>(), splits, dw, st);
 }
 
 }  // namespace

@@ -538,24 +538,26 @@ template <class T>
 void launch(Params p, DType c_type, const Stream& stream) {
   const int device = stream.device().index;
   const cudaStream_t s = detail::native(stream);
-  const int sms = gemm_detail::sm_count(device);
+  const int sms = detail::sm_count(device);
   const int64_t large_tiles =
       ((int64_t(p.M) + Large::BM - 1) / Large::BM) * ((int64_t(p.N) + Large::BN - 1) / Large::BN);
   // The large tile reuses each loaded element twice as often but runs one block per SM: worth it only
   // when there are enough tiles for several full waves.
   const bool large = forced_tile() ? forced_tile() == 2 : large_tiles >= 4 * sms;
   const int BM = large ? Large::BM : Small::BM, BN = large ? Large::BN : Small::BN;
-  const int slots = large ? sms : 2 * sms;  // blocks the GPU runs at once
+  const int64_t slots = int64_t(large ? Large::MIN_BLOCKS : Small::MIN_BLOCKS) * sms;  // blocks the GPU runs at once
   p.tiles_m = int((int64_t(p.M) + BM - 1) / BM);
   p.tiles_n = int((int64_t(p.N) + BN - 1) / BN);
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int kt_total = p.K / kBK + (p.K % kBK != 0);
 
-  // Split-K when the output tiles cannot fill the GPU: each split keeps >= 8 k tiles (256 k).
-  int splits = 1;
-  if (tiles < slots && kt_total >= 16) splits = int(std::min<int64_t>({(slots + tiles - 1) / tiles, kt_total / 8, 16}));
-  p.kt_per_split = (kt_total + splits - 1) / splits;
-  splits = (kt_total + p.kt_per_split - 1) / p.kt_per_split;  // no empty split
+  // Split-K in whole waves (detail::choose_split_k): each split keeps >= 8 k tiles (256 k), at most 16 splits. The
+  // ViT-B/16 weight gradients (144 tiles of 128 x 128, K = 12,608) took 2 splits, 288 blocks on 264 slots: two
+  // waves, the second almost empty.
+  const detail::SplitK sk = detail::choose_split_k(tiles, kt_total, slots, 2.0 * BM * BN * kBK, int64_t(p.M) * p.N,
+                                                   8, kt_total >= 16 ? 16 : 1);
+  const int splits = sk.splits;
+  p.kt_per_split = int(sk.steps_per_split);
 
   Tensor partial;
   float alpha = p.alpha, beta = p.beta;
@@ -601,20 +603,6 @@ bool v3_can_take(bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const voi
 }
 
 }  // namespace
-
-namespace gemm_detail {
-
-int sm_count(int device) {
-  static std::atomic<int> cache[64] = {};
-  int n = cache[device & 63].load(std::memory_order_relaxed);
-  if (n == 0) {
-    HPDT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    cache[device & 63].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
-}  // namespace gemm_detail
 
 namespace detail {
 

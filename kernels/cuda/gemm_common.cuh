@@ -52,12 +52,9 @@ __device__ __forceinline__ void store_one(const Params& p, TC* c, int col, float
   *c = from_f32<TC>(v);
 }
 
-// The device's SM count (cached per device): how many blocks a wave holds.
-int sm_count(int device);
-
 // v3 (sm90a/gemm_wgmma.cu): built only where the build targets sm_90 (HPDT_HAVE_GEMM_WGMMA), and runs
-// only on a device of compute capability 9.0. Takes 16-bit A and B, both k-major (A not transposed, B
-// transposed), 16-byte aligned, lda and ldb multiples of 8.
+// only on a device of compute capability 9.0. Takes 16-bit A and B in any layout (k-major operands as they
+// are, MN-major ones through wgmma's transpose bits), 16-byte aligned, lda and ldb multiples of 8.
 bool v3_device_ok(int device);
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream);
 

@@ -4,10 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "hpdt/core/check_cuda.h"
 #include "hpdt/core/stream.h"
+#include "split_k.cuh"
 
 namespace hpdt::kernels::cuda::detail {
 
@@ -19,6 +21,32 @@ inline unsigned grid_for(int64_t n, int threads, int items_per_thread = 1) {
   const int64_t per_block = int64_t(threads) * items_per_thread;
   const int64_t blocks = (n + per_block - 1) / per_block;
   return unsigned(std::clamp<int64_t>(blocks, 1, 132 * 16));
+}
+
+// The device's SM count (cached per device).
+inline int sm_count(int device) {
+  static std::atomic<int> cache[64] = {};
+  int n = cache[device & 63].load(std::memory_order_relaxed);
+  if (n == 0) {
+    HPDT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    cache[device & 63].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// How many blocks of Kernel one SM runs at once with `threads` threads and `smem` bytes of dynamic shared memory,
+// from the CUDA occupancy calculator (registers, shared memory, threads). Cached per kernel: every call site
+// launches a given kernel with one block size and one shared-memory size.
+template <auto Kernel>
+int blocks_per_sm(int threads, int smem) {
+  static std::atomic<int> cache{0};
+  int n = cache.load(std::memory_order_relaxed);
+  if (n == 0) {
+    HPDT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, size_t(smem)));
+    n = std::max(n, 1);
+    cache.store(n, std::memory_order_relaxed);
+  }
+  return n;
 }
 
 }  // namespace hpdt::kernels::cuda::detail

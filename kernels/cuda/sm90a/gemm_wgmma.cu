@@ -447,7 +447,7 @@ void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
   const int device = stream.device().index;
   const cudaStream_t s = detail::native(stream);
-  const int sms = sm_count(device);
+  const int sms = detail::sm_count(device);
   // The wide tile reads each loaded A row against twice the columns; worth it with a wave of tiles or more.
   // HPDT_GEMM_V3_TILE=wide|narrow pins it (read at every call, so that tests can cover both).
   const int64_t wide_tiles = ((int64_t(p.M) + kBM - 1) / kBM) * ((int64_t(p.N) + Wide::BN - 1) / Wide::BN);

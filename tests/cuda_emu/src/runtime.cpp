@@ -781,6 +781,18 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
   return fail(cudaErrorInvalidValue);
 }
 
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func, int block_size,
+                                                          size_t dynamic_smem) {
+  if (!num_blocks) return fail(cudaErrorInvalidValue);
+  if (!func) return fail(cudaErrorInvalidDeviceFunction);
+  if (block_size <= 0 || block_size > kMaxThreadsPerBlock) return fail(cudaErrorInvalidValue);
+  int n = std::min(32, 2048 / block_size);
+  if (dynamic_smem > max_dynamic_smem(func)) n = 0;
+  else if (dynamic_smem > 0) n = std::min<int>(n, int(kSmemPerSm / dynamic_smem));
+  *num_blocks = n;
+  return cudaSuccess;
+}
+
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* func) {
   if (!func) return fail(cudaErrorInvalidDeviceFunction);
   *a = cudaFuncAttributes{};

@@ -1,0 +1,44 @@
+// Split-K sizing for the CUDA GEMM and backward-filter kernels (private to kernels/cuda). Plain C++, no CUDA:
+// tests/kernels/test_split_k.cpp checks it on the CPU.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace hpdt::kernels::cuda::detail {
+
+// Split-K: how many slices to cut a reduction of `k_steps` steps into, for a grid of `tiles` output tiles of which
+// `resident` blocks run at once, by a model of the time: waves(tiles * splits) * ceil(k_steps / splits) steps of a
+// full wave, plus one pass over the f32 partials (`partial_floats` per split: written, then read by the reduction)
+// per split. Whole waves matter: 540 blocks where 264 run at once take three waves, not 2.05. A full wave's step
+// costs resident * step_flops / kTensorFlops; the partials move at kPartialBytesPerSecond. Each split keeps
+// >= min_steps steps; at most max_splits. Ties go to fewer splits.
+struct SplitK {
+  int splits = 1;
+  int64_t steps_per_split = 0;
+};
+constexpr double kTensorFlops = 150e12;            // what our mma.sync kernels reach on an H100 (bf16)
+constexpr double kSimtFlops = 35e12;               // our f32 SIMT kernels on an H100
+constexpr double kPartialBytesPerSecond = 2.5e12;  // f32 partials out and back in, on HBM3
+inline SplitK choose_split_k(int64_t tiles, int64_t k_steps, int64_t resident, double step_flops,
+                             int64_t partial_floats, int64_t min_steps, int max_splits,
+                             double flops_per_second = kTensorFlops) {
+  SplitK best{1, std::max<int64_t>(k_steps, 1)};
+  if (tiles <= 0 || k_steps <= 0) return best;
+  resident = std::max<int64_t>(resident, 1);
+  const double wave_step = double(resident) * step_flops / flops_per_second;
+  const double split_pass = double(partial_floats) * 8.0 / kPartialBytesPerSecond;
+  const int64_t most = std::clamp<int64_t>(std::min<int64_t>(max_splits, k_steps / std::max<int64_t>(min_steps, 1)), 1,
+                                           int64_t(1) << 16);
+  double best_cost = 0.0;
+  for (int64_t s = 1; s <= most; ++s) {
+    const int64_t per = (k_steps + s - 1) / s, used = (k_steps + per - 1) / per;  // no empty split
+    if (used != s) continue;
+    const int64_t waves = (tiles * s + resident - 1) / resident;
+    const double cost = double(waves) * double(per) * wave_step + (s > 1 ? double(s) * split_pass : 0.0);
+    if (s == 1 || cost < best_cost * 0.98) best = {int(s), per}, best_cost = cost;
+  }
+  return best;
+}
+
+}  // namespace hpdt::kernels::cuda::detail
