@@ -646,6 +646,23 @@ TEST(CudaEmu, LaunchErrors) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// The occupancy calculator (the split-K sizing asks it): threads and dynamic shared memory bound the answer; more
+// shared memory than the kernel opted into fits no block.
+TEST(CudaEmu, OccupancyCalculator) {
+  ASSERT_EQ(cudaFuncSetAttribute(big_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024), cudaSuccess);
+  int n = -1;
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 256, 0), cudaSuccess);
+  EXPECT_EQ(n, 8);
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 32, 0), cudaSuccess);
+  EXPECT_EQ(n, 32);
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 128, 60 * 1024), cudaSuccess);
+  EXPECT_EQ(n, 3);
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 128, 100 * 1024), cudaSuccess);
+  EXPECT_EQ(n, 0);
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 2048, 0), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+}
+
 // ---- what the transformer rewrites ------------------------------------------------------------------------
 template <int kThreads, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) two_arrays(const int* __restrict__ in, int* out) {
