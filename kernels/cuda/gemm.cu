@@ -551,11 +551,12 @@ void launch(Params p, DType c_type, const Stream& stream) {
   const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int kt_total = p.K / kBK + (p.K % kBK != 0);
 
-  // Split-K in whole waves (detail::choose_split_k): each split keeps >= 8 k tiles (256 k), at most 16 splits. The
-  // ViT-B/16 weight gradients (144 tiles of 128 x 128, K = 12,608) took 2 splits, 288 blocks on 264 slots: two
-  // waves, the second almost empty.
-  const detail::SplitK sk = detail::choose_split_k(tiles, kt_total, slots, 2.0 * BM * BN * kBK, int64_t(p.M) * p.N,
-                                                   8, kt_total >= 16 ? 16 : 1);
+  // Split-K in whole waves (detail::choose_split_k): each split keeps >= 8 k tiles (256 k), at most 16 splits and
+  // 2^25 partial floats. The ViT-B/16 weight gradients (144 tiles of 128 x 128, K = 12,608) took 2 splits, 288
+  // blocks on 264 slots: two waves, the second almost empty.
+  const int64_t out = std::max<int64_t>(int64_t(p.M) * p.N, 1);
+  const int most = kt_total >= 16 ? int(std::clamp<int64_t>((int64_t(1) << 25) / out, 1, 16)) : 1;
+  const detail::SplitK sk = detail::choose_split_k(tiles, kt_total, slots, 2.0 * BM * BN * kBK, out, 8, most);
   const int splits = sk.splits;
   p.kt_per_split = int(sk.steps_per_split);
 
