@@ -13,6 +13,7 @@
 //   v3_wgmma Hopper wgmma + TMA, sm90a/gemm_wgmma.cu (its own target: sm_90a only); k-major A and B.
 //   vendor   cuBLAS (gemm_vendor.cu); a bias is put in C first, cuBLAS then accumulates onto it.
 // Every variant is deterministic; element offsets are int64.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
