@@ -38,6 +38,7 @@ constexpr int64_t kIntMax = 0x7fffffff;
 
 using gemm_detail::Params;
 using gemm_detail::store_one;
+using gemm_detail::store_pair;
 using gemm_detail::tile_coords;
 
 // ---- small kernels: beta * C + bias (K == 0, alpha == 0, vendor bias) and the split-K reduction ----
@@ -338,46 +339,6 @@ __device__ __forceinline__ void load_b_frag(uint32_t (&b)[4], const uint16_t* sB
     const int row = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
     const int chunk = (n >> 3) + (lane >> 4);
     ldsm_x4_trans(b, smem_addr(sB + off_mnmajor<BN>(row, chunk)));
-  }
-}
-
-// Two adjacent outputs (row, col), (row, col + 1) of the mma C layout.
-template <class TC>
-__device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1, bool pair_ok) {
-  if (row >= p.M || col >= p.N) return;
-  TC* c = static_cast<TC*>(p.C) + int64_t(row) * p.ldc + col;
-  const bool two = col + 1 < p.N;
-  if (two && pair_ok) {
-    v0 *= p.alpha;
-    v1 *= p.alpha;
-    if constexpr (std::is_same_v<TC, float>) {
-      float2* c2 = reinterpret_cast<float2*>(c);
-      if (p.beta != 0.0f) {
-        const float2 old = *c2;
-        v0 += p.beta * old.x;
-        v1 += p.beta * old.y;
-      }
-      if (p.bias) {
-        v0 += static_cast<const float*>(p.bias)[col];
-        v1 += static_cast<const float*>(p.bias)[col + 1];
-      }
-      *c2 = make_float2(v0, v1);
-    } else {
-      uint32_t* c2 = reinterpret_cast<uint32_t*>(c);  // little-endian: the lower address is the low half
-      if (p.beta != 0.0f) {
-        const uint32_t old = *c2;
-        v0 += p.beta * to_f32(TC::from_bits(uint16_t(old & 0xffffu)));
-        v1 += p.beta * to_f32(TC::from_bits(uint16_t(old >> 16)));
-      }
-      if (p.bias) {
-        v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
-        v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
-      }
-      *c2 = uint32_t(from_f32<TC>(v0).bits) | (uint32_t(from_f32<TC>(v1).bits) << 16);
-    }
-  } else {
-    store_one<TC>(p, c, col, v0);
-    if (two) store_one<TC>(p, c + 1, col + 1, v1);
   }
 }
 

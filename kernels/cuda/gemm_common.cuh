@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/float16.h"
@@ -50,6 +51,47 @@ __device__ __forceinline__ void store_one(const Params& p, TC* c, int col, float
   if (p.beta != 0.0f) v += p.beta * to_f32(*c);
   if (p.bias) v += to_f32(static_cast<const TC*>(p.bias)[col]);
   *c = from_f32<TC>(v);
+}
+
+// Two adjacent outputs (row, col), (row, col + 1) of the mma / wgmma C layout, as one 4- or 8-byte store when
+// pair_ok (ldc even, C aligned to two elements); the order of operations of store_one.
+template <class TC>
+__device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1, bool pair_ok) {
+  if (row >= p.M || col >= p.N) return;
+  TC* c = static_cast<TC*>(p.C) + int64_t(row) * p.ldc + col;
+  const bool two = col + 1 < p.N;
+  if (two && pair_ok) {
+    v0 *= p.alpha;
+    v1 *= p.alpha;
+    if constexpr (std::is_same_v<TC, float>) {
+      float2* c2 = reinterpret_cast<float2*>(c);
+      if (p.beta != 0.0f) {
+        const float2 old = *c2;
+        v0 += p.beta * old.x;
+        v1 += p.beta * old.y;
+      }
+      if (p.bias) {
+        v0 += static_cast<const float*>(p.bias)[col];
+        v1 += static_cast<const float*>(p.bias)[col + 1];
+      }
+      *c2 = make_float2(v0, v1);
+    } else {
+      uint32_t* c2 = reinterpret_cast<uint32_t*>(c);  // little-endian: the lower address is the low half
+      if (p.beta != 0.0f) {
+        const uint32_t old = *c2;
+        v0 += p.beta * to_f32(TC::from_bits(uint16_t(old & 0xffffu)));
+        v1 += p.beta * to_f32(TC::from_bits(uint16_t(old >> 16)));
+      }
+      if (p.bias) {
+        v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
+        v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
+      }
+      *c2 = uint32_t(from_f32<TC>(v0).bits) | (uint32_t(from_f32<TC>(v1).bits) << 16);
+    }
+  } else {
+    store_one<TC>(p, c, col, v0);
+    if (two) store_one<TC>(p, c + 1, col + 1, v1);
+  }
 }
 
 // v3 (sm90a/gemm_wgmma.cu): built only where the build targets sm_90 (HPDT_HAVE_GEMM_WGMMA), and runs

@@ -214,19 +214,12 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&d)[C::
   const int col0 = tn * C::BN + 2 * (lane % 4);
   auto epilogue = [&](auto tag) {
     using TC = decltype(tag);
-    TC* out = static_cast<TC*>(p.C);
+    const bool pair_ok = (p.ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(p.C) % (2 * sizeof(TC))) == 0;
 #pragma unroll
     for (int j = 0; j < C::BN / 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row0 + 8 * h;
-        if (r >= p.M) continue;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = col0 + 8 * j + e;
-          if (c < p.N) store_one(p, out + int64_t(r) * p.ldc + c, c, d[4 * j + 2 * h + e]);
-        }
-      }
+      for (int h = 0; h < 2; ++h)
+        store_pair<TC>(p, row0 + 8 * h, col0 + 8 * j, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], pair_ok);
   };
   if (p.c_f32)
     epilogue(float{});
