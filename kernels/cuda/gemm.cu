@@ -39,6 +39,7 @@ constexpr int64_t kIntMax = 0x7fffffff;
 using gemm_detail::Params;
 using gemm_detail::store_one;
 using gemm_detail::store_pair;
+using gemm_detail::store_partial_pair;
 using gemm_detail::tile_coords;
 
 // ---- small kernels: beta * C + bias (K == 0, alpha == 0, vendor bias) and the split-K reduction ----
@@ -418,23 +419,14 @@ __global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(con
   // mma C layout: lane (g = lane / 4, t = lane % 4) holds rows g and g + 8, columns 2t and 2t + 1.
   const int g = lane >> 2, t = lane & 3;
   if (p.partial) {  // split-K: raw f32 sums of this split's k range, [split][M][N]
-    float* P = p.partial + int64_t(blockIdx.y) * p.M * p.N;
 #pragma unroll
     for (int mi = 0; mi < C::MT; ++mi)
 #pragma unroll
       for (int ni = 0; ni < C::NT; ++ni)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = m0 + wm0 + mi * 16 + g + h * 8, col = n0 + wn0 + ni * 8 + 2 * t;
-          if (row >= p.M || col >= p.N) continue;
-          float* dst = P + int64_t(row) * p.N + col;
-          if (col + 1 < p.N && (p.N & 1) == 0) {
-            *reinterpret_cast<float2*>(dst) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
-          } else {
-            dst[0] = acc[mi][ni][2 * h];
-            if (col + 1 < p.N) dst[1] = acc[mi][ni][2 * h + 1];
-          }
-        }
+        for (int h = 0; h < 2; ++h)
+          store_partial_pair(p, int(blockIdx.y), m0 + wm0 + mi * 16 + g + h * 8, n0 + wn0 + ni * 8 + 2 * t,
+                             acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
     return;
   }
   auto epilogue = [&](auto c_tag) {
@@ -523,7 +515,6 @@ void launch(Params p, DType c_type, const Stream& stream) {
   p.kt_per_split = int(sk.steps_per_split);
 
   Tensor partial;
-  float alpha = p.alpha, beta = p.beta;
   if (splits > 1) {
     partial = Tensor::empty({splits, p.M, p.N}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
     p.partial = partial.data<float>();
@@ -533,15 +524,7 @@ void launch(Params p, DType c_type, const Stream& stream) {
   else
     launch_transposes<T, Small>(p, splits, device, s);
 
-  if (splits > 1) {
-    const int64_t n = int64_t(p.M) * p.N;
-    dispatch_c(c_type, [&](auto tag) {
-      using TC = decltype(tag);
-      splitk_reduce_kernel<TC><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(
-          p.M, p.N, splits, p.partial, alpha, beta, static_cast<TC*>(p.C), p.ldc, static_cast<const TC*>(p.bias));
-      HPDT_CUDA_CHECK_LAUNCH();
-    });
-  }
+  if (splits > 1) gemm_detail::splitk_reduce(p, splits, c_type, s);
 }
 
 }  // namespace v2
@@ -582,6 +565,21 @@ void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, fl
 }
 
 }  // namespace detail
+
+namespace gemm_detail {
+
+void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s) {
+  const int64_t n = int64_t(p.M) * p.N;
+  if (n == 0) return;
+  dispatch_c(c_type, [&](auto tag) {
+    using TC = decltype(tag);
+    splitk_reduce_kernel<TC><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(
+        p.M, p.N, splits, p.partial, p.alpha, p.beta, static_cast<TC*>(p.C), p.ldc, static_cast<const TC*>(p.bias));
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace gemm_detail
 
 bool gemm_v3_built() { return HPDT_HAVE_GEMM_WGMMA + 0 != 0; }
 

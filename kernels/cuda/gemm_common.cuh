@@ -28,8 +28,8 @@ struct Params {
   bool a_kmajor;     // A's k index is contiguous (A not transposed)
   bool b_kmajor;     // B's k index is contiguous (B transposed)
   int tiles_m, tiles_n;
-  int kt_per_split;  // v2: k tiles (of 32) per split
-  float* partial;    // v2 split-K: [splits][M][N] f32 partial sums, or null
+  int kt_per_split;  // split-K: k tiles per split (of 32 in v2, of 64 in v3), the split index blockIdx.y
+  float* partial;    // split-K: [splits][M][N] f32 partial sums, or null
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.
@@ -93,6 +93,21 @@ __device__ __forceinline__ void store_pair(const Params& p, int row, int col, fl
     if (two) store_one<TC>(p, c + 1, col + 1, v1);
   }
 }
+
+// Split-K: the raw f32 sums (row, col), (row, col + 1) of split `split` into p.partial ([split][M][N]).
+__device__ __forceinline__ void store_partial_pair(const Params& p, int split, int row, int col, float v0, float v1) {
+  if (row >= p.M || col >= p.N) return;
+  float* dst = p.partial + int64_t(split) * p.M * p.N + int64_t(row) * p.N + col;
+  if (col + 1 < p.N && (p.N & 1) == 0) {
+    *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+  } else {
+    dst[0] = v0;
+    if (col + 1 < p.N) dst[1] = v1;
+  }
+}
+
+// C = alpha * (the sum of the splits' partials, in split order) + beta * C + bias (gemm.cu).
+void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s);
 
 // v3 (sm90a/gemm_wgmma.cu): built only where the build targets sm_90 (HPDT_HAVE_GEMM_WGMMA), and runs
 // only on a device of compute capability 9.0. Takes 16-bit A and B in any layout (k-major operands as they

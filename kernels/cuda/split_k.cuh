@@ -19,6 +19,7 @@ struct SplitK {
 };
 constexpr double kTensorFlops = 150e12;            // what our mma.sync kernels reach on an H100 (bf16)
 constexpr double kSimtFlops = 35e12;               // our f32 SIMT kernels on an H100
+constexpr double kWgmmaFlops = 500e12;             // what GEMM v3 (wgmma) aims at on an H100; cuBLAS reaches 650
 constexpr double kPartialBytesPerSecond = 2.5e12;  // f32 partials out and back in, on HBM3
 inline SplitK choose_split_k(int64_t tiles, int64_t k_steps, int64_t resident, double step_flops,
                              int64_t partial_floats, int64_t min_steps, int max_splits,

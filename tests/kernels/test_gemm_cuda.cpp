@@ -436,18 +436,54 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   ::unsetenv("HPDT_GEMM_V3_PIPELINE");
 }
 
+// v3's split-K: few tiles and a long K (the shape of a weight gradient: 2 tiles, 40 k tiles, so 10 splits of 4),
+// every layout, both pipelines, f32 and 16-bit C with alpha, beta and bias (applied once, by the reduction); the
+// same inputs twice give the same bits.
+TEST_F(GemmCuda, V3SplitKIsRightAndDeterministic) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  for (const char* pipeline : {"barrier", "ws"}) {
+    ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
+    for (int tr = 0; tr < 4; ++tr)
+      for (DType ct : {DType::f32, DType::bf16}) {
+        Case c;
+        c.variant = GemmVariant::v3_wgmma;
+        c.ta = tr & 1, c.tb = tr & 2, c.M = 130, c.N = 72, c.K = 2504, c.ab = DType::bf16, c.c = ct, c.alpha = 0.5f,
+        c.beta = 0.25f;
+        c.bias = true, c.pad_c = 1;
+        c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N);
+        SCOPED_TRACE(std::string(pipeline) + " pipeline, " + describe(c));
+        GemmVariant used;
+        EXPECT_TRUE(run(c, &used));
+        EXPECT_EQ(used, GemmVariant::v3_wgmma);
+      }
+    const int64_t M = 96, N = 80, K = 4096;
+    const Tensor A = to_gpu(random({M, K}), DType::bf16), B = to_gpu(random({N, K}), DType::bf16);
+    Tensor c1 = poisoned({M, N}), c2 = poisoned({M, N});
+    for (Tensor* c : {&c1, &c2})
+      kernels::cuda::gemm(false, true, M, N, K, 1, A.data(), K, B.data(), K, 0, c->data(), N, DType::bf16, DType::f32,
+                          {}, stream, GemmVariant::v3_wgmma);
+    const Tensor h1 = to_cpu_f32(c1), h2 = to_cpu_f32(c2);
+    for (int64_t i = 0; i < M * N; ++i)
+      ASSERT_EQ(test::bits_of(h1.data<float>()[i]), test::bits_of(h2.data<float>()[i])) << pipeline << " element " << i;
+  }
+  ::unsetenv("HPDT_GEMM_V3_PIPELINE");
+}
+
 // Large 16-bit GEMMs of every layout: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS). NT is
 // the linear forward, NN its dx, TN its dw.
 TEST_F(GemmCuda, LargeV3AgainstCublas) {
   HPDT_SKIP_WITHOUT_VENDOR();
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
-  const Size sizes[] = {{4104, 4104, 264}, {2000, 1544, 4000}, {64 * 197, 3072, 768}};
+  // The last: ViT-B/16's projection weight gradient (dw = dy^T x, TN; 36 tiles for K = 12,608: split-K).
+  const Size sizes[] = {{4104, 4104, 264}, {2000, 1544, 4000}, {64 * 197, 3072, 768}, {768, 768, 64 * 197}};
   for (int tr = 0; tr < 4; ++tr)
     for (const Size& sz : sizes)
       for (DType ab : {DType::bf16, DType::f16})
         for (DType ct : {DType::f32, ab}) {
           const bool ta = tr & 1, tb = tr & 2;
-          if (tr != 2 && (sz.M != 2000 || ab != DType::bf16)) continue;  // NT everywhere, the others on one shape
+          const bool dw_tn = sz.M == 768 && tr == 1 && ab == DType::bf16;
+          // NT everywhere, the others on one shape, TN on the weight gradient
+          if (tr != 2 && (sz.M != 2000 || ab != DType::bf16) && !dw_tn) continue;
           const int64_t M = sz.M, N = sz.N, K = sz.K;
           const Tensor A = to_gpu(random({ta ? K : M, ta ? M : K}), ab), B = to_gpu(random({tb ? N : K, tb ? K : N}), ab);
           SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + (ta ? " T" : " N") +

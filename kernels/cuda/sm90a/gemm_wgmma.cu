@@ -1,5 +1,5 @@
-// v3_wgmma: Hopper GEMM (sm_90a only: wgmma and TMA). C = alpha * A B^T + beta * C + bias[col], row-major,
-// A [M][K] and B [N][K] both k-major, 16-bit (bf16/f16), f32 accumulation; the CPU oracle is cpu::gemm.
+// v3_wgmma: Hopper GEMM (sm_90a only: wgmma and TMA). C = alpha * op(A) op(B) + beta * C + bias[col], row-major,
+// 16-bit A and B (bf16/f16) in any layout, f32 accumulation; the CPU oracle is cpu::gemm.
 //
 //   - TMA (cp.async.bulk.tensor) loads 128 x 64 tiles of A and BN x 64 tiles of B into shared memory with
 //     the 128-byte swizzle, completing on one mbarrier per stage (expect-tx = the stage's bytes; the edge
@@ -8,10 +8,13 @@
 //   - Two warpgroups (256 threads), each 64 rows x BN columns of the 128 x BN block tile, issue
 //     wgmma.mma_async m64nBNk16 straight from the swizzled tiles (no ldmatrix, no register staging):
 //     4 per 64-wide k tile, f32 accumulators in BN / 2 registers per thread.
-//   - The pipeline is kept simple: one group of MMAs stays in flight (IN_FLIGHT = 1; 0 waits for every k
-//     tile's MMAs), a block barrier then frees the stage the previous k tile used and thread 0 refills it,
-//     so a k tile's MMAs run under the barrier and the refill. No producer warpgroup, no persistent tiles,
-//     no split-K (measured speed, and what is left: docs/kernels-cuda.md).
+//   - Pipeline "barrier" (the default): one group of MMAs stays in flight (IN_FLIGHT = 1; 0 waits for every
+//     k tile's MMAs), a block barrier then frees the stage the previous k tile used and thread 0 refills it,
+//     so a k tile's MMAs run under the barrier and the refill. Pipeline "ws" (HPDT_GEMM_V3_PIPELINE=ws): a
+//     producer warpgroup and full/empty mbarriers per stage (gemm_v3ws_kernel).
+//   - Split-K over blockIdx.y, sized in whole waves (detail::choose_split_k): f32 partials summed in split
+//     order by gemm.cu's splitk_reduce. No persistent tiles (what is left: docs/kernels-cuda.md).
+//   - MN-major operands (A transposed, B not) arrive as 64 x 64 boxes read with wgmma's transpose bits.
 // Layouts (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout", K-major, 128B swizzle): row r
 // of a tile holds its 64 k values in 128 bytes at r * 128, the 16-byte chunk c stored at chunk c ^ (r % 8);
 // TMA writes that and wgmma reads it, both XOR-ing address bits [4,7) with bits [7,10), so every tile starts
@@ -20,6 +23,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -212,6 +216,14 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&d)[C::
   const int warp = t / 32, lane = t % 32;
   const int row0 = tm * kBM + wg * 64 + warp * 16 + lane / 4;
   const int col0 = tn * C::BN + 2 * (lane % 4);
+  if (p.partial) {  // split-K: raw f32 sums of this split's k range
+#pragma unroll
+    for (int j = 0; j < C::BN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        store_partial_pair(p, int(blockIdx.y), row0 + 8 * h, col0 + 8 * j, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    return;
+  }
   auto epilogue = [&](auto tag) {
     using TC = decltype(tag);
     const bool pair_ok = (p.ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(p.C) % (2 * sizeof(TC))) == 0;
@@ -238,7 +250,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   const uint32_t bars = base + uint32_t(C::STAGES * C::kStageBytes);
   int tm, tn;
   tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
-  const int kt_total = (p.K + kBK - 1) / kBK;
+  // this split's k tiles: kt0, kt0 + 1, ... (kt below counts them from 0); no split: all of them
+  const int kt0 = int(blockIdx.y) * p.kt_per_split;
+  const int kt_total = min((p.K + kBK - 1) / kBK - kt0, p.kt_per_split);
   const int tid = int(threadIdx.x), wg = tid / 128;
 
   if (tid == 0) {
@@ -246,9 +260,9 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     fence_mbar_init();
   }
   __syncthreads();
-  auto issue = [&](int kt) {  // k tile kt into stage kt % STAGES
+  auto issue = [&](int kt) {  // the split's k tile kt into stage kt % STAGES
     const uint32_t s = uint32_t(kt % C::STAGES);
-    issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bars + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn, kt);
+    issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bars + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn, kt0 + kt);
   };
   if (tid == 0)
     for (int kt = 0; kt < min(C::STAGES, kt_total); ++kt) issue(kt);
@@ -295,7 +309,8 @@ __global__ void __launch_bounds__(C::kThreads + 128, 1)
   const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
   int tm, tn;
   tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
-  const int kt_total = (p.K + kBK - 1) / kBK;
+  const int kt0 = int(blockIdx.y) * p.kt_per_split;  // this split's k tiles, as in gemm_v3_kernel
+  const int kt_total = min((p.K + kBK - 1) / kBK - kt0, p.kt_per_split);
   const int tid = int(threadIdx.x), wg = tid / 128;
   constexpr uint32_t kConsumerWarps = C::kThreads / 32;
 
@@ -316,7 +331,8 @@ __global__ void __launch_bounds__(C::kThreads + 128, 1)
         if (kt >= C::STAGES)
           while (!mbar_try_wait(empty + 8u * s, uint32_t(kt / C::STAGES - 1) & 1u)) {
           }
-        issue_stage<C, A_MN, B_MN>(&map_a, &map_b, full + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn, kt);
+        issue_stage<C, A_MN, B_MN>(&map_a, &map_b, full + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn,
+                                   kt0 + kt);
       }
     return;
   }
@@ -374,7 +390,7 @@ CUtensorMap tile_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, in
 // `smem_allowed` (with a parameter, all kernels of one signature shared it, and the second kernel launched
 // without its limit raised: caught by the emulator, cudaErrorInvalidValue).
 template <class C, auto kernel>
-void launch_kernel(int threads, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
+void launch_kernel(int threads, int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
                    cudaStream_t s) {
   static std::atomic<uint64_t> smem_allowed{0};  // per kernel and device, as in v2
   const uint64_t bit = uint64_t(1) << (device & 63);
@@ -382,43 +398,63 @@ void launch_kernel(int threads, const Params& p, const CUtensorMap& ma, const CU
     HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     smem_allowed.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(threads), C::kSmem, s>>>(ma, mb, p);
+  const dim3 grid(unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(splits));
+  kernel<<<grid, unsigned(threads), C::kSmem, s>>>(ma, mb, p);
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, class C, bool A_MN, bool B_MN>
-void launch_layout(const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device, cudaStream_t s) {
+void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUtensorMap& mb, int device,
+                   cudaStream_t s) {
   // HPDT_GEMM_V3_PIPELINE=ws runs the warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
   // pipeline waiting for every k tile's MMAs (k-major x k-major only); both read at every call (tests and
   // benchmarks switch them)
   const char* pipeline = std::getenv("HPDT_GEMM_V3_PIPELINE");
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
   if (pipeline && std::strcmp(pipeline, "ws") == 0)
-    launch_kernel<C, gemm_v3ws_kernel<T, C, A_MN, B_MN>>(C::kThreads + 128, p, ma, mb, device, s);
+    launch_kernel<C, gemm_v3ws_kernel<T, C, A_MN, B_MN>>(C::kThreads + 128, splits, p, ma, mb, device, s);
   else if constexpr (!A_MN && !B_MN) {
     if (in_flight && std::strcmp(in_flight, "0") == 0)
-      launch_kernel<C, gemm_v3_kernel<T, C, 0, false, false>>(C::kThreads, p, ma, mb, device, s);
+      launch_kernel<C, gemm_v3_kernel<T, C, 0, false, false>>(C::kThreads, splits, p, ma, mb, device, s);
     else
-      launch_kernel<C, gemm_v3_kernel<T, C, 1, false, false>>(C::kThreads, p, ma, mb, device, s);
+      launch_kernel<C, gemm_v3_kernel<T, C, 1, false, false>>(C::kThreads, splits, p, ma, mb, device, s);
   } else {
-    launch_kernel<C, gemm_v3_kernel<T, C, 1, A_MN, B_MN>>(C::kThreads, p, ma, mb, device, s);
+    launch_kernel<C, gemm_v3_kernel<T, C, 1, A_MN, B_MN>>(C::kThreads, splits, p, ma, mb, device, s);
   }
 }
 
 template <class T, class C>
-void launch_tile(Params p, DType ab, int device, cudaStream_t s) {
+void launch_tile(Params p, DType ab, DType c_type, const Stream& stream) {
+  const int device = stream.device().index;
+  const cudaStream_t s = detail::native(stream);
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
+  // Split-K in whole waves (detail::choose_split_k; one block per SM): >= 4 k tiles (256 k) per split, <= 16
+  // splits and 2^25 partial floats. The weight-gradient GEMMs of ViT-B/16 (K = 12,608) have 36-144 tiles.
+  const int kt_total = (p.K + kBK - 1) / kBK;
+  const int64_t out = std::max<int64_t>(int64_t(p.M) * p.N, 1);
+  const int most = int(std::clamp<int64_t>((int64_t(1) << 25) / out, 1, 16));
+  const detail::SplitK sk =
+      detail::choose_split_k(int64_t(p.tiles_m) * p.tiles_n, kt_total, detail::sm_count(device),
+                             2.0 * kBM * C::BN * kBK, out, 4, most, detail::kWgmmaFlops);
+  const int splits = sk.splits;
+  p.kt_per_split = int(sk.steps_per_split);
+  Tensor partial;
+  if (splits > 1) {
+    partial = Tensor::empty({splits, p.M, p.N}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
+    p.partial = partial.data<float>();
+  }
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
   if (p.a_kmajor && p.b_kmajor)
-    launch_layout<T, C, false, false>(p, ma, mb, device, s);
+    launch_layout<T, C, false, false>(p, splits, ma, mb, device, s);
   else if (p.a_kmajor)
-    launch_layout<T, C, false, true>(p, ma, mb, device, s);
+    launch_layout<T, C, false, true>(p, splits, ma, mb, device, s);
   else if (p.b_kmajor)
-    launch_layout<T, C, true, false>(p, ma, mb, device, s);
+    launch_layout<T, C, true, false>(p, splits, ma, mb, device, s);
   else
-    launch_layout<T, C, true, true>(p, ma, mb, device, s);
+    launch_layout<T, C, true, true>(p, splits, ma, mb, device, s);
+  if (splits > 1) splitk_reduce(p, splits, c_type, s);
 }
 
 }  // namespace
@@ -438,9 +474,7 @@ bool v3_device_ok(int device) {
 
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
-  const int device = stream.device().index;
-  const cudaStream_t s = detail::native(stream);
-  const int sms = detail::sm_count(device);
+  const int sms = detail::sm_count(stream.device().index);
   // The wide tile reads each loaded A row against twice the columns; worth it with a wave of tiles or more.
   // HPDT_GEMM_V3_TILE=wide|narrow pins it (read at every call, so that tests can cover both).
   const int64_t wide_tiles = ((int64_t(p.M) + kBM - 1) / kBM) * ((int64_t(p.N) + Wide::BN - 1) / Wide::BN);
@@ -450,11 +484,11 @@ void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
     else if (std::strcmp(e, "narrow") == 0) wide = false;
   }
   if (ab_type == DType::bf16) {
-    if (wide) launch_tile<bf16_t, Wide>(p, ab_type, device, s);
-    else launch_tile<bf16_t, Narrow>(p, ab_type, device, s);
+    if (wide) launch_tile<bf16_t, Wide>(p, ab_type, c_type, stream);
+    else launch_tile<bf16_t, Narrow>(p, ab_type, c_type, stream);
   } else {
-    if (wide) launch_tile<f16_t, Wide>(p, ab_type, device, s);
-    else launch_tile<f16_t, Narrow>(p, ab_type, device, s);
+    if (wide) launch_tile<f16_t, Wide>(p, ab_type, c_type, stream);
+    else launch_tile<f16_t, Narrow>(p, ab_type, c_type, stream);
   }
 }
 
