@@ -266,10 +266,10 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   auto load_a = [&](int kt, int stage) {
 #pragma unroll
     for (int i = 0; i < BM * 4 / kThreads; ++i) {
-      const int c = tid + i * kThreads, row = c >> 2, q = c & 3;
-      const int gm = m0 + row, gk = kt * kTcBK + q * 8;
+      const KChunk ch = k_chunk(tid + i * kThreads);
+      const int gm = m0 + ch.row, gk = kt * kTcBK + ch.q * 8;
       const bool ok = gm < p.M && gk < p.lda;
-      cp_async16(As + stage * kAStage + row * kPitchK + q * 8, ok ? a + int64_t(gm) * p.lda + gk : a, ok);
+      cp_async16(As + stage * kAStage + ch.row * kPitchK + ch.q * 8, ok ? a + int64_t(gm) * p.lda + gk : a, ok);
     }
   };
 
@@ -592,7 +592,8 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   }
 
   const int pl = tid & 31, row0 = tid >> 5;  // element loaders: pixel pl, rows row0 + i * kRows
-  const int q = tid & 3, crow0 = tid >> 2;   // 16-byte loaders: pixels 8q .. 8q + 7, rows crow0 + i * kChunkRows
+  // 16-byte loaders: pixels 8q .. 8q + 7, rows crow0 + i * kChunkRows (k_chunk's lane order: no bank conflicts)
+  const int q = k_chunk(tid).q, crow0 = k_chunk(tid).row;
   uint16_t areg[kVecDy ? 1 : kAPerThread], breg[kDirectX ? 1 : kBPerThread];
 
   auto fetch = [&](int kt, int stage) {

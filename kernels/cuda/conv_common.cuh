@@ -71,6 +71,16 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
 constexpr int kTcBK = 32;           // v2: k per pipeline stage (two m16n8k16 steps)
 constexpr int kSimtBK = 8;          // v1: k per pipeline stage
 constexpr int kPitchK = kTcBK + 8;  // v2 [row][k] tiles: 80-byte rows, ldmatrix conflict-free, 16-byte aligned
+
+// Which 16-byte chunk of a [rows][kTcBK] tile (pitch kPitchK) the c-th chunk load writes: row, quarter q (k 8q ..
+// 8q + 7). Eight consecutive lanes take one quarter of eight consecutive rows: row r, quarter q sits on the 16-byte
+// bank group (5 r + q) % 8, so the 8 writes of a cp.async phase hit 8 groups. (Four lanes per row, row c / 4 and
+// quarter c % 4, put rows r and r + 1 of a phase on one group: every write 2-way conflicted, seen by the CUDA
+// emulator's CUDA_EMU_STATS.) A warp still covers whole 64-byte row segments: the same global sectors.
+struct KChunk {
+  int row, q;
+};
+__device__ __forceinline__ KChunk k_chunk(int c) { return {(c & 7) | ((c >> 5) << 3), (c >> 3) & 3}; }
 constexpr int kThreads1D = 256;     // element-wise helper kernels
 
 // The k-loop of every v2 kernel here: tiles [kt0, kt1) of the reduction, through kStages shared-memory

@@ -233,15 +233,16 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
   auto load_b = [&](int kt, int stage) {  // weights: BN rows x 4 chunks of 8 k
 #pragma unroll
     for (int i = 0; i < BN * 4 / kThreads; ++i) {
-      const int c = tid + i * kThreads, row = c >> 2, q = c & 3;
-      const int gn = n0 + row, gk = kt * kTcBK + q * 8;
+      const KChunk ch = k_chunk(tid + i * kThreads);
+      const int gn = n0 + ch.row, gk = kt * kTcBK + ch.q * 8;
       const bool ok = gn < p.M && gk < p.lda;
-      cp_async16(Bs + stage * kBStage + row * kPitchK + q * 8, ok ? a + int64_t(gn) * p.lda + gk : a, ok);
+      cp_async16(Bs + stage * kBStage + ch.row * kPitchK + ch.q * 8, ok ? a + int64_t(gn) * p.lda + gk : a, ok);
     }
   };
-  // Activations. Vec: chunk q = tid % 4 (k 8q .. 8q + 7: one tap, 8 channels) of pixel rows tid / 4 + i * step.
-  // Gather: k column tid % 32 of pixel rows tid / 32 + j * step; one (tap, channel) decode per stage either way.
-  const int q = tid & 3, vrow0 = tid >> 2;
+  // Activations. Vec: chunk q (k 8q .. 8q + 7: one tap, 8 channels) of pixel rows vrow0 + i * step, in k_chunk's
+  // lane order. Gather: k column tid % 32 of pixel rows tid / 32 + j * step; one (tap, channel) decode per stage
+  // either way.
+  const int q = k_chunk(tid).q, vrow0 = k_chunk(tid).row;
   const int gk = tid & 31, grow0 = tid >> 5;
   uint16_t areg[LOAD == kVec ? 1 : kGatherPerThread];
   auto fetch_a = [&](int kt, int stage) {

@@ -143,6 +143,7 @@ struct Fiber {
   std::vector<size_t> wgmma_group_ends;
   std::map<uint32_t, uint64_t> seen_phases;  // per mbarrier: the phases completed when this thread last saw one
   uint64_t failed_waits = 0;                 // consecutive mbarrier.try_wait that found the phase incomplete
+  uint32_t cp_seq = 0;                       // CUDA_EMU_STATS: cp.async issued by this thread in this block
 };
 
 // An mbarrier object (PTX ISA "mbarrier"): the phase completes when every expected arrival has come and the
@@ -205,6 +206,16 @@ struct Exec {
   Loc launch_loc;
   const char* kernel_name = nullptr;
   const void* kernel = nullptr;
+  // CUDA_EMU_STATS: shared-memory wavefronts of this launch's ldmatrix instructions and cp.async writes, and
+  // the fewest possible. cp.async is per thread: the k-th cp.async of each lane of a warp counts as one warp
+  // instruction (the kernels here issue them converged, with a zero-fill flag instead of a branch).
+  bool stats = false;
+  uint64_t ldm_wavefronts = 0, ldm_ideal = 0, cp_wavefronts = 0, cp_ideal = 0;
+  struct CpInstr {
+    uint32_t dst[32];
+    int size;
+  };
+  std::vector<std::vector<CpInstr>> cp_by_warp;  // [warp][k]
   void (*thunk)(void*) = nullptr;
   void* ctx = nullptr;
   int n = 0;  // threads per block
@@ -438,6 +449,34 @@ void wait_here() {
   // woken and switched back to: whoever switched here made us current
 }
 
+// CUDA_EMU_STATS: the wavefronts of the block's cp.async writes. A warp's accesses of S bytes go through shared
+// memory 128 / S lanes at a time (a phase); a phase takes as many wavefronts as the most distinct addresses on
+// one bank group (address / S % (128 / S)), one when conflict-free.
+void tally_cp_async() {
+  for (auto& per_warp : E.cp_by_warp) {
+    for (const Exec::CpInstr& in : per_warp) {
+      const int lanes = 128 / in.size;
+      for (int p0 = 0; p0 < 32; p0 += lanes) {
+        uint32_t seen[32];
+        int n = 0, per_group[32] = {};
+        for (int l = p0; l < p0 + lanes; ++l) {
+          const uint32_t a = in.dst[l];
+          if (a == ~0u) continue;
+          bool dup = false;
+          for (int i = 0; i < n; ++i) dup = dup || seen[i] == a;
+          if (dup) continue;
+          seen[n++] = a;
+          ++per_group[(a / uint32_t(in.size)) % uint32_t(lanes)];
+        }
+        if (n == 0) continue;
+        E.cp_wavefronts += uint64_t(*std::max_element(per_group, per_group + lanes));
+        E.cp_ideal += 1;
+      }
+    }
+    per_warp.clear();
+  }
+}
+
 void run_block() {
   const int n = E.n;
   E.ndone = 0;
@@ -452,7 +491,9 @@ void run_block() {
     f.wgmma_group_ends.clear();
     f.seen_phases.clear();
     f.failed_waits = 0;
+    f.cp_seq = 0;
   }
+  if (E.stats) E.cp_by_warp.resize(size_t((n + 31) / 32));
   E.mbarriers.clear();
   E.tma_pending.clear();
   E.fills.clear();
@@ -969,6 +1010,19 @@ void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_siz
     fatal("cp.async at %s:%u: the source %p is shared memory", short_file(loc.file_name()), loc.line(), src);
   // Performed at the wait that covers it: reading the destination earlier shows the old contents.
   E.cur->copies.push_back({dst, src, uint32_t(cp_size), uint32_t(src_size)});
+  if (E.stats) {
+    Fiber& f = *E.cur;
+    auto& per_warp = E.cp_by_warp[size_t(f.index / 32)];
+    if (per_warp.size() <= f.cp_seq) {
+      Exec::CpInstr blank{};
+      std::fill(std::begin(blank.dst), std::end(blank.dst), ~0u);
+      blank.size = cp_size;
+      per_warp.resize(f.cp_seq + 1, blank);
+    }
+    per_warp[f.cp_seq].dst[f.index % 32] = dst_shared;
+    per_warp[f.cp_seq].size = cp_size;
+    ++f.cp_seq;
+  }
 }
 
 void cp_async_commit_group(const Loc&) {
@@ -1027,6 +1081,24 @@ void ldmatrix(int count, bool trans, uint32_t addr, uint32_t* r, const Loc& loc)
                    fatal("ldmatrix at %s:%u: lane %d gives row address 0x%x, not 16-byte aligned",
                          short_file(where.file_name()), where.line(), l, a);
                  rows[l] = reinterpret_cast<const uint16_t*>(shared_ptr(a, 16, "ldmatrix", where));
+               }
+               // Bank conflicts: each 8x8 matrix is one phase of 8 row reads of 16 bytes; a phase takes as many
+               // wavefronts as the most distinct rows that fall on one 16-byte group of the 32 banks
+               // (address / 16 % 8). Conflict-free: one wavefront per matrix.
+               for (int m = 0; m < cnt; ++m) {
+                 uint32_t seen[8];
+                 int n = 0;
+                 int per_group[8] = {};
+                 for (int l = 8 * m; l < 8 * m + 8; ++l) {
+                   const uint32_t a = in_as<uint32_t>(lanes[l]);
+                   bool dup = false;
+                   for (int i = 0; i < n; ++i) dup = dup || seen[i] == a;
+                   if (dup) continue;
+                   seen[n++] = a;
+                   ++per_group[(a / 16) % 8];
+                 }
+                 E.ldm_wavefronts += uint64_t(*std::max_element(per_group, per_group + 8));
+                 E.ldm_ideal += 1;
                }
                for (int l = 0; l < 32; ++l) {
                  auto* out = reinterpret_cast<uint32_t*>(lanes[l].out);
@@ -1468,6 +1540,7 @@ namespace {
 // CUDA_EMU_STATS=1: time spent per kernel, printed at exit (where emulation time goes).
 struct KernelStats {
   long long ns = 0, launches = 0, threads = 0;
+  uint64_t ldm_wavefronts = 0, ldm_ideal = 0, cp_wavefronts = 0, cp_ideal = 0;
 };
 std::map<std::string, KernelStats>* g_stats = nullptr;
 
@@ -1482,9 +1555,16 @@ bool stats_enabled() {
 void print_stats() {
   std::vector<std::pair<std::string, KernelStats>> v(g_stats->begin(), g_stats->end());
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
-  std::fprintf(stderr, "cuda_emu stats: seconds, launches, threads, kernel\n");
-  for (const auto& [name, st] : v)
-    std::fprintf(stderr, "%10.3f %8lld %12lld  %s\n", double(st.ns) * 1e-9, st.launches, st.threads, name.c_str());
+  std::fprintf(stderr,
+               "cuda_emu stats: seconds, launches, threads, shared-memory wavefronts over the conflict-free count of "
+               "ldmatrix reads and of cp.async writes (1.00: no bank conflicts; -: none issued), kernel\n");
+  for (const auto& [name, st] : v) {
+    char ldm[32] = "    -", cp[32] = "    -";
+    if (st.ldm_ideal) std::snprintf(ldm, sizeof ldm, "%5.2f", double(st.ldm_wavefronts) / double(st.ldm_ideal));
+    if (st.cp_ideal) std::snprintf(cp, sizeof cp, "%5.2f", double(st.cp_wavefronts) / double(st.cp_ideal));
+    std::fprintf(stderr, "%10.3f %8lld %12lld %s %s  %s\n", double(st.ns) * 1e-9, st.launches, st.threads, ldm, cp,
+                 name.c_str());
+  }
 }
 
 void record_stats(long long ns, uint64_t threads) {
@@ -1496,6 +1576,10 @@ void record_stats(long long ns, uint64_t threads) {
   st.ns += ns;
   st.launches += 1;
   st.threads += (long long)threads;
+  st.ldm_wavefronts += E.ldm_wavefronts;
+  st.ldm_ideal += E.ldm_ideal;
+  st.cp_wavefronts += E.cp_wavefronts;
+  st.cp_ideal += E.cp_ideal;
 }
 }  // namespace
 
@@ -1554,7 +1638,9 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
     E.warps[size_t(i / 32)].exists |= 1u << (i % 32);
   }
   setup_window(cfg.smem);
-  const long long t0 = stats_enabled() ? clock_ns() : 0;
+  E.ldm_wavefronts = E.ldm_ideal = E.cp_wavefronts = E.cp_ideal = 0;
+  E.stats = stats_enabled();
+  const long long t0 = E.stats ? clock_ns() : 0;
   uint64_t linear = 0;
   for (unsigned z = 0; z < g.z; ++z)
     for (unsigned y = 0; y < g.y; ++y)
@@ -1563,6 +1649,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
         E.block_linear = linear;
         begin_block_smem();
         run_block();
+        if (E.stats) tally_cp_async();
         end_block_smem();
       }
   threadIdx = {0, 0, 0};
