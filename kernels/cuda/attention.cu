@@ -570,12 +570,17 @@ __device__ __forceinline__ const uint16_t* b_frag_addr(const uint16_t* tile, int
 
 // Rows [0, ROWS) of a 16-bit tile into shared memory (row stride DHP + 8) with cp.async; rows >= nrows
 // and columns >= dh zero-filled. dh % 8 == 0 and src 16-byte aligned (checked by the host).
+// Lane order: row r, chunk c lands on 16-byte bank group (r (CH + 1) + c) % 8. With 8 or 16 chunks a row, the 8
+// lanes of a phase take 8 chunks of one row: 8 groups. With 2 or 4 (dh 16, 32) they would take 2 rows sharing
+// groups (2-way conflicts, CUDA_EMU_STATS), so there the 8 lanes take one chunk of 8 consecutive rows.
 template <class T, int DHP, int ROWS>
 __device__ __forceinline__ void cp_async_tile(uint16_t* dst, const T* src, int64_t ld, int nrows, int dh) {
   constexpr int LS = DHP + 8, CH = DHP / 8;
+  static_assert(CH >= 8 || (ROWS % 8 == 0 && kMmaThreads % (8 * CH) == 0), "whole 8-row groups per pass");
 #pragma unroll
   for (int idx = threadIdx.x; idx < ROWS * CH; idx += kMmaThreads) {
-    const int r = idx / CH, c = (idx % CH) * 8;
+    const int r = CH >= 8 ? idx / CH : idx % 8 + 8 * (idx / (8 * CH));
+    const int c = (CH >= 8 ? idx % CH : (idx / 8) % CH) * 8;
     const bool ok = r < nrows && c < dh;
     cp_async_16(smem_u32(dst + r * LS + c), ok ? src + r * ld + c : src, ok ? 16 : 0);
   }
