@@ -236,8 +236,9 @@ template <class T>
 inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, T* func) {
   return cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(func));
 }
-// The occupancy calculator: registers are unknown here (every kernel counts as 32 per thread), so the answer is
-// bounded by threads (2048 per SM, 32 blocks) and dynamic shared memory (0 blocks above the kernel's opt-in).
+// The occupancy calculator: registers are unknown here (every kernel counts as 128 per thread, of 65536 per SM), so
+// the answer is bounded by that, threads (2048 per SM, 32 blocks) and dynamic shared memory (0 blocks above the
+// kernel's opt-in).
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func, int block_size,
                                                           size_t dynamic_smem);
 template <class T>

@@ -646,15 +646,17 @@ TEST(CudaEmu, LaunchErrors) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-// The occupancy calculator (the split-K sizing asks it): threads and dynamic shared memory bound the answer; more
-// shared memory than the kernel opted into fits no block.
+// The occupancy calculator (the split-K sizing asks it): 128 registers a thread, threads and dynamic shared memory
+// bound the answer; more shared memory than the kernel opted into fits no block.
 TEST(CudaEmu, OccupancyCalculator) {
   ASSERT_EQ(cudaFuncSetAttribute(big_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024), cudaSuccess);
   int n = -1;
   EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 256, 0), cudaSuccess);
-  EXPECT_EQ(n, 8);
+  EXPECT_EQ(n, 2);  // 256 threads x 128 registers: 2 blocks on 65536 registers
   EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 32, 0), cudaSuccess);
-  EXPECT_EQ(n, 32);
+  EXPECT_EQ(n, 16);
+  EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 128, 0), cudaSuccess);
+  EXPECT_EQ(n, 4);
   EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 128, 60 * 1024), cudaSuccess);
   EXPECT_EQ(n, 3);
   EXPECT_EQ(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, big_smem, 128, 100 * 1024), cudaSuccess);

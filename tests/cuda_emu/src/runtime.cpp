@@ -786,7 +786,10 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const
   if (!num_blocks) return fail(cudaErrorInvalidValue);
   if (!func) return fail(cudaErrorInvalidDeviceFunction);
   if (block_size <= 0 || block_size > kMaxThreadsPerBlock) return fail(cudaErrorInvalidValue);
-  int n = std::min(32, 2048 / block_size);
+  // Registers are unknown here: count 128 a thread, near what hpdt's tensor-core kernels use on the H100 (90-168),
+  // so that occupancy-sized partitions (split-K) come out as they do there, and emulated grids stay that small.
+  constexpr int kAssumedRegisters = 128;
+  int n = std::min({32, 2048 / block_size, 65536 / (kAssumedRegisters * block_size)});
   if (dynamic_smem > max_dynamic_smem(func)) n = 0;
   else if (dynamic_smem > 0) n = std::min<int>(n, int(kSmemPerSm / dynamic_smem));
   *num_blocks = n;
