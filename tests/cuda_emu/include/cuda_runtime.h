@@ -248,6 +248,17 @@ inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks
                                                        dynamic_smem);
 }
 
+// Not CUDA: the emulator's shared-memory bank-conflict counts (docs/cuda-emulator.md, CUDA_EMU_STATS), summed
+// over every launch since counting was switched on (CUDA_EMU_STATS=1 switches it on from the start), so that a
+// test can assert conflict-free loads.
+namespace cuda_emu {
+struct BankCounts {
+  unsigned long long ldmatrix_wavefronts, ldmatrix_ideal, cp_async_wavefronts, cp_async_ideal;
+};
+void count_bank_conflicts(bool on);  // on: counts from 0
+BankCounts bank_counts();
+}  // namespace cuda_emu
+
 // Driver entry points (only cuTensorMapEncodeTiled is emulated; cuda.h has its types).
 enum cudaDriverEntryPointQueryResult {
   cudaDriverEntryPointSuccess = 0,

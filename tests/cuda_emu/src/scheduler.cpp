@@ -1567,6 +1567,9 @@ void print_stats() {
   }
 }
 
+bool g_count_banks = false;  // count_bank_conflicts(true)
+BankCounts g_banks{};
+
 void record_stats(long long ns, uint64_t threads) {
   if (!g_stats) {
     g_stats = new std::map<std::string, KernelStats>;
@@ -1639,7 +1642,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   }
   setup_window(cfg.smem);
   E.ldm_wavefronts = E.ldm_ideal = E.cp_wavefronts = E.cp_ideal = 0;
-  E.stats = stats_enabled();
+  E.stats = stats_enabled() || g_count_banks;
   const long long t0 = E.stats ? clock_ns() : 0;
   uint64_t linear = 0;
   for (unsigned z = 0; z < g.z; ++z)
@@ -1657,7 +1660,18 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   E.in_launch = false;
   launching = false;
   if (stats_enabled()) record_stats(clock_ns() - t0, threads * g.x * g.y * g.z);
+  g_banks.ldmatrix_wavefronts += E.ldm_wavefronts;
+  g_banks.ldmatrix_ideal += E.ldm_ideal;
+  g_banks.cp_async_wavefronts += E.cp_wavefronts;
+  g_banks.cp_async_ideal += E.cp_ideal;
 }
+
+void count_bank_conflicts(bool on) {
+  g_count_banks = on;
+  g_banks = BankCounts{};
+}
+
+BankCounts bank_counts() { return g_banks; }
 
 }  // namespace cuda_emu
 
