@@ -40,6 +40,9 @@
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/attention.h"
 #endif
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+#include <cuda_runtime.h>  // the emulator's: cuda_emu::bank_counts
+#endif
 
 namespace {
 
@@ -213,6 +216,25 @@ TEST_F(AttentionCuda, HeadDimsAndLengths) {
         check_all({p[0], t, p[1], dh});
     }
 }
+
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+// On the emulator, which counts shared-memory bank conflicts (docs/cuda-emulator.md): the v2 kernels' cp.async
+// tile loads and ldmatrix reads are conflict-free for every compiled head dim (dh 16 and 32 had 2-way
+// conflicted loads before their lane order changed).
+TEST_F(AttentionCuda, EmulatedSharedMemoryAccessesAreConflictFree) {
+  for (int64_t dh : {16, 32, 64, 128}) {
+    SCOPED_TRACE("dh " + std::to_string(dh));
+    cuda_emu::count_bank_conflicts(true);
+    check_all({1, 33, 2, dh});
+    const cuda_emu::BankCounts b = cuda_emu::bank_counts();
+    cuda_emu::count_bank_conflicts(false);
+    EXPECT_GT(b.cp_async_ideal, 0u);
+    EXPECT_GT(b.ldmatrix_ideal, 0u);
+    EXPECT_EQ(b.cp_async_wavefronts, b.cp_async_ideal);
+    EXPECT_EQ(b.ldmatrix_wavefronts, b.ldmatrix_ideal);
+  }
+}
+#endif
 
 TEST_F(AttentionCuda, VisionTransformerShapes) {
   check_all({2, 17, 3, 64});    // ViT-Ti on 28x28, patch 7: d = 192
