@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include "hpdt/kernels/cuda/gemm.h"
+#include "hpdt/kernels/cuda/linear.h"
 #endif
 
 namespace {
@@ -656,6 +657,35 @@ TEST_F(GemmCuda, LinearBackwardWithoutDxAndDeterministicBiasGradient) {
       ASSERT_EQ(test::bits_of(h1.data<float>()[i]), test::bits_of(h2.data<float>()[i])) << dtype_name(dt) << " " << i;
   }
 }
+
+#if HPDT_HAVE_CUDA
+// The bias gradient's column sums: with 16-byte loads (cols % 8 == 0, aligned) the bits of the scalar kernel (the
+// same values one element past 16 bytes), near the CPU's sums; the ViT-B width and one not a multiple of 32 * 8.
+TEST_F(GemmCuda, BiasGradientVectorLoadsKeepTheScalarBits) {
+  for (const DType dt : test::kCudaTestDtypes)
+    for (const int64_t cols : {int64_t(768), int64_t(264)}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " cols " + std::to_string(cols));
+      const int64_t rows = 1037;
+      const Tensor host = round_through(random({rows, cols}), dt), db0 = random({cols});
+      const Tensor aligned = to_gpu(host, dt);
+      Tensor big = Tensor::empty({rows * cols + 8}, dt, Device::cuda(0), AllocOptions{.stream = &stream});
+      const Tensor shifted = big.flat(1, rows * cols).view({rows, cols});
+      ASSERT_EQ(cudaMemcpyAsync(shifted.data(), aligned.data(), size_t(rows * cols) * dtype_size(dt),
+                                cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream.handle())),
+                cudaSuccess);
+      Tensor vec = to_gpu(db0, dt), scalar = to_gpu(db0, dt);
+      kernels::cuda::column_sums_accumulate(rows, cols, aligned.data(), vec.data(), dt, stream);
+      kernels::cuda::column_sums_accumulate(rows, cols, shifted.data(), scalar.data(), dt, stream);
+      const Tensor hv = to_cpu_f32(vec), hs = to_cpu_f32(scalar);
+      for (int64_t j = 0; j < cols; ++j) {
+        ASSERT_EQ(test::bits_of(hv.data<float>()[j]), test::bits_of(hs.data<float>()[j])) << "column " << j;
+        double want = db0.data<float>()[j];
+        for (int64_t r = 0; r < rows; ++r) want += host.data<float>()[r * cols + j];
+        EXPECT_NEAR(hv.data<float>()[j], want, 1e-3 * std::sqrt(double(rows)) + 0.02 * std::abs(want)) << "column " << j;
+      }
+    }
+}
+#endif  // HPDT_HAVE_CUDA
 
 TEST_F(GemmCuda, LinearErrors) {
   const Tensor x = poisoned({4, 6}, DType::bf16), w = poisoned({3, 6}, DType::bf16), w32 = poisoned({3, 6});
