@@ -1069,8 +1069,7 @@ void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor
 
 int wgrad_splits(int64_t tiles, int64_t KT, int64_t partial_floats, int64_t resident, double step_flops, bool tc,
                  int* tiles_per_split) {
-  const int64_t most = std::clamp<int64_t>((int64_t(1) << 25) / std::max<int64_t>(partial_floats, 1), 1, 256);
-  const detail::SplitK sk = detail::choose_split_k(tiles, KT, resident, step_flops, partial_floats, 8, int(most),
+  const detail::SplitK sk = detail::choose_split_k(tiles, KT, resident, step_flops, partial_floats, 8, 256,
                                                    tc ? detail::kTensorFlops : detail::kSimtFlops);
   *tiles_per_split = int(sk.steps_per_split);
   return sk.splits;

@@ -502,23 +502,14 @@ void launch(Params p, DType c_type, const Stream& stream) {
   const int64_t slots = int64_t(large ? Large::MIN_BLOCKS : Small::MIN_BLOCKS) * sms;  // blocks the GPU runs at once
   p.tiles_m = int((int64_t(p.M) + BM - 1) / BM);
   p.tiles_n = int((int64_t(p.N) + BN - 1) / BN);
-  const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n;
   const int kt_total = p.K / kBK + (p.K % kBK != 0);
 
-  // Split-K in whole waves (detail::choose_split_k): each split keeps >= 8 k tiles (256 k), at most 16 splits and
-  // 2^25 partial floats. The ViT-B/16 weight gradients (144 tiles of 128 x 128, K = 12,608) took 2 splits, 288
-  // blocks on 264 slots: two waves, the second almost empty.
-  const int64_t out = std::max<int64_t>(int64_t(p.M) * p.N, 1);
-  const int most = kt_total >= 16 ? int(std::clamp<int64_t>((int64_t(1) << 25) / out, 1, 16)) : 1;
-  const detail::SplitK sk = detail::choose_split_k(tiles, kt_total, slots, 2.0 * BM * BN * kBK, out, 8, most);
-  const int splits = sk.splits;
-  p.kt_per_split = int(sk.steps_per_split);
-
+  // Split-K in whole waves: each split keeps >= 8 k tiles (256 k), none below 16 k tiles. The ViT-B/16 weight
+  // gradients (144 tiles of 128 x 128, K = 12,608) took 2 splits, 288 blocks on 264 slots: two waves, the second
+  // almost empty.
   Tensor partial;
-  if (splits > 1) {
-    partial = Tensor::empty({splits, p.M, p.N}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
-    p.partial = partial.data<float>();
-  }
+  const int splits = gemm_detail::plan_split_k(p, kt_total, slots, 2.0 * BM * BN * kBK, 8, kt_total >= 16 ? 16 : 1,
+                                               detail::kTensorFlops, stream, partial);
   if (large)
     launch_transposes<T, Large>(p, splits, device, s);
   else
@@ -567,6 +558,19 @@ void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, fl
 }  // namespace detail
 
 namespace gemm_detail {
+
+int plan_split_k(Params& p, int kt_total, int64_t resident, double step_flops, int min_steps, int max_splits,
+                 double flops_per_second, const Stream& stream, Tensor& workspace) {
+  const int64_t out = std::max<int64_t>(int64_t(p.M) * p.N, 1);
+  const detail::SplitK sk = detail::choose_split_k(int64_t(p.tiles_m) * p.tiles_n, kt_total, resident, step_flops,
+                                                   out, min_steps, max_splits, flops_per_second);
+  p.kt_per_split = int(sk.steps_per_split);
+  if (sk.splits > 1) {
+    workspace = Tensor::empty({sk.splits, p.M, p.N}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
+    p.partial = workspace.data<float>();
+  }
+  return sk.splits;
+}
 
 void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s) {
   const int64_t n = int64_t(p.M) * p.N;

@@ -10,6 +10,7 @@
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/float16.h"
 #include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
 
 namespace hpdt::kernels::cuda::gemm_detail {
 
@@ -108,6 +109,12 @@ __device__ __forceinline__ void store_partial_pair(const Params& p, int split, i
 
 // C = alpha * (the sum of the splits' partials, in split order) + beta * C + bias (gemm.cu).
 void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s);
+
+// Split-K of a GEMM launch over p.tiles_m x p.tiles_n tiles and kt_total k tiles (detail::choose_split_k, at
+// most 16 splits): sets p.kt_per_split and, for more than one split, p.partial to `workspace`, a [splits][M][N]
+// f32 buffer from the stream's allocator. Returns the split count (gemm.cu).
+int plan_split_k(Params& p, int kt_total, int64_t resident, double step_flops, int min_steps, int max_splits,
+                 double flops_per_second, const Stream& stream, Tensor& workspace);
 
 // v3 (sm90a/gemm_wgmma.cu): built only where the build targets sm_90 (HPDT_HAVE_GEMM_WGMMA), and runs
 // only on a device of compute capability 9.0. Takes 16-bit A and B in any layout (k-major operands as they

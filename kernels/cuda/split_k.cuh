@@ -12,7 +12,8 @@ namespace hpdt::kernels::cuda::detail {
 // full wave, plus one pass over the f32 partials (`partial_floats` per split: written, then read by the reduction)
 // per split. Whole waves matter: 540 blocks where 264 run at once take three waves, not 2.05. A full wave's step
 // costs resident * step_flops / kTensorFlops; the partials move at kPartialBytesPerSecond. Each split keeps
-// >= min_steps steps; at most max_splits. Ties go to fewer splits.
+// >= min_steps steps; at most max_splits, and at most kMaxPartialFloats of partials in all. Ties go to fewer
+// splits.
 struct SplitK {
   int splits = 1;
   int64_t steps_per_split = 0;
@@ -21,6 +22,7 @@ constexpr double kTensorFlops = 150e12;            // what our mma.sync kernels 
 constexpr double kSimtFlops = 35e12;               // our f32 SIMT kernels on an H100
 constexpr double kWgmmaFlops = 500e12;             // what GEMM v3 (wgmma) aims at on an H100; cuBLAS reaches 650
 constexpr double kPartialBytesPerSecond = 2.5e12;  // f32 partials out and back in, on HBM3
+constexpr int64_t kMaxPartialFloats = int64_t(1) << 25;  // the split workspace: at most 128 MiB
 inline SplitK choose_split_k(int64_t tiles, int64_t k_steps, int64_t resident, double step_flops,
                              int64_t partial_floats, int64_t min_steps, int max_splits,
                              double flops_per_second = kTensorFlops) {
@@ -29,8 +31,10 @@ inline SplitK choose_split_k(int64_t tiles, int64_t k_steps, int64_t resident, d
   resident = std::max<int64_t>(resident, 1);
   const double wave_step = double(resident) * step_flops / flops_per_second;
   const double split_pass = double(partial_floats) * 8.0 / kPartialBytesPerSecond;
-  const int64_t most = std::clamp<int64_t>(std::min<int64_t>(max_splits, k_steps / std::max<int64_t>(min_steps, 1)), 1,
-                                           int64_t(1) << 16);
+  const int64_t most = std::clamp<int64_t>(
+      std::min<int64_t>({max_splits, k_steps / std::max<int64_t>(min_steps, 1),
+                         kMaxPartialFloats / std::max<int64_t>(partial_floats, 1)}),
+      1, int64_t(1) << 16);
   double best_cost = 0.0;
   for (int64_t s = 1; s <= most; ++s) {
     const int64_t per = (k_steps + s - 1) / s, used = (k_steps + per - 1) / per;  // no empty split

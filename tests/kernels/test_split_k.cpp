@@ -52,7 +52,8 @@ TEST(SplitK, DegenerateInputs) {
   EXPECT_EQ(choose_split_k(1, 1000, 264, kTile128Step, 100, 8, 1).splits, 1);
 }
 
-// Whatever the shape: no empty split, the steps cover the reduction, each split keeps min_steps, max_splits holds.
+// Whatever the shape: no empty split, the steps cover the reduction, each split keeps min_steps, max_splits and
+// the workspace cap hold.
 TEST(SplitK, PartitionInvariants) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 20000; ++i) {
@@ -67,6 +68,7 @@ TEST(SplitK, PartitionInvariants) {
     ASSERT_LT(int64_t(sk.splits - 1) * sk.steps_per_split, k_steps) << "an empty split";
     if (sk.splits > 1) {
       ASSERT_GE(sk.steps_per_split, min_steps);
+      ASSERT_LE(int64_t(sk.splits) * partial, hpdt::kernels::cuda::detail::kMaxPartialFloats) << "workspace cap";
     }
   }
 }

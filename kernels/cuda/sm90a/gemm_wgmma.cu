@@ -429,21 +429,11 @@ void launch_tile(Params p, DType ab, DType c_type, const Stream& stream) {
   const cudaStream_t s = detail::native(stream);
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
-  // Split-K in whole waves (detail::choose_split_k; one block per SM): >= 4 k tiles (256 k) per split, <= 16
-  // splits and 2^25 partial floats. The weight-gradient GEMMs of ViT-B/16 (K = 12,608) have 36-144 tiles.
-  const int kt_total = (p.K + kBK - 1) / kBK;
-  const int64_t out = std::max<int64_t>(int64_t(p.M) * p.N, 1);
-  const int most = int(std::clamp<int64_t>((int64_t(1) << 25) / out, 1, 16));
-  const detail::SplitK sk =
-      detail::choose_split_k(int64_t(p.tiles_m) * p.tiles_n, kt_total, detail::sm_count(device),
-                             2.0 * kBM * C::BN * kBK, out, 4, most, detail::kWgmmaFlops);
-  const int splits = sk.splits;
-  p.kt_per_split = int(sk.steps_per_split);
+  // Split-K in whole waves (one block per SM): >= 4 k tiles (256 k) per split. The weight-gradient GEMMs of
+  // ViT-B/16 (K = 12,608) have 36-144 tiles.
   Tensor partial;
-  if (splits > 1) {
-    partial = Tensor::empty({splits, p.M, p.N}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
-    p.partial = partial.data<float>();
-  }
+  const int splits = plan_split_k(p, (p.K + kBK - 1) / kBK, detail::sm_count(device), 2.0 * kBM * C::BN * kBK, 4, 16,
+                                  detail::kWgmmaFlops, stream, partial);
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
   if (p.a_kmajor && p.b_kmajor)
