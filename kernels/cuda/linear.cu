@@ -1,6 +1,6 @@
 // CUDA linear layer: the three GEMMs of forward/backward through cuda::gemm (bias fused in the forward
 // GEMM's epilogue), and a deterministic column sum for the bias gradient (16-byte loads of 8 bf16/f16 or 4 f32
-// columns where the width and alignment allow, with the same bits as the scalar kernel).
+// columns a thread where the width and alignment allow, else one; the same bits either way).
 #include <algorithm>
 
 #include "hpdt/core/tensor.h"
@@ -18,35 +18,13 @@ constexpr int kRowLanes = 8;       // warps per block, each on every 8th row of 
 constexpr int kMaxRowBlocks = 64;
 constexpr int kFinishThreads = 256;
 
-// partial[blockIdx.y][c] = sum of x[r, c] over the block's row range: thread (tx, ty) sums rows
-// r0 + ty, r0 + ty + 8, ... in order, then thread ty == 0 adds the 8 lane sums in order.
-template <class T>
-__global__ void __launch_bounds__(kColsPerBlock* kRowLanes)
-    column_partials_kernel(int64_t rows, int64_t cols, int64_t rows_per_block, const T* __restrict__ x,
-                           float* __restrict__ partial) {
-  __shared__ float lane_sums[kRowLanes][kColsPerBlock];
-  const int64_t col = blockIdx.x * int64_t(kColsPerBlock) + threadIdx.x;
-  const int64_t r0 = blockIdx.y * rows_per_block;
-  const int64_t r1 = std::min(rows, r0 + rows_per_block);
-  float acc = 0.0f;
-  if (col < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) acc += to_f32(x[r * cols + col]);
-  lane_sums[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kRowLanes; ++i) total += lane_sums[i][threadIdx.x];
-    partial[blockIdx.y * cols + col] = total;
-  }
-}
-
-// The same sums, V adjacent columns per thread (one 16-byte load per row instead of V 2- or 4-byte loads): thread
-// (tx, ty) owns columns (blockIdx.x * 32 + tx) * V + 0..V-1, in the same row order and lane order as
-// column_partials_kernel, so the partials have the same bits. Needs cols % V == 0 and x 16-byte aligned.
+// partial[blockIdx.y][c] = sum of x[r, c] over the block's row range: thread (tx, ty) owns columns
+// (blockIdx.x * 32 + tx) * V + 0..V-1 and sums rows r0 + ty, r0 + ty + 8, ... in order, then thread ty == 0 adds
+// the 8 lane sums in order. The bits do not depend on V: V = 8 (f16/bf16) or 4 (f32) reads a row segment with one
+// 16-byte load where cols % V == 0 and x is 16-byte aligned, V = 1 anything else.
 template <class T, int V>
 __global__ void __launch_bounds__(kColsPerBlock* kRowLanes)
-    column_partials_vec_kernel(int64_t rows, int64_t cols, int64_t rows_per_block, const T* __restrict__ x,
+    column_partials_kernel(int64_t rows, int64_t cols, int64_t rows_per_block, const T* __restrict__ x,
                                float* __restrict__ partial) {
   __shared__ float lane_sums[kRowLanes][kColsPerBlock * V];
   const int64_t col0 = (blockIdx.x * int64_t(kColsPerBlock) + threadIdx.x) * V;
@@ -97,15 +75,14 @@ void column_sums_accumulate(int64_t rows, int64_t cols, const void* x, void* out
   dispatch_floating(dtype, "linear_backward (bias gradient)", [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = kVec<T>;
-    if (cols % V == 0 && aligned16(x)) {
-      const dim3 grid(unsigned((cols / V + kColsPerBlock - 1) / kColsPerBlock), unsigned(blocks));
-      column_partials_vec_kernel<T, V><<<grid, dim3(kColsPerBlock, kRowLanes), 0, s>>>(
+    const bool vec = cols % V == 0 && aligned16(x);
+    const dim3 grid(unsigned((cols / (vec ? V : 1) + kColsPerBlock - 1) / kColsPerBlock), unsigned(blocks));
+    if (vec)
+      column_partials_kernel<T, V><<<grid, dim3(kColsPerBlock, kRowLanes), 0, s>>>(
           rows, cols, rows_per_block, static_cast<const T*>(x), partial.data<float>());
-    } else {
-      const dim3 grid(unsigned((cols + kColsPerBlock - 1) / kColsPerBlock), unsigned(blocks));
-      column_partials_kernel<T><<<grid, dim3(kColsPerBlock, kRowLanes), 0, s>>>(
+    else
+      column_partials_kernel<T, 1><<<grid, dim3(kColsPerBlock, kRowLanes), 0, s>>>(
           rows, cols, rows_per_block, static_cast<const T*>(x), partial.data<float>());
-    }
     HPDT_CUDA_CHECK_LAUNCH();
     column_finish_kernel<T><<<detail::grid_for(cols, kFinishThreads), kFinishThreads, 0, s>>>(
         cols, blocks, partial.data<float>(), static_cast<T*>(out));

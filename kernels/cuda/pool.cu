@@ -58,6 +58,29 @@ __device__ __forceinline__ WindowRange windows_of(const PoolWindow& g, int iy, i
           ax <= 0 ? 0 : g.stride_div.div(ax + g.stride - 1), min(g.ow - 1, g.stride_div.div(ix + g.pad))};
 }
 
+// The maximum of output window (oy, ox) and where it is (its index in the h*w plane): the CPU's scan order and
+// tie rule (first maximum wins, a NaN wins and propagates, as PyTorch), padding = -inf. p is the plane (or, NHWC,
+// the image at its channel); pixel i of it at p[i * step].
+template <class Index, class T>
+__device__ __forceinline__ void window_max(const T* p, Index step, const PoolWindow& g, int oy, int ox, float& best,
+                                           int& at) {
+  best = -std::numeric_limits<float>::infinity();
+  at = -1;
+  for (int ky = 0; ky < g.k; ++ky) {
+    const int iy = oy * g.stride - g.pad + ky;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int kx = 0; kx < g.k; ++kx) {
+      const int ix = ox * g.stride - g.pad + kx;
+      if (ix < 0 || ix >= g.w) continue;
+      const float v = to_f32(p[Index(iy * g.w + ix) * step]);
+      if (at < 0 || v > best || v != v) {
+        best = v;
+        at = iy * g.w + ix;
+      }
+    }
+  }
+}
+
 template <class Index, class T>
 __global__ void __launch_bounds__(kThreads)
     maxpool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total,
@@ -66,22 +89,9 @@ __global__ void __launch_bounds__(kThreads)
     const Index plane = Index(ohw.div(o));
     const int r = int(o - plane * Index(g.oh * g.ow));
     const int oy = g.ow_div.div(r), ox = r - oy * g.ow;
-    const T* p = x + plane * Index(g.h * g.w);
-    float best = -std::numeric_limits<float>::infinity();
-    int at = -1;
-    for (int ky = 0; ky < g.k; ++ky) {
-      const int iy = oy * g.stride - g.pad + ky;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int kx = 0; kx < g.k; ++kx) {
-        const int ix = ox * g.stride - g.pad + kx;
-        if (ix < 0 || ix >= g.w) continue;
-        const float v = to_f32(p[iy * g.w + ix]);
-        if (at < 0 || v > best || v != v) {  // as the CPU: NaN propagates like PyTorch
-          best = v;
-          at = iy * g.w + ix;
-        }
-      }
-    }
+    float best;
+    int at;
+    window_max(x + plane * Index(g.h * g.w), Index(1), g, oy, ox, best, at);
     y[o] = from_f32<T>(best);
     argmax[o] = at;
   }
@@ -122,22 +132,9 @@ __global__ void __launch_bounds__(kThreads)
     const Index img = Index(ohw.div(pix));
     const int r = int(pix - img * Index(g.oh * g.ow));
     const int oy = g.ow_div.div(r), ox = r - oy * g.ow;
-    const T* p = x + img * Index(g.h * g.w) * Index(c) + ch;
-    float best = -std::numeric_limits<float>::infinity();
-    int at = -1;
-    for (int ky = 0; ky < g.k; ++ky) {
-      const int iy = oy * g.stride - g.pad + ky;
-      if (iy < 0 || iy >= g.h) continue;
-      for (int kx = 0; kx < g.k; ++kx) {
-        const int ix = ox * g.stride - g.pad + kx;
-        if (ix < 0 || ix >= g.w) continue;
-        const float v = to_f32(p[Index(iy * g.w + ix) * Index(c)]);
-        if (at < 0 || v > best || v != v) {
-          best = v;
-          at = iy * g.w + ix;
-        }
-      }
-    }
+    float best;
+    int at;
+    window_max(x + img * Index(g.h * g.w) * Index(c) + ch, Index(c), g, oy, ox, best, at);
     y[o] = from_f32<T>(best);
     argmax[o] = at;
   }
