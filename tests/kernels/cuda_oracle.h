@@ -17,6 +17,9 @@
 #include "hpdt/core/philox.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+#include <cuda_runtime.h>  // the emulator's: cuda_emu::bank_counts
+#endif
 #include "hpdt/kernels/cpu/elementwise.h"
 #include "hpdt/kernels/elementwise.h"
 #include "hpdt_test.h"
@@ -151,5 +154,21 @@ class CudaOracleTest : public ::testing::Test {
 
 // The dtypes every CUDA op is checked in.
 inline constexpr DType kCudaTestDtypes[] = {DType::f32, DType::bf16, DType::f16};
+
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+// Emulator only (it counts shared-memory bank conflicts, docs/cuda-emulator.md): runs `work` and expects its
+// ldmatrix reads and cp.async writes to have been issued, and all conflict-free.
+template <class F>
+void expect_conflict_free_shared_memory(F&& work) {
+  cuda_emu::count_bank_conflicts(true);
+  work();
+  const cuda_emu::BankCounts b = cuda_emu::bank_counts();
+  cuda_emu::count_bank_conflicts(false);
+  EXPECT_GT(b.cp_async_ideal, 0u);
+  EXPECT_GT(b.ldmatrix_ideal, 0u);
+  EXPECT_EQ(b.cp_async_wavefronts, b.cp_async_ideal);
+  EXPECT_EQ(b.ldmatrix_wavefronts, b.ldmatrix_ideal);
+}
+#endif
 
 }  // namespace hpdt::test

@@ -40,9 +40,6 @@
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/attention.h"
 #endif
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-#include <cuda_runtime.h>  // the emulator's: cuda_emu::bank_counts
-#endif
 
 namespace {
 
@@ -224,14 +221,7 @@ TEST_F(AttentionCuda, HeadDimsAndLengths) {
 TEST_F(AttentionCuda, EmulatedSharedMemoryAccessesAreConflictFree) {
   for (int64_t dh : {16, 32, 64, 128}) {
     SCOPED_TRACE("dh " + std::to_string(dh));
-    cuda_emu::count_bank_conflicts(true);
-    check_all({1, 33, 2, dh});
-    const cuda_emu::BankCounts b = cuda_emu::bank_counts();
-    cuda_emu::count_bank_conflicts(false);
-    EXPECT_GT(b.cp_async_ideal, 0u);
-    EXPECT_GT(b.ldmatrix_ideal, 0u);
-    EXPECT_EQ(b.cp_async_wavefronts, b.cp_async_ideal);
-    EXPECT_EQ(b.ldmatrix_wavefronts, b.ldmatrix_ideal);
+    test::expect_conflict_free_shared_memory([&] { check_all({1, 33, 2, dh}); });
   }
 }
 #endif

@@ -37,9 +37,6 @@
 #include "kernel_settings.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/conv.h"
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-#include <cuda_runtime.h>  // the emulator's: cuda_emu::bank_counts
-#endif
 #endif
 
 namespace {
@@ -245,16 +242,11 @@ TEST_F(ConvCuda, OnePixelOneChannel) { check_case({"1x1x1x1 k1", 1, 1, 1, 1, 1, 
 // convolutions' ldmatrix reads and 16-byte cp.async writes are conflict-free in both layouts and all three
 // directions (k_chunk's lane order; with 4 lanes per 80-byte row every cp.async write was 2-way conflicted).
 TEST_F(ConvCuda, EmulatedSharedMemoryAccessesAreConflictFree) {
-  cuda_emu::count_bank_conflicts(true);
-  check_case({"3x3 64->64", 2, 64, 14, 14, 64, 3, 1, 1}, false);                // channels gather, weights by cp.async
-  check_case({"1x1 64->128", 2, 64, 8, 8, 128, 1, 1, 0}, false);                // 1x1: both operands by cp.async
-  check_case({"3x3 64->64", 2, 64, 14, 14, 64, 3, 1, 1}, false, Layout::nhwc);  // 16-byte activation loads
-  const cuda_emu::BankCounts b = cuda_emu::bank_counts();
-  cuda_emu::count_bank_conflicts(false);
-  EXPECT_GT(b.cp_async_ideal, 0u);
-  EXPECT_GT(b.ldmatrix_ideal, 0u);
-  EXPECT_EQ(b.cp_async_wavefronts, b.cp_async_ideal);
-  EXPECT_EQ(b.ldmatrix_wavefronts, b.ldmatrix_ideal);
+  test::expect_conflict_free_shared_memory([&] {
+    check_case({"3x3 64->64", 2, 64, 14, 14, 64, 3, 1, 1}, false);                // channels gather, weights by cp.async
+    check_case({"1x1 64->128", 2, 64, 8, 8, 128, 1, 1, 0}, false);                // 1x1: both operands by cp.async
+    check_case({"3x3 64->64", 2, 64, 14, 14, 64, 3, 1, 1}, false, Layout::nhwc);  // 16-byte activation loads
+  });
 }
 #endif
 
