@@ -9,6 +9,9 @@
 //   x_cudnn    (batch norm) cuDNN's time / ours on the same shape, dtype and stream, cuDNN timed once per
 //              shape in the same process (cudnnBatchNormalizationForwardTraining / ...Backward, SPATIAL mode,
 //              f32 scale/bias/statistics as cuDNN wants), so the ratio reads off one run; cudnn_GB/s beside it.
+//   x_unfused  (batch norm fused with ReLU, or with the residual add and ReLU: kernels::BatchNormFusion) the
+//              time of the separate ops it replaces (batch norm, add, relu_forward; relu_backward, batch norm
+//              backward), timed in the same process / the fused op's time.
 //
 //   hpdt-bench-layers-cuda --benchmark_filter=bf16 --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -69,7 +72,8 @@ struct Op {
   std::function<void()> run;
   double bytes = 0;
   std::function<void()> peer;
-  std::shared_ptr<void> keep;  // tensors and descriptors the calls use
+  std::function<void()> unfused;  // our separate ops that the fused `run` replaces
+  std::shared_ptr<void> keep;     // tensors and descriptors the calls use
 };
 using Factory = std::function<Op(DType)>;
 
@@ -117,6 +121,7 @@ void bench(benchmark::State& state, const Factory& make, DType dt) {
         state.SetLabel(std::string("cuDNN peer failed: ") + e.what());
       }
     }
+    if (op.unfused) state.counters["x_unfused"] = seconds_per_call(op.unfused, 20) / per_call;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -384,6 +389,60 @@ Factory cross_entropy(int64_t b, int64_t classes) {
   };
 }
 
+// Batch norm with the fused epilogue (relu(bn(x) [+ residual])), training forward or backward, beside the
+// separate ops it replaces. Bytes: forward x twice, the residual, y; backward dy, x and the mask y in the sums
+// pass (which writes dz), then dz and x read and dx written.
+Factory bn_fused(Shape s, bool residual, bool backward) {
+  return [s, residual, backward](DType dt) {
+    struct K {
+      Tensor x, r, g, b, rm, rv, y, t, dy, dz, dx, dg, db;
+      kernels::BatchNormSaved saved;
+    };
+    auto k = std::make_shared<K>();
+    const int64_t c = s[1];
+    k->x = uniform(s, dt), k->g = uniform({c}, dt, 0.5, 1.5), k->b = uniform({c}, dt), k->y = uniform(s, dt);
+    k->rm = filled({c}, DType::f32, 0), k->rv = filled({c}, DType::f32, 1), k->t = uniform(s, dt);
+    if (residual) k->r = uniform(s, dt);
+    k->dy = uniform(s, dt), k->dz = uniform(s, dt), k->dx = uniform(s, dt);
+    k->dg = filled({c}, dt, 0), k->db = filled({c}, dt, 0);
+    kernels::BatchNormFusion fusion;
+    fusion.residual = k->r;
+    fusion.relu = true;
+    const Stream& st = bench_stream();
+    kernels::batchnorm_forward_train(k->x, k->g, k->b, k->rm, k->rv, 1e-5f, 0.1f, k->saved, k->y, {}, st,
+                                     kernels::Layout::nchw, fusion);
+    Op op;
+    const double n = double(s.numel()) * es(dt);
+    if (!backward) {
+      op.run = [k, fusion] {
+        kernels::batchnorm_forward_train(k->x, k->g, k->b, k->rm, k->rv, 1e-5f, 0.1f, k->saved, k->y, {},
+                                         bench_stream(), kernels::Layout::nchw, fusion);
+      };
+      op.unfused = [k, residual] {
+        const Stream& bs = bench_stream();
+        kernels::batchnorm_forward_train(k->x, k->g, k->b, k->rm, k->rv, 1e-5f, 0.1f, k->saved, k->t, {}, bs);
+        if (residual) kernels::add(k->t, k->r, k->t, bs);
+        kernels::relu_forward(k->t, k->y, bs);
+      };
+      op.bytes = (residual ? 4.0 : 3.0) * n;
+    } else {
+      op.run = [k] {
+        const kernels::BatchNormReluGrad relu{k->y, k->dz};
+        kernels::batchnorm_backward_train(k->dy, k->x, k->g, k->saved, k->dx, k->dg, k->db, {}, bench_stream(),
+                                          kernels::Layout::nchw, &relu);
+      };
+      op.unfused = [k] {
+        const Stream& bs = bench_stream();
+        kernels::relu_backward(k->y, k->dy, k->dz, bs);
+        kernels::batchnorm_backward_train(k->dz, k->x, k->g, k->saved, k->dx, k->dg, k->db, {}, bs);
+      };
+      op.bytes = 7.0 * n;
+    }
+    op.keep = k;
+    return op;
+  };
+}
+
 void add(const std::string& name, const Factory& f) {
   for (DType dt : {DType::bf16, DType::f32}) {
     const std::string full = "layers/" + std::string(dtype_name(dt)) + "/" + name;
@@ -401,6 +460,15 @@ void register_all() {
     add("resnet50_bn_train_bwd_" + dims, bn_train_backward(s));
   }
   add("resnet50_bn_eval_64x256x56x56", bn_eval(r50[1]));
+  // What the ResNet blocks run (nn::BatchNorm with then_relu; the block output with the residual).
+  for (const Shape& s : {r50[1], r50[3]}) {
+    const std::string dims =
+        std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + "x" + std::to_string(s[3]);
+    add("resnet50_bn_relu_train_fwd_" + dims, bn_fused(s, false, false));
+    add("resnet50_bn_relu_train_bwd_" + dims, bn_fused(s, false, true));
+    add("resnet50_bn_add_relu_train_fwd_" + dims, bn_fused(s, true, false));
+    add("resnet50_bn_add_relu_train_bwd_" + dims, bn_fused(s, true, true));
+  }
   const Shape act{64, 256, 56, 56};
   add("resnet50_relu_fwd_64x256x56x56", pointwise(act, 1, [](const Tensor& a, const Tensor&, Tensor& y) {
         kernels::relu_forward(a, y, bench_stream());

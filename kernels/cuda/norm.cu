@@ -229,33 +229,62 @@ __global__ void bn_finalize_from_sums(const float* __restrict__ sync_buf, int c,
   bn_finalize_channel(ch, count, m, var, eps, momentum, mean, invstd, running_mean, running_var);
 }
 
-// y = x * a + b per channel. Eval passes the running variance (scale_is_var): invstd = 1 / sqrt(var + eps)
-// in f32 as the CPU computes it. x and y may be the same tensor.
-template <class T, int V>
+// The fused epilogue of the output pass (BatchNormFusion): + residual, then ReLU; in f32, one rounding at the store.
+struct BnEpilogue {
+  const void* residual;  // T*, or null
+  int relu;
+};
+
+// The apply kernels take the residual as a template flag R (e.residual non-null): its loads double the registers a
+// thread holds in flight, so the R instances load half as many vectors per step (U) and the plain apply keeps its
+// occupancy. The ReLU costs no registers and stays a runtime flag.
+// Loads the residual's vector at `off` (with the x loads, so that all of a thread's loads are in flight at once).
+template <class T, int V, bool R>
+__device__ __forceinline__ void bn_epilogue_load(const BnEpilogue& e, int64_t off, float (&r)[V]) {
+  if constexpr (R) load<V>(static_cast<const T*>(e.residual) + off, r);
+}
+// v = relu(v + r) over one vector, as BatchNormFusion says (NaN gives 0, as relu_forward).
+template <int V, bool R>
+__device__ __forceinline__ void bn_epilogue(const BnEpilogue& e, const float (&r)[V], float (&v)[V]) {
+  if constexpr (R)
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] += r[k];
+  if (e.relu)
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+}
+
+// y = x * a + b per channel, then the fused epilogue. Eval passes the running variance (scale_is_var): invstd =
+// 1 / sqrt(var + eps) in f32 as the CPU computes it. x, y and the residual may be the same tensor.
+template <class T, int V, bool R>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale, int scale_is_var,
-                    float eps, const T* __restrict__ gamma, const T* __restrict__ beta, int c, FastDiv hwv,
-                    uint32_t slots, uint32_t chunk) {
-  constexpr int U = 4;
+                    float eps, const T* __restrict__ gamma, const T* __restrict__ beta, BnEpilogue ep, int c,
+                    FastDiv hwv, uint32_t slots, uint32_t chunk) {
+  constexpr int U = R && V >= 4 ? 2 : 4;
   const int ch = blockIdx.y;
   float is = scale[ch];
   if (scale_is_var) is = 1.0f / sqrtf(is + eps);
   const float a = is * to_f32(gamma[ch]), b = to_f32(beta[ch]) - mean[ch] * a;
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
   for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
-    float v[U][V];
+    float v[U][V], r[U][V];
     int64_t off[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {  // all loads first: U vectors in flight per thread
+    for (int u = 0; u < U; ++u) {  // all loads first: U vectors (of x and the residual) in flight per thread
       const uint32_t su = s + uint32_t(u) * kThreads;
       off[u] = su < s1 ? bn_offset(su, hwv, c, ch) * V : -1;
-      if (off[u] >= 0) load<V>(x + off[u], v[u]);
+      if (off[u] >= 0) {
+        load<V>(x + off[u], v[u]);
+        bn_epilogue_load<T, V, R>(ep, off[u], r[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (off[u] < 0) continue;
 #pragma unroll
       for (int k = 0; k < V; ++k) v[u][k] = v[u][k] * a + b;
+      bn_epilogue<V, R>(ep, r[u], v[u]);
       store<V>(y + off[u], v[u]);
     }
   }
@@ -263,31 +292,54 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- batch norm backward ------------------------------------------------------------------------------
 
-template <class T, int V>
+// The fused ReLU's backward (BatchNormReluGrad): g = y > 0 ? dy : 0, stored to dz. No-op without a ReLU.
+struct BnReluGrad {
+  const void* y;  // T*, or null: no fused ReLU
+  void* dz;       // T*
+};
+
+// As the residual in the apply kernels, the mask is a template flag M (r.y non-null) with half the vectors per step.
+template <class T, int V, bool M>
+__device__ __forceinline__ void bn_relu_load(const BnReluGrad& r, int64_t off, float (&y)[V]) {
+  if constexpr (M) load<V>(static_cast<const T*>(r.y) + off, y);
+}
+template <class T, int V, bool M>
+__device__ __forceinline__ void bn_relu_mask(const BnReluGrad& r, int64_t off, const float (&y)[V], float (&g)[V]) {
+  if constexpr (M) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] = y[k] > 0.0f ? g[k] : 0.0f;
+    store<V>(static_cast<T*>(r.dz) + off, g);
+  }
+}
+
+// Per block: sum dy, sum dy * (x - mean) over the block's chunk of the channel; dy through the fused ReLU's
+// mask first (and stored to dz) when there is one.
+template <class T, int V, bool M>
 __global__ void __launch_bounds__(kThreads)
-    bn_backward_reduce_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, int c, FastDiv hwv,
-                              uint32_t slots, uint32_t chunk, float* __restrict__ partial) {
-  constexpr int U = 8 / V;
+    bn_backward_reduce_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, BnReluGrad rg,
+                              int c, FastDiv hwv, uint32_t slots, uint32_t chunk, float* __restrict__ partial) {
+  constexpr int U = M ? (V >= 4 ? 1 : 4 / V) : 8 / V;  // values per step: 8, or 4 with the mask's (8 when V = 8)
   const int ch = blockIdx.y;
   const float m = mean[ch];
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
   float sdy = 0.0f, sdyx = 0.0f;
   for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
-    float g[U][V], p[U][V];
-    bool ok[U];
+    float g[U][V], p[U][V], yv[U][V];
+    int64_t off[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const uint32_t su = s + uint32_t(u) * kThreads;
-      ok[u] = su < s1;
-      if (ok[u]) {
-        const int64_t off = bn_offset(su, hwv, c, ch) * V;
-        load<V>(dy + off, g[u]);
-        load<V>(x + off, p[u]);
+      off[u] = su < s1 ? bn_offset(su, hwv, c, ch) * V : -1;
+      if (off[u] >= 0) {
+        load<V>(dy + off[u], g[u]);
+        load<V>(x + off[u], p[u]);
+        bn_relu_load<T, V, M>(rg, off[u], yv[u]);
       }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (!ok[u]) continue;
+      if (off[u] < 0) continue;
+      bn_relu_mask<T, V, M>(rg, off[u], yv[u], g[u]);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         sdy += g[u][k];
@@ -449,12 +501,12 @@ __global__ void __launch_bounds__(kThreads) bn_stats_nhwc_kernel(const T* __rest
 }
 
 // y = x * a + b per channel (eval: invstd from the running variance, as bn_apply_kernel). x and y may be one tensor.
-template <class T, int V>
+template <class T, int V, bool R>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_nhwc_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale,
                          int scale_is_var, float eps, const T* __restrict__ gamma, const T* __restrict__ beta,
-                         NhwcCols g, uint32_t rows, uint32_t chunk) {
-  constexpr int U = 4;
+                         BnEpilogue ep, NhwcCols g, uint32_t rows, uint32_t chunk) {
+  constexpr int U = R && V >= 4 ? 2 : 4;
   const int v = g.column(), TY = g.rows_step();
   if (v >= g.cv) return;  // no barriers below
   float a[V], b[V];
@@ -468,30 +520,34 @@ __global__ void __launch_bounds__(kThreads)
   }
   const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
   for (uint32_t r = r0 + uint32_t(g.ty()); r < r1; r += uint32_t(TY * U)) {
-    float val[U][V];
+    float val[U][V], res[U][V];
     int64_t off[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {  // all loads first: U vectors in flight per thread
+    for (int u = 0; u < U; ++u) {  // all loads first: U vectors (of x and the residual) in flight per thread
       const uint32_t ru = r + uint32_t(u * TY);
       off[u] = ru < r1 ? (int64_t(ru) * g.cv + v) * V : -1;
-      if (off[u] >= 0) load<V>(x + off[u], val[u]);
+      if (off[u] >= 0) {
+        load<V>(x + off[u], val[u]);
+        bn_epilogue_load<T, V, R>(ep, off[u], res[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (off[u] < 0) continue;
 #pragma unroll
       for (int k = 0; k < V; ++k) val[u][k] = val[u][k] * a[k] + b[k];
+      bn_epilogue<V, R>(ep, res[u], val[u]);
       store<V>(y + off[u], val[u]);
     }
   }
 }
 
 // Per block and channel: sum dy, sum dy * (x - mean) (the tree as bn_stats_nhwc_kernel); partial [c][splits][2].
-template <class T, int V>
+template <class T, int V, bool M>
 __global__ void __launch_bounds__(kThreads)
-    bn_backward_reduce_nhwc_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, NhwcCols g,
-                                   uint32_t rows, uint32_t chunk, float* __restrict__ partial) {
-  constexpr int U = 4;
+    bn_backward_reduce_nhwc_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, BnReluGrad rg,
+                                   NhwcCols g, uint32_t rows, uint32_t chunk, float* __restrict__ partial) {
+  constexpr int U = M && V >= 4 ? 2 : 4;
   __shared__ float sh[2][kThreads * V];
   const int v = g.column(), ty = g.ty(), TY = g.rows_step();
   const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
@@ -500,21 +556,22 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < V; ++k) sdy[k] = 0.0f, sdyx[k] = 0.0f, m[k] = v < g.cv ? mean[v * V + k] : 0.0f;
   if (v < g.cv)
     for (uint32_t r = r0 + uint32_t(ty); r < r1; r += uint32_t(TY * U)) {
-      float gv[U][V], pv[U][V];
-      bool ok[U];
+      float gv[U][V], pv[U][V], yv[U][V];
+      int64_t off[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const uint32_t ru = r + uint32_t(u * TY);
-        ok[u] = ru < r1;
-        if (ok[u]) {
-          const int64_t off = (int64_t(ru) * g.cv + v) * V;
-          load<V>(dy + off, gv[u]);
-          load<V>(x + off, pv[u]);
+        off[u] = ru < r1 ? (int64_t(ru) * g.cv + v) * V : -1;
+        if (off[u] >= 0) {
+          load<V>(dy + off[u], gv[u]);
+          load<V>(x + off[u], pv[u]);
+          bn_relu_load<T, V, M>(rg, off[u], yv[u]);
         }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        if (!ok[u]) continue;
+        if (off[u] < 0) continue;
+        bn_relu_mask<T, V, M>(rg, off[u], yv[u], gv[u]);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           sdy[k] += gv[u][k];
@@ -619,6 +676,13 @@ void with_vector(int v, F&& f) {
   f(std::integral_constant<int, 1>{});
 }
 
+// Calls f(std::bool_constant<b>{}).
+template <class F>
+void with_flag(bool b, F&& f) {
+  if (b) return f(std::true_type{});
+  f(std::false_type{});
+}
+
 template <class T>
 BnDims bn_dims(const char* op, const Tensor& x, std::initializer_list<const void*> ptrs) {
   const int64_t n = x.size(0), c = x.size(1), hw = x.ndim() == 4 ? x.size(2) * x.size(3) : 1;
@@ -650,13 +714,14 @@ void sync_round_trip(const AllReduceSum& sync, float* dev_buf, int c, cudaStream
 
 template <class T>
 void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float* scale, bool scale_is_var, float eps,
-              const T* gamma, const T* beta, cudaStream_t s) {
+              const T* gamma, const T* beta, const BnEpilogue& ep, cudaStream_t s) {
   const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
   const dim3 grid(unsigned(sp.splits), unsigned(d.c));
   with_vector<T>(d.v, [&](auto vt) {
-    constexpr int V = decltype(vt)::value;
-    bn_apply_kernel<T, V>
-        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.c, d.hwv, d.slots, sp.chunk);
+    with_flag(ep.residual != nullptr, [&](auto rt) {
+      bn_apply_kernel<T, decltype(vt)::value, decltype(rt)::value><<<grid, kThreads, 0, s>>>(
+          x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.c, d.hwv, d.slots, sp.chunk);
+    });
   });
   HPDT_CUDA_CHECK_LAUNCH();
 }
@@ -695,14 +760,17 @@ NhwcDims nhwc_dims(const char* op, const Tensor& x, int vec, std::initializer_li
 
 template <class T>
 void bn_apply_nhwc(const NhwcDims& d, const T* x, T* y, const float* mean, const float* scale, bool scale_is_var,
-                   float eps, const T* gamma, const T* beta, cudaStream_t s) {
+                   float eps, const T* gamma, const T* beta, const BnEpilogue& ep, cudaStream_t s) {
   const dim3 grid(unsigned(d.splits), d.col_blocks);
-  if (d.v == 1)
-    bn_apply_nhwc_kernel<T, 1>
-        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.cols, d.rows, d.chunk);
-  else
-    bn_apply_nhwc_kernel<T, kVec<T>>
-        <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, d.cols, d.rows, d.chunk);
+  with_flag(ep.residual != nullptr, [&](auto rt) {
+    constexpr bool R = decltype(rt)::value;
+    if (d.v == 1)
+      bn_apply_nhwc_kernel<T, 1, R>
+          <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.cols, d.rows, d.chunk);
+    else
+      bn_apply_nhwc_kernel<T, kVec<T>, R>
+          <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.cols, d.rows, d.chunk);
+  });
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
@@ -901,9 +969,15 @@ __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
 
 // ---- entry points ------------------------------------------------------------------------------------
 
+namespace {
+BnEpilogue epilogue_of(const BatchNormFusion& f) { return {f.residual.defined() ? f.residual.data() : nullptr, f.relu}; }
+const void* residual_data(const BatchNormFusion& f) { return f.residual.defined() ? f.residual.data() : nullptr; }
+}  // namespace
+
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& stream, Layout layout) {
+                             const AllReduceSum& sync, const Stream& stream, Layout layout,
+                             const BatchNormFusion& fusion) {
   const char* op = "batchnorm_forward_train";
   const cudaStream_t s = detail::native(stream);
   const bool nhwc = layout == Layout::nhwc;
@@ -922,7 +996,7 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
     BnDims d{};
     NhwcDims nd{};
     if (nhwc) {
-      nd = nhwc_dims(op, x, kVec<T>, {x.data(), y.data()}, 4);
+      nd = nhwc_dims(op, x, kVec<T>, {x.data(), y.data(), residual_data(fusion)}, 4);
       splits = nd.splits, count = nd.rows;
       partial = Tensor::empty({c * splits * 3}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), nd.col_blocks);
@@ -932,7 +1006,7 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
         bn_stats_nhwc_kernel<T, kVec<T>>
             <<<grid, kThreads, 0, s>>>(xp, nd.cols, nd.rows, nd.chunk, partial.data<float>());
     } else {
-      d = bn_dims<T>(op, x, {x.data(), y.data()});
+      d = bn_dims<T>(op, x, {x.data(), y.data(), residual_data(fusion)});
       const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
       splits = sp.splits, count = d.count;
       partial = Tensor::empty({c * splits * 3}, DType::f32, x.device(), opts);
@@ -960,18 +1034,20 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                                                                    invstd, rm, rv);
       HPDT_CUDA_CHECK_LAUNCH();
     }
-    // 3. y
+    // 3. y (and the fused epilogue)
     const T* gp = static_cast<const T*>(gamma.data());
     const T* bp = static_cast<const T*>(beta.data());
+    const BnEpilogue ep = epilogue_of(fusion);
     if (nhwc)
-      bn_apply_nhwc<T>(nd, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, s);
+      bn_apply_nhwc<T>(nd, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, ep, s);
     else
-      bn_apply<T>(d, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, s);
+      bn_apply<T>(d, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, ep, s);
   });
 }
 
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, float eps, Tensor& y, const Stream& stream, Layout layout) {
+                            const Tensor& running_var, float eps, Tensor& y, const Stream& stream, Layout layout,
+                            const BatchNormFusion& fusion) {
   const char* op = "batchnorm_forward_eval";
   const bool nhwc = layout == Layout::nhwc;
   if ((nhwc ? x.size(-1) : x.size(1)) == 0) return;
@@ -980,19 +1056,22 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
     const T* xp = static_cast<const T*>(x.data());
     const T* gp = static_cast<const T*>(gamma.data());
     const T* bp = static_cast<const T*>(beta.data());
+    const BnEpilogue ep = epilogue_of(fusion);
+    const void* rp = residual_data(fusion);
     if (nhwc)
-      bn_apply_nhwc<T>(nhwc_dims(op, x, kVec<T>, {x.data(), y.data()}, 8), xp, static_cast<T*>(y.data()),
-                       running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp,
+      bn_apply_nhwc<T>(nhwc_dims(op, x, kVec<T>, {x.data(), y.data(), rp}, 8), xp, static_cast<T*>(y.data()),
+                       running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp, ep,
                        detail::native(stream));
     else
-      bn_apply<T>(bn_dims<T>(op, x, {x.data(), y.data()}), xp, static_cast<T*>(y.data()),
-                  running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp, detail::native(stream));
+      bn_apply<T>(bn_dims<T>(op, x, {x.data(), y.data(), rp}), xp, static_cast<T*>(y.data()),
+                  running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp, ep,
+                  detail::native(stream));
   });
 }
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& stream,
-                              Layout layout) {
+                              Layout layout, const BatchNormReluGrad* relu) {
   const char* op = "batchnorm_backward_train";
   const cudaStream_t s = detail::native(stream);
   const bool nhwc = layout == Layout::nhwc;
@@ -1005,6 +1084,10 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     const T* xp = static_cast<const T*>(x.data());
     const float* mean = saved.mean.data<float>();
     const float* invstd = saved.invstd.data<float>();
+    // With a fused ReLU the reduce pass writes dz = dy masked by y > 0, and the dx pass reads dz for dy.
+    const BnReluGrad rg{relu ? relu->y.data() : nullptr, relu ? relu->dz.data() : nullptr};
+    const void* yp = rg.y;
+    const void* dzp = rg.dz;
     // 1. per-block sums [c][splits][2]
     Tensor partial;
     int splits = 0;
@@ -1012,26 +1095,30 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     BnDims d{};
     NhwcDims nd{};
     if (nhwc) {
-      nd = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data()}, 4);
+      nd = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data(), yp, dzp}, 4);
       splits = nd.splits, count = nd.rows;
       partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), nd.col_blocks);
-      if (nd.v == 1)
-        bn_backward_reduce_nhwc_kernel<T, 1>
-            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, nd.cols, nd.rows, nd.chunk, partial.data<float>());
-      else
-        bn_backward_reduce_nhwc_kernel<T, kVec<T>>
-            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+      with_flag(relu != nullptr, [&](auto mt) {
+        constexpr bool M = decltype(mt)::value;
+        if (nd.v == 1)
+          bn_backward_reduce_nhwc_kernel<T, 1, M>
+              <<<grid, kThreads, 0, s>>>(dyp, xp, mean, rg, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+        else
+          bn_backward_reduce_nhwc_kernel<T, kVec<T>, M>
+              <<<grid, kThreads, 0, s>>>(dyp, xp, mean, rg, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+      });
     } else {
-      d = bn_dims<T>(op, x, {dy.data(), x.data(), dx.data()});
+      d = bn_dims<T>(op, x, {dy.data(), x.data(), dx.data(), yp, dzp});
       const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
       splits = sp.splits, count = d.count;
       partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), unsigned(d.c));
       with_vector<T>(d.v, [&](auto vt) {
-        constexpr int V = decltype(vt)::value;
-        bn_backward_reduce_kernel<T, V>
-            <<<grid, kThreads, 0, s>>>(dyp, xp, mean, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+        with_flag(relu != nullptr, [&](auto mt) {
+          bn_backward_reduce_kernel<T, decltype(vt)::value, decltype(mt)::value>
+              <<<grid, kThreads, 0, s>>>(dyp, xp, mean, rg, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
+        });
       });
     }
     HPDT_CUDA_CHECK_LAUNCH();
@@ -1051,8 +1138,9 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     // 3. dx
     const T* gp = static_cast<const T*>(gamma.data());
     T* dxp = static_cast<T*>(dx.data());
+    if (relu) dyp = static_cast<const T*>(dzp);
     if (nhwc) {
-      const NhwcDims ad = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data()}, 8);
+      const NhwcDims ad = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data(), yp, dzp}, 8);
       const dim3 agrid(unsigned(ad.splits), ad.col_blocks);
       if (ad.v == 1)
         bn_backward_apply_nhwc_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),

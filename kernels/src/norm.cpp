@@ -33,11 +33,37 @@ void ensure(Tensor& t, int64_t n) {
 void check_f32_stats(std::string_view op, std::initializer_list<std::pair<const char*, const Tensor*>> stats) {
   for (const auto& [name, t] : stats) check_dtype(op, name, *t, DType::f32);
 }
+// The fused epilogue's tensors live with x and share its dtype and shape.
+void check_fusion(std::string_view op, const Tensor& x, const BatchNormFusion& f, const Stream& s) {
+  if (!f.residual.defined()) return;
+  detail::float_op_device(op, {&x, &f.residual}, s);
+  check_shape(op, "residual", f.residual, x.shape());
+}
+void check_relu_grad(std::string_view op, const Tensor& x, const BatchNormReluGrad* r, const Stream& s) {
+  if (!r) return;
+  detail::float_op_device(op, {&x, &r->y, &r->dz}, s);
+  check_shape(op, "relu output y", r->y, x.shape());
+  check_shape(op, "dz", r->dz, x.shape());
+}
+// CPU: y = relu(y + residual) in place, the same bits as kernels::add then kernels::relu_forward.
+void fused_epilogue_cpu(const BatchNormFusion& f, Tensor& y) {
+  if (!f.residual.defined() && !f.relu) return;
+  const int64_t n = y.numel();
+  float* p = y.data<float>();
+  const float* r = f.residual.defined() ? f.residual.data<float>() : nullptr;
+  const bool relu = f.relu;
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = r ? p[i] + r[i] : p[i];
+    p[i] = !relu || v > 0.0f ? v : 0.0f;
+  }
+}
 }  // namespace
 
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& s, Layout layout) {
+                             const AllReduceSum& sync, const Stream& s, Layout layout,
+                             const BatchNormFusion& fusion) {
   const char* op = "batchnorm_forward_train";
   const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
   if (dev.is_cpu())
@@ -49,9 +75,10 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
     check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
+  check_fusion(op, x, fusion, s);
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync,
-                                               s, layout));
+                                               s, layout, fusion));
     return;
   }
   std::vector<double> sum(size_t(d.c)), sumsq(size_t(d.c));
@@ -77,10 +104,12 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                                  saved.invstd.data<float>(), running_mean.data<float>(), running_var.data<float>());
   cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), saved.mean.data<float>(), saved.invstd.data<float>(),
                               gamma.data<float>(), beta.data<float>(), y.data<float>());
+  fused_epilogue_cpu(fusion, y);
 }
 
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                            const Tensor& running_var, float eps, Tensor& y, const Stream& s, Layout layout) {
+                            const Tensor& running_var, float eps, Tensor& y, const Stream& s, Layout layout,
+                            const BatchNormFusion& fusion) {
   const char* op = "batchnorm_forward_eval";
   const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
   if (dev.is_cpu())
@@ -92,8 +121,9 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
     check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
+  check_fusion(op, x, fusion, s);
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s, layout));
+    HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s, layout, fusion));
     return;
   }
   std::vector<float> invstd(size_t(d.c));
@@ -101,11 +131,12 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   for (int64_t c = 0; c < d.c; ++c) invstd[size_t(c)] = 1.0f / std::sqrt(rv[c] + eps);
   cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), running_mean.data<float>(), invstd.data(),
                               gamma.data<float>(), beta.data<float>(), y.data<float>());
+  fused_epilogue_cpu(fusion, y);
 }
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s,
-                              Layout layout) {
+                              Layout layout, const BatchNormReluGrad* relu) {
   const char* op = "batchnorm_backward_train";
   const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
   if (dev.is_cpu())
@@ -118,14 +149,24 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   check_shape(op, "dx", dx, x.shape());
   check_shape(op, "dgamma", dgamma, Shape{d.c});
   check_shape(op, "dbeta", dbeta, Shape{d.c});
+  check_relu_grad(op, x, relu, s);
   if (dev.is_cuda()) {
     check_shape(op, "saved mean", saved.mean, Shape{d.c});
     check_shape(op, "saved invstd", saved.invstd, Shape{d.c});
-    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s, layout));
+    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s, layout, relu));
     return;
   }
+  const float* g = dy.data<float>();  // dL/d(bn output): dy, or through the fused ReLU's mask
+  if (relu) {
+    const int64_t n = dy.numel();
+    const float* y = relu->y.data<float>();
+    float* dz = relu->dz.data<float>();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? g[i] : 0.0f;
+    g = dz;
+  }
   std::vector<double> sdy(size_t(d.c)), sdyx(size_t(d.c));
-  cpu::batchnorm_backward_reduce<float>(d.n, d.c, d.hw, dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
+  cpu::batchnorm_backward_reduce<float>(d.n, d.c, d.hw, g, x.data<float>(), saved.mean.data<float>(),
                                         saved.invstd.data<float>(), sdy.data(), sdyx.data());
   float* dg = dgamma.data<float>();
   float* db = dbeta.data<float>();
@@ -148,7 +189,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     }
     count = buf[size_t(2 * d.c)];
   }
-  cpu::batchnorm_backward_apply<float>(d.n, d.c, d.hw, dy.data<float>(), x.data<float>(), saved.mean.data<float>(),
+  cpu::batchnorm_backward_apply<float>(d.n, d.c, d.hw, g, x.data<float>(), saved.mean.data<float>(),
                                        saved.invstd.data<float>(), gamma.data<float>(), sdy.data(), sdyx.data(), count,
                                        dx.data<float>());
 }

@@ -92,8 +92,9 @@ Tensor Conv2d::backward(const Tensor& dy) {
 
 // ---- BatchNorm ---------------------------------------------------------------------------------------
 
-BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps, float momentum)
-    : Layer(std::move(name)), arena_(&arena), c_(channels), eps_(eps), momentum_(momentum) {
+BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps, float momentum,
+                     bool then_relu)
+    : Layer(std::move(name)), arena_(&arena), c_(channels), eps_(eps), momentum_(momentum), then_relu_(then_relu) {
   g_id_ = arena.add(name_ + ".weight", {channels}, init::constant(1.0f));
   b_id_ = arena.add(name_ + ".bias", {channels}, init::constant(0.0f));
   Tensor var = Tensor::empty({channels}, DType::f32);
@@ -102,7 +103,16 @@ BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, 
   var_id_ = arena.add_buffer(name_ + ".running_var", var);
 }
 
-Tensor BatchNorm::forward(const Tensor& x) {
+Tensor BatchNorm::forward(const Tensor& x) { return run_forward(x, nullptr); }
+
+Tensor BatchNorm::forward(const Tensor& x, const Tensor& residual) {
+  check_device(residual);
+  if (!(residual.shape() == x.shape()) || residual.dtype() != x.dtype())
+    fail("residual must match the input " + x.shape().str() + " " + dt_name(x.dtype()), residual);
+  return run_forward(x, &residual);
+}
+
+Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual) {
   check_device(x);
   const DType dt = arena_->compute_dtype();
   const int64_t c = x.ndim() == 4 ? channels(x) : x.ndim() == 2 ? x.size(1) : -1;
@@ -112,15 +122,18 @@ Tensor BatchNorm::forward(const Tensor& x) {
   ensure(y_, x.shape(), dt);
   const Tensor g = arena_->param(g_id_), b = arena_->param(b_id_);
   Tensor mean = arena_->buffer(mean_id_), var = arena_->buffer(var_id_);
+  kernels::BatchNormFusion fusion;
+  if (residual) fusion.residual = *residual;
+  fusion.relu = then_relu_;
   if (training_) {
     if (x.numel() / c_ < 2 && !sync_)
       fail("needs more than one value per channel in training mode", x);
     // the saved statistics: f32 [c] on the layer's device
     ensure(saved_.mean, {c_}, DType::f32);
     ensure(saved_.invstd, {c_}, DType::f32);
-    kernels::batchnorm_forward_train(x, g, b, mean, var, eps_, momentum_, saved_, y_, sync_, stream_, layout_);
+    kernels::batchnorm_forward_train(x, g, b, mean, var, eps_, momentum_, saved_, y_, sync_, stream_, layout_, fusion);
   } else {
-    kernels::batchnorm_forward_eval(x, g, b, mean, var, eps_, y_, stream_, layout_);
+    kernels::batchnorm_forward_eval(x, g, b, mean, var, eps_, y_, stream_, layout_, fusion);
   }
   return y_;
 }
@@ -130,8 +143,16 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   HPDT_CHECK(training_, name_, ": backward in eval mode is not supported (statistics are frozen; use train mode)");
   ensure(dx_, x_.shape(), x_.dtype());
   Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);
-  kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_);
-  arena_->grads_ready(g_id_, 2);
+  dy_ = dy;
+  if (then_relu_) {
+    ensure(dz_, x_.shape(), x_.dtype());
+    const kernels::BatchNormReluGrad relu{y_, dz_};
+    kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_,
+                                      &relu);
+  } else {
+    kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_);
+  }
+  if (!defer_ready_) announce_grads();
   return dx_;
 }
 

@@ -24,29 +24,32 @@ Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b, const Stream& s) 
 }
 
 // ResNet basic block (two 3x3 convs) or bottleneck (1x1, 3x3 with the stride, 1x1 x4), with a
-// 1x1 conv + BN projection shortcut when the shape changes. Registration order = execution order:
-// main path, then shortcut; backward runs the exact reverse.
+// 1x1 conv + BN projection shortcut when the shape changes. Every BN followed by a ReLU runs fused with it
+// (BatchNorm's then_relu), and the last BN computes the block's output relu(bn(main) + shortcut) in one pass.
+// Registration order is torchvision's (main path, its last BN, then the shortcut) and backward announces
+// gradients in the exact reverse: the last BN's backward yields the shortcut's gradient, so its own
+// announcement waits until the shortcut's backward has announced.
 class ResidualBlock : public Layer {
  public:
   ResidualBlock(ParameterArena& a, const std::string& name, int64_t c_in, int64_t width, int64_t stride, bool bottleneck)
       : Layer(name), main_(name) {
     const int64_t c_out = bottleneck ? 4 * width : width;
+    constexpr float kEps = 1e-5f, kMomentum = 0.1f;
+    constexpr bool kRelu = true;
     if (bottleneck) {
       main_.add<Conv2d>(a, name + ".conv1", c_in, width, 1, 1, 0, false, kaiming_fan_out(width, 1));
-      main_.add<BatchNorm>(a, name + ".bn1", width);
-      main_.add<ReLU>(name + ".relu1");
+      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
       main_.add<Conv2d>(a, name + ".conv2", width, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
-      main_.add<BatchNorm>(a, name + ".bn2", width);
-      main_.add<ReLU>(name + ".relu2");
+      main_.add<BatchNorm>(a, name + ".bn2", width, kEps, kMomentum, kRelu);
       main_.add<Conv2d>(a, name + ".conv3", width, c_out, 1, 1, 0, false, kaiming_fan_out(c_out, 1));
-      main_.add<BatchNorm>(a, name + ".bn3", c_out);
+      out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn3", c_out, kEps, kMomentum, kRelu);
     } else {
       main_.add<Conv2d>(a, name + ".conv1", c_in, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
-      main_.add<BatchNorm>(a, name + ".bn1", width);
-      main_.add<ReLU>(name + ".relu1");
+      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
       main_.add<Conv2d>(a, name + ".conv2", width, width, 3, 1, 1, false, kaiming_fan_out(width, 3));
-      main_.add<BatchNorm>(a, name + ".bn2", width);
+      out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn2", c_out, kEps, kMomentum, kRelu);
     }
+    out_bn_->set_defer_grads_ready(true);
     if (stride != 1 || c_in != c_out) {
       shortcut_ = std::make_unique<Sequential>(name + ".downsample");
       shortcut_->add<Conv2d>(a, name + ".downsample.0", c_in, c_out, 1, stride, 0, false, kaiming_fan_out(c_out, 1));
@@ -56,26 +59,27 @@ class ResidualBlock : public Layer {
   Tensor forward(const Tensor& x) override {
     const Tensor m = main_.forward(x);
     const Tensor s = shortcut_ ? shortcut_->forward(x) : x;
-    add_into(sum_, m, s, stream_);
-    return relu_.forward(sum_);
+    return out_bn_->forward(m, s);
   }
   Tensor backward(const Tensor& dy) override {
-    const Tensor g = relu_.backward(dy);
+    const Tensor dm = out_bn_->backward(dy);
+    const Tensor g = out_bn_->residual_grad();
     const Tensor ds = shortcut_ ? shortcut_->backward(g) : g;
-    const Tensor dm = main_.backward(g);
-    return add_into(dx_, dm, ds, stream_);
+    out_bn_->announce_grads();
+    const Tensor dx_main = main_.backward(dm);
+    return add_into(dx_, dx_main, ds, stream_);
   }
   void for_each_child(const std::function<void(Layer&)>& f) override {
     f(main_);
+    f(*out_bn_);
     if (shortcut_) f(*shortcut_);
-    f(relu_);
   }
 
  private:
   Sequential main_;
+  std::unique_ptr<BatchNorm> out_bn_;
   std::unique_ptr<Sequential> shortcut_;
-  ReLU relu_{name_ + ".relu"};
-  Tensor sum_, dx_;
+  Tensor dx_;
 };
 
 // ViT patch embedding: patch conv, class token in front, position embedding added, dropout.
@@ -180,8 +184,7 @@ void build_resnet_cifar(Model& m, Sequential& body, ParameterArena& a, const Mod
   body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 16, 3, 1, 1, false, kaiming_fan_out(16, 3));
   stem.set_needs_input_grad(false);
-  body.add<BatchNorm>(a, "bn1", 16);
-  body.add<ReLU>("relu");
+  body.add<BatchNorm>(a, "bn1", 16, 1e-5f, 0.1f, /*then_relu=*/true);
   int64_t c_in = 16;
   const int64_t widths[3] = {16, 32, 64};
   for (int s = 0; s < 3; ++s)
@@ -198,8 +201,7 @@ void build_resnet_imagenet(Sequential& body, ParameterArena& a, const ModelConfi
   body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 64, 7, 2, 3, false, kaiming_fan_out(64, 7));
   stem.set_needs_input_grad(false);
-  body.add<BatchNorm>(a, "bn1", 64);
-  body.add<ReLU>("relu");
+  body.add<BatchNorm>(a, "bn1", 64, 1e-5f, 0.1f, /*then_relu=*/true);
   body.add<MaxPool2d>("maxpool", 3, 2, 1);
   int64_t c_in = 64;
   for (int s = 0; s < 4; ++s) {

@@ -124,6 +124,74 @@ TEST(LayerApi, SyncBatchNormHookSeesSumsAndCount) {
   for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(dg1.data<float>()[c], dg2.data<float>()[c]);  // local sums
 }
 
+// The fused epilogue (BatchNormFusion) and its backward (BatchNormReluGrad) are, on the CPU, exactly the ops they
+// replace: batch norm, add, relu_forward; relu_backward, batch norm backward. Same bits, train and eval, both
+// layouts, with and without a residual.
+TEST(LayerApi, FusedBatchNormReluIsBnThenAddThenRelu) {
+  for (const Layout layout : {Layout::nchw, Layout::nhwc})
+    for (const bool with_residual : {false, true}) {
+      SCOPED_TRACE(std::string(layout_name(layout)) + (with_residual ? " residual" : ""));
+      const Shape s{3, 5, 6, 7};
+      const int64_t c = layout == Layout::nhwc ? s[3] : s[1];
+      const Tensor x = filled(s, 0), r = filled(s, 4), dy = filled(s, 5), g = filled({c}, 1), b = filled({c}, 2);
+      auto fresh = [&] { return Tensor::empty(s, DType::f32); };
+      auto zeros_c = [&] { return Tensor::zeros({c}, DType::f32); };
+      // unfused
+      Tensor rm1 = zeros_c(), rv1 = zeros_c(), t = fresh(), y1 = fresh();
+      BatchNormSaved s1;
+      batchnorm_forward_train(x, g, b, rm1, rv1, 1e-5f, 0.1f, s1, t, nullptr, kCpu, layout);
+      if (with_residual) add(t, r, t, kCpu);
+      relu_forward(t, y1, kCpu);
+      Tensor dz1 = fresh(), dx1 = fresh(), dg1 = zeros_c(), db1 = zeros_c();
+      relu_backward(y1, dy, dz1, kCpu);
+      batchnorm_backward_train(dz1, x, g, s1, dx1, dg1, db1, nullptr, kCpu, layout);
+      // fused
+      Tensor rm2 = zeros_c(), rv2 = zeros_c(), y2 = fresh();
+      BatchNormSaved s2;
+      BatchNormFusion fusion;
+      if (with_residual) fusion.residual = r;
+      fusion.relu = true;
+      batchnorm_forward_train(x, g, b, rm2, rv2, 1e-5f, 0.1f, s2, y2, nullptr, kCpu, layout, fusion);
+      Tensor dx2 = fresh(), dg2 = zeros_c(), db2 = zeros_c();
+      const BatchNormReluGrad relu{y2, fresh()};
+      batchnorm_backward_train(dy, x, g, s2, dx2, dg2, db2, nullptr, kCpu, layout, &relu);
+      int64_t zeros = 0;
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        ASSERT_EQ(y1.data<float>()[i], y2.data<float>()[i]) << i;
+        ASSERT_EQ(dz1.data<float>()[i], relu.dz.data<float>()[i]) << i;
+        ASSERT_EQ(dx1.data<float>()[i], dx2.data<float>()[i]) << i;
+        zeros += y2.data<float>()[i] == 0.0f;
+      }
+      EXPECT_GT(zeros, x.numel() / 5) << "the ReLU must cut something for the mask to be tested";
+      EXPECT_LT(zeros, x.numel() * 4 / 5);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        EXPECT_EQ(dg1.data<float>()[ch], dg2.data<float>()[ch]);
+        EXPECT_EQ(db1.data<float>()[ch], db2.data<float>()[ch]);
+      }
+      // eval: running statistics, the same epilogue
+      Tensor te = fresh(), ye1 = fresh(), ye2 = fresh();
+      batchnorm_forward_eval(x, g, b, rm1, rv1, 1e-5f, te, kCpu, layout);
+      if (with_residual) add(te, r, te, kCpu);
+      relu_forward(te, ye1, kCpu);
+      batchnorm_forward_eval(x, g, b, rm1, rv1, 1e-5f, ye2, kCpu, layout, fusion);
+      for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(ye1.data<float>()[i], ye2.data<float>()[i]) << i;
+    }
+  // a residual or a ReLU-gradient tensor of another shape is named
+  const Shape s{2, 3, 4, 4};
+  const Tensor x = filled(s, 0), g = filled({3}, 1), b = filled({3}, 2);
+  Tensor rm = Tensor::zeros({3}, DType::f32), rv = Tensor::zeros({3}, DType::f32), y = Tensor::empty(s, DType::f32);
+  BatchNormSaved saved;
+  BatchNormFusion bad;
+  bad.residual = filled({2, 3, 4, 5}, 3);
+  HPDT_EXPECT_THROW_MSG(batchnorm_forward_train(x, g, b, rm, rv, 1e-5f, 0.1f, saved, y, nullptr, kCpu, Layout::nchw, bad),
+                        "batchnorm_forward_train: residual has shape [2, 3, 4, 5], expected [2, 3, 4, 4]");
+  batchnorm_forward_train(x, g, b, rm, rv, 1e-5f, 0.1f, saved, y, nullptr, kCpu);
+  Tensor dx = Tensor::empty(s, DType::f32), dg = Tensor::zeros({3}, DType::f32), db = Tensor::zeros({3}, DType::f32);
+  const BatchNormReluGrad short_dz{y, Tensor::empty({2, 3, 4, 3}, DType::f32)};
+  HPDT_EXPECT_THROW_MSG(batchnorm_backward_train(y, x, g, saved, dx, dg, db, nullptr, kCpu, Layout::nchw, &short_dz),
+                        "batchnorm_backward_train: dz has shape [2, 3, 4, 3], expected [2, 3, 4, 4]");
+}
+
 TEST(Optim, SgdMomentumNesterovWeightDecayMatchTorchFormula) {
   for (bool nesterov : {false, true}) {
     SgdOptions o{0.1f, 0.9f, 0.0f, 1e-2f, nesterov};

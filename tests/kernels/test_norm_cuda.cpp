@@ -90,6 +90,7 @@ class NormCuda : public test::CudaOracleTest {
   void bn_train_case(const Shape& shape, DType dt, bool sync, bool misaligned = false, Layout layout = Layout::nchw);
   void bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned = false, Layout layout = Layout::nchw);
   void ln_case(const Shape& shape, DType dt, bool misaligned = false);
+  void bn_fused_case(const Shape& shape, DType dt, Layout layout, bool residual, bool misaligned = false);
 };
 
 // Plane vectors (bf16 / f32): 28x28 8 / 4, 7x7 1 / 1, 2x7 2 / 2, 6x6 4 / 4, 14x14 4 / 4.
@@ -160,6 +161,69 @@ void NormCuda::bn_backward_case(const Shape& shape, DType dt, bool sync, bool mi
     EXPECT_EQ(gpu_seen.back(), cpu_seen.back()) << "count";
     EXPECT_TRUE(close(vec(cpu_seen), vec(gpu_seen), sum_tol(DType::f32, count))) << "seam buffer";
   }
+}
+
+// The fused epilogue y = relu(bn(x) [+ residual]) in training and eval, and its backward through the ReLU's mask
+// (dz = y > 0 ? dy : 0, then batch norm's gradients from dz). The backward compares with both sides given the
+// same mask: the CPU's y rounded through the storage dtype (exact zeros where the ReLU cut), so that dz must
+// match exactly; a mask taken from each side's own forward could differ where bn(x) + residual is ~0.
+void NormCuda::bn_fused_case(const Shape& shape, DType dt, Layout layout, bool residual, bool misaligned) {
+  SCOPED_TRACE(label(shape, dt) + " fused relu" + (residual ? " + residual" : "") + (misaligned ? " misaligned" : "") +
+               " " + kernels::layout_name(layout));
+  const int64_t c = channels(shape, layout), count = shape.numel() / c;
+  const Tensor x = random(shape, -1, 3), r = random(shape, -2, 2), g = random({c}, 0.5, 1.5), b = random({c}, -0.5, 0.5);
+  const Tensor rm0 = random({c}, -0.2f, 0.2f), rv0 = random({c}, 0.5f, 2.0f);
+  const Tensor xr = round_through(x, dt), gr = round_through(g, dt), br = round_through(b, dt);
+  kernels::BatchNormFusion cpu_fusion, gpu_fusion;
+  cpu_fusion.relu = gpu_fusion.relu = true;
+  if (residual) cpu_fusion.residual = round_through(r, dt), gpu_fusion.residual = gpu(r, dt, misaligned);
+  const Tensor xg = gpu(x, dt, misaligned), gg = to_gpu(g, dt), bg = to_gpu(b, dt);
+  // training forward
+  Tensor rm = rm0.clone(cpu), rv = rv0.clone(cpu), y = Tensor::empty(shape, DType::f32);
+  BatchNormSaved saved;
+  kernels::batchnorm_forward_train(xr, gr, br, rm, rv, kEps, kMomentum, saved, y, {}, cpu, layout, cpu_fusion);
+  Tensor rmg = to_gpu(rm0), rvg = to_gpu(rv0), yg = poison(shape, dt, misaligned);
+  BatchNormSaved sg;
+  kernels::batchnorm_forward_train(xg, gg, bg, rmg, rvg, kEps, kMomentum, sg, yg, {}, stream, layout, gpu_fusion);
+  EXPECT_TRUE(close(y, to_cpu_f32(yg), value_tol(dt))) << "y";
+  EXPECT_TRUE(close(rv, to_cpu_f32(rvg), stat_tol())) << "running var";
+  int64_t cut = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) cut += y.data<float>()[i] == 0.0f;
+  EXPECT_GT(cut, 0) << "the ReLU cut nothing: the mask is untested";
+  EXPECT_LT(cut, y.numel()) << "the ReLU cut everything";
+  // eval forward
+  Tensor ye = Tensor::empty(shape, DType::f32), yeg = poison(shape, dt, misaligned);
+  kernels::batchnorm_forward_eval(xr, gr, br, rm0, rv0, kEps, ye, cpu, layout, cpu_fusion);
+  kernels::batchnorm_forward_eval(xg, gg, bg, to_gpu(rm0), to_gpu(rv0), kEps, yeg, stream, layout, gpu_fusion);
+  EXPECT_TRUE(close(ye, to_cpu_f32(yeg), value_tol(dt))) << "eval y";
+  // backward, from the CPU's statistics and mask
+  const Tensor dy = random(shape), dg0 = random({c}), db0 = random({c});
+  const Tensor mask = round_through(y, dt);
+  const kernels::BatchNormReluGrad cpu_relu{mask, Tensor::empty(shape, DType::f32)};
+  Tensor dx = Tensor::empty(shape, DType::f32), dg = round_through(dg0, dt), db = round_through(db0, dt);
+  kernels::batchnorm_backward_train(round_through(dy, dt), xr, gr, saved, dx, dg, db, {}, cpu, layout, &cpu_relu);
+  const kernels::BatchNormReluGrad gpu_relu{gpu(y, dt, misaligned), poison(shape, dt, misaligned)};
+  BatchNormSaved sc{to_gpu(saved.mean), to_gpu(saved.invstd)};
+  Tensor dxg = poison(shape, dt, misaligned), dgg = to_gpu(dg0, dt), dbg = to_gpu(db0, dt);
+  kernels::batchnorm_backward_train(gpu(dy, dt, misaligned), xg, gg, sc, dxg, dgg, dbg, {}, stream, layout, &gpu_relu);
+  EXPECT_TRUE(close(cpu_relu.dz, to_cpu_f32(gpu_relu.dz), {0.0, 0.0})) << "dz (dy or 0: exact)";
+  EXPECT_TRUE(close(dx, to_cpu_f32(dxg), value_tol(dt))) << "dx";
+  EXPECT_TRUE(close(dg, to_cpu_f32(dgg), sum_tol(dt, count))) << "dgamma";
+  EXPECT_TRUE(close(db, to_cpu_f32(dbg), sum_tol(dt, count))) << "dbeta";
+}
+
+TEST_F(NormCuda, FusedReluAndResidualMatchCpu) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (bool residual : {false, true}) {
+      for (const Shape& s : {Shape{2, 3, 28, 28}, Shape{3, 17, 7, 7}, Shape{3, 5, 2, 7}, Shape{7, 3, 6, 6},
+                             Shape{37, 17}, Shape{4, 64, 14, 14}})
+        bn_fused_case(s, dt, Layout::nchw, residual);
+      for (const Shape& s : {Shape{2, 28, 28, 3}, Shape{3, 7, 7, 17}, Shape{37, 17}, Shape{4, 14, 14, 64},
+                             Shape{2, 7, 7, 256}})
+        bn_fused_case(s, dt, Layout::nhwc, residual);
+      bn_fused_case({2, 3, 28, 28}, dt, Layout::nchw, residual, true);  // scalar paths
+      bn_fused_case({4, 14, 14, 64}, dt, Layout::nhwc, residual, true);
+    }
 }
 
 TEST_F(NormCuda, BatchNormTrainForward) {

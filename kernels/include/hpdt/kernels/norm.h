@@ -17,20 +17,38 @@ struct BatchNormSaved {
   Tensor mean, invstd;  // [c] f32, written by the training forward, read by backward
 };
 
+// What batch norm's output pass also does, so that a ResNet's "bn -> (+ shortcut) -> relu" is one pass over
+// the activation instead of two or three: y = relu(bn(x) + residual). The residual (same shape and dtype as
+// x; undefined: none) is added after the affine step, then the ReLU (max(v, 0); NaN gives 0, as relu_forward).
+struct BatchNormFusion {
+  Tensor residual;
+  bool relu = false;
+};
+
+// The backward of a fused ReLU: y is the fused forward's output (its sign is the ReLU's mask); dz is
+// written with dL/d(bn(x) + residual) = (y > 0 ? dy : 0), which is also the residual's gradient. Batch
+// norm's gradients then follow from dz. Same shape and dtype as x.
+struct BatchNormReluGrad {
+  Tensor y, dz;
+};
+
 // x is [n, c, h, w] (NCHW), [n, h, w, c] (layout nhwc: the [n*h*w, c] matrix) or [n, c] (either layout).
 // Training: batch statistics (all-reduced through `sync` when set), running stats updated with
 // `momentum` (unbiased variance), y = (x - mean) * invstd * gamma + beta.
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& stream, Layout layout = Layout::nchw);
+                             const AllReduceSum& sync, const Stream& stream, Layout layout = Layout::nchw,
+                             const BatchNormFusion& fusion = {});
 // Eval: running statistics.
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, float eps, Tensor& y, const Stream& stream,
-                            Layout layout = Layout::nchw);
-// Training backward: dx overwritten; dgamma, dbeta accumulated (+=) from the local batch.
+                            Layout layout = Layout::nchw, const BatchNormFusion& fusion = {});
+// Training backward: dx overwritten; dgamma, dbeta accumulated (+=) from the local batch. With `relu`
+// (the forward fused a ReLU), dy is the gradient of the ReLU's output and relu->dz is written as well.
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync,
-                              const Stream& stream, Layout layout = Layout::nchw);
+                              const Stream& stream, Layout layout = Layout::nchw,
+                              const BatchNormReluGrad* relu = nullptr);
 
 struct LayerNormSaved {
   Tensor mean, rstd;  // [rows] f32

@@ -114,11 +114,23 @@ class Conv2d : public Layer {
 };
 
 // BatchNorm2d (also [n, c] inputs), PyTorch defaults eps 1e-5, momentum 0.1.
+// With `then_relu` the layer is BatchNorm2d followed by ReLU, computed in one pass over the activation
+// (kernels::BatchNormFusion); forward(x, residual) is relu(bn(x) + residual), a ResNet block's output, in one
+// pass instead of three (apply, add, ReLU). The parameters and buffers are BatchNorm2d's either way.
 class BatchNorm : public Layer {
  public:
-  BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
+  BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
+            bool then_relu = false);
   Tensor forward(const Tensor& x) override;
+  // relu(bn(x) + residual) (without then_relu: bn(x) + residual); residual has x's shape and dtype.
+  Tensor forward(const Tensor& x, const Tensor& residual);
   Tensor backward(const Tensor& dy) override;
+  // After backward of forward(x, residual): dL/d(residual) (dy through the ReLU's mask).
+  Tensor residual_grad() const { return then_relu_ ? dz_ : dy_; }
+  // Deferred: backward leaves the arena's grads_ready() call to announce_grads(), for a caller that must
+  // announce other layers' gradients first (the ready slices grow in reverse registration order).
+  void set_defer_grads_ready(bool defer) { defer_ready_ = defer; }
+  void announce_grads() { arena_->grads_ready(g_id_, 2); }
   // SyncBN seam: all-reduce-sum of the batch statistics across ranks (null: local statistics).
   void set_sync(kernels::AllReduceSum sync) { sync_ = std::move(sync); }
   // f32 [c] on the arena's device (arena buffers, so they are in checkpoints).
@@ -126,13 +138,16 @@ class BatchNorm : public Layer {
   Tensor running_var() const { return arena_->buffer(var_id_); }
 
  private:
+  Tensor run_forward(const Tensor& x, const Tensor* residual);
+
   ParameterArena* arena_;
   int64_t c_;
   float eps_, momentum_;
+  bool then_relu_, defer_ready_ = false;
   int g_id_, b_id_, mean_id_, var_id_;
   kernels::BatchNormSaved saved_;
   kernels::AllReduceSum sync_;
-  Tensor x_, y_, dx_;
+  Tensor x_, y_, dx_, dz_, dy_;
 };
 
 class ReLU : public Layer {

@@ -14,13 +14,14 @@ namespace hpdt::kernels::cuda {
 // around the host-side all-reduce callback (the price of the host seam); without it nothing waits.
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& stream, Layout layout = Layout::nchw);
+                             const AllReduceSum& sync, const Stream& stream, Layout layout = Layout::nchw,
+                             const BatchNormFusion& fusion = {});
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, float eps, Tensor& y, const Stream& stream,
-                            Layout layout = Layout::nchw);
+                            Layout layout = Layout::nchw, const BatchNormFusion& fusion = {});
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& stream,
-                              Layout layout = Layout::nchw);
+                              Layout layout = Layout::nchw, const BatchNormReluGrad* relu = nullptr);
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, LayerNormSaved& saved,
                        Tensor& y, const Stream& stream);
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved, Tensor& dx,
