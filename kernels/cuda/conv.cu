@@ -838,7 +838,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 // hold); the pixels of phases without taps (kernel smaller than the stride) are zeroed by one memset of dx.
 template <class T>
 void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc,
-                       const Stream& stream) {
+                       const Tensor* residual, const Stream& stream) {
   const cudaStream_t st = detail::native(stream);
   const int64_t S = s.stride, oh = s.out_h(), ow = s.out_w();
   int64_t total = 0;
@@ -850,8 +850,9 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
   // only the phases with taps. A K = 0 GEMM per empty phase wrote them as a strided sub-grid instead, slowly
   // (ResNet-50's 1x1 s2 1024->2048 backward-data at batch 256 took 0.67 ms on the H100, its one real GEMM
   // about 0.3 ms of it).
+  // With a residual those pixels are the residual's: one copy instead.
   if (std::any_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; }))
-    HPDT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, size_t(dx.numel()) * dtype_size(dx.dtype()), st));
+    clear_or_copy(dx, residual, st);
   for (const DataPhase& f : phases) {
     const int64_t K = f.khp * f.kwp * s.c_out;
     if (f.khp * f.kwp == 0) continue;
@@ -865,6 +866,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.div_c = FastDiv(s.c_out), p.div_kw = FastDiv(f.kwp), p.K = int(K);
     p.dst = dx.data(), p.dst_img = s.c_in * s.h * s.w, p.dst_plane = int(s.h * s.w), p.dst_w = int(s.w);
     p.dys = p.dxs = int(S), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
+    p.residual = residual ? residual->data() : nullptr;
     launch_gemm<T>(p, tc, gather_mode(p, unit), st);
   }
 }
@@ -924,13 +926,13 @@ void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, cons
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, const Stream& stream,
-                          ConvVariant variant) {
+                          ConvVariant variant, const Tensor* residual) {
   const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
   check_index_range("conv2d_backward_data", s);
   if (dx.numel() == 0) return;
   dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
     using T = decltype(tag);
-    run_backward_data<T>(s, dy, w, dx, tc, stream);
+    run_backward_data<T>(s, dy, w, dx, tc, residual, stream);
   });
 }
 
@@ -1055,6 +1057,14 @@ std::vector<DataPhase> data_phases(const Conv2dShape& s, int64_t* packed_total) 
     }
   *packed_total = total;
   return phases;
+}
+
+void clear_or_copy(Tensor& dx, const Tensor* residual, cudaStream_t st) {
+  const size_t bytes = size_t(dx.numel()) * dtype_size(dx.dtype());
+  if (residual)
+    HPDT_CUDA_CHECK(cudaMemcpyAsync(dx.data(), residual->data(), bytes, cudaMemcpyDeviceToDevice, st));
+  else
+    HPDT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, bytes, st));
 }
 
 void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor& w, Tensor& packed, cudaStream_t st) {

@@ -205,6 +205,8 @@ struct DataPhase {
 std::vector<DataPhase> data_phases(const Conv2dShape& s, int64_t* packed_total);
 // The phase's weights as [ci][lda], k = (jr * kwp + jc) * co + c, written into packed + f.offset.
 void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor& w, Tensor& packed, cudaStream_t st);
+// The dx pixels no phase reaches: zeros (a memset of dx), or with a residual the residual's values (a copy of it).
+void clear_or_copy(Tensor& dx, const Tensor* residual, cudaStream_t st);
 
 // Splits of a backward-filter pixel reduction of KT k tiles over `tiles` output tiles, `resident` blocks running at
 // once (detail::choose_split_k: whole waves, >= 8 k tiles per split, <= 256 splits, a workspace of <= 2^25 floats).

@@ -716,7 +716,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 // memset of dx.
 template <class T>
 void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc,
-                       const Stream& stream) {
+                       const Tensor* residual, const Stream& stream) {
   const cudaStream_t st = detail::native(stream);
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
@@ -727,8 +727,9 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
   // only the phases with taps. A K = 0 GEMM per empty phase wrote them as a strided sub-grid instead, slowly
   // (ResNet-50's 1x1 s2 1024->2048 backward-data at batch 256 took 0.67 ms on the H100, its one real GEMM
   // about 0.3 ms of it).
+  // With a residual those pixels are the residual's: one copy instead.
   if (std::any_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; }))
-    HPDT_CUDA_CHECK(cudaMemsetAsync(dx.data(), 0, size_t(dx.numel()) * dtype_size(dx.dtype()), st));
+    clear_or_copy(dx, residual, st);
   for (const DataPhase& f : phases) {
     repack_phase_weights(s, f, w, packed, st);
     NhwcGemm p;
@@ -740,6 +741,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.div_c = FastDiv(s.c_out), p.div_kw = FastDiv(f.kwp), p.K = int(f.khp * f.kwp * s.c_out);
     p.dst = dx.data(), p.dst_h = int(s.h), p.dst_w = int(s.w);
     p.dys = p.dxs = int(s.stride), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
+    p.residual = residual ? residual->data() : nullptr;
     launch_nhwc_gemm<T>(p, tc, vec, st);
   }
 }
@@ -808,13 +810,13 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
 }
 
 void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                               const Stream& stream, ConvVariant variant) {
+                               const Stream& stream, ConvVariant variant, const Tensor* residual) {
   const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
   check_index_range("conv2d_backward_data", s);
   if (dx.numel() == 0) return;
   dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
     using T = decltype(tag);
-    run_backward_data<T>(s, dy, w, dx, tc, stream);
+    run_backward_data<T>(s, dy, w, dx, tc, residual, stream);
   });
 }
 

@@ -212,7 +212,7 @@ void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& 
 }
 
 void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                                 const Stream& stream, Layout layout) {
+                                 const Stream& stream, Layout layout, const Tensor* residual) {
   if (dx.numel() == 0) return;
   check_cudnn_range(s);
   Tensor packed;
@@ -231,6 +231,11 @@ void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const T
   const float alpha = 1.0f, beta = 0.0f;
   HPDT_CUDNN_CHECK(cudnnConvolutionBackwardData(handle.h, &alpha, d.w, wp, d.y, dy.data(), d.conv, algo, ws.data(),
                                                 bytes, &beta, d.x, dx.data()));
+  if (residual) {
+    Conv2dEpilogue e;
+    e.residual = residual;
+    conv2d_epilogue_inplace(e, dx, stream, layout);
+  }
 }
 
 void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,

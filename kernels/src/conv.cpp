@@ -106,20 +106,33 @@ void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue
 }
 
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t stride, int64_t pad,
-                          const Stream& st, Layout layout) {
-  const Device dev = detail::float_op_device("conv2d_backward_data", {&dy, &w, &dx}, st);
-  const Conv2dShape s = conv2d_shape("conv2d_backward_data", dx, w, stride, pad, layout);
-  check_shape("conv2d_backward_data", "dy", dy, conv2d_output_shape(s, layout));
+                          const Stream& st, Layout layout, const Tensor* residual) {
+  const char* op = "conv2d_backward_data";
+  const Device dev = detail::float_op_device(op, {&dy, &w, &dx}, st);
+  const Conv2dShape s = conv2d_shape(op, dx, w, stride, pad, layout);
+  check_shape(op, "dy", dy, conv2d_output_shape(s, layout));
+  if (residual) {
+    detail::float_op_device(op, {&dx, residual}, st);
+    check_shape(op, "residual", *residual, dx.shape());
+    HPDT_CHECK(residual->numel() == 0 || residual->data() != dx.data(), op, ": the residual must be a tensor other than dx");
+  }
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(vendor()                 ? cuda::conv2d_backward_data_vendor(s, dy, w, dx, st, layout)
-                 : layout == Layout::nhwc ? cuda::conv2d_backward_data_nhwc(s, dy, w, dx, st)
-                                          : cuda::conv2d_backward_data(s, dy, w, dx, st));
+    HPDT_ON_CUDA(vendor()                 ? cuda::conv2d_backward_data_vendor(s, dy, w, dx, st, layout, residual)
+                 : layout == Layout::nhwc ? cuda::conv2d_backward_data_nhwc(s, dy, w, dx, st, {}, residual)
+                                          : cuda::conv2d_backward_data(s, dy, w, dx, st, {}, residual));
     return;
   }
   if (layout == Layout::nhwc)
     cpu::conv2d_backward_data_nhwc(s, dy.data<float>(), w.data<float>(), dx.data<float>());
   else
     cpu::conv2d_backward_data<float>(s, dy.data<float>(), w.data<float>(), dx.data<float>());
+  if (residual) {
+    float* d = dx.data<float>();
+    const float* r = residual->data<float>();
+    const int64_t n = dx.numel();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) d[i] = d[i] + r[i];
+  }
 }
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <utility>
 
 #include "hpdt/kernels/attention.h"
 #include "hpdt/kernels/conv.h"
@@ -84,9 +85,16 @@ Tensor Conv2d::backward(const Tensor& dy) {
   Tensor db = b_id_ >= 0 ? arena_->compute_grad(b_id_) : Tensor();
   kernels::conv2d_backward_filter(x_, dy, dw, b_id_ >= 0 ? &db : nullptr, stride_, pad_, stream_, layout_);
   arena_->grads_ready(w_id_, b_id_ >= 0 ? 2 : 1);
-  if (!needs_dx_) return Tensor();
+  const Tensor r = std::exchange(dx_residual_, Tensor());
+  if (!needs_dx_) {
+    HPDT_CHECK(!r.defined(), name_, ": add_to_next_input_grad on a layer that computes no input gradient");
+    return Tensor();
+  }
   ensure(dx_, x_.shape(), x_.dtype());
-  kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_, layout_);
+  if (r.defined() && (!(r.shape() == x_.shape()) || r.dtype() != x_.dtype()))
+    fail("the gradient to add must match the input " + x_.shape().str() + " " + dt_name(x_.dtype()), r);
+  kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_, layout_,
+                                r.defined() ? &r : nullptr);
   return dx_;
 }
 

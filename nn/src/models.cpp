@@ -28,7 +28,8 @@ Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b, const Stream& s) 
 // (BatchNorm's then_relu), and the last BN computes the block's output relu(bn(main) + shortcut) in one pass.
 // Registration order is torchvision's (main path, its last BN, then the shortcut) and backward announces
 // gradients in the exact reverse: the last BN's backward yields the shortcut's gradient, so its own
-// announcement waits until the shortcut's backward has announced.
+// announcement waits until the shortcut's backward has announced. The block's input gradient, the main
+// path's plus the shortcut's, is summed in the main path's first backward-data (Conv2d::add_to_next_input_grad).
 class ResidualBlock : public Layer {
  public:
   ResidualBlock(ParameterArena& a, const std::string& name, int64_t c_in, int64_t width, int64_t stride, bool bottleneck)
@@ -37,14 +38,14 @@ class ResidualBlock : public Layer {
     constexpr float kEps = 1e-5f, kMomentum = 0.1f;
     constexpr bool kRelu = true;
     if (bottleneck) {
-      main_.add<Conv2d>(a, name + ".conv1", c_in, width, 1, 1, 0, false, kaiming_fan_out(width, 1));
+      first_conv_ = &main_.add<Conv2d>(a, name + ".conv1", c_in, width, 1, 1, 0, false, kaiming_fan_out(width, 1));
       main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
       main_.add<Conv2d>(a, name + ".conv2", width, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
       main_.add<BatchNorm>(a, name + ".bn2", width, kEps, kMomentum, kRelu);
       main_.add<Conv2d>(a, name + ".conv3", width, c_out, 1, 1, 0, false, kaiming_fan_out(c_out, 1));
       out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn3", c_out, kEps, kMomentum, kRelu);
     } else {
-      main_.add<Conv2d>(a, name + ".conv1", c_in, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
+      first_conv_ = &main_.add<Conv2d>(a, name + ".conv1", c_in, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
       main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
       main_.add<Conv2d>(a, name + ".conv2", width, width, 3, 1, 1, false, kaiming_fan_out(width, 3));
       out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn2", c_out, kEps, kMomentum, kRelu);
@@ -66,8 +67,8 @@ class ResidualBlock : public Layer {
     const Tensor g = out_bn_->residual_grad();
     const Tensor ds = shortcut_ ? shortcut_->backward(g) : g;
     out_bn_->announce_grads();
-    const Tensor dx_main = main_.backward(dm);
-    return add_into(dx_, dx_main, ds, stream_);
+    first_conv_->add_to_next_input_grad(ds);  // dx = the main path's + the shortcut's, in conv1's epilogue
+    return main_.backward(dm);
   }
   void for_each_child(const std::function<void(Layer&)>& f) override {
     f(main_);
@@ -77,9 +78,9 @@ class ResidualBlock : public Layer {
 
  private:
   Sequential main_;
+  Conv2d* first_conv_ = nullptr;  // main_'s first layer
   std::unique_ptr<BatchNorm> out_bn_;
   std::unique_ptr<Sequential> shortcut_;
-  Tensor dx_;
 };
 
 // ViT patch embedding: patch conv, class token in front, position embedding added, dropout.

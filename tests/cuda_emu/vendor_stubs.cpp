@@ -24,7 +24,8 @@ void conv2d_forward_vendor(const Conv2dShape&, const Tensor&, const Tensor&, con
                            const Stream&, Layout) {
   no_vendor("conv2d_forward (vendor)");
 }
-void conv2d_backward_data_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, const Stream&, Layout) {
+void conv2d_backward_data_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, const Stream&, Layout,
+                                 const Tensor*) {
   no_vendor("conv2d_backward_data (vendor)");
 }
 void conv2d_backward_filter_vendor(const Conv2dShape&, const Tensor&, const Tensor&, Tensor&, Tensor*, const Stream&,

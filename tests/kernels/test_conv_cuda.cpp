@@ -110,13 +110,15 @@ class ConvCuda : public test::CudaOracleTest {
 #endif
   }
   void backward_data(Impl impl, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                     Layout layout = Layout::nchw) {
+                     Layout layout = Layout::nchw, const Tensor* residual = nullptr) {
 #if HPDT_HAVE_CUDA
-    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream, layout);
-    if (layout == Layout::nhwc) return kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dx, stream, variant(impl));
-    kernels::cuda::conv2d_backward_data(s, dy, w, dx, stream, variant(impl));
+    if (impl == Impl::cudnn)
+      return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream, layout, residual);
+    if (layout == Layout::nhwc)
+      return kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dx, stream, variant(impl), residual);
+    kernels::cuda::conv2d_backward_data(s, dy, w, dx, stream, variant(impl), residual);
 #else
-    (void)impl, (void)s, (void)dy, (void)w, (void)dx, (void)layout;
+    (void)impl, (void)s, (void)dy, (void)w, (void)dx, (void)layout, (void)residual;
 #endif
   }
   void backward_filter(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db,
@@ -154,6 +156,9 @@ class ConvCuda : public test::CudaOracleTest {
       const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), bias ? &b : nullptr,
                                    round_through(dy, dt), round_through(dw0, dt), round_through(db0, dt), dt, layout);
       const Tensor gx = gpu(x, dt, misaligned), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = gpu(dy, dt, misaligned);
+      const Tensor res = random(xs), gres = gpu(res, dt, misaligned);
+      Tensor want_dx_res = round_through(res, dt);
+      for (int64_t i = 0; i < want_dx_res.numel(); ++i) want_dx_res.data<float>()[i] += want.dx.data<float>()[i];
       for (Impl impl : impls_for(dt)) {
         SCOPED_TRACE(std::string(c.name) + " " + s.str() + " " + std::string(dtype_name(dt)) + " " + impl_name(impl) +
                      (bias ? " bias" : " no bias") + " " + kernels::layout_name(layout) +
@@ -167,6 +172,11 @@ class ConvCuda : public test::CudaOracleTest {
         Tensor dx = poison(xs, dt, misaligned);
         backward_data(impl, s, gdy, gw, dx, layout);
         EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, l_data, impl))) << "backward-data";
+
+        // dx = conv^T(dy) + residual (a ResNet block's input gradient), including the pixels no tap reaches
+        Tensor dxr = poison(xs, dt, misaligned);
+        backward_data(impl, s, gdy, gw, dxr, layout, &gres);
+        EXPECT_TRUE(close(want_dx_res, to_cpu_f32(dxr), conv_tolerance(dt, l_data, impl))) << "backward-data + residual";
 
         Tensor dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
         backward_filter(impl, s, gx, gdy, dw, bias ? &db : nullptr, layout);
@@ -467,6 +477,11 @@ TEST_F(ConvCuda, PublicEntryPointsBothBackends) {
       kernels::conv2d_backward_filter(gx, gdy, dw, &db, s.stride, s.pad, stream);
       EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, 32 * 9, as)));
       EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, 48 * 9, as)));
+      const Tensor res = random(xs), gres = to_gpu(res, dt);
+      Tensor dxr = poisoned(xs, dt), want_dxr = round_through(res, dt);
+      for (int64_t i = 0; i < want_dxr.numel(); ++i) want_dxr.data<float>()[i] += want.dx.data<float>()[i];
+      kernels::conv2d_backward_data(gdy, gw, dxr, s.stride, s.pad, stream, Layout::nchw, &gres);
+      EXPECT_TRUE(close(want_dxr, to_cpu_f32(dxr), conv_tolerance(dt, 48 * 9, as))) << "dx + residual";
       EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), as)));
       EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), Impl::v1)));
     }
@@ -488,6 +503,10 @@ TEST_F(ConvCuda, BadInputsOnGpu) {
   Tensor dx = gpu({2, 3, 8, 8}, DType::bf16), dy32 = gpu({2, 4, 8, 8}, DType::f32);
   HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_data(dy32, w, dx, 1, 1, stream), mix);
   HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_data(ybad, w, dx, 1, 1, stream), "dy has shape [2, 4, 7, 8]");
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_data(y, w, dx, 1, 1, stream, Layout::nchw, &dx),
+                        "conv2d_backward_data: the residual must be a tensor other than dx");
+  HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_data(y, w, dx, 1, 1, stream, Layout::nchw, &y),
+                        "residual has shape [2, 4, 8, 8], expected [2, 3, 8, 8]");
   Tensor dw = gpu({4, 3, 3, 3}, DType::bf16);
   HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_filter(x, y, dw, &b32, 1, 1, stream), mix);
   HPDT_EXPECT_THROW_MSG(kernels::conv2d_backward_filter(x, y, dw, &b5, 1, 1, stream), "dbias has shape [5]");

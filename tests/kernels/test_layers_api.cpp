@@ -192,6 +192,30 @@ TEST(LayerApi, FusedBatchNormReluIsBnThenAddThenRelu) {
                         "batchnorm_backward_train: dz has shape [2, 3, 4, 3], expected [2, 3, 4, 4]");
 }
 
+// conv2d_backward_data with a residual is backward-data then kernels::add, bit for bit, in both layouts (the
+// stride-2 1x1 case has dx pixels that no tap reaches: they must be the residual's).
+TEST(LayerApi, ConvBackwardDataWithResidualIsBackwardDataThenAdd) {
+  for (const Layout layout : {Layout::nchw, Layout::nhwc})
+    for (const int64_t k : {1, 3}) {
+      const int64_t stride = 2, pad = k / 2;
+      const bool nhwc = layout == Layout::nhwc;
+      const Shape xs = nhwc ? Shape{2, 9, 9, 5} : Shape{2, 5, 9, 9}, ys = nhwc ? Shape{2, 5, 5, 7} : Shape{2, 7, 5, 5};
+      const Tensor w = filled({7, 5, k, k}, 1), dy = filled(ys, 2), r = filled(xs, 3);
+      Tensor dx1 = Tensor::empty(xs, DType::f32), dx2 = Tensor::empty(xs, DType::f32);
+      conv2d_backward_data(dy, w, dx1, stride, pad, kCpu, layout);
+      add(dx1, r, dx1, kCpu);
+      conv2d_backward_data(dy, w, dx2, stride, pad, kCpu, layout, &r);
+      for (int64_t i = 0; i < dx1.numel(); ++i)
+        ASSERT_EQ(dx1.data<float>()[i], dx2.data<float>()[i]) << layout_name(layout) << " k" << k << " element " << i;
+    }
+  const Tensor w = filled({7, 5, 3, 3}, 1), dy = filled({2, 7, 5, 5}, 2), r = filled({2, 5, 9, 8}, 3);
+  Tensor dx = Tensor::empty({2, 5, 9, 9}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(conv2d_backward_data(dy, w, dx, 2, 1, kCpu, Layout::nchw, &r),
+                        "conv2d_backward_data: residual has shape [2, 5, 9, 8], expected [2, 5, 9, 9]");
+  HPDT_EXPECT_THROW_MSG(conv2d_backward_data(dy, w, dx, 2, 1, kCpu, Layout::nchw, &dx),
+                        "the residual must be a tensor other than dx");
+}
+
 TEST(Optim, SgdMomentumNesterovWeightDecayMatchTorchFormula) {
   for (bool nesterov : {false, true}) {
     SgdOptions o{0.1f, 0.9f, 0.0f, 1e-2f, nesterov};

@@ -18,9 +18,11 @@ namespace hpdt::kernels {
 // x [n, ci, h, w], w [co, ci, kh, kw], bias [co] or null -> y [n, co, oh, ow].
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, int64_t stride, int64_t pad,
                     const Stream& stream, Layout layout = Layout::nchw);
-// dx [n, ci, h, w] overwritten.
+// dx [n, ci, h, w] overwritten; with a residual (dx's shape and dtype, a tensor other than dx),
+// dx = conv^T(dy) + residual: a ResNet block's input gradient, the main path's plus the shortcut's, in the
+// backward-data epilogue instead of a separate add (CUDA: one rounding; CPU: the same bits as kernels::add).
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t stride, int64_t pad,
-                          const Stream& stream, Layout layout = Layout::nchw);
+                          const Stream& stream, Layout layout = Layout::nchw, const Tensor* residual = nullptr);
 // dw and dbias (may be null) accumulated (+=).
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,
                             int64_t pad, const Stream& stream, Layout layout = Layout::nchw);

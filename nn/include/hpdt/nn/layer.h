@@ -104,13 +104,16 @@ class Conv2d : public Layer {
   Tensor backward(const Tensor& dy) override;
   // false: backward does not compute dL/dx (the first layer of a model).
   void set_needs_input_grad(bool v) { needs_dx_ = v; }
+  // The next backward returns dL/dx + r (r of x's shape and dtype), added in the backward-data epilogue: a
+  // ResNet block's input gradient is its first conv's plus the shortcut's. Applies to one backward.
+  void add_to_next_input_grad(const Tensor& r) { dx_residual_ = r; }
 
  private:
   ParameterArena* arena_;
   int64_t c_in_, c_out_, k_, stride_, pad_;
   int w_id_, b_id_ = -1;
   bool needs_dx_ = true;
-  Tensor x_, y_, dx_;
+  Tensor x_, y_, dx_, dx_residual_;
 };
 
 // BatchNorm2d (also [n, c] inputs), PyTorch defaults eps 1e-5, momentum 0.1.

@@ -18,8 +18,9 @@ enum class ConvVariant { automatic = 0, v1_simt = 1, v2_tensor_core = 2 };
 
 void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue, Tensor& y,
                     const Stream& stream, ConvVariant variant = ConvVariant::automatic);
+// backward-data: dx = conv^T(dy) (+ residual, when given: the epilogue's residual term).
 void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, const Stream& stream,
-                          ConvVariant variant = ConvVariant::automatic);
+                          ConvVariant variant = ConvVariant::automatic, const Tensor* residual = nullptr);
 void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                             const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 
@@ -30,7 +31,8 @@ void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor&
 void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue,
                          Tensor& y, const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                               const Stream& stream, ConvVariant variant = ConvVariant::automatic);
+                               const Stream& stream, ConvVariant variant = ConvVariant::automatic,
+                               const Tensor* residual = nullptr);
 void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                                  const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 
@@ -42,8 +44,9 @@ void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Te
 // forward's epilogue and dbias run on hpdt's kernels (cuDNN's bias/backward-bias calls do not take bf16).
 void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue,
                            Tensor& y, const Stream& stream, Layout layout = Layout::nchw);
+// (with a residual: cuDNN's backward-data, then the residual added by conv2d_epilogue_inplace)
 void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                                 const Stream& stream, Layout layout = Layout::nchw);
+                                 const Stream& stream, Layout layout = Layout::nchw, const Tensor* residual = nullptr);
 void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                                    const Stream& stream, Layout layout = Layout::nchw);
 
