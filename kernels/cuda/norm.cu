@@ -7,9 +7,9 @@
 //   1. bn_stats_kernel: grid (splits, c); block (split, ch) runs Welford over a fixed chunk of the channel's
 //      values (8 values at a time, merged with Chan's formula), then a fixed warp/block tree -> one partial
 //      (count, mean, M2) per block.
-//   2. bn_stats_finalize: one thread per channel merges its partials in split order (double), then the
-//      CPU's finalize: mean, invstd, running stats with momentum and the unbiased variance. SyncBN instead
-//      writes the CPU's (sum, sumsq, count) buffer, which the host all-reduces, and
+//   2. bn_stats_finalize: one warp per channel merges its partials (lanes over splits, then a fixed tree;
+//      double), then the CPU's finalize: mean, invstd, running stats with momentum and the unbiased variance.
+//      SyncBN instead writes the CPU's (sum, sumsq, count) buffer, which the host all-reduces, and
 //      bn_finalize_from_sums finishes exactly as kernels/cpu/norm.cpp does.
 //   3. bn_apply_kernel: y = x * a + b with a = invstd * gamma, b = beta - mean * a (eval: from running stats).
 //   Backward: bn_backward_reduce_kernel (per-block sum dy, sum dy * (x - mean)) -> bn_backward_finalize
@@ -191,24 +191,44 @@ __device__ __forceinline__ void bn_finalize_channel(int ch, double count, double
   running_var[ch] = float((1 - momentum) * double(running_var[ch]) + momentum * unbiased);
 }
 
-// Merges the channel's partials in split order. Local statistics: finalizes from Welford's mean and M2.
-// SyncBN (sync_buf set): writes the CPU's seam buffer instead: sum = mean * count, sumsq = M2 + mean^2 * count,
-// and the count at [2c].
-__global__ void bn_stats_finalize(const float* __restrict__ partial, int splits, int c, double count, double eps,
-                                  double momentum, float* sync_buf, float* mean, float* invstd, float* running_mean,
-                                  float* running_var) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  double n = 0, m = 0, m2 = 0;
-  for (int s = 0; s < splits; ++s) {
+// The finalize kernels: one warp per channel (kFinalizeWarps channels per block). Lane l takes the partials l,
+// l + 32, ... in order, then the 32 lane results meet in a fixed shfl_down tree (double): a fixed order, so the
+// same bits every run. One thread per channel walking every partial serially was slow where there are many: NHWC
+// batch norm has ~1,000 row blocks per channel for c <= 256 (a dependent double divide per partial, ~50 us).
+constexpr int kFinalizeWarps = 4;
+unsigned finalize_blocks(int c) { return unsigned((c + kFinalizeWarps - 1) / kFinalizeWarps); }
+
+struct WelfordD {
+  double n, mean, m2;
+};
+__device__ __forceinline__ WelfordD merge(WelfordD a, WelfordD b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const double n = a.n + b.n, delta = b.mean - a.mean;
+  return {n, a.mean + delta * b.n / n, a.m2 + b.m2 + delta * delta * a.n * b.n / n};
+}
+
+// Merges the channel's partials (lanes over splits, then the fixed tree). Local statistics: finalizes from Welford's
+// mean and M2. SyncBN (sync_buf set): writes the CPU's seam buffer instead: sum = mean * count, sumsq = M2 + mean^2 *
+// count, and the count at [2c].
+__global__ void __launch_bounds__(32 * kFinalizeWarps)
+    bn_stats_finalize(const float* __restrict__ partial, int splits, int c, double count, double eps, double momentum,
+                      float* sync_buf, float* mean, float* invstd, float* running_mean, float* running_var) {
+  const int ch = blockIdx.x * kFinalizeWarps + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (ch >= c) return;  // whole warps
+  WelfordD w{0, 0, 0};
+  for (int s = lane; s < splits; s += 32) {
     const float* p = partial + (int64_t(ch) * splits + s) * 3;
-    const double nb = p[0];
-    if (nb == 0) continue;
-    const double nn = n + nb, delta = double(p[1]) - m;
-    m += delta * nb / nn;
-    m2 += double(p[2]) + delta * delta * n * nb / nn;
-    n = nn;
+    w = merge(w, WelfordD{p[0], p[1], p[2]});
   }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const WelfordD other{__shfl_down_sync(0xffffffffu, w.n, o), __shfl_down_sync(0xffffffffu, w.mean, o),
+                         __shfl_down_sync(0xffffffffu, w.m2, o)};
+    w = merge(w, other);
+  }
+  if (lane != 0) return;
+  const double n = w.n, m = w.mean, m2 = w.m2;
   if (sync_buf) {
     sync_buf[ch] = float(m * n);
     sync_buf[c + ch] = float(m2 + m * m * n);
@@ -358,17 +378,24 @@ __global__ void __launch_bounds__(kThreads)
 // dgamma += sum_dy_xhat, dbeta += sum_dy (local batch); coef = (sum_dy / count, sum_dy_xhat / count) for dx.
 // SyncBN (sync_buf set) also writes the seam buffer (sum_dy, sum_dy_xhat, count).
 template <class T>
-__global__ void bn_backward_finalize(const float* __restrict__ partial, int splits, int c, double count,
-                                     const float* __restrict__ invstd, T* dgamma, T* dbeta, float* sync_buf,
-                                     float* __restrict__ coef) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
+__global__ void __launch_bounds__(32 * kFinalizeWarps)
+    bn_backward_finalize(const float* __restrict__ partial, int splits, int c, double count,
+                         const float* __restrict__ invstd, T* dgamma, T* dbeta, float* sync_buf,
+                         float* __restrict__ coef) {
+  const int ch = blockIdx.x * kFinalizeWarps + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (ch >= c) return;  // whole warps
   double sdy = 0, sdyx = 0;
-  for (int s = 0; s < splits; ++s) {
+  for (int s = lane; s < splits; s += 32) {
     const float* p = partial + (int64_t(ch) * splits + s) * 2;
     sdy += double(p[0]);
     sdyx += double(p[1]);
   }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    sdy += __shfl_down_sync(0xffffffffu, sdy, o);
+    sdyx += __shfl_down_sync(0xffffffffu, sdyx, o);
+  }
+  if (lane != 0) return;
   sdyx *= double(invstd[ch]);
   dgamma[ch] = from_f32<T>(to_f32(dgamma[ch]) + float(sdyx));
   dbeta[ch] = from_f32<T>(to_f32(dbeta[ch]) + float(sdy));
@@ -1024,7 +1051,7 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
     float* rv = running_var.data<float>();
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
-    bn_stats_finalize<<<channel_blocks(int(c)), 128, 0, s>>>(partial.data<float>(), splits, int(c), double(count), eps,
+    bn_stats_finalize<<<finalize_blocks(int(c)), 32 * kFinalizeWarps, 0, s>>>(partial.data<float>(), splits, int(c), double(count), eps,
                                                              momentum, sync ? buf.data<float>() : nullptr, mean, invstd,
                                                              rm, rv);
     HPDT_CUDA_CHECK_LAUNCH();
@@ -1126,7 +1153,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     Tensor coef = Tensor::empty({2 * c}, DType::f32, x.device(), opts);
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
-    bn_backward_finalize<T><<<channel_blocks(int(c)), 128, 0, s>>>(
+    bn_backward_finalize<T><<<finalize_blocks(int(c)), 32 * kFinalizeWarps, 0, s>>>(
         partial.data<float>(), splits, int(c), double(count), invstd, static_cast<T*>(dgamma.data()),
         static_cast<T*>(dbeta.data()), sync ? buf.data<float>() : nullptr, coef.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();
