@@ -16,7 +16,8 @@
 //      double buffering; f32, f16, bf16 storage.
 //   v2 tensor cores (f16, bf16): 64|128 x 128 x 32 block tile, 4|8 warps of 64 x 32, mma.sync.m16n8k16 with f32
 //      accumulators, ldmatrix fragments. Shared memory is filled by cp.async where the operand is contiguous
-//      (weights; x/dy of 1x1 stride-1 convs; dy in backward-filter when the plane is a multiple of 8) and by
+//      (weights; x/dy of 1x1 stride-1 convs, 16 bytes or, on planes of 4k pixels such as 14 x 14, 8 bytes; dy in
+//      backward-filter when the plane is a multiple of 8) and by
 //      register-staged gathers otherwise (loaded before a stage's math, stored after it): 2 stages when a gather is
 //      involved, 4 when every operand is cp.async (1x1 stride-1 convs, which are plain GEMMs in NCHW).
 //      Backward-data and backward-filter gather x/dy tap-major too (channels / column tables).
@@ -67,12 +68,14 @@ constexpr int kPitchN = kBN + 8;      // v2 [k][pixel] tiles: 272-byte rows, dit
 constexpr int kStagePitch = kBN + 8;  // f32 epilogue staging rows: float2 / float4 writes without bank conflicts
 constexpr int kStageBytesTc = 64 * kStagePitch * 4;  // one warp row (64 rows) staged at a time
 
-enum Gather { kGeneric = 0, kChannels = 1, kDirect = 2 };
+// kDirect4 (forward / backward-data only): kDirect with 8-byte copies of 4 pixels, for planes that are a multiple
+// of 4 but not of 8: ResNet-50's 14 x 14 (196) stage, whose 1x1 convolutions gathered element by element before.
+enum Gather { kGeneric = 0, kChannels = 1, kDirect = 2, kDirect4 = 3 };
 
 // Pipeline depth: 2 stages where an operand is gathered through registers (loaded before a stage's math, stored
 // after it); 4 where both operands are cp.async (1x1 stride-1 convs), in dynamic shared memory.
 template <int MODE>
-constexpr int kGemmStages = MODE == kDirect ? 4 : 2;
+constexpr int kGemmStages = MODE == kDirect || MODE == kDirect4 ? 4 : 2;
 template <int BM, int MODE>
 constexpr int kGemmSmemBytes = std::max(kGemmStages<MODE> * (BM * kPitchK + kTcBK * kPitchN) * 2, kStageBytesTc);
 template <bool kAsync>
@@ -242,10 +245,13 @@ __global__ void __launch_bounds__(2 * BM, 2) conv_gemm_simt(const GemmConv p) {
 
 // v2: tensor cores. Block tile BM x 128 x 32, warps (BM / 64) x 4 of 64 x 32 (4 x 4 mma tiles each).
 // A (weights) by cp.async; B by cp.async (kDirect: 1x1 stride-1 unpadded, plane % 8 == 0, so 8 pixels are 16
-// contiguous bytes of one channel plane) or gathered into registers (kChannels: C % 16 == 0, one tap per half tile;
-// kGeneric: any shape).
+// contiguous bytes of one channel plane; kDirect4: plane % 4 == 0, 4 pixels in 8 bytes) or gathered into registers
+// (kChannels: C % 16 == 0, one tap per half tile; kGeneric: any shape).
 template <class T, int BM, int MODE>
 __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
+  constexpr bool kAsyncB = MODE == kDirect || MODE == kDirect4;
+  constexpr int kChunk = MODE == kDirect4 ? 4 : 8;  // pixels per cp.async (kAsyncB)
+  constexpr int kChunksPerRow = kBN / kChunk;       // 16 or 32
   constexpr int kThreads = 2 * BM;
   constexpr int kRowStep = kThreads / kBN;        // 1 or 2
   constexpr int kBPerThread = kTcBK / kRowStep;   // 32 or 16 register-staged B elements
@@ -274,11 +280,12 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   };
 
   // B thread mapping. Register-staged: pixel column tid % 128, k rows krow0 + j * kRowStep.
-  // Direct: 16-byte chunk tid % 16 (pixels 8q .. 8q + 7) of k rows tid / 16 + i * (kThreads / 16).
+  // Direct: chunk q = tid % kChunksPerRow (pixels kChunk * q ..) of k rows tid / kChunksPerRow + i * (kThreads /
+  // kChunksPerRow): a warp copies whole rows, so the shared-memory writes are conflict-free.
   const int col = tid % kBN, krow0 = tid / kBN;
   PixelGather g;
-  if constexpr (MODE == kDirect) {
-    const int m = n0 + (tid & 15) * 8;
+  if constexpr (kAsyncB) {
+    const int m = n0 + (tid % kChunksPerRow) * kChunk;
     g.ok = m < p.npix;
     if (g.ok) {
       const int img = p.pix_hw.div(m);
@@ -287,16 +294,18 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   } else {
     g = pixel_gather(p, n0 + col);
   }
-  uint16_t breg[MODE == kDirect ? 1 : kBPerThread];
+  uint16_t breg[kAsyncB ? 1 : kBPerThread];
 
   auto fetch_b = [&](int kt, int stage) {
-    if constexpr (MODE == kDirect) {
+    if constexpr (kAsyncB) {
 #pragma unroll
-      for (int i = 0; i < kTcBK * 16 / kThreads; ++i) {
-        const int row = (tid >> 4) + i * (kThreads / 16), k = kt * kTcBK + row;
+      for (int i = 0; i < kTcBK * kChunksPerRow / kThreads; ++i) {
+        const int row = tid / kChunksPerRow + i * (kThreads / kChunksPerRow), k = kt * kTcBK + row;
         const bool ok = g.ok && k < p.K;
-        cp_async16(Bs + stage * kBStage + row * kPitchN + (tid & 15) * 8,
-                   ok ? src + g.img_offset + int64_t(k) * p.plane : src, ok);
+        uint16_t* dst = Bs + stage * kBStage + row * kPitchN + (tid % kChunksPerRow) * kChunk;
+        const uint16_t* from = ok ? src + g.img_offset + int64_t(k) * p.plane : src;
+        if constexpr (MODE == kDirect4) cp_async8(dst, from, ok);
+        else cp_async16(dst, from, ok);
       }
     } else if constexpr (MODE == kChannels) {
       // C % 16 == 0: each 16-row half of the k tile lies in one tap. The thread's rows krow0 + j * kRowStep,
@@ -327,7 +336,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
     }
   };
   auto stash_b = [&](int stage) {
-    if constexpr (MODE != kDirect) {
+    if constexpr (!kAsyncB) {
 #pragma unroll
       for (int j = 0; j < kBPerThread; ++j) Bs[stage * kBStage + (krow0 + j * kRowStep) * kPitchN + col] = breg[j];
     } else {
@@ -788,10 +797,12 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
     else conv_gemm_simt<T, 128><<<grid, 256, 0, st>>>(p);
   } else if (small) {
     if (mode == kDirect) launch_gemm_tc<T, 64, kDirect>(p, grid, st);
+    else if (mode == kDirect4) launch_gemm_tc<T, 64, kDirect4>(p, grid, st);
     else if (mode == kChannels) launch_gemm_tc<T, 64, kChannels>(p, grid, st);
     else launch_gemm_tc<T, 64, kGeneric>(p, grid, st);
   } else {
     if (mode == kDirect) launch_gemm_tc<T, 128, kDirect>(p, grid, st);
+    else if (mode == kDirect4) launch_gemm_tc<T, 128, kDirect4>(p, grid, st);
     else if (mode == kChannels) launch_gemm_tc<T, 128, kChannels>(p, grid, st);
     else launch_gemm_tc<T, 128, kGeneric>(p, grid, st);
   }
@@ -799,9 +810,11 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
 }
 
 // The gather mode of a v2 launch: direct needs a 1x1 stride-1 unpadded tap (one phase covering the plane), a
-// plane of whole 16-byte chunks and an aligned source; channels needs 16-channel halves of k tiles in one tap.
+// plane of whole 16-byte chunks and an aligned source (direct4: 8-byte chunks); channels needs 16-channel halves
+// of k tiles in one tap.
 int gather_mode(const GemmConv& p, bool one_by_one_unit) {
   if (one_by_one_unit && p.plane % 8 == 0 && aligned16(p.src)) return kDirect;
+  if (one_by_one_unit && p.plane % 4 == 0 && reinterpret_cast<uintptr_t>(p.src) % 8 == 0) return kDirect4;
   if (p.C % 16 == 0) return kChannels;
   return kGeneric;
 }

@@ -273,10 +273,13 @@ TEST_F(ConvCuda, TileEdges) {
   // co 130: two 128-row tiles, the second with 2 rows; ci 96: whole 32-channel k tiles (the channels gather);
   // 1x1 on 8 x 8: the 16-byte direct loads through the 4-stage pipeline (7 k tiles, the last partial), pixels
   // 192 = 1.5 pixel tiles; stride 3 with a 4x4 kernel: phases with 1 and 2 taps; kernel 2 stride 3: phases
-  // without taps (dx zeros there).
+  // without taps (dx zeros there). 1x1 on 14 x 14 and 6 x 2 (planes of 4k pixels, not 8k): the 8-byte direct loads
+  // (kDirect4), 196 pixels per image so that 128-pixel tiles straddle images.
   const Case cases[] = {{"co 130 ci 96 3x3", 2, 96, 13, 13, 130, 3, 1, 1},
                         {"1x1 direct 200->72", 3, 200, 8, 8, 72, 1, 1, 0},
                         {"1x1 direct 64->200", 1, 64, 16, 8, 200, 1, 1, 0},
+                        {"1x1 direct4 14x14 72->136", 3, 72, 14, 14, 136, 1, 1, 0},
+                        {"1x1 direct4 6x2 40->24", 5, 40, 6, 2, 24, 1, 1, 0},
                         {"k4 s3 p1", 2, 32, 17, 17, 33, 4, 3, 1},
                         {"k2 s3 p0", 2, 6, 10, 10, 5, 2, 3, 0}};
   for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 0);
