@@ -32,13 +32,14 @@ struct ConvCase {
   const char* name;
   Conv2dShape s;
 };
-// ResNet-50 (v1.5) at 224, batch 256: the stem, a 3x3 and a 1x1 of stage 1, a 3x3 of stage 3, the strided 1x1
-// projection into stage 4.
+// ResNet-50 (v1.5) at 224, batch 256: the stem, a 3x3 and a 1x1 of stage 1, a 3x3 and a 1x1 of stage 3 (14 x 14
+// planes: NCHW's 1x1 loads 8-byte chunks there, kDirect4), the strided 1x1 projection into stage 4.
 const ConvCase kCases[] = {
     {"conv1_7x7s2_3-64_224", {256, 3, 224, 224, 64, 7, 7, 2, 3}},
     {"3x3_64-64_56", {256, 64, 56, 56, 64, 3, 3, 1, 1}},
     {"1x1_256-64_56", {256, 256, 56, 56, 64, 1, 1, 1, 0}},
     {"3x3_256-256_14", {256, 256, 14, 14, 256, 3, 3, 1, 1}},
+    {"1x1_1024-256_14", {256, 1024, 14, 14, 256, 1, 1, 1, 0}},
     {"1x1s2_1024-2048_14", {256, 1024, 14, 14, 2048, 1, 1, 2, 0}},
 };
 
