@@ -568,20 +568,24 @@ __global__ void __launch_bounds__(2 * BM, 2) conv_wgrad_simt(const GemmWgrad p) 
   }
 }
 
-// v2: tensor-core backward-filter. A = dy tile [co][32 pixels] (cp.async when oh * ow % 8 == 0: 8 pixels are 16
-// contiguous bytes of one plane), B = x tile [k][32 pixels]: cp.async for 1x1 stride-1 unpadded convs (kDirect),
+// v2: tensor-core backward-filter. A = dy tile [co][32 pixels] (cp.async of DYV pixels when oh * ow % DYV == 0:
+// 8 pixels in 16 bytes, or 4 in 8 bytes on planes such as 14 x 14; DYV = 0: gathered element by element),
+// B = x tile [k][32 pixels]: cp.async for 1x1 stride-1 unpadded convs (kDirect with DYV 8, kDirect4 with DYV 4),
 // else gathered through the column table: tap-major columns when ci % 16 == 0 (kChannels: one bounds check per
 // 16 columns, as the forward's channels gather), dw's own order otherwise (kGeneric). Both tiles are
 // k-contiguous, so both fragments are plain ldmatrix.
-template <class T, int BM, bool kVecDy, int XMODE>
+template <class T, int BM, int DYV, int XMODE>
 __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
+  static_assert(DYV == 0 || DYV == 4 || DYV == 8, "conv_wgrad_tc: dy chunks of 8 or 4 pixels, or none");
+  static_assert((XMODE != kDirect || DYV == 8) && (XMODE != kDirect4 || DYV == 4), "direct x: dy's chunks");
+  constexpr bool kVecDy = DYV != 0;
   constexpr int kThreads = 2 * BM;
   constexpr int kAStage = BM * kPitchK, kBStage = kBN * kPitchK;
   constexpr int kAPerThread = BM * kTcBK / kThreads;   // 16
   constexpr int kBPerThread = kBN * kTcBK / kThreads;  // 16 or 32
   constexpr int kRows = kThreads / 32;                 // rows per pass of the element loaders
-  constexpr int kChunkRows = kThreads / 4;             // rows per pass of the 16-byte loaders
-  constexpr bool kDirectX = XMODE == kDirect, kTapMajor = XMODE == kChannels;
+  constexpr int kChunksPerRow = kTcBK / (kVecDy ? DYV : 8);
+  constexpr bool kDirectX = XMODE == kDirect || XMODE == kDirect4, kTapMajor = XMODE == kChannels;
   constexpr int kStages = kWgradStages<kVecDy && kDirectX>;
   extern __shared__ __align__(16) unsigned char smem[];  // kWgradSmemBytes<BM, kVecDy && kDirectX>
   __shared__ int4 tab[kDirectX ? 1 : kBN];
@@ -601,18 +605,24 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   }
 
   const int pl = tid & 31, row0 = tid >> 5;  // element loaders: pixel pl, rows row0 + i * kRows
-  // 16-byte loaders: pixels 8q .. 8q + 7, rows crow0 + i * kChunkRows (k_chunk's lane order: no bank conflicts)
-  const int q = k_chunk(tid).q, crow0 = k_chunk(tid).row;
+  // Chunk loaders: chunk c = tid + i * kThreads is pixels DYV q .. of row chunk(c).row (k_chunk / k_chunk8: the lane
+  // orders without bank conflicts); q is the same for all of a thread's chunks.
+  const auto chunk = [](int c) { return DYV == 4 ? k_chunk8(c) : k_chunk(c); };
+  const int q = chunk(tid).q;
   uint16_t areg[kVecDy ? 1 : kAPerThread], breg[kDirectX ? 1 : kBPerThread];
+  const auto cp_async = [](void* dst, const void* src, bool ok) {
+    if constexpr (DYV == 4) cp_async8(dst, src, ok);
+    else cp_async16(dst, src, ok);
+  };
 
   auto fetch = [&](int kt, int stage) {
-    const WgradPixel w = wgrad_pixel(p, kt * kTcBK + (kVecDy ? q * 8 : pl));
+    const WgradPixel w = wgrad_pixel(p, kt * kTcBK + (kVecDy ? q * DYV : pl));
     if constexpr (kVecDy) {
 #pragma unroll
-      for (int i = 0; i < BM / kChunkRows; ++i) {
-        const int row = crow0 + i * kChunkRows, co = m0 + row;
+      for (int i = 0; i < BM * kChunksPerRow / kThreads; ++i) {
+        const int row = chunk(tid + i * kThreads).row, co = m0 + row;
         const bool ok = w.ok && co < p.CO;
-        cp_async16(As + stage * kAStage + row * kPitchK + q * 8, ok ? dy + w.dy_offset + int64_t(co) * p.ohw : dy, ok);
+        cp_async(As + stage * kAStage + row * kPitchK + q * DYV, ok ? dy + w.dy_offset + int64_t(co) * p.ohw : dy, ok);
       }
     } else {
 #pragma unroll
@@ -624,10 +634,10 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
     if constexpr (kDirectX) {
       // 1x1, stride 1, no padding: x(k = ci, P) = x[img][ci][pixel]; w.x_offset is x[img][0][pixel].
 #pragma unroll
-      for (int i = 0; i < kBN / kChunkRows; ++i) {
-        const int row = crow0 + i * kChunkRows, k = n0 + row;
+      for (int i = 0; i < kBN * kChunksPerRow / kThreads; ++i) {
+        const int row = chunk(tid + i * kThreads).row, k = n0 + row;
         const bool ok = w.ok && k < p.K;
-        cp_async16(Bs + stage * kBStage + row * kPitchK + q * 8, ok ? x + w.x_offset + int64_t(k) * p.ohw : x, ok);
+        cp_async(Bs + stage * kBStage + row * kPitchK + q * DYV, ok ? x + w.x_offset + int64_t(k) * p.ohw : x, ok);
       }
     } else if constexpr (kTapMajor) {
       // The thread's rows row0 + i * kRows, i = 16 / kRows * g + j, lie in column group g (16 columns, one tap as
@@ -777,10 +787,21 @@ void launch_gemm_tc(const GemmConv& p, dim3 grid, cudaStream_t st) {
   conv_gemm_tc<T, BM, MODE><<<grid, 2 * BM, kGemmSmemBytes<BM, MODE>, st>>>(p);
 }
 
-template <class T, int BM, bool kVecDy, int XMODE>
-void launch_wgrad_tc(const GemmWgrad& p, const WgradGrid& g, Tensor& dw, const Stream& stream) {
-  launch_wgrad<conv_wgrad_tc<T, BM, kVecDy, XMODE>>(p, g, 2 * BM, kWgradSmemBytes<BM, kVecDy && XMODE == kDirect>, dw,
-                                                    stream);
+template <class T, int DYV, int XMODE>
+void launch_wgrad_tc(bool small, const GemmWgrad& p, const WgradGrid& g, Tensor& dw, const Stream& stream) {
+  constexpr bool kAsync = XMODE == kDirect || XMODE == kDirect4;  // both operands cp.async: 4 stages
+  if (small)
+    launch_wgrad<conv_wgrad_tc<T, 64, DYV, XMODE>>(p, g, 128, kWgradSmemBytes<64, kAsync>, dw, stream);
+  else
+    launch_wgrad<conv_wgrad_tc<T, 128, DYV, XMODE>>(p, g, 256, kWgradSmemBytes<128, kAsync>, dw, stream);
+}
+
+// The dy chunks of a backward-filter launch: 16-byte (8 pixels) when the plane and pointer allow, else 8-byte.
+template <class T, int XMODE>
+void launch_wgrad_tc_dy(int dyv, bool small, const GemmWgrad& p, const WgradGrid& g, Tensor& dw, const Stream& stream) {
+  if (dyv == 8) launch_wgrad_tc<T, 8, XMODE>(small, p, g, dw, stream);
+  else if (dyv == 4) launch_wgrad_tc<T, 4, XMODE>(small, p, g, dw, stream);
+  else launch_wgrad_tc<T, 0, XMODE>(small, p, g, dw, stream);
 }
 
 template <class T>
@@ -905,23 +926,19 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
     return;
   }
   if constexpr (!std::is_same_v<T, float>) {
-    const bool vec_dy = (oh * ow) % 8 == 0 && aligned16(dy.data());
-    const bool direct_x = vec_dy && s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0 && aligned16(x.data());
-    const bool channels_x = s.c_in % 16 == 0;
-    if (direct_x) {
-      if (small) launch_wgrad_tc<T, 64, true, kDirect>(p, g, dw, stream);
-      else launch_wgrad_tc<T, 128, true, kDirect>(p, g, dw, stream);
-    } else if (channels_x) {
-      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kChannels>(p, g, dw, stream);
-      else if (vec_dy) launch_wgrad_tc<T, 128, true, kChannels>(p, g, dw, stream);
-      else if (small) launch_wgrad_tc<T, 64, false, kChannels>(p, g, dw, stream);
-      else launch_wgrad_tc<T, 128, false, kChannels>(p, g, dw, stream);
-    } else {
-      if (vec_dy && small) launch_wgrad_tc<T, 64, true, kGeneric>(p, g, dw, stream);
-      else if (vec_dy) launch_wgrad_tc<T, 128, true, kGeneric>(p, g, dw, stream);
-      else if (small) launch_wgrad_tc<T, 64, false, kGeneric>(p, g, dw, stream);
-      else launch_wgrad_tc<T, 128, false, kGeneric>(p, g, dw, stream);
-    }
+    const auto aligned = [](const void* ptr, uintptr_t b) { return reinterpret_cast<uintptr_t>(ptr) % b == 0; };
+    const int dyv = (oh * ow) % 8 == 0 && aligned(dy.data(), 16)  ? 8
+                    : (oh * ow) % 4 == 0 && aligned(dy.data(), 8) ? 4
+                                                                   : 0;
+    const bool unit = s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0;
+    if (unit && dyv == 8 && aligned(x.data(), 16))
+      launch_wgrad_tc<T, 8, kDirect>(small, p, g, dw, stream);
+    else if (unit && dyv == 4 && aligned(x.data(), 8))
+      launch_wgrad_tc<T, 4, kDirect4>(small, p, g, dw, stream);
+    else if (s.c_in % 16 == 0)
+      launch_wgrad_tc_dy<T, kChannels>(dyv, small, p, g, dw, stream);
+    else
+      launch_wgrad_tc_dy<T, kGeneric>(dyv, small, p, g, dw, stream);
   }
 }
 

@@ -86,6 +86,12 @@ struct KChunk {
   int row, q;
 };
 __device__ __forceinline__ KChunk k_chunk(int c) { return {(c & 7) | ((c >> 5) << 3), (c >> 3) & 3}; }
+// The same for 8-byte chunks (q: the eighth, k 4q .. 4q + 3). Row r, eighth q sits on 8-byte unit (10 r + q) % 16
+// of a 128-byte wavefront; the 32 lanes of a warp take the 8 eighths of rows r, r + 4, r + 8, r + 12, whose spans
+// start on units 10 r, +8, +0, +8 (mod 16): every unit twice, the 2 wavefronts 256 bytes need.
+__device__ __forceinline__ KChunk k_chunk8(int c) {
+  return {((c >> 3) & 3) * 4 + ((c >> 5) & 3) + ((c >> 7) << 4), c & 7};
+}
 constexpr int kThreads1D = 256;     // element-wise helper kernels
 
 // The k-loop of every v2 kernel here: tiles [kt0, kt1) of the reduction, through kStages shared-memory

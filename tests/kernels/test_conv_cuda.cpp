@@ -249,12 +249,14 @@ TEST_F(ConvCuda, OnePixelOneChannel) { check_case({"1x1x1x1 k1", 1, 1, 1, 1, 1, 
 
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
 // On the emulator, which counts shared-memory bank conflicts (docs/cuda-emulator.md): the tensor-core
-// convolutions' ldmatrix reads and 16-byte cp.async writes are conflict-free in both layouts and all three
-// directions (k_chunk's lane order; with 4 lanes per 80-byte row every cp.async write was 2-way conflicted).
+// convolutions' ldmatrix reads and 16- and 8-byte cp.async writes are conflict-free in both layouts and all three
+// directions (k_chunk's and k_chunk8's lane orders; with 4 lanes per 80-byte row every cp.async write was 2-way
+// conflicted). 14 x 14 planes take the 8-byte chunks (backward-filter's dy; the 1x1's activations everywhere).
 TEST_F(ConvCuda, EmulatedSharedMemoryAccessesAreConflictFree) {
   test::expect_conflict_free_shared_memory([&] {
     check_case({"3x3 64->64", 2, 64, 14, 14, 64, 3, 1, 1}, false);                // channels gather, weights by cp.async
     check_case({"1x1 64->128", 2, 64, 8, 8, 128, 1, 1, 0}, false);                // 1x1: both operands by cp.async
+    check_case({"1x1 64->128 at 14", 2, 64, 14, 14, 128, 1, 1, 0}, false);        // 1x1: 8-byte chunks
     check_case({"3x3 64->64", 2, 64, 14, 14, 64, 3, 1, 1}, false, Layout::nhwc);  // 16-byte activation loads
   });
 }
@@ -280,6 +282,8 @@ TEST_F(ConvCuda, TileEdges) {
                         {"1x1 direct 64->200", 1, 64, 16, 8, 200, 1, 1, 0},
                         {"1x1 direct4 14x14 72->136", 3, 72, 14, 14, 136, 1, 1, 0},
                         {"1x1 direct4 6x2 40->24", 5, 40, 6, 2, 24, 1, 1, 0},
+                        {"3x3 14x14 32->48 (dy in 8-byte chunks)", 2, 32, 14, 14, 48, 3, 1, 1},
+                        {"3x3 14x14 5->7 (dy in 8-byte chunks, x gathered)", 3, 5, 14, 14, 7, 3, 1, 1},
                         {"k4 s3 p1", 2, 32, 17, 17, 33, 4, 3, 1},
                         {"k2 s3 p0", 2, 6, 10, 10, 5, 2, 3, 0}};
   for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 0);
