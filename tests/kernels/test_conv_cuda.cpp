@@ -661,8 +661,9 @@ TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
 TEST_F(ConvCuda, NhwcTransposesAreBitExact) {
   // kernels/cuda/layout.cu against the CPU transposes: the bits of every element move, whatever the dtype.
   for (DType dt : test::kCudaTestDtypes)
+    // channel counts up to 8 take the pixel-per-thread kernel (both directions), more the 32 x 32 tiles
     for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{2, 3, 7, 7}, Shape{3, 17, 9, 11}, Shape{2, 33, 33, 5},
-                           Shape{1, 64, 1, 1}, Shape{2, 40, 35, 33}}) {
+                           Shape{1, 64, 1, 1}, Shape{2, 40, 35, 33}, Shape{3, 8, 5, 7}, Shape{2, 9, 4, 4}}) {
       SCOPED_TRACE(s.str() + " " + std::string(dtype_name(dt)));
       const Tensor x = round_through(random(s), dt);
       const Shape hs{s[0], s[2], s[3], s[1]};
