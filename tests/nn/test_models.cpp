@@ -1,11 +1,14 @@
 // Models and the parameter arena: exact parameter counts, reverse layout and the gradient-ready hook,
-// a finite-difference check of whole-model gradients along a random direction, eval/train, bad input.
+// a finite-difference check of whole-model gradients along a random direction, eval/train, bad input, and the
+// fused layers the ResNets are built from against the separate ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "hpdt/core/philox.h"
+#include "hpdt/kernels/activation.h"
 #include "hpdt/kernels/loss.h"
+#include "hpdt/nn/layer.h"
 #include "hpdt/nn/model.h"
 #include "hpdt/nn/optim.h"
 #include "hpdt_test.h"
@@ -69,6 +72,50 @@ TEST(Models, UnknownNameAndBadConfigurationsThrowClearly) {
   auto m = make_model("resnet20", r);
   Tensor bad = Tensor::zeros({2, 3, 8, 8}, DType::f32);
   HPDT_EXPECT_THROW_MSG(m->forward(bad), "resnet20: expects f32 images [b, 1, 8, 8], got [2, 3, 8, 8]");
+}
+
+// The fused layers (BatchNorm with then_relu and a residual; Conv2d's added input gradient) are BatchNorm, add,
+// ReLU and Conv2d, bit for bit on the CPU, and name themselves for mismatched tensors.
+TEST(Layers, FusedBatchNormReluAndConvInputGradMatchTheSeparateLayers) {
+  ParameterArena a;
+  Conv2d conv(a, "conv", 3, 4, 3, 1, 1, false, init::normal(0.5f));
+  BatchNorm fused(a, "bn_fused", 4, 1e-5f, 0.1f, /*then_relu=*/true), plain(a, "bn_plain", 4);
+  ReLU relu("relu");
+  const Stream cpu;
+  a.finalize(7, DType::f32, cpu);
+  Rng rng(3);
+  auto rand = [&](const Shape& s) {
+    Tensor t = Tensor::empty(s, DType::f32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.normal();
+    return t;
+  };
+  for (Layer* l : std::initializer_list<Layer*>{&conv, &fused, &plain, &relu}) l->set_layout(kernels::Layout::nchw);
+  const Tensor x = rand({2, 4, 5, 5}), r = rand({2, 4, 5, 5}), dy = rand({2, 4, 5, 5});
+  Tensor sum = Tensor::empty(x.shape(), DType::f32);
+  kernels::add(plain.forward(x), r, sum, cpu);
+  const Tensor want = relu.forward(sum).clone(cpu), got = fused.forward(x, r).clone(cpu);
+  const Tensor want_dx = plain.backward(relu.backward(dy)).clone(cpu), got_dx = fused.backward(dy).clone(cpu);
+  const Tensor want_dr = relu.backward(dy).clone(cpu);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    ASSERT_EQ(want.data<float>()[i], got.data<float>()[i]) << i;
+    ASSERT_EQ(want_dx.data<float>()[i], got_dx.data<float>()[i]) << i;
+    ASSERT_EQ(want_dr.data<float>()[i], fused.residual_grad().data<float>()[i]) << i;
+  }
+  HPDT_EXPECT_THROW_MSG(fused.forward(x, rand({2, 4, 5, 4})), "bn_fused: residual must match the input [2, 4, 5, 5] f32");
+  // conv: dx + r through the backward-data epilogue, once
+  const Tensor cx = rand({2, 3, 5, 5}), cdy = rand({2, 4, 5, 5}), cr = rand({2, 3, 5, 5});
+  conv.forward(cx);
+  const Tensor dx = conv.backward(cdy).clone(cpu);
+  conv.add_to_next_input_grad(cr);
+  const Tensor dx_r = conv.backward(cdy).clone(cpu);
+  for (int64_t i = 0; i < cx.numel(); ++i) ASSERT_EQ(dx_r.data<float>()[i], dx.data<float>()[i] + cr.data<float>()[i]) << i;
+  const Tensor again = conv.backward(cdy);  // the residual applied to one backward only
+  for (int64_t i = 0; i < cx.numel(); ++i) ASSERT_EQ(again.data<float>()[i], dx.data<float>()[i]) << i;
+  conv.add_to_next_input_grad(rand({2, 3, 5, 4}));
+  HPDT_EXPECT_THROW_MSG(conv.backward(cdy), "conv: the gradient to add must match the input [2, 3, 5, 5] f32");
+  conv.set_needs_input_grad(false);
+  conv.add_to_next_input_grad(cr);
+  HPDT_EXPECT_THROW_MSG(conv.backward(cdy), "conv: add_to_next_input_grad on a layer that computes no input gradient");
 }
 
 ModelConfig tiny_vit() {
