@@ -35,7 +35,9 @@
 #include <vector>
 
 #include "conv_common.cuh"
+#include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/conv.h"
+#include "hpdt/kernels/cuda/gemm.h"
 #include "launch.cuh"
 
 namespace hpdt::kernels::cuda {
@@ -796,6 +798,17 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
   }
 }
 
+// A 1x1 stride-1 unpadded NHWC convolution is a plain GEMM of the [pixels, channels] matrices; with
+// kernels::gemm_choice() v3 (hpdt-train --gemm v3) and ConvVariant::automatic it runs on GEMM v3 (wgmma + TMA)
+// wherever v3 takes the call (16-bit, 16-byte aligned rows, a Hopper GPU), and on the conv kernels otherwise.
+// The GEMM (trans_a, trans_b, A, lda, B, ldb) as cuda::gemm takes it; true when v3 takes it.
+bool one_by_one_on_gemm_v3(const Conv2dShape& s, ConvVariant variant, bool trans_a, bool trans_b, const void* a,
+                           int64_t lda, const void* b, int64_t ldb, DType dt, const Stream& stream) {
+  return variant == ConvVariant::automatic && gemm_choice() == GemmChoice::v3 && s.kh == 1 && s.kw == 1 &&
+         s.stride == 1 && s.pad == 0 && dt != DType::f32 && s.n * s.h * s.w > 0 && s.c_in > 0 && s.c_out > 0 &&
+         gemm_resolve(GemmVariant::automatic, trans_a, trans_b, lda, ldb, a, b, dt, stream) == GemmVariant::v3_wgmma;
+}
+
 }  // namespace
 
 void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
@@ -803,6 +816,14 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
   check_index_range("conv2d_forward", s);
   if (y.numel() == 0) return;
+  // y [P, co] = x [P, ci] w[co, ci]^T (+ bias in the GEMM's epilogue; the rest of a fused epilogue: conv kernels)
+  const int64_t P = s.n * s.h * s.w;
+  if (!e.scale && !e.shift && !e.residual && !e.relu &&
+      one_by_one_on_gemm_v3(s, variant, false, true, x.data(), s.c_in, w.data(), s.c_in, x.dtype(), stream)) {
+    gemm(false, true, P, s.c_out, s.c_in, 1.0f, x.data(), s.c_in, w.data(), s.c_in, 0.0f, y.data(), s.c_out,
+         x.dtype(), y.dtype(), GemmEpilogue{.bias = e.bias ? e.bias->data() : nullptr}, stream, GemmVariant::v3_wgmma);
+    return;
+  }
   dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     run_forward<T>(s, x, w, e, y, tc, stream);
@@ -814,6 +835,14 @@ void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Ten
   const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
   check_index_range("conv2d_backward_data", s);
   if (dx.numel() == 0) return;
+  // dx [P, ci] = dy [P, co] w [co, ci] (with a residual: the conv kernels, whose epilogue adds it)
+  const int64_t P = s.n * s.h * s.w;
+  if (!residual &&
+      one_by_one_on_gemm_v3(s, variant, false, false, dy.data(), s.c_out, w.data(), s.c_in, dy.dtype(), stream)) {
+    gemm(false, false, P, s.c_in, s.c_out, 1.0f, dy.data(), s.c_out, w.data(), s.c_in, 0.0f, dx.data(), s.c_in,
+         dy.dtype(), dx.dtype(), {}, stream, GemmVariant::v3_wgmma);
+    return;
+  }
   dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
     using T = decltype(tag);
     run_backward_data<T>(s, dy, w, dx, tc, residual, stream);
@@ -824,10 +853,17 @@ void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Te
                                  const Stream& stream, ConvVariant variant) {
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_backward_filter");
   check_index_range("conv2d_backward_filter", s);
-  dispatch_floating(x.dtype(), "conv2d_backward_filter", [&](auto tag) {
-    using T = decltype(tag);
-    run_backward_filter<T>(s, x, dy, dw, tc, stream);
-  });
+  // dw [co, ci] += dy [P, co]^T x [P, ci] (split-K over the pixels inside the GEMM)
+  const int64_t P = s.n * s.h * s.w;
+  if (one_by_one_on_gemm_v3(s, variant, true, false, dy.data(), s.c_out, x.data(), s.c_in, x.dtype(), stream)) {
+    gemm(true, false, s.c_out, s.c_in, P, 1.0f, dy.data(), s.c_out, x.data(), s.c_in, 1.0f, dw.data(), s.c_in,
+         x.dtype(), dw.dtype(), {}, stream, GemmVariant::v3_wgmma);
+  } else {
+    dispatch_floating(x.dtype(), "conv2d_backward_filter", [&](auto tag) {
+      using T = decltype(tag);
+      run_backward_filter<T>(s, x, dy, dw, tc, stream);
+    });
+  }
   if (dbias) conv_detail::bias_grad_nhwc(dy, *dbias, stream);
 }
 

@@ -160,7 +160,11 @@ def train_table(t, torch, rows, numbers):
     rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, key, tmodel in [("ResNet-50, 224², batch 256, NCHW", "resnet50_bf16_{}", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC", "resnet50_bf16_{}_nhwc", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NCHW, CUDA graph", "resnet50_bf16_{}_graph", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --gemm v3 (1×1 convolutions on GEMM v3)",
+                                "resnet50_bf16_{}_nhwc_gemm_v3", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v3", "vit_b16_bf16_{}_gemm_v3", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v3, ws pipeline", "vit_b16_bf16_{}_gemm_v3ws",
                                 "vit_b16")]:

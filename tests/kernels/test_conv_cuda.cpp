@@ -37,6 +37,7 @@
 #include "kernel_settings.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/conv.h"
+#include "hpdt/kernels/cuda/gemm.h"
 #endif
 
 namespace {
@@ -657,6 +658,61 @@ TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
     }
   }
 }
+
+#if HPDT_HAVE_CUDA
+// With kernels::gemm_choice() v3 and ConvVariant::automatic, NHWC 1x1 stride-1 convolutions run as GEMM v3 in all
+// three directions (backward-data with a residual stays on the conv kernels, whose epilogue adds it): against the
+// oracle, and on the emulator, which kernels ran.
+TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
+  {
+    const Tensor probe = poisoned({64, 64}, DType::bf16);
+    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
+                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
+      GTEST_SKIP() << "GEMM v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  }
+  test::GemmChoiceScope v3(kernels::GemmChoice::v3);
+  const auto auto_v = kernels::cuda::ConvVariant::automatic;
+  const Case cases[] = {{"1x1 64->72 at 14", 2, 64, 14, 14, 72, 1, 1, 0}, {"1x1 40->24 at 6x2", 3, 40, 6, 2, 24, 1, 1, 0}};
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const Case& c : cases) {
+      const Conv2dShape s = c.shape();
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
+      const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.h, s.w, s.c_out}, ws{s.c_out, s.c_in, 1, 1};
+      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
+                   db0 = random({s.c_out}), res = random(xs);
+      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
+                                   round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      const unsigned long long gemms = cuda_emu::launches_named("gemm_v3"), convs = cuda_emu::launches_named("conv_nhwc_");
+#endif
+      Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+      Conv2dEpilogue e;
+      e.bias = &gb;
+      kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, y, stream, auto_v);
+      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v);
+      kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
+      const double l_filter = double(s.n * s.h * s.w);
+      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, double(s.c_in), Impl::v2))) << "forward";
+      EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, double(s.c_out), Impl::v2))) << "backward-data";
+      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
+      EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      EXPECT_EQ(cuda_emu::launches_named("gemm_v3") - gemms, 3u) << "one GEMM v3 per direction";
+      EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_"), convs) << "no conv kernel";
+#endif
+      // backward-data with a residual: the conv kernels (their epilogue adds it)
+      Tensor dxr = poisoned(xs, dt), want_dxr = round_through(res, dt);
+      for (int64_t i = 0; i < want_dxr.numel(); ++i) want_dxr.data<float>()[i] += want.dx.data<float>()[i];
+      const Tensor gres = to_gpu(res, dt);
+      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dxr, stream, auto_v, &gres);
+      EXPECT_TRUE(close(want_dxr, to_cpu_f32(dxr), conv_tolerance(dt, double(s.c_out), Impl::v2))) << "dx + residual";
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      EXPECT_GT(cuda_emu::launches_named("conv_nhwc_"), convs) << "the residual takes the conv kernels";
+#endif
+    }
+}
+#endif
 
 TEST_F(ConvCuda, NhwcTransposesAreBitExact) {
   // kernels/cuda/layout.cu against the CPU transposes: the bits of every element move, whatever the dtype.

@@ -257,6 +257,9 @@ struct BankCounts {
 };
 void count_bank_conflicts(bool on);  // on: counts from 0
 BankCounts bank_counts();
+// Launches so far of kernels whose name (as __PRETTY_FUNCTION__ prints it) contains `part`: which kernels a
+// dispatch chose, for tests.
+unsigned long long launches_named(const char* part);
 }  // namespace cuda_emu
 
 // Driver entry points (only cuTensorMapEncodeTiled is emulated; cuda.h has its types).

@@ -1570,6 +1570,11 @@ void print_stats() {
 bool g_count_banks = false;  // count_bank_conflicts(true)
 BankCounts g_banks{};
 
+std::map<std::string, unsigned long long>& launch_names() {  // launches_named: every launch, by kernel name
+  static auto* m = new std::map<std::string, unsigned long long>;
+  return *m;
+}
+
 void record_stats(long long ns, uint64_t threads) {
   if (!g_stats) {
     g_stats = new std::map<std::string, KernelStats>;
@@ -1660,6 +1665,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   E.in_launch = false;
   launching = false;
   if (stats_enabled()) record_stats(clock_ns() - t0, threads * g.x * g.y * g.z);
+  ++launch_names()[E.kernel_name ? E.kernel_name : "?"];
   g_banks.ldmatrix_wavefronts += E.ldm_wavefronts;
   g_banks.ldmatrix_ideal += E.ldm_ideal;
   g_banks.cp_async_wavefronts += E.cp_wavefronts;
@@ -1672,6 +1678,13 @@ void count_bank_conflicts(bool on) {
 }
 
 BankCounts bank_counts() { return g_banks; }
+
+unsigned long long launches_named(const char* part) {
+  unsigned long long n = 0;
+  for (const auto& [name, count] : launch_names())
+    if (name.find(part) != std::string::npos) n += count;
+  return n;
+}
 
 }  // namespace cuda_emu
 
