@@ -852,8 +852,8 @@ __global__ void __launch_bounds__(kThreads)
 template <class T, int V, bool kOnePack>
 __global__ void __launch_bounds__(kThreads)
     ln_backward_kernel(const T* dy, const T* x, const T* __restrict__ gamma, const float* __restrict__ mean,
-                       const float* __restrict__ rstd, T* dx, float* __restrict__ partial, int64_t rows,
-                       int64_t rows_per_block, int d, int tpr) {
+                       const float* __restrict__ rstd, const T* residual, T* dx, float* __restrict__ partial,
+                       int64_t rows, int64_t rows_per_block, int d, int tpr) {
   extern __shared__ float acc[];  // [groups][2][V][packs]
   __shared__ float red[2][kWarps][2];
   const int groups = blockDim.x / tpr, g = threadIdx.x / tpr, t = threadIdx.x - g * tpr;
@@ -927,10 +927,17 @@ __global__ void __launch_bounds__(kThreads)
       sg /= float(d);
       sgx /= float(d);
       T* qr = dx + row * d;
+      const T* rr = residual ? residual + row * d : nullptr;  // dx += the skip connection's gradient
       if constexpr (kOnePack) {
         if (t < packs) {
 #pragma unroll
           for (int k = 0; k < V; ++k) gv[k] = rs * (gv[k] * gm[k] - sg - (pv[k] - m) * rs * sgx);
+          if (rr) {
+            float rv[V];
+            load<V>(rr + t * V, rv);
+#pragma unroll
+            for (int k = 0; k < V; ++k) gv[k] += rv[k];
+          }
           store<V>(qr + t * V, gv);
         }
       } else {
@@ -943,6 +950,12 @@ __global__ void __launch_bounds__(kThreads)
           load<V>(gamma + pk * V, gmw);
 #pragma unroll
           for (int k = 0; k < V; ++k) gw[k] = rs * (gw[k] * gmw[k] - sg - (pw[k] - m) * rs * sgx);
+          if (rr) {
+            float rv[V];
+            load<V>(rr + pk * V, rv);
+#pragma unroll
+            for (int k = 0; k < V; ++k) gw[k] += rv[k];
+          }
           store<V>(qr + pk * V, gw);
         }
       }
@@ -1214,7 +1227,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta, const Stream& stream) {
+                        Tensor& dgamma, Tensor& dbeta, const Stream& stream, const Tensor* residual) {
   const int64_t d = x.size(-1), rows = d > 0 ? x.numel() / d : 0;
   if (d == 0) return;
   const char* op = "layernorm_backward";
@@ -1224,7 +1237,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const bool vec = d % kVec<T> == 0 && aligned16(dy.data()) && aligned16(x.data()) && aligned16(dx.data()) &&
-                     aligned16(gamma.data());
+                     aligned16(gamma.data()) && (!residual || aligned16(residual->data()));
     const int v = vec ? kVec<T> : 1;
     const int64_t packs = d / v;
     // Threads per row: the row's vectors, rounded up to whole warps, at most a block; several rows per block
@@ -1243,8 +1256,9 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
         HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       kernel<<<unsigned(blocks), groups * tpr, smem, s>>>(
           static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()), static_cast<const T*>(gamma.data()),
-          saved.mean.data<float>(), saved.rstd.data<float>(), static_cast<T*>(dx.data()), partial.data<float>(), rows,
-          rows_per_block, int(d), tpr);
+          saved.mean.data<float>(), saved.rstd.data<float>(),
+          residual ? static_cast<const T*>(residual->data()) : nullptr, static_cast<T*>(dx.data()),
+          partial.data<float>(), rows, rows_per_block, int(d), tpr);
       HPDT_CUDA_CHECK_LAUNCH();
     };
     const bool one_pack = packs <= tpr;

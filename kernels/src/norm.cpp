@@ -213,7 +213,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta, const Stream& s) {
+                        Tensor& dgamma, Tensor& dbeta, const Stream& s, const Tensor* residual) {
   const char* op = "layernorm_backward";
   const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.rstd, &dx, &dgamma, &dbeta}, s);
   if (dev.is_cpu())
@@ -227,14 +227,26 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   check_shape(op, "dgamma", dgamma, Shape{d});
   check_shape(op, "dbeta", dbeta, Shape{d});
   check_shape(op, "saved mean", saved.mean, Shape{rows});
+  if (residual) {
+    detail::float_op_device(op, {&x, residual}, s);
+    check_shape(op, "residual", *residual, x.shape());
+    HPDT_CHECK(residual->numel() == 0 || residual->data() != dx.data(), op, ": the residual must be a tensor other than dx");
+  }
   if (dev.is_cuda()) {
     check_shape(op, "saved rstd", saved.rstd, Shape{rows});
-    HPDT_ON_CUDA(cuda::layernorm_backward(dy, x, gamma, saved, dx, dgamma, dbeta, s));
+    HPDT_ON_CUDA(cuda::layernorm_backward(dy, x, gamma, saved, dx, dgamma, dbeta, s, residual));
     return;
   }
   cpu::layernorm_backward<float>(rows, d, dy.data<float>(), x.data<float>(), gamma.data<float>(),
                                  saved.mean.data<float>(), saved.rstd.data<float>(), dx.data<float>(),
                                  dgamma.data<float>(), dbeta.data<float>());
+  if (residual) {
+    float* p = dx.data<float>();
+    const float* r = residual->data<float>();
+    const int64_t n = dx.numel();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] + r[i];
+  }
 }
 
 }  // namespace hpdt::kernels

@@ -296,7 +296,10 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   ensure(dx_, x_.shape(), x_.dtype());
   Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);
-  kernels::layernorm_backward(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, stream_);
+  const Tensor r = std::exchange(dx_residual_, Tensor());
+  if (r.defined() && (!(r.shape() == x_.shape()) || r.dtype() != x_.dtype()))
+    fail("the gradient to add must match the input " + x_.shape().str() + " " + dt_name(x_.dtype()), r);
+  kernels::layernorm_backward(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, stream_, r.defined() ? &r : nullptr);
   arena_->grads_ready(g_id_, 2);
   return dx_;
 }

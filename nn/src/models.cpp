@@ -124,16 +124,18 @@ class PatchEmbedding : public Layer {
   Tensor patches_, tokens_, dpatches_;
 };
 
-// Pre-norm transformer encoder block (torchvision EncoderBlock): x + attn(ln_1(x)), then + mlp(ln_2(.)).
+// Pre-norm transformer encoder block (torchvision EncoderBlock): x + attn(ln_1(x)), then + mlp(ln_2(.)). Backward
+// sums each skip connection's gradient into the layer norm's input gradient (LayerNorm::add_to_next_input_grad)
+// instead of a separate add.
 class EncoderBlock : public Layer {
  public:
   EncoderBlock(ParameterArena& a, const std::string& name, int64_t d, int64_t heads, float dropout, uint64_t seed,
                uint64_t stream_base)
       : Layer(name), attn_path_(name + ".attn_path"), mlp_path_(name + ".mlp_path") {
-    attn_path_.add<LayerNorm>(a, name + ".ln_1", d, 1e-6f);
+    ln_1_ = &attn_path_.add<LayerNorm>(a, name + ".ln_1", d, 1e-6f);
     attn_path_.add<MultiHeadSelfAttention>(a, name + ".self_attention", d, heads);
     attn_path_.add<Dropout>(name + ".dropout", dropout, seed, stream_base);
-    mlp_path_.add<LayerNorm>(a, name + ".ln_2", d, 1e-6f);
+    ln_2_ = &mlp_path_.add<LayerNorm>(a, name + ".ln_2", d, 1e-6f);
     // torchvision MLPBlock: xavier_uniform weights, N(0, 1e-6) biases
     mlp_path_.add<Linear>(a, name + ".mlp.0", d, 4 * d, true, init::xavier_uniform(d, 4 * d), init::normal(1e-6f));
     mlp_path_.add<GELU>(name + ".mlp.1", kernels::GeluForm::erf);
@@ -146,8 +148,10 @@ class EncoderBlock : public Layer {
     return add_into(out_, mlp_path_.forward(mid_), mid_, stream_);
   }
   Tensor backward(const Tensor& dy) override {
-    add_into(dmid_, mlp_path_.backward(dy), dy, stream_);
-    return add_into(dx_, attn_path_.backward(dmid_), dmid_, stream_);
+    ln_2_->add_to_next_input_grad(dy);
+    const Tensor dmid = mlp_path_.backward(dy);  // ln_2's dx + dy
+    ln_1_->add_to_next_input_grad(dmid);
+    return attn_path_.backward(dmid);  // ln_1's dx + dmid
   }
   void for_each_child(const std::function<void(Layer&)>& f) override {
     f(attn_path_);
@@ -156,7 +160,9 @@ class EncoderBlock : public Layer {
 
  private:
   Sequential attn_path_, mlp_path_;
-  Tensor mid_, out_, dmid_, dx_;
+  LayerNorm* ln_1_ = nullptr;  // the paths' first layers
+  LayerNorm* ln_2_ = nullptr;
+  Tensor mid_, out_;
 };
 
 class ClassToken : public Layer {

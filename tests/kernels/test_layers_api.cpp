@@ -192,6 +192,28 @@ TEST(LayerApi, FusedBatchNormReluIsBnThenAddThenRelu) {
                         "batchnorm_backward_train: dz has shape [2, 3, 4, 3], expected [2, 3, 4, 4]");
 }
 
+// layernorm_backward with a residual is layernorm_backward then kernels::add, bit for bit.
+TEST(LayerApi, LayerNormBackwardWithResidualIsBackwardThenAdd) {
+  const Shape s{5, 3, 12};
+  const Tensor x = filled(s, 0), g = filled({12}, 1), b = filled({12}, 2), dy = filled(s, 3), r = filled(s, 4);
+  Tensor y = Tensor::empty(s, DType::f32);
+  LayerNormSaved saved;
+  layernorm_forward(x, g, b, 1e-5f, saved, y, kCpu);
+  Tensor dx1 = Tensor::empty(s, DType::f32), dx2 = Tensor::empty(s, DType::f32);
+  Tensor dg1 = Tensor::zeros({12}, DType::f32), db1 = Tensor::zeros({12}, DType::f32);
+  Tensor dg2 = Tensor::zeros({12}, DType::f32), db2 = Tensor::zeros({12}, DType::f32);
+  layernorm_backward(dy, x, g, saved, dx1, dg1, db1, kCpu);
+  add(dx1, r, dx1, kCpu);
+  layernorm_backward(dy, x, g, saved, dx2, dg2, db2, kCpu, &r);
+  for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dx1.data<float>()[i], dx2.data<float>()[i]) << i;
+  for (int64_t j = 0; j < 12; ++j) EXPECT_EQ(dg1.data<float>()[j], dg2.data<float>()[j]);
+  const Tensor bad = filled({5, 3, 11}, 5);
+  HPDT_EXPECT_THROW_MSG(layernorm_backward(dy, x, g, saved, dx2, dg2, db2, kCpu, &bad),
+                        "layernorm_backward: residual has shape [5, 3, 11], expected [5, 3, 12]");
+  HPDT_EXPECT_THROW_MSG(layernorm_backward(dy, x, g, saved, dx2, dg2, db2, kCpu, &dx2),
+                        "layernorm_backward: the residual must be a tensor other than dx");
+}
+
 // conv2d_backward_data with a residual is backward-data then kernels::add, bit for bit, in both layouts (the
 // stride-2 1x1 case has dx pixels that no tap reaches: they must be the residual's).
 TEST(LayerApi, ConvBackwardDataWithResidualIsBackwardDataThenAdd) {

@@ -405,6 +405,14 @@ void NormCuda::ln_case(const Shape& shape, DType dt, bool misaligned) {
   EXPECT_TRUE(close(dx, to_cpu_f32(dxg), dx_tol)) << "dx";
   EXPECT_TRUE(close(dg, to_cpu_f32(dgg), sum_tol(dt, rows))) << "dgamma";
   EXPECT_TRUE(close(db, to_cpu_f32(dbg), sum_tol(dt, rows))) << "dbeta";
+  // dx + a residual (a pre-norm block's skip connection) in the same store
+  const Tensor res = random(shape), resr = round_through(res, dt);
+  Tensor want_r = Tensor::empty(shape, DType::f32), dg2 = round_through(dg0, dt), db2 = round_through(db0, dt);
+  kernels::layernorm_backward(round_through(dy, dt), xr, gr, saved, want_r, dg2, db2, cpu, &resr);
+  Tensor dxr = poison(shape, dt, misaligned), dgr = to_gpu(dg0, dt), dbr = to_gpu(db0, dt);
+  const Tensor resg = gpu(res, dt, misaligned);
+  kernels::layernorm_backward(gpu(dy, dt, misaligned), xg, to_gpu(g, dt), sc, dxr, dgr, dbr, stream, &resg);
+  EXPECT_TRUE(close(want_r, to_cpu_f32(dxr), dx_tol)) << "dx + residual";
 }
 
 TEST_F(NormCuda, LayerNormForwardBackward) {

@@ -55,8 +55,11 @@ struct LayerNormSaved {
 };
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, LayerNormSaved& saved,
                        Tensor& y, const Stream& stream);
-// dx overwritten; dgamma, dbeta accumulated.
+// dx overwritten; dgamma, dbeta accumulated. With a residual (x's shape and dtype, a tensor other than dx),
+// dx = layer norm's input gradient + residual: a pre-norm transformer block's gradient through the norm plus
+// the skip connection's, in the dx store instead of a separate add (CPU: the same bits as kernels::add).
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved,
-                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Stream& stream);
+                        Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Stream& stream,
+                        const Tensor* residual = nullptr);
 
 }  // namespace hpdt::kernels

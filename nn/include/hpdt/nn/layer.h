@@ -219,6 +219,9 @@ class LayerNorm : public Layer {
   LayerNorm(ParameterArena& arena, std::string name, int64_t d, float eps);
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // The next backward returns dL/dx + r (r of x's shape and dtype), added in the dx store: a pre-norm block's
+  // input gradient is the norm's plus the skip connection's. Applies to one backward.
+  void add_to_next_input_grad(const Tensor& r) { dx_residual_ = r; }
 
  private:
   ParameterArena* arena_;
@@ -226,7 +229,7 @@ class LayerNorm : public Layer {
   float eps_;
   int g_id_, b_id_;
   kernels::LayerNormSaved saved_;
-  Tensor x_, y_, dx_;
+  Tensor x_, y_, dx_, dx_residual_;
 };
 
 class GELU : public Layer {

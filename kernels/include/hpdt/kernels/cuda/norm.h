@@ -25,5 +25,5 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, LayerNormSaved& saved,
                        Tensor& y, const Stream& stream);
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved, Tensor& dx,
-                        Tensor& dgamma, Tensor& dbeta, const Stream& stream);
+                        Tensor& dgamma, Tensor& dbeta, const Stream& stream, const Tensor* residual = nullptr);
 }  // namespace hpdt::kernels::cuda
