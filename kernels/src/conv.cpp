@@ -126,13 +126,7 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t
     cpu::conv2d_backward_data_nhwc(s, dy.data<float>(), w.data<float>(), dx.data<float>());
   else
     cpu::conv2d_backward_data<float>(s, dy.data<float>(), w.data<float>(), dx.data<float>());
-  if (residual) {
-    float* d = dx.data<float>();
-    const float* r = residual->data<float>();
-    const int64_t n = dx.numel();
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) d[i] = d[i] + r[i];
-  }
+  if (residual) cpu::add_forward<float>(dx.numel(), dx.data<float>(), residual->data<float>(), dx.data<float>());
 }
 
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "hpdt/kernels/cpu/activation.h"
 #include "hpdt/kernels/cpu/norm.h"
 #include "hpdt/kernels/dispatch.h"
 #if HPDT_HAVE_CUDA
@@ -240,13 +241,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   cpu::layernorm_backward<float>(rows, d, dy.data<float>(), x.data<float>(), gamma.data<float>(),
                                  saved.mean.data<float>(), saved.rstd.data<float>(), dx.data<float>(),
                                  dgamma.data<float>(), dbeta.data<float>());
-  if (residual) {
-    float* p = dx.data<float>();
-    const float* r = residual->data<float>();
-    const int64_t n = dx.numel();
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) p[i] = p[i] + r[i];
-  }
+  if (residual) cpu::add_forward<float>(dx.numel(), dx.data<float>(), residual->data<float>(), dx.data<float>());
 }
 
 }  // namespace hpdt::kernels
