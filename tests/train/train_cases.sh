@@ -18,7 +18,8 @@
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank; --algo nccl on a 1-rank NCCL communicator; bf16 and
-#                       fp16 (loss scaling) runs finish with a finite loss, and a bf16 ViT-Ti run with --gemm v3
+#                       fp16 (loss scaling) runs finish with a finite loss, and bf16 runs with --gemm v3 (ViT-Ti;
+#                       ResNet-50 in NHWC, whose 1x1 convolutions then run as GEMM v3)
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
 set -uo pipefail
@@ -253,6 +254,10 @@ cuda-gpu)
   run 1 "${vit[@]}" --device cuda --precision bf16 --gemm v3 --max-steps 5 --checkpoint-dir "$w/v3" > "$w/v3.log" 2>&1 || { cat "$w/v3.log"; fail "vit-ti bf16 --gemm v3"; }
   grep -qiE "loss[^0-9]*(nan|inf)" "$w/v3.log" && { cat "$w/v3.log"; fail "vit-ti bf16 --gemm v3: non-finite loss"; }
   tail -2 "$w/v3.log"
+  # bf16 ResNet-50 in NHWC with --gemm v3: its 1x1 stride-1 convolutions run as GEMM v3 (conv_nhwc.cu)
+  run 1 --model resnet50 --eval false --augment false --batch 8 --lr 0.05 --warmup-epochs 0 --device cuda --precision bf16 --layout nhwc --gemm v3 --max-steps 3 --checkpoint-dir "$w/r50v3" > "$w/r50v3.log" 2>&1 || { cat "$w/r50v3.log"; fail "resnet50 nhwc bf16 --gemm v3"; }
+  grep -qiE "loss[^0-9]*(nan|inf)" "$w/r50v3.log" && { cat "$w/r50v3.log"; fail "resnet50 nhwc bf16 --gemm v3: non-finite loss"; }
+  tail -2 "$w/r50v3.log"
   ;;
 *) fail "unknown case $case" ;;
 esac
