@@ -55,7 +55,6 @@ void transpose(const char* op, const Tensor& x, Tensor& y, int64_t n, int64_t ro
   if (n == 0 || rows == 0 || cols == 0) return;
   HPDT_CHECK(n <= 65535 && rows * cols < (int64_t(1) << 31), op, ": ", x.str(),
              " is too large for the CUDA transpose (at most 65535 images of 2^31 elements)");
-  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile), unsigned(n));
   const cudaStream_t st = detail::native(stream);
   const size_t es = dtype_size(x.dtype());
   if (es != 2 && es != 4)
@@ -76,6 +75,7 @@ void transpose(const char* op, const Tensor& x, Tensor& y, int64_t n, int64_t ro
     HPDT_CUDA_CHECK_LAUNCH();
     return;
   }
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile), unsigned(n));
   if (es == 2)
     transpose_kernel<uint16_t><<<grid, kTile * kRows, 0, st>>>(static_cast<const uint16_t*>(x.data()),
                                                                static_cast<uint16_t*>(y.data()), int(rows), int(cols));

@@ -1010,8 +1010,8 @@ __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
 // ---- entry points ------------------------------------------------------------------------------------
 
 namespace {
-BnEpilogue epilogue_of(const BatchNormFusion& f) { return {f.residual.defined() ? f.residual.data() : nullptr, f.relu}; }
 const void* residual_data(const BatchNormFusion& f) { return f.residual.defined() ? f.residual.data() : nullptr; }
+BnEpilogue epilogue_of(const BatchNormFusion& f) { return {residual_data(f), f.relu}; }
 }  // namespace
 
 void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,

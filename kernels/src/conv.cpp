@@ -80,11 +80,7 @@ void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue
     detail::float_op_device(op, {&x, t}, st);
     check_shape(op, name, *t, Shape{s.c_out});
   }
-  if (e.residual) {
-    detail::float_op_device(op, {&x, e.residual}, st);
-    check_shape(op, "residual", *e.residual, out);
-    HPDT_CHECK(e.residual->data() != y.data() || y.numel() == 0, op, ": residual must be a tensor other than y");
-  }
+  if (e.residual) detail::check_residual(op, *e.residual, y, "y", st);
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda_forward(s, x, w, e, y, st, layout));
     return;
@@ -111,11 +107,7 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t
   const Device dev = detail::float_op_device(op, {&dy, &w, &dx}, st);
   const Conv2dShape s = conv2d_shape(op, dx, w, stride, pad, layout);
   check_shape(op, "dy", dy, conv2d_output_shape(s, layout));
-  if (residual) {
-    detail::float_op_device(op, {&dx, residual}, st);
-    check_shape(op, "residual", *residual, dx.shape());
-    HPDT_CHECK(residual->numel() == 0 || residual->data() != dx.data(), op, ": the residual must be a tensor other than dx");
-  }
+  if (residual) detail::check_residual(op, *residual, dx, "dx", st);
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(vendor()                 ? cuda::conv2d_backward_data_vendor(s, dy, w, dx, st, layout, residual)
                  : layout == Layout::nhwc ? cuda::conv2d_backward_data_nhwc(s, dy, w, dx, st, {}, residual)

@@ -28,6 +28,14 @@ void cpu_f32_only(std::string_view op, std::initializer_list<const Tensor*> tens
                "; this op computes on f32 tensors (cast reduced-precision copies first)");
 }
 
+void check_residual(std::string_view op, const Tensor& residual, const Tensor& out, std::string_view out_name,
+                    const Stream& stream) {
+  float_op_device(op, {&out, &residual}, stream);
+  check_shape(op, "residual", residual, out.shape());
+  HPDT_CHECK(residual.numel() == 0 || residual.data() != out.data(), op, ": the residual must be a tensor other than ",
+             out_name);
+}
+
 Device float_op_device(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream) {
   const Device d = common_device(op, tensors, stream);
   const DType first = (*tensors.begin())->dtype();

@@ -46,18 +46,11 @@ void check_relu_grad(std::string_view op, const Tensor& x, const BatchNormReluGr
   check_shape(op, "relu output y", r->y, x.shape());
   check_shape(op, "dz", r->dz, x.shape());
 }
-// CPU: y = relu(y + residual) in place, the same bits as kernels::add then kernels::relu_forward.
+// CPU: y = relu(y + residual) in place, through the CPU add and ReLU (the reference is those ops).
 void fused_epilogue_cpu(const BatchNormFusion& f, Tensor& y) {
-  if (!f.residual.defined() && !f.relu) return;
-  const int64_t n = y.numel();
   float* p = y.data<float>();
-  const float* r = f.residual.defined() ? f.residual.data<float>() : nullptr;
-  const bool relu = f.relu;
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = r ? p[i] + r[i] : p[i];
-    p[i] = !relu || v > 0.0f ? v : 0.0f;
-  }
+  if (f.residual.defined()) cpu::add_forward<float>(y.numel(), p, f.residual.data<float>(), p);
+  if (f.relu) cpu::relu_forward<float>(y.numel(), p, p);
 }
 }  // namespace
 
@@ -159,12 +152,8 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   }
   const float* g = dy.data<float>();  // dL/d(bn output): dy, or through the fused ReLU's mask
   if (relu) {
-    const int64_t n = dy.numel();
-    const float* y = relu->y.data<float>();
-    float* dz = relu->dz.data<float>();
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? g[i] : 0.0f;
-    g = dz;
+    cpu::relu_backward<float>(dy.numel(), relu->y.data<float>(), g, relu->dz.data<float>());
+    g = relu->dz.data<float>();
   }
   std::vector<double> sdy(size_t(d.c)), sdyx(size_t(d.c));
   cpu::batchnorm_backward_reduce<float>(d.n, d.c, d.hw, g, x.data<float>(), saved.mean.data<float>(),
@@ -228,11 +217,7 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, 
   check_shape(op, "dgamma", dgamma, Shape{d});
   check_shape(op, "dbeta", dbeta, Shape{d});
   check_shape(op, "saved mean", saved.mean, Shape{rows});
-  if (residual) {
-    detail::float_op_device(op, {&x, residual}, s);
-    check_shape(op, "residual", *residual, x.shape());
-    HPDT_CHECK(residual->numel() == 0 || residual->data() != dx.data(), op, ": the residual must be a tensor other than dx");
-  }
+  if (residual) detail::check_residual(op, *residual, dx, "dx", s);
   if (dev.is_cuda()) {
     check_shape(op, "saved rstd", saved.rstd, Shape{rows});
     HPDT_ON_CUDA(cuda::layernorm_backward(dy, x, gamma, saved, dx, dgamma, dbeta, s, residual));

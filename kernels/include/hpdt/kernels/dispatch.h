@@ -29,6 +29,11 @@ void cpu_f32_only(std::string_view op, std::initializer_list<const Tensor*> tens
 // passed here; check them with check_dtype. Returns the device.
 Device float_op_device(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream);
 
+// A residual an op adds into its output `out` (named `out_name` in messages): on out's device and in its dtype,
+// of out's shape, and a tensor other than out (the CPU paths write out before they add it).
+void check_residual(std::string_view op, const Tensor& residual, const Tensor& out, std::string_view out_name,
+                    const Stream& stream);
+
 }  // namespace hpdt::kernels::detail
 
 // HPDT_ON_CUDA(call): the CUDA branch of an entry point. Without CUDA it compiles to nothing;
