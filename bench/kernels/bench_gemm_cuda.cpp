@@ -9,6 +9,9 @@
 // Shapes: square 4096^3 (bf16 NN and NT, f32), 8192^3 bf16 (NN and NT), and the GEMMs of a ViT-B/16 training step at batch
 // 64 (rows = 64 * 197 tokens): qkv 768->2304, attention out 768->768, fc1 768->3072, fc2 3072->768, each
 // as forward (y = x w^T: NT), data gradient (dx = dy w: NN) and weight gradient (dw += dy^T x: TN, beta 1).
+// The MLP's GELU fused into fc1's forward GEMM (y = gelu(x w^T), keeping x w^T) and fc2's dx GEMM (dx times
+// gelu'(h)): rows fc1_fwd_gelu and fc2_dx_gelu_grad, with x_unfused = (the plain GEMM + the separate GELU kernel,
+// same run) / the fused GEMM.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -22,6 +25,7 @@
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/cuda/gemm.h"
+#include "hpdt/kernels/activation.h"
 #include "hpdt/kernels/elementwise.h"
 
 namespace {
@@ -34,6 +38,7 @@ struct GemmShape {
   int64_t M, N, K;
   bool ta, tb;
   float beta;
+  int act = 0;  // the epilogue: 1 GELU (erf) keeping its input, 2 the GELU's gradient
 };
 
 Stream& bench_stream() {
@@ -43,7 +48,7 @@ Stream& bench_stream() {
 
 // A, B, C of one shape on the GPU, uniform in [-1, 1).
 struct Operands {
-  Tensor A, B, C;
+  Tensor A, B, C, H, G;  // H: the GELU's input (kept, or read for the gradient), G: the unfused GELU's output
   int64_t lda, ldb, ldc;
 };
 
@@ -60,21 +65,40 @@ Operands make_operands(const GemmShape& sh, DType ab, DType c) {
   kernels::fill_uniform(o.A, -1, 1, 1, 0, s);
   kernels::fill_uniform(o.B, -1, 1, 2, 0, s);
   kernels::fill_uniform(o.C, -1, 1, 3, 0, s);
+  if (sh.act) {
+    o.H = Tensor::empty({sh.M, sh.N}, c, dev, AllocOptions{.stream = &s});
+    o.G = Tensor::empty({sh.M, sh.N}, c, dev, AllocOptions{.stream = &s});
+    kernels::fill_uniform(o.H, -1, 1, 4, 0, s);
+  }
   return o;
 }
 
 void run_gemm(const GemmShape& sh, const Operands& o, DType ab, DType c, GemmVariant v) {
+  kernels::cuda::GemmEpilogue epi;
+  epi.gelu = sh.act == 1;
+  epi.pre_activation = sh.act == 1 ? o.H.data() : nullptr;
+  epi.gelu_grad_input = sh.act == 2 ? o.H.data() : nullptr;
   kernels::cuda::gemm(sh.ta, sh.tb, sh.M, sh.N, sh.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, sh.beta, o.C.data(),
-                      o.ldc, ab, c, {}, bench_stream(), v);
+                      o.ldc, ab, c, epi, bench_stream(), v);
 }
 
-// Seconds per call of `v`, averaged over `reps` back-to-back calls after one warm-up call.
-double seconds_per_call(const GemmShape& sh, const Operands& o, DType ab, DType c, GemmVariant v, int reps) {
+// The same GEMM without the activation, then the activation as its own kernel (what the fusion saves).
+void run_unfused(const GemmShape& sh, Operands& o, DType ab, DType c, GemmVariant v) {
+  GemmShape plain = sh;
+  plain.act = 0;
+  run_gemm(plain, o, ab, c, v);
+  if (sh.act == 1) kernels::gelu_forward(o.C, kernels::GeluForm::erf, o.G, bench_stream());
+  if (sh.act == 2) kernels::gelu_backward(o.H, o.C, kernels::GeluForm::erf, o.G, bench_stream());
+}
+
+// Seconds per call of `run`, averaged over `reps` back-to-back calls after one warm-up call.
+template <class Run>
+double seconds_per_call(Run&& run, int reps) {
   const Stream& s = bench_stream();
-  run_gemm(sh, o, ab, c, v);
+  run();
   Event start(Device::cuda(0)), stop(Device::cuda(0));
   start.record(s);
-  for (int i = 0; i < reps; ++i) run_gemm(sh, o, ab, c, v);
+  for (int i = 0; i < reps; ++i) run();
   stop.record(s);
   stop.synchronize();
   return start.elapsed_ms(stop) / 1e3 / reps;
@@ -88,7 +112,7 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const double t = seconds_per_call(sh, o, ab, c, GemmVariant::vendor, 20);
+  const double t = seconds_per_call([&] { run_gemm(sh, o, ab, c, GemmVariant::vendor); }, 20);
   cache[key] = t;
   return t;
 }
@@ -106,7 +130,7 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     ~PipelineScope() { ::unsetenv("HPDT_GEMM_V3_PIPELINE"); }
   } scope(v3_pipeline);
   try {
-    const Operands o = make_operands(sh, ab, c);
+    Operands o = make_operands(sh, ab, c);
     const Stream& s = bench_stream();
     run_gemm(sh, o, ab, c, v);  // warm-up: shared-memory attributes, cuBLAS handle and heuristics
     s.synchronize();
@@ -125,6 +149,7 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     const double per_call = total / double(state.iterations());
     state.counters["TFLOP/s"] = flop / per_call / 1e12;
     if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / per_call;
+    if (sh.act) state.counters["x_unfused"] = seconds_per_call([&] { run_unfused(sh, o, ab, c, v); }, 20) / per_call;
     state.SetLabel(std::string(
         kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, sh.ta, sh.tb, o.lda, o.ldb, o.A.data(),
                                                                      o.B.data(), ab, bench_stream()))));
@@ -173,6 +198,10 @@ void register_all() {
     add({base + "dx_" + dims, rows, l.in, l.out, false, false, 0.0f}, DType::bf16, DType::bf16, all);
     add({base + "dw_" + dims, l.out, l.in, rows, true, false, 1.0f}, DType::bf16, DType::bf16, all);
   }
+  add({"vitb16_b64_fc1_fwd_gelu_" + std::to_string(rows) + "x768->3072", rows, 3072, 768, false, true, 0.0f, 1},
+      DType::bf16, DType::bf16, tensor_cores);
+  add({"vitb16_b64_fc2_dx_gelu_grad_" + std::to_string(rows) + "x3072->768", rows, 3072, 768, false, false, 0.0f, 2},
+      DType::bf16, DType::bf16, tensor_cores);
 }
 
 }  // namespace

@@ -37,41 +37,44 @@ namespace {
 constexpr int64_t kIntMax = 0x7fffffff;
 
 using gemm_detail::Params;
-using gemm_detail::store_one;
 using gemm_detail::store_pair;
 using gemm_detail::store_partial_pair;
 using gemm_detail::tile_coords;
 
-// ---- small kernels: beta * C + bias (K == 0, alpha == 0, vendor bias) and the split-K reduction ----
+// ---- small kernels: the epilogue alone (K == 0, alpha == 0; vendor's bias and activation) and the split-K
+// reduction ----
 
 constexpr int kEwThreads = 256;
 
+// C = beta * C + bias, then the activation (the GEMM's epilogue with alpha * AB = 0).
 template <class TC>
-__global__ void scale_add_bias_kernel(int64_t M, int64_t N, TC* __restrict__ C, int64_t ldc, float beta,
-                                      const TC* __restrict__ bias) {
-  const int64_t n = M * N;
+__global__ void epilogue_only_kernel(const Params p) {
+  const int64_t n = int64_t(p.M) * p.N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / N, col = i - r * N;
-    TC* c = C + r * ldc + col;
-    float v = beta == 0.0f ? 0.0f : beta * to_f32(*c);
-    if (bias) v += to_f32(bias[col]);
-    *c = from_f32<TC>(v);
+    const int64_t r = i / p.N, col = i - r * p.N;
+    gemm_detail::store_one<TC>(p, r * p.ldc + col, int(col), 0.0f);
+  }
+}
+
+// vendor: the activation of the epilogue applied to C after cuBLAS (C's stored value as v).
+template <class TC>
+__global__ void activation_only_kernel(const Params p) {
+  const int64_t n = int64_t(p.M) * p.N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / p.N, off = r * p.ldc + (i - r * p.N);
+    TC* c = static_cast<TC*>(p.C) + off;
+    *c = from_f32<TC>(gemm_detail::activate<TC>(p, off, to_f32(*c)));
   }
 }
 
 template <class TC>
-__global__ void splitk_reduce_kernel(int64_t M, int64_t N, int splits, const float* __restrict__ partial, float alpha,
-                                     float beta, TC* __restrict__ C, int64_t ldc, const TC* __restrict__ bias) {
-  const int64_t n = M * N;
+__global__ void splitk_reduce_kernel(const Params p, int splits) {
+  const int64_t n = int64_t(p.M) * p.N;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float s = 0.0f;
-    for (int z = 0; z < splits; ++z) s += partial[z * n + i];  // fixed order: deterministic
-    const int64_t r = i / N, col = i - r * N;
-    TC* c = C + r * ldc + col;
-    float v = alpha * s;
-    if (beta != 0.0f) v += beta * to_f32(*c);
-    if (bias) v += to_f32(bias[col]);
-    *c = from_f32<TC>(v);
+    for (int z = 0; z < splits; ++z) s += p.partial[z * n + i];  // fixed order: deterministic
+    const int64_t r = i / p.N, col = i - r * p.N;
+    gemm_detail::store_one<TC>(p, r * p.ldc + col, int(col), s);
   }
 }
 
@@ -129,11 +132,11 @@ __device__ __forceinline__ void epilogue(const Params& p, int m0, int n0, const 
   for (int i = 0; i < 8; ++i) {
     const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
     if (row >= p.M) continue;
-    TC* crow = static_cast<TC*>(p.C) + int64_t(row) * p.ldc;
+    const int64_t row_off = int64_t(row) * p.ldc;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int col = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
-      if (col < p.N) store_one<TC>(p, crow + col, col, acc[i][j]);
+      if (col < p.N) store_one<TC>(p, row_off + col, col, acc[i][j]);
     }
   }
 }
@@ -431,7 +434,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(con
   }
   auto epilogue = [&](auto c_tag) {
     using TC = decltype(c_tag);
-    const bool pair_ok = (p.ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(p.C) % (2 * sizeof(TC))) == 0;
+    const bool pair_ok = gemm_detail::pairs_aligned<TC>(p);
 #pragma unroll
     for (int mi = 0; mi < C::MT; ++mi)
 #pragma unroll
@@ -539,23 +542,28 @@ bool v3_can_take(bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const voi
 #endif
 }
 
-}  // namespace
-
-namespace detail {
-
-void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, float beta, const void* bias,
-                    cudaStream_t s) {
-  const int64_t n = M * N;
+// C = beta * C + bias, then the activation, over p's M x N (alpha * AB taken as 0, whatever alpha is).
+void epilogue_only(Params p, DType c_type, cudaStream_t s) {
+  const int64_t n = int64_t(p.M) * p.N;
   if (n == 0) return;
+  p.alpha = 0.0f;
   dispatch_c(c_type, [&](auto tag) {
-    using TC = decltype(tag);
-    scale_add_bias_kernel<TC><<<grid_for(n, kEwThreads), kEwThreads, 0, s>>>(M, N, static_cast<TC*>(C), ldc, beta,
-                                                                             static_cast<const TC*>(bias));
+    epilogue_only_kernel<decltype(tag)><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(p);
     HPDT_CUDA_CHECK_LAUNCH();
   });
 }
 
-}  // namespace detail
+// vendor: C = activation(C) (and its pre-activation store), or C *= the GELU's gradient.
+void activation_only(const Params& p, DType c_type, cudaStream_t s) {
+  const int64_t n = int64_t(p.M) * p.N;
+  if (n == 0) return;
+  dispatch_c(c_type, [&](auto tag) {
+    activation_only_kernel<decltype(tag)><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(p);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
 
 namespace gemm_detail {
 
@@ -577,8 +585,7 @@ void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s) {
   if (n == 0) return;
   dispatch_c(c_type, [&](auto tag) {
     using TC = decltype(tag);
-    splitk_reduce_kernel<TC><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(
-        p.M, p.N, splits, p.partial, p.alpha, p.beta, static_cast<TC*>(p.C), p.ldc, static_cast<const TC*>(p.bias));
+    splitk_reduce_kernel<TC><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(p, splits);
     HPDT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -635,25 +642,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   HPDT_CHECK(ldc >= std::max<int64_t>(1, N), "gemm: ldc ", ldc, " is smaller than C's row length ", N);
   if (M == 0 || N == 0) return;
   HPDT_CHECK(C != nullptr && (K == 0 || alpha == 0.0f || (A != nullptr && B != nullptr)), "gemm: null matrix pointer");
+  HPDT_CHECK(!(epi.gelu && epi.gelu_grad_input), "gemm: the epilogue's GELU and GELU gradient exclude each other");
+  HPDT_CHECK(epi.gelu || !epi.pre_activation, "gemm: pre_activation is stored only with the epilogue's GELU");
   const cudaStream_t s = detail::native(stream);
-  if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C + bias, A and B not read
-    detail::scale_add_bias(M, N, C, ldc, c_type, beta, epi.bias, s);
-    return;
-  }
-
-  const GemmVariant v = gemm_resolve(variant, trans_a, trans_b, lda, ldb, A, B, ab_type, stream);
-  if (v == GemmVariant::vendor) {
-    // Bias first (C = beta * C + bias, then cuBLAS adds alpha * AB with beta 1): with beta == 0, as in
-    // linear forward, the result is rounded once, exactly like ours; adding the bias after cuBLAS would
-    // round the product before the bias is added.
-    float beta_blas = beta;
-    if (epi.bias) {
-      detail::scale_add_bias(M, N, C, ldc, c_type, beta, epi.bias, s);
-      beta_blas = 1.0f;
-    }
-    detail::gemm_cublas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta_blas, C, ldc, ab_type, c_type, stream);
-    return;
-  }
 
   Params p{};
   p.M = int(M);
@@ -668,10 +659,35 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   p.C = C;
   p.ldc = ldc;
   p.bias = epi.bias;
+  p.act = epi.gelu_grad_input ? gemm_detail::kActGeluGrad : epi.gelu ? gemm_detail::kActGelu : gemm_detail::kActNone;
+  p.gelu_tanh = epi.gelu_form == GeluForm::tanh;
+  p.aux = epi.gelu_grad_input ? const_cast<void*>(epi.gelu_grad_input) : epi.pre_activation;
   p.c_f32 = c_type == DType::f32;
   p.a_kmajor = !trans_a;
   p.b_kmajor = trans_b;
   p.partial = nullptr;
+  if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C + bias (and the activation), A, B not read
+    epilogue_only(p, c_type, s);
+    return;
+  }
+
+  const GemmVariant v = gemm_resolve(variant, trans_a, trans_b, lda, ldb, A, B, ab_type, stream);
+  if (v == GemmVariant::vendor) {
+    // Bias first (C = beta * C + bias, then cuBLAS adds alpha * AB with beta 1): with beta == 0, as in
+    // linear forward, the result is rounded once, exactly like ours; adding the bias after cuBLAS would
+    // round the product before the bias is added. The activation then runs on C's stored value.
+    float beta_blas = beta;
+    if (epi.bias) {
+      Params bias_only = p;
+      bias_only.act = gemm_detail::kActNone;
+      epilogue_only(bias_only, c_type, s);
+      beta_blas = 1.0f;
+    }
+    detail::gemm_cublas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta_blas, C, ldc, ab_type, c_type, stream);
+    if (p.act != gemm_detail::kActNone) activation_only(p, c_type, s);
+    return;
+  }
+
   const int64_t tiles_v1 = ((M + v1::kBM - 1) / v1::kBM) * ((N + v1::kBN - 1) / v1::kBN);
   HPDT_CHECK(tiles_v1 <= kIntMax, "gemm: ", M, " x ", N, " has too many output tiles for one launch");
 

@@ -11,6 +11,7 @@
 #include "hpdt/core/float16.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/math/activation_math.h"
 
 namespace hpdt::kernels::cuda::gemm_detail {
 
@@ -25,6 +26,11 @@ struct Params {
   void* C;
   int64_t ldc;
   const void* bias;  // [N], C's dtype, or null
+  // GemmEpilogue's activation (act: 0 none, 1 gelu, 2 gelu gradient; pre_activation / gelu_grad_input in `aux`,
+  // C's dtype and leading dimension)
+  int act;
+  bool gelu_tanh;
+  void* aux;
   bool c_f32;        // C (and bias) f32, else C has the inputs' 16-bit type
   bool a_kmajor;     // A's k index is contiguous (A not transposed)
   bool b_kmajor;     // B's k index is contiguous (B transposed)
@@ -45,21 +51,85 @@ __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, i
   tn = in_group / size_m;
 }
 
-// out = alpha * acc (+ beta * C) (+ bias): the oracle's order of operations.
+enum : int { kActNone = 0, kActGelu = 1, kActGeluGrad = 2 };
+
+// The activation step of the epilogue on v = alpha * acc + beta * C + bias at element offset `off` of C (and of
+// aux): the GELU gradient multiplies by gelu'(aux[off]); the GELU stores v to aux (when set) and returns gelu(v).
 template <class TC>
-__device__ __forceinline__ void store_one(const Params& p, TC* c, int col, float acc) {
+__device__ __forceinline__ float activate(const Params& p, int64_t off, float v) {
+  if (p.act == kActGeluGrad) {
+    const float h = to_f32(static_cast<const TC*>(p.aux)[off]);
+    return v * (p.gelu_tanh ? math::gelu_tanh_grad(h) : math::gelu_erf_grad(h));
+  }
+  if (p.act == kActGelu) {
+    if (p.aux) static_cast<TC*>(p.aux)[off] = from_f32<TC>(v);
+    return p.gelu_tanh ? math::gelu_tanh(v) : math::gelu_erf(v);
+  }
+  return v;
+}
+
+// out = alpha * acc (+ beta * C) (+ bias), then the activation: the oracle's order of operations. off: the
+// element's offset in C.
+template <class TC>
+__device__ __forceinline__ void store_one(const Params& p, int64_t off, int col, float acc) {
+  TC* c = static_cast<TC*>(p.C) + off;
   float v = p.alpha * acc;
   if (p.beta != 0.0f) v += p.beta * to_f32(*c);
   if (p.bias) v += to_f32(static_cast<const TC*>(p.bias)[col]);
-  *c = from_f32<TC>(v);
+  *c = from_f32<TC>(activate<TC>(p, off, v));
+}
+
+// Whether store_pair may move two elements at once: ldc even and C (and the activation's matrix) aligned to two.
+template <class TC>
+__device__ __forceinline__ bool pairs_aligned(const Params& p) {
+  return (p.ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(p.C) % (2 * sizeof(TC))) == 0 &&
+         (reinterpret_cast<uintptr_t>(p.aux) % (2 * sizeof(TC))) == 0;
+}
+
+// Two 16-bit values packed little-endian (the lower address in the low half) and back.
+template <class TC>
+__device__ __forceinline__ void unpack2(uint32_t w, float& a, float& b) {
+  a = to_f32(TC::from_bits(uint16_t(w & 0xffffu)));
+  b = to_f32(TC::from_bits(uint16_t(w >> 16)));
+}
+template <class TC>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  return uint32_t(from_f32<TC>(a).bits) | (uint32_t(from_f32<TC>(b).bits) << 16);
+}
+
+// The activation step on a pair at offset off (pair-aligned), as activate() on each.
+template <class TC>
+__device__ __forceinline__ void activate_pair(const Params& p, int64_t off, float& v0, float& v1) {
+  if (p.act == kActNone) return;
+  if constexpr (std::is_same_v<TC, float>) {
+    if (p.act == kActGeluGrad) {
+      const float2 h = *reinterpret_cast<const float2*>(static_cast<const float*>(p.aux) + off);
+      v0 *= p.gelu_tanh ? math::gelu_tanh_grad(h.x) : math::gelu_erf_grad(h.x);
+      v1 *= p.gelu_tanh ? math::gelu_tanh_grad(h.y) : math::gelu_erf_grad(h.y);
+      return;
+    }
+    if (p.aux) *reinterpret_cast<float2*>(static_cast<float*>(p.aux) + off) = make_float2(v0, v1);
+  } else {
+    if (p.act == kActGeluGrad) {
+      float h0, h1;
+      unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.aux) + off), h0, h1);
+      v0 *= p.gelu_tanh ? math::gelu_tanh_grad(h0) : math::gelu_erf_grad(h0);
+      v1 *= p.gelu_tanh ? math::gelu_tanh_grad(h1) : math::gelu_erf_grad(h1);
+      return;
+    }
+    if (p.aux) *reinterpret_cast<uint32_t*>(static_cast<TC*>(p.aux) + off) = pack2<TC>(v0, v1);
+  }
+  v0 = p.gelu_tanh ? math::gelu_tanh(v0) : math::gelu_erf(v0);
+  v1 = p.gelu_tanh ? math::gelu_tanh(v1) : math::gelu_erf(v1);
 }
 
 // Two adjacent outputs (row, col), (row, col + 1) of the mma / wgmma C layout, as one 4- or 8-byte store when
-// pair_ok (ldc even, C aligned to two elements); the order of operations of store_one.
+// pair_ok (pairs_aligned); the order of operations of store_one.
 template <class TC>
 __device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1, bool pair_ok) {
   if (row >= p.M || col >= p.N) return;
-  TC* c = static_cast<TC*>(p.C) + int64_t(row) * p.ldc + col;
+  const int64_t off = int64_t(row) * p.ldc + col;
+  TC* c = static_cast<TC*>(p.C) + off;
   const bool two = col + 1 < p.N;
   if (two && pair_ok) {
     v0 *= p.alpha;
@@ -75,23 +145,26 @@ __device__ __forceinline__ void store_pair(const Params& p, int row, int col, fl
         v0 += static_cast<const float*>(p.bias)[col];
         v1 += static_cast<const float*>(p.bias)[col + 1];
       }
+      activate_pair<TC>(p, off, v0, v1);
       *c2 = make_float2(v0, v1);
     } else {
-      uint32_t* c2 = reinterpret_cast<uint32_t*>(c);  // little-endian: the lower address is the low half
+      uint32_t* c2 = reinterpret_cast<uint32_t*>(c);
       if (p.beta != 0.0f) {
-        const uint32_t old = *c2;
-        v0 += p.beta * to_f32(TC::from_bits(uint16_t(old & 0xffffu)));
-        v1 += p.beta * to_f32(TC::from_bits(uint16_t(old >> 16)));
+        float o0, o1;
+        unpack2<TC>(*c2, o0, o1);
+        v0 += p.beta * o0;
+        v1 += p.beta * o1;
       }
       if (p.bias) {
         v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
         v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
       }
-      *c2 = uint32_t(from_f32<TC>(v0).bits) | (uint32_t(from_f32<TC>(v1).bits) << 16);
+      activate_pair<TC>(p, off, v0, v1);
+      *c2 = pack2<TC>(v0, v1);
     }
   } else {
-    store_one<TC>(p, c, col, v0);
-    if (two) store_one<TC>(p, c + 1, col + 1, v1);
+    store_one<TC>(p, off, col, v0);
+    if (two) store_one<TC>(p, off + 1, col + 1, v1);
   }
 }
 
@@ -107,7 +180,7 @@ __device__ __forceinline__ void store_partial_pair(const Params& p, int split, i
   }
 }
 
-// C = alpha * (the sum of the splits' partials, in split order) + beta * C + bias (gemm.cu).
+// C = alpha * (the sum of the splits' partials, in split order) + beta * C + bias, then the activation (gemm.cu).
 void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s);
 
 // Split-K of a GEMM launch over p.tiles_m x p.tiles_n tiles and kt_total k tiles (detail::choose_split_k, at

@@ -1,6 +1,7 @@
-// CUDA linear layer: the three GEMMs of forward/backward through cuda::gemm (bias fused in the forward
-// GEMM's epilogue), and a deterministic column sum for the bias gradient (16-byte loads of 8 bf16/f16 or 4 f32
-// columns a thread where the width and alignment allow, else one; the same bits either way).
+// CUDA linear layer: the three GEMMs of forward/backward through cuda::gemm (bias, and a following GELU, fused in
+// the forward GEMM's epilogue; a preceding GELU's gradient in the dx GEMM's), and a deterministic column sum for
+// the bias gradient (16-byte loads of 8 bf16/f16 or 4 f32 columns a thread where the width and alignment allow,
+// else one; the same bits either way).
 #include <algorithm>
 
 #include "hpdt/core/tensor.h"
@@ -91,16 +92,17 @@ void column_sums_accumulate(int64_t rows, int64_t cols, const void* x, void* out
 }
 
 void linear_forward(int64_t rows, int64_t in, int64_t out, const void* x, const void* w, const void* b, void* y,
-                    DType dtype, const Stream& stream) {
-  // y [rows, out] = x [rows, in] * (w [out, in])^T + b
-  gemm(false, true, rows, out, in, 1.0f, x, ld(in), w, ld(in), 0.0f, y, ld(out), dtype, dtype, GemmEpilogue{.bias = b},
-       stream);
+                    DType dtype, const Stream& stream, void* gelu_pre, GeluForm form) {
+  // y [rows, out] = x [rows, in] * (w [out, in])^T + b (then the GELU, keeping its input in gelu_pre)
+  const GemmEpilogue epi{.bias = b, .gelu = gelu_pre != nullptr, .pre_activation = gelu_pre, .gelu_form = form};
+  gemm(false, true, rows, out, in, 1.0f, x, ld(in), w, ld(in), 0.0f, y, ld(out), dtype, dtype, epi, stream);
 }
 
 void linear_backward(int64_t rows, int64_t in, int64_t out, const void* dy, const void* x, const void* w, void* dx,
-                     void* dw, void* db, DType dtype, const Stream& stream) {
-  // dx [rows, in] = dy [rows, out] * w [out, in]
-  if (dx) gemm(false, false, rows, in, out, 1.0f, dy, ld(out), w, ld(in), 0.0f, dx, ld(in), dtype, dtype, {}, stream);
+                     void* dw, void* db, DType dtype, const Stream& stream, const void* gelu_input, GeluForm form) {
+  // dx [rows, in] = dy [rows, out] * w [out, in] (times gelu'(gelu_input))
+  const GemmEpilogue epi{.gelu_grad_input = gelu_input, .gelu_form = form};
+  if (dx) gemm(false, false, rows, in, out, 1.0f, dy, ld(out), w, ld(in), 0.0f, dx, ld(in), dtype, dtype, epi, stream);
   // dw [out, in] += (dy [rows, out])^T * x [rows, in]
   if (rows > 0)
     gemm(true, false, out, in, rows, 1.0f, dy, ld(out), x, ld(in), 1.0f, dw, ld(in), dtype, dtype, {}, stream);

@@ -27,11 +27,6 @@ void gemm_cublas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
                  const void* B, int64_t ldb, float beta, void* C, int64_t ldc, DType ab_type, DType c_type,
                  const Stream& stream);
 
-// C[r, c] = beta * C[r, c] + bias[c] over the M x N block (beta == 0: C not read; bias may be null).
-// K == 0, alpha == 0, and the vendor path's bias (before cuBLAS, which then runs with beta = 1) use it.
-void scale_add_bias(int64_t M, int64_t N, void* C, int64_t ldc, DType c_type, float beta, const void* bias,
-                    cudaStream_t stream);
-
 }  // namespace hpdt::kernels::cuda::detail
 
 // HPDT_CUBLAS_CHECK(expr): throws hpdt::Error naming the call and cuBLAS's status name and text.

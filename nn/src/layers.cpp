@@ -247,6 +247,19 @@ Linear::Linear(ParameterArena& arena, std::string name, int64_t in, int64_t out,
   if (bias) b_id_ = arena.add(name_ + ".bias", {out}, bias_init ? bias_init : default_uniform(in));
 }
 
+void Linear::then_gelu(kernels::GeluForm form) {
+  gelu_ = true;
+  gelu_form_ = form;
+}
+
+void Linear::input_is_gelu_of(Linear& prev) {
+  HPDT_CHECK(prev.gelu_, name_, ": input_is_gelu_of(", prev.name(), "), which has no fused GELU (then_gelu)");
+  HPDT_CHECK(prev.out_ == in_, name_, ": input_is_gelu_of(", prev.name(), "): its ", prev.out_,
+             " outputs are not this layer's ", in_, " inputs");
+  gelu_source_ = &prev;
+  prev.gelu_grad_by_next_ = true;
+}
+
 Tensor Linear::forward(const Tensor& x) {
   check_device(x);
   const DType dt = arena_->compute_dtype();
@@ -258,7 +271,12 @@ Tensor Linear::forward(const Tensor& x) {
   ensure(y_, Shape(std::span<const int64_t>(dims)), dt);
   const Tensor w = arena_->param(w_id_);
   const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
-  kernels::linear_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stream_);
+  if (gelu_) {
+    ensure(pre_, y_.shape(), dt);
+    kernels::linear_gelu_forward(x, w, b_id_ >= 0 ? &b : nullptr, gelu_form_, pre_, y_, stream_);
+  } else {
+    kernels::linear_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stream_);
+  }
   return y_;
 }
 
@@ -267,7 +285,22 @@ Tensor Linear::backward(const Tensor& dy) {
   ensure(dx_, x_.shape(), x_.dtype());
   Tensor dw = arena_->compute_grad(w_id_);
   Tensor db = b_id_ >= 0 ? arena_->compute_grad(b_id_) : Tensor();
-  kernels::linear_backward(dy, x_, arena_->param(w_id_), &dx_, dw, b_id_ >= 0 ? &db : nullptr, stream_);
+  Tensor* dbias = b_id_ >= 0 ? &db : nullptr;
+  Tensor g = dy;  // the gradient of x w^T + b
+  if (gelu_ && !gelu_grad_by_next_) {
+    ensure(dpre_, pre_.shape(), pre_.dtype());
+    kernels::gelu_backward(pre_, dy, gelu_form_, dpre_, stream_);
+    g = dpre_;
+  }
+  if (gelu_source_) {
+    const Tensor& h = gelu_source_->pre_;
+    if (!(h.shape() == x_.shape()) || h.dtype() != x_.dtype())
+      fail("the GELU input of " + gelu_source_->name() + " does not match this layer's input " + x_.shape().str(), h);
+    kernels::linear_backward_through_gelu(g, x_, arena_->param(w_id_), h, gelu_source_->gelu_form_, dx_, dw, dbias,
+                                          stream_);
+  } else {
+    kernels::linear_backward(g, x_, arena_->param(w_id_), &dx_, dw, dbias, stream_);
+  }
   arena_->grads_ready(w_id_, b_id_ >= 0 ? 2 : 1);
   return dx_;
 }

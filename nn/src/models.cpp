@@ -137,10 +137,14 @@ class EncoderBlock : public Layer {
     attn_path_.add<Dropout>(name + ".dropout", dropout, seed, stream_base);
     ln_2_ = &mlp_path_.add<LayerNorm>(a, name + ".ln_2", d, 1e-6f);
     // torchvision MLPBlock: xavier_uniform weights, N(0, 1e-6) biases
-    mlp_path_.add<Linear>(a, name + ".mlp.0", d, 4 * d, true, init::xavier_uniform(d, 4 * d), init::normal(1e-6f));
-    mlp_path_.add<GELU>(name + ".mlp.1", kernels::GeluForm::erf);
+    // mlp.1, the GELU, is fused into fc1's forward GEMM and fc2's dx GEMM (Linear::then_gelu, input_is_gelu_of)
+    auto& fc1 = mlp_path_.add<Linear>(a, name + ".mlp.0", d, 4 * d, true, init::xavier_uniform(d, 4 * d),
+                                      init::normal(1e-6f));
+    fc1.then_gelu(kernels::GeluForm::erf);
     mlp_path_.add<Dropout>(name + ".mlp.2", dropout, seed, stream_base + 1);
-    mlp_path_.add<Linear>(a, name + ".mlp.3", 4 * d, d, true, init::xavier_uniform(4 * d, d), init::normal(1e-6f));
+    auto& fc2 = mlp_path_.add<Linear>(a, name + ".mlp.3", 4 * d, d, true, init::xavier_uniform(4 * d, d),
+                                      init::normal(1e-6f));
+    fc2.input_is_gelu_of(fc1);
     mlp_path_.add<Dropout>(name + ".mlp.4", dropout, seed, stream_base + 2);
   }
   Tensor forward(const Tensor& x) override {

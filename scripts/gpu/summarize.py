@@ -70,8 +70,9 @@ def fmt(x, nd=1):
 
 def gemm_table(g, rows, numbers):
     rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | v3 wgmma TFLOP/s "
-                "| v3 ws TFLOP/s | cuBLAS TFLOP/s | v2 / cuBLAS | v3 / cuBLAS | v3 ws / cuBLAS |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+                "| v3 ws TFLOP/s | cuBLAS TFLOP/s | v2 / cuBLAS | v3 / cuBLAS | v3 ws / cuBLAS "
+                "| unfused / fused (v2, v3) |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/")}, key=lambda s: (not s[0].isdigit(), s))
     for dt in ("bf16->bf16", "f32->f32"):
         for sh in shapes:
@@ -88,11 +89,15 @@ def gemm_table(g, rows, numbers):
             ratio = tf(v2) / tf(cu) if v2 and cu else None
             ratio3 = tf(v3) / tf(cu) if v3 and cu else None
             ratio3ws = tf(v3ws) / tf(cu) if v3ws and cu else None
+            # the GELU-epilogue rows: (the plain GEMM + the separate GELU kernel) / the fused GEMM, same run
+            xu = lambda b: b.get("x_unfused") if b else None  # noqa: E731
+            unfused = f"{fmt(xu(v2), 2)}, {fmt(xu(v3), 2)}" if xu(v2) or xu(v3) else "—"
             rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(v3ws))} | {fmt(tf(cu))} "
-                        f"| {fmt(ratio, 2)} | {fmt(ratio3, 2)} | {fmt(ratio3ws, 2)} |")
+                        f"| {fmt(ratio, 2)} | {fmt(ratio3, 2)} | {fmt(ratio3ws, 2)} | {unfused} |")
             numbers.append({"op": "gemm", "dtype": dt, "shape": sh, "v1_tflops": tf(v1), "v2_tflops": tf(v2),
                             "v3_tflops": tf(v3), "v3_ws_tflops": tf(v3ws), "cublas_tflops": tf(cu),
-                            "v2_over_cublas": ratio, "v3_over_cublas": ratio3, "v3_ws_over_cublas": ratio3ws})
+                            "v2_over_cublas": ratio, "v3_over_cublas": ratio3, "v3_ws_over_cublas": ratio3ws,
+                            "v2_x_unfused": xu(v2), "v3_x_unfused": xu(v3)})
 
 
 def conv_table(c, rows, numbers):

@@ -27,6 +27,7 @@
 #include "hpdt/kernels/cpu/gemm.h"
 #include "hpdt/kernels/gemm.h"
 #include "hpdt/kernels/linear.h"
+#include "hpdt/kernels/math/activation_math.h"
 #include "kernel_settings.h"
 #if HPDT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -93,6 +94,9 @@ class GemmCuda : public test::CudaOracleTest {
     bool bias = false;
     int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // leading dimension = width + pad
     int64_t offset_a = 0;                     // A starts this many elements into its buffer
+    int act = 0;                              // 1: GELU (pre_activation kept when keep_pre), 2: GELU gradient
+    bool keep_pre = false;
+    kernels::GeluForm form = kernels::GeluForm::erf;
   };
 
   static std::string describe(const Case& c) {
@@ -101,6 +105,9 @@ class GemmCuda : public test::CudaOracleTest {
        << " N" << c.N << " K" << c.K << " ab " << dtype_name(c.ab) << " c " << dtype_name(c.c) << " alpha " << c.alpha
        << " beta " << c.beta << (c.bias ? " bias" : "") << " pads " << c.pad_a << "/" << c.pad_b << "/" << c.pad_c
        << " offset_a " << c.offset_a;
+    if (c.act)
+      os << (c.act == 1 ? " gelu" : " gelu_grad") << (c.form == kernels::GeluForm::erf ? "(erf)" : "(tanh)")
+         << (c.keep_pre ? " keep_pre" : "");
     return os.str();
   }
 
@@ -144,11 +151,31 @@ class GemmCuda : public test::CudaOracleTest {
       for (int64_t i = 0; i < c.M; ++i)
         for (int64_t j = 0; j < c.N; ++j) want.data<float>()[i * ldc + j] += biasr.data<float>()[j];
 
+    // The activation: the GELU's input h (gradient) or the kept pre-activation (GELU), [M, ldc] in C's dtype.
+    const Tensor h = padded(c.M, c.N, ldc, 0, c.act == 2);
+    const Tensor hr = round_through(h, c.c);
+    Tensor want_pre = h;  // NaN throughout, the pre-activation inside
+    for (int64_t i = 0; c.act && i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) {
+        float& v = want.data<float>()[i * ldc + j];
+        if (c.act == 2) {
+          const float x = hr.data<float>()[i * ldc + j];
+          v *= c.form == kernels::GeluForm::erf ? kernels::math::gelu_erf_grad(x) : kernels::math::gelu_tanh_grad(x);
+        } else {
+          want_pre.data<float>()[i * ldc + j] = v;
+          v = c.form == kernels::GeluForm::erf ? kernels::math::gelu_erf(v) : kernels::math::gelu_tanh(v);
+        }
+      }
+
     const Tensor Ag = to_gpu(A, c.ab), Bg = to_gpu(B, c.ab), biasg = to_gpu(bias, c.c);
-    Tensor Cg = to_gpu(C, c.c);
+    Tensor Cg = to_gpu(C, c.c), hg = to_gpu(h, c.c);
     const void* a_ptr = static_cast<const char*>(Ag.data()) + c.offset_a * int64_t(dtype_size(c.ab));
     kernels::cuda::GemmEpilogue epi;
     epi.bias = c.bias ? biasg.data() : nullptr;
+    epi.gelu = c.act == 1;
+    epi.pre_activation = c.act == 1 && c.keep_pre ? hg.data() : nullptr;
+    epi.gelu_grad_input = c.act == 2 ? hg.data() : nullptr;
+    epi.gelu_form = c.form;
     if (used) *used = kernels::cuda::gemm_resolve(c.variant, c.ta, c.tb, lda, ldb, a_ptr, Bg.data(), c.ab, stream);
     kernels::cuda::gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a_ptr, lda, Bg.data(), ldb, c.beta, Cg.data(), ldc, c.ab,
                         c.c, epi, stream, c.variant);
@@ -159,6 +186,18 @@ class GemmCuda : public test::CudaOracleTest {
     if (c.variant == kernels::cuda::GemmVariant::vendor && c.bias && c.beta != 0.0f && c.c != DType::f32)
       tol.atol += 2 * test::default_tolerance(c.c).rtol * (std::fabs(c.beta) + 1);
     if (c.variant == kernels::cuda::GemmVariant::vendor) widen_for_vendor_16bit(tol, c.c, c.K, c.alpha, c.beta);
+    if (c.act == 1 && c.keep_pre) {
+      ::testing::AssertionResult pre_ok = close(want_pre, to_cpu_f32(hg), tol);
+      if (!pre_ok) return pre_ok << " (the kept pre-activation)";
+    }
+    if (c.act) {
+      // |gelu'| <= 1.13: the sum's error, a little larger; the GELU's own rounding (erf / tanh / exp on each
+      // side) a few ulps; vendor applies it to C's rounded value, one more rounding of C's type.
+      tol.atol *= 1.2;
+      tol.rtol += 1e-6;
+      if (c.variant == kernels::cuda::GemmVariant::vendor && c.c != DType::f32)
+        tol.atol += 2 * test::default_tolerance(c.c).rtol * (std::fabs(c.alpha) * std::sqrt(double(c.K)) / 3 + 1);
+    }
     return close(want, got, tol);
   }
 #endif
@@ -335,6 +374,60 @@ TEST_F(GemmCuda, SplitKIsRightAndDeterministic) {
   const Tensor h1 = to_cpu_f32(c1), h2 = to_cpu_f32(c2);
   for (int64_t i = 0; i < M * N; ++i)
     ASSERT_EQ(test::bits_of(h1.data<float>()[i]), test::bits_of(h2.data<float>()[i])) << "element " << i;
+}
+
+// The epilogue's GELU (with and without the kept pre-activation) and GELU gradient on every variant, transpose
+// and dtype pair: odd sizes with an odd ldc (one element at a time) and even ones (pairs), alpha, beta and bias
+// before the activation; split-K (the reduction kernel's epilogue) and K == 0 (the epilogue alone).
+TEST_F(GemmCuda, GeluEpiloguesEveryVariant) {
+  const Size sizes[] = {{17, 33, 65}, {64, 64, 64}};
+  const Types types[] = {{DType::bf16, DType::bf16}, {DType::bf16, DType::f32}, {DType::f32, DType::f32}};
+  for (GemmVariant v : checked_variants())
+    for (int tr = 0; tr < 4; ++tr)
+      for (const Types& ty : types)
+        for (const Size& sz : sizes)
+          for (int mode = 0; mode < 4; ++mode) {
+            Case c;
+            c.variant = v;
+            c.ta = tr & 1, c.tb = tr & 2, c.M = sz.M, c.N = sz.N, c.K = sz.K, c.ab = ty.ab, c.c = ty.c;
+            c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N);
+            c.pad_c = sz.N % 2 ? 3 : 0;
+            c.alpha = 0.75f, c.beta = mode % 2 ? -0.5f : 0.0f, c.bias = true;
+            c.act = mode < 2 ? 1 : 2;
+            c.keep_pre = mode == 0;
+            c.form = mode % 2 ? kernels::GeluForm::tanh : kernels::GeluForm::erf;
+            SCOPED_TRACE(describe(c));
+            EXPECT_TRUE(run(c));
+          }
+  for (GemmVariant v : {GemmVariant::v2_mma, GemmVariant::v3_wgmma})
+    for (int act = 1; act <= 2; ++act) {
+      Case c;
+      c.variant = v;
+      c.M = 130, c.N = 72, c.K = 2504, c.ab = DType::bf16, c.c = DType::bf16, c.bias = true, c.act = act;
+      c.keep_pre = true, c.tb = true;
+      c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K);
+      SCOPED_TRACE("split-K " + describe(c));
+      EXPECT_TRUE(run(c));
+    }
+  for (int act = 1; act <= 2; ++act) {
+    Case c;
+    c.M = 5, c.N = 7, c.K = 0, c.beta = 0.5f, c.bias = true, c.act = act, c.keep_pre = true;
+    SCOPED_TRACE(describe(c));
+    EXPECT_TRUE(run(c));
+  }
+}
+
+TEST_F(GemmCuda, GeluEpilogueErrors) {
+  const Tensor A = to_gpu(random({4, 4}), DType::bf16), B = to_gpu(random({4, 4}), DType::bf16);
+  Tensor C = poisoned({4, 4}, DType::bf16), H = poisoned({4, 4}, DType::bf16);
+  kernels::cuda::GemmEpilogue both{.gelu = true, .gelu_grad_input = H.data()};
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, false, 4, 4, 4, 1, A.data(), 4, B.data(), 4, 0, C.data(), 4,
+                                            DType::bf16, DType::bf16, both, stream),
+                        "gemm: the epilogue's GELU and GELU gradient exclude each other");
+  kernels::cuda::GemmEpilogue pre_only{.pre_activation = H.data()};
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, false, 4, 4, 4, 1, A.data(), 4, B.data(), 4, 0, C.data(), 4,
+                                            DType::bf16, DType::bf16, pre_only, stream),
+                        "gemm: pre_activation is stored only with the epilogue's GELU");
 }
 
 // Large 16-bit GEMMs: v2 against cuBLAS (both f32-accumulated), every transpose. 4104^2 x 264 has enough
@@ -580,6 +673,11 @@ TEST_F(GemmCuda, MatmulErrors) {
 struct LinearShape {
   Shape x;  // [..., in]
   int64_t out;
+  Shape y() const {  // [..., out]
+    std::vector<int64_t> dims = x.vec();
+    dims.back() = out;
+    return Shape{std::span<const int64_t>(dims)};
+  }
 };
 
 // Forward and backward against the CPU linear layer, ours and vendor, every dtype, with and without bias.
@@ -603,9 +701,7 @@ TEST_F(GemmCuda, LinearForwardBackward) {
           if (vendor && !test::vendor_available()) continue;
           BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
           const int64_t in = sh.x[-1], out = sh.out, rows = sh.x.numel() / in;
-          std::vector<int64_t> ydims = sh.x.vec();
-          ydims.back() = out;
-          const Shape yshape{std::span<const int64_t>(ydims)};
+          const Shape yshape = sh.y();
           std::ostringstream what;
           what << dtype_name(dt) << " x " << sh.x.str() << " out " << out << (with_bias ? " bias" : "")
                << (vendor ? " vendor" : " ours");
@@ -639,6 +735,55 @@ TEST_F(GemmCuda, LinearForwardBackward) {
           } else {
             EXPECT_TRUE(close(db0, to_cpu_f32(dbg), {0, 0})) << "dbias untouched";
           }
+        }
+}
+
+// The fused linear + GELU (forward: the GELU and its kept input in the GEMM's epilogue; backward of the next
+// layer: dx times gelu'(h) in the dx GEMM's) against the CPU's separate ops, ours and vendor.
+TEST_F(GemmCuda, LinearGeluFusedAgainstTheOracle) {
+  const LinearShape shapes[] = {{{7, 5}, 3}, {{17, 33}, 65}, {{2, 17, 192}, 768}};
+  for (const LinearShape& sh : shapes)
+    for (const DType dt : test::kCudaTestDtypes)
+      for (const bool vendor : {false, true})
+        for (const kernels::GeluForm form : {kernels::GeluForm::erf, kernels::GeluForm::tanh}) {
+          if (vendor && !test::vendor_available()) continue;
+          BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
+          const int64_t in = sh.x[-1], out = sh.out, rows = sh.x.numel() / in;
+          const Shape yshape = sh.y();
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " x " + sh.x.str() + " out " + std::to_string(out) +
+                       (vendor ? " vendor" : " ours") + (form == kernels::GeluForm::erf ? " erf" : " tanh"));
+          // forward: fc1 (in -> out) with its GELU; backward: fc2 (out -> in) on y, through fc1's GELU (h = pre)
+          const Tensor x = round_through(random(sh.x), dt), w = round_through(random({out, in}), dt);
+          const Tensor b = round_through(random({out}), dt), w2 = round_through(random({in, out}), dt);
+          const Tensor dy2 = round_through(random(sh.x), dt), h = round_through(random(yshape), dt);
+          const Tensor x2 = round_through(random(yshape), dt);
+          Tensor pre = Tensor::empty(yshape, DType::f32), y = Tensor::empty(yshape, DType::f32);
+          Tensor dx2 = Tensor::empty(yshape, DType::f32), dw2 = Tensor::zeros({in, out}, DType::f32);
+          kernels::linear_gelu_forward(x, w, &b, form, pre, y, cpu);
+          kernels::linear_backward_through_gelu(dy2, x2, w2, h, form, dx2, dw2, nullptr, cpu);
+
+          const Tensor xg = to_gpu(x, dt), wg = to_gpu(w, dt), bg = to_gpu(b, dt), w2g = to_gpu(w2, dt);
+          const Tensor dy2g = to_gpu(dy2, dt), hg = to_gpu(h, dt), x2g = to_gpu(x2, dt);
+          Tensor preg = poisoned(yshape, dt), yg = poisoned(yshape, dt), dx2g = poisoned(yshape, dt);
+          Tensor dw2g = to_gpu(Tensor::zeros({in, out}, DType::f32), dt);
+          kernels::linear_gelu_forward(xg, wg, &bg, form, preg, yg, stream);
+          kernels::linear_backward_through_gelu(dy2g, x2g, w2g, hg, form, dx2g, dw2g, nullptr, stream);
+
+          const auto tol = [&](int64_t K, float beta, bool act) {
+            Tolerance t = gemm_tolerance(dt, K, 1, beta);
+            if (vendor) widen_for_vendor_16bit(t, dt, K, 1, beta);
+            if (act) {  // as GeluEpiloguesEveryVariant
+              t.atol *= 1.2;
+              t.rtol += 1e-6;
+              if (vendor && dt != DType::f32)
+                t.atol += 2 * test::default_tolerance(dt).rtol * (std::sqrt(double(K)) / 3 + 1);
+            }
+            return t;
+          };
+          EXPECT_TRUE(close(pre, to_cpu_f32(preg), tol(in, 0, false))) << "pre";
+          EXPECT_TRUE(close(y, to_cpu_f32(yg), tol(in, 0, true))) << "y";
+          EXPECT_TRUE(close(dx2, to_cpu_f32(dx2g), tol(in, 0, true))) << "dx through the GELU";
+          EXPECT_TRUE(close(dw2, to_cpu_f32(dw2g), tol(rows, 1, false))) << "dw";
         }
 }
 

@@ -214,6 +214,45 @@ TEST(LayerApi, LayerNormBackwardWithResidualIsBackwardThenAdd) {
                         "layernorm_backward: the residual must be a tensor other than dx");
 }
 
+// The fused linear + GELU entry points are the separate ops on the CPU, bit for bit: forward linear then GELU;
+// backward-through-GELU the linear backward then gelu_backward on dx (dw and dbias untouched by the GELU).
+TEST(LayerApi, LinearGeluIsLinearThenGelu) {
+  for (const GeluForm form : {GeluForm::erf, GeluForm::tanh}) {
+    const Tensor x = filled({2, 3, 5}, 0), w = filled({7, 5}, 1), b = filled({7}, 2);
+    Tensor pre1 = Tensor::empty({2, 3, 7}, DType::f32), y1 = Tensor::empty({2, 3, 7}, DType::f32);
+    Tensor pre2 = Tensor::empty({2, 3, 7}, DType::f32), y2 = Tensor::empty({2, 3, 7}, DType::f32);
+    linear_forward(x, w, &b, pre1, kCpu);
+    gelu_forward(pre1, form, y1, kCpu);
+    linear_gelu_forward(x, w, &b, form, pre2, y2, kCpu);
+    for (int64_t i = 0; i < y1.numel(); ++i) {
+      ASSERT_EQ(pre1.data<float>()[i], pre2.data<float>()[i]) << i;
+      ASSERT_EQ(y1.data<float>()[i], y2.data<float>()[i]) << i;
+    }
+    // the next layer, w2 [4, 7], on x2 = y (its gelu_input h = pre)
+    const Tensor w2 = filled({4, 7}, 3), dy = filled({2, 3, 4}, 4);
+    Tensor dx1 = Tensor::empty({2, 3, 7}, DType::f32), dx2 = Tensor::empty({2, 3, 7}, DType::f32);
+    Tensor dw1 = filled({4, 7}, 5), dw2 = filled({4, 7}, 5), db1 = filled({4}, 6), db2 = filled({4}, 6);
+    linear_backward(dy, y1, w2, &dx1, dw1, &db1, kCpu);
+    gelu_backward(pre1, dx1, form, dx1, kCpu);
+    linear_backward_through_gelu(dy, y1, w2, pre1, form, dx2, dw2, &db2, kCpu);
+    for (int64_t i = 0; i < dx1.numel(); ++i) ASSERT_EQ(dx1.data<float>()[i], dx2.data<float>()[i]) << i;
+    for (int64_t i = 0; i < dw1.numel(); ++i) ASSERT_EQ(dw1.data<float>()[i], dw2.data<float>()[i]) << i;
+    for (int64_t i = 0; i < db1.numel(); ++i) ASSERT_EQ(db1.data<float>()[i], db2.data<float>()[i]) << i;
+  }
+  const Tensor x = filled({6, 5}, 0), w = filled({7, 5}, 1);
+  Tensor y = Tensor::empty({6, 7}, DType::f32), bad = Tensor::empty({6, 8}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(linear_gelu_forward(x, w, nullptr, GeluForm::erf, bad, y, kCpu),
+                        "linear_gelu_forward: pre has shape [6, 8], expected [6, 7]");
+  HPDT_EXPECT_THROW_MSG(linear_gelu_forward(x, w, nullptr, GeluForm::erf, y, y, kCpu),
+                        "linear_gelu_forward: pre and y must be different tensors");
+  const Tensor dy = filled({6, 7}, 2), h = filled({6, 4}, 3);
+  Tensor dx = Tensor::empty({6, 5}, DType::f32), dw = Tensor::zeros({7, 5}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(linear_backward_through_gelu(dy, x, w, h, GeluForm::erf, dx, dw, nullptr, kCpu),
+                        "linear_backward_through_gelu: gelu_input has shape [6, 4], expected [6, 5]");
+  HPDT_EXPECT_THROW_MSG(linear_backward_through_gelu(dy, x, w, dx, GeluForm::erf, dx, dw, nullptr, kCpu),
+                        "dx and gelu_input must be different tensors");
+}
+
 // conv2d_backward_data with a residual is backward-data then kernels::add, bit for bit, in both layouts (the
 // stride-2 1x1 case has dx pixels that no tap reaches: they must be the residual's).
 TEST(LayerApi, ConvBackwardDataWithResidualIsBackwardDataThenAdd) {

@@ -118,6 +118,44 @@ TEST(Layers, FusedBatchNormReluAndConvInputGradMatchTheSeparateLayers) {
   HPDT_EXPECT_THROW_MSG(conv.backward(cdy), "conv: add_to_next_input_grad on a layer that computes no input gradient");
 }
 
+// Linear::then_gelu and input_is_gelu_of (ViT's MLP) are Linear, GELU, Linear bit for bit on the CPU: with the
+// GELU's gradient applied by the next layer's backward, and by the fused layer itself when no layer declares it.
+TEST(Layers, FusedLinearGeluMatchesLinearGeluLinear) {
+  const Stream cpu;
+  Rng rng(5);
+  Tensor x = Tensor::empty({2, 3, 6}, DType::f32), dy = Tensor::empty({2, 3, 6}, DType::f32);
+  for (Tensor* t : {&x, &dy})
+    for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = rng.normal();
+  for (const bool declared : {true, false}) {
+    SCOPED_TRACE(declared ? "the next layer applies gelu'" : "the fused layer applies gelu'");
+    ParameterArena plain_arena, fused_arena;
+    Linear p1(plain_arena, "fc1", 6, 24), p2(plain_arena, "fc2", 24, 6);
+    GELU gelu("gelu", kernels::GeluForm::tanh);
+    Linear f1(fused_arena, "fc1", 6, 24), f2(fused_arena, "fc2", 24, 6);
+    f1.then_gelu(kernels::GeluForm::tanh);
+    if (declared) f2.input_is_gelu_of(f1);
+    plain_arena.finalize(9, DType::f32, cpu);
+    fused_arena.finalize(9, DType::f32, cpu);
+    plain_arena.zero_grad();
+    fused_arena.zero_grad();
+    const Tensor want = p2.forward(gelu.forward(p1.forward(x))).clone(cpu);
+    const Tensor got = f2.forward(f1.forward(x)).clone(cpu);
+    const Tensor want_dx = p1.backward(gelu.backward(p2.backward(dy))).clone(cpu);
+    const Tensor got_dx = f1.backward(f2.backward(dy)).clone(cpu);
+    for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(want.data<float>()[i], got.data<float>()[i]) << i;
+    for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(want_dx.data<float>()[i], got_dx.data<float>()[i]) << i;
+    const Tensor gw = plain_arena.grads(), gf = fused_arena.grads();
+    ASSERT_EQ(gw.numel(), gf.numel());
+    for (int64_t i = 0; i < gw.numel(); ++i) ASSERT_EQ(gw.data<float>()[i], gf.data<float>()[i]) << "gradient " << i;
+  }
+  ParameterArena a;
+  Linear plain(a, "plain", 6, 24), fused(a, "fused", 6, 24), next(a, "next", 24, 6), wrong(a, "wrong", 12, 6);
+  fused.then_gelu(kernels::GeluForm::erf);
+  HPDT_EXPECT_THROW_MSG(next.input_is_gelu_of(plain), "next: input_is_gelu_of(plain), which has no fused GELU");
+  HPDT_EXPECT_THROW_MSG(wrong.input_is_gelu_of(fused),
+                        "wrong: input_is_gelu_of(fused): its 24 outputs are not this layer's 12 inputs");
+}
+
 ModelConfig tiny_vit() {
   ModelConfig c;
   c.in_channels = 1;

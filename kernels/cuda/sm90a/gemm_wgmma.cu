@@ -226,7 +226,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const float (&d)[C::
   }
   auto epilogue = [&](auto tag) {
     using TC = decltype(tag);
-    const bool pair_ok = (p.ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(p.C) % (2 * sizeof(TC))) == 0;
+    const bool pair_ok = pairs_aligned<TC>(p);
 #pragma unroll
     for (int j = 0; j < C::BN / 8; ++j)
 #pragma unroll

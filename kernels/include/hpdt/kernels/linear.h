@@ -4,6 +4,7 @@
 
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/cpu/activation.h"  // GeluForm
 
 namespace hpdt::kernels {
 
@@ -12,5 +13,16 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
 // dx overwritten (skipped when null); dw and dbias accumulated (+=), dbias may be null.
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor& dw, Tensor* dbias,
                      const Stream& stream);
+
+// The GELU after a linear layer, fused (a transformer MLP's fc1 -> GELU -> [dropout] -> fc2):
+// forward: pre = x w^T + b (the GELU's input, kept for backward) and y = gelu(pre), both [rows, out];
+// backward of the layer after the GELU (its x = gelu(h), up to elementwise factors such as dropout's mask, whose
+// backward then runs on dx): dx = (dy w) * gelu'(h), the gradient of the GELU's input h (x's shape).
+// CUDA: in the GEMM's epilogue (one pass less each way; the same math, rounded once). CPU: the linear op, then
+// gelu_forward / gelu_backward, the same bits as the separate ops.
+void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor* bias, GeluForm form, Tensor& pre, Tensor& y,
+                         const Stream& stream);
+void linear_backward_through_gelu(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& gelu_input,
+                                  GeluForm form, Tensor& dx, Tensor& dw, Tensor* dbias, const Stream& stream);
 
 }  // namespace hpdt::kernels

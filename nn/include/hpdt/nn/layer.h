@@ -207,11 +207,25 @@ class Linear : public Layer {
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
 
+  // Fuses the GELU that follows this layer (kernels::linear_gelu_forward): forward returns gelu(x w^T + b) and
+  // keeps x w^T + b; backward takes the gradient of the GELU's output, unless a later layer declared
+  // input_is_gelu_of(*this) and so hands it the gradient of the GELU's input.
+  void then_gelu(kernels::GeluForm form);
+  // This layer's input is `prev`'s fused GELU output, directly or through layers that only scale elementwise
+  // (dropout): its backward returns the gradient of the GELU's input ((dy w) * gelu'(h) in one pass,
+  // kernels::linear_backward_through_gelu), and prev's backward takes that as it is.
+  void input_is_gelu_of(Linear& prev);
+
  private:
   ParameterArena* arena_;
   int64_t in_, out_;
   int w_id_, b_id_ = -1;
   Tensor x_, y_, dx_;
+  bool gelu_ = false;                  // then_gelu
+  bool gelu_grad_by_next_ = false;     // a later layer applies our GELU's gradient
+  kernels::GeluForm gelu_form_ = kernels::GeluForm::erf;
+  Tensor pre_, dpre_;                  // the GELU's input; its gradient when we apply gelu' ourselves
+  const Linear* gelu_source_ = nullptr;  // input_is_gelu_of
 };
 
 class LayerNorm : public Layer {

@@ -1,4 +1,5 @@
-// CUDA GEMM: C = alpha * op(A) * op(B) + beta * C (+ bias per column), row-major like cpu::gemm.
+// CUDA GEMM: C = alpha * op(A) * op(B) + beta * C (+ bias per column, then an optional GELU or GELU gradient),
+// row-major like cpu::gemm.
 //
 // A and B share one storage dtype (f32, f16 or bf16); C is f32 or that dtype; products are summed in
 // f32 whatever the storage. Any M, N, K >= 0 (K == 0 gives C = beta * C + bias), any leading
@@ -32,6 +33,7 @@
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/stream.h"
+#include "hpdt/kernels/cpu/activation.h"  // GeluForm
 
 namespace hpdt::kernels::cuda {
 
@@ -39,9 +41,22 @@ enum class GemmVariant { automatic, v1_simt, v2_mma, v3_wgmma, vendor };
 
 std::string_view gemm_variant_name(GemmVariant v);  // "automatic", "v1_simt", "v2_mma", "v3_wgmma", "vendor"
 
-// What runs after the sum, before the store: C = alpha * AB + beta * C + bias[col].
+// What runs after the sum, before the store, in this order, in f32 with one rounding at each store:
+//   v = alpha * AB + beta * C + bias[col];
+//   gelu_grad_input set: v *= gelu'(gelu_grad_input[row, col])  (the backward of a GELU whose input that was:
+//                        the GEMM's result is the gradient of the GELU's output, C that of its input);
+//   gelu set:            pre_activation[row, col] = v (when not null), then v = gelu(v)  (a layer and its GELU);
+//   C = v.
+// pre_activation and gelu_grad_input are [M, N] matrices in C's dtype with C's leading dimension ldc, and must not
+// overlap C. gelu and gelu_grad_input exclude each other. `vendor` runs cuBLAS, then the activation as a separate
+// pass over C (from C's rounded value: within one rounding of ours).
 struct GemmEpilogue {
   const void* bias = nullptr;  // [N] in C's dtype, or null
+  bool gelu = false;
+  void* pre_activation = nullptr;
+  const void* gelu_grad_input = nullptr;
+  GeluForm gelu_form = GeluForm::erf;
+  bool has_activation() const { return gelu || gelu_grad_input != nullptr; }
 };
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,

@@ -7,16 +7,19 @@
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/stream.h"
+#include "hpdt/kernels/cpu/activation.h"  // GeluForm
 
 namespace hpdt::kernels::cuda {
 
 // x [rows, in], w [out, in], b [out] (may be null) -> y [rows, out] = x w^T + b (bias in the GEMM's epilogue).
+// With gelu_pre set: y = gelu(x w^T + b) and gelu_pre [rows, out] = x w^T + b (all in the GEMM's epilogue).
 void linear_forward(int64_t rows, int64_t in, int64_t out, const void* x, const void* w, const void* b, void* y,
-                    DType dtype, const Stream& stream);
+                    DType dtype, const Stream& stream, void* gelu_pre = nullptr, GeluForm form = GeluForm::erf);
 // dx [rows, in] = dy w (overwritten; skipped when null); dw [out, in] += dy^T x; db [out] += column sums of dy
-// (skipped when null).
+// (skipped when null). With gelu_input set (h [rows, in]): dx = (dy w) * gelu'(h), in the GEMM's epilogue.
 void linear_backward(int64_t rows, int64_t in, int64_t out, const void* dy, const void* x, const void* w, void* dx,
-                     void* dw, void* db, DType dtype, const Stream& stream);
+                     void* dw, void* db, DType dtype, const Stream& stream, const void* gelu_input = nullptr,
+                     GeluForm form = GeluForm::erf);
 
 // out[c] += sum over r of x[r, c], x row-major [rows, cols]. Deterministic: row blocks fixed by the shape,
 // each summed in a fixed order, the block partials added in block order. No atomics.
