@@ -46,7 +46,7 @@ using gemm_detail::tile_coords;
 
 constexpr int kEwThreads = 256;
 
-// C = beta * C + bias, then the activation (the GEMM's epilogue with alpha * AB = 0).
+// C = beta * C + bias + residual, then the activation (the GEMM's epilogue with alpha * AB = 0).
 template <class TC>
 __global__ void epilogue_only_kernel(const Params p) {
   const int64_t n = int64_t(p.M) * p.N;
@@ -542,7 +542,7 @@ bool v3_can_take(bool trans_a, bool trans_b, int64_t lda, int64_t ldb, const voi
 #endif
 }
 
-// C = beta * C + bias, then the activation, over p's M x N (alpha * AB taken as 0, whatever alpha is).
+// C = beta * C + bias + residual, then the activation, over p's M x N (alpha * AB taken as 0, whatever alpha is).
 void epilogue_only(Params p, DType c_type, cudaStream_t s) {
   const int64_t n = int64_t(p.M) * p.N;
   if (n == 0) return;
@@ -659,6 +659,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   p.C = C;
   p.ldc = ldc;
   p.bias = epi.bias;
+  p.res = epi.residual;
   p.act = epi.gelu_grad_input ? gemm_detail::kActGeluGrad : epi.gelu ? gemm_detail::kActGelu : gemm_detail::kActNone;
   p.gelu_tanh = epi.gelu_form == GeluForm::tanh;
   p.aux = epi.gelu_grad_input ? const_cast<void*>(epi.gelu_grad_input) : epi.pre_activation;
@@ -666,18 +667,19 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   p.a_kmajor = !trans_a;
   p.b_kmajor = trans_b;
   p.partial = nullptr;
-  if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C + bias (and the activation), A, B not read
+  if (K == 0 || alpha == 0.0f) {  // nothing to multiply: C = beta * C + bias + residual, then the activation
     epilogue_only(p, c_type, s);
     return;
   }
 
   const GemmVariant v = gemm_resolve(variant, trans_a, trans_b, lda, ldb, A, B, ab_type, stream);
   if (v == GemmVariant::vendor) {
-    // Bias first (C = beta * C + bias, then cuBLAS adds alpha * AB with beta 1): with beta == 0, as in
-    // linear forward, the result is rounded once, exactly like ours; adding the bias after cuBLAS would
-    // round the product before the bias is added. The activation then runs on C's stored value.
+    // Bias and residual first (C = beta * C + bias + residual, then cuBLAS adds alpha * AB with beta 1): with
+    // beta == 0 and no residual, as in linear forward, the result is rounded once, exactly like ours; adding the
+    // bias after cuBLAS would round the product before the bias is added. The activation then runs on C's
+    // stored value.
     float beta_blas = beta;
-    if (epi.bias) {
+    if (epi.bias || epi.residual) {
       Params bias_only = p;
       bias_only.act = gemm_detail::kActNone;
       epilogue_only(bias_only, c_type, s);

@@ -26,6 +26,7 @@ struct Params {
   void* C;
   int64_t ldc;
   const void* bias;  // [N], C's dtype, or null
+  const void* res;   // GemmEpilogue's residual: [M][ldc] in C's dtype, or null
   // GemmEpilogue's activation (act: 0 none, 1 gelu, 2 gelu gradient; pre_activation / gelu_grad_input in `aux`,
   // C's dtype and leading dimension)
   int act;
@@ -68,7 +69,7 @@ __device__ __forceinline__ float activate(const Params& p, int64_t off, float v)
   return v;
 }
 
-// out = alpha * acc (+ beta * C) (+ bias), then the activation: the oracle's order of operations. off: the
+// out = alpha * acc (+ beta * C) (+ bias) (+ residual), then the activation: the oracle's order of operations. off: the
 // element's offset in C.
 template <class TC>
 __device__ __forceinline__ void store_one(const Params& p, int64_t off, int col, float acc) {
@@ -76,14 +77,17 @@ __device__ __forceinline__ void store_one(const Params& p, int64_t off, int col,
   float v = p.alpha * acc;
   if (p.beta != 0.0f) v += p.beta * to_f32(*c);
   if (p.bias) v += to_f32(static_cast<const TC*>(p.bias)[col]);
+  if (p.res) v += to_f32(static_cast<const TC*>(p.res)[off]);
   *c = from_f32<TC>(activate<TC>(p, off, v));
 }
 
-// Whether store_pair may move two elements at once: ldc even and C (and the activation's matrix) aligned to two.
+// Whether store_pair may move two elements at once: ldc even and C (and the residual and the activation's matrix)
+// aligned to two.
 template <class TC>
 __device__ __forceinline__ bool pairs_aligned(const Params& p) {
-  return (p.ldc & 1) == 0 && (reinterpret_cast<uintptr_t>(p.C) % (2 * sizeof(TC))) == 0 &&
-         (reinterpret_cast<uintptr_t>(p.aux) % (2 * sizeof(TC))) == 0;
+  constexpr uintptr_t kPair = 2 * sizeof(TC);
+  return (p.ldc & 1) == 0 && reinterpret_cast<uintptr_t>(p.C) % kPair == 0 &&
+         reinterpret_cast<uintptr_t>(p.res) % kPair == 0 && reinterpret_cast<uintptr_t>(p.aux) % kPair == 0;
 }
 
 // Two 16-bit values packed little-endian (the lower address in the low half) and back.
@@ -145,6 +149,11 @@ __device__ __forceinline__ void store_pair(const Params& p, int row, int col, fl
         v0 += static_cast<const float*>(p.bias)[col];
         v1 += static_cast<const float*>(p.bias)[col + 1];
       }
+      if (p.res) {
+        const float2 r = *reinterpret_cast<const float2*>(static_cast<const float*>(p.res) + off);
+        v0 += r.x;
+        v1 += r.y;
+      }
       activate_pair<TC>(p, off, v0, v1);
       *c2 = make_float2(v0, v1);
     } else {
@@ -158,6 +167,12 @@ __device__ __forceinline__ void store_pair(const Params& p, int row, int col, fl
       if (p.bias) {
         v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
         v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
+      }
+      if (p.res) {
+        float r0, r1;
+        unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.res) + off), r0, r1);
+        v0 += r0;
+        v1 += r1;
       }
       activate_pair<TC>(p, off, v0, v1);
       *c2 = pack2<TC>(v0, v1);
@@ -180,7 +195,8 @@ __device__ __forceinline__ void store_partial_pair(const Params& p, int split, i
   }
 }
 
-// C = alpha * (the sum of the splits' partials, in split order) + beta * C + bias, then the activation (gemm.cu).
+// C = alpha * (the sum of the splits' partials, in split order) + beta * C + bias + residual, then the activation
+// (gemm.cu).
 void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s);
 
 // Split-K of a GEMM launch over p.tiles_m x p.tiles_n tiles and kt_total k tiles (detail::choose_split_k, at

@@ -92,9 +92,13 @@ void column_sums_accumulate(int64_t rows, int64_t cols, const void* x, void* out
 }
 
 void linear_forward(int64_t rows, int64_t in, int64_t out, const void* x, const void* w, const void* b, void* y,
-                    DType dtype, const Stream& stream, void* gelu_pre, GeluForm form) {
-  // y [rows, out] = x [rows, in] * (w [out, in])^T + b (then the GELU, keeping its input in gelu_pre)
-  const GemmEpilogue epi{.bias = b, .gelu = gelu_pre != nullptr, .pre_activation = gelu_pre, .gelu_form = form};
+                    DType dtype, const Stream& stream, void* gelu_pre, GeluForm form, const void* residual) {
+  // y [rows, out] = x [rows, in] * (w [out, in])^T + b + residual (then the GELU, keeping its input in gelu_pre)
+  const GemmEpilogue epi{.bias = b,
+                         .residual = residual,
+                         .gelu = gelu_pre != nullptr,
+                         .pre_activation = gelu_pre,
+                         .gelu_form = form};
   gemm(false, true, rows, out, in, 1.0f, x, ld(in), w, ld(in), 0.0f, y, ld(out), dtype, dtype, epi, stream);
 }
 

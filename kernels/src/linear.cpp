@@ -24,9 +24,9 @@ int64_t rows_of(const Tensor& x, int64_t in) {
 
 namespace {
 
-// pre: the fused GELU's input (linear_gelu_forward), else null.
+// pre: the fused GELU's input (linear_gelu_forward), else null; residual: linear_forward's skip connection.
 void forward(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, Tensor* pre,
-             GeluForm form, const Stream& s) {
+             GeluForm form, const Tensor* residual, const Stream& s) {
   const Device dev = detail::float_op_device(op, {&x, &w, &y}, s);
   HPDT_CHECK(w.ndim() == 2 && x.ndim() >= 1 && x.size(-1) == w.size(1), op, ": x ", x.shape().str(),
              " does not match weight ", w.shape().str(), " (expected [..., ", w.ndim() == 2 ? w.size(1) : -1, "])");
@@ -42,13 +42,19 @@ void forward(const char* op, const Tensor& x, const Tensor& w, const Tensor* bia
     check_shape(op, "pre", *pre, y.shape());
     HPDT_CHECK(pre->data() != y.data(), op, ": pre and y must be different tensors");
   }
+  if (residual) {
+    detail::float_op_device(op, {&x, residual}, s);
+    check_shape(op, "residual", *residual, y.shape());
+    HPDT_CHECK(residual->data() != y.data(), op, ": the residual must be a tensor other than y");
+  }
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda::linear_forward(rows, in, out, x.data(), w.data(), raw(bias), y.data(), x.dtype(), s, raw(pre),
-                                      form));
+                                      form, residual ? residual->data() : nullptr));
     return;
   }
   if (!pre) {
     cpu::linear_forward<float>(rows, in, out, x.data<float>(), w.data<float>(), opt(bias), y.data<float>());
+    if (residual) cpu::add_forward<float>(y.numel(), y.data<float>(), residual->data<float>(), y.data<float>());
     return;
   }
   cpu::linear_forward<float>(rows, in, out, x.data<float>(), w.data<float>(), opt(bias), pre->data<float>());
@@ -86,13 +92,14 @@ void backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w
 
 }  // namespace
 
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Stream& s) {
-  forward("linear_forward", x, w, bias, y, nullptr, GeluForm::erf, s);
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Stream& s,
+                    const Tensor* residual) {
+  forward("linear_forward", x, w, bias, y, nullptr, GeluForm::erf, residual, s);
 }
 
 void linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor* bias, GeluForm form, Tensor& pre, Tensor& y,
                          const Stream& s) {
-  forward("linear_gelu_forward", x, w, bias, y, &pre, form, s);
+  forward("linear_gelu_forward", x, w, bias, y, &pre, form, nullptr, s);
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor& dw, Tensor* dbias,

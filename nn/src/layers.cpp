@@ -271,11 +271,15 @@ Tensor Linear::forward(const Tensor& x) {
   ensure(y_, Shape(std::span<const int64_t>(dims)), dt);
   const Tensor w = arena_->param(w_id_);
   const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
+  const Tensor r = std::exchange(y_residual_, Tensor());
+  if (r.defined() && (!(r.shape() == y_.shape()) || r.dtype() != dt))
+    fail("the residual to add must match the output " + y_.shape().str() + " " + dt_name(dt), r);
+  if (r.defined() && gelu_) fail("add_to_next_output on a layer with a fused GELU", r);
   if (gelu_) {
     ensure(pre_, y_.shape(), dt);
     kernels::linear_gelu_forward(x, w, b_id_ >= 0 ? &b : nullptr, gelu_form_, pre_, y_, stream_);
   } else {
-    kernels::linear_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stream_);
+    kernels::linear_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stream_, r.defined() ? &r : nullptr);
   }
   return y_;
 }

@@ -124,17 +124,18 @@ class PatchEmbedding : public Layer {
   Tensor patches_, tokens_, dpatches_;
 };
 
-// Pre-norm transformer encoder block (torchvision EncoderBlock): x + attn(ln_1(x)), then + mlp(ln_2(.)). Backward
-// sums each skip connection's gradient into the layer norm's input gradient (LayerNorm::add_to_next_input_grad)
-// instead of a separate add.
+// Pre-norm transformer encoder block (torchvision EncoderBlock): x + attn(ln_1(x)), then + mlp(ln_2(.)). Forward
+// adds each skip connection in the epilogue of its path's last GEMM while the dropout after it is off; backward
+// sums each skip connection's gradient into the layer norm's input gradient (LayerNorm::add_to_next_input_grad).
+// Neither runs a separate add.
 class EncoderBlock : public Layer {
  public:
   EncoderBlock(ParameterArena& a, const std::string& name, int64_t d, int64_t heads, float dropout, uint64_t seed,
                uint64_t stream_base)
       : Layer(name), attn_path_(name + ".attn_path"), mlp_path_(name + ".mlp_path") {
     ln_1_ = &attn_path_.add<LayerNorm>(a, name + ".ln_1", d, 1e-6f);
-    attn_path_.add<MultiHeadSelfAttention>(a, name + ".self_attention", d, heads);
-    attn_path_.add<Dropout>(name + ".dropout", dropout, seed, stream_base);
+    attention_ = &attn_path_.add<MultiHeadSelfAttention>(a, name + ".self_attention", d, heads);
+    attn_dropout_ = &attn_path_.add<Dropout>(name + ".dropout", dropout, seed, stream_base);
     ln_2_ = &mlp_path_.add<LayerNorm>(a, name + ".ln_2", d, 1e-6f);
     // torchvision MLPBlock: xavier_uniform weights, N(0, 1e-6) biases
     // mlp.1, the GELU, is fused into fc1's forward GEMM and fc2's dx GEMM (Linear::then_gelu, input_is_gelu_of)
@@ -145,9 +146,18 @@ class EncoderBlock : public Layer {
     auto& fc2 = mlp_path_.add<Linear>(a, name + ".mlp.3", 4 * d, d, true, init::xavier_uniform(4 * d, d),
                                       init::normal(1e-6f));
     fc2.input_is_gelu_of(fc1);
-    mlp_path_.add<Dropout>(name + ".mlp.4", dropout, seed, stream_base + 2);
+    fc2_ = &fc2;
+    mlp_dropout_ = &mlp_path_.add<Dropout>(name + ".mlp.4", dropout, seed, stream_base + 2);
   }
   Tensor forward(const Tensor& x) override {
+    if (attn_dropout_->identity_now() && mlp_dropout_->identity_now()) {
+      // No dropout between the paths' last GEMMs and the skip adds: each add runs in its GEMM's epilogue
+      // (the output projection's and fc2's), not as a pass of its own.
+      attention_->add_to_next_output(x);
+      const Tensor mid = attn_path_.forward(x);  // x + attention(ln_1(x))
+      fc2_->add_to_next_output(mid);
+      return mlp_path_.forward(mid);  // mid + mlp(ln_2(mid))
+    }
     add_into(mid_, attn_path_.forward(x), x, stream_);
     return add_into(out_, mlp_path_.forward(mid_), mid_, stream_);
   }
@@ -166,7 +176,11 @@ class EncoderBlock : public Layer {
   Sequential attn_path_, mlp_path_;
   LayerNorm* ln_1_ = nullptr;  // the paths' first layers
   LayerNorm* ln_2_ = nullptr;
-  Tensor mid_, out_;
+  MultiHeadSelfAttention* attention_ = nullptr;  // the paths' last GEMMs and the dropouts after them
+  Linear* fc2_ = nullptr;
+  Dropout* attn_dropout_ = nullptr;
+  Dropout* mlp_dropout_ = nullptr;
+  Tensor mid_, out_;  // the skip adds' outputs while dropout is active
 };
 
 class ClassToken : public Layer {

@@ -94,6 +94,7 @@ class GemmCuda : public test::CudaOracleTest {
     bool bias = false;
     int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // leading dimension = width + pad
     int64_t offset_a = 0;                     // A starts this many elements into its buffer
+    bool residual = false;                    // + a residual matrix [M, ldc] in C's dtype
     int act = 0;                              // 1: GELU (pre_activation kept when keep_pre), 2: GELU gradient
     bool keep_pre = false;
     kernels::GeluForm form = kernels::GeluForm::erf;
@@ -105,6 +106,7 @@ class GemmCuda : public test::CudaOracleTest {
        << " N" << c.N << " K" << c.K << " ab " << dtype_name(c.ab) << " c " << dtype_name(c.c) << " alpha " << c.alpha
        << " beta " << c.beta << (c.bias ? " bias" : "") << " pads " << c.pad_a << "/" << c.pad_b << "/" << c.pad_c
        << " offset_a " << c.offset_a;
+    if (c.residual) os << " residual";
     if (c.act)
       os << (c.act == 1 ? " gelu" : " gelu_grad") << (c.form == kernels::GeluForm::erf ? "(erf)" : "(tanh)")
          << (c.keep_pre ? " keep_pre" : "");
@@ -151,7 +153,11 @@ class GemmCuda : public test::CudaOracleTest {
       for (int64_t i = 0; i < c.M; ++i)
         for (int64_t j = 0; j < c.N; ++j) want.data<float>()[i * ldc + j] += biasr.data<float>()[j];
 
-    // The activation: the GELU's input h (gradient) or the kept pre-activation (GELU), [M, ldc] in C's dtype.
+    // The residual, then the activation: the GELU's input h (gradient) or the kept pre-activation (GELU), [M, ldc]
+    // in C's dtype.
+    const Tensor res = padded(c.M, c.N, ldc, 0, true), resr = round_through(res, c.c);
+    for (int64_t i = 0; c.residual && i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) want.data<float>()[i * ldc + j] += resr.data<float>()[i * ldc + j];
     const Tensor h = padded(c.M, c.N, ldc, 0, c.act == 2);
     const Tensor hr = round_through(h, c.c);
     Tensor want_pre = h;  // NaN throughout, the pre-activation inside
@@ -169,9 +175,11 @@ class GemmCuda : public test::CudaOracleTest {
 
     const Tensor Ag = to_gpu(A, c.ab), Bg = to_gpu(B, c.ab), biasg = to_gpu(bias, c.c);
     Tensor Cg = to_gpu(C, c.c), hg = to_gpu(h, c.c);
+    const Tensor resg = to_gpu(res, c.c);
     const void* a_ptr = static_cast<const char*>(Ag.data()) + c.offset_a * int64_t(dtype_size(c.ab));
     kernels::cuda::GemmEpilogue epi;
     epi.bias = c.bias ? biasg.data() : nullptr;
+    epi.residual = c.residual ? resg.data() : nullptr;
     epi.gelu = c.act == 1;
     epi.pre_activation = c.act == 1 && c.keep_pre ? hg.data() : nullptr;
     epi.gelu_grad_input = c.act == 2 ? hg.data() : nullptr;
@@ -182,8 +190,10 @@ class GemmCuda : public test::CudaOracleTest {
     const Tensor got = to_cpu_f32(Cg);
     if (out) *out = got;
     Tolerance tol = gemm_tolerance(c.c, c.K, c.alpha, c.beta);
-    // vendor with a bias and beta != 0 rounds beta * C + bias to C's dtype before cuBLAS adds the product.
-    if (c.variant == kernels::cuda::GemmVariant::vendor && c.bias && c.beta != 0.0f && c.c != DType::f32)
+    // vendor with a bias and beta != 0 (or a residual) rounds beta * C + bias + residual to C's dtype before
+    // cuBLAS adds the product.
+    if (c.variant == kernels::cuda::GemmVariant::vendor && (c.bias || c.residual) && (c.beta != 0.0f || c.residual) &&
+        c.c != DType::f32)
       tol.atol += 2 * test::default_tolerance(c.c).rtol * (std::fabs(c.beta) + 1);
     if (c.variant == kernels::cuda::GemmVariant::vendor) widen_for_vendor_16bit(tol, c.c, c.K, c.alpha, c.beta);
     if (c.act == 1 && c.keep_pre) {
@@ -376,25 +386,27 @@ TEST_F(GemmCuda, SplitKIsRightAndDeterministic) {
     ASSERT_EQ(test::bits_of(h1.data<float>()[i]), test::bits_of(h2.data<float>()[i])) << "element " << i;
 }
 
-// The epilogue's GELU (with and without the kept pre-activation) and GELU gradient on every variant, transpose
-// and dtype pair: odd sizes with an odd ldc (one element at a time) and even ones (pairs), alpha, beta and bias
-// before the activation; split-K (the reduction kernel's epilogue) and K == 0 (the epilogue alone).
-TEST_F(GemmCuda, GeluEpiloguesEveryVariant) {
+// The epilogue's residual, GELU (with and without the kept pre-activation) and GELU gradient on every variant,
+// transpose and dtype pair: odd sizes with an odd ldc (one element at a time) and even ones (pairs), alpha, beta
+// and bias before the activation; split-K (the reduction kernel's epilogue) and K == 0 (the epilogue alone).
+TEST_F(GemmCuda, ResidualAndGeluEpiloguesEveryVariant) {
   const Size sizes[] = {{17, 33, 65}, {64, 64, 64}};
   const Types types[] = {{DType::bf16, DType::bf16}, {DType::bf16, DType::f32}, {DType::f32, DType::f32}};
   for (GemmVariant v : checked_variants())
     for (int tr = 0; tr < 4; ++tr)
       for (const Types& ty : types)
         for (const Size& sz : sizes)
-          for (int mode = 0; mode < 4; ++mode) {
+          for (int mode = 0; mode < 5; ++mode) {  // GELU (erf, kept input); GELU (tanh) + residual; gradients;
+                                                   // residual alone
             Case c;
             c.variant = v;
             c.ta = tr & 1, c.tb = tr & 2, c.M = sz.M, c.N = sz.N, c.K = sz.K, c.ab = ty.ab, c.c = ty.c;
             c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N);
             c.pad_c = sz.N % 2 ? 3 : 0;
             c.alpha = 0.75f, c.beta = mode % 2 ? -0.5f : 0.0f, c.bias = true;
-            c.act = mode < 2 ? 1 : 2;
+            c.act = mode < 2 ? 1 : mode < 4 ? 2 : 0;
             c.keep_pre = mode == 0;
+            c.residual = mode == 1 || mode == 4;
             c.form = mode % 2 ? kernels::GeluForm::tanh : kernels::GeluForm::erf;
             SCOPED_TRACE(describe(c));
             EXPECT_TRUE(run(c));
@@ -404,20 +416,20 @@ TEST_F(GemmCuda, GeluEpiloguesEveryVariant) {
       Case c;
       c.variant = v;
       c.M = 130, c.N = 72, c.K = 2504, c.ab = DType::bf16, c.c = DType::bf16, c.bias = true, c.act = act;
-      c.keep_pre = true, c.tb = true;
+      c.keep_pre = true, c.tb = true, c.residual = act == 1;
       c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K);
       SCOPED_TRACE("split-K " + describe(c));
       EXPECT_TRUE(run(c));
     }
   for (int act = 1; act <= 2; ++act) {
     Case c;
-    c.M = 5, c.N = 7, c.K = 0, c.beta = 0.5f, c.bias = true, c.act = act, c.keep_pre = true;
+    c.M = 5, c.N = 7, c.K = 0, c.beta = 0.5f, c.bias = true, c.act = act, c.keep_pre = true, c.residual = true;
     SCOPED_TRACE(describe(c));
     EXPECT_TRUE(run(c));
   }
 }
 
-TEST_F(GemmCuda, GeluEpilogueErrors) {
+TEST_F(GemmCuda, EpilogueErrors) {
   const Tensor A = to_gpu(random({4, 4}), DType::bf16), B = to_gpu(random({4, 4}), DType::bf16);
   Tensor C = poisoned({4, 4}, DType::bf16), H = poisoned({4, 4}, DType::bf16);
   kernels::cuda::GemmEpilogue both{.gelu = true, .gelu_grad_input = H.data()};
@@ -739,7 +751,8 @@ TEST_F(GemmCuda, LinearForwardBackward) {
 }
 
 // The fused linear + GELU (forward: the GELU and its kept input in the GEMM's epilogue; backward of the next
-// layer: dx times gelu'(h) in the dx GEMM's) against the CPU's separate ops, ours and vendor.
+// layer: dx times gelu'(h) in the dx GEMM's) and the linear layer with a residual against the CPU's separate ops,
+// ours and vendor.
 TEST_F(GemmCuda, LinearGeluFusedAgainstTheOracle) {
   const LinearShape shapes[] = {{{7, 5}, 3}, {{17, 33}, 65}, {{2, 17, 192}, 768}};
   for (const LinearShape& sh : shapes)
@@ -784,6 +797,12 @@ TEST_F(GemmCuda, LinearGeluFusedAgainstTheOracle) {
           EXPECT_TRUE(close(y, to_cpu_f32(yg), tol(in, 0, true))) << "y";
           EXPECT_TRUE(close(dx2, to_cpu_f32(dx2g), tol(in, 0, true))) << "dx through the GELU";
           EXPECT_TRUE(close(dw2, to_cpu_f32(dw2g), tol(rows, 1, false))) << "dw";
+          // the skip connection in the epilogue: fc2 (out -> in) on y, plus a residual of its output's shape
+          const Tensor r = round_through(random(sh.x), dt), rg = to_gpu(r, dt), yr = round_through(y, dt);
+          Tensor z = Tensor::empty(sh.x, DType::f32), zg = poisoned(sh.x, dt);
+          kernels::linear_forward(yr, w2, nullptr, z, cpu, &r);
+          kernels::linear_forward(to_gpu(yr, dt), w2g, nullptr, zg, stream, &rg);
+          EXPECT_TRUE(close(z, to_cpu_f32(zg), tol(out, 0, false))) << "y w2^T + residual";
         }
 }
 

@@ -215,7 +215,8 @@ TEST(LayerApi, LayerNormBackwardWithResidualIsBackwardThenAdd) {
 }
 
 // The fused linear + GELU entry points are the separate ops on the CPU, bit for bit: forward linear then GELU;
-// backward-through-GELU the linear backward then gelu_backward on dx (dw and dbias untouched by the GELU).
+// backward-through-GELU the linear backward then gelu_backward on dx (dw and dbias untouched by the GELU); and
+// linear_forward with a residual is linear_forward then add.
 TEST(LayerApi, LinearGeluIsLinearThenGelu) {
   for (const GeluForm form : {GeluForm::erf, GeluForm::tanh}) {
     const Tensor x = filled({2, 3, 5}, 0), w = filled({7, 5}, 1), b = filled({7}, 2);
@@ -238,6 +239,20 @@ TEST(LayerApi, LinearGeluIsLinearThenGelu) {
     for (int64_t i = 0; i < dx1.numel(); ++i) ASSERT_EQ(dx1.data<float>()[i], dx2.data<float>()[i]) << i;
     for (int64_t i = 0; i < dw1.numel(); ++i) ASSERT_EQ(dw1.data<float>()[i], dw2.data<float>()[i]) << i;
     for (int64_t i = 0; i < db1.numel(); ++i) ASSERT_EQ(db1.data<float>()[i], db2.data<float>()[i]) << i;
+  }
+  // linear_forward with a residual is linear_forward then add
+  {
+    const Tensor x = filled({2, 3, 5}, 7), w = filled({4, 5}, 8), b = filled({4}, 9), r = filled({2, 3, 4}, 10);
+    Tensor y1 = Tensor::empty({2, 3, 4}, DType::f32), y2 = Tensor::empty({2, 3, 4}, DType::f32);
+    linear_forward(x, w, &b, y1, kCpu);
+    add(y1, r, y1, kCpu);
+    linear_forward(x, w, &b, y2, kCpu, &r);
+    for (int64_t i = 0; i < y1.numel(); ++i) ASSERT_EQ(y1.data<float>()[i], y2.data<float>()[i]) << i;
+    const Tensor bad_r = filled({2, 3, 5}, 11);
+    HPDT_EXPECT_THROW_MSG(linear_forward(x, w, &b, y2, kCpu, &bad_r),
+                          "linear_forward: residual has shape [2, 3, 5], expected [2, 3, 4]");
+    HPDT_EXPECT_THROW_MSG(linear_forward(x, w, &b, y2, kCpu, &y2),
+                          "linear_forward: the residual must be a tensor other than y");
   }
   const Tensor x = filled({6, 5}, 0), w = filled({7, 5}, 1);
   Tensor y = Tensor::empty({6, 7}, DType::f32), bad = Tensor::empty({6, 8}, DType::f32);

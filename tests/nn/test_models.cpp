@@ -120,6 +120,7 @@ TEST(Layers, FusedBatchNormReluAndConvInputGradMatchTheSeparateLayers) {
 
 // Linear::then_gelu and input_is_gelu_of (ViT's MLP) are Linear, GELU, Linear bit for bit on the CPU: with the
 // GELU's gradient applied by the next layer's backward, and by the fused layer itself when no layer declares it.
+// Linear::add_to_next_output is forward then add.
 TEST(Layers, FusedLinearGeluMatchesLinearGeluLinear) {
   const Stream cpu;
   Rng rng(5);
@@ -147,6 +148,22 @@ TEST(Layers, FusedLinearGeluMatchesLinearGeluLinear) {
     const Tensor gw = plain_arena.grads(), gf = fused_arena.grads();
     ASSERT_EQ(gw.numel(), gf.numel());
     for (int64_t i = 0; i < gw.numel(); ++i) ASSERT_EQ(gw.data<float>()[i], gf.data<float>()[i]) << "gradient " << i;
+  }
+  {  // add_to_next_output: forward then add, bit for bit, for one forward
+    ParameterArena a;
+    Linear l(a, "l", 6, 24);
+    a.finalize(3, DType::f32, cpu);
+    Tensor r = Tensor::empty({2, 3, 24}, DType::f32);
+    for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = rng.normal();
+    const Tensor plain = l.forward(x).clone(cpu);
+    l.add_to_next_output(r);
+    const Tensor with_r = l.forward(x).clone(cpu);
+    for (int64_t i = 0; i < r.numel(); ++i)
+      ASSERT_EQ(with_r.data<float>()[i], plain.data<float>()[i] + r.data<float>()[i]) << i;
+    const Tensor again = l.forward(x);
+    for (int64_t i = 0; i < r.numel(); ++i) ASSERT_EQ(again.data<float>()[i], plain.data<float>()[i]) << i;
+    l.add_to_next_output(Tensor::empty({2, 3, 6}, DType::f32));
+    HPDT_EXPECT_THROW_MSG(l.forward(x), "l: the residual to add must match the output [2, 3, 24] f32");
   }
   ParameterArena a;
   Linear plain(a, "plain", 6, 24), fused(a, "fused", 6, 24), next(a, "next", 24, 6), wrong(a, "wrong", 12, 6);
@@ -217,6 +234,31 @@ TEST_P(ModelGrad, ReverseLayoutHookCoversTheArenaInOrder) {
     next = off + n;
   }
   EXPECT_EQ(next, size_t(a.numel()));
+}
+
+// ViT's encoder blocks add their skip connections in the epilogues of the paths' last GEMMs while dropout is off,
+// and with separate adds while it is on. With a dropout probability too small to drop anything (1e-30: every
+// element kept, scaled by exactly 1) the two give the same bits, forward and backward.
+TEST(ModelVit, SkipAddsInTheGemmEpilogueMatchTheSeparateAdds) {
+  ModelConfig with_dropout = tiny_vit();
+  with_dropout.dropout = 1e-30f;
+  auto fused = make_model("vit_ti", tiny_vit()), separate = make_model("vit_ti", with_dropout);
+  const Tensor x = random_images(4, tiny_vit(), 5);
+  const Tensor labels = Tensor::from_vector<int32_t>({0, 1, 2, 3}, {4});
+  std::vector<float> logits[2], grads[2];
+  int i = 0;
+  for (Model* m : {fused.get(), separate.get()}) {
+    const Tensor out = m->forward(x);
+    Tensor dl = Tensor::empty(out.shape(), DType::f32);
+    kernels::softmax_cross_entropy(out, labels, 0.0, &dl, 1.0, Stream());
+    m->backward(dl);
+    logits[i] = out.to_vector<float>();
+    grads[i++] = m->arena().grads().to_vector<float>();
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t k = 0; k < logits[0].size(); ++k) ASSERT_EQ(logits[0][k], logits[1][k]) << "logit " << k;
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t k = 0; k < grads[0].size(); ++k) ASSERT_EQ(grads[0][k], grads[1][k]) << "gradient " << k;
 }
 
 // Every parameter starts on a multiple of kAlignElements (the 10-class head's 10 biases would otherwise

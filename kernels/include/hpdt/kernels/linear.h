@@ -8,8 +8,10 @@
 
 namespace hpdt::kernels {
 
-// bias may be null.
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Stream& stream);
+// bias may be null. With a residual (y's shape and dtype, not y itself): y = x w^T + b + residual, a skip
+// connection added in the GEMM's epilogue on CUDA (the same bits as linear_forward then add on the CPU).
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const Stream& stream,
+                    const Tensor* residual = nullptr);
 // dx overwritten (skipped when null); dw and dbias accumulated (+=), dbias may be null.
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor& dw, Tensor* dbias,
                      const Stream& stream);

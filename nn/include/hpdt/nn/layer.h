@@ -215,12 +215,15 @@ class Linear : public Layer {
   // (dropout): its backward returns the gradient of the GELU's input ((dy w) * gelu'(h) in one pass,
   // kernels::linear_backward_through_gelu), and prev's backward takes that as it is.
   void input_is_gelu_of(Linear& prev);
+  // The next forward returns x w^T + b + r (r of the output's shape and dtype), a skip connection added in the
+  // GEMM's epilogue (kernels::linear_forward's residual) instead of by a separate add. Applies to one forward.
+  void add_to_next_output(const Tensor& r) { y_residual_ = r; }
 
  private:
   ParameterArena* arena_;
   int64_t in_, out_;
   int w_id_, b_id_ = -1;
-  Tensor x_, y_, dx_;
+  Tensor x_, y_, dx_, y_residual_;
   bool gelu_ = false;                  // then_gelu
   bool gelu_grad_by_next_ = false;     // a later layer applies our GELU's gradient
   kernels::GeluForm gelu_form_ = kernels::GeluForm::erf;
@@ -269,6 +272,8 @@ class Dropout : public Layer {
       : Layer(std::move(name)), p_(p), seed_(seed), stream_id_(stream_id) {}
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // Whether the next forward is the identity (eval mode, or p = 0).
+  bool identity_now() const { return !(training_ && p_ > 0.0f); }
   // The index of this rank's first sample in the global batch (0 on one rank).
   void set_first_sample(int64_t s) { first_sample_ = s; }
   // Training forwards so far: the generator's position.
@@ -293,6 +298,9 @@ class MultiHeadSelfAttention : public Layer {
   MultiHeadSelfAttention(ParameterArena& arena, std::string name, int64_t d, int64_t heads);
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // The next forward returns attention(x) + r, r added in the output projection's epilogue
+  // (Linear::add_to_next_output).
+  void add_to_next_output(const Tensor& r) { proj_.add_to_next_output(r); }
   void for_each_child(const std::function<void(Layer&)>& f) override {
     f(qkv_);
     f(proj_);

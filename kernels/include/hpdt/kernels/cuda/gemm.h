@@ -1,5 +1,5 @@
-// CUDA GEMM: C = alpha * op(A) * op(B) + beta * C (+ bias per column, then an optional GELU or GELU gradient),
-// row-major like cpu::gemm.
+// CUDA GEMM: C = alpha * op(A) * op(B) + beta * C (+ bias per column, + a residual matrix, then an optional GELU
+// or GELU gradient), row-major like cpu::gemm.
 //
 // A and B share one storage dtype (f32, f16 or bf16); C is f32 or that dtype; products are summed in
 // f32 whatever the storage. Any M, N, K >= 0 (K == 0 gives C = beta * C + bias), any leading
@@ -42,16 +42,18 @@ enum class GemmVariant { automatic, v1_simt, v2_mma, v3_wgmma, vendor };
 std::string_view gemm_variant_name(GemmVariant v);  // "automatic", "v1_simt", "v2_mma", "v3_wgmma", "vendor"
 
 // What runs after the sum, before the store, in this order, in f32 with one rounding at each store:
-//   v = alpha * AB + beta * C + bias[col];
+//   v = alpha * AB + beta * C + bias[col] + residual[row, col];
 //   gelu_grad_input set: v *= gelu'(gelu_grad_input[row, col])  (the backward of a GELU whose input that was:
 //                        the GEMM's result is the gradient of the GELU's output, C that of its input);
 //   gelu set:            pre_activation[row, col] = v (when not null), then v = gelu(v)  (a layer and its GELU);
 //   C = v.
-// pre_activation and gelu_grad_input are [M, N] matrices in C's dtype with C's leading dimension ldc, and must not
-// overlap C. gelu and gelu_grad_input exclude each other. `vendor` runs cuBLAS, then the activation as a separate
-// pass over C (from C's rounded value: within one rounding of ours).
+// residual, pre_activation and gelu_grad_input are [M, N] matrices in C's dtype with C's leading dimension ldc,
+// and must not overlap C. gelu and gelu_grad_input exclude each other. `vendor` puts beta * C + bias + residual in
+// C first (cuBLAS then accumulates onto it), and runs the activation as a separate pass over C afterwards (from
+// C's rounded value: within one rounding of ours).
 struct GemmEpilogue {
-  const void* bias = nullptr;  // [N] in C's dtype, or null
+  const void* bias = nullptr;      // [N] in C's dtype, or null
+  const void* residual = nullptr;  // a skip connection's [M, N], or null
   bool gelu = false;
   void* pre_activation = nullptr;
   const void* gelu_grad_input = nullptr;

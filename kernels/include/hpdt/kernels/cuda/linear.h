@@ -12,9 +12,11 @@
 namespace hpdt::kernels::cuda {
 
 // x [rows, in], w [out, in], b [out] (may be null) -> y [rows, out] = x w^T + b (bias in the GEMM's epilogue).
-// With gelu_pre set: y = gelu(x w^T + b) and gelu_pre [rows, out] = x w^T + b (all in the GEMM's epilogue).
+// With a residual r [rows, out]: y = x w^T + b + r. With gelu_pre set: y = gelu(x w^T + b (+ r)) and gelu_pre
+// [rows, out] = x w^T + b (+ r). All in the GEMM's epilogue.
 void linear_forward(int64_t rows, int64_t in, int64_t out, const void* x, const void* w, const void* b, void* y,
-                    DType dtype, const Stream& stream, void* gelu_pre = nullptr, GeluForm form = GeluForm::erf);
+                    DType dtype, const Stream& stream, void* gelu_pre = nullptr, GeluForm form = GeluForm::erf,
+                    const void* residual = nullptr);
 // dx [rows, in] = dy w (overwritten; skipped when null); dw [out, in] += dy^T x; db [out] += column sums of dy
 // (skipped when null). With gelu_input set (h [rows, in]): dx = (dy w) * gelu'(h), in the GEMM's epilogue.
 void linear_backward(int64_t rows, int64_t in, int64_t out, const void* dy, const void* x, const void* w, void* dx,
