@@ -103,11 +103,18 @@ json.dump({"git_commit": out("git", "rev-parse", "HEAD"), "git_dirty": bool(out(
 PY
 rm -f "$bundle/ompi/pmix2/lib/libpmix.a" "$bundle/lib/liboshmem.so.40"
 # What travels: one compressed file (the device tool carries at most 64 MiB a call, the checkout included).
-# The executables embed the same CUDA kernels (27 MB of sm_90 code in hpdt-train alone): files sorted by
-# size put near-copies side by side, and xz -9's 64 MiB window stores each such copy once (216 MB of
-# files -> 22 MB; gzip, with its 32 KiB window, gave 59 MB).
+# The executables embed the same CUDA kernels (27 MB of sm_90 code in hpdt-train alone on 2026-11-25, 65 MB
+# on 2026-11-27): files sorted by size put near-copies side by side, and an xz window larger than the largest
+# executable stores each such copy once (216 MB of files -> 22 MB; gzip, with its 32 KiB window, gave 59 MB).
+# xz -9's 64 MiB window stopped being enough once the executables reached 63-65 MB (441 MB -> 86 MB, over the
+# limit): a 256 MiB window (about 2.7 GB of memory to pack, 256 MiB to unpack).
 (cd "$(dirname "$bundle")" && find "$(basename "$bundle")" \( -type f -o -type l \) -printf '%s %p\n' | sort -n | cut -d' ' -f2- |
-   tar cf - --no-recursion -T - | xz -9 -T1 > "$bundle.txz")
+   tar cf - --no-recursion -T - | xz --lzma2=preset=9,dict=256MiB -T1 > "$bundle.txz")
+# The device tool refuses a call whose working tree (tracked files and carried paths) is over 64 MiB.
+size=$(stat -c %s "$bundle.txz")
+tree=$(cd "$root" && git ls-files -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+[ $((size + tree)) -lt $((63 * 1024 * 1024)) ] ||
+  echo "prepare.sh: WARNING: $bundle.txz ($((size / 1048576)) MiB) and the tracked files ($((tree / 1048576)) MiB) are over the 64 MiB a device call carries" >&2
 rm -f "$bundle.tgz"
 echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1)), packed as $bundle.txz ($(du -sh "$bundle.txz" | cut -f1))"
 echo "device tool: command 'scripts/gpu/device.sh [run.sh options]', carry ['$(basename "$bundle").txz']"
