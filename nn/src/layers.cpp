@@ -358,7 +358,7 @@ Tensor GELU::backward(const Tensor& dy) {
 }
 
 Tensor Dropout::forward(const Tensor& x) {
-  active_ = training_ && p_ > 0.0f;
+  active_ = !identity_now();
   if (!active_) return x;
   check_device(x);
   mask_seed_ = seed_ ^ (0x9E3779B97F4A7C15ull * ++calls_);  // a fresh mask each call
