@@ -1,9 +1,12 @@
-// conv2d on the GPU: hpdt's implicit-GEMM kernels (v1 SIMT, v2 tensor cores) beside cuDNN, in TFLOP/s, on
+// conv2d on the GPU: hpdt's implicit-GEMM kernels (v1 SIMT, v2 tensor cores, v3 wgmma + TMA) beside cuDNN, in TFLOP/s, on
 // ResNet-50's convolutions at 224 x 224, batch 256, bf16 and f32, forward / backward-data / backward-filter, in
 // both activation layouts: conv/... NCHW (kernels/cuda/conv.cu, cuDNN with NCHW descriptors), conv_nhwc/... NHWC
 // (kernels/cuda/conv_nhwc.cu, cuDNN with NHWC descriptors and its NHWC filter layout). Rows of one layout, shape,
-// dtype and direction are consecutive (v1, v2, cudnn), and every row of ours carries vs_cudnn = cuDNN time / our
+// dtype and direction are consecutive (v1, v2, v3, cudnn), and every row of ours carries vs_cudnn = cuDNN time / our
 // time in the same layout (> 1: faster than cuDNN), so the ratio reads off one run.
+// v3_wgmma rows (NHWC, bf16): what `--gemm v3` runs, ConvVariant::automatic with kernels::gemm_choice() v3 — the
+// stride-1 forward and the backward-data phases on conv v3 (kernels/cuda/conv_v3.cuh) where the channels are
+// whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of those takes the row.
 // Time: CUDA events around each call (manual time). cuDNN: deterministic algorithm from its v7 heuristics, no
 // TF32 for f32 (see kernels/cuda/conv_vendor.cu).
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
@@ -16,6 +19,7 @@
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/elementwise.h"
@@ -44,9 +48,18 @@ const ConvCase kCases[] = {
 };
 
 enum class Dir { forward, backward_data, backward_filter };
-enum class Impl { v1, v2, cudnn };
+enum class Impl { v1, v2, v3, cudnn };
 const char* dir_name(Dir d) { return d == Dir::forward ? "fwd" : d == Dir::backward_data ? "bwd_data" : "bwd_filter"; }
-const char* impl_name(Impl i) { return i == Impl::v1 ? "v1_simt" : i == Impl::v2 ? "v2_tensor_core" : "cudnn"; }
+const char* impl_name(Impl i) {
+  return i == Impl::v1 ? "v1_simt" : i == Impl::v2 ? "v2_tensor_core" : i == Impl::v3 ? "v3_wgmma" : "cudnn";
+}
+// Whether `--gemm v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
+// on GEMM v3; otherwise conv v3 for a stride-1 forward with c_in % 64 == 0 and a backward-data with c_out % 64 == 0.
+bool v3_takes(const Conv2dShape& s, Dir d) {
+  if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return true;
+  if (d == Dir::forward) return s.stride == 1 && s.c_in % 64 == 0;
+  return d == Dir::backward_data && s.c_out % 64 == 0;
+}
 
 struct Buffers {
   Tensor x, w, y, dx, dw;
@@ -73,7 +86,17 @@ Buffers make_buffers(const Conv2dShape& s, DType dt, Layout layout, const Stream
 
 void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, const Stream& stream) {
   namespace kc = kernels::cuda;
-  const kc::ConvVariant v = impl == Impl::v2 ? kc::ConvVariant::v2_tensor_core : kc::ConvVariant::v1_simt;
+  const kc::ConvVariant v = impl == Impl::v3   ? kc::ConvVariant::automatic
+                            : impl == Impl::v2 ? kc::ConvVariant::v2_tensor_core
+                                               : kc::ConvVariant::v1_simt;
+  // v3: the automatic variant under --gemm v3's setting, for this call
+  struct GemmChoiceScope {
+    kernels::GemmChoice prev = kernels::gemm_choice();
+    explicit GemmChoiceScope(bool v3) {
+      if (v3) kernels::set_gemm_choice(kernels::GemmChoice::v3);
+    }
+    ~GemmChoiceScope() { kernels::set_gemm_choice(prev); }
+  } scope(impl == Impl::v3);
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {
     case Dir::forward:
@@ -159,8 +182,9 @@ const bool registered = [] {
     for (DType dt : {DType::bf16, DType::f32})
       for (int c = 0; c < int(std::size(kCases)); ++c)
         for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
-          for (Impl impl : {Impl::v1, Impl::v2, Impl::cudnn}) {
-            if (impl == Impl::v2 && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
+          for (Impl impl : {Impl::v1, Impl::v2, Impl::v3, Impl::cudnn}) {
+            if ((impl == Impl::v2 || impl == Impl::v3) && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
+            if (impl == Impl::v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].s, d))) continue;
             const std::string name = std::string(layout == Layout::nhwc ? "conv_nhwc/" : "conv/") + kCases[c].name +
                                      "/" + std::string(dtype_name(dt)) + "/" + dir_name(d) + "/" + impl_name(impl);
             benchmark::RegisterBenchmark(name.c_str(), BM_conv, c, dt, d, impl, layout)

@@ -35,10 +35,15 @@
 #include <vector>
 
 #include "conv_common.cuh"
+#include "conv_v3.cuh"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #include "launch.cuh"
+
+#ifndef HPDT_HAVE_GEMM_WGMMA
+#define HPDT_HAVE_GEMM_WGMMA 0
+#endif
 
 namespace hpdt::kernels::cuda {
 
@@ -717,7 +722,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 // its own taps from dy, writing its strided sub-grid of dx; the pixels of phases without taps are zeroed by one
 // memset of dx.
 template <class T>
-void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc,
+void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc, bool v3,
                        const Tensor* residual, const Stream& stream) {
   const cudaStream_t st = detail::native(stream);
   int64_t total = 0;
@@ -744,6 +749,23 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.dst = dx.data(), p.dst_h = int(s.h), p.dst_w = int(s.w);
     p.dys = p.dxs = int(s.stride), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
     p.residual = residual ? residual->data() : nullptr;
+#if HPDT_HAVE_GEMM_WGMMA
+    if (v3) {  // the same implicit GEMM on wgmma + TMA (conv_v3.cuh), where it takes the phase
+      ConvV3 c;
+      c.w = p.a, c.ldw = p.lda, c.M = p.M;
+      c.src = p.src, c.C = p.C, c.hs = p.Hs, c.ws = p.Ws;
+      c.n = int(s.n), c.hp = int(f.hp), c.wp = int(f.wp);
+      c.oy0 = p.oy0, c.ox0 = p.ox0, c.tsign = -1, c.kh = int(f.khp), c.kw = int(f.kwp);
+      c.dst = p.dst, c.dst_h = p.dst_h, c.dst_w = p.dst_w, c.dys = p.dys, c.dy0 = p.dy0, c.dxs = p.dxs, c.dx0 = p.dx0;
+      c.residual = p.residual;
+      if (conv_v3_can_take(c, dy.dtype(), stream)) {
+        conv_v3_launch(c, dy.dtype(), stream);
+        continue;
+      }
+    }
+#else
+    (void)v3;
+#endif
     launch_nhwc_gemm<T>(p, tc, vec, st);
   }
 }
@@ -809,6 +831,40 @@ bool one_by_one_on_gemm_v3(const Conv2dShape& s, ConvVariant variant, bool trans
          gemm_resolve(GemmVariant::automatic, trans_a, trans_b, lda, ldb, a, b, dt, stream) == GemmVariant::v3_wgmma;
 }
 
+// With kernels::gemm_choice() v3 and ConvVariant::automatic, the other convolutions' stride-1 implicit GEMMs (the
+// forward of a stride-1 convolution without scale, shift or ReLU in its epilogue; every phase of a backward-data)
+// run on the wgmma + TMA convolution (conv_v3.cuh) wherever it takes them (16-bit, channels % 64 == 0, a Hopper
+// GPU and an sm_90 build), and on the conv kernels otherwise.
+bool conv_v3_chosen(ConvVariant variant, DType dt) {
+  return HPDT_HAVE_GEMM_WGMMA && variant == ConvVariant::automatic && gemm_choice() == GemmChoice::v3 &&
+         dt != DType::f32;
+}
+
+// The forward on conv v3, when chosen and it takes the convolution; false otherwise (nothing ran).
+bool forward_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
+                        ConvVariant variant, const Stream& stream) {
+#if HPDT_HAVE_GEMM_WGMMA
+  if (!conv_v3_chosen(variant, x.dtype()) || s.stride != 1 || e.scale || e.shift || e.relu) return false;
+  ConvV3 c;
+  c.ldw = s.c_in * s.kh * s.kw, c.M = int(s.c_out);  // the repacked weights' row (checked again below)
+  c.src = x.data(), c.C = int(s.c_in), c.hs = int(s.h), c.ws = int(s.w);
+  c.n = int(s.n), c.hp = int(s.out_h()), c.wp = int(s.out_w());
+  c.oy0 = c.ox0 = int(-s.pad), c.tsign = 1, c.kh = int(s.kh), c.kw = int(s.kw);
+  c.dst = y.data(), c.dst_h = c.hp, c.dst_w = c.wp;
+  c.bias = e.bias ? e.bias->data() : nullptr, c.residual = e.residual ? e.residual->data() : nullptr;
+  if (!conv_v3_can_take(c, x.dtype(), stream)) return false;
+  Tensor packed;
+  int64_t lda = 0;
+  c.w = forward_weights(s, w, true, true, packed, &lda, stream);  // 16-byte aligned rows of K (% 64) values
+  c.ldw = lda;
+  conv_v3_launch(c, x.dtype(), stream);
+  return true;
+#else
+  (void)s, (void)x, (void)w, (void)e, (void)y, (void)variant, (void)stream;
+  return false;
+#endif
+}
+
 }  // namespace
 
 void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
@@ -824,6 +880,7 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
          x.dtype(), y.dtype(), GemmEpilogue{.bias = e.bias ? e.bias->data() : nullptr}, stream, GemmVariant::v3_wgmma);
     return;
   }
+  if (forward_on_conv_v3(s, x, w, e, y, variant, stream)) return;
   dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     run_forward<T>(s, x, w, e, y, tc, stream);
@@ -845,7 +902,7 @@ void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Ten
   }
   dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
     using T = decltype(tag);
-    run_backward_data<T>(s, dy, w, dx, tc, residual, stream);
+    run_backward_data<T>(s, dy, w, dx, tc, conv_v3_chosen(variant, dy.dtype()), residual, stream);
   });
 }
 

@@ -246,15 +246,18 @@ class AsmGen:
                              (self.pred(args[0]), self.address(args[1]), self.value(args[2]), loc))
         elif opcode == 'fence.mbarrier_init.release.cluster':
             self.body.append('::cuda_emu::ptx::fence_mbarrier_init(%s);' % loc)
-        elif opcode == 'cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes':
-            m = re.fullmatch(r'\[\s*(%\d+)\s*,\s*\{\s*(%\d+)\s*,\s*(%\d+)\s*\}\s*\]', args[1].strip()) \
-                if len(args) == 3 else None
-            if not m:
-                raise TransformError('cp.async.bulk.tensor.2d is emulated as `[dst], [map, {c0, c1}], [bar]` only')
-            self.body.append('::cuda_emu::ptx::tma_load_2d(uint32_t(%s), uint64_t(%s), int32_t(%s), int32_t(%s), '
-                             'uint32_t(%s), %s);' % (self.address(args[0]), self.ref(m.group(1)),
-                                                     self.ref(m.group(2)), self.ref(m.group(3)),
-                                                     self.address(args[2]), loc))
+        elif re.fullmatch(r'cp\.async\.bulk\.tensor\.[1-5]d\.shared::cluster\.global\.mbarrier::complete_tx::bytes',
+                          opcode):
+            rank = int(opcode.split('.')[4][0])
+            m = re.fullmatch(r'\[\s*(%\d+)\s*,\s*\{([^}]*)\}\s*\]', args[1].strip()) if len(args) == 3 else None
+            coords = [c.strip() for c in m.group(2).split(',')] if m else []
+            if not m or len(coords) != rank or not all(re.fullmatch(r'%\d+', c) for c in coords):
+                raise TransformError('cp.async.bulk.tensor.%dd is emulated as `[dst], [map, {c0, ..}], [bar]` with '
+                                     '%d coordinates only' % (rank, rank))
+            self.body.append('{ const int32_t cuda_emu_tc[%d] = {%s}; ::cuda_emu::ptx::tma_load(uint32_t(%s), '
+                             'uint64_t(%s), %d, cuda_emu_tc, uint32_t(%s), %s); }' %
+                             (rank, ', '.join('int32_t(%s)' % self.ref(c) for c in coords), self.address(args[0]),
+                              self.ref(m.group(1)), rank, self.address(args[2]), loc))
         elif opcode == 'wgmma.fence.sync.aligned':
             self.body.append('::cuda_emu::ptx::wgmma_fence(%s);' % loc)
         elif opcode == 'wgmma.commit_group.sync.aligned':

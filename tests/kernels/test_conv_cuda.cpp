@@ -714,6 +714,89 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
 }
 #endif
 
+#if HPDT_HAVE_CUDA
+// With kernels::gemm_choice() v3 and ConvVariant::automatic, the NHWC stride-1 implicit GEMMs with 64k channels run
+// on conv v3 (wgmma + TMA, conv_v3.cuh): the forward of stride-1 convolutions with ci % 64 == 0 (bias and residual
+// in its epilogue) and every stride phase of backward-data with co % 64 == 0 (with its residual); the others on the
+// conv kernels. Against the oracle; on the emulator, which kernels ran. Covers both N tiles above 64 channels
+// (HPDT_GEMM_V3_TILE), 64 and fewer channels (the 64-wide tile), N tiles cut by the channel count, non-square
+// kernels, padding beyond the taps' reach, a stride-2 convolution (forward on the conv kernels, backward-data's
+// four phases on v3) and pixel grids that leave part of the last box empty.
+TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
+  {
+    const Tensor probe = poisoned({64, 64}, DType::bf16);
+    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
+                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
+      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  }
+  test::GemmChoiceScope v3(kernels::GemmChoice::v3);
+  const auto auto_v = kernels::cuda::ConvVariant::automatic;
+  struct V3Case {
+    const char* name;
+    Conv2dShape s;
+    const char* tile;  // HPDT_GEMM_V3_TILE, or null
+  };
+  const V3Case cases[] = {
+      {"3x3 64->64 at 9x9", {2, 64, 9, 9, 64, 3, 3, 1, 1}, nullptr},
+      {"3x3 128->136 at 7x5 narrow", {3, 128, 7, 5, 136, 3, 3, 1, 1}, "narrow"},
+      {"3x3 136->128 at 6x7 narrow", {2, 136, 6, 7, 128, 3, 3, 1, 1}, "narrow"},
+      {"3x3 64->192 at 6x6 wide", {1, 64, 6, 6, 192, 3, 3, 1, 1}, "wide"},
+      {"3x3 192->64 at 5x6 wide", {2, 192, 5, 6, 64, 3, 3, 1, 1}, "wide"},
+      {"3x1 p2 64->40 at 5x11", {2, 64, 5, 11, 40, 3, 1, 1, 2}, nullptr},
+      {"1x3 p1 40->128 at 4x13", {2, 40, 4, 13, 128, 1, 3, 1, 1}, nullptr},
+      {"3x3 s2 32->64 at 9x9", {2, 32, 9, 9, 64, 3, 3, 2, 1}, nullptr},
+  };
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const V3Case& c : cases) {
+      const Conv2dShape& s = c.s;
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
+      if (c.tile) ::setenv("HPDT_GEMM_V3_TILE", c.tile, 1);
+      const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
+      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
+                   db0 = random({s.c_out}), res_y = random(ys), res_x = random(xs);
+      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
+                                   round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt),
+                   gres_y = to_gpu(res_y, dt), gres_x = to_gpu(res_x, dt);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      const unsigned long long v3s = cuda_emu::launches_named("conv_v3"), convs = cuda_emu::launches_named("conv_nhwc_");
+#endif
+      // forward with bias, then with bias and a residual; backward-data, then with a residual
+      Tensor y = poisoned(ys, dt), yr = poisoned(ys, dt), dx = poisoned(xs, dt), dxr = poisoned(xs, dt);
+      Conv2dEpilogue e;
+      e.bias = &gb;
+      kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, y, stream, auto_v);
+      e.residual = &gres_y;
+      kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, yr, stream, auto_v);
+      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v);
+      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dxr, stream, auto_v, &gres_x);
+      ::unsetenv("HPDT_GEMM_V3_TILE");
+      const double l_fwd = double(s.c_in * s.kh * s.kw), l_data = double(s.c_out * s.kh * s.kw);
+      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, l_fwd, Impl::v2))) << "forward";
+      Tensor want_yr = round_through(res_y, dt), want_dxr = round_through(res_x, dt);
+      for (int64_t i = 0; i < want_yr.numel(); ++i) want_yr.data<float>()[i] += want.y.data<float>()[i];
+      for (int64_t i = 0; i < want_dxr.numel(); ++i) want_dxr.data<float>()[i] += want.dx.data<float>()[i];
+      Tolerance tol_res = conv_tolerance(dt, l_fwd, Impl::v2);
+      tol_res.atol *= 2;  // the residual add widens the absolute error
+      EXPECT_TRUE(close(want_yr, to_cpu_f32(yr), tol_res)) << "forward + residual";
+      EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, l_data, Impl::v2))) << "backward-data";
+      Tolerance tol_dres = conv_tolerance(dt, l_data, Impl::v2);
+      tol_dres.atol *= 2;
+      EXPECT_TRUE(close(want_dxr, to_cpu_f32(dxr), tol_dres)) << "backward-data + residual";
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      // one launch per forward, one per stride phase (all have taps here) of each backward-data: on v3 where
+      // its channels (ci forward, co backward) are whole k tiles of 64 and the forward's stride is 1
+      const unsigned long long phases = s.stride == 1 ? 1 : 4;
+      const bool fwd_v3 = s.stride == 1 && s.c_in % 64 == 0, bwd_v3 = s.c_out % 64 == 0;
+      EXPECT_EQ(cuda_emu::launches_named("conv_v3") - v3s, (fwd_v3 ? 2 : 0) + (bwd_v3 ? 2 * phases : 0))
+          << "conv v3 launches";
+      EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_") - convs, (fwd_v3 ? 0 : 2) + (bwd_v3 ? 0 : 2 * phases))
+          << "conv kernel launches";
+#endif
+    }
+}
+#endif
+
 TEST_F(ConvCuda, NhwcTransposesAreBitExact) {
   // kernels/cuda/layout.cu against the CPU transposes: the bits of every element move, whatever the dtype.
   for (DType dt : test::kCudaTestDtypes)

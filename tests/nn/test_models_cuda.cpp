@@ -311,12 +311,13 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
 }
 
 // The bf16 step with our Hopper GEMM (kernels::GemmChoice::v3: every aligned 16-bit GEMM of the model, the
-// linear layers' forward, dx and dw, through wgmma + TMA) against the same step with v2 (mma.sync): both
-// sum f32 products of the same bf16 inputs, in other orders, so only roundings of GEMM outputs to bf16
-// differ. Measured on the CUDA emulator (2026-11-26): resnet20 the same loss and gradients to 6 digits (its
-// GEMM is the 64 -> 10 head), vit_ti losses 2.452280 (v3) and 2.450292 (v2), gradient cosine 0.99995; a
-// wrong layout or a missed k tile gives O(1) differences. The emulator's statistics (CUDA_EMU_STATS=1)
-// show the v3 step running the forward (NT), dx (NN) and dw (TN) GEMMs of vit_ti all in v3.
+// linear layers' forward, dx and dw, through wgmma + TMA; in NHWC also the convolutions' stride-1 GEMMs with
+// 64k channels, conv v3) against the same step with v2 (mma.sync): both sum f32 products of the same bf16
+// inputs, in other orders, so only roundings of outputs to bf16 differ. Measured on the CUDA emulator
+// (2026-11-27): resnet20 and resnet20_nhwc the same losses (2.376350, 2.377266) and gradient cosines 1.000000
+// (the NHWC step runs 15 conv v3 launches: stage 3's 64-channel forwards and the backward-data into 64-channel
+// outputs), vit_ti 2.449262 both, cosine 0.999992; a wrong layout or a missed k tile gives O(1) differences.
+// The emulator's statistics (CUDA_EMU_STATS=1) show which kernels ran.
 TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   {
     const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});

@@ -406,6 +406,63 @@ TEST(CudaEmu, TmaBoxSwizzleAndBounds) {
       }
 }
 
+// A 4-D box (64 channels x 4 x 2 x 2) of an NHWC tensor at (0, x0, y0, n0), the shared bytes copied out raw.
+__global__ void tma_box4d(const __grid_constant__ CUtensorMap map, int x0, int y0, int n0, uint16_t* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u, bar = base + 2048;
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_expect(bar, 2048);
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(
+            base),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(bar), "r"(0), "r"(x0), "r"(y0), "r"(n0)
+        : "memory");
+  }
+  __syncthreads();
+  while (!mbar_try_wait(bar, 0u)) {
+  }
+  const auto* s = reinterpret_cast<const uint16_t*>(smem + (base - smem_u32(smem)));
+  for (int i = int(threadIdx.x); i < 1024; i += int(blockDim.x)) out[i] = s[i];
+}
+
+// TMA, rank 4 (conv v3's im2col): the box's rows (64 channels, 128 bytes) in x, y, image order with the 128-byte
+// swizzle; coordinates below zero and past each dimension (x -1, y 5 of 5, image 3 of 3) read as zeros.
+TEST(CudaEmu, TmaBox4dSwizzleAndBounds) {
+  const int n = 3, h = 5, w = 6, c = 64;
+  std::vector<uint16_t> t(size_t(n) * h * w * c);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = uint16_t(1 + i % 60000);
+  Buf<uint16_t> dt(t), dout(1024);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), cudaSuccess);
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {cuuint64_t(c), cuuint64_t(w), cuuint64_t(h), cuuint64_t(n)};
+  const cuuint64_t strides[3] = {cuuint64_t(c) * 2, cuuint64_t(w) * c * 2, cuuint64_t(h) * w * c * 2};
+  const cuuint32_t box[4] = {64, 4, 2, 2}, es[4] = {1, 1, 1, 1};
+  ASSERT_EQ(reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
+                &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, dt.d, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+            CUDA_SUCCESS);
+  const int x0 = -1, y0 = 4, n0 = 2;
+  cudaFuncSetAttribute(tma_box4d, cudaFuncAttributeMaxDynamicSharedMemorySize, 2048 + 1024 + 64);
+  tma_box4d<<<1, 128, 2048 + 1024 + 64>>>(map, x0, y0, n0, dout.d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto o = dout.down();
+  int inside = 0;
+  for (int r = 0; r < 16; ++r)
+    for (int e = 0; e < 64; ++e) {
+      const int x = x0 + r % 4, y = y0 + r / 4 % 2, img = n0 + r / 8;
+      const bool in = x >= 0 && x < w && y < h && img < n;
+      inside += in && e == 0;
+      const uint16_t want = in ? t[((size_t(img) * h + y) * w + x) * c + e] : 0;
+      const int chunk = (e / 8) ^ (r % 8);
+      ASSERT_EQ(o[size_t(r * 64 + chunk * 8 + e % 8)], want) << r << " " << e;
+    }
+  EXPECT_EQ(inside, 3) << "rows of the box inside the tensor (x 0..2 of row y 4, image 2)";
+}
+
 // One warpgroup: A (64 x 16) and B (8 x 16, k-major) written into 128-byte-swizzled tiles by plain stores,
 // then wgmma m64n8k16 from descriptors, D read back in the m64nNk16 fragment layout.
 __global__ void wgmma_n8(const uint16_t* a, const uint16_t* b, float* out) {

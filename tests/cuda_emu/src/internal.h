@@ -43,19 +43,21 @@ constexpr int kMaxThreadsPerBlock = 1024;
 // Dynamic shared memory limit a kernel was given with cudaFuncSetAttribute (default 48 KiB).
 size_t max_dynamic_smem(const void* kernel);
 
-// What the emulated cuTensorMapEncodeTiled stores in a CUtensorMap's opaque bytes (rank 2 only), and the TMA
+// What the emulated cuTensorMapEncodeTiled stores in a CUtensorMap's opaque bytes (rank 1 to 5), and the TMA
 // loads read back.
-struct TensorMap2D {
+constexpr int kTensorMapMaxRank = 5;
+struct TensorMap {
   uint64_t magic;
   const unsigned char* base;
-  uint64_t dim[2];     // elements; dim[0] contiguous
-  uint64_t stride1;    // bytes between consecutive dim[1] indices
-  uint32_t box[2];     // elements per tile
+  uint32_t rank;
   uint32_t elem_bytes;
-  int swizzle;         // CUtensorMapSwizzle
-  int oob_nan;         // out-of-bounds elements read as NaN instead of zero
+  uint64_t dim[kTensorMapMaxRank];         // elements; dim[0] contiguous
+  uint64_t stride[kTensorMapMaxRank - 1];  // stride[i]: bytes between consecutive indices of dimension i + 1
+  uint32_t box[kTensorMapMaxRank];         // elements per tile, per dimension
+  int swizzle;                             // CUtensorMapSwizzle
+  int oob_nan;                             // out-of-bounds elements read as NaN instead of zero
 };
-static_assert(sizeof(TensorMap2D) <= sizeof(CUtensorMap));
+static_assert(sizeof(TensorMap) <= sizeof(CUtensorMap));
 constexpr uint64_t kTensorMapMagic = 0x3250414d54554465ull;
 
 // Host-side error state (runtime.cpp).

@@ -717,7 +717,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 // ---- driver entry points: tensor maps ----------------------------------------------------------------------
 namespace {
-// The driver's checks (CUDA driver API, cuTensorMapEncodeTiled) for what the emulator supports: rank 2,
+// The driver's checks (CUDA driver API, cuTensorMapEncodeTiled) for what the emulator supports: rank 1 to 5,
 // no interleave, element strides 1.
 CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
                                      const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
@@ -730,27 +730,32 @@ CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type,
   static const uint32_t bytes_of[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2};
   if (!map || !address || !dims || !strides || !box || !elem_strides) return bad("null argument");
   if (unsigned(type) >= sizeof bytes_of / sizeof bytes_of[0]) return bad("unsupported data type");
-  if (rank != 2) return bad("the emulator supports rank 2 only");
+  if (rank < 1 || rank > uint32_t(cuda_emu::kTensorMapMaxRank)) return bad("rank outside [1, 5]");
   if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) return bad("the emulator supports no interleave");
   const uint32_t eb = bytes_of[type];
   if (reinterpret_cast<uintptr_t>(address) % 16) return bad("global address not 16-byte aligned");
-  if (dims[0] == 0 || dims[1] == 0 || dims[0] > (uint64_t(1) << 32) || dims[1] > (uint64_t(1) << 32))
-    return bad("a dimension is 0 or above 2^32");
-  if (strides[0] % 16 || strides[0] >= (uint64_t(1) << 40) || strides[0] < dims[0] * eb)
-    return bad("row stride not a multiple of 16 bytes, above 2^40, or shorter than a row");
-  for (int i = 0; i < 2; ++i) {
+  for (uint32_t i = 0; i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (uint64_t(1) << 32)) return bad("a dimension is 0 or above 2^32");
     if (box[i] == 0 || box[i] > 256) return bad("box dimension outside [1, 256]");
     if (elem_strides[i] != 1) return bad("the emulator supports element strides of 1 only");
+  }
+  // strides[i - 1]: bytes from one index of dimension i to the next; each spans the dimensions below it
+  for (uint32_t i = 1; i < rank; ++i) {
+    const uint64_t below = i == 1 ? dims[0] * eb : dims[i - 1] * strides[i - 2];
+    if (strides[i - 1] % 16 || strides[i - 1] >= (uint64_t(1) << 40) || strides[i - 1] < below)
+      return bad("a stride not a multiple of 16 bytes, above 2^40, or shorter than the dimensions below it");
   }
   if ((box[0] * eb) % 16) return bad("box row not a multiple of 16 bytes");
   const uint32_t span[] = {0, 32, 64, 128};
   if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && box[0] * eb > span[swizzle]) return bad("box row wider than the swizzle span");
-  cuda_emu::TensorMap2D t{};
+  cuda_emu::TensorMap t{};
   t.magic = cuda_emu::kTensorMapMagic;
   t.base = static_cast<const unsigned char*>(address);
-  t.dim[0] = dims[0], t.dim[1] = dims[1];
-  t.stride1 = strides[0];
-  t.box[0] = box[0], t.box[1] = box[1];
+  t.rank = rank;
+  for (uint32_t i = 0; i < rank; ++i) {
+    t.dim[i] = dims[i], t.box[i] = box[i];
+    if (i > 0) t.stride[i - 1] = strides[i - 1];
+  }
   t.elem_bytes = eb;
   t.swizzle = int(swizzle);
   t.oob_nan = oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA;

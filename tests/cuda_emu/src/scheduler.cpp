@@ -165,8 +165,8 @@ struct FillTag {
 struct TmaLoad {
   uint32_t dst, bar;
   uint64_t phase;  // the phase of `bar` it completes (1-based)
-  TensorMap2D map;
-  int32_t c0, c1;
+  TensorMap map;
+  int32_t c[kTensorMapMaxRank];
   Loc loc;
 };
 
@@ -1217,24 +1217,40 @@ uint32_t swizzle_offset(uint32_t off, int mode) {
   }
 }
 
+// The bytes of one box of `m`: its rows (box[0] elements) one after another, dimension 1 fastest.
+uint32_t box_bytes(const TensorMap& m) {
+  uint32_t bytes = m.elem_bytes;
+  for (uint32_t i = 0; i < m.rank; ++i) bytes *= m.box[i];
+  return bytes;
+}
+
 void perform_tma(const TmaLoad& t) {
-  const TensorMap2D& m = t.map;
+  const TensorMap& m = t.map;
   const uint32_t row_bytes = m.box[0] * m.elem_bytes;
-  const uint32_t bytes = row_bytes * m.box[1];
+  const uint32_t bytes = box_bytes(m), rows = bytes / row_bytes;
   unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
   for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.fills[line] = FillTag{t.bar, t.phase};
-  for (uint32_t r = 0; r < m.box[1]; ++r)
+  for (uint32_t r = 0; r < rows; ++r) {
+    // row r of the box: its index in dimensions 1.. (dimension 1 fastest); its start in global memory
+    bool inside = true;
+    uint64_t offset = 0;
+    for (uint32_t i = 1, rest = r; i < m.rank; rest /= m.box[i], ++i) {
+      const int64_t coord = int64_t(t.c[i]) + rest % m.box[i];
+      inside = inside && coord >= 0 && uint64_t(coord) < m.dim[i];
+      offset += uint64_t(coord) * m.stride[i - 1];
+    }
     for (uint32_t e = 0; e < m.box[0]; ++e) {
-      const int64_t x = int64_t(t.c0) + e, y = int64_t(t.c1) + r;
+      const int64_t x = int64_t(t.c[0]) + e;
       unsigned char* out = dst + swizzle_offset(r * row_bytes + e * m.elem_bytes, m.swizzle);
-      if (x >= 0 && y >= 0 && uint64_t(x) < m.dim[0] && uint64_t(y) < m.dim[1]) {
-        std::memcpy(out, m.base + uint64_t(y) * m.stride1 + uint64_t(x) * m.elem_bytes, m.elem_bytes);
+      if (inside && x >= 0 && uint64_t(x) < m.dim[0]) {
+        std::memcpy(out, m.base + offset + uint64_t(x) * m.elem_bytes, m.elem_bytes);
       } else if (m.oob_nan) {
         std::memset(out, 0xff, m.elem_bytes);
       } else {
         std::memset(out, 0, m.elem_bytes);
       }
     }
+  }
   Mbarrier& b = mbarrier_at(t.bar, "cp.async.bulk.tensor (complete_tx)", t.loc);
   b.tx -= int64_t(bytes);
   mbarrier_maybe_complete(b);
@@ -1407,13 +1423,16 @@ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
 
 void fence_mbarrier_init(const Loc&) { check_in_kernel("fence.mbarrier_init"); }
 
-void tma_load_2d(uint32_t dst, uint64_t tensor_map, int32_t c0, int32_t c1, uint32_t bar, const Loc& loc) {
+void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
   check_in_kernel("cp.async.bulk.tensor");
   TmaLoad t;
   std::memcpy(&t.map, reinterpret_cast<const void*>(uintptr_t(tensor_map)), sizeof t.map);
   if (t.map.magic != kTensorMapMagic)
     fatal("cp.async.bulk.tensor at %s:%u: %p is not a tensor map made by cuTensorMapEncodeTiled",
           short_file(loc.file_name()), loc.line(), reinterpret_cast<const void*>(uintptr_t(tensor_map)));
+  if (uint32_t(rank) != t.map.rank)
+    fatal("cp.async.bulk.tensor.%dd at %s:%u: the tensor map has rank %u", rank, short_file(loc.file_name()),
+          loc.line(), t.map.rank);
   const uint32_t align = t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
   if (dst % align)
     fatal("cp.async.bulk.tensor at %s:%u: shared destination 0x%x is not %u-byte aligned", short_file(loc.file_name()),
@@ -1421,9 +1440,10 @@ void tma_load_2d(uint32_t dst, uint64_t tensor_map, int32_t c0, int32_t c1, uint
   if (t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && t.map.box[0] * t.map.elem_bytes != 128)
     fatal("cp.async.bulk.tensor at %s:%u: the emulator takes 128-byte-swizzled boxes of 128-byte rows only",
           short_file(loc.file_name()), loc.line());
-  shared_ptr(dst, size_t(t.map.box[0]) * t.map.elem_bytes * t.map.box[1], "cp.async.bulk.tensor", loc);
+  shared_ptr(dst, box_bytes(t.map), "cp.async.bulk.tensor", loc);
   t.phase = mbarrier_at(bar, "cp.async.bulk.tensor", loc).completed + 1;
-  t.dst = dst, t.bar = bar, t.c0 = c0, t.c1 = c1, t.loc = loc;
+  t.dst = dst, t.bar = bar, t.loc = loc;
+  for (int i = 0; i < kTensorMapMaxRank; ++i) t.c[i] = i < rank ? coords[i] : 0;
   // CUDA_EMU_TMA=early performs the load now, the earliest completion CUDA allows: a refill issued before
   // every reader of the stage is done then overwrites what their pending wgmmas still read. The default
   // (late) performs it when a thread first waits on its mbarrier: reading before the wait sees old data.

@@ -159,7 +159,7 @@ float cvt_f32_f16(uint16_t h);
 float cvt_f32_bf16(uint16_t h);
 
 // sm_90a (docs/cuda-emulator.md, "Hopper"): mbarriers (in a table of the block, keyed by shared address),
-// TMA 2-D tile loads (performed when a thread first waits on their mbarrier: the latest completion CUDA
+// TMA tile loads of rank 1 to 5 (performed when a thread first waits on their mbarrier: the latest completion CUDA
 // allows, so a read before the wait sees the old contents), and wgmma from shared-memory descriptors
 // (performed at the wgmma.wait_group that covers them, reading shared memory then, writing the
 // accumulators through `d`).
@@ -167,7 +167,8 @@ void mbarrier_init(uint32_t bar, uint32_t count, const Loc& loc);
 void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes, const Loc& loc);
 bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc);
 void fence_mbarrier_init(const Loc& loc);
-void tma_load_2d(uint32_t dst, uint64_t tensor_map, int32_t c0, int32_t c1, uint32_t bar, const Loc& loc);
+// cp.async.bulk.tensor.<rank>d: the box of `tensor_map` at coordinates coords[0..rank) (dimension 0 first)
+void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc);
 void wgmma_fence(const Loc& loc);
 void wgmma_commit_group(const Loc& loc);
 void wgmma_wait_group(int n, const Loc& loc);

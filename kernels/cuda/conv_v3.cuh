@@ -1,0 +1,38 @@
+// The NHWC convolution on Hopper's wgmma + TMA (sm90a/conv_wgmma.cu), as conv_nhwc.cu calls it: one stride-1
+// implicit GEMM over a tap-major weight matrix, the forward of a stride-1 convolution or one stride phase of a
+// backward-data. Private to kernels/cuda; host code only.
+#pragma once
+
+#include <cstdint>
+
+#include "hpdt/core/dtype.h"
+#include "hpdt/core/stream.h"
+
+namespace hpdt::kernels::cuda::conv_detail {
+
+// dst[img][py * dys + dy0][px * dxs + dx0][m] = sum over taps (jr, jc) < (kh, kw) and channels c < C of
+//   src[img][py + oy0 + tsign * jr][px + ox0 + tsign * jc][c] * w[m][(jr * kw + jc) * C + c]  (+ bias[m])
+//   (+ residual at dst's element), for the pixel grid img < n, py < hp, px < wp; src reads as zero outside its
+// hs x ws plane. Forward: src = x, m = co, (oy0, ox0) = -pad, tsign = +1. Backward-data phase: src = dy,
+// m = ci, tsign = -1 (conv_common.cuh: DataPhase).
+struct ConvV3 {
+  const void* w = nullptr;  // [M][ldw], 16-bit, zero for k in [kh * kw * C, ldw)
+  int64_t ldw = 0;
+  int M = 0;
+  const void* src = nullptr;  // [n][hs][ws][C]
+  int C = 0, hs = 0, ws = 0;
+  int n = 0, hp = 0, wp = 0;
+  int oy0 = 0, ox0 = 0, tsign = 1, kh = 1, kw = 1;
+  void* dst = nullptr;  // [n][dst_h][dst_w][M]
+  int dst_h = 0, dst_w = 0, dys = 1, dy0 = 0, dxs = 1, dx0 = 0;
+  const void* bias = nullptr;      // [M], dst's dtype, or null
+  const void* residual = nullptr;  // dst's shape and dtype, or null
+};
+
+// Whether conv_v3_launch takes `c` on this stream: a build with the sm_90a kernels, a compute capability 9.0
+// device, 16-bit dtype, C % 64 == 0 (a k tile is 64 channels of one tap), 16-byte aligned src and w, ldw % 8 == 0,
+// and sizes TMA can address.
+bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream);
+void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream);
+
+}  // namespace hpdt::kernels::cuda::conv_detail

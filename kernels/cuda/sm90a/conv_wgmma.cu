@@ -1,0 +1,193 @@
+// v3: the NHWC convolution on Hopper's wgmma + TMA (sm_90a only), for the stride-1 implicit GEMMs of
+// conv_nhwc.cu (forward of a stride-1 convolution; every stride phase of a backward-data), 16-bit, C % 64 == 0.
+// What it computes is conv_v3.cuh's ConvV3; the CPU oracle is kernels/cpu/conv_nhwc.cpp.
+//
+// GEMM v3's block (wgmma.cuh: 128 x BN tile, two consumer warpgroups, the "barrier" pipeline) with the im2col
+// done by TMA: the 128 rows of the A tile are a box of pixels, tw x th x tn (x, y, image; powers of two,
+// tw * th * tn = 128), and k tile kt is 64 channels of one tap (jr, jc). So A's k tile is one 4-D TMA box of the
+// source [n][hs][ws][C] at (c0, px0 + ox0 + tsign * jc, py0 + oy0 + tsign * jr, img0): the box lands exactly as
+// a 2-D tile of 128 rows of 64 channels would, with the 128-byte swizzle, and TMA fills the taps' padding (and
+// the box's overhang past the pixel grid) with zeros, coordinates below zero included. B's k tile is the
+// weights' [M][64] slice, as in GEMM v3. No gather, no im2col buffer, no index math in the k loop beyond the
+// tap's coordinates.
+// The epilogue maps each accumulator row back to its pixel and stores through gemm_common.cuh's store_pair (bias
+// and residual as GEMM v3); rows of the box outside the pixel grid are computed and dropped.
+// Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
+// 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Tile N: 64 output channels when M <= 64 (ResNet's
+// 64-channel 3 x 3 convolutions), else 128, or 256 when that still fills a wave. No split-K: k is at most
+// 9 * 512 = 4608 here and the pixel tiles fill the GPU.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "conv_v3.cuh"
+#include "gemm_common.cuh"
+#include "launch.cuh"
+#include "wgmma.cuh"
+#include "hpdt/core/error.h"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(HPDT_CUDA_EMU)
+#error "conv_wgmma.cu is built for sm_90a only (wgmma and TMA); kernels/CMakeLists.txt gives it its own target"
+#endif
+
+namespace hpdt::kernels::cuda::conv_detail {
+
+namespace {
+
+using namespace sm90a;
+using gemm_detail::Params;
+
+using Tile64 = Cfg<64, 8>;    // 192 KiB of stages, 32 accumulators per thread
+using Tile128 = Cfg<128, 6>;  // as GEMM v3's narrow tile
+using Tile256 = Cfg<256, 4>;  // as GEMM v3's wide tile
+
+// The pixel side of a launch: the box, the tile grid, the taps and where outputs go (ConvV3's fields).
+struct PixelTiles {
+  int tw_log2, th_log2, tn;  // box of tw x th pixels of tn images
+  int tiles_w, tiles_h;      // tiles across a pixel row, down an image
+  int n, hp, wp;             // the pixel grid
+  int oy0, ox0, tsign, kw, c_tiles;
+  int dst_h, dst_w, dys, dy0, dxs, dx0;
+};
+
+// Pixel tile tm -> its first image, row and column.
+__device__ __forceinline__ void pixel_tile(const PixelTiles& q, int tm, int& img0, int& py0, int& px0) {
+  const int per_images = q.tiles_w * q.tiles_h;
+  const int in = tm % per_images;
+  img0 = tm / per_images * q.tn;
+  py0 = (in / q.tiles_w) << q.th_log2;
+  px0 = (in % q.tiles_w) << q.tw_log2;
+}
+
+// Warpgroup wg's 64 x BN accumulators (t: the thread's index in the warpgroup; the D fragment as in
+// gemm_wgmma.cu's store_tile) to their pixels' rows of dst; row m of the tile is pixel (m % tw, m / tw % th,
+// m / (tw th)) of the box.
+template <class T, class C>
+__device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, const float (&d)[C::BN / 2], int img0,
+                                             int py0, int px0, int tn, int wg, int t) {
+  const int warp = t / 32, lane = t % 32;
+  const int col0 = tn * C::BN + 2 * (lane % 4);
+  const bool pair_ok = gemm_detail::pairs_aligned<T>(p);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = wg * 64 + warp * 16 + lane / 4 + 8 * h;
+    const int img = img0 + (m >> (q.tw_log2 + q.th_log2));
+    const int py = py0 + ((m >> q.tw_log2) & ((1 << q.th_log2) - 1));
+    const int px = px0 + (m & ((1 << q.tw_log2) - 1));
+    // outside the pixel grid: row p.M, which store_pair drops
+    const int row = img < q.n && py < q.hp && px < q.wp
+                        ? (img * q.dst_h + py * q.dys + q.dy0) * q.dst_w + px * q.dxs + q.dx0
+                        : p.M;
+#pragma unroll
+    for (int j = 0; j < C::BN / 8; ++j)
+      gemm_detail::store_pair<T>(p, row, col0 + 8 * j, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], pair_ok);
+  }
+}
+
+template <class T, class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    conv_v3_kernel(const __grid_constant__ CUtensorMap map_src, const __grid_constant__ CUtensorMap map_w,
+                   const PixelTiles q, const Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  int tm, tn;
+  gemm_detail::tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
+  int img0, py0, px0;
+  pixel_tile(q, tm, img0, py0, px0);
+  float d[C::BN / 2];
+  barrier_pipeline<T, C, 1, false, false>(d, base, p.K / kBK, [&](int kt, uint32_t stage, uint32_t bar) {
+    const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
+    const int jr = tap / q.kw, jc = tap - jr * q.kw;
+    mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
+    tma_load_4d(stage, &map_src, bar, c0, px0 + q.ox0 + q.tsign * jc, py0 + q.oy0 + q.tsign * jr, img0);
+    tma_load_2d(stage + uint32_t(C::kABytes), &map_w, bar, kt * kBK, tn * C::BN);
+  });
+  store_pixels<T, C>(p, q, d, img0, py0, px0, tn, int(threadIdx.x) / 128, int(threadIdx.x) % 128);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The pixel box (tw x th x tn = 128, powers of two) with the fewest tiles over the grid; among equals the
+// widest (longer contiguous runs of each image row).
+PixelTiles choose_box(int n, int hp, int wp) {
+  PixelTiles best{};
+  int64_t best_tiles = -1;
+  for (int a = 0; a <= 7; ++a)
+    for (int b = 0; a + b <= 7; ++b) {
+      const int64_t tiles = ceil_div(wp, int64_t(1) << a) * ceil_div(hp, int64_t(1) << b) * ceil_div(n, 128 >> (a + b));
+      if (best_tiles < 0 || tiles < best_tiles || (tiles == best_tiles && a > best.tw_log2)) {
+        best_tiles = tiles;
+        best.tw_log2 = a, best.th_log2 = b, best.tn = 128 >> (a + b);
+      }
+    }
+  best.tiles_w = int(ceil_div(wp, int64_t(1) << best.tw_log2));
+  best.tiles_h = int(ceil_div(hp, int64_t(1) << best.th_log2));
+  return best;
+}
+
+template <class T, class C>
+void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stream& stream) {
+  const int device = stream.device().index;
+  p.tiles_n = int(ceil_div(c.M, C::BN));
+  // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
+  const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};
+  const cuuint64_t src_strides[3] = {cuuint64_t(c.C) * 2, cuuint64_t(c.ws) * c.C * 2, cuuint64_t(c.hs) * c.ws * c.C * 2};
+  const cuuint32_t src_box[4] = {cuuint32_t(kBK), 1u << q.tw_log2, 1u << q.th_log2, cuuint32_t(q.tn)};
+  const CUtensorMap map_src = swizzled_map("conv v3 (source)", c.src, 4, src_dims, src_strides, src_box, dt);
+  const cuuint64_t w_dims[2] = {cuuint64_t(p.K), cuuint64_t(c.M)};
+  const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
+  const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
+  const CUtensorMap map_w = swizzled_map("conv v3 (weights)", c.w, 2, w_dims, w_strides, w_box, dt);
+  allow_smem<conv_v3_kernel<T, C>>(C::kSmem, device);
+  conv_v3_kernel<T, C><<<unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(C::kThreads), C::kSmem,
+                         detail::native(stream)>>>(map_src, map_w, q, p);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
+  const int64_t K = int64_t(c.kh) * c.kw * c.C, rows = int64_t(c.n) * c.dst_h * c.dst_w;
+  return (dt == DType::bf16 || dt == DType::f16) && stream.is_cuda() && c.C > 0 && c.C % 64 == 0 && c.M > 0 &&
+         c.kh > 0 && c.kw > 0 && c.n > 0 && c.hp > 0 && c.wp > 0 && c.hs > 0 && c.ws > 0 && aligned16(c.src) &&
+         aligned16(c.w) && c.ldw % 8 == 0 && c.ldw >= K && K < (int64_t(1) << 31) && rows < (int64_t(1) << 31) - 1 &&
+         gemm_detail::v3_device_ok(stream.device().index);
+}
+
+void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
+  HPDT_CHECK(conv_v3_can_take(c, dt, stream), "conv v3: this convolution (", dtype_name(dt), ", C = ", c.C,
+             ") is not one it takes (conv_v3_can_take)");
+  PixelTiles q = choose_box(c.n, c.hp, c.wp);
+  q.n = c.n, q.hp = c.hp, q.wp = c.wp;
+  q.oy0 = c.oy0, q.ox0 = c.ox0, q.tsign = c.tsign, q.kw = c.kw, q.c_tiles = c.C / kBK;
+  q.dst_h = c.dst_h, q.dst_w = c.dst_w, q.dys = c.dys, q.dy0 = c.dy0, q.dxs = c.dxs, q.dx0 = c.dx0;
+  Params p{};
+  p.M = c.n * c.dst_h * c.dst_w;  // dst's rows (pixels); the GEMM's "M" here only bounds store_pair's rows
+  p.N = c.M;
+  p.K = c.kh * c.kw * c.C;
+  p.alpha = 1.0f, p.beta = 0.0f;
+  p.C = c.dst, p.ldc = c.M;
+  p.bias = c.bias, p.res = c.residual;
+  p.tiles_m = int(ceil_div(c.n, q.tn) * q.tiles_h * q.tiles_w);
+  p.kt_per_split = p.K / kBK;
+  // N tile: 64 for up to 64 output channels; 256 when its tiles still fill a wave of the GPU (as GEMM v3's wide
+  // tile), else 128. HPDT_GEMM_V3_TILE=wide|narrow pins 256 or 128 (above 64 channels; tests cover both).
+  int bn = c.M <= 64 ? 64 : int64_t(p.tiles_m) * ceil_div(c.M, 256) >= detail::sm_count(stream.device().index) ? 256 : 128;
+  if (const char* e = std::getenv("HPDT_GEMM_V3_TILE"); e && c.M > 64) {
+    if (std::strcmp(e, "wide") == 0) bn = 256;
+    else if (std::strcmp(e, "narrow") == 0) bn = 128;
+  }
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (bn == 64) launch<T, Tile64>(c, q, p, dt, stream);
+    else if (bn == 128) launch<T, Tile128>(c, q, p, dt, stream);
+    else launch<T, Tile256>(c, q, p, dt, stream);
+  };
+  if (dt == DType::bf16) run(bf16_t{});
+  else run(f16_t{});
+}
+
+}  // namespace hpdt::kernels::cuda::conv_detail
