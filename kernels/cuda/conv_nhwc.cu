@@ -832,9 +832,10 @@ bool one_by_one_on_gemm_v3(const Conv2dShape& s, ConvVariant variant, bool trans
 }
 
 // With kernels::gemm_choice() v3 and ConvVariant::automatic, the other convolutions' stride-1 implicit GEMMs (the
-// forward of a stride-1 convolution without scale, shift or ReLU in its epilogue; every phase of a backward-data)
-// run on the wgmma + TMA convolution (conv_v3.cuh) wherever it takes them (16-bit, channels % 64 == 0, a Hopper
-// GPU and an sm_90 build), and on the conv kernels otherwise.
+// forward of a stride-1 convolution without scale, shift or ReLU in its epilogue; every phase of a backward-data;
+// the backward-filter of a stride-1 convolution) run on the wgmma + TMA convolution (conv_v3.cuh) wherever it
+// takes them (16-bit, the reduced channels % 64 == 0, a Hopper GPU and an sm_90 build), and on the conv kernels
+// otherwise.
 bool conv_v3_chosen(ConvVariant variant, DType dt) {
   return HPDT_HAVE_GEMM_WGMMA && variant == ConvVariant::automatic && gemm_choice() == GemmChoice::v3 &&
          dt != DType::f32;
@@ -861,6 +862,25 @@ bool forward_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& w, 
   return true;
 #else
   (void)s, (void)x, (void)w, (void)e, (void)y, (void)variant, (void)stream;
+  return false;
+#endif
+}
+
+// The backward-filter on conv v3 (dw += the sums), when chosen and it takes the convolution (stride 1,
+// ci % 64 == 0, co % 8 == 0); false otherwise (nothing ran).
+bool backward_filter_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                ConvVariant variant, const Stream& stream) {
+#if HPDT_HAVE_GEMM_WGMMA
+  if (!conv_v3_chosen(variant, x.dtype()) || s.stride != 1) return false;
+  ConvV3Wgrad c;
+  c.x = x.data(), c.dy = dy.data(), c.dw = dw.data();
+  c.n = int(s.n), c.h = int(s.h), c.w = int(s.w), c.ci = int(s.c_in), c.co = int(s.c_out);
+  c.kh = int(s.kh), c.kw = int(s.kw), c.pad = int(s.pad), c.oh = int(s.out_h()), c.ow = int(s.out_w());
+  if (!conv_v3_wgrad_can_take(c, x.dtype(), stream)) return false;
+  conv_v3_wgrad_launch(c, x.dtype(), stream);
+  return true;
+#else
+  (void)s, (void)x, (void)dy, (void)dw, (void)variant, (void)stream;
   return false;
 #endif
 }
@@ -915,7 +935,7 @@ void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Te
   if (one_by_one_on_gemm_v3(s, variant, true, false, dy.data(), s.c_out, x.data(), s.c_in, x.dtype(), stream)) {
     gemm(true, false, s.c_out, s.c_in, P, 1.0f, dy.data(), s.c_out, x.data(), s.c_in, 1.0f, dw.data(), s.c_in,
          x.dtype(), dw.dtype(), {}, stream, GemmVariant::v3_wgmma);
-  } else {
+  } else if (!backward_filter_on_conv_v3(s, x, dy, dw, variant, stream)) {
     dispatch_floating(x.dtype(), "conv2d_backward_filter", [&](auto tag) {
       using T = decltype(tag);
       run_backward_filter<T>(s, x, dy, dw, tc, stream);

@@ -1,6 +1,7 @@
 // The NHWC convolution on Hopper's wgmma + TMA (sm90a/conv_wgmma.cu), as conv_nhwc.cu calls it: one stride-1
-// implicit GEMM over a tap-major weight matrix, the forward of a stride-1 convolution or one stride phase of a
-// backward-data. Private to kernels/cuda; host code only.
+// implicit GEMM over a tap-major weight matrix (ConvV3: the forward of a stride-1 convolution or one stride phase
+// of a backward-data), and the backward-filter of a stride-1 convolution (ConvV3Wgrad). Private to kernels/cuda;
+// host code only.
 #pragma once
 
 #include <cstdint>
@@ -34,5 +35,18 @@ struct ConvV3 {
 // and sizes TMA can address.
 bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream);
 void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream);
+
+// Backward-filter of a stride-1 NHWC convolution: dw[co][ci][jr][jc] += sum over the output pixels (img, py, px) <
+// (n, oh, ow) of dy[img][py][px][co] * x[img][py + jr - pad][px + jc - pad][ci] (x zero outside h x w).
+struct ConvV3Wgrad {
+  const void* x = nullptr;   // [n][h][w][ci], 16-bit
+  const void* dy = nullptr;  // [n][oh][ow][co], x's dtype
+  void* dw = nullptr;        // [co][ci][kh][kw], x's dtype
+  int n = 0, h = 0, w = 0, ci = 0, co = 0, kh = 1, kw = 1, pad = 0, oh = 0, ow = 0;
+};
+// Whether conv_v3_wgrad_launch takes `c`: as conv_v3_can_take, with ci % 64 == 0 and co % 8 == 0 (16-byte rows
+// of dy for TMA).
+bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream);
+void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream);
 
 }  // namespace hpdt::kernels::cuda::conv_detail

@@ -717,8 +717,9 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
 #if HPDT_HAVE_CUDA
 // With kernels::gemm_choice() v3 and ConvVariant::automatic, the NHWC stride-1 implicit GEMMs with 64k channels run
 // on conv v3 (wgmma + TMA, conv_v3.cuh): the forward of stride-1 convolutions with ci % 64 == 0 (bias and residual
-// in its epilogue) and every stride phase of backward-data with co % 64 == 0 (with its residual); the others on the
-// conv kernels. Against the oracle; on the emulator, which kernels ran. Covers both N tiles above 64 channels
+// in its epilogue), every stride phase of backward-data with co % 64 == 0 (with its residual) and the
+// backward-filter of stride-1 convolutions with ci % 64 == 0 and co % 8 == 0 (split-K on the 32 x 32 case); the
+// others on the conv kernels. Against the oracle; on the emulator, which kernels ran. Covers both N tiles above 64 channels
 // (HPDT_GEMM_V3_TILE), 64 and fewer channels (the 64-wide tile), N tiles cut by the channel count, non-square
 // kernels, padding beyond the taps' reach, a stride-2 convolution (forward on the conv kernels, backward-data's
 // four phases on v3) and pixel grids that leave part of the last box empty.
@@ -745,6 +746,7 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
       {"3x1 p2 64->40 at 5x11", {2, 64, 5, 11, 40, 3, 1, 1, 2}, nullptr},
       {"1x3 p1 40->128 at 4x13", {2, 40, 4, 13, 128, 1, 3, 1, 1}, nullptr},
       {"3x3 s2 32->64 at 9x9", {2, 32, 9, 9, 64, 3, 3, 2, 1}, nullptr},
+      {"3x3 64->64 at 32x32 (split-K)", {2, 64, 32, 32, 64, 3, 3, 1, 1}, nullptr},
   };
   for (DType dt : {DType::bf16, DType::f16})
     for (const V3Case& c : cases) {
@@ -759,7 +761,8 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
       const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt),
                    gres_y = to_gpu(res_y, dt), gres_x = to_gpu(res_x, dt);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-      const unsigned long long v3s = cuda_emu::launches_named("conv_v3"), convs = cuda_emu::launches_named("conv_nhwc_");
+      const unsigned long long v3s = cuda_emu::launches_named("conv_v3"), convs = cuda_emu::launches_named("conv_nhwc_"),
+                               reduces = cuda_emu::launches_named("wgrad_reduce");
 #endif
       // forward with bias, then with bias and a residual; backward-data, then with a residual
       Tensor y = poisoned(ys, dt), yr = poisoned(ys, dt), dx = poisoned(xs, dt), dxr = poisoned(xs, dt);
@@ -770,6 +773,8 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
       kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, yr, stream, auto_v);
       kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v);
       kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dxr, stream, auto_v, &gres_x);
+      Tensor dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+      kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
       ::unsetenv("HPDT_GEMM_V3_TILE");
       const double l_fwd = double(s.c_in * s.kh * s.kw), l_data = double(s.c_out * s.kh * s.kw);
       EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, l_fwd, Impl::v2))) << "forward";
@@ -783,15 +788,24 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
       Tolerance tol_dres = conv_tolerance(dt, l_data, Impl::v2);
       tol_dres.atol *= 2;
       EXPECT_TRUE(close(want_dxr, to_cpu_f32(dxr), tol_dres)) << "backward-data + residual";
+      const double l_filter = double(s.n * s.out_h() * s.out_w());
+      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
+      EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
       // one launch per forward, one per stride phase (all have taps here) of each backward-data: on v3 where
       // its channels (ci forward, co backward) are whole k tiles of 64 and the forward's stride is 1
       const unsigned long long phases = s.stride == 1 ? 1 : 4;
       const bool fwd_v3 = s.stride == 1 && s.c_in % 64 == 0, bwd_v3 = s.c_out % 64 == 0;
-      EXPECT_EQ(cuda_emu::launches_named("conv_v3") - v3s, (fwd_v3 ? 2 : 0) + (bwd_v3 ? 2 * phases : 0))
+      const bool wgrad_v3 = s.stride == 1 && s.c_in % 64 == 0 && s.c_out % 8 == 0;
+      EXPECT_EQ(cuda_emu::launches_named("conv_v3") - v3s,
+                (fwd_v3 ? 2 : 0) + (bwd_v3 ? 2 * phases : 0) + (wgrad_v3 ? 1 : 0))
           << "conv v3 launches";
-      EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_") - convs, (fwd_v3 ? 0 : 2) + (bwd_v3 ? 0 : 2 * phases))
+      EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_") - convs,
+                (fwd_v3 ? 0 : 2) + (bwd_v3 ? 0 : 2 * phases) + (wgrad_v3 ? 0 : 1))
           << "conv kernel launches";
+      if (s.h == 32) {
+        EXPECT_EQ(cuda_emu::launches_named("wgrad_reduce") - reduces, 1u) << "split-K's reduction";
+      }
 #endif
     }
 }

@@ -315,8 +315,8 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
 // 64k channels, conv v3) against the same step with v2 (mma.sync): both sum f32 products of the same bf16
 // inputs, in other orders, so only roundings of outputs to bf16 differ. Measured on the CUDA emulator
 // (2026-11-27): resnet20 and resnet20_nhwc the same losses (2.376350, 2.377266) and gradient cosines 1.000000
-// (the NHWC step runs 15 conv v3 launches: stage 3's 64-channel forwards and the backward-data into 64-channel
-// outputs), vit_ti 2.449262 both, cosine 0.999992; a wrong layout or a missed k tile gives O(1) differences.
+// (the NHWC step runs 15 conv v3 launches, stage 3's 64-channel forwards and the backward-data into 64-channel
+// outputs, and 5 conv v3 backward-filters), vit_ti 2.449262 both, cosine 0.999992; a wrong layout or a missed k tile gives O(1) differences.
 // The emulator's statistics (CUDA_EMU_STATS=1) show which kernels ran.
 TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   {

@@ -16,11 +16,21 @@
 // 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Tile N: 64 output channels when M <= 64 (ResNet's
 // 64-channel 3 x 3 convolutions), else 128, or 256 when that still fills a wave. No split-K: k is at most
 // 9 * 512 = 4608 here and the pixel tiles fill the GPU.
+//
+// Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of x(pixel + tap)[c] dy[pixel][co],
+// a GEMM with M = taps * ci (rows: 64-wide chunks of one tap's channels), N = co, and the pixels as k. Both
+// operands are MN-major (channels contiguous), read with wgmma's transpose bits as GEMM v3 reads A^T and B: k tile
+// kt is a box of 64 pixels (tw x th x tn), and the A tile is two 64 x 64 boxes of x, each at its chunk's tap
+// offset (a chunk past taps * ci reads out of bounds: zeros), the B tile BN / 64 boxes of dy at the same pixels
+// (pixels past the grid read as zero dy, so they add nothing). Split-K over the pixel boxes (whole waves,
+// detail::choose_split_k) into f32 partials in dw's layout, summed in split order by conv_common.cuh's
+// wgrad_reduce; one split adds into dw directly. Deterministic.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "conv_common.cuh"
 #include "conv_v3.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
@@ -145,9 +155,151 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// ---- backward-filter ----------------------------------------------------------------------------------
+
+struct WgradTiles {
+  int tw_log2, th_log2, tn;  // a k tile: the box of tw x th pixels of tn images (tw * th * tn = 64)
+  int tiles_w, tiles_h;      // boxes across a pixel row, down an image
+  int ci, co, kw, pad, taps;
+  int K;                     // taps * ci: dw's row length
+  int m_tiles;               // tiles of 128 (tap, channel) rows
+  int kt_total, kt_per_split;
+  void* dw;
+  float* ws;  // null: dw += the sums; else [splits][co][K] partials in dw's layout
+};
+
+template <class T, class C>
+__global__ void __launch_bounds__(C::kThreads, 1)
+    conv_v3_wgrad_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
+                         const WgradTiles q) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const int tm = int(blockIdx.x) % q.m_tiles, tn = int(blockIdx.x) / q.m_tiles;
+  const int kt0 = int(blockIdx.y) * q.kt_per_split, kt_count = min(q.kt_total - kt0, q.kt_per_split);
+  // the A tile's two 64-row chunks: tap and first channel (a chunk past K reads channel ci: out of bounds)
+  int chunk_c[2], chunk_dx[2], chunk_dy[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int m = tm * kBM + 64 * j, tap = m / q.ci;
+    const bool inside = m < q.K;
+    chunk_c[j] = inside ? m - tap * q.ci : q.ci;
+    chunk_dy[j] = inside ? tap / q.kw - q.pad : 0;
+    chunk_dx[j] = inside ? tap % q.kw - q.pad : 0;
+  }
+  float d[C::BN / 2];
+  barrier_pipeline<T, C, 1, true, true>(d, base, kt_count, [&](int kt, uint32_t stage, uint32_t bar) {
+    const int box = kt0 + kt, per_images = q.tiles_w * q.tiles_h, in = box % per_images;
+    const int img0 = box / per_images * q.tn, py0 = (in / q.tiles_w) << q.th_log2, px0 = (in % q.tiles_w) << q.tw_log2;
+    mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      tma_load_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, chunk_c[j], px0 + chunk_dx[j], py0 + chunk_dy[j], img0);
+#pragma unroll
+    for (int j = 0; j < C::BN / 64; ++j)
+      tma_load_4d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, tn * C::BN + 64 * j, px0, py0,
+                  img0);
+  });
+  // D row m = tap * ci + c, column co: dw[co][c][tap] (dw's layout, row length K), or this split's partial
+  const int t = int(threadIdx.x) % 128, wg = int(threadIdx.x) / 128, warp = t / 32, lane = t % 32;
+  T* dw = static_cast<T*>(q.dw);
+  float* ws = q.ws ? q.ws + int64_t(blockIdx.y) * q.co * q.K : nullptr;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = tm * kBM + wg * 64 + warp * 16 + lane / 4 + 8 * h;
+    if (m >= q.K) continue;
+    const int tap = m / q.ci, column = (m - tap * q.ci) * q.taps + tap;
+#pragma unroll
+    for (int j = 0; j < C::BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int co = tn * C::BN + 8 * j + 2 * (lane % 4) + e;
+        if (co >= q.co) continue;
+        const int64_t i = int64_t(co) * q.K + column;
+        const float v = d[4 * j + 2 * h + e];
+        if (ws)
+          ws[i] = v;
+        else
+          dw[i] = from_f32<T>(to_f32(dw[i]) + v);
+      }
+  }
+}
+
+// The k tile's pixel box (tw x th x tn = 64, powers of two) with the fewest boxes over the grid, among equals
+// the widest.
+void choose_wgrad_box(int n, int oh, int ow, WgradTiles& q) {
+  int64_t best = -1;
+  for (int a = 0; a <= 6; ++a)
+    for (int b = 0; a + b <= 6; ++b) {
+      const int64_t boxes = ceil_div(ow, int64_t(1) << a) * ceil_div(oh, int64_t(1) << b) * ceil_div(n, 64 >> (a + b));
+      if (best < 0 || boxes < best || (boxes == best && a > q.tw_log2)) {
+        best = boxes;
+        q.tw_log2 = a, q.th_log2 = b, q.tn = 64 >> (a + b);
+      }
+    }
+  q.tiles_w = int(ceil_div(ow, int64_t(1) << q.tw_log2));
+  q.tiles_h = int(ceil_div(oh, int64_t(1) << q.th_log2));
+  q.kt_total = int(best);
+}
+
+template <class T, class C>
+void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view, const Stream& stream) {
+  const int device = stream.device().index;
+  const int64_t n_tiles = ceil_div(c.co, C::BN), tiles = int64_t(q.m_tiles) * n_tiles;
+  const detail::SplitK sk = detail::choose_split_k(tiles, q.kt_total, detail::sm_count(device),
+                                                   2.0 * kBM * C::BN * kBK, int64_t(c.co) * q.K, 8, 256,
+                                                   detail::kWgmmaFlops);
+  q.kt_per_split = int(sk.steps_per_split);
+  const int splits = int(ceil_div(q.kt_total, q.kt_per_split));
+  Tensor ws;
+  if (splits > 1) {
+    ws = device_buffer(int64_t(splits) * c.co * q.K, DType::f32, stream.device(), stream);
+    q.ws = ws.data<float>();
+  }
+  // x [n][h][w][ci] and dy [n][oh][ow][co] in boxes of 64 channels x tw x th x tn pixels
+  const cuuint64_t x_dims[4] = {cuuint64_t(c.ci), cuuint64_t(c.w), cuuint64_t(c.h), cuuint64_t(c.n)};
+  const cuuint64_t x_strides[3] = {cuuint64_t(c.ci) * 2, cuuint64_t(c.w) * c.ci * 2, cuuint64_t(c.h) * c.w * c.ci * 2};
+  const cuuint64_t dy_dims[4] = {cuuint64_t(c.co), cuuint64_t(c.ow), cuuint64_t(c.oh), cuuint64_t(c.n)};
+  const cuuint64_t dy_strides[3] = {cuuint64_t(c.co) * 2, cuuint64_t(c.ow) * c.co * 2,
+                                    cuuint64_t(c.oh) * c.ow * c.co * 2};
+  const cuuint32_t box[4] = {cuuint32_t(kBK), 1u << q.tw_log2, 1u << q.th_log2, cuuint32_t(q.tn)};
+  const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, box, dt);
+  const CUtensorMap map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
+  allow_smem<conv_v3_wgrad_kernel<T, C>>(C::kSmem, device);
+  const dim3 grid{unsigned(tiles), unsigned(splits)};
+  conv_v3_wgrad_kernel<T, C><<<grid, unsigned(C::kThreads), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
+  HPDT_CUDA_CHECK_LAUNCH();
+  if (splits > 1) wgrad_reduce(ws.data<float>(), splits, dw_view, detail::native(stream));
+}
 
 }  // namespace
+
+bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream) {
+  const int64_t K = int64_t(c.kh) * c.kw * c.ci;
+  return (dt == DType::bf16 || dt == DType::f16) && stream.is_cuda() && c.ci > 0 && c.ci % 64 == 0 && c.co > 0 &&
+         c.co % 8 == 0 && c.kh > 0 && c.kw > 0 && c.n > 0 && c.h > 0 && c.w > 0 && c.oh > 0 && c.ow > 0 &&
+         aligned16(c.x) && aligned16(c.dy) && K * c.co < (int64_t(1) << 31) &&
+         gemm_detail::v3_device_ok(stream.device().index);
+}
+
+void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) {
+  HPDT_CHECK(conv_v3_wgrad_can_take(c, dt, stream), "conv v3 backward-filter: this convolution (", dtype_name(dt),
+             ", ci = ", c.ci, ", co = ", c.co, ") is not one it takes (conv_v3_wgrad_can_take)");
+  WgradTiles q{};
+  choose_wgrad_box(c.n, c.oh, c.ow, q);
+  q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
+  q.m_tiles = int(ceil_div(q.K, kBM));
+  q.dw = c.dw;
+  // dw as a flat tensor for wgrad_reduce (it adds the splits into dw.numel() elements)
+  Tensor dw_view = Tensor::wrap(c.dw, {int64_t(c.co) * q.K}, dt, stream.device());
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (c.co <= 64) launch_wgrad<T, Tile64>(c, q, dt, dw_view, stream);
+    else if (c.co <= 128) launch_wgrad<T, Tile128>(c, q, dt, dw_view, stream);
+    else launch_wgrad<T, Tile256>(c, q, dt, dw_view, stream);
+  };
+  if (dt == DType::bf16) run(bf16_t{});
+  else run(f16_t{});
+}
 
 bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
   const int64_t K = int64_t(c.kh) * c.kw * c.C, rows = int64_t(c.n) * c.dst_h * c.dst_w;
