@@ -811,6 +811,64 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
 }
 #endif
 
+#if HPDT_HAVE_CUDA
+// conv v3 (`--gemm v3`) on ResNet-50's 3x3 convolutions at their real planes (batch 4): every box shape the
+// planes choose (56: 16 x 8, 28: 32 x 4, 14: 16 x 8, 7: 8 x 8 x 2 images), every N tile, split-K backward-filter,
+// and a stride-2 convolution's backward-data phases, against v1 in f32 on the same bf16 inputs (as
+// OursVsCudnnLargeBf16), and within two bf16 roundings of v2. Too large for the emulator, where
+// NhwcStrideOneRunsOnConvV3WhenChosen covers the same code on small planes.
+TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
+  if (kEmulated) GTEST_SKIP() << "too large for the CUDA emulator (NhwcStrideOneRunsOnConvV3WhenChosen runs there)";
+  {
+    const Tensor probe = poisoned({64, 64}, DType::bf16);
+    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
+                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
+      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  }
+  const Case cases[] = {{"3x3 64->64 at 56", 4, 64, 56, 56, 64, 3, 1, 1},
+                        {"3x3 128->128 at 28", 4, 128, 28, 28, 128, 3, 1, 1},
+                        {"3x3 256->256 at 14", 4, 256, 14, 14, 256, 3, 1, 1},
+                        {"3x3 512->512 at 7", 4, 512, 7, 7, 512, 3, 1, 1},
+                        {"3x3 s2 128->128 at 56", 4, 128, 56, 56, 128, 3, 2, 1}};
+  const DType bf = DType::bf16;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Conv2dShape s = c.shape();
+    const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
+    const Tensor x = round_through(random(xs), bf), w = round_through(random(ws), bf), dy = round_through(random(ys), bf);
+    const Tensor x32 = to_gpu(x), w32 = to_gpu(w), dy32 = to_gpu(dy), xb = to_gpu(x, bf), wb = to_gpu(w, bf),
+                 dyb = to_gpu(dy, bf);
+    const double l[3] = {double(s.c_in * s.kh * s.kw), double(s.c_out * s.kh * s.kw),
+                         double(s.n * s.out_h() * s.out_w())};
+    Tensor y_ref = poisoned(ys), dx_ref = poisoned(xs),
+           dw_ref = Tensor::zeros(ws, DType::f32, Device::cuda(0), AllocOptions{.stream = &stream});
+    forward(Impl::v1, s, x32, w32, Conv2dEpilogue{}, y_ref, Layout::nhwc);
+    backward_data(Impl::v1, s, dy32, w32, dx_ref, Layout::nhwc);
+    backward_filter(Impl::v1, s, x32, dy32, dw_ref, nullptr, Layout::nhwc);
+    const Tensor want[3] = {to_cpu_f32(y_ref), to_cpu_f32(dx_ref), to_cpu_f32(dw_ref)};
+    Tensor got[2][3];  // v2, v3
+    for (int v = 0; v < 2; ++v) {
+      SCOPED_TRACE(v == 0 ? "v2" : "v3 (--gemm v3)");
+      const test::GemmChoiceScope choice(v == 0 ? kernels::GemmChoice::v2 : kernels::GemmChoice::v3);
+      const auto variant = v == 0 ? kernels::cuda::ConvVariant::v2_tensor_core : kernels::cuda::ConvVariant::automatic;
+      Tensor y = poisoned(ys, bf), dx = poisoned(xs, bf);
+      Tensor dw = Tensor::zeros(ws, bf, Device::cuda(0), AllocOptions{.stream = &stream});
+      kernels::cuda::conv2d_forward_nhwc(s, xb, wb, Conv2dEpilogue{}, y, stream, variant);
+      kernels::cuda::conv2d_backward_data_nhwc(s, dyb, wb, dx, stream, variant);
+      kernels::cuda::conv2d_backward_filter_nhwc(s, xb, dyb, dw, nullptr, stream, variant);
+      got[v][0] = to_cpu_f32(y), got[v][1] = to_cpu_f32(dx), got[v][2] = to_cpu_f32(dw);
+      const char* dir[3] = {"forward", "backward-data", "backward-filter"};
+      for (int d = 0; d < 3; ++d) EXPECT_TRUE(close(want[d], got[v][d], conv_tolerance(bf, l[d], Impl::v2))) << dir[d];
+    }
+    for (int d = 0; d < 3; ++d) {
+      Tolerance t = conv_tolerance(bf, l[d], Impl::v2);
+      t.rtol *= 2, t.atol *= 2;
+      EXPECT_TRUE(close(got[0][d], got[1][d], t)) << "v3 vs v2, direction " << d;
+    }
+  }
+}
+#endif
+
 TEST_F(ConvCuda, NhwcTransposesAreBitExact) {
   // kernels/cuda/layout.cu against the CPU transposes: the bits of every element move, whatever the dtype.
   for (DType dt : test::kCudaTestDtypes)
