@@ -71,7 +71,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir");
   app.add_option("--device", o.device, "cpu|cuda (cuda: one GPU per rank, local rank % GPUs on the node)");
   app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
-  app.add_option("--gemm", o.gemm, "v2|v3: our GEMM for 16-bit inputs on the GPU (v3: Hopper wgmma + TMA where it can run, v2 elsewhere; with NHWC, the convolutions' stride-1 GEMMs too; --kernels ours)");
+  app.add_option("--gemm", o.gemm, "v2|v3: our GEMM for 16-bit inputs on the GPU (v3: Hopper wgmma + TMA where it can run, v2 elsewhere; with NHWC, the convolutions too (conv v3); --kernels ours)");
   app.add_option("--layout", o.layout,
                  "auto|nchw|nhwc: activation layout of the ResNets, on either device (auto: nhwc on the CPU, "
                  "the fast direct convolution; nchw on CUDA, until its NHWC kernels are timed on a GPU)");

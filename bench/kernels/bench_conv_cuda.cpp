@@ -5,9 +5,9 @@
 // dtype and direction are consecutive (v1, v2, v3, cudnn), and every row of ours carries vs_cudnn = cuDNN time / our
 // time in the same layout (> 1: faster than cuDNN), so the ratio reads off one run.
 // v3_wgmma rows (NHWC, bf16): what `--gemm v3` runs, ConvVariant::automatic with kernels::gemm_choice() v3 — the
-// stride-1 forward, the backward-data phases and the stride-1 backward-filter on conv v3 (kernels/cuda/conv_v3.cuh)
-// where the reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only
-// where one of those takes the row.
+// forward, the backward-data phases and the backward-filter on conv v3 (kernels/cuda/conv_v3.cuh) where the
+// reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of
+// those takes the row.
 // Time: CUDA events around each call (manual time). cuDNN: deterministic algorithm from its v7 heuristics, no
 // TF32 for f32 (see kernels/cuda/conv_vendor.cu).
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
@@ -55,13 +55,13 @@ const char* impl_name(Impl i) {
   return i == Impl::v1 ? "v1_simt" : i == Impl::v2 ? "v2_tensor_core" : i == Impl::v3 ? "v3_wgmma" : "cudnn";
 }
 // Whether `--gemm v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
-// on GEMM v3; otherwise conv v3 for a stride-1 forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0
-// and a stride-1 backward-filter with c_in % 64 == 0, c_out % 8 == 0.
+// on GEMM v3; otherwise conv v3 for a forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0 and a
+// backward-filter with c_in % 64 == 0, c_out % 8 == 0 (strides up to 8).
 bool v3_takes(const Conv2dShape& s, Dir d) {
   if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return true;
-  if (d == Dir::forward) return s.stride == 1 && s.c_in % 64 == 0;
+  if (d == Dir::forward) return s.c_in % 64 == 0;
   if (d == Dir::backward_data) return s.c_out % 64 == 0;
-  return s.stride == 1 && s.c_in % 64 == 0 && s.c_out % 8 == 0;
+  return s.c_in % 64 == 0 && s.c_out % 8 == 0;
 }
 
 struct Buffers {

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--kernels", kernels_name, "ours | vendor (cuBLAS/cuDNN for GEMM and convolution; --device cuda)")
       ->check(CLI::IsMember({"ours", "vendor"}));
-  app.add_option("--gemm", gemm_name, "v2 | v3: our GEMM for 16-bit inputs (v3: Hopper wgmma + TMA where it can run, v2 elsewhere; with NHWC, the convolutions' stride-1 GEMMs too; --kernels ours)")
+  app.add_option("--gemm", gemm_name, "v2 | v3: our GEMM for 16-bit inputs (v3: Hopper wgmma + TMA where it can run, v2 elsewhere; with NHWC, the convolutions too (conv v3); --kernels ours)")
       ->check(CLI::IsMember({"v2", "v3"}));
   app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));

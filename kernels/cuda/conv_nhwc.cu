@@ -831,11 +831,10 @@ bool one_by_one_on_gemm_v3(const Conv2dShape& s, ConvVariant variant, bool trans
          gemm_resolve(GemmVariant::automatic, trans_a, trans_b, lda, ldb, a, b, dt, stream) == GemmVariant::v3_wgmma;
 }
 
-// With kernels::gemm_choice() v3 and ConvVariant::automatic, the other convolutions' stride-1 implicit GEMMs (the
-// forward of a stride-1 convolution without scale, shift or ReLU in its epilogue; every phase of a backward-data;
-// the backward-filter of a stride-1 convolution) run on the wgmma + TMA convolution (conv_v3.cuh) wherever it
-// takes them (16-bit, the reduced channels % 64 == 0, a Hopper GPU and an sm_90 build), and on the conv kernels
-// otherwise.
+// With kernels::gemm_choice() v3 and ConvVariant::automatic, the other convolutions' implicit GEMMs (the forward
+// without scale, shift or ReLU in its epilogue; every phase of a backward-data; the backward-filter) run on the
+// wgmma + TMA convolution (conv_v3.cuh) wherever it takes them (16-bit, the reduced channels % 64 == 0, stride
+// <= 8, a Hopper GPU and an sm_90 build), and on the conv kernels otherwise.
 bool conv_v3_chosen(ConvVariant variant, DType dt) {
   return HPDT_HAVE_GEMM_WGMMA && variant == ConvVariant::automatic && gemm_choice() == GemmChoice::v3 &&
          dt != DType::f32;
@@ -845,11 +844,11 @@ bool conv_v3_chosen(ConvVariant variant, DType dt) {
 bool forward_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
                         ConvVariant variant, const Stream& stream) {
 #if HPDT_HAVE_GEMM_WGMMA
-  if (!conv_v3_chosen(variant, x.dtype()) || s.stride != 1 || e.scale || e.shift || e.relu) return false;
+  if (!conv_v3_chosen(variant, x.dtype()) || e.scale || e.shift || e.relu) return false;
   ConvV3 c;
   c.ldw = s.c_in * s.kh * s.kw, c.M = int(s.c_out);  // the repacked weights' row (checked again below)
   c.src = x.data(), c.C = int(s.c_in), c.hs = int(s.h), c.ws = int(s.w);
-  c.n = int(s.n), c.hp = int(s.out_h()), c.wp = int(s.out_w());
+  c.n = int(s.n), c.hp = int(s.out_h()), c.wp = int(s.out_w()), c.stride = int(s.stride);
   c.oy0 = c.ox0 = int(-s.pad), c.tsign = 1, c.kh = int(s.kh), c.kw = int(s.kw);
   c.dst = y.data(), c.dst_h = c.hp, c.dst_w = c.wp;
   c.bias = e.bias ? e.bias->data() : nullptr, c.residual = e.residual ? e.residual->data() : nullptr;
@@ -866,16 +865,17 @@ bool forward_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& w, 
 #endif
 }
 
-// The backward-filter on conv v3 (dw += the sums), when chosen and it takes the convolution (stride 1,
-// ci % 64 == 0, co % 8 == 0); false otherwise (nothing ran).
+// The backward-filter on conv v3 (dw += the sums), when chosen and it takes the convolution (ci % 64 == 0,
+// co % 8 == 0); false otherwise (nothing ran).
 bool backward_filter_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
                                 ConvVariant variant, const Stream& stream) {
 #if HPDT_HAVE_GEMM_WGMMA
-  if (!conv_v3_chosen(variant, x.dtype()) || s.stride != 1) return false;
+  if (!conv_v3_chosen(variant, x.dtype())) return false;
   ConvV3Wgrad c;
   c.x = x.data(), c.dy = dy.data(), c.dw = dw.data();
   c.n = int(s.n), c.h = int(s.h), c.w = int(s.w), c.ci = int(s.c_in), c.co = int(s.c_out);
-  c.kh = int(s.kh), c.kw = int(s.kw), c.pad = int(s.pad), c.oh = int(s.out_h()), c.ow = int(s.out_w());
+  c.kh = int(s.kh), c.kw = int(s.kw), c.stride = int(s.stride), c.pad = int(s.pad), c.oh = int(s.out_h());
+  c.ow = int(s.out_w());
   if (!conv_v3_wgrad_can_take(c, x.dtype(), stream)) return false;
   conv_v3_wgrad_launch(c, x.dtype(), stream);
   return true;

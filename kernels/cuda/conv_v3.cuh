@@ -12,10 +12,10 @@
 namespace hpdt::kernels::cuda::conv_detail {
 
 // dst[img][py * dys + dy0][px * dxs + dx0][m] = sum over taps (jr, jc) < (kh, kw) and channels c < C of
-//   src[img][py + oy0 + tsign * jr][px + ox0 + tsign * jc][c] * w[m][(jr * kw + jc) * C + c]  (+ bias[m])
-//   (+ residual at dst's element), for the pixel grid img < n, py < hp, px < wp; src reads as zero outside its
-// hs x ws plane. Forward: src = x, m = co, (oy0, ox0) = -pad, tsign = +1. Backward-data phase: src = dy,
-// m = ci, tsign = -1 (conv_common.cuh: DataPhase).
+//   src[img][py * stride + oy0 + tsign * jr][px * stride + ox0 + tsign * jc][c] * w[m][(jr * kw + jc) * C + c]
+//   (+ bias[m]) (+ residual at dst's element), for the pixel grid img < n, py < hp, px < wp; src reads as zero
+// outside its hs x ws plane. Forward: src = x, m = co, the convolution's stride, (oy0, ox0) = -pad, tsign = +1.
+// Backward-data phase: src = dy, m = ci, stride 1, tsign = -1 (conv_common.cuh: DataPhase).
 struct ConvV3 {
   const void* w = nullptr;  // [M][ldw], 16-bit, zero for k in [kh * kw * C, ldw)
   int64_t ldw = 0;
@@ -23,6 +23,7 @@ struct ConvV3 {
   const void* src = nullptr;  // [n][hs][ws][C]
   int C = 0, hs = 0, ws = 0;
   int n = 0, hp = 0, wp = 0;
+  int stride = 1;  // 1 to 8 (TMA's element strides)
   int oy0 = 0, ox0 = 0, tsign = 1, kh = 1, kw = 1;
   void* dst = nullptr;  // [n][dst_h][dst_w][M]
   int dst_h = 0, dst_w = 0, dys = 1, dy0 = 0, dxs = 1, dx0 = 0;
@@ -32,20 +33,21 @@ struct ConvV3 {
 
 // Whether conv_v3_launch takes `c` on this stream: a build with the sm_90a kernels, a compute capability 9.0
 // device, 16-bit dtype, C % 64 == 0 (a k tile is 64 channels of one tap), 16-byte aligned src and w, ldw % 8 == 0,
-// and sizes TMA can address.
+// stride 1 to 8, and sizes TMA can address.
 bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream);
 void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream);
 
-// Backward-filter of a stride-1 NHWC convolution: dw[co][ci][jr][jc] += sum over the output pixels (img, py, px) <
-// (n, oh, ow) of dy[img][py][px][co] * x[img][py + jr - pad][px + jc - pad][ci] (x zero outside h x w).
+// Backward-filter of an NHWC convolution: dw[co][ci][jr][jc] += sum over the output pixels (img, py, px) <
+// (n, oh, ow) of dy[img][py][px][co] * x[img][py * stride + jr - pad][px * stride + jc - pad][ci] (x zero outside
+// h x w).
 struct ConvV3Wgrad {
   const void* x = nullptr;   // [n][h][w][ci], 16-bit
   const void* dy = nullptr;  // [n][oh][ow][co], x's dtype
   void* dw = nullptr;        // [co][ci][kh][kw], x's dtype
-  int n = 0, h = 0, w = 0, ci = 0, co = 0, kh = 1, kw = 1, pad = 0, oh = 0, ow = 0;
+  int n = 0, h = 0, w = 0, ci = 0, co = 0, kh = 1, kw = 1, stride = 1, pad = 0, oh = 0, ow = 0;
 };
 // Whether conv_v3_wgrad_launch takes `c`: as conv_v3_can_take, with ci % 64 == 0 and co % 8 == 0 (16-byte rows
-// of dy for TMA).
+// of dy for TMA), stride 1 to 8.
 bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream);
 void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream);
 

@@ -715,15 +715,15 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
 #endif
 
 #if HPDT_HAVE_CUDA
-// With kernels::gemm_choice() v3 and ConvVariant::automatic, the NHWC stride-1 implicit GEMMs with 64k channels run
-// on conv v3 (wgmma + TMA, conv_v3.cuh): the forward of stride-1 convolutions with ci % 64 == 0 (bias and residual
-// in its epilogue), every stride phase of backward-data with co % 64 == 0 (with its residual) and the
-// backward-filter of stride-1 convolutions with ci % 64 == 0 and co % 8 == 0 (split-K on the 32 x 32 case); the
-// others on the conv kernels. Against the oracle; on the emulator, which kernels ran. Covers both N tiles above 64 channels
-// (HPDT_GEMM_V3_TILE), 64 and fewer channels (the 64-wide tile), N tiles cut by the channel count, non-square
-// kernels, padding beyond the taps' reach, a stride-2 convolution (forward on the conv kernels, backward-data's
-// four phases on v3) and pixel grids that leave part of the last box empty.
-TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
+// With kernels::gemm_choice() v3 and ConvVariant::automatic, the NHWC implicit GEMMs with 64k channels run on conv
+// v3 (wgmma + TMA, conv_v3.cuh): the forward with ci % 64 == 0 (bias and residual in its epilogue), every stride
+// phase of backward-data with co % 64 == 0 (with its residual) and the backward-filter with ci % 64 == 0 and
+// co % 8 == 0 (split-K on the 32 x 32 case); the others on the conv kernels. Against the oracle; on the emulator,
+// which kernels ran. Covers both N tiles above 64 channels (HPDT_GEMM_V3_TILE), 64 and fewer channels (the 64-wide
+// tile), N tiles cut by the channel count, non-square kernels, padding beyond the taps' reach, stride 2 (TMA's
+// element strides forward and backward-filter, backward-data's phases) and pixel grids that leave part of the last
+// box empty.
+TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   {
     const Tensor probe = poisoned({64, 64}, DType::bf16);
     if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
@@ -736,17 +736,21 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
     const char* name;
     Conv2dShape s;
     const char* tile;  // HPDT_GEMM_V3_TILE, or null
+    int phases;        // backward-data's stride phases with taps
   };
   const V3Case cases[] = {
-      {"3x3 64->64 at 9x9", {2, 64, 9, 9, 64, 3, 3, 1, 1}, nullptr},
-      {"3x3 128->136 at 7x5 narrow", {3, 128, 7, 5, 136, 3, 3, 1, 1}, "narrow"},
-      {"3x3 136->128 at 6x7 narrow", {2, 136, 6, 7, 128, 3, 3, 1, 1}, "narrow"},
-      {"3x3 64->192 at 6x6 wide", {1, 64, 6, 6, 192, 3, 3, 1, 1}, "wide"},
-      {"3x3 192->64 at 5x6 wide", {2, 192, 5, 6, 64, 3, 3, 1, 1}, "wide"},
-      {"3x1 p2 64->40 at 5x11", {2, 64, 5, 11, 40, 3, 1, 1, 2}, nullptr},
-      {"1x3 p1 40->128 at 4x13", {2, 40, 4, 13, 128, 1, 3, 1, 1}, nullptr},
-      {"3x3 s2 32->64 at 9x9", {2, 32, 9, 9, 64, 3, 3, 2, 1}, nullptr},
-      {"3x3 64->64 at 32x32 (split-K)", {2, 64, 32, 32, 64, 3, 3, 1, 1}, nullptr},
+      {"3x3 64->64 at 9x9", {2, 64, 9, 9, 64, 3, 3, 1, 1}, nullptr, 1},
+      {"3x3 128->136 at 7x5 narrow", {3, 128, 7, 5, 136, 3, 3, 1, 1}, "narrow", 1},
+      {"3x3 136->128 at 6x7 narrow", {2, 136, 6, 7, 128, 3, 3, 1, 1}, "narrow", 1},
+      {"3x3 64->192 at 6x6 wide", {1, 64, 6, 6, 192, 3, 3, 1, 1}, "wide", 1},
+      {"3x3 192->64 at 5x6 wide", {2, 192, 5, 6, 64, 3, 3, 1, 1}, "wide", 1},
+      {"3x1 p2 64->40 at 5x11", {2, 64, 5, 11, 40, 3, 1, 1, 2}, nullptr, 1},
+      {"1x3 p1 40->128 at 4x13", {2, 40, 4, 13, 128, 1, 3, 1, 1}, nullptr, 1},
+      {"3x3 s2 32->64 at 9x9", {2, 32, 9, 9, 64, 3, 3, 2, 1}, nullptr, 4},
+      {"3x3 s2 64->128 at 11x9", {2, 64, 11, 9, 128, 3, 3, 2, 1}, nullptr, 4},
+      {"1x1 s2 64->64 at 8x7", {3, 64, 8, 7, 64, 1, 1, 2, 0}, nullptr, 1},
+      {"3x3 s2 64->64 at 4x260 (boxes of 128 x 1)", {2, 64, 4, 260, 64, 3, 3, 2, 1}, nullptr, 4},
+      {"3x3 64->64 at 32x32 (split-K)", {2, 64, 32, 32, 64, 3, 3, 1, 1}, nullptr, 1},
   };
   for (DType dt : {DType::bf16, DType::f16})
     for (const V3Case& c : cases) {
@@ -792,11 +796,11 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
       EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
       EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-      // one launch per forward, one per stride phase (all have taps here) of each backward-data: on v3 where
-      // its channels (ci forward, co backward) are whole k tiles of 64 and the forward's stride is 1
-      const unsigned long long phases = s.stride == 1 ? 1 : 4;
-      const bool fwd_v3 = s.stride == 1 && s.c_in % 64 == 0, bwd_v3 = s.c_out % 64 == 0;
-      const bool wgrad_v3 = s.stride == 1 && s.c_in % 64 == 0 && s.c_out % 8 == 0;
+      // one launch per forward, one per stride phase with taps of each backward-data, one per backward-filter: on
+      // v3 where the reduced channels (ci forward and backward-filter, co backward-data) are whole k tiles of 64
+      const auto phases = static_cast<unsigned long long>(c.phases);
+      const bool fwd_v3 = s.c_in % 64 == 0, bwd_v3 = s.c_out % 64 == 0;
+      const bool wgrad_v3 = s.c_in % 64 == 0 && s.c_out % 8 == 0;
       EXPECT_EQ(cuda_emu::launches_named("conv_v3") - v3s,
                 (fwd_v3 ? 2 : 0) + (bwd_v3 ? 2 * phases : 0) + (wgrad_v3 ? 1 : 0))
           << "conv v3 launches";
@@ -814,11 +818,11 @@ TEST_F(ConvCuda, NhwcStrideOneRunsOnConvV3WhenChosen) {
 #if HPDT_HAVE_CUDA
 // conv v3 (`--gemm v3`) on ResNet-50's 3x3 convolutions at their real planes (batch 4): every box shape the
 // planes choose (56: 16 x 8, 28: 32 x 4, 14: 16 x 8, 7: 8 x 8 x 2 images), every N tile, split-K backward-filter,
-// and a stride-2 convolution's backward-data phases, against v1 in f32 on the same bf16 inputs (as
+// and its stride-2 convolutions (3 x 3 and the 1 x 1 projection: element-strided TMA, backward-data phases), against v1 in f32 on the same bf16 inputs (as
 // OursVsCudnnLargeBf16), and within two bf16 roundings of v2. Too large for the emulator, where
-// NhwcStrideOneRunsOnConvV3WhenChosen covers the same code on small planes.
+// NhwcRunsOnConvV3WhenChosen covers the same code on small planes.
 TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
-  if (kEmulated) GTEST_SKIP() << "too large for the CUDA emulator (NhwcStrideOneRunsOnConvV3WhenChosen runs there)";
+  if (kEmulated) GTEST_SKIP() << "too large for the CUDA emulator (NhwcRunsOnConvV3WhenChosen runs there)";
   {
     const Tensor probe = poisoned({64, 64}, DType::bf16);
     if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
@@ -829,7 +833,8 @@ TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
                         {"3x3 128->128 at 28", 4, 128, 28, 28, 128, 3, 1, 1},
                         {"3x3 256->256 at 14", 4, 256, 14, 14, 256, 3, 1, 1},
                         {"3x3 512->512 at 7", 4, 512, 7, 7, 512, 3, 1, 1},
-                        {"3x3 s2 128->128 at 56", 4, 128, 56, 56, 128, 3, 2, 1}};
+                        {"3x3 s2 128->128 at 56", 4, 128, 56, 56, 128, 3, 2, 1},
+                        {"1x1 s2 256->512 at 56", 4, 256, 56, 56, 512, 1, 2, 0}};
   const DType bf = DType::bf16;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -1,5 +1,5 @@
-// v3: the NHWC convolution on Hopper's wgmma + TMA (sm_90a only), for the stride-1 implicit GEMMs of
-// conv_nhwc.cu (forward of a stride-1 convolution; every stride phase of a backward-data), 16-bit, C % 64 == 0.
+// v3: the NHWC convolution on Hopper's wgmma + TMA (sm_90a only), for the implicit GEMMs of conv_nhwc.cu (the
+// forward; every stride phase of a backward-data; the backward-filter), 16-bit, the reduced channels % 64 == 0.
 // What it computes is conv_v3.cuh's ConvV3; the CPU oracle is kernels/cpu/conv_nhwc.cpp.
 //
 // GEMM v3's block (wgmma.cuh: 128 x BN tile, two consumer warpgroups, the "barrier" pipeline) with the im2col
@@ -7,7 +7,9 @@
 // tw * th * tn = 128), and k tile kt is 64 channels of one tap (jr, jc). So A's k tile is one 4-D TMA box of the
 // source [n][hs][ws][C] at (c0, px0 + ox0 + tsign * jc, py0 + oy0 + tsign * jr, img0): the box lands exactly as
 // a 2-D tile of 128 rows of 64 channels would, with the 128-byte swizzle, and TMA fills the taps' padding (and
-// the box's overhang past the pixel grid) with zeros, coordinates below zero included. B's k tile is the
+// the box's overhang past the pixel grid) with zeros, coordinates below zero included. A strided convolution
+// reads every stride-th pixel with TMA's element strides (a box of tw * stride x th * stride traversed, tw x th
+// loaded), the same rows in shared memory. B's k tile is the
 // weights' [M][64] slice, as in GEMM v3. No gather, no im2col buffer, no index math in the k loop beyond the
 // tap's coordinates.
 // The epilogue maps each accumulator row back to its pixel and stores through gemm_common.cuh's store_pair (bias
@@ -17,7 +19,8 @@
 // 64-channel 3 x 3 convolutions), else 128, or 256 when that still fills a wave. No split-K: k is at most
 // 9 * 512 = 4608 here and the pixel tiles fill the GPU.
 //
-// Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of x(pixel + tap)[c] dy[pixel][co],
+// Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of x(pixel * stride + tap)[c]
+// dy[pixel][co],
 // a GEMM with M = taps * ci (rows: 64-wide chunks of one tap's channels), N = co, and the pixels as k. Both
 // operands are MN-major (channels contiguous), read with wgmma's transpose bits as GEMM v3 reads A^T and B: k tile
 // kt is a box of 64 pixels (tw x th x tn), and the A tile is two 64 x 64 boxes of x, each at its chunk's tap
@@ -57,6 +60,7 @@ struct PixelTiles {
   int tw_log2, th_log2, tn;  // box of tw x th pixels of tn images
   int tiles_w, tiles_h;      // tiles across a pixel row, down an image
   int n, hp, wp;             // the pixel grid
+  int stride;                // source pixels per output pixel (TMA's element stride)
   int oy0, ox0, tsign, kw, c_tiles;
   int dst_h, dst_w, dys, dy0, dxs, dx0;
 };
@@ -110,7 +114,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
     const int jr = tap / q.kw, jc = tap - jr * q.kw;
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
-    tma_load_4d(stage, &map_src, bar, c0, px0 + q.ox0 + q.tsign * jc, py0 + q.oy0 + q.tsign * jr, img0);
+    tma_load_4d(stage, &map_src, bar, c0, px0 * q.stride + q.ox0 + q.tsign * jc, py0 * q.stride + q.oy0 + q.tsign * jr,
+                img0);
     tma_load_2d(stage + uint32_t(C::kABytes), &map_w, bar, kt * kBK, tn * C::BN);
   });
   store_pixels<T, C>(p, q, d, img0, py0, px0, tn, int(threadIdx.x) / 128, int(threadIdx.x) % 128);
@@ -118,13 +123,14 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The pixel box (tw x th x tn = 128, powers of two) with the fewest tiles over the grid; among equals the
-// widest (longer contiguous runs of each image row).
-PixelTiles choose_box(int n, int hp, int wp) {
+// The pixel box (tw x th x tn = 128, powers of two; tw and th times the stride at most 256, TMA's box limit) with
+// the fewest tiles over the grid; among equals the widest (longer contiguous runs of each image row).
+PixelTiles choose_box(int n, int hp, int wp, int stride) {
   PixelTiles best{};
   int64_t best_tiles = -1;
   for (int a = 0; a <= 7; ++a)
     for (int b = 0; a + b <= 7; ++b) {
+      if ((stride << a) > 256 || (stride << b) > 256) continue;
       const int64_t tiles = ceil_div(wp, int64_t(1) << a) * ceil_div(hp, int64_t(1) << b) * ceil_div(n, 128 >> (a + b));
       if (best_tiles < 0 || tiles < best_tiles || (tiles == best_tiles && a > best.tw_log2)) {
         best_tiles = tiles;
@@ -143,8 +149,11 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
   const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};
   const cuuint64_t src_strides[3] = {cuuint64_t(c.C) * 2, cuuint64_t(c.ws) * c.C * 2, cuuint64_t(c.hs) * c.ws * c.C * 2};
-  const cuuint32_t src_box[4] = {cuuint32_t(kBK), 1u << q.tw_log2, 1u << q.th_log2, cuuint32_t(q.tn)};
-  const CUtensorMap map_src = swizzled_map("conv v3 (source)", c.src, 4, src_dims, src_strides, src_box, dt);
+  const cuuint32_t src_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.tw_log2, cuuint32_t(q.stride) << q.th_log2,
+                                 cuuint32_t(q.tn)};
+  const cuuint32_t src_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
+  const CUtensorMap map_src =
+      swizzled_map("conv v3 (source)", c.src, 4, src_dims, src_strides, src_box, dt, src_steps);
   const cuuint64_t w_dims[2] = {cuuint64_t(p.K), cuuint64_t(c.M)};
   const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
@@ -160,7 +169,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
 struct WgradTiles {
   int tw_log2, th_log2, tn;  // a k tile: the box of tw x th pixels of tn images (tw * th * tn = 64)
   int tiles_w, tiles_h;      // boxes across a pixel row, down an image
-  int ci, co, kw, pad, taps;
+  int ci, co, kw, stride, pad, taps;
   int K;                     // taps * ci: dw's row length
   int m_tiles;               // tiles of 128 (tap, channel) rows
   int kt_total, kt_per_split;
@@ -193,7 +202,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
 #pragma unroll
     for (int j = 0; j < 2; ++j)
-      tma_load_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, chunk_c[j], px0 + chunk_dx[j], py0 + chunk_dy[j], img0);
+      tma_load_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, chunk_c[j], px0 * q.stride + chunk_dx[j],
+                  py0 * q.stride + chunk_dy[j], img0);
 #pragma unroll
     for (int j = 0; j < C::BN / 64; ++j)
       tma_load_4d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, tn * C::BN + 64 * j, px0, py0,
@@ -224,12 +234,13 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   }
 }
 
-// The k tile's pixel box (tw x th x tn = 64, powers of two) with the fewest boxes over the grid, among equals
-// the widest.
-void choose_wgrad_box(int n, int oh, int ow, WgradTiles& q) {
+// The k tile's pixel box (tw x th x tn = 64, powers of two; tw and th times the stride at most 256) with the
+// fewest boxes over the grid, among equals the widest.
+void choose_wgrad_box(int n, int oh, int ow, int stride, WgradTiles& q) {
   int64_t best = -1;
   for (int a = 0; a <= 6; ++a)
     for (int b = 0; a + b <= 6; ++b) {
+      if ((stride << a) > 256 || (stride << b) > 256) continue;
       const int64_t boxes = ceil_div(ow, int64_t(1) << a) * ceil_div(oh, int64_t(1) << b) * ceil_div(n, 64 >> (a + b));
       if (best < 0 || boxes < best || (boxes == best && a > q.tw_log2)) {
         best = boxes;
@@ -261,8 +272,12 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
   const cuuint64_t dy_dims[4] = {cuuint64_t(c.co), cuuint64_t(c.ow), cuuint64_t(c.oh), cuuint64_t(c.n)};
   const cuuint64_t dy_strides[3] = {cuuint64_t(c.co) * 2, cuuint64_t(c.ow) * c.co * 2,
                                     cuuint64_t(c.oh) * c.ow * c.co * 2};
+  // x: every stride-th pixel (TMA's element strides), the same box rows as dy's
   const cuuint32_t box[4] = {cuuint32_t(kBK), 1u << q.tw_log2, 1u << q.th_log2, cuuint32_t(q.tn)};
-  const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, box, dt);
+  const cuuint32_t x_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.tw_log2, cuuint32_t(q.stride) << q.th_log2,
+                               cuuint32_t(q.tn)};
+  const cuuint32_t x_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
+  const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, x_box, dt, x_steps);
   const CUtensorMap map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
   allow_smem<conv_v3_wgrad_kernel<T, C>>(C::kSmem, device);
   const dim3 grid{unsigned(tiles), unsigned(splits)};
@@ -276,7 +291,8 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
 bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream) {
   const int64_t K = int64_t(c.kh) * c.kw * c.ci;
   return (dt == DType::bf16 || dt == DType::f16) && stream.is_cuda() && c.ci > 0 && c.ci % 64 == 0 && c.co > 0 &&
-         c.co % 8 == 0 && c.kh > 0 && c.kw > 0 && c.n > 0 && c.h > 0 && c.w > 0 && c.oh > 0 && c.ow > 0 &&
+         c.co % 8 == 0 && c.kh > 0 && c.kw > 0 && c.stride >= 1 && c.stride <= 8 && c.n > 0 && c.h > 0 && c.w > 0 &&
+         c.oh > 0 && c.ow > 0 &&
          aligned16(c.x) && aligned16(c.dy) && K * c.co < (int64_t(1) << 31) &&
          gemm_detail::v3_device_ok(stream.device().index);
 }
@@ -285,8 +301,8 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
   HPDT_CHECK(conv_v3_wgrad_can_take(c, dt, stream), "conv v3 backward-filter: this convolution (", dtype_name(dt),
              ", ci = ", c.ci, ", co = ", c.co, ") is not one it takes (conv_v3_wgrad_can_take)");
   WgradTiles q{};
-  choose_wgrad_box(c.n, c.oh, c.ow, q);
-  q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
+  choose_wgrad_box(c.n, c.oh, c.ow, c.stride, q);
+  q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.stride = c.stride, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
   q.m_tiles = int(ceil_div(q.K, kBM));
   q.dw = c.dw;
   // dw as a flat tensor for wgrad_reduce (it adds the splits into dw.numel() elements)
@@ -304,7 +320,8 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
 bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
   const int64_t K = int64_t(c.kh) * c.kw * c.C, rows = int64_t(c.n) * c.dst_h * c.dst_w;
   return (dt == DType::bf16 || dt == DType::f16) && stream.is_cuda() && c.C > 0 && c.C % 64 == 0 && c.M > 0 &&
-         c.kh > 0 && c.kw > 0 && c.n > 0 && c.hp > 0 && c.wp > 0 && c.hs > 0 && c.ws > 0 && aligned16(c.src) &&
+         c.kh > 0 && c.kw > 0 && c.stride >= 1 && c.stride <= 8 && c.n > 0 && c.hp > 0 && c.wp > 0 && c.hs > 0 &&
+         c.ws > 0 && aligned16(c.src) &&
          aligned16(c.w) && c.ldw % 8 == 0 && c.ldw >= K && K < (int64_t(1) << 31) && rows < (int64_t(1) << 31) - 1 &&
          gemm_detail::v3_device_ok(stream.device().index);
 }
@@ -312,8 +329,8 @@ bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
 void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   HPDT_CHECK(conv_v3_can_take(c, dt, stream), "conv v3: this convolution (", dtype_name(dt), ", C = ", c.C,
              ") is not one it takes (conv_v3_can_take)");
-  PixelTiles q = choose_box(c.n, c.hp, c.wp);
-  q.n = c.n, q.hp = c.hp, q.wp = c.wp;
+  PixelTiles q = choose_box(c.n, c.hp, c.wp, c.stride);
+  q.n = c.n, q.hp = c.hp, q.wp = c.wp, q.stride = c.stride;
   q.oy0 = c.oy0, q.ox0 = c.ox0, q.tsign = c.tsign, q.kw = c.kw, q.c_tiles = c.C / kBK;
   q.dst_h = c.dst_h, q.dst_w = c.dst_w, q.dys = c.dys, q.dy0 = c.dy0, q.dxs = c.dxs, q.dx0 = c.dx0;
   Params p{};

@@ -254,11 +254,15 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 // A TMA map of a 16-bit tensor of `rank` dimensions (dims[0] contiguous; strides[i]: bytes from one index of
 // dimension i + 1 to the next) in boxes of box[0] = 64 values (one 128-byte row) by box[1..], 128-byte swizzle,
-// out-of-bounds elements read as zeros. `who` names the caller in the error.
+// out-of-bounds elements read as zeros. steps: TMA's element strides (every steps[i]-th element along dimension
+// i, ceil(box[i] / steps[i]) of them; steps[0] is ignored), or null for all 1. `who` names the caller in the
+// error.
 inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, const cuuint64_t* dims,
-                                const cuuint64_t* strides, const cuuint32_t* box, DType t) {
+                                const cuuint64_t* strides, const cuuint32_t* box, DType t,
+                                const cuuint32_t* steps = nullptr) {
   CUtensorMap map;
-  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
+  const cuuint32_t* elem_strides = steps ? steps : ones;
   const CUresult r = tensor_map_encoder()(
       &map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, cuuint32_t(rank),
       const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,

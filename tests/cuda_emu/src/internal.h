@@ -53,7 +53,8 @@ struct TensorMap {
   uint32_t elem_bytes;
   uint64_t dim[kTensorMapMaxRank];         // elements; dim[0] contiguous
   uint64_t stride[kTensorMapMaxRank - 1];  // stride[i]: bytes between consecutive indices of dimension i + 1
-  uint32_t box[kTensorMapMaxRank];         // elements per tile, per dimension
+  uint16_t box[kTensorMapMaxRank];         // boxDim: elements traversed per dimension
+  uint8_t step[kTensorMapMaxRank];         // elementStrides (1 for dimension 0): ceil(box / step) are loaded
   int swizzle;                             // CUtensorMapSwizzle
   int oob_nan;                             // out-of-bounds elements read as NaN instead of zero
 };

@@ -718,7 +718,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 // ---- driver entry points: tensor maps ----------------------------------------------------------------------
 namespace {
 // The driver's checks (CUDA driver API, cuTensorMapEncodeTiled) for what the emulator supports: rank 1 to 5,
-// no interleave, element strides 1.
+// no interleave, element strides 1 to 8 (the first ignored, as the driver does).
 CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
                                      const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                                      const cuuint32_t* elem_strides, CUtensorMapInterleave interleave,
@@ -737,7 +737,7 @@ CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type,
   for (uint32_t i = 0; i < rank; ++i) {
     if (dims[i] == 0 || dims[i] > (uint64_t(1) << 32)) return bad("a dimension is 0 or above 2^32");
     if (box[i] == 0 || box[i] > 256) return bad("box dimension outside [1, 256]");
-    if (elem_strides[i] != 1) return bad("the emulator supports element strides of 1 only");
+    if (elem_strides[i] == 0 || elem_strides[i] > 8) return bad("element stride outside [1, 8]");
   }
   // strides[i - 1]: bytes from one index of dimension i to the next; each spans the dimensions below it
   for (uint32_t i = 1; i < rank; ++i) {
@@ -753,7 +753,7 @@ CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type,
   t.base = static_cast<const unsigned char*>(address);
   t.rank = rank;
   for (uint32_t i = 0; i < rank; ++i) {
-    t.dim[i] = dims[i], t.box[i] = box[i];
+    t.dim[i] = dims[i], t.box[i] = uint16_t(box[i]), t.step[i] = uint8_t(i == 0 ? 1 : elem_strides[i]);
     if (i > 0) t.stride[i - 1] = strides[i - 1];
   }
   t.elem_bytes = eb;

@@ -1217,10 +1217,12 @@ uint32_t swizzle_offset(uint32_t off, int mode) {
   }
 }
 
+// Elements a box of `m` loads along dimension i: ceil(boxDim / elementStride).
+uint32_t box_count(const TensorMap& m, uint32_t i) { return (uint32_t(m.box[i]) + m.step[i] - 1) / m.step[i]; }
 // The bytes of one box of `m`: its rows (box[0] elements) one after another, dimension 1 fastest.
 uint32_t box_bytes(const TensorMap& m) {
   uint32_t bytes = m.elem_bytes;
-  for (uint32_t i = 0; i < m.rank; ++i) bytes *= m.box[i];
+  for (uint32_t i = 0; i < m.rank; ++i) bytes *= box_count(m, i);
   return bytes;
 }
 
@@ -1231,11 +1233,12 @@ void perform_tma(const TmaLoad& t) {
   unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
   for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.fills[line] = FillTag{t.bar, t.phase};
   for (uint32_t r = 0; r < rows; ++r) {
-    // row r of the box: its index in dimensions 1.. (dimension 1 fastest); its start in global memory
+    // row r of the box: its index in dimensions 1.. (dimension 1 fastest), every step-th element from the box's
+    // coordinate; its start in global memory
     bool inside = true;
     uint64_t offset = 0;
-    for (uint32_t i = 1, rest = r; i < m.rank; rest /= m.box[i], ++i) {
-      const int64_t coord = int64_t(t.c[i]) + rest % m.box[i];
+    for (uint32_t i = 1, rest = r; i < m.rank; rest /= box_count(m, i), ++i) {
+      const int64_t coord = int64_t(t.c[i]) + int64_t(rest % box_count(m, i)) * m.step[i];
       inside = inside && coord >= 0 && uint64_t(coord) < m.dim[i];
       offset += uint64_t(coord) * m.stride[i - 1];
     }
