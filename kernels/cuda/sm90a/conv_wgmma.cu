@@ -55,24 +55,30 @@ using Tile64 = Cfg<64, 8>;    // 192 KiB of stages, 32 accumulators per thread
 using Tile128 = Cfg<128, 6>;  // as GEMM v3's narrow tile
 using Tile256 = Cfg<256, 4>;  // as GEMM v3's wide tile
 
-// The pixel side of a launch: the box, the tile grid, the taps and where outputs go (ConvV3's fields).
+// A box of pixels, tw x th of tn images (powers of two), and the grid of such boxes over a pixel grid: the 128
+// rows of a forward / backward-data tile, the 64 k of a backward-filter k tile.
+struct PixelBox {
+  int tw_log2, th_log2, tn;
+  int tiles_w, tiles_h;  // boxes across a pixel row, down an image
+};
+
+// Box t of the grid -> its first image, row and column.
+__device__ __forceinline__ void box_origin(const PixelBox& b, int t, int& img0, int& py0, int& px0) {
+  const int per_images = b.tiles_w * b.tiles_h;
+  const int in = t % per_images;
+  img0 = t / per_images * b.tn;
+  py0 = (in / b.tiles_w) << b.th_log2;
+  px0 = (in % b.tiles_w) << b.tw_log2;
+}
+
+// The pixel side of a launch: the box, the taps and where outputs go (ConvV3's fields).
 struct PixelTiles {
-  int tw_log2, th_log2, tn;  // box of tw x th pixels of tn images
-  int tiles_w, tiles_h;      // tiles across a pixel row, down an image
+  PixelBox box;
   int n, hp, wp;             // the pixel grid
   int stride;                // source pixels per output pixel (TMA's element stride)
   int oy0, ox0, tsign, kw, c_tiles;
   int dst_h, dst_w, dys, dy0, dxs, dx0;
 };
-
-// Pixel tile tm -> its first image, row and column.
-__device__ __forceinline__ void pixel_tile(const PixelTiles& q, int tm, int& img0, int& py0, int& px0) {
-  const int per_images = q.tiles_w * q.tiles_h;
-  const int in = tm % per_images;
-  img0 = tm / per_images * q.tn;
-  py0 = (in / q.tiles_w) << q.th_log2;
-  px0 = (in % q.tiles_w) << q.tw_log2;
-}
 
 // Warpgroup wg's 64 x BN accumulators (t: the thread's index in the warpgroup; the D fragment as in
 // gemm_wgmma.cu's store_tile) to their pixels' rows of dst; row m of the tile is pixel (m % tw, m / tw % th,
@@ -86,9 +92,9 @@ __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int m = wg * 64 + warp * 16 + lane / 4 + 8 * h;
-    const int img = img0 + (m >> (q.tw_log2 + q.th_log2));
-    const int py = py0 + ((m >> q.tw_log2) & ((1 << q.th_log2) - 1));
-    const int px = px0 + (m & ((1 << q.tw_log2) - 1));
+    const int img = img0 + (m >> (q.box.tw_log2 + q.box.th_log2));
+    const int py = py0 + ((m >> q.box.tw_log2) & ((1 << q.box.th_log2) - 1));
+    const int px = px0 + (m & ((1 << q.box.tw_log2) - 1));
     // outside the pixel grid: row p.M, which store_pair drops
     const int row = img < q.n && py < q.hp && px < q.wp
                         ? (img * q.dst_h + py * q.dys + q.dy0) * q.dst_w + px * q.dxs + q.dx0
@@ -108,7 +114,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   int tm, tn;
   gemm_detail::tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
   int img0, py0, px0;
-  pixel_tile(q, tm, img0, py0, px0);
+  box_origin(q.box, tm, img0, py0, px0);
   float d[C::BN / 2];
   barrier_pipeline<T, C, 1, false, false>(d, base, p.K / kBK, [&](int kt, uint32_t stage, uint32_t bar) {
     const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
@@ -123,22 +129,25 @@ __global__ void __launch_bounds__(C::kThreads, 1)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The pixel box (tw x th x tn = 128, powers of two; tw and th times the stride at most 256, TMA's box limit) with
-// the fewest tiles over the grid; among equals the widest (longer contiguous runs of each image row).
-PixelTiles choose_box(int n, int hp, int wp, int stride) {
-  PixelTiles best{};
-  int64_t best_tiles = -1;
-  for (int a = 0; a <= 7; ++a)
-    for (int b = 0; a + b <= 7; ++b) {
+// The box of 2^log2_pixels pixels (tw x th x tn, powers of two; tw and th times the stride at most 256, TMA's box
+// limit) with the fewest boxes over n images of h x w pixels; among equals the widest (longer contiguous runs of
+// each image row). *count: the boxes.
+PixelBox choose_box(int log2_pixels, int n, int h, int w, int stride, int64_t* count) {
+  PixelBox best{};
+  int64_t fewest = -1;
+  for (int a = 0; a <= log2_pixels; ++a)
+    for (int b = 0; a + b <= log2_pixels; ++b) {
       if ((stride << a) > 256 || (stride << b) > 256) continue;
-      const int64_t tiles = ceil_div(wp, int64_t(1) << a) * ceil_div(hp, int64_t(1) << b) * ceil_div(n, 128 >> (a + b));
-      if (best_tiles < 0 || tiles < best_tiles || (tiles == best_tiles && a > best.tw_log2)) {
-        best_tiles = tiles;
-        best.tw_log2 = a, best.th_log2 = b, best.tn = 128 >> (a + b);
+      const int tn = 1 << (log2_pixels - a - b);
+      const int64_t boxes = ceil_div(w, int64_t(1) << a) * ceil_div(h, int64_t(1) << b) * ceil_div(n, tn);
+      if (fewest < 0 || boxes < fewest || (boxes == fewest && a > best.tw_log2)) {
+        fewest = boxes;
+        best.tw_log2 = a, best.th_log2 = b, best.tn = tn;
       }
     }
-  best.tiles_w = int(ceil_div(wp, int64_t(1) << best.tw_log2));
-  best.tiles_h = int(ceil_div(hp, int64_t(1) << best.th_log2));
+  best.tiles_w = int(ceil_div(w, int64_t(1) << best.tw_log2));
+  best.tiles_h = int(ceil_div(h, int64_t(1) << best.th_log2));
+  *count = fewest;
   return best;
 }
 
@@ -149,8 +158,8 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
   const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};
   const cuuint64_t src_strides[3] = {cuuint64_t(c.C) * 2, cuuint64_t(c.ws) * c.C * 2, cuuint64_t(c.hs) * c.ws * c.C * 2};
-  const cuuint32_t src_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.tw_log2, cuuint32_t(q.stride) << q.th_log2,
-                                 cuuint32_t(q.tn)};
+  const cuuint32_t src_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.box.tw_log2,
+                                 cuuint32_t(q.stride) << q.box.th_log2, cuuint32_t(q.box.tn)};
   const cuuint32_t src_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
   const CUtensorMap map_src =
       swizzled_map("conv v3 (source)", c.src, 4, src_dims, src_strides, src_box, dt, src_steps);
@@ -167,8 +176,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
 // ---- backward-filter ----------------------------------------------------------------------------------
 
 struct WgradTiles {
-  int tw_log2, th_log2, tn;  // a k tile: the box of tw x th pixels of tn images (tw * th * tn = 64)
-  int tiles_w, tiles_h;      // boxes across a pixel row, down an image
+  PixelBox box;  // a k tile: a box of 64 pixels
   int ci, co, kw, stride, pad, taps;
   int K;                     // taps * ci: dw's row length
   int m_tiles;               // tiles of 128 (tap, channel) rows
@@ -197,8 +205,8 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   }
   float d[C::BN / 2];
   barrier_pipeline<T, C, 1, true, true>(d, base, kt_count, [&](int kt, uint32_t stage, uint32_t bar) {
-    const int box = kt0 + kt, per_images = q.tiles_w * q.tiles_h, in = box % per_images;
-    const int img0 = box / per_images * q.tn, py0 = (in / q.tiles_w) << q.th_log2, px0 = (in % q.tiles_w) << q.tw_log2;
+    int img0, py0, px0;
+    box_origin(q.box, kt0 + kt, img0, py0, px0);
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
 #pragma unroll
     for (int j = 0; j < 2; ++j)
@@ -234,24 +242,6 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   }
 }
 
-// The k tile's pixel box (tw x th x tn = 64, powers of two; tw and th times the stride at most 256) with the
-// fewest boxes over the grid, among equals the widest.
-void choose_wgrad_box(int n, int oh, int ow, int stride, WgradTiles& q) {
-  int64_t best = -1;
-  for (int a = 0; a <= 6; ++a)
-    for (int b = 0; a + b <= 6; ++b) {
-      if ((stride << a) > 256 || (stride << b) > 256) continue;
-      const int64_t boxes = ceil_div(ow, int64_t(1) << a) * ceil_div(oh, int64_t(1) << b) * ceil_div(n, 64 >> (a + b));
-      if (best < 0 || boxes < best || (boxes == best && a > q.tw_log2)) {
-        best = boxes;
-        q.tw_log2 = a, q.th_log2 = b, q.tn = 64 >> (a + b);
-      }
-    }
-  q.tiles_w = int(ceil_div(ow, int64_t(1) << q.tw_log2));
-  q.tiles_h = int(ceil_div(oh, int64_t(1) << q.th_log2));
-  q.kt_total = int(best);
-}
-
 template <class T, class C>
 void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view, const Stream& stream) {
   const int device = stream.device().index;
@@ -273,9 +263,9 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
   const cuuint64_t dy_strides[3] = {cuuint64_t(c.co) * 2, cuuint64_t(c.ow) * c.co * 2,
                                     cuuint64_t(c.oh) * c.ow * c.co * 2};
   // x: every stride-th pixel (TMA's element strides), the same box rows as dy's
-  const cuuint32_t box[4] = {cuuint32_t(kBK), 1u << q.tw_log2, 1u << q.th_log2, cuuint32_t(q.tn)};
-  const cuuint32_t x_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.tw_log2, cuuint32_t(q.stride) << q.th_log2,
-                               cuuint32_t(q.tn)};
+  const cuuint32_t box[4] = {cuuint32_t(kBK), 1u << q.box.tw_log2, 1u << q.box.th_log2, cuuint32_t(q.box.tn)};
+  const cuuint32_t x_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.box.tw_log2,
+                               cuuint32_t(q.stride) << q.box.th_log2, cuuint32_t(q.box.tn)};
   const cuuint32_t x_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
   const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, x_box, dt, x_steps);
   const CUtensorMap map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
@@ -301,7 +291,9 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
   HPDT_CHECK(conv_v3_wgrad_can_take(c, dt, stream), "conv v3 backward-filter: this convolution (", dtype_name(dt),
              ", ci = ", c.ci, ", co = ", c.co, ") is not one it takes (conv_v3_wgrad_can_take)");
   WgradTiles q{};
-  choose_wgrad_box(c.n, c.oh, c.ow, c.stride, q);
+  int64_t boxes = 0;
+  q.box = choose_box(6, c.n, c.oh, c.ow, c.stride, &boxes);
+  q.kt_total = int(boxes);
   q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.stride = c.stride, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
   q.m_tiles = int(ceil_div(q.K, kBM));
   q.dw = c.dw;
@@ -329,7 +321,9 @@ bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
 void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   HPDT_CHECK(conv_v3_can_take(c, dt, stream), "conv v3: this convolution (", dtype_name(dt), ", C = ", c.C,
              ") is not one it takes (conv_v3_can_take)");
-  PixelTiles q = choose_box(c.n, c.hp, c.wp, c.stride);
+  PixelTiles q{};
+  int64_t boxes = 0;
+  q.box = choose_box(7, c.n, c.hp, c.wp, c.stride, &boxes);
   q.n = c.n, q.hp = c.hp, q.wp = c.wp, q.stride = c.stride;
   q.oy0 = c.oy0, q.ox0 = c.ox0, q.tsign = c.tsign, q.kw = c.kw, q.c_tiles = c.C / kBK;
   q.dst_h = c.dst_h, q.dst_w = c.dst_w, q.dys = c.dys, q.dy0 = c.dy0, q.dxs = c.dxs, q.dx0 = c.dx0;
@@ -340,7 +334,7 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.alpha = 1.0f, p.beta = 0.0f;
   p.C = c.dst, p.ldc = c.M;
   p.bias = c.bias, p.res = c.residual;
-  p.tiles_m = int(ceil_div(c.n, q.tn) * q.tiles_h * q.tiles_w);
+  p.tiles_m = int(boxes);
   p.kt_per_split = p.K / kBK;
   // N tile: 64 for up to 64 output channels; 256 when its tiles still fill a wave of the GPU (as GEMM v3's wide
   // tile), else 128. HPDT_GEMM_V3_TILE=wide|narrow pins 256 or 128 (above 64 channels; tests cover both).
