@@ -9,9 +9,8 @@
 // a 2-D tile of 128 rows of 64 channels would, with the 128-byte swizzle, and TMA fills the taps' padding (and
 // the box's overhang past the pixel grid) with zeros, coordinates below zero included. A strided convolution
 // reads every stride-th pixel with TMA's element strides (a box of tw * stride x th * stride traversed, tw x th
-// loaded), the same rows in shared memory. B's k tile is the
-// weights' [M][64] slice, as in GEMM v3. No gather, no im2col buffer, no index math in the k loop beyond the
-// tap's coordinates.
+// loaded), the same rows in shared memory. B's k tile is the weights' [M][64] slice, as in GEMM v3. No gather,
+// no im2col buffer, no index math in the k loop beyond the tap's coordinates.
 // The epilogue maps each accumulator row back to its pixel and stores through gemm_common.cuh's store_pair (bias
 // and residual as GEMM v3); rows of the box outside the pixel grid are computed and dropped.
 // Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
@@ -19,19 +18,16 @@
 // 64-channel 3 x 3 convolutions), else 128, or 256 when that still fills a wave. No split-K: k is at most
 // 9 * 512 = 4608 here and the pixel tiles fill the GPU.
 //
-// Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of x(pixel * stride + tap)[c]
-// dy[pixel][co],
-// a GEMM with M = taps * ci (rows: 64-wide chunks of one tap's channels), N = co, and the pixels as k. Both
-// operands are MN-major (channels contiguous), read with wgmma's transpose bits as GEMM v3 reads A^T and B: k tile
-// kt is a box of 64 pixels (tw x th x tn), and the A tile is two 64 x 64 boxes of x, each at its chunk's tap
+// Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of
+// x(pixel * stride + tap)[c] dy[pixel][co], a GEMM with M = taps * ci (rows: 64-wide chunks of one tap's
+// channels), N = co, and the pixels as k. Both operands are MN-major (channels contiguous), read with wgmma's
+// transpose bits as GEMM v3 reads A^T and B: k tile kt is a box of 64 pixels (tw x th x tn), and the A tile is two 64 x 64 boxes of x, each at its chunk's tap
 // offset (a chunk past taps * ci reads out of bounds: zeros), the B tile BN / 64 boxes of dy at the same pixels
 // (pixels past the grid read as zero dy, so they add nothing). Split-K over the pixel boxes (whole waves,
 // detail::choose_split_k) into f32 partials in dw's layout, summed in split order by conv_common.cuh's
 // wgrad_reduce; one split adds into dw directly. Deterministic.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "conv_common.cuh"
 #include "conv_v3.cuh"
@@ -50,10 +46,6 @@ namespace {
 
 using namespace sm90a;
 using gemm_detail::Params;
-
-using Tile64 = Cfg<64, 8>;    // 192 KiB of stages, 32 accumulators per thread
-using Tile128 = Cfg<128, 6>;  // as GEMM v3's narrow tile
-using Tile256 = Cfg<256, 4>;  // as GEMM v3's wide tile
 
 // A box of pixels, tw x th of tn images (powers of two), and the grid of such boxes over a pixel grid: the 128
 // rows of a forward / backward-data tile, the 64 k of a backward-filter k tile.
@@ -301,9 +293,9 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
   Tensor dw_view = Tensor::wrap(c.dw, {int64_t(c.co) * q.K}, dt, stream.device());
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (c.co <= 64) launch_wgrad<T, Tile64>(c, q, dt, dw_view, stream);
-    else if (c.co <= 128) launch_wgrad<T, Tile128>(c, q, dt, dw_view, stream);
-    else launch_wgrad<T, Tile256>(c, q, dt, dw_view, stream);
+    if (c.co <= 64) launch_wgrad<T, Slim>(c, q, dt, dw_view, stream);
+    else if (c.co <= 128) launch_wgrad<T, Narrow>(c, q, dt, dw_view, stream);
+    else launch_wgrad<T, Wide>(c, q, dt, dw_view, stream);
   };
   if (dt == DType::bf16) run(bf16_t{});
   else run(f16_t{});
@@ -336,18 +328,14 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.bias = c.bias, p.res = c.residual;
   p.tiles_m = int(boxes);
   p.kt_per_split = p.K / kBK;
-  // N tile: 64 for up to 64 output channels; 256 when its tiles still fill a wave of the GPU (as GEMM v3's wide
-  // tile), else 128. HPDT_GEMM_V3_TILE=wide|narrow pins 256 or 128 (above 64 channels; tests cover both).
-  int bn = c.M <= 64 ? 64 : int64_t(p.tiles_m) * ceil_div(c.M, 256) >= detail::sm_count(stream.device().index) ? 256 : 128;
-  if (const char* e = std::getenv("HPDT_GEMM_V3_TILE"); e && c.M > 64) {
-    if (std::strcmp(e, "wide") == 0) bn = 256;
-    else if (std::strcmp(e, "narrow") == 0) bn = 128;
-  }
+  // N tile: 64 for up to 64 output channels (Slim); above, as GEMM v3 chooses: Wide when its tiles still fill a
+  // wave of the GPU, else Narrow (HPDT_GEMM_V3_TILE pins it; tests cover both).
+  const bool wide = wide_tile(int64_t(p.tiles_m) * ceil_div(c.M, Wide::BN) >= detail::sm_count(stream.device().index));
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (bn == 64) launch<T, Tile64>(c, q, p, dt, stream);
-    else if (bn == 128) launch<T, Tile128>(c, q, p, dt, stream);
-    else launch<T, Tile256>(c, q, p, dt, stream);
+    if (c.M <= 64) launch<T, Slim>(c, q, p, dt, stream);
+    else if (wide) launch<T, Wide>(c, q, p, dt, stream);
+    else launch<T, Narrow>(c, q, p, dt, stream);
   };
   if (dt == DType::bf16) run(bf16_t{});
   else run(f16_t{});

@@ -40,9 +40,6 @@ namespace {
 
 using namespace sm90a;
 
-using Wide = Cfg<256, 4>;    // 192 KiB of stages, 128 accumulators per thread
-using Narrow = Cfg<128, 6>;  // 192 KiB of stages, 64 accumulators per thread
-
 // A_MN / B_MN: the operand is MN-major (A transposed, B not transposed); wgmma reads it with its transpose
 // bit set, from the boxes described at kMnBoxBytes.
 
@@ -265,13 +262,8 @@ void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
   const int sms = detail::sm_count(stream.device().index);
   // The wide tile reads each loaded A row against twice the columns; worth it with a wave of tiles or more.
-  // HPDT_GEMM_V3_TILE=wide|narrow pins it (read at every call, so that tests can cover both).
   const int64_t wide_tiles = ((int64_t(p.M) + kBM - 1) / kBM) * ((int64_t(p.N) + Wide::BN - 1) / Wide::BN);
-  bool wide = wide_tiles >= sms;
-  if (const char* e = std::getenv("HPDT_GEMM_V3_TILE")) {
-    if (std::strcmp(e, "wide") == 0) wide = true;
-    else if (std::strcmp(e, "narrow") == 0) wide = false;
-  }
+  const bool wide = wide_tile(wide_tiles >= sms);
   if (ab_type == DType::bf16) {
     if (wide) launch_tile<bf16_t, Wide>(p, ab_type, c_type, stream);
     else launch_tile<bf16_t, Narrow>(p, ab_type, c_type, stream);

@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "hpdt/core/check_cuda.h"
@@ -39,6 +41,18 @@ struct Cfg {
   static constexpr int kSmem = STAGES * kStageBytes + 1024 + 16 * STAGES;
   static_assert(BN % 64 == 0 && BN <= 256, "wgmma n and the TMA box (<= 256 rows)");
 };
+using Wide = Cfg<256, 4>;    // 192 KiB of stages, 128 accumulators per thread
+using Narrow = Cfg<128, 6>;  // 192 KiB of stages, 64 accumulators per thread
+using Slim = Cfg<64, 8>;     // 192 KiB of stages, 32 accumulators per thread (conv v3, up to 64 output channels)
+
+// Whether to use the wide tile: `by_default`, unless HPDT_GEMM_V3_TILE=wide|narrow pins it (read at every call,
+// so that tests can cover both).
+inline bool wide_tile(bool by_default) {
+  const char* e = std::getenv("HPDT_GEMM_V3_TILE");
+  if (e && std::strcmp(e, "wide") == 0) return true;
+  if (e && std::strcmp(e, "narrow") == 0) return false;
+  return by_default;
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -246,7 +260,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     cudaDriverEntryPointQueryResult q{};
     HPDT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
     HPDT_CHECK(q == cudaDriverEntryPointSuccess && f != nullptr,
-               "gemm v3: the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or newer is needed)");
+               "GEMM / conv v3: the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or newer is needed)");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
