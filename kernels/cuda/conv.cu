@@ -782,8 +782,7 @@ __global__ void epilogue_inplace(T* __restrict__ y, int n, FastDiv plane, int CO
 
 template <class T, int BM, int MODE>
 void launch_gemm_tc(const GemmConv& p, dim3 grid, cudaStream_t st) {
-  static std::atomic<uint64_t> done{0};
-  allow_dynamic_smem(conv_gemm_tc<T, BM, MODE>, kGemmSmemBytes<BM, MODE>, done);
+  detail::allow_dynamic_smem<conv_gemm_tc<T, BM, MODE>>(kGemmSmemBytes<BM, MODE>);
   conv_gemm_tc<T, BM, MODE><<<grid, 2 * BM, kGemmSmemBytes<BM, MODE>, st>>>(p);
 }
 

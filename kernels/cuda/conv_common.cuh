@@ -231,18 +231,6 @@ void bias_grad_final(const float* partial, int co, int splits, Tensor& dbias, cu
 // dbias[co] (+)= the column sums of dy [n * oh * ow, co] (NHWC; conv_nhwc.cu).
 void bias_grad_nhwc(const Tensor& dy, Tensor& dbias, const Stream& stream);
 
-// Dynamic shared memory above the default 48 KB is opted into once per kernel and device.
-template <class Kernel>
-void allow_dynamic_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& devices_done) {
-  if (bytes <= 48 * 1024) return;
-  int device = 0;
-  HPDT_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (devices_done.load(std::memory_order_acquire) & bit) return;
-  HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  devices_done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
 // A backward-filter launch: a grid of col_tiles x row_tiles output tiles, each k tile (KT of them) step_flops of
 // math per block, on tensor cores (tc) or not.
 struct WgradGrid {
@@ -256,8 +244,7 @@ struct WgradGrid {
 // ([splits][CO][K] f32) summed in split order into dw by wgrad_reduce.
 template <auto Kernel, class P>
 void launch_wgrad(P p, const WgradGrid& g, int threads, int smem, Tensor& dw, const Stream& stream) {
-  static std::atomic<uint64_t> smem_done{0};
-  allow_dynamic_smem(Kernel, smem, smem_done);
+  detail::allow_dynamic_smem<Kernel>(smem);
   const int64_t resident =
       int64_t(detail::sm_count(stream.device().index)) * detail::blocks_per_sm<Kernel>(threads, smem);
   const int splits = wgrad_splits(g.col_tiles * g.row_tiles, g.KT, int64_t(p.CO) * p.K, resident, g.step_flops, g.tc,

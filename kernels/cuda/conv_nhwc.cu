@@ -655,8 +655,7 @@ __global__ void filter_from_krsc(const T* __restrict__ wk, T* __restrict__ dw, i
 
 template <class T, int BN, int LOAD>
 void launch_nhwc_tc(const NhwcGemm& p, dim3 grid, cudaStream_t st) {
-  static std::atomic<uint64_t> done{0};
-  allow_dynamic_smem(conv_nhwc_tc<T, BN, LOAD>, kNhwcSmemBytes<BN, LOAD>, done);
+  detail::allow_dynamic_smem<conv_nhwc_tc<T, BN, LOAD>>(kNhwcSmemBytes<BN, LOAD>);
   conv_nhwc_tc<T, BN, LOAD><<<grid, 2 * BN, kNhwcSmemBytes<BN, LOAD>, st>>>(p);
 }
 

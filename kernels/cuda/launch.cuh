@@ -49,4 +49,22 @@ int blocks_per_sm(int threads, int smem) {
   return n;
 }
 
+// Dynamic shared memory above the default 48 KiB needs an opt-in per kernel and device
+// (cudaFuncAttributeMaxDynamicSharedMemorySize): set once per device, raised when a larger size is asked for.
+// The kernel is a template argument, not a function-pointer parameter, so that every kernel has its own record
+// (with a parameter, kernels of one signature shared one, and the second launched without its limit raised).
+template <auto Kernel>
+void allow_dynamic_smem(int bytes) {
+  if (bytes <= 48 * 1024) return;
+  static std::atomic<int> allowed[64] = {};
+  int device = 0;
+  HPDT_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<int>& a = allowed[device & 63];
+  int now = a.load(std::memory_order_acquire);
+  if (now >= bytes) return;
+  HPDT_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  while (now < bytes && !a.compare_exchange_weak(now, bytes, std::memory_order_acq_rel)) {
+  }
+}
+
 }  // namespace hpdt::kernels::cuda::detail

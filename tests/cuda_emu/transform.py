@@ -382,6 +382,8 @@ class AsmGen:
                   'cvt.f32.f16': 'cvt_f32_f16', 'cvt.f32.bf16': 'cvt_f32_bf16'}[opcode]
             self.body.append('%s = ::cuda_emu::ptx::%s(%s);' %
                              (self.ref(args[0], want_output=True), fn, self.value(args[1])))
+        elif opcode in ('mov.u64', 'mov.b64') and len(args) == 2 and args[1].strip() == '%globaltimer':
+            self.body.append('%s = uint64_t(::cuda_emu::clock_ns());' % self.ref(args[0], want_output=True))
         elif opcode in ('mov.u32', 'mov.b32') and len(args) == 2 and args[1].strip() == '%laneid':
             self.body.append('%s = ::cuda_emu::lane_id();' % self.ref(args[0], want_output=True))
         elif opcode == 'setp.ne.b32' and len(args) == 3:
@@ -412,6 +414,8 @@ def asm_statement(src, msrc, start, open_paren, close_paren):
     ins = parse_asm_operands(*sections[2], False) if len(sections) > 2 else []
     if '[' in ''.join(o.constraint for o in outs + ins):
         raise TransformError('symbolic asm operand names are not supported')
+    if outs or ins:  # extended asm: `%%` is a literal `%` (special registers: %%globaltimer)
+        template = template.replace('%%', '%')
     gen = AsmGen(outs + ins)
     body = template.strip()
     block = body.startswith('{')

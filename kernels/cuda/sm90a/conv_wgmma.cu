@@ -145,7 +145,6 @@ PixelBox choose_box(int log2_pixels, int n, int h, int w, int stride, int64_t* c
 
 template <class T, class C>
 void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stream& stream) {
-  const int device = stream.device().index;
   p.tiles_n = int(ceil_div(c.M, C::BN));
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
   const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};
@@ -159,7 +158,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
   const CUtensorMap map_w = swizzled_map("conv v3 (weights)", c.w, 2, w_dims, w_strides, w_box, dt);
-  allow_smem<conv_v3_kernel<T, C>>(C::kSmem, device);
+  detail::allow_dynamic_smem<conv_v3_kernel<T, C>>(C::kSmem);
   conv_v3_kernel<T, C><<<unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(C::kThreads), C::kSmem,
                          detail::native(stream)>>>(map_src, map_w, q, p);
   HPDT_CUDA_CHECK_LAUNCH();
@@ -261,7 +260,7 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
   const cuuint32_t x_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
   const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, x_box, dt, x_steps);
   const CUtensorMap map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
-  allow_smem<conv_v3_wgrad_kernel<T, C>>(C::kSmem, device);
+  detail::allow_dynamic_smem<conv_v3_wgrad_kernel<T, C>>(C::kSmem);
   const dim3 grid{unsigned(tiles), unsigned(splits)};
   conv_v3_wgrad_kernel<T, C><<<grid, unsigned(C::kThreads), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
   HPDT_CUDA_CHECK_LAUNCH();

@@ -150,8 +150,7 @@ __global__ void __launch_bounds__(C::kThreads + 128, 1)
         const uint32_t s = uint32_t(kt % C::STAGES);
         // use u = kt / STAGES of the stage needs the consumers' release of use u - 1 (phase u - 1)
         if (kt >= C::STAGES)
-          while (!mbar_try_wait(empty + 8u * s, uint32_t(kt / C::STAGES - 1) & 1u)) {
-          }
+          mbar_wait(empty + 8u * s, uint32_t(kt / C::STAGES - 1) & 1u);
         issue_stage<C, A_MN, B_MN>(&map_a, &map_b, full + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn,
                                    kt0 + kt);
       }
@@ -162,8 +161,7 @@ __global__ void __launch_bounds__(C::kThreads + 128, 1)
   float d[C::BN / 2];
   for (int kt = 0; kt < kt_total; ++kt) {
     const uint32_t s = uint32_t(kt % C::STAGES);
-    while (!mbar_try_wait(full + 8u * s, uint32_t(kt / C::STAGES) & 1u)) {
-    }
+    mbar_wait(full + 8u * s, uint32_t(kt / C::STAGES) & 1u);
     wgmma_fence();
     mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), cw, kt == 0);
     wgmma_commit();
@@ -187,35 +185,31 @@ CUtensorMap tile_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, in
 }
 
 // One launch of `kernel` (threads per block), its shared-memory limit raised once per kernel and device.
-// The kernel is a template argument, not a function-pointer parameter: every kernel then has its own limit
-// flag (with a parameter, all kernels of one signature shared it, and the second kernel launched without its
-// limit raised: caught by the emulator, cudaErrorInvalidValue).
 template <class C, auto kernel>
-void launch_kernel(int threads, int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
+void launch_kernel(int threads, int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb,
                    cudaStream_t s) {
-  allow_smem<kernel>(C::kSmem, device);
+  detail::allow_dynamic_smem<kernel>(C::kSmem);
   const dim3 grid(unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(splits));
   kernel<<<grid, unsigned(threads), C::kSmem, s>>>(ma, mb, p);
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, class C, bool A_MN, bool B_MN>
-void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUtensorMap& mb, int device,
-                   cudaStream_t s) {
+void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUtensorMap& mb, cudaStream_t s) {
   // HPDT_GEMM_V3_PIPELINE=ws runs the warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
   // pipeline waiting for every k tile's MMAs (k-major x k-major only); both read at every call (tests and
   // benchmarks switch them)
   const char* pipeline = std::getenv("HPDT_GEMM_V3_PIPELINE");
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
   if (pipeline && std::strcmp(pipeline, "ws") == 0)
-    launch_kernel<C, gemm_v3ws_kernel<T, C, A_MN, B_MN>>(C::kThreads + 128, splits, p, ma, mb, device, s);
+    launch_kernel<C, gemm_v3ws_kernel<T, C, A_MN, B_MN>>(C::kThreads + 128, splits, p, ma, mb, s);
   else if constexpr (!A_MN && !B_MN) {
     if (in_flight && std::strcmp(in_flight, "0") == 0)
-      launch_kernel<C, gemm_v3_kernel<T, C, 0, false, false>>(C::kThreads, splits, p, ma, mb, device, s);
+      launch_kernel<C, gemm_v3_kernel<T, C, 0, false, false>>(C::kThreads, splits, p, ma, mb, s);
     else
-      launch_kernel<C, gemm_v3_kernel<T, C, 1, false, false>>(C::kThreads, splits, p, ma, mb, device, s);
+      launch_kernel<C, gemm_v3_kernel<T, C, 1, false, false>>(C::kThreads, splits, p, ma, mb, s);
   } else {
-    launch_kernel<C, gemm_v3_kernel<T, C, 1, A_MN, B_MN>>(C::kThreads, splits, p, ma, mb, device, s);
+    launch_kernel<C, gemm_v3_kernel<T, C, 1, A_MN, B_MN>>(C::kThreads, splits, p, ma, mb, s);
   }
 }
 
@@ -233,13 +227,13 @@ void launch_tile(Params p, DType ab, DType c_type, const Stream& stream) {
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
   if (p.a_kmajor && p.b_kmajor)
-    launch_layout<T, C, false, false>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, false, false>(p, splits, ma, mb, s);
   else if (p.a_kmajor)
-    launch_layout<T, C, false, true>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, false, true>(p, splits, ma, mb, s);
   else if (p.b_kmajor)
-    launch_layout<T, C, true, false>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, true, false>(p, splits, ma, mb, s);
   else
-    launch_layout<T, C, true, true>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, true, true>(p, splits, ma, mb, s);
   if (splits > 1) splitk_reduce(p, splits, c_type, s);
 }
 

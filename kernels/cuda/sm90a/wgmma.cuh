@@ -13,7 +13,9 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -22,6 +24,12 @@
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/float16.h"
+
+// What device-side assert() calls on Linux (nvcc turns it into the `__assertfail` system call, which reports the
+// assertion with its block and thread and fails the launch with cudaErrorAssert). Declared here because <cassert>
+// leaves it out under NDEBUG; mbar_wait fails it in release builds too.
+extern "C" __host__ __device__ void __assert_fail(const char* assertion, const char* file, unsigned int line,
+                                                  const char* function) noexcept;
 
 namespace hpdt::kernels::cuda::sm90a {
 
@@ -75,6 +83,32 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "r"(bar), "r"(parity)
       : "memory");
   return done != 0;
+}
+// The GPU's global nanosecond timer.
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+// A wait on a phase that never completes (a wrong transaction byte count, a box the map does not cover, a lost
+// arrival) hangs the process, and with it a GPU lease. mbar_wait gives up after kMbarTimeoutNs instead: it names
+// the barrier and fails a device-side assertion, so the launch ends with cudaErrorAssert, which the host's
+// HPDT_CUDA_CHECK reports. No wait of these kernels is legitimately longer than microseconds (milliseconds under
+// compute-sanitizer): every phase waits for the block's own TMA loads or its own warps.
+constexpr uint64_t kMbarTimeoutNs = 10'000'000'000ull;
+inline __device__ __noinline__ void mbar_timed_out(uint32_t bar, uint32_t parity, uint64_t waited_ns) {
+  printf("hpdt sm90a: block (%u, %u, %u) thread %u waited %llu ns for phase parity %u of the mbarrier at shared "
+         "0x%x\n",
+         blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, (unsigned long long)waited_ns, parity, bar);
+  __assert_fail("mbarrier wait timed out", __FILE__, __LINE__, "hpdt::kernels::cuda::sm90a::mbar_wait");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
+  if (mbar_try_wait(bar, parity)) return;
+  const uint64_t t0 = global_ns();
+  while (!mbar_try_wait(bar, parity)) {
+    const uint64_t waited = global_ns() - t0;
+    if (waited > timeout_ns) mbar_timed_out(bar, parity, waited);
+  }
 }
 // 2-D tile (c0 along the contiguous k, c1 along rows) of `map` into shared memory, completing on `bar`
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
@@ -237,8 +271,7 @@ __device__ __forceinline__ void barrier_pipeline(float (&d)[C::BN / 2], uint32_t
   for (int kt = 0; kt < kt_total; ++kt) {
     const uint32_t s = uint32_t(kt % C::STAGES);
     // the stage's phase flips once per use: use kt / STAGES completes phase parity (kt / STAGES) & 1
-    while (!mbar_try_wait(bars + 8u * s, uint32_t(kt / C::STAGES) & 1u)) {
-    }
+    mbar_wait(bars + 8u * s, uint32_t(kt / C::STAGES) & 1u);
     // (no fence_reg on the accumulators inside the loop: with a group in flight, ptxas then serialises
     // every wgmma, C7515 "non wgmma instructions defining accumulator registers"; only wgmmas touch them here)
     wgmma_fence();
@@ -284,16 +317,6 @@ inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, cons
   HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a rank-", rank,
              " tensor of ", dims[rank - 1], " x .. x ", dims[0], " values at ", ptr);
   return map;
-}
-
-// Raises `kernel`'s dynamic shared memory limit to `bytes`, once per kernel and device.
-template <auto kernel>
-void allow_smem(int bytes, int device) {
-  static std::atomic<uint64_t> allowed{0};  // per kernel (a template argument, so each has its own) and device
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if (allowed.load(std::memory_order_acquire) & bit) return;
-  HPDT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  allowed.fetch_or(bit, std::memory_order_acq_rel);
 }
 
 }  // namespace hpdt::kernels::cuda::sm90a

@@ -17,6 +17,8 @@
 #include <random>
 #include <vector>
 
+#include "wgmma.cuh"  // kernels/cuda/sm90a/wgmma.cuh as transformed for hpdt_kernels_emu: its mbarrier watchdog
+
 namespace {
 
 // Device buffers: cudaMalloc'd, copied up and down.
@@ -830,6 +832,43 @@ TEST(CudaEmu, SwitchCost) {
   std::printf("cuda_emu: %.1f ns per wait (switch + bookkeeping), %.2f s for %.0f waits\n", s / waits * 1e9, s, waits);
   const auto h = d.down();
   EXPECT_EQ(h[0], float(iters) + (iters % 2 ? 1.0f : 0.0f));
+}
+
+// ---- kernels/cuda/sm90a/wgmma.cuh: %globaltimer and the mbarrier watchdog ----------------------------------
+__global__ void read_global_timer(unsigned long long* out) {
+  out[0] = hpdt::kernels::cuda::sm90a::global_ns();
+  __syncthreads();
+  out[1] = hpdt::kernels::cuda::sm90a::global_ns();
+}
+
+TEST(CudaEmu, GlobalTimerAdvances) {
+  Buf<unsigned long long> t(2);
+  const auto before = std::chrono::steady_clock::now().time_since_epoch();
+  read_global_timer<<<1, 32>>>(t.d);
+  const auto h = t.down();
+  EXPECT_GE(h[0], (unsigned long long)std::chrono::duration_cast<std::chrono::nanoseconds>(before).count());
+  EXPECT_GT(h[1], h[0]);
+}
+
+// A phase nobody completes. Thread 0 gives up at once (timeout 0); thread 1 keeps polling with the default
+// timeout, so the emulator's own check (every thread of the block blocked or polling for 100000 tries) does not
+// stop the kernel first: the watchdog does, with its message and the failed assertion (glibc's, in the emulator).
+__global__ void wait_for_a_phase_never_completed(unsigned long long timeout_ns) {
+  namespace hw = hpdt::kernels::cuda::sm90a;
+  __shared__ __align__(8) uint64_t bar;
+  const uint32_t b = hw::smem_u32(&bar);
+  if (threadIdx.x == 0) {
+    hw::mbar_init(b, 1);
+    hw::fence_mbar_init();
+  }
+  __syncthreads();
+  hw::mbar_wait(b, 0, threadIdx.x == 0 ? uint64_t(timeout_ns) : hw::kMbarTimeoutNs);
+}
+
+TEST(CudaEmuDeathTest, MbarrierWatchdogFailsTheLaunch) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(wait_for_a_phase_never_completed<<<1, 2>>>(0),
+               "Assertion `mbarrier wait timed out' failed");
 }
 
 }  // namespace
