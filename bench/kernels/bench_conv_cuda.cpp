@@ -93,13 +93,7 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
                             : impl == Impl::v2 ? kc::ConvVariant::v2_tensor_core
                                                : kc::ConvVariant::v1_simt;
   // v3: the automatic variant under --gemm v3's setting, for this call
-  struct GemmChoiceScope {
-    kernels::GemmChoice prev = kernels::gemm_choice();
-    explicit GemmChoiceScope(bool v3) {
-      if (v3) kernels::set_gemm_choice(kernels::GemmChoice::v3);
-    }
-    ~GemmChoiceScope() { kernels::set_gemm_choice(prev); }
-  } scope(impl == Impl::v3);
+  const kernels::ScopedGemmChoice choice(impl == Impl::v3 ? kernels::GemmChoice::v3 : kernels::gemm_choice());
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {
     case Dir::forward:

@@ -382,6 +382,8 @@ class AsmGen:
                   'cvt.f32.f16': 'cvt_f32_f16', 'cvt.f32.bf16': 'cvt_f32_bf16'}[opcode]
             self.body.append('%s = ::cuda_emu::ptx::%s(%s);' %
                              (self.ref(args[0], want_output=True), fn, self.value(args[1])))
+        elif opcode == 'trap' and not args:
+            self.body.append('::cuda_emu::ptx::trap(%s);' % loc)
         elif opcode in ('mov.u64', 'mov.b64') and len(args) == 2 and args[1].strip() == '%globaltimer':
             self.body.append('%s = uint64_t(::cuda_emu::clock_ns());' % self.ref(args[0], want_output=True))
         elif opcode in ('mov.u32', 'mov.b32') and len(args) == 2 and args[1].strip() == '%laneid':

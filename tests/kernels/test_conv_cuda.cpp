@@ -34,7 +34,6 @@
 #include "hpdt/kernels/cpu/norm.h"
 #include "hpdt/kernels/layout.h"
 #include "hpdt_test.h"
-#include "kernel_settings.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/cuda/gemm.h"
@@ -462,7 +461,6 @@ TEST_F(ConvCuda, BackwardFilterIsDeterministic) {
   }
 }
 
-using test::BackendScope;
 
 TEST_F(ConvCuda, PublicEntryPointsBothBackends) {
   const Case c{"k3 s2 p1", 4, 32, 15, 15, 48, 3, 2, 1};
@@ -470,7 +468,7 @@ TEST_F(ConvCuda, PublicEntryPointsBothBackends) {
   const Shape xs{s.n, s.c_in, s.h, s.w}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.c_out, s.out_h(), s.out_w()};
   for (kernels::KernelBackend backend : {kernels::KernelBackend::ours, kernels::KernelBackend::vendor}) {
     if (kEmulated && backend == kernels::KernelBackend::vendor) continue;
-    BackendScope scope(backend);
+    kernels::ScopedKernelBackend scope(backend);
     const Impl as = backend == kernels::KernelBackend::vendor ? Impl::cudnn : Impl::v2;
     for (DType dt : test::kCudaTestDtypes) {
       SCOPED_TRACE(std::string(kernels::kernel_backend_name(backend)) + " " + std::string(dtype_name(dt)));
@@ -670,7 +668,7 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
                                     probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
       GTEST_SKIP() << "GEMM v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   }
-  test::GemmChoiceScope v3(kernels::GemmChoice::v3);
+  kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
   const auto auto_v = kernels::cuda::ConvVariant::automatic;
   const Case cases[] = {{"1x1 64->72 at 14", 2, 64, 14, 14, 72, 1, 1, 0}, {"1x1 40->24 at 6x2", 3, 40, 6, 2, 24, 1, 1, 0}};
   for (DType dt : {DType::bf16, DType::f16})
@@ -730,7 +728,7 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
                                     probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
       GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   }
-  test::GemmChoiceScope v3(kernels::GemmChoice::v3);
+  kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
   const auto auto_v = kernels::cuda::ConvVariant::automatic;
   struct V3Case {
     const char* name;
@@ -854,7 +852,7 @@ TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
     Tensor got[2][3];  // v2, v3
     for (int v = 0; v < 2; ++v) {
       SCOPED_TRACE(v == 0 ? "v2" : "v3 (--gemm v3)");
-      const test::GemmChoiceScope choice(v == 0 ? kernels::GemmChoice::v2 : kernels::GemmChoice::v3);
+      const kernels::ScopedGemmChoice choice(v == 0 ? kernels::GemmChoice::v2 : kernels::GemmChoice::v3);
       const auto variant = v == 0 ? kernels::cuda::ConvVariant::v2_tensor_core : kernels::cuda::ConvVariant::automatic;
       Tensor y = poisoned(ys, bf), dx = poisoned(xs, bf);
       Tensor dw = Tensor::zeros(ws, bf, Device::cuda(0), AllocOptions{.stream = &stream});
@@ -904,7 +902,7 @@ TEST_F(ConvCuda, NhwcPublicEntryPointsBothBackends) {
   const Shape xs{s.n, s.h, s.w, s.c_in}, ws{s.c_out, s.c_in, 3, 3}, ys{s.n, s.out_h(), s.out_w(), s.c_out};
   for (kernels::KernelBackend backend : {kernels::KernelBackend::ours, kernels::KernelBackend::vendor}) {
     if (kEmulated && backend == kernels::KernelBackend::vendor) continue;
-    BackendScope scope(backend);
+    kernels::ScopedKernelBackend scope(backend);
     const Impl as = backend == kernels::KernelBackend::vendor ? Impl::cudnn : Impl::v2;
     for (DType dt : test::kCudaTestDtypes) {
       SCOPED_TRACE(std::string(kernels::kernel_backend_name(backend)) + " " + std::string(dtype_name(dt)));

@@ -28,7 +28,6 @@
 #include "hpdt/kernels/gemm.h"
 #include "hpdt/kernels/linear.h"
 #include "hpdt/kernels/math/activation_math.h"
-#include "kernel_settings.h"
 #if HPDT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -39,8 +38,6 @@
 namespace {
 
 using namespace hpdt;
-using test::BackendScope;
-using test::GemmChoiceScope;
 using test::Tolerance;
 
 Tolerance gemm_tolerance(DType c_type, int64_t K, float alpha, float beta) {
@@ -485,10 +482,10 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
   EXPECT_EQ(automatic(DType::bf16), GemmVariant::v2_mma)
       << "automatic must not pick v3 by default before it has been validated on a GPU";
   {
-    const GemmChoiceScope v3(kernels::GemmChoice::v3);
+    const kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
     EXPECT_EQ(automatic(DType::bf16), GemmVariant::v3_wgmma);
     EXPECT_EQ(automatic(DType::f32), GemmVariant::v1_simt);
-    const BackendScope vendor(kernels::KernelBackend::vendor);
+    const kernels::ScopedKernelBackend vendor(kernels::KernelBackend::vendor);
     EXPECT_EQ(automatic(DType::bf16), GemmVariant::vendor);
   }
   EXPECT_EQ(automatic(DType::bf16), GemmVariant::v2_mma);
@@ -650,7 +647,7 @@ TEST_F(GemmCuda, MatmulEveryDtypeAndTranspose) {
       for (int tr = 0; tr < 4; ++tr)
         for (const bool vendor : {false, true}) {
           if (vendor && !test::vendor_available()) continue;
-          BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
+          kernels::ScopedKernelBackend scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
           const bool ta = tr & 1, tb = tr & 2;
           const int64_t M = 37, N = 50, K = 72;
           const Tensor a = random(ta ? Shape{K, M} : Shape{M, K}), b = random(tb ? Shape{N, K} : Shape{K, N});
@@ -711,7 +708,7 @@ TEST_F(GemmCuda, LinearForwardBackward) {
       for (const bool with_bias : {true, false})
         for (const bool vendor : {false, true}) {
           if (vendor && !test::vendor_available()) continue;
-          BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
+          kernels::ScopedKernelBackend scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
           const int64_t in = sh.x[-1], out = sh.out, rows = sh.x.numel() / in;
           const Shape yshape = sh.y();
           std::ostringstream what;
@@ -760,7 +757,7 @@ TEST_F(GemmCuda, LinearGeluFusedAgainstTheOracle) {
       for (const bool vendor : {false, true})
         for (const kernels::GeluForm form : {kernels::GeluForm::erf, kernels::GeluForm::tanh}) {
           if (vendor && !test::vendor_available()) continue;
-          BackendScope scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
+          kernels::ScopedKernelBackend scope(vendor ? kernels::KernelBackend::vendor : kernels::KernelBackend::ours);
           const int64_t in = sh.x[-1], out = sh.out, rows = sh.x.numel() / in;
           const Shape yshape = sh.y();
           SCOPED_TRACE(std::string(dtype_name(dt)) + " x " + sh.x.str() + " out " + std::to_string(out) +

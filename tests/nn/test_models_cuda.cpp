@@ -43,7 +43,6 @@
 #include "hpdt/nn/model.h"
 #include "hpdt/nn/optim.h"
 #include "hpdt_test.h"
-#include "kernel_settings.h"
 
 namespace {
 
@@ -330,7 +329,7 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   const StepOut r2 = forward_backward(*a, d);
   StepOut r3;
   {
-    const test::GemmChoiceScope v3(kernels::GemmChoice::v3);
+    const kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
     auto b = gpu_model(DType::bf16);
     r3 = forward_backward(*b, d);
   }

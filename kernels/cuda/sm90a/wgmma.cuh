@@ -13,9 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cassert>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -24,12 +22,6 @@
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/float16.h"
-
-// What device-side assert() calls on Linux (nvcc turns it into the `__assertfail` system call, which reports the
-// assertion with its block and thread and fails the launch with cudaErrorAssert). Declared here because <cassert>
-// leaves it out under NDEBUG; mbar_wait fails it in release builds too.
-extern "C" __host__ __device__ void __assert_fail(const char* assertion, const char* file, unsigned int line,
-                                                  const char* function) noexcept;
 
 namespace hpdt::kernels::cuda::sm90a {
 
@@ -91,24 +83,18 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 // A wait on a phase that never completes (a wrong transaction byte count, a box the map does not cover, a lost
-// arrival) hangs the process, and with it a GPU lease. mbar_wait gives up after kMbarTimeoutNs instead: it names
-// the barrier and fails a device-side assertion, so the launch ends with cudaErrorAssert, which the host's
-// HPDT_CUDA_CHECK reports. No wait of these kernels is legitimately longer than microseconds (milliseconds under
-// compute-sanitizer): every phase waits for the block's own TMA loads or its own warps.
+// arrival) would hang the process, and a GPU lease with it. mbar_wait gives up after kMbarTimeoutNs instead: the
+// thread executes `trap`, and the launch fails with cudaErrorLaunchFailure ("unspecified launch failure"), which
+// the host's next HPDT_CUDA_CHECK reports. No wait of these kernels is legitimately longer than microseconds
+// (milliseconds under compute-sanitizer): every phase waits for the block's own TMA loads or its own warps. No
+// printf or assert before the trap: a function call in the k loop makes ptxas serialise the wgmmas in flight
+// across it (C7510), in every kernel, whether or not the call is ever reached.
 constexpr uint64_t kMbarTimeoutNs = 10'000'000'000ull;
-inline __device__ __noinline__ void mbar_timed_out(uint32_t bar, uint32_t parity, uint64_t waited_ns) {
-  printf("hpdt sm90a: block (%u, %u, %u) thread %u waited %llu ns for phase parity %u of the mbarrier at shared "
-         "0x%x\n",
-         blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, (unsigned long long)waited_ns, parity, bar);
-  __assert_fail("mbarrier wait timed out", __FILE__, __LINE__, "hpdt::kernels::cuda::sm90a::mbar_wait");
-}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
   if (mbar_try_wait(bar, parity)) return;
   const uint64_t t0 = global_ns();
-  while (!mbar_try_wait(bar, parity)) {
-    const uint64_t waited = global_ns() - t0;
-    if (waited > timeout_ns) mbar_timed_out(bar, parity, waited);
-  }
+  while (!mbar_try_wait(bar, parity))
+    if (global_ns() - t0 > timeout_ns) asm volatile("trap;\n" ::: "memory");
 }
 // 2-D tile (c0 along the contiguous k, c1 along rows) of `map` into shared memory, completing on `bar`
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {

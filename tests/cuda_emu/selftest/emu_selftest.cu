@@ -852,7 +852,7 @@ TEST(CudaEmu, GlobalTimerAdvances) {
 
 // A phase nobody completes. Thread 0 gives up at once (timeout 0); thread 1 keeps polling with the default
 // timeout, so the emulator's own check (every thread of the block blocked or polling for 100000 tries) does not
-// stop the kernel first: the watchdog does, with its message and the failed assertion (glibc's, in the emulator).
+// stop the kernel first: the watchdog's trap does.
 __global__ void wait_for_a_phase_never_completed(unsigned long long timeout_ns) {
   namespace hw = hpdt::kernels::cuda::sm90a;
   __shared__ __align__(8) uint64_t bar;
@@ -868,7 +868,7 @@ __global__ void wait_for_a_phase_never_completed(unsigned long long timeout_ns) 
 TEST(CudaEmuDeathTest, MbarrierWatchdogFailsTheLaunch) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(wait_for_a_phase_never_completed<<<1, 2>>>(0),
-               "Assertion `mbarrier wait timed out' failed");
+               "trap at kernels/cuda/sm90a/wgmma.cuh:[0-9]+: the kernel stopped itself");
 }
 
 }  // namespace

@@ -1426,6 +1426,12 @@ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
 
 void fence_mbarrier_init(const Loc&) { check_in_kernel("fence.mbarrier_init"); }
 
+void trap(const Loc& loc) {
+  check_in_kernel("trap");
+  fatal("trap at %s:%u: the kernel stopped itself (on a GPU the launch fails with cudaErrorLaunchFailure)",
+        short_file(loc.file_name()), loc.line());
+}
+
 void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
   check_in_kernel("cp.async.bulk.tensor");
   TmaLoad t;

@@ -31,4 +31,27 @@ GemmChoice gemm_choice();
 std::string_view gemm_choice_name(GemmChoice choice);
 GemmChoice parse_gemm_choice(std::string_view name);
 
+// A setting changed for one scope and restored when the scope ends, also on an exception (tests, benchmarks).
+class ScopedKernelBackend {
+ public:
+  explicit ScopedKernelBackend(KernelBackend b) : prev_(kernel_backend()) { set_kernel_backend(b); }
+  ~ScopedKernelBackend() { set_kernel_backend(prev_); }
+  ScopedKernelBackend(const ScopedKernelBackend&) = delete;
+  ScopedKernelBackend& operator=(const ScopedKernelBackend&) = delete;
+
+ private:
+  KernelBackend prev_;
+};
+
+class ScopedGemmChoice {
+ public:
+  explicit ScopedGemmChoice(GemmChoice c) : prev_(gemm_choice()) { set_gemm_choice(c); }
+  ~ScopedGemmChoice() { set_gemm_choice(prev_); }
+  ScopedGemmChoice(const ScopedGemmChoice&) = delete;
+  ScopedGemmChoice& operator=(const ScopedGemmChoice&) = delete;
+
+ private:
+  GemmChoice prev_;
+};
+
 }  // namespace hpdt::kernels

@@ -145,6 +145,8 @@ inline void out(T& dst, V v) {
 }
 
 void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_size, const Loc& loc);
+// trap: the kernel stops itself (a GPU fails the launch with cudaErrorLaunchFailure); the emulator stops the run.
+[[noreturn]] void trap(const Loc& loc);
 void cp_async_commit_group(const Loc& loc);
 void cp_async_wait_group(int n, const Loc& loc);
 void cp_async_wait_all(const Loc& loc);
