@@ -31,27 +31,20 @@ GemmChoice gemm_choice();
 std::string_view gemm_choice_name(GemmChoice choice);
 GemmChoice parse_gemm_choice(std::string_view name);
 
-// A setting changed for one scope and restored when the scope ends, also on an exception (tests, benchmarks).
-class ScopedKernelBackend {
+// A setting changed for one scope and restored when the scope ends, also on an exception (tests, benchmarks):
+//   const ScopedGemmChoice v3(GemmChoice::v3);
+template <class T, T (*Get)(), void (*Set)(T)>
+class ScopedSetting {
  public:
-  explicit ScopedKernelBackend(KernelBackend b) : prev_(kernel_backend()) { set_kernel_backend(b); }
-  ~ScopedKernelBackend() { set_kernel_backend(prev_); }
-  ScopedKernelBackend(const ScopedKernelBackend&) = delete;
-  ScopedKernelBackend& operator=(const ScopedKernelBackend&) = delete;
+  explicit ScopedSetting(T value) : prev_(Get()) { Set(value); }
+  ~ScopedSetting() { Set(prev_); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
 
  private:
-  KernelBackend prev_;
+  T prev_;
 };
-
-class ScopedGemmChoice {
- public:
-  explicit ScopedGemmChoice(GemmChoice c) : prev_(gemm_choice()) { set_gemm_choice(c); }
-  ~ScopedGemmChoice() { set_gemm_choice(prev_); }
-  ScopedGemmChoice(const ScopedGemmChoice&) = delete;
-  ScopedGemmChoice& operator=(const ScopedGemmChoice&) = delete;
-
- private:
-  GemmChoice prev_;
-};
+using ScopedKernelBackend = ScopedSetting<KernelBackend, kernel_backend, set_kernel_backend>;
+using ScopedGemmChoice = ScopedSetting<GemmChoice, gemm_choice, set_gemm_choice>;
 
 }  // namespace hpdt::kernels
