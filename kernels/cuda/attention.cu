@@ -1036,8 +1036,8 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
       if constexpr (kIs16Bit<T>) {
         if (variant == kAttentionTensorCore) {
           const size_t smem = mma_forward_smem<DHP>();
-          auto kernel = attention_forward_v2_kernel<T, DHP>;
-          detail::allow_dynamic_smem<attention_forward_v2_kernel<T, DHP>>(int(smem));
+          constexpr auto kernel = attention_forward_v2_kernel<T, DHP>;
+          detail::allow_dynamic_smem<kernel>(int(smem));
           const int nqb = (g.t + MmaForwardTiles<DHP>::BR - 1) / MmaForwardTiles<DHP>::BR;
           kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, o, lse.data<float>(), g.t,
                                                                                       g.heads, g.dh, g.scale_log2());
@@ -1047,8 +1047,8 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
       }
       const bool vec = g.dh % 4 == 0 && aligned16(q);
       const size_t smem = simt_forward_smem<DHP>();
-      auto kernel = attention_forward_v1_kernel<T, DHP>;
-      detail::allow_dynamic_smem<attention_forward_v1_kernel<T, DHP>>(int(smem));
+      constexpr auto kernel = attention_forward_v1_kernel<T, DHP>;
+      detail::allow_dynamic_smem<kernel>(int(smem));
       const int nqb = (g.t + SimtForwardTiles<DHP>::BR - 1) / SimtForwardTiles<DHP>::BR;
       kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kSimtThreads, smem, s>>>(q, o, lse.data<float>(), g.t,
                                                                                    g.heads, g.dh, g.scale_log2(), vec);
@@ -1082,15 +1082,15 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
         if (variant == kAttentionTensorCore) {
           using Tl = MmaBackwardTiles<DHP>;
           size_t smem = mma_dkdv_smem<DHP>();
-          auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP>;
-          detail::allow_dynamic_smem<attention_backward_dkdv_v2_kernel<T, DHP>>(int(smem));
+          constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP>;
+          detail::allow_dynamic_smem<dkdv>(int(smem));
           const int nkb = (g.t + Tl::BC - 1) / Tl::BC;
           dkdv<<<grid_of(int64_t(g.b) * g.heads * nkb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads,
                                                                                     g.dh, g.scale(), g.scale_log2());
           HPDT_CUDA_CHECK_LAUNCH();
           smem = mma_dq_smem<DHP>();
-          auto dqk = attention_backward_dq_v2_kernel<T, DHP>;
-          detail::allow_dynamic_smem<attention_backward_dq_v2_kernel<T, DHP>>(int(smem));
+          constexpr auto dqk = attention_backward_dq_v2_kernel<T, DHP>;
+          detail::allow_dynamic_smem<dqk>(int(smem));
           const int nqb = (g.t + Tl::QR - 1) / Tl::QR;
           dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
                                                                                    g.scale(), g.scale_log2());
@@ -1101,15 +1101,15 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
       using Tl = SimtBackwardTiles<DHP>;
       const bool vec = g.dh % 4 == 0 && aligned16(q) && aligned16(go);
       size_t smem = simt_dkdv_smem<DHP>();
-      auto dkdv = attention_backward_dkdv_v1_kernel<T, DHP>;
-      detail::allow_dynamic_smem<attention_backward_dkdv_v1_kernel<T, DHP>>(int(smem));
+      constexpr auto dkdv = attention_backward_dkdv_v1_kernel<T, DHP>;
+      detail::allow_dynamic_smem<dkdv>(int(smem));
       const int nkb = (g.t + Tl::BC - 1) / Tl::BC;
       dkdv<<<grid_of(int64_t(g.b) * g.heads * nkb, op), kSimtThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
                                                                                  g.scale(), g.scale_log2(), vec);
       HPDT_CUDA_CHECK_LAUNCH();
       smem = simt_dq_smem<DHP>();
-      auto dqk = attention_backward_dq_v1_kernel<T, DHP>;
-      detail::allow_dynamic_smem<attention_backward_dq_v1_kernel<T, DHP>>(int(smem));
+      constexpr auto dqk = attention_backward_dq_v1_kernel<T, DHP>;
+      detail::allow_dynamic_smem<dqk>(int(smem));
       const int nqb = (g.t + Tl::BR - 1) / Tl::BR;
       dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kSimtThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
                                                                                 g.scale(), g.scale_log2(), vec);

@@ -28,7 +28,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <string_view>
 #include <type_traits>

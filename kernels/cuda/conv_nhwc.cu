@@ -29,7 +29,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <vector>

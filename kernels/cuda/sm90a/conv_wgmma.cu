@@ -21,8 +21,9 @@
 // Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of
 // x(pixel * stride + tap)[c] dy[pixel][co], a GEMM with M = taps * ci (rows: 64-wide chunks of one tap's
 // channels), N = co, and the pixels as k. Both operands are MN-major (channels contiguous), read with wgmma's
-// transpose bits as GEMM v3 reads A^T and B: k tile kt is a box of 64 pixels (tw x th x tn), and the A tile is two 64 x 64 boxes of x, each at its chunk's tap
-// offset (a chunk past taps * ci reads out of bounds: zeros), the B tile BN / 64 boxes of dy at the same pixels
+// transpose bits as GEMM v3 reads A^T and B: k tile kt is a box of 64 pixels (tw x th x tn), and the A tile is
+// two 64 x 64 boxes of x, each at its chunk's tap offset (a chunk past taps * ci reads out of bounds: zeros), the
+// B tile BN / 64 boxes of dy at the same pixels
 // (pixels past the grid read as zero dy, so they add nothing). Split-K over the pixel boxes (whole waves,
 // detail::choose_split_k) into f32 partials in dw's layout, summed in split order by conv_common.cuh's
 // wgrad_reduce; one split adds into dw directly. Deterministic.

@@ -12,7 +12,6 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>

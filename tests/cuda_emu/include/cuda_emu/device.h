@@ -27,7 +27,6 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __restrict__ __restrict
