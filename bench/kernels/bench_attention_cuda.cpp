@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -290,8 +291,15 @@ void report(benchmark::State& state, double flops, double sec, double ref_sec) {
 }
 
 // Ours: variant 1 or 2, forward or backward. Each iteration is one call, timed with CUDA events.
-void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward) {
+// d128_tile: HPDT_ATTENTION_D128_TILE for this row (the v2 forward's dh-128 tile; "narrow" rows), or null.
+void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward, const char* d128_tile) {
   if (skip_without_gpu(state)) return;
+  struct TileScope {
+    explicit TileScope(const char* tile) {
+      if (tile) ::setenv("HPDT_ATTENTION_D128_TILE", tile, 1);
+    }
+    ~TileScope() { ::unsetenv("HPDT_ATTENTION_D128_TILE"); }
+  } scope(d128_tile);
   try {
     Problem p = make_problem(sh, dt);
     const Stream& s = bench_stream();
@@ -383,10 +391,15 @@ void register_all() {
         for (int v : {1, 2}) {
           if (v == 2 && dt == DType::f32) continue;
           benchmark::RegisterBenchmark((dir + "v" + std::to_string(v) + "/" + tail).c_str(), BM_flash, sh, dt, v,
-                                       backward)
+                                       backward, nullptr)
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
         }
+        // The forward's other dh-128 tile (MT = 1, BC = 64; the default before 2026-11-27), beside the default
+        if (!backward && dt != DType::f32 && sh.dh == 128)
+          benchmark::RegisterBenchmark((dir + "v2_d128narrow/" + tail).c_str(), BM_flash, sh, dt, 2, false, "narrow")
+              ->UseManualTime()
+              ->Unit(benchmark::kMillisecond);
       }
 }
 

@@ -29,6 +29,7 @@
 // Head dims: kernels are compiled for padded head dims 16, 32, 64, 128; any dh up to 128 runs on the
 // next one with the extra columns zero in shared memory (they add nothing to q.k and are not stored).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -570,12 +571,26 @@ template <class T, int DHP, int ROWS>
 __device__ __forceinline__ void cp_async_tile(uint16_t* dst, const T* src, int64_t ld, int nrows, int dh) {
   constexpr int LS = DHP + 8, CH = DHP / 8;
   static_assert(CH >= 8 || (ROWS % 8 == 0 && kMmaThreads % (8 * CH) == 0), "whole 8-row groups per pass");
+  if constexpr (CH >= 8) {
+    // Chunk idx = threadIdx.x + i kMmaThreads is row idx / CH, chunk idx % CH, walked with one running source
+    // pointer: a 64-bit row offset per chunk cost the dh-128 forward's Wide tile its last registers (it spilled).
+    constexpr int RSTEP = kMmaThreads / CH;
+    static_assert(kMmaThreads % CH == 0 && ROWS % RSTEP == 0, "whole passes of the block over the tile");
+    const int r0 = threadIdx.x / CH, c = (threadIdx.x % CH) * 8;
+    const T* p = src + r0 * ld + c;
+    const uint32_t d = smem_u32(dst + r0 * LS + c);
 #pragma unroll
-  for (int idx = threadIdx.x; idx < ROWS * CH; idx += kMmaThreads) {
-    const int r = CH >= 8 ? idx / CH : idx % 8 + 8 * (idx / (8 * CH));
-    const int c = (CH >= 8 ? idx % CH : (idx / 8) % CH) * 8;
-    const bool ok = r < nrows && c < dh;
-    cp_async_16(smem_u32(dst + r * LS + c), ok ? src + r * ld + c : src, ok ? 16 : 0);
+    for (int i = 0; i < ROWS / RSTEP; ++i, p += RSTEP * ld) {
+      const bool ok = r0 + i * RSTEP < nrows && c < dh;
+      cp_async_16(d + i * RSTEP * LS * 2, ok ? p : src, ok ? 16 : 0);
+    }
+  } else {
+#pragma unroll
+    for (int idx = threadIdx.x; idx < ROWS * CH; idx += kMmaThreads) {
+      const int r = idx % 8 + 8 * (idx / (8 * CH)), c = (idx / 8) % CH * 8;
+      const bool ok = r < nrows && c < dh;
+      cp_async_16(smem_u32(dst + r * LS + c), ok ? src + r * ld + c : src, ok ? 16 : 0);
+    }
   }
 }
 
@@ -585,26 +600,44 @@ __device__ __forceinline__ void store2(T* p, float lo, float hi) {
 }
 
 // Forward tiles: each warp owns MT m-tiles of 16 query rows (BR = 16 MT warps), so every K and V fragment
-// read from shared memory feeds MT mma's. MT = 2 up to dh 64 (FlashAttention-2's 128-row tile: about 32
-// flops per shared-memory byte, enough to keep mma.sync busy); at dh 128 the 2 x 64 accumulators of a
-// second m-tile would not fit in registers, so MT = 1.
-template <int DHP>
-struct MmaForwardTiles {
-  static constexpr int MT = DHP <= 64 ? 2 : 1, BR = 16 * kMmaWarps * MT, BC = 64;
+// read from shared memory feeds MT mma's; BC keys per step.
+//   dh <= 64: MT = 2, BC = 64, Q's fragments in registers for the whole pass (FlashAttention-2's 128-row tile).
+//   dh 128, the default (Wide): MT = 2, BC = 32, Q's fragments re-read from shared memory at every k step,
+//     as FlashAttention-2 does at dh 128: two m-tiles' Q (64 registers) next to their 128 accumulators would not
+//     fit. Per mma 0.375 ldmatrix instead of Narrow's 0.5 (each V fragment feeds 4 mma's, not 2).
+//   dh 128, Narrow (HPDT_ATTENTION_D128_TILE=narrow, the tile measured on 2026-11-26): MT = 1, BC = 64, Q in
+//     registers; 0.59-0.69x SDPA at dh 128 there, against 0.85-1.24x at dh 64 with MT = 2.
+template <int MT_, int BC_, bool Q_IN_REGISTERS>
+struct MmaForwardTile {
+  static constexpr int MT = MT_, BR = 16 * kMmaWarps * MT_, BC = BC_;
+  static constexpr bool kQInRegisters = Q_IN_REGISTERS;
 };
+using ForwardTileUpTo64 = MmaForwardTile<2, 64, true>;
+using ForwardTileWide128 = MmaForwardTile<2, 32, false>;
+using ForwardTileNarrow128 = MmaForwardTile<1, 64, true>;
 
-template <int DHP>
-constexpr size_t mma_forward_smem() {
-  using Tl = MmaForwardTiles<DHP>;
-  return sizeof(uint16_t) * size_t(Tl::BR + 4 * Tl::BC) * (DHP + 8);
+// HPDT_ATTENTION_D128_TILE=narrow|wide pins the dh-128 forward tile (for measuring both; read at every call, as
+// HPDT_GEMM_V3_TILE); unset: wide.
+bool narrow_d128_forward_tile() {
+  const char* e = std::getenv("HPDT_ATTENTION_D128_TILE");
+  if (!e || std::strcmp(e, "wide") == 0) return false;
+  HPDT_CHECK(std::strcmp(e, "narrow") == 0, "HPDT_ATTENTION_D128_TILE=", e, ": expected narrow or wide");
+  return true;
 }
 
-template <class T, int DHP>
+template <int DHP, class Tile>
+constexpr size_t mma_forward_smem() {
+  return sizeof(uint16_t) * size_t(Tile::BR + 4 * Tile::BC) * (DHP + 8);
+}
+
+template <class T, int DHP, class Tile>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_forward_v2_kernel(const T* __restrict__ qkv, T* __restrict__ out, float* __restrict__ lse, int t,
                                 int heads, int dh, float scale_log2) {
-  constexpr int MT = MmaForwardTiles<DHP>::MT, BR = MmaForwardTiles<DHP>::BR, BC = MmaForwardTiles<DHP>::BC;
+  constexpr int MT = Tile::MT, BR = Tile::BR, BC = Tile::BC;
+  constexpr bool QREG = Tile::kQInRegisters;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NS = BC / 8;
+  static_assert(NS % 2 == 0 && ND % 2 == 0, "key and head-dim tiles in pairs of n-tiles");
   extern __shared__ uint4 smem_u4[];
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_u4);
   uint16_t* k_s = q_s + BR * LS;      // [2][BC][LS]
@@ -624,13 +657,17 @@ __global__ void __launch_bounds__(kMmaThreads)
   cp_async_tile<T, DHP, BC>(k_s, k_g, ld, t, dh);
   cp_async_tile<T, DHP, BC>(v_s, v_g, ld, t, dh);
   cp_async_commit();
-  cp_async_wait<1>();  // the q tile has landed (k, v may still be in flight)
-  __syncthreads();
-  uint32_t qf[MT][KS][4];
+  // Q's fragments: loaded once here (QREG), or at every k step from q_s, which nothing overwrites.
+  uint32_t qf[MT][QREG ? KS : 1][4];  // (!QREG: unused)
+  if constexpr (QREG) {
+    cp_async_wait<1>();  // the q tile has landed (k, v may still be in flight)
+    __syncthreads();
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[mt][ks], a_frag_addr<LS>(q_s, (warp * MT + mt) * 16, ks * 16, lane));
+      for (int ks = 0; ks < KS; ++ks)
+        ldmatrix_x4(qf[mt][ks], a_frag_addr<LS>(q_s, (warp * MT + mt) * 16, ks * 16, lane));
+  }
 
   // Per m-tile: rows g and g + 8 (index 0, 1) of the running max m and sum l (l per thread: its columns).
   float o[MT][ND][4] = {}, m[MT][2], l[MT][2];
@@ -651,18 +688,39 @@ __global__ void __launch_bounds__(kMmaThreads)
     const int k0 = kb * BC;
 
     float s[MT][NS][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
+    // S = Q K^T over k steps of 16 head-dim columns.
+    const auto score_step = [&](int ks, const uint32_t(&q)[MT][4]) {
 #pragma unroll
       for (int np = 0; np < NS / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, bt_frag_addr<LS>(kt, np * 16, ks * 16, lane));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(s[mt][2 * np], qf[mt][ks], b[0], b[1]);
-          mma_16816<T>(s[mt][2 * np + 1], qf[mt][ks], b[2], b[3]);
+          mma_16816<T>(s[mt][2 * np], q[mt], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * np + 1], q[mt], b[2], b[3]);
         }
       }
+    };
+    if constexpr (QREG) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint32_t q[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) q[mt][i] = qf[mt][ks][i];
+        score_step(ks, q);
+      }
+    } else {
+      // Q from shared memory (the first block's wait and barrier above cover the q tile)
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint32_t q[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(q[mt], a_frag_addr<LS>(q_s, (warp * MT + mt) * 16, ks * 16, lane));
+        score_step(ks, q);
+      }
+    }
 
     // Online softmax; a row's scores sit in the 4 lanes of a quad (xor-shuffles 1, 2).
     const bool ragged = k0 + BC > t;
@@ -1035,13 +1093,22 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
       T* o = static_cast<T*>(out.data());
       if constexpr (kIs16Bit<T>) {
         if (variant == kAttentionTensorCore) {
-          const size_t smem = mma_forward_smem<DHP>();
-          constexpr auto kernel = attention_forward_v2_kernel<T, DHP>;
-          detail::allow_dynamic_smem<kernel>(int(smem));
-          const int nqb = (g.t + MmaForwardTiles<DHP>::BR - 1) / MmaForwardTiles<DHP>::BR;
-          kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, o, lse.data<float>(), g.t,
-                                                                                      g.heads, g.dh, g.scale_log2());
-          HPDT_CUDA_CHECK_LAUNCH();
+          const auto launch = [&](auto tile) {
+            using Tile = decltype(tile);
+            const size_t smem = mma_forward_smem<DHP, Tile>();
+            constexpr auto kernel = attention_forward_v2_kernel<T, DHP, Tile>;
+            detail::allow_dynamic_smem<kernel>(int(smem));
+            const int nqb = (g.t + Tile::BR - 1) / Tile::BR;
+            kernel<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, o, lse.data<float>(), g.t,
+                                                                                        g.heads, g.dh, g.scale_log2());
+            HPDT_CUDA_CHECK_LAUNCH();
+          };
+          if constexpr (DHP <= 64)
+            launch(ForwardTileUpTo64{});
+          else if (narrow_d128_forward_tile())
+            launch(ForwardTileNarrow128{});
+          else
+            launch(ForwardTileWide128{});
           return;
         }
       }

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -249,6 +250,44 @@ TEST_F(AttentionCuda, LongSequence) {
   check_all({1, 700, 2, 64});
   check_all({1, 300, 1, 128, 8.0f});
 }
+
+#if HPDT_HAVE_CUDA
+// The v2 forward's two dh-128 tiles (kernels/cuda/attention.cu, MmaForwardTile): Wide, the default (2 m-tiles a
+// warp, 32 keys a step, Q's fragments re-read from shared memory), and Narrow (1 m-tile, 64 keys, Q in registers),
+// each pinned by HPDT_ATTENTION_D128_TILE, against the oracle: t one past a 32-key block, a 64-key block and a
+// 128-row tile, dh 80 (padded to 128), large scores over many key blocks. On the emulator, also which kernel ran.
+TEST_F(AttentionCuda, BothHeadDim128ForwardTiles) {
+  struct TileScope {
+    explicit TileScope(const char* tile) { ::setenv("HPDT_ATTENTION_D128_TILE", tile, 1); }
+    ~TileScope() { ::unsetenv("HPDT_ATTENTION_D128_TILE"); }
+  };
+  for (const char* tile : {"wide", "narrow"}) {
+    SCOPED_TRACE(tile);
+    const TileScope scope(tile);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    const char* ran = std::strcmp(tile, "wide") == 0 ? "MmaForwardTile<2, 32, false>" : "MmaForwardTile<1, 64, true>";
+    const char* other = std::strcmp(tile, "wide") == 0 ? "MmaForwardTile<1, 64, true>" : "MmaForwardTile<2, 32, false>";
+    const unsigned long long ran0 = cuda_emu::launches_named(ran), other0 = cuda_emu::launches_named(other);
+#endif
+    check_all({1, 33, 2, 128});
+    check_all({2, 65, 1, 128});
+    check_all({1, 129, 1, 128});
+    check_all({1, 97, 2, 80});
+    check_all({1, 200, 1, 128, 8.0f});
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    // 5 cases x 2 16-bit dtypes x (auto + v2) forwards
+    EXPECT_EQ(cuda_emu::launches_named(ran) - ran0, 20u);
+    EXPECT_EQ(cuda_emu::launches_named(other) - other0, 0u);
+#endif
+  }
+  const TileScope bad("medium");
+  const Oracle o = oracle({1, 5, 1, 128}, DType::bf16);
+  const Tensor qkv_g = to_gpu(o.qkv, DType::bf16);
+  Tensor lse, out = Tensor::empty({1, 5, 128}, DType::bf16, Device::cuda(0), AllocOptions{.stream = &stream});
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv_g, 1, lse, out, stream, 2),
+                        "HPDT_ATTENTION_D128_TILE=medium: expected narrow or wide");
+}
+#endif
 
 TEST_F(AttentionCuda, MisalignedViewFallsBackToSimt) {
   const Case c{2, 50, 3, 64};
