@@ -291,15 +291,15 @@ void report(benchmark::State& state, double flops, double sec, double ref_sec) {
 }
 
 // Ours: variant 1 or 2, forward or backward. Each iteration is one call, timed with CUDA events.
-// d128_tile: HPDT_ATTENTION_D128_TILE for this row (the v2 forward's dh-128 tile; "narrow" rows), or null.
-void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward, const char* d128_tile) {
+// v2_tiles: HPDT_ATTENTION_V2_TILES for this row ("v2_narrow" rows: v2's one-m-tile-a-warp tiles), or null.
+void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward, const char* v2_tiles) {
   if (skip_without_gpu(state)) return;
   struct TileScope {
-    explicit TileScope(const char* tile) {
-      if (tile) ::setenv("HPDT_ATTENTION_D128_TILE", tile, 1);
+    explicit TileScope(const char* tiles) {
+      if (tiles) ::setenv("HPDT_ATTENTION_V2_TILES", tiles, 1);
     }
-    ~TileScope() { ::unsetenv("HPDT_ATTENTION_D128_TILE"); }
-  } scope(d128_tile);
+    ~TileScope() { ::unsetenv("HPDT_ATTENTION_V2_TILES"); }
+  } scope(v2_tiles);
   try {
     Problem p = make_problem(sh, dt);
     const Stream& s = bench_stream();
@@ -395,9 +395,11 @@ void register_all() {
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
         }
-        // The forward's other dh-128 tile (MT = 1, BC = 64; the default before 2026-11-27), beside the default
-        if (!backward && dt != DType::f32 && sh.dh == 128)
-          benchmark::RegisterBenchmark((dir + "v2_d128narrow/" + tail).c_str(), BM_flash, sh, dt, 2, false, "narrow")
+        // v2's narrow tiles (one m-tile a warp; the defaults before 2026-11-27) beside the default wide ones, where
+        // they differ: the dh-128 forward, the dh 32 and 64 backward
+        const bool differs = backward ? sh.dh == 32 || sh.dh == 64 : sh.dh == 128;
+        if (dt != DType::f32 && differs)
+          benchmark::RegisterBenchmark((dir + "v2_narrow/" + tail).c_str(), BM_flash, sh, dt, 2, backward, "narrow")
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
       }

@@ -605,7 +605,7 @@ __device__ __forceinline__ void store2(T* p, float lo, float hi) {
 //   dh 128, the default (Wide): MT = 2, BC = 32, Q's fragments re-read from shared memory at every k step,
 //     as FlashAttention-2 does at dh 128: two m-tiles' Q (64 registers) next to their 128 accumulators would not
 //     fit. Per mma 0.375 ldmatrix instead of Narrow's 0.5 (each V fragment feeds 4 mma's, not 2).
-//   dh 128, Narrow (HPDT_ATTENTION_D128_TILE=narrow, the tile measured on 2026-11-26): MT = 1, BC = 64, Q in
+//   dh 128, Narrow (HPDT_ATTENTION_V2_TILES=narrow, the tile measured on 2026-11-26): MT = 1, BC = 64, Q in
 //     registers; 0.59-0.69x SDPA at dh 128 there, against 0.85-1.24x at dh 64 with MT = 2.
 template <int MT_, int BC_, bool Q_IN_REGISTERS>
 struct MmaForwardTile {
@@ -616,12 +616,13 @@ using ForwardTileUpTo64 = MmaForwardTile<2, 64, true>;
 using ForwardTileWide128 = MmaForwardTile<2, 32, false>;
 using ForwardTileNarrow128 = MmaForwardTile<1, 64, true>;
 
-// HPDT_ATTENTION_D128_TILE=narrow|wide pins the dh-128 forward tile (for measuring both; read at every call, as
-// HPDT_GEMM_V3_TILE); unset: wide.
-bool narrow_d128_forward_tile() {
-  const char* e = std::getenv("HPDT_ATTENTION_D128_TILE");
+// HPDT_ATTENTION_V2_TILES=narrow|wide pins v2's tiles where two exist (the dh-128 forward, the dh 32 and 64
+// backward): narrow, one m-tile a warp, the tiles measured on 2026-11-26; wide, two. For measuring both; read at
+// every call, as HPDT_GEMM_V3_TILE. Unset: wide.
+bool narrow_v2_tiles() {
+  const char* e = std::getenv("HPDT_ATTENTION_V2_TILES");
   if (!e || std::strcmp(e, "wide") == 0) return false;
-  HPDT_CHECK(std::strcmp(e, "narrow") == 0, "HPDT_ATTENTION_D128_TILE=", e, ": expected narrow or wide");
+  HPDT_CHECK(std::strcmp(e, "narrow") == 0, "HPDT_ATTENTION_V2_TILES=", e, ": expected narrow or wide");
   return true;
 }
 
@@ -797,29 +798,37 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
 }
 
-// dK, dV with tensor cores: a CTA holds BC = 64 keys (16 per warp) and loops over query blocks of BR.
-// Each warp works on its own keys in the transposed orientation (S^T = K Q^T, dP^T = V dO^T), so
-// P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
-template <int DHP>
-struct MmaBackwardTiles {
-  static constexpr int BC = 16 * kMmaWarps;        // keys of a dK/dV CTA
-  static constexpr int BR = DHP == 128 ? 32 : 64;  // queries per step of a dK/dV CTA
-  static constexpr int QR = 16 * kMmaWarps;        // queries of a dQ CTA
-  static constexpr int QC = DHP == 128 ? 32 : 64;  // keys per step of a dQ CTA
+// Backward tiles, one shape for both passes: each warp owns MT m-tiles of 16 rows (keys in the dK/dV pass,
+// queries in the dQ pass), BLOCK = 16 MT warps rows a CTA, and STEP rows of the other side per loop step.
+//   Narrow (MT = 1; STEP 64, 32 at dh 128): the tiles measured on 2026-11-26 (bwd 0.78-0.79x SDPA at t = 4096),
+//     and the only ones at dh 128, where two m-tiles' dK and dV (256 registers) cannot fit, and at dh 16 (where
+//     ptxas spills the wide dK/dV kernel at 128 registers).
+//   Wide (MT = 2, STEP 32; dh 32 and 64, the default since 2026-11-27): every Q / dO (dK/dV pass) or K / V (dQ
+//     pass) fragment read from shared memory feeds two m-tiles' mma's: ldmatrix per mma 0.56 -> 0.375 (dK/dV)
+//     and 0.58 -> 0.42 (dQ) at dh 64.
+template <int MT_, int STEP_>
+struct MmaBackwardTile {
+  static constexpr int MT = MT_, BLOCK = 16 * kMmaWarps * MT_, STEP = STEP_;
 };
-
 template <int DHP>
+using BackwardTileNarrow = MmaBackwardTile<1, DHP == 128 ? 32 : 64>;
+using BackwardTileWide = MmaBackwardTile<2, 32>;
+
+template <int DHP, class Tile>
 constexpr size_t mma_dkdv_smem() {
-  using Tl = MmaBackwardTiles<DHP>;
-  return sizeof(uint16_t) * size_t(2 * Tl::BC + 4 * Tl::BR) * (DHP + 8) + sizeof(float) * 4 * Tl::BR;
+  return sizeof(uint16_t) * size_t(2 * Tile::BLOCK + 4 * Tile::STEP) * (DHP + 8) + sizeof(float) * 4 * Tile::STEP;
 }
 
-template <class T, int DHP>
+// dK, dV with tensor cores: a CTA holds BC = BLOCK keys (16 MT per warp) and loops over query blocks of BR = STEP.
+// Each warp works on its own keys in the transposed orientation (S^T = K Q^T, dP^T = V dO^T), so
+// P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
+
+template <class T, int DHP, class Tile>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dkdv_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
                                       const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
                                       int t, int heads, int dh, float scale, float scale_log2) {
-  constexpr int BC = MmaBackwardTiles<DHP>::BC, BR = MmaBackwardTiles<DHP>::BR;
+  constexpr int MT = Tile::MT, BC = Tile::BLOCK, BR = Tile::STEP;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NR = BR / 8;
   extern __shared__ uint4 smem_u4[];
   uint16_t* k_s = reinterpret_cast<uint16_t*>(smem_u4);
@@ -855,7 +864,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   load_queries(0, 0);
   cp_async_commit();
 
-  float dk[ND][4] = {}, dv[ND][4] = {};
+  float dk[MT][ND][4] = {}, dv[MT][ND][4] = {};
   const int nqb = (t + BR - 1) / BR;
   for (int qb = 0; qb < nqb; ++qb) {
     cp_async_wait<0>();
@@ -870,21 +879,30 @@ __global__ void __launch_bounds__(kMmaThreads)
     const float* ls = lse_s + buf * BR;
     const float* Ds = d_s + buf * BR;
 
-    float st[NR][4] = {}, dpt[NR][4] = {};
+    float st[MT][NR][4] = {}, dpt[MT][NR][4] = {};
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
-      uint32_t ka[4], va[4];
-      ldmatrix_x4(ka, a_frag_addr<LS>(k_s, warp * 16, ks * 16, lane));
-      ldmatrix_x4(va, a_frag_addr<LS>(v_s, warp * 16, ks * 16, lane));
+      uint32_t ka[MT][4], va[MT][4];  // re-read at every step: registers are short (dK, dV live throughout)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ldmatrix_x4(ka[mt], a_frag_addr<LS>(k_s, (warp * MT + mt) * 16, ks * 16, lane));
+        ldmatrix_x4(va[mt], a_frag_addr<LS>(v_s, (warp * MT + mt) * 16, ks * 16, lane));
+      }
 #pragma unroll
       for (int np = 0; np < NR / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, bt_frag_addr<LS>(qt, np * 16, ks * 16, lane));
-        mma_16816<T>(st[2 * np], ka, b[0], b[1]);
-        mma_16816<T>(st[2 * np + 1], ka, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(st[mt][2 * np], ka[mt], b[0], b[1]);
+          mma_16816<T>(st[mt][2 * np + 1], ka[mt], b[2], b[3]);
+        }
         ldmatrix_x4(b, bt_frag_addr<LS>(gt, np * 16, ks * 16, lane));
-        mma_16816<T>(dpt[2 * np], va, b[0], b[1]);
-        mma_16816<T>(dpt[2 * np + 1], va, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(dpt[mt][2 * np], va[mt], b[0], b[1]);
+          mma_16816<T>(dpt[mt][2 * np + 1], va[mt], b[2], b[3]);
+        }
       }
     }
     // P^T and dS^T; the column index is the query (lse, D per column)
@@ -893,59 +911,75 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = n * 8 + 2 * (lane % 4) + (e & 1);
-        const float p = exp2f(st[n][e] * scale_log2 - ls[r]);
-        st[n][e] = p;
-        dpt[n][e] = p * (dpt[n][e] - Ds[r]);
+        const float lr = ls[r], dr = Ds[r];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const float p = exp2f(st[mt][n][e] * scale_log2 - lr);
+          st[mt][n][e] = p;
+          dpt[mt][n][e] = p * (dpt[mt][n][e] - dr);
+        }
       }
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) {
-      uint32_t pa[4], sa[4];
-      c_pair_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
-      c_pair_to_a<T>(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+      uint32_t pa[MT][4], sa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        c_pair_to_a<T>(pa[mt], st[mt][2 * kk], st[mt][2 * kk + 1]);
+        c_pair_to_a<T>(sa[mt], dpt[mt][2 * kk], dpt[mt][2 * kk + 1]);
+      }
 #pragma unroll
       for (int np = 0; np < ND / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, b_frag_addr<LS>(gt, kk * 16, np * 16, lane));
-        mma_16816<T>(dv[2 * np], pa, b[0], b[1]);
-        mma_16816<T>(dv[2 * np + 1], pa, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(dv[mt][2 * np], pa[mt], b[0], b[1]);
+          mma_16816<T>(dv[mt][2 * np + 1], pa[mt], b[2], b[3]);
+        }
         ldmatrix_x4_trans(b, b_frag_addr<LS>(qt, kk * 16, np * 16, lane));
-        mma_16816<T>(dk[2 * np], sa, b[0], b[1]);
-        mma_16816<T>(dk[2 * np + 1], sa, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(dk[mt][2 * np], sa[mt], b[0], b[1]);
+          mma_16816<T>(dk[mt][2 * np + 1], sa[mt], b[2], b[3]);
+        }
       }
     }
   }
 
-  const int c0 = k0 + warp * 16 + lane / 4, c1 = c0 + 8;
-  T* dk0 = dqkv + (int64_t(bi) * t + c0) * ld + d + int64_t(h) * dh;
-  T* dk1 = dk0 + 8 * ld;
 #pragma unroll
-  for (int n = 0; n < ND; ++n) {
-    const int c = n * 8 + 2 * (lane % 4);
-    if (c >= dh) continue;
-    if (c0 < t) {
-      store2(dk0 + c, dk[n][0] * scale, dk[n][1] * scale);
-      store2(dk0 + d + c, dv[n][0], dv[n][1]);
-    }
-    if (c1 < t) {
-      store2(dk1 + c, dk[n][2] * scale, dk[n][3] * scale);
-      store2(dk1 + d + c, dv[n][2], dv[n][3]);
+  for (int mt = 0; mt < MT; ++mt) {
+    const int c0 = k0 + (warp * MT + mt) * 16 + lane / 4, c1 = c0 + 8;
+    T* dk0 = dqkv + (int64_t(bi) * t + c0) * ld + d + int64_t(h) * dh;
+    T* dk1 = dk0 + 8 * ld;
+#pragma unroll
+    for (int n = 0; n < ND; ++n) {
+      const int c = n * 8 + 2 * (lane % 4);
+      if (c >= dh) continue;
+      if (c0 < t) {
+        store2(dk0 + c, dk[mt][n][0] * scale, dk[mt][n][1] * scale);
+        store2(dk0 + d + c, dv[mt][n][0], dv[mt][n][1]);
+      }
+      if (c1 < t) {
+        store2(dk1 + c, dk[mt][n][2] * scale, dk[mt][n][3] * scale);
+        store2(dk1 + d + c, dv[mt][n][2], dv[mt][n][3]);
+      }
     }
   }
 }
 
-template <int DHP>
+template <int DHP, class Tile>
 constexpr size_t mma_dq_smem() {
-  using Tl = MmaBackwardTiles<DHP>;
-  return sizeof(uint16_t) * size_t(2 * Tl::QR + 4 * Tl::QC) * (DHP + 8);
+  return sizeof(uint16_t) * size_t(2 * Tile::BLOCK + 4 * Tile::STEP) * (DHP + 8);
 }
 
-// dQ with tensor cores: 16 query rows per warp, looping over key blocks (double-buffered).
-template <class T, int DHP>
+// dQ with tensor cores: 16 MT query rows per warp (BR = BLOCK a CTA), looping over key blocks of BC = STEP
+// (double-buffered).
+template <class T, int DHP, class Tile>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dq_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
                                     const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
                                     int t, int heads, int dh, float scale, float scale_log2) {
-  constexpr int BR = MmaBackwardTiles<DHP>::QR, BC = MmaBackwardTiles<DHP>::QC;
+  constexpr int MT = Tile::MT, BR = Tile::BLOCK, BC = Tile::STEP;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NC = BC / 8;
   extern __shared__ uint4 smem_u4[];
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem_u4);
@@ -969,13 +1003,18 @@ __global__ void __launch_bounds__(kMmaThreads)
   cp_async_tile<T, DHP, BC>(v_s, v_g, ld, t, dh);
   cp_async_commit();
 
-  const int r0 = q0 + warp * 16 + lane / 4, r1 = r0 + 8;
-  const float lse0 = r0 < t ? lse[int64_t(bh) * t + r0] * kLog2e : INFINITY;
-  const float lse1 = r1 < t ? lse[int64_t(bh) * t + r1] * kLog2e : INFINITY;
-  const float D0 = r0 < t ? D[int64_t(bh) * t + r0] : 0.0f;
-  const float D1 = r1 < t ? D[int64_t(bh) * t + r1] : 0.0f;
+  // Rows g and g + 8 of each m-tile: their lse (log2 domain) and D
+  float lse_r[MT][2], D_r[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = q0 + (warp * MT + mt) * 16 + lane / 4 + 8 * i;
+      lse_r[mt][i] = r < t ? lse[int64_t(bh) * t + r] * kLog2e : INFINITY;
+      D_r[mt][i] = r < t ? D[int64_t(bh) * t + r] : 0.0f;
+    }
 
-  float dq[ND][4] = {};
+  float dq[MT][ND][4] = {};
   const int nkb = (t + BC - 1) / BC;
   for (int kb = 0; kb < nkb; ++kb) {
     cp_async_wait<0>();
@@ -990,54 +1029,73 @@ __global__ void __launch_bounds__(kMmaThreads)
     const uint16_t* vt = v_s + (kb & 1) * BC * LS;
     const int k0 = kb * BC;
 
-    float s[NC][4] = {}, dp[NC][4] = {};
+    float s[MT][NC][4] = {}, dp[MT][NC][4] = {};
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
-      uint32_t qa[4], ga[4];  // re-read from shared memory: keeps 64 registers free at DHP = 128
-      ldmatrix_x4(qa, a_frag_addr<LS>(q_s, warp * 16, ks * 16, lane));
-      ldmatrix_x4(ga, a_frag_addr<LS>(do_s, warp * 16, ks * 16, lane));
+      uint32_t qa[MT][4], ga[MT][4];  // re-read from shared memory: keeps 64 registers free at DHP = 128
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ldmatrix_x4(qa[mt], a_frag_addr<LS>(q_s, (warp * MT + mt) * 16, ks * 16, lane));
+        ldmatrix_x4(ga[mt], a_frag_addr<LS>(do_s, (warp * MT + mt) * 16, ks * 16, lane));
+      }
 #pragma unroll
       for (int np = 0; np < NC / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, bt_frag_addr<LS>(kt, np * 16, ks * 16, lane));
-        mma_16816<T>(s[2 * np], qa, b[0], b[1]);
-        mma_16816<T>(s[2 * np + 1], qa, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(s[mt][2 * np], qa[mt], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * np + 1], qa[mt], b[2], b[3]);
+        }
         ldmatrix_x4(b, bt_frag_addr<LS>(vt, np * 16, ks * 16, lane));
-        mma_16816<T>(dp[2 * np], ga, b[0], b[1]);
-        mma_16816<T>(dp[2 * np + 1], ga, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(dp[mt][2 * np], ga[mt], b[0], b[1]);
+          mma_16816<T>(dp[mt][2 * np + 1], ga[mt], b[2], b[3]);
+        }
       }
     }
     const bool ragged = k0 + BC > t;
 #pragma unroll
-    for (int n = 0; n < NC; ++n)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bool valid = !ragged || k0 + n * 8 + 2 * (lane % 4) + (e & 1) < t;
-        const float p = valid ? exp2f(s[n][e] * scale_log2 - (e < 2 ? lse0 : lse1)) : 0.0f;
-        s[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));  // dS
-      }
+      for (int n = 0; n < NC; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool valid = !ragged || k0 + n * 8 + 2 * (lane % 4) + (e & 1) < t;
+          const float p = valid ? exp2f(s[mt][n][e] * scale_log2 - lse_r[mt][e / 2]) : 0.0f;
+          s[mt][n][e] = p * (dp[mt][n][e] - D_r[mt][e / 2]);  // dS
+        }
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      c_pair_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c_pair_to_a<T>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < ND / 2; ++np) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, b_frag_addr<LS>(kt, kk * 16, np * 16, lane));
-        mma_16816<T>(dq[2 * np], a, b[0], b[1]);
-        mma_16816<T>(dq[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(dq[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16816<T>(dq[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
       }
     }
   }
 
-  T* dq0 = dqkv + (int64_t(bi) * t + r0) * ld + int64_t(h) * dh;
-  T* dq1 = dq0 + 8 * ld;
 #pragma unroll
-  for (int n = 0; n < ND; ++n) {
-    const int c = n * 8 + 2 * (lane % 4);
-    if (c >= dh) continue;
-    if (r0 < t) store2(dq0 + c, dq[n][0] * scale, dq[n][1] * scale);
-    if (r1 < t) store2(dq1 + c, dq[n][2] * scale, dq[n][3] * scale);
+  for (int mt = 0; mt < MT; ++mt) {
+    const int r0 = q0 + (warp * MT + mt) * 16 + lane / 4, r1 = r0 + 8;
+    T* dq0 = dqkv + (int64_t(bi) * t + r0) * ld + int64_t(h) * dh;
+    T* dq1 = dq0 + 8 * ld;
+#pragma unroll
+    for (int n = 0; n < ND; ++n) {
+      const int c = n * 8 + 2 * (lane % 4);
+      if (c >= dh) continue;
+      if (r0 < t) store2(dq0 + c, dq[mt][n][0] * scale, dq[mt][n][1] * scale);
+      if (r1 < t) store2(dq1 + c, dq[mt][n][2] * scale, dq[mt][n][3] * scale);
+    }
   }
 }
 
@@ -1105,7 +1163,7 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
           };
           if constexpr (DHP <= 64)
             launch(ForwardTileUpTo64{});
-          else if (narrow_d128_forward_tile())
+          else if (narrow_v2_tiles())
             launch(ForwardTileNarrow128{});
           else
             launch(ForwardTileWide128{});
@@ -1147,21 +1205,30 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
       constexpr int DHP = decltype(dhp)::value;
       if constexpr (kIs16Bit<T>) {
         if (variant == kAttentionTensorCore) {
-          using Tl = MmaBackwardTiles<DHP>;
-          size_t smem = mma_dkdv_smem<DHP>();
-          constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP>;
-          detail::allow_dynamic_smem<dkdv>(int(smem));
-          const int nkb = (g.t + Tl::BC - 1) / Tl::BC;
-          dkdv<<<grid_of(int64_t(g.b) * g.heads * nkb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads,
-                                                                                    g.dh, g.scale(), g.scale_log2());
-          HPDT_CUDA_CHECK_LAUNCH();
-          smem = mma_dq_smem<DHP>();
-          constexpr auto dqk = attention_backward_dq_v2_kernel<T, DHP>;
-          detail::allow_dynamic_smem<dqk>(int(smem));
-          const int nqb = (g.t + Tl::QR - 1) / Tl::QR;
-          dqk<<<grid_of(int64_t(g.b) * g.heads * nqb, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, g.t, g.heads, g.dh,
-                                                                                   g.scale(), g.scale_log2());
-          HPDT_CUDA_CHECK_LAUNCH();
+          const auto launch = [&](auto tile) {
+            using Tile = decltype(tile);
+            const int blocks = (g.t + Tile::BLOCK - 1) / Tile::BLOCK;  // key blocks (dK/dV), query blocks (dQ)
+            size_t smem = mma_dkdv_smem<DHP, Tile>();
+            constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP, Tile>;
+            detail::allow_dynamic_smem<dkdv>(int(smem));
+            dkdv<<<grid_of(int64_t(g.b) * g.heads * blocks, op), kMmaThreads, smem, s>>>(
+                q, go, L, Dp, dq, g.t, g.heads, g.dh, g.scale(), g.scale_log2());
+            HPDT_CUDA_CHECK_LAUNCH();
+            smem = mma_dq_smem<DHP, Tile>();
+            constexpr auto dqk = attention_backward_dq_v2_kernel<T, DHP, Tile>;
+            detail::allow_dynamic_smem<dqk>(int(smem));
+            dqk<<<grid_of(int64_t(g.b) * g.heads * blocks, op), kMmaThreads, smem, s>>>(
+                q, go, L, Dp, dq, g.t, g.heads, g.dh, g.scale(), g.scale_log2());
+            HPDT_CUDA_CHECK_LAUNCH();
+          };
+          if constexpr (DHP == 32 || DHP == 64) {
+            if (!narrow_v2_tiles())
+              launch(BackwardTileWide{});
+            else
+              launch(BackwardTileNarrow<DHP>{});
+          } else {
+            launch(BackwardTileNarrow<DHP>{});
+          }
           return;
         }
       }

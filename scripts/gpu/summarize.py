@@ -126,22 +126,25 @@ def attention_table(a, torch_att, rows, numbers):
         f = r["forward"]["s_median"]
         bwd = r["forward_backward"]["s_median"] - f
         sdpa[key] = (f * 1e3, bwd * 1e3, fl)
-    # fwd narrow: the v2 forward's other dh-128 tile (HPDT_ATTENTION_D128_TILE=narrow, rows v2_d128narrow)
-    rows.append("| attention (bf16) | ours v2 fwd ms | fwd narrow ms | SDPA fwd ms | fwd: ours / SDPA speed | ours v2 bwd ms | SDPA bwd ms | bwd: ours / SDPA speed |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    # narrow: v2's one-m-tile-a-warp tiles where they differ from the default (HPDT_ATTENTION_V2_TILES=narrow, rows
+    # v2_narrow: the dh-128 forward, the dh 32/64 backward), timed in the same run
+    rows.append("| attention (bf16) | ours v2 fwd ms | fwd narrow ms | SDPA fwd ms | fwd: ours / SDPA speed | ours v2 bwd ms | bwd narrow ms | SDPA bwd ms | bwd: ours / SDPA speed |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for key in sorted({k.split("/")[3] for k in a if k.startswith("attention_fwd/v2/bf16/")}):
         f = a.get(f"attention_fwd/v2/bf16/{key}")
-        n = a.get(f"attention_fwd/v2_d128narrow/bf16/{key}")
+        fn = a.get(f"attention_fwd/v2_narrow/bf16/{key}")
         b = a.get(f"attention_bwd/v2/bf16/{key}")
+        bn = a.get(f"attention_bwd/v2_narrow/bf16/{key}")
         s = sdpa.get(key)
         fr = s[0] / f["real_time"] if s and f else None
         br = s[1] / b["real_time"] if s and b else None
-        rows.append(f"| {key} | {fmt(f['real_time'] if f else None, 3)} | {fmt(n['real_time'] if n else None, 3)} | "
-                    f"{fmt(s[0] if s else None, 3)} | {fmt(fr, 2)} | "
-                    f"{fmt(b['real_time'] if b else None, 3)} | {fmt(s[1] if s else None, 3)} | {fmt(br, 2)} |")
+        ms = lambda r: fmt(r["real_time"] if r else None, 3)
+        rows.append(f"| {key} | {ms(f)} | {ms(fn)} | {fmt(s[0] if s else None, 3)} | {fmt(fr, 2)} | "
+                    f"{ms(b)} | {ms(bn)} | {fmt(s[1] if s else None, 3)} | {fmt(br, 2)} |")
         numbers.append({"op": "attention", "shape": key, "ours_fwd_ms": f["real_time"] if f else None,
-                        "ours_fwd_d128narrow_ms": n["real_time"] if n else None,
+                        "ours_fwd_narrow_ms": fn["real_time"] if fn else None,
                         "sdpa_fwd_ms": s[0] if s else None, "fwd_ratio": fr, "ours_bwd_ms": b["real_time"] if b else None,
+                        "ours_bwd_narrow_ms": bn["real_time"] if bn else None,
                         "sdpa_bwd_ms": s[1] if s else None, "bwd_ratio": br})
 
 

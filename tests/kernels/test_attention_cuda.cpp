@@ -252,32 +252,38 @@ TEST_F(AttentionCuda, LongSequence) {
 }
 
 #if HPDT_HAVE_CUDA
-// The v2 forward's two dh-128 tiles (kernels/cuda/attention.cu, MmaForwardTile): Wide, the default (2 m-tiles a
-// warp, 32 keys a step, Q's fragments re-read from shared memory), and Narrow (1 m-tile, 64 keys, Q in registers),
-// each pinned by HPDT_ATTENTION_D128_TILE, against the oracle: t one past a 32-key block, a 64-key block and a
-// 128-row tile, dh 80 (padded to 128), large scores over many key blocks. On the emulator, also which kernel ran.
-TEST_F(AttentionCuda, BothHeadDim128ForwardTiles) {
+// v2's two tile shapes where both exist (kernels/cuda/attention.cu), each pinned by HPDT_ATTENTION_V2_TILES:
+//   the dh-128 forward (MmaForwardTile): wide, the default (2 m-tiles a warp, 32 keys a step, Q's fragments
+//     re-read from shared memory), and narrow (1 m-tile, 64 keys, Q in registers);
+//   the dh 32 and 64 backward (MmaBackwardTile): wide, the default (2 m-tiles of keys (dK/dV) or queries (dQ) a
+//     warp, 32 rows of the other side a step), and narrow (1 m-tile, 64 a step);
+// against the oracle: t one past a 32-row step, a 64-row block and a 128-row block, dh 80 (padded to 128) and 40
+// (padded to 64), large scores over many blocks. On the emulator, also which kernels ran.
+TEST_F(AttentionCuda, BothV2TileShapes) {
   struct TileScope {
-    explicit TileScope(const char* tile) { ::setenv("HPDT_ATTENTION_D128_TILE", tile, 1); }
-    ~TileScope() { ::unsetenv("HPDT_ATTENTION_D128_TILE"); }
+    explicit TileScope(const char* tile) { ::setenv("HPDT_ATTENTION_V2_TILES", tile, 1); }
+    ~TileScope() { ::unsetenv("HPDT_ATTENTION_V2_TILES"); }
   };
-  for (const char* tile : {"wide", "narrow"}) {
-    SCOPED_TRACE(tile);
-    const TileScope scope(tile);
+  const Case cases[] = {{1, 33, 2, 128}, {2, 65, 1, 128}, {1, 129, 1, 128}, {1, 97, 2, 80}, {1, 200, 1, 128, 8.0f},
+                        {1, 33, 2, 64},  {2, 65, 1, 64},  {1, 129, 1, 32},  {1, 97, 2, 40}, {1, 200, 1, 64, 8.0f}};
+  for (const bool wide : {true, false}) {
+    SCOPED_TRACE(wide ? "wide" : "narrow");
+    const TileScope scope(wide ? "wide" : "narrow");
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-    const char* ran = std::strcmp(tile, "wide") == 0 ? "MmaForwardTile<2, 32, false>" : "MmaForwardTile<1, 64, true>";
-    const char* other = std::strcmp(tile, "wide") == 0 ? "MmaForwardTile<1, 64, true>" : "MmaForwardTile<2, 32, false>";
-    const unsigned long long ran0 = cuda_emu::launches_named(ran), other0 = cuda_emu::launches_named(other);
+    // Kernel names as the emulator records them (__PRETTY_FUNCTION__): [0] runs under this setting, [1] must not.
+    const char* fwd[2] = {"MmaForwardTile<2, 32, false>", "MmaForwardTile<1, 64, true>"};
+    const char* bwd[2] = {"DHP = 64; Tile = MmaBackwardTile<2, 32>", "DHP = 64; Tile = MmaBackwardTile<1, 64>"};
+    if (!wide) std::swap(fwd[0], fwd[1]), std::swap(bwd[0], bwd[1]);
+    unsigned long long before[4];
+    for (int k = 0; k < 4; ++k) before[k] = cuda_emu::launches_named(k < 2 ? fwd[k] : bwd[k - 2]);
 #endif
-    check_all({1, 33, 2, 128});
-    check_all({2, 65, 1, 128});
-    check_all({1, 129, 1, 128});
-    check_all({1, 97, 2, 80});
-    check_all({1, 200, 1, 128, 8.0f});
+    for (const Case& c : cases) check_all(c);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-    // 5 cases x 2 16-bit dtypes x (auto + v2) forwards
-    EXPECT_EQ(cuda_emu::launches_named(ran) - ran0, 20u);
-    EXPECT_EQ(cuda_emu::launches_named(other) - other0, 0u);
+    // dh 128 forwards: 5 cases x 2 16-bit dtypes x (auto + v2); dh 64 (and 40) backwards: 4 cases x 2 x 2, 2 kernels
+    EXPECT_EQ(cuda_emu::launches_named(fwd[0]) - before[0], 20u);
+    EXPECT_EQ(cuda_emu::launches_named(fwd[1]) - before[1], 0u);
+    EXPECT_EQ(cuda_emu::launches_named(bwd[0]) - before[2], 32u);
+    EXPECT_EQ(cuda_emu::launches_named(bwd[1]) - before[3], 0u);
 #endif
   }
   const TileScope bad("medium");
@@ -285,7 +291,7 @@ TEST_F(AttentionCuda, BothHeadDim128ForwardTiles) {
   const Tensor qkv_g = to_gpu(o.qkv, DType::bf16);
   Tensor lse, out = Tensor::empty({1, 5, 128}, DType::bf16, Device::cuda(0), AllocOptions{.stream = &stream});
   HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv_g, 1, lse, out, stream, 2),
-                        "HPDT_ATTENTION_D128_TILE=medium: expected narrow or wide");
+                        "HPDT_ATTENTION_V2_TILES=medium: expected narrow or wide");
 }
 #endif
 
