@@ -101,19 +101,28 @@ def gemm_table(g, rows, numbers):
 
 
 def conv_table(c, rows, numbers):
-    rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | cuDNN ms | ours / cuDNN speed |")
-    rows.append("|---|---|---|---:|---:|---:|")
+    # v3: `--gemm v3` (conv v3 / GEMM v3, NHWC only, where they take the case), ws: the same on the ws pipeline
+    rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | v3 ms | v3 ws ms | cuDNN ms | v2 / cuDNN speed | best v3 / cuDNN speed |")
+    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for k in sorted(c):
         parts = k.split("/")
         if len(parts) != 5 or parts[4] != "v2_tensor_core" or parts[2] != "bf16":
             continue
         layout = "NHWC" if parts[0] == "conv_nhwc" else "NCHW"
         cu = c.get("/".join(parts[:4] + ["cudnn"]))
+        v3 = c.get("/".join(parts[:4] + ["v3_wgmma"]))
+        v3ws = c.get("/".join(parts[:4] + ["v3_wgmma_ws"]))
         ours = c[k]
         ratio = cu["real_time"] / ours["real_time"] if cu else None
-        rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {fmt(cu['real_time'] if cu else None, 3)} | {fmt(ratio, 2)} |")
+        v3_times = [r["real_time"] for r in (v3, v3ws) if r]
+        v3_ratio = cu["real_time"] / min(v3_times) if cu and v3_times else None
+        ms = lambda r: fmt(r["real_time"] if r else None, 3)
+        rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {ms(v3)} | {ms(v3ws)} | {ms(cu)} | "
+                    f"{fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
         numbers.append({"op": "conv", "case": parts[1], "layout": layout, "dir": parts[3], "ours_ms": ours["real_time"],
-                        "cudnn_ms": cu["real_time"] if cu else None, "ours_over_cudnn": ratio})
+                        "v3_ms": v3["real_time"] if v3 else None, "v3_ws_ms": v3ws["real_time"] if v3ws else None,
+                        "cudnn_ms": cu["real_time"] if cu else None, "ours_over_cudnn": ratio,
+                        "best_v3_over_cudnn": v3_ratio})
 
 
 def attention_table(a, torch_att, rows, numbers):
@@ -173,8 +182,10 @@ def train_table(t, torch, rows, numbers):
     for label, key, tmodel in [("ResNet-50, 224², batch 256, NCHW", "resnet50_bf16_{}", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC", "resnet50_bf16_{}_nhwc", "resnet50"),
                                ("ResNet-50, 224², batch 256, NCHW, CUDA graph", "resnet50_bf16_{}_graph", "resnet50"),
-                               ("ResNet-50, 224², batch 256, NHWC, --gemm v3 (1×1 convolutions on GEMM v3)",
+                               ("ResNet-50, 224², batch 256, NHWC, --gemm v3 (conv v3 and GEMM v3)",
                                 "resnet50_bf16_{}_nhwc_gemm_v3", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --gemm v3, ws pipeline",
+                                "resnet50_bf16_{}_nhwc_gemm_v3ws", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v3", "vit_b16_bf16_{}_gemm_v3", "vit_b16"),

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_oracle.h"
@@ -720,7 +721,7 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
 // which kernels ran. Covers both N tiles above 64 channels (HPDT_GEMM_V3_TILE), 64 and fewer channels (the 64-wide
 // tile), N tiles cut by the channel count, non-square kernels, padding beyond the taps' reach, stride 2 (TMA's
 // element strides forward and backward-filter, backward-data's phases) and pixel grids that leave part of the last
-// box empty.
+// box empty. Both pipelines (wgmma.cuh): "barrier" in bf16 and f16, "ws" (HPDT_GEMM_V3_PIPELINE=ws) in bf16.
 TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   {
     const Tensor probe = poisoned({64, 64}, DType::bf16);
@@ -750,11 +751,13 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       {"3x3 s2 64->64 at 4x260 (boxes of 128 x 1)", {2, 64, 4, 260, 64, 3, 3, 2, 1}, nullptr, 4},
       {"3x3 64->64 at 32x32 (split-K)", {2, 64, 32, 32, 64, 3, 3, 1, 1}, nullptr, 1},
   };
-  for (DType dt : {DType::bf16, DType::f16})
+  const std::pair<const char*, DType> runs[] = {{"barrier", DType::bf16}, {"barrier", DType::f16}, {"ws", DType::bf16}};
+  for (const auto& [pipeline, dt] : runs)
     for (const V3Case& c : cases) {
       const Conv2dShape& s = c.s;
-      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " pipeline " + pipeline);
       if (c.tile) ::setenv("HPDT_GEMM_V3_TILE", c.tile, 1);
+      ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
       const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
       const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
                    db0 = random({s.c_out}), res_y = random(ys), res_x = random(xs);
@@ -764,7 +767,8 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
                    gres_y = to_gpu(res_y, dt), gres_x = to_gpu(res_x, dt);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
       const unsigned long long v3s = cuda_emu::launches_named("conv_v3"), convs = cuda_emu::launches_named("conv_nhwc_"),
-                               reduces = cuda_emu::launches_named("wgrad_reduce");
+                               reduces = cuda_emu::launches_named("wgrad_reduce"),
+                               ws_v3s = cuda_emu::launches_named("bool WS = true");
 #endif
       // forward with bias, then with bias and a residual; backward-data, then with a residual
       Tensor y = poisoned(ys, dt), yr = poisoned(ys, dt), dx = poisoned(xs, dt), dxr = poisoned(xs, dt);
@@ -778,6 +782,7 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       Tensor dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
       kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
       ::unsetenv("HPDT_GEMM_V3_TILE");
+      ::unsetenv("HPDT_GEMM_V3_PIPELINE");
       const double l_fwd = double(s.c_in * s.kh * s.kw), l_data = double(s.c_out * s.kh * s.kw);
       EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, l_fwd, Impl::v2))) << "forward";
       Tensor want_yr = round_through(res_y, dt), want_dxr = round_through(res_x, dt);
@@ -799,9 +804,11 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       const auto phases = static_cast<unsigned long long>(c.phases);
       const bool fwd_v3 = s.c_in % 64 == 0, bwd_v3 = s.c_out % 64 == 0;
       const bool wgrad_v3 = s.c_in % 64 == 0 && s.c_out % 8 == 0;
-      EXPECT_EQ(cuda_emu::launches_named("conv_v3") - v3s,
-                (fwd_v3 ? 2 : 0) + (bwd_v3 ? 2 * phases : 0) + (wgrad_v3 ? 1 : 0))
-          << "conv v3 launches";
+      const unsigned long long v3_launches = (fwd_v3 ? 2 : 0) + (bwd_v3 ? 2 * phases : 0) + (wgrad_v3 ? 1 : 0);
+      EXPECT_EQ(cuda_emu::launches_named("conv_v3") - v3s, v3_launches) << "conv v3 launches";
+      EXPECT_EQ(cuda_emu::launches_named("bool WS = true") - ws_v3s,
+                std::strcmp(pipeline, "ws") == 0 ? v3_launches : 0u)
+          << "conv v3 launches on the ws pipeline";
       EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_") - convs,
                 (fwd_v3 ? 0 : 2) + (bwd_v3 ? 0 : 2 * phases) + (wgrad_v3 ? 0 : 1))
           << "conv kernel launches";

@@ -2,7 +2,8 @@
 // forward; every stride phase of a backward-data; the backward-filter), 16-bit, the reduced channels % 64 == 0.
 // What it computes is conv_v3.cuh's ConvV3; the CPU oracle is kernels/cpu/conv_nhwc.cpp.
 //
-// GEMM v3's block (wgmma.cuh: 128 x BN tile, two consumer warpgroups, the "barrier" pipeline) with the im2col
+// GEMM v3's block (wgmma.cuh: 128 x BN tile, two consumer warpgroups; the "barrier" pipeline, or "ws" with
+// HPDT_GEMM_V3_PIPELINE=ws as for GEMM v3) with the im2col
 // done by TMA: the 128 rows of the A tile are a box of pixels, tw x th x tn (x, y, image; powers of two,
 // tw * th * tn = 128), and k tile kt is 64 channels of one tap (jr, jc). So A's k tile is one 4-D TMA box of the
 // source [n][hs][ws][C] at (c0, px0 + ox0 + tsign * jc, py0 + oy0 + tsign * jr, img0): the box lands exactly as
@@ -29,6 +30,7 @@
 // wgrad_reduce; one split adds into dw directly. Deterministic.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "conv_common.cuh"
 #include "conv_v3.cuh"
@@ -98,8 +100,8 @@ __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& 
   }
 }
 
-template <class T, class C>
-__global__ void __launch_bounds__(C::kThreads, 1)
+template <class T, class C, bool WS>
+__global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     conv_v3_kernel(const __grid_constant__ CUtensorMap map_src, const __grid_constant__ CUtensorMap map_w,
                    const PixelTiles q, const Params p) {
   extern __shared__ unsigned char smem_raw[];
@@ -109,15 +111,17 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   int img0, py0, px0;
   box_origin(q.box, tm, img0, py0, px0);
   float d[C::BN / 2];
-  barrier_pipeline<T, C, 1, false, false>(d, base, p.K / kBK, [&](int kt, uint32_t stage, uint32_t bar) {
+  const auto issue = [&](int kt, uint32_t stage, uint32_t bar) {
     const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
     const int jr = tap / q.kw, jc = tap - jr * q.kw;
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
     tma_load_4d(stage, &map_src, bar, c0, px0 * q.stride + q.ox0 + q.tsign * jc, py0 * q.stride + q.oy0 + q.tsign * jr,
                 img0);
     tma_load_2d(stage + uint32_t(C::kABytes), &map_w, bar, kt * kBK, tn * C::BN);
+  };
+  run_pipeline<T, C, WS, false, false>(d, base, p.K / kBK, issue, [&](int wg) {
+    store_pixels<T, C>(p, q, d, img0, py0, px0, tn, wg, int(threadIdx.x) % 128);
   });
-  store_pixels<T, C>(p, q, d, img0, py0, px0, tn, int(threadIdx.x) / 128, int(threadIdx.x) % 128);
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -159,10 +163,18 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
   const CUtensorMap map_w = swizzled_map("conv v3 (weights)", c.w, 2, w_dims, w_strides, w_box, dt);
-  detail::allow_dynamic_smem<conv_v3_kernel<T, C>>(C::kSmem);
-  conv_v3_kernel<T, C><<<unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(C::kThreads), C::kSmem,
-                         detail::native(stream)>>>(map_src, map_w, q, p);
-  HPDT_CUDA_CHECK_LAUNCH();
+  const auto go = [&](auto warp_specialised) {
+    constexpr bool WS = decltype(warp_specialised)::value;
+    constexpr auto kernel = conv_v3_kernel<T, C, WS>;
+    detail::allow_dynamic_smem<kernel>(C::kSmem);
+    kernel<<<unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(kPipelineThreads<C, WS>), C::kSmem,
+             detail::native(stream)>>>(map_src, map_w, q, p);
+    HPDT_CUDA_CHECK_LAUNCH();
+  };
+  if (ws_pipeline_chosen())
+    go(std::true_type{});
+  else
+    go(std::false_type{});
 }
 
 // ---- backward-filter ----------------------------------------------------------------------------------
@@ -177,8 +189,8 @@ struct WgradTiles {
   float* ws;  // null: dw += the sums; else [splits][co][K] partials in dw's layout
 };
 
-template <class T, class C>
-__global__ void __launch_bounds__(C::kThreads, 1)
+template <class T, class C, bool WS>
+__global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     conv_v3_wgrad_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_dy,
                          const WgradTiles q) {
   extern __shared__ unsigned char smem_raw[];
@@ -196,7 +208,7 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     chunk_dx[j] = inside ? tap % q.kw - q.pad : 0;
   }
   float d[C::BN / 2];
-  barrier_pipeline<T, C, 1, true, true>(d, base, kt_count, [&](int kt, uint32_t stage, uint32_t bar) {
+  const auto issue = [&](int kt, uint32_t stage, uint32_t bar) {
     int img0, py0, px0;
     box_origin(q.box, kt0 + kt, img0, py0, px0);
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
@@ -208,30 +220,32 @@ __global__ void __launch_bounds__(C::kThreads, 1)
     for (int j = 0; j < C::BN / 64; ++j)
       tma_load_4d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, tn * C::BN + 64 * j, px0, py0,
                   img0);
-  });
+  };
   // D row m = tap * ci + c, column co: dw[co][c][tap] (dw's layout, row length K), or this split's partial
-  const int t = int(threadIdx.x) % 128, wg = int(threadIdx.x) / 128, warp = t / 32, lane = t % 32;
-  T* dw = static_cast<T*>(q.dw);
-  float* ws = q.ws ? q.ws + int64_t(blockIdx.y) * q.co * q.K : nullptr;
+  run_pipeline<T, C, WS, true, true>(d, base, kt_count, issue, [&](int wg) {
+    const int t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32;
+    T* dw = static_cast<T*>(q.dw);
+    float* ws = q.ws ? q.ws + int64_t(blockIdx.y) * q.co * q.K : nullptr;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = tm * kBM + wg * 64 + warp * 16 + lane / 4 + 8 * h;
-    if (m >= q.K) continue;
-    const int tap = m / q.ci, column = (m - tap * q.ci) * q.taps + tap;
+    for (int h = 0; h < 2; ++h) {
+      const int m = tm * kBM + wg * 64 + warp * 16 + lane / 4 + 8 * h;
+      if (m >= q.K) continue;
+      const int tap = m / q.ci, column = (m - tap * q.ci) * q.taps + tap;
 #pragma unroll
-    for (int j = 0; j < C::BN / 8; ++j)
+      for (int j = 0; j < C::BN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int co = tn * C::BN + 8 * j + 2 * (lane % 4) + e;
-        if (co >= q.co) continue;
-        const int64_t i = int64_t(co) * q.K + column;
-        const float v = d[4 * j + 2 * h + e];
-        if (ws)
-          ws[i] = v;
-        else
-          dw[i] = from_f32<T>(to_f32(dw[i]) + v);
-      }
-  }
+        for (int e = 0; e < 2; ++e) {
+          const int co = tn * C::BN + 8 * j + 2 * (lane % 4) + e;
+          if (co >= q.co) continue;
+          const int64_t i = int64_t(co) * q.K + column;
+          const float v = d[4 * j + 2 * h + e];
+          if (ws)
+            ws[i] = v;
+          else
+            dw[i] = from_f32<T>(to_f32(dw[i]) + v);
+        }
+    }
+  });
 }
 
 template <class T, class C>
@@ -261,10 +275,18 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
   const cuuint32_t x_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
   const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, x_box, dt, x_steps);
   const CUtensorMap map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
-  detail::allow_dynamic_smem<conv_v3_wgrad_kernel<T, C>>(C::kSmem);
   const dim3 grid{unsigned(tiles), unsigned(splits)};
-  conv_v3_wgrad_kernel<T, C><<<grid, unsigned(C::kThreads), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
-  HPDT_CUDA_CHECK_LAUNCH();
+  const auto go = [&](auto warp_specialised) {
+    constexpr bool WS = decltype(warp_specialised)::value;
+    constexpr auto kernel = conv_v3_wgrad_kernel<T, C, WS>;
+    detail::allow_dynamic_smem<kernel>(C::kSmem);
+    kernel<<<grid, unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
+    HPDT_CUDA_CHECK_LAUNCH();
+  };
+  if (ws_pipeline_chosen())
+    go(std::true_type{});
+  else
+    go(std::false_type{});
   if (splits > 1) wgrad_reduce(ws.data<float>(), splits, dw_view, detail::native(stream));
 }
 

@@ -114,64 +114,24 @@ __global__ void __launch_bounds__(C::kThreads, 1)
   store_tile<T, C>(p, d, tm, tn, int(threadIdx.x) / 128, int(threadIdx.x) % 128);
 }
 
-// Pipeline "ws" (warp-specialised): a producer warpgroup (warpgroup 0, one thread of it) issues the loads
-// as stages free up, two consumer warpgroups (1 and 2) compute; no block barrier in the k loop. Per stage a
-// "full" mbarrier (the producer's arrival with the TMA bytes) and an "empty" one that each of the 8
-// consumer warps arrives on once its MMAs reading the stage are done (wait_group 1 after the next k tile's
-// MMAs). A warp's lane 0 arrives, not one thread per warpgroup as in CUTLASS: the same on the GPU (a
-// warpgroup's MMA completes as a whole) and what the CUDA emulator, which performs each warp's share of a
-// wgmma at that warp's own wait, can check.
+// Pipeline "ws" (wgmma.cuh: ws_pipeline): a producer warpgroup and full/empty mbarriers per stage.
 template <class T, class C, bool A_MN, bool B_MN>
-__global__ void __launch_bounds__(C::kThreads + 128, 1)
+__global__ void __launch_bounds__(kWsThreads<C>, 1)
     gemm_v3ws_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                      const Params p) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
   int tm, tn;
   tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
   const int kt0 = int(blockIdx.y) * p.kt_per_split;  // this split's k tiles, as in gemm_v3_kernel
   const int kt_total = min((p.K + kBK - 1) / kBK - kt0, p.kt_per_split);
-  const int tid = int(threadIdx.x), wg = tid / 128;
-  constexpr uint32_t kConsumerWarps = C::kThreads / 32;
-
-  if (tid == 0) {
-    for (int s = 0; s < C::STAGES; ++s) {
-      mbar_init(full + 8u * uint32_t(s), 1);
-      mbar_init(empty + 8u * uint32_t(s), kConsumerWarps);
-    }
-    fence_mbar_init();
-  }
-  __syncthreads();
-
-  if (wg == 0) {  // producer
-    if (tid == 0)
-      for (int kt = 0; kt < kt_total; ++kt) {
-        const uint32_t s = uint32_t(kt % C::STAGES);
-        // use u = kt / STAGES of the stage needs the consumers' release of use u - 1 (phase u - 1)
-        if (kt >= C::STAGES)
-          mbar_wait(empty + 8u * s, uint32_t(kt / C::STAGES - 1) & 1u);
-        issue_stage<C, A_MN, B_MN>(&map_a, &map_b, full + 8u * s, base + s * uint32_t(C::kStageBytes), tm, tn,
-                                   kt0 + kt);
-      }
-    return;
-  }
-
-  const int cw = wg - 1;  // consumer warpgroup: rows 64 cw.. of the block tile
   float d[C::BN / 2];
-  for (int kt = 0; kt < kt_total; ++kt) {
-    const uint32_t s = uint32_t(kt % C::STAGES);
-    mbar_wait(full + 8u * s, uint32_t(kt / C::STAGES) & 1u);
-    wgmma_fence();
-    mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), cw, kt == 0);
-    wgmma_commit();
-    wgmma_wait<1>();  // this warp's MMAs of k tile kt - 1 are done: release its stage
-    if (kt > 0 && tid % 32 == 0) mbar_arrive(empty + 8u * uint32_t((kt - 1) % C::STAGES));
-  }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);
-  store_tile<T, C>(p, d, tm, tn, cw, tid % 128);
+  ws_pipeline<T, C, A_MN, B_MN>(
+      d, base, kt_total,
+      [&](int kt, uint32_t stage, uint32_t bar) {
+        issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, tm, tn, kt0 + kt);
+      },
+      [&](int cw) { store_tile<T, C>(p, d, tm, tn, cw, int(threadIdx.x) % 128); });
 }
 
 // A row-major matrix [rows][cols] (row stride ld elements) as a TMA map of box_rows x 64 boxes (64 values of a
@@ -199,10 +159,9 @@ void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUt
   // HPDT_GEMM_V3_PIPELINE=ws runs the warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
   // pipeline waiting for every k tile's MMAs (k-major x k-major only); both read at every call (tests and
   // benchmarks switch them)
-  const char* pipeline = std::getenv("HPDT_GEMM_V3_PIPELINE");
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
-  if (pipeline && std::strcmp(pipeline, "ws") == 0)
-    launch_kernel<C, gemm_v3ws_kernel<T, C, A_MN, B_MN>>(C::kThreads + 128, splits, p, ma, mb, s);
+  if (ws_pipeline_chosen())
+    launch_kernel<C, gemm_v3ws_kernel<T, C, A_MN, B_MN>>(kWsThreads<C>, splits, p, ma, mb, s);
   else if constexpr (!A_MN && !B_MN) {
     if (in_flight && std::strcmp(in_flight, "0") == 0)
       launch_kernel<C, gemm_v3_kernel<T, C, 0, false, false>>(C::kThreads, splits, p, ma, mb, s);

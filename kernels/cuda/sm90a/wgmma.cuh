@@ -1,6 +1,6 @@
 // The Hopper (sm_90a) building blocks of hpdt's wgmma kernels (gemm_wgmma.cu: GEMM v3; conv_wgmma.cu: the NHWC
 // implicit-GEMM convolution): mbarriers, TMA tile loads, wgmma from shared-memory descriptors, the block tile
-// configurations, one 64-wide k tile of MMAs and the "barrier" pipeline's k loop.
+// configurations, one 64-wide k tile of MMAs and the k loops of both pipelines, "barrier" and "ws".
 // Layouts (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout", K-major, 128B swizzle): row r
 // of a tile holds its 64 k values in 128 bytes at r * 128, the 16-byte chunk c stored at chunk c ^ (r % 8);
 // TMA writes that and wgmma reads it, both XOR-ing address bits [4,7) with bits [7,10), so every tile starts
@@ -270,6 +270,87 @@ __device__ __forceinline__ void barrier_pipeline(float (&d)[C::BN / 2], uint32_t
   wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);  // the epilogue reads them after the last wait
+}
+
+// Pipeline "ws" (warp-specialised): a producer warpgroup (warpgroup 0, one thread of it) issues the loads as
+// stages free up, two consumer warpgroups (1 and 2) compute; no block barrier in the k loop. Per stage a "full"
+// mbarrier (the producer's arrival with the TMA bytes) and an "empty" one that each of the 8 consumer warps
+// arrives on once its MMAs reading the stage are done (wait_group 1 after the next k tile's MMAs). A warp's
+// lane 0 arrives, not one thread per warpgroup as in CUTLASS: the same on the GPU (a warpgroup's MMA completes
+// as a whole) and what the CUDA emulator, which performs each warp's share of a wgmma at that warp's own wait,
+// can check. The block has kWsThreads<C> threads; issue(kt, stage, bar) as in barrier_pipeline (the producer's
+// thread 0 alone calls it). Each consumer warpgroup then calls store(cw) (cw 0 or 1: rows 64 cw.. of the tile)
+// with its 64 x BN sums in d, every MMA waited for; the producer warpgroup stores nothing. (The epilogue runs
+// inside, not after a returned "producer or consumer" flag: with the flag, ptxas gave conv v3's ws forward 9-23
+// more registers, its 256-wide tile the 168 that 384 threads allow, and GEMM v3's ws kernels 6-8 more.)
+template <class C>
+inline constexpr int kWsThreads = C::kThreads + 128;
+
+template <class T, class C, bool A_MN, bool B_MN, class Issue, class Store>
+__device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base, int kt_total, Issue issue,
+                                            Store store) {
+  const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
+  const int tid = int(threadIdx.x), wg = tid / 128;
+  constexpr uint32_t kConsumerWarps = C::kThreads / 32;
+  if (tid == 0) {
+    for (int s = 0; s < C::STAGES; ++s) {
+      mbar_init(full + 8u * uint32_t(s), 1);
+      mbar_init(empty + 8u * uint32_t(s), kConsumerWarps);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    if (tid == 0)
+      for (int kt = 0; kt < kt_total; ++kt) {
+        const uint32_t s = uint32_t(kt % C::STAGES);
+        // use u = kt / STAGES of the stage needs the consumers' release of use u - 1 (phase u - 1)
+        if (kt >= C::STAGES) mbar_wait(empty + 8u * s, uint32_t(kt / C::STAGES - 1) & 1u);
+        issue(kt, base + s * uint32_t(C::kStageBytes), full + 8u * s);
+      }
+    return;
+  }
+
+  const int cw = wg - 1;
+  for (int kt = 0; kt < kt_total; ++kt) {
+    const uint32_t s = uint32_t(kt % C::STAGES);
+    mbar_wait(full + 8u * s, uint32_t(kt / C::STAGES) & 1u);
+    wgmma_fence();
+    mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), cw, kt == 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // this warp's MMAs of k tile kt - 1 are done: release its stage
+    if (kt > 0 && tid % 32 == 0) mbar_arrive(empty + 8u * uint32_t((kt - 1) % C::STAGES));
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);
+  store(cw);
+}
+
+// The pipeline a kernel runs: ws_pipeline when WS, else barrier_pipeline (one group in flight), then
+// store(warpgroup) in every warpgroup that holds sums. Threads: kPipelineThreads<C, WS>.
+template <class C, bool WS>
+inline constexpr int kPipelineThreads = WS ? kWsThreads<C> : C::kThreads;
+
+template <class T, class C, bool WS, bool A_MN, bool B_MN, class Issue, class Store>
+__device__ __forceinline__ void run_pipeline(float (&d)[C::BN / 2], uint32_t base, int kt_total, Issue issue,
+                                             Store store) {
+  if constexpr (WS) {
+    ws_pipeline<T, C, A_MN, B_MN>(d, base, kt_total, issue, store);
+  } else {
+    barrier_pipeline<T, C, 1, A_MN, B_MN>(d, base, kt_total, issue);
+    store(int(threadIdx.x) / 128);
+  }
+}
+
+// HPDT_GEMM_V3_PIPELINE=ws: GEMM v3 and conv v3 run the warp-specialised pipeline (read at every call, so that
+// tests and benchmarks can switch it); unset or "barrier": the barrier pipeline.
+inline bool ws_pipeline_chosen() {
+  const char* e = std::getenv("HPDT_GEMM_V3_PIPELINE");
+  if (!e || std::strcmp(e, "barrier") == 0) return false;
+  HPDT_CHECK(std::strcmp(e, "ws") == 0, "HPDT_GEMM_V3_PIPELINE=", e, ": expected barrier or ws");
+  return true;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
