@@ -396,8 +396,8 @@ void register_all() {
               ->Unit(benchmark::kMillisecond);
         }
         // v2's narrow tiles (one m-tile a warp; the defaults before 2026-11-27) beside the default wide ones, where
-        // they differ: the dh-128 forward, the dh 32 and 64 backward
-        const bool differs = backward ? sh.dh == 32 || sh.dh == 64 : sh.dh == 128;
+        // they differ: the forward above dh 64 (padded to 128), the backward above dh 16 (at dh 128 its dQ pass)
+        const bool differs = backward ? sh.dh > 16 : sh.dh > 64;
         if (dt != DType::f32 && differs)
           benchmark::RegisterBenchmark((dir + "v2_narrow/" + tail).c_str(), BM_flash, sh, dt, 2, backward, "narrow")
               ->UseManualTime()

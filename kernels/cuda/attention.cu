@@ -617,7 +617,7 @@ using ForwardTileWide128 = MmaForwardTile<2, 32, false>;
 using ForwardTileNarrow128 = MmaForwardTile<1, 64, true>;
 
 // HPDT_ATTENTION_V2_TILES=narrow|wide pins v2's tiles where two exist (the dh-128 forward, the dh 32 and 64
-// backward): narrow, one m-tile a warp, the tiles measured on 2026-11-26; wide, two. For measuring both; read at
+// backward, the dh-128 dQ pass): narrow, one m-tile a warp, the tiles measured on 2026-11-26; wide, two. For measuring both; read at
 // every call, as HPDT_GEMM_V3_TILE. Unset: wide.
 bool narrow_v2_tiles() {
   const char* e = std::getenv("HPDT_ATTENTION_V2_TILES");
@@ -801,11 +801,11 @@ __global__ void __launch_bounds__(kMmaThreads)
 // Backward tiles, one shape for both passes: each warp owns MT m-tiles of 16 rows (keys in the dK/dV pass,
 // queries in the dQ pass), BLOCK = 16 MT warps rows a CTA, and STEP rows of the other side per loop step.
 //   Narrow (MT = 1; STEP 64, 32 at dh 128): the tiles measured on 2026-11-26 (bwd 0.78-0.79x SDPA at t = 4096),
-//     and the only ones at dh 128, where two m-tiles' dK and dV (256 registers) cannot fit, and at dh 16 (where
-//     ptxas spills the wide dK/dV kernel at 128 registers).
-//   Wide (MT = 2, STEP 32; dh 32 and 64, the default since 2026-11-27): every Q / dO (dK/dV pass) or K / V (dQ
-//     pass) fragment read from shared memory feeds two m-tiles' mma's: ldmatrix per mma 0.56 -> 0.375 (dK/dV)
-//     and 0.58 -> 0.42 (dQ) at dh 64.
+//     and the only ones of the dK/dV pass at dh 128, where two m-tiles' dK and dV (256 registers) cannot fit, and
+//     of both passes at dh 16 (where ptxas spills the wide dK/dV kernel at 128 registers).
+//   Wide (MT = 2, STEP 32; the default since 2026-11-27: both passes at dh 32 and 64, the dQ pass at dh 128):
+//     every Q / dO (dK/dV pass) or K / V (dQ pass) fragment read from shared memory feeds two m-tiles' mma's:
+//     ldmatrix per mma 0.56 -> 0.375 (dK/dV) and 0.58 -> 0.42 (dQ) at dh 64, 0.67 -> 0.42 (dQ) at dh 128.
 template <int MT_, int STEP_>
 struct MmaBackwardTile {
   static constexpr int MT = MT_, BLOCK = 16 * kMmaWarps * MT_, STEP = STEP_;
@@ -1205,29 +1205,33 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
       constexpr int DHP = decltype(dhp)::value;
       if constexpr (kIs16Bit<T>) {
         if (variant == kAttentionTensorCore) {
-          const auto launch = [&](auto tile) {
-            using Tile = decltype(tile);
-            const int blocks = (g.t + Tile::BLOCK - 1) / Tile::BLOCK;  // key blocks (dK/dV), query blocks (dQ)
-            size_t smem = mma_dkdv_smem<DHP, Tile>();
-            constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP, Tile>;
+          // one launch of each pass, with its own tile (dh 128: the dK/dV pass has only the narrow one)
+          const auto launch = [&](auto dkdv_tile, auto dq_tile) {
+            using KT = decltype(dkdv_tile);
+            using QT = decltype(dq_tile);
+            size_t smem = mma_dkdv_smem<DHP, KT>();
+            constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP, KT>;
             detail::allow_dynamic_smem<dkdv>(int(smem));
-            dkdv<<<grid_of(int64_t(g.b) * g.heads * blocks, op), kMmaThreads, smem, s>>>(
+            const int key_blocks = (g.t + KT::BLOCK - 1) / KT::BLOCK;
+            dkdv<<<grid_of(int64_t(g.b) * g.heads * key_blocks, op), kMmaThreads, smem, s>>>(
                 q, go, L, Dp, dq, g.t, g.heads, g.dh, g.scale(), g.scale_log2());
             HPDT_CUDA_CHECK_LAUNCH();
-            smem = mma_dq_smem<DHP, Tile>();
-            constexpr auto dqk = attention_backward_dq_v2_kernel<T, DHP, Tile>;
+            smem = mma_dq_smem<DHP, QT>();
+            constexpr auto dqk = attention_backward_dq_v2_kernel<T, DHP, QT>;
             detail::allow_dynamic_smem<dqk>(int(smem));
-            dqk<<<grid_of(int64_t(g.b) * g.heads * blocks, op), kMmaThreads, smem, s>>>(
+            const int query_blocks = (g.t + QT::BLOCK - 1) / QT::BLOCK;
+            dqk<<<grid_of(int64_t(g.b) * g.heads * query_blocks, op), kMmaThreads, smem, s>>>(
                 q, go, L, Dp, dq, g.t, g.heads, g.dh, g.scale(), g.scale_log2());
             HPDT_CUDA_CHECK_LAUNCH();
           };
-          if constexpr (DHP == 32 || DHP == 64) {
-            if (!narrow_v2_tiles())
-              launch(BackwardTileWide{});
-            else
-              launch(BackwardTileNarrow<DHP>{});
+          if constexpr (DHP == 16) {
+            launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
+          } else if (narrow_v2_tiles()) {
+            launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
+          } else if constexpr (DHP == 128) {
+            launch(BackwardTileNarrow<DHP>{}, BackwardTileWide{});
           } else {
-            launch(BackwardTileNarrow<DHP>{});
+            launch(BackwardTileWide{}, BackwardTileWide{});
           }
           return;
         }

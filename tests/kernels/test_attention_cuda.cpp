@@ -256,7 +256,8 @@ TEST_F(AttentionCuda, LongSequence) {
 //   the dh-128 forward (MmaForwardTile): wide, the default (2 m-tiles a warp, 32 keys a step, Q's fragments
 //     re-read from shared memory), and narrow (1 m-tile, 64 keys, Q in registers);
 //   the dh 32 and 64 backward (MmaBackwardTile): wide, the default (2 m-tiles of keys (dK/dV) or queries (dQ) a
-//     warp, 32 rows of the other side a step), and narrow (1 m-tile, 64 a step);
+//     warp, 32 rows of the other side a step), and narrow (1 m-tile, 64 a step); at dh 128 the dQ pass only
+//     (dK/dV has the narrow tile alone there);
 // against the oracle: t one past a 32-row step, a 64-row block and a 128-row block, dh 80 (padded to 128) and 40
 // (padded to 64), large scores over many blocks. On the emulator, also which kernels ran.
 TEST_F(AttentionCuda, BothV2TileShapes) {
@@ -274,8 +275,11 @@ TEST_F(AttentionCuda, BothV2TileShapes) {
     const char* fwd[2] = {"MmaForwardTile<2, 32, false>", "MmaForwardTile<1, 64, true>"};
     const char* bwd[2] = {"DHP = 64; Tile = MmaBackwardTile<2, 32>", "DHP = 64; Tile = MmaBackwardTile<1, 64>"};
     if (!wide) std::swap(fwd[0], fwd[1]), std::swap(bwd[0], bwd[1]);
-    unsigned long long before[4];
+    const char* bwd128_wide = "DHP = 128; Tile = MmaBackwardTile<2, 32>";
+    const char* bwd128_narrow = "DHP = 128; Tile = MmaBackwardTile<1, 32>";
+    unsigned long long before[6];
     for (int k = 0; k < 4; ++k) before[k] = cuda_emu::launches_named(k < 2 ? fwd[k] : bwd[k - 2]);
+    before[4] = cuda_emu::launches_named(bwd128_wide), before[5] = cuda_emu::launches_named(bwd128_narrow);
 #endif
     for (const Case& c : cases) check_all(c);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
@@ -284,6 +288,9 @@ TEST_F(AttentionCuda, BothV2TileShapes) {
     EXPECT_EQ(cuda_emu::launches_named(fwd[1]) - before[1], 0u);
     EXPECT_EQ(cuda_emu::launches_named(bwd[0]) - before[2], 32u);
     EXPECT_EQ(cuda_emu::launches_named(bwd[1]) - before[3], 0u);
+    // dh 128 backwards (5 cases x 2 x 2): dK/dV always narrow; dQ wide or narrow
+    EXPECT_EQ(cuda_emu::launches_named(bwd128_wide) - before[4], wide ? 20u : 0u);
+    EXPECT_EQ(cuda_emu::launches_named(bwd128_narrow) - before[5], wide ? 20u : 40u);
 #endif
   }
   const TileScope bad("medium");
