@@ -822,7 +822,6 @@ constexpr size_t mma_dkdv_smem() {
 // dK, dV with tensor cores: a CTA holds BC = BLOCK keys (16 MT per warp) and loops over query blocks of BR = STEP.
 // Each warp works on its own keys in the transposed orientation (S^T = K Q^T, dP^T = V dO^T), so
 // P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
-
 template <class T, int DHP, class Tile>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dkdv_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
