@@ -229,6 +229,20 @@ __device__ __forceinline__ void mma_ktile(float (&d)[C::BN / 2], uint32_t stage,
                                      !first || j > 0);
 }
 
+// Both pipelines' consumer step: wait for k tile kt's stage (its "full" barrier at full_bars + 8 s completes once
+// per use, phase parity (kt / STAGES) & 1), then issue and commit the tile's MMAs for warpgroup wg. The caller waits
+// for them (wgmma_wait) and frees the stage its own way.
+template <class T, class C, bool A_MN, bool B_MN>
+__device__ __forceinline__ void mma_stage(float (&d)[C::BN / 2], uint32_t base, uint32_t full_bars, int kt, int wg) {
+  const uint32_t s = uint32_t(kt % C::STAGES);
+  mbar_wait(full_bars + 8u * s, uint32_t(kt / C::STAGES) & 1u);
+  // (no fence_reg on the accumulators inside the loop: with a group in flight, ptxas then serialises
+  // every wgmma, C7515 "non wgmma instructions defining accumulator registers"; only wgmmas touch them here)
+  wgmma_fence();
+  mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), wg, kt == 0);
+  wgmma_commit();
+}
+
 // Pipeline "barrier" (the first v3): both warpgroups compute; thread 0 also issues the loads. One group of
 // MMAs stays in flight across a block barrier per k tile, after which thread 0 refills the stage the
 // previous k tile used (IN_FLIGHT 0: the barrier after every k tile's MMAs). issue(kt, stage, bar) loads k tile
@@ -254,14 +268,7 @@ __device__ __forceinline__ void barrier_pipeline(float (&d)[C::BN / 2], uint32_t
   // accumulators before the last wait (ptxas serialises wgmmas whose accumulators other instructions define
   // while a group is in flight, C7515).
   for (int kt = 0; kt < kt_total; ++kt) {
-    const uint32_t s = uint32_t(kt % C::STAGES);
-    // the stage's phase flips once per use: use kt / STAGES completes phase parity (kt / STAGES) & 1
-    mbar_wait(bars + 8u * s, uint32_t(kt / C::STAGES) & 1u);
-    // (no fence_reg on the accumulators inside the loop: with a group in flight, ptxas then serialises
-    // every wgmma, C7515 "non wgmma instructions defining accumulator registers"; only wgmmas touch them here)
-    wgmma_fence();
-    mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), wg, kt == 0);
-    wgmma_commit();
+    mma_stage<T, C, A_MN, B_MN>(d, base, bars, kt, wg);
     wgmma_wait<IN_FLIGHT>();  // the MMAs of k tile kt - IN_FLIGHT are done (this warpgroup's)
     __syncthreads();  // ... and both warpgroups': refill the stage that k tile used
     const int done = kt - IN_FLIGHT;
@@ -314,11 +321,7 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
 
   const int cw = wg - 1;
   for (int kt = 0; kt < kt_total; ++kt) {
-    const uint32_t s = uint32_t(kt % C::STAGES);
-    mbar_wait(full + 8u * s, uint32_t(kt / C::STAGES) & 1u);
-    wgmma_fence();
-    mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), cw, kt == 0);
-    wgmma_commit();
+    mma_stage<T, C, A_MN, B_MN>(d, base, full, kt, cw);
     wgmma_wait<1>();  // this warp's MMAs of k tile kt - 1 are done: release its stage
     if (kt > 0 && tid % 32 == 0) mbar_arrive(empty + 8u * uint32_t((kt - 1) % C::STAGES));
   }
