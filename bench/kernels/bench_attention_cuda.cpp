@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -33,6 +32,7 @@
 #include <tuple>
 #include <vector>
 
+#include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -294,12 +294,7 @@ void report(benchmark::State& state, double flops, double sec, double ref_sec) {
 // v2_tiles: HPDT_ATTENTION_V2_TILES for this row ("v2_narrow" rows: v2's one-m-tile-a-warp tiles), or null.
 void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward, const char* v2_tiles) {
   if (skip_without_gpu(state)) return;
-  struct TileScope {
-    explicit TileScope(const char* tiles) {
-      if (tiles) ::setenv("HPDT_ATTENTION_V2_TILES", tiles, 1);
-    }
-    ~TileScope() { ::unsetenv("HPDT_ATTENTION_V2_TILES"); }
-  } scope(v2_tiles);
+  const ScopedEnv scope("HPDT_ATTENTION_V2_TILES", v2_tiles);
   try {
     Problem p = make_problem(sh, dt);
     const Stream& s = bench_stream();

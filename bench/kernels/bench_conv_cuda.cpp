@@ -14,11 +14,11 @@
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
 #include <benchmark/benchmark.h>
 
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <tuple>
 
+#include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -101,12 +101,7 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
                                                : kc::ConvVariant::v1_simt;
   // v3: the automatic variant under --gemm v3's setting, for this call; v3ws: on the ws pipeline
   const kernels::ScopedGemmChoice choice(v3 ? kernels::GemmChoice::v3 : kernels::gemm_choice());
-  struct PipelineScope {
-    explicit PipelineScope(bool ws) {
-      if (ws) ::setenv("HPDT_GEMM_V3_PIPELINE", "ws", 1);
-    }
-    ~PipelineScope() { ::unsetenv("HPDT_GEMM_V3_PIPELINE"); }
-  } pipeline(impl == Impl::v3ws);
+  const ScopedEnv pipeline("HPDT_GEMM_V3_PIPELINE", impl == Impl::v3ws ? "ws" : nullptr);
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {
     case Dir::forward:

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -123,12 +124,7 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
     return;
   }
-  struct PipelineScope {
-    explicit PipelineScope(const char* p) {
-      if (p) ::setenv("HPDT_GEMM_V3_PIPELINE", p, 1);
-    }
-    ~PipelineScope() { ::unsetenv("HPDT_GEMM_V3_PIPELINE"); }
-  } scope(v3_pipeline);
+  const ScopedEnv scope("HPDT_GEMM_V3_PIPELINE", v3_pipeline);
   try {
     Operands o = make_operands(sh, ab, c);
     const Stream& s = bench_stream();

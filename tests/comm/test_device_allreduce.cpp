@@ -19,6 +19,7 @@
 
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/core/dtype.h"
+#include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt_test.h"
 
@@ -79,25 +80,6 @@ class DeviceBuffer {
  private:
   void* p_ = nullptr;
   size_t bytes_;
-};
-
-// Sets an environment variable for the scope (on this rank), restoring the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
 };
 
 const std::vector<size_t> kCounts = {0, 1, 7, 65537};

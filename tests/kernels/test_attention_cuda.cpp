@@ -30,12 +30,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/attention.h"
 #include "hpdt_test.h"
 #if HPDT_HAVE_CUDA
@@ -261,15 +261,11 @@ TEST_F(AttentionCuda, LongSequence) {
 // against the oracle: t one past a 32-row step, a 64-row block and a 128-row block, dh 80 (padded to 128) and 40
 // (padded to 64), large scores over many blocks. On the emulator, also which kernels ran.
 TEST_F(AttentionCuda, BothV2TileShapes) {
-  struct TileScope {
-    explicit TileScope(const char* tile) { ::setenv("HPDT_ATTENTION_V2_TILES", tile, 1); }
-    ~TileScope() { ::unsetenv("HPDT_ATTENTION_V2_TILES"); }
-  };
   const Case cases[] = {{1, 33, 2, 128}, {2, 65, 1, 128}, {1, 129, 1, 128}, {1, 97, 2, 80}, {1, 200, 1, 128, 8.0f},
                         {1, 33, 2, 64},  {2, 65, 1, 64},  {1, 129, 1, 32},  {1, 97, 2, 40}, {1, 200, 1, 64, 8.0f}};
   for (const bool wide : {true, false}) {
     SCOPED_TRACE(wide ? "wide" : "narrow");
-    const TileScope scope(wide ? "wide" : "narrow");
+    const ScopedEnv tiles("HPDT_ATTENTION_V2_TILES", wide ? "wide" : "narrow");
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
     // Kernel names as the emulator records them (__PRETTY_FUNCTION__): [0] runs under this setting, [1] must not.
     const char* fwd[2] = {"MmaForwardTile<2, 32, false>", "MmaForwardTile<1, 64, true>"};
@@ -293,7 +289,7 @@ TEST_F(AttentionCuda, BothV2TileShapes) {
     EXPECT_EQ(cuda_emu::launches_named(bwd128_narrow) - before[5], wide ? 20u : 40u);
 #endif
   }
-  const TileScope bad("medium");
+  const ScopedEnv bad("HPDT_ATTENTION_V2_TILES", "medium");
   const Oracle o = oracle({1, 5, 1, 128}, DType::bf16);
   const Tensor qkv_g = to_gpu(o.qkv, DType::bf16);
   Tensor lse, out = Tensor::empty({1, 5, 128}, DType::bf16, Device::cuda(0), AllocOptions{.stream = &stream});

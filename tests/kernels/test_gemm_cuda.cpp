@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cpu/gemm.h"
 #include "hpdt/kernels/gemm.h"
@@ -231,14 +232,6 @@ bool hopper_device() {
 }
 bool v3_runs_here() { return kernels::cuda::gemm_v3_built() && hopper_device(); }
 
-// Pins v3's block tile for one scope (HPDT_GEMM_V3_TILE, read at every call).
-class V3TileScope {
- public:
-  explicit V3TileScope(const char* tile) { ::setenv("HPDT_GEMM_V3_TILE", tile, 1); }
-  ~V3TileScope() { ::unsetenv("HPDT_GEMM_V3_TILE"); }
-  V3TileScope(const V3TileScope&) = delete;
-  V3TileScope& operator=(const V3TileScope&) = delete;
-};
 struct Types {
   DType ab, c;
 };
@@ -514,7 +507,7 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
     ::setenv("HPDT_GEMM_V3_IN_FLIGHT", in_flight, 1);
     ::setenv("CUDA_EMU_TMA", tma, 1);
     ::setenv("CUDA_EMU_SCHEDULE", std::string(tma) == "early" ? "warp" : "roundrobin", 1);
-    const V3TileScope scope(tile);
+    const ScopedEnv scope("HPDT_GEMM_V3_TILE", tile);  // v3's block tile (read at every call)
     for (const Size& sz : sizes)
       for (const Types& ty : {Types{DType::bf16, DType::f32}, Types{DType::bf16, DType::bf16},
                               Types{DType::f16, DType::f16}, Types{DType::f16, DType::f32}}) {

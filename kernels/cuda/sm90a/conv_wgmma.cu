@@ -126,6 +126,15 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// launch(std::bool_constant<WS>) with the pipeline HPDT_GEMM_V3_PIPELINE chooses (ws_pipeline_chosen)
+template <class Launch>
+void on_chosen_pipeline(Launch launch) {
+  if (ws_pipeline_chosen())
+    launch(std::true_type{});
+  else
+    launch(std::false_type{});
+}
+
 // The box of 2^log2_pixels pixels (tw x th x tn, powers of two; tw and th times the stride at most 256, TMA's box
 // limit) with the fewest boxes over n images of h x w pixels; among equals the widest (longer contiguous runs of
 // each image row). *count: the boxes.
@@ -171,10 +180,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
              detail::native(stream)>>>(map_src, map_w, q, p);
     HPDT_CUDA_CHECK_LAUNCH();
   };
-  if (ws_pipeline_chosen())
-    go(std::true_type{});
-  else
-    go(std::false_type{});
+  on_chosen_pipeline(go);
 }
 
 // ---- backward-filter ----------------------------------------------------------------------------------
@@ -283,10 +289,7 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
     kernel<<<grid, unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
     HPDT_CUDA_CHECK_LAUNCH();
   };
-  if (ws_pipeline_chosen())
-    go(std::true_type{});
-  else
-    go(std::false_type{});
+  on_chosen_pipeline(go);
   if (splits > 1) wgrad_reduce(ws.data<float>(), splits, dw_view, detail::native(stream));
 }
 

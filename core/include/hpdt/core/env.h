@@ -1,0 +1,36 @@
+// An environment variable set (or unset) for a scope. hpdt's kernel tuning switches (HPDT_GEMM_V3_TILE,
+// HPDT_GEMM_V3_PIPELINE, HPDT_ATTENTION_V2_TILES, ...) are read from the environment at every call, so that a
+// benchmark line can set one for a whole run; tests and benchmarks pin them for one case this way.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace hpdt {
+
+// Sets `name` to `value` (null: unsets it) until the end of the scope, then restores what it was. Not thread-safe:
+// setenv and getenv are not.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+}  // namespace hpdt
