@@ -260,6 +260,8 @@ BankCounts bank_counts();
 // Launches so far of kernels whose name (as __PRETTY_FUNCTION__ prints it) contains `part`: which kernels a
 // dispatch chose, for tests.
 unsigned long long launches_named(const char* part);
+// TMA stores (cp.async.bulk.tensor, shared -> global) issued so far, by every kernel: which epilogue ran, for tests.
+unsigned long long tma_stores();
 }  // namespace cuda_emu
 
 // Driver entry points (only cuTensorMapEncodeTiled is emulated; cuda.h has its types).

@@ -408,6 +408,48 @@ TEST(CudaEmu, TmaBoxSwizzleAndBounds) {
       }
 }
 
+// A TMA store of one 64 x 64 bf16 box from shared memory (filled with s[i] = i + 1 in its raw, swizzled layout) to
+// (c0, c1) of a map; `wait` 0: thread 0 leaves without waiting for it (a fault).
+__global__ void tma_store_box(const __grid_constant__ CUtensorMap map, int c0, int c1, int wait) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  auto* s = reinterpret_cast<uint16_t*>(smem + (base - smem_u32(smem)));
+  for (int i = int(threadIdx.x); i < 4096; i += int(blockDim.x)) s[i] = uint16_t(i + 1);
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(&map)),
+                 "r"(base), "r"(c0), "r"(c1)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    if (wait) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  }
+}
+
+// TMA store: row r's 16-byte chunk c is read from chunk c ^ r % 8 (the 128-byte swizzle), and only the box's
+// elements inside the matrix (70 x 100, row stride 104) are written: not the padding, not past the last row.
+TEST(CudaEmu, TmaStoreSwizzleAndBounds) {
+  const uint64_t rows = 70, cols = 100, ld = 104;
+  Buf<uint16_t> dm(std::vector<uint16_t>(rows * ld, 0x7777));
+  const CUtensorMap map = bf16_map(dm.d, rows, cols, ld, 64);
+  cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
+  const unsigned long long before = cuda_emu::tma_stores();
+  tma_store_box<<<1, 128, 8192 + 1024>>>(map, 64, 40, 1);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cuda_emu::tma_stores() - before, 1u);
+  const auto o = dm.down();
+  for (uint64_t y = 0; y < rows; ++y)
+    for (uint64_t x = 0; x < ld; ++x) {
+      uint16_t want = 0x7777;
+      if (x >= 64 && x < cols && y >= 40) {
+        const uint64_t r = y - 40, e = x - 64;
+        want = uint16_t(1 + r * 64 + (((e / 8) ^ (r % 8)) * 8) + e % 8);
+      }
+      ASSERT_EQ(o[size_t(y * ld + x)], want) << y << " " << x;
+    }
+}
+
 // A 4-D box (64 channels x 4 x 2 x 2) of an NHWC tensor at (0, x0, y0, n0), the shared bytes copied out raw.
 __global__ void tma_box4d(const __grid_constant__ CUtensorMap map, int x0, int y0, int n0, uint16_t* out) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -610,6 +652,8 @@ TEST(CudaEmuDeathTest, StopsOnHopperFaults) {
   cudaFuncSetAttribute(refill_under_readers, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
   EXPECT_DEATH(wait_uninitialised<<<1, 32>>>(), "holds no initialised mbarrier");
   EXPECT_DEATH(wgmma_never_waited<<<1, 128, 16384>>>(f.d), "never waited for");
+  cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
+  EXPECT_DEATH(tma_store_box<<<1, 128, 8192 + 1024>>>(map, 0, 0, 0), "TMA stores issued .* never waited for");
   EXPECT_DEATH(
       {
         setenv("CUDA_EMU_TMA", "early", 1);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -125,6 +126,14 @@ struct Wgmma {
   std::vector<float*> d;  // this lane's n / 2 accumulators
 };
 
+// A TMA tile store issued (cp.async.bulk.tensor, shared -> global), not yet performed.
+struct TmaStore {
+  uint32_t src;
+  TensorMap map;
+  int32_t c[kTensorMapMaxRank];
+  Loc loc;
+};
+
 struct Fiber {
   Context ctx;
   Stack* stack = nullptr;
@@ -139,6 +148,8 @@ struct Fiber {
   alignas(16) unsigned char out[16];  // and its result
   std::vector<Copy> copies;           // cp.async issued, not yet performed
   std::vector<size_t> group_ends;     // copies [.., group_ends[i]) form committed group i
+  std::vector<TmaStore> bulk_stores;  // TMA stores issued, not yet performed
+  std::vector<size_t> bulk_group_ends;  // bulk_stores [.., bulk_group_ends[i]) form committed bulk group i
   std::vector<Wgmma> wgmmas;          // wgmma.mma_async issued, not yet performed
   std::vector<size_t> wgmma_group_ends;
   std::map<uint32_t, uint64_t> seen_phases;  // per mbarrier: the phases completed when this thread last saw one
@@ -252,6 +263,7 @@ struct Exec {
 // Never destroyed: fibers, stacks and the shared window live until the process ends (static destructors may run
 // while another thread still launches).
 Exec& E = *new Exec;
+std::atomic<unsigned long long> g_tma_stores{0};  // tma_stores()
 
 const char* short_file(const char* f) {
   const char* s = std::strstr(f, "/kernels/");
@@ -489,6 +501,8 @@ void run_block() {
     f.group_ends.clear();
     f.wgmmas.clear();
     f.wgmma_group_ends.clear();
+    f.bulk_stores.clear();
+    f.bulk_group_ends.clear();
     f.seen_phases.clear();
     f.failed_waits = 0;
     f.cp_seq = 0;
@@ -1463,6 +1477,87 @@ void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords
     E.tma_pending.push_back(t);
 }
 
+namespace {
+// The box of a TMA store from shared memory to global memory: perform_tma's walk the other way, elements outside
+// the tensor not written.
+void perform_tma_store(const TmaStore& t) {
+  const TensorMap& m = t.map;
+  const uint32_t row_bytes = m.box[0] * m.elem_bytes;
+  const uint32_t bytes = box_bytes(m), rows = bytes / row_bytes;
+  const unsigned char* src = shared_ptr(t.src, bytes, "cp.async.bulk.tensor (store)", t.loc);
+  unsigned char* base = const_cast<unsigned char*>(m.base);
+  for (uint32_t r = 0; r < rows; ++r) {
+    bool inside = true;
+    uint64_t offset = 0;
+    for (uint32_t i = 1, rest = r; i < m.rank; rest /= box_count(m, i), ++i) {
+      const int64_t coord = int64_t(t.c[i]) + int64_t(rest % box_count(m, i)) * m.step[i];
+      inside = inside && coord >= 0 && uint64_t(coord) < m.dim[i];
+      offset += uint64_t(coord) * m.stride[i - 1];
+    }
+    if (!inside) continue;
+    for (uint32_t e = 0; e < m.box[0]; ++e) {
+      const int64_t x = int64_t(t.c[0]) + e;
+      if (x >= 0 && uint64_t(x) < m.dim[0])
+        std::memcpy(base + offset + uint64_t(x) * m.elem_bytes,
+                    src + swizzle_offset(r * row_bytes + e * m.elem_bytes, m.swizzle), m.elem_bytes);
+    }
+  }
+}
+}  // namespace
+
+void tma_store(uint64_t tensor_map, int rank, const int32_t* coords, uint32_t src, const Loc& loc) {
+  check_in_kernel("cp.async.bulk.tensor (store)");
+  g_tma_stores.fetch_add(1);
+  TmaStore t;
+  std::memcpy(&t.map, reinterpret_cast<const void*>(uintptr_t(tensor_map)), sizeof t.map);
+  if (t.map.magic != kTensorMapMagic)
+    fatal("cp.async.bulk.tensor (store) at %s:%u: %p is not a tensor map made by cuTensorMapEncodeTiled",
+          short_file(loc.file_name()), loc.line(), reinterpret_cast<const void*>(uintptr_t(tensor_map)));
+  if (uint32_t(rank) != t.map.rank)
+    fatal("cp.async.bulk.tensor.%dd (store) at %s:%u: the tensor map has rank %u", rank, short_file(loc.file_name()),
+          loc.line(), t.map.rank);
+  for (uint32_t i = 1; i < t.map.rank; ++i)
+    if (t.map.step[i] != 1)
+      fatal("cp.async.bulk.tensor (store) at %s:%u: element strides other than 1 are not emulated for stores",
+            short_file(loc.file_name()), loc.line());
+  const uint32_t align = t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
+  if (src % align)
+    fatal("cp.async.bulk.tensor (store) at %s:%u: shared source 0x%x is not %u-byte aligned",
+          short_file(loc.file_name()), loc.line(), src, align);
+  if (t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && t.map.box[0] * t.map.elem_bytes != 128)
+    fatal("cp.async.bulk.tensor (store) at %s:%u: the emulator takes 128-byte-swizzled boxes of 128-byte rows only",
+          short_file(loc.file_name()), loc.line());
+  shared_ptr(src, box_bytes(t.map), "cp.async.bulk.tensor (store)", loc);
+  t.src = src, t.loc = loc;
+  for (int i = 0; i < kTensorMapMaxRank; ++i) t.c[i] = i < rank ? coords[i] : 0;
+  // CUDA_EMU_TMA=early performs the store now (the earliest CUDA allows: shared memory written after it does not
+  // show); the default, late, when a wait covers its group (a write of the buffer before that wait shows)
+  const char* mode = std::getenv("CUDA_EMU_TMA");
+  if (mode && std::strcmp(mode, "early") == 0)
+    perform_tma_store(t);
+  else
+    E.cur->bulk_stores.push_back(t);
+}
+
+void bulk_commit_group(const Loc&) {
+  check_in_kernel("cp.async.bulk.commit_group");
+  E.cur->bulk_group_ends.push_back(E.cur->bulk_stores.size());  // possibly an empty group, as PTX allows
+}
+
+void bulk_wait_group(int n, const Loc&) {
+  check_in_kernel("cp.async.bulk.wait_group");
+  Fiber& f = *E.cur;
+  const int groups = int(f.bulk_group_ends.size());
+  if (groups <= n) return;
+  const size_t upto = f.bulk_group_ends[size_t(groups - n - 1)];
+  for (size_t i = 0; i < upto; ++i) perform_tma_store(f.bulk_stores[i]);
+  f.bulk_stores.erase(f.bulk_stores.begin(), f.bulk_stores.begin() + std::ptrdiff_t(upto));
+  f.bulk_group_ends.erase(f.bulk_group_ends.begin(), f.bulk_group_ends.begin() + (groups - n));
+  for (size_t& e : f.bulk_group_ends) e -= upto;
+}
+
+void fence_proxy_async(const Loc&) { check_in_kernel("fence.proxy.async"); }
+
 void wgmma_fence(const Loc& loc) {
   check_in_kernel("wgmma.fence");
   collective(0xffffffffu, 70, "wgmma.fence", loc, true, nullptr);
@@ -1708,6 +1803,8 @@ void count_bank_conflicts(bool on) {
 
 BankCounts bank_counts() { return g_banks; }
 
+unsigned long long tma_stores() { return g_tma_stores.load(); }
+
 unsigned long long launches_named(const char* part) {
   unsigned long long n = 0;
   for (const auto& [name, count] : launch_names())
@@ -1745,6 +1842,11 @@ extern "C" void cuda_emu_fiber_main() {
       fatal("thread exited with %zu wgmma.mma_async issued at %s:%u and never waited for (wgmma.wait_group): its "
             "accumulators are undefined",
             me->wgmmas.size(), short_file(me->wgmmas.front().loc.file_name()), me->wgmmas.front().loc.line());
+    if (!me->bulk_stores.empty())
+      fatal("thread exited with %zu TMA stores issued at %s:%u and never waited for (cp.async.bulk.wait_group): "
+            "the block's shared memory they read may be gone before TMA reads it",
+            me->bulk_stores.size(), short_file(me->bulk_stores.front().loc.file_name()),
+            me->bulk_stores.front().loc.line());
     me->state = kDone;
     ++E.ndone;
     Warp& w = E.warps[size_t(me->index / 32)];
