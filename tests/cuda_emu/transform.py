@@ -272,6 +272,11 @@ class AsmGen:
             self.body.append('::cuda_emu::ptx::bulk_commit_group(%s);' % loc)
         elif opcode in ('cp.async.bulk.wait_group.read', 'cp.async.bulk.wait_group'):
             self.body.append('::cuda_emu::ptx::bulk_wait_group(int(%s), %s);' % (self.value(args[0]), loc))
+        elif opcode in ('setmaxnreg.inc.sync.aligned.u32', 'setmaxnreg.dec.sync.aligned.u32'):
+            if len(args) != 1:
+                raise TransformError('setmaxnreg takes one operand, got `%s`' % instr.strip())
+            # registers are not modelled: the emulator checks the operand (a multiple of 8 in [24, 256])
+            self.body.append('::cuda_emu::ptx::setmaxnreg(int(%s), %s);' % (self.value(args[0]), loc))
         elif opcode == 'fence.proxy.async.shared::cta':
             self.body.append('::cuda_emu::ptx::fence_proxy_async(%s);' % loc)
         elif opcode == 'wgmma.fence.sync.aligned':

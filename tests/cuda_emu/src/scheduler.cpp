@@ -1558,6 +1558,13 @@ void bulk_wait_group(int n, const Loc&) {
 
 void fence_proxy_async(const Loc&) { check_in_kernel("fence.proxy.async"); }
 
+void setmaxnreg(int n, const Loc& loc) {
+  check_in_kernel("setmaxnreg");
+  if (n % 8 || n < 24 || n > 256)
+    fatal("setmaxnreg at %s:%u: %d registers; PTX takes a multiple of 8 in [24, 256]", short_file(loc.file_name()),
+          loc.line(), n);
+}
+
 void wgmma_fence(const Loc& loc) {
   check_in_kernel("wgmma.fence");
   collective(0xffffffffu, 70, "wgmma.fence", loc, true, nullptr);

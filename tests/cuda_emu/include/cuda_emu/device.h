@@ -179,6 +179,8 @@ void bulk_commit_group(const Loc& loc);
 // cp.async.bulk.wait_group(.read) n: this thread's bulk groups but the newest n are performed
 void bulk_wait_group(int n, const Loc& loc);
 void fence_proxy_async(const Loc& loc);
+// setmaxnreg.{inc,dec}.sync.aligned.u32 n: registers are not modelled; n must be a multiple of 8 in [24, 256]
+void setmaxnreg(int n, const Loc& loc);
 void wgmma_fence(const Loc& loc);
 void wgmma_commit_group(const Loc& loc);
 void wgmma_wait_group(int n, const Loc& loc);
