@@ -36,8 +36,9 @@ struct Params {
   bool a_kmajor;     // A's k index is contiguous (A not transposed)
   bool b_kmajor;     // B's k index is contiguous (B transposed)
   int tiles_m, tiles_n;
-  int kt_per_split;  // split-K: k tiles per split (of 32 in v2, of 64 in v3), the split index blockIdx.y
+  int kt_per_split;  // split-K: k tiles per split (of 32 in v2, of 64 in v3); the split: blockIdx.y (v1, v2), the work unit (v3)
   float* partial;    // split-K: [splits][M][N] f32 partial sums, or null
+  bool stage_c;      // v3: the staged epilogue (TMA stores of C through shared memory), else direct stores
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.
@@ -69,16 +70,20 @@ __device__ __forceinline__ float activate(const Params& p, int64_t off, float v)
   return v;
 }
 
-// out = alpha * acc (+ beta * C) (+ bias) (+ residual), then the activation: the oracle's order of operations. off: the
-// element's offset in C.
+// alpha * acc (+ beta * C) (+ bias) (+ residual), then the activation: the oracle's order of operations; the value
+// of C's element at offset `off` (column col).
 template <class TC>
-__device__ __forceinline__ void store_one(const Params& p, int64_t off, int col, float acc) {
-  TC* c = static_cast<TC*>(p.C) + off;
+__device__ __forceinline__ float epilogue_one(const Params& p, int64_t off, int col, float acc) {
   float v = p.alpha * acc;
-  if (p.beta != 0.0f) v += p.beta * to_f32(*c);
+  if (p.beta != 0.0f) v += p.beta * to_f32(static_cast<const TC*>(p.C)[off]);
   if (p.bias) v += to_f32(static_cast<const TC*>(p.bias)[col]);
   if (p.res) v += to_f32(static_cast<const TC*>(p.res)[off]);
-  *c = from_f32<TC>(activate<TC>(p, off, v));
+  return activate<TC>(p, off, v);
+}
+
+template <class TC>
+__device__ __forceinline__ void store_one(const Params& p, int64_t off, int col, float acc) {
+  static_cast<TC*>(p.C)[off] = from_f32<TC>(epilogue_one<TC>(p, off, col, acc));
 }
 
 // Whether store_pair may move two elements at once: ldc even and C (and the residual and the activation's matrix)
@@ -127,56 +132,61 @@ __device__ __forceinline__ void activate_pair(const Params& p, int64_t off, floa
   v1 = p.gelu_tanh ? math::gelu_tanh(v1) : math::gelu_erf(v1);
 }
 
+// epilogue_one on the pair (row, col), (row, col + 1) at offset off, both inside C, pairs_aligned: 4- or 8-byte
+// reads of C, the residual and the activation's matrix.
+template <class TC>
+__device__ __forceinline__ void epilogue_pair(const Params& p, int64_t off, int col, float& v0, float& v1) {
+  v0 *= p.alpha;
+  v1 *= p.alpha;
+  if constexpr (std::is_same_v<TC, float>) {
+    if (p.beta != 0.0f) {
+      const float2 old = *reinterpret_cast<const float2*>(static_cast<const float*>(p.C) + off);
+      v0 += p.beta * old.x;
+      v1 += p.beta * old.y;
+    }
+    if (p.bias) {
+      v0 += static_cast<const float*>(p.bias)[col];
+      v1 += static_cast<const float*>(p.bias)[col + 1];
+    }
+    if (p.res) {
+      const float2 r = *reinterpret_cast<const float2*>(static_cast<const float*>(p.res) + off);
+      v0 += r.x;
+      v1 += r.y;
+    }
+  } else {
+    if (p.beta != 0.0f) {
+      float o0, o1;
+      unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.C) + off), o0, o1);
+      v0 += p.beta * o0;
+      v1 += p.beta * o1;
+    }
+    if (p.bias) {
+      v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
+      v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
+    }
+    if (p.res) {
+      float r0, r1;
+      unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.res) + off), r0, r1);
+      v0 += r0;
+      v1 += r1;
+    }
+  }
+  activate_pair<TC>(p, off, v0, v1);
+}
+
 // Two adjacent outputs (row, col), (row, col + 1) of the mma / wgmma C layout, as one 4- or 8-byte store when
 // pair_ok (pairs_aligned); the order of operations of store_one.
 template <class TC>
 __device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1, bool pair_ok) {
   if (row >= p.M || col >= p.N) return;
   const int64_t off = int64_t(row) * p.ldc + col;
-  TC* c = static_cast<TC*>(p.C) + off;
   const bool two = col + 1 < p.N;
   if (two && pair_ok) {
-    v0 *= p.alpha;
-    v1 *= p.alpha;
-    if constexpr (std::is_same_v<TC, float>) {
-      float2* c2 = reinterpret_cast<float2*>(c);
-      if (p.beta != 0.0f) {
-        const float2 old = *c2;
-        v0 += p.beta * old.x;
-        v1 += p.beta * old.y;
-      }
-      if (p.bias) {
-        v0 += static_cast<const float*>(p.bias)[col];
-        v1 += static_cast<const float*>(p.bias)[col + 1];
-      }
-      if (p.res) {
-        const float2 r = *reinterpret_cast<const float2*>(static_cast<const float*>(p.res) + off);
-        v0 += r.x;
-        v1 += r.y;
-      }
-      activate_pair<TC>(p, off, v0, v1);
-      *c2 = make_float2(v0, v1);
-    } else {
-      uint32_t* c2 = reinterpret_cast<uint32_t*>(c);
-      if (p.beta != 0.0f) {
-        float o0, o1;
-        unpack2<TC>(*c2, o0, o1);
-        v0 += p.beta * o0;
-        v1 += p.beta * o1;
-      }
-      if (p.bias) {
-        v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
-        v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
-      }
-      if (p.res) {
-        float r0, r1;
-        unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.res) + off), r0, r1);
-        v0 += r0;
-        v1 += r1;
-      }
-      activate_pair<TC>(p, off, v0, v1);
-      *c2 = pack2<TC>(v0, v1);
-    }
+    epilogue_pair<TC>(p, off, col, v0, v1);
+    if constexpr (std::is_same_v<TC, float>)
+      *reinterpret_cast<float2*>(static_cast<float*>(p.C) + off) = make_float2(v0, v1);
+    else
+      *reinterpret_cast<uint32_t*>(static_cast<TC*>(p.C) + off) = pack2<TC>(v0, v1);
   } else {
     store_one<TC>(p, off, col, v0);
     if (two) store_one<TC>(p, off + 1, col + 1, v1);

@@ -70,14 +70,17 @@ def fmt(x, nd=1):
 
 def gemm_table(g, rows, numbers):
     rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | v3 wgmma TFLOP/s "
-                "| v3 ws TFLOP/s | cuBLAS TFLOP/s | v2 / cuBLAS | v3 / cuBLAS | v3 ws / cuBLAS "
-                "| unfused / fused (v2, v3) |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                "| v3 ws TFLOP/s | v3 ws, a block per tile TFLOP/s | v3 ws, direct stores TFLOP/s | cuBLAS TFLOP/s "
+                "| v2 / cuBLAS | v3 / cuBLAS | v3 ws / cuBLAS | unfused / fused (v2, v3) |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/")}, key=lambda s: (not s[0].isdigit(), s))
     for dt in ("bf16->bf16", "f32->f32"):
         for sh in shapes:
-            v1, v2, v3, v3ws, cu = (g.get(f"gemm/{dt}/{sh}/{v}")
-                                    for v in ("v1_simt", "v2_mma", "v3_wgmma", "v3_wgmma_ws", "vendor"))
+            # v3_wgmma_ws is persistent (a block per SM); v3_wgmma_ws_per_tile the same kernels with a block per tile;
+            # v3_wgmma_ws_direct with the direct-store epilogue instead of the staged one
+            v1, v2, v3, v3ws, v3pt, v3d, cu = (g.get(f"gemm/{dt}/{sh}/{v}")
+                                               for v in ("v1_simt", "v2_mma", "v3_wgmma", "v3_wgmma_ws",
+                                                         "v3_wgmma_ws_per_tile", "v3_wgmma_ws_direct", "vendor"))
             if not cu:
                 continue
             # v3 only where it really ran (its label is the variant that ran: v2 off Hopper or for unaligned operands)
@@ -85,6 +88,10 @@ def gemm_table(g, rows, numbers):
                 v3 = None
             if v3ws and v3ws.get("label") not in (None, "v3_wgmma"):
                 v3ws = None
+            if v3pt and v3pt.get("label") not in (None, "v3_wgmma"):
+                v3pt = None
+            if v3d and v3d.get("label") not in (None, "v3_wgmma"):
+                v3d = None
             tf = lambda b: b["TFLOP/s"] if b else None  # noqa: E731
             ratio = tf(v2) / tf(cu) if v2 and cu else None
             ratio3 = tf(v3) / tf(cu) if v3 and cu else None
@@ -92,10 +99,11 @@ def gemm_table(g, rows, numbers):
             # the GELU-epilogue rows: (the plain GEMM + the separate GELU kernel) / the fused GEMM, same run
             xu = lambda b: b.get("x_unfused") if b else None  # noqa: E731
             unfused = f"{fmt(xu(v2), 2)}, {fmt(xu(v3), 2)}" if xu(v2) or xu(v3) else "—"
-            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(v3ws))} | {fmt(tf(cu))} "
+            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(v3ws))} | {fmt(tf(v3pt))} | {fmt(tf(v3d))} | {fmt(tf(cu))} "
                         f"| {fmt(ratio, 2)} | {fmt(ratio3, 2)} | {fmt(ratio3ws, 2)} | {unfused} |")
             numbers.append({"op": "gemm", "dtype": dt, "shape": sh, "v1_tflops": tf(v1), "v2_tflops": tf(v2),
-                            "v3_tflops": tf(v3), "v3_ws_tflops": tf(v3ws), "cublas_tflops": tf(cu),
+                            "v3_tflops": tf(v3), "v3_ws_tflops": tf(v3ws),
+                            "v3_ws_per_tile_tflops": tf(v3pt), "v3_ws_direct_tflops": tf(v3d), "cublas_tflops": tf(cu),
                             "v2_over_cublas": ratio, "v3_over_cublas": ratio3, "v3_ws_over_cublas": ratio3ws,
                             "v2_x_unfused": xu(v2), "v3_x_unfused": xu(v3)})
 

@@ -72,6 +72,10 @@ class CudaOracleTest : public ::testing::Test {
   }
 
   // A CPU f32 tensor of uniform numbers in [lo, hi) from Philox (seed, offset): fresh each run.
+  // Where random() draws next; rewind(draw_position()) makes the next draws repeat (the same inputs twice).
+  uint64_t draw_position() const { return next_offset_; }
+  void rewind(uint64_t position) { next_offset_ = position; }
+
   Tensor random(const Shape& shape, float lo = -1.0f, float hi = 1.0f) {
     Tensor t = Tensor::empty(shape, DType::f32);
     kernels::cpu::fill_uniform(t, lo, hi, seed, next_offset_);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/cpu/activation.h"
@@ -721,7 +722,8 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
 // which kernels ran. Covers both N tiles above 64 channels (HPDT_GEMM_V3_TILE), 64 and fewer channels (the 64-wide
 // tile), N tiles cut by the channel count, non-square kernels, padding beyond the taps' reach, stride 2 (TMA's
 // element strides forward and backward-filter, backward-data's phases) and pixel grids that leave part of the last
-// box empty. Both pipelines (wgmma.cuh): "barrier" in bf16 and f16, "ws" (HPDT_GEMM_V3_PIPELINE=ws) in bf16.
+// box empty. Both pipelines (wgmma.cuh): "barrier" in bf16 and f16, "ws" (HPDT_GEMM_V3_PIPELINE=ws) in bf16, the
+// latter persistent on 3 blocks (HPDT_GEMM_V3_CTAS), so that a block runs several tiles (or split-K parts).
 TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   {
     const Tensor probe = poisoned({64, 64}, DType::bf16);
@@ -758,6 +760,7 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " pipeline " + pipeline);
       if (c.tile) ::setenv("HPDT_GEMM_V3_TILE", c.tile, 1);
       ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
+      const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "ws") == 0 ? "3" : nullptr);
       const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
       const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
                    db0 = random({s.c_out}), res_y = random(ys), res_x = random(xs);

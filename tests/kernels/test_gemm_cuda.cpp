@@ -491,7 +491,10 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
 // On the emulator (docs/cuda-emulator.md) two schedules are tried: TMA completing at the first wait with
 // the warps taking turns (a read before the wait shows), and TMA completing at the issue with each warp
 // running ahead as far as the barriers let it (a stage refilled while another warpgroup still reads it shows).
-// Both pipelines: "barrier" (a block barrier per k tile) and "ws" (a producer warpgroup, full/empty mbarriers).
+// Both pipelines: "barrier" (a block barrier per k tile) and "ws" (a producer warpgroup, full/empty mbarriers,
+// persistent), the latter with 2 blocks (HPDT_GEMM_V3_CTAS), so that each block runs several tiles through the same
+// stages (9 or 15 on 300 x 520: the stages' phases carry across tiles, the next tile's loads overlap this one's
+// stores).
 TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Size sizes[] = {{1, 1, 1}, {130, 260, 72}, {300, 520, 200}, {64, 24, 520}};
@@ -503,6 +506,7 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
     // the wait-all variant is the barrier pipeline's, built for NT only
     if ((tr != 2 || std::string(pipeline) == "ws") && std::string(in_flight) == "0") continue;
     ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
+    const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::string(pipeline) == "ws" ? "2" : nullptr);
     if (!test::emulated() && std::string(tma) == "early") continue;  // a GPU decides that itself
     ::setenv("HPDT_GEMM_V3_IN_FLIGHT", in_flight, 1);
     ::setenv("CUDA_EMU_TMA", tma, 1);
@@ -517,7 +521,9 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
         c.tb = tr & 2;
         c.M = sz.M, c.N = sz.N, c.K = sz.K;
         c.ab = ty.ab, c.c = ty.c;
-        c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N), c.pad_c = 3;
+        // a 16-bit C with rows 16-byte aligned (the staged epilogue's TMA stores), an f32 C without (direct stores)
+        c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N);
+        c.pad_c = ty.c == DType::f32 ? 3 : aligned_pad(c.N);
         c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
         SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, " + in_flight +
                      " MMA group(s) in flight, TMA " + tma + ", " + describe(c));
@@ -534,11 +540,12 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
 
 // v3's split-K: few tiles and a long K (the shape of a weight gradient: 2 tiles, 40 k tiles, so 10 splits of 4),
 // every layout, both pipelines, f32 and 16-bit C with alpha, beta and bias (applied once, by the reduction); the
-// same inputs twice give the same bits.
+// same inputs twice give the same bits. "ws" with 3 blocks: each runs 6 or 7 of the 20 work units (tile, split).
 TEST_F(GemmCuda, V3SplitKIsRightAndDeterministic) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   for (const char* pipeline : {"barrier", "ws"}) {
     ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
+    const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::string(pipeline) == "ws" ? "3" : nullptr);
     for (int tr = 0; tr < 4; ++tr)
       for (DType ct : {DType::f32, DType::bf16}) {
         Case c;
@@ -563,6 +570,90 @@ TEST_F(GemmCuda, V3SplitKIsRightAndDeterministic) {
       ASSERT_EQ(test::bits_of(h1.data<float>()[i]), test::bits_of(h2.data<float>()[i])) << pipeline << " element " << i;
   }
   ::unsetenv("HPDT_GEMM_V3_PIPELINE");
+}
+
+// v3's staged epilogue (each warp's outputs through shared memory to TMA stores; the default wherever TMA can write
+// C: C 16-byte aligned, its rows a multiple of 16 bytes apart) on edge shapes (a last tile of 2 rows, of 8 or 264
+// columns), both tiles and both pipelines ("ws" on 2 blocks: a tile's stores still in flight while the block runs
+// the next), C in bf16, f16 and f32 (32 columns a store), with every step of the epilogue: against the oracle, the
+// padding between rows untouched, and the same bits as the direct stores (HPDT_GEMM_V3_EPILOGUE=direct, the same
+// arithmetic). On the emulator, which epilogue ran is counted: TMA stores for the staged one, none for direct.
+TEST_F(GemmCuda, V3StagedEpilogueOnEdgeShapes) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const Size sizes[] = {{130, 264, 72}, {300, 520, 200}};
+  for (const char* pipeline : {"barrier", "ws"})
+    for (const char* tile : {"narrow", "wide"})
+      for (const Size& sz : sizes)
+        for (int form = 0; form < 4; ++form) {
+          const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline), ctas("HPDT_GEMM_V3_CTAS",
+                                                                         std::string(pipeline) == "ws" ? "2" : nullptr),
+              tiles("HPDT_GEMM_V3_TILE", tile);
+          Case c;
+          c.variant = GemmVariant::v3_wgmma;
+          c.tb = true;
+          c.ta = form == 3;  // one MN-major A
+          c.M = sz.M, c.N = sz.N, c.K = sz.K;
+          c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
+          const Types types[] = {{DType::bf16, DType::bf16}, {DType::f16, DType::f16}, {DType::bf16, DType::f32},
+                                 {DType::bf16, DType::bf16}};
+          c.ab = types[form].ab, c.c = types[form].c;
+          if (form == 1) c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
+          if (form == 2) c.bias = true, c.residual = true, c.act = 1, c.keep_pre = true;
+          if (form == 3) c.act = 2, c.bias = true, c.form = kernels::GeluForm::tanh;
+          SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, " + describe(c));
+          Tensor staged, direct;
+          const uint64_t inputs = draw_position();  // both runs on the same inputs
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          const unsigned long long before = cuda_emu::tma_stores();
+#endif
+          GemmVariant used;
+          EXPECT_TRUE(run(c, &used, &staged));
+          EXPECT_EQ(used, GemmVariant::v3_wgmma);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          // a store per warp, chunk and tile: 8 warps x (BN x 2 / 128 or BN x 4 / 128) per tile
+          const int64_t bn = std::string(tile) == "wide" ? 256 : 128, n_tiles = (c.M + 127) / 128 * ((c.N + bn - 1) / bn);
+          EXPECT_EQ(cuda_emu::tma_stores() - before, uint64_t(n_tiles * 8 * bn * int64_t(dtype_size(c.c)) / 128));
+#endif
+          {
+            const ScopedEnv off("HPDT_GEMM_V3_EPILOGUE", "direct");
+            rewind(inputs);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+            const unsigned long long before_direct = cuda_emu::tma_stores();
+#endif
+            EXPECT_TRUE(run(c, nullptr, &direct));
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+            EXPECT_EQ(cuda_emu::tma_stores(), before_direct) << "direct stores";
+#endif
+          }
+          ASSERT_EQ(staged.numel(), direct.numel());
+          int64_t differ = 0;
+          for (int64_t i = 0; i < staged.numel(); ++i)
+            differ += test::bits_of(staged.data<float>()[i]) != test::bits_of(direct.data<float>()[i]);
+          EXPECT_EQ(differ, 0) << "elements where the staged and the direct epilogue differ";
+        }
+  const ScopedEnv bad("HPDT_GEMM_V3_EPILOGUE", "smem");
+  Case c;
+  c.variant = GemmVariant::v3_wgmma, c.tb = true, c.M = c.N = c.K = 64, c.ab = c.c = DType::bf16;
+  HPDT_EXPECT_THROW_MSG(run(c), "HPDT_GEMM_V3_EPILOGUE=smem: expected tma or direct");
+}
+
+// HPDT_GEMM_V3_CTAS caps the "ws" pipeline's blocks: anything but a positive number is an error naming it (and
+// the barrier pipeline, one block per tile, does not read it).
+TEST_F(GemmCuda, V3BlockCapMustBePositive) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const Tensor A = to_gpu(random({64, 64}), DType::bf16), B = to_gpu(random({64, 64}), DType::bf16);
+  Tensor C = poisoned({64, 64});
+  const auto gemm = [&] {
+    kernels::cuda::gemm(false, true, 64, 64, 64, 1, A.data(), 64, B.data(), 64, 0, C.data(), 64, DType::bf16,
+                        DType::f32, {}, stream, GemmVariant::v3_wgmma);
+  };
+  for (const char* bad : {"0", "-2", "two", "3x", ""}) {
+    const ScopedEnv ws("HPDT_GEMM_V3_PIPELINE", "ws"), cap("HPDT_GEMM_V3_CTAS", bad);
+    HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_CTAS=") + bad + ": expected a positive number of blocks");
+  }
+  const ScopedEnv cap("HPDT_GEMM_V3_CTAS", "0");
+  EXPECT_NO_THROW(gemm());
+  stream.synchronize();
 }
 
 // Large 16-bit GEMMs of every layout: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS). NT is

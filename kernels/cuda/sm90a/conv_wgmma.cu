@@ -2,8 +2,8 @@
 // forward; every stride phase of a backward-data; the backward-filter), 16-bit, the reduced channels % 64 == 0.
 // What it computes is conv_v3.cuh's ConvV3; the CPU oracle is kernels/cpu/conv_nhwc.cpp.
 //
-// GEMM v3's block (wgmma.cuh: 128 x BN tile, two consumer warpgroups; the "barrier" pipeline, or "ws" with
-// HPDT_GEMM_V3_PIPELINE=ws as for GEMM v3) with the im2col
+// GEMM v3's block (wgmma.cuh: 128 x BN tile, two consumer warpgroups; the "barrier" pipeline, one block per tile,
+// or "ws" with HPDT_GEMM_V3_PIPELINE=ws as for GEMM v3, persistent: a block per SM walks the tiles) with the im2col
 // done by TMA: the 128 rows of the A tile are a box of pixels, tw x th x tn (x, y, image; powers of two,
 // tw * th * tn = 128), and k tile kt is 64 channels of one tap (jr, jc). So A's k tile is one 4-D TMA box of the
 // source [n][hs][ws][C] at (c0, px0 + ox0 + tsign * jc, py0 + oy0 + tsign * jr, img0): the box lands exactly as
@@ -100,28 +100,39 @@ __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& 
   }
 }
 
+// Output tile u (wgmma.cuh's work unit): its N tile, the first image, row and column of its pixel box, and its k
+// tiles (all of K).
+struct PixelTile {
+  int tn, img0, py0, px0, kt_count;
+};
+__device__ __forceinline__ PixelTile pixel_tile(const Params& p, const PixelTiles& q, int u) {
+  PixelTile t;
+  t.kt_count = p.K / kBK;
+  int tm;
+  gemm_detail::tile_coords(u, p.tiles_m, p.tiles_n, tm, t.tn);
+  box_origin(q.box, tm, t.img0, t.py0, t.px0);
+  return t;
+}
+
 template <class T, class C, bool WS>
 __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     conv_v3_kernel(const __grid_constant__ CUtensorMap map_src, const __grid_constant__ CUtensorMap map_w,
                    const PixelTiles q, const Params p) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
-  int tm, tn;
-  gemm_detail::tile_coords(int(blockIdx.x), p.tiles_m, p.tiles_n, tm, tn);
-  int img0, py0, px0;
-  box_origin(q.box, tm, img0, py0, px0);
   float d[C::BN / 2];
-  const auto issue = [&](int kt, uint32_t stage, uint32_t bar) {
+  const auto issue = [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
     const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
     const int jr = tap / q.kw, jc = tap - jr * q.kw;
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
-    tma_load_4d(stage, &map_src, bar, c0, px0 * q.stride + q.ox0 + q.tsign * jc, py0 * q.stride + q.oy0 + q.tsign * jr,
-                img0);
-    tma_load_2d(stage + uint32_t(C::kABytes), &map_w, bar, kt * kBK, tn * C::BN);
+    tma_load_4d(stage, &map_src, bar, c0, t.px0 * q.stride + q.ox0 + q.tsign * jc,
+                t.py0 * q.stride + q.oy0 + q.tsign * jr, t.img0);
+    tma_load_2d(stage + uint32_t(C::kABytes), &map_w, bar, kt * kBK, t.tn * C::BN);
   };
-  run_pipeline<T, C, WS, false, false>(d, base, p.K / kBK, issue, [&](int wg) {
-    store_pixels<T, C>(p, q, d, img0, py0, px0, tn, wg, int(threadIdx.x) % 128);
-  });
+  run_pipeline<T, C, WS, 1, false, false>(
+      d, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); }, issue, [&](const PixelTile& t, int wg) {
+        store_pixels<T, C>(p, q, d, t.img0, t.py0, t.px0, t.tn, wg, int(threadIdx.x) % 128);
+      });
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -160,6 +171,8 @@ PixelBox choose_box(int log2_pixels, int n, int h, int w, int stride, int64_t* c
 template <class T, class C>
 void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stream& stream) {
   p.tiles_n = int(ceil_div(c.M, C::BN));
+  const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
+  HPDT_CHECK(units < (int64_t(1) << 31), "conv v3: ", units, " tiles is more than one launch takes");
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
   const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};
   const cuuint64_t src_strides[3] = {cuuint64_t(c.C) * 2, cuuint64_t(c.ws) * c.C * 2, cuuint64_t(c.hs) * c.ws * c.C * 2};
@@ -176,8 +189,9 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
     constexpr bool WS = decltype(warp_specialised)::value;
     constexpr auto kernel = conv_v3_kernel<T, C, WS>;
     detail::allow_dynamic_smem<kernel>(C::kSmem);
-    kernel<<<unsigned(int64_t(p.tiles_m) * p.tiles_n), unsigned(kPipelineThreads<C, WS>), C::kSmem,
-             detail::native(stream)>>>(map_src, map_w, q, p);
+    const int64_t blocks = pipeline_blocks(WS, units, detail::sm_count(stream.device().index));
+    kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_src, map_w,
+                                                                                                       q, p);
     HPDT_CUDA_CHECK_LAUNCH();
   };
   on_chosen_pipeline(go);
@@ -190,10 +204,26 @@ struct WgradTiles {
   int ci, co, kw, stride, pad, taps;
   int K;                     // taps * ci: dw's row length
   int m_tiles;               // tiles of 128 (tap, channel) rows
+  int tiles, splits;         // output tiles (m_tiles x tiles of BN output channels); split-K parts of each
   int kt_total, kt_per_split;
   void* dw;
   float* ws;  // null: dw += the sums; else [splits][co][K] partials in dw's layout
 };
+
+// Work unit u (wgmma.cuh's): split u / tiles (tiles = m_tiles * n_tiles) of output tile u % tiles, rows tm (128
+// (tap, channel) rows), columns tn (BN output channels); its k tiles (pixel boxes) kt0, kt0 + 1, .. kt_count of them.
+struct WgradUnit {
+  int tm, tn, split, kt0, kt_count;
+};
+__device__ __forceinline__ WgradUnit wgrad_unit(const WgradTiles& q, int u) {
+  WgradUnit w;
+  w.split = u / q.tiles;
+  const int tile = u - w.split * q.tiles;
+  w.tm = tile % q.m_tiles, w.tn = tile / q.m_tiles;
+  w.kt0 = w.split * q.kt_per_split;
+  w.kt_count = min(q.kt_total - w.kt0, q.kt_per_split);
+  return w;
+}
 
 template <class T, class C, bool WS>
 __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
@@ -201,57 +231,51 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
                          const WgradTiles q) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const int tm = int(blockIdx.x) % q.m_tiles, tn = int(blockIdx.x) / q.m_tiles;
-  const int kt0 = int(blockIdx.y) * q.kt_per_split, kt_count = min(q.kt_total - kt0, q.kt_per_split);
-  // the A tile's two 64-row chunks: tap and first channel (a chunk past K reads channel ci: out of bounds)
-  int chunk_c[2], chunk_dx[2], chunk_dy[2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int m = tm * kBM + 64 * j, tap = m / q.ci;
-    const bool inside = m < q.K;
-    chunk_c[j] = inside ? m - tap * q.ci : q.ci;
-    chunk_dy[j] = inside ? tap / q.kw - q.pad : 0;
-    chunk_dx[j] = inside ? tap % q.kw - q.pad : 0;
-  }
   float d[C::BN / 2];
-  const auto issue = [&](int kt, uint32_t stage, uint32_t bar) {
+  const auto issue = [&](const WgradUnit& w, int kt, uint32_t stage, uint32_t bar) {
     int img0, py0, px0;
-    box_origin(q.box, kt0 + kt, img0, py0, px0);
+    box_origin(q.box, w.kt0 + kt, img0, py0, px0);
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
+    // the A tile's two 64-row chunks, each at its tap's offset (a chunk past K reads channel ci: out of bounds)
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-      tma_load_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, chunk_c[j], px0 * q.stride + chunk_dx[j],
-                  py0 * q.stride + chunk_dy[j], img0);
+    for (int j = 0; j < 2; ++j) {
+      const int m = w.tm * kBM + 64 * j, tap = m / q.ci;
+      const bool inside = m < q.K;
+      tma_load_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, inside ? m - tap * q.ci : q.ci,
+                  px0 * q.stride + (inside ? tap % q.kw - q.pad : 0), py0 * q.stride + (inside ? tap / q.kw - q.pad : 0),
+                  img0);
+    }
 #pragma unroll
     for (int j = 0; j < C::BN / 64; ++j)
-      tma_load_4d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, tn * C::BN + 64 * j, px0, py0,
-                  img0);
+      tma_load_4d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, w.tn * C::BN + 64 * j, px0,
+                  py0, img0);
   };
   // D row m = tap * ci + c, column co: dw[co][c][tap] (dw's layout, row length K), or this split's partial
-  run_pipeline<T, C, WS, true, true>(d, base, kt_count, issue, [&](int wg) {
-    const int t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32;
-    T* dw = static_cast<T*>(q.dw);
-    float* ws = q.ws ? q.ws + int64_t(blockIdx.y) * q.co * q.K : nullptr;
+  run_pipeline<T, C, WS, 1, true, true>(
+      d, base, q.tiles * q.splits, [&](int u) { return wgrad_unit(q, u); }, issue, [&](const WgradUnit& w, int wg) {
+        const int t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32;
+        T* dw = static_cast<T*>(q.dw);
+        float* ws = q.ws ? q.ws + int64_t(w.split) * q.co * q.K : nullptr;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = tm * kBM + wg * 64 + warp * 16 + lane / 4 + 8 * h;
-      if (m >= q.K) continue;
-      const int tap = m / q.ci, column = (m - tap * q.ci) * q.taps + tap;
+        for (int h = 0; h < 2; ++h) {
+          const int m = w.tm * kBM + wg * 64 + warp * 16 + lane / 4 + 8 * h;
+          if (m >= q.K) continue;
+          const int tap = m / q.ci, column = (m - tap * q.ci) * q.taps + tap;
 #pragma unroll
-      for (int j = 0; j < C::BN / 8; ++j)
+          for (int j = 0; j < C::BN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int co = tn * C::BN + 8 * j + 2 * (lane % 4) + e;
-          if (co >= q.co) continue;
-          const int64_t i = int64_t(co) * q.K + column;
-          const float v = d[4 * j + 2 * h + e];
-          if (ws)
-            ws[i] = v;
-          else
-            dw[i] = from_f32<T>(to_f32(dw[i]) + v);
+            for (int e = 0; e < 2; ++e) {
+              const int co = w.tn * C::BN + 8 * j + 2 * (lane % 4) + e;
+              if (co >= q.co) continue;
+              const int64_t i = int64_t(co) * q.K + column;
+              const float v = d[4 * j + 2 * h + e];
+              if (ws)
+                ws[i] = v;
+              else
+                dw[i] = from_f32<T>(to_f32(dw[i]) + v);
+            }
         }
-    }
-  });
+      });
 }
 
 template <class T, class C>
@@ -263,6 +287,9 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
                                                    detail::kWgmmaFlops);
   q.kt_per_split = int(sk.steps_per_split);
   const int splits = int(ceil_div(q.kt_total, q.kt_per_split));
+  HPDT_CHECK(tiles * splits < (int64_t(1) << 31), "conv v3 backward-filter: ", tiles * splits,
+             " tiles is more than one launch takes");
+  q.tiles = int(tiles), q.splits = splits;
   Tensor ws;
   if (splits > 1) {
     ws = device_buffer(int64_t(splits) * c.co * q.K, DType::f32, stream.device(), stream);
@@ -281,12 +308,12 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
   const cuuint32_t x_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
   const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, x_box, dt, x_steps);
   const CUtensorMap map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
-  const dim3 grid{unsigned(tiles), unsigned(splits)};
   const auto go = [&](auto warp_specialised) {
     constexpr bool WS = decltype(warp_specialised)::value;
     constexpr auto kernel = conv_v3_wgrad_kernel<T, C, WS>;
     detail::allow_dynamic_smem<kernel>(C::kSmem);
-    kernel<<<grid, unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
+    const int64_t blocks = pipeline_blocks(WS, tiles * splits, detail::sm_count(device));
+    kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
     HPDT_CUDA_CHECK_LAUNCH();
   };
   on_chosen_pipeline(go);

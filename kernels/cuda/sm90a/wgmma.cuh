@@ -12,6 +12,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -114,6 +115,31 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
+
+// The other way: the 2-D box of `map` at (c0 along the contiguous dimension, c1 along rows) from shared memory at
+// src (laid out as a load of that box lands: 128-byte rows, swizzled as the map says) to global memory, in this
+// thread's open bulk group; TMA writes only the box's elements inside the tensor. The writes of shared memory that
+// the store reads must be made visible to the async proxy first (fence_proxy_async, then the warp's sync), and the
+// buffer may be written again only once the store has read it (bulk_wait_read).
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// waits until at most N of this thread's committed bulk groups still read their shared memory
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// waits until at most N of this thread's committed bulk groups are still running (their writes not yet done)
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// orders this thread's earlier shared-memory writes before later async-proxy (TMA) accesses
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // wgmma shared-memory descriptor, 128-byte swizzle (mode 1 in bits 62-63): start >> 4, leading byte offset
 // (LBO) >> 4, stride byte offset (SBO) >> 4. SBO is 1024 in both layouts used here: from one 8-row group of
@@ -229,17 +255,19 @@ __device__ __forceinline__ void mma_ktile(float (&d)[C::BN / 2], uint32_t stage,
                                      !first || j > 0);
 }
 
-// Both pipelines' consumer step: wait for k tile kt's stage (its "full" barrier at full_bars + 8 s completes once
-// per use, phase parity (kt / STAGES) & 1), then issue and commit the tile's MMAs for warpgroup wg. The caller waits
-// for them (wgmma_wait) and frees the stage its own way.
+// Both pipelines' consumer step: wait for the stage of the block's k tile number `it` (counted over every work
+// unit the block has run; its "full" barrier at full_bars + 8 s completes once per use, phase parity
+// (it / STAGES) & 1), then issue and commit the tile's MMAs for warpgroup wg; `first`: the unit's first k tile
+// (scale-d 0). The caller waits for them (wgmma_wait) and frees the stage its own way.
 template <class T, class C, bool A_MN, bool B_MN>
-__device__ __forceinline__ void mma_stage(float (&d)[C::BN / 2], uint32_t base, uint32_t full_bars, int kt, int wg) {
-  const uint32_t s = uint32_t(kt % C::STAGES);
-  mbar_wait(full_bars + 8u * s, uint32_t(kt / C::STAGES) & 1u);
+__device__ __forceinline__ void mma_stage(float (&d)[C::BN / 2], uint32_t base, uint32_t full_bars, int it, int wg,
+                                          bool first) {
+  const uint32_t s = uint32_t(it % C::STAGES);
+  mbar_wait(full_bars + 8u * s, uint32_t(it / C::STAGES) & 1u);
   // (no fence_reg on the accumulators inside the loop: with a group in flight, ptxas then serialises
   // every wgmma, C7515 "non wgmma instructions defining accumulator registers"; only wgmmas touch them here)
   wgmma_fence();
-  mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), wg, kt == 0);
+  mma_ktile<T, C, A_MN, B_MN>(d, base + s * uint32_t(C::kStageBytes), wg, first);
   wgmma_commit();
 }
 
@@ -268,7 +296,7 @@ __device__ __forceinline__ void barrier_pipeline(float (&d)[C::BN / 2], uint32_t
   // accumulators before the last wait (ptxas serialises wgmmas whose accumulators other instructions define
   // while a group is in flight, C7515).
   for (int kt = 0; kt < kt_total; ++kt) {
-    mma_stage<T, C, A_MN, B_MN>(d, base, bars, kt, wg);
+    mma_stage<T, C, A_MN, B_MN>(d, base, bars, kt, wg, kt == 0);
     wgmma_wait<IN_FLIGHT>();  // the MMAs of k tile kt - IN_FLIGHT are done (this warpgroup's)
     __syncthreads();  // ... and both warpgroups': refill the stage that k tile used
     const int done = kt - IN_FLIGHT;
@@ -279,22 +307,44 @@ __device__ __forceinline__ void barrier_pipeline(float (&d)[C::BN / 2], uint32_t
   for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);  // the epilogue reads them after the last wait
 }
 
-// Pipeline "ws" (warp-specialised): a producer warpgroup (warpgroup 0, one thread of it) issues the loads as
-// stages free up, two consumer warpgroups (1 and 2) compute; no block barrier in the k loop. Per stage a "full"
-// mbarrier (the producer's arrival with the TMA bytes) and an "empty" one that each of the 8 consumer warps
-// arrives on once its MMAs reading the stage are done (wait_group 1 after the next k tile's MMAs). A warp's
-// lane 0 arrives, not one thread per warpgroup as in CUTLASS: the same on the GPU (a warpgroup's MMA completes
-// as a whole) and what the CUDA emulator, which performs each warp's share of a wgmma at that warp's own wait,
-// can check. The block has kWsThreads<C> threads; issue(kt, stage, bar) as in barrier_pipeline (the producer's
-// thread 0 alone calls it). Each consumer warpgroup then calls store(cw) (cw 0 or 1: rows 64 cw.. of the tile)
-// with its 64 x BN sums in d, every MMA waited for; the producer warpgroup stores nothing. (The epilogue runs
-// inside, not after a returned "producer or consumer" flag: with the flag, ptxas gave conv v3's ws forward 9-23
-// more registers, its 256-wide tile the 168 that 384 threads allow, and GEMM v3's ws kernels 6-8 more.)
+// Pipeline "ws" (warp-specialised, persistent): a producer warpgroup (warpgroup 0, one thread of it) issues the
+// loads as stages free up, two consumer warpgroups (1 and 2) compute; no block barrier in the k loop. The block
+// runs work units blockIdx.x, blockIdx.x + gridDim.x, .. < units (output tiles, or a tile's split-K part; the
+// launch has one block per SM: ws_blocks), one k-tile sequence after another through the same stages, so the
+// producer loads the next unit's first k tiles while the consumers store this one's sums, and no unit waits for a
+// block to start, initialise its barriers and fill its pipeline. Per stage a "full" mbarrier (the producer's
+// arrival with the TMA bytes) and an "empty" one that each of the 8 consumer warps arrives on once its MMAs
+// reading the stage are done (wait_group 1 after the next k tile's MMAs; a unit's last stage after its
+// wait_group 0). A warp's lane 0 arrives, not one thread per warpgroup as in CUTLASS: the same on the GPU (a
+// warpgroup's MMA completes as a whole) and what the CUDA emulator, which performs each warp's share of a wgmma at
+// that warp's own wait, can check. The block has kWsThreads<C> threads. unit(u): unit u's coordinates, an object w
+// with w.kt_count >= 1 k tiles; issue(w, kt, stage, bar) loads its k tile kt (counted from 0) into the stage at
+// shared address `stage`, completing on `bar` (the producer's thread 0 alone calls it); store(w, cw) (cw 0 or 1:
+// rows 64 cw.. of the tile) with the unit's 64 x BN sums in d, every MMA waited for; the producer warpgroup stores
+// nothing. (The epilogue
+// runs inside, not after a returned "producer or consumer" flag: with the flag, ptxas gave conv v3's ws forward
+// 9-23 more registers, its 256-wide tile the 168 that 384 threads allow, and GEMM v3's ws kernels 6-8 more.)
 template <class C>
 inline constexpr int kWsThreads = C::kThreads + 128;
 
-template <class T, class C, bool A_MN, bool B_MN, class Issue, class Store>
-__device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base, int kt_total, Issue issue,
+// The ws pipeline's register split (setmaxnreg, as CUTLASS's warp-specialised kernels): a block of 384 threads
+// starts with 168 registers a thread (the 64 Ki of one SM, __launch_bounds__(384, 1); with setmaxnreg in the
+// kernel ptxas allocates exactly that); the producer warpgroup gives back all but 40, and the consumers take them,
+// 232 each. Without it the 128 x 256 tile's consumers (128 accumulators, the unit loop, the staged epilogue) spilled
+// at 168. The two must balance: setmaxnreg.inc waits until the block's pool has the registers.
+inline constexpr int kWsLaunchRegs = 168, kWsProducerRegs = 40, kWsConsumerRegs = 232;
+static_assert((kWsLaunchRegs - kWsProducerRegs) * 128 == (kWsConsumerRegs - kWsLaunchRegs) * 256 &&
+                  kWsLaunchRegs * 384 <= 65536 && kWsLaunchRegs * 384 > 65536 - 384 * 8,
+              "the producer frees exactly what the two consumer warpgroups take");
+__device__ __forceinline__ void producer_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsProducerRegs) : "memory");
+}
+__device__ __forceinline__ void consumer_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsConsumerRegs) : "memory");
+}
+
+template <class T, class C, bool A_MN, bool B_MN, class Unit, class Issue, class Store>
+__device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base, int units, Unit unit, Issue issue,
                                             Store store) {
   const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
   const int tid = int(threadIdx.x), wg = tid / 128;
@@ -308,43 +358,77 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
   }
   __syncthreads();
 
+  // `it` counts the block's k tiles over all its units: k tile `it` uses stage it % STAGES, for the
+  // (it / STAGES)-th time
   if (wg == 0) {  // producer
-    if (tid == 0)
-      for (int kt = 0; kt < kt_total; ++kt) {
-        const uint32_t s = uint32_t(kt % C::STAGES);
-        // use u = kt / STAGES of the stage needs the consumers' release of use u - 1 (phase u - 1)
-        if (kt >= C::STAGES) mbar_wait(empty + 8u * s, uint32_t(kt / C::STAGES - 1) & 1u);
-        issue(kt, base + s * uint32_t(C::kStageBytes), full + 8u * s);
+    producer_registers();
+    if (tid == 0) {
+      int it = 0;
+      for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
+        const auto w = unit(u);
+        for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
+          const uint32_t s = uint32_t(it % C::STAGES);
+          // use v = it / STAGES of the stage needs the consumers' release of use v - 1 (phase v - 1)
+          if (it >= C::STAGES) mbar_wait(empty + 8u * s, uint32_t(it / C::STAGES - 1) & 1u);
+          issue(w, kt, base + s * uint32_t(C::kStageBytes), full + 8u * s);
+        }
       }
+    }
     return;
   }
 
+  consumer_registers();
   const int cw = wg - 1;
-  for (int kt = 0; kt < kt_total; ++kt) {
-    mma_stage<T, C, A_MN, B_MN>(d, base, full, kt, cw);
-    wgmma_wait<1>();  // this warp's MMAs of k tile kt - 1 are done: release its stage
-    if (kt > 0 && tid % 32 == 0) mbar_arrive(empty + 8u * uint32_t((kt - 1) % C::STAGES));
-  }
-  wgmma_wait<0>();
+  const bool arrives = tid % 32 == 0;
+  int it = 0;
+  for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
+    const auto w = unit(u);
+    for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
+      mma_stage<T, C, A_MN, B_MN>(d, base, full, it, cw, kt == 0);
+      wgmma_wait<1>();  // this warp's MMAs of k tile it - 1 are done: release its stage
+      if (kt > 0 && arrives) mbar_arrive(empty + 8u * uint32_t((it - 1) % C::STAGES));
+    }
+    wgmma_wait<0>();  // the unit's last k tile too: release its stage before the stores
+    if (arrives) mbar_arrive(empty + 8u * uint32_t((it - 1) % C::STAGES));
 #pragma unroll
-  for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);
-  store(cw);
+    for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);
+    store(w, cw);
+  }
 }
 
-// The pipeline a kernel runs: ws_pipeline when WS, else barrier_pipeline (one group in flight), then
-// store(warpgroup) in every warpgroup that holds sums. Threads: kPipelineThreads<C, WS>.
+// The pipeline a kernel runs over `units` work units (unit, issue and store as ws_pipeline's): ws_pipeline
+// when WS (ws_blocks(units) blocks), else one unit per block (units blocks, u = blockIdx.x) on barrier_pipeline
+// with IN_FLIGHT groups of MMAs in flight, then store(u, warpgroup) in both warpgroups.
+// Threads: kPipelineThreads<C, WS>.
 template <class C, bool WS>
 inline constexpr int kPipelineThreads = WS ? kWsThreads<C> : C::kThreads;
 
-template <class T, class C, bool WS, bool A_MN, bool B_MN, class Issue, class Store>
-__device__ __forceinline__ void run_pipeline(float (&d)[C::BN / 2], uint32_t base, int kt_total, Issue issue,
+template <class T, class C, bool WS, int IN_FLIGHT, bool A_MN, bool B_MN, class Unit, class Issue, class Store>
+__device__ __forceinline__ void run_pipeline(float (&d)[C::BN / 2], uint32_t base, int units, Unit unit, Issue issue,
                                              Store store) {
   if constexpr (WS) {
-    ws_pipeline<T, C, A_MN, B_MN>(d, base, kt_total, issue, store);
+    ws_pipeline<T, C, A_MN, B_MN>(d, base, units, unit, issue, store);
   } else {
-    barrier_pipeline<T, C, 1, A_MN, B_MN>(d, base, kt_total, issue);
-    store(int(threadIdx.x) / 128);
+    const auto w = unit(int(blockIdx.x));
+    barrier_pipeline<T, C, IN_FLIGHT, A_MN, B_MN>(
+        d, base, w.kt_count, [&](int kt, uint32_t stage, uint32_t bar) { issue(w, kt, stage, bar); });
+    store(w, int(threadIdx.x) / 128);
   }
+}
+
+// Blocks of a launch of `units` work units: WS (persistent), one per SM (the stages leave room for one block), or
+// fewer when HPDT_GEMM_V3_CTAS=N caps them (read at every call: tests give every block several units of a small
+// problem with it; anything but a positive integer is an error naming the variable); barrier, one per unit.
+inline int64_t pipeline_blocks(bool ws, int64_t units, int sms) {
+  if (!ws) return units;
+  int64_t cap = sms;
+  if (const char* e = std::getenv("HPDT_GEMM_V3_CTAS")) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    HPDT_CHECK(end != e && *end == '\0' && v > 0, "HPDT_GEMM_V3_CTAS=", e, ": expected a positive number of blocks");
+    cap = v;
+  }
+  return std::min(units, cap);
 }
 
 // HPDT_GEMM_V3_PIPELINE=ws: GEMM v3 and conv v3 run the warp-specialised pipeline (read at every call, so that
@@ -368,8 +452,8 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// A TMA map of a 16-bit tensor of `rank` dimensions (dims[0] contiguous; strides[i]: bytes from one index of
-// dimension i + 1 to the next) in boxes of box[0] = 64 values (one 128-byte row) by box[1..], 128-byte swizzle,
+// A TMA map of a 16-bit (or f32) tensor of `rank` dimensions (dims[0] contiguous; strides[i]: bytes from one index
+// of dimension i + 1 to the next) in boxes of box[0] values (one 128-byte row) by box[1..], 128-byte swizzle,
 // out-of-bounds elements read as zeros. steps: TMA's element strides (every steps[i]-th element along dimension
 // i, ceil(box[i] / steps[i]) of them; steps[0] is ignored), or null for all 1. `who` names the caller in the
 // error.
@@ -379,8 +463,13 @@ inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, cons
   CUtensorMap map;
   const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
   const cuuint32_t* elem_strides = steps ? steps : ones;
+  HPDT_CHECK(t == DType::bf16 || t == DType::f16 || t == DType::f32, who, ": TMA maps of ", dtype_name(t),
+             " are not made here");
+  const CUtensorMapDataType type = t == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : t == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                     : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   const CUresult r = tensor_map_encoder()(
-      &map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, cuuint32_t(rank),
+      &map, type, cuuint32_t(rank),
       const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a rank-", rank,
