@@ -1240,37 +1240,64 @@ uint32_t box_bytes(const TensorMap& m) {
   return bytes;
 }
 
-void perform_tma(const TmaLoad& t) {
-  const TensorMap& m = t.map;
-  const uint32_t row_bytes = m.box[0] * m.elem_bytes;
-  const uint32_t bytes = box_bytes(m), rows = bytes / row_bytes;
-  unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
-  for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.fills[line] = FillTag{t.bar, t.phase};
+// Walks a box of `m` at coordinates c: visit(byte offset in the box's shared-memory image, swizzled; the element's
+// global address, or null outside the tensor) for each element. Row r of the box is its index in dimensions 1..
+// (dimension 1 fastest), every step-th element from the box's coordinate.
+template <class Visit>
+void walk_box(const TensorMap& m, const int32_t* c, Visit visit) {
+  const uint32_t row_bytes = m.box[0] * m.elem_bytes, rows = box_bytes(m) / row_bytes;
   for (uint32_t r = 0; r < rows; ++r) {
-    // row r of the box: its index in dimensions 1.. (dimension 1 fastest), every step-th element from the box's
-    // coordinate; its start in global memory
     bool inside = true;
     uint64_t offset = 0;
     for (uint32_t i = 1, rest = r; i < m.rank; rest /= box_count(m, i), ++i) {
-      const int64_t coord = int64_t(t.c[i]) + int64_t(rest % box_count(m, i)) * m.step[i];
+      const int64_t coord = int64_t(c[i]) + int64_t(rest % box_count(m, i)) * m.step[i];
       inside = inside && coord >= 0 && uint64_t(coord) < m.dim[i];
       offset += uint64_t(coord) * m.stride[i - 1];
     }
     for (uint32_t e = 0; e < m.box[0]; ++e) {
-      const int64_t x = int64_t(t.c[0]) + e;
-      unsigned char* out = dst + swizzle_offset(r * row_bytes + e * m.elem_bytes, m.swizzle);
-      if (inside && x >= 0 && uint64_t(x) < m.dim[0]) {
-        std::memcpy(out, m.base + offset + uint64_t(x) * m.elem_bytes, m.elem_bytes);
-      } else if (m.oob_nan) {
-        std::memset(out, 0xff, m.elem_bytes);
-      } else {
-        std::memset(out, 0, m.elem_bytes);
-      }
+      const int64_t x = int64_t(c[0]) + e;
+      const bool in = inside && x >= 0 && uint64_t(x) < m.dim[0];
+      visit(swizzle_offset(r * row_bytes + e * m.elem_bytes, m.swizzle),
+            in ? const_cast<unsigned char*>(m.base) + offset + uint64_t(x) * m.elem_bytes : nullptr);
     }
   }
+}
+
+void perform_tma(const TmaLoad& t) {
+  const TensorMap& m = t.map;
+  const uint32_t bytes = box_bytes(m);
+  unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
+  for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.fills[line] = FillTag{t.bar, t.phase};
+  walk_box(m, t.c, [&](uint32_t at, const unsigned char* global) {
+    if (global)
+      std::memcpy(dst + at, global, m.elem_bytes);
+    else
+      std::memset(dst + at, m.oob_nan ? 0xff : 0, m.elem_bytes);
+  });
   Mbarrier& b = mbarrier_at(t.bar, "cp.async.bulk.tensor (complete_tx)", t.loc);
   b.tx -= int64_t(bytes);
   mbarrier_maybe_complete(b);
+}
+
+// The tensor map at `tensor_map` for a cp.async.bulk.tensor.<rank>d (`what`) with its box at shared address smem:
+// made by cuTensorMapEncodeTiled, of that rank, smem aligned for its swizzle, a mode the emulator takes.
+TensorMap checked_map(uint64_t tensor_map, int rank, uint32_t smem, const char* what, const Loc& loc) {
+  TensorMap m;
+  std::memcpy(&m, reinterpret_cast<const void*>(uintptr_t(tensor_map)), sizeof m);
+  if (m.magic != kTensorMapMagic)
+    fatal("%s at %s:%u: %p is not a tensor map made by cuTensorMapEncodeTiled", what, short_file(loc.file_name()),
+          loc.line(), reinterpret_cast<const void*>(uintptr_t(tensor_map)));
+  if (uint32_t(rank) != m.rank)
+    fatal("%s (%dd) at %s:%u: the tensor map has rank %u", what, rank, short_file(loc.file_name()), loc.line(), m.rank);
+  const uint32_t align = m.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
+  if (smem % align)
+    fatal("%s at %s:%u: shared address 0x%x is not %u-byte aligned", what, short_file(loc.file_name()), loc.line(), smem,
+          align);
+  if (m.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && m.box[0] * m.elem_bytes != 128)
+    fatal("%s at %s:%u: the emulator takes 128-byte-swizzled boxes of 128-byte rows only", what,
+          short_file(loc.file_name()), loc.line());
+  shared_ptr(smem, box_bytes(m), what, loc);
+  return m;
 }
 
 // Lets another runnable thread of the block go first (a thread polling an mbarrier); false when none can.
@@ -1449,21 +1476,7 @@ void trap(const Loc& loc) {
 void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
   check_in_kernel("cp.async.bulk.tensor");
   TmaLoad t;
-  std::memcpy(&t.map, reinterpret_cast<const void*>(uintptr_t(tensor_map)), sizeof t.map);
-  if (t.map.magic != kTensorMapMagic)
-    fatal("cp.async.bulk.tensor at %s:%u: %p is not a tensor map made by cuTensorMapEncodeTiled",
-          short_file(loc.file_name()), loc.line(), reinterpret_cast<const void*>(uintptr_t(tensor_map)));
-  if (uint32_t(rank) != t.map.rank)
-    fatal("cp.async.bulk.tensor.%dd at %s:%u: the tensor map has rank %u", rank, short_file(loc.file_name()),
-          loc.line(), t.map.rank);
-  const uint32_t align = t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
-  if (dst % align)
-    fatal("cp.async.bulk.tensor at %s:%u: shared destination 0x%x is not %u-byte aligned", short_file(loc.file_name()),
-          loc.line(), dst, align);
-  if (t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && t.map.box[0] * t.map.elem_bytes != 128)
-    fatal("cp.async.bulk.tensor at %s:%u: the emulator takes 128-byte-swizzled boxes of 128-byte rows only",
-          short_file(loc.file_name()), loc.line());
-  shared_ptr(dst, box_bytes(t.map), "cp.async.bulk.tensor", loc);
+  t.map = checked_map(tensor_map, rank, dst, "cp.async.bulk.tensor", loc);
   t.phase = mbarrier_at(bar, "cp.async.bulk.tensor", loc).completed + 1;
   t.dst = dst, t.bar = bar, t.loc = loc;
   for (int i = 0; i < kTensorMapMaxRank; ++i) t.c[i] = i < rank ? coords[i] : 0;
@@ -1478,30 +1491,12 @@ void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords
 }
 
 namespace {
-// The box of a TMA store from shared memory to global memory: perform_tma's walk the other way, elements outside
-// the tensor not written.
+// A TMA store: the box read from shared memory, its elements inside the tensor written to global memory.
 void perform_tma_store(const TmaStore& t) {
-  const TensorMap& m = t.map;
-  const uint32_t row_bytes = m.box[0] * m.elem_bytes;
-  const uint32_t bytes = box_bytes(m), rows = bytes / row_bytes;
-  const unsigned char* src = shared_ptr(t.src, bytes, "cp.async.bulk.tensor (store)", t.loc);
-  unsigned char* base = const_cast<unsigned char*>(m.base);
-  for (uint32_t r = 0; r < rows; ++r) {
-    bool inside = true;
-    uint64_t offset = 0;
-    for (uint32_t i = 1, rest = r; i < m.rank; rest /= box_count(m, i), ++i) {
-      const int64_t coord = int64_t(t.c[i]) + int64_t(rest % box_count(m, i)) * m.step[i];
-      inside = inside && coord >= 0 && uint64_t(coord) < m.dim[i];
-      offset += uint64_t(coord) * m.stride[i - 1];
-    }
-    if (!inside) continue;
-    for (uint32_t e = 0; e < m.box[0]; ++e) {
-      const int64_t x = int64_t(t.c[0]) + e;
-      if (x >= 0 && uint64_t(x) < m.dim[0])
-        std::memcpy(base + offset + uint64_t(x) * m.elem_bytes,
-                    src + swizzle_offset(r * row_bytes + e * m.elem_bytes, m.swizzle), m.elem_bytes);
-    }
-  }
+  const unsigned char* src = shared_ptr(t.src, box_bytes(t.map), "cp.async.bulk.tensor (store)", t.loc);
+  walk_box(t.map, t.c, [&](uint32_t at, unsigned char* global) {
+    if (global) std::memcpy(global, src + at, t.map.elem_bytes);
+  });
 }
 }  // namespace
 
@@ -1509,25 +1504,11 @@ void tma_store(uint64_t tensor_map, int rank, const int32_t* coords, uint32_t sr
   check_in_kernel("cp.async.bulk.tensor (store)");
   g_tma_stores.fetch_add(1);
   TmaStore t;
-  std::memcpy(&t.map, reinterpret_cast<const void*>(uintptr_t(tensor_map)), sizeof t.map);
-  if (t.map.magic != kTensorMapMagic)
-    fatal("cp.async.bulk.tensor (store) at %s:%u: %p is not a tensor map made by cuTensorMapEncodeTiled",
-          short_file(loc.file_name()), loc.line(), reinterpret_cast<const void*>(uintptr_t(tensor_map)));
-  if (uint32_t(rank) != t.map.rank)
-    fatal("cp.async.bulk.tensor.%dd (store) at %s:%u: the tensor map has rank %u", rank, short_file(loc.file_name()),
-          loc.line(), t.map.rank);
+  t.map = checked_map(tensor_map, rank, src, "cp.async.bulk.tensor (store)", loc);
   for (uint32_t i = 1; i < t.map.rank; ++i)
     if (t.map.step[i] != 1)
       fatal("cp.async.bulk.tensor (store) at %s:%u: element strides other than 1 are not emulated for stores",
             short_file(loc.file_name()), loc.line());
-  const uint32_t align = t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
-  if (src % align)
-    fatal("cp.async.bulk.tensor (store) at %s:%u: shared source 0x%x is not %u-byte aligned",
-          short_file(loc.file_name()), loc.line(), src, align);
-  if (t.map.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && t.map.box[0] * t.map.elem_bytes != 128)
-    fatal("cp.async.bulk.tensor (store) at %s:%u: the emulator takes 128-byte-swizzled boxes of 128-byte rows only",
-          short_file(loc.file_name()), loc.line());
-  shared_ptr(src, box_bytes(t.map), "cp.async.bulk.tensor (store)", loc);
   t.src = src, t.loc = loc;
   for (int i = 0; i < kTensorMapMaxRank; ++i) t.c[i] = i < rank ? coords[i] : 0;
   // CUDA_EMU_TMA=early performs the store now (the earliest CUDA allows: shared memory written after it does not
