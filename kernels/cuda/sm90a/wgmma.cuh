@@ -310,7 +310,7 @@ __device__ __forceinline__ void barrier_pipeline(float (&d)[C::BN / 2], uint32_t
 // Pipeline "ws" (warp-specialised, persistent): a producer warpgroup (warpgroup 0, one thread of it) issues the
 // loads as stages free up, two consumer warpgroups (1 and 2) compute; no block barrier in the k loop. The block
 // runs work units blockIdx.x, blockIdx.x + gridDim.x, .. < units (output tiles, or a tile's split-K part; the
-// launch has one block per SM: ws_blocks), one k-tile sequence after another through the same stages, so the
+// launch has one block per SM: pipeline_blocks), one k-tile sequence after another through the same stages, so the
 // producer loads the next unit's first k tiles while the consumers store this one's sums, and no unit waits for a
 // block to start, initialise its barriers and fill its pipeline. Per stage a "full" mbarrier (the producer's
 // arrival with the TMA bytes) and an "empty" one that each of the 8 consumer warps arrives on once its MMAs
@@ -397,8 +397,8 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
 }
 
 // The pipeline a kernel runs over `units` work units (unit, issue and store as ws_pipeline's): ws_pipeline
-// when WS (ws_blocks(units) blocks), else one unit per block (units blocks, u = blockIdx.x) on barrier_pipeline
-// with IN_FLIGHT groups of MMAs in flight, then store(u, warpgroup) in both warpgroups.
+// when WS (pipeline_blocks blocks), else one unit per block (units blocks, u = blockIdx.x) on barrier_pipeline
+// with IN_FLIGHT groups of MMAs in flight, then store(w, warpgroup) in both warpgroups.
 // Threads: kPipelineThreads<C, WS>.
 template <class C, bool WS>
 inline constexpr int kPipelineThreads = WS ? kWsThreads<C> : C::kThreads;
