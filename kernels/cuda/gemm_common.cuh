@@ -89,7 +89,7 @@ __device__ __forceinline__ void store_one(const Params& p, int64_t off, int col,
 // Whether store_pair may move two elements at once: ldc even and C (and the residual and the activation's matrix)
 // aligned to two.
 template <class TC>
-__device__ __forceinline__ bool pairs_aligned(const Params& p) {
+__host__ __device__ __forceinline__ bool pairs_aligned(const Params& p) {
   constexpr uintptr_t kPair = 2 * sizeof(TC);
   return (p.ldc & 1) == 0 && reinterpret_cast<uintptr_t>(p.C) % kPair == 0 &&
          reinterpret_cast<uintptr_t>(p.res) % kPair == 0 && reinterpret_cast<uintptr_t>(p.aux) % kPair == 0;

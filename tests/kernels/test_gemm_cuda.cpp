@@ -631,6 +631,25 @@ TEST_F(GemmCuda, V3StagedEpilogueOnEdgeShapes) {
             differ += test::bits_of(staged.data<float>()[i]) != test::bits_of(direct.data<float>()[i]);
           EXPECT_EQ(differ, 0) << "elements where the staged and the direct epilogue differ";
         }
+  // Rows ending mid-16-byte granule (N = 260 bf16: 520 bytes) with 16-byte-aligned rows (ldc 272): a TMA store would
+  // overwrite each row's padding up to the granule's end (columns 260..263; seen on an H200), so v3 takes the direct
+  // stores there. run() checks that the padding keeps its poison.
+  for (const DType ct : {DType::bf16, DType::f32}) {
+    Case c;
+    c.variant = GemmVariant::v3_wgmma, c.tb = true, c.M = 130, c.N = ct == DType::f32 ? 262 : 260, c.K = 72;
+    c.ab = DType::bf16, c.c = ct, c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
+    c.bias = true;
+    SCOPED_TRACE("rows ending mid-granule, " + describe(c));
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    const unsigned long long before = cuda_emu::tma_stores();
+#endif
+    GemmVariant used;
+    EXPECT_TRUE(run(c, &used));
+    EXPECT_EQ(used, GemmVariant::v3_wgmma);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    EXPECT_EQ(cuda_emu::tma_stores(), before) << "direct stores";
+#endif
+  }
   const ScopedEnv bad("HPDT_GEMM_V3_EPILOGUE", "smem");
   Case c;
   c.variant = GemmVariant::v3_wgmma, c.tb = true, c.M = c.N = c.K = 64, c.ab = c.c = DType::bf16;

@@ -172,7 +172,6 @@ template <class T, class C>
 void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stream& stream) {
   p.tiles_n = int(ceil_div(c.M, C::BN));
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
-  HPDT_CHECK(units < (int64_t(1) << 31), "conv v3: ", units, " tiles is more than one launch takes");
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
   const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};
   const cuuint64_t src_strides[3] = {cuuint64_t(c.C) * 2, cuuint64_t(c.ws) * c.C * 2, cuuint64_t(c.hs) * c.ws * c.C * 2};
@@ -189,7 +188,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
     constexpr bool WS = decltype(warp_specialised)::value;
     constexpr auto kernel = conv_v3_kernel<T, C, WS>;
     detail::allow_dynamic_smem<kernel>(C::kSmem);
-    const int64_t blocks = pipeline_blocks(WS, units, detail::sm_count(stream.device().index));
+    const int64_t blocks = pipeline_blocks("conv v3", WS, units, detail::sm_count(stream.device().index));
     kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_src, map_w,
                                                                                                        q, p);
     HPDT_CUDA_CHECK_LAUNCH();
@@ -287,8 +286,6 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
                                                    detail::kWgmmaFlops);
   q.kt_per_split = int(sk.steps_per_split);
   const int splits = int(ceil_div(q.kt_total, q.kt_per_split));
-  HPDT_CHECK(tiles * splits < (int64_t(1) << 31), "conv v3 backward-filter: ", tiles * splits,
-             " tiles is more than one launch takes");
   q.tiles = int(tiles), q.splits = splits;
   Tensor ws;
   if (splits > 1) {
@@ -312,7 +309,7 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
     constexpr bool WS = decltype(warp_specialised)::value;
     constexpr auto kernel = conv_v3_wgrad_kernel<T, C, WS>;
     detail::allow_dynamic_smem<kernel>(C::kSmem);
-    const int64_t blocks = pipeline_blocks(WS, tiles * splits, detail::sm_count(device));
+    const int64_t blocks = pipeline_blocks("conv v3 backward-filter", WS, tiles * splits, detail::sm_count(device));
     kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
     HPDT_CUDA_CHECK_LAUNCH();
   };

@@ -228,8 +228,7 @@ void launch_kernel(int splits, const Params& p, const CUtensorMap& ma, const CUt
   constexpr auto kernel = gemm_v3_kernel<T, C, WS, IN_FLIGHT, A_MN, B_MN>;
   detail::allow_dynamic_smem<kernel>(kGemmSmem<C>);
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n * splits;
-  HPDT_CHECK(units < (int64_t(1) << 31), "gemm v3: ", units, " tiles is more than one launch takes");
-  const int64_t blocks = pipeline_blocks(WS, units, detail::sm_count(device));
+  const int64_t blocks = pipeline_blocks("gemm v3", WS, units, detail::sm_count(device));
   kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kGemmSmem<C>, s>>>(ma, mb, mc, p, int(units));
   HPDT_CUDA_CHECK_LAUNCH();
 }
@@ -263,13 +262,15 @@ bool staged_epilogue_chosen() {
   return false;
 }
 
-// TMA writes C: its start 16-byte aligned, its rows a multiple of 16 bytes apart; the epilogue's pair reads of the
-// residual and the activation's matrix as store_pair's (pairs_aligned).
+// TMA writes C: its start 16-byte aligned, its rows a multiple of 16 bytes apart, and each row's N elements a
+// multiple of 16 bytes too: a TMA store writes whole 16-byte granules, so a row ending mid-granule would lose the
+// elements after it up to the granule's end (ldc's padding; seen on an H200 on 2026-11-27). The epilogue's pair
+// reads of C, the residual and the activation's matrix as store_pair's (pairs_aligned).
 bool staged_epilogue_can_take(const Params& p, DType c_type) {
   const size_t e = dtype_size(c_type);
-  const auto aligned = [](const void* ptr, size_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; };
-  return aligned(p.C, 16) && (size_t(p.ldc) * e) % 16 == 0 && aligned(p.res, 2 * e) && aligned(p.aux, 2 * e) &&
-         p.N > 0 && p.M > 0;
+  const bool pairs = c_type == DType::f32 ? pairs_aligned<float>(p) : pairs_aligned<bf16_t>(p);  // by element size
+  return reinterpret_cast<uintptr_t>(p.C) % 16 == 0 && (size_t(p.ldc) * e) % 16 == 0 && (size_t(p.N) * e) % 16 == 0 &&
+         pairs;
 }
 
 template <class T, class C>

@@ -419,7 +419,9 @@ __device__ __forceinline__ void run_pipeline(float (&d)[C::BN / 2], uint32_t bas
 // Blocks of a launch of `units` work units: WS (persistent), one per SM (the stages leave room for one block), or
 // fewer when HPDT_GEMM_V3_CTAS=N caps them (read at every call: tests give every block several units of a small
 // problem with it; anything but a positive integer is an error naming the variable); barrier, one per unit.
-inline int64_t pipeline_blocks(bool ws, int64_t units, int sms) {
+// `who` names the kernel in the error a launch of 2^31 or more units (blockIdx.x and the units' int) gets.
+inline int64_t pipeline_blocks(const char* who, bool ws, int64_t units, int sms) {
+  HPDT_CHECK(units < (int64_t(1) << 31), who, ": ", units, " work units is more than one launch takes");
   if (!ws) return units;
   int64_t cap = sms;
   if (const char* e = std::getenv("HPDT_GEMM_V3_CTAS")) {

@@ -1243,9 +1243,14 @@ uint32_t box_bytes(const TensorMap& m) {
 // Walks a box of `m` at coordinates c: visit(byte offset in the box's shared-memory image, swizzled; the element's
 // global address, or null outside the tensor) for each element. Row r of the box is its index in dimensions 1..
 // (dimension 1 fastest), every step-th element from the box's coordinate.
+// A store (whole_granules) writes the innermost dimension in whole 16-byte granules, as the GPU does: where a row's
+// bytes are not a multiple of 16, the elements after its last, up to the next 16-byte boundary, count as inside
+// and are overwritten (seen on an H200 on 2026-11-27: a C with padded rows lost its padding; triton-lang/triton
+// issue 11583). Loads clip at the last element.
 template <class Visit>
-void walk_box(const TensorMap& m, const int32_t* c, Visit visit) {
+void walk_box(const TensorMap& m, const int32_t* c, Visit visit, bool whole_granules = false) {
   const uint32_t row_bytes = m.box[0] * m.elem_bytes, rows = box_bytes(m) / row_bytes;
+  const uint64_t dim0 = whole_granules ? (m.dim[0] * m.elem_bytes + 15) / 16 * 16 / m.elem_bytes : m.dim[0];
   for (uint32_t r = 0; r < rows; ++r) {
     bool inside = true;
     uint64_t offset = 0;
@@ -1256,7 +1261,7 @@ void walk_box(const TensorMap& m, const int32_t* c, Visit visit) {
     }
     for (uint32_t e = 0; e < m.box[0]; ++e) {
       const int64_t x = int64_t(c[0]) + e;
-      const bool in = inside && x >= 0 && uint64_t(x) < m.dim[0];
+      const bool in = inside && x >= 0 && uint64_t(x) < dim0;
       visit(swizzle_offset(r * row_bytes + e * m.elem_bytes, m.swizzle),
             in ? const_cast<unsigned char*>(m.base) + offset + uint64_t(x) * m.elem_bytes : nullptr);
     }
@@ -1494,9 +1499,11 @@ namespace {
 // A TMA store: the box read from shared memory, its elements inside the tensor written to global memory.
 void perform_tma_store(const TmaStore& t) {
   const unsigned char* src = shared_ptr(t.src, box_bytes(t.map), "cp.async.bulk.tensor (store)", t.loc);
-  walk_box(t.map, t.c, [&](uint32_t at, unsigned char* global) {
-    if (global) std::memcpy(global, src + at, t.map.elem_bytes);
-  });
+  walk_box(
+      t.map, t.c, [&](uint32_t at, unsigned char* global) {
+        if (global) std::memcpy(global, src + at, t.map.elem_bytes);
+      },
+      /*whole_granules=*/true);
 }
 }  // namespace
 
