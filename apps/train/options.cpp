@@ -71,7 +71,8 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir");
   app.add_option("--device", o.device, "cpu|cuda (cuda: one GPU per rank, local rank % GPUs on the node)");
   app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
-  app.add_option("--gemm", o.gemm, "v2|v3: our GEMM for 16-bit inputs on the GPU (v3: Hopper wgmma + TMA where it can run, v2 elsewhere; with NHWC, the convolutions too (conv v3); --kernels ours)");
+  app.add_option("--gemm", o.gemm, "v3|v2: our GEMM for 16-bit inputs on the GPU (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)");
+  app.add_option("--conv", o.conv, "v2|v3: our NHWC convolutions for 16-bit inputs on the GPU (v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, Hopper wgmma + TMA, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)");
   app.add_option("--layout", o.layout,
                  "auto|nchw|nhwc: activation layout of the ResNets, on either device (auto: nhwc on the CPU, "
                  "the fast direct convolution; nchw on CUDA, until its NHWC kernels are timed on a GPU)");
@@ -109,6 +110,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--device", o.device, {"cpu", "cuda"});
   require_one_of("--kernels", o.kernels, {"ours", "vendor"});
   require_one_of("--gemm", o.gemm, {"v2", "v3"});
+  require_one_of("--conv", o.conv, {"v2", "v3"});
   require_one_of("--layout", o.layout, {"auto", "nchw", "nhwc"});
   if (o.dropout != 0 && o.model.rfind("vit", 0) != 0)
     HPDT_FAIL("hpdt-train: --dropout is for the ViTs (", o.model, " has no dropout layers)");
@@ -120,8 +122,11 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   if (o.algo == "nccl" && o.device != "cuda") HPDT_FAIL("hpdt-train: --algo nccl needs --device cuda");
   if (o.kernels == "vendor" && o.device != "cuda")
     HPDT_FAIL("hpdt-train: --kernels vendor needs --device cuda (the CPU has one implementation of each op)");
-  if (o.gemm == "v3" && (o.device != "cuda" || o.kernels != "ours"))
-    HPDT_FAIL("hpdt-train: --gemm v3 needs --device cuda and --kernels ours");
+  // choices among our CUDA kernels: given on the command line, they need them
+  for (const char* flag : {"--gemm", "--conv"})
+    if (app.count(flag) > 0 && (o.device != "cuda" || o.kernels != "ours"))
+      HPDT_FAIL("hpdt-train: ", flag, " ", std::string(flag) == "--gemm" ? o.gemm : o.conv,
+                " needs --device cuda and --kernels ours");
   if (o.algo == "nccl" && o.compress != "none")
     HPDT_FAIL("hpdt-train: --compress ", o.compress, " needs a host all-reduce algorithm; --algo nccl reduces the "
               "gradients uncompressed in device memory");

@@ -45,7 +45,8 @@ struct TrainOptions {
   bool resume = false;
   std::string device = "cpu";       // cpu|cuda
   std::string kernels = "ours";     // ours|vendor: GEMM/conv on CUDA by hpdt's kernels or cuBLAS/cuDNN
-  std::string gemm = "v2";          // v2|v3: our 16-bit GEMM on CUDA (kernels::GemmChoice)
+  std::string gemm = "v3";          // v2|v3: our 16-bit GEMM on CUDA (kernels::GemmChoice)
+  std::string conv = "v2";          // v2|v3: our NHWC 16-bit convolutions on CUDA (kernels::ConvChoice)
   std::string layout = "auto";  // auto|nchw|nhwc: ResNet activations (auto: NHWC on the CPU, NCHW on CUDA)
   unsigned long long seed = 42;
   std::string timeline;             // Chrome/Perfetto trace

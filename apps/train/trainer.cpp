@@ -256,6 +256,7 @@ void Run::setup_device() {
   stream_ = Stream::create_cuda(gpu);
   kernels::set_kernel_backend(kernels::parse_kernel_backend(o_.kernels));
   kernels::set_gemm_choice(kernels::parse_gemm_choice(o_.gemm));
+  kernels::set_conv_choice(kernels::parse_conv_choice(o_.conv));
   if (rank_ == 0 && local_size_ > gpus)
     std::fprintf(stderr, "hpdt-train: note: %d ranks share %d GPU(s) on a node (local rank %% %d)\n", local_size_, gpus,
                  gpus);
@@ -753,6 +754,7 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"device", device_.str()},
                   {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
                   {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
+                  {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
                   {"layout", kernels::layout_name(model_->layout())},
                   {"grad_sync", sync_->path()},
                   {"parameters", model_->num_parameters()},
@@ -806,6 +808,7 @@ int Run::execute() {
                     {"gpu", device_.is_cuda() ? cuda_device_name(device_.index) : std::string()},
                     {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
                     {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
+                    {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
                     {"layout", kernels::layout_name(model_->layout())},
                     {"grad_sync", sync_->path()},
                     {"algo", o_.algo},

@@ -4,7 +4,7 @@
 // (kernels/cuda/conv_nhwc.cu, cuDNN with NHWC descriptors and its NHWC filter layout). Rows of one layout, shape,
 // dtype and direction are consecutive (v1, v2, v3, cudnn), and every row of ours carries vs_cudnn = cuDNN time / our
 // time in the same layout (> 1: faster than cuDNN), so the ratio reads off one run.
-// v3_wgmma rows (NHWC, bf16): what `--gemm v3` runs, ConvVariant::automatic with kernels::gemm_choice() v3 — the
+// v3_wgmma rows (NHWC, bf16): what `--conv v3` runs, ConvVariant::automatic with kernels::conv_choice() v3 — the
 // forward, the backward-data phases and the backward-filter on conv v3 (kernels/cuda/conv_v3.cuh) where the
 // reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of
 // those takes the row. v3_wgmma_ws rows: the same with HPDT_GEMM_V3_PIPELINE=ws (wgmma.cuh's warp-specialised
@@ -60,7 +60,7 @@ const char* impl_name(Impl i) {
          : i == Impl::v3ws ? "v3_wgmma_ws"
                            : "cudnn";
 }
-// Whether `--gemm v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
+// Whether `--conv v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
 // on GEMM v3; otherwise conv v3 for a forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0 and a
 // backward-filter with c_in % 64 == 0, c_out % 8 == 0 (strides up to 8).
 bool v3_takes(const Conv2dShape& s, Dir d) {
@@ -99,8 +99,8 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
   const kc::ConvVariant v = v3                 ? kc::ConvVariant::automatic
                             : impl == Impl::v2 ? kc::ConvVariant::v2_tensor_core
                                                : kc::ConvVariant::v1_simt;
-  // v3: the automatic variant under --gemm v3's setting, for this call; v3ws: on the ws pipeline
-  const kernels::ScopedGemmChoice choice(v3 ? kernels::GemmChoice::v3 : kernels::gemm_choice());
+  // v3: the automatic variant under --conv v3's setting, for this call; v3ws: on the ws pipeline
+  const kernels::ScopedConvChoice choice(v3 ? kernels::ConvChoice::v3 : kernels::conv_choice());
   const ScopedEnv pipeline("HPDT_GEMM_V3_PIPELINE", impl == Impl::v3ws ? "ws" : nullptr);
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {

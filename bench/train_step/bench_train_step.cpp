@@ -58,7 +58,8 @@ double median_of(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   CLI::App app{"hpdt training-step benchmark (CPU, or one GPU with --device cuda)"};
-  std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", gemm_name = "v2", layout_name = "auto", out;
+  std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", gemm_name = "v3",
+              conv_name = "v2", layout_name = "auto", out;
   int64_t batch = 128, steps = 10, warmup = 3, image = 28, channels = 1, patch = 4, classes = 10;
   app.add_option("--model", model, "resnet20 | resnet56 | resnet18 | resnet34 | resnet50 | vit_ti | vit_s | vit_b");
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
@@ -73,7 +74,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--kernels", kernels_name, "ours | vendor (cuBLAS/cuDNN for GEMM and convolution; --device cuda)")
       ->check(CLI::IsMember({"ours", "vendor"}));
-  app.add_option("--gemm", gemm_name, "v2 | v3: our GEMM for 16-bit inputs (v3: Hopper wgmma + TMA where it can run, v2 elsewhere; with NHWC, the convolutions too (conv v3); --kernels ours)")
+  app.add_option("--gemm", gemm_name, "v3 | v2: our GEMM for 16-bit inputs (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)")
+      ->check(CLI::IsMember({"v2", "v3"}));
+  app.add_option("--conv", conv_name, "v2 | v3: our NHWC convolutions for 16-bit inputs (v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)")
       ->check(CLI::IsMember({"v2", "v3"}));
   app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
@@ -84,7 +87,9 @@ int main(int argc, char** argv) {
   try {
     const bool gpu = device == "cuda";
     HPDT_CHECK(gpu || kernels_name == "ours", "--kernels vendor needs --device cuda");
-    HPDT_CHECK(gemm_name == "v2" || (gpu && kernels_name == "ours"), "--gemm v3 needs --device cuda and --kernels ours");
+    for (const char* flag : {"--gemm", "--conv"})  // choices among our CUDA kernels: given, they need them
+      HPDT_CHECK(app.count(flag) == 0 || (gpu && kernels_name == "ours"), flag, " ",
+                 std::string(flag) == "--gemm" ? gemm_name : conv_name, " needs --device cuda and --kernels ours");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
     HPDT_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph: not with --precision fp16 (its dynamic loss scale changes between steps; a graph replays the scale of the capture)");
     HPDT_CHECK(!cuda_graph || warmup >= 2, "--cuda-graph needs --warmup 2 or more (the capture takes its memory from what the warm-up left cached: a step allocates while the model still holds the previous one's activations)");
@@ -93,6 +98,7 @@ int main(int argc, char** argv) {
       hpdt::cuda_set_device(0);
       hpdt::kernels::set_kernel_backend(hpdt::kernels::parse_kernel_backend(kernels_name));
       hpdt::kernels::set_gemm_choice(hpdt::kernels::parse_gemm_choice(gemm_name));
+      hpdt::kernels::set_conv_choice(hpdt::kernels::parse_conv_choice(conv_name));
     }
     const hpdt::Stream stream = gpu ? hpdt::Stream::create_cuda(0) : hpdt::Stream();
     hpdt::nn::ModelConfig c;
@@ -188,6 +194,7 @@ int main(int argc, char** argv) {
                         {"precision", precision},
                         {"kernels", gpu ? kernels_name : "cpu"},
                         {"gemm", gpu && kernels_name == "ours" ? gemm_name : "-"},
+                        {"conv", gpu && kernels_name == "ours" ? conv_name : "-"},
                         {"layout", hpdt::kernels::layout_name(m->layout())},
                         {"threads", omp_get_max_threads()},
                         {"params", m->num_parameters()},

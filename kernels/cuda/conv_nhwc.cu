@@ -819,22 +819,23 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
 }
 
 // A 1x1 stride-1 unpadded NHWC convolution is a plain GEMM of the [pixels, channels] matrices; with
-// kernels::gemm_choice() v3 (hpdt-train --gemm v3) and ConvVariant::automatic it runs on GEMM v3 (wgmma + TMA)
-// wherever v3 takes the call (16-bit, 16-byte aligned rows, a Hopper GPU), and on the conv kernels otherwise.
+// kernels::conv_choice() v3 (hpdt-train --conv v3) and ConvVariant::automatic it runs on GEMM v3 (wgmma + TMA)
+// wherever v3 takes the call (16-bit, 16-byte aligned rows, a Hopper GPU), and on the conv kernels otherwise
+// (whatever kernels::gemm_choice() says: that is for the GEMMs of the linear layers).
 // The GEMM (trans_a, trans_b, A, lda, B, ldb) as cuda::gemm takes it; true when v3 takes it.
 bool one_by_one_on_gemm_v3(const Conv2dShape& s, ConvVariant variant, bool trans_a, bool trans_b, const void* a,
                            int64_t lda, const void* b, int64_t ldb, DType dt, const Stream& stream) {
-  return variant == ConvVariant::automatic && gemm_choice() == GemmChoice::v3 && s.kh == 1 && s.kw == 1 &&
+  return variant == ConvVariant::automatic && conv_choice() == ConvChoice::v3 && s.kh == 1 && s.kw == 1 &&
          s.stride == 1 && s.pad == 0 && dt != DType::f32 && s.n * s.h * s.w > 0 && s.c_in > 0 && s.c_out > 0 &&
-         gemm_resolve(GemmVariant::automatic, trans_a, trans_b, lda, ldb, a, b, dt, stream) == GemmVariant::v3_wgmma;
+         gemm_resolve(GemmVariant::v3_wgmma, trans_a, trans_b, lda, ldb, a, b, dt, stream) == GemmVariant::v3_wgmma;
 }
 
-// With kernels::gemm_choice() v3 and ConvVariant::automatic, the other convolutions' implicit GEMMs (the forward
+// With kernels::conv_choice() v3 and ConvVariant::automatic, the other convolutions' implicit GEMMs (the forward
 // without scale, shift or ReLU in its epilogue; every phase of a backward-data; the backward-filter) run on the
 // wgmma + TMA convolution (conv_v3.cuh) wherever it takes them (16-bit, the reduced channels % 64 == 0, stride
 // <= 8, a Hopper GPU and an sm_90 build), and on the conv kernels otherwise.
 bool conv_v3_chosen(ConvVariant variant, DType dt) {
-  return HPDT_HAVE_GEMM_WGMMA && variant == ConvVariant::automatic && gemm_choice() == GemmChoice::v3 &&
+  return HPDT_HAVE_GEMM_WGMMA && variant == ConvVariant::automatic && conv_choice() == ConvChoice::v3 &&
          dt != DType::f32;
 }
 

@@ -190,17 +190,26 @@ def train_table(t, torch, rows, numbers):
     for label, key, tmodel in [("ResNet-50, 224², batch 256, NCHW", "resnet50_bf16_{}", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC", "resnet50_bf16_{}_nhwc", "resnet50"),
                                ("ResNet-50, 224², batch 256, NCHW, CUDA graph", "resnet50_bf16_{}_graph", "resnet50"),
+                               # until 2026-11-27 --gemm v3 chose the NHWC convolutions' kernels too
                                ("ResNet-50, 224², batch 256, NHWC, --gemm v3 (conv v3 and GEMM v3)",
                                 "resnet50_bf16_{}_nhwc_gemm_v3", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --gemm v3, ws pipeline",
                                 "resnet50_bf16_{}_nhwc_gemm_v3ws", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3 (conv v3, 1×1 on GEMM v3)",
+                                "resnet50_bf16_{}_nhwc_conv_v3", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, ws pipeline",
+                                "resnet50_bf16_{}_nhwc_conv_v3ws", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),
+                               # until 2026-11-27 v2 was the default and v3 a row of its own
                                ("ViT-B/16, 224², batch 64, --gemm v3", "vit_b16_bf16_{}_gemm_v3", "vit_b16"),
-                               ("ViT-B/16, 224², batch 64, --gemm v3, ws pipeline", "vit_b16_bf16_{}_gemm_v3ws",
+                               ("ViT-B/16, 224², batch 64, GEMM v3, ws pipeline", "vit_b16_bf16_{}_gemm_v3ws",
                                 "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
+        if ours is None and vend is None:
+            continue  # a row that run did not time
         eager = torch.get((tmodel, "eager"), {}).get("img_per_s_median")
         comp = torch.get((tmodel, "compile"), {}).get("img_per_s_median")
         r = lambda a, b: a / b if a and b else None  # noqa: E731

@@ -660,7 +660,7 @@ TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
 }
 
 #if HPDT_HAVE_CUDA
-// With kernels::gemm_choice() v3 and ConvVariant::automatic, NHWC 1x1 stride-1 convolutions run as GEMM v3 in all
+// With kernels::conv_choice() v3 and ConvVariant::automatic, NHWC 1x1 stride-1 convolutions run as GEMM v3 in all
 // three directions (backward-data with a residual stays on the conv kernels, whose epilogue adds it): against the
 // oracle, and on the emulator, which kernels ran.
 TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
@@ -670,7 +670,7 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
                                     probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
       GTEST_SKIP() << "GEMM v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   }
-  kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
+  kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
   const auto auto_v = kernels::cuda::ConvVariant::automatic;
   const Case cases[] = {{"1x1 64->72 at 14", 2, 64, 14, 14, 72, 1, 1, 0}, {"1x1 40->24 at 6x2", 3, 40, 6, 2, 24, 1, 1, 0}};
   for (DType dt : {DType::bf16, DType::f16})
@@ -711,11 +711,24 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
       EXPECT_GT(cuda_emu::launches_named("conv_nhwc_"), convs) << "the residual takes the conv kernels";
 #endif
     }
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  // conv_choice() v2 (the default) keeps them on the conv kernels, whatever gemm_choice() (v3 by default) says
+  const kernels::ScopedConvChoice v2(kernels::ConvChoice::v2);
+  const kernels::ScopedGemmChoice gemm_v3(kernels::GemmChoice::v3);
+  const Conv2dShape s = cases[0].shape();
+  const Tensor x = to_gpu(random({s.n, s.h, s.w, s.c_in}), DType::bf16),
+               w = to_gpu(random({s.c_out, s.c_in, 1, 1}), DType::bf16);
+  Tensor y = poisoned({s.n, s.h, s.w, s.c_out}, DType::bf16);
+  const unsigned long long gemms = cuda_emu::launches_named("gemm_v3"), convs = cuda_emu::launches_named("conv_nhwc_");
+  kernels::cuda::conv2d_forward_nhwc(s, x, w, Conv2dEpilogue{}, y, stream, auto_v);
+  EXPECT_EQ(cuda_emu::launches_named("gemm_v3"), gemms) << "conv v2 chosen: no GEMM v3";
+  EXPECT_GT(cuda_emu::launches_named("conv_nhwc_"), convs) << "conv v2 chosen: the conv kernels";
+#endif
 }
 #endif
 
 #if HPDT_HAVE_CUDA
-// With kernels::gemm_choice() v3 and ConvVariant::automatic, the NHWC implicit GEMMs with 64k channels run on conv
+// With kernels::conv_choice() v3 and ConvVariant::automatic, the NHWC implicit GEMMs with 64k channels run on conv
 // v3 (wgmma + TMA, conv_v3.cuh): the forward with ci % 64 == 0 (bias and residual in its epilogue), every stride
 // phase of backward-data with co % 64 == 0 (with its residual) and the backward-filter with ci % 64 == 0 and
 // co % 8 == 0 (split-K on the 32 x 32 case); the others on the conv kernels. Against the oracle; on the emulator,
@@ -731,7 +744,7 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
                                     probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
       GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   }
-  kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
+  kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
   const auto auto_v = kernels::cuda::ConvVariant::automatic;
   struct V3Case {
     const char* name;
@@ -824,7 +837,7 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
 #endif
 
 #if HPDT_HAVE_CUDA
-// conv v3 (`--gemm v3`) on ResNet-50's 3x3 convolutions at their real planes (batch 4): every box shape the
+// conv v3 (`--conv v3`) on ResNet-50's 3x3 convolutions at their real planes (batch 4): every box shape the
 // planes choose (56: 16 x 8, 28: 32 x 4, 14: 16 x 8, 7: 8 x 8 x 2 images), every N tile, split-K backward-filter,
 // and its stride-2 convolutions (3 x 3 and the 1 x 1 projection: element-strided TMA, backward-data phases), against v1 in f32 on the same bf16 inputs (as
 // OursVsCudnnLargeBf16), and within two bf16 roundings of v2. Too large for the emulator, where
@@ -861,8 +874,8 @@ TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
     const Tensor want[3] = {to_cpu_f32(y_ref), to_cpu_f32(dx_ref), to_cpu_f32(dw_ref)};
     Tensor got[2][3];  // v2, v3
     for (int v = 0; v < 2; ++v) {
-      SCOPED_TRACE(v == 0 ? "v2" : "v3 (--gemm v3)");
-      const kernels::ScopedGemmChoice choice(v == 0 ? kernels::GemmChoice::v2 : kernels::GemmChoice::v3);
+      SCOPED_TRACE(v == 0 ? "v2" : "v3 (--conv v3)");
+      const kernels::ScopedConvChoice choice(v == 0 ? kernels::ConvChoice::v2 : kernels::ConvChoice::v3);
       const auto variant = v == 0 ? kernels::cuda::ConvVariant::v2_tensor_core : kernels::cuda::ConvVariant::automatic;
       Tensor y = poisoned(ys, bf), dx = poisoned(xs, bf);
       Tensor dw = Tensor::zeros(ws, bf, Device::cuda(0), AllocOptions{.stream = &stream});

@@ -455,7 +455,8 @@ TEST_F(GemmCuda, LargeV2AgainstCublas) {
 
 // v3 on a compute capability 9.0 device: it must be built in (a build that runs there targets sm_90) and be
 // what aligned 16-bit GEMMs of every layout resolve to when asked for; f32 and unaligned leading dimensions
-// go to v1. `automatic` takes v2 unless gemm_choice() is v3, and never takes v3 under the vendor backend.
+// go to v1. `automatic` takes v3 unless gemm_choice() is v2 (v3 is the default since it ran on an H200), and
+// never takes v3 under the vendor backend.
 TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
   if (!hopper_device()) GTEST_SKIP() << "v3_wgmma runs on compute capability 9.0 only; this device is not";
   ASSERT_TRUE(kernels::cuda::gemm_v3_built()) << "this build has no v3_wgmma: CMAKE_CUDA_ARCHITECTURES lacks 90";
@@ -472,16 +473,19 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
   auto automatic = [&](DType t) {
     return kernels::cuda::gemm_resolve(GemmVariant::automatic, false, false, 72, 72, A.data(), B.data(), t, stream);
   };
-  EXPECT_EQ(automatic(DType::bf16), GemmVariant::v2_mma)
-      << "automatic must not pick v3 by default before it has been validated on a GPU";
+  EXPECT_EQ(kernels::gemm_choice(), kernels::GemmChoice::v3) << "the default";
+  EXPECT_EQ(automatic(DType::bf16), GemmVariant::v3_wgmma);
+  EXPECT_EQ(automatic(DType::f16), GemmVariant::v3_wgmma);
+  EXPECT_EQ(automatic(DType::f32), GemmVariant::v1_simt);
   {
-    const kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
-    EXPECT_EQ(automatic(DType::bf16), GemmVariant::v3_wgmma);
-    EXPECT_EQ(automatic(DType::f32), GemmVariant::v1_simt);
+    const kernels::ScopedGemmChoice v2(kernels::GemmChoice::v2);
+    EXPECT_EQ(automatic(DType::bf16), GemmVariant::v2_mma);
+  }
+  {
     const kernels::ScopedKernelBackend vendor(kernels::KernelBackend::vendor);
     EXPECT_EQ(automatic(DType::bf16), GemmVariant::vendor);
   }
-  EXPECT_EQ(automatic(DType::bf16), GemmVariant::v2_mma);
+  EXPECT_EQ(automatic(DType::bf16), GemmVariant::v3_wgmma);
 }
 
 // v3 with both block tiles on shapes that are no multiple of a tile (rows of A and B and k columns past the

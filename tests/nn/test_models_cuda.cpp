@@ -309,9 +309,9 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
   for (size_t i = 0; i < p.size(); i += 997) EXPECT_NEAR(copy[i], p[i], std::abs(p[i]) * 0.0079f) << i;
 }
 
-// The bf16 step with our Hopper GEMM (kernels::GemmChoice::v3: every aligned 16-bit GEMM of the model, the
-// linear layers' forward, dx and dw, through wgmma + TMA; in NHWC also the convolutions' stride-1 GEMMs with
-// 64k channels, conv v3) against the same step with v2 (mma.sync): both sum f32 products of the same bf16
+// The bf16 step with our Hopper kernels (kernels::GemmChoice::v3, the default: every aligned 16-bit GEMM of the
+// model, the linear layers' forward, dx and dw, through wgmma + TMA; kernels::ConvChoice::v3: in NHWC also the
+// convolutions' stride-1 GEMMs with 64k channels, conv v3) against the same step with v2 for both (mma.sync): both sum f32 products of the same bf16
 // inputs, in other orders, so only roundings of outputs to bf16 differ. Measured on the CUDA emulator
 // (2026-11-27): resnet20 and resnet20_nhwc the same losses (2.376350, 2.377266) and gradient cosines 1.000000
 // (the NHWC step runs 15 conv v3 launches, stage 3's 64-channel forwards and the backward-data into 64-channel
@@ -325,11 +325,16 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
       GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   }
   const Data d = make_data(GetParam());
-  auto a = gpu_model(DType::bf16);
-  const StepOut r2 = forward_backward(*a, d);
-  StepOut r3;
+  StepOut r2, r3;
+  {
+    const kernels::ScopedGemmChoice v2(kernels::GemmChoice::v2);
+    const kernels::ScopedConvChoice conv_v2(kernels::ConvChoice::v2);
+    auto a = gpu_model(DType::bf16);
+    r2 = forward_backward(*a, d);
+  }
   {
     const kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
+    const kernels::ScopedConvChoice conv_v3(kernels::ConvChoice::v3);
     auto b = gpu_model(DType::bf16);
     r3 = forward_backward(*b, d);
   }

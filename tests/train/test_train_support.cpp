@@ -56,8 +56,10 @@ TEST(TrainOptions, DefaultsAndValues) {
   EXPECT_EQ(g.device, "cuda");
   EXPECT_EQ(g.kernels, "vendor");
   EXPECT_EQ(g.algo, "nccl");
-  EXPECT_EQ(parse({}).gemm, "v2");
-  EXPECT_EQ(parse({"--device", "cuda", "--gemm", "v3"}).gemm, "v3");
+  EXPECT_EQ(parse({}).gemm, "v3");
+  EXPECT_EQ(parse({}).conv, "v2");
+  EXPECT_EQ(parse({"--device", "cuda", "--gemm", "v2"}).gemm, "v2");
+  EXPECT_EQ(parse({"--device", "cuda", "--conv", "v3"}).conv, "v3");
 }
 
 TEST(TrainOptions, BadValuesNameTheFlag) {
@@ -73,8 +75,10 @@ TEST(TrainOptions, BadValuesNameTheFlag) {
   EXPECT_NE(parse_error({"--kernels", "vendor"}).find("--kernels vendor needs --device cuda"), std::string::npos);
   EXPECT_NE(parse_error({"--gemm", "v4"}).find("--gemm 'v4' is not one of v2|v3"), std::string::npos);
   EXPECT_NE(parse_error({"--gemm", "v3"}).find("--gemm v3 needs --device cuda and --kernels ours"), std::string::npos);
-  EXPECT_NE(parse_error({"--device", "cuda", "--kernels", "vendor", "--gemm", "v3"}).find("--gemm v3 needs"),
+  EXPECT_NE(parse_error({"--device", "cuda", "--kernels", "vendor", "--gemm", "v2"}).find("--gemm v2 needs"),
             std::string::npos);
+  EXPECT_NE(parse_error({"--conv", "v4"}).find("--conv 'v4' is not one of v2|v3"), std::string::npos);
+  EXPECT_NE(parse_error({"--conv", "v3"}).find("--conv v3 needs --device cuda and --kernels ours"), std::string::npos);
   EXPECT_NE(parse_error({"--device", "cuda", "--algo", "nccl", "--compress", "topk:0.01"}).find("--algo nccl"),
             std::string::npos);
 }

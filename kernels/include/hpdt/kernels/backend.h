@@ -19,9 +19,10 @@ std::string_view kernel_backend_name(KernelBackend backend);
 KernelBackend parse_kernel_backend(std::string_view name);
 
 // Which of our tensor-core GEMMs runs for 16-bit inputs under KernelBackend::ours (cuda::gemm's `automatic`):
-//   v2: mma.sync (the default);
 //   v3: Hopper wgmma + TMA where it can take the call (compute capability 9.0, a build for sm_90, 16-byte
-//       aligned operands), v2 elsewhere. Not the default until it has run on a GPU (docs/kernels-cuda.md).
+//       aligned operands), v2 elsewhere. The default since 2026-11-27: on an H200 it was 1.15-2.3x v2 on every
+//       GEMM timed, and the ViT-B/16 step 23 % faster with it (results/gpu/README.md);
+//   v2: mma.sync everywhere.
 // One setting per process like the backend (hpdt-train / hpdt-bench-train-step --gemm).
 enum class GemmChoice { v2, v3 };
 
@@ -30,6 +31,20 @@ GemmChoice gemm_choice();
 // "v2" / "v3"; parse throws hpdt::Error naming the bad value.
 std::string_view gemm_choice_name(GemmChoice choice);
 GemmChoice parse_gemm_choice(std::string_view name);
+
+// Which of our kernels the NHWC 16-bit convolutions run under KernelBackend::ours (ConvVariant::automatic):
+//   v2: the mma.sync implicit GEMMs (the default: on an H200, 2026-11-27, v3 lost the 1x1 convolutions with 64
+//       output channels, and the NHWC ResNet-50 step was 15 % slower with it);
+//   v3: the 1x1 stride-1 ones as GEMM v3, the others with 64k input channels on conv v3 (wgmma + TMA), each where
+//       it can take the call (a Hopper GPU, an sm_90 build), v2 elsewhere.
+// One setting per process (hpdt-train / hpdt-bench-train-step --conv). NCHW convolutions have one kernel family.
+enum class ConvChoice { v2, v3 };
+
+void set_conv_choice(ConvChoice choice);
+ConvChoice conv_choice();
+// "v2" / "v3"; parse throws hpdt::Error naming the bad value.
+std::string_view conv_choice_name(ConvChoice choice);
+ConvChoice parse_conv_choice(std::string_view name);
 
 // A setting changed for one scope and restored when the scope ends, also on an exception (tests, benchmarks):
 //   const ScopedGemmChoice v3(GemmChoice::v3);
@@ -46,5 +61,6 @@ class ScopedSetting {
 };
 using ScopedKernelBackend = ScopedSetting<KernelBackend, kernel_backend, set_kernel_backend>;
 using ScopedGemmChoice = ScopedSetting<GemmChoice, gemm_choice, set_gemm_choice>;
+using ScopedConvChoice = ScopedSetting<ConvChoice, conv_choice, set_conv_choice>;
 
 }  // namespace hpdt::kernels
