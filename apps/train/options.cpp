@@ -123,10 +123,12 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   if (o.kernels == "vendor" && o.device != "cuda")
     HPDT_FAIL("hpdt-train: --kernels vendor needs --device cuda (the CPU has one implementation of each op)");
   // choices among our CUDA kernels: given on the command line, they need them
-  for (const char* flag : {"--gemm", "--conv"})
+  const auto needs_our_cuda_kernels = [&](const char* flag, const std::string& value) {
     if (app.count(flag) > 0 && (o.device != "cuda" || o.kernels != "ours"))
-      HPDT_FAIL("hpdt-train: ", flag, " ", std::string(flag) == "--gemm" ? o.gemm : o.conv,
-                " needs --device cuda and --kernels ours");
+      HPDT_FAIL("hpdt-train: ", flag, " ", value, " needs --device cuda and --kernels ours");
+  };
+  needs_our_cuda_kernels("--gemm", o.gemm);
+  needs_our_cuda_kernels("--conv", o.conv);
   if (o.algo == "nccl" && o.compress != "none")
     HPDT_FAIL("hpdt-train: --compress ", o.compress, " needs a host all-reduce algorithm; --algo nccl reduces the "
               "gradients uncompressed in device memory");

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hpdt/core/allocator.h"
@@ -87,9 +88,10 @@ int main(int argc, char** argv) {
   try {
     const bool gpu = device == "cuda";
     HPDT_CHECK(gpu || kernels_name == "ours", "--kernels vendor needs --device cuda");
-    for (const char* flag : {"--gemm", "--conv"})  // choices among our CUDA kernels: given, they need them
-      HPDT_CHECK(app.count(flag) == 0 || (gpu && kernels_name == "ours"), flag, " ",
-                 std::string(flag) == "--gemm" ? gemm_name : conv_name, " needs --device cuda and --kernels ours");
+    // choices among our CUDA kernels: given on the command line, they need them
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--gemm", gemm_name}, {"--conv", conv_name}})
+      HPDT_CHECK(app.count(flag) == 0 || (gpu && kernels_name == "ours"), flag, " ", value,
+                 " needs --device cuda and --kernels ours");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
     HPDT_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph: not with --precision fp16 (its dynamic loss scale changes between steps; a graph replays the scale of the capture)");
     HPDT_CHECK(!cuda_graph || warmup >= 2, "--cuda-graph needs --warmup 2 or more (the capture takes its memory from what the warm-up left cached: a step allocates while the model still holds the previous one's activations)");
