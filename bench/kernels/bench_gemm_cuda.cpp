@@ -119,16 +119,14 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
 }
 
 // v3_pipeline: HPDT_GEMM_V3_PIPELINE for this row (v3's "ws" rows), or null for the default; v3_blocks:
-// HPDT_GEMM_V3_CTAS (the ws pipeline's block cap), or null for one block per SM; v3_epilogue:
-// HPDT_GEMM_V3_EPILOGUE, or null for the default (staged, TMA stores)
+// HPDT_GEMM_V3_CTAS (the ws pipeline's block cap), or null for one block per SM
 void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v, const char* v3_pipeline,
-                const char* v3_blocks, const char* v3_epilogue) {
+                const char* v3_blocks) {
   if (!cuda_available()) {
     state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
     return;
   }
-  const ScopedEnv scope("HPDT_GEMM_V3_PIPELINE", v3_pipeline), blocks("HPDT_GEMM_V3_CTAS", v3_blocks),
-      epilogue("HPDT_GEMM_V3_EPILOGUE", v3_epilogue);
+  const ScopedEnv scope("HPDT_GEMM_V3_PIPELINE", v3_pipeline), blocks("HPDT_GEMM_V3_CTAS", v3_blocks);
   try {
     Operands o = make_operands(sh, ab, c);
     const Stream& s = bench_stream();
@@ -159,27 +157,22 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
 }
 
 // One row per variant; v3 twice: its default pipeline ("barrier", row v3_wgmma) and the warp-specialised one,
-// persistent (row v3_wgmma_ws); with v3_ablation two more of the ws pipeline, a block per tile (row
-// v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count) and the direct-store epilogue (row
-// v3_wgmma_ws_direct: HPDT_GEMM_V3_EPILOGUE=direct), which tell what the persistence and the staged epilogue gain.
+// persistent (row v3_wgmma_ws); with v3_ablation one more of the ws pipeline, a block per tile (row
+// v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count), which tells what the persistence gains.
 void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants, bool v3_ablation = false) {
   struct Row {
     const char* suffix;
     const char* pipeline;
     const char* blocks;
-    const char* epilogue;
   };
-  const Row rows[] = {{"", nullptr, nullptr, nullptr},
-                      {"_ws", "ws", nullptr, nullptr},
-                      {"_ws_per_tile", "ws", "2147483647", nullptr},
-                      {"_ws_direct", "ws", nullptr, "direct"}};
+  const Row rows[] = {{"", nullptr, nullptr}, {"_ws", "ws", nullptr}, {"_ws_per_tile", "ws", "2147483647"}};
   for (GemmVariant v : variants)
     for (const Row& r : rows) {
       if (r.pipeline && v != GemmVariant::v3_wgmma) continue;
-      if ((r.blocks || r.epilogue) && !v3_ablation) continue;
+      if (r.blocks && !v3_ablation) continue;
       const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" +
                                sh.name + "/" + std::string(kernels::cuda::gemm_variant_name(v)) + r.suffix;
-      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, r.pipeline, r.blocks, r.epilogue)
+      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, r.pipeline, r.blocks)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }
@@ -206,8 +199,7 @@ void register_all() {
   for (const Layer& l : layers) {
     const std::string base = std::string("vitb16_b64_") + l.name + "_";
     const std::string dims = std::to_string(rows) + "x" + std::to_string(l.in) + "->" + std::to_string(l.out);
-    // the persistent ws pipeline against a block per tile, and the staged epilogue against direct stores, where k
-    // is short (768): the forwards
+    // the persistent ws pipeline against a block per tile where k is short (768): the forwards
     add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16, all, l.in == 768);
     add({base + "dx_" + dims, rows, l.in, l.out, false, false, 0.0f}, DType::bf16, DType::bf16, all);
     add({base + "dw_" + dims, l.out, l.in, rows, true, false, 1.0f}, DType::bf16, DType::bf16, all);

@@ -22,6 +22,7 @@
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/gemm.h"
+#include "band_epilogue.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
 #include "vendor.cuh"
@@ -37,8 +38,6 @@ namespace {
 constexpr int64_t kIntMax = 0x7fffffff;
 
 using gemm_detail::Params;
-using gemm_detail::store_pair;
-using gemm_detail::store_partial_pair;
 using gemm_detail::tile_coords;
 
 // ---- small kernels: the epilogue alone (K == 0, alpha == 0; vendor's bias and activation) and the split-K
@@ -125,19 +124,22 @@ __device__ __forceinline__ void stash(float* __restrict__ s, bool kmajor, const 
   }
 }
 
+// The thread's 8 x 8 outputs through a local copy that a loop not unrolled walks: unrolled, the 64 store_one calls
+// (each with every option of the epilogue) made this kernel 2.3 MB of SASS, slow to fetch (band_epilogue.cuh).
 template <class TC>
 __device__ __forceinline__ void epilogue(const Params& p, int m0, int n0, const float (&acc)[8][8]) {
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  float out[64];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[i * 8 + j] = acc[i][j];
+#pragma unroll 1
+  for (int k = 0; k < 64; ++k) {
+    const int i = k / 8, j = k % 8;
     const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
-    if (row >= p.M) continue;
-    const int64_t row_off = int64_t(row) * p.ldc;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int col = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
-      if (col < p.N) store_one<TC>(p, row_off + col, col, acc[i][j]);
-    }
+    const int col = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+    if (row < p.M && col < p.N) store_one<TC>(p, int64_t(row) * p.ldc + col, col, out[k]);
   }
 }
 
@@ -419,35 +421,23 @@ __global__ void __launch_bounds__(C::kThreads, C::MIN_BLOCKS) gemm_v2_kernel(con
   }
   cp_async_wait<0>();  // only empty groups can be left; drain them before the block exits
 
-  // mma C layout: lane (g = lane / 4, t = lane % 4) holds rows g and g + 8, columns 2t and 2t + 1.
-  const int g = lane >> 2, t = lane & 3;
-  if (p.partial) {  // split-K: raw f32 sums of this split's k range, [split][M][N]
-#pragma unroll
-    for (int mi = 0; mi < C::MT; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < C::NT; ++ni)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          store_partial_pair(p, int(blockIdx.y), m0 + wm0 + mi * 16 + g + h * 8, n0 + wn0 + ni * 8 + 2 * t,
-                             acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
-    return;
-  }
-  auto epilogue = [&](auto c_tag) {
-    using TC = decltype(c_tag);
-    const bool pair_ok = gemm_detail::pairs_aligned<TC>(p);
-#pragma unroll
-    for (int mi = 0; mi < C::MT; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < C::NT; ++ni) {
-        const int row = m0 + wm0 + mi * 16 + g, col = n0 + wn0 + ni * 8 + 2 * t;
-        store_pair<TC>(p, row, col, acc[mi][ni][0], acc[mi][ni][1], pair_ok);
-        store_pair<TC>(p, row + 8, col, acc[mi][ni][2], acc[mi][ni][3], pair_ok);
-      }
+  // The epilogue (band_epilogue.cuh): the warp's MT bands of 16 rows x WN columns, chunk c = band c / (WN / 32),
+  // columns 32 (c % (WN / 32)).. of it; acc[mi][ni] is the mma C fragment of rows mi * 16 + lane / 4 (+ 8), columns
+  // ni * 8 + 2 (lane % 4) (+ 1). The buffers reuse the stages: every warp's last fragment reads must be done.
+  __syncthreads();
+  constexpr int kChunksPerBand = C::WN / gemm_detail::kChunkCols;
+  static_assert(C::WN % gemm_detail::kChunkCols == 0 && C::kThreads / 32 * gemm_detail::kBandBufBytes <= C::kSmem,
+                "whole chunks per band, a buffer per warp inside the stages");
+  auto frag = [&](auto J) {
+    constexpr int j = decltype(J)::value;
+    const float(&a)[4] = acc[j / C::NT][j % C::NT];
+    return make_float4(a[0], a[1], a[2], a[3]);
   };
-  if (p.c_f32)
-    epilogue(float{});
-  else
-    epilogue(T{});
+  auto at = [&](int c, int r) {
+    return make_int2(m0 + wm0 + c / kChunksPerBand * 16 + r, n0 + wn0 + c % kChunksPerBand * gemm_detail::kChunkCols);
+  };
+  gemm_detail::band_epilogue<T, C::MT * kChunksPerBand>(p, int(blockIdx.y), frag, at,
+                                                        smem_raw + warp * gemm_detail::kBandBufBytes);
 }
 
 template <class T, class C, bool AK, bool BK>

@@ -38,7 +38,6 @@ struct Params {
   int tiles_m, tiles_n;
   int kt_per_split;  // split-K: k tiles per split (of 32 in v2, of 64 in v3); the split: blockIdx.y (v1, v2), the work unit (v3)
   float* partial;    // split-K: [splits][M][N] f32 partial sums, or null
-  bool stage_c;      // v3: the staged epilogue (TMA stores of C through shared memory), else direct stores
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.

@@ -77,7 +77,8 @@ def gemm_table(g, rows, numbers):
     for dt in ("bf16->bf16", "f32->f32"):
         for sh in shapes:
             # v3_wgmma_ws is persistent (a block per SM); v3_wgmma_ws_per_tile the same kernels with a block per tile;
-            # v3_wgmma_ws_direct with the direct-store epilogue instead of the staged one
+            # v3_wgmma_ws_direct with the direct-store epilogue instead of the staged one (runs before 2026-11-28: both
+            # epilogues were replaced by band_epilogue.cuh's)
             v1, v2, v3, v3ws, v3pt, v3d, cu = (g.get(f"gemm/{dt}/{sh}/{v}")
                                                for v in ("v1_simt", "v2_mma", "v3_wgmma", "v3_wgmma_ws",
                                                          "v3_wgmma_ws_per_tile", "v3_wgmma_ws_direct", "vendor"))

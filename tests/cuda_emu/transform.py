@@ -403,6 +403,12 @@ class AsmGen:
                   'cvt.f32.f16': 'cvt_f32_f16', 'cvt.f32.bf16': 'cvt_f32_bf16'}[opcode]
             self.body.append('%s = ::cuda_emu::ptx::%s(%s);' %
                              (self.ref(args[0], want_output=True), fn, self.value(args[1])))
+        elif opcode in ('st.shared.v2.f32', 'st.shared::cta.v2.f32'):
+            if len(args) != 2:
+                raise TransformError('%s takes 2 operands' % opcode)
+            x, y = self.vector(args[1], 2)
+            self.body.append('::cuda_emu::ptx::st_shared_v2_f32(uint32_t(%s), float(%s), float(%s), %s);' %
+                             (self.address(args[0]), x, y, loc))
         elif opcode == 'trap' and not args:
             self.body.append('::cuda_emu::ptx::trap(%s);' % loc)
         elif opcode in ('mov.u64', 'mov.b64') and len(args) == 2 and args[1].strip() == '%globaltimer':

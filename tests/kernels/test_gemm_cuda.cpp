@@ -576,88 +576,52 @@ TEST_F(GemmCuda, V3SplitKIsRightAndDeterministic) {
   ::unsetenv("HPDT_GEMM_V3_PIPELINE");
 }
 
-// v3's staged epilogue (each warp's outputs through shared memory to TMA stores; the default wherever TMA can write
-// C: C 16-byte aligned, its rows a multiple of 16 bytes apart) on edge shapes (a last tile of 2 rows, of 8 or 264
-// columns), both tiles and both pipelines ("ws" on 2 blocks: a tile's stores still in flight while the block runs
-// the next), C in bf16, f16 and f32 (32 columns a store), with every step of the epilogue: against the oracle, the
-// padding between rows untouched, and the same bits as the direct stores (HPDT_GEMM_V3_EPILOGUE=direct, the same
-// arithmetic). On the emulator, which epilogue ran is counted: TMA stores for the staged one, none for direct.
-TEST_F(GemmCuda, V3StagedEpilogueOnEdgeShapes) {
-  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
-  const Size sizes[] = {{130, 264, 72}, {300, 520, 200}};
-  for (const char* pipeline : {"barrier", "ws"})
-    for (const char* tile : {"narrow", "wide"})
-      for (const Size& sz : sizes)
-        for (int form = 0; form < 4; ++form) {
-          const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline), ctas("HPDT_GEMM_V3_CTAS",
-                                                                         std::string(pipeline) == "ws" ? "2" : nullptr),
-              tiles("HPDT_GEMM_V3_TILE", tile);
-          Case c;
-          c.variant = GemmVariant::v3_wgmma;
-          c.tb = true;
-          c.ta = form == 3;  // one MN-major A
-          c.M = sz.M, c.N = sz.N, c.K = sz.K;
-          c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
-          const Types types[] = {{DType::bf16, DType::bf16}, {DType::f16, DType::f16}, {DType::bf16, DType::f32},
-                                 {DType::bf16, DType::bf16}};
-          c.ab = types[form].ab, c.c = types[form].c;
-          if (form == 1) c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
-          if (form == 2) c.bias = true, c.residual = true, c.act = 1, c.keep_pre = true;
-          if (form == 3) c.act = 2, c.bias = true, c.form = kernels::GeluForm::tanh;
-          SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, " + describe(c));
-          Tensor staged, direct;
-          const uint64_t inputs = draw_position();  // both runs on the same inputs
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-          const unsigned long long before = cuda_emu::tma_stores();
-#endif
-          GemmVariant used;
-          EXPECT_TRUE(run(c, &used, &staged));
-          EXPECT_EQ(used, GemmVariant::v3_wgmma);
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-          // a store per warp, chunk and tile: 8 warps x (BN x 2 / 128 or BN x 4 / 128) per tile
-          const int64_t bn = std::string(tile) == "wide" ? 256 : 128, n_tiles = (c.M + 127) / 128 * ((c.N + bn - 1) / bn);
-          EXPECT_EQ(cuda_emu::tma_stores() - before, uint64_t(n_tiles * 8 * bn * int64_t(dtype_size(c.c)) / 128));
-#endif
-          {
-            const ScopedEnv off("HPDT_GEMM_V3_EPILOGUE", "direct");
-            rewind(inputs);
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-            const unsigned long long before_direct = cuda_emu::tma_stores();
-#endif
-            EXPECT_TRUE(run(c, nullptr, &direct));
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-            EXPECT_EQ(cuda_emu::tma_stores(), before_direct) << "direct stores";
-#endif
-          }
-          ASSERT_EQ(staged.numel(), direct.numel());
-          int64_t differ = 0;
-          for (int64_t i = 0; i < staged.numel(); ++i)
-            differ += test::bits_of(staged.data<float>()[i]) != test::bits_of(direct.data<float>()[i]);
-          EXPECT_EQ(differ, 0) << "elements where the staged and the direct epilogue differ";
-        }
-  // Rows ending mid-16-byte granule (N = 260 bf16: 520 bytes) with 16-byte-aligned rows (ldc 272): a TMA store would
-  // overwrite each row's padding up to the granule's end (columns 260..263; seen on an H200), so v3 takes the direct
-  // stores there. run() checks that the padding keeps its poison.
-  for (const DType ct : {DType::bf16, DType::f32}) {
-    Case c;
-    c.variant = GemmVariant::v3_wgmma, c.tb = true, c.M = 130, c.N = ct == DType::f32 ? 262 : 260, c.K = 72;
-    c.ab = DType::bf16, c.c = ct, c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
-    c.bias = true;
-    SCOPED_TRACE("rows ending mid-granule, " + describe(c));
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-    const unsigned long long before = cuda_emu::tma_stores();
-#endif
-    GemmVariant used;
-    EXPECT_TRUE(run(c, &used));
-    EXPECT_EQ(used, GemmVariant::v3_wgmma);
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-    EXPECT_EQ(cuda_emu::tma_stores(), before) << "direct stores";
-#endif
-  }
-  const ScopedEnv bad("HPDT_GEMM_V3_EPILOGUE", "smem");
-  Case c;
-  c.variant = GemmVariant::v3_wgmma, c.tb = true, c.M = c.N = c.K = 64, c.ab = c.c = DType::bf16;
-  HPDT_EXPECT_THROW_MSG(run(c), "HPDT_GEMM_V3_EPILOGUE=smem: expected tma or direct");
+// The tensor-core GEMMs' epilogue (band_epilogue.cuh: each warp's outputs in chunks of 16 rows x 32 columns
+// through shared memory, the chunk loop not unrolled, one mode per band) on edge shapes: a last tile of 2 rows
+// (bands partly and wholly outside C), N = 264 (a last chunk of 8 of its 32 columns), N = 259 (a pair across C's
+// last column: that element alone), an odd ldc (no pair aligned: every element through the scalar fallback), in
+// every mode: alpha, beta and bias; GELU (erf) keeping the pre-activation, with a residual; GELU (tanh); the GELU
+// gradient in both forms, C in bf16, f16 and f32. v2, and v3 with both tiles and both pipelines ("ws" on 2 blocks:
+// a block's next tile reuses the buffers). run() checks against the oracle and that C's padding keeps its poison.
+// (The split-K partials go through the same code: SplitKIsRightAndDeterministic, V3SplitKIsRightAndDeterministic.)
+TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
+  const Size sizes[] = {{130, 264, 72}, {34, 259, 40}};
+  struct Run {
+    GemmVariant variant;
+    const char* pipeline;
+    const char* tile;
+  };
+  std::vector<Run> runs{{GemmVariant::v2_mma, nullptr, nullptr}};
+  if (v3_runs_here())
+    for (const char* pipeline : {"barrier", "ws"})
+      for (const char* tile : {"narrow", "wide"}) runs.push_back({GemmVariant::v3_wgmma, pipeline, tile});
+  else
+    std::printf("[  NOTE    ] v3_wgmma does not run here (a compute capability 9.0 device and a build for sm_90): v2 only\n");
+  for (const Run& r : runs)
+    for (const Size& sz : sizes)
+      for (int form = 0; form < 5; ++form) {
+        const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", r.pipeline),
+            ctas("HPDT_GEMM_V3_CTAS", r.pipeline && std::string(r.pipeline) == "ws" ? "2" : nullptr),
+            tiles("HPDT_GEMM_V3_TILE", r.tile);
+        Case c;
+        c.variant = r.variant;
+        c.tb = true;
+        c.ta = form == 3;  // one MN-major A
+        c.M = sz.M, c.N = sz.N, c.K = sz.K;
+        c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
+        const Types types[] = {{DType::bf16, DType::bf16}, {DType::f16, DType::f16}, {DType::bf16, DType::f32},
+                               {DType::bf16, DType::bf16}, {DType::f16, DType::f32}};
+        c.ab = types[form].ab, c.c = types[form].c;
+        if (form == 1) c.alpha = 0.75f, c.beta = -0.5f, c.bias = true;
+        if (form == 2) c.bias = true, c.residual = true, c.act = 1, c.keep_pre = true;
+        if (form == 3) c.act = 2, c.bias = true, c.form = kernels::GeluForm::tanh;
+        if (form == 4) c.act = 2, c.beta = 0.5f, c.pad_c = (c.N % 2) ? 2 : 1;  // ldc odd: element by element
+        if (form == 0) c.act = 1, c.form = kernels::GeluForm::tanh;
+        SCOPED_TRACE(std::string(r.pipeline ? r.pipeline : "") + " " + (r.tile ? r.tile : "") + " " + describe(c));
+        GemmVariant used;
+        EXPECT_TRUE(run(c, &used));
+        EXPECT_EQ(used, r.variant);
+      }
 }
 
 // HPDT_GEMM_V3_CTAS caps the "ws" pipeline's blocks: anything but a positive number is an error naming it (and

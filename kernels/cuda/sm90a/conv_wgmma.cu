@@ -12,8 +12,8 @@
 // reads every stride-th pixel with TMA's element strides (a box of tw * stride x th * stride traversed, tw x th
 // loaded), the same rows in shared memory. B's k tile is the weights' [M][64] slice, as in GEMM v3. No gather,
 // no im2col buffer, no index math in the k loop beyond the tap's coordinates.
-// The epilogue maps each accumulator row back to its pixel and stores through gemm_common.cuh's store_pair (bias
-// and residual as GEMM v3); rows of the box outside the pixel grid are computed and dropped.
+// The epilogue maps each accumulator row back to its pixel and stores through band_epilogue.cuh (bias and residual
+// as GEMM v3); rows of the box outside the pixel grid are computed and dropped.
 // Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
 // 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Tile N: 64 output channels when M <= 64 (ResNet's
 // 64-channel 3 x 3 convolutions), else 128, or 256 when that still fills a wave. No split-K: k is at most
@@ -34,6 +34,7 @@
 
 #include "conv_common.cuh"
 #include "conv_v3.cuh"
+#include "band_epilogue.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
 #include "wgmma.cuh"
@@ -75,30 +76,53 @@ struct PixelTiles {
   int dst_h, dst_w, dys, dy0, dxs, dx0;
 };
 
-// Warpgroup wg's 64 x BN accumulators (t: the thread's index in the warpgroup; the D fragment as in
-// gemm_wgmma.cu's store_tile) to their pixels' rows of dst; row m of the tile is pixel (m % tw, m / tw % th,
-// m / (tw th)) of the box.
+// The forward / backward-data kernel's shared memory: the stages and their barriers (C::kSmem), 128 bytes from the
+// barriers to the epilogue's buffers (band_epilogue.cuh: 2 KiB for each of the 8 consumer warps).
+template <class C>
+constexpr int kConvSmem = C::kSmem + 128 + 8 * gemm_detail::kBandBufBytes;
+static_assert(kConvSmem<Wide> <= 227 * 1024 && kConvSmem<Narrow> <= 227 * 1024 && kConvSmem<Slim> <= 227 * 1024 &&
+                  16 * Slim::STAGES <= 128,
+              "an H100 block has 227 KiB; the barriers fit before the buffers");
+
+// Warpgroup wg's 64 x BN accumulators (the D fragment as in gemm_wgmma.cu's store_tile) to their pixels' rows of dst
+// through band_epilogue; row m of the tile is pixel (m % tw, m / tw % th, m / (tw th)) of the box, and rows outside
+// the pixel grid go to row p.M, which the epilogue drops.
 template <class T, class C>
-__device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, const float (&d)[C::BN / 2], int img0,
-                                             int py0, int px0, int tn, int wg, int t) {
-  const int warp = t / 32, lane = t % 32;
-  const int col0 = tn * C::BN + 2 * (lane % 4);
-  const bool pair_ok = gemm_detail::pairs_aligned<T>(p);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = wg * 64 + warp * 16 + lane / 4 + 8 * h;
+__device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, float (&d)[C::BN / 2], int img0,
+                                             int py0, int px0, int tn, int wg, unsigned char* staging) {
+  const int warp = (int(threadIdx.x) % 128) / 32;
+  const int m0 = wg * 64 + warp * 16;
+  auto frag = [&](auto J) {
+    constexpr int j = decltype(J)::value;
+    return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+  };
+  auto at = [&](int c, int r) {
+    const int m = m0 + r;
     const int img = img0 + (m >> (q.box.tw_log2 + q.box.th_log2));
     const int py = py0 + ((m >> q.box.tw_log2) & ((1 << q.box.th_log2) - 1));
     const int px = px0 + (m & ((1 << q.box.tw_log2) - 1));
-    // outside the pixel grid: row p.M, which store_pair drops
     const int row = img < q.n && py < q.hp && px < q.wp
                         ? (img * q.dst_h + py * q.dys + q.dy0) * q.dst_w + px * q.dxs + q.dx0
                         : p.M;
-#pragma unroll
-    for (int j = 0; j < C::BN / 8; ++j)
-      gemm_detail::store_pair<T>(p, row, col0 + 8 * j, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], pair_ok);
-  }
+    return make_int2(row, tn * C::BN + c * gemm_detail::kChunkCols);
+  };
+  gemm_detail::band_epilogue<T, C::BN / gemm_detail::kChunkCols>(p, 0, frag, at,
+                                                                 staging + (wg * 4 + warp) * gemm_detail::kBandBufBytes);
 }
+
+// The forward's `store` step (a functor whose operator() is forced inline: a lambda around the epilogue was left a
+// function of its own, its accumulators in local memory; see gemm_wgmma.cu's StoreTile).
+template <class T, class C>
+struct StorePixels {
+  const Params& p;
+  const PixelTiles& q;
+  float (&d)[C::BN / 2];
+  unsigned char* staging;
+  template <class Tile>
+  __device__ __forceinline__ void operator()(const Tile& t, int wg) const {
+    store_pixels<T, C>(p, q, d, t.img0, t.py0, t.px0, t.tn, wg, staging);
+  }
+};
 
 // Output tile u (wgmma.cuh's work unit): its N tile, the first image, row and column of its pixel box, and its k
 // tiles (all of K).
@@ -120,6 +144,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
                    const PixelTiles q, const Params p) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  unsigned char* staging = smem_raw + (base + uint32_t(C::STAGES * C::kStageBytes) + 128u - smem_u32(smem_raw));
   float d[C::BN / 2];
   const auto issue = [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
     const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
@@ -130,9 +155,8 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     tma_load_2d(stage + uint32_t(C::kABytes), &map_w, bar, kt * kBK, t.tn * C::BN);
   };
   run_pipeline<T, C, WS, 1, false, false>(
-      d, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); }, issue, [&](const PixelTile& t, int wg) {
-        store_pixels<T, C>(p, q, d, t.img0, t.py0, t.px0, t.tn, wg, int(threadIdx.x) % 128);
-      });
+      d, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); }, issue,
+      StorePixels<T, C>{p, q, d, staging});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -187,10 +211,10 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   const auto go = [&](auto warp_specialised) {
     constexpr bool WS = decltype(warp_specialised)::value;
     constexpr auto kernel = conv_v3_kernel<T, C, WS>;
-    detail::allow_dynamic_smem<kernel>(C::kSmem);
+    detail::allow_dynamic_smem<kernel>(kConvSmem<C>);
     const int64_t blocks = pipeline_blocks("conv v3", WS, units, detail::sm_count(stream.device().index));
-    kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_src, map_w,
-                                                                                                       q, p);
+    kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kConvSmem<C>, detail::native(stream)>>>(
+        map_src, map_w, q, p);
     HPDT_CUDA_CHECK_LAUNCH();
   };
   on_chosen_pipeline(go);
@@ -369,7 +393,7 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   q.oy0 = c.oy0, q.ox0 = c.ox0, q.tsign = c.tsign, q.kw = c.kw, q.c_tiles = c.C / kBK;
   q.dst_h = c.dst_h, q.dst_w = c.dst_w, q.dys = c.dys, q.dy0 = c.dy0, q.dxs = c.dxs, q.dx0 = c.dx0;
   Params p{};
-  p.M = c.n * c.dst_h * c.dst_w;  // dst's rows (pixels); the GEMM's "M" here only bounds store_pair's rows
+  p.M = c.n * c.dst_h * c.dst_w;  // dst's rows (pixels); the GEMM's "M" here only bounds the epilogue's rows
   p.N = c.M;
   p.K = c.kh * c.kw * c.C;
   p.alpha = 1.0f, p.beta = 0.0f;

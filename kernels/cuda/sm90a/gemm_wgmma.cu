@@ -17,6 +17,8 @@
 //   - Split-K, sized in whole waves (detail::choose_split_k): work unit u is split u / tiles of tile u % tiles;
 //     f32 partials summed in split order by gemm.cu's splitk_reduce.
 //   - MN-major operands (A transposed, B not) arrive as 64 x 64 boxes read with wgmma's transpose bits.
+//   - The epilogue (bias, residual, GELU or its gradient, split-K partials): band_epilogue.cuh, each warp's 16 rows
+//     through a 2 KiB shared-memory buffer, row-contiguous stores.
 // The building blocks (mbarriers, TMA, wgmma, the tile configurations, the "barrier" pipeline) and the shared
 // memory layouts are in wgmma.cuh, shared with conv_wgmma.cu.
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "band_epilogue.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
 #include "wgmma.cuh"
@@ -67,52 +70,10 @@ __device__ __forceinline__ void issue_stage(const CUtensorMap* map_a, const CUte
   }
 }
 
-// The epilogue of warpgroup `wg`'s 64 x BN accumulators of tile (tm, tn), split `split` of its k range
-// (t: the thread's index in the warpgroup).
-// Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register fragment D"): warp w of the
-// warpgroup holds rows 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column 8 j + 2 (lane % 4) + e of row + 8 h.
-template <class T, class C>
-__device__ __forceinline__ void store_tile(const Params& p, const float (&d)[C::BN / 2], int tm, int tn, int split,
-                                           int wg, int t) {
-  const int warp = t / 32, lane = t % 32;
-  const int row0 = tm * kBM + wg * 64 + warp * 16 + lane / 4;
-  const int col0 = tn * C::BN + 2 * (lane % 4);
-  if (p.partial) {  // split-K: raw f32 sums of this split's k range
-#pragma unroll
-    for (int j = 0; j < C::BN / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        store_partial_pair(p, split, row0 + 8 * h, col0 + 8 * j, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-    return;
-  }
-  auto epilogue = [&](auto tag) {
-    using TC = decltype(tag);
-    const bool pair_ok = pairs_aligned<TC>(p);
-#pragma unroll
-    for (int j = 0; j < C::BN / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        store_pair<TC>(p, row0 + 8 * h, col0 + 8 * j, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], pair_ok);
-  };
-  if (p.c_f32)
-    epilogue(float{});
-  else
-    epilogue(T{});
-}
+// The epilogue's shared memory (band_epilogue.cuh): a 2 KiB buffer for each of the 8 consumer warps.
+constexpr uint32_t kStagingBytes = 8 * kBandBufBytes;
 
-// The staged epilogue (Params::stage_c): each consumer warp writes its 16 rows of the tile, after the epilogue's
-// arithmetic, into shared memory in chunks of 128 bytes a row (64 16-bit or 32 f32 columns; 2 KiB, swizzled as
-// TMA's 128-byte mode), and its lane 0 stores each chunk with one TMA store of map_c ([M][N] in boxes of 16 rows
-// of a chunk). Two buffers a warp, alternating by chunk: lane 0 waits for the store two chunks back to have read
-// its buffer before the warp writes it again (a tile has an even number of chunks, so chunk c of every tile uses
-// buffer c % 2, and the first chunks of a tile wait for the last of the one before). So the warp hands its
-// stores to TMA and goes on (in the ws pipeline, to the next tile's MMAs) instead of waiting on 4- or 8-byte
-// global stores, each filling half of a 32-byte sector; TMA writes whole lines and drops what lies outside C.
-// The shared-memory writes are conflict-free: a warp's pair stores cover 8 rows, whose swizzles put the same
-// 16-byte column chunk in 8 different bank groups.
-constexpr uint32_t kStagingBytes = 8 * 2 * 2048;  // 8 consumer warps x 2 buffers of 16 rows x 128 bytes
-
-// GEMM v3's shared memory: the stages, 1 KiB for their barriers, the staging buffers, and 1 KiB to align the
+// GEMM v3's shared memory: the stages, 1 KiB for their barriers, the epilogue's buffers, and 1 KiB to align the
 // first stage (the 128-byte swizzle repeats every 1024 bytes).
 template <class C>
 constexpr int kGemmSmem = C::STAGES * C::kStageBytes + 1024 + int(kStagingBytes) + 1024;
@@ -122,48 +83,21 @@ __device__ __forceinline__ uint32_t staging_of(uint32_t base) {
   return base + uint32_t(C::STAGES * C::kStageBytes) + 1024u;
 }
 
-template <class T, class C, class TC>
-__device__ __forceinline__ void store_tile_staged(const Params& p, const CUtensorMap* map_c,
-                                                  const float (&d)[C::BN / 2], int tm, int tn, int wg, int t,
-                                                  unsigned char* staging) {
-  constexpr int kCols = 128 / int(sizeof(TC));  // columns per chunk
-  static_assert((C::BN / kCols) % 2 == 0, "chunk c of every tile uses buffer c % 2");
-  const int warp = t / 32, lane = t % 32;
-  unsigned char* mine = staging + (wg * 4 + warp) * 4096;
-  const int row0 = tm * kBM + wg * 64 + warp * 16;
-#pragma unroll
-  for (int c = 0; c < C::BN / kCols; ++c) {
-    unsigned char* buf = mine + (c % 2) * 2048;
-    if (lane == 0) bulk_wait_read<1>();  // the store two chunks back has read this buffer
-    __syncwarp();
-#pragma unroll
-    for (int jj = 0; jj < kCols / 8; ++jj)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int j = c * (kCols / 8) + jj;  // the accumulators' 8-column group
-        const int r = lane / 4 + 8 * h, row = row0 + r;
-        const int cc = 8 * jj + 2 * (lane % 4);  // column in the chunk
-        const int col = tn * C::BN + c * kCols + cc;
-        float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-        const int64_t off = int64_t(row) * p.ldc + col;
-        if (row < p.M && col + 1 < p.N)
-          epilogue_pair<TC>(p, off, col, v0, v1);
-        else if (row < p.M && col < p.N)
-          v0 = epilogue_one<TC>(p, off, col, v0);  // (outside C: TMA does not write it)
-        const uint32_t byte = uint32_t(r) * 128u + uint32_t(cc) * uint32_t(sizeof(TC));
-        unsigned char* at = buf + (byte ^ (uint32_t(r & 7) << 4));
-        if constexpr (std::is_same_v<TC, float>)
-          *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
-        else
-          *reinterpret_cast<uint32_t*>(at) = pack2<TC>(v0, v1);
-      }
-    fence_proxy_async();  // the writes above, before the TMA store reads them
-    __syncwarp();
-    if (lane == 0) {
-      tma_store_2d(map_c, smem_u32(buf), tn * C::BN + c * kCols, row0);
-      bulk_commit();
-    }
-  }
+// The epilogue of warpgroup `wg`'s 64 x BN accumulators of tile (tm, tn), split `split` of its k range: each warp
+// its 16 rows through band_epilogue. Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register fragment
+// D"): warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column 8 j + 2 (lane % 4) + e
+// of row + 8 h, the mma C fragment band_epilogue takes.
+template <class T, class C>
+__device__ __forceinline__ void store_tile(const Params& p, float (&d)[C::BN / 2], int tm, int tn, int split, int wg,
+                                           unsigned char* staging) {
+  const int warp = (int(threadIdx.x) % 128) / 32;
+  const int row0 = tm * kBM + wg * 64 + warp * 16, col0 = tn * C::BN;
+  auto frag = [&](auto J) {
+    constexpr int j = decltype(J)::value;
+    return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+  };
+  auto at = [&](int c, int r) { return make_int2(row0 + r, col0 + c * kChunkCols); };
+  band_epilogue<T, C::BN / kChunkCols>(p, split, frag, at, staging + (wg * 4 + warp) * kBandBufBytes);
 }
 
 // Work unit u (wgmma.cuh's pipelines): split u / tiles of output tile u % tiles, tiles = tiles_m * tiles_n; its
@@ -181,13 +115,25 @@ __device__ __forceinline__ Unit unit_of(const Params& p, int u) {
   return w;
 }
 
+// The pipelines' `store` step (a functor, not a lambda: its operator() is forced inline. A lambda around the
+// epilogue was left a function of its own, called with the accumulators through local memory: 640 bytes of stack
+// in the 128 x 256 tile's kernels, and ptxas serialised their wgmmas, C7514.)
+template <class T, class C>
+struct StoreTile {
+  const Params& p;
+  float (&d)[C::BN / 2];
+  unsigned char* staging;
+  __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
+    store_tile<T, C>(p, d, w.tm, w.tn, w.split, wg, staging);
+  }
+};
+
 // GEMM v3 on the pipeline WS chooses (wgmma.cuh: run_pipeline): "barrier" (the default; IN_FLIGHT groups of MMAs
-// in flight), or "ws", persistent over the units. The epilogue: staged through shared memory and TMA stores of
-// map_c when p.stage_c, else store_tile's direct stores.
+// in flight), or "ws", persistent over the units; the epilogue: store_tile.
 template <class T, class C, bool WS, int IN_FLIGHT, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     gemm_v3_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                   const __grid_constant__ CUtensorMap map_c, const Params p, int units) {
+                   const Params p, int units) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
@@ -197,17 +143,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
       [&](const Unit& w, int kt, uint32_t stage, uint32_t bar) {
         issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, w.tm, w.tn, w.kt0 + kt);
       },
-      [&](const Unit& w, int wg) {
-        const int t = int(threadIdx.x) % 128;
-        if (!p.stage_c)
-          store_tile<T, C>(p, d, w.tm, w.tn, w.split, wg, t);
-        else if (p.c_f32)
-          store_tile_staged<T, C, float>(p, &map_c, d, w.tm, w.tn, wg, t, staging);
-        else
-          store_tile_staged<T, C, T>(p, &map_c, d, w.tm, w.tn, wg, t, staging);
-      });
-  // the block's shared memory must outlive its TMA stores (only the consumer warps' lane 0 has any)
-  if (p.stage_c) bulk_wait<0>();
+      StoreTile<T, C>{p, d, staging});
 }
 
 // A row-major matrix [rows][cols] (row stride ld elements) as a TMA map of box_rows x 64 boxes (64 values of a
@@ -223,54 +159,33 @@ CUtensorMap tile_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, in
 // One launch of gemm_v3_kernel<T, C, WS, IN_FLIGHT, ..> over tiles x splits work units, its shared-memory limit
 // raised once per kernel and device.
 template <class T, class C, bool WS, int IN_FLIGHT, bool A_MN, bool B_MN>
-void launch_kernel(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& mc,
-                   int device, cudaStream_t s) {
+void launch_kernel(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
+                   cudaStream_t s) {
   constexpr auto kernel = gemm_v3_kernel<T, C, WS, IN_FLIGHT, A_MN, B_MN>;
   detail::allow_dynamic_smem<kernel>(kGemmSmem<C>);
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n * splits;
   const int64_t blocks = pipeline_blocks("gemm v3", WS, units, detail::sm_count(device));
-  kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kGemmSmem<C>, s>>>(ma, mb, mc, p, int(units));
+  kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kGemmSmem<C>, s>>>(ma, mb, p, int(units));
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, class C, bool A_MN, bool B_MN>
-void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& mc,
-                   int device, cudaStream_t s) {
+void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUtensorMap& mb, int device,
+                   cudaStream_t s) {
   // HPDT_GEMM_V3_PIPELINE=ws runs the warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
   // pipeline waiting for every k tile's MMAs (k-major x k-major only); both read at every call (tests and
   // benchmarks switch them)
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
   if (ws_pipeline_chosen())
-    launch_kernel<T, C, true, 1, A_MN, B_MN>(splits, p, ma, mb, mc, device, s);
+    launch_kernel<T, C, true, 1, A_MN, B_MN>(splits, p, ma, mb, device, s);
   else if constexpr (!A_MN && !B_MN) {
     if (in_flight && std::strcmp(in_flight, "0") == 0)
-      launch_kernel<T, C, false, 0, false, false>(splits, p, ma, mb, mc, device, s);
+      launch_kernel<T, C, false, 0, false, false>(splits, p, ma, mb, device, s);
     else
-      launch_kernel<T, C, false, 1, false, false>(splits, p, ma, mb, mc, device, s);
+      launch_kernel<T, C, false, 1, false, false>(splits, p, ma, mb, device, s);
   } else {
-    launch_kernel<T, C, false, 1, A_MN, B_MN>(splits, p, ma, mb, mc, device, s);
+    launch_kernel<T, C, false, 1, A_MN, B_MN>(splits, p, ma, mb, device, s);
   }
-}
-
-// HPDT_GEMM_V3_EPILOGUE=direct: every thread stores its outputs itself (store_tile), the epilogue before
-// 2026-11-27; unset or "tma": the staged epilogue wherever it can take C. Read at every call (tests and benchmarks
-// switch it); anything else is an error naming the variable.
-bool staged_epilogue_chosen() {
-  const char* e = std::getenv("HPDT_GEMM_V3_EPILOGUE");
-  if (!e || std::strcmp(e, "tma") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "direct") == 0, "HPDT_GEMM_V3_EPILOGUE=", e, ": expected tma or direct");
-  return false;
-}
-
-// TMA writes C: its start 16-byte aligned, its rows a multiple of 16 bytes apart, and each row's N elements a
-// multiple of 16 bytes too: a TMA store writes whole 16-byte granules, so a row ending mid-granule would lose the
-// elements after it up to the granule's end (ldc's padding; seen on an H200 on 2026-11-27). The epilogue's pair
-// reads of C, the residual and the activation's matrix as store_pair's (pairs_aligned).
-bool staged_epilogue_can_take(const Params& p, DType c_type) {
-  const size_t e = dtype_size(c_type);
-  const bool pairs = c_type == DType::f32 ? pairs_aligned<float>(p) : pairs_aligned<bf16_t>(p);  // by element size
-  return reinterpret_cast<uintptr_t>(p.C) % 16 == 0 && (size_t(p.ldc) * e) % 16 == 0 && (size_t(p.N) * e) % 16 == 0 &&
-         pairs;
 }
 
 template <class T, class C>
@@ -286,23 +201,14 @@ void launch_tile(Params p, DType ab, DType c_type, const Stream& stream) {
                                   detail::kWgmmaFlops, stream, partial);
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
-  // C as the staged epilogue's TMA stores see it: [M][N], boxes of 16 rows x 128 bytes
-  CUtensorMap mc{};
-  p.stage_c = !p.partial && staged_epilogue_chosen() && staged_epilogue_can_take(p, c_type);
-  if (p.stage_c) {
-    const cuuint64_t dims[2] = {cuuint64_t(p.N), cuuint64_t(p.M)};
-    const cuuint64_t strides[1] = {cuuint64_t(p.ldc) * dtype_size(c_type)};
-    const cuuint32_t box[2] = {cuuint32_t(128 / dtype_size(c_type)), 16};
-    mc = swizzled_map("gemm v3 (C)", p.C, 2, dims, strides, box, c_type);
-  }
   if (p.a_kmajor && p.b_kmajor)
-    launch_layout<T, C, false, false>(p, splits, ma, mb, mc, device, s);
+    launch_layout<T, C, false, false>(p, splits, ma, mb, device, s);
   else if (p.a_kmajor)
-    launch_layout<T, C, false, true>(p, splits, ma, mb, mc, device, s);
+    launch_layout<T, C, false, true>(p, splits, ma, mb, device, s);
   else if (p.b_kmajor)
-    launch_layout<T, C, true, false>(p, splits, ma, mb, mc, device, s);
+    launch_layout<T, C, true, false>(p, splits, ma, mb, device, s);
   else
-    launch_layout<T, C, true, true>(p, splits, ma, mb, mc, device, s);
+    launch_layout<T, C, true, true>(p, splits, ma, mb, device, s);
   if (splits > 1) splitk_reduce(p, splits, c_type, s);
 }
 

@@ -1195,6 +1195,15 @@ uint16_t cvt_rn_bf16_f32(float f) { return f32_to_bf16_rn(f); }
 float cvt_f32_f16(uint16_t h) { return f16_to_f32(h); }
 float cvt_f32_bf16(uint16_t h) { return bf16_to_f32(h); }
 
+void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc) {
+  check_in_kernel("st.shared.v2.f32");
+  if (addr % 8)
+    fatal("st.shared.v2.f32 at %s:%u: shared address 0x%x is not 8-byte aligned", short_file(loc.file_name()),
+          loc.line(), addr);
+  const float v[2] = {x, y};
+  std::memcpy(shared_ptr(addr, 8, "st.shared.v2.f32", loc), v, 8);
+}
+
 // ---- sm_90a: mbarrier, TMA, wgmma ------------------------------------------------------------------------
 namespace {
 Mbarrier& mbarrier_at(uint32_t bar, const char* what, const Loc& loc) {

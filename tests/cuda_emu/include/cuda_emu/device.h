@@ -159,6 +159,8 @@ uint16_t cvt_rn_f16_f32(float f);
 uint16_t cvt_rn_bf16_f32(float f);
 float cvt_f32_f16(uint16_t h);
 float cvt_f32_bf16(uint16_t h);
+// st.shared.v2.f32 [addr], {x, y}: 8 bytes, 8-byte aligned, into the block's shared memory
+void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc);
 
 // sm_90a (docs/cuda-emulator.md, "Hopper"): mbarriers (in a table of the block, keyed by shared address),
 // TMA tile loads of rank 1 to 5 (performed when a thread first waits on their mbarrier: the latest completion CUDA
