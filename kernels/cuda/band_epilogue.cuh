@@ -10,7 +10,7 @@
 // instruction", the per-tile cost of the K = 768 GEMMs ~25 us, and v2 lost 44 % at K = 768 (25 % at 4096^3)
 // the day the GELU and residual fusion went in. Here the per-element code exists once per mode and is small:
 //   1. the warp writes one chunk of its accumulators, 16 rows x 32 columns of f32 (2 KiB), to its shared-memory
-//      buffer (8 64-bit stores a lane, conflict-free: 16-byte units swizzled by row % 8);
+//      buffer (8 64-bit stores a lane, conflict-free: 16-byte units swizzled by row, band_offset);
 //   2. each half-warp reads back one row of the chunk at a time (8 rows a lane), so the epilogue's reads of C,
 //      the residual and the GELU's input, and the stores of C, are 32 consecutive columns of a row (64 or 128
 //      contiguous bytes) instead of 4 lanes' 8-16 bytes;
@@ -37,10 +37,13 @@ constexpr int kChunkCols = 32;   // f32 columns of one chunk: a 128-byte row
 constexpr int kBandBufBytes = kBandRows * kChunkCols * 4;  // a warp's shared-memory buffer: 2 KiB
 
 // Byte offset of f32 column cc (even) of row r in a chunk buffer: 128-byte rows, the 16-byte unit cc / 4 stored
-// at unit (cc / 4) ^ (r % 8), so that the fragment's 8 rows of a store and a half-warp's row of a load each cover
-// all 32 banks.
+// at unit (cc / 4) ^ (2 (r % 4)). A fragment store (8 bytes a lane) goes through shared memory 16 lanes at a time:
+// 4 rows x 4 lanes, each row's lanes on two adjacent units u, u + 1 (u even), which the XOR moves to 4 different
+// pairs, so the 16 lanes cover all 32 banks; a half-warp's load of one row covers them too. (u ^ (r % 8), the
+// 128-byte TMA swizzle, put rows r and r ^ 1 on the same pair: two wavefronts a phase, which the emulator's count,
+// EmulatedEpilogueBufferWritesAreConflictFree, showed.)
 __device__ __forceinline__ uint32_t band_offset(int r, int cc) {
-  return uint32_t(r) * 128u + ((uint32_t(cc >> 2) ^ uint32_t(r & 7)) << 4) + uint32_t(cc & 3) * 4u;
+  return uint32_t(r) * 128u + ((uint32_t(cc >> 2) ^ (uint32_t(r & 3) << 1)) << 4) + uint32_t(cc & 3) * 4u;
 }
 
 // The modes of the epilogue (band_epilogue's template parameter).

@@ -624,6 +624,29 @@ TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
       }
 }
 
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+// band_epilogue.cuh's buffer writes (st.shared.v2.f32, 8 bytes a lane: a phase of 16 lanes, 4 fragment rows x 4
+// lanes) take one shared-memory wavefront a phase, as few as 128 bytes a phase can: the emulator counts them (v2,
+// and v3's both tiles).
+TEST_F(GemmCuda, EmulatedEpilogueBufferWritesAreConflictFree) {
+  cuda_emu::count_bank_conflicts(true);
+  std::vector<std::pair<GemmVariant, const char*>> runs{{GemmVariant::v2_mma, nullptr}};
+  if (v3_runs_here()) runs.insert(runs.end(), {{GemmVariant::v3_wgmma, "narrow"}, {GemmVariant::v3_wgmma, "wide"}});
+  for (const auto& [variant, tile] : runs) {
+    const ScopedEnv tiles("HPDT_GEMM_V3_TILE", tile);
+    Case c;
+    c.variant = variant, c.tb = true, c.M = 130, c.N = 264, c.K = 40, c.ab = DType::bf16, c.c = DType::bf16;
+    c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K), c.bias = true;
+    SCOPED_TRACE(std::string(tile ? tile : "") + " " + describe(c));
+    EXPECT_TRUE(run(c));
+  }
+  const cuda_emu::BankCounts b = cuda_emu::bank_counts();
+  cuda_emu::count_bank_conflicts(false);
+  EXPECT_GT(b.st_shared_ideal, 0u);
+  EXPECT_EQ(b.st_shared_wavefronts, b.st_shared_ideal);
+}
+#endif
+
 // HPDT_GEMM_V3_CTAS caps the "ws" pipeline's blocks: anything but a positive number is an error naming it (and
 // the barrier pipeline, one block per tile, does not read it).
 TEST_F(GemmCuda, V3BlockCapMustBePositive) {

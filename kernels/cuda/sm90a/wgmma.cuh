@@ -294,18 +294,14 @@ __device__ __forceinline__ void barrier_pipeline(float (&d)[C::BN / 2], uint32_t
 
   // No zero fill: the first MMA runs with scale-d 0 (D = A B), so nothing but wgmmas ever defines the
   // accumulators before the last wait (ptxas serialises wgmmas whose accumulators other instructions define
-  // while a group is in flight, C7515). A do-while (kt_total >= 1: a unit has a k tile), so that no path reaches
-  // the epilogue without the wgmmas having defined them: with a for loop ptxas injected a warpgroup.wait for the
-  // path that skips it (C7517, "to allow use of registers defined by GMMA"), in every kernel of this pipeline with a
-  // group in flight.
-  int kt = 0;
-  do {
+  // while a group is in flight, C7515).
+  for (int kt = 0; kt < kt_total; ++kt) {
     mma_stage<T, C, A_MN, B_MN>(d, base, bars, kt, wg, kt == 0);
     wgmma_wait<IN_FLIGHT>();  // the MMAs of k tile kt - IN_FLIGHT are done (this warpgroup's)
     __syncthreads();  // ... and both warpgroups': refill the stage that k tile used
     const int done = kt - IN_FLIGHT;
     if (tid == 0 && done >= 0 && done + C::STAGES < kt_total) issue_kt(done + C::STAGES);
-  } while (++kt < kt_total);
+  }
   wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);  // the epilogue reads them after the last wait

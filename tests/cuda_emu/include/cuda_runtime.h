@@ -254,6 +254,7 @@ inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks
 namespace cuda_emu {
 struct BankCounts {
   unsigned long long ldmatrix_wavefronts, ldmatrix_ideal, cp_async_wavefronts, cp_async_ideal;
+  unsigned long long st_shared_wavefronts, st_shared_ideal;  // st.shared.v2.f32 (band_epilogue.cuh's buffer)
 };
 void count_bank_conflicts(bool on);  // on: counts from 0
 BankCounts bank_counts();

@@ -155,6 +155,7 @@ struct Fiber {
   std::map<uint32_t, uint64_t> seen_phases;  // per mbarrier: the phases completed when this thread last saw one
   uint64_t failed_waits = 0;                 // consecutive mbarrier.try_wait that found the phase incomplete
   uint32_t cp_seq = 0;                       // CUDA_EMU_STATS: cp.async issued by this thread in this block
+  uint32_t st_seq = 0;                       // CUDA_EMU_STATS: st.shared.v2.f32 issued by this thread in this block
 };
 
 // An mbarrier object (PTX ISA "mbarrier"): the phase completes when every expected arrival has come and the
@@ -221,12 +222,14 @@ struct Exec {
   // the fewest possible. cp.async is per thread: the k-th cp.async of each lane of a warp counts as one warp
   // instruction (the kernels here issue them converged, with a zero-fill flag instead of a branch).
   bool stats = false;
-  uint64_t ldm_wavefronts = 0, ldm_ideal = 0, cp_wavefronts = 0, cp_ideal = 0;
+  // The same for st.shared.v2.f32 (asm stores, per thread like cp.async: the k-th of each lane is one warp store).
+  uint64_t ldm_wavefronts = 0, ldm_ideal = 0, cp_wavefronts = 0, cp_ideal = 0, st_wavefronts = 0, st_ideal = 0;
   struct CpInstr {
     uint32_t dst[32];
     int size;
   };
   std::vector<std::vector<CpInstr>> cp_by_warp;  // [warp][k]
+  std::vector<std::vector<CpInstr>> st_by_warp;  // [warp][k]
   void (*thunk)(void*) = nullptr;
   void* ctx = nullptr;
   int n = 0;  // threads per block
@@ -461,11 +464,11 @@ void wait_here() {
   // woken and switched back to: whoever switched here made us current
 }
 
-// CUDA_EMU_STATS: the wavefronts of the block's cp.async writes. A warp's accesses of S bytes go through shared
-// memory 128 / S lanes at a time (a phase); a phase takes as many wavefronts as the most distinct addresses on
-// one bank group (address / S % (128 / S)), one when conflict-free.
-void tally_cp_async() {
-  for (auto& per_warp : E.cp_by_warp) {
+// CUDA_EMU_STATS: the wavefronts of the block's cp.async writes (and st.shared.v2.f32 stores). A warp's accesses
+// of S bytes go through shared memory 128 / S lanes at a time (a phase); a phase takes as many wavefronts as the
+// most distinct addresses on one bank group (address / S % (128 / S)), one when conflict-free.
+void tally_writes(std::vector<std::vector<Exec::CpInstr>>& by_warp, uint64_t& wavefronts, uint64_t& ideal) {
+  for (auto& per_warp : by_warp) {
     for (const Exec::CpInstr& in : per_warp) {
       const int lanes = 128 / in.size;
       for (int p0 = 0; p0 < 32; p0 += lanes) {
@@ -481,12 +484,27 @@ void tally_cp_async() {
           ++per_group[(a / uint32_t(in.size)) % uint32_t(lanes)];
         }
         if (n == 0) continue;
-        E.cp_wavefronts += uint64_t(*std::max_element(per_group, per_group + lanes));
-        E.cp_ideal += 1;
+        wavefronts += uint64_t(*std::max_element(per_group, per_group + lanes));
+        ideal += 1;
       }
     }
     per_warp.clear();
   }
+}
+
+// Records the shared-memory write of `size` bytes at `addr` as this thread's next per-thread write in `by_warp`.
+void record_write(std::vector<std::vector<Exec::CpInstr>>& by_warp, uint32_t& seq, uint32_t addr, int size) {
+  Fiber& f = *E.cur;
+  auto& per_warp = by_warp[size_t(f.index / 32)];
+  if (per_warp.size() <= seq) {
+    Exec::CpInstr blank{};
+    std::fill(std::begin(blank.dst), std::end(blank.dst), ~0u);
+    blank.size = size;
+    per_warp.resize(seq + 1, blank);
+  }
+  per_warp[seq].dst[f.index % 32] = addr;
+  per_warp[seq].size = size;
+  ++seq;
 }
 
 void run_block() {
@@ -506,8 +524,9 @@ void run_block() {
     f.seen_phases.clear();
     f.failed_waits = 0;
     f.cp_seq = 0;
+    f.st_seq = 0;
   }
-  if (E.stats) E.cp_by_warp.resize(size_t((n + 31) / 32));
+  if (E.stats) E.cp_by_warp.resize(size_t((n + 31) / 32)), E.st_by_warp.resize(size_t((n + 31) / 32));
   E.mbarriers.clear();
   E.tma_pending.clear();
   E.fills.clear();
@@ -1024,19 +1043,7 @@ void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_siz
     fatal("cp.async at %s:%u: the source %p is shared memory", short_file(loc.file_name()), loc.line(), src);
   // Performed at the wait that covers it: reading the destination earlier shows the old contents.
   E.cur->copies.push_back({dst, src, uint32_t(cp_size), uint32_t(src_size)});
-  if (E.stats) {
-    Fiber& f = *E.cur;
-    auto& per_warp = E.cp_by_warp[size_t(f.index / 32)];
-    if (per_warp.size() <= f.cp_seq) {
-      Exec::CpInstr blank{};
-      std::fill(std::begin(blank.dst), std::end(blank.dst), ~0u);
-      blank.size = cp_size;
-      per_warp.resize(f.cp_seq + 1, blank);
-    }
-    per_warp[f.cp_seq].dst[f.index % 32] = dst_shared;
-    per_warp[f.cp_seq].size = cp_size;
-    ++f.cp_seq;
-  }
+  if (E.stats) record_write(E.cp_by_warp, E.cur->cp_seq, dst_shared, cp_size);
 }
 
 void cp_async_commit_group(const Loc&) {
@@ -1202,6 +1209,7 @@ void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc) {
           loc.line(), addr);
   const float v[2] = {x, y};
   std::memcpy(shared_ptr(addr, 8, "st.shared.v2.f32", loc), v, 8);
+  if (E.stats) record_write(E.st_by_warp, E.cur->st_seq, addr, 8);
 }
 
 // ---- sm_90a: mbarrier, TMA, wgmma ------------------------------------------------------------------------
@@ -1774,7 +1782,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
     E.warps[size_t(i / 32)].exists |= 1u << (i % 32);
   }
   setup_window(cfg.smem);
-  E.ldm_wavefronts = E.ldm_ideal = E.cp_wavefronts = E.cp_ideal = 0;
+  E.ldm_wavefronts = E.ldm_ideal = E.cp_wavefronts = E.cp_ideal = E.st_wavefronts = E.st_ideal = 0;
   E.stats = stats_enabled() || g_count_banks;
   const long long t0 = E.stats ? clock_ns() : 0;
   uint64_t linear = 0;
@@ -1785,7 +1793,10 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
         E.block_linear = linear;
         begin_block_smem();
         run_block();
-        if (E.stats) tally_cp_async();
+        if (E.stats) {
+          tally_writes(E.cp_by_warp, E.cp_wavefronts, E.cp_ideal);
+          tally_writes(E.st_by_warp, E.st_wavefronts, E.st_ideal);
+        }
         end_block_smem();
       }
   threadIdx = {0, 0, 0};
@@ -1798,6 +1809,8 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   g_banks.ldmatrix_ideal += E.ldm_ideal;
   g_banks.cp_async_wavefronts += E.cp_wavefronts;
   g_banks.cp_async_ideal += E.cp_ideal;
+  g_banks.st_shared_wavefronts += E.st_wavefronts;
+  g_banks.st_shared_ideal += E.st_ideal;
 }
 
 void count_bank_conflicts(bool on) {
