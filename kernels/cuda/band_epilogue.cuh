@@ -135,103 +135,104 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
     __syncwarp();
 #pragma unroll 1
     for (int rows0 = 0; rows0 < kBandRows; rows0 += 2 * kIters) {
-    // The lane's pair in row rows0 + 2 it + half of the chunk, it = 0..kIters - 1: its value v[it], its row of C
-    // row[it]; bit it of `ok`: the pair is inside C and moves as a pair; of `one`: the row is inside C but the pair
-    // is not whole or not aligned, element by element. (Half the chunk's rows at a time, rows as ints and bits as
-    // masks: registers are short in the 128 x 256 tile's warp-specialised kernel, whose consumers hold 128
-    // accumulators in 232 registers.)
-    float2 v[kIters];
-    int row[kIters];
-    uint32_t ok = 0, one = 0;
-    const int col = at(c, 0).y + cc;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int r = rows0 + 2 * it + half;
-      row[it] = at(c, r).x;
-      v[it] = *reinterpret_cast<const float2*>(buf + band_offset(r, cc));
-      const bool row_in = row[it] < p.M && col < p.N;
-      const bool pair = row_in && col + 1 < p.N && pair_ok;
-      ok |= uint32_t(pair) << it;
-      one |= uint32_t(row_in && !pair) << it;
-    }
-    const auto off = [&](int it) { return int64_t(row[it]) * p.ldc + col; };
-    if constexpr (MODE == kBandPartial) {
-      float* part = p.partial + int64_t(split) * p.M * p.N + col;
+      // The lane's pair in row rows0 + 2 it + half of the chunk, it = 0..kIters - 1: its value v[it], its row of C
+      // row[it]; bit it of `ok`: the pair is inside C and moves as a pair; of `one`: the row is inside C but the pair
+      // is not whole or not aligned, element by element. (Half the chunk's rows at a time, rows as ints and bits as
+      // masks: registers are short in the 128 x 256 tile's warp-specialised kernel, whose consumers hold 128
+      // accumulators in 232 registers.)
+      float2 v[kIters];
+      int row[kIters];
+      uint32_t ok = 0, one = 0;
+      const int col = at(c, 0).y + cc;
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
-        float* at_row = part + int64_t(row[it]) * p.N;
-        if (ok >> it & 1u) *reinterpret_cast<float2*>(at_row) = v[it];
-        if (one >> it & 1u) {
-          at_row[0] = v[it].x;
-          if (col + 1 < p.N) at_row[1] = v[it].y;
-        }
+        const int r = rows0 + 2 * it + half;
+        row[it] = at(c, r).x;
+        v[it] = *reinterpret_cast<const float2*>(buf + band_offset(r, cc));
+        const bool row_in = row[it] < p.M && col < p.N;
+        const bool pair = row_in && col + 1 < p.N && pair_ok;
+        ok |= uint32_t(pair) << it;
+        one |= uint32_t(row_in && !pair) << it;
       }
-    } else {
-      TC* C = static_cast<TC*>(p.C);
-      // the pairs: each step over the kIters rows, so that a step's loads are in flight together
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) v[it] = make_float2(p.alpha * v[it].x, p.alpha * v[it].y);
-      if (p.beta != 0.0f) {
-#pragma unroll
-        for (int it = 0; it < kIters; ++it)
-          if (ok >> it & 1u) {
-            const float2 o = band_load_pair<TC>(C + off(it));
-            v[it].x += p.beta * o.x;
-            v[it].y += p.beta * o.y;
-          }
-      }
-      if (p.bias && col + 1 < p.N) {  // the lane's two columns, the same in every row
-        const float b0 = to_f32(static_cast<const TC*>(p.bias)[col]), b1 = to_f32(static_cast<const TC*>(p.bias)[col + 1]);
+      const auto off = [&](int it) { return int64_t(row[it]) * p.ldc + col; };
+      if constexpr (MODE == kBandPartial) {
+        float* part = p.partial + int64_t(split) * p.M * p.N + col;
 #pragma unroll
         for (int it = 0; it < kIters; ++it) {
-          v[it].x += b0;
-          v[it].y += b1;
+          float* at_row = part + int64_t(row[it]) * p.N;
+          if (ok >> it & 1u) *reinterpret_cast<float2*>(at_row) = v[it];
+          if (one >> it & 1u) {
+            at_row[0] = v[it].x;
+            if (col + 1 < p.N) at_row[1] = v[it].y;
+          }
         }
-      }
-      if (p.res) {
+      } else {
+        TC* C = static_cast<TC*>(p.C);
+        // the pairs: each step over the kIters rows, so that a step's loads are in flight together
 #pragma unroll
-        for (int it = 0; it < kIters; ++it)
-          if (ok >> it & 1u) {
-            const float2 r = band_load_pair<TC>(static_cast<const TC*>(p.res) + off(it));
-            v[it].x += r.x;
-            v[it].y += r.y;
-          }
-      }
-      if constexpr (MODE == kBandGeluGradErf || MODE == kBandGeluGradTanh) {
-#pragma unroll
-        for (int it = 0; it < kIters; ++it)
-          if (ok >> it & 1u) {
-            const float2 h = band_load_pair<TC>(static_cast<const TC*>(p.aux) + off(it));
-            v[it].x *= band_gelu_grad<MODE>(h.x);
-            v[it].y *= band_gelu_grad<MODE>(h.y);
-          }
-      }
-      if constexpr (MODE == kBandGeluErf || MODE == kBandGeluTanh) {
-        if (p.aux) {
+        for (int it = 0; it < kIters; ++it) v[it] = make_float2(p.alpha * v[it].x, p.alpha * v[it].y);
+        if (p.beta != 0.0f) {
 #pragma unroll
           for (int it = 0; it < kIters; ++it)
-            if (ok >> it & 1u) band_store_pair<TC>(static_cast<TC*>(p.aux) + off(it), v[it]);
+            if (ok >> it & 1u) {
+              const float2 o = band_load_pair<TC>(C + off(it));
+              v[it].x += p.beta * o.x;
+              v[it].y += p.beta * o.y;
+            }
+        }
+        if (p.bias && col + 1 < p.N) {  // the lane's two columns, the same in every row
+          const TC* bias = static_cast<const TC*>(p.bias);
+          const float b0 = to_f32(bias[col]), b1 = to_f32(bias[col + 1]);
+#pragma unroll
+          for (int it = 0; it < kIters; ++it) {
+            v[it].x += b0;
+            v[it].y += b1;
+          }
+        }
+        if (p.res) {
+#pragma unroll
+          for (int it = 0; it < kIters; ++it)
+            if (ok >> it & 1u) {
+              const float2 r = band_load_pair<TC>(static_cast<const TC*>(p.res) + off(it));
+              v[it].x += r.x;
+              v[it].y += r.y;
+            }
+        }
+        if constexpr (MODE == kBandGeluGradErf || MODE == kBandGeluGradTanh) {
+#pragma unroll
+          for (int it = 0; it < kIters; ++it)
+            if (ok >> it & 1u) {
+              const float2 h = band_load_pair<TC>(static_cast<const TC*>(p.aux) + off(it));
+              v[it].x *= band_gelu_grad<MODE>(h.x);
+              v[it].y *= band_gelu_grad<MODE>(h.y);
+            }
+        }
+        if constexpr (MODE == kBandGeluErf || MODE == kBandGeluTanh) {
+          if (p.aux) {
+#pragma unroll
+            for (int it = 0; it < kIters; ++it)
+              if (ok >> it & 1u) band_store_pair<TC>(static_cast<TC*>(p.aux) + off(it), v[it]);
+          }
+#pragma unroll
+          for (int it = 0; it < kIters; ++it) v[it] = make_float2(band_gelu<MODE>(v[it].x), band_gelu<MODE>(v[it].y));
         }
 #pragma unroll
-        for (int it = 0; it < kIters; ++it) v[it] = make_float2(band_gelu<MODE>(v[it].x), band_gelu<MODE>(v[it].y));
-      }
-#pragma unroll
-      for (int it = 0; it < kIters; ++it)
-        if (ok >> it & 1u) band_store_pair<TC>(C + off(it), v[it]);
-      // the rest (a pair across C's last column, or C not pairs_aligned), element by element from the buffer
-      if (one) {
-        const float* raw = reinterpret_cast<const float*>(buf);
+        for (int it = 0; it < kIters; ++it)
+          if (ok >> it & 1u) band_store_pair<TC>(C + off(it), v[it]);
+        // the rest (a pair across C's last column, or C not pairs_aligned), element by element from the buffer
+        if (one) {
+          const float* raw = reinterpret_cast<const float*>(buf);
 #pragma unroll 1
-        for (int it = 0; it < kIters; ++it) {
-          if (!(one >> it & 1u)) continue;
-          const int r = rows0 + 2 * it + half;
-          const int64_t o = int64_t(at(c, r).x) * p.ldc + col;
-          const uint32_t b = band_offset(r, cc) / 4u;
-          store_one<TC>(p, o, col, raw[b]);
-          if (col + 1 < p.N) store_one<TC>(p, o + 1, col + 1, raw[b + 1]);
+          for (int it = 0; it < kIters; ++it) {
+            if (!(one >> it & 1u)) continue;
+            const int r = rows0 + 2 * it + half;
+            const int64_t o = int64_t(at(c, r).x) * p.ldc + col;
+            const uint32_t b = band_offset(r, cc) / 4u;
+            store_one<TC>(p, o, col, raw[b]);
+            if (col + 1 < p.N) store_one<TC>(p, o + 1, col + 1, raw[b + 1]);
+          }
         }
       }
-    }
     }
     __syncwarp();  // the buffer is read: the next chunk may overwrite it
   }
