@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/float16.h"
@@ -85,7 +84,7 @@ __device__ __forceinline__ void store_one(const Params& p, int64_t off, int col,
   static_cast<TC*>(p.C)[off] = from_f32<TC>(epilogue_one<TC>(p, off, col, acc));
 }
 
-// Whether store_pair may move two elements at once: ldc even and C (and the residual and the activation's matrix)
+// Whether the epilogue (band_epilogue.cuh) may move two elements at once: ldc even and C (and the residual and the activation's matrix)
 // aligned to two.
 template <class TC>
 __host__ __device__ __forceinline__ bool pairs_aligned(const Params& p) {
@@ -103,105 +102,6 @@ __device__ __forceinline__ void unpack2(uint32_t w, float& a, float& b) {
 template <class TC>
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
   return uint32_t(from_f32<TC>(a).bits) | (uint32_t(from_f32<TC>(b).bits) << 16);
-}
-
-// The activation step on a pair at offset off (pair-aligned), as activate() on each.
-template <class TC>
-__device__ __forceinline__ void activate_pair(const Params& p, int64_t off, float& v0, float& v1) {
-  if (p.act == kActNone) return;
-  if constexpr (std::is_same_v<TC, float>) {
-    if (p.act == kActGeluGrad) {
-      const float2 h = *reinterpret_cast<const float2*>(static_cast<const float*>(p.aux) + off);
-      v0 *= p.gelu_tanh ? math::gelu_tanh_grad(h.x) : math::gelu_erf_grad(h.x);
-      v1 *= p.gelu_tanh ? math::gelu_tanh_grad(h.y) : math::gelu_erf_grad(h.y);
-      return;
-    }
-    if (p.aux) *reinterpret_cast<float2*>(static_cast<float*>(p.aux) + off) = make_float2(v0, v1);
-  } else {
-    if (p.act == kActGeluGrad) {
-      float h0, h1;
-      unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.aux) + off), h0, h1);
-      v0 *= p.gelu_tanh ? math::gelu_tanh_grad(h0) : math::gelu_erf_grad(h0);
-      v1 *= p.gelu_tanh ? math::gelu_tanh_grad(h1) : math::gelu_erf_grad(h1);
-      return;
-    }
-    if (p.aux) *reinterpret_cast<uint32_t*>(static_cast<TC*>(p.aux) + off) = pack2<TC>(v0, v1);
-  }
-  v0 = p.gelu_tanh ? math::gelu_tanh(v0) : math::gelu_erf(v0);
-  v1 = p.gelu_tanh ? math::gelu_tanh(v1) : math::gelu_erf(v1);
-}
-
-// epilogue_one on the pair (row, col), (row, col + 1) at offset off, both inside C, pairs_aligned: 4- or 8-byte
-// reads of C, the residual and the activation's matrix.
-template <class TC>
-__device__ __forceinline__ void epilogue_pair(const Params& p, int64_t off, int col, float& v0, float& v1) {
-  v0 *= p.alpha;
-  v1 *= p.alpha;
-  if constexpr (std::is_same_v<TC, float>) {
-    if (p.beta != 0.0f) {
-      const float2 old = *reinterpret_cast<const float2*>(static_cast<const float*>(p.C) + off);
-      v0 += p.beta * old.x;
-      v1 += p.beta * old.y;
-    }
-    if (p.bias) {
-      v0 += static_cast<const float*>(p.bias)[col];
-      v1 += static_cast<const float*>(p.bias)[col + 1];
-    }
-    if (p.res) {
-      const float2 r = *reinterpret_cast<const float2*>(static_cast<const float*>(p.res) + off);
-      v0 += r.x;
-      v1 += r.y;
-    }
-  } else {
-    if (p.beta != 0.0f) {
-      float o0, o1;
-      unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.C) + off), o0, o1);
-      v0 += p.beta * o0;
-      v1 += p.beta * o1;
-    }
-    if (p.bias) {
-      v0 += to_f32(static_cast<const TC*>(p.bias)[col]);
-      v1 += to_f32(static_cast<const TC*>(p.bias)[col + 1]);
-    }
-    if (p.res) {
-      float r0, r1;
-      unpack2<TC>(*reinterpret_cast<const uint32_t*>(static_cast<const TC*>(p.res) + off), r0, r1);
-      v0 += r0;
-      v1 += r1;
-    }
-  }
-  activate_pair<TC>(p, off, v0, v1);
-}
-
-// Two adjacent outputs (row, col), (row, col + 1) of the mma / wgmma C layout, as one 4- or 8-byte store when
-// pair_ok (pairs_aligned); the order of operations of store_one.
-template <class TC>
-__device__ __forceinline__ void store_pair(const Params& p, int row, int col, float v0, float v1, bool pair_ok) {
-  if (row >= p.M || col >= p.N) return;
-  const int64_t off = int64_t(row) * p.ldc + col;
-  const bool two = col + 1 < p.N;
-  if (two && pair_ok) {
-    epilogue_pair<TC>(p, off, col, v0, v1);
-    if constexpr (std::is_same_v<TC, float>)
-      *reinterpret_cast<float2*>(static_cast<float*>(p.C) + off) = make_float2(v0, v1);
-    else
-      *reinterpret_cast<uint32_t*>(static_cast<TC*>(p.C) + off) = pack2<TC>(v0, v1);
-  } else {
-    store_one<TC>(p, off, col, v0);
-    if (two) store_one<TC>(p, off + 1, col + 1, v1);
-  }
-}
-
-// Split-K: the raw f32 sums (row, col), (row, col + 1) of split `split` into p.partial ([split][M][N]).
-__device__ __forceinline__ void store_partial_pair(const Params& p, int split, int row, int col, float v0, float v1) {
-  if (row >= p.M || col >= p.N) return;
-  float* dst = p.partial + int64_t(split) * p.M * p.N + int64_t(row) * p.N + col;
-  if (col + 1 < p.N && (p.N & 1) == 0) {
-    *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-  } else {
-    dst[0] = v0;
-    if (col + 1 < p.N) dst[1] = v1;
-  }
 }
 
 // C = alpha * (the sum of the splits' partials, in split order) + beta * C + bias + residual, then the activation

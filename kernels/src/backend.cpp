@@ -25,26 +25,28 @@ KernelBackend parse_kernel_backend(std::string_view name) {
   HPDT_FAIL("kernel backend must be 'ours' or 'vendor', got '", name, "'");
 }
 
+namespace {
+// GemmChoice and ConvChoice alike: v2 or v3 by name; `what` names the choice in the error.
+template <class Choice>
+std::string_view v2_or_v3_name(Choice choice) {
+  return choice == Choice::v3 ? "v3" : "v2";
+}
+template <class Choice>
+Choice parse_v2_or_v3(std::string_view name, const char* what) {
+  if (name == "v2") return Choice::v2;
+  if (name == "v3") return Choice::v3;
+  HPDT_FAIL(what, " must be 'v2' or 'v3', got '", name, "'");
+}
+}  // namespace
+
 void set_gemm_choice(GemmChoice choice) { g_gemm.store(choice, std::memory_order_relaxed); }
 GemmChoice gemm_choice() { return g_gemm.load(std::memory_order_relaxed); }
-
-std::string_view gemm_choice_name(GemmChoice choice) { return choice == GemmChoice::v3 ? "v3" : "v2"; }
-
-GemmChoice parse_gemm_choice(std::string_view name) {
-  if (name == "v2") return GemmChoice::v2;
-  if (name == "v3") return GemmChoice::v3;
-  HPDT_FAIL("GEMM choice must be 'v2' or 'v3', got '", name, "'");
-}
+std::string_view gemm_choice_name(GemmChoice choice) { return v2_or_v3_name(choice); }
+GemmChoice parse_gemm_choice(std::string_view name) { return parse_v2_or_v3<GemmChoice>(name, "GEMM choice"); }
 
 void set_conv_choice(ConvChoice choice) { g_conv.store(choice, std::memory_order_relaxed); }
 ConvChoice conv_choice() { return g_conv.load(std::memory_order_relaxed); }
-
-std::string_view conv_choice_name(ConvChoice choice) { return choice == ConvChoice::v3 ? "v3" : "v2"; }
-
-ConvChoice parse_conv_choice(std::string_view name) {
-  if (name == "v2") return ConvChoice::v2;
-  if (name == "v3") return ConvChoice::v3;
-  HPDT_FAIL("convolution choice must be 'v2' or 'v3', got '", name, "'");
-}
+std::string_view conv_choice_name(ConvChoice choice) { return v2_or_v3_name(choice); }
+ConvChoice parse_conv_choice(std::string_view name) { return parse_v2_or_v3<ConvChoice>(name, "convolution choice"); }
 
 }  // namespace hpdt::kernels

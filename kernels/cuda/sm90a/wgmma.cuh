@@ -116,31 +116,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// The other way: the 2-D box of `map` at (c0 along the contiguous dimension, c1 along rows) from shared memory at
-// src (laid out as a load of that box lands: 128-byte rows, swizzled as the map says) to global memory, in this
-// thread's open bulk group; TMA writes only the box's elements inside the tensor. The writes of shared memory that
-// the store reads must be made visible to the async proxy first (fence_proxy_async, then the warp's sync), and the
-// buffer may be written again only once the store has read it (bulk_wait_read).
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(c0), "r"(c1)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// waits until at most N of this thread's committed bulk groups still read their shared memory
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-// waits until at most N of this thread's committed bulk groups are still running (their writes not yet done)
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// orders this thread's earlier shared-memory writes before later async-proxy (TMA) accesses
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
 // wgmma shared-memory descriptor, 128-byte swizzle (mode 1 in bits 62-63): start >> 4, leading byte offset
 // (LBO) >> 4, stride byte offset (SBO) >> 4. SBO is 1024 in both layouts used here: from one 8-row group of
 // 128-byte rows to the next (k-major: 8 rows of m or n; MN-major: 8 rows of k). LBO: unused by k-major
