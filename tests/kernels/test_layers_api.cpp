@@ -6,6 +6,7 @@
 
 #include "hpdt/kernels/activation.h"
 #include "hpdt/kernels/attention.h"
+#include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/embed.h"
 #include "hpdt/kernels/gemm.h"
@@ -344,6 +345,16 @@ TEST(Optim, ClipByGlobalNormAndNonFinite) {
   EXPECT_FALSE(has_nonfinite(g[0], kCpu));
   g[0].data<float>()[1] = INFINITY;
   EXPECT_TRUE(has_nonfinite(g[0], kCpu));
+}
+
+// The GEMM and convolution choices by name and back; other names are an error naming the choice.
+TEST(KernelChoices, NamesRoundTripAndBadNamesAreErrors) {
+  for (GemmChoice c : {GemmChoice::v2, GemmChoice::v3}) EXPECT_EQ(parse_gemm_choice(gemm_choice_name(c)), c);
+  for (ConvChoice c : {ConvChoice::v2, ConvChoice::v3}) EXPECT_EQ(parse_conv_choice(conv_choice_name(c)), c);
+  EXPECT_EQ(gemm_choice_name(GemmChoice::v3), "v3");
+  EXPECT_EQ(conv_choice_name(ConvChoice::v2), "v2");
+  HPDT_EXPECT_THROW_MSG(parse_gemm_choice("v4"), "GEMM choice must be 'v2' or 'v3', got 'v4'");
+  HPDT_EXPECT_THROW_MSG(parse_conv_choice("V3"), "convolution choice must be 'v2' or 'v3', got 'V3'");
 }
 
 }  // namespace
