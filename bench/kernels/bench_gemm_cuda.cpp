@@ -118,7 +118,7 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
   return t;
 }
 
-// v3_pipeline: HPDT_GEMM_V3_PIPELINE for this row (v3's "ws" rows), or null for the default; v3_blocks:
+// v3_pipeline: HPDT_GEMM_V3_PIPELINE for this row (v3's "ws" and "pingpong" rows), or null for the default; v3_blocks:
 // HPDT_GEMM_V3_CTAS (the ws pipeline's block cap), or null for one block per SM
 void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v, const char* v3_pipeline,
                 const char* v3_blocks) {
@@ -156,16 +156,21 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
   }
 }
 
-// One row per variant; v3 twice: its default pipeline ("barrier", row v3_wgmma) and the warp-specialised one,
-// persistent (row v3_wgmma_ws); with v3_ablation one more of the ws pipeline, a block per tile (row
-// v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count), which tells what the persistence gains.
+// One row per variant; v3 three times: its default pipeline ("barrier", row v3_wgmma), the warp-specialised one,
+// persistent (row v3_wgmma_ws), and "pingpong" (row v3_wgmma_pingpong: ws's producer, each consumer warpgroup a
+// whole 128 x 128 tile in turns, one's epilogue under the other's MMAs); with v3_ablation one more of the ws
+// pipeline, a block per tile (row v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count), which tells what
+// the persistence gains.
 void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants, bool v3_ablation = false) {
   struct Row {
     const char* suffix;
     const char* pipeline;
     const char* blocks;
   };
-  const Row rows[] = {{"", nullptr, nullptr}, {"_ws", "ws", nullptr}, {"_ws_per_tile", "ws", "2147483647"}};
+  const Row rows[] = {{"", nullptr, nullptr},
+                      {"_ws", "ws", nullptr},
+                      {"_pingpong", "pingpong", nullptr},
+                      {"_ws_per_tile", "ws", "2147483647"}};
   for (GemmVariant v : variants)
     for (const Row& r : rows) {
       if (r.pipeline && v != GemmVariant::v3_wgmma) continue;

@@ -70,18 +70,21 @@ def fmt(x, nd=1):
 
 def gemm_table(g, rows, numbers):
     rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | v3 wgmma TFLOP/s "
-                "| v3 ws TFLOP/s | v3 ws, a block per tile TFLOP/s | v3 ws, direct stores TFLOP/s | cuBLAS TFLOP/s "
-                "| v2 / cuBLAS | v3 / cuBLAS | v3 ws / cuBLAS | unfused / fused (v2, v3) |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                "| v3 ws TFLOP/s | v3 pingpong TFLOP/s | v3 ws, a block per tile TFLOP/s | v3 ws, direct stores TFLOP/s "
+                "| cuBLAS TFLOP/s | v2 / cuBLAS | v3 / cuBLAS | v3 ws / cuBLAS | v3 pingpong / cuBLAS "
+                "| unfused / fused (v2, v3) |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/")}, key=lambda s: (not s[0].isdigit(), s))
     for dt in ("bf16->bf16", "f32->f32"):
         for sh in shapes:
             # v3_wgmma_ws is persistent (a block per SM); v3_wgmma_ws_per_tile the same kernels with a block per tile;
             # v3_wgmma_ws_direct with the direct-store epilogue instead of the staged one (runs before 2026-11-28: both
             # epilogues were replaced by band_epilogue.cuh's)
-            v1, v2, v3, v3ws, v3pt, v3d, cu = (g.get(f"gemm/{dt}/{sh}/{v}")
-                                               for v in ("v1_simt", "v2_mma", "v3_wgmma", "v3_wgmma_ws",
-                                                         "v3_wgmma_ws_per_tile", "v3_wgmma_ws_direct", "vendor"))
+            # v3_wgmma_pingpong: the pingpong pipeline (since 2026-11-28)
+            v1, v2, v3, v3ws, v3pp, v3pt, v3d, cu = (g.get(f"gemm/{dt}/{sh}/{v}")
+                                                     for v in ("v1_simt", "v2_mma", "v3_wgmma", "v3_wgmma_ws",
+                                                               "v3_wgmma_pingpong", "v3_wgmma_ws_per_tile",
+                                                               "v3_wgmma_ws_direct", "vendor"))
             if not cu:
                 continue
             # v3 only where it really ran (its label is the variant that ran: v2 off Hopper or for unaligned operands)
@@ -89,6 +92,8 @@ def gemm_table(g, rows, numbers):
                 v3 = None
             if v3ws and v3ws.get("label") not in (None, "v3_wgmma"):
                 v3ws = None
+            if v3pp and v3pp.get("label") not in (None, "v3_wgmma"):
+                v3pp = None
             if v3pt and v3pt.get("label") not in (None, "v3_wgmma"):
                 v3pt = None
             if v3d and v3d.get("label") not in (None, "v3_wgmma"):
@@ -97,13 +102,16 @@ def gemm_table(g, rows, numbers):
             ratio = tf(v2) / tf(cu) if v2 and cu else None
             ratio3 = tf(v3) / tf(cu) if v3 and cu else None
             ratio3ws = tf(v3ws) / tf(cu) if v3ws and cu else None
+            ratio3pp = tf(v3pp) / tf(cu) if v3pp and cu else None
             # the GELU-epilogue rows: (the plain GEMM + the separate GELU kernel) / the fused GEMM, same run
             xu = lambda b: b.get("x_unfused") if b else None  # noqa: E731
             unfused = f"{fmt(xu(v2), 2)}, {fmt(xu(v3), 2)}" if xu(v2) or xu(v3) else "—"
-            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(v3ws))} | {fmt(tf(v3pt))} | {fmt(tf(v3d))} | {fmt(tf(cu))} "
-                        f"| {fmt(ratio, 2)} | {fmt(ratio3, 2)} | {fmt(ratio3ws, 2)} | {unfused} |")
+            rows.append(f"| {sh} ({dt}) | {fmt(tf(v1))} | {fmt(tf(v2))} | {fmt(tf(v3))} | {fmt(tf(v3ws))} "
+                        f"| {fmt(tf(v3pp))} | {fmt(tf(v3pt))} | {fmt(tf(v3d))} | {fmt(tf(cu))} "
+                        f"| {fmt(ratio, 2)} | {fmt(ratio3, 2)} | {fmt(ratio3ws, 2)} | {fmt(ratio3pp, 2)} | {unfused} |")
             numbers.append({"op": "gemm", "dtype": dt, "shape": sh, "v1_tflops": tf(v1), "v2_tflops": tf(v2),
-                            "v3_tflops": tf(v3), "v3_ws_tflops": tf(v3ws),
+                            "v3_tflops": tf(v3), "v3_ws_tflops": tf(v3ws), "v3_pingpong_tflops": tf(v3pp),
+                            "v3_pingpong_over_cublas": ratio3pp,
                             "v3_ws_per_tile_tflops": tf(v3pt), "v3_ws_direct_tflops": tf(v3d), "cublas_tflops": tf(cu),
                             "v2_over_cublas": ratio, "v3_over_cublas": ratio3, "v3_ws_over_cublas": ratio3ws,
                             "v2_x_unfused": xu(v2), "v3_x_unfused": xu(v3)})
@@ -206,7 +214,9 @@ def train_table(t, torch, rows, numbers):
                                # until 2026-11-27 v2 was the default and v3 a row of its own
                                ("ViT-B/16, 224², batch 64, --gemm v3", "vit_b16_bf16_{}_gemm_v3", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, GEMM v3, ws pipeline", "vit_b16_bf16_{}_gemm_v3ws",
-                                "vit_b16")]:
+                                "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, GEMM v3, pingpong pipeline",
+                                "vit_b16_bf16_{}_gemm_v3pingpong", "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
         if ours is None and vend is None:

@@ -495,22 +495,25 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
 // On the emulator (docs/cuda-emulator.md) two schedules are tried: TMA completing at the first wait with
 // the warps taking turns (a read before the wait shows), and TMA completing at the issue with each warp
 // running ahead as far as the barriers let it (a stage refilled while another warpgroup still reads it shows).
-// Both pipelines: "barrier" (a block barrier per k tile) and "ws" (a producer warpgroup, full/empty mbarriers,
-// persistent), the latter with 2 blocks (HPDT_GEMM_V3_CTAS), so that each block runs several tiles through the same
+// All three pipelines: "barrier" (a block barrier per k tile), "ws" (a producer warpgroup, full/empty mbarriers,
+// persistent) and "pingpong" (ws's producer, each consumer warpgroup a whole tile, the two in turns; narrow tile
+// only), the last two with 2 blocks (HPDT_GEMM_V3_CTAS), so that each block runs several tiles through the same
 // stages (9 or 15 on 300 x 520: the stages' phases carry across tiles, the next tile's loads overlap this one's
-// stores).
+// stores; pingpong's consumers take 2-8 turns each).
 TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Size sizes[] = {{1, 1, 1}, {130, 260, 72}, {300, 520, 200}, {64, 24, 520}};
   for (int tr = 0; tr < 4; ++tr)
-  for (const char* pipeline : {"barrier", "ws"})
+  for (const char* pipeline : {"barrier", "ws", "pingpong"})
   for (const char* in_flight : {"1", "0"})
   for (const char* tma : {"late", "early"})
   for (const char* tile : {"narrow", "wide"}) {
-    // the wait-all variant is the barrier pipeline's, built for NT only
-    if ((tr != 2 || std::string(pipeline) == "ws") && std::string(in_flight) == "0") continue;
+    const bool persistent = std::string(pipeline) != "barrier";
+    // the wait-all variant is the barrier pipeline's, built for NT only; pingpong has the narrow tile only
+    if ((tr != 2 || persistent) && std::string(in_flight) == "0") continue;
+    if (std::string(pipeline) == "pingpong" && std::string(tile) == "wide") continue;
     ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
-    const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::string(pipeline) == "ws" ? "2" : nullptr);
+    const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", persistent ? "2" : nullptr);
     if (!test::emulated() && std::string(tma) == "early") continue;  // a GPU decides that itself
     ::setenv("HPDT_GEMM_V3_IN_FLIGHT", in_flight, 1);
     ::setenv("CUDA_EMU_TMA", tma, 1);
@@ -542,14 +545,45 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   ::unsetenv("HPDT_GEMM_V3_PIPELINE");
 }
 
+// The pingpong pipeline's turns (wgmma.cuh: pingpong_pipeline). A consumer that started a unit before its turn (the
+// other consumer's MMAs of the previous unit all issued) could wait on a stage two uses ahead of the last one loaded:
+// the phase of that parity it finds complete is the older one, and it would multiply another unit's tile. That
+// takes 7 or more k tiles a unit (13 here, over 6 stages) and 3 or more units a block (36 tiles of 128 x 128 on 2
+// blocks: 9 turns a consumer; no split-K: the partials of 768 x 768 would cost more than the splits save), both
+// emulated schedules (TMA at the wait and warps in turns; TMA at the issue and each warp running ahead), NT and TN.
+// Dropping the turn wait fails here (and nowhere else: the other v3 tests have fewer k tiles a unit).
+TEST_F(GemmCuda, V3PingpongConsumersTakeTurns) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", "pingpong"), blocks("HPDT_GEMM_V3_CTAS", "2");
+  for (const char* tma : {"late", "early"}) {
+    if (!test::emulated() && std::string(tma) == "early") continue;  // a GPU decides that itself
+    const ScopedEnv emu_tma("CUDA_EMU_TMA", tma),
+        schedule("CUDA_EMU_SCHEDULE", std::string(tma) == "early" ? "warp" : "roundrobin");
+    for (const bool ta : {false, true}) {
+      Case c;
+      c.variant = GemmVariant::v3_wgmma;
+      c.ta = ta, c.tb = !ta;
+      c.M = 768, c.N = 760, c.K = 13 * 64 - 24;
+      c.ab = DType::bf16, c.c = DType::bf16;
+      c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.tb ? c.K : c.N), c.pad_c = aligned_pad(c.N);
+      c.bias = true;
+      SCOPED_TRACE(std::string("TMA ") + tma + ", " + describe(c));
+      GemmVariant used;
+      EXPECT_TRUE(run(c, &used));
+      EXPECT_EQ(used, GemmVariant::v3_wgmma);
+    }
+  }
+}
+
 // v3's split-K: few tiles and a long K (the shape of a weight gradient: 2 tiles, 40 k tiles, so 10 splits of 4),
 // every layout, both pipelines, f32 and 16-bit C with alpha, beta and bias (applied once, by the reduction); the
-// same inputs twice give the same bits. "ws" with 3 blocks: each runs 6 or 7 of the 20 work units (tile, split).
+// same inputs twice give the same bits. "ws" and "pingpong" with 3 blocks: each runs 6 or 7 of the 20 work units
+// (tile, split).
 TEST_F(GemmCuda, V3SplitKIsRightAndDeterministic) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
-  for (const char* pipeline : {"barrier", "ws"}) {
+  for (const char* pipeline : {"barrier", "ws", "pingpong"}) {
     ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
-    const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::string(pipeline) == "ws" ? "3" : nullptr);
+    const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::string(pipeline) != "barrier" ? "3" : nullptr);
     for (int tr = 0; tr < 4; ++tr)
       for (DType ct : {DType::f32, DType::bf16}) {
         Case c;
@@ -581,8 +615,9 @@ TEST_F(GemmCuda, V3SplitKIsRightAndDeterministic) {
 // (bands partly and wholly outside C), N = 264 (a last chunk of 8 of its 32 columns), N = 259 (a pair across C's
 // last column: that element alone), an odd ldc (no pair aligned: every element through the scalar fallback), in
 // every mode: alpha, beta and bias; GELU (erf) keeping the pre-activation, with a residual; GELU (tanh); the GELU
-// gradient in both forms, C in bf16, f16 and f32. v2, and v3 with both tiles and both pipelines ("ws" on 2 blocks:
-// a block's next tile reuses the buffers). run() checks against the oracle and that C's padding keeps its poison.
+// gradient in both forms, C in bf16, f16 and f32. v2, and v3 with both tiles on "barrier" and "ws", and on
+// "pingpong" ("ws" and "pingpong" on 2 blocks: a block's next tile reuses the buffers; pingpong's warpgroups each
+// store a whole tile, both halves through the same buffers). run() checks against the oracle and that C's padding keeps its poison.
 // (The split-K partials go through the same code: SplitKIsRightAndDeterministic, V3SplitKIsRightAndDeterministic.)
 TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
   const Size sizes[] = {{130, 264, 72}, {34, 259, 40}};
@@ -592,16 +627,19 @@ TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
     const char* tile;
   };
   std::vector<Run> runs{{GemmVariant::v2_mma, nullptr, nullptr}};
-  if (v3_runs_here())
-    for (const char* pipeline : {"barrier", "ws"})
-      for (const char* tile : {"narrow", "wide"}) runs.push_back({GemmVariant::v3_wgmma, pipeline, tile});
-  else
+  if (v3_runs_here()) {
+    for (const char* pipeline : {"barrier", "ws", "pingpong"})
+      for (const char* tile : {"narrow", "wide"})
+        if (std::string(pipeline) != "pingpong" || std::string(tile) == "narrow")
+          runs.push_back({GemmVariant::v3_wgmma, pipeline, tile});
+  } else {
     std::printf("[  NOTE    ] v3_wgmma does not run here (a compute capability 9.0 device and a build for sm_90): v2 only\n");
+  }
   for (const Run& r : runs)
     for (const Size& sz : sizes)
       for (int form = 0; form < 5; ++form) {
         const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", r.pipeline),
-            ctas("HPDT_GEMM_V3_CTAS", r.pipeline && std::string(r.pipeline) == "ws" ? "2" : nullptr),
+            ctas("HPDT_GEMM_V3_CTAS", r.pipeline && std::string(r.pipeline) != "barrier" ? "2" : nullptr),
             tiles("HPDT_GEMM_V3_TILE", r.tile);
         Case c;
         c.variant = r.variant;
@@ -666,6 +704,30 @@ TEST_F(GemmCuda, V3BlockCapMustBePositive) {
   stream.synchronize();
 }
 
+// HPDT_GEMM_V3_PIPELINE names one of three pipelines, anything else is an error naming it; the pingpong pipeline
+// has one tile, so pinning the wide one under it is an error too (narrow is what it runs).
+TEST_F(GemmCuda, V3PipelineChoiceIsChecked) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const Tensor A = to_gpu(random({64, 64}), DType::bf16), B = to_gpu(random({64, 64}), DType::bf16);
+  Tensor C = poisoned({64, 64});
+  const auto gemm = [&] {
+    kernels::cuda::gemm(false, true, 64, 64, 64, 1, A.data(), 64, B.data(), 64, 0, C.data(), 64, DType::bf16,
+                        DType::f32, {}, stream, GemmVariant::v3_wgmma);
+  };
+  for (const char* bad : {"Ws", "ping-pong", "", "barrier "}) {
+    const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", bad);
+    HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_PIPELINE=") + bad + ": expected barrier, ws or pingpong");
+  }
+  const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", "pingpong");
+  {
+    const ScopedEnv tile("HPDT_GEMM_V3_TILE", "wide");
+    HPDT_EXPECT_THROW_MSG(gemm(), "HPDT_GEMM_V3_TILE=wide: HPDT_GEMM_V3_PIPELINE=pingpong has one tile");
+  }
+  const ScopedEnv tile("HPDT_GEMM_V3_TILE", "narrow");
+  EXPECT_NO_THROW(gemm());
+  stream.synchronize();
+}
+
 // Large 16-bit GEMMs of every layout: v3 against cuBLAS (on the GPU; the emulator has no cuBLAS). NT is
 // the linear forward, NN its dx, TN its dw.
 TEST_F(GemmCuda, LargeV3AgainstCublas) {
@@ -685,7 +747,7 @@ TEST_F(GemmCuda, LargeV3AgainstCublas) {
           const Tensor A = to_gpu(random({ta ? K : M, ta ? M : K}), ab), B = to_gpu(random({tb ? N : K, tb ? K : N}), ab);
           SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + std::string(dtype_name(ct)) + (ta ? " T" : " N") +
                        (tb ? "T " : "N ") + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
-          for (const char* pipeline : {"barrier", "ws"}) {
+          for (const char* pipeline : {"barrier", "ws", "pingpong"}) {
             SCOPED_TRACE(std::string(pipeline) + " pipeline");
             ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
             expect_near_cublas(GemmVariant::v3_wgmma, ta, tb, M, N, K, A, B, ab, ct, true);

@@ -161,10 +161,11 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// launch(std::bool_constant<WS>) with the pipeline HPDT_GEMM_V3_PIPELINE chooses (ws_pipeline_chosen)
+// launch(std::bool_constant<WS>) with the pipeline HPDT_GEMM_V3_PIPELINE chooses (v3_pipeline; "pingpong" is GEMM
+// v3's: its warp-specialised k loop and persistence are "ws"'s, so conv v3 runs "ws" under it)
 template <class Launch>
 void on_chosen_pipeline(Launch launch) {
-  if (ws_pipeline_chosen())
+  if (v3_pipeline() != V3Pipeline::barrier)
     launch(std::true_type{});
   else
     launch(std::false_type{});

@@ -13,7 +13,9 @@
 //     so a k tile's MMAs run under the barrier and the refill; one block per output tile (and split).
 //     Pipeline "ws" (HPDT_GEMM_V3_PIPELINE=ws): a producer warpgroup and full/empty mbarriers per stage,
 //     persistent: one block per SM walks the tiles, loading the next tile's first k tiles while it stores this
-//     one's (wgmma.cuh: ws_pipeline).
+//     one's (wgmma.cuh: ws_pipeline). Pipeline "pingpong" (HPDT_GEMM_V3_PIPELINE=pingpong): the same producer and
+//     persistence, but each consumer warpgroup computes whole 128 x 128 tiles, the two in turns, so that one's
+//     epilogue runs under the other's MMAs (wgmma.cuh: pingpong_pipeline).
 //   - Split-K, sized in whole waves (detail::choose_split_k): work unit u is split u / tiles of tile u % tiles;
 //     f32 partials summed in split order by gemm.cu's splitk_reduce.
 //   - MN-major operands (A transposed, B not) arrive as 64 x 64 boxes read with wgmma's transpose bits.
@@ -83,15 +85,16 @@ __device__ __forceinline__ uint32_t staging_of(uint32_t base) {
   return base + uint32_t(C::STAGES * C::kStageBytes) + 1024u;
 }
 
-// The epilogue of warpgroup `wg`'s 64 x BN accumulators of tile (tm, tn), split `split` of its k range: each warp
-// its 16 rows through band_epilogue. Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register fragment
-// D"): warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column 8 j + 2 (lane % 4) + e
-// of row + 8 h, the mma C fragment band_epilogue takes.
+// The epilogue of 64 x BN accumulators of tile (tm, tn), rows 64 half.. of it, split `split` of its k range, by
+// the warpgroup that computed them: each warp its 16 rows through band_epilogue, in its buffer of the staging area
+// (warpgroup wg's warp w: buffer 4 wg + w). Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register
+// fragment D"): warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column
+// 8 j + 2 (lane % 4) + e of row + 8 h, the mma C fragment band_epilogue takes.
 template <class T, class C>
-__device__ __forceinline__ void store_tile(const Params& p, float (&d)[C::BN / 2], int tm, int tn, int split, int wg,
-                                           unsigned char* staging) {
+__device__ __forceinline__ void store_rows(const Params& p, float (&d)[C::BN / 2], int tm, int tn, int split, int half,
+                                           int wg, unsigned char* staging) {
   const int warp = (int(threadIdx.x) % 128) / 32;
-  const int row0 = tm * kBM + wg * 64 + warp * 16, col0 = tn * C::BN;
+  const int row0 = tm * kBM + half * 64 + warp * 16, col0 = tn * C::BN;
   auto frag = [&](auto J) {
     constexpr int j = decltype(J)::value;
     return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
@@ -124,7 +127,36 @@ struct StoreTile {
   float (&d)[C::BN / 2];
   unsigned char* staging;
   __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
-    store_tile<T, C>(p, d, w.tm, w.tn, w.split, wg, staging);
+    store_rows<T, C>(p, d, w.tm, w.tn, w.split, wg, wg, staging);
+  }
+};
+
+// The pingpong pipeline's `store` step: consumer cw's whole tile, both 64-row halves (d0, d1) in one band_epilogue
+// of twice the chunks (chunks 0.. of d0's rows, then d1's), so that its code is there once (two calls made the
+// kernels 277 KiB, against 157 for the wide tile's).
+template <class T, class C>
+struct StoreWholeTile {
+  const Params& p;
+  float (&d0)[C::BN / 2];
+  float (&d1)[C::BN / 2];
+  unsigned char* staging;
+  __device__ __forceinline__ void operator()(const Unit& w, int cw) const {
+    constexpr int kHalfChunks = C::BN / kChunkCols, kHalfGroups = C::BN / 8;
+    const int warp = (int(threadIdx.x) % 128) / 32;
+    const int row0 = w.tm * kBM + warp * 16, col0 = w.tn * C::BN;
+    auto frag = [&](auto J) {
+      constexpr int j = decltype(J)::value;
+      if constexpr (j < kHalfGroups)
+        return make_float4(d0[4 * j], d0[4 * j + 1], d0[4 * j + 2], d0[4 * j + 3]);
+      else
+        return make_float4(d1[4 * (j - kHalfGroups)], d1[4 * (j - kHalfGroups) + 1], d1[4 * (j - kHalfGroups) + 2],
+                           d1[4 * (j - kHalfGroups) + 3]);
+    };
+    auto at = [&](int c, int r) {
+      const int half = c / kHalfChunks;
+      return make_int2(row0 + half * 64 + r, col0 + (c - half * kHalfChunks) * kChunkCols);
+    };
+    band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, staging + (cw * 4 + warp) * kBandBufBytes);
   }
 };
 
@@ -144,6 +176,26 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
         issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, w.tm, w.tn, w.kt0 + kt);
       },
       StoreTile<T, C>{p, d, staging});
+}
+
+// GEMM v3 on the pingpong pipeline (wgmma.cuh: pingpong_pipeline): persistent, each consumer warpgroup a whole
+// 128 x 128 tile (Narrow's stages; two m64n128 accumulator sets, 128 registers a thread, as the wide tile's).
+using Pingpong = Narrow;
+template <class T, bool A_MN, bool B_MN>
+__global__ void __launch_bounds__(kWsThreads<Pingpong>, 1)
+    gemm_v3_pingpong_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                            const Params p, int units) {
+  using C = Pingpong;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
+  float d0[C::BN / 2], d1[C::BN / 2];
+  pingpong_pipeline<T, C, A_MN, B_MN>(
+      d0, d1, base, units, [&](int u) { return unit_of(p, u); },
+      [&](const Unit& w, int kt, uint32_t stage, uint32_t bar) {
+        issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, w.tm, w.tn, w.kt0 + kt);
+      },
+      StoreWholeTile<T, C>{p, d0, d1, staging});
 }
 
 // A row-major matrix [rows][cols] (row stride ld elements) as a TMA map of box_rows x 64 boxes (64 values of a
@@ -169,14 +221,31 @@ void launch_kernel(int splits, const Params& p, const CUtensorMap& ma, const CUt
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
+template <class T, bool A_MN, bool B_MN>
+void launch_pingpong(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
+                     cudaStream_t s) {
+  constexpr auto kernel = gemm_v3_pingpong_kernel<T, A_MN, B_MN>;
+  detail::allow_dynamic_smem<kernel>(kGemmSmem<Pingpong>);
+  const int64_t units = int64_t(p.tiles_m) * p.tiles_n * splits;
+  const int64_t blocks = pipeline_blocks("gemm v3", true, units, detail::sm_count(device));
+  kernel<<<unsigned(blocks), unsigned(kWsThreads<Pingpong>), kGemmSmem<Pingpong>, s>>>(ma, mb, p, int(units));
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
 template <class T, class C, bool A_MN, bool B_MN>
 void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUtensorMap& mb, int device,
                    cudaStream_t s) {
-  // HPDT_GEMM_V3_PIPELINE=ws runs the warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
+  // HPDT_GEMM_V3_PIPELINE=ws|pingpong runs a warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
   // pipeline waiting for every k tile's MMAs (k-major x k-major only); both read at every call (tests and
   // benchmarks switch them)
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
-  if (ws_pipeline_chosen())
+  const V3Pipeline pipeline = v3_pipeline();
+  if (pipeline == V3Pipeline::pingpong) {
+    if constexpr (std::is_same_v<C, Pingpong>)
+      launch_pingpong<T, A_MN, B_MN>(splits, p, ma, mb, device, s);
+    else
+      HPDT_CHECK(false, "gemm v3: the pingpong pipeline has the narrow tile only");
+  } else if (pipeline == V3Pipeline::ws)
     launch_kernel<T, C, true, 1, A_MN, B_MN>(splits, p, ma, mb, device, s);
   else if constexpr (!A_MN && !B_MN) {
     if (in_flight && std::strcmp(in_flight, "0") == 0)
@@ -232,7 +301,12 @@ void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   const int sms = detail::sm_count(stream.device().index);
   // The wide tile reads each loaded A row against twice the columns; worth it with a wave of tiles or more.
   const int64_t wide_tiles = ((int64_t(p.M) + kBM - 1) / kBM) * ((int64_t(p.N) + Wide::BN - 1) / Wide::BN);
-  const bool wide = wide_tile(wide_tiles >= sms);
+  // The pingpong pipeline has one tile, 128 x 128 a warpgroup (Narrow's stages).
+  const bool pingpong = v3_pipeline() == V3Pipeline::pingpong;
+  const char* pinned = std::getenv("HPDT_GEMM_V3_TILE");
+  HPDT_CHECK(!pingpong || !pinned || std::strcmp(pinned, "narrow") == 0, "HPDT_GEMM_V3_TILE=", pinned,
+             ": HPDT_GEMM_V3_PIPELINE=pingpong has one tile, 128 x 128 a warpgroup (narrow)");
+  const bool wide = !pingpong && wide_tile(wide_tiles >= sms);
   if (ab_type == DType::bf16) {
     if (wide) launch_tile<bf16_t, Wide>(p, ab_type, c_type, stream);
     else launch_tile<bf16_t, Narrow>(p, ab_type, c_type, stream);

@@ -318,6 +318,26 @@ __device__ __forceinline__ void consumer_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsConsumerRegs) : "memory");
 }
 
+// The producer warpgroup of the ws and pingpong pipelines: gives back its registers, then its thread 0 loads the
+// k tiles of the block's units, in order, as the stages free up. `it` counts the block's k tiles over all its
+// units: k tile `it` uses stage it % STAGES, for the (it / STAGES)-th time; use v needs the consumers' release of
+// use v - 1 (phase v - 1 of the stage's "empty" barrier).
+template <class C, class Unit, class Issue>
+__device__ __forceinline__ void produce(uint32_t base, uint32_t full, uint32_t empty, int units, Unit& unit,
+                                        Issue& issue) {
+  producer_registers();
+  if (threadIdx.x != 0) return;
+  int it = 0;
+  for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
+    const auto w = unit(u);
+    for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
+      const uint32_t s = uint32_t(it % C::STAGES);
+      if (it >= C::STAGES) mbar_wait(empty + 8u * s, uint32_t(it / C::STAGES - 1) & 1u);
+      issue(w, kt, base + s * uint32_t(C::kStageBytes), full + 8u * s);
+    }
+  }
+}
+
 template <class T, class C, bool A_MN, bool B_MN, class Unit, class Issue, class Store>
 __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base, int units, Unit unit, Issue issue,
                                             Store store) {
@@ -333,22 +353,8 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
   }
   __syncthreads();
 
-  // `it` counts the block's k tiles over all its units: k tile `it` uses stage it % STAGES, for the
-  // (it / STAGES)-th time
-  if (wg == 0) {  // producer
-    producer_registers();
-    if (tid == 0) {
-      int it = 0;
-      for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
-        const auto w = unit(u);
-        for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
-          const uint32_t s = uint32_t(it % C::STAGES);
-          // use v = it / STAGES of the stage needs the consumers' release of use v - 1 (phase v - 1)
-          if (it >= C::STAGES) mbar_wait(empty + 8u * s, uint32_t(it / C::STAGES - 1) & 1u);
-          issue(w, kt, base + s * uint32_t(C::kStageBytes), full + 8u * s);
-        }
-      }
-    }
+  if (wg == 0) {
+    produce<C>(base, full, empty, units, unit, issue);
     return;
   }
 
@@ -367,6 +373,72 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
     if (arrives) mbar_arrive(empty + 8u * uint32_t((it - 1) % C::STAGES));
 #pragma unroll
     for (int i = 0; i < C::BN / 2; ++i) fence_reg(d[i]);
+    store(w, cw);
+  }
+}
+
+// Pipeline "pingpong" (GEMM v3; CUTLASS's KernelTmaWarpSpecializedPingpong): the ws pipeline's producer and stages,
+// but each consumer warpgroup computes whole 128 x BN tiles by itself (both 64-row halves: d0, d1), the two taking
+// the block's units in turns (consumer 0 its 1st, 3rd, .. unit, consumer 1 its 2nd, 4th, ..), and their k loops
+// alternate: a consumer starts issuing a unit's MMAs once the other has issued all of its previous unit's. So
+// one warpgroup's epilogue (its loads and stores of C) runs while the other's MMAs keep the tensor cores busy,
+// where in "ws" both store at once and the tensor cores wait (at K = 768, 12 k tiles of MMAs a tile, a sizeable
+// share). The turns are two mbarriers, turn[c] completing a phase when the 4 warps of the other consumer have
+// issued a unit's MMAs; consumer c's n-th wait (its unit j = 2 n + c + 1 of the block's, counted from 0) is on
+// phase n, never more than one phase ahead (the other's next arrival needs this consumer's turn first), and so
+// are its waits on the stages' "full" barriers: a unit's first stage wait comes after every earlier k tile's.
+// Each consumer counts the other's k tiles too (`it` runs over all the block's units, as the producer's). A
+// stage is read by one warpgroup: "empty" takes 4 arrivals. store(w, cw): unit w's sums, d0 and d1, of consumer
+// cw (0 or 1), every MMA waited for. Shared memory: the ws pipeline's barriers and two more, 8 bytes each.
+template <class T, class C, bool A_MN, bool B_MN, class Unit, class Issue, class Store>
+__device__ __forceinline__ void pingpong_pipeline(float (&d0)[C::BN / 2], float (&d1)[C::BN / 2], uint32_t base,
+                                                  int units, Unit unit, Issue issue, Store store) {
+  const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES),
+                 turn = empty + 8u * uint32_t(C::STAGES);
+  const int tid = int(threadIdx.x), wg = tid / 128;
+  constexpr uint32_t kWarpgroupWarps = 4;
+  if (tid == 0) {
+    for (int s = 0; s < C::STAGES; ++s) {
+      mbar_init(full + 8u * uint32_t(s), 1);
+      mbar_init(empty + 8u * uint32_t(s), kWarpgroupWarps);
+    }
+    mbar_init(turn, kWarpgroupWarps);
+    mbar_init(turn + 8u, kWarpgroupWarps);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    produce<C>(base, full, empty, units, unit, issue);
+    return;
+  }
+
+  consumer_registers();
+  const int cw = wg - 1;
+  const bool arrives = tid % 32 == 0;
+  int it = 0, j = 0;
+  for (int u = int(blockIdx.x); u < units; u += int(gridDim.x), ++j) {
+    const auto w = unit(u);
+    if (j % 2 != cw) {  // the other consumer's unit
+      it += w.kt_count;
+      continue;
+    }
+    if (j > 0) mbar_wait(turn + 8u * uint32_t(cw), uint32_t((j - 1) / 2) & 1u);
+    for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
+      const uint32_t s = uint32_t(it % C::STAGES);
+      mbar_wait(full + 8u * s, uint32_t(it / C::STAGES) & 1u);
+      wgmma_fence();
+      const uint32_t stage = base + s * uint32_t(C::kStageBytes);
+      mma_ktile<T, C, A_MN, B_MN>(d0, stage, 0, kt == 0);
+      mma_ktile<T, C, A_MN, B_MN>(d1, stage, 1, kt == 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // this warp's MMAs of k tile it - 1 are done: release its stage
+      if (kt > 0 && arrives) mbar_arrive(empty + 8u * uint32_t((it - 1) % C::STAGES));
+    }
+    if (arrives) mbar_arrive(turn + 8u * uint32_t(1 - cw));  // every MMA of the unit issued: the other's turn
+    wgmma_wait<0>();
+    if (arrives) mbar_arrive(empty + 8u * uint32_t((it - 1) % C::STAGES));
+#pragma unroll
+    for (int i = 0; i < C::BN / 2; ++i) fence_reg(d0[i]), fence_reg(d1[i]);
     store(w, cw);
   }
 }
@@ -408,13 +480,16 @@ inline int64_t pipeline_blocks(const char* who, bool ws, int64_t units, int sms)
   return std::min(units, cap);
 }
 
-// HPDT_GEMM_V3_PIPELINE=ws: GEMM v3 and conv v3 run the warp-specialised pipeline (read at every call, so that
-// tests and benchmarks can switch it); unset or "barrier": the barrier pipeline.
-inline bool ws_pipeline_chosen() {
+// The pipeline HPDT_GEMM_V3_PIPELINE chooses (read at every call, so that tests and benchmarks can switch it):
+// unset or "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3 only: conv v3 runs "ws" under it);
+// anything else is an error naming the variable.
+enum class V3Pipeline { barrier, ws, pingpong };
+inline V3Pipeline v3_pipeline() {
   const char* e = std::getenv("HPDT_GEMM_V3_PIPELINE");
-  if (!e || std::strcmp(e, "barrier") == 0) return false;
-  HPDT_CHECK(std::strcmp(e, "ws") == 0, "HPDT_GEMM_V3_PIPELINE=", e, ": expected barrier or ws");
-  return true;
+  if (!e || std::strcmp(e, "barrier") == 0) return V3Pipeline::barrier;
+  if (std::strcmp(e, "ws") == 0) return V3Pipeline::ws;
+  HPDT_CHECK(std::strcmp(e, "pingpong") == 0, "HPDT_GEMM_V3_PIPELINE=", e, ": expected barrier, ws or pingpong");
+  return V3Pipeline::pingpong;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
