@@ -10,8 +10,10 @@
 #                                   [--sanitize-until SECONDS] [--sanitize-tools "memcheck racecheck"]
 #   --sanitize   also run every single-process gpu test binary under compute-sanitizer memcheck and racecheck
 #                (each at most --sanitize-timeout seconds, default 300; none past --sanitize-until seconds
-#                after the start, so that the benchmarks keep their time; scripts/gpu/sanitize.txt may
-#                give a binary a gtest filter per tool)
+#                after the start, so that the benchmarks keep their time). scripts/gpu/sanitize.txt (or the
+#                file HPDT_SANITIZE_LIST names) lists runs that start first, in its order: a binary's gtest
+#                filter per tool, or several, its parts, run side by side; the other binaries run whole after.
+#                HPDT_SANITIZER replaces compute-sanitizer (tests/scripts/check_gpu_run.sh gives a stand-in)
 #   --only RE    run only manifest entries whose executable (or check name) matches RE
 #   --jobs N     run the correctness phase (tests, checks, sanitizer) N at a time (default 1). The GPU is
 #                shared by them; benchmarks always run one at a time, after it, on an otherwise idle GPU
@@ -126,22 +128,24 @@ run_test() {  # ranks exe
   note "$(printf '%-9s %-44s rc=%-3s cases=%-4s passed=%-4s failed=%-4s skipped=%-4s %4ss' "$st" "$tag" "$rc" "$tests" "$passes" "$fails" "$skips" $((SECONDS - t0)))"
   [ "$st" = ok ] || echo "$tag" >> "$out/.failed"
 }
-run_sanitizer() {  # tool exe
-  local tool=$1 exe=$2 tag; tag=$(basename "$exe")
-  local log=$out/tests/$tag.$tool.log t0=$SECONDS own=$san_timeout
+sanitizer=${HPDT_SANITIZER:-compute-sanitizer}
+sanitize_list=${HPDT_SANITIZE_LIST:-$root/scripts/gpu/sanitize.txt}
+run_sanitizer() {  # tool exe filter part ("": the binary's one run; N/M: part N of M, its own log)
+  local tool=$1 exe=$2 filter=$3 part=$4 tag; tag=$(basename "$exe")
+  local name="$tag [$tool]" log=$out/tests/$tag.$tool.log t0=$SECONDS own=$san_timeout
+  if [ -n "$part" ]; then name="$tag [$tool, part $part]"; log=$out/tests/$tag.$tool.part${part%/*}.log; fi
   if [ "$san_until" -gt 0 ] && [ $((san_until - (SECONDS - start))) -lt "$own" ]; then own=$((san_until - (SECONDS - start))); fi
-  if [ "$own" -le 0 ]; then not_run "$tag [$tool]"; return; fi
-  local filter args=()
-  filter=$(awk -v t="$tool" -v b="$tag" '$1 == t && $2 == b {print $3}' "$root/scripts/gpu/sanitize.txt" 2>/dev/null)
+  if [ "$own" -le 0 ]; then not_run "$name"; return; fi
+  local args=()
   [ -n "$filter" ] && args=("--gtest_filter=$filter")
-  timeout --kill-after=10 "$(limit "$own")" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+  timeout --kill-after=10 "$(limit "$own")" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
     "$bundle/bin/$exe" "${args[@]}" < /dev/null > "$log" 2>&1
   local rc=$? st line
   st=$(status $rc)
   line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
   [ -n "$filter" ] && line="$line (cases: $filter)"
-  note "$(printf '%-9s %-44s rc=%-3s %4ss %s' "$st" "$tag [$tool]" "$rc" $((SECONDS - t0)) "${line:-}")"
-  [ "$st" = ok ] || echo "$tag [$tool]" >> "$out/.failed"
+  note "$(printf '%-9s %-44s rc=%-3s %4ss %s' "$st" "$name" "$rc" $((SECONDS - t0)) "${line:-}")"
+  [ "$st" = ok ] || echo "$name" >> "$out/.failed"
 }
 expand() {  # the placeholders of checks.txt and benchmarks.txt
   local s=${1//\{out\}/$out/bench}; s=${s//\{root\}/$root}; s=${s//\{bin\}/$bundle/bin}; s=${s//\{data\}/$bundle/data}
@@ -197,14 +201,48 @@ for line in "${manifest[@]}"; do
   if [ "$kind" = test ]; then run_test "$ranks" "$exe" & else run_check "$exe" "$args" & fi
 done
 if [ $sanitize -eq 1 ]; then
+  # The runs: sanitize.txt's lines first, in its order (the long ones head it), then every other single-process
+  # test binary whole, tool by tool. A run is "tool<TAB>exe<TAB>filter<TAB>part".
+  san_runs=()
+  declare -A listed=() parts=()
+  sanitized_exe() {  # the manifest's single-process test whose file name is $1, if selected
+    local line kind ranks exe args
+    for line in "${manifest[@]}"; do
+      IFS=$'\t' read -r kind ranks exe args <<< "$line"
+      [ "$kind" = test ] && [ "$ranks" -eq 0 ] && [ "$(basename "$exe")" = "$1" ] && selected "$exe" && echo "$exe" && return
+    done
+  }
+  if [ -f "$sanitize_list" ]; then
+    while read -r tool bin filter; do
+      [[ -z "$tool" || "$tool" == \#* ]] && continue
+      [[ " $san_tools " == *" $tool "* ]] || continue
+      parts[$tool/$bin]=$(( ${parts[$tool/$bin]:-0} + 1 ))
+    done < "$sanitize_list"
+    declare -A seen=()
+    while read -r tool bin filter; do
+      [[ -z "$tool" || "$tool" == \#* ]] && continue
+      [[ " $san_tools " == *" $tool "* ]] || continue
+      exe=$(sanitized_exe "$bin")
+      [ -n "$exe" ] || continue
+      listed[$tool/$bin]=1
+      seen[$tool/$bin]=$(( ${seen[$tool/$bin]:-0} + 1 ))
+      part=""; [ "${parts[$tool/$bin]}" -gt 1 ] && part="${seen[$tool/$bin]}/${parts[$tool/$bin]}"
+      san_runs+=("$tool"$'\t'"$exe"$'\t'"$filter"$'\t'"$part")
+    done < "$sanitize_list"
+  fi
   for tool in $san_tools; do
     for line in "${manifest[@]}"; do
       IFS=$'\t' read -r kind ranks exe args <<< "$line"
       [ "$kind" = test ] && [ "$ranks" -eq 0 ] && selected "$exe" || continue
-      if [ "$(left)" -le 0 ]; then not_run "$(basename "$exe") [$tool]"; continue; fi
-      throttle
-      run_sanitizer "$tool" "$exe" &
+      [ -n "${listed[$tool/$(basename "$exe")]:-}" ] && continue
+      san_runs+=("$tool"$'\t'"$exe"$'\t'$'\t')
     done
+  done
+  for run in "${san_runs[@]}"; do
+    IFS=$'\t' read -r tool exe filter part <<< "$run"
+    if [ "$(left)" -le 0 ]; then not_run "$(basename "$exe") [$tool${part:+, part $part}]"; continue; fi
+    throttle
+    run_sanitizer "$tool" "$exe" "$filter" "$part" &
   done
 fi
 wait

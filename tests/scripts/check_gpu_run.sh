@@ -19,8 +19,22 @@ printf '%s\t%s\t%s\t%s\n' \
   check 0 slow "sleep 120" \
   bench 0 bench/kernels/hpdt-bench-elementwise "--benchmark_filter=NONE" \
   peer 0 late "true" > "$w/bundle/manifest.tsv"
+# --sanitize through a stand-in for compute-sanitizer (it says which tool and runs the binary with the rest of its
+# arguments), a list that gives memcheck two parts of the GPU test and racecheck none (it runs whole)
+cat > "$w/sanitizer" <<'EOS'
+#!/usr/bin/env bash
+tool=$2; shift 6
+echo "stand-in sanitizer: $tool $*"
+"$@"; rc=$?
+echo "========= ERROR SUMMARY: 0 errors ($tool)"
+exit $rc
+EOS
+chmod +x "$w/sanitizer"
+printf '%s\n' '# a comment' 'memcheck test_elementwise_cuda ElementwiseCuda.*' 'memcheck test_elementwise_cuda -ElementwiseCuda.*' \
+  'memcheck not_in_the_bundle Foo.*' > "$w/sanitize.txt"
 # (the deadline leaves the smoke and the GPU test time on a loaded 2-core machine; the slow check outlasts it)
-"$src/scripts/gpu/run.sh" "$w/out" --bundle "$w/bundle" --jobs 3 --deadline 20 > "$w/log" 2>&1
+HPDT_SANITIZER=$w/sanitizer HPDT_SANITIZE_LIST=$w/sanitize.txt \
+  "$src/scripts/gpu/run.sh" "$w/out" --bundle "$w/bundle" --jobs 3 --deadline 20 --sanitize > "$w/log" 2>&1
 rc=$?
 cat "$w/log"
 fail() { echo "check_gpu_run: $*" >&2; exit 1; }
@@ -31,6 +45,15 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
   grep -qE '^ok +test_elementwise_cuda +rc=0 +cases=6 +passed=0 +failed=0 +skipped=6' "$s" || fail "the GPU test should be skipped, not passed"
 fi
 grep -qE '^ok +check fast' "$s" || fail "check fast"
+# the listed parts, each with its own log and filter, and racecheck, not listed, on the whole binary
+for part in 1 2; do
+  grep -qE "^ok +test_elementwise_cuda \[memcheck, part $part/2\] .*ERROR SUMMARY: 0 errors \(memcheck\) \(cases: -?ElementwiseCuda" "$s" ||
+    fail "memcheck part $part of 2"
+  grep -q -- "--gtest_filter=" "$w/out/tests/test_elementwise_cuda.memcheck.part$part.log" || fail "the log of memcheck part $part"
+done
+grep -qE '^ok +test_elementwise_cuda \[racecheck\] .*ERROR SUMMARY: 0 errors \(racecheck\)$' "$s" || fail "racecheck, whole"
+grep -q "not_in_the_bundle" "$s" && fail "a listed binary that is not in the bundle ran"
+[ "$(grep -c 'test_elementwise_cuda \[memcheck' "$s")" -eq 2 ] || fail "memcheck should run as its two parts only"
 grep -qE '^CUT SHORT check slow +rc=124' "$s" || fail "the slow check was not cut at the deadline"
 grep -qE '^NOT RUN +bench bench/kernels/hpdt-bench-elementwise' "$s" || fail "the benchmark after the deadline"
 grep -qE '^NOT RUN +peer late' "$s" || fail "the peer after the deadline"
