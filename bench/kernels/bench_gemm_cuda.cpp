@@ -119,14 +119,16 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
 }
 
 // v3_pipeline: HPDT_GEMM_V3_PIPELINE for this row (v3's "ws" and "pingpong" rows), or null for the default; v3_blocks:
-// HPDT_GEMM_V3_CTAS (the ws pipeline's block cap), or null for one block per SM
+// HPDT_GEMM_V3_CTAS (the ws pipeline's block cap), or null for one block per SM; v3_tile: HPDT_GEMM_V3_TILE, or null
+// for the tile v3 chooses
 void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v, const char* v3_pipeline,
-                const char* v3_blocks) {
+                const char* v3_blocks, const char* v3_tile) {
   if (!cuda_available()) {
     state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
     return;
   }
-  const ScopedEnv scope("HPDT_GEMM_V3_PIPELINE", v3_pipeline), blocks("HPDT_GEMM_V3_CTAS", v3_blocks);
+  const ScopedEnv scope("HPDT_GEMM_V3_PIPELINE", v3_pipeline), blocks("HPDT_GEMM_V3_CTAS", v3_blocks),
+      tile("HPDT_GEMM_V3_TILE", v3_tile);
   try {
     Operands o = make_operands(sh, ab, c);
     const Stream& s = bench_stream();
@@ -158,26 +160,31 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
 
 // One row per variant; v3 three times: its default pipeline ("barrier", row v3_wgmma), the warp-specialised one,
 // persistent (row v3_wgmma_ws), and "pingpong" (row v3_wgmma_pingpong: ws's producer, each consumer warpgroup a
-// whole 128 x 128 tile in turns, one's epilogue under the other's MMAs); with v3_ablation one more of the ws
-// pipeline, a block per tile (row v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count), which tells what
-// the persistence gains.
+// whole 128 x 128 tile in turns, one's epilogue under the other's MMAs); with v3_ablation three more: the ws
+// pipeline with a block per tile (row v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count), which tells
+// what the persistence gains, and the default pipeline on each block tile (rows v3_wgmma_wide, v3_wgmma_narrow:
+// HPDT_GEMM_V3_TILE), which tells whether the tile's wave model (split_k.cuh: wide_tile_by_waves) chose right.
 void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants, bool v3_ablation = false) {
   struct Row {
     const char* suffix;
     const char* pipeline;
     const char* blocks;
+    const char* tile;
+    bool ablation;
   };
-  const Row rows[] = {{"", nullptr, nullptr},
-                      {"_ws", "ws", nullptr},
-                      {"_pingpong", "pingpong", nullptr},
-                      {"_ws_per_tile", "ws", "2147483647"}};
+  const Row rows[] = {{"", nullptr, nullptr, nullptr, false},
+                      {"_ws", "ws", nullptr, nullptr, false},
+                      {"_pingpong", "pingpong", nullptr, nullptr, false},
+                      {"_ws_per_tile", "ws", "2147483647", nullptr, true},
+                      {"_wide", nullptr, nullptr, "wide", true},
+                      {"_narrow", nullptr, nullptr, "narrow", true}};
   for (GemmVariant v : variants)
     for (const Row& r : rows) {
-      if (r.pipeline && v != GemmVariant::v3_wgmma) continue;
-      if (r.blocks && !v3_ablation) continue;
+      if ((r.pipeline || r.tile) && v != GemmVariant::v3_wgmma) continue;
+      if (r.ablation && !v3_ablation) continue;
       const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" +
                                sh.name + "/" + std::string(kernels::cuda::gemm_variant_name(v)) + r.suffix;
-      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, r.pipeline, r.blocks)
+      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, r.pipeline, r.blocks, r.tile)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }

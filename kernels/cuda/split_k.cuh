@@ -1,5 +1,5 @@
-// Split-K sizing for the CUDA GEMM and backward-filter kernels (private to kernels/cuda). Plain C++, no CUDA:
-// tests/kernels/test_split_k.cpp checks it on the CPU.
+// Split-K sizing for the CUDA GEMM and backward-filter kernels, and GEMM v3's block tile, by a model of whole
+// waves (private to kernels/cuda). Plain C++, no CUDA: tests/kernels/test_split_k.cpp checks it on the CPU.
 #pragma once
 
 #include <algorithm>
@@ -44,6 +44,22 @@ inline SplitK choose_split_k(int64_t tiles, int64_t k_steps, int64_t resident, d
     if (s == 1 || cost < best_cost * 0.98) best = {int(s), per}, best_cost = cost;
   }
   return best;
+}
+
+// GEMM v3's and conv v3's block tile: 128 x 256 ("wide") or 128 x 128 ("narrow"), for `narrow_tiles` output tiles
+// of 128 x 128 (wide_tiles of 128 x 256) and `sms` blocks at once (one block an SM). Wide where its tiles fill a
+// wave of the GPU, unless the narrow tiles take fewer waves than the wide ones would cost: a wave of wide tiles
+// costs kWideWaveCost waves of narrow ones (twice the MMAs a tile, less what the wide tile saves: each row of A it
+// loads feeds twice the columns). Whole waves matter: ViT-B/16's GEMMs 768 wide (the proj and fc2 forwards, the dx
+// of every layer into 768 features; 12,608 rows) are 297 wide tiles on 132 SMs, 3 waves (5.4 narrow ones), or 594
+// narrow tiles in 5 waves (4.5, rounded up), so narrow. Below a wave of wide tiles (the split-K shapes) narrow as
+// before: the splits, not the tile, fill the GPU there.
+constexpr double kWideWaveCost = 1.8;  // a model's guess; hpdt-bench-gemm-cuda's v3_wgmma_wide / _narrow rows time it
+inline bool wide_tile_by_waves(int64_t wide_tiles, int64_t narrow_tiles, int64_t sms) {
+  sms = std::max<int64_t>(sms, 1);
+  if (wide_tiles < sms) return false;
+  const int64_t wide_waves = (wide_tiles + sms - 1) / sms, narrow_waves = (narrow_tiles + sms - 1) / sms;
+  return double(wide_waves) * kWideWaveCost <= double(narrow_waves);
 }
 
 }  // namespace hpdt::kernels::cuda::detail

@@ -115,6 +115,25 @@ def gemm_table(g, rows, numbers):
                             "v3_ws_per_tile_tflops": tf(v3pt), "v3_ws_direct_tflops": tf(v3d), "cublas_tflops": tf(cu),
                             "v2_over_cublas": ratio, "v3_over_cublas": ratio3, "v3_ws_over_cublas": ratio3ws,
                             "v2_x_unfused": xu(v2), "v3_x_unfused": xu(v3)})
+    # GEMM v3's block tile (rows v3_wgmma_wide / v3_wgmma_narrow, since 2026-11-28): the tile its wave model chose
+    # (row v3_wgmma) against the better of the two pinned, same run
+    tiles = []
+    for sh in shapes:
+        key = lambda v: g.get(f"gemm/bf16->bf16/{sh}/{v}")  # noqa: E731
+        auto, wide, narrow = key("v3_wgmma"), key("v3_wgmma_wide"), key("v3_wgmma_narrow")
+        if not (auto and wide and narrow):
+            continue
+        best = max(wide["TFLOP/s"], narrow["TFLOP/s"])
+        tiles.append(f"| {sh} | {auto['TFLOP/s']:.1f} | {wide['TFLOP/s']:.1f} | {narrow['TFLOP/s']:.1f} "
+                     f"| {auto['TFLOP/s'] / best:.2f} |")
+        numbers.append({"op": "gemm_v3_tile", "shape": sh, "chosen_tflops": auto["TFLOP/s"],
+                        "wide_tflops": wide["TFLOP/s"], "narrow_tflops": narrow["TFLOP/s"]})
+    if tiles:
+        rows.append("")
+        rows.append("| GEMM v3 block tile (bf16, barrier pipeline) | as chosen TFLOP/s | wide (128x256) TFLOP/s "
+                    "| narrow (128x128) TFLOP/s | chosen / best |")
+        rows.append("|---|---:|---:|---:|---:|")
+        rows.extend(tiles)
 
 
 def conv_table(c, rows, numbers):

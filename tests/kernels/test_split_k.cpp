@@ -73,4 +73,29 @@ TEST(SplitK, PartitionInvariants) {
   }
 }
 
+// GEMM v3's block tile by whole waves (wide_tile_by_waves), on 132 SMs: the ViT-B/16 GEMMs of 12,608 rows.
+TEST(BlockTile, WholeWavesChooseTheTile) {
+  using hpdt::kernels::cuda::detail::wide_tile_by_waves;
+  const auto choose = [](int64_t m, int64_t n, int64_t sms) {
+    const int64_t tm = (m + 127) / 128;
+    return wide_tile_by_waves(tm * ((n + 255) / 256), tm * ((n + 127) / 128), sms);
+  };
+  // 768 wide: 297 wide tiles are 3 waves (5.4 narrow ones at 1.8), 594 narrow ones 5: narrow
+  EXPECT_FALSE(choose(12608, 768, 132));
+  // 2304 wide (qkv): 891 wide tiles in 7 waves (12.6) against 1,782 narrow in 14: wide
+  EXPECT_TRUE(choose(12608, 2304, 132));
+  // 3072 wide (fc1): 1,188 wide tiles, 9 whole waves (16.2), against 18: wide
+  EXPECT_TRUE(choose(12608, 3072, 132));
+  // 4096^2: 512 wide tiles in 4 waves (7.2) against 1,024 narrow in 8: wide
+  EXPECT_TRUE(choose(4096, 4096, 132));
+  // below a wave of wide tiles (split-K fills the GPU there): narrow, as before
+  EXPECT_FALSE(choose(768, 768, 132));
+  EXPECT_FALSE(choose(3072, 768, 132));  // 72 wide tiles
+  EXPECT_FALSE(wide_tile_by_waves(131, 262, 132));
+  // exactly a wave: wide (1.8 <= 2)
+  EXPECT_TRUE(wide_tile_by_waves(132, 264, 132));
+  // no SM count (0) counts as one: every tile a wave, wide halves them
+  EXPECT_TRUE(wide_tile_by_waves(10, 20, 0));
+}
+
 }  // namespace

@@ -402,9 +402,11 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.bias = c.bias, p.res = c.residual;
   p.tiles_m = int(boxes);
   p.kt_per_split = p.K / kBK;
-  // N tile: 64 for up to 64 output channels (Slim); above, as GEMM v3 chooses: Wide when its tiles still fill a
-  // wave of the GPU, else Narrow (HPDT_GEMM_V3_TILE pins it; tests cover both).
-  const bool wide = wide_tile(int64_t(p.tiles_m) * ceil_div(c.M, Wide::BN) >= detail::sm_count(stream.device().index));
+  // N tile: 64 for up to 64 output channels (Slim); above, as GEMM v3 chooses, by whole waves (split_k.cuh:
+  // wide_tile_by_waves; HPDT_GEMM_V3_TILE pins it; tests cover both).
+  const bool wide = wide_tile(detail::wide_tile_by_waves(int64_t(p.tiles_m) * ceil_div(c.M, Wide::BN),
+                                                         int64_t(p.tiles_m) * ceil_div(c.M, Narrow::BN),
+                                                         detail::sm_count(stream.device().index)));
   auto run = [&](auto tag) {
     using T = decltype(tag);
     if (c.M <= 64) launch<T, Slim>(c, q, p, dt, stream);

@@ -299,14 +299,16 @@ bool v3_device_ok(int device) {
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
   const int sms = detail::sm_count(stream.device().index);
-  // The wide tile reads each loaded A row against twice the columns; worth it with a wave of tiles or more.
-  const int64_t wide_tiles = ((int64_t(p.M) + kBM - 1) / kBM) * ((int64_t(p.N) + Wide::BN - 1) / Wide::BN);
+  // The block tile by whole waves (split_k.cuh: wide_tile_by_waves).
+  const int64_t tiles_m = (int64_t(p.M) + kBM - 1) / kBM;
+  const int64_t wide_tiles = tiles_m * ((int64_t(p.N) + Wide::BN - 1) / Wide::BN);
+  const int64_t narrow_tiles = tiles_m * ((int64_t(p.N) + Narrow::BN - 1) / Narrow::BN);
   // The pingpong pipeline has one tile, 128 x 128 a warpgroup (Narrow's stages).
   const bool pingpong = v3_pipeline() == V3Pipeline::pingpong;
   const char* pinned = std::getenv("HPDT_GEMM_V3_TILE");
   HPDT_CHECK(!pingpong || !pinned || std::strcmp(pinned, "narrow") == 0, "HPDT_GEMM_V3_TILE=", pinned,
              ": HPDT_GEMM_V3_PIPELINE=pingpong has one tile, 128 x 128 a warpgroup (narrow)");
-  const bool wide = !pingpong && wide_tile(wide_tiles >= sms);
+  const bool wide = !pingpong && wide_tile(detail::wide_tile_by_waves(wide_tiles, narrow_tiles, sms));
   if (ab_type == DType::bf16) {
     if (wide) launch_tile<bf16_t, Wide>(p, ab_type, c_type, stream);
     else launch_tile<bf16_t, Narrow>(p, ab_type, c_type, stream);
