@@ -685,9 +685,11 @@ TEST_F(GemmCuda, EmulatedEpilogueBufferWritesAreConflictFree) {
 }
 #endif
 
-// HPDT_GEMM_V3_CTAS caps the "ws" pipeline's blocks: anything but a positive number is an error naming it (and
-// the barrier pipeline, one block per tile, does not read it).
-TEST_F(GemmCuda, V3BlockCapMustBePositive) {
+// v3's switches. HPDT_GEMM_V3_CTAS caps the persistent pipelines' blocks: anything but a positive number is an error
+// naming it (and the barrier pipeline, one block per tile, does not read it). HPDT_GEMM_V3_PIPELINE names one of
+// three pipelines, anything else is an error naming it; the pingpong pipeline has one tile, so pinning the wide one
+// under it is an error too (narrow is what it runs).
+TEST_F(GemmCuda, V3SwitchesAreChecked) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Tensor A = to_gpu(random({64, 64}), DType::bf16), B = to_gpu(random({64, 64}), DType::bf16);
   Tensor C = poisoned({64, 64});
@@ -699,21 +701,10 @@ TEST_F(GemmCuda, V3BlockCapMustBePositive) {
     const ScopedEnv ws("HPDT_GEMM_V3_PIPELINE", "ws"), cap("HPDT_GEMM_V3_CTAS", bad);
     HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_CTAS=") + bad + ": expected a positive number of blocks");
   }
-  const ScopedEnv cap("HPDT_GEMM_V3_CTAS", "0");
-  EXPECT_NO_THROW(gemm());
-  stream.synchronize();
-}
-
-// HPDT_GEMM_V3_PIPELINE names one of three pipelines, anything else is an error naming it; the pingpong pipeline
-// has one tile, so pinning the wide one under it is an error too (narrow is what it runs).
-TEST_F(GemmCuda, V3PipelineChoiceIsChecked) {
-  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
-  const Tensor A = to_gpu(random({64, 64}), DType::bf16), B = to_gpu(random({64, 64}), DType::bf16);
-  Tensor C = poisoned({64, 64});
-  const auto gemm = [&] {
-    kernels::cuda::gemm(false, true, 64, 64, 64, 1, A.data(), 64, B.data(), 64, 0, C.data(), 64, DType::bf16,
-                        DType::f32, {}, stream, GemmVariant::v3_wgmma);
-  };
+  {
+    const ScopedEnv cap("HPDT_GEMM_V3_CTAS", "0");
+    EXPECT_NO_THROW(gemm());
+  }
   for (const char* bad : {"Ws", "ping-pong", "", "barrier "}) {
     const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", bad);
     HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_PIPELINE=") + bad + ": expected barrier, ws or pingpong");

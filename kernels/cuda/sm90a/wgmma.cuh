@@ -318,6 +318,17 @@ __device__ __forceinline__ void consumer_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsConsumerRegs) : "memory");
 }
 
+// The ws and pingpong pipelines' stage barriers (thread 0, before fence_mbar_init): per stage a "full" one (the
+// producer's arrival with the TMA bytes) and an "empty" one (an arrival from each of the `readers` warps that read
+// the stage, once their MMAs are done).
+template <class C>
+__device__ __forceinline__ void init_stage_barriers(uint32_t full, uint32_t empty, uint32_t readers) {
+  for (int s = 0; s < C::STAGES; ++s) {
+    mbar_init(full + 8u * uint32_t(s), 1);
+    mbar_init(empty + 8u * uint32_t(s), readers);
+  }
+}
+
 // The producer warpgroup of the ws and pingpong pipelines: gives back its registers, then its thread 0 loads the
 // k tiles of the block's units, in order, as the stages free up. `it` counts the block's k tiles over all its
 // units: k tile `it` uses stage it % STAGES, for the (it / STAGES)-th time; use v needs the consumers' release of
@@ -343,12 +354,8 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
                                             Store store) {
   const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
   const int tid = int(threadIdx.x), wg = tid / 128;
-  constexpr uint32_t kConsumerWarps = C::kThreads / 32;
   if (tid == 0) {
-    for (int s = 0; s < C::STAGES; ++s) {
-      mbar_init(full + 8u * uint32_t(s), 1);
-      mbar_init(empty + 8u * uint32_t(s), kConsumerWarps);
-    }
+    init_stage_barriers<C>(full, empty, C::kThreads / 32);  // a stage is read by all 8 consumer warps
     fence_mbar_init();
   }
   __syncthreads();
@@ -398,10 +405,7 @@ __device__ __forceinline__ void pingpong_pipeline(float (&d0)[C::BN / 2], float 
   const int tid = int(threadIdx.x), wg = tid / 128;
   constexpr uint32_t kWarpgroupWarps = 4;
   if (tid == 0) {
-    for (int s = 0; s < C::STAGES; ++s) {
-      mbar_init(full + 8u * uint32_t(s), 1);
-      mbar_init(empty + 8u * uint32_t(s), kWarpgroupWarps);
-    }
+    init_stage_barriers<C>(full, empty, kWarpgroupWarps);  // a stage is read by one consumer warpgroup
     mbar_init(turn, kWarpgroupWarps);
     mbar_init(turn + 8u, kWarpgroupWarps);
     fence_mbar_init();
