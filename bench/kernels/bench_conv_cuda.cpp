@@ -8,7 +8,8 @@
 // forward, the backward-data phases and the backward-filter on conv v3 (kernels/cuda/conv_v3.cuh) where the
 // reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of
 // those takes the row. v3_wgmma_ws rows: the same with HPDT_GEMM_V3_PIPELINE=ws (wgmma.cuh's warp-specialised
-// pipeline in conv v3 and GEMM v3).
+// pipeline in conv v3 and GEMM v3); v3_wgmma_pingpong rows with HPDT_GEMM_V3_PIPELINE=pingpong (its backward-filter
+// on ws).
 // Time: CUDA events around each call (manual time). cuDNN: deterministic algorithm from its v7 heuristics, no
 // TF32 for f32 (see kernels/cuda/conv_vendor.cu).
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
@@ -51,14 +52,15 @@ const ConvCase kCases[] = {
 };
 
 enum class Dir { forward, backward_data, backward_filter };
-enum class Impl { v1, v2, v3, v3ws, cudnn };
+enum class Impl { v1, v2, v3, v3ws, v3pingpong, cudnn };
 const char* dir_name(Dir d) { return d == Dir::forward ? "fwd" : d == Dir::backward_data ? "bwd_data" : "bwd_filter"; }
 const char* impl_name(Impl i) {
   return i == Impl::v1   ? "v1_simt"
          : i == Impl::v2 ? "v2_tensor_core"
          : i == Impl::v3 ? "v3_wgmma"
          : i == Impl::v3ws ? "v3_wgmma_ws"
-                           : "cudnn";
+         : i == Impl::v3pingpong ? "v3_wgmma_pingpong"
+                                 : "cudnn";
 }
 // Whether `--conv v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
 // on GEMM v3; otherwise conv v3 for a forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0 and a
@@ -95,13 +97,15 @@ Buffers make_buffers(const Conv2dShape& s, DType dt, Layout layout, const Stream
 
 void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, const Stream& stream) {
   namespace kc = kernels::cuda;
-  const bool v3 = impl == Impl::v3 || impl == Impl::v3ws;
+  const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
   const kc::ConvVariant v = v3                 ? kc::ConvVariant::automatic
                             : impl == Impl::v2 ? kc::ConvVariant::v2_tensor_core
                                                : kc::ConvVariant::v1_simt;
-  // v3: the automatic variant under --conv v3's setting, for this call; v3ws: on the ws pipeline
+  // v3: the automatic variant under --conv v3's setting, for this call; v3ws, v3pingpong: on those pipelines
   const kernels::ScopedConvChoice choice(v3 ? kernels::ConvChoice::v3 : kernels::conv_choice());
-  const ScopedEnv pipeline("HPDT_GEMM_V3_PIPELINE", impl == Impl::v3ws ? "ws" : nullptr);
+  const ScopedEnv pipeline("HPDT_GEMM_V3_PIPELINE", impl == Impl::v3ws         ? "ws"
+                                                    : impl == Impl::v3pingpong ? "pingpong"
+                                                                               : nullptr);
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {
     case Dir::forward:
@@ -187,8 +191,8 @@ const bool registered = [] {
     for (DType dt : {DType::bf16, DType::f32})
       for (int c = 0; c < int(std::size(kCases)); ++c)
         for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
-          for (Impl impl : {Impl::v1, Impl::v2, Impl::v3, Impl::v3ws, Impl::cudnn}) {
-            const bool v3 = impl == Impl::v3 || impl == Impl::v3ws;
+          for (Impl impl : {Impl::v1, Impl::v2, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::cudnn}) {
+            const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
             if ((impl == Impl::v2 || v3) && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
             if (v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].s, d))) continue;
             const std::string name = std::string(layout == Layout::nhwc ? "conv_nhwc/" : "conv/") + kCases[c].name +

@@ -138,8 +138,9 @@ def gemm_table(g, rows, numbers):
 
 def conv_table(c, rows, numbers):
     # v3: `--gemm v3` (conv v3 / GEMM v3, NHWC only, where they take the case), ws: the same on the ws pipeline
-    rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | v3 ms | v3 ws ms | cuDNN ms | v2 / cuDNN speed | best v3 / cuDNN speed |")
-    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | v3 ms | v3 ws ms "
+                "| v3 pingpong ms | cuDNN ms | v2 / cuDNN speed | best v3 / cuDNN speed |")
+    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for k in sorted(c):
         parts = k.split("/")
         if len(parts) != 5 or parts[4] != "v2_tensor_core" or parts[2] != "bf16":
@@ -148,15 +149,17 @@ def conv_table(c, rows, numbers):
         cu = c.get("/".join(parts[:4] + ["cudnn"]))
         v3 = c.get("/".join(parts[:4] + ["v3_wgmma"]))
         v3ws = c.get("/".join(parts[:4] + ["v3_wgmma_ws"]))
+        v3pp = c.get("/".join(parts[:4] + ["v3_wgmma_pingpong"]))  # since 2026-11-28
         ours = c[k]
         ratio = cu["real_time"] / ours["real_time"] if cu else None
-        v3_times = [r["real_time"] for r in (v3, v3ws) if r]
+        v3_times = [r["real_time"] for r in (v3, v3ws, v3pp) if r]
         v3_ratio = cu["real_time"] / min(v3_times) if cu and v3_times else None
         ms = lambda r: fmt(r["real_time"] if r else None, 3)
-        rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {ms(v3)} | {ms(v3ws)} | {ms(cu)} | "
-                    f"{fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
+        rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {ms(v3)} | {ms(v3ws)} | {ms(v3pp)} "
+                    f"| {ms(cu)} | {fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
         numbers.append({"op": "conv", "case": parts[1], "layout": layout, "dir": parts[3], "ours_ms": ours["real_time"],
                         "v3_ms": v3["real_time"] if v3 else None, "v3_ws_ms": v3ws["real_time"] if v3ws else None,
+                        "v3_pingpong_ms": v3pp["real_time"] if v3pp else None,
                         "cudnn_ms": cu["real_time"] if cu else None, "ours_over_cudnn": ratio,
                         "best_v3_over_cudnn": v3_ratio})
 
@@ -227,6 +230,8 @@ def train_table(t, torch, rows, numbers):
                                 "resnet50_bf16_{}_nhwc_conv_v3", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, ws pipeline",
                                 "resnet50_bf16_{}_nhwc_conv_v3ws", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, pingpong pipeline",
+                                "resnet50_bf16_{}_nhwc_conv_v3pingpong", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),

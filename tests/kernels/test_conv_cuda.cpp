@@ -735,8 +735,10 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
 // which kernels ran. Covers both N tiles above 64 channels (HPDT_GEMM_V3_TILE), 64 and fewer channels (the 64-wide
 // tile), N tiles cut by the channel count, non-square kernels, padding beyond the taps' reach, stride 2 (TMA's
 // element strides forward and backward-filter, backward-data's phases) and pixel grids that leave part of the last
-// box empty. Both pipelines (wgmma.cuh): "barrier" in bf16 and f16, "ws" (HPDT_GEMM_V3_PIPELINE=ws) in bf16, the
-// latter persistent on 3 blocks (HPDT_GEMM_V3_CTAS), so that a block runs several tiles (or split-K parts).
+// box empty. All three pipelines (wgmma.cuh): "barrier" in bf16 and f16, "ws" (HPDT_GEMM_V3_PIPELINE=ws) and
+// "pingpong" in bf16, the latter two persistent on 3 blocks (HPDT_GEMM_V3_CTAS), so that a block runs several tiles
+// (or split-K parts); pingpong has no wide tile (its cases pinned wide are left out) and runs the backward-filter
+// on "ws".
 TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   {
     const Tensor probe = poisoned({64, 64}, DType::bf16);
@@ -766,14 +768,17 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       {"3x3 s2 64->64 at 4x260 (boxes of 128 x 1)", {2, 64, 4, 260, 64, 3, 3, 2, 1}, nullptr, 4},
       {"3x3 64->64 at 32x32 (split-K)", {2, 64, 32, 32, 64, 3, 3, 1, 1}, nullptr, 1},
   };
-  const std::pair<const char*, DType> runs[] = {{"barrier", DType::bf16}, {"barrier", DType::f16}, {"ws", DType::bf16}};
+  const std::pair<const char*, DType> runs[] = {
+      {"barrier", DType::bf16}, {"barrier", DType::f16}, {"ws", DType::bf16}, {"pingpong", DType::bf16}};
   for (const auto& [pipeline, dt] : runs)
     for (const V3Case& c : cases) {
+      const bool pingpong = std::strcmp(pipeline, "pingpong") == 0;
+      if (pingpong && c.tile && std::strcmp(c.tile, "wide") == 0) continue;
       const Conv2dShape& s = c.s;
       SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " pipeline " + pipeline);
       if (c.tile) ::setenv("HPDT_GEMM_V3_TILE", c.tile, 1);
       ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
-      const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "ws") == 0 ? "3" : nullptr);
+      const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr);
       const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
       const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
                    db0 = random({s.c_out}), res_y = random(ys), res_x = random(xs);
@@ -784,7 +789,8 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
       const unsigned long long v3s = cuda_emu::launches_named("conv_v3"), convs = cuda_emu::launches_named("conv_nhwc_"),
                                reduces = cuda_emu::launches_named("wgrad_reduce"),
-                               ws_v3s = cuda_emu::launches_named("bool WS = true");
+                               ws_v3s = cuda_emu::launches_named("bool WS = true"),
+                               pingpong_v3s = cuda_emu::launches_named("conv_v3_pingpong");
 #endif
       // forward with bias, then with bias and a residual; backward-data, then with a residual
       Tensor y = poisoned(ys, dt), yr = poisoned(ys, dt), dx = poisoned(xs, dt), dxr = poisoned(xs, dt);
@@ -822,9 +828,12 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       const bool wgrad_v3 = s.c_in % 64 == 0 && s.c_out % 8 == 0;
       const unsigned long long v3_launches = (fwd_v3 ? 2 : 0) + (bwd_v3 ? 2 * phases : 0) + (wgrad_v3 ? 1 : 0);
       EXPECT_EQ(cuda_emu::launches_named("conv_v3") - v3s, v3_launches) << "conv v3 launches";
+      const unsigned long long pingpong_launches = pingpong ? v3_launches - (wgrad_v3 ? 1 : 0) : 0;
+      EXPECT_EQ(cuda_emu::launches_named("conv_v3_pingpong") - pingpong_v3s, pingpong_launches)
+          << "conv v3 launches on the pingpong pipeline (forward, backward-data)";
       EXPECT_EQ(cuda_emu::launches_named("bool WS = true") - ws_v3s,
-                std::strcmp(pipeline, "ws") == 0 ? v3_launches : 0u)
-          << "conv v3 launches on the ws pipeline";
+                std::strcmp(pipeline, "ws") == 0 ? v3_launches : pingpong && wgrad_v3 ? 1u : 0u)
+          << "conv v3 launches on the ws pipeline (under pingpong: the backward-filter)";
       EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_") - convs,
                 (fwd_v3 ? 0 : 2) + (bwd_v3 ? 0 : 2 * phases) + (wgrad_v3 ? 0 : 1))
           << "conv kernel launches";

@@ -3,7 +3,9 @@
 // What it computes is conv_v3.cuh's ConvV3; the CPU oracle is kernels/cpu/conv_nhwc.cpp.
 //
 // GEMM v3's block (wgmma.cuh: 128 x BN tile, two consumer warpgroups; the "barrier" pipeline, one block per tile,
-// or "ws" with HPDT_GEMM_V3_PIPELINE=ws as for GEMM v3, persistent: a block per SM walks the tiles) with the im2col
+// or "ws" with HPDT_GEMM_V3_PIPELINE=ws as for GEMM v3, persistent: a block per SM walks the tiles; or "pingpong",
+// each consumer warpgroup a whole tile of 64 or 128 channels, the two in turns; the backward-filter runs "ws"
+// under it) with the im2col
 // done by TMA: the 128 rows of the A tile are a box of pixels, tw x th x tn (x, y, image; powers of two,
 // tw * th * tn = 128), and k tile kt is 64 channels of one tap (jr, jc). So A's k tile is one 4-D TMA box of the
 // source [n][hs][ws][C] at (c0, px0 + ox0 + tsign * jc, py0 + oy0 + tsign * jr, img0): the box lands exactly as
@@ -16,7 +18,7 @@
 // as GEMM v3); rows of the box outside the pixel grid are computed and dropped.
 // Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
 // 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Tile N: 64 output channels when M <= 64 (ResNet's
-// 64-channel 3 x 3 convolutions), else 128, or 256 when that still fills a wave. No split-K: k is at most
+// 64-channel 3 x 3 convolutions), else 128, or 256 by whole waves (split_k.cuh: wide_tile_by_waves). No split-K: k is at most
 // 9 * 512 = 4608 here and the pixel tiles fill the GPU.
 //
 // Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of
@@ -30,6 +32,8 @@
 // wgrad_reduce; one split adds into dw directly. Deterministic.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "conv_common.cuh"
@@ -76,17 +80,28 @@ struct PixelTiles {
   int dst_h, dst_w, dys, dy0, dxs, dx0;
 };
 
-// The forward / backward-data kernel's shared memory: the stages and their barriers (C::kSmem), 128 bytes from the
-// barriers to the epilogue's buffers (band_epilogue.cuh: 2 KiB for each of the 8 consumer warps).
+// The forward / backward-data kernel's shared memory: the stages (C::kSmem), kConvBarBytes for their barriers (two a
+// stage, and the pingpong pipeline's two turns), then the epilogue's buffers (band_epilogue.cuh: 2 KiB for each of
+// the 8 consumer warps).
+constexpr uint32_t kConvBarBytes = 256;
 template <class C>
-constexpr int kConvSmem = C::kSmem + 128 + 8 * gemm_detail::kBandBufBytes;
+constexpr int kConvSmem = C::kSmem + int(kConvBarBytes) + 8 * gemm_detail::kBandBufBytes;
 static_assert(kConvSmem<Wide> <= 227 * 1024 && kConvSmem<Narrow> <= 227 * 1024 && kConvSmem<Slim> <= 227 * 1024 &&
-                  16 * Slim::STAGES <= 128,
+                  16 * Slim::STAGES + 16 <= int(kConvBarBytes),
               "an H100 block has 227 KiB; the barriers fit before the buffers");
 
-// Warpgroup wg's 64 x BN accumulators (the D fragment as in gemm_wgmma.cu's store_tile) to their pixels' rows of dst
-// through band_epilogue; row m of the tile is pixel (m % tw, m / tw % th, m / (tw th)) of the box, and rows outside
-// the pixel grid go to row p.M, which the epilogue drops.
+// Row m (0..127) of a pixel tile whose box starts at image img0, row py0, column px0 -> its row of dst: pixel
+// (m % tw, m / tw % th, m / (tw th)) of the box; outside the pixel grid, row p.M, which the epilogue drops.
+__device__ __forceinline__ int pixel_row(const Params& p, const PixelTiles& q, int img0, int py0, int px0, int m) {
+  const int img = img0 + (m >> (q.box.tw_log2 + q.box.th_log2));
+  const int py = py0 + ((m >> q.box.tw_log2) & ((1 << q.box.th_log2) - 1));
+  const int px = px0 + (m & ((1 << q.box.tw_log2) - 1));
+  return img < q.n && py < q.hp && px < q.wp ? (img * q.dst_h + py * q.dys + q.dy0) * q.dst_w + px * q.dxs + q.dx0
+                                             : p.M;
+}
+
+// Warpgroup wg's 64 x BN accumulators (the D fragment as in gemm_wgmma.cu's store_rows), rows 64 wg.. of the tile,
+// to their pixels' rows of dst (pixel_row) through band_epilogue.
 template <class T, class C>
 __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, float (&d)[C::BN / 2], int img0,
                                              int py0, int px0, int tn, int wg, unsigned char* staging) {
@@ -97,14 +112,7 @@ __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& 
     return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
   };
   auto at = [&](int c, int r) {
-    const int m = m0 + r;
-    const int img = img0 + (m >> (q.box.tw_log2 + q.box.th_log2));
-    const int py = py0 + ((m >> q.box.tw_log2) & ((1 << q.box.th_log2) - 1));
-    const int px = px0 + (m & ((1 << q.box.tw_log2) - 1));
-    const int row = img < q.n && py < q.hp && px < q.wp
-                        ? (img * q.dst_h + py * q.dys + q.dy0) * q.dst_w + px * q.dxs + q.dx0
-                        : p.M;
-    return make_int2(row, tn * C::BN + c * gemm_detail::kChunkCols);
+    return make_int2(pixel_row(p, q, img0, py0, px0, m0 + r), tn * C::BN + c * gemm_detail::kChunkCols);
   };
   gemm_detail::band_epilogue<T, C::BN / gemm_detail::kChunkCols>(p, 0, frag, at,
                                                                  staging + (wg * 4 + warp) * gemm_detail::kBandBufBytes);
@@ -124,6 +132,37 @@ struct StorePixels {
   }
 };
 
+// The pingpong pipeline's `store` step: consumer cw's whole tile, both 64-row halves (d0, d1) in one band_epilogue of
+// twice the chunks (as gemm_wgmma.cu's StoreWholeTile).
+template <class T, class C>
+struct StorePixelsWhole {
+  const Params& p;
+  const PixelTiles& q;
+  float (&d0)[C::BN / 2];
+  float (&d1)[C::BN / 2];
+  unsigned char* staging;
+  template <class Tile>
+  __device__ __forceinline__ void operator()(const Tile& t, int cw) const {
+    constexpr int kHalfChunks = C::BN / gemm_detail::kChunkCols, kHalfGroups = C::BN / 8;
+    const int warp = (int(threadIdx.x) % 128) / 32;
+    auto frag = [&](auto J) {
+      constexpr int j = decltype(J)::value;
+      if constexpr (j < kHalfGroups)
+        return make_float4(d0[4 * j], d0[4 * j + 1], d0[4 * j + 2], d0[4 * j + 3]);
+      else
+        return make_float4(d1[4 * (j - kHalfGroups)], d1[4 * (j - kHalfGroups) + 1], d1[4 * (j - kHalfGroups) + 2],
+                           d1[4 * (j - kHalfGroups) + 3]);
+    };
+    auto at = [&](int c, int r) {
+      const int half = c / kHalfChunks;
+      return make_int2(pixel_row(p, q, t.img0, t.py0, t.px0, half * 64 + warp * 16 + r),
+                       t.tn * C::BN + (c - half * kHalfChunks) * gemm_detail::kChunkCols);
+    };
+    gemm_detail::band_epilogue<T, 2 * kHalfChunks>(p, 0, frag, at,
+                                                   staging + (cw * 4 + warp) * gemm_detail::kBandBufBytes);
+  }
+};
+
 // Output tile u (wgmma.cuh's work unit): its N tile, the first image, row and column of its pixel box, and its k
 // tiles (all of K).
 struct PixelTile {
@@ -138,31 +177,64 @@ __device__ __forceinline__ PixelTile pixel_tile(const Params& p, const PixelTile
   return t;
 }
 
+// k tile kt of pixel tile t into the stage at `stage`, completing on `bar` (one thread): the tap's shifted box of
+// source pixels (64 channels) and the weights' 64 x BN box.
+template <class C>
+__device__ __forceinline__ void issue_pixels(const CUtensorMap* map_src, const CUtensorMap* map_w, const PixelTiles& q,
+                                             const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
+  const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
+  const int jr = tap / q.kw, jc = tap - jr * q.kw;
+  mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
+  tma_load_4d(stage, map_src, bar, c0, t.px0 * q.stride + q.ox0 + q.tsign * jc, t.py0 * q.stride + q.oy0 + q.tsign * jr,
+              t.img0);
+  tma_load_2d(stage + uint32_t(C::kABytes), map_w, bar, kt * kBK, t.tn * C::BN);
+}
+
+// The block's epilogue buffers, kConvBarBytes past its stages.
+template <class C>
+__device__ __forceinline__ unsigned char* conv_staging(unsigned char* smem_raw, uint32_t base) {
+  return smem_raw + (base + uint32_t(C::STAGES * C::kStageBytes) + kConvBarBytes - smem_u32(smem_raw));
+}
+
 template <class T, class C, bool WS>
 __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     conv_v3_kernel(const __grid_constant__ CUtensorMap map_src, const __grid_constant__ CUtensorMap map_w,
                    const PixelTiles q, const Params p) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
-  unsigned char* staging = smem_raw + (base + uint32_t(C::STAGES * C::kStageBytes) + 128u - smem_u32(smem_raw));
+  unsigned char* staging = conv_staging<C>(smem_raw, base);
   float d[C::BN / 2];
-  const auto issue = [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
-    const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
-    const int jr = tap / q.kw, jc = tap - jr * q.kw;
-    mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
-    tma_load_4d(stage, &map_src, bar, c0, t.px0 * q.stride + q.ox0 + q.tsign * jc,
-                t.py0 * q.stride + q.oy0 + q.tsign * jr, t.img0);
-    tma_load_2d(stage + uint32_t(C::kABytes), &map_w, bar, kt * kBK, t.tn * C::BN);
-  };
   run_pipeline<T, C, WS, 1, false, false>(
-      d, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); }, issue,
+      d, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); },
+      [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
+        issue_pixels<C>(&map_src, &map_w, q, t, kt, stage, bar);
+      },
       StorePixels<T, C>{p, q, d, staging});
+}
+
+// conv v3 forward / backward-data on the pingpong pipeline (wgmma.cuh: pingpong_pipeline): each consumer warpgroup a
+// whole 128 x BN tile (Slim or Narrow), the two in turns.
+template <class T, class C>
+__global__ void __launch_bounds__(kWsThreads<C>, 1)
+    conv_v3_pingpong_kernel(const __grid_constant__ CUtensorMap map_src, const __grid_constant__ CUtensorMap map_w,
+                            const PixelTiles q, const Params p) {
+  static_assert(C::BN <= 128, "a warpgroup's whole tile: 128 accumulators a thread at most");
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  unsigned char* staging = conv_staging<C>(smem_raw, base);
+  float d0[C::BN / 2], d1[C::BN / 2];
+  pingpong_pipeline<T, C, false, false>(
+      d0, d1, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); },
+      [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
+        issue_pixels<C>(&map_src, &map_w, q, t, kt, stage, bar);
+      },
+      StorePixelsWhole<T, C>{p, q, d0, d1, staging});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// launch(std::bool_constant<WS>) with the pipeline HPDT_GEMM_V3_PIPELINE chooses (v3_pipeline; "pingpong" is GEMM
-// v3's: its warp-specialised k loop and persistence are "ws"'s, so conv v3 runs "ws" under it)
+// launch(std::bool_constant<WS>) with the pipeline HPDT_GEMM_V3_PIPELINE chooses (v3_pipeline; the backward-filter has
+// "barrier" and "ws", and runs "ws" under "pingpong")
 template <class Launch>
 void on_chosen_pipeline(Launch launch) {
   if (v3_pipeline() != V3Pipeline::barrier)
@@ -209,11 +281,25 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
   const CUtensorMap map_w = swizzled_map("conv v3 (weights)", c.w, 2, w_dims, w_strides, w_box, dt);
+  const int sms = detail::sm_count(stream.device().index);
+  if (v3_pipeline() == V3Pipeline::pingpong) {
+    if constexpr (C::BN <= 128) {
+      constexpr auto kernel = conv_v3_pingpong_kernel<T, C>;
+      detail::allow_dynamic_smem<kernel>(kConvSmem<C>);
+      const int64_t blocks = pipeline_blocks("conv v3", true, units, sms);
+      kernel<<<unsigned(blocks), unsigned(kWsThreads<C>), kConvSmem<C>, detail::native(stream)>>>(map_src, map_w, q,
+                                                                                                  p);
+      HPDT_CUDA_CHECK_LAUNCH();
+    } else {
+      HPDT_CHECK(false, "conv v3: the pingpong pipeline has the narrow and 64-wide tiles only");
+    }
+    return;
+  }
   const auto go = [&](auto warp_specialised) {
     constexpr bool WS = decltype(warp_specialised)::value;
     constexpr auto kernel = conv_v3_kernel<T, C, WS>;
     detail::allow_dynamic_smem<kernel>(kConvSmem<C>);
-    const int64_t blocks = pipeline_blocks("conv v3", WS, units, detail::sm_count(stream.device().index));
+    const int64_t blocks = pipeline_blocks("conv v3", WS, units, sms);
     kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kConvSmem<C>, detail::native(stream)>>>(
         map_src, map_w, q, p);
     HPDT_CUDA_CHECK_LAUNCH();
@@ -403,10 +489,15 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.tiles_m = int(boxes);
   p.kt_per_split = p.K / kBK;
   // N tile: 64 for up to 64 output channels (Slim); above, as GEMM v3 chooses, by whole waves (split_k.cuh:
-  // wide_tile_by_waves; HPDT_GEMM_V3_TILE pins it; tests cover both).
-  const bool wide = wide_tile(detail::wide_tile_by_waves(int64_t(p.tiles_m) * ceil_div(c.M, Wide::BN),
-                                                         int64_t(p.tiles_m) * ceil_div(c.M, Narrow::BN),
-                                                         detail::sm_count(stream.device().index)));
+  // wide_tile_by_waves; HPDT_GEMM_V3_TILE pins it; tests cover both); the pingpong pipeline, Narrow (a warpgroup's
+  // whole tile).
+  const bool pingpong = v3_pipeline() == V3Pipeline::pingpong;
+  const char* pinned = std::getenv("HPDT_GEMM_V3_TILE");
+  HPDT_CHECK(!pingpong || !pinned || std::strcmp(pinned, "narrow") == 0, "HPDT_GEMM_V3_TILE=", pinned,
+             ": HPDT_GEMM_V3_PIPELINE=pingpong has one tile, 128 x 128 a warpgroup (narrow)");
+  const bool wide = !pingpong && wide_tile(detail::wide_tile_by_waves(int64_t(p.tiles_m) * ceil_div(c.M, Wide::BN),
+                                                                      int64_t(p.tiles_m) * ceil_div(c.M, Narrow::BN),
+                                                                      detail::sm_count(stream.device().index)));
   auto run = [&](auto tag) {
     using T = decltype(tag);
     if (c.M <= 64) launch<T, Slim>(c, q, p, dt, stream);

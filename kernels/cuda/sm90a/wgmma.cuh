@@ -485,7 +485,8 @@ inline int64_t pipeline_blocks(const char* who, bool ws, int64_t units, int sms)
 }
 
 // The pipeline HPDT_GEMM_V3_PIPELINE chooses (read at every call, so that tests and benchmarks can switch it):
-// unset or "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3 only: conv v3 runs "ws" under it);
+// unset or "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3, conv v3's forward and backward-data;
+// conv v3's backward-filter runs "ws" under it);
 // anything else is an error naming the variable.
 enum class V3Pipeline { barrier, ws, pingpong };
 inline V3Pipeline v3_pipeline() {
