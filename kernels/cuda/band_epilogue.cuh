@@ -119,6 +119,23 @@ __device__ __forceinline__ void band_store_pair(void* ptr, float2 v) {
     *static_cast<uint32_t*>(ptr) = pack2<TC>(v.x, v.y);
 }
 
+// band_epilogue's frag for a warpgroup's whole 128-row tile of BN columns, two 64-row halves of m64nBN accumulators
+// (the pingpong pipeline's d0, d1): 8-column groups 0 .. BN / 8 - 1 are d0's, the next BN / 8 d1's, so that chunks
+// 0 .. BN / 32 - 1 are the first half's rows and the next as many the second's.
+template <int BN>
+struct HalvesFrag {
+  float (&d0)[BN / 2];
+  float (&d1)[BN / 2];
+  template <class J>
+  __device__ __forceinline__ float4 operator()(J) const {
+    constexpr int j = J::value, g = BN / 8;
+    if constexpr (j < g)
+      return make_float4(d0[4 * j], d0[4 * j + 1], d0[4 * j + 2], d0[4 * j + 3]);
+    else
+      return make_float4(d1[4 * (j - g)], d1[4 * (j - g) + 1], d1[4 * (j - g) + 2], d1[4 * (j - g) + 3]);
+  }
+};
+
 // The epilogue of one warp's accumulators, NCHUNKS chunks of 16 rows x 32 columns: frag as band_write_chunk's,
 // at(c, r) -> int2{row, column} of chunk c's row r (0..15) and its first column (row >= p.M: a row outside C,
 // dropped), buf the warp's kBandBufBytes of shared memory, split the split-K part (kBandPartial). MODE must be

@@ -143,16 +143,9 @@ struct StorePixelsWhole {
   unsigned char* staging;
   template <class Tile>
   __device__ __forceinline__ void operator()(const Tile& t, int cw) const {
-    constexpr int kHalfChunks = C::BN / gemm_detail::kChunkCols, kHalfGroups = C::BN / 8;
+    constexpr int kHalfChunks = C::BN / gemm_detail::kChunkCols;
     const int warp = (int(threadIdx.x) % 128) / 32;
-    auto frag = [&](auto J) {
-      constexpr int j = decltype(J)::value;
-      if constexpr (j < kHalfGroups)
-        return make_float4(d0[4 * j], d0[4 * j + 1], d0[4 * j + 2], d0[4 * j + 3]);
-      else
-        return make_float4(d1[4 * (j - kHalfGroups)], d1[4 * (j - kHalfGroups) + 1], d1[4 * (j - kHalfGroups) + 2],
-                           d1[4 * (j - kHalfGroups) + 3]);
-    };
+    gemm_detail::HalvesFrag<C::BN> frag{d0, d1};
     auto at = [&](int c, int r) {
       const int half = c / kHalfChunks;
       return make_int2(pixel_row(p, q, t.img0, t.py0, t.px0, half * 64 + warp * 16 + r),

@@ -141,17 +141,10 @@ struct StoreWholeTile {
   float (&d1)[C::BN / 2];
   unsigned char* staging;
   __device__ __forceinline__ void operator()(const Unit& w, int cw) const {
-    constexpr int kHalfChunks = C::BN / kChunkCols, kHalfGroups = C::BN / 8;
+    constexpr int kHalfChunks = C::BN / kChunkCols;
     const int warp = (int(threadIdx.x) % 128) / 32;
     const int row0 = w.tm * kBM + warp * 16, col0 = w.tn * C::BN;
-    auto frag = [&](auto J) {
-      constexpr int j = decltype(J)::value;
-      if constexpr (j < kHalfGroups)
-        return make_float4(d0[4 * j], d0[4 * j + 1], d0[4 * j + 2], d0[4 * j + 3]);
-      else
-        return make_float4(d1[4 * (j - kHalfGroups)], d1[4 * (j - kHalfGroups) + 1], d1[4 * (j - kHalfGroups) + 2],
-                           d1[4 * (j - kHalfGroups) + 3]);
-    };
+    HalvesFrag<C::BN> frag{d0, d1};
     auto at = [&](int c, int r) {
       const int half = c / kHalfChunks;
       return make_int2(row0 + half * 64 + r, col0 + (c - half * kHalfChunks) * kChunkCols);
