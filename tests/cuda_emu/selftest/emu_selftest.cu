@@ -645,6 +645,19 @@ __global__ void refill_under_readers(const __grid_constant__ CUtensorMap map, fl
   }
 }
 
+// Thread 0 completes phase 0 of an mbarrier, passes it, then waits for phase 2 (parity 0 again) while phase 1 is
+// still open: the parity matches the old phase, so the wait passes at once, on a GPU too.
+__global__ void wait_two_phases_ahead() {
+  __shared__ uint64_t bar;
+  if (threadIdx.x != 0) return;
+  mbar_init(smem_u32(&bar), 1);
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(&bar)) : "memory");
+  while (!mbar_try_wait(smem_u32(&bar), 0)) {
+  }
+  while (!mbar_try_wait(smem_u32(&bar), 0)) {  // phase 2's parity: 0 again
+  }
+}
+
 TEST(CudaEmuDeathTest, StopsOnHopperFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Buf<float> f(256);
@@ -653,6 +666,7 @@ TEST(CudaEmuDeathTest, StopsOnHopperFaults) {
   cudaFuncSetAttribute(wgmma_never_waited, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
   cudaFuncSetAttribute(refill_under_readers, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
   EXPECT_DEATH(wait_uninitialised<<<1, 32>>>(), "holds no initialised mbarrier");
+  EXPECT_DEATH(wait_two_phases_ahead<<<1, 32>>>(), "two or more ahead of the last one completed");
   EXPECT_DEATH(wgmma_never_waited<<<1, 128, 16384>>>(f.d), "never waited for");
   cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
   EXPECT_DEATH(tma_store_box<<<1, 128, 8192 + 1024>>>(map, 0, 0, 0), "TMA stores issued .* never waited for");

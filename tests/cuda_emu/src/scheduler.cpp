@@ -1471,7 +1471,17 @@ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
   }
   // the phase of parity `parity` has completed when the current phase has the other parity
   if (E.mbarriers[bar].phase != (parity & 1u)) {
-    E.cur->seen_phases[bar] = E.mbarriers[bar].completed;
+    // A thread that passes a second time with no phase completed since its last pass waited for a phase two or
+    // more ahead of the last one completed, which the parity cannot tell from the older one: it goes on as if
+    // its phase had completed (the stage it guards still holds the data of two uses before).
+    const uint64_t completed = E.mbarriers[bar].completed;
+    const auto seen = E.cur->seen_phases.find(bar);
+    if (seen != E.cur->seen_phases.end() && seen->second == completed)
+      fatal("mbarrier.try_wait.parity at %s:%u: passes phase parity %u of the mbarrier at 0x%x again, with no phase "
+            "completed since this thread last passed (%llu completed): a wait for a phase two or more ahead of the "
+            "last one completed, which its parity cannot tell from an old one",
+            short_file(loc.file_name()), loc.line(), parity, bar, (unsigned long long)completed);
+    E.cur->seen_phases[bar] = completed;
     E.cur->failed_waits = 0;
     return true;
   }
