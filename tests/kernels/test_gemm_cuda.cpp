@@ -488,16 +488,15 @@ TEST_F(GemmCuda, V3ResolvesOnHopperOnly) {
   EXPECT_EQ(automatic(DType::bf16), GemmVariant::v3_wgmma);
 }
 
-// v3 with both block tiles on shapes that are no multiple of a tile (rows of A and B and k columns past the
-// edge come from TMA as zeros; NaN padding beyond K shows a read past it), several k tiles and stages reused
-// (K up to 520: 9 k tiles over 4 or 6 stages), alpha/beta/bias, f32 and 16-bit C; one MMA group in flight
+// v3 with all three block tiles (128 x 128, 128 x 256, 128 x 64) on shapes that are no multiple of a tile (rows of A
+// and B and k columns past the edge come from TMA as zeros; NaN padding beyond K shows a read past it), several k
+// tiles and stages reused (K up to 520: 9 k tiles over 4, 6 or 8 stages), alpha/beta/bias, f32 and 16-bit C; one MMA group in flight
 // across the refill barrier (the default) and none (HPDT_GEMM_V3_IN_FLIGHT=0).
 // On the emulator (docs/cuda-emulator.md) two schedules are tried: TMA completing at the first wait with
 // the warps taking turns (a read before the wait shows), and TMA completing at the issue with each warp
 // running ahead as far as the barriers let it (a stage refilled while another warpgroup still reads it shows).
 // All three pipelines: "barrier" (a block barrier per k tile), "ws" (a producer warpgroup, full/empty mbarriers,
-// persistent) and "pingpong" (ws's producer, each consumer warpgroup a whole tile, the two in turns; narrow tile
-// only), the last two with 2 blocks (HPDT_GEMM_V3_CTAS), so that each block runs several tiles through the same
+// persistent) and "pingpong" (ws's producer, each consumer warpgroup a whole tile, the two in turns; no wide tile), the last two with 2 blocks (HPDT_GEMM_V3_CTAS), so that each block runs several tiles through the same
 // stages (9 or 15 on 300 x 520: the stages' phases carry across tiles, the next tile's loads overlap this one's
 // stores; pingpong's consumers take 2-8 turns each).
 TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
@@ -507,7 +506,7 @@ TEST_F(GemmCuda, V3BothTilesOnEdgeShapes) {
   for (const char* pipeline : {"barrier", "ws", "pingpong"})
   for (const char* in_flight : {"1", "0"})
   for (const char* tma : {"late", "early"})
-  for (const char* tile : {"narrow", "wide"}) {
+  for (const char* tile : {"narrow", "wide", "slim"}) {
     const bool persistent = std::string(pipeline) != "barrier";
     // the wait-all variant is the barrier pipeline's, built for NT only; pingpong has the narrow tile only
     if ((tr != 2 || persistent) && std::string(in_flight) == "0") continue;
@@ -615,8 +614,8 @@ TEST_F(GemmCuda, V3SplitKIsRightAndDeterministic) {
 // (bands partly and wholly outside C), N = 264 (a last chunk of 8 of its 32 columns), N = 259 (a pair across C's
 // last column: that element alone), an odd ldc (no pair aligned: every element through the scalar fallback), in
 // every mode: alpha, beta and bias; GELU (erf) keeping the pre-activation, with a residual; GELU (tanh); the GELU
-// gradient in both forms, C in bf16, f16 and f32. v2, and v3 with both tiles on "barrier" and "ws", and on
-// "pingpong" ("ws" and "pingpong" on 2 blocks: a block's next tile reuses the buffers; pingpong's warpgroups each
+// gradient in both forms, C in bf16, f16 and f32. v2, and v3 with all three tiles on "barrier" and "ws", the slim and
+// narrow ones on "pingpong" ("ws" and "pingpong" on 2 blocks: a block's next tile reuses the buffers; pingpong's warpgroups each
 // store a whole tile, both halves through the same buffers). run() checks against the oracle and that C's padding keeps its poison.
 // (The split-K partials go through the same code: SplitKIsRightAndDeterministic, V3SplitKIsRightAndDeterministic.)
 TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
@@ -629,8 +628,8 @@ TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
   std::vector<Run> runs{{GemmVariant::v2_mma, nullptr, nullptr}};
   if (v3_runs_here()) {
     for (const char* pipeline : {"barrier", "ws", "pingpong"})
-      for (const char* tile : {"narrow", "wide"})
-        if (std::string(pipeline) != "pingpong" || std::string(tile) == "narrow")
+      for (const char* tile : {"narrow", "wide", "slim"})
+        if (std::string(pipeline) != "pingpong" || std::string(tile) != "wide")
           runs.push_back({GemmVariant::v3_wgmma, pipeline, tile});
   } else {
     std::printf("[  NOTE    ] v3_wgmma does not run here (a compute capability 9.0 device and a build for sm_90): v2 only\n");
@@ -687,8 +686,8 @@ TEST_F(GemmCuda, EmulatedEpilogueBufferWritesAreConflictFree) {
 
 // v3's switches. HPDT_GEMM_V3_CTAS caps the persistent pipelines' blocks: anything but a positive number is an error
 // naming it (and the barrier pipeline, one block per tile, does not read it). HPDT_GEMM_V3_PIPELINE names one of
-// three pipelines, anything else is an error naming it; the pingpong pipeline has one tile, so pinning the wide one
-// under it is an error too (narrow is what it runs).
+// three pipelines, HPDT_GEMM_V3_TILE one of three tiles, anything else is an error naming the variable; the pingpong
+// pipeline has no wide tile, so pinning it there is an error too.
 TEST_F(GemmCuda, V3SwitchesAreChecked) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Tensor A = to_gpu(random({64, 64}), DType::bf16), B = to_gpu(random({64, 64}), DType::bf16);
@@ -709,13 +708,19 @@ TEST_F(GemmCuda, V3SwitchesAreChecked) {
     const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", bad);
     HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_PIPELINE=") + bad + ": expected barrier, ws or pingpong");
   }
+  for (const char* bad : {"Wide", "medium", ""}) {
+    const ScopedEnv tile("HPDT_GEMM_V3_TILE", bad);
+    HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_TILE=") + bad + ": expected slim, narrow or wide");
+  }
   const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", "pingpong");
   {
     const ScopedEnv tile("HPDT_GEMM_V3_TILE", "wide");
-    HPDT_EXPECT_THROW_MSG(gemm(), "HPDT_GEMM_V3_TILE=wide: HPDT_GEMM_V3_PIPELINE=pingpong has one tile");
+    HPDT_EXPECT_THROW_MSG(gemm(), "HPDT_GEMM_V3_TILE=wide: HPDT_GEMM_V3_PIPELINE=pingpong has the slim and narrow tiles");
   }
-  const ScopedEnv tile("HPDT_GEMM_V3_TILE", "narrow");
-  EXPECT_NO_THROW(gemm());
+  for (const char* tile_name : {"narrow", "slim"}) {
+    const ScopedEnv tile("HPDT_GEMM_V3_TILE", tile_name);
+    EXPECT_NO_THROW(gemm());
+  }
   stream.synchronize();
 }
 

@@ -481,20 +481,12 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.bias = c.bias, p.res = c.residual;
   p.tiles_m = int(boxes);
   p.kt_per_split = p.K / kBK;
-  // N tile: 64 for up to 64 output channels (Slim); above, as GEMM v3 chooses, by whole waves (split_k.cuh:
-  // wide_tile_by_waves; HPDT_GEMM_V3_TILE pins it; tests cover both); the pingpong pipeline, Narrow (a warpgroup's
-  // whole tile).
-  const bool pingpong = v3_pipeline() == V3Pipeline::pingpong;
-  const char* pinned = std::getenv("HPDT_GEMM_V3_TILE");
-  HPDT_CHECK(!pingpong || !pinned || std::strcmp(pinned, "narrow") == 0, "HPDT_GEMM_V3_TILE=", pinned,
-             ": HPDT_GEMM_V3_PIPELINE=pingpong has one tile, 128 x 128 a warpgroup (narrow)");
-  const bool wide = !pingpong && wide_tile(detail::wide_tile_by_waves(int64_t(p.tiles_m) * ceil_div(c.M, Wide::BN),
-                                                                      int64_t(p.tiles_m) * ceil_div(c.M, Narrow::BN),
-                                                                      detail::sm_count(stream.device().index)));
+  // N tile: as GEMM v3 chooses (wgmma.cuh: v3_tile; slim for up to 64 output channels)
+  const V3Tile tile = v3_tile(p.tiles_m, c.M, detail::sm_count(stream.device().index));
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (c.M <= 64) launch<T, Slim>(c, q, p, dt, stream);
-    else if (wide) launch<T, Wide>(c, q, p, dt, stream);
+    if (tile == V3Tile::slim) launch<T, Slim>(c, q, p, dt, stream);
+    else if (tile == V3Tile::wide) launch<T, Wide>(c, q, p, dt, stream);
     else launch<T, Narrow>(c, q, p, dt, stream);
   };
   if (dt == DType::bf16) run(bf16_t{});

@@ -79,7 +79,8 @@ constexpr uint32_t kStagingBytes = 8 * kBandBufBytes;
 // first stage (the 128-byte swizzle repeats every 1024 bytes).
 template <class C>
 constexpr int kGemmSmem = C::STAGES * C::kStageBytes + 1024 + int(kStagingBytes) + 1024;
-static_assert(kGemmSmem<Wide> <= 227 * 1024 && kGemmSmem<Narrow> <= 227 * 1024, "an H100 block has 227 KiB");
+static_assert(kGemmSmem<Wide> <= 227 * 1024 && kGemmSmem<Narrow> <= 227 * 1024 && kGemmSmem<Slim> <= 227 * 1024,
+              "an H100 block has 227 KiB");
 template <class C>
 __device__ __forceinline__ uint32_t staging_of(uint32_t base) {
   return base + uint32_t(C::STAGES * C::kStageBytes) + 1024u;
@@ -172,13 +173,13 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
 }
 
 // GEMM v3 on the pingpong pipeline (wgmma.cuh: pingpong_pipeline): persistent, each consumer warpgroup a whole
-// 128 x 128 tile (Narrow's stages; two m64n128 accumulator sets, 128 registers a thread, as the wide tile's).
-using Pingpong = Narrow;
-template <class T, bool A_MN, bool B_MN>
-__global__ void __launch_bounds__(kWsThreads<Pingpong>, 1)
+// 128 x BN tile, BN 64 or 128 (Slim's or Narrow's stages; two m64nBN accumulator sets, 128 registers a thread for
+// Narrow, as the wide tile's).
+template <class T, class C, bool A_MN, bool B_MN>
+__global__ void __launch_bounds__(kWsThreads<C>, 1)
     gemm_v3_pingpong_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                             const Params p, int units) {
-  using C = Pingpong;
+  static_assert(C::BN <= 128, "a warpgroup's whole tile: 128 accumulators a thread at most");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
@@ -214,14 +215,14 @@ void launch_kernel(int splits, const Params& p, const CUtensorMap& ma, const CUt
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
-template <class T, bool A_MN, bool B_MN>
+template <class T, class C, bool A_MN, bool B_MN>
 void launch_pingpong(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
                      cudaStream_t s) {
-  constexpr auto kernel = gemm_v3_pingpong_kernel<T, A_MN, B_MN>;
-  detail::allow_dynamic_smem<kernel>(kGemmSmem<Pingpong>);
+  constexpr auto kernel = gemm_v3_pingpong_kernel<T, C, A_MN, B_MN>;
+  detail::allow_dynamic_smem<kernel>(kGemmSmem<C>);
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n * splits;
   const int64_t blocks = pipeline_blocks("gemm v3", true, units, detail::sm_count(device));
-  kernel<<<unsigned(blocks), unsigned(kWsThreads<Pingpong>), kGemmSmem<Pingpong>, s>>>(ma, mb, p, int(units));
+  kernel<<<unsigned(blocks), unsigned(kWsThreads<C>), kGemmSmem<C>, s>>>(ma, mb, p, int(units));
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
@@ -234,10 +235,10 @@ void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUt
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
   const V3Pipeline pipeline = v3_pipeline();
   if (pipeline == V3Pipeline::pingpong) {
-    if constexpr (std::is_same_v<C, Pingpong>)
-      launch_pingpong<T, A_MN, B_MN>(splits, p, ma, mb, device, s);
+    if constexpr (C::BN <= 128)
+      launch_pingpong<T, C, A_MN, B_MN>(splits, p, ma, mb, device, s);
     else
-      HPDT_CHECK(false, "gemm v3: the pingpong pipeline has the narrow tile only");
+      HPDT_CHECK(false, "gemm v3: the pingpong pipeline has the slim and narrow tiles only");
   } else if (pipeline == V3Pipeline::ws)
     launch_kernel<T, C, true, 1, A_MN, B_MN>(splits, p, ma, mb, device, s);
   else if constexpr (!A_MN && !B_MN) {
@@ -291,24 +292,15 @@ bool v3_device_ok(int device) {
 
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
-  const int sms = detail::sm_count(stream.device().index);
-  // The block tile by whole waves (split_k.cuh: wide_tile_by_waves).
-  const int64_t tiles_m = (int64_t(p.M) + kBM - 1) / kBM;
-  const int64_t wide_tiles = tiles_m * ((int64_t(p.N) + Wide::BN - 1) / Wide::BN);
-  const int64_t narrow_tiles = tiles_m * ((int64_t(p.N) + Narrow::BN - 1) / Narrow::BN);
-  // The pingpong pipeline has one tile, 128 x 128 a warpgroup (Narrow's stages).
-  const bool pingpong = v3_pipeline() == V3Pipeline::pingpong;
-  const char* pinned = std::getenv("HPDT_GEMM_V3_TILE");
-  HPDT_CHECK(!pingpong || !pinned || std::strcmp(pinned, "narrow") == 0, "HPDT_GEMM_V3_TILE=", pinned,
-             ": HPDT_GEMM_V3_PIPELINE=pingpong has one tile, 128 x 128 a warpgroup (narrow)");
-  const bool wide = !pingpong && wide_tile(detail::wide_tile_by_waves(wide_tiles, narrow_tiles, sms));
-  if (ab_type == DType::bf16) {
-    if (wide) launch_tile<bf16_t, Wide>(p, ab_type, c_type, stream);
-    else launch_tile<bf16_t, Narrow>(p, ab_type, c_type, stream);
-  } else {
-    if (wide) launch_tile<f16_t, Wide>(p, ab_type, c_type, stream);
-    else launch_tile<f16_t, Narrow>(p, ab_type, c_type, stream);
-  }
+  const V3Tile tile = v3_tile((int64_t(p.M) + kBM - 1) / kBM, p.N, detail::sm_count(stream.device().index));
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (tile == V3Tile::slim) launch_tile<T, Slim>(p, ab_type, c_type, stream);
+    else if (tile == V3Tile::wide) launch_tile<T, Wide>(p, ab_type, c_type, stream);
+    else launch_tile<T, Narrow>(p, ab_type, c_type, stream);
+  };
+  if (ab_type == DType::bf16) run(bf16_t{});
+  else run(f16_t{});
 }
 
 }  // namespace hpdt::kernels::cuda::gemm_detail

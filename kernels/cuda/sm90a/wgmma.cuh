@@ -18,6 +18,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "split_k.cuh"
 #include "hpdt/core/check_cuda.h"
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/error.h"
@@ -43,16 +44,7 @@ struct Cfg {
 };
 using Wide = Cfg<256, 4>;    // 192 KiB of stages, 128 accumulators per thread
 using Narrow = Cfg<128, 6>;  // 192 KiB of stages, 64 accumulators per thread
-using Slim = Cfg<64, 8>;     // 192 KiB of stages, 32 accumulators per thread (conv v3, up to 64 output channels)
-
-// Whether to use the wide tile: `by_default`, unless HPDT_GEMM_V3_TILE=wide|narrow pins it (read at every call,
-// so that tests can cover both).
-inline bool wide_tile(bool by_default) {
-  const char* e = std::getenv("HPDT_GEMM_V3_TILE");
-  if (e && std::strcmp(e, "wide") == 0) return true;
-  if (e && std::strcmp(e, "narrow") == 0) return false;
-  return by_default;
-}
+using Slim = Cfg<64, 8>;     // 192 KiB of stages, 32 accumulators per thread (N up to 64: 64 output channels)
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -495,6 +487,33 @@ inline V3Pipeline v3_pipeline() {
   if (std::strcmp(e, "ws") == 0) return V3Pipeline::ws;
   HPDT_CHECK(std::strcmp(e, "pingpong") == 0, "HPDT_GEMM_V3_PIPELINE=", e, ": expected barrier, ws or pingpong");
   return V3Pipeline::pingpong;
+}
+
+// The block tile of GEMM v3 and conv v3, 128 rows by 64 (slim), 128 (narrow) or 256 (wide) columns of N, for a
+// problem of `tiles_m` 128-row tiles by n columns on `sms` SMs. HPDT_GEMM_V3_TILE=slim|narrow|wide pins it (read at
+// every call, so that tests and benchmarks can cover each; anything else is an error naming the variable). Unset:
+// slim where n <= 64 (a wider tile would multiply zeros: ResNet-50's 64-channel convolutions), else narrow or wide by
+// whole waves (split_k.cuh: wide_tile_by_waves), narrow under the pingpong pipeline, whose warpgroups each hold a
+// whole tile (wide there is an error).
+enum class V3Tile { slim, narrow, wide };
+inline V3Tile v3_tile(int64_t tiles_m, int64_t n, int64_t sms) {
+  const bool pingpong = v3_pipeline() == V3Pipeline::pingpong;
+  if (const char* e = std::getenv("HPDT_GEMM_V3_TILE")) {
+    V3Tile t = V3Tile::narrow;
+    if (std::strcmp(e, "slim") == 0)
+      t = V3Tile::slim;
+    else if (std::strcmp(e, "wide") == 0)
+      t = V3Tile::wide;
+    else
+      HPDT_CHECK(std::strcmp(e, "narrow") == 0, "HPDT_GEMM_V3_TILE=", e, ": expected slim, narrow or wide");
+    HPDT_CHECK(!pingpong || t != V3Tile::wide, "HPDT_GEMM_V3_TILE=wide: HPDT_GEMM_V3_PIPELINE=pingpong has the slim "
+               "and narrow tiles (a warpgroup holds a whole tile)");
+    return t;
+  }
+  if (n <= 64) return V3Tile::slim;
+  if (pingpong) return V3Tile::narrow;
+  return detail::wide_tile_by_waves(tiles_m * ((n + 255) / 256), tiles_m * ((n + 127) / 128), sms) ? V3Tile::wide
+                                                                                                    : V3Tile::narrow;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {

@@ -66,7 +66,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const GemmEpilogue& epi, const Stream& stream, GemmVariant variant = GemmVariant::automatic);
 
 // Whether this build compiled v3_wgmma (the build targets sm_90); it runs only on compute capability 9.0.
-// HPDT_GEMM_V3_TILE=wide|narrow pins its block tile (128 x 256 or 128 x 128; tuning and tests);
+// HPDT_GEMM_V3_TILE=slim|narrow|wide pins its block tile (128 x 64, 128 x 128 or 128 x 256; tuning and tests);
+// HPDT_GEMM_V3_PIPELINE=barrier|ws|pingpong its pipeline;
 // HPDT_GEMM_V3_IN_FLIGHT=0 waits for every k tile's MMAs before freeing its stage (default: one group in flight).
 bool gemm_v3_built();
 
