@@ -18,8 +18,8 @@
 // as GEMM v3); rows of the box outside the pixel grid are computed and dropped.
 // Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
 // 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Tile N: 64 output channels when M <= 64 (ResNet's
-// 64-channel 3 x 3 convolutions), else 128, or 256 by whole waves (split_k.cuh: wide_tile_by_waves). No split-K: k is at most
-// 9 * 512 = 4608 here and the pixel tiles fill the GPU.
+// 64-channel 3 x 3 convolutions), else 128, or 256 by whole waves (wgmma.cuh: v3_tile). No split-K: k is at
+// most 9 * 512 = 4608 here and the pixel tiles fill the GPU.
 //
 // Backward-filter (conv_v3_wgrad_launch): dw^T[tap * ci + c][co] = sum over pixels of
 // x(pixel * stride + tap)[c] dy[pixel][co], a GEMM with M = taps * ci (rows: 64-wide chunks of one tap's

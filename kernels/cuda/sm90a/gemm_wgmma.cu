@@ -14,14 +14,14 @@
 //     Pipeline "ws" (HPDT_GEMM_V3_PIPELINE=ws): a producer warpgroup and full/empty mbarriers per stage,
 //     persistent: one block per SM walks the tiles, loading the next tile's first k tiles while it stores this
 //     one's (wgmma.cuh: ws_pipeline). Pipeline "pingpong" (HPDT_GEMM_V3_PIPELINE=pingpong): the same producer and
-//     persistence, but each consumer warpgroup computes whole 128 x 128 tiles, the two in turns, so that one's
-//     epilogue runs under the other's MMAs (wgmma.cuh: pingpong_pipeline).
+//     persistence, but each consumer warpgroup computes whole 128 x 128 (or 128 x 64) tiles, the two in turns,
+//     so that one's epilogue runs under the other's MMAs (wgmma.cuh: pingpong_pipeline).
 //   - Split-K, sized in whole waves (detail::choose_split_k): work unit u is split u / tiles of tile u % tiles;
 //     f32 partials summed in split order by gemm.cu's splitk_reduce.
 //   - MN-major operands (A transposed, B not) arrive as 64 x 64 boxes read with wgmma's transpose bits.
 //   - The epilogue (bias, residual, GELU or its gradient, split-K partials): band_epilogue.cuh, each warp's 16 rows
 //     through a 2 KiB shared-memory buffer, row-contiguous stores.
-// The building blocks (mbarriers, TMA, wgmma, the tile configurations, the "barrier" pipeline) and the shared
+// The building blocks (mbarriers, TMA, wgmma, the tile configurations and their choice, the pipelines) and the shared
 // memory layouts are in wgmma.cuh, shared with conv_wgmma.cu.
 #include <algorithm>
 #include <atomic>
@@ -155,7 +155,7 @@ struct StoreWholeTile {
 };
 
 // GEMM v3 on the pipeline WS chooses (wgmma.cuh: run_pipeline): "barrier" (the default; IN_FLIGHT groups of MMAs
-// in flight), or "ws", persistent over the units; the epilogue: store_tile.
+// in flight), or "ws", persistent over the units; the epilogue: StoreTile.
 template <class T, class C, bool WS, int IN_FLIGHT, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     gemm_v3_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,

@@ -1,6 +1,7 @@
 // The Hopper (sm_90a) building blocks of hpdt's wgmma kernels (gemm_wgmma.cu: GEMM v3; conv_wgmma.cu: the NHWC
 // implicit-GEMM convolution): mbarriers, TMA tile loads, wgmma from shared-memory descriptors, the block tile
-// configurations, one 64-wide k tile of MMAs and the k loops of both pipelines, "barrier" and "ws".
+// configurations, one 64-wide k tile of MMAs, the k loops of the three pipelines ("barrier", "ws", "pingpong") and
+// the block tile choice.
 // Layouts (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout", K-major, 128B swizzle): row r
 // of a tile holds its 64 k values in 128 bytes at r * 128, the 16-byte chunk c stored at chunk c ^ (r % 8);
 // TMA writes that and wgmma reads it, both XOR-ing address bits [4,7) with bits [7,10), so every tile starts
@@ -310,35 +311,42 @@ __device__ __forceinline__ void consumer_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsConsumerRegs) : "memory");
 }
 
-// The ws and pingpong pipelines' stage barriers (thread 0, before fence_mbar_init): per stage a "full" one (the
-// producer's arrival with the TMA bytes) and an "empty" one (an arrival from each of the `readers` warps that read
-// the stage, once their MMAs are done).
-template <class C>
-__device__ __forceinline__ void init_stage_barriers(uint32_t full, uint32_t empty, uint32_t readers) {
-  for (int s = 0; s < C::STAGES; ++s) {
-    mbar_init(full + 8u * uint32_t(s), 1);
-    mbar_init(empty + 8u * uint32_t(s), readers);
+// The start of the ws and pingpong pipelines. Thread 0 sets up the barriers, past the stages at base: per stage a
+// "full" one (the producer's arrival with the TMA bytes) and an "empty" one (an arrival from each of the `readers`
+// warps that read the stage, once their MMAs are done), then TURNS more of `readers` arrivals (pingpong's turns).
+// Then the producer warpgroup gives back its registers and its thread 0 loads the k tiles of the block's units, in
+// order, as the stages free up (`it` counts the block's k tiles over all its units: k tile `it` uses stage
+// it % STAGES, for the (it / STAGES)-th time; use v needs the consumers' release of use v - 1, phase v - 1 of the
+// stage's "empty" barrier); false there, once every load is issued. The consumers take their registers: true.
+template <class C, int TURNS, class Unit, class Issue>
+__device__ __forceinline__ bool start_consumers(uint32_t base, uint32_t readers, int units, Unit& unit, Issue& issue) {
+  const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::STAGES; ++s) {
+      mbar_init(full + 8u * uint32_t(s), 1);
+      mbar_init(empty + 8u * uint32_t(s), readers);
+    }
+    for (int t = 0; t < TURNS; ++t) mbar_init(empty + 8u * uint32_t(C::STAGES + t), readers);
+    fence_mbar_init();
   }
-}
-
-// The producer warpgroup of the ws and pingpong pipelines: gives back its registers, then its thread 0 loads the
-// k tiles of the block's units, in order, as the stages free up. `it` counts the block's k tiles over all its
-// units: k tile `it` uses stage it % STAGES, for the (it / STAGES)-th time; use v needs the consumers' release of
-// use v - 1 (phase v - 1 of the stage's "empty" barrier).
-template <class C, class Unit, class Issue>
-__device__ __forceinline__ void produce(uint32_t base, uint32_t full, uint32_t empty, int units, Unit& unit,
-                                        Issue& issue) {
+  __syncthreads();
+  if (threadIdx.x >= 128) {
+    consumer_registers();
+    return true;
+  }
   producer_registers();
-  if (threadIdx.x != 0) return;
-  int it = 0;
-  for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
-    const auto w = unit(u);
-    for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
-      const uint32_t s = uint32_t(it % C::STAGES);
-      if (it >= C::STAGES) mbar_wait(empty + 8u * s, uint32_t(it / C::STAGES - 1) & 1u);
-      issue(w, kt, base + s * uint32_t(C::kStageBytes), full + 8u * s);
+  if (threadIdx.x == 0) {
+    int it = 0;
+    for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
+      const auto w = unit(u);
+      for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
+        const uint32_t s = uint32_t(it % C::STAGES);
+        if (it >= C::STAGES) mbar_wait(empty + 8u * s, uint32_t(it / C::STAGES - 1) & 1u);
+        issue(w, kt, base + s * uint32_t(C::kStageBytes), full + 8u * s);
+      }
     }
   }
+  return false;
 }
 
 template <class T, class C, bool A_MN, bool B_MN, class Unit, class Issue, class Store>
@@ -346,18 +354,8 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
                                             Store store) {
   const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES);
   const int tid = int(threadIdx.x), wg = tid / 128;
-  if (tid == 0) {
-    init_stage_barriers<C>(full, empty, C::kThreads / 32);  // a stage is read by all 8 consumer warps
-    fence_mbar_init();
-  }
-  __syncthreads();
-
-  if (wg == 0) {
-    produce<C>(base, full, empty, units, unit, issue);
-    return;
-  }
-
-  consumer_registers();
+  // a stage is read by all 8 consumer warps
+  if (!start_consumers<C, 0>(base, C::kThreads / 32, units, unit, issue)) return;
   const int cw = wg - 1;
   const bool arrives = tid % 32 == 0;
   int it = 0;
@@ -376,39 +374,27 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
   }
 }
 
-// Pipeline "pingpong" (GEMM v3; CUTLASS's KernelTmaWarpSpecializedPingpong): the ws pipeline's producer and stages,
-// but each consumer warpgroup computes whole 128 x BN tiles by itself (both 64-row halves: d0, d1), the two taking
-// the block's units in turns (consumer 0 its 1st, 3rd, .. unit, consumer 1 its 2nd, 4th, ..), and their k loops
-// alternate: a consumer starts issuing a unit's MMAs once the other has issued all of its previous unit's. So
-// one warpgroup's epilogue (its loads and stores of C) runs while the other's MMAs keep the tensor cores busy,
-// where in "ws" both store at once and the tensor cores wait (at K = 768, 12 k tiles of MMAs a tile, a sizeable
-// share). The turns are two mbarriers, turn[c] completing a phase when the 4 warps of the other consumer have
-// issued a unit's MMAs; consumer c's n-th wait (its unit j = 2 n + c + 1 of the block's, counted from 0) is on
-// phase n, never more than one phase ahead (the other's next arrival needs this consumer's turn first), and so
-// are its waits on the stages' "full" barriers: a unit's first stage wait comes after every earlier k tile's.
-// Each consumer counts the other's k tiles too (`it` runs over all the block's units, as the producer's). A
-// stage is read by one warpgroup: "empty" takes 4 arrivals. store(w, cw): unit w's sums, d0 and d1, of consumer
-// cw (0 or 1), every MMA waited for. Shared memory: the ws pipeline's barriers and two more, 8 bytes each.
+// Pipeline "pingpong" (GEMM v3, conv v3's forward and backward-data; CUTLASS's KernelTmaWarpSpecializedPingpong): the
+// ws pipeline's producer and stages, but each consumer warpgroup computes whole 128 x BN tiles by itself (both 64-row
+// halves: d0, d1), the two taking the block's units in turns (consumer 0 its 1st, 3rd, .. unit, consumer 1 its 2nd,
+// 4th, ..), and their k loops alternate: a consumer starts issuing a unit's MMAs once the other has issued all of its
+// previous unit's. So one warpgroup's epilogue (its loads and stores of C) runs while the other's MMAs keep the
+// tensor cores busy, where in "ws" both store at once and the tensor cores wait (at K = 768, 12 k tiles of MMAs a
+// tile, a sizeable share). The turns are two mbarriers, turn[c] completing a phase when the 4 warps of the other
+// consumer have issued a unit's MMAs; consumer c's n-th wait (its unit j = 2 n + c + 1 of the block's, counted from
+// 0) is on phase n, never more than one phase ahead (the other's next arrival needs this consumer's turn first), and
+// so are its waits on the stages' "full" barriers: a unit's first stage wait comes after every earlier k tile's. Each
+// consumer counts the other's k tiles too (`it` runs over all the block's units, as the producer's). A stage is read
+// by one warpgroup: "empty" takes 4 arrivals. store(w, cw): unit w's sums, d0 and d1, of consumer cw (0 or 1), every
+// MMA waited for. Shared memory: the ws pipeline's barriers and two more, 8 bytes each.
 template <class T, class C, bool A_MN, bool B_MN, class Unit, class Issue, class Store>
 __device__ __forceinline__ void pingpong_pipeline(float (&d0)[C::BN / 2], float (&d1)[C::BN / 2], uint32_t base,
                                                   int units, Unit unit, Issue issue, Store store) {
   const uint32_t full = base + uint32_t(C::STAGES * C::kStageBytes), empty = full + 8u * uint32_t(C::STAGES),
                  turn = empty + 8u * uint32_t(C::STAGES);
   const int tid = int(threadIdx.x), wg = tid / 128;
-  constexpr uint32_t kWarpgroupWarps = 4;
-  if (tid == 0) {
-    init_stage_barriers<C>(full, empty, kWarpgroupWarps);  // a stage is read by one consumer warpgroup
-    mbar_init(turn, kWarpgroupWarps);
-    mbar_init(turn + 8u, kWarpgroupWarps);
-    fence_mbar_init();
-  }
-  __syncthreads();
-  if (wg == 0) {
-    produce<C>(base, full, empty, units, unit, issue);
-    return;
-  }
-
-  consumer_registers();
+  // a stage is read by one consumer warpgroup (4 warps), whose 4 warps also complete a turn
+  if (!start_consumers<C, 2>(base, 4, units, unit, issue)) return;
   const int cw = wg - 1;
   const bool arrives = tid % 32 == 0;
   int it = 0, j = 0;
@@ -477,9 +463,8 @@ inline int64_t pipeline_blocks(const char* who, bool ws, int64_t units, int sms)
 }
 
 // The pipeline HPDT_GEMM_V3_PIPELINE chooses (read at every call, so that tests and benchmarks can switch it):
-// unset or "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3, conv v3's forward and backward-data;
-// conv v3's backward-filter runs "ws" under it);
-// anything else is an error naming the variable.
+// unset or "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3, conv v3's forward and
+// backward-data; conv v3's backward-filter runs "ws" under it); anything else is an error naming the variable.
 enum class V3Pipeline { barrier, ws, pingpong };
 inline V3Pipeline v3_pipeline() {
   const char* e = std::getenv("HPDT_GEMM_V3_PIPELINE");
@@ -512,8 +497,9 @@ inline V3Tile v3_tile(int64_t tiles_m, int64_t n, int64_t sms) {
   }
   if (n <= 64) return V3Tile::slim;
   if (pingpong) return V3Tile::narrow;
-  return detail::wide_tile_by_waves(tiles_m * ((n + 255) / 256), tiles_m * ((n + 127) / 128), sms) ? V3Tile::wide
-                                                                                                    : V3Tile::narrow;
+  const int64_t wide_tiles = tiles_m * ((n + Wide::BN - 1) / Wide::BN);
+  const int64_t narrow_tiles = tiles_m * ((n + Narrow::BN - 1) / Narrow::BN);
+  return detail::wide_tile_by_waves(wide_tiles, narrow_tiles, sms) ? V3Tile::wide : V3Tile::narrow;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
