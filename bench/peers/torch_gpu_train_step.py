@@ -16,6 +16,11 @@ reference architectures (25,557,032 and 86,567,656).
     python3 bench/peers/torch_gpu_train_step.py --out results.json [--models resnet50,vit_b16]
         [--modes eager,compile] [--steps 20] [--warmup 5] [--no-attention] [--device cuda]
 
+--kernel-trace-steps N (--device cuda): after the timed steps of each (model, mode), N more under torch.profiler
+(CUDA activities: CUPTI, the source of hpdt-bench-train-step --kernel-trace), summarised per kernel in the layout of
+hpdt's (bench/kernel_trace/include/hpdt/bench/kernel_trace.h: summary_json) as the record's "kernel_trace";
+scripts/gpu/kernel_breakdown.py puts the two side by side. The timed steps are not profiled.
+
 --device cpu (with tiny --batch/--image) only checks that the script runs; it is what CI-free machines can do.
 Writes one JSON document: environment (GPU, driver, torch, CUDA, cuDNN), one record per (model, mode),
 and the attention records.
@@ -35,6 +40,9 @@ import torch.nn.functional as F
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden"))
 from make_fixtures import ViT  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpu"))
+import kernel_breakdown  # noqa: E402
 
 
 class Bottleneck(nn.Module):  # torchvision Bottleneck (v1.5: the stride sits on the 3x3)
@@ -117,6 +125,22 @@ def median(v):
     return s[len(s) // 2]
 
 
+def kernel_trace(step, steps):
+    """`steps` calls of step() under torch.profiler (CUDA activities), as hpdt's per-step kernel summary
+    (scripts/gpu/kernel_breakdown.py: summarize)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    acts = [(e.name, e.time_range.start / 1e3, e.time_range.end / 1e3)  # us -> ms
+            for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not acts:
+        raise RuntimeError("torch.profiler recorded no CUDA activity")
+    return kernel_breakdown.summarize(acts, steps)
+
+
 def train_step_record(a, name, mode, device):
     torch.manual_seed(7)
     batch = a.batch or (256 if name == "resnet50" else 64)
@@ -141,7 +165,7 @@ def train_step_record(a, name, mode, device):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=device.type, dtype=amp_dtype):
+        with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
             loss = F.cross_entropy(step_model(x), y)
         loss.backward()  # bf16 autocast: no loss scaling needed (GradScaler is for fp16)
         opt.step()
@@ -157,9 +181,15 @@ def train_step_record(a, name, mode, device):
         if s >= a.warmup:
             times.append(t.seconds)
     med = median(times)
-    return {"model": name, "mode": mode, "precision": "bf16-autocast", "batch": batch, "image": a.image,
-            "channels_last": name == "resnet50", "params": params, "loss": float(loss.item()),
-            "first_step_s": first_step_s, "step_s": times, "step_s_median": med, "img_per_s_median": batch / med}
+    rec = {"model": name, "mode": mode, "precision": "bf16-autocast" if device.type == "cuda" else "f32 (cpu check)", "batch": batch, "image": a.image,
+           "channels_last": name == "resnet50", "params": params, "loss": float(loss.item()),
+           "first_step_s": first_step_s, "step_s": times, "step_s_median": med, "img_per_s_median": batch / med}
+    if a.kernel_trace_steps:
+        try:
+            rec["kernel_trace"] = kernel_trace(step, a.kernel_trace_steps)
+        except Exception as e:  # noqa: BLE001 -- the timing stands; say why the breakdown is missing
+            rec["kernel_trace_error"] = f"{type(e).__name__}: {e}"
+    return rec
 
 
 def attention_records(a, device):
@@ -226,8 +256,13 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-attention", action="store_true")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--kernel-trace-steps", type=int, default=0,
+                    help="after timing, trace this many more steps kernel by kernel (--device cuda)")
     a = ap.parse_args()
     device = torch.device(a.device)
+    if a.kernel_trace_steps < 0 or (a.kernel_trace_steps and device.type != "cuda"):
+        raise SystemExit("torch_gpu_train_step.py: --kernel-trace-steps N needs N >= 0 and --device cuda "
+                         "(it traces GPU kernels)")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_gpu_train_step.py: --device cuda but torch.cuda.is_available() is False")
     torch.backends.cudnn.benchmark = True

@@ -21,17 +21,24 @@
 // timed step replays it: one launch instead of one per kernel. The loss and the skip flag are read once,
 // after the last step.
 // Not with fp16 (the dynamic loss scale would be baked into the graph).
+// --kernel-trace FILE (--device cuda): after the timed steps, --trace-steps more steps (2 by default; eager or
+// replayed as the timed ones) run under a CUPTI trace (bench/kernel_trace), and FILE gets the per-kernel time
+// of a step (JSON: the run's record plus "trace": kernel_trace.h's summary_json), the 12 largest also on
+// stderr. The timed steps are not traced: the img/s stands as without the flag.
+// scripts/gpu/kernel_breakdown.py groups such files, and the PyTorch peer's, into kernel families.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "hpdt/bench/kernel_trace.h"
 #include "hpdt/core/allocator.h"
 #include "hpdt/core/build_info.h"
 #include "hpdt/core/cuda_graph.h"
@@ -84,6 +91,10 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "also write the result as a JSON document (with machine and build records)");
   bool cuda_graph = false;
   app.add_flag("--cuda-graph", cuda_graph, "--device cuda: capture one step into a CUDA graph and replay it (after the warm-up)");
+  std::string kernel_trace;
+  int64_t trace_steps = 2;
+  app.add_option("--kernel-trace", kernel_trace, "--device cuda: after the timed steps, trace --trace-steps more kernel by kernel (CUPTI) and write the per-kernel time of a step to this JSON file");
+  app.add_option("--trace-steps", trace_steps, "steps --kernel-trace covers (default 2)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     const bool gpu = device == "cuda";
@@ -93,6 +104,8 @@ int main(int argc, char** argv) {
       HPDT_CHECK(app.count(flag) == 0 || (gpu && kernels_name == "ours"), flag, " ", value,
                  " needs --device cuda and --kernels ours");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
+    HPDT_CHECK(kernel_trace.empty() || gpu, "--kernel-trace needs --device cuda (it traces GPU kernels)");
+    HPDT_CHECK(app.count("--trace-steps") == 0 || !kernel_trace.empty(), "--trace-steps needs --kernel-trace");
     HPDT_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph: not with --precision fp16 (its dynamic loss scale changes between steps; a graph replays the scale of the capture)");
     HPDT_CHECK(!cuda_graph || warmup >= 2, "--cuda-graph needs --warmup 2 or more (the capture takes its memory from what the warm-up left cached: a step allocates while the model still holds the previous one's activations)");
     if (gpu) {
@@ -129,6 +142,30 @@ int main(int argc, char** argv) {
     double loss = 0;
     int64_t skipped = 0;
     int64_t extra_warmup = 0;
+    // --kernel-trace: trace_steps more steps under CUPTI, after the timed ones
+    struct Traced {
+      hpdt::bench::KernelSummary summary;
+      std::vector<double> step_s;
+      std::string library;
+    };
+    std::optional<Traced> traced;
+    const auto trace_steps_of = [&](const auto& step) {
+      stream.synchronize();
+      const double timed_loss = loss;  // the record keeps the timed steps' loss and skip count
+      const int64_t timed_skipped = skipped;
+      Traced t;
+      hpdt::bench::KernelTrace trace;
+      t.library = trace.library();
+      for (int64_t s = 0; s < trace_steps; ++s) {
+        const auto t0 = std::chrono::steady_clock::now();
+        step();
+        t.step_s.push_back(seconds_since(t0));
+      }
+      t.summary = hpdt::bench::summarize(trace.stop());
+      loss = timed_loss;
+      skipped = timed_skipped;
+      return t;
+    };
     if (cuda_graph) {
       // The step as the graph holds it: nothing read back inside.
       hpdt::Tensor loss_state = hpdt::kernels::make_loss_state(m->device(), stream);
@@ -151,17 +188,21 @@ int main(int argc, char** argv) {
         HPDT_CHECK(++extra_warmup <= 5, "--cuda-graph: every warm-up step still allocated new device memory");
       }
       const hpdt::CudaGraph graph = hpdt::CudaGraph::capture(stream, queued);
-      for (int64_t s = 0; s < steps; ++s) {
-        const auto t0 = std::chrono::steady_clock::now();
+      const auto replay = [&] {
         graph.launch(stream);
         stream.synchronize();
+      };
+      for (int64_t s = 0; s < steps; ++s) {
+        const auto t0 = std::chrono::steady_clock::now();
+        replay();
         times.push_back(seconds_since(t0));
       }
       loss = hpdt::kernels::read_loss(loss_state, stream);
       skipped += !opt.last_fused_step_ok();
+      if (!kernel_trace.empty()) traced = trace_steps_of(replay);
     }
-    for (int64_t s = 0; !cuda_graph && s < warmup + steps; ++s) {
-      const auto t0 = std::chrono::steady_clock::now();
+    // one eager step, waited for
+    const auto eager_step = [&] {
       const hpdt::Tensor logits = m->forward(x);
       loss = hpdt::kernels::softmax_cross_entropy(logits, y, 0.0, &dl, scaler.scale(), stream);
       m->backward(dl);
@@ -175,9 +216,14 @@ int main(int argc, char** argv) {
       skipped += !ok;
       scaler.update(!ok);
       stream.synchronize();
+    };
+    for (int64_t s = 0; !cuda_graph && s < warmup + steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      eager_step();
       const double dt = seconds_since(t0);
       if (s >= warmup) times.push_back(dt);
     }
+    if (!cuda_graph && !kernel_trace.empty()) traced = trace_steps_of(eager_step);
     const double median = median_of(times);
     if (!gpu) {  // the CPU line, as compare_train_step.py reads it
       std::printf("{\"impl\":\"hpdt\",\"model\":\"%s\",\"layout\":\"%s\",\"batch\":%lld,\"threads\":%d,"
@@ -215,6 +261,23 @@ int main(int argc, char** argv) {
       r["cuda_runtime"] = hpdt::cuda_runtime_version();
       r["peak_device_bytes"] = hpdt::cuda_caching_allocator(0).stats().peak_bytes_in_use;
       std::printf("%s\n", r.dump().c_str());
+    }
+    if (traced) {
+      nlohmann::json doc = r;
+      doc["trace"] = hpdt::bench::summary_json(traced->summary, trace_steps);
+      doc["trace"]["step_s"] = traced->step_s;
+      doc["trace"]["cupti"] = traced->library;
+      doc["machine"] = hpdt::machine_info();
+      doc["build"] = hpdt::build_info_json();
+      hpdt::write_file_atomic(kernel_trace, doc.dump(1) + "\n");
+      const double n = double(trace_steps);
+      std::fprintf(stderr, "kernel trace (%s): %lld steps, per step: GPU busy %.3f ms, kernels %.3f ms, wall %.3f ms\n",
+                   kernel_trace.c_str(), (long long)trace_steps, traced->summary.busy_ms / n,
+                   traced->summary.sum_ms / n, traced->summary.span_ms / n);
+      for (size_t i = 0; i < traced->summary.kernels.size() && i < 12; ++i) {
+        const auto& k = traced->summary.kernels[i];
+        std::fprintf(stderr, "  %9.3f ms %6.1f x  %.150s\n", k.total_ms / n, double(k.count) / n, k.name.c_str());
+      }
     }
     if (!out.empty()) {
       nlohmann::json doc = r;

@@ -73,6 +73,15 @@ find "$bundle/bin" -type f -executable | while read -r f; do copy_deps "$f" "$bu
 # instead of once per executable (a static build put 63 MB of it into each of 40 executables).
 for f in "$bundle"/lib/libhpdt_*.so*; do [ -f "$f" ] && strip --strip-debug "$f"; done
 
+# CUPTI of the toolkit the bundle is built with: hpdt-bench-train-step --kernel-trace opens it at run time (dlopen,
+# so ldd does not list it), and it must be the CUPTI major version the program was compiled with (4 MB).
+cupti=$(sed -n 's/^CUDA_cupti_LIBRARY:FILEPATH=//p' "$build/CMakeCache.txt")
+if [ -n "$cupti" ] && ls "$(dirname "$cupti")"/libcupti.so.[0-9]* > /dev/null 2>&1; then
+  cp -L "$(ls "$(dirname "$cupti")"/libcupti.so.[0-9]* | grep -E 'libcupti\.so\.[0-9]+$' | head -1)" "$bundle/lib/"
+else
+  echo "prepare.sh: no libcupti next to the toolkit's libraries: --kernel-trace will look for the GPU machine's" >&2
+fi
+
 echo "== relocatable Open MPI runtime"
 ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi
 pmix=/usr/lib/x86_64-linux-gnu/pmix2

@@ -13,6 +13,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_breakdown  # noqa: E402
+
 
 def load(path):
     with open(path) as f:
@@ -254,6 +257,18 @@ def train_table(t, torch, rows, numbers):
                         "torch_eager_img_s": eager, "torch_compile_img_s": comp})
 
 
+def breakdown_section(dirs, rows, numbers):
+    by_model = kernel_breakdown.collect(dirs)
+    if not by_model:
+        rows.append("No kernel traces in these runs (hpdt-bench-train-step --kernel-trace and the PyTorch peer's "
+                    "--kernel-trace-steps, since 2026-11-28).")
+        return
+    rows.append("One column per traced step (hpdt: the key of its train_step_*.json; torch: eager, compile): GPU time "
+                "by kernel family (scripts/gpu/kernel_breakdown.py names them), then the step's busy time and span.")
+    rows.append("")
+    kernel_breakdown.tables(by_model, rows, numbers)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dirs", nargs="+")
@@ -276,6 +291,8 @@ def main():
                 f"(nvcc {' '.join(build.get('nvcc', []))}). Medians; every ratio is of two numbers from the same run.")
     rows.append("")
     sections = [("Training step", lambda: train_table(f["train"], f["torch"], rows, numbers)),
+                ("Where a training step's GPU time goes (kernel traces, ms a step, by kernel family)",
+                 lambda: breakdown_section(a.dirs, rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),

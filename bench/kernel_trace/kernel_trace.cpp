@@ -1,0 +1,222 @@
+// KernelTrace: CUPTI's activity API, loaded at run time (kernel_trace.h says why and from where).
+//
+// CUPTI hands its records over through two C callbacks, process-wide: a buffer request and a buffer completion,
+// the latter possibly on a thread of CUPTI's own. They reach the running trace through the one pointer below
+// (one trace at a time: CUPTI's activity recording is the process's, not an object's).
+#include "hpdt/bench/kernel_trace.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "hpdt/core/error.h"
+
+#if HPDT_HAVE_CUPTI
+#include <cupti.h>
+#include <dlfcn.h>
+#endif
+
+namespace hpdt::bench {
+
+#if HPDT_HAVE_CUPTI
+namespace {
+
+constexpr unsigned kCuptiMajor = CUPTI_API_VERSION / 10000;
+
+// The entry points of the loaded library.
+struct Cupti {
+  std::string path;
+  decltype(&cuptiGetVersion) get_version = nullptr;
+  decltype(&cuptiGetResultString) result_string = nullptr;
+  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivityEnable) enable = nullptr;
+  decltype(&cuptiActivityDisable) disable = nullptr;
+  decltype(&cuptiActivityFlushAll) flush_all = nullptr;
+  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&cuptiActivityGetNumDroppedRecords) dropped = nullptr;
+};
+
+// What the completion callback collects for the running trace.
+struct Collector {
+  std::mutex mutex;
+  std::vector<GpuActivity> activities;
+  size_t dropped = 0;
+};
+std::atomic<Collector*> g_collector{nullptr};
+std::atomic<bool> g_running{false};
+const Cupti* g_cupti = nullptr;  // set once, by the first successful load (and never unloaded)
+
+std::string result_text(const Cupti& c, CUptiResult r) {
+  const char* s = nullptr;
+  if (c.result_string && c.result_string(r, &s) == CUPTI_SUCCESS && s) return s;
+  return "CUptiResult " + std::to_string(int(r));
+}
+
+void check(const Cupti& c, CUptiResult r, const char* what) {
+  if (r != CUPTI_SUCCESS) HPDT_FAIL("kernel trace: ", what, " failed: ", result_text(c, r), " (", c.path, ")");
+}
+
+const char* memcpy_name(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "[memcpy HtoD]";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "[memcpy DtoH]";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "[memcpy DtoD]";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "[memcpy PtoP]";
+    default: return "[memcpy]";
+  }
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  constexpr size_t kBytes = size_t(8) << 20;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBytes));
+  *size = *buffer ? kBytes : 0;  // 0: CUPTI drops the records, and stop() reports it
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+  Collector* c = g_collector.load();
+  if (c && g_cupti) {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    CUpti_Activity* rec = nullptr;
+    while (g_cupti->next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+      GpuActivity a;
+      // The record layouts of the CUPTI these headers come from (the library's major version is checked to match):
+      // the fields read here lead every version of these structures.
+      if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+        a = {demangle(k->name), k->start, k->end, k->streamId};
+      } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+        a = {memcpy_name(m->copyKind), m->start, m->end, m->streamId};
+      } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+        a = {"[memset]", m->start, m->end, m->streamId};
+      } else {
+        continue;
+      }
+      c->activities.push_back(std::move(a));
+    }
+    size_t dropped = 0;
+    if (g_cupti->dropped(context, stream, &dropped) == CUPTI_SUCCESS) c->dropped += dropped;
+  }
+  std::free(buffer);
+}
+
+// The library, loaded and its callbacks registered once per process; a failed load is retried by the next trace.
+const Cupti& load_cupti() {
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  if (g_cupti) return *g_cupti;
+  const std::string soname = "libcupti.so." + std::to_string(kCuptiMajor);
+  std::vector<std::string> candidates;
+  if (const char* e = std::getenv("HPDT_CUPTI_LIBRARY"); e && *e) {
+    candidates.push_back(e);
+  } else {
+    candidates.push_back(soname);
+    if (const char* home = std::getenv("CUDA_HOME"); home && *home)
+      candidates.push_back(std::string(home) + "/extras/CUPTI/lib64/" + soname);
+    candidates.push_back("/usr/local/cuda/extras/CUPTI/lib64/" + soname);
+    candidates.push_back("/usr/local/cuda/lib64/" + soname);
+  }
+  std::string tried;
+  void* h = nullptr;
+  std::string path;
+  for (const std::string& c : candidates) {
+    h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      path = c;
+      break;
+    }
+    const char* err = dlerror();
+    tried += (tried.empty() ? "" : "; ") + c + ": " + (err ? err : "not found");
+  }
+  HPDT_CHECK(h, "kernel trace: CUPTI ", kCuptiMajor, " could not be loaded (", tried,
+             "); set HPDT_CUPTI_LIBRARY to the path of ", soname);
+  auto* c = new Cupti;  // kept for the process's life, as the library
+  c->path = path;
+  if (Dl_info info{}; dladdr(dlsym(h, "cuptiGetVersion"), &info) && info.dli_fname) c->path = info.dli_fname;
+  const auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    HPDT_CHECK(fn, "kernel trace: ", path, " has no ", name);
+  };
+  sym(c->get_version, "cuptiGetVersion");
+  sym(c->result_string, "cuptiGetResultString");
+  sym(c->register_callbacks, "cuptiActivityRegisterCallbacks");
+  sym(c->enable, "cuptiActivityEnable");
+  sym(c->disable, "cuptiActivityDisable");
+  sym(c->flush_all, "cuptiActivityFlushAll");
+  sym(c->next_record, "cuptiActivityGetNextRecord");
+  sym(c->dropped, "cuptiActivityGetNumDroppedRecords");
+  uint32_t version = 0;
+  check(*c, c->get_version(&version), "cuptiGetVersion");
+  HPDT_CHECK(version / 10000 == kCuptiMajor, "kernel trace: ", path, " is CUPTI API version ", version,
+             "; this program reads the records of CUPTI ", kCuptiMajor, ".x (API version ", CUPTI_API_VERSION,
+             "): set HPDT_CUPTI_LIBRARY to a ", soname);
+  check(*c, c->register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+  g_cupti = c;
+  return *c;
+}
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET};
+
+}  // namespace
+
+KernelTrace::KernelTrace() {
+  const Cupti& c = load_cupti();
+  bool expected = false;
+  HPDT_CHECK(g_running.compare_exchange_strong(expected, true),
+             "kernel trace: another trace is running in this process (CUPTI's recording is the process's)");
+  library_ = c.path;
+  g_collector.store(new Collector);
+  running_ = true;
+  for (const CUpti_ActivityKind k : kKinds) {
+    const CUptiResult r = c.enable(k);
+    if (r != CUPTI_SUCCESS) {
+      for (const CUpti_ActivityKind d : kKinds) c.disable(d);
+      delete g_collector.exchange(nullptr);
+      running_ = false;
+      g_running.store(false);
+      check(c, r, "cuptiActivityEnable");
+    }
+  }
+}
+
+KernelTrace::~KernelTrace() {
+  if (!running_) return;
+  for (const CUpti_ActivityKind k : kKinds) g_cupti->disable(k);
+  g_cupti->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  delete g_collector.exchange(nullptr);
+  g_running.store(false);
+}
+
+std::vector<GpuActivity> KernelTrace::stop() {
+  HPDT_CHECK(running_, "kernel trace: stop() of a trace that is not running");
+  const Cupti& c = *g_cupti;
+  for (const CUpti_ActivityKind k : kKinds) check(c, c.disable(k), "cuptiActivityDisable");
+  check(c, c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  std::unique_ptr<Collector> col(g_collector.exchange(nullptr));
+  running_ = false;
+  g_running.store(false);
+  HPDT_CHECK(col->dropped == 0, "kernel trace: CUPTI dropped ", col->dropped,
+             " records (its buffers were full): the trace would understate the time");
+  std::stable_sort(col->activities.begin(), col->activities.end(),
+                   [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
+  return std::move(col->activities);
+}
+
+#else  // no CUPTI in this build
+
+KernelTrace::KernelTrace() {
+  HPDT_FAIL("kernel trace: this build has no CUPTI (a CUDA build whose toolkit has CUPTI's headers traces kernels)");
+}
+KernelTrace::~KernelTrace() = default;
+std::vector<GpuActivity> KernelTrace::stop() { HPDT_FAIL("kernel trace: this build has no CUPTI"); }
+
+#endif
+
+}  // namespace hpdt::bench
