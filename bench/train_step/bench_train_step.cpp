@@ -149,19 +149,25 @@ int main(int argc, char** argv) {
       std::string library;
     };
     std::optional<Traced> traced;
-    const auto trace_steps_of = [&](const auto& step) {
+    std::string trace_error;  // a trace that failed: said, and the exit code 1, after the timing is written
+    const auto trace_steps_of = [&](const auto& step) -> std::optional<Traced> {
       stream.synchronize();
       const double timed_loss = loss;  // the record keeps the timed steps' loss and skip count
       const int64_t timed_skipped = skipped;
       Traced t;
-      hpdt::bench::KernelTrace trace;
-      t.library = trace.library();
-      for (int64_t s = 0; s < trace_steps; ++s) {
-        const auto t0 = std::chrono::steady_clock::now();
-        step();
-        t.step_s.push_back(seconds_since(t0));
+      try {
+        hpdt::bench::KernelTrace trace;
+        t.library = trace.library();
+        for (int64_t s = 0; s < trace_steps; ++s) {
+          const auto t0 = std::chrono::steady_clock::now();
+          step();
+          t.step_s.push_back(seconds_since(t0));
+        }
+        t.summary = hpdt::bench::summarize(trace.stop());
+      } catch (const hpdt::Error& e) {
+        trace_error = e.what();
+        return std::nullopt;
       }
-      t.summary = hpdt::bench::summarize(trace.stop());
       loss = timed_loss;
       skipped = timed_skipped;
       return t;
@@ -271,7 +277,7 @@ int main(int argc, char** argv) {
       doc["build"] = hpdt::build_info_json();
       hpdt::write_file_atomic(kernel_trace, doc.dump(1) + "\n");
       const double n = double(trace_steps);
-      std::fprintf(stderr, "kernel trace (%s): %lld steps, per step: GPU busy %.3f ms, kernels %.3f ms, wall %.3f ms\n",
+      std::fprintf(stderr, "kernel trace (%s): %lld steps, per step: GPU busy %.3f ms, kernels added up %.3f ms, first to last %.3f ms\n",
                    kernel_trace.c_str(), (long long)trace_steps, traced->summary.busy_ms / n,
                    traced->summary.sum_ms / n, traced->summary.span_ms / n);
       for (size_t i = 0; i < traced->summary.kernels.size() && i < 12; ++i) {
@@ -285,6 +291,7 @@ int main(int argc, char** argv) {
       doc["build"] = hpdt::build_info_json();
       hpdt::write_file_atomic(out, doc.dump(2) + "\n");
     }
+    HPDT_CHECK(trace_error.empty(), "--kernel-trace ", kernel_trace, ": no trace written (the timing was): ", trace_error);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpdt-bench-train-step: %s\n", e.what());
     return 1;
