@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -40,15 +39,17 @@ struct Cupti {
   decltype(&cuptiActivityGetNumDroppedRecords) dropped = nullptr;
 };
 
-// What the completion callback collects for the running trace.
+// What the completion callback collects for the running trace. One for the process, never freed: a callback on
+// CUPTI's thread can never find it gone; `recording` says whether a trace wants the records.
 struct Collector {
   std::mutex mutex;
+  bool recording = false;
   std::vector<GpuActivity> activities;
   size_t dropped = 0;
 };
-std::atomic<Collector*> g_collector{nullptr};
-std::atomic<bool> g_running{false};
-const Cupti* g_cupti = nullptr;  // set once, by the first successful load (and never unloaded)
+Collector g_collector;
+std::atomic<bool> g_running{false};                 // a KernelTrace exists (one at a time)
+std::atomic<const Cupti*> g_cupti{nullptr};  // set once, by the first successful load (never unloaded)
 
 std::string result_text(const Cupti& c, CUptiResult r) {
   const char* s = nullptr;
@@ -78,11 +79,12 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 }
 
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
-  Collector* c = g_collector.load();
-  if (c && g_cupti) {
-    std::lock_guard<std::mutex> lock(c->mutex);
+  const Cupti* cupti = g_cupti.load();
+  Collector* c = &g_collector;
+  std::lock_guard<std::mutex> lock(c->mutex);
+  if (cupti && c->recording) {
     CUpti_Activity* rec = nullptr;
-    while (g_cupti->next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    while (cupti->next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
       GpuActivity a;
       // The record layouts of the CUPTI these headers come from (the library's major version is checked to match).
       // The fields read here sit at the same offsets in every version of these structures since CUDA 11
@@ -102,7 +104,7 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
       c->activities.push_back(std::move(a));
     }
     size_t dropped = 0;
-    if (g_cupti->dropped(context, stream, &dropped) == CUPTI_SUCCESS) c->dropped += dropped;
+    if (cupti->dropped(context, stream, &dropped) == CUPTI_SUCCESS) c->dropped += dropped;
   }
   std::free(buffer);
 }
@@ -111,7 +113,7 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
 const Cupti& load_cupti() {
   static std::mutex m;
   std::lock_guard<std::mutex> lock(m);
-  if (g_cupti) return *g_cupti;
+  if (const Cupti* loaded = g_cupti.load()) return *loaded;
   const std::string soname = "libcupti.so." + std::to_string(kCuptiMajor);
   std::vector<std::string> candidates;
   if (const char* e = std::getenv("HPDT_CUPTI_LIBRARY"); e && *e) {
@@ -157,8 +159,11 @@ const Cupti& load_cupti() {
   HPDT_CHECK(version / 10000 == kCuptiMajor, "kernel trace: ", path, " is CUPTI API version ", version,
              "; this program reads the records of CUPTI ", kCuptiMajor, ".x (API version ", CUPTI_API_VERSION,
              "): set HPDT_CUPTI_LIBRARY to a ", soname);
-  check(*c, c->register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
-  g_cupti = c;
+  g_cupti.store(c);  // before the callbacks can run
+  if (const CUptiResult r = c->register_callbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS) {
+    g_cupti.store(nullptr);  // the next trace loads and registers again
+    check(*c, r, "cuptiActivityRegisterCallbacks");
+  }
   return *c;
 }
 
@@ -173,41 +178,55 @@ KernelTrace::KernelTrace() {
   HPDT_CHECK(g_running.compare_exchange_strong(expected, true),
              "kernel trace: another trace is running in this process (CUPTI's recording is the process's)");
   library_ = c.path;
-  g_collector.store(new Collector);
+  {
+    std::lock_guard<std::mutex> lock(g_collector.mutex);
+    g_collector.activities.clear();
+    g_collector.dropped = 0;
+    g_collector.recording = true;
+  }
   running_ = true;
   for (const CUpti_ActivityKind k : kKinds) {
     const CUptiResult r = c.enable(k);
     if (r != CUPTI_SUCCESS) {
       for (const CUpti_ActivityKind d : kKinds) c.disable(d);
-      delete g_collector.exchange(nullptr);
-      running_ = false;
-      g_running.store(false);
+      finish();
       check(c, r, "cuptiActivityEnable");
     }
   }
 }
 
-KernelTrace::~KernelTrace() {
-  if (!running_) return;
-  for (const CUpti_ActivityKind k : kKinds) g_cupti->disable(k);
-  g_cupti->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  delete g_collector.exchange(nullptr);
+// Stops the recording, delivers what CUPTI still holds, and frees the process's trace for the next one.
+void KernelTrace::finish() {
+  const Cupti& c = *g_cupti.load();
+  for (const CUpti_ActivityKind k : kKinds) c.disable(k);
+  c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  {
+    std::lock_guard<std::mutex> lock(g_collector.mutex);
+    g_collector.recording = false;
+  }
+  running_ = false;
   g_running.store(false);
+}
+
+KernelTrace::~KernelTrace() {
+  if (running_) finish();
 }
 
 std::vector<GpuActivity> KernelTrace::stop() {
   HPDT_CHECK(running_, "kernel trace: stop() of a trace that is not running");
-  const Cupti& c = *g_cupti;
-  for (const CUpti_ActivityKind k : kKinds) check(c, c.disable(k), "cuptiActivityDisable");
-  check(c, c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  std::unique_ptr<Collector> col(g_collector.exchange(nullptr));
-  running_ = false;
-  g_running.store(false);
-  HPDT_CHECK(col->dropped == 0, "kernel trace: CUPTI dropped ", col->dropped,
+  finish();
+  std::vector<GpuActivity> acts;
+  size_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_collector.mutex);
+    acts.swap(g_collector.activities);
+    dropped = g_collector.dropped;
+  }
+  HPDT_CHECK(dropped == 0, "kernel trace: CUPTI dropped ", dropped,
              " records (its buffers were full): the trace would understate the time");
-  std::stable_sort(col->activities.begin(), col->activities.end(),
+  std::stable_sort(acts.begin(), acts.end(),
                    [](const GpuActivity& a, const GpuActivity& b) { return a.start_ns < b.start_ns; });
-  return std::move(col->activities);
+  return acts;
 }
 
 #else  // no CUPTI in this build
@@ -216,6 +235,7 @@ KernelTrace::KernelTrace() {
   HPDT_FAIL("kernel trace: this build has no CUPTI (a CUDA build whose toolkit has CUPTI's headers traces kernels)");
 }
 KernelTrace::~KernelTrace() = default;
+void KernelTrace::finish() {}
 std::vector<GpuActivity> KernelTrace::stop() { HPDT_FAIL("kernel trace: this build has no CUPTI"); }
 
 #endif

@@ -48,6 +48,7 @@ class KernelTrace {
   const std::string& library() const { return library_; }
 
  private:
+  void finish();
   bool running_ = false;
   std::string library_;
 };
