@@ -258,6 +258,14 @@ if [ $bench -eq 1 ]; then
   done
 fi
 
+# Where each traced training step's GPU time went, by kernel family (the benchmarks' --kernel-trace files and the
+# PyTorch peer's): in the summary, which comes back even when the results archive is not read.
+if [ $bench -eq 1 ] && ls "$out"/bench/trace_*.json > /dev/null 2>&1; then
+  python3 "$root/scripts/gpu/kernel_breakdown.py" "$out" > "$out/bench/step_breakdown.md" 2>&1 ||
+    note "kernel_breakdown.py failed: see bench/step_breakdown.md"
+  { echo "step breakdown (ms a step by kernel family):"; cat "$out/bench/step_breakdown.md"; } >> "$summary"
+fi
+
 # --- totals ----------------------------------------------------------------------------------------
 total_pass=0 total_fail=0 total_skip=0
 for xml in "$out"/tests/*.xml; do
