@@ -132,7 +132,8 @@ def torch_traces(doc):
 
 def collect(dirs=(), traces=(), torch=()):
     """{model: {label: trace}}. hpdt's traces: files trace_<key>.json, key as the train_step_<key>.json beside them
-    (resnet50_bf16_ours, vit_b16_bf16_vendor, ...), labelled "hpdt" and the key less its model; PyTorch's from the
+    (resnet50_bf16_ours, vit_b16_bf16_vendor, ...), labelled "hpdt" and the key less its model and bf16 ("hpdt ours
+    nhwc"); PyTorch's from the
     peer's JSON ("torch eager", "torch compile"). Later files win."""
     by_model = {}
     files, torch_files = list(traces), list(torch)
@@ -146,7 +147,8 @@ def collect(dirs=(), traces=(), torch=()):
     for p in files:
         key = re.sub(r"^trace_", "", os.path.basename(p))[:-len(".json")]
         model = model_of(key)
-        label = "hpdt " + (key[len(model) + 1:] if key.startswith(model + "_") else key)
+        rest = key[len(model) + 1:] if key.startswith(model + "_") else key
+        label = "hpdt " + re.sub(r"^bf16_", "", rest).replace("_", " ")  # resnet50_bf16_ours_nhwc: "hpdt ours nhwc"
         by_model.setdefault(model, {})[label] = hpdt_trace(load(p), p)
     for p in torch_files:
         for label, model, t in torch_traces(load(p)):

@@ -113,12 +113,12 @@ class Tables(unittest.TestCase):
     def test_table_per_model(self):
         by_model = kb.collect([self.dir.name])
         self.assertEqual(sorted(by_model), ["resnet50"])
-        self.assertEqual(sorted(by_model["resnet50"]), ["hpdt bf16_ours", "hpdt bf16_vendor", "torch compile",
+        self.assertEqual(sorted(by_model["resnet50"]), ["hpdt ours", "hpdt vendor", "torch compile",
                                                         "torch eager"])
         rows, numbers = [], []
         kb.tables(by_model, rows, numbers)
         text = "\n".join(rows)
-        self.assertIn("| ResNet-50: ms a step | hpdt bf16_ours | hpdt bf16_vendor | torch eager |", text)
+        self.assertIn("| ResNet-50: ms a step | hpdt ours | hpdt vendor | torch eager |", text)
         self.assertIn("| GEMM | 20.00 | 10.00 | — |", text)
         self.assertIn("| convolution | — | — | 12.00 |", text)
         self.assertIn("| norm (batch, layer) | 5.00 | 5.00 | 4.00 |", text)
@@ -126,12 +126,12 @@ class Tables(unittest.TestCase):
         self.assertIn("1.500 ms `mystery_kernel`", text)  # 'other' kernels are named, not hidden
         self.assertIn("- torch compile: no kernel trace (RuntimeError: boom)", text)
         fams = {n["trace"]: n["families_ms"] for n in numbers}
-        self.assertAlmostEqual(fams["hpdt bf16_ours"]["other"], 1.5)
+        self.assertAlmostEqual(fams["hpdt ours"]["other"], 1.5)
 
     def test_cli_and_bad_input(self):
         out = subprocess.run([sys.executable, SCRIPT, self.dir.name], capture_output=True, text=True)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("hpdt bf16_ours", out.stdout)
+        self.assertIn("hpdt ours", out.stdout)
         bad = os.path.join(self.dir.name, "trace_bad.json")
         with open(bad, "w") as f:
             json.dump({"impl": "hpdt"}, f)
