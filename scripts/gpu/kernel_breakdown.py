@@ -193,6 +193,10 @@ def tables(by_model, rows, numbers, top_other=5):
         for what, key in (("all kernels, added up", "sum_ms_per_step"), ("GPU busy (their union)", "busy_ms_per_step"),
                           ("first kernel to last", "span_ms_per_step")):
             rows.append(f"| **{what}** | " + " | ".join(fmt(traces[lb].get(key)) for lb in labels) + " |")
+        # the GPU waiting between kernels inside the step (launch overhead, host work): span less busy
+        idle = [traces[lb]["span_ms_per_step"] - traces[lb]["busy_ms_per_step"]
+                if "span_ms_per_step" in traces[lb] and "busy_ms_per_step" in traces[lb] else None for lb in labels]
+        rows.append("| **GPU idle inside the step** | " + " | ".join(fmt(v) for v in idle) + " |")
         rows.append("")
         for lb in labels:
             numbers.append({"op": "step_breakdown", "model": model, "trace": lb, "families_ms": fams[lb][0],

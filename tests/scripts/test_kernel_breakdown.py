@@ -123,6 +123,7 @@ class Tables(unittest.TestCase):
         self.assertIn("| convolution | — | — | 12.00 |", text)
         self.assertIn("| norm (batch, layer) | 5.00 | 5.00 | 4.00 |", text)
         self.assertIn("| **GPU busy (their union)** | 27.00 | 15.50 | 16.00 |", text)
+        self.assertIn("| **GPU idle inside the step** | 1.00 | 0.00 | 0.00 |", text)
         self.assertIn("1.500 ms `mystery_kernel`", text)  # 'other' kernels are named, not hidden
         self.assertIn("- torch compile: no kernel trace (RuntimeError: boom)", text)
         fams = {n["trace"]: n["families_ms"] for n in numbers}
