@@ -9,7 +9,7 @@
 set -euo pipefail
 
 # One group per purpose; a component that needs a new package adds it here.
-build=(g++ cmake ninja-build pkg-config git ca-certificates)
+build=(g++ cmake ninja-build pkg-config git ca-certificates ccache)  # ccache: CMakeLists.txt compiles through it (HPDT_CCACHE)
 mpi=(openmpi-bin libopenmpi-dev)
 hdf5=(libhdf5-openmpi-dev hdf5-tools)
 libs=(libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev)
