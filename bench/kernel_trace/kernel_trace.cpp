@@ -1,7 +1,7 @@
 // KernelTrace: CUPTI's activity API, loaded at run time (kernel_trace.h says why and from where).
 //
 // CUPTI hands its records over through two C callbacks, process-wide: a buffer request and a buffer completion,
-// the latter possibly on a thread of CUPTI's own. They reach the running trace through the one pointer below
+// the latter possibly on a thread of CUPTI's own. They reach the running trace through the one collector below
 // (one trace at a time: CUPTI's activity recording is the process's, not an object's).
 #include "hpdt/bench/kernel_trace.h"
 
@@ -91,13 +91,13 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
       // (CUpti_ActivityKernel6..10, Memcpy5..6, Memset3..4: checked with offsetof on CUDA 13.0's headers).
       if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-        a = {demangle(k->name), k->start, k->end, k->streamId};
+        a = {demangle(k->name), k->start, k->end};
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-        a = {memcpy_name(m->copyKind), m->start, m->end, m->streamId};
+        a = {memcpy_name(m->copyKind), m->start, m->end};
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-        a = {"[memset]", m->start, m->end, m->streamId};
+        a = {"[memset]", m->start, m->end};
       } else {
         continue;
       }
@@ -188,8 +188,7 @@ KernelTrace::KernelTrace() {
   for (const CUpti_ActivityKind k : kKinds) {
     const CUptiResult r = c.enable(k);
     if (r != CUPTI_SUCCESS) {
-      for (const CUpti_ActivityKind d : kKinds) c.disable(d);
-      finish();
+      finish();  // disables every kind, the ones enabled so far among them
       check(c, r, "cuptiActivityEnable");
     }
   }

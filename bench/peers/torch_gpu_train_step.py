@@ -181,7 +181,8 @@ def train_step_record(a, name, mode, device):
         if s >= a.warmup:
             times.append(t.seconds)
     med = median(times)
-    rec = {"model": name, "mode": mode, "precision": "bf16-autocast" if device.type == "cuda" else "f32 (cpu check)", "batch": batch, "image": a.image,
+    precision = "bf16-autocast" if device.type == "cuda" else "f32 (cpu check)"
+    rec = {"model": name, "mode": mode, "precision": precision, "batch": batch, "image": a.image,
            "channels_last": name == "resnet50", "params": params, "loss": float(loss.item()),
            "first_step_s": first_step_s, "step_s": times, "step_s_median": med, "img_per_s_median": batch / med}
     if a.kernel_trace_steps:

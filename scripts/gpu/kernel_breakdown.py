@@ -108,7 +108,7 @@ def load(path):
 
 
 def model_of(key):
-    return "resnet50" if key.startswith("resnet50") else "vit_b16" if key.startswith(("vit_b16", "vit_b")) else key
+    return "resnet50" if key.startswith("resnet50") else "vit_b16" if key.startswith("vit_b") else key
 
 
 def hpdt_trace(doc, path):
@@ -133,8 +133,7 @@ def torch_traces(doc):
 def collect(dirs=(), traces=(), torch=()):
     """{model: {label: trace}}. hpdt's traces: files trace_<key>.json, key as the train_step_<key>.json beside them
     (resnet50_bf16_ours, vit_b16_bf16_vendor, ...), labelled "hpdt" and the key less its model and bf16 ("hpdt ours
-    nhwc"); PyTorch's from the
-    peer's JSON ("torch eager", "torch compile"). Later files win."""
+    nhwc"); PyTorch's from the peer's JSON ("torch eager", "torch compile"). Later files win."""
     by_model = {}
     files, torch_files = list(traces), list(torch)
     for d in dirs:

@@ -14,12 +14,10 @@ using hpdt::bench::GpuActivity;
 // Totals by name, largest first; busy time is the union of the intervals (overlaps counted once, gaps not at all).
 TEST(KernelSummary, TotalsByNameAndBusyTimeIsTheUnion) {
   // ms -> ns
-  const auto a = [](const char* n, double b, double e, uint32_t s = 0) {
-    return GpuActivity{n, uint64_t(b * 1e6), uint64_t(e * 1e6), s};
-  };
-  // gemm 0-3 and 5-6 on stream 0; norm 2-4 on stream 1 (overlaps gemm's first by 1 ms); a copy 8-8.5; nested 5.2-5.4
-  const std::vector<GpuActivity> acts = {a("gemm", 0, 3), a("norm", 2, 4, 1), a("gemm", 5, 6), a("[memcpy DtoD]", 8, 8.5),
-                                         a("tiny", 5.2, 5.4, 1)};
+  const auto a = [](const char* n, double b, double e) { return GpuActivity{n, uint64_t(b * 1e6), uint64_t(e * 1e6)}; };
+  // gemm 0-3 and 5-6 on one stream; norm 2-4 on another (overlaps gemm's first by 1 ms); a copy 8-8.5; nested 5.2-5.4
+  const std::vector<GpuActivity> acts = {a("gemm", 0, 3), a("norm", 2, 4), a("gemm", 5, 6), a("[memcpy DtoD]", 8, 8.5),
+                                         a("tiny", 5.2, 5.4)};
   const auto s = hpdt::bench::summarize(acts);
   EXPECT_EQ(s.activities, 5);
   ASSERT_EQ(s.kernels.size(), 4u);
@@ -35,7 +33,7 @@ TEST(KernelSummary, TotalsByNameAndBusyTimeIsTheUnion) {
 }
 
 TEST(KernelSummary, OrderOfTheActivitiesDoesNotMatter) {
-  std::vector<GpuActivity> acts = {{"b", 700, 900, 0}, {"a", 0, 500, 0}, {"a", 400, 600, 1}, {"c", 1000, 1000, 0}};
+  std::vector<GpuActivity> acts = {{"b", 700, 900}, {"a", 0, 500}, {"a", 400, 600}, {"c", 1000, 1000}};
   const auto s1 = hpdt::bench::summarize(acts);
   std::swap(acts[0], acts[3]);
   std::swap(acts[1], acts[2]);
@@ -52,11 +50,11 @@ TEST(KernelSummary, EmptyTraceAndBadActivity) {
   EXPECT_EQ(s.activities, 0);
   EXPECT_TRUE(s.kernels.empty());
   EXPECT_EQ(s.busy_ms, 0.0);
-  HPDT_EXPECT_THROW_MSG(hpdt::bench::summarize({{"backwards_kernel", 10, 5, 0}}), "'backwards_kernel' ends");
+  HPDT_EXPECT_THROW_MSG(hpdt::bench::summarize({{"backwards_kernel", 10, 5}}), "'backwards_kernel' ends");
 }
 
 TEST(KernelSummary, JsonIsPerStep) {
-  const auto s = hpdt::bench::summarize({{"k", 0, 4'000'000, 0}, {"k", 5'000'000, 7'000'000, 0}, {"m", 7'000'000, 8'000'000, 0}});
+  const auto s = hpdt::bench::summarize({{"k", 0, 4'000'000}, {"k", 5'000'000, 7'000'000}, {"m", 7'000'000, 8'000'000}});
   const auto j = hpdt::bench::summary_json(s, 2);
   EXPECT_EQ(j["steps"], 2);
   EXPECT_EQ(j["activities"], 3);

@@ -17,12 +17,10 @@
 namespace hpdt::bench {
 
 // One activity of the GPU: a kernel (its demangled name), a memory copy ("[memcpy HtoD]", "[memcpy DtoD]", ..)
-// or a memory set ("[memset]"), on CUDA stream `stream` (CUPTI's stream id), from start_ns to end_ns (the
-// GPU's timestamps, nanoseconds).
+// or a memory set ("[memset]"), from start_ns to end_ns (the GPU's timestamps, nanoseconds), on any stream.
 struct GpuActivity {
   std::string name;
   uint64_t start_ns = 0, end_ns = 0;
-  uint32_t stream = 0;
 };
 
 // Records the GPU activities of the whole process (every device, every stream) from construction until stop().
