@@ -76,6 +76,9 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--layout", o.layout,
                  "auto|nchw|nhwc: activation layout of the ResNets, on either device (auto: nhwc on the CPU, "
                  "the fast direct convolution; nchw on CUDA, until its NHWC kernels are timed on a GPU)");
+  app.add_option("--gelu", o.gelu,
+                 "fused|separate: the ViTs' MLP GELU in the epilogues of fc1's forward and fc2's backward-data GEMMs "
+                 "(fused, the default) or a layer of its own (a plain GEMM and an elementwise pass each way)");
   app.add_option("--seed", o.seed);
   app.add_option("--timeline", o.timeline, "write a Chrome/Perfetto trace (one track per rank)");
   app.add_option("--metrics", o.metrics, "write JSON-lines metrics");
@@ -112,11 +115,14 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--gemm", o.gemm, {"v2", "v3"});
   require_one_of("--conv", o.conv, {"v2", "v3"});
   require_one_of("--layout", o.layout, {"auto", "nchw", "nhwc"});
+  require_one_of("--gelu", o.gelu, {"fused", "separate"});
   if (o.dropout != 0 && o.model.rfind("vit", 0) != 0)
     HPDT_FAIL("hpdt-train: --dropout is for the ViTs (", o.model, " has no dropout layers)");
   if (!(o.dropout >= 0 && o.dropout < 1)) HPDT_FAIL("hpdt-train: --dropout ", o.dropout, " is not in [0, 1)");
   if (o.layout == "nhwc" && o.model.rfind("resnet", 0) != 0)
     HPDT_FAIL("hpdt-train: --layout nhwc is for the ResNets (", o.model, " runs on tokens after its patch convolution)");
+  if (o.gelu != "fused" && o.model.rfind("vit", 0) != 0)
+    HPDT_FAIL("hpdt-train: --gelu ", o.gelu, " is for the ViTs (", o.model, " has no GELU)");
   require_one_of("--progress", o.progress, {"auto", "bar", "lines", "off"});
   if (o.resume && o.checkpoint_dir.empty()) HPDT_FAIL("hpdt-train: --resume needs --checkpoint-dir");
   if (o.algo == "nccl" && o.device != "cuda") HPDT_FAIL("hpdt-train: --algo nccl needs --device cuda");

@@ -314,6 +314,7 @@ void Run::setup_model() {
   cfg.seed = o_.seed;
   cfg.dropout = float(o_.dropout);
   if (o_.layout != "auto") cfg.layout = kernels::parse_layout(o_.layout, "--layout");
+  cfg.fuse_gelu = o_.gelu == "fused";
   std::string name = o_.model;
   std::replace(name.begin(), name.end(), '-', '_');
   model_ = as_usage([&] { return nn::make_model(name, cfg, stream_); });
@@ -756,6 +757,7 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                   {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
                   {"layout", kernels::layout_name(model_->layout())},
+                  {"gelu", o_.gelu},
                   {"grad_sync", sync_->path()},
                   {"parameters", model_->num_parameters()},
                   {"wall_s", wall},
@@ -810,6 +812,7 @@ int Run::execute() {
                     {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                     {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
                     {"layout", kernels::layout_name(model_->layout())},
+                    {"gelu", o_.gelu},
                     {"grad_sync", sync_->path()},
                     {"algo", o_.algo},
                     {"compress", o_.compress},

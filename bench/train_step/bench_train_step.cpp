@@ -67,7 +67,7 @@ double median_of(std::vector<double> v) {
 int main(int argc, char** argv) {
   CLI::App app{"hpdt training-step benchmark (CPU, or one GPU with --device cuda)"};
   std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", gemm_name = "v3",
-              conv_name = "v2", layout_name = "auto", out;
+              conv_name = "v2", layout_name = "auto", gelu = "fused", out;
   int64_t batch = 128, steps = 10, warmup = 3, image = 28, channels = 1, patch = 4, classes = 10;
   app.add_option("--model", model, "resnet20 | resnet56 | resnet18 | resnet34 | resnet50 | vit_ti | vit_s | vit_b");
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"v2", "v3"}));
   app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
+  app.add_option("--gelu", gelu, "fused | separate: the ViTs' MLP GELU in fc1's forward and fc2's backward-data GEMM epilogues (fused, the default) or a layer of its own")
+      ->check(CLI::IsMember({"fused", "separate"}));
   app.add_option("--out", out, "also write the result as a JSON document (with machine and build records)");
   bool cuda_graph = false;
   app.add_flag("--cuda-graph", cuda_graph, "--device cuda: capture one step into a CUDA graph and replay it (after the warm-up)");
@@ -104,6 +106,7 @@ int main(int argc, char** argv) {
       HPDT_CHECK(app.count(flag) == 0 || (gpu && kernels_name == "ours"), flag, " ", value,
                  " needs --device cuda and --kernels ours");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
+    HPDT_CHECK(gelu == "fused" || model.starts_with("vit"), "--gelu ", gelu, " is for the ViTs (", model, " has no GELU)");
     HPDT_CHECK(kernel_trace.empty() || gpu, "--kernel-trace needs --device cuda (it traces GPU kernels)");
     HPDT_CHECK(app.count("--trace-steps") == 0 || !kernel_trace.empty(), "--trace-steps needs --kernel-trace");
     HPDT_CHECK(!cuda_graph || precision != "fp16", "--cuda-graph: not with --precision fp16 (its dynamic loss scale changes between steps; a graph replays the scale of the capture)");
@@ -123,6 +126,7 @@ int main(int argc, char** argv) {
     c.patch = patch;
     c.dtype = precision == "bf16" ? hpdt::DType::bf16 : precision == "fp16" ? hpdt::DType::f16 : hpdt::DType::f32;
     if (layout_name != "auto") c.layout = hpdt::kernels::parse_layout(layout_name, "--layout");
+    c.fuse_gelu = gelu == "fused";
     auto m = hpdt::nn::make_model(model, c, stream);
     hpdt::nn::Sgd opt(m->arena(), {0.01f, 0.9f, 0.0f, 5e-4f, true});
     hpdt::nn::LossScaler scaler = hpdt::nn::LossScaler::for_dtype(c.dtype);
@@ -250,6 +254,7 @@ int main(int argc, char** argv) {
                         {"gemm", gpu && kernels_name == "ours" ? gemm_name : "-"},
                         {"conv", gpu && kernels_name == "ours" ? conv_name : "-"},
                         {"layout", hpdt::kernels::layout_name(m->layout())},
+                        {"gelu", gelu},
                         {"threads", omp_get_max_threads()},
                         {"params", m->num_parameters()},
                         {"loss", loss},

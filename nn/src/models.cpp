@@ -131,21 +131,25 @@ class PatchEmbedding : public Layer {
 class EncoderBlock : public Layer {
  public:
   EncoderBlock(ParameterArena& a, const std::string& name, int64_t d, int64_t heads, float dropout, uint64_t seed,
-               uint64_t stream_base)
+               uint64_t stream_base, bool fuse_gelu)
       : Layer(name), attn_path_(name + ".attn_path"), mlp_path_(name + ".mlp_path") {
     ln_1_ = &attn_path_.add<LayerNorm>(a, name + ".ln_1", d, 1e-6f);
     attention_ = &attn_path_.add<MultiHeadSelfAttention>(a, name + ".self_attention", d, heads);
     attn_dropout_ = &attn_path_.add<Dropout>(name + ".dropout", dropout, seed, stream_base);
     ln_2_ = &mlp_path_.add<LayerNorm>(a, name + ".ln_2", d, 1e-6f);
     // torchvision MLPBlock: xavier_uniform weights, N(0, 1e-6) biases
-    // mlp.1, the GELU, is fused into fc1's forward GEMM and fc2's dx GEMM (Linear::then_gelu, input_is_gelu_of)
+    // mlp.1, the GELU, is fused into fc1's forward GEMM and fc2's dx GEMM (Linear::then_gelu, input_is_gelu_of),
+    // or a layer of its own (ModelConfig::fuse_gelu false)
     auto& fc1 = mlp_path_.add<Linear>(a, name + ".mlp.0", d, 4 * d, true, init::xavier_uniform(d, 4 * d),
                                       init::normal(1e-6f));
-    fc1.then_gelu(kernels::GeluForm::erf);
+    if (fuse_gelu)
+      fc1.then_gelu(kernels::GeluForm::erf);
+    else
+      mlp_path_.add<GELU>(name + ".mlp.1", kernels::GeluForm::erf);
     mlp_path_.add<Dropout>(name + ".mlp.2", dropout, seed, stream_base + 1);
     auto& fc2 = mlp_path_.add<Linear>(a, name + ".mlp.3", 4 * d, d, true, init::xavier_uniform(4 * d, d),
                                       init::normal(1e-6f));
-    fc2.input_is_gelu_of(fc1);
+    if (fuse_gelu) fc2.input_is_gelu_of(fc1);
     fc2_ = &fc2;
     mlp_dropout_ = &mlp_path_.add<Dropout>(name + ".mlp.4", dropout, seed, stream_base + 2);
   }
@@ -246,7 +250,7 @@ void build_vit(Sequential& body, ParameterArena& a, const ModelConfig& c, int64_
   body.add<PatchEmbedding>(a, c.in_channels, d, c.patch, grid, c.dropout, c.seed);
   for (int64_t i = 0; i < depth; ++i)
     body.add<EncoderBlock>(a, "encoder.layers.encoder_layer_" + std::to_string(i), d, heads, c.dropout, c.seed,
-                           uint64_t(1 + 3 * i));
+                           uint64_t(1 + 3 * i), c.fuse_gelu);
   body.add<LayerNorm>(a, "encoder.ln", d, 1e-6f);
   body.add<ClassToken>();
   body.add<Linear>(a, "heads.head", d, c.classes);
@@ -351,6 +355,8 @@ std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c
   const bool resnet = name.starts_with("resnet");
   if (c.layout == kernels::Layout::nhwc)
     HPDT_CHECK(resnet, "make_model ", name, ": layout nhwc is for the ResNets (a ViT's activations are tokens)");
+  HPDT_CHECK(c.fuse_gelu || name.starts_with("vit"), "make_model ", name,
+             ": fuse_gelu false is for the ViTs (the ResNets have no GELU)");
   if (name == "resnet20" || name == "resnet56") {
     build_resnet_cifar(*m, body, a, c, name == "resnet20" ? 3 : 9);
   } else if (name == "resnet18" || name == "resnet34" || name == "resnet50") {

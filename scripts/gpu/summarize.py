@@ -243,7 +243,10 @@ def train_table(t, torch, rows, numbers):
                                ("ViT-B/16, 224², batch 64, GEMM v3, ws pipeline", "vit_b16_bf16_{}_gemm_v3ws",
                                 "vit_b16"),
                                ("ViT-B/16, 224², batch 64, GEMM v3, pingpong pipeline",
-                                "vit_b16_bf16_{}_gemm_v3pingpong", "vit_b16")]:
+                                "vit_b16_bf16_{}_gemm_v3pingpong", "vit_b16"),
+                               # since 2026-11-28
+                               ("ViT-B/16, 224², batch 64, --gelu separate (GELU not in the GEMMs' epilogues)",
+                                "vit_b16_bf16_{}_gelu_separate", "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
         if ours is None and vend is None:

@@ -261,6 +261,44 @@ TEST(ModelVit, SkipAddsInTheGemmEpilogueMatchTheSeparateAdds) {
   for (size_t k = 0; k < grads[0].size(); ++k) ASSERT_EQ(grads[0][k], grads[1][k]) << "gradient " << k;
 }
 
+// ModelConfig::fuse_gelu false puts the MLP's GELU in a layer of its own (a plain fc1 GEMM, then a separate pass each
+// way): on the CPU the same bits as the fused GEMM epilogues, forward and backward, and the same parameters.
+TEST(ModelVit, SeparateGeluLayerMatchesTheFusedGemmEpilogues) {
+  ModelConfig separate_config = tiny_vit();
+  separate_config.fuse_gelu = false;
+  auto fused = make_model("vit_ti", tiny_vit()), separate = make_model("vit_ti", separate_config);
+  EXPECT_EQ(fused->describe(), separate->describe());
+  EXPECT_EQ(count_parameters("vit_b", imagenet()), [] {
+    ModelConfig c = imagenet();
+    c.fuse_gelu = false;
+    return count_parameters("vit_b", c);
+  }());
+  const Tensor x = random_images(4, tiny_vit(), 6);
+  const Tensor labels = Tensor::from_vector<int32_t>({4, 1, 0, 3}, {4});
+  std::vector<float> logits[2], grads[2];
+  int i = 0;
+  for (Model* m : {fused.get(), separate.get()}) {
+    const Tensor out = m->forward(x);
+    Tensor dl = Tensor::empty(out.shape(), DType::f32);
+    kernels::softmax_cross_entropy(out, labels, 0.0, &dl, 1.0, Stream());
+    m->backward(dl);
+    logits[i] = out.to_vector<float>();
+    grads[i++] = m->arena().grads().to_vector<float>();
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t k = 0; k < logits[0].size(); ++k) ASSERT_EQ(logits[0][k], logits[1][k]) << "logit " << k;
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  double norm = 0;
+  for (size_t k = 0; k < grads[0].size(); ++k) {
+    ASSERT_EQ(grads[0][k], grads[1][k]) << "gradient " << k;
+    norm += double(grads[0][k]) * grads[0][k];
+  }
+  EXPECT_GT(norm, 0.0);  // the comparison compared something
+  ModelConfig resnet = tiny_resnet();
+  resnet.fuse_gelu = false;
+  HPDT_EXPECT_THROW_MSG(make_model("resnet20", resnet), "resnet20: fuse_gelu false is for the ViTs");
+}
+
 // Every parameter starts on a multiple of kAlignElements (the 10-class head's 10 biases would otherwise
 // misalign every weight after them); the gaps stay zero through a step and an optimizer update;
 // parameter_count() is the parameters alone; packed()/unpack() drop and restore the gaps exactly.

@@ -1,7 +1,7 @@
 // nn on the GPU against nn on the CPU (gpu label; skipped where no GPU is usable): one full training step
 // of ResNet-20 (1x28x28, batch 8; the GPU's default NCHW, and NHWC on both devices: the NHWC CUDA kernels of
-// conv_nhwc.cu, norm.cu, pool.cu and layout.cu end to end) and ViT-Ti (patch 7, batch 4) from identical initial
-// weights and data:
+// conv_nhwc.cu, norm.cu, pool.cu and layout.cu end to end) and ViT-Ti (patch 7, batch 4; its MLP's GELU fused into
+// the GEMMs, and as a layer of its own: ModelConfig::fuse_gelu) from identical initial weights and data:
 // loss, every gradient (the arena's flat f32 gradients, tensor by tensor), the parameters after SGD and
 // after AdamW, the BN running statistics, an eval-mode forward; then bf16 (and f16 with loss scaling)
 // steps that must be finite and near the f32 loss; and the errors a model gives for input on the wrong
@@ -53,14 +53,17 @@ struct Case {
   const char* model;
   int64_t batch;
   std::optional<kernels::Layout> layout;  // unset: each device's default (NHWC on the CPU, NCHW on CUDA)
+  bool fuse_gelu = true;                  // ViT: false, the MLP's GELU as a layer of its own (ModelConfig)
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.model << ", batch " << c.batch << (c.layout ? std::string(", ") + kernels::layout_name(*c.layout) : "");
+  *os << c.model << ", batch " << c.batch << (c.layout ? std::string(", ") + kernels::layout_name(*c.layout) : "")
+      << (c.fuse_gelu ? "" : ", separate GELU");
 }
 
-ModelConfig config(DType dt, std::optional<kernels::Layout> layout = std::nullopt) {
+ModelConfig config(DType dt, std::optional<kernels::Layout> layout = std::nullopt, bool fuse_gelu = true) {
   ModelConfig m;
+  m.fuse_gelu = fuse_gelu;
   m.in_channels = 1;
   m.image_size = 28;
   m.classes = 10;
@@ -167,10 +170,10 @@ class ModelsCuda : public ::testing::TestWithParam<Case> {
     gpu = Stream::create_cuda(0);
   }
   std::unique_ptr<Model> cpu_model(DType dt = DType::f32) {
-    return make_model(GetParam().model, config(dt, GetParam().layout));
+    return make_model(GetParam().model, config(dt, GetParam().layout, GetParam().fuse_gelu));
   }
   std::unique_ptr<Model> gpu_model(DType dt = DType::f32) {
-    auto m = make_model(GetParam().model, config(dt, GetParam().layout), gpu);
+    auto m = make_model(GetParam().model, config(dt, GetParam().layout, GetParam().fuse_gelu), gpu);
     if (GetParam().layout) {
       EXPECT_EQ(m->layout(), *GetParam().layout);
     }
@@ -460,9 +463,11 @@ TEST_P(ModelsCuda, CudaGraphReplaysTheEagerSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelsCuda,
                          ::testing::Values(Case{"resnet20", 8, std::nullopt},
-                                           Case{"resnet20", 8, kernels::Layout::nhwc}, Case{"vit_ti", 4, std::nullopt}),
+                                           Case{"resnet20", 8, kernels::Layout::nhwc}, Case{"vit_ti", 4, std::nullopt},
+                                           Case{"vit_ti", 4, std::nullopt, false}),
                          [](const ::testing::TestParamInfo<Case>& i) {
-                           return std::string(i.param.model) + (i.param.layout ? "_nhwc" : "");
+                           return std::string(i.param.model) + (i.param.layout ? "_nhwc" : "") +
+                                  (i.param.fuse_gelu ? "" : "_separate_gelu");
                          });
 
 class ModelsCudaErrors : public ::testing::Test {

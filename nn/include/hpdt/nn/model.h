@@ -39,6 +39,11 @@ struct ModelConfig {
   // convolution). Not part of str(): parameters, checkpoints and results up to
   // float rounding do not depend on it, so a run may resume in either layout.
   std::optional<kernels::Layout> layout;
+  // ViT only: the MLP's GELU in fc1's forward GEMM epilogue and in fc2's dx GEMM (true), or a GELU layer of its own
+  // between them ("mlp.1", as torchvision's MLPBlock): a plain GEMM, then a separate elementwise pass each way.
+  // The same values up to the rounding of the GELU's input to the compute dtype (bit for bit in f32); the choice
+  // is for speed (docs/nn.md), so like the layout it is not part of str().
+  bool fuse_gelu = true;
   // "in_channels=1 image_size=28 classes=10 patch=4 dropout=0 dtype=f32 seed=0" (+ vit_* when set)
   std::string str() const;
 };
@@ -94,7 +99,7 @@ class Model {
 
 // Names: resnet20 resnet56 resnet18 resnet34 resnet50 vit_ti vit_s vit_b. Throws naming the name and
 // the accepted ones, or the configuration that does not fit (e.g. image size not divisible by patch,
-// layout nhwc for a ViT).
+// layout nhwc for a ViT, fuse_gelu false for a ResNet).
 // The model lives on stream.device() and queues its work on `stream` (e.g. Stream::create_cuda(0)).
 std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, const Stream& stream = Stream());
 std::vector<std::string> model_names();
