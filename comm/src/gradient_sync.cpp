@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/timer.h"
@@ -19,7 +20,7 @@ GradientSync::GradientSync(Communicator& comm, void* grads, size_t count, DType 
   HPDT_CHECK(count == 0 || grads, "GradientSync: null gradient buffer for ", count, " elements");
   HPDT_CHECK(options_.bucket_bytes >= dtype_size(dtype), "GradientSync: bucket_bytes ", options_.bucket_bytes, " is smaller than one element");
   int provided = 0;
-  MPI_Query_thread(&provided);
+  HPDT_MPI_CHECK(MPI_Query_thread(&provided));
   HPDT_CHECK(provided >= MPI_THREAD_SERIALIZED, "GradientSync needs MPI initialised with at least MPI_THREAD_SERIALIZED "
                                                 "(MPI_Init_thread; MPI_THREAD_MULTIPLE if the caller also uses MPI during backward)");
   comm_ = std::make_unique<Communicator>(comm.comm(), comm.options());

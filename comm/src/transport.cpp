@@ -43,8 +43,8 @@ MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
   for (int i = 0; i < size_; ++i) mine[size_t(i)] = i;
   world_ranks_.assign(size_t(size_), -1);
   HPDT_MPI_CHECK(MPI_Group_translate_ranks(group, size_, mine.data(), world, world_ranks_.data()));
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
+  HPDT_MPI_CHECK(MPI_Group_free(&group));
+  HPDT_MPI_CHECK(MPI_Group_free(&world));
 }
 
 MpiTransport::~MpiTransport() {
