@@ -3,7 +3,10 @@
 // both activation layouts: conv/... NCHW (kernels/cuda/conv.cu, cuDNN with NCHW descriptors), conv_nhwc/... NHWC
 // (kernels/cuda/conv_nhwc.cu, cuDNN with NHWC descriptors and its NHWC filter layout). Rows of one layout, shape,
 // dtype and direction are consecutive (v1, v2, v3, cudnn), and every row of ours carries vs_cudnn = cuDNN time / our
-// time in the same layout (> 1: faster than cuDNN), so the ratio reads off one run.
+// time in the same layout (> 1: faster than cuDNN), so the ratio reads off one run. Every row also carries per_step,
+// how many times a ResNet-50 step runs that convolution (resnet50_convs.h): the 23 distinct shapes of the step's 53
+// convolutions are all here, six of them (the spotlight) with every variant and dtype, the rest in bf16 with v2, v3
+// and cuDNN.
 // v3_wgmma rows (NHWC, bf16): what `--conv v3` runs, ConvVariant::automatic with kernels::conv_choice() v3 — the
 // forward, the backward-data phases and the backward-filter on conv v3 (kernels/cuda/conv_v3.cuh) where the
 // reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of
@@ -28,6 +31,7 @@
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/elementwise.h"
 #include "hpdt/kernels/layout.h"
+#include "resnet50_convs.h"
 
 namespace {
 
@@ -36,20 +40,12 @@ using kernels::Conv2dEpilogue;
 using kernels::Conv2dShape;
 using kernels::Layout;
 
-struct ConvCase {
-  const char* name;
-  Conv2dShape s;
-};
-// ResNet-50 (v1.5) at 224, batch 256: the stem, a 3x3 and a 1x1 of stage 1, a 3x3 and a 1x1 of stage 3 (14 x 14
-// planes: NCHW's 1x1 loads 8-byte chunks there, kDirect4), the strided 1x1 projection into stage 4.
-const ConvCase kCases[] = {
-    {"conv1_7x7s2_3-64_224", {256, 3, 224, 224, 64, 7, 7, 2, 3}},
-    {"3x3_64-64_56", {256, 64, 56, 56, 64, 3, 3, 1, 1}},
-    {"1x1_256-64_56", {256, 256, 56, 56, 64, 1, 1, 1, 0}},
-    {"3x3_256-256_14", {256, 256, 14, 14, 256, 3, 3, 1, 1}},
-    {"1x1_1024-256_14", {256, 1024, 14, 14, 256, 1, 1, 1, 0}},
-    {"1x1s2_1024-2048_14", {256, 1024, 14, 14, 2048, 1, 1, 2, 0}},
-};
+// The convolutions of a ResNet-50 step (resnet50_convs.h): the spotlight shapes (the stem, a 3x3 and a 1x1 of stage 1,
+// a 3x3 and a 1x1 of stage 3 -- 14 x 14 planes: NCHW's 1x1 loads 8-byte chunks there, kDirect4 --, the strided 1x1
+// projection into stage 4) with every variant, f32 too; the other 17 in bf16 with v2, v3 and cuDNN, so that
+// summarize.py can add up a whole step's convolutions (the per_step counter).
+const auto& kCases = bench::kResNet50Convs;
+constexpr int64_t kBatch = 256;
 
 enum class Dir { forward, backward_data, backward_filter };
 enum class Impl { v1, v2, v3, v3ws, v3pingpong, cudnn };
@@ -163,7 +159,7 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
     state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
     return;
   }
-  const Conv2dShape& s = kCases[case_index].s;
+  const Conv2dShape s = kCases[case_index].shape(kBatch);
   // One stream for the process: the caching allocator reuses a block only on the stream it was freed on, so a
   // stream per benchmark would keep every benchmark's ~1 GB of buffers cached.
   static const Stream stream = Stream::create_cuda(0);
@@ -180,6 +176,8 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   }
   const double flops = 2.0 * double(s.n * s.out_h() * s.out_w()) * double(s.c_out) * double(s.c_in * s.kh * s.kw);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  // times a ResNet-50 step runs this (the stem's backward-data: never)
+  state.counters["per_step"] = kCases[case_index].stem() && d == Dir::backward_data ? 0 : kCases[case_index].per_step;
   if (impl != Impl::cudnn) {
     const double ours = time_ms(s, b, d, impl, layout, stream, 10);
     state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, b, stream) / ours;
@@ -194,7 +192,11 @@ const bool registered = [] {
           for (Impl impl : {Impl::v1, Impl::v2, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::cudnn}) {
             const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
             if ((impl == Impl::v2 || v3) && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
-            if (v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].s, d))) continue;
+            if (v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].shape(kBatch), d))) continue;
+            // the other shapes of the step: bf16, v2, v3 (the automatic choice) and cuDNN
+            if (!kCases[c].spotlight && (dt != DType::bf16 || impl == Impl::v1 || impl == Impl::v3ws ||
+                                         impl == Impl::v3pingpong))
+              continue;
             const std::string name = std::string(layout == Layout::nhwc ? "conv_nhwc/" : "conv/") + kCases[c].name +
                                      "/" + std::string(dtype_name(dt)) + "/" + dir_name(d) + "/" + impl_name(impl);
             benchmark::RegisterBenchmark(name.c_str(), BM_conv, c, dt, d, impl, layout)

@@ -43,6 +43,7 @@ def collect(dirs):
     for d in dirs:
         bench = os.path.join(d, "bench")
         for key, fname in [("gemm", "bench_gemm_cuda.json"), ("conv", "bench_conv_cuda.json"),
+                           ("conv", "bench_conv_census.json"),
                            ("attention", "bench_attention_cuda.json"), ("layers", "bench_layers_cuda.json")]:
             p = os.path.join(bench, fname)
             if os.path.exists(p):
@@ -165,6 +166,69 @@ def conv_table(c, rows, numbers):
                         "v3_pingpong_ms": v3pp["real_time"] if v3pp else None,
                         "cudnn_ms": cu["real_time"] if cu else None, "ours_over_cudnn": ratio,
                         "best_v3_over_cudnn": v3_ratio})
+
+
+def conv_step_table(c, rows, numbers):
+    """ResNet-50's convolutions added up, a step's worth: per shape the three directions' medians, each times how often
+    a step runs it (the per_step counter, bench/kernels/resnet50_convs.h; since 2026-11-28), in each layout: ours v2,
+    what --conv v3 runs (v3 where it takes the direction, v2 elsewhere), cuDNN."""
+    shapes = {}  # shape -> {(layout, dir, impl): (ms, per_step)}
+    for k, r in c.items():
+        parts = k.split("/")
+        if len(parts) != 5 or parts[2] != "bf16" or "per_step" not in r:
+            continue
+        shapes.setdefault(parts[1], {})[(parts[0], parts[3], parts[4])] = (r["real_time"], r["per_step"])
+    if not shapes:
+        rows.append("(no run with per_step counters: hpdt-bench-conv-cuda before 2026-11-28)")
+        return
+    cols = [("conv", "v2_tensor_core"), ("conv", "cudnn"), ("conv_nhwc", "v2_tensor_core"), ("conv_nhwc", "v3"),
+            ("conv_nhwc", "cudnn")]
+    rows.append("| convolution (bf16, batch 256) | a step runs it | NCHW v2 ms | NCHW cuDNN ms | NHWC v2 ms "
+                "| NHWC --conv v3 ms | NHWC cuDNN ms | NCHW v2 / cuDNN speed | NHWC v2 / cuDNN speed |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    totals = {col: 0.0 for col in cols}
+    complete = {col: True for col in cols}
+
+    def step_ms(t, layout, impl):
+        """ms a step of this shape, three directions, or None where a direction was not timed."""
+        total = 0.0
+        for d in ("fwd", "bwd_data", "bwd_filter"):
+            got = t.get((layout, d, "v3_wgmma" if impl == "v3" else impl))
+            if got is None and impl == "v3":  # --conv v3 runs v2 where v3 does not take the direction
+                got = t.get((layout, d, "v2_tensor_core"))
+            if got is None:
+                return None
+            total += got[0] * got[1]
+        return total
+
+    def per_step_of(t):
+        return max(n for _, n in t.values())
+
+    for name in sorted(shapes, key=lambda n: -per_step_of(shapes[n])):
+        t = shapes[name]
+        ms = {col: step_ms(t, *col) for col in cols}
+        for col in cols:
+            if ms[col] is None:
+                complete[col] = False
+            else:
+                totals[col] += ms[col]
+        r = lambda a, b: b / a if a and b else None  # noqa: E731
+        rows.append(f"| {name} | {int(per_step_of(t))} | " + " | ".join(fmt(ms[col], 3) for col in cols) +
+                    f" | {fmt(r(ms[cols[0]], ms[cols[1]]), 2)} | {fmt(r(ms[cols[2]], ms[cols[4]]), 2)} |")
+        numbers.append({"op": "conv_step", "case": name, "per_step": per_step_of(t),
+                        "nchw_v2_ms": ms[cols[0]], "nchw_cudnn_ms": ms[cols[1]], "nhwc_v2_ms": ms[cols[2]],
+                        "nhwc_conv_v3_ms": ms[cols[3]], "nhwc_cudnn_ms": ms[cols[4]]})
+    tot = {col: totals[col] if complete[col] else None for col in cols}
+    r = lambda a, b: b / a if a and b else None  # noqa: E731
+    rows.append(f"| **a step, {len(shapes)} shapes** | {sum(int(per_step_of(t)) for t in shapes.values())} | " +
+                " | ".join(fmt(tot[col], 2) for col in cols) +
+                f" | {fmt(r(tot[cols[0]], tot[cols[1]]), 2)} | {fmt(r(tot[cols[2]], tot[cols[4]]), 2)} |")
+    numbers.append({"op": "conv_step_total", "shapes": len(shapes), "nchw_v2_ms": tot[cols[0]],
+                    "nchw_cudnn_ms": tot[cols[1]], "nhwc_v2_ms": tot[cols[2]], "nhwc_conv_v3_ms": tot[cols[3]],
+                    "nhwc_cudnn_ms": tot[cols[4]]})
+    rows.append("")
+    rows.append("Each convolution timed alone, its medians times how often a step runs it (the stem's backward-data: "
+                "never); a total is shown only where every shape and direction ran.")
 
 
 def attention_table(a, torch_att, rows, numbers):
@@ -298,6 +362,8 @@ def main():
                  lambda: breakdown_section(a.dirs, rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
+                ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",
+                 lambda: conv_step_table(f["conv"], rows, numbers)),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
                 (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
                  lambda: layers_table(f["layers"], rows, numbers))]

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""scripts/gpu/summarize.py's "ResNet-50's convolutions, a step" on made-up hpdt-bench-conv-cuda medians: each shape's
+three directions times its per_step counter, --conv v3 falling back to v2 where v3 did not run, the stem's
+backward-data counted 0 times, totals only where every shape ran, and the whole tables from a results directory."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "gpu"))
+import summarize  # noqa: E402
+
+DIRS = ("fwd", "bwd_data", "bwd_filter")
+
+
+def rows(shape, per_step, ms, layouts=("conv", "conv_nhwc"), impls=("v2_tensor_core", "cudnn"), stem=False):
+    """{name: median record} for shape in every layout, direction and implementation; ms(layout, dir, impl)."""
+    out = {}
+    for layout in layouts:
+        for d in DIRS:
+            for impl in impls:
+                out[f"{layout}/{shape}/bf16/{d}/{impl}"] = {
+                    "real_time": ms(layout, d, impl), "per_step": 0.0 if stem and d == "bwd_data" else float(per_step)}
+    return out
+
+
+class ConvStep(unittest.TestCase):
+    def table(self, c):
+        r, n = [], []
+        summarize.conv_step_table(c, r, n)
+        return r, {x.get("case", "total"): x for x in n}
+
+    def test_weighted_sums(self):
+        c = {}
+        c.update(rows("1x1_64-256_56", 4, lambda l, d, i: 1.0 if i == "v2_tensor_core" else 2.0))
+        c.update(rows("conv1_7x7s2_3-64_224", 1, lambda l, d, i: 10.0, stem=True))
+        # v3 ran the NHWC forward of the 1x1 only: --conv v3 is v3 there, v2 for the other two directions
+        c["conv_nhwc/1x1_64-256_56/bf16/fwd/v3_wgmma"] = {"real_time": 0.25, "per_step": 4.0}
+        # an f32 row and a row without per_step (an older run) are not the step's
+        c["conv/1x1_64-256_56/f32/fwd/v2_tensor_core"] = {"real_time": 99.0, "per_step": 4.0}
+        c["conv/old/bf16/fwd/v2_tensor_core"] = {"real_time": 99.0}
+        text, n = self.table(c)
+        one = n["1x1_64-256_56"]
+        self.assertEqual(one["per_step"], 4)
+        self.assertAlmostEqual(one["nchw_v2_ms"], 4 * 3 * 1.0)
+        self.assertAlmostEqual(one["nchw_cudnn_ms"], 4 * 3 * 2.0)
+        self.assertAlmostEqual(one["nhwc_conv_v3_ms"], 4 * (0.25 + 1.0 + 1.0))
+        stem = n["conv1_7x7s2_3-64_224"]
+        self.assertAlmostEqual(stem["nchw_v2_ms"], 2 * 10.0)  # forward and backward-filter, no backward-data
+        tot = n["total"]
+        self.assertEqual(tot["shapes"], 2)
+        self.assertAlmostEqual(tot["nchw_v2_ms"], 12.0 + 20.0)
+        self.assertAlmostEqual(tot["nchw_cudnn_ms"], 24.0 + 20.0)
+        self.assertAlmostEqual(tot["nhwc_conv_v3_ms"], 9.0 + 20.0)
+        self.assertIn("| 1x1_64-256_56 | 4 | 12.000 | 24.000 |", "\n".join(text))
+        self.assertIn("| **a step, 2 shapes** | 5 | 32.00 | 44.00 |", "\n".join(text))
+        # largest per_step first
+        names = [line.split(" | ")[0].strip("| ") for line in text if line.startswith("| ") and "---" not in line]
+        self.assertLess(names.index("1x1_64-256_56"), names.index("conv1_7x7s2_3-64_224"))
+
+    def test_a_missing_direction_leaves_no_total(self):
+        c = rows("3x3_64-64_56", 3, lambda l, d, i: 1.0)
+        del c["conv/3x3_64-64_56/bf16/bwd_filter/cudnn"]
+        _, n = self.table(c)
+        self.assertIsNone(n["3x3_64-64_56"]["nchw_cudnn_ms"])
+        self.assertIsNone(n["total"]["nchw_cudnn_ms"])
+        self.assertAlmostEqual(n["total"]["nchw_v2_ms"], 9.0)
+
+    def test_no_counters_says_so(self):
+        text, n = self.table({"conv/x/bf16/fwd/v2_tensor_core": {"real_time": 1.0}})
+        self.assertEqual(n, {})
+        self.assertIn("no run with per_step counters", text[0])
+
+    def test_results_directory(self):
+        """summarize.py over a run directory: the census file is read beside bench_conv_cuda.json."""
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "run", "bench"))
+
+            def gbench(recs):
+                return {"benchmarks": [dict(r, run_name=k + "/manual_time", aggregate_name="median")
+                                       for k, r in recs.items()]}
+            with open(os.path.join(d, "run", "bench", "bench_conv_cuda.json"), "w") as f:
+                json.dump(gbench(rows("3x3_64-64_56", 3, lambda l, d, i: 1.0)), f)
+            with open(os.path.join(d, "run", "bench", "bench_conv_census.json"), "w") as f:
+                json.dump(gbench(rows("1x1_64-64_56", 1, lambda l, d, i: 2.0)), f)
+            found = summarize.collect([os.path.join(d, "run")])
+            _, n = self.table(found["conv"])
+            self.assertAlmostEqual(n["total"]["nchw_v2_ms"], 9.0 + 6.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
