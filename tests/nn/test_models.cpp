@@ -236,48 +236,12 @@ TEST_P(ModelGrad, ReverseLayoutHookCoversTheArenaInOrder) {
   EXPECT_EQ(next, size_t(a.numel()));
 }
 
-// ViT's encoder blocks add their skip connections in the epilogues of the paths' last GEMMs while dropout is off,
-// and with separate adds while it is on. With a dropout probability too small to drop anything (1e-30: every
-// element kept, scaled by exactly 1) the two give the same bits, forward and backward.
-TEST(ModelVit, SkipAddsInTheGemmEpilogueMatchTheSeparateAdds) {
-  ModelConfig with_dropout = tiny_vit();
-  with_dropout.dropout = 1e-30f;
-  auto fused = make_model("vit_ti", tiny_vit()), separate = make_model("vit_ti", with_dropout);
-  const Tensor x = random_images(4, tiny_vit(), 5);
-  const Tensor labels = Tensor::from_vector<int32_t>({0, 1, 2, 3}, {4});
+// Two builds of one model that must compute the same thing: one forward and backward of each on the same batch give
+// the same logits and gradients, bit for bit (and the gradients are not all zero: the comparison compared something).
+void expect_same_step_bits(Model& a, Model& b, const Tensor& x, const Tensor& labels) {
   std::vector<float> logits[2], grads[2];
   int i = 0;
-  for (Model* m : {fused.get(), separate.get()}) {
-    const Tensor out = m->forward(x);
-    Tensor dl = Tensor::empty(out.shape(), DType::f32);
-    kernels::softmax_cross_entropy(out, labels, 0.0, &dl, 1.0, Stream());
-    m->backward(dl);
-    logits[i] = out.to_vector<float>();
-    grads[i++] = m->arena().grads().to_vector<float>();
-  }
-  ASSERT_EQ(logits[0].size(), logits[1].size());
-  for (size_t k = 0; k < logits[0].size(); ++k) ASSERT_EQ(logits[0][k], logits[1][k]) << "logit " << k;
-  ASSERT_EQ(grads[0].size(), grads[1].size());
-  for (size_t k = 0; k < grads[0].size(); ++k) ASSERT_EQ(grads[0][k], grads[1][k]) << "gradient " << k;
-}
-
-// ModelConfig::fuse_gelu false puts the MLP's GELU in a layer of its own (a plain fc1 GEMM, then a separate pass each
-// way): on the CPU the same bits as the fused GEMM epilogues, forward and backward, and the same parameters.
-TEST(ModelVit, SeparateGeluLayerMatchesTheFusedGemmEpilogues) {
-  ModelConfig separate_config = tiny_vit();
-  separate_config.fuse_gelu = false;
-  auto fused = make_model("vit_ti", tiny_vit()), separate = make_model("vit_ti", separate_config);
-  EXPECT_EQ(fused->describe(), separate->describe());
-  EXPECT_EQ(count_parameters("vit_b", imagenet()), [] {
-    ModelConfig c = imagenet();
-    c.fuse_gelu = false;
-    return count_parameters("vit_b", c);
-  }());
-  const Tensor x = random_images(4, tiny_vit(), 6);
-  const Tensor labels = Tensor::from_vector<int32_t>({4, 1, 0, 3}, {4});
-  std::vector<float> logits[2], grads[2];
-  int i = 0;
-  for (Model* m : {fused.get(), separate.get()}) {
+  for (Model* m : {&a, &b}) {
     const Tensor out = m->forward(x);
     Tensor dl = Tensor::empty(out.shape(), DType::f32);
     kernels::softmax_cross_entropy(out, labels, 0.0, &dl, 1.0, Stream());
@@ -293,7 +257,32 @@ TEST(ModelVit, SeparateGeluLayerMatchesTheFusedGemmEpilogues) {
     ASSERT_EQ(grads[0][k], grads[1][k]) << "gradient " << k;
     norm += double(grads[0][k]) * grads[0][k];
   }
-  EXPECT_GT(norm, 0.0);  // the comparison compared something
+  EXPECT_GT(norm, 0.0);
+}
+
+// ViT's encoder blocks add their skip connections in the epilogues of the paths' last GEMMs while dropout is off,
+// and with separate adds while it is on. With a dropout probability too small to drop anything (1e-30: every
+// element kept, scaled by exactly 1) the two give the same bits, forward and backward.
+TEST(ModelVit, SkipAddsInTheGemmEpilogueMatchTheSeparateAdds) {
+  ModelConfig with_dropout = tiny_vit();
+  with_dropout.dropout = 1e-30f;
+  auto fused = make_model("vit_ti", tiny_vit()), separate = make_model("vit_ti", with_dropout);
+  expect_same_step_bits(*fused, *separate, random_images(4, tiny_vit(), 5),
+                        Tensor::from_vector<int32_t>({0, 1, 2, 3}, {4}));
+}
+
+// ModelConfig::fuse_gelu false puts the MLP's GELU in a layer of its own (a plain fc1 GEMM, then a separate pass each
+// way): on the CPU the same bits as the fused GEMM epilogues, forward and backward, and the same parameters.
+TEST(ModelVit, SeparateGeluLayerMatchesTheFusedGemmEpilogues) {
+  ModelConfig separate_config = tiny_vit();
+  separate_config.fuse_gelu = false;
+  auto fused = make_model("vit_ti", tiny_vit()), separate = make_model("vit_ti", separate_config);
+  EXPECT_EQ(fused->describe(), separate->describe());
+  ModelConfig vit_b_separate = imagenet();
+  vit_b_separate.fuse_gelu = false;
+  EXPECT_EQ(count_parameters("vit_b", imagenet()), count_parameters("vit_b", vit_b_separate));
+  expect_same_step_bits(*fused, *separate, random_images(4, tiny_vit(), 6),
+                        Tensor::from_vector<int32_t>({4, 1, 0, 3}, {4}));
   ModelConfig resnet = tiny_resnet();
   resnet.fuse_gelu = false;
   HPDT_EXPECT_THROW_MSG(make_model("resnet20", resnet), "resnet20: fuse_gelu false is for the ViTs");
