@@ -186,8 +186,6 @@ def conv_step_table(c, rows, numbers):
     rows.append("| convolution (bf16, batch 256) | a step runs it | NCHW v2 ms | NCHW cuDNN ms | NHWC v2 ms "
                 "| NHWC --conv v3 ms | NHWC cuDNN ms | NCHW v2 / cuDNN speed | NHWC v2 / cuDNN speed |")
     rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    totals = {col: 0.0 for col in cols}
-    complete = {col: True for col in cols}
 
     def step_ms(t, layout, impl):
         """ms a step of this shape, three directions, or None where a direction was not timed."""
@@ -201,31 +199,25 @@ def conv_step_table(c, rows, numbers):
             total += got[0] * got[1]
         return total
 
-    def per_step_of(t):
-        return max(n for _, n in t.values())
+    def speed(ours, cudnn):
+        return cudnn / ours if ours and cudnn else None
 
-    for name in sorted(shapes, key=lambda n: -per_step_of(shapes[n])):
-        t = shapes[name]
-        ms = {col: step_ms(t, *col) for col in cols}
-        for col in cols:
-            if ms[col] is None:
-                complete[col] = False
-            else:
-                totals[col] += ms[col]
-        r = lambda a, b: b / a if a and b else None  # noqa: E731
-        rows.append(f"| {name} | {int(per_step_of(t))} | " + " | ".join(fmt(ms[col], 3) for col in cols) +
-                    f" | {fmt(r(ms[cols[0]], ms[cols[1]]), 2)} | {fmt(r(ms[cols[2]], ms[cols[4]]), 2)} |")
-        numbers.append({"op": "conv_step", "case": name, "per_step": per_step_of(t),
-                        "nchw_v2_ms": ms[cols[0]], "nchw_cudnn_ms": ms[cols[1]], "nhwc_v2_ms": ms[cols[2]],
-                        "nhwc_conv_v3_ms": ms[cols[3]], "nhwc_cudnn_ms": ms[cols[4]]})
-    tot = {col: totals[col] if complete[col] else None for col in cols}
-    r = lambda a, b: b / a if a and b else None  # noqa: E731
-    rows.append(f"| **a step, {len(shapes)} shapes** | {sum(int(per_step_of(t)) for t in shapes.values())} | " +
-                " | ".join(fmt(tot[col], 2) for col in cols) +
-                f" | {fmt(r(tot[cols[0]], tot[cols[1]]), 2)} | {fmt(r(tot[cols[2]], tot[cols[4]]), 2)} |")
-    numbers.append({"op": "conv_step_total", "shapes": len(shapes), "nchw_v2_ms": tot[cols[0]],
-                    "nchw_cudnn_ms": tot[cols[1]], "nhwc_v2_ms": tot[cols[2]], "nhwc_conv_v3_ms": tot[cols[3]],
-                    "nhwc_cudnn_ms": tot[cols[4]]})
+    def row(name, per_step, ms, nd):
+        return (f"| {name} | {per_step} | " + " | ".join(fmt(ms[col], nd) for col in cols) +
+                f" | {fmt(speed(ms[cols[0]], ms[cols[1]]), 2)} | {fmt(speed(ms[cols[2]], ms[cols[4]]), 2)} |")
+
+    keys = ["nchw_v2_ms", "nchw_cudnn_ms", "nhwc_v2_ms", "nhwc_conv_v3_ms", "nhwc_cudnn_ms"]  # cols' order
+    per_shape = sorted(((name, int(max(n for _, n in t.values())), {col: step_ms(t, *col) for col in cols})
+                        for name, t in shapes.items()), key=lambda e: (-e[1], e[0]))  # (name, per_step, {col: ms})
+    for name, per_step, ms in per_shape:
+        rows.append(row(name, per_step, ms, 3))
+        numbers.append({"op": "conv_step", "case": name, "per_step": per_step,
+                        **{k: ms[col] for k, col in zip(keys, cols)}})
+    # a total only where every shape has the column
+    tot = {col: None if any(ms[col] is None for _, _, ms in per_shape) else sum(ms[col] for _, _, ms in per_shape)
+           for col in cols}
+    rows.append(row(f"**a step, {len(per_shape)} shapes**", sum(n for _, n, _ in per_shape), tot, 2))
+    numbers.append({"op": "conv_step_total", "shapes": len(per_shape), **{k: tot[col] for k, col in zip(keys, cols)}})
     rows.append("")
     rows.append("Each convolution timed alone, its medians times how often a step runs it (the stem's backward-data: "
                 "never); a total is shown only where every shape and direction ran.")
