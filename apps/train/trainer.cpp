@@ -257,6 +257,7 @@ void Run::setup_device() {
   kernels::set_kernel_backend(kernels::parse_kernel_backend(o_.kernels));
   kernels::set_gemm_choice(kernels::parse_gemm_choice(o_.gemm));
   kernels::set_conv_choice(kernels::parse_conv_choice(o_.conv));
+  kernels::set_cudnn_algo(kernels::parse_cudnn_algo(o_.cudnn_algo));
   if (rank_ == 0 && local_size_ > gpus)
     std::fprintf(stderr, "hpdt-train: note: %d ranks share %d GPU(s) on a node (local rank %% %d)\n", local_size_, gpus,
                  gpus);
@@ -756,6 +757,7 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
                   {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                   {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
+                  {"cudnn_algo", o_.device == "cuda" && o_.kernels == "vendor" ? o_.cudnn_algo : "-"},
                   {"layout", kernels::layout_name(model_->layout())},
                   {"gelu", o_.gelu},
                   {"grad_sync", sync_->path()},
@@ -811,6 +813,7 @@ int Run::execute() {
                     {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
                     {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                     {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
+                    {"cudnn_algo", o_.device == "cuda" && o_.kernels == "vendor" ? o_.cudnn_algo : "-"},
                     {"layout", kernels::layout_name(model_->layout())},
                     {"gelu", o_.gelu},
                     {"grad_sync", sync_->path()},

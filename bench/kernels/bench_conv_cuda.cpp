@@ -13,8 +13,13 @@
 // those takes the row. v3_wgmma_ws rows: the same with HPDT_GEMM_V3_PIPELINE=ws (wgmma.cuh's warp-specialised
 // pipeline in conv v3 and GEMM v3); v3_wgmma_pingpong rows with HPDT_GEMM_V3_PIPELINE=pingpong (its backward-filter
 // on ws).
-// Time: CUDA events around each call (manual time). cuDNN: deterministic algorithm from its v7 heuristics, no
-// TF32 for f32 (see kernels/cuda/conv_vendor.cu).
+// cudnn rows: the vendor backend's default, the first deterministic algorithm cuDNN's v7 heuristics rank;
+// cudnn_find rows (bf16): --cudnn-algo find's, the fastest cuDNN's Find times (deterministic or not: PyTorch's
+// cudnn.benchmark, as the PyTorch peer runs). Our bf16 rows carry vs_cudnn_find beside vs_cudnn; the summary
+// compares against the faster of the two. On the H200 (2026-11-27) the heuristic's pick ran the 1x1 256->64 at 56^2
+// NCHW forward at 19 TFLOP/s, so vs_cudnn alone flatters us.
+// Time: CUDA events around each call (manual time), after a warm-up call (where Find runs); no TF32 for f32 (see
+// kernels/cuda/conv_vendor.cu).
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
 #include <benchmark/benchmark.h>
 
@@ -48,7 +53,7 @@ const auto& kCases = bench::kResNet50Convs;
 constexpr int64_t kBatch = 256;
 
 enum class Dir { forward, backward_data, backward_filter };
-enum class Impl { v1, v2, v3, v3ws, v3pingpong, cudnn };
+enum class Impl { v1, v2, v3, v3ws, v3pingpong, cudnn, cudnn_find };
 const char* dir_name(Dir d) { return d == Dir::forward ? "fwd" : d == Dir::backward_data ? "bwd_data" : "bwd_filter"; }
 const char* impl_name(Impl i) {
   return i == Impl::v1   ? "v1_simt"
@@ -56,8 +61,10 @@ const char* impl_name(Impl i) {
          : i == Impl::v3 ? "v3_wgmma"
          : i == Impl::v3ws ? "v3_wgmma_ws"
          : i == Impl::v3pingpong ? "v3_wgmma_pingpong"
-                                 : "cudnn";
+         : i == Impl::cudnn      ? "cudnn"
+                                 : "cudnn_find";
 }
+bool is_cudnn(Impl i) { return i == Impl::cudnn || i == Impl::cudnn_find; }
 // Whether `--conv v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
 // on GEMM v3; otherwise conv v3 for a forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0 and a
 // backward-filter with c_in % 64 == 0, c_out % 8 == 0 (strides up to 8).
@@ -102,10 +109,11 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
   const ScopedEnv pipeline("HPDT_GEMM_V3_PIPELINE", impl == Impl::v3ws         ? "ws"
                                                     : impl == Impl::v3pingpong ? "pingpong"
                                                                                : nullptr);
+  const kernels::ScopedCudnnAlgo how(impl == Impl::cudnn_find ? kernels::CudnnAlgo::find : kernels::CudnnAlgo::heuristic);
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {
     case Dir::forward:
-      if (impl == Impl::cudnn)
+      if (is_cudnn(impl))
         kc::conv2d_forward_vendor(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream, layout);
       else if (nhwc)
         kc::conv2d_forward_nhwc(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream, v);
@@ -113,7 +121,7 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
         kc::conv2d_forward(s, b.x, b.w, Conv2dEpilogue{}, b.y, stream, v);
       break;
     case Dir::backward_data:
-      if (impl == Impl::cudnn)
+      if (is_cudnn(impl))
         kc::conv2d_backward_data_vendor(s, b.y, b.w, b.dx, stream, layout);
       else if (nhwc)
         kc::conv2d_backward_data_nhwc(s, b.y, b.w, b.dx, stream, v);
@@ -121,7 +129,7 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
         kc::conv2d_backward_data(s, b.y, b.w, b.dx, stream, v);
       break;
     case Dir::backward_filter:
-      if (impl == Impl::cudnn)
+      if (is_cudnn(impl))
         kc::conv2d_backward_filter_vendor(s, b.x, b.y, b.dw, nullptr, stream, layout);
       else if (nhwc)
         kc::conv2d_backward_filter_nhwc(s, b.x, b.y, b.dw, nullptr, stream, v);
@@ -142,14 +150,15 @@ double time_ms(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout
   return double(start.elapsed_ms(stop)) / iters;
 }
 
-// cuDNN's time for a (case, dtype, direction, layout), measured once per process for the vs_cudnn counter.
-double cudnn_ms(int case_index, const Conv2dShape& s, DType dt, Dir d, Layout layout, Buffers& b,
+// cuDNN's time (impl: cudnn or cudnn_find) for a (case, dtype, direction, layout), measured once per process for
+// the vs_cudnn and vs_cudnn_find counters.
+double cudnn_ms(int case_index, const Conv2dShape& s, DType dt, Dir d, Layout layout, Impl impl, Buffers& b,
                 const Stream& stream) {
-  static std::map<std::tuple<int, int, int, int>, double> cache;
-  const auto key = std::make_tuple(case_index, int(dt), int(d), int(layout));
+  static std::map<std::tuple<int, int, int, int, int>, double> cache;
+  const auto key = std::make_tuple(case_index, int(dt), int(d), int(layout), int(impl));
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const double ms = time_ms(s, b, d, Impl::cudnn, layout, stream, 10);
+  const double ms = time_ms(s, b, d, impl, layout, stream, 10);
   cache.emplace(key, ms);
   return ms;
 }
@@ -164,7 +173,7 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   // stream per benchmark would keep every benchmark's ~1 GB of buffers cached.
   static const Stream stream = Stream::create_cuda(0);
   Buffers b = make_buffers(s, dt, layout, stream);
-  run_once(s, b, d, impl, layout, stream);  // warm-up: cuDNN heuristics, caching allocator
+  run_once(s, b, d, impl, layout, stream);  // warm-up: cuDNN's heuristics or Find, caching allocator
   stream.synchronize();
   Event start(Device::cuda(0)), stop(Device::cuda(0));
   for (auto _ : state) {
@@ -178,9 +187,11 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   // times a ResNet-50 step runs this (the stem's backward-data: never)
   state.counters["per_step"] = kCases[case_index].stem() && d == Dir::backward_data ? 0 : kCases[case_index].per_step;
-  if (impl != Impl::cudnn) {
+  if (!is_cudnn(impl)) {
     const double ours = time_ms(s, b, d, impl, layout, stream, 10);
-    state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, b, stream) / ours;
+    state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn, b, stream) / ours;
+    if (dt == DType::bf16)
+      state.counters["vs_cudnn_find"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn_find, b, stream) / ours;
   }
 }
 
@@ -189,8 +200,9 @@ const bool registered = [] {
     for (DType dt : {DType::bf16, DType::f32})
       for (int c = 0; c < int(std::size(kCases)); ++c)
         for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
-          for (Impl impl : {Impl::v1, Impl::v2, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::cudnn}) {
+          for (Impl impl : {Impl::v1, Impl::v2, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::cudnn, Impl::cudnn_find}) {
             const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
+            if (impl == Impl::cudnn_find && dt != DType::bf16) continue;  // the targets' dtype
             if ((impl == Impl::v2 || v3) && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
             if (v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].shape(kBatch), d))) continue;
             // the other shapes of the step: bf16, v2, v3 (the automatic choice) and cuDNN

@@ -21,6 +21,9 @@
 // timed step replays it: one launch instead of one per kernel. The loss and the skip flag are read once,
 // after the last step.
 // Not with fp16 (the dynamic loss scale would be baked into the graph).
+// --cudnn-algo find (--kernels vendor): cuDNN's Find picks each convolution's algorithm in the first warm-up step
+// (kernels::CudnnAlgo), as the PyTorch peer's cudnn.benchmark does; heuristic (the default) takes the first
+// deterministic algorithm cuDNN's heuristics rank.
 // --kernel-trace FILE (--device cuda): after the timed steps, --trace-steps more steps (2 by default; eager or
 // replayed as the timed ones) run under a CUPTI trace (bench/kernel_trace), and FILE gets the per-kernel time
 // of a step (JSON: the run's record plus "trace": kernel_trace.h's summary_json), the 12 largest also on
@@ -67,7 +70,8 @@ double median_of(std::vector<double> v) {
 int main(int argc, char** argv) {
   CLI::App app{"hpdt training-step benchmark (CPU, or one GPU with --device cuda)"};
   std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", gemm_name = "v3",
-              conv_name = "v2", layout_name = "auto", gelu = "fused", out;
+              conv_name = "v2", layout_name = "auto", gelu = "fused", cudnn_algo = "heuristic",
+              out;
   int64_t batch = 128, steps = 10, warmup = 3, image = 28, channels = 1, patch = 4, classes = 10;
   app.add_option("--model", model, "resnet20 | resnet56 | resnet18 | resnet34 | resnet50 | vit_ti | vit_s | vit_b");
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
@@ -86,6 +90,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"v2", "v3"}));
   app.add_option("--conv", conv_name, "v2 | v3: our NHWC convolutions for 16-bit inputs (v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)")
       ->check(CLI::IsMember({"v2", "v3"}));
+  app.add_option("--cudnn-algo", cudnn_algo, "heuristic | find: cuDNN's convolution algorithms under --kernels vendor (heuristic, the default: the first deterministic one its heuristics rank; find: the fastest its Find times at first use, as PyTorch's cudnn.benchmark, which bench/peers/torch_gpu_train_step.py sets)")
+      ->check(CLI::IsMember({"heuristic", "find"}));
   app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   app.add_option("--gelu", gelu, "fused | separate: the ViTs' MLP GELU in fc1's forward and fc2's backward-data GEMM epilogues (fused, the default) or a layer of its own")
@@ -105,6 +111,10 @@ int main(int argc, char** argv) {
     for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--gemm", gemm_name}, {"--conv", conv_name}})
       HPDT_CHECK(app.count(flag) == 0 || (gpu && kernels_name == "ours"), flag, " ", value,
                  " needs --device cuda and --kernels ours");
+    HPDT_CHECK(app.count("--cudnn-algo") == 0 || (gpu && kernels_name == "vendor"), "--cudnn-algo ", cudnn_algo,
+               " needs --device cuda and --kernels vendor");
+    HPDT_CHECK(cudnn_algo != "find" || warmup >= 1, "--cudnn-algo find needs --warmup 1 or more (cuDNN's Find times "
+               "every algorithm of every convolution in the first step, which would then be timed)");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
     HPDT_CHECK(gelu == "fused" || model.starts_with("vit"), "--gelu ", gelu, " is for the ViTs (", model, " has no GELU)");
     HPDT_CHECK(kernel_trace.empty() || gpu, "--kernel-trace needs --device cuda (it traces GPU kernels)");
@@ -117,6 +127,7 @@ int main(int argc, char** argv) {
       hpdt::kernels::set_kernel_backend(hpdt::kernels::parse_kernel_backend(kernels_name));
       hpdt::kernels::set_gemm_choice(hpdt::kernels::parse_gemm_choice(gemm_name));
       hpdt::kernels::set_conv_choice(hpdt::kernels::parse_conv_choice(conv_name));
+      hpdt::kernels::set_cudnn_algo(hpdt::kernels::parse_cudnn_algo(cudnn_algo));
     }
     const hpdt::Stream stream = gpu ? hpdt::Stream::create_cuda(0) : hpdt::Stream();
     hpdt::nn::ModelConfig c;
@@ -253,6 +264,7 @@ int main(int argc, char** argv) {
                         {"kernels", gpu ? kernels_name : "cpu"},
                         {"gemm", gpu && kernels_name == "ours" ? gemm_name : "-"},
                         {"conv", gpu && kernels_name == "ours" ? conv_name : "-"},
+                        {"cudnn_algo", gpu && kernels_name == "vendor" ? cudnn_algo : "-"},
                         {"layout", hpdt::kernels::layout_name(m->layout())},
                         {"gelu", gelu},
                         {"threads", omp_get_max_threads()},

@@ -5,9 +5,14 @@
 //     threads never interleave a set-stream and a call;
 //   - f32 compute type; f32 tensors run with CUDNN_FMA_MATH (true f32, no TF32, so they meet the f32 tolerance),
 //     f16/bf16 with tensor ops;
-//   - the algorithm: the first deterministic one the v7 heuristics rank (no Find: it would time kernels and
-//     allocate at first use; if none is deterministic, the first one, with a warning), cached per (device, dtype,
-//     direction, shape);
+//   - the algorithm, cached per (device, dtype, layout, direction, shape, kernels::cudnn_algo()):
+//       heuristic (the default): the first deterministic one the v7 heuristics rank (if none is deterministic,
+//         the first one, with a warning);
+//       find (--cudnn-algo find, PyTorch's cudnn.benchmark): the fastest of cudnnFind*Algorithm, which at first
+//         use times every algorithm on buffers it cudaMallocs itself (the non-Ex form: backward-filter
+//         accumulates into dw, which the Ex form would overwrite) and synchronises the device, so it must not
+//         run inside a CUDA-graph capture (hpdt-bench-train-step captures after its warm-up steps); if Find
+//         fails or finds nothing acceptable, the heuristic's choice, with a warning;
 //   - workspace from the caching allocator (Tensor::empty on the stream), freed back to it after the call;
 //   - backward-filter accumulates with beta = 1; dbias and the forward epilogue run on hpdt's kernels
 //     (cudnnConvolutionBackwardBias / cudnnAddTensor do not take bf16 everywhere);
@@ -25,6 +30,7 @@
 #include "conv_common.cuh"
 #include "cudnn_check.cuh"
 #include "hpdt/core/log.h"
+#include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
 
@@ -104,11 +110,11 @@ struct Choice {
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
 
-using Key =
-    std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Key = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, int>;
 
-// A heuristic result we take: it ran, needs at most 2 GiB of workspace, is deterministic (first pass; a second
-// pass takes any, with a warning), and keeps f32 in f32 (no tensor-op math).
+// A result we take: it ran, needs at most 2 GiB of workspace, is deterministic (when asked: the heuristic's first
+// pass; its second pass takes any, with a warning), and keeps f32 in f32 (no tensor-op math).
 template <class Perf>
 bool acceptable(const Perf& perf, DType dt, bool deterministic) {
   if (perf.status != CUDNN_STATUS_SUCCESS) return false;
@@ -118,25 +124,68 @@ bool acceptable(const Perf& perf, DType dt, bool deterministic) {
   return true;
 }
 
+// The first acceptable result, in cuDNN's order (the heuristics' rank, or Find's fastest first). The heuristic
+// prefers a deterministic algorithm; Find takes the fastest, deterministic or not, as PyTorch's cudnn.benchmark.
 template <class Perf>
-bool pick(const Perf* perf, int returned, DType dt, Choice& c) {
-  for (bool deterministic : {true, false})
+bool pick(const Perf* perf, int returned, DType dt, CudnnAlgo how, Choice& c) {
+  for (bool deterministic : {true, false}) {
+    if (deterministic && how == CudnnAlgo::find) continue;
     for (int i = 0; i < returned; ++i)
       if (acceptable(perf[i], dt, deterministic)) {
         c = {int(perf[i].algo), perf[i].mathType};
-        if (!deterministic)
+        if (!deterministic && how == CudnnAlgo::heuristic)
           HPDT_LOG(warn) << "conv2d (cuDNN): no deterministic algorithm; using algorithm " << c.algo
                          << ", whose results may vary from run to run";
         return true;
       }
+  }
   return false;
 }
 
+// Find, or the v7 heuristics, for one direction: whether an acceptable algorithm came back.
+bool search(cudnnHandle_t h, const Descriptors& d, DType dt, Direction dir, CudnnAlgo how, Choice& c) {
+  const bool find = how == CudnnAlgo::find;
+  int returned = 0;
+  if (dir == Direction::forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    constexpr int n = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    const cudnnStatus_t st = find ? cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, &returned, perf)
+                                  : cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, &returned, perf);
+    if (find && st != CUDNN_STATUS_SUCCESS) return false;
+    HPDT_CUDNN_CHECK(st);
+    return pick(perf, returned, dt, how, c);
+  }
+  if (dir == Direction::backward_data) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    constexpr int n = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    const cudnnStatus_t st =
+        find ? cudnnFindConvolutionBackwardDataAlgorithm(h, d.w, d.y, d.conv, d.x, n, &returned, perf)
+             : cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, &returned, perf);
+    if (find && st != CUDNN_STATUS_SUCCESS) return false;
+    HPDT_CUDNN_CHECK(st);
+    return pick(perf, returned, dt, how, c);
+  }
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  constexpr int n = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  const cudnnStatus_t st = find ? cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x, d.y, d.conv, d.w, n, &returned, perf)
+                                : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, &returned, perf);
+  if (find && st != CUDNN_STATUS_SUCCESS) return false;
+  HPDT_CUDNN_CHECK(st);
+  return pick(perf, returned, dt, how, c);
+}
+
+const char* direction_name(Direction dir) {
+  return dir == Direction::forward ? "forward" : dir == Direction::backward_data ? "backward-data" : "backward-filter";
+}
+
+// The algorithm of a call, chosen once per key. Find runs on `stream` (the handle's, set here) and synchronises.
 Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType dt, Layout layout, Direction dir,
-              int device) {
+              int device, const Stream& stream) {
   static std::mutex mu;
   static auto* cache = new std::map<Key, Choice>();
-  const Key key{device, int(dt), int(layout), int(dir), s.n, s.c_in, s.h, s.w, s.c_out, s.kh, s.kw, s.stride, s.pad};
+  const CudnnAlgo how = cudnn_algo();
+  const Key key{device, int(dt), int(layout), int(dir), s.n, s.c_in, s.h, s.w, s.c_out, s.kh, s.kw, s.stride, s.pad,
+                int(how)};
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache->find(key);
@@ -144,23 +193,14 @@ Choice choose(cudnnHandle_t h, const Descriptors& d, const Conv2dShape& s, DType
   }
   Choice c;
   bool found = false;
-  int returned = 0;
-  if (dir == Direction::forward) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    HPDT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                            &returned, perf));
-    found = pick(perf, returned, dt, c);
-  } else if (dir == Direction::backward_data) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x,
-                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
-    found = pick(perf, returned, dt, c);
-  } else {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    HPDT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
-    found = pick(perf, returned, dt, c);
+  if (how == CudnnAlgo::find) {
+    HPDT_CUDNN_CHECK(cudnnSetStream(h, detail::native(stream)));
+    found = search(h, d, dt, dir, CudnnAlgo::find, c);
+    if (!found)
+      HPDT_LOG(warn) << "conv2d (cuDNN): Find found no usable " << direction_name(dir) << " algorithm for " << s.str()
+                     << " (" << dtype_name(dt) << ", " << layout_name(layout) << "); using the heuristic's choice";
   }
+  if (!found) found = search(h, d, dt, dir, CudnnAlgo::heuristic, c);
   HPDT_CHECK(found, "conv2d (cuDNN): no algorithm for ", s.str(), " in ", dtype_name(dt), ", ", layout_name(layout));
   if (dt == DType::f32) c.math = CUDNN_FMA_MATH;  // DEFAULT_MATH would allow TF32 on Ampere and later
   std::lock_guard<std::mutex> lock(mu);
@@ -198,7 +238,7 @@ void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& 
   Handle& handle = handle_for(device);
   const Descriptors d(s, x.dtype(), layout);
   std::lock_guard<std::mutex> lock(handle.m);
-  const Choice c = choose(handle.h, d, s, x.dtype(), layout, Direction::forward, device);
+  const Choice c = choose(handle.h, d, s, x.dtype(), layout, Direction::forward, device, stream);
   HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   size_t bytes = 0;
   const auto algo = cudnnConvolutionFwdAlgo_t(c.algo);
@@ -221,7 +261,7 @@ void conv2d_backward_data_vendor(const Conv2dShape& s, const Tensor& dy, const T
   Handle& handle = handle_for(device);
   const Descriptors d(s, dy.dtype(), layout);
   std::lock_guard<std::mutex> lock(handle.m);
-  const Choice c = choose(handle.h, d, s, dy.dtype(), layout, Direction::backward_data, device);
+  const Choice c = choose(handle.h, d, s, dy.dtype(), layout, Direction::backward_data, device, stream);
   HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   size_t bytes = 0;
   const auto algo = cudnnConvolutionBwdDataAlgo_t(c.algo);
@@ -250,7 +290,7 @@ void conv2d_backward_filter_vendor(const Conv2dShape& s, const Tensor& x, const 
   Handle& handle = handle_for(device);
   const Descriptors d(s, x.dtype(), layout);
   std::lock_guard<std::mutex> lock(handle.m);
-  const Choice c = choose(handle.h, d, s, x.dtype(), layout, Direction::backward_filter, device);
+  const Choice c = choose(handle.h, d, s, x.dtype(), layout, Direction::backward_filter, device, stream);
   HPDT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
   size_t bytes = 0;
   const auto algo = cudnnConvolutionBwdFilterAlgo_t(c.algo);

@@ -10,6 +10,7 @@ namespace {
 std::atomic<KernelBackend> g_backend{KernelBackend::ours};
 std::atomic<GemmChoice> g_gemm{GemmChoice::v3};
 std::atomic<ConvChoice> g_conv{ConvChoice::v2};
+std::atomic<CudnnAlgo> g_cudnn_algo{CudnnAlgo::heuristic};
 }
 
 void set_kernel_backend(KernelBackend backend) { g_backend.store(backend, std::memory_order_relaxed); }
@@ -48,5 +49,14 @@ void set_conv_choice(ConvChoice choice) { g_conv.store(choice, std::memory_order
 ConvChoice conv_choice() { return g_conv.load(std::memory_order_relaxed); }
 std::string_view conv_choice_name(ConvChoice choice) { return v2_or_v3_name(choice); }
 ConvChoice parse_conv_choice(std::string_view name) { return parse_v2_or_v3<ConvChoice>(name, "convolution choice"); }
+
+void set_cudnn_algo(CudnnAlgo algo) { g_cudnn_algo.store(algo, std::memory_order_relaxed); }
+CudnnAlgo cudnn_algo() { return g_cudnn_algo.load(std::memory_order_relaxed); }
+std::string_view cudnn_algo_name(CudnnAlgo algo) { return algo == CudnnAlgo::find ? "find" : "heuristic"; }
+CudnnAlgo parse_cudnn_algo(std::string_view name) {
+  if (name == "heuristic") return CudnnAlgo::heuristic;
+  if (name == "find") return CudnnAlgo::find;
+  HPDT_FAIL("cuDNN algorithm choice must be 'heuristic' or 'find', got '", name, "'");
+}
 
 }  // namespace hpdt::kernels

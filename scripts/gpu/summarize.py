@@ -141,37 +141,42 @@ def gemm_table(g, rows, numbers):
 
 
 def conv_table(c, rows, numbers):
-    # v3: `--gemm v3` (conv v3 / GEMM v3, NHWC only, where they take the case), ws: the same on the ws pipeline
+    # v3: `--gemm v3` (conv v3 / GEMM v3, NHWC only, where they take the case), ws: the same on the ws pipeline.
+    # cuDNN twice: its heuristic's algorithm (the vendor backend's default) and Find's fastest (cudnn_find rows, since
+    # 2026-11-28: --cudnn-algo find, PyTorch's cudnn.benchmark); the ratios are against the faster of the two.
     rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | v3 ms | v3 ws ms "
-                "| v3 pingpong ms | cuDNN ms | v2 / cuDNN speed | best v3 / cuDNN speed |")
-    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+                "| v3 pingpong ms | cuDNN heuristic ms | cuDNN Find ms | v2 / best cuDNN speed "
+                "| best v3 / best cuDNN speed |")
+    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k in sorted(c):
         parts = k.split("/")
         if len(parts) != 5 or parts[4] != "v2_tensor_core" or parts[2] != "bf16":
             continue
         layout = "NHWC" if parts[0] == "conv_nhwc" else "NCHW"
-        cu = c.get("/".join(parts[:4] + ["cudnn"]))
-        v3 = c.get("/".join(parts[:4] + ["v3_wgmma"]))
-        v3ws = c.get("/".join(parts[:4] + ["v3_wgmma_ws"]))
-        v3pp = c.get("/".join(parts[:4] + ["v3_wgmma_pingpong"]))  # since 2026-11-28
+        get = lambda impl: c.get("/".join(parts[:4] + [impl]))  # noqa: E731
+        cu, cuf = get("cudnn"), get("cudnn_find")
+        v3, v3ws, v3pp = get("v3_wgmma"), get("v3_wgmma_ws"), get("v3_wgmma_pingpong")  # pingpong: since 2026-11-28
         ours = c[k]
-        ratio = cu["real_time"] / ours["real_time"] if cu else None
+        cudnn_times = [r["real_time"] for r in (cu, cuf) if r]
+        best_cudnn = min(cudnn_times) if cudnn_times else None
+        ratio = best_cudnn / ours["real_time"] if best_cudnn else None
         v3_times = [r["real_time"] for r in (v3, v3ws, v3pp) if r]
-        v3_ratio = cu["real_time"] / min(v3_times) if cu and v3_times else None
-        ms = lambda r: fmt(r["real_time"] if r else None, 3)
+        v3_ratio = best_cudnn / min(v3_times) if best_cudnn and v3_times else None
+        ms = lambda r: fmt(r["real_time"] if r else None, 3)  # noqa: E731
         rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {ms(v3)} | {ms(v3ws)} | {ms(v3pp)} "
-                    f"| {ms(cu)} | {fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
+                    f"| {ms(cu)} | {ms(cuf)} | {fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
         numbers.append({"op": "conv", "case": parts[1], "layout": layout, "dir": parts[3], "ours_ms": ours["real_time"],
                         "v3_ms": v3["real_time"] if v3 else None, "v3_ws_ms": v3ws["real_time"] if v3ws else None,
                         "v3_pingpong_ms": v3pp["real_time"] if v3pp else None,
-                        "cudnn_ms": cu["real_time"] if cu else None, "ours_over_cudnn": ratio,
-                        "best_v3_over_cudnn": v3_ratio})
+                        "cudnn_ms": cu["real_time"] if cu else None, "cudnn_find_ms": cuf["real_time"] if cuf else None,
+                        "ours_over_cudnn": ratio, "best_v3_over_cudnn": v3_ratio})
 
 
 def conv_step_table(c, rows, numbers):
     """ResNet-50's convolutions added up, a step's worth: per shape the three directions' medians, each times how often
     a step runs it (the per_step counter, bench/kernels/resnet50_convs.h; since 2026-11-28), in each layout: ours v2,
-    what --conv v3 runs (v3 where it takes the direction, v2 elsewhere), cuDNN."""
+    what --conv v3 runs (v3 where it takes the direction, v2 elsewhere), cuDNN (per direction the faster of its
+    heuristic's and Find's algorithms, where both ran)."""
     shapes = {}  # shape -> {(layout, dir, impl): (ms, per_step)}
     for k, r in c.items():
         parts = k.split("/")
@@ -194,6 +199,9 @@ def conv_step_table(c, rows, numbers):
             got = t.get((layout, d, "v3_wgmma" if impl == "v3" else impl))
             if got is None and impl == "v3":  # --conv v3 runs v2 where v3 does not take the direction
                 got = t.get((layout, d, "v2_tensor_core"))
+            if impl == "cudnn":  # the faster of the heuristic's and Find's (cudnn_find: since 2026-11-28)
+                found = [r for r in (got, t.get((layout, d, "cudnn_find"))) if r is not None]
+                got = min(found) if found else None
             if got is None:
                 return None
             total += got[0] * got[1]
@@ -220,7 +228,8 @@ def conv_step_table(c, rows, numbers):
     numbers.append({"op": "conv_step_total", "shapes": len(per_shape), **{k: tot[col] for k, col in zip(keys, cols)}})
     rows.append("")
     rows.append("Each convolution timed alone, its medians times how often a step runs it (the stem's backward-data: "
-                "never); a total is shown only where every shape and direction ran.")
+                "never); cuDNN: per direction the faster of its heuristic's and Find's algorithms; a total is shown "
+                "only where every shape and direction ran.")
 
 
 def attention_table(a, torch_att, rows, numbers):
@@ -280,6 +289,9 @@ def train_table(t, torch, rows, numbers):
     for label, key, tmodel in [("ResNet-50, 224², batch 256, NCHW", "resnet50_bf16_{}", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC", "resnet50_bf16_{}_nhwc", "resnet50"),
                                ("ResNet-50, 224², batch 256, NCHW, CUDA graph", "resnet50_bf16_{}_graph", "resnet50"),
+                               # since 2026-11-28: cuDNN's algorithms by Find, as the PyTorch peer's cudnn.benchmark
+                               ("ResNet-50, 224², batch 256, NHWC, vendor with --cudnn-algo find",
+                                "resnet50_bf16_{}_nhwc_cudnn_find", "resnet50"),
                                # until 2026-11-27 --gemm v3 chose the NHWC convolutions' kernels too
                                ("ResNet-50, 224², batch 256, NHWC, --gemm v3 (conv v3 and GEMM v3)",
                                 "resnet50_bf16_{}_nhwc_gemm_v3", "resnet50"),

@@ -99,7 +99,7 @@ def main():
         hbars(ax, [f"{r['case']} {r['layout']} {r['dir']}" for r in conv],
               [("v2 (mma.sync)", [r.get("ours_over_cudnn") for r in conv]),
                ("v3 (wgmma + TMA), fastest pipeline", [r.get("best_v3_over_cudnn") for r in conv])],
-              "speed against cuDNN in the same layout (> 1: faster)")
+              "speed against cuDNN in the same layout, its faster of heuristic and Find where both ran (> 1: faster)")
         ax.axvline(0.7, color="k", ls="--", lw=1)
         ax.set_title(f"Convolution, ResNet-50 shapes, bf16, batch 256 (dashed: the 0.7 target)\n{where}", fontsize=9)
         save(fig, prefix + "_conv.png")

@@ -57,12 +57,18 @@ constexpr bool kEmulated = true;
 constexpr bool kEmulated = false;
 #endif
 
-enum class Impl { v1, v2, cudnn };
-const char* impl_name(Impl i) { return i == Impl::v1 ? "v1-simt" : i == Impl::v2 ? "v2-tensor-core" : "cudnn"; }
+// cudnn: the vendor backend's default algorithms (the heuristic's); cudnn_find: --cudnn-algo find's (the fastest
+// cuDNN's Find times, deterministic or not), in bf16 only (Find times every algorithm of each new shape).
+enum class Impl { v1, v2, cudnn, cudnn_find };
+const char* impl_name(Impl i) {
+  return i == Impl::v1 ? "v1-simt" : i == Impl::v2 ? "v2-tensor-core" : i == Impl::cudnn ? "cudnn" : "cudnn-find";
+}
+bool is_cudnn(Impl i) { return i == Impl::cudnn || i == Impl::cudnn_find; }
 std::vector<Impl> impls_for(DType dt) {
   std::vector<Impl> impls{Impl::v1};
   if (dt != DType::f32) impls.push_back(Impl::v2);
   if (!kEmulated) impls.push_back(Impl::cudnn);
+  if (!kEmulated && dt == DType::bf16) impls.push_back(Impl::cudnn_find);
   return impls;
 }
 
@@ -71,7 +77,7 @@ double storage_eps(DType dt) { return dt == DType::f32 ? 0x1p-24 : dt == DType::
 Tolerance conv_tolerance(DType dt, double L, Impl impl) {
   Tolerance t = test::default_tolerance(dt);
   t.atol += 4e-7 * L;
-  if (impl == Impl::cudnn) {
+  if (is_cudnn(impl)) {
     t.atol += std::max(storage_eps(dt), 0x1p-17) * std::sqrt(L);
     if (dt == DType::f32) t.rtol *= 10;
   }
@@ -104,7 +110,8 @@ class ConvCuda : public test::CudaOracleTest {
   void forward(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
                Layout layout = Layout::nchw) {
 #if HPDT_HAVE_CUDA
-    if (impl == Impl::cudnn) return kernels::cuda::conv2d_forward_vendor(s, x, w, e, y, stream, layout);
+    const kernels::ScopedCudnnAlgo how(algo(impl));
+    if (is_cudnn(impl)) return kernels::cuda::conv2d_forward_vendor(s, x, w, e, y, stream, layout);
     if (layout == Layout::nhwc) return kernels::cuda::conv2d_forward_nhwc(s, x, w, e, y, stream, variant(impl));
     kernels::cuda::conv2d_forward(s, x, w, e, y, stream, variant(impl));
 #else
@@ -114,8 +121,8 @@ class ConvCuda : public test::CudaOracleTest {
   void backward_data(Impl impl, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
                      Layout layout = Layout::nchw, const Tensor* residual = nullptr) {
 #if HPDT_HAVE_CUDA
-    if (impl == Impl::cudnn)
-      return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream, layout, residual);
+    const kernels::ScopedCudnnAlgo how(algo(impl));
+    if (is_cudnn(impl)) return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream, layout, residual);
     if (layout == Layout::nhwc)
       return kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dx, stream, variant(impl), residual);
     kernels::cuda::conv2d_backward_data(s, dy, w, dx, stream, variant(impl), residual);
@@ -126,7 +133,8 @@ class ConvCuda : public test::CudaOracleTest {
   void backward_filter(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db,
                        Layout layout = Layout::nchw) {
 #if HPDT_HAVE_CUDA
-    if (impl == Impl::cudnn) return kernels::cuda::conv2d_backward_filter_vendor(s, x, dy, dw, db, stream, layout);
+    const kernels::ScopedCudnnAlgo how(algo(impl));
+    if (is_cudnn(impl)) return kernels::cuda::conv2d_backward_filter_vendor(s, x, dy, dw, db, stream, layout);
     if (layout == Layout::nhwc)
       return kernels::cuda::conv2d_backward_filter_nhwc(s, x, dy, dw, db, stream, variant(impl));
     kernels::cuda::conv2d_backward_filter(s, x, dy, dw, db, stream, variant(impl));
@@ -135,6 +143,9 @@ class ConvCuda : public test::CudaOracleTest {
 #endif
   }
 #if HPDT_HAVE_CUDA
+  static kernels::CudnnAlgo algo(Impl impl) {
+    return impl == Impl::cudnn_find ? kernels::CudnnAlgo::find : kernels::CudnnAlgo::heuristic;
+  }
   static kernels::cuda::ConvVariant variant(Impl impl) {
     return impl == Impl::v2 ? kernels::cuda::ConvVariant::v2_tensor_core : kernels::cuda::ConvVariant::v1_simt;
   }
@@ -445,6 +456,7 @@ TEST_F(ConvCuda, BackwardFilterIsDeterministic) {
   for (DType dt : test::kCudaTestDtypes) {
     const Tensor x = to_gpu(random(xs), dt), dy = to_gpu(random(ys), dt), dw0 = random(ws), db0 = random({s.c_out});
     for (Impl impl : impls_for(dt)) {
+      if (impl == Impl::cudnn_find) continue;  // Find may take a non-deterministic algorithm, as cudnn.benchmark
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + impl_name(impl));
       Tensor first_dw, first_db;
       for (int run = 0; run < 3; ++run) {
@@ -641,6 +653,7 @@ TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
   for (DType dt : test::kCudaTestDtypes) {
     const Tensor x = to_gpu(random(xs), dt), dy = to_gpu(random(ys), dt), dw0 = random(ws), db0 = random({s.c_out});
     for (Impl impl : impls_for(dt)) {
+      if (impl == Impl::cudnn_find) continue;  // Find may take a non-deterministic algorithm, as cudnn.benchmark
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + impl_name(impl));
       Tensor first_dw, first_db;
       for (int run = 0; run < 3; ++run) {

@@ -357,4 +357,18 @@ TEST(KernelChoices, NamesRoundTripAndBadNamesAreErrors) {
   HPDT_EXPECT_THROW_MSG(parse_conv_choice("V3"), "convolution choice must be 'v2' or 'v3', got 'V3'");
 }
 
+// The cuDNN algorithm choice: heuristic by default, by name and back, scoped, bad names an error.
+TEST(KernelChoices, CudnnAlgoDefaultsToHeuristicAndScopes) {
+  EXPECT_EQ(cudnn_algo(), CudnnAlgo::heuristic);
+  for (CudnnAlgo a : {CudnnAlgo::heuristic, CudnnAlgo::find}) EXPECT_EQ(parse_cudnn_algo(cudnn_algo_name(a)), a);
+  EXPECT_EQ(cudnn_algo_name(CudnnAlgo::find), "find");
+  {
+    const ScopedCudnnAlgo find(CudnnAlgo::find);
+    EXPECT_EQ(cudnn_algo(), CudnnAlgo::find);
+  }
+  EXPECT_EQ(cudnn_algo(), CudnnAlgo::heuristic);
+  HPDT_EXPECT_THROW_MSG(parse_cudnn_algo("benchmark"),
+                        "cuDNN algorithm choice must be 'heuristic' or 'find', got 'benchmark'");
+}
+
 }  // namespace

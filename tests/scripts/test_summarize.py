@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/gpu/summarize.py's "ResNet-50's convolutions, a step" on made-up hpdt-bench-conv-cuda medians: each shape's
-three directions times its per_step counter, --conv v3 falling back to v2 where v3 did not run, the stem's
-backward-data counted 0 times, totals only where every shape ran, and the whole tables from a results directory."""
+three directions times its per_step counter, --conv v3 falling back to v2 where v3 did not run, cuDNN as the faster of
+its heuristic's and Find's algorithms (also in the per-op table), the stem's backward-data counted 0 times, totals only
+where every shape ran, and the whole tables from a results directory."""
 import json
 import os
 import sys
@@ -67,6 +68,31 @@ class ConvStep(unittest.TestCase):
         self.assertIsNone(n["3x3_64-64_56"]["nchw_cudnn_ms"])
         self.assertIsNone(n["total"]["nchw_cudnn_ms"])
         self.assertAlmostEqual(n["total"]["nchw_v2_ms"], 9.0)
+
+    def test_cudnn_is_the_faster_of_heuristic_and_find(self):
+        """Per direction the faster of the cudnn (heuristic) and cudnn_find rows; a shape with one of them uses it."""
+        c = rows("1x1_256-64_56", 2, lambda l, d, i: 1.0 if i == "v2_tensor_core" else 4.0)
+        for layout in ("conv", "conv_nhwc"):
+            c[f"{layout}/1x1_256-64_56/bf16/fwd/cudnn_find"] = {"real_time": 0.5, "per_step": 2.0}   # Find wins
+            c[f"{layout}/1x1_256-64_56/bf16/bwd_data/cudnn_find"] = {"real_time": 9.0, "per_step": 2.0}  # loses
+        _, n = self.table(c)
+        one = n["1x1_256-64_56"]
+        self.assertAlmostEqual(one["nchw_cudnn_ms"], 2 * (0.5 + 4.0 + 4.0))
+        self.assertAlmostEqual(one["nhwc_cudnn_ms"], 2 * (0.5 + 4.0 + 4.0))
+        self.assertAlmostEqual(one["nchw_v2_ms"], 2 * 3 * 1.0)
+
+    def test_per_op_ratio_is_against_the_faster_cudnn(self):
+        c = {"conv/s/bf16/fwd/v2_tensor_core": {"real_time": 1.0}, "conv/s/bf16/fwd/cudnn": {"real_time": 3.0},
+             "conv/s/bf16/fwd/cudnn_find": {"real_time": 0.5},
+             "conv/t/bf16/fwd/v2_tensor_core": {"real_time": 1.0}, "conv/t/bf16/fwd/cudnn": {"real_time": 2.0}}
+        r, n = [], []
+        summarize.conv_table(c, r, n)
+        by = {x["case"]: x for x in n}
+        self.assertAlmostEqual(by["s"]["ours_over_cudnn"], 0.5)
+        self.assertAlmostEqual(by["s"]["cudnn_find_ms"], 0.5)
+        self.assertAlmostEqual(by["t"]["ours_over_cudnn"], 2.0)  # an older run: the heuristic's only
+        self.assertIsNone(by["t"]["cudnn_find_ms"])
+        self.assertIn("| s | NCHW | fwd | 1.000 | — | — | — | 3.000 | 0.500 | 0.50 | — |", "\n".join(r))
 
     def test_no_counters_says_so(self):
         text, n = self.table({"conv/x/bf16/fwd/v2_tensor_core": {"real_time": 1.0}})

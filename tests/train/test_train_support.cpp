@@ -79,6 +79,13 @@ TEST(TrainOptions, BadValuesNameTheFlag) {
             std::string::npos);
   EXPECT_NE(parse_error({"--conv", "v4"}).find("--conv 'v4' is not one of v2|v3"), std::string::npos);
   EXPECT_NE(parse_error({"--conv", "v3"}).find("--conv v3 needs --device cuda and --kernels ours"), std::string::npos);
+  EXPECT_NE(parse_error({"--cudnn-algo", "fastest"}).find("--cudnn-algo 'fastest' is not one of heuristic|find"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--device", "cuda", "--cudnn-algo", "find"}).find("--cudnn-algo find needs --device cuda and "
+                                                                          "--kernels vendor"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--device", "cuda", "--kernels", "vendor", "--cudnn-algo", "find"}).cudnn_algo, "find");
+  EXPECT_EQ(parse({}).cudnn_algo, "heuristic");
   EXPECT_NE(parse_error({"--device", "cuda", "--algo", "nccl", "--compress", "topk:0.01"}).find("--algo nccl"),
             std::string::npos);
 }

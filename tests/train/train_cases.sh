@@ -165,6 +165,8 @@ bad-input)
   timeout 60 "$prepare" --out "$w/wide.h5" --synthetic 64 --shape 1,28,32 --classes 10 > /dev/null || fail "prepare"
   expect_error "square" --data "$w/wide.h5"
   expect_error "--kernels vendor needs --device cuda" --kernels vendor
+  expect_error "--cudnn-algo find needs --device cuda and --kernels vendor" --cudnn-algo find
+  expect_error "--cudnn-algo" --device cuda --kernels vendor --cudnn-algo benchmark
   expect_error "--shuffle-block" --shuffle-block 0
   expect_error "--window-batches" --window-batches 0
   expect_error "--layout" --layout nchwc
@@ -249,6 +251,9 @@ cuda-gpu)
     "$compare" "$($ckf $m-cpu)" "$($ckf $m-gpu)" --atol 2e-4 --rtol 2e-3 || fail "$m: the GPU run (our kernels) is not near the CPU run"
     "$compare" "$($ckf $m-cpu)" "$($ckf $m-vendor)" --atol 2e-4 --rtol 2e-3 || fail "$m: the GPU run (vendor kernels) is not near the CPU run"
   done
+  # cuDNN's algorithms by Find (--cudnn-algo find: the fastest, deterministic or not) also near the CPU run
+  run 1 "${res[@]}" --device cuda --kernels vendor --cudnn-algo find --checkpoint-dir "$w/find" > "$w/find.log" 2>&1 || { cat "$w/find.log"; fail "resnet20 cuda --kernels vendor --cudnn-algo find"; }
+  "$compare" "$(ckr res-cpu)" "$(ckr find)" --atol 2e-4 --rtol 2e-3 || fail "resnet20 --cudnn-algo find: the GPU run is not near the CPU run"
   # Two ranks sharing the one GPU average through the host mirror; NCCL on a 1-rank communicator.
   run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda np 2 ring (host mirror)"; }
   grep -q "gradients averaged via host mirror" "$w/mirror.log" || { cat "$w/mirror.log"; fail "2 ranks on 1 GPU should take the host mirror"; }

@@ -46,6 +46,24 @@ ConvChoice conv_choice();
 std::string_view conv_choice_name(ConvChoice choice);
 ConvChoice parse_conv_choice(std::string_view name);
 
+// How the vendor backend's convolutions choose a cuDNN algorithm, per shape, direction, dtype and layout, once per
+// process (KernelBackend::vendor and the benchmarks' cuDNN peer):
+//   heuristic: the first deterministic algorithm cuDNN's v7 heuristics rank (the default: no first-use cost,
+//              bitwise-repeatable steps, as PyTorch with torch.backends.cudnn.benchmark = False);
+//   find:      the fastest one cuDNN's Find measures at first use, deterministic or not (cudnnFind*Algorithm: it
+//              times every algorithm on buffers of its own), as PyTorch with cudnn.benchmark = True, which is
+//              how bench/peers/torch_gpu_train_step.py runs. On the H200 (2026-11-27) the heuristic's pick for
+//              some shapes ran at a fraction of cuDNN's best (1x1 256->64 at 56^2, NCHW forward: 1.4 ms, 19
+//              TFLOP/s), which flattered every "ours / cuDNN" ratio against it: the benchmarks time both.
+// One setting per process (hpdt-train / hpdt-bench-train-step --cudnn-algo).
+enum class CudnnAlgo { heuristic, find };
+
+void set_cudnn_algo(CudnnAlgo algo);
+CudnnAlgo cudnn_algo();
+// "heuristic" / "find"; parse throws hpdt::Error naming the bad value.
+std::string_view cudnn_algo_name(CudnnAlgo algo);
+CudnnAlgo parse_cudnn_algo(std::string_view name);
+
 // A setting changed for one scope and restored when the scope ends, also on an exception (tests, benchmarks):
 //   const ScopedGemmChoice v3(GemmChoice::v3);
 template <class T, T (*Get)(), void (*Set)(T)>
@@ -62,5 +80,6 @@ class ScopedSetting {
 using ScopedKernelBackend = ScopedSetting<KernelBackend, kernel_backend, set_kernel_backend>;
 using ScopedGemmChoice = ScopedSetting<GemmChoice, gemm_choice, set_gemm_choice>;
 using ScopedConvChoice = ScopedSetting<ConvChoice, conv_choice, set_conv_choice>;
+using ScopedCudnnAlgo = ScopedSetting<CudnnAlgo, cudnn_algo, set_cudnn_algo>;
 
 }  // namespace hpdt::kernels

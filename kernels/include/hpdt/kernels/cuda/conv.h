@@ -37,7 +37,8 @@ void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Te
                                  const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 
 // cuDNN 9 (the `vendor` backend and the benchmark peer): NCHW or NHWC tensor descriptors (`layout`), f32
-// compute (no TF32 for f32 tensors), deterministic algorithms from the v7 heuristics cached per shape. NHWC runs
+// compute (no TF32 for f32 tensors), algorithms cached per shape as kernels::cudnn_algo() says (backend.h): the
+// first deterministic one of the v7 heuristics, or Find's fastest (timed at a shape's first call, synchronising). NHWC runs
 // with an NHWC (KRSC) filter, cuDNN's tensor-core layout: the weights are permuted into a scratch buffer (not
 // for 1x1 kernels, where the two layouts are the same bytes); backward-filter accumulates (beta = 1) into a KRSC
 // copy of dw and permutes the result back. The
