@@ -7,6 +7,8 @@
 // how many times a ResNet-50 step runs that convolution (resnet50_convs.h): the 23 distinct shapes of the step's 53
 // convolutions are all here, six of them (the spotlight) with every variant and dtype, the rest in bf16 with v2, v3
 // and cuDNN.
+// v2_scalar_epilogue rows (spotlight, bf16): v2 with HPDT_CONV_V2_EPILOGUE=scalar, one output per store instead of
+// 4 (the default since 2026-11-28; the same bits): what the 4-wide epilogue gains.
 // v3_wgmma rows (NHWC, bf16): what `--conv v3` runs, ConvVariant::automatic with kernels::conv_choice() v3 — the
 // forward, the backward-data phases and the backward-filter on conv v3 (kernels/cuda/conv_v3.cuh) where the
 // reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of
@@ -53,11 +55,12 @@ const auto& kCases = bench::kResNet50Convs;
 constexpr int64_t kBatch = 256;
 
 enum class Dir { forward, backward_data, backward_filter };
-enum class Impl { v1, v2, v3, v3ws, v3pingpong, cudnn, cudnn_find };
+enum class Impl { v1, v2, v2scalar, v3, v3ws, v3pingpong, cudnn, cudnn_find };
 const char* dir_name(Dir d) { return d == Dir::forward ? "fwd" : d == Dir::backward_data ? "bwd_data" : "bwd_filter"; }
 const char* impl_name(Impl i) {
   return i == Impl::v1   ? "v1_simt"
          : i == Impl::v2 ? "v2_tensor_core"
+         : i == Impl::v2scalar ? "v2_scalar_epilogue"
          : i == Impl::v3 ? "v3_wgmma"
          : i == Impl::v3ws ? "v3_wgmma_ws"
          : i == Impl::v3pingpong ? "v3_wgmma_pingpong"
@@ -101,9 +104,11 @@ Buffers make_buffers(const Conv2dShape& s, DType dt, Layout layout, const Stream
 void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, const Stream& stream) {
   namespace kc = kernels::cuda;
   const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
-  const kc::ConvVariant v = v3                 ? kc::ConvVariant::automatic
-                            : impl == Impl::v2 ? kc::ConvVariant::v2_tensor_core
-                                               : kc::ConvVariant::v1_simt;
+  const kc::ConvVariant v = v3                                           ? kc::ConvVariant::automatic
+                            : impl == Impl::v2 || impl == Impl::v2scalar ? kc::ConvVariant::v2_tensor_core
+                                                                         : kc::ConvVariant::v1_simt;
+  // v2scalar: v2 writing one output per store (its 4-wide epilogue off), the A/B of that epilogue
+  const ScopedEnv epilogue("HPDT_CONV_V2_EPILOGUE", impl == Impl::v2scalar ? "scalar" : nullptr);
   // v3: the automatic variant under --conv v3's setting, for this call; v3ws, v3pingpong: on those pipelines
   const kernels::ScopedConvChoice choice(v3 ? kernels::ConvChoice::v3 : kernels::conv_choice());
   const ScopedEnv pipeline("HPDT_GEMM_V3_PIPELINE", impl == Impl::v3ws         ? "ws"
@@ -200,9 +205,11 @@ const bool registered = [] {
     for (DType dt : {DType::bf16, DType::f32})
       for (int c = 0; c < int(std::size(kCases)); ++c)
         for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
-          for (Impl impl : {Impl::v1, Impl::v2, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::cudnn, Impl::cudnn_find}) {
+          for (Impl impl : {Impl::v1, Impl::v2, Impl::v2scalar, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::cudnn,
+                            Impl::cudnn_find}) {
             const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
             if (impl == Impl::cudnn_find && dt != DType::bf16) continue;  // the targets' dtype
+            if (impl == Impl::v2scalar && (dt != DType::bf16 || !kCases[c].spotlight)) continue;
             if ((impl == Impl::v2 || v3) && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
             if (v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].shape(kBatch), d))) continue;
             // the other shapes of the step: bf16, v2, v3 (the automatic choice) and cuDNN

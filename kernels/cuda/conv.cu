@@ -29,6 +29,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -111,7 +113,21 @@ struct GemmConv {
   const void* shift = nullptr;
   const void* residual = nullptr;
   int relu = 0;
+  // v2's epilogue writes 4 pixels of a channel at a time (8-byte stores and residual loads) where the host found
+  // the output dense and aligned for it (out4_ok): a warp writes 256 contiguous bytes per instruction instead of 64.
+  int out4 = 0;
 };
+
+// Whether v2's epilogue may write groups of 4 pixels with one 8-byte store: the pixel grid is the destination's
+// whole plane (a forward; a stride-1 backward-data), the plane a multiple of 4 (a group never straddles two
+// images: tiles start at multiples of 128 pixels), dst and residual 8-byte aligned. 14 x 14 planes qualify,
+// 7 x 7 ones do not.
+bool out4_ok(const GemmConv& p) {
+  const auto aligned8 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; };
+  const int hp = int(p.pix_hw.d), wp = int(p.pix_w.d);
+  return conv_v2_vector_epilogue() && p.dys == 1 && p.dxs == 1 && p.dy0 == 0 && p.dx0 == 0 && wp == p.dst_w &&
+         hp == p.dst_plane && p.dst_plane % 4 == 0 && aligned8(p.dst) && (!p.residual || aligned8(p.residual));
+}
 
 // The pixel m of the GEMM's N dimension on a grid of h x w per image.
 struct Pixel {
@@ -139,6 +155,27 @@ __device__ __forceinline__ void store_output(const GemmConv& p, int ch, int64_t 
   if (p.residual) v += to_f32(static_cast<const T*>(p.residual)[i]);
   if (p.relu) v = v > 0.0f ? v : 0.0f;
   static_cast<T*>(p.dst)[i] = from_f32<T>(v);
+}
+
+// Four consecutive pixels of channel ch through the same epilogue (v2 with out4): one 8-byte residual load and one
+// 8-byte store; the same operations in the same order as store_output, so the same bits.
+template <class T>
+__device__ __forceinline__ void store_output4(const GemmConv& p, int ch, int64_t pixel_offset, float4 acc) {
+  const int64_t i = pixel_offset + int64_t(ch) * p.dst_plane;
+  float v[4] = {acc.x, acc.y, acc.z, acc.w}, r[4] = {};
+  if (p.residual) load<4>(static_cast<const T*>(p.residual) + i, r);
+  const float b = p.bias ? to_f32(static_cast<const T*>(p.bias)[ch]) : 0.0f;
+  const float sc = p.scale ? to_f32(static_cast<const T*>(p.scale)[ch]) : 0.0f;
+  const float sh = p.shift ? to_f32(static_cast<const T*>(p.shift)[ch]) : 0.0f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (p.bias) v[e] += b;
+    if (p.scale) v[e] *= sc;
+    if (p.shift) v[e] += sh;
+    if (p.residual) v[e] += r[e];
+    if (p.relu) v[e] = v[e] > 0.0f ? v[e] : 0.0f;
+  }
+  store<4>(static_cast<T*>(p.dst) + i, v);
 }
 
 // Per-thread state of the B gather: the thread's pixel, as the source offset of its image and the source
@@ -374,9 +411,14 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
       },
       stash_b, compute);
 
-  // Epilogue: one warp row (64 output channels) at a time through shared memory, coalesced stores.
+  // Epilogue: one warp row (64 output channels) at a time through shared memory, coalesced stores: with out4, lane
+  // q of warp w writes pixels 4q .. 4q + 3 of rows w, w + kWarps, ... (a warp reads one staged row, conflict-free,
+  // and stores 256 contiguous bytes); else thread t writes pixel t % 128 of rows t / 128, + kRowStep, ...
+  constexpr int kWarps = kThreads / 32;
   const bool out_ok = n0 + col < p.npix;
-  const int64_t out_offset = out_ok ? dst_offset(p, n0 + col) : 0;
+  const int64_t out_offset = out_ok && !p.out4 ? dst_offset(p, n0 + col) : 0;
+  const bool out4_ok = n0 + 4 * lane < p.npix;  // the group's 4 pixels are real together (npix % 4 == 0)
+  const int64_t out4_offset = out4_ok && p.out4 ? dst_offset(p, n0 + 4 * lane) : 0;
   float* st = reinterpret_cast<float*>(smem);
   const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -393,9 +435,17 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
         }
     }
     __syncthreads();
-    for (int r = krow0; r < 64; r += kRowStep) {
-      const int m = m0 + pass * 64 + r;
-      if (out_ok && m < p.M) store_output<T>(p, m, out_offset, st[r * kStagePitch + col]);
+    if (p.out4) {
+      for (int r = warp; r < 64; r += kWarps) {
+        const int m = m0 + pass * 64 + r;
+        if (out4_ok && m < p.M)
+          store_output4<T>(p, m, out4_offset, *reinterpret_cast<const float4*>(st + r * kStagePitch + 4 * lane));
+      }
+    } else {
+      for (int r = krow0; r < 64; r += kRowStep) {
+        const int m = m0 + pass * 64 + r;
+        if (out_ok && m < p.M) store_output<T>(p, m, out_offset, st[r * kStagePitch + col]);
+      }
     }
   }
 }
@@ -861,6 +911,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.shift = e.shift ? e.shift->data() : nullptr;
   p.residual = e.residual ? e.residual->data() : nullptr;
   p.relu = e.relu ? 1 : 0;
+  p.out4 = out4_ok(p) ? 1 : 0;
   launch_gemm<T>(p, tc, gather_mode(p, one_tap && s.stride == 1 && s.pad == 0), st);
 }
 
@@ -899,6 +950,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.dst = dx.data(), p.dst_img = s.c_in * s.h * s.w, p.dst_plane = int(s.h * s.w), p.dst_w = int(s.w);
     p.dys = p.dxs = int(S), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
     p.residual = residual ? residual->data() : nullptr;
+    p.out4 = out4_ok(p) ? 1 : 0;
     launch_gemm<T>(p, tc, gather_mode(p, unit), st);
   }
 }
@@ -1021,6 +1073,13 @@ void check_index_range(std::string_view op, const Conv2dShape& s) {
   const int64_t biggest =
       std::max({s.n * s.c_in * s.h * s.w, s.n * s.c_out * s.out_h() * s.out_w(), s.c_out * s.c_in * s.kh * s.kw});
   HPDT_CHECK(biggest < lim, op, ": tensors of 2^31 elements or more are not supported on CUDA (", s.str(), ")");
+}
+
+bool conv_v2_vector_epilogue() {
+  const char* e = std::getenv("HPDT_CONV_V2_EPILOGUE");
+  if (e == nullptr || std::strcmp(e, "vec") == 0) return true;
+  HPDT_CHECK(std::strcmp(e, "scalar") == 0, "HPDT_CONV_V2_EPILOGUE=", e, ": expected vec or scalar");
+  return false;
 }
 
 bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op) {

@@ -183,6 +183,10 @@ inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 void check_index_range(std::string_view op, const Conv2dShape& s);
 // Whether `variant` runs on tensor cores for dtype `dt` (throws for v2 with f32).
 bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op);
+// Whether v2's epilogues (NCHW and NHWC) may write 4 outputs with one 8-byte store where the shape and pointers allow
+// (the default, "vec"), or one element per store (HPDT_CONV_V2_EPILOGUE=scalar: the A/B switch of
+// hpdt-bench-conv-cuda's v2_scalar_epilogue rows; both give the same bits). Read at every call; another value throws.
+bool conv_v2_vector_epilogue();
 // A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
 Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);
 

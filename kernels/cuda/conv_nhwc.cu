@@ -82,7 +82,19 @@ struct NhwcGemm {
   const void* shift = nullptr;
   const void* residual = nullptr;
   int relu = 0;
+  // v2's epilogue writes 4 channels of a pixel at a time (8-byte stores, residual and per-channel loads) where the
+  // host found M % 4 == 0 and every pointer 8-byte aligned (out4_ok).
+  int out4 = 0;
 };
+
+// Whether v2's epilogue may write groups of 4 channels with one 8-byte store: M % 4 == 0 (a group is real as a
+// whole, and every output row starts at a multiple of 4 elements), dst, residual, bias, scale and shift 8-byte
+// aligned. Every ResNet convolution qualifies.
+bool out4_ok(const NhwcGemm& p) {
+  const auto aligned8 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; };
+  return conv_v2_vector_epilogue() && p.M % 4 == 0 && aligned8(p.dst) && aligned8(p.residual) && aligned8(p.bias) &&
+         aligned8(p.scale) && aligned8(p.shift);
+}
 
 // The block's pixel table, built once: for each of its kPixTile pixels {source offset of tap (0, 0) channel 0
 // (outside the tensor when that tap is padding), tap-(0, 0) row, column, real pixel?}, and the element offset of
@@ -134,6 +146,26 @@ __device__ __forceinline__ void store_nhwc(const NhwcGemm& p, int i, int ch, flo
   if (p.residual) v += to_f32(static_cast<const T*>(p.residual)[i]);
   if (p.relu) v = v > 0.0f ? v : 0.0f;
   static_cast<T*>(p.dst)[i] = from_f32<T>(v);
+}
+
+// Channels ch .. ch + 3 of output element offset i (the first's) through the same epilogue (v2 with out4): 8-byte
+// loads and store; the same operations in the same order as store_nhwc, so the same bits.
+template <class T>
+__device__ __forceinline__ void store_nhwc4(const NhwcGemm& p, int i, int ch, float4 acc) {
+  float v[4] = {acc.x, acc.y, acc.z, acc.w}, b[4] = {}, sc[4] = {}, sh[4] = {}, r[4] = {};
+  if (p.bias) load<4>(static_cast<const T*>(p.bias) + ch, b);
+  if (p.scale) load<4>(static_cast<const T*>(p.scale) + ch, sc);
+  if (p.shift) load<4>(static_cast<const T*>(p.shift) + ch, sh);
+  if (p.residual) load<4>(static_cast<const T*>(p.residual) + i, r);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (p.bias) v[e] += b[e];
+    if (p.scale) v[e] *= sc[e];
+    if (p.shift) v[e] += sh[e];
+    if (p.residual) v[e] += r[e];
+    if (p.relu) v[e] = v[e] > 0.0f ? v[e] : 0.0f;
+  }
+  store<4>(static_cast<T*>(p.dst) + i, v);
 }
 
 // v1: SIMT. Block tile 128 pixels x BN channels, 2 * BN threads as 16 rows x BN / 8 columns, each 8 x 8 outputs:
@@ -313,10 +345,14 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
       },
       stash_a, compute);
 
-  // Epilogue: one warp row (64 pixels) at a time through shared memory, then rows of channels, coalesced.
+  // Epilogue: one warp row (64 pixels) at a time through shared memory, then rows of channels, coalesced: with out4,
+  // thread t writes channels 4 (t % (BN / 4)) .. + 3 of pixel rows t / (BN / 4), + 8, ... (8-byte stores; a warp
+  // reads whole staged rows, conflict-free); else channel t % BN of rows t / BN, + 2, ...
   float* st = reinterpret_cast<float*>(smem);
   const int gq = lane >> 2, tq = lane & 3;
   const int col = tid % BN, ch = n0 + col;
+  constexpr int kGroups = BN / 4, kRows4 = kThreads / kGroups;  // 8 rows per pass of the block
+  const int col4 = 4 * (tid % kGroups), ch4 = n0 + col4;
 #pragma unroll
   for (int pass = 0; pass < kPixTile / 64; ++pass) {
     __syncthreads();
@@ -331,11 +367,19 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
         }
     }
     __syncthreads();
-    if (ch < p.M)
+    if (p.out4) {
+      if (ch4 < p.M)
+        for (int r = tid / kGroups; r < 64; r += kRows4) {
+          const int row = pass * 64 + r;
+          if (m0 + row < p.npix)
+            store_nhwc4<T>(p, dst_tab[row] + ch4, ch4, *reinterpret_cast<const float4*>(st + r * kPitchS + col4));
+        }
+    } else if (ch < p.M) {
       for (int r = tid / BN; r < 64; r += kThreads / BN) {
         const int row = pass * 64 + r;
         if (m0 + row < p.npix) store_nhwc<T>(p, dst_tab[row] + ch, ch, st[r * kPitchS + col]);
       }
+    }
   }
 }
 
@@ -713,6 +757,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.div_c = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw), p.K = int(s.c_in * s.kh * s.kw);
   p.dst = y.data(), p.dst_h = int(oh), p.dst_w = int(ow);
   set_epilogue(p, e);
+  p.out4 = out4_ok(p) ? 1 : 0;
   launch_nhwc_gemm<T>(p, tc, s.c_in % 8 == 0 && aligned16(x.data()), detail::native(stream));
 }
 
@@ -764,6 +809,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
 #else
     (void)v3;
 #endif
+    p.out4 = out4_ok(p) ? 1 : 0;
     launch_nhwc_gemm<T>(p, tc, vec, st);
   }
 }

@@ -172,6 +172,32 @@ def conv_table(c, rows, numbers):
                         "ours_over_cudnn": ratio, "best_v3_over_cudnn": v3_ratio})
 
 
+def conv_epilogue_table(c, rows, numbers):
+    """v2 with its 4-wide epilogue (8-byte stores; the default since 2026-11-28) against the scalar one
+    (HPDT_CONV_V2_EPILOGUE=scalar: the v2_scalar_epilogue rows), on the spotlight shapes."""
+    found = False
+    for k in sorted(c):
+        parts = k.split("/")
+        if len(parts) != 5 or parts[4] != "v2_scalar_epilogue":
+            continue
+        vec = c.get("/".join(parts[:4] + ["v2_tensor_core"]))
+        if vec is None:
+            continue
+        if not found:
+            rows.append("| convolution (batch 256) | layout | dtype | direction | v2 ms | v2, scalar epilogue ms "
+                        "| scalar / 4-wide time |")
+            rows.append("|---|---|---|---|---:|---:|---:|")
+            found = True
+        layout = "NHWC" if parts[0] == "conv_nhwc" else "NCHW"
+        scalar = c[k]["real_time"]
+        rows.append(f"| {parts[1]} | {layout} | {parts[2]} | {parts[3]} | {vec['real_time']:.3f} | {scalar:.3f} "
+                    f"| {fmt(scalar / vec['real_time'], 2)} |")
+        numbers.append({"op": "conv_epilogue", "case": parts[1], "layout": layout, "dtype": parts[2], "dir": parts[3],
+                        "v2_ms": vec["real_time"], "v2_scalar_epilogue_ms": scalar})
+    if not found:
+        rows.append("(no v2_scalar_epilogue rows: hpdt-bench-conv-cuda before 2026-11-28)")
+
+
 def conv_step_table(c, rows, numbers):
     """ResNet-50's convolutions added up, a step's worth: per shape the three directions' medians, each times how often
     a step runs it (the per_step counter, bench/kernels/resnet50_convs.h; since 2026-11-28), in each layout: ours v2,
@@ -366,6 +392,8 @@ def main():
                  lambda: breakdown_section(a.dirs, rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
+                ("Convolution v2's epilogue: 4 outputs a store against 1 (same bits)",
+                 lambda: conv_epilogue_table(f["conv"], rows, numbers)),
                 ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",
                  lambda: conv_step_table(f["conv"], rows, numbers)),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),

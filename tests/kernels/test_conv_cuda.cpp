@@ -508,6 +508,49 @@ TEST_F(ConvCuda, PublicEntryPointsBothBackends) {
   }
 }
 
+// v2's epilogues write 4 outputs per 8-byte store where shape and pointers allow (NCHW: 4 pixels of a channel on
+// dense planes that are multiples of 4; NHWC: 4 channels of a pixel); HPDT_CONV_V2_EPILOGUE=scalar writes one
+// element at a time. Both must give the same bits: forward with every epilogue part, backward-data with a residual,
+// stride 1 and 2 (NCHW's strided phases stay scalar), both layouts, f16 and bf16. A bad value of the switch throws.
+TEST_F(ConvCuda, V2VectorEpilogueGivesTheScalarBits) {
+  const Case cases[] = {{"1x1 64->256 at 28", 2, 64, 28, 28, 256, 1, 1, 0},
+                        {"3x3 s1 p1 24->40 at 12", 3, 24, 12, 12, 40, 3, 1, 1},
+                        {"3x3 s2 p1 32->64 at 14", 2, 32, 14, 14, 64, 3, 2, 1}};
+  for (const Case& full : cases)
+    for (Layout layout : {Layout::nchw, Layout::nhwc})
+      for (DType dt : {DType::bf16, DType::f16}) {
+        const Conv2dShape s = sized(full).shape();
+        SCOPED_TRACE(std::string(full.name) + " " + kernels::layout_name(layout) + " " + std::string(dtype_name(dt)));
+        const bool nhwc = layout == Layout::nhwc;
+        const Shape xs = nhwc ? Shape{s.n, s.h, s.w, s.c_in} : Shape{s.n, s.c_in, s.h, s.w};
+        const Shape ys = nhwc ? Shape{s.n, s.out_h(), s.out_w(), s.c_out} : Shape{s.n, s.c_out, s.out_h(), s.out_w()};
+        const Tensor x = to_gpu(random(xs), dt), w = to_gpu(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
+        const Tensor b = to_gpu(random({s.c_out}), dt), sc = to_gpu(random({s.c_out}, 0.5f, 2.0f), dt);
+        const Tensor sh = to_gpu(random({s.c_out}), dt), res = to_gpu(random(ys), dt);
+        const Tensor dy = to_gpu(random(ys), dt), dres = to_gpu(random(xs), dt);
+        Conv2dEpilogue e;
+        e.bias = &b, e.scale = &sc, e.shift = &sh, e.residual = &res, e.relu = true;
+        Tensor got[2][2];  // [vec, scalar][forward, backward-data]
+        for (int scalar = 0; scalar < 2; ++scalar) {
+          const ScopedEnv epilogue("HPDT_CONV_V2_EPILOGUE", scalar ? "scalar" : nullptr);
+          Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt);
+          forward(Impl::v2, s, x, w, e, y, layout);
+          backward_data(Impl::v2, s, dy, w, dx, layout, &dres);
+          got[scalar][0] = y.to(Device::cpu(), stream), got[scalar][1] = dx.to(Device::cpu(), stream);
+        }
+        stream.synchronize();
+        for (int d = 0; d < 2; ++d)
+          EXPECT_EQ(std::memcmp(got[0][d].data(), got[1][d].data(), got[0][d].nbytes()), 0)
+              << (d == 0 ? "forward" : "backward-data") << ": the 4-wide epilogue's bits differ from the scalar one's";
+      }
+  const Conv2dShape s = sized(cases[0]).shape();
+  const Tensor x = to_gpu(random({s.n, s.c_in, s.h, s.w}), DType::bf16);
+  const Tensor w = to_gpu(random({s.c_out, s.c_in, 1, 1}), DType::bf16);
+  Tensor y = poisoned({s.n, s.c_out, s.h, s.w}, DType::bf16);
+  const ScopedEnv bad("HPDT_CONV_V2_EPILOGUE", "wide");
+  HPDT_EXPECT_THROW_MSG(forward(Impl::v2, s, x, w, Conv2dEpilogue{}, y), "HPDT_CONV_V2_EPILOGUE=wide: expected vec or scalar");
+}
+
 TEST_F(ConvCuda, BadInputsOnGpu) {
   const auto gpu = [&](const Shape& sh, DType dt) { return poisoned(sh, dt); };
   Tensor x = gpu({2, 3, 8, 8}, DType::bf16), w = gpu({4, 3, 3, 3}, DType::bf16), y = gpu({2, 4, 8, 8}, DType::bf16);

@@ -94,6 +94,19 @@ class ConvStep(unittest.TestCase):
         self.assertIsNone(by["t"]["cudnn_find_ms"])
         self.assertIn("| s | NCHW | fwd | 1.000 | — | — | — | 3.000 | 0.500 | 0.50 | — |", "\n".join(r))
 
+    def test_epilogue_table_pairs_the_scalar_rows_with_v2(self):
+        c = {"conv/a/bf16/bwd_data/v2_tensor_core": {"real_time": 0.3},
+             "conv/a/bf16/bwd_data/v2_scalar_epilogue": {"real_time": 0.6},
+             "conv/b/bf16/fwd/v2_scalar_epilogue": {"real_time": 1.0}}  # no v2 row: not in the table
+        r, n = [], []
+        summarize.conv_epilogue_table(c, r, n)
+        self.assertEqual(len(n), 1)
+        self.assertEqual((n[0]["case"], n[0]["v2_ms"], n[0]["v2_scalar_epilogue_ms"]), ("a", 0.3, 0.6))
+        self.assertIn("| a | NCHW | bf16 | bwd_data | 0.300 | 0.600 | 2.00 |", "\n".join(r))
+        r, n = [], []
+        summarize.conv_epilogue_table({}, r, n)
+        self.assertIn("no v2_scalar_epilogue rows", r[0])
+
     def test_no_counters_says_so(self):
         text, n = self.table({"conv/x/bf16/fwd/v2_tensor_core": {"real_time": 1.0}})
         self.assertEqual(n, {})
