@@ -142,36 +142,43 @@ bool pick(const Perf* perf, int returned, DType dt, CudnnAlgo how, Choice& c) {
   return false;
 }
 
-// Find, or the v7 heuristics, for one direction: whether an acceptable algorithm came back.
-bool search(cudnnHandle_t h, const Descriptors& d, DType dt, Direction dir, CudnnAlgo how, Choice& c) {
-  const bool find = how == CudnnAlgo::find;
+// One query, Find's or the v7 heuristics' (find / heuristic: cuDNN calls taking (count, &returned, perf)), and the
+// first acceptable result: whether one came back. A failed Find returns false (the caller falls back to the
+// heuristic); a failed heuristic query throws.
+template <class Perf, int kCount, class Find, class Heuristic>
+bool query(DType dt, CudnnAlgo how, Choice& c, Find find, Heuristic heuristic) {
+  Perf perf[kCount];
   int returned = 0;
-  if (dir == Direction::forward) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    constexpr int n = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-    const cudnnStatus_t st = find ? cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, &returned, perf)
-                                  : cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, &returned, perf);
-    if (find && st != CUDNN_STATUS_SUCCESS) return false;
-    HPDT_CUDNN_CHECK(st);
-    return pick(perf, returned, dt, how, c);
-  }
-  if (dir == Direction::backward_data) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    constexpr int n = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-    const cudnnStatus_t st =
-        find ? cudnnFindConvolutionBackwardDataAlgorithm(h, d.w, d.y, d.conv, d.x, n, &returned, perf)
-             : cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, &returned, perf);
-    if (find && st != CUDNN_STATUS_SUCCESS) return false;
-    HPDT_CUDNN_CHECK(st);
-    return pick(perf, returned, dt, how, c);
-  }
-  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  constexpr int n = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-  const cudnnStatus_t st = find ? cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x, d.y, d.conv, d.w, n, &returned, perf)
-                                : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, &returned, perf);
-  if (find && st != CUDNN_STATUS_SUCCESS) return false;
+  const cudnnStatus_t st = how == CudnnAlgo::find ? find(kCount, &returned, perf) : heuristic(kCount, &returned, perf);
+  if (how == CudnnAlgo::find && st != CUDNN_STATUS_SUCCESS) return false;
   HPDT_CUDNN_CHECK(st);
   return pick(perf, returned, dt, how, c);
+}
+
+// Find, or the v7 heuristics, for one direction: whether an acceptable algorithm came back.
+bool search(cudnnHandle_t h, const Descriptors& d, DType dt, Direction dir, CudnnAlgo how, Choice& c) {
+  if (dir == Direction::forward)
+    return query<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        dt, how, c,
+        [&](int n, int* r, auto* p) { return cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, r, p); },
+        [&](int n, int* r, auto* p) { return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, r, p); });
+  if (dir == Direction::backward_data)
+    return query<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+        dt, how, c,
+        [&](int n, int* r, auto* p) {
+          return cudnnFindConvolutionBackwardDataAlgorithm(h, d.w, d.y, d.conv, d.x, n, r, p);
+        },
+        [&](int n, int* r, auto* p) {
+          return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, r, p);
+        });
+  return query<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+      dt, how, c,
+      [&](int n, int* r, auto* p) {
+        return cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x, d.y, d.conv, d.w, n, r, p);
+      },
+      [&](int n, int* r, auto* p) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, r, p);
+      });
 }
 
 const char* direction_name(Direction dir) {
