@@ -23,7 +23,10 @@ import sys
 # cuDNN's convolution kernels are implicit GEMMs ("xmma_fprop_implicit_gemm"), our NCHW ones conv_gemm_*.
 FAMILIES = [
     ("attention", r"attention_|flash|fmha|sdpa|scaled_dot_product"),
-    ("convolution", r"conv(?!ert)|fprop|dgrad|wgrad|repack_weights|filter_from_krsc"),
+    # cuDNN's algorithms beyond implicit GEMM (Find picks them: --cudnn-algo find, PyTorch's cudnn.benchmark) run
+    # Winograd, FFT and filter-flip kernels, and its precomputed implicit GEMM an offsets kernel
+    ("convolution", r"conv(?!ert)|fprop|dgrad|wgrad|repack_weights|filter_from_krsc|winograd|fft[12]d|flip_filter|"
+                    r"computeoffsets|im2col"),
     ("GEMM", r"gemm|gemv|nvjet|cutlass|cublas|splitk|matmul|dot_kernel"),
     ("norm (batch, layer)", r"bn_|ln_|batch_norm|layer_norm|batchnorm|layernorm|welford|group_norm"),
     ("pooling", r"pool"),

@@ -53,6 +53,12 @@ class Families(unittest.TestCase):
             "void hpdt::kernels::cuda::(anonymous namespace)::column_partials_kernel<bf16_t, 8>(int)":
                 "reduction (bias grads, sums)",
             "void nchwToNhwcKernel<__nv_bfloat16>(int)": "layout (transposes)",
+            # cuDNN's Find-chosen algorithms (--cudnn-algo find; PyTorch's cudnn.benchmark)
+            "void cudnn::winograd_nonfused::winogradForwardData4x4<float, __nv_bfloat16>(cudnn::winograd_nonfused::"
+            "WinogradDataParams<float, __nv_bfloat16>)": "convolution",
+            "void fft2d_r2c_32x32<float, false, 1u, true>(float2*, float const*, int)": "convolution",
+            "void flip_filter<__nv_bfloat16, float>(float*, __nv_bfloat16 const*, int, int, int, int)": "convolution",
+            "void computeOffsetsKernel<false, false>(cudnn::kernel_detail::computeOffsetsParams)": "convolution",
             "something_new_kernel": "other",
         }
         for name, fam in cases.items():
