@@ -57,8 +57,9 @@ constexpr bool kEmulated = true;
 constexpr bool kEmulated = false;
 #endif
 
-// cudnn: the vendor backend's default algorithms (the heuristic's); cudnn_find: --cudnn-algo find's (the fastest
-// cuDNN's Find times, deterministic or not), in bf16 only (Find times every algorithm of each new shape).
+// cudnn: the vendor backend's default algorithms (the heuristic's), in every test; cudnn_find: --cudnn-algo find's
+// (the fastest cuDNN's Find times, deterministic or not), in CudnnFindMatchesTheOracle only (Find times every
+// algorithm of each new shape, slowly under compute-sanitizer).
 enum class Impl { v1, v2, cudnn, cudnn_find };
 const char* impl_name(Impl i) {
   return i == Impl::v1 ? "v1-simt" : i == Impl::v2 ? "v2-tensor-core" : i == Impl::cudnn ? "cudnn" : "cudnn-find";
@@ -68,7 +69,6 @@ std::vector<Impl> impls_for(DType dt) {
   std::vector<Impl> impls{Impl::v1};
   if (dt != DType::f32) impls.push_back(Impl::v2);
   if (!kEmulated) impls.push_back(Impl::cudnn);
-  if (!kEmulated && dt == DType::bf16) impls.push_back(Impl::cudnn_find);
   return impls;
 }
 
@@ -154,7 +154,9 @@ class ConvCuda : public test::CudaOracleTest {
   // ---- one case: every dtype, every implementation, every direction ----
   // NHWC: x, dx [n, h, w, ci] and y, dy [n, oh, ow, co], the oracle kernels/cpu/conv_nhwc.cpp. misaligned: x, dy
   // and the outputs are views one element into their buffers, so the 16-byte loaders fall back to gathers.
-  void check_case(const Case& full, bool bias, Layout layout = Layout::nchw, bool misaligned = false) {
+  // `only`: these implementations instead of impls_for(dtype)'s.
+  void check_case(const Case& full, bool bias, Layout layout = Layout::nchw, bool misaligned = false,
+                  const std::vector<Impl>& only = {}) {
     const Case c = sized(full);
     const Conv2dShape s = c.shape();
     const int64_t oh = s.out_h(), ow = s.out_w();
@@ -172,7 +174,7 @@ class ConvCuda : public test::CudaOracleTest {
       const Tensor res = random(xs), gres = gpu(res, dt, misaligned);
       Tensor want_dx_res = round_through(res, dt);
       for (int64_t i = 0; i < want_dx_res.numel(); ++i) want_dx_res.data<float>()[i] += want.dx.data<float>()[i];
-      for (Impl impl : impls_for(dt)) {
+      for (Impl impl : only.empty() ? impls_for(dt) : only) {
         SCOPED_TRACE(std::string(c.name) + " " + s.str() + " " + std::string(dtype_name(dt)) + " " + impl_name(impl) +
                      (bias ? " bias" : " no bias") + " " + kernels::layout_name(layout) +
                      (misaligned ? " misaligned" : ""));
@@ -318,6 +320,19 @@ TEST_F(ConvCuda, ResNet50BottleneckAt56) {
   for (const Case& c : cases) check_case(c, false);
 }
 
+// cuDNN with --cudnn-algo find's algorithms (the fastest Find times, deterministic or not; f32 without TF32) against
+// the oracle: ResNet's kinds of convolution in both layouts, every dtype, with and without bias.
+TEST_F(ConvCuda, CudnnFindMatchesTheOracle) {
+  if (kEmulated) GTEST_SKIP() << "cuDNN does not run under the CUDA emulator";
+  const Case cases[] = {{"3x3 s1 p1 64->64 at 14", 2, 64, 14, 14, 64, 3, 1, 1},
+                        {"3x3 s2 p1 32->48 at 15", 3, 32, 15, 15, 48, 3, 2, 1},
+                        {"1x1 64->128 at 14", 2, 64, 14, 14, 128, 1, 1, 0},
+                        {"1x1 s2 32->64 at 14", 2, 32, 14, 14, 64, 1, 2, 0},
+                        {"7x7/2 3->64 at 32", 2, 3, 32, 32, 64, 7, 2, 3}};
+  for (Layout layout : {Layout::nchw, Layout::nhwc})
+    for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 0, layout, false, {Impl::cudnn_find});
+}
+
 TEST_F(ConvCuda, ResNet50Stem) { check_case({"7x7/2 3->64", 2, 3, 64, 64, 64, 7, 2, 3}, false); }
 
 TEST_F(ConvCuda, ViTPatchEmbedding) {
@@ -456,7 +471,6 @@ TEST_F(ConvCuda, BackwardFilterIsDeterministic) {
   for (DType dt : test::kCudaTestDtypes) {
     const Tensor x = to_gpu(random(xs), dt), dy = to_gpu(random(ys), dt), dw0 = random(ws), db0 = random({s.c_out});
     for (Impl impl : impls_for(dt)) {
-      if (impl == Impl::cudnn_find) continue;  // Find may take a non-deterministic algorithm, as cudnn.benchmark
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + impl_name(impl));
       Tensor first_dw, first_db;
       for (int run = 0; run < 3; ++run) {
@@ -696,7 +710,6 @@ TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
   for (DType dt : test::kCudaTestDtypes) {
     const Tensor x = to_gpu(random(xs), dt), dy = to_gpu(random(ys), dt), dw0 = random(ws), db0 = random({s.c_out});
     for (Impl impl : impls_for(dt)) {
-      if (impl == Impl::cudnn_find) continue;  // Find may take a non-deterministic algorithm, as cudnn.benchmark
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + impl_name(impl));
       Tensor first_dw, first_db;
       for (int run = 0; run < 3; ++run) {
