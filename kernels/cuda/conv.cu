@@ -417,8 +417,8 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   constexpr int kWarps = kThreads / 32;
   const bool out_ok = n0 + col < p.npix;
   const int64_t out_offset = out_ok && !p.out4 ? dst_offset(p, n0 + col) : 0;
-  const bool out4_ok = n0 + 4 * lane < p.npix;  // the group's 4 pixels are real together (npix % 4 == 0)
-  const int64_t out4_offset = out4_ok && p.out4 ? dst_offset(p, n0 + 4 * lane) : 0;
+  const bool group_ok = n0 + 4 * lane < p.npix;  // the group's 4 pixels are real together (npix % 4 == 0)
+  const int64_t group_offset = group_ok && p.out4 ? dst_offset(p, n0 + 4 * lane) : 0;
   float* st = reinterpret_cast<float*>(smem);
   const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -438,8 +438,8 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
     if (p.out4) {
       for (int r = warp; r < 64; r += kWarps) {
         const int m = m0 + pass * 64 + r;
-        if (out4_ok && m < p.M)
-          store_output4<T>(p, m, out4_offset, *reinterpret_cast<const float4*>(st + r * kStagePitch + 4 * lane));
+        if (group_ok && m < p.M)
+          store_output4<T>(p, m, group_offset, *reinterpret_cast<const float4*>(st + r * kStagePitch + 4 * lane));
       }
     } else {
       for (int r = krow0; r < 64; r += kRowStep) {
