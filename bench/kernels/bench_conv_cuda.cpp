@@ -20,6 +20,7 @@
 // cudnn.benchmark, as the PyTorch peer runs). Our bf16 rows carry vs_cudnn_find beside vs_cudnn; the summary
 // compares against the faster of the two. On the H200 (2026-11-27) the heuristic's pick ran the 1x1 256->64 at 56^2
 // NCHW forward at 19 TFLOP/s, so vs_cudnn alone flatters us.
+// Every row also carries flop and bytes, one call's FLOPs and least traffic (summarize.py's roofline).
 // Time: CUDA events around each call (manual time), after a warm-up call (where Find runs); no TF32 for f32 (see
 // kernels/cuda/conv_vendor.cu).
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
@@ -190,6 +191,10 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   }
   const double flops = 2.0 * double(s.n * s.out_h() * s.out_w()) * double(s.c_out) * double(s.c_in * s.kh * s.kw);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  // One call's FLOPs and least traffic (input, weights and output once each; the same in every direction), for
+  // summarize.py's roofline of a step's convolutions
+  state.counters["flop"] = flops;
+  state.counters["bytes"] = double(b.x.nbytes() + b.w.nbytes() + b.y.nbytes());
   // times a ResNet-50 step runs this (the stem's backward-data: never)
   state.counters["per_step"] = kCases[case_index].stem() && d == Dir::backward_data ? 0 : kCases[case_index].per_step;
   if (!is_cudnn(impl)) {

@@ -198,25 +198,57 @@ def conv_epilogue_table(c, rows, numbers):
         rows.append("(no v2_scalar_epilogue rows: hpdt-bench-conv-cuda before 2026-11-28)")
 
 
-def conv_step_table(c, rows, numbers):
+# Nominal dense bf16 tensor-core FLOP/s and HBM bytes/s (datasheets), by a substring of the GPU's name, first match
+# wins: the roofline of "ResNet-50's convolutions, a step".
+PEAKS = [("H100 PCIe", 756e12, 2.0e12), ("H100 NVL", 835e12, 3.9e12), ("H100", 989e12, 3.35e12),
+         ("H200", 989e12, 4.8e12)]
+
+
+def peaks_of(gpu):
+    """(name, FLOP/s, bytes/s) of the first PEAKS entry in the GPU's name, or None."""
+    for name, flops, bw in PEAKS:
+        if gpu and name in gpu:
+            return name, flops, bw
+    return None
+
+
+def conv_step_table(c, rows, numbers, gpu=None):
     """ResNet-50's convolutions added up, a step's worth: per shape the three directions' medians, each times how often
     a step runs it (the per_step counter, bench/kernels/resnet50_convs.h; since 2026-11-28), in each layout: ours v2,
     what --conv v3 runs (v3 where it takes the direction, v2 elsewhere), cuDNN (per direction the faster of its
-    heuristic's and Find's algorithms, where both ran)."""
+    heuristic's and Find's algorithms, where both ran). With the GPU's peaks (PEAKS) and the rows' flop and bytes
+    counters (since 2026-11-28), a roofline column: each direction at the larger of its FLOPs at the peak FLOP/s and
+    its least traffic (input, weights, output once each) at the peak bandwidth."""
     shapes = {}  # shape -> {(layout, dir, impl): (ms, per_step)}
+    work = {}  # (shape, dir) -> (flop, bytes) of one call
     for k, r in c.items():
         parts = k.split("/")
         if len(parts) != 5 or parts[2] != "bf16" or "per_step" not in r:
             continue
         shapes.setdefault(parts[1], {})[(parts[0], parts[3], parts[4])] = (r["real_time"], r["per_step"])
+        if "flop" in r and "bytes" in r:
+            work[(parts[1], parts[3])] = (r["flop"], r["bytes"], r["per_step"])
+    peaks = peaks_of(gpu)
     if not shapes:
         rows.append("(no run with per_step counters: hpdt-bench-conv-cuda before 2026-11-28)")
         return
     cols = [("conv", "v2_tensor_core"), ("conv", "cudnn"), ("conv_nhwc", "v2_tensor_core"), ("conv_nhwc", "v3"),
             ("conv_nhwc", "cudnn")]
+    def roofline_ms(name):
+        """ms a step of this shape at the GPU's peaks, or None without peaks or counters for every direction."""
+        if peaks is None:
+            return None
+        total = 0.0
+        for d in ("fwd", "bwd_data", "bwd_filter"):
+            if (name, d) not in work:
+                return None
+            flop, nbytes, per_step = work[(name, d)]
+            total += per_step * max(flop / peaks[1], nbytes / peaks[2]) * 1e3
+        return total
+
     rows.append("| convolution (bf16, batch 256) | a step runs it | NCHW v2 ms | NCHW cuDNN ms | NHWC v2 ms "
-                "| NHWC --conv v3 ms | NHWC cuDNN ms | NCHW v2 / cuDNN speed | NHWC v2 / cuDNN speed |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+                "| NHWC --conv v3 ms | NHWC cuDNN ms | NCHW v2 / cuDNN speed | NHWC v2 / cuDNN speed | roofline ms |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def step_ms(t, layout, impl):
         """ms a step of this shape, three directions, or None where a direction was not timed."""
@@ -238,24 +270,30 @@ def conv_step_table(c, rows, numbers):
 
     def row(name, per_step, ms, nd):
         return (f"| {name} | {per_step} | " + " | ".join(fmt(ms[col], nd) for col in cols) +
-                f" | {fmt(speed(ms[cols[0]], ms[cols[1]]), 2)} | {fmt(speed(ms[cols[2]], ms[cols[4]]), 2)} |")
+                f" | {fmt(speed(ms[cols[0]], ms[cols[1]]), 2)} | {fmt(speed(ms[cols[2]], ms[cols[4]]), 2)} "
+                f"| {fmt(ms['roofline'], nd)} |")
 
     keys = ["nchw_v2_ms", "nchw_cudnn_ms", "nhwc_v2_ms", "nhwc_conv_v3_ms", "nhwc_cudnn_ms"]  # cols' order
-    per_shape = sorted(((name, int(max(n for _, n in t.values())), {col: step_ms(t, *col) for col in cols})
+    per_shape = sorted(((name, int(max(n for _, n in t.values())),
+                         {**{col: step_ms(t, *col) for col in cols}, "roofline": roofline_ms(name)})
                         for name, t in shapes.items()), key=lambda e: (-e[1], e[0]))  # (name, per_step, {col: ms})
     for name, per_step, ms in per_shape:
         rows.append(row(name, per_step, ms, 3))
         numbers.append({"op": "conv_step", "case": name, "per_step": per_step,
-                        **{k: ms[col] for k, col in zip(keys, cols)}})
+                        **{k: ms[col] for k, col in zip(keys, cols)}, "roofline_ms": ms["roofline"]})
     # a total only where every shape has the column
     tot = {col: None if any(ms[col] is None for _, _, ms in per_shape) else sum(ms[col] for _, _, ms in per_shape)
-           for col in cols}
+           for col in cols + ["roofline"]}
     rows.append(row(f"**a step, {len(per_shape)} shapes**", sum(n for _, n, _ in per_shape), tot, 2))
-    numbers.append({"op": "conv_step_total", "shapes": len(per_shape), **{k: tot[col] for k, col in zip(keys, cols)}})
+    numbers.append({"op": "conv_step_total", "shapes": len(per_shape), **{k: tot[col] for k, col in zip(keys, cols)},
+                    "roofline_ms": tot["roofline"]})
     rows.append("")
     rows.append("Each convolution timed alone, its medians times how often a step runs it (the stem's backward-data: "
                 "never); cuDNN: per direction the faster of its heuristic's and Find's algorithms; a total is shown "
-                "only where every shape and direction ran.")
+                "only where every shape and direction ran. Roofline: " +
+                (f"{peaks[0]}'s nominal {peaks[1] / 1e12:.0f} TFLOP/s (dense bf16) and {peaks[2] / 1e12:.2f} TB/s, "
+                 "each direction at the larger of its FLOPs' and its least traffic's time (input, weights and output "
+                 "once each)." if peaks else f"no peaks for this GPU ({gpu or 'unknown'}: summarize.py's PEAKS)."))
 
 
 def attention_table(a, torch_att, rows, numbers):
@@ -366,6 +404,14 @@ def breakdown_section(dirs, rows, numbers):
     kernel_breakdown.tables(by_model, rows, numbers)
 
 
+def gpu_name(f):
+    """The GPU's name: the PyTorch peer's environment, else a training-step record's."""
+    gpu = f["torch"].get("environment", {}).get("gpu")
+    for r in f["train"].values():
+        gpu = gpu or r.get("gpu")
+    return gpu
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dirs", nargs="+")
@@ -395,7 +441,7 @@ def main():
                 ("Convolution v2's epilogue: 4 outputs a store against 1 (same bits)",
                  lambda: conv_epilogue_table(f["conv"], rows, numbers)),
                 ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",
-                 lambda: conv_step_table(f["conv"], rows, numbers)),
+                 lambda: conv_step_table(f["conv"], rows, numbers, gpu_name(f))),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
                 (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
                  lambda: layers_table(f["layers"], rows, numbers))]

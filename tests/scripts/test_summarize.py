@@ -107,6 +107,26 @@ class ConvStep(unittest.TestCase):
         summarize.conv_epilogue_table({}, r, n)
         self.assertIn("no v2_scalar_epilogue rows", r[0])
 
+    def test_roofline_from_the_flop_and_bytes_counters(self):
+        """Each direction at max(FLOPs at the peak, bytes at the bandwidth), times per_step; the GPU names the peaks."""
+        c = rows("1x1_64-256_56", 2, lambda l, d, i: 5.0)
+        for r in c.values():
+            r["flop"], r["bytes"] = 989e9, 9.6e9  # 1 ms at 989 TFLOP/s, 2 ms at 4.8 TB/s
+        for k, r in c.items():  # the forward moves less: 0.2 ms, so compute-bound at 1 ms (every row of it says so)
+            if "/fwd/" in k:
+                r["bytes"] = 0.96e9
+        r, n = [], []
+        summarize.conv_step_table(c, r, n, "NVIDIA H200")
+        self.assertAlmostEqual(n[0]["roofline_ms"], 2 * (1.0 + 2.0 + 2.0))
+        self.assertAlmostEqual(n[-1]["roofline_ms"], 10.0)
+        self.assertIn("H200's nominal 989 TFLOP/s", "\n".join(r))
+        r, n = [], []
+        summarize.conv_step_table(c, r, n, "NVIDIA A100-SXM4-80GB")  # no peaks: no roofline, said so
+        self.assertIsNone(n[0]["roofline_ms"])
+        self.assertIn("no peaks for this GPU (NVIDIA A100-SXM4-80GB", "\n".join(r))
+        self.assertEqual(summarize.peaks_of("NVIDIA H100 PCIe")[0], "H100 PCIe")
+        self.assertEqual(summarize.peaks_of("NVIDIA H100 80GB HBM3")[0], "H100")
+
     def test_no_counters_says_so(self):
         text, n = self.table({"conv/x/bf16/fwd/v2_tensor_core": {"real_time": 1.0}})
         self.assertEqual(n, {})
