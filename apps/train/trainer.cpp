@@ -835,10 +835,13 @@ int Run::execute() {
                 o_.model.c_str(), (long long)model_->num_parameters(), size_, comm_->describe().c_str(),
                 (long long)total_steps_, (long long)(global_batch_ * o_.accum_steps), (long long)steps_per_epoch_,
                 schedule_.peak, o_.algo.c_str());
-    if (device_.is_cuda())
+    if (device_.is_cuda()) {
+      const std::string kernels =
+          o_.kernels == "vendor" ? "vendor (cuDNN algorithms by " + o_.cudnn_algo + ")" : o_.kernels;
       std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, gradients averaged via %s\n",
-                  cuda_device_name(device_.index).c_str(), o_.kernels.c_str(),
+                  cuda_device_name(device_.index).c_str(), kernels.c_str(),
                   std::string(dtype_name(model_->compute_dtype())).c_str(), sync_->path().c_str());
+    }
     std::fflush(stdout);
   }
   Progress progress(rank_ == 0 ? Progress::resolve(o_.progress, stdout) : Progress::Mode::off, stdout, o_.log_every);
