@@ -140,6 +140,61 @@ def gemm_table(g, rows, numbers):
         rows.extend(tiles)
 
 
+# The GEMMs of a ViT-B/16 training step (batch 64, the default fused GELU): each encoder block runs each once.
+VIT_STEP_GEMMS = ["qkv_fwd", "qkv_dx", "qkv_dw", "proj_fwd", "proj_dx", "proj_dw", "fc1_fwd_gelu", "fc1_dx", "fc1_dw",
+                  "fc2_fwd", "fc2_dx_gelu_grad", "fc2_dw"]
+VIT_BLOCKS = 12
+
+
+def vit_gemm_step_table(g, rows, numbers):
+    """A ViT-B/16 step's GEMMs added up (hpdt-bench-gemm-cuda's vitb16_b64_* rows, bf16; each x 12 blocks): ms a step
+    on GEMM v3 as the step runs it (barrier pipeline), on its best pipeline, and on cuBLAS, from each row's TFLOP/s and
+    its shape's FLOPs (2 a b c for a x b -> c, in every direction). The attention, the patch convolution and the head
+    are not GEMMs here."""
+    per = []
+    for name in VIT_STEP_GEMMS:
+        found = [k for k in g if re.fullmatch(rf"gemm/bf16->bf16/vitb16_b64_{name}_\d+x\d+->\d+/vendor", k)]
+        if not found:
+            continue
+        sh = found[0].split("/")[2]
+        a, b, c = map(int, re.search(r"_(\d+)x(\d+)->(\d+)$", sh).groups())
+        flop = 2.0 * a * b * c
+
+        def ms(variant):
+            r = g.get(f"gemm/bf16->bf16/{sh}/{variant}")
+            if not r or r.get("label") not in (None, "v3_wgmma", "vendor") or not r.get("TFLOP/s"):
+                return None
+            return flop / (r["TFLOP/s"] * 1e12) * 1e3
+        v3 = ms("v3_wgmma")
+        pipelines = [t for t in (v3, ms("v3_wgmma_ws"), ms("v3_wgmma_pingpong")) if t is not None]
+        per.append((name, v3, min(pipelines) if pipelines else None, ms("vendor")))
+    if not per:
+        rows.append("(no vitb16_b64 GEMM rows)")
+        return
+    rows.append("| GEMM of a ViT-B/16 block (bf16, batch 64) | a step runs it | v3 ms | v3, best pipeline ms "
+                "| cuBLAS ms | v3 − cuBLAS, a step ms |")
+    rows.append("|---|---:|---:|---:|---:|---:|")
+    for name, v3, best, cu in per:
+        diff = VIT_BLOCKS * (v3 - cu) if v3 is not None and cu is not None else None
+        rows.append(f"| {name} | {VIT_BLOCKS} | {fmt(v3, 3)} | {fmt(best, 3)} | {fmt(cu, 3)} | {fmt(diff, 2)} |")
+        numbers.append({"op": "vit_gemm_step", "gemm": name, "per_step": VIT_BLOCKS, "v3_ms": v3, "v3_best_ms": best,
+                        "cublas_ms": cu})
+
+    def total(i):
+        vals = [e[i] for e in per]
+        return None if any(v is None for v in vals) else VIT_BLOCKS * sum(vals)
+    t3, tb, tc = total(1), total(2), total(3)
+    complete = len(per) == len(VIT_STEP_GEMMS)
+    label = f"**a step, {len(per)} of {len(VIT_STEP_GEMMS)} GEMMs**"
+    rows.append(f"| {label} | {VIT_BLOCKS * len(per)} | {fmt(t3, 2)} | {fmt(tb, 2)} | {fmt(tc, 2)} "
+                f"| {fmt(t3 - tc if t3 is not None and tc is not None else None, 2)} |")
+    numbers.append({"op": "vit_gemm_step_total", "gemms": len(per), "complete": complete, "v3_ms": t3,
+                    "v3_best_ms": tb, "cublas_ms": tc})
+    rows.append("")
+    rows.append("Each GEMM timed alone (its TFLOP/s), times the 12 encoder blocks; the fused-GELU rows are what the "
+                "default step runs (cuBLAS's: its GEMM and a separate GELU pass).")
+
+
 def conv_table(c, rows, numbers):
     # v3: `--gemm v3` (conv v3 / GEMM v3, NHWC only, where they take the case), ws: the same on the ws pipeline.
     # cuDNN twice: its heuristic's algorithm (the vendor backend's default) and Find's fastest (cudnn_find rows, since
@@ -437,6 +492,8 @@ def main():
                 ("Where a training step's GPU time goes (kernel traces, ms a step, by kernel family)",
                  lambda: breakdown_section(a.dirs, rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
+                ("ViT-B/16's GEMMs, a step (ms; each timed alone, times the 12 encoder blocks)",
+                 lambda: vit_gemm_step_table(f["gemm"], rows, numbers)),
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
                 ("Convolution v2's epilogue: 4 outputs a store against 1 (same bits)",
                  lambda: conv_epilogue_table(f["conv"], rows, numbers)),

@@ -127,6 +127,33 @@ class ConvStep(unittest.TestCase):
         self.assertEqual(summarize.peaks_of("NVIDIA H100 PCIe")[0], "H100 PCIe")
         self.assertEqual(summarize.peaks_of("NVIDIA H100 80GB HBM3")[0], "H100")
 
+    def test_vit_gemm_step_adds_the_twelve_blocks(self):
+        """Each GEMM's ms from its TFLOP/s and 2abc FLOPs, times 12; v3's best pipeline; a v3 row that ran v2 is out."""
+        g = {}
+        for name in summarize.VIT_STEP_GEMMS:
+            sh = f"vitb16_b64_{name}_1000x100->500"  # 1e8 FLOP: 1 ms at 0.1 TFLOP/s
+            g[f"gemm/bf16->bf16/{sh}/v3_wgmma"] = {"TFLOP/s": 0.1}
+            g[f"gemm/bf16->bf16/{sh}/v3_wgmma_pingpong"] = {"TFLOP/s": 0.2}
+            g[f"gemm/bf16->bf16/{sh}/vendor"] = {"TFLOP/s": 0.4}
+        g["gemm/bf16->bf16/vitb16_b64_fc1_fwd_1000x100->500/vendor"] = {"TFLOP/s": 9.9}  # unfused: not the step's
+        r, n = [], []
+        summarize.vit_gemm_step_table(g, r, n)
+        tot = n[-1]
+        self.assertTrue(tot["complete"])
+        self.assertAlmostEqual(tot["v3_ms"], 12 * 12 * 1.0)
+        self.assertAlmostEqual(tot["v3_best_ms"], 12 * 12 * 0.5)
+        self.assertAlmostEqual(tot["cublas_ms"], 12 * 12 * 0.25)
+        self.assertIn("| fc1_fwd_gelu | 12 | 1.000 | 0.500 | 0.250 | 9.00 |", "\n".join(r))
+        g["gemm/bf16->bf16/vitb16_b64_qkv_fwd_1000x100->500/v3_wgmma"]["label"] = "v2_mma"  # v3 did not run it
+        r, n = [], []
+        summarize.vit_gemm_step_table(g, r, n)
+        self.assertIsNone(n[0]["v3_ms"])
+        self.assertIsNone(n[-1]["v3_ms"])
+        self.assertAlmostEqual(n[0]["v3_best_ms"], 0.5)
+        r, n = [], []
+        summarize.vit_gemm_step_table({}, r, n)
+        self.assertIn("no vitb16_b64 GEMM rows", r[0])
+
     def test_no_counters_says_so(self):
         text, n = self.table({"conv/x/bf16/fwd/v2_tensor_core": {"real_time": 1.0}})
         self.assertEqual(n, {})
