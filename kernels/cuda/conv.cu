@@ -123,7 +123,6 @@ struct GemmConv {
 // images: tiles start at multiples of 128 pixels), dst and residual 8-byte aligned. 14 x 14 planes qualify,
 // 7 x 7 ones do not.
 bool out4_ok(const GemmConv& p) {
-  const auto aligned8 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; };
   const int hp = int(p.pix_hw.d), wp = int(p.pix_w.d);
   return conv_v2_vector_epilogue() && p.dys == 1 && p.dxs == 1 && p.dy0 == 0 && p.dx0 == 0 && wp == p.dst_w &&
          hp == p.dst_plane && p.dst_plane % 4 == 0 && aligned8(p.dst) && (!p.residual || aligned8(p.residual));
@@ -883,7 +882,7 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
 // of k tiles in one tap.
 int gather_mode(const GemmConv& p, bool one_by_one_unit) {
   if (one_by_one_unit && p.plane % 8 == 0 && aligned16(p.src)) return kDirect;
-  if (one_by_one_unit && p.plane % 4 == 0 && reinterpret_cast<uintptr_t>(p.src) % 8 == 0) return kDirect4;
+  if (one_by_one_unit && p.plane % 4 == 0 && aligned8(p.src)) return kDirect4;
   if (p.C % 16 == 0) return kChannels;
   return kGeneric;
 }

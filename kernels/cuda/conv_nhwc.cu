@@ -91,7 +91,6 @@ struct NhwcGemm {
 // whole, and every output row starts at a multiple of 4 elements), dst, residual, bias, scale and shift 8-byte
 // aligned. Every ResNet convolution qualifies.
 bool out4_ok(const NhwcGemm& p) {
-  const auto aligned8 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 8 == 0; };
   return conv_v2_vector_epilogue() && p.M % 4 == 0 && aligned8(p.dst) && aligned8(p.residual) && aligned8(p.bias) &&
          aligned8(p.scale) && aligned8(p.shift);
 }

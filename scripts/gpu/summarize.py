@@ -72,6 +72,12 @@ def fmt(x, nd=1):
     return "—" if x is None else f"{x:.{nd}f}"
 
 
+def ran_as(r, variant):
+    """The benchmark record r if the variant it names is the one that ran (its label; none on older runs): a v3 row
+    that fell back to v2 (off Hopper, unaligned operands) is not v3's."""
+    return r if r and r.get("label") in (None, variant) else None
+
+
 def gemm_table(g, rows, numbers):
     rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | v3 wgmma TFLOP/s "
                 "| v3 ws TFLOP/s | v3 pingpong TFLOP/s | v3 ws, a block per tile TFLOP/s | v3 ws, direct stores TFLOP/s "
@@ -92,16 +98,7 @@ def gemm_table(g, rows, numbers):
             if not cu:
                 continue
             # v3 only where it really ran (its label is the variant that ran: v2 off Hopper or for unaligned operands)
-            if v3 and v3.get("label") not in (None, "v3_wgmma"):
-                v3 = None
-            if v3ws and v3ws.get("label") not in (None, "v3_wgmma"):
-                v3ws = None
-            if v3pp and v3pp.get("label") not in (None, "v3_wgmma"):
-                v3pp = None
-            if v3pt and v3pt.get("label") not in (None, "v3_wgmma"):
-                v3pt = None
-            if v3d and v3d.get("label") not in (None, "v3_wgmma"):
-                v3d = None
+            v3, v3ws, v3pp, v3pt, v3d = (ran_as(r, "v3_wgmma") for r in (v3, v3ws, v3pp, v3pt, v3d))
             tf = lambda b: b["TFLOP/s"] if b else None  # noqa: E731
             ratio = tf(v2) / tf(cu) if v2 and cu else None
             ratio3 = tf(v3) / tf(cu) if v3 and cu else None
@@ -161,10 +158,8 @@ def vit_gemm_step_table(g, rows, numbers):
         flop = 2.0 * a * b * c
 
         def ms(variant):
-            r = g.get(f"gemm/bf16->bf16/{sh}/{variant}")
-            if not r or r.get("label") not in (None, "v3_wgmma", "vendor") or not r.get("TFLOP/s"):
-                return None
-            return flop / (r["TFLOP/s"] * 1e12) * 1e3
+            r = ran_as(g.get(f"gemm/bf16->bf16/{sh}/{variant}"), "vendor" if variant == "vendor" else "v3_wgmma")
+            return flop / (r["TFLOP/s"] * 1e12) * 1e3 if r and r.get("TFLOP/s") else None
         v3 = ms("v3_wgmma")
         pipelines = [t for t in (v3, ms("v3_wgmma_ws"), ms("v3_wgmma_pingpong")) if t is not None]
         per.append((name, v3, min(pipelines) if pipelines else None, ms("vendor")))
@@ -275,7 +270,7 @@ def conv_step_table(c, rows, numbers, gpu=None):
     counters (since 2026-11-28), a roofline column: each direction at the larger of its FLOPs at the peak FLOP/s and
     its least traffic (input, weights, output once each) at the peak bandwidth."""
     shapes = {}  # shape -> {(layout, dir, impl): (ms, per_step)}
-    work = {}  # (shape, dir) -> (flop, bytes) of one call
+    work = {}  # (shape, dir) -> (flop, bytes) of one call, per_step
     for k, r in c.items():
         parts = k.split("/")
         if len(parts) != 5 or parts[2] != "bf16" or "per_step" not in r:
@@ -289,6 +284,7 @@ def conv_step_table(c, rows, numbers, gpu=None):
         return
     cols = [("conv", "v2_tensor_core"), ("conv", "cudnn"), ("conv_nhwc", "v2_tensor_core"), ("conv_nhwc", "v3"),
             ("conv_nhwc", "cudnn")]
+
     def roofline_ms(name):
         """ms a step of this shape at the GPU's peaks, or None without peaks or counters for every direction."""
         if peaks is None:
