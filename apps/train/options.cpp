@@ -72,6 +72,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--device", o.device, "cpu|cuda (cuda: one GPU per rank, local rank % GPUs on the node)");
   app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
   app.add_option("--gemm", o.gemm, "v3|v2: our GEMM for 16-bit inputs on the GPU (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)");
+  app.add_option("--gemm-tuning", o.gemm_tuning, "heuristic|find: how GEMM v3 picks its pipeline and block tile for each GEMM shape (heuristic, the default: by rule; find: the fastest of them, timed at the shape's first call; --device cuda, --kernels ours, --gemm v3)");
   app.add_option("--cudnn-algo", o.cudnn_algo, "heuristic|find: how --kernels vendor picks cuDNN's convolution algorithms (heuristic, the default: the first deterministic one cuDNN's heuristics rank; find: the fastest cuDNN's Find times at first use, deterministic or not, as PyTorch's cudnn.benchmark)");
   app.add_option("--conv", o.conv, "v2|v3: our NHWC convolutions for 16-bit inputs on the GPU (v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, Hopper wgmma + TMA, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)");
   app.add_option("--layout", o.layout,
@@ -116,6 +117,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--gemm", o.gemm, {"v2", "v3"});
   require_one_of("--conv", o.conv, {"v2", "v3"});
   require_one_of("--cudnn-algo", o.cudnn_algo, {"heuristic", "find"});
+  require_one_of("--gemm-tuning", o.gemm_tuning, {"heuristic", "find"});
   require_one_of("--layout", o.layout, {"auto", "nchw", "nhwc"});
   require_one_of("--gelu", o.gelu, {"fused", "separate"});
   if (o.dropout != 0 && o.model.rfind("vit", 0) != 0)
@@ -137,6 +139,9 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   };
   needs_our_cuda_kernels("--gemm", o.gemm);
   needs_our_cuda_kernels("--conv", o.conv);
+  needs_our_cuda_kernels("--gemm-tuning", o.gemm_tuning);
+  if (o.gemm_tuning == "find" && o.gemm != "v3")
+    HPDT_FAIL("hpdt-train: --gemm-tuning find tunes GEMM v3, not --gemm ", o.gemm);
   if (app.count("--cudnn-algo") > 0 && (o.device != "cuda" || o.kernels != "vendor"))
     HPDT_FAIL("hpdt-train: --cudnn-algo ", o.cudnn_algo, " needs --device cuda and --kernels vendor");
   if (o.algo == "nccl" && o.compress != "none")

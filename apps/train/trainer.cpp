@@ -258,6 +258,7 @@ void Run::setup_device() {
   kernels::set_gemm_choice(kernels::parse_gemm_choice(o_.gemm));
   kernels::set_conv_choice(kernels::parse_conv_choice(o_.conv));
   kernels::set_cudnn_algo(kernels::parse_cudnn_algo(o_.cudnn_algo));
+  kernels::set_gemm_tuning(kernels::parse_gemm_tuning(o_.gemm_tuning));
   if (rank_ == 0 && local_size_ > gpus)
     std::fprintf(stderr, "hpdt-train: note: %d ranks share %d GPU(s) on a node (local rank %% %d)\n", local_size_, gpus,
                  gpus);
@@ -757,6 +758,7 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
                   {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                   {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
+                  {"gemm_tuning", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm_tuning : "-"},
                   {"cudnn_algo", o_.device == "cuda" && o_.kernels == "vendor" ? o_.cudnn_algo : "-"},
                   {"layout", kernels::layout_name(model_->layout())},
                   {"gelu", o_.gelu},
@@ -813,7 +815,8 @@ int Run::execute() {
                     {"kernels", o_.device == "cuda" ? o_.kernels : "cpu"},
                     {"gemm", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm : "-"},
                     {"conv", o_.device == "cuda" && o_.kernels == "ours" ? o_.conv : "-"},
-                    {"cudnn_algo", o_.device == "cuda" && o_.kernels == "vendor" ? o_.cudnn_algo : "-"},
+                    {"gemm_tuning", o_.device == "cuda" && o_.kernels == "ours" ? o_.gemm_tuning : "-"},
+                  {"cudnn_algo", o_.device == "cuda" && o_.kernels == "vendor" ? o_.cudnn_algo : "-"},
                     {"layout", kernels::layout_name(model_->layout())},
                     {"gelu", o_.gelu},
                     {"grad_sync", sync_->path()},
@@ -837,7 +840,9 @@ int Run::execute() {
                 schedule_.peak, o_.algo.c_str());
     if (device_.is_cuda()) {
       const std::string kernels =
-          o_.kernels == "vendor" ? "vendor (cuDNN algorithms by " + o_.cudnn_algo + ")" : o_.kernels;
+          o_.kernels == "vendor" ? "vendor (cuDNN algorithms by " + o_.cudnn_algo + ")"
+          : o_.gemm_tuning == "find" ? "ours (GEMM v3 plans by find)"
+                                     : o_.kernels;
       std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, gradients averaged via %s\n",
                   cuda_device_name(device_.index).c_str(), kernels.c_str(),
                   std::string(dtype_name(model_->compute_dtype())).c_str(), sync_->path().c_str());

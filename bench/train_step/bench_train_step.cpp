@@ -24,6 +24,9 @@
 // --cudnn-algo find (--kernels vendor): cuDNN's Find picks each convolution's algorithm in the first warm-up step
 // (kernels::CudnnAlgo), as the PyTorch peer's cudnn.benchmark does; heuristic (the default) takes the first
 // deterministic algorithm cuDNN's heuristics rank.
+// --gemm-tuning find (--kernels ours, GEMM v3): GEMM v3's Find times each GEMM shape's candidate plans (pipeline x
+// block tile) at its first call, in the first warm-up step, and runs the fastest from then on (kernels::GemmTuning);
+// the JSON's "gemm_v3_found" lists each shape's plan and every candidate's time.
 // --kernel-trace FILE (--device cuda): after the timed steps, --trace-steps more steps (2 by default; eager or
 // replayed as the timed ones) run under a CUPTI trace (bench/kernel_trace), and FILE gets the per-kernel time
 // of a step (JSON: the run's record plus "trace": kernel_trace.h's summary_json), the 12 largest also on
@@ -49,6 +52,9 @@
 #include "hpdt/core/results.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/kernels/backend.h"
+#if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/gemm.h"
+#endif
 #include "hpdt/kernels/loss.h"
 #include "hpdt/nn/model.h"
 #include "hpdt/nn/optim.h"
@@ -71,7 +77,7 @@ int main(int argc, char** argv) {
   CLI::App app{"hpdt training-step benchmark (CPU, or one GPU with --device cuda)"};
   std::string model = "resnet20", device = "cpu", precision = "fp32", kernels_name = "ours", gemm_name = "v3",
               conv_name = "v2", layout_name = "auto", gelu = "fused", cudnn_algo = "heuristic",
-              out;
+              gemm_tuning = "heuristic", out;
   int64_t batch = 128, steps = 10, warmup = 3, image = 28, channels = 1, patch = 4, classes = 10;
   app.add_option("--model", model, "resnet20 | resnet56 | resnet18 | resnet34 | resnet50 | vit_ti | vit_s | vit_b");
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
@@ -90,6 +96,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"v2", "v3"}));
   app.add_option("--conv", conv_name, "v2 | v3: our NHWC convolutions for 16-bit inputs (v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)")
       ->check(CLI::IsMember({"v2", "v3"}));
+  app.add_option("--gemm-tuning", gemm_tuning, "heuristic | find: how GEMM v3 picks its pipeline and block tile for each GEMM shape (heuristic, the default: by rule; find: the fastest of them, timed at the shape's first call, in the warm-up; the choices go to the JSON's gemm_v3_found; --device cuda, --kernels ours, --gemm v3)")
+      ->check(CLI::IsMember({"heuristic", "find"}));
   app.add_option("--cudnn-algo", cudnn_algo, "heuristic | find: cuDNN's convolution algorithms under --kernels vendor (heuristic, the default: the first deterministic one its heuristics rank; find: the fastest its Find times at first use, as PyTorch's cudnn.benchmark, which bench/peers/torch_gpu_train_step.py sets)")
       ->check(CLI::IsMember({"heuristic", "find"}));
   app.add_option("--layout", layout_name, "auto | nchw | nhwc: ResNet activation layout (auto: nhwc on the CPU, nchw on CUDA)")
@@ -108,13 +116,17 @@ int main(int argc, char** argv) {
     const bool gpu = device == "cuda";
     HPDT_CHECK(gpu || kernels_name == "ours", "--kernels vendor needs --device cuda");
     // choices among our CUDA kernels: given on the command line, they need them
-    for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--gemm", gemm_name}, {"--conv", conv_name}})
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--gemm", gemm_name}, {"--conv", conv_name},
+                                      {"--gemm-tuning", gemm_tuning}})
       HPDT_CHECK(app.count(flag) == 0 || (gpu && kernels_name == "ours"), flag, " ", value,
                  " needs --device cuda and --kernels ours");
     HPDT_CHECK(app.count("--cudnn-algo") == 0 || (gpu && kernels_name == "vendor"), "--cudnn-algo ", cudnn_algo,
                " needs --device cuda and --kernels vendor");
     HPDT_CHECK(cudnn_algo != "find" || warmup >= 1, "--cudnn-algo find needs --warmup 1 or more (cuDNN's Find times "
                "every algorithm of every convolution in the first step, which would then be timed)");
+    HPDT_CHECK(gemm_tuning != "find" || gemm_name == "v3", "--gemm-tuning find tunes GEMM v3, not --gemm ", gemm_name);
+    HPDT_CHECK(gemm_tuning != "find" || warmup >= 1, "--gemm-tuning find needs --warmup 1 or more (GEMM v3's Find "
+               "times every plan of every GEMM shape in the first step, which would then be timed)");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
     HPDT_CHECK(gelu == "fused" || model.starts_with("vit"), "--gelu ", gelu, " is for the ViTs (", model, " has no GELU)");
     HPDT_CHECK(kernel_trace.empty() || gpu, "--kernel-trace needs --device cuda (it traces GPU kernels)");
@@ -128,6 +140,7 @@ int main(int argc, char** argv) {
       hpdt::kernels::set_gemm_choice(hpdt::kernels::parse_gemm_choice(gemm_name));
       hpdt::kernels::set_conv_choice(hpdt::kernels::parse_conv_choice(conv_name));
       hpdt::kernels::set_cudnn_algo(hpdt::kernels::parse_cudnn_algo(cudnn_algo));
+      hpdt::kernels::set_gemm_tuning(hpdt::kernels::parse_gemm_tuning(gemm_tuning));
     }
     const hpdt::Stream stream = gpu ? hpdt::Stream::create_cuda(0) : hpdt::Stream();
     hpdt::nn::ModelConfig c;
@@ -264,6 +277,7 @@ int main(int argc, char** argv) {
                         {"kernels", gpu ? kernels_name : "cpu"},
                         {"gemm", gpu && kernels_name == "ours" ? gemm_name : "-"},
                         {"conv", gpu && kernels_name == "ours" ? conv_name : "-"},
+                        {"gemm_tuning", gpu && kernels_name == "ours" ? gemm_tuning : "-"},
                         {"cudnn_algo", gpu && kernels_name == "vendor" ? cudnn_algo : "-"},
                         {"layout", hpdt::kernels::layout_name(m->layout())},
                         {"gelu", gelu},
@@ -283,6 +297,17 @@ int main(int argc, char** argv) {
       r["cuda_driver"] = hpdt::cuda_driver_version();
       r["cuda_runtime"] = hpdt::cuda_runtime_version();
       r["peak_device_bytes"] = hpdt::cuda_caching_allocator(0).stats().peak_bytes_in_use;
+#if HPDT_HAVE_CUDA
+      if (gemm_tuning == "find") {  // GEMM v3's plan for each shape, and every candidate's time
+        nlohmann::json found = nlohmann::json::array();
+        for (const hpdt::kernels::cuda::GemmV3Found& f : hpdt::kernels::cuda::gemm_v3_found()) {
+          nlohmann::json ms = nlohmann::json::object();
+          for (const auto& [plan, t] : f.ms) ms[plan] = t;
+          found.push_back({{"call", f.call}, {"plan", f.plan}, {"ms", ms}});
+        }
+        r["gemm_v3_found"] = found;
+      }
+#endif
       std::printf("%s\n", r.dump().c_str());
     }
     if (traced) {

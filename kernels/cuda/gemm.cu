@@ -584,6 +584,20 @@ void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s) {
 
 bool gemm_v3_built() { return HPDT_HAVE_GEMM_WGMMA + 0 != 0; }
 
+std::vector<GemmV3Found> gemm_v3_found() {
+#if HPDT_HAVE_GEMM_WGMMA
+  return gemm_detail::v3_found();
+#else
+  return {};
+#endif
+}
+
+void gemm_v3_forget_found() {
+#if HPDT_HAVE_GEMM_WGMMA
+  gemm_detail::v3_forget_found();
+#endif
+}
+
 std::string_view gemm_variant_name(GemmVariant v) {
   switch (v) {
     case GemmVariant::automatic:

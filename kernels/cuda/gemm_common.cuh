@@ -5,11 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/float16.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/cuda/gemm.h"
 #include "hpdt/kernels/math/activation_math.h"
 
 namespace hpdt::kernels::cuda::gemm_detail {
@@ -118,6 +120,10 @@ int plan_split_k(Params& p, int kt_total, int64_t resident, double step_flops, i
 // only on a device of compute capability 9.0. Takes 16-bit A and B in any layout (k-major operands as they
 // are, MN-major ones through wgmma's transpose bits), 16-byte aligned, lda and ldb multiples of 8.
 bool v3_device_ok(int device);
+// Its pipeline and block tile by rule, or under kernels::GemmTuning::find the fastest, timed at the shape's first
+// call (v3_found / v3_forget_found: cuda::gemm_v3_found / gemm_v3_forget_found).
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream);
+std::vector<GemmV3Found> v3_found();
+void v3_forget_found();
 
 }  // namespace hpdt::kernels::cuda::gemm_detail

@@ -11,6 +11,7 @@ std::atomic<KernelBackend> g_backend{KernelBackend::ours};
 std::atomic<GemmChoice> g_gemm{GemmChoice::v3};
 std::atomic<ConvChoice> g_conv{ConvChoice::v2};
 std::atomic<CudnnAlgo> g_cudnn_algo{CudnnAlgo::heuristic};
+std::atomic<GemmTuning> g_gemm_tuning{GemmTuning::heuristic};
 }
 
 void set_kernel_backend(KernelBackend backend) { g_backend.store(backend, std::memory_order_relaxed); }
@@ -57,6 +58,15 @@ CudnnAlgo parse_cudnn_algo(std::string_view name) {
   if (name == "heuristic") return CudnnAlgo::heuristic;
   if (name == "find") return CudnnAlgo::find;
   HPDT_FAIL("cuDNN algorithm choice must be 'heuristic' or 'find', got '", name, "'");
+}
+
+void set_gemm_tuning(GemmTuning tuning) { g_gemm_tuning.store(tuning, std::memory_order_relaxed); }
+GemmTuning gemm_tuning() { return g_gemm_tuning.load(std::memory_order_relaxed); }
+std::string_view gemm_tuning_name(GemmTuning tuning) { return tuning == GemmTuning::find ? "find" : "heuristic"; }
+GemmTuning parse_gemm_tuning(std::string_view name) {
+  if (name == "heuristic") return GemmTuning::heuristic;
+  if (name == "find") return GemmTuning::find;
+  HPDT_FAIL("GEMM tuning must be 'heuristic' or 'find', got '", name, "'");
 }
 
 }  // namespace hpdt::kernels

@@ -18,6 +18,7 @@ grep -q '"img_per_s_median"' <<< "$out" || fail "no img_per_s_median on stdout"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["model"] == "resnet20" and r["kernels"] == "cpu" and r["cudnn_algo"] == "-", r
+assert r["gemm_tuning"] == "-" and "gemm_v3_found" not in r, r
 assert r["img_per_s_median"] > 0, r
 PY
 
@@ -40,6 +41,11 @@ expect_error "--cudnn-algo find needs --device cuda and --kernels vendor" --cudn
 expect_error "--cudnn-algo find needs --device cuda and --kernels vendor" --device cuda --kernels ours --cudnn-algo find
 expect_error "--cudnn-algo" --cudnn-algo fastest
 expect_error "--cudnn-algo find needs --warmup 1 or more" --device cuda --kernels vendor --cudnn-algo find
+expect_error "--gemm-tuning find needs --device cuda and --kernels ours" --gemm-tuning find
+expect_error "--gemm-tuning find needs --device cuda and --kernels ours" --device cuda --kernels vendor --gemm-tuning find
+expect_error "--gemm-tuning find tunes GEMM v3, not --gemm v2" --device cuda --gemm v2 --gemm-tuning find
+expect_error "--gemm-tuning find needs --warmup 1 or more" --device cuda --gemm-tuning find
+expect_error "--gemm-tuning" --gemm-tuning fastest
 expect_error "--gelu separate is for the ViTs" --gelu separate
 expect_error "--cuda-graph needs --device cuda" --cuda-graph
 expect_error "--kernel-trace needs --device cuda" --kernel-trace "$work/t.json"

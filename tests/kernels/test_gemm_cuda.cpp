@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/env.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cpu/gemm.h"
@@ -683,6 +684,120 @@ TEST_F(GemmCuda, EmulatedEpilogueBufferWritesAreConflictFree) {
   EXPECT_EQ(b.st_shared_wavefronts, b.st_shared_ideal);
 }
 #endif
+
+// GEMM v3 under kernels::GemmTuning::find: each call shape's first call times every candidate plan (pipeline x tile)
+// on scratch outputs, then runs the fastest on the real ones. The cases check against the oracle, C poisoned: beta
+// != 0 reads C (had a timing run written C, or read a C the previous run wrote, the result would be off), the GELU
+// keeps its pre-activation (had timing written it elsewhere than scratch, ok; had the final run not written it, the
+// check fails), split-K (the partials' workspace per run), N <= 64 (the slim tile alone). Then: one report per shape,
+// in order, every candidate timed and the fastest taken; a repeat is not timed again; the pins restrict the
+// candidates (one left: none timed).
+TEST_F(GemmCuda, V3FindTimesEveryPlanOnScratchOutputs) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const kernels::ScopedGemmTuning find(kernels::GemmTuning::find);
+  kernels::cuda::gemm_v3_forget_found();
+  std::vector<Case> cases(4);
+  for (Case& c : cases) c.variant = GemmVariant::v3_wgmma, c.ab = DType::bf16, c.c = DType::bf16, c.tb = true;
+  cases[0].M = 200, cases[0].N = 150, cases[0].K = 130, cases[0].alpha = 0.5f, cases[0].beta = -0.75f;
+  cases[0].bias = true;
+  cases[1].M = 130, cases[1].N = 72, cases[1].K = 72, cases[1].act = 1, cases[1].keep_pre = true;
+  cases[1].residual = true, cases[1].ta = true;
+  cases[2].M = 130, cases[2].N = 72, cases[2].K = 2504, cases[2].c = DType::f32, cases[2].beta = 0.25f;
+  cases[3].M = 70, cases[3].N = 40, cases[3].K = 96, cases[3].act = 2;
+  for (Case& c : cases) {
+    c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.K), c.pad_c = 1;
+    SCOPED_TRACE(describe(c));
+    GemmVariant used;
+    EXPECT_TRUE(run(c, &used));
+    EXPECT_EQ(used, GemmVariant::v3_wgmma);
+  }
+  const std::vector<kernels::cuda::GemmV3Found> found = kernels::cuda::gemm_v3_found();
+  ASSERT_EQ(found.size(), cases.size());
+  EXPECT_EQ(found[0].call, "200x150x130 NT bf16->bf16 beta bias");
+  EXPECT_EQ(found[1].call, "130x72x72 TT bf16->bf16 residual gelu(erf)");
+  EXPECT_EQ(found[2].call, "130x72x2504 NT bf16->f32 beta");
+  EXPECT_EQ(found[3].call, "70x40x96 NT bf16->bf16 gelu_grad(erf)");
+  for (size_t i = 0; i < found.size(); ++i) {
+    SCOPED_TRACE(found[i].call);
+    std::vector<std::string> names;
+    double best = 1e300;
+    for (const auto& [plan, ms] : found[i].ms) {
+      names.push_back(plan);
+      EXPECT_GT(ms, 0.0);
+      best = std::min(best, ms);
+    }
+    if (i < 3)
+      EXPECT_EQ(names, (std::vector<std::string>{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide",
+                                                 "pingpong/narrow"}));
+    else
+      EXPECT_EQ(names, (std::vector<std::string>{"barrier/slim", "ws/slim", "pingpong/slim"}));
+    const auto taken = std::find_if(found[i].ms.begin(), found[i].ms.end(),
+                                    [&](const auto& r) { return r.first == found[i].plan; });
+    ASSERT_NE(taken, found[i].ms.end()) << found[i].plan;
+    EXPECT_EQ(taken->second, best);
+  }
+  {  // the same shape again: the cached plan, no new report
+    SCOPED_TRACE(describe(cases[0]));
+    EXPECT_TRUE(run(cases[0]));
+    EXPECT_EQ(kernels::cuda::gemm_v3_found().size(), cases.size());
+  }
+  {  // a pinned pipeline: its two tiles
+    const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", "ws");
+    SCOPED_TRACE(describe(cases[0]) + " ws pinned");
+    EXPECT_TRUE(run(cases[0]));
+    const std::vector<kernels::cuda::GemmV3Found> now = kernels::cuda::gemm_v3_found();
+    ASSERT_EQ(now.size(), cases.size() + 1);
+    ASSERT_EQ(now.back().ms.size(), 2u);
+    EXPECT_EQ(now.back().ms[0].first, "ws/narrow");
+    EXPECT_EQ(now.back().ms[1].first, "ws/wide");
+    EXPECT_EQ(now.back().plan.rfind("ws/", 0), 0u) << now.back().plan;
+  }
+  {  // both pinned: one candidate, not timed
+    const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", "pingpong"), tile("HPDT_GEMM_V3_TILE", "narrow");
+    EXPECT_TRUE(run(cases[0]));
+    const std::vector<kernels::cuda::GemmV3Found> now = kernels::cuda::gemm_v3_found();
+    ASSERT_EQ(now.size(), cases.size() + 2);
+    EXPECT_EQ(now.back().plan, "pingpong/narrow");
+    EXPECT_TRUE(now.back().ms.empty());
+  }
+  kernels::cuda::gemm_v3_forget_found();
+  EXPECT_TRUE(kernels::cuda::gemm_v3_found().empty());
+}
+
+// Under Find, a shape first called inside a CUDA-graph capture cannot be timed (no host waits there): it runs the
+// heuristic's plan in the graph, right, and stays untimed; its first call outside a capture times it.
+TEST_F(GemmCuda, V3FindInsideACaptureRunsTheHeuristicsPlan) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const kernels::ScopedGemmTuning find(kernels::GemmTuning::find);
+  kernels::cuda::gemm_v3_forget_found();
+  const int64_t M = 150, N = 136, K = 200;
+  const Tensor a = random({M, K}), b = random({N, K});
+  const Tensor A = to_gpu(a, DType::bf16), B = to_gpu(b, DType::bf16);
+  Tensor C = poisoned({M, N}, DType::bf16), want = poisoned({M, N}, DType::bf16);
+  const auto gemm_into = [&](Tensor& out) {
+    kernels::cuda::gemm(false, true, M, N, K, 1, A.data(), K, B.data(), K, 0, out.data(), N, DType::bf16, DType::bf16,
+                        {}, stream, GemmVariant::v3_wgmma);
+  };
+  const auto gemm = [&] { gemm_into(C); };
+  {
+    const kernels::ScopedGemmTuning heuristic(kernels::GemmTuning::heuristic);
+    gemm_into(want);
+  }
+  const CudaGraph graph = CudaGraph::capture(stream, gemm);
+  EXPECT_TRUE(kernels::cuda::gemm_v3_found().empty()) << "timed inside a capture";
+  graph.launch(stream);
+  const Tensor got = to_cpu_f32(C), ref = to_cpu_f32(want);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_EQ(test::bits_of(got.data<float>()[i]), test::bits_of(ref.data<float>()[i])) << "element " << i;
+  Tensor oracle = Tensor::zeros({M, N}, DType::f32);
+  const Tensor ar = round_through(a, DType::bf16), br = round_through(b, DType::bf16);
+  kernels::cpu::gemm<float>(false, true, M, N, K, 1, ar.data<float>(), K, br.data<float>(), K, 0, oracle.data<float>(), N);
+  EXPECT_TRUE(close(round_through(oracle, DType::bf16), got, gemm_tolerance(DType::bf16, K, 1, 0)));
+  gemm();
+  ASSERT_EQ(kernels::cuda::gemm_v3_found().size(), 1u);
+  EXPECT_EQ(kernels::cuda::gemm_v3_found()[0].call, "150x136x200 NT bf16->bf16");
+  kernels::cuda::gemm_v3_forget_found();
+}
 
 // v3's switches. HPDT_GEMM_V3_CTAS caps the persistent pipelines' blocks: anything but a positive number is an error
 // naming it (and the barrier pipeline, one block per tile, does not read it). HPDT_GEMM_V3_PIPELINE names one of

@@ -371,4 +371,17 @@ TEST(KernelChoices, CudnnAlgoDefaultsToHeuristicAndScopes) {
                         "cuDNN algorithm choice must be 'heuristic' or 'find', got 'benchmark'");
 }
 
+// GEMM v3's tuning: heuristic by default, by name and back, scoped, bad names an error.
+TEST(KernelChoices, GemmTuningDefaultsToHeuristicAndScopes) {
+  EXPECT_EQ(gemm_tuning(), GemmTuning::heuristic);
+  for (GemmTuning t : {GemmTuning::heuristic, GemmTuning::find}) EXPECT_EQ(parse_gemm_tuning(gemm_tuning_name(t)), t);
+  EXPECT_EQ(gemm_tuning_name(GemmTuning::find), "find");
+  {
+    const ScopedGemmTuning find(GemmTuning::find);
+    EXPECT_EQ(gemm_tuning(), GemmTuning::find);
+  }
+  EXPECT_EQ(gemm_tuning(), GemmTuning::heuristic);
+  HPDT_EXPECT_THROW_MSG(parse_gemm_tuning("autotune"), "GEMM tuning must be 'heuristic' or 'find', got 'autotune'");
+}
+
 }  // namespace

@@ -86,6 +86,18 @@ TEST(TrainOptions, BadValuesNameTheFlag) {
             std::string::npos);
   EXPECT_EQ(parse({"--device", "cuda", "--kernels", "vendor", "--cudnn-algo", "find"}).cudnn_algo, "find");
   EXPECT_EQ(parse({}).cudnn_algo, "heuristic");
+  EXPECT_NE(parse_error({"--gemm-tuning", "fast"}).find("--gemm-tuning 'fast' is not one of heuristic|find"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--gemm-tuning", "find"}).find("--gemm-tuning find needs --device cuda and --kernels ours"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--device", "cuda", "--kernels", "vendor", "--gemm-tuning", "find"})
+                .find("--gemm-tuning find needs --device cuda and --kernels ours"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--device", "cuda", "--gemm", "v2", "--gemm-tuning", "find"})
+                .find("--gemm-tuning find tunes GEMM v3, not --gemm v2"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--device", "cuda", "--gemm-tuning", "find"}).gemm_tuning, "find");
+  EXPECT_EQ(parse({}).gemm_tuning, "heuristic");
   EXPECT_NE(parse_error({"--device", "cuda", "--algo", "nccl", "--compress", "topk:0.01"}).find("--algo nccl"),
             std::string::npos);
 }

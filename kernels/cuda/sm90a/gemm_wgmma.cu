@@ -28,14 +28,21 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "band_epilogue.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
 #include "wgmma.cuh"
 #include "hpdt/core/error.h"
+#include "hpdt/core/log.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/cuda/gemm.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(HPDT_CUDA_EMU)
 #error "gemm_wgmma.cu is built for sm_90a only (wgmma and TMA); kernels/CMakeLists.txt gives it its own target"
@@ -227,13 +234,11 @@ void launch_pingpong(int splits, const Params& p, const CUtensorMap& ma, const C
 }
 
 template <class T, class C, bool A_MN, bool B_MN>
-void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUtensorMap& mb, int device,
-                   cudaStream_t s) {
-  // HPDT_GEMM_V3_PIPELINE=ws|pingpong runs a warp-specialised pipeline; HPDT_GEMM_V3_IN_FLIGHT=0 the barrier
-  // pipeline waiting for every k tile's MMAs (k-major x k-major only); both read at every call (tests and
-  // benchmarks switch them)
+void launch_layout(const Params& p, V3Pipeline pipeline, int splits, const CUtensorMap& ma, const CUtensorMap& mb,
+                   int device, cudaStream_t s) {
+  // HPDT_GEMM_V3_IN_FLIGHT=0 runs the barrier pipeline waiting for every k tile's MMAs (k-major x k-major only;
+  // read at every call: tests and benchmarks switch it)
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
-  const V3Pipeline pipeline = v3_pipeline();
   if (pipeline == V3Pipeline::pingpong) {
     if constexpr (C::BN <= 128)
       launch_pingpong<T, C, A_MN, B_MN>(splits, p, ma, mb, device, s);
@@ -252,7 +257,7 @@ void launch_layout(const Params& p, int splits, const CUtensorMap& ma, const CUt
 }
 
 template <class T, class C>
-void launch_tile(Params p, DType ab, DType c_type, const Stream& stream) {
+void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const Stream& stream) {
   const int device = stream.device().index;
   const cudaStream_t s = detail::native(stream);
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
@@ -265,14 +270,198 @@ void launch_tile(Params p, DType ab, DType c_type, const Stream& stream) {
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
   if (p.a_kmajor && p.b_kmajor)
-    launch_layout<T, C, false, false>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, false, false>(p, pipeline, splits, ma, mb, device, s);
   else if (p.a_kmajor)
-    launch_layout<T, C, false, true>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, false, true>(p, pipeline, splits, ma, mb, device, s);
   else if (p.b_kmajor)
-    launch_layout<T, C, true, false>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, true, false>(p, pipeline, splits, ma, mb, device, s);
   else
-    launch_layout<T, C, true, true>(p, splits, ma, mb, device, s);
+    launch_layout<T, C, true, true>(p, pipeline, splits, ma, mb, device, s);
   if (splits > 1) splitk_reduce(p, splits, c_type, s);
+}
+
+// What runs a call: a pipeline and a block tile.
+struct Plan {
+  V3Pipeline pipeline;
+  V3Tile tile;
+};
+
+const char* pipeline_name(V3Pipeline p) {
+  return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
+}
+const char* tile_name(V3Tile t) { return t == V3Tile::slim ? "slim" : t == V3Tile::wide ? "wide" : "narrow"; }
+std::string plan_name(const Plan& plan) { return std::string(pipeline_name(plan.pipeline)) + "/" + tile_name(plan.tile); }
+
+void launch_plan(const Params& p, const Plan& plan, DType ab_type, DType c_type, const Stream& stream) {
+  const auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (plan.tile == V3Tile::slim) launch_tile<T, Slim>(p, plan.pipeline, ab_type, c_type, stream);
+    else if (plan.tile == V3Tile::wide) launch_tile<T, Wide>(p, plan.pipeline, ab_type, c_type, stream);
+    else launch_tile<T, Narrow>(p, plan.pipeline, ab_type, c_type, stream);
+  };
+  if (ab_type == DType::bf16) run(bf16_t{});
+  else run(f16_t{});
+}
+
+// ---- Find (kernels::GemmTuning::find) ----------------------------------------------------------------------------
+
+// A call shape, as far as the plan's speed goes: sizes, layouts, dtypes, the epilogue's work, the device, and the
+// pins of HPDT_GEMM_V3_PIPELINE / _TILE (-1 unset), which restrict the candidates.
+struct FindKey {
+  int device, M, N, K;
+  bool a_kmajor, b_kmajor;
+  DType ab;
+  bool c_f32;
+  int mode;  // band_mode: plain, GELU (erf / tanh), GELU gradient (erf / tanh)
+  bool bias, res, aux, beta;
+  int pin_pipeline, pin_tile;
+  auto operator<=>(const FindKey&) const = default;
+};
+
+struct FindEntry {
+  Plan plan;
+  GemmV3Found report;
+};
+
+// The process's choices (all devices), and their order of discovery for gemm_v3_found().
+struct FindCache {
+  std::mutex mu;
+  std::map<FindKey, FindEntry> by_key;
+  std::vector<FindKey> order;
+};
+FindCache& find_cache() {
+  static FindCache* c = new FindCache;  // never destroyed: a GEMM may run from another static's destructor
+  return *c;
+}
+
+constexpr int kFindRuns = 5;  // timed runs a candidate, after one warm-up run; the median counts
+
+std::string describe_call(const Params& p, DType ab_type, DType c_type) {
+  std::string s = std::to_string(p.M) + "x" + std::to_string(p.N) + "x" + std::to_string(p.K) + " " +
+                  (p.a_kmajor ? "N" : "T") + (p.b_kmajor ? "T" : "N") + " " + std::string(dtype_name(ab_type)) + "->" +
+                  std::string(dtype_name(c_type));
+  if (p.beta != 0.0f) s += " beta";
+  if (p.bias) s += " bias";
+  if (p.res) s += " residual";
+  if (p.act == kActGelu) s += p.gelu_tanh ? " gelu(tanh)" : " gelu(erf)";
+  if (p.act == kActGeluGrad) s += p.gelu_tanh ? " gelu_grad(tanh)" : " gelu_grad(erf)";
+  return s;
+}
+
+// The candidates for a call N wide: every pipeline and tile (slim where N <= 64, where wider tiles multiply zeros;
+// else narrow and wide), less pingpong with the wide tile, each restricted to its pin.
+std::vector<Plan> find_candidates(int64_t n, bool has_pipeline, V3Pipeline pipeline, bool has_tile, V3Tile tile) {
+  if (has_pipeline && has_tile) check_v3_pins(pipeline, tile);
+  std::vector<V3Pipeline> pipelines{V3Pipeline::barrier, V3Pipeline::ws, V3Pipeline::pingpong};
+  std::vector<V3Tile> tiles = n <= 64 ? std::vector<V3Tile>{V3Tile::slim} : std::vector<V3Tile>{V3Tile::narrow, V3Tile::wide};
+  if (has_pipeline) pipelines = {pipeline};
+  if (has_tile) tiles = {tile};
+  std::vector<Plan> out;
+  for (V3Pipeline pl : pipelines)
+    for (V3Tile t : tiles)
+      if (pl != V3Pipeline::pingpong || t != V3Tile::wide) out.push_back({pl, t});
+  return out;
+}
+
+// Releases the timing events, also on an exception.
+struct Events {
+  cudaEvent_t e[kFindRuns + 1] = {};
+  Events() {
+    for (cudaEvent_t& x : e) HPDT_CUDA_CHECK(cudaEventCreate(&x));
+  }
+  ~Events() {
+    for (cudaEvent_t x : e)
+      if (x) cudaEventDestroy(x);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
+
+// Each candidate's median time on scratch outputs: the call's C (and the GELU's pre-activation) are not written,
+// nor is C read as the call reads it (the scratch C holds whatever the allocator gave: the values do not change
+// the time). Synchronises the stream.
+std::vector<double> time_candidates(const Params& p, const std::vector<Plan>& plans, DType ab_type, DType c_type,
+                                    const Stream& stream) {
+  const int64_t c_elems = int64_t(p.M - 1) * p.ldc + p.N;
+  const AllocOptions on_stream{.stream = &stream};
+  Tensor c_scratch = Tensor::empty({c_elems}, c_type, stream.device(), on_stream);
+  Tensor aux_scratch;
+  Params q = p;
+  q.C = c_scratch.data();
+  if (p.act == kActGelu && p.aux) {
+    aux_scratch = Tensor::empty({c_elems}, c_type, stream.device(), on_stream);
+    q.aux = aux_scratch.data();
+  }
+  const cudaStream_t s = detail::native(stream);
+  Events ev;
+  std::vector<double> ms;
+  for (const Plan& plan : plans) {
+    launch_plan(q, plan, ab_type, c_type, stream);  // warm-up: the kernel's first launch, its shared-memory limit
+    for (int r = 0; r < kFindRuns; ++r) {
+      HPDT_CUDA_CHECK(cudaEventRecord(ev.e[r], s));
+      launch_plan(q, plan, ab_type, c_type, stream);
+    }
+    HPDT_CUDA_CHECK(cudaEventRecord(ev.e[kFindRuns], s));
+    HPDT_CUDA_CHECK(cudaEventSynchronize(ev.e[kFindRuns]));
+    std::vector<double> runs(kFindRuns);
+    for (int r = 0; r < kFindRuns; ++r) {
+      float t = 0;
+      HPDT_CUDA_CHECK(cudaEventElapsedTime(&t, ev.e[r], ev.e[r + 1]));
+      runs[size_t(r)] = double(t);
+    }
+    std::nth_element(runs.begin(), runs.begin() + kFindRuns / 2, runs.end());
+    ms.push_back(runs[kFindRuns / 2]);
+  }
+  return ms;
+}
+
+// The plan of a call under Find: the cached one, else (outside a CUDA-graph capture) the fastest candidate, timed
+// now and cached; inside a capture, an untimed shape takes `fallback` (the heuristic's plan) and stays untimed.
+Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stream, const Plan& fallback) {
+  FindKey key{};
+  key.device = stream.device().index;
+  key.M = p.M, key.N = p.N, key.K = p.K;
+  key.a_kmajor = p.a_kmajor, key.b_kmajor = p.b_kmajor;
+  key.ab = ab_type;
+  key.c_f32 = p.c_f32;
+  key.mode = band_mode(p);
+  key.bias = p.bias != nullptr, key.res = p.res != nullptr, key.aux = p.aux != nullptr, key.beta = p.beta != 0.0f;
+  V3Pipeline pin_pipeline = V3Pipeline::barrier;
+  V3Tile pin_tile = V3Tile::narrow;
+  const bool has_pipeline = pinned_v3_pipeline(pin_pipeline), has_tile = pinned_v3_tile(pin_tile);
+  key.pin_pipeline = has_pipeline ? int(pin_pipeline) : -1;
+  key.pin_tile = has_tile ? int(pin_tile) : -1;
+  FindCache& cache = find_cache();
+  {
+    const std::lock_guard<std::mutex> lock(cache.mu);
+    const auto it = cache.by_key.find(key);
+    if (it != cache.by_key.end()) return it->second.plan;
+  }
+  const std::vector<Plan> plans = find_candidates(p.N, has_pipeline, pin_pipeline, has_tile, pin_tile);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  HPDT_CUDA_CHECK(cudaStreamIsCapturing(detail::native(stream), &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) {
+    HPDT_LOG(debug) << "gemm v3: " << describe_call(p, ab_type, c_type)
+                    << " first seen inside a CUDA-graph capture: not timed, " << plan_name(fallback);
+    return fallback;
+  }
+  FindEntry entry;
+  entry.report.call = describe_call(p, ab_type, c_type);
+  size_t best = 0;
+  if (plans.size() > 1) {
+    const std::vector<double> ms = time_candidates(p, plans, ab_type, c_type, stream);
+    for (size_t i = 0; i < plans.size(); ++i) {
+      entry.report.ms.emplace_back(plan_name(plans[i]), ms[i]);
+      if (ms[i] < ms[best]) best = i;
+    }
+  }
+  entry.plan = plans[best];
+  entry.report.plan = plan_name(plans[best]);
+  HPDT_LOG(debug) << "gemm v3: Find took " << entry.report.plan << " for " << entry.report.call;
+  const std::lock_guard<std::mutex> lock(cache.mu);
+  const auto [it, added] = cache.by_key.emplace(key, std::move(entry));
+  if (added) cache.order.push_back(key);
+  return it->second.plan;
 }
 
 }  // namespace
@@ -292,15 +481,25 @@ bool v3_device_ok(int device) {
 
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
-  const V3Tile tile = v3_tile((int64_t(p.M) + kBM - 1) / kBM, p.N, detail::sm_count(stream.device().index));
-  const auto run = [&](auto tag) {
-    using T = decltype(tag);
-    if (tile == V3Tile::slim) launch_tile<T, Slim>(p, ab_type, c_type, stream);
-    else if (tile == V3Tile::wide) launch_tile<T, Wide>(p, ab_type, c_type, stream);
-    else launch_tile<T, Narrow>(p, ab_type, c_type, stream);
-  };
-  if (ab_type == DType::bf16) run(bf16_t{});
-  else run(f16_t{});
+  const int sms = detail::sm_count(stream.device().index);
+  const Plan heuristic{v3_pipeline(), v3_tile((int64_t(p.M) + kBM - 1) / kBM, p.N, sms)};
+  const Plan plan = gemm_tuning() == GemmTuning::find ? found_plan(p, ab_type, c_type, stream, heuristic) : heuristic;
+  launch_plan(p, plan, ab_type, c_type, stream);
+}
+
+std::vector<GemmV3Found> v3_found() {
+  FindCache& cache = find_cache();
+  const std::lock_guard<std::mutex> lock(cache.mu);
+  std::vector<GemmV3Found> out;
+  for (const FindKey& k : cache.order) out.push_back(cache.by_key.at(k).report);
+  return out;
+}
+
+void v3_forget_found() {
+  FindCache& cache = find_cache();
+  const std::lock_guard<std::mutex> lock(cache.mu);
+  cache.by_key.clear();
+  cache.order.clear();
 }
 
 }  // namespace hpdt::kernels::cuda::gemm_detail

@@ -465,13 +465,25 @@ inline int64_t pipeline_blocks(const char* who, bool ws, int64_t units, int sms)
 // The pipeline HPDT_GEMM_V3_PIPELINE chooses (read at every call, so that tests and benchmarks can switch it):
 // unset or "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3, conv v3's forward and
 // backward-data; conv v3's backward-filter runs "ws" under it); anything else is an error naming the variable.
+// pinned_v3_pipeline: the one the variable names, or none when it is unset (GEMM v3's Find then times all three).
 enum class V3Pipeline { barrier, ws, pingpong };
-inline V3Pipeline v3_pipeline() {
+inline bool pinned_v3_pipeline(V3Pipeline& out) {
   const char* e = std::getenv("HPDT_GEMM_V3_PIPELINE");
-  if (!e || std::strcmp(e, "barrier") == 0) return V3Pipeline::barrier;
-  if (std::strcmp(e, "ws") == 0) return V3Pipeline::ws;
-  HPDT_CHECK(std::strcmp(e, "pingpong") == 0, "HPDT_GEMM_V3_PIPELINE=", e, ": expected barrier, ws or pingpong");
-  return V3Pipeline::pingpong;
+  if (!e) return false;
+  if (std::strcmp(e, "barrier") == 0)
+    out = V3Pipeline::barrier;
+  else if (std::strcmp(e, "ws") == 0)
+    out = V3Pipeline::ws;
+  else {
+    HPDT_CHECK(std::strcmp(e, "pingpong") == 0, "HPDT_GEMM_V3_PIPELINE=", e, ": expected barrier, ws or pingpong");
+    out = V3Pipeline::pingpong;
+  }
+  return true;
+}
+inline V3Pipeline v3_pipeline() {
+  V3Pipeline p = V3Pipeline::barrier;
+  pinned_v3_pipeline(p);
+  return p;
 }
 
 // The block tile of GEMM v3 and conv v3, 128 rows by 64 (slim), 128 (narrow) or 256 (wide) columns of N, for a
@@ -481,22 +493,34 @@ inline V3Pipeline v3_pipeline() {
 // whole waves (split_k.cuh: wide_tile_by_waves), narrow under the pingpong pipeline, whose warpgroups each hold a
 // whole tile (wide there is an error).
 enum class V3Tile { slim, narrow, wide };
+// pinned_v3_tile: the tile HPDT_GEMM_V3_TILE names, or none when it is unset.
+inline bool pinned_v3_tile(V3Tile& out) {
+  const char* e = std::getenv("HPDT_GEMM_V3_TILE");
+  if (!e) return false;
+  if (std::strcmp(e, "slim") == 0)
+    out = V3Tile::slim;
+  else if (std::strcmp(e, "wide") == 0)
+    out = V3Tile::wide;
+  else {
+    HPDT_CHECK(std::strcmp(e, "narrow") == 0, "HPDT_GEMM_V3_TILE=", e, ": expected slim, narrow or wide");
+    out = V3Tile::narrow;
+  }
+  return true;
+}
+// The pingpong pipeline's warpgroups each hold a whole tile: no wide one there (an error when both are pinned).
+inline void check_v3_pins(V3Pipeline pipeline, V3Tile tile) {
+  HPDT_CHECK(pipeline != V3Pipeline::pingpong || tile != V3Tile::wide, "HPDT_GEMM_V3_TILE=wide: "
+             "HPDT_GEMM_V3_PIPELINE=pingpong has the slim and narrow tiles (a warpgroup holds a whole tile)");
+}
 inline V3Tile v3_tile(int64_t tiles_m, int64_t n, int64_t sms) {
-  const bool pingpong = v3_pipeline() == V3Pipeline::pingpong;
-  if (const char* e = std::getenv("HPDT_GEMM_V3_TILE")) {
-    V3Tile t = V3Tile::narrow;
-    if (std::strcmp(e, "slim") == 0)
-      t = V3Tile::slim;
-    else if (std::strcmp(e, "wide") == 0)
-      t = V3Tile::wide;
-    else
-      HPDT_CHECK(std::strcmp(e, "narrow") == 0, "HPDT_GEMM_V3_TILE=", e, ": expected slim, narrow or wide");
-    HPDT_CHECK(!pingpong || t != V3Tile::wide, "HPDT_GEMM_V3_TILE=wide: HPDT_GEMM_V3_PIPELINE=pingpong has the slim "
-               "and narrow tiles (a warpgroup holds a whole tile)");
+  const V3Pipeline pipeline = v3_pipeline();
+  V3Tile t = V3Tile::narrow;
+  if (pinned_v3_tile(t)) {
+    check_v3_pins(pipeline, t);
     return t;
   }
   if (n <= 64) return V3Tile::slim;
-  if (pingpong) return V3Tile::narrow;
+  if (pipeline == V3Pipeline::pingpong) return V3Tile::narrow;
   const int64_t wide_tiles = tiles_m * ((n + Wide::BN - 1) / Wide::BN);
   const int64_t narrow_tiles = tiles_m * ((n + Narrow::BN - 1) / Narrow::BN);
   return detail::wide_tile_by_waves(wide_tiles, narrow_tiles, sms) ? V3Tile::wide : V3Tile::narrow;

@@ -64,6 +64,24 @@ CudnnAlgo cudnn_algo();
 std::string_view cudnn_algo_name(CudnnAlgo algo);
 CudnnAlgo parse_cudnn_algo(std::string_view name);
 
+// How GEMM v3 (our Hopper GEMM, GemmChoice::v3) picks its pipeline and block tile, per call shape (sizes, layouts,
+// dtypes, epilogue), once per process:
+//   heuristic: by rule (the default): the "barrier" pipeline, the tile by whole waves (kernels/cuda/split_k.cuh);
+//   find:      the fastest of its pipelines ("barrier", "ws", "pingpong") and tiles (128 x 128, 128 x 256; 128 x 64
+//              where N <= 64), timed at the shape's first call on scratch outputs, as cuDNN's Find (CudnnAlgo) and
+//              PyTorch's cudnn.benchmark do for convolutions. The choices: cuda::gemm_v3_found(). A call inside a
+//              CUDA-graph capture cannot be timed: an untimed shape there takes the heuristic's plan (time it in a
+//              warm-up step first, as hpdt-bench-train-step does). HPDT_GEMM_V3_PIPELINE / HPDT_GEMM_V3_TILE, when
+//              set, still pin theirs; Find then times the rest.
+// One setting per process (hpdt-train / hpdt-bench-train-step --gemm-tuning).
+enum class GemmTuning { heuristic, find };
+
+void set_gemm_tuning(GemmTuning tuning);
+GemmTuning gemm_tuning();
+// "heuristic" / "find"; parse throws hpdt::Error naming the bad value.
+std::string_view gemm_tuning_name(GemmTuning tuning);
+GemmTuning parse_gemm_tuning(std::string_view name);
+
 // A setting changed for one scope and restored when the scope ends, also on an exception (tests, benchmarks):
 //   const ScopedGemmChoice v3(GemmChoice::v3);
 template <class T, T (*Get)(), void (*Set)(T)>
@@ -81,5 +99,6 @@ using ScopedKernelBackend = ScopedSetting<KernelBackend, kernel_backend, set_ker
 using ScopedGemmChoice = ScopedSetting<GemmChoice, gemm_choice, set_gemm_choice>;
 using ScopedConvChoice = ScopedSetting<ConvChoice, conv_choice, set_conv_choice>;
 using ScopedCudnnAlgo = ScopedSetting<CudnnAlgo, cudnn_algo, set_cudnn_algo>;
+using ScopedGemmTuning = ScopedSetting<GemmTuning, gemm_tuning, set_gemm_tuning>;
 
 }  // namespace hpdt::kernels

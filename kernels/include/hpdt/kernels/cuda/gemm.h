@@ -29,7 +29,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/stream.h"
@@ -70,6 +73,19 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // HPDT_GEMM_V3_PIPELINE=barrier|ws|pingpong its pipeline;
 // HPDT_GEMM_V3_IN_FLIGHT=0 waits for every k tile's MMAs before freeing its stage (default: one group in flight).
 bool gemm_v3_built();
+
+// GEMM v3's plans under kernels::GemmTuning::find (backend.h), one per call shape timed so far in this process, in
+// the order they were found: the call ("12608x3072x768 NT bf16->bf16 bias gelu(erf)": M x N x K, A then B
+// transposed (T) or not (N), A/B and C dtypes, the epilogue), the plan taken ("ws/narrow": pipeline/tile) and each
+// candidate's time (ms a call, the median of kFindRuns after one warm-up run, on scratch outputs).
+struct GemmV3Found {
+  std::string call;
+  std::string plan;
+  std::vector<std::pair<std::string, double>> ms;
+};
+std::vector<GemmV3Found> gemm_v3_found();
+// Forgets them, so that the next call of each shape is timed again (tests).
+void gemm_v3_forget_found();
 
 // The variant gemm() runs for these arguments and this request (never `automatic`): the fallbacks
 // above applied. For tests and benchmarks, to know what was measured.
