@@ -428,6 +428,8 @@ def train_table(t, torch, rows, numbers):
                                ("ViT-B/16, 224², batch 64, GEMM v3, pingpong pipeline",
                                 "vit_b16_bf16_{}_gemm_v3pingpong", "vit_b16"),
                                # since 2026-11-28
+                               ("ViT-B/16, 224², batch 64, --gemm-tuning find (GEMM v3's plan per shape, timed)",
+                                "vit_b16_bf16_{}_gemm_find", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gelu separate (GELU not in the GEMMs' epilogues)",
                                 "vit_b16_bf16_{}_gelu_separate", "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
@@ -441,6 +443,35 @@ def train_table(t, torch, rows, numbers):
                     f"{fmt(r(ours, comp), 2)} | {fmt(r(vend, eager), 2)} |")
         numbers.append({"op": "train_step", "what": label, "ours_img_s": ours, "vendor_img_s": vend,
                         "torch_eager_img_s": eager, "torch_compile_img_s": comp})
+
+
+def gemm_found_table(t, rows, numbers):
+    """GEMM v3's Find in the training steps run with --gemm-tuning find (their JSON's gemm_v3_found, since
+    2026-11-28): per GEMM shape, the plan taken and every candidate's time, against the heuristic's plan (by rule:
+    the barrier pipeline, the tile by whole waves, which the step without the flag runs)."""
+    runs = [(k, r) for k, r in sorted(t.items()) if r.get("gemm_v3_found")]
+    if not runs:
+        rows.append("(no step run with --gemm-tuning find: hpdt-bench-train-step before 2026-11-28)")
+        return
+    plans = []
+    for _, r in runs:
+        for f in r["gemm_v3_found"]:
+            plans += [p for p in f.get("ms", {}) if p not in plans]
+    rows.append("| step | GEMM (M x N x K, A/B transposed, dtypes, epilogue) | plan taken | "
+                + " | ".join(f"{p} ms" for p in plans) + " | best / barrier's best |")
+    rows.append("|---|---|---|" + "---:|" * (len(plans) + 1))
+    for key, r in runs:
+        for f in r["gemm_v3_found"]:
+            ms = f.get("ms", {})
+            best = ms.get(f["plan"])
+            barrier = [v for p, v in ms.items() if p.startswith("barrier/")]
+            gain = min(barrier) / best if best and barrier else None
+            rows.append(f"| {key} | {f['call']} | {f['plan']} | " + " | ".join(fmt(ms.get(p), 3) for p in plans)
+                        + f" | {fmt(gain, 2)} |")
+            numbers.append({"op": "gemm_v3_found", "step": key, "call": f["call"], "plan": f["plan"], "ms": ms})
+    rows.append("")
+    rows.append("Each candidate timed once per shape at its first call (median of 5 after a warm-up, on scratch "
+                "outputs); the last column: how much faster the plan taken is than the barrier pipeline's best tile.")
 
 
 def breakdown_section(dirs, rows, numbers):
@@ -488,6 +519,8 @@ def main():
                 ("Where a training step's GPU time goes (kernel traces, ms a step, by kernel family)",
                  lambda: breakdown_section(a.dirs, rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
+                ("GEMM v3's plans by Find, in a training step (--gemm-tuning find)",
+                 lambda: gemm_found_table(f["train"], rows, numbers)),
                 ("ViT-B/16's GEMMs, a step (ms; each timed alone, times the 12 encoder blocks)",
                  lambda: vit_gemm_step_table(f["gemm"], rows, numbers)),
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),

@@ -154,6 +154,29 @@ class ConvStep(unittest.TestCase):
         summarize.vit_gemm_step_table({}, r, n)
         self.assertIn("no vitb16_b64 GEMM rows", r[0])
 
+    def test_gemm_found_table_lists_each_shape_against_the_barrier_pipeline(self):
+        """One row a shape of each step run by Find: the plan taken, every candidate's ms (a column per plan seen),
+        and the plan's speed-up over the barrier pipeline's best tile; steps without Find are out."""
+        t = {"vit_b16_bf16_ours": {"img_per_s_median": 1.0},
+             "vit_b16_bf16_ours_gemm_find": {"gemm_v3_found": [
+                 {"call": "12608x3072x768 NT bf16->bf16 bias gelu(erf)", "plan": "pingpong/narrow",
+                  "ms": {"barrier/narrow": 0.8, "barrier/wide": 0.6, "ws/narrow": 0.7, "ws/wide": 0.65,
+                         "pingpong/narrow": 0.4}},
+                 {"call": "4x10x768 NT bf16->bf16 bias", "plan": "barrier/slim",
+                  "ms": {"barrier/slim": 0.01, "ws/slim": 0.02, "pingpong/slim": 0.03}}]}}
+        r, n = [], []
+        summarize.gemm_found_table(t, r, n)
+        text = "\n".join(r)
+        self.assertEqual(len(n), 2)
+        self.assertIn("| vit_b16_bf16_ours_gemm_find | 12608x3072x768 NT bf16->bf16 bias gelu(erf) | pingpong/narrow | "
+                      "0.800 | 0.600 | 0.700 | 0.650 | 0.400 | — | — | — | 1.50 |", text)
+        self.assertIn("| — | — | — | — | — | 0.010 | 0.020 | 0.030 | 1.00 |", text)
+        self.assertIn("pingpong/slim ms", r[0])
+        r, n = [], []
+        summarize.gemm_found_table({"vit_b16_bf16_ours": {}}, r, n)
+        self.assertIn("no step run with --gemm-tuning find", r[0])
+        self.assertEqual(n, [])
+
     def test_no_counters_says_so(self):
         text, n = self.table({"conv/x/bf16/fwd/v2_tensor_core": {"real_time": 1.0}})
         self.assertEqual(n, {})
