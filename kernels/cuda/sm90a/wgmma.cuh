@@ -81,7 +81,10 @@ __device__ __forceinline__ uint64_t global_ns() {
 // the host's next HPDT_CUDA_CHECK reports. No wait of these kernels is legitimately longer than microseconds
 // (milliseconds under compute-sanitizer): every phase waits for the block's own TMA loads or its own warps. No
 // printf or assert before the trap: a function call in the k loop makes ptxas serialise the wgmmas in flight
-// across it (C7510), in every kernel, whether or not the call is ever reached.
+// across it (C7510), in every kernel, whether or not the call is ever reached. ptxas does inject a wgmma wait at
+// the trap itself in the barrier pipeline's kernels ("C7517 warpgroup.wait is injected ... to allow use of registers
+// defined by GMMA", 24 notes building gemm_wgmma.cu): only on that path, which ends the kernel; without the trap
+// the notes go (checked on a one-kernel build, 2026-11-28).
 constexpr uint64_t kMbarTimeoutNs = 10'000'000'000ull;
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
   if (mbar_try_wait(bar, parity)) return;
