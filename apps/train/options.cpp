@@ -74,7 +74,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--gemm", o.gemm, "v3|v2: our GEMM for 16-bit inputs on the GPU (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)");
   app.add_option("--gemm-tuning", o.gemm_tuning, "heuristic|find: how GEMM v3 picks its pipeline and block tile for each GEMM shape (heuristic, the default: by rule; find: the fastest of them, timed at the shape's first call; --device cuda, --kernels ours, --gemm v3)");
   app.add_option("--cudnn-algo", o.cudnn_algo, "heuristic|find: how --kernels vendor picks cuDNN's convolution algorithms (heuristic, the default: the first deterministic one cuDNN's heuristics rank; find: the fastest cuDNN's Find times at first use, deterministic or not, as PyTorch's cudnn.benchmark)");
-  app.add_option("--conv", o.conv, "v2|v3: our NHWC convolutions for 16-bit inputs on the GPU (v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, Hopper wgmma + TMA, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)");
+  app.add_option("--conv", o.conv, "v2|v3|find: our NHWC convolutions for 16-bit inputs on the GPU (find: per convolution the faster of v2 and v3, timed at its first call; v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, Hopper wgmma + TMA, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)");
   app.add_option("--layout", o.layout,
                  "auto|nchw|nhwc: activation layout of the ResNets, on either device (auto: nhwc on the CPU, "
                  "the fast direct convolution; nchw on CUDA, until its NHWC kernels are timed on a GPU)");
@@ -115,7 +115,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--device", o.device, {"cpu", "cuda"});
   require_one_of("--kernels", o.kernels, {"ours", "vendor"});
   require_one_of("--gemm", o.gemm, {"v2", "v3"});
-  require_one_of("--conv", o.conv, {"v2", "v3"});
+  require_one_of("--conv", o.conv, {"v2", "v3", "find"});
   require_one_of("--cudnn-algo", o.cudnn_algo, {"heuristic", "find"});
   require_one_of("--gemm-tuning", o.gemm_tuning, {"heuristic", "find"});
   require_one_of("--layout", o.layout, {"auto", "nchw", "nhwc"});

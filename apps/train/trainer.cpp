@@ -839,10 +839,11 @@ int Run::execute() {
                 (long long)total_steps_, (long long)(global_batch_ * o_.accum_steps), (long long)steps_per_epoch_,
                 schedule_.peak, o_.algo.c_str());
     if (device_.is_cuda()) {
-      const std::string kernels =
-          o_.kernels == "vendor" ? "vendor (cuDNN algorithms by " + o_.cudnn_algo + ")"
-          : o_.gemm_tuning == "find" ? "ours (GEMM v3 plans by find)"
-                                     : o_.kernels;
+      std::string kernels = o_.kernels == "vendor" ? "vendor (cuDNN algorithms by " + o_.cudnn_algo + ")" : o_.kernels;
+      if (o_.kernels == "ours" && (o_.gemm_tuning == "find" || o_.conv == "find"))
+        kernels += o_.gemm_tuning != "find" ? " (NHWC convolutions by find)"
+                   : o_.conv != "find"      ? " (GEMM v3 plans by find)"
+                                            : " (GEMM v3 plans and NHWC convolutions by find)";
       std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, gradients averaged via %s\n",
                   cuda_device_name(device_.index).c_str(), kernels.c_str(),
                   std::string(dtype_name(model_->compute_dtype())).c_str(), sync_->path().c_str());

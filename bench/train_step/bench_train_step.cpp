@@ -26,7 +26,8 @@
 // deterministic algorithm cuDNN's heuristics rank.
 // --gemm-tuning find (--kernels ours, GEMM v3): GEMM v3's Find times each GEMM shape's candidate plans (pipeline x
 // block tile) at its first call, in the first warm-up step, and runs the fastest from then on (kernels::GemmTuning);
-// the JSON's "gemm_v3_found" lists each shape's plan and every candidate's time.
+// the JSON's "gemm_v3_found" lists each shape's plan and every candidate's time. --conv find: the NHWC
+// convolutions' v2 or v3, per convolution, likewise (the JSON's "conv_found").
 // --kernel-trace FILE (--device cuda): after the timed steps, --trace-steps more steps (2 by default; eager or
 // replayed as the timed ones) run under a CUPTI trace (bench/kernel_trace), and FILE gets the per-kernel time
 // of a step (JSON: the run's record plus "trace": kernel_trace.h's summary_json), the 12 largest also on
@@ -53,6 +54,7 @@
 #include "hpdt/core/runtime.h"
 #include "hpdt/kernels/backend.h"
 #if HPDT_HAVE_CUDA
+#include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #endif
 #include "hpdt/kernels/loss.h"
@@ -94,8 +96,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ours", "vendor"}));
   app.add_option("--gemm", gemm_name, "v3 | v2: our GEMM for 16-bit inputs (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)")
       ->check(CLI::IsMember({"v2", "v3"}));
-  app.add_option("--conv", conv_name, "v2 | v3: our NHWC convolutions for 16-bit inputs (v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)")
-      ->check(CLI::IsMember({"v2", "v3"}));
+  app.add_option("--conv", conv_name, "v2 | v3 | find: our NHWC convolutions for 16-bit inputs (find: per convolution the faster of v2 and v3, timed at its first call, in the warm-up, listed in the JSON's conv_found; v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)")
+      ->check(CLI::IsMember({"v2", "v3", "find"}));
   app.add_option("--gemm-tuning", gemm_tuning, "heuristic | find: how GEMM v3 picks its pipeline and block tile for each GEMM shape (heuristic, the default: by rule; find: the fastest of them, timed at the shape's first call, in the warm-up; the choices go to the JSON's gemm_v3_found; --device cuda, --kernels ours, --gemm v3)")
       ->check(CLI::IsMember({"heuristic", "find"}));
   app.add_option("--cudnn-algo", cudnn_algo, "heuristic | find: cuDNN's convolution algorithms under --kernels vendor (heuristic, the default: the first deterministic one its heuristics rank; find: the fastest its Find times at first use, as PyTorch's cudnn.benchmark, which bench/peers/torch_gpu_train_step.py sets)")
@@ -125,6 +127,8 @@ int main(int argc, char** argv) {
     HPDT_CHECK(cudnn_algo != "find" || warmup >= 1, "--cudnn-algo find needs --warmup 1 or more (cuDNN's Find times "
                "every algorithm of every convolution in the first step, which would then be timed)");
     HPDT_CHECK(gemm_tuning != "find" || gemm_name == "v3", "--gemm-tuning find tunes GEMM v3, not --gemm ", gemm_name);
+    HPDT_CHECK(conv_name != "find" || warmup >= 1, "--conv find needs --warmup 1 or more (Find times v2 and v3 on "
+               "every convolution in the first step, which would then be timed)");
     HPDT_CHECK(gemm_tuning != "find" || warmup >= 1, "--gemm-tuning find needs --warmup 1 or more (GEMM v3's Find "
                "times every plan of every GEMM shape in the first step, which would then be timed)");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
@@ -306,6 +310,15 @@ int main(int argc, char** argv) {
           found.push_back({{"call", f.call}, {"plan", f.plan}, {"ms", ms}});
         }
         r["gemm_v3_found"] = found;
+      }
+      if (conv_name == "find") {  // the NHWC convolutions' kernels, and both times
+        nlohmann::json found = nlohmann::json::array();
+        for (const hpdt::kernels::cuda::ConvFound& f : hpdt::kernels::cuda::conv_found()) {
+          nlohmann::json ms = nlohmann::json::object();
+          for (const auto& [choice, t] : f.ms) ms[choice] = t;
+          found.push_back({{"call", f.call}, {"choice", f.choice}, {"ms", ms}});
+        }
+        r["conv_found"] = found;
       }
 #endif
       std::printf("%s\n", r.dump().c_str());

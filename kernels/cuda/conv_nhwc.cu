@@ -30,11 +30,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "conv_common.cuh"
 #include "conv_v3.cuh"
+#include "find.cuh"
+#include "hpdt/core/log.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/cuda/gemm.h"
@@ -763,9 +768,11 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 // Backward-data by stride phases (conv_common.cuh: DataPhase): each phase is a dense stride-1 implicit GEMM over
 // its own taps from dy, writing its strided sub-grid of dx; the pixels of phases without taps are zeroed by one
 // memset of dx.
+// Returns whether a phase ran on conv v3.
 template <class T>
-void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc, bool v3,
+bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc, bool v3,
                        const Tensor* residual, const Stream& stream) {
+  bool ran_v3 = false;
   const cudaStream_t st = detail::native(stream);
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
@@ -802,6 +809,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
       c.residual = p.residual;
       if (conv_v3_can_take(c, dy.dtype(), stream)) {
         conv_v3_launch(c, dy.dtype(), stream);
+        ran_v3 = true;
         continue;
       }
     }
@@ -811,6 +819,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.out4 = out4_ok(p) ? 1 : 0;
     launch_nhwc_gemm<T>(p, tc, vec, st);
   }
+  return ran_v3;
 }
 
 template <class T, int BM, int DY_LOAD, int X_LOAD>
@@ -864,31 +873,31 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
 }
 
 // A 1x1 stride-1 unpadded NHWC convolution is a plain GEMM of the [pixels, channels] matrices; with
-// kernels::conv_choice() v3 (hpdt-train --conv v3) and ConvVariant::automatic it runs on GEMM v3 (wgmma + TMA)
+// `v3` (kernels::conv_choice() v3, hpdt-train --conv v3, or Find's choice) and ConvVariant::automatic it runs on
+// GEMM v3 (wgmma + TMA)
 // wherever v3 takes the call (16-bit, 16-byte aligned rows, a Hopper GPU), and on the conv kernels otherwise
 // (whatever kernels::gemm_choice() says: that is for the GEMMs of the linear layers).
 // The GEMM (trans_a, trans_b, A, lda, B, ldb) as cuda::gemm takes it; true when v3 takes it.
-bool one_by_one_on_gemm_v3(const Conv2dShape& s, ConvVariant variant, bool trans_a, bool trans_b, const void* a,
-                           int64_t lda, const void* b, int64_t ldb, DType dt, const Stream& stream) {
-  return variant == ConvVariant::automatic && conv_choice() == ConvChoice::v3 && s.kh == 1 && s.kw == 1 &&
+bool one_by_one_on_gemm_v3(bool v3, const Conv2dShape& s, ConvVariant variant, bool trans_a, bool trans_b,
+                           const void* a, int64_t lda, const void* b, int64_t ldb, DType dt, const Stream& stream) {
+  return v3 && variant == ConvVariant::automatic && s.kh == 1 && s.kw == 1 &&
          s.stride == 1 && s.pad == 0 && dt != DType::f32 && s.n * s.h * s.w > 0 && s.c_in > 0 && s.c_out > 0 &&
          gemm_resolve(GemmVariant::v3_wgmma, trans_a, trans_b, lda, ldb, a, b, dt, stream) == GemmVariant::v3_wgmma;
 }
 
-// With kernels::conv_choice() v3 and ConvVariant::automatic, the other convolutions' implicit GEMMs (the forward
+// With `v3` and ConvVariant::automatic, the other convolutions' implicit GEMMs (the forward
 // without scale, shift or ReLU in its epilogue; every phase of a backward-data; the backward-filter) run on the
 // wgmma + TMA convolution (conv_v3.cuh) wherever it takes them (16-bit, the reduced channels % 64 == 0, stride
 // <= 8, a Hopper GPU and an sm_90 build), and on the conv kernels otherwise.
-bool conv_v3_chosen(ConvVariant variant, DType dt) {
-  return HPDT_HAVE_GEMM_WGMMA && variant == ConvVariant::automatic && conv_choice() == ConvChoice::v3 &&
-         dt != DType::f32;
+bool conv_v3_chosen(bool v3, ConvVariant variant, DType dt) {
+  return HPDT_HAVE_GEMM_WGMMA && v3 && variant == ConvVariant::automatic && dt != DType::f32;
 }
 
 // The forward on conv v3, when chosen and it takes the convolution; false otherwise (nothing ran).
-bool forward_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
-                        ConvVariant variant, const Stream& stream) {
+bool forward_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e,
+                        Tensor& y, ConvVariant variant, const Stream& stream) {
 #if HPDT_HAVE_GEMM_WGMMA
-  if (!conv_v3_chosen(variant, x.dtype()) || e.scale || e.shift || e.relu) return false;
+  if (!conv_v3_chosen(v3, variant, x.dtype()) || e.scale || e.shift || e.relu) return false;
   ConvV3 c;
   c.ldw = s.c_in * s.kh * s.kw, c.M = int(s.c_out);  // the repacked weights' row (checked again below)
   c.src = x.data(), c.C = int(s.c_in), c.hs = int(s.h), c.ws = int(s.w);
@@ -904,17 +913,17 @@ bool forward_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& w, 
   conv_v3_launch(c, x.dtype(), stream);
   return true;
 #else
-  (void)s, (void)x, (void)w, (void)e, (void)y, (void)variant, (void)stream;
+  (void)v3, (void)s, (void)x, (void)w, (void)e, (void)y, (void)variant, (void)stream;
   return false;
 #endif
 }
 
 // The backward-filter on conv v3 (dw += the sums), when chosen and it takes the convolution (ci % 64 == 0,
 // co % 8 == 0); false otherwise (nothing ran).
-bool backward_filter_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+bool backward_filter_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
                                 ConvVariant variant, const Stream& stream) {
 #if HPDT_HAVE_GEMM_WGMMA
-  if (!conv_v3_chosen(variant, x.dtype())) return false;
+  if (!conv_v3_chosen(v3, variant, x.dtype())) return false;
   ConvV3Wgrad c;
   c.x = x.data(), c.dy = dy.data(), c.dw = dw.data();
   c.n = int(s.n), c.h = int(s.h), c.w = int(s.w), c.ci = int(s.c_in), c.co = int(s.c_out);
@@ -924,9 +933,155 @@ bool backward_filter_on_conv_v3(const Conv2dShape& s, const Tensor& x, const Ten
   conv_v3_wgrad_launch(c, x.dtype(), stream);
   return true;
 #else
-  (void)s, (void)x, (void)dy, (void)dw, (void)variant, (void)stream;
+  (void)v3, (void)s, (void)x, (void)dy, (void)dw, (void)variant, (void)stream;
   return false;
 #endif
+}
+
+// The three directions on v2 or (`v3`) v3 where it takes them; the entry points below choose. Each returns whether
+// a v3 kernel (GEMM v3 or conv v3) ran.
+bool forward_with(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
+                  const Stream& stream, ConvVariant variant, bool tc) {
+  // y [P, co] = x [P, ci] w[co, ci]^T (+ bias in the GEMM's epilogue; the rest of a fused epilogue: conv kernels)
+  const int64_t P = s.n * s.h * s.w;
+  if (!e.scale && !e.shift && !e.residual && !e.relu &&
+      one_by_one_on_gemm_v3(v3, s, variant, false, true, x.data(), s.c_in, w.data(), s.c_in, x.dtype(), stream)) {
+    gemm(false, true, P, s.c_out, s.c_in, 1.0f, x.data(), s.c_in, w.data(), s.c_in, 0.0f, y.data(), s.c_out,
+         x.dtype(), y.dtype(), GemmEpilogue{.bias = e.bias ? e.bias->data() : nullptr}, stream, GemmVariant::v3_wgmma);
+    return true;
+  }
+  if (forward_on_conv_v3(v3, s, x, w, e, y, variant, stream)) return true;
+  dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    run_forward<T>(s, x, w, e, y, tc, stream);
+  });
+  return false;
+}
+
+bool backward_data_with(bool v3, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
+                        const Stream& stream, ConvVariant variant, const Tensor* residual, bool tc) {
+  // dx [P, ci] = dy [P, co] w [co, ci] (with a residual: the conv kernels, whose epilogue adds it)
+  const int64_t P = s.n * s.h * s.w;
+  if (!residual &&
+      one_by_one_on_gemm_v3(v3, s, variant, false, false, dy.data(), s.c_out, w.data(), s.c_in, dy.dtype(), stream)) {
+    gemm(false, false, P, s.c_in, s.c_out, 1.0f, dy.data(), s.c_out, w.data(), s.c_in, 0.0f, dx.data(), s.c_in,
+         dy.dtype(), dx.dtype(), {}, stream, GemmVariant::v3_wgmma);
+    return true;
+  }
+  bool ran_v3 = false;
+  dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
+    using T = decltype(tag);
+    ran_v3 = run_backward_data<T>(s, dy, w, dx, tc, conv_v3_chosen(v3, variant, dy.dtype()), residual, stream);
+  });
+  return ran_v3;
+}
+
+// dw += the sums (dbias: the entry point's)
+bool backward_filter_with(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw,
+                          const Stream& stream, ConvVariant variant, bool tc) {
+  // dw [co, ci] += dy [P, co]^T x [P, ci] (split-K over the pixels inside the GEMM)
+  const int64_t P = s.n * s.h * s.w;
+  if (one_by_one_on_gemm_v3(v3, s, variant, true, false, dy.data(), s.c_out, x.data(), s.c_in, x.dtype(), stream)) {
+    gemm(true, false, s.c_out, s.c_in, P, 1.0f, dy.data(), s.c_out, x.data(), s.c_in, 1.0f, dw.data(), s.c_in,
+         x.dtype(), dw.dtype(), {}, stream, GemmVariant::v3_wgmma);
+    return true;
+  }
+  if (backward_filter_on_conv_v3(v3, s, x, dy, dw, variant, stream)) return true;
+  dispatch_floating(x.dtype(), "conv2d_backward_filter", [&](auto tag) {
+    using T = decltype(tag);
+    run_backward_filter<T>(s, x, dy, dw, tc, stream);
+  });
+  return false;
+}
+
+// ---- Find (kernels::ConvChoice::find) ----------------------------------------------------------------------------
+
+// A convolution, as far as its speed goes: direction, shape, dtypes, the epilogue's work, device.
+struct FindKey {
+  int device, direction;  // 0 forward, 1 backward-data, 2 backward-filter
+  int64_t n, h, w, c_in, c_out, kh, kw, stride, pad;
+  DType in, out;
+  int epilogue;  // bits: bias, scale, shift, residual, relu
+  auto operator<=>(const FindKey&) const = default;
+};
+
+struct FindCache {
+  std::mutex mu;
+  std::map<FindKey, ConvFound> by_key;
+  std::vector<FindKey> order;
+};
+FindCache& find_cache() {
+  static FindCache* c = new FindCache;  // never destroyed: a convolution may run from another static's destructor
+  return *c;
+}
+
+const char* direction_name(int d) { return d == 0 ? "fwd" : d == 1 ? "bwd_data" : "bwd_filter"; }
+
+std::string describe(const FindKey& k) {
+  std::string s = std::string(direction_name(k.direction)) + " " + std::to_string(k.kh) + "x" + std::to_string(k.kw) +
+                  (k.stride > 1 ? "s" + std::to_string(k.stride) : "") + " " + std::to_string(k.c_in) + "->" +
+                  std::to_string(k.c_out) + " " + std::to_string(k.n) + "x" + std::to_string(k.h) + "x" +
+                  std::to_string(k.w) + (k.pad ? " pad " + std::to_string(k.pad) : "") + " " +
+                  std::string(dtype_name(k.in)) + (k.out != k.in ? "->" + std::string(dtype_name(k.out)) : "");
+  static const char* kParts[] = {" bias", " scale", " shift", " residual", " relu"};
+  for (int b = 0; b < 5; ++b)
+    if (k.epilogue >> b & 1) s += kParts[b];
+  return s;
+}
+
+// v3 or not for this convolution under Find: the cached choice, else (outside a CUDA-graph capture) the faster of
+// v2 and v3, run(v3, scratch) timed on a scratch output like `out` (the call's own output is not touched), cached;
+// v2 untimed where v3 does not take the convolution (run(true, ..) ran no v3 kernel: the same kernels both ways);
+// inside a capture an untimed convolution takes v2 and stays untimed.
+template <class Run>
+bool found_v3(const FindKey& key, const Tensor& out, const Stream& stream, Run run) {
+  FindCache& cache = find_cache();
+  {
+    const std::lock_guard<std::mutex> lock(cache.mu);
+    const auto it = cache.by_key.find(key);
+    if (it != cache.by_key.end()) return it->second.choice == "v3";
+  }
+  if (find::capturing(detail::native(stream))) {
+    HPDT_LOG(debug) << "conv2d (NHWC): " << describe(key) << " first seen inside a CUDA-graph capture: not timed, v2";
+    return false;
+  }
+  Tensor scratch = Tensor::empty(out.shape(), out.dtype(), out.device(), AllocOptions{.stream = &stream});
+  ConvFound f;
+  f.call = describe(key);
+  f.choice = "v2";
+  if (run(true, scratch)) {
+    const std::vector<double> ms = find::time_each(2, detail::native(stream), [&](int i) { run(i == 1, scratch); });
+    f.choice = ms[1] < ms[0] ? "v3" : "v2";
+    f.ms = {{"v2", ms[0]}, {"v3", ms[1]}};
+  }
+  HPDT_LOG(debug) << "conv2d (NHWC): Find took " << f.choice << " for " << f.call << (f.ms.empty() ? " (v3 does not take it)" : "");
+  const std::lock_guard<std::mutex> lock(cache.mu);
+  const auto [it, added] = cache.by_key.emplace(key, std::move(f));
+  if (added) cache.order.push_back(key);
+  return it->second.choice == "v3";
+}
+
+FindKey find_key(int direction, const Conv2dShape& s, DType in, DType out, const Conv2dEpilogue* e,
+                 const Tensor* residual, const Stream& stream) {
+  FindKey k{};
+  k.device = stream.device().index, k.direction = direction;
+  k.n = s.n, k.h = s.h, k.w = s.w, k.c_in = s.c_in, k.c_out = s.c_out, k.kh = s.kh, k.kw = s.kw, k.stride = s.stride;
+  k.pad = s.pad, k.in = in, k.out = out;
+  if (e)
+    k.epilogue = (e->bias ? 1 : 0) | (e->scale ? 2 : 0) | (e->shift ? 4 : 0) | (e->residual ? 8 : 0) | (e->relu ? 16 : 0);
+  if (residual) k.epilogue |= 8;
+  return k;
+}
+
+// Whether this call runs v3: kernels::conv_choice() v3, or under find Find's choice (16-bit, automatic: where the
+// two differ at all).
+template <class Run>
+bool choose_v3(int direction, const Conv2dShape& s, DType in, DType out, const Conv2dEpilogue* e,
+               const Tensor* residual, const Tensor& dst, ConvVariant variant, const Stream& stream, Run run) {
+  const ConvChoice c = conv_choice();
+  if (c != ConvChoice::find) return c == ConvChoice::v3;
+  if (variant != ConvVariant::automatic || in == DType::f32 || dst.numel() == 0) return false;
+  return found_v3(find_key(direction, s, in, out, e, residual, stream), dst, stream, run);
 }
 
 }  // namespace
@@ -936,19 +1091,10 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
   check_index_range("conv2d_forward", s);
   if (y.numel() == 0) return;
-  // y [P, co] = x [P, ci] w[co, ci]^T (+ bias in the GEMM's epilogue; the rest of a fused epilogue: conv kernels)
-  const int64_t P = s.n * s.h * s.w;
-  if (!e.scale && !e.shift && !e.residual && !e.relu &&
-      one_by_one_on_gemm_v3(s, variant, false, true, x.data(), s.c_in, w.data(), s.c_in, x.dtype(), stream)) {
-    gemm(false, true, P, s.c_out, s.c_in, 1.0f, x.data(), s.c_in, w.data(), s.c_in, 0.0f, y.data(), s.c_out,
-         x.dtype(), y.dtype(), GemmEpilogue{.bias = e.bias ? e.bias->data() : nullptr}, stream, GemmVariant::v3_wgmma);
-    return;
-  }
-  if (forward_on_conv_v3(s, x, w, e, y, variant, stream)) return;
-  dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
-    using T = decltype(tag);
-    run_forward<T>(s, x, w, e, y, tc, stream);
+  const bool v3 = choose_v3(0, s, x.dtype(), y.dtype(), &e, nullptr, y, variant, stream, [&](bool c, Tensor& out) {
+    return forward_with(c, s, x, w, e, out, stream, variant, tc);
   });
+  forward_with(v3, s, x, w, e, y, stream, variant, tc);
 }
 
 void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
@@ -956,37 +1102,36 @@ void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Ten
   const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
   check_index_range("conv2d_backward_data", s);
   if (dx.numel() == 0) return;
-  // dx [P, ci] = dy [P, co] w [co, ci] (with a residual: the conv kernels, whose epilogue adds it)
-  const int64_t P = s.n * s.h * s.w;
-  if (!residual &&
-      one_by_one_on_gemm_v3(s, variant, false, false, dy.data(), s.c_out, w.data(), s.c_in, dy.dtype(), stream)) {
-    gemm(false, false, P, s.c_in, s.c_out, 1.0f, dy.data(), s.c_out, w.data(), s.c_in, 0.0f, dx.data(), s.c_in,
-         dy.dtype(), dx.dtype(), {}, stream, GemmVariant::v3_wgmma);
-    return;
-  }
-  dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
-    using T = decltype(tag);
-    run_backward_data<T>(s, dy, w, dx, tc, conv_v3_chosen(variant, dy.dtype()), residual, stream);
-  });
+  const bool v3 = choose_v3(1, s, dy.dtype(), dx.dtype(), nullptr, residual, dx, variant, stream,
+                            [&](bool c, Tensor& out) { return backward_data_with(c, s, dy, w, out, stream, variant, residual, tc); });
+  backward_data_with(v3, s, dy, w, dx, stream, variant, residual, tc);
 }
 
 void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                                  const Stream& stream, ConvVariant variant) {
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_backward_filter");
   check_index_range("conv2d_backward_filter", s);
-  // dw [co, ci] += dy [P, co]^T x [P, ci] (split-K over the pixels inside the GEMM)
-  const int64_t P = s.n * s.h * s.w;
-  if (one_by_one_on_gemm_v3(s, variant, true, false, dy.data(), s.c_out, x.data(), s.c_in, x.dtype(), stream)) {
-    gemm(true, false, s.c_out, s.c_in, P, 1.0f, dy.data(), s.c_out, x.data(), s.c_in, 1.0f, dw.data(), s.c_in,
-         x.dtype(), dw.dtype(), {}, stream, GemmVariant::v3_wgmma);
-  } else if (!backward_filter_on_conv_v3(s, x, dy, dw, variant, stream)) {
-    dispatch_floating(x.dtype(), "conv2d_backward_filter", [&](auto tag) {
-      using T = decltype(tag);
-      run_backward_filter<T>(s, x, dy, dw, tc, stream);
-    });
-  }
+  const bool v3 = choose_v3(2, s, x.dtype(), dw.dtype(), nullptr, nullptr, dw, variant, stream,
+                            [&](bool c, Tensor& out) { return backward_filter_with(c, s, x, dy, out, stream, variant, tc); });
+  backward_filter_with(v3, s, x, dy, dw, stream, variant, tc);
   if (dbias) conv_detail::bias_grad_nhwc(dy, *dbias, stream);
 }
+
+std::vector<ConvFound> conv_found() {
+  FindCache& cache = find_cache();
+  const std::lock_guard<std::mutex> lock(cache.mu);
+  std::vector<ConvFound> out;
+  for (const FindKey& k : cache.order) out.push_back(cache.by_key.at(k));
+  return out;
+}
+
+void conv_forget_found() {
+  FindCache& cache = find_cache();
+  const std::lock_guard<std::mutex> lock(cache.mu);
+  cache.by_key.clear();
+  cache.order.clear();
+}
+
 
 void conv2d_filter_from_krsc(const Conv2dShape& s, const Tensor& w_krsc, Tensor& dw, const Stream& stream) {
   const int64_t n = dw.numel();

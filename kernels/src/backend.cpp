@@ -28,28 +28,34 @@ KernelBackend parse_kernel_backend(std::string_view name) {
 }
 
 namespace {
-// GemmChoice and ConvChoice alike: v2 or v3 by name; `what` names the choice in the error.
+// GemmChoice and ConvChoice alike: v2 or v3 (or ConvChoice's find) by name; `what` names the choice in the error.
 template <class Choice>
-std::string_view v2_or_v3_name(Choice choice) {
+std::string_view choice_name(Choice choice) {
+  if constexpr (requires { Choice::find; })
+    if (choice == Choice::find) return "find";
   return choice == Choice::v3 ? "v3" : "v2";
 }
 template <class Choice>
-Choice parse_v2_or_v3(std::string_view name, const char* what) {
+Choice parse_choice(std::string_view name, const char* what) {
   if (name == "v2") return Choice::v2;
   if (name == "v3") return Choice::v3;
+  if constexpr (requires { Choice::find; }) {
+    if (name == "find") return Choice::find;
+    HPDT_FAIL(what, " must be 'v2', 'v3' or 'find', got '", name, "'");
+  }
   HPDT_FAIL(what, " must be 'v2' or 'v3', got '", name, "'");
 }
 }  // namespace
 
 void set_gemm_choice(GemmChoice choice) { g_gemm.store(choice, std::memory_order_relaxed); }
 GemmChoice gemm_choice() { return g_gemm.load(std::memory_order_relaxed); }
-std::string_view gemm_choice_name(GemmChoice choice) { return v2_or_v3_name(choice); }
-GemmChoice parse_gemm_choice(std::string_view name) { return parse_v2_or_v3<GemmChoice>(name, "GEMM choice"); }
+std::string_view gemm_choice_name(GemmChoice choice) { return choice_name(choice); }
+GemmChoice parse_gemm_choice(std::string_view name) { return parse_choice<GemmChoice>(name, "GEMM choice"); }
 
 void set_conv_choice(ConvChoice choice) { g_conv.store(choice, std::memory_order_relaxed); }
 ConvChoice conv_choice() { return g_conv.load(std::memory_order_relaxed); }
-std::string_view conv_choice_name(ConvChoice choice) { return v2_or_v3_name(choice); }
-ConvChoice parse_conv_choice(std::string_view name) { return parse_v2_or_v3<ConvChoice>(name, "convolution choice"); }
+std::string_view conv_choice_name(ConvChoice choice) { return choice_name(choice); }
+ConvChoice parse_conv_choice(std::string_view name) { return parse_choice<ConvChoice>(name, "convolution choice"); }
 
 void set_cudnn_algo(CudnnAlgo algo) { g_cudnn_algo.store(algo, std::memory_order_relaxed); }
 CudnnAlgo cudnn_algo() { return g_cudnn_algo.load(std::memory_order_relaxed); }

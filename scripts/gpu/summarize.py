@@ -412,6 +412,9 @@ def train_table(t, torch, rows, numbers):
                                 "resnet50_bf16_{}_nhwc_gemm_v3", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --gemm v3, ws pipeline",
                                 "resnet50_bf16_{}_nhwc_gemm_v3ws", "resnet50"),
+                               # since 2026-11-28: each convolution on the faster of v2 and v3, GEMM v3 by Find
+                               ("ResNet-50, 224², batch 256, NHWC, --conv find --gemm-tuning find",
+                                "resnet50_bf16_{}_nhwc_conv_find", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3 (conv v3, 1×1 on GEMM v3)",
                                 "resnet50_bf16_{}_nhwc_conv_v3", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, ws pipeline",
@@ -474,6 +477,36 @@ def gemm_found_table(t, rows, numbers):
                 "outputs); the last column: how much faster the plan taken is than the barrier pipeline's best tile.")
 
 
+def conv_found_table(t, rows, numbers):
+    """The NHWC convolutions' kernels in the training steps run with --conv find (their JSON's conv_found, since
+    2026-11-28): per convolution, v2 or v3 and both times; v2 untimed where v3 does not take it. Then what the
+    choice saves a step against v2 alone and v3 alone (each convolution timed once, as the step runs it)."""
+    runs = [(k, r) for k, r in sorted(t.items()) if r.get("conv_found")]
+    if not runs:
+        rows.append("(no step run with --conv find: hpdt-bench-train-step before 2026-11-28)")
+        return
+    rows.append("| step | convolution (direction, kernel, channels, input, dtypes, fused epilogue) | taken | v2 ms | v3 ms "
+                "| v2 / v3 time |")
+    rows.append("|---|---|---|---:|---:|---:|")
+    for key, r in runs:
+        tot = {"v2": 0.0, "v3": 0.0, "taken": 0.0}
+        for f in r["conv_found"]:
+            ms = f.get("ms", {})
+            v2, v3 = ms.get("v2"), ms.get("v3")
+            rows.append(f"| {key} | {f['call']} | {f['choice']} | {fmt(v2, 3)} | {fmt(v3, 3)} | "
+                        f"{fmt(v2 / v3 if v2 and v3 else None, 2)} |")
+            numbers.append({"op": "conv_found", "step": key, "call": f["call"], "choice": f["choice"], "ms": ms})
+            if v2 and v3:
+                tot["v2"] += v2
+                tot["v3"] += v3
+                tot["taken"] += min(v2, v3)
+        rows.append(f"| {key} | **the timed ones, each once** | | {fmt(tot['v2'], 3)} | {fmt(tot['v3'], 3)} | "
+                    f"taken: {fmt(tot['taken'], 3)} |")
+    rows.append("")
+    rows.append("Each convolution timed once at its first call (median of 5 after a warm-up, on a scratch output); a "
+                "step runs some of them several times (ResNet-50's bottlenecks repeat), so the totals are not a step's.")
+
+
 def breakdown_section(dirs, rows, numbers):
     by_model = kernel_breakdown.collect(dirs)
     if not by_model:
@@ -524,6 +557,8 @@ def main():
                 ("ViT-B/16's GEMMs, a step (ms; each timed alone, times the 12 encoder blocks)",
                  lambda: vit_gemm_step_table(f["gemm"], rows, numbers)),
                 ("Convolution", lambda: conv_table(f["conv"], rows, numbers)),
+                ("NHWC convolutions' kernels by Find, in a training step (--conv find)",
+                 lambda: conv_found_table(f["train"], rows, numbers)),
                 ("Convolution v2's epilogue: 4 outputs a store against 1 (same bits)",
                  lambda: conv_epilogue_table(f["conv"], rows, numbers)),
                 ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",

@@ -18,7 +18,7 @@ grep -q '"img_per_s_median"' <<< "$out" || fail "no img_per_s_median on stdout"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["model"] == "resnet20" and r["kernels"] == "cpu" and r["cudnn_algo"] == "-", r
-assert r["gemm_tuning"] == "-" and "gemm_v3_found" not in r, r
+assert r["gemm_tuning"] == "-" and "gemm_v3_found" not in r and "conv_found" not in r, r
 assert r["img_per_s_median"] > 0, r
 PY
 
@@ -37,6 +37,9 @@ expect_error() {  # expect_error MESSAGE ARGS...
 expect_error "--kernels vendor needs --device cuda" --kernels vendor
 expect_error "--gemm v2 needs --device cuda and --kernels ours" --gemm v2
 expect_error "--conv v3 needs --device cuda and --kernels ours" --conv v3
+expect_error "--conv find needs --device cuda and --kernels ours" --conv find
+expect_error "--conv find needs --warmup 1 or more" --device cuda --conv find
+expect_error "--conv" --conv v4
 expect_error "--cudnn-algo find needs --device cuda and --kernels vendor" --cudnn-algo find
 expect_error "--cudnn-algo find needs --device cuda and --kernels vendor" --device cuda --kernels ours --cudnn-algo find
 expect_error "--cudnn-algo" --cudnn-algo fastest

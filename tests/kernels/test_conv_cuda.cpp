@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/env.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/conv.h"
@@ -793,6 +794,93 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
   EXPECT_EQ(cuda_emu::launches_named("gemm_v3"), gemms) << "conv v2 chosen: no GEMM v3";
   EXPECT_GT(cuda_emu::launches_named("conv_nhwc_"), convs) << "conv v2 chosen: the conv kernels";
 #endif
+}
+#endif
+
+#if HPDT_HAVE_CUDA
+// kernels::ConvChoice::find: each NHWC convolution's first call times v2 and v3 on a scratch output, then runs the
+// faster on the real one (v2 untimed where v3 does not take it). A 3x3 (conv v3) and a 1x1 (GEMM v3), all three
+// directions, against the oracle: the
+// backward-filter accumulates into dw and dbias (had a timing run touched the real dw, it would be off), the
+// backward-data adds a residual. Then one report per convolution and direction, in order, both times and the faster
+// taken; repeats are not timed again; inside a CUDA-graph capture an untimed convolution runs v2 (the same bits as
+// v2) and stays untimed.
+TEST_F(ConvCuda, NhwcFindTimesV2AndV3OnScratchOutputs) {
+  {
+    const Tensor probe = poisoned({64, 64}, DType::bf16);
+    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
+                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
+      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  }
+  const kernels::ScopedConvChoice find(kernels::ConvChoice::find);
+  kernels::cuda::conv_forget_found();
+  const auto auto_v = kernels::cuda::ConvVariant::automatic;
+  const DType dt = DType::bf16;
+  const Case cases[] = {{"3x3 64->64 at 9x9", 2, 64, 9, 9, 64, 3, 1, 1}, {"1x1 64->72 at 6x5", 2, 64, 6, 5, 72, 1, 1, 0}};
+  for (int pass = 0; pass < 2; ++pass)
+    for (const Case& c : cases) {
+      const Conv2dShape s = c.shape();
+      SCOPED_TRACE(std::string(c.name) + (pass ? ", again" : ""));
+      const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
+      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
+                   db0 = random({s.c_out}), res = random(xs);
+      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
+                                   round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt),
+                   gres = to_gpu(res, dt);
+      Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+      Conv2dEpilogue e;
+      e.bias = &gb;
+      kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, y, stream, auto_v);
+      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v, &gres);
+      kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
+      Tensor want_dx = round_through(res, dt);
+      for (int64_t i = 0; i < want_dx.numel(); ++i) want_dx.data<float>()[i] += want.dx.data<float>()[i];
+      const double l_filter = double(s.n * s.out_h() * s.out_w());
+      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2)))
+          << "forward";
+      EXPECT_TRUE(close(want_dx, to_cpu_f32(dx), conv_tolerance(dt, double(s.c_out * s.kh * s.kw), Impl::v2)))
+          << "backward-data + residual";
+      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
+      EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
+    }
+  const std::vector<kernels::cuda::ConvFound> found = kernels::cuda::conv_found();
+  ASSERT_EQ(found.size(), 6u) << "one report per convolution and direction, not one per call";
+  EXPECT_EQ(found[0].call, "fwd 3x3 64->64 2x9x9 pad 1 bf16 bias");
+  EXPECT_EQ(found[1].call, "bwd_data 3x3 64->64 2x9x9 pad 1 bf16 residual");
+  EXPECT_EQ(found[2].call, "bwd_filter 3x3 64->64 2x9x9 pad 1 bf16");
+  EXPECT_EQ(found[3].call, "fwd 1x1 64->72 2x6x5 bf16 bias");
+  EXPECT_EQ(found[4].call, "bwd_data 1x1 64->72 2x6x5 bf16 residual");
+  for (const kernels::cuda::ConvFound& f : found) {
+    SCOPED_TRACE(f.call);
+    if (&f == &found[4]) {  // 72 output channels, a residual: neither GEMM v3 nor conv v3 takes it
+      EXPECT_EQ(f.choice, "v2");
+      EXPECT_TRUE(f.ms.empty());
+      continue;
+    }
+    ASSERT_EQ(f.ms.size(), 2u);
+    EXPECT_EQ(f.ms[0].first, "v2");
+    EXPECT_EQ(f.ms[1].first, "v3");
+    EXPECT_GT(f.ms[0].second, 0.0);
+    EXPECT_GT(f.ms[1].second, 0.0);
+    EXPECT_EQ(f.choice, f.ms[1].second < f.ms[0].second ? "v3" : "v2");
+  }
+  // inside a capture: a convolution not yet timed runs v2, bit for bit, and stays untimed
+  const Conv2dShape s{2, 64, 7, 7, 64, 3, 3, 1, 1};
+  const Tensor gx = to_gpu(random({s.n, s.h, s.w, s.c_in}), dt), gw = to_gpu(random({s.c_out, s.c_in, 3, 3}), dt);
+  Tensor y = poisoned({s.n, s.h, s.w, s.c_out}, dt), y_v2 = poisoned({s.n, s.h, s.w, s.c_out}, dt);
+  {
+    const kernels::ScopedConvChoice v2(kernels::ConvChoice::v2);
+    kernels::cuda::conv2d_forward_nhwc(s, gx, gw, Conv2dEpilogue{}, y_v2, stream, auto_v);
+  }
+  const CudaGraph graph = CudaGraph::capture(
+      stream, [&] { kernels::cuda::conv2d_forward_nhwc(s, gx, gw, Conv2dEpilogue{}, y, stream, auto_v); });
+  graph.launch(stream);
+  EXPECT_EQ(kernels::cuda::conv_found().size(), 6u) << "timed inside a capture";
+  const Tensor got = to_cpu_f32(y), ref = to_cpu_f32(y_v2);
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.nbytes()), 0) << "the captured convolution is not v2's";
+  kernels::cuda::conv_forget_found();
+  EXPECT_TRUE(kernels::cuda::conv_found().empty());
 }
 #endif
 

@@ -350,11 +350,14 @@ TEST(Optim, ClipByGlobalNormAndNonFinite) {
 // The GEMM and convolution choices by name and back; other names are an error naming the choice.
 TEST(KernelChoices, NamesRoundTripAndBadNamesAreErrors) {
   for (GemmChoice c : {GemmChoice::v2, GemmChoice::v3}) EXPECT_EQ(parse_gemm_choice(gemm_choice_name(c)), c);
-  for (ConvChoice c : {ConvChoice::v2, ConvChoice::v3}) EXPECT_EQ(parse_conv_choice(conv_choice_name(c)), c);
+  for (ConvChoice c : {ConvChoice::v2, ConvChoice::v3, ConvChoice::find})
+    EXPECT_EQ(parse_conv_choice(conv_choice_name(c)), c);
+  EXPECT_EQ(conv_choice_name(ConvChoice::find), "find");
   EXPECT_EQ(gemm_choice_name(GemmChoice::v3), "v3");
   EXPECT_EQ(conv_choice_name(ConvChoice::v2), "v2");
   HPDT_EXPECT_THROW_MSG(parse_gemm_choice("v4"), "GEMM choice must be 'v2' or 'v3', got 'v4'");
-  HPDT_EXPECT_THROW_MSG(parse_conv_choice("V3"), "convolution choice must be 'v2' or 'v3', got 'V3'");
+  HPDT_EXPECT_THROW_MSG(parse_conv_choice("V3"), "convolution choice must be 'v2', 'v3' or 'find', got 'V3'");
+  HPDT_EXPECT_THROW_MSG(parse_gemm_choice("find"), "GEMM choice must be 'v2' or 'v3', got 'find'");
 }
 
 // The cuDNN algorithm choice: heuristic by default, by name and back, scoped, bad names an error.

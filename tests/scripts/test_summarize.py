@@ -177,6 +177,23 @@ class ConvStep(unittest.TestCase):
         self.assertIn("no step run with --gemm-tuning find", r[0])
         self.assertEqual(n, [])
 
+    def test_conv_found_table_totals_the_timed_convolutions(self):
+        """One row a convolution (v2 untimed where v3 does not take it), and the timed ones added up each way."""
+        t = {"resnet50_bf16_ours_nhwc_conv_find": {"conv_found": [
+            {"call": "fwd 3x3 64->64 256x56x56 pad 1 bf16", "choice": "v3", "ms": {"v2": 0.4, "v3": 0.3}},
+            {"call": "bwd_data 1x1 256->64 256x56x56 bf16", "choice": "v2", "ms": {"v2": 0.5, "v3": 1.0}},
+            {"call": "fwd 7x7s2 3->64 256x224x224 pad 3 bf16", "choice": "v2", "ms": {}}]}}
+        r, n = [], []
+        summarize.conv_found_table(t, r, n)
+        text = "\n".join(r)
+        self.assertEqual(len(n), 3)
+        self.assertIn("| fwd 3x3 64->64 256x56x56 pad 1 bf16 | v3 | 0.400 | 0.300 | 1.33 |", text)
+        self.assertIn("| fwd 7x7s2 3->64 256x224x224 pad 3 bf16 | v2 | — | — | — |", text)
+        self.assertIn("| **the timed ones, each once** | | 0.900 | 1.300 | taken: 0.800 |", text)
+        r, n = [], []
+        summarize.conv_found_table({}, r, n)
+        self.assertIn("no step run with --conv find", r[0])
+
     def test_no_counters_says_so(self):
         text, n = self.table({"conv/x/bf16/fwd/v2_tensor_core": {"real_time": 1.0}})
         self.assertEqual(n, {})

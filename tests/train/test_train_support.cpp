@@ -60,6 +60,7 @@ TEST(TrainOptions, DefaultsAndValues) {
   EXPECT_EQ(parse({}).conv, "v2");
   EXPECT_EQ(parse({"--device", "cuda", "--gemm", "v2"}).gemm, "v2");
   EXPECT_EQ(parse({"--device", "cuda", "--conv", "v3"}).conv, "v3");
+  EXPECT_EQ(parse({"--device", "cuda", "--conv", "find"}).conv, "find");
 }
 
 TEST(TrainOptions, BadValuesNameTheFlag) {
@@ -77,8 +78,10 @@ TEST(TrainOptions, BadValuesNameTheFlag) {
   EXPECT_NE(parse_error({"--gemm", "v3"}).find("--gemm v3 needs --device cuda and --kernels ours"), std::string::npos);
   EXPECT_NE(parse_error({"--device", "cuda", "--kernels", "vendor", "--gemm", "v2"}).find("--gemm v2 needs"),
             std::string::npos);
-  EXPECT_NE(parse_error({"--conv", "v4"}).find("--conv 'v4' is not one of v2|v3"), std::string::npos);
+  EXPECT_NE(parse_error({"--conv", "v4"}).find("--conv 'v4' is not one of v2|v3|find"), std::string::npos);
   EXPECT_NE(parse_error({"--conv", "v3"}).find("--conv v3 needs --device cuda and --kernels ours"), std::string::npos);
+  EXPECT_NE(parse_error({"--conv", "find"}).find("--conv find needs --device cuda and --kernels ours"),
+            std::string::npos);
   EXPECT_NE(parse_error({"--cudnn-algo", "fastest"}).find("--cudnn-algo 'fastest' is not one of heuristic|find"),
             std::string::npos);
   EXPECT_NE(parse_error({"--device", "cuda", "--cudnn-algo", "find"}).find("--cudnn-algo find needs --device cuda and "

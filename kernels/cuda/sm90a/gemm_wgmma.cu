@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "band_epilogue.cuh"
+#include "find.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
 #include "wgmma.cuh"
@@ -334,8 +335,6 @@ FindCache& find_cache() {
   return *c;
 }
 
-constexpr int kFindRuns = 5;  // timed runs a candidate, after one warm-up run; the median counts
-
 std::string describe_call(const Params& p, DType ab_type, DType c_type) {
   std::string s = std::to_string(p.M) + "x" + std::to_string(p.N) + "x" + std::to_string(p.K) + " " +
                   (p.a_kmajor ? "N" : "T") + (p.b_kmajor ? "T" : "N") + " " + std::string(dtype_name(ab_type)) + "->" +
@@ -363,20 +362,6 @@ std::vector<Plan> find_candidates(int64_t n, bool has_pipeline, V3Pipeline pipel
   return out;
 }
 
-// Releases the timing events, also on an exception.
-struct Events {
-  cudaEvent_t e[kFindRuns + 1] = {};
-  Events() {
-    for (cudaEvent_t& x : e) HPDT_CUDA_CHECK(cudaEventCreate(&x));
-  }
-  ~Events() {
-    for (cudaEvent_t x : e)
-      if (x) cudaEventDestroy(x);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-};
-
 // Each candidate's median time on scratch outputs: the call's C (and the GELU's pre-activation) are not written,
 // nor is C read as the call reads it (the scratch C holds whatever the allocator gave: the values do not change
 // the time). Synchronises the stream.
@@ -392,27 +377,8 @@ std::vector<double> time_candidates(const Params& p, const std::vector<Plan>& pl
     aux_scratch = Tensor::empty({c_elems}, c_type, stream.device(), on_stream);
     q.aux = aux_scratch.data();
   }
-  const cudaStream_t s = detail::native(stream);
-  Events ev;
-  std::vector<double> ms;
-  for (const Plan& plan : plans) {
-    launch_plan(q, plan, ab_type, c_type, stream);  // warm-up: the kernel's first launch, its shared-memory limit
-    for (int r = 0; r < kFindRuns; ++r) {
-      HPDT_CUDA_CHECK(cudaEventRecord(ev.e[r], s));
-      launch_plan(q, plan, ab_type, c_type, stream);
-    }
-    HPDT_CUDA_CHECK(cudaEventRecord(ev.e[kFindRuns], s));
-    HPDT_CUDA_CHECK(cudaEventSynchronize(ev.e[kFindRuns]));
-    std::vector<double> runs(kFindRuns);
-    for (int r = 0; r < kFindRuns; ++r) {
-      float t = 0;
-      HPDT_CUDA_CHECK(cudaEventElapsedTime(&t, ev.e[r], ev.e[r + 1]));
-      runs[size_t(r)] = double(t);
-    }
-    std::nth_element(runs.begin(), runs.begin() + kFindRuns / 2, runs.end());
-    ms.push_back(runs[kFindRuns / 2]);
-  }
-  return ms;
+  return find::time_each(int(plans.size()), detail::native(stream),
+                         [&](int i) { launch_plan(q, plans[size_t(i)], ab_type, c_type, stream); });
 }
 
 // The plan of a call under Find: the cached one, else (outside a CUDA-graph capture) the fastest candidate, timed
@@ -438,9 +404,7 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
     if (it != cache.by_key.end()) return it->second.plan;
   }
   const std::vector<Plan> plans = find_candidates(p.N, has_pipeline, pin_pipeline, has_tile, pin_tile);
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  HPDT_CUDA_CHECK(cudaStreamIsCapturing(detail::native(stream), &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) {
+  if (find::capturing(detail::native(stream))) {
     HPDT_LOG(debug) << "gemm v3: " << describe_call(p, ab_type, c_type)
                     << " first seen inside a CUDA-graph capture: not timed, " << plan_name(fallback);
     return fallback;

@@ -37,12 +37,15 @@ GemmChoice parse_gemm_choice(std::string_view name);
 //       output channels, and the NHWC ResNet-50 step was 15 % slower with it);
 //   v3: the 1x1 stride-1 ones as GEMM v3, the others with 64k input channels on conv v3 (wgmma + TMA), each where
 //       it can take the call (a Hopper GPU, an sm_90 build), v2 elsewhere.
+//   find: per convolution (shape, direction, dtypes, fused epilogue), the faster of the two, timed at its first call
+//       on scratch outputs (as GemmTuning::find for GEMM v3's plans; cuda::conv_found() lists the choices). Inside a
+//       CUDA-graph capture a convolution not yet timed runs v2 and stays untimed.
 // One setting per process (hpdt-train / hpdt-bench-train-step --conv). NCHW convolutions have one kernel family.
-enum class ConvChoice { v2, v3 };
+enum class ConvChoice { v2, v3, find };
 
 void set_conv_choice(ConvChoice choice);
 ConvChoice conv_choice();
-// "v2" / "v3"; parse throws hpdt::Error naming the bad value.
+// "v2" / "v3" / "find"; parse throws hpdt::Error naming the bad value.
 std::string_view conv_choice_name(ConvChoice choice);
 ConvChoice parse_conv_choice(std::string_view name);
 

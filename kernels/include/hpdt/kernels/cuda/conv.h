@@ -4,6 +4,10 @@
 // bf16, shapes matching `s`); work is queued on `stream` and not waited for.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/conv.h"
@@ -35,6 +39,21 @@ void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Ten
                                const Tensor* residual = nullptr);
 void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                                  const Stream& stream, ConvVariant variant = ConvVariant::automatic);
+
+// The NHWC convolutions' kernels under kernels::ConvChoice::find (backend.h), one per convolution timed so far in
+// this process, in the order they were found: the call ("bwd_data 3x3 64->64 256x56x56 pad 1 bf16 residual":
+// direction, kernel (and stride), channels, input n x h x w, padding, dtypes, the fused epilogue), the choice ("v2"
+// or "v3") and both times (ms a call, the median of 5 runs after a warm-up run, on a scratch output); where v3
+// does not take the convolution (its checks: 64k channels, alignment, no fused scale/shift/ReLU, ..), v2, untimed
+// (ms empty).
+struct ConvFound {
+  std::string call;
+  std::string choice;
+  std::vector<std::pair<std::string, double>> ms;
+};
+std::vector<ConvFound> conv_found();
+// Forgets them, so that the next call of each convolution is timed again (tests).
+void conv_forget_found();
 
 // cuDNN 9 (the `vendor` backend and the benchmark peer): NCHW or NHWC tensor descriptors (`layout`), f32
 // compute (no TF32 for f32 tensors), algorithms cached per shape as kernels::cudnn_algo() says (backend.h): the

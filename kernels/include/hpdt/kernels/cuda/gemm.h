@@ -77,7 +77,7 @@ bool gemm_v3_built();
 // GEMM v3's plans under kernels::GemmTuning::find (backend.h), one per call shape timed so far in this process, in
 // the order they were found: the call ("12608x3072x768 NT bf16->bf16 bias gelu(erf)": M x N x K, A then B
 // transposed (T) or not (N), A/B and C dtypes, the epilogue), the plan taken ("ws/narrow": pipeline/tile) and each
-// candidate's time (ms a call, the median of kFindRuns after one warm-up run, on scratch outputs).
+// candidate's time (ms a call, the median of 5 runs after one warm-up run, on scratch outputs).
 struct GemmV3Found {
   std::string call;
   std::string plan;
