@@ -30,8 +30,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -1005,13 +1003,9 @@ struct FindKey {
   auto operator<=>(const FindKey&) const = default;
 };
 
-struct FindCache {
-  std::mutex mu;
-  std::map<FindKey, ConvFound> by_key;
-  std::vector<FindKey> order;
-};
-FindCache& find_cache() {
-  static FindCache* c = new FindCache;  // never destroyed: a convolution may run from another static's destructor
+// The process's choices (true: v3), all devices.
+find::Choices<FindKey, bool, ConvFound>& found_choices() {
+  static auto* c = new find::Choices<FindKey, bool, ConvFound>;  // never destroyed
   return *c;
 }
 
@@ -1035,12 +1029,8 @@ std::string describe(const FindKey& k) {
 // inside a capture an untimed convolution takes v2 and stays untimed.
 template <class Run>
 bool found_v3(const FindKey& key, const Tensor& out, const Stream& stream, Run run) {
-  FindCache& cache = find_cache();
-  {
-    const std::lock_guard<std::mutex> lock(cache.mu);
-    const auto it = cache.by_key.find(key);
-    if (it != cache.by_key.end()) return it->second.choice == "v3";
-  }
+  bool cached = false;
+  if (found_choices().lookup(key, cached)) return cached;
   if (find::capturing(detail::native(stream))) {
     HPDT_LOG(debug) << "conv2d (NHWC): " << describe(key) << " first seen inside a CUDA-graph capture: not timed, v2";
     return false;
@@ -1054,11 +1044,10 @@ bool found_v3(const FindKey& key, const Tensor& out, const Stream& stream, Run r
     f.choice = ms[1] < ms[0] ? "v3" : "v2";
     f.ms = {{"v2", ms[0]}, {"v3", ms[1]}};
   }
-  HPDT_LOG(debug) << "conv2d (NHWC): Find took " << f.choice << " for " << f.call << (f.ms.empty() ? " (v3 does not take it)" : "");
-  const std::lock_guard<std::mutex> lock(cache.mu);
-  const auto [it, added] = cache.by_key.emplace(key, std::move(f));
-  if (added) cache.order.push_back(key);
-  return it->second.choice == "v3";
+  HPDT_LOG(debug) << "conv2d (NHWC): Find took " << f.choice << " for " << f.call
+                  << (f.ms.empty() ? " (v3 does not take it)" : "");
+  const bool v3 = f.choice == "v3";
+  return found_choices().add(key, v3, std::move(f));
 }
 
 FindKey find_key(int direction, const Conv2dShape& s, DType in, DType out, const Conv2dEpilogue* e,
@@ -1117,21 +1106,9 @@ void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Te
   if (dbias) conv_detail::bias_grad_nhwc(dy, *dbias, stream);
 }
 
-std::vector<ConvFound> conv_found() {
-  FindCache& cache = find_cache();
-  const std::lock_guard<std::mutex> lock(cache.mu);
-  std::vector<ConvFound> out;
-  for (const FindKey& k : cache.order) out.push_back(cache.by_key.at(k));
-  return out;
-}
+std::vector<ConvFound> conv_found() { return found_choices().reports(); }
 
-void conv_forget_found() {
-  FindCache& cache = find_cache();
-  const std::lock_guard<std::mutex> lock(cache.mu);
-  cache.by_key.clear();
-  cache.order.clear();
-}
-
+void conv_forget_found() { found_choices().clear(); }
 
 void conv2d_filter_from_krsc(const Conv2dShape& s, const Tensor& w_krsc, Tensor& dw, const Stream& stream) {
   const int64_t n = dw.numel();

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/stream.h"
+#include "hpdt/kernels/cuda/gemm.h"
 
 namespace hpdt::kernels::cuda::conv_detail {
 
@@ -50,5 +52,11 @@ struct ConvV3Wgrad {
 // of dy for TMA), stride 1 to 8.
 bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream);
 void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream);
+
+// conv v3's plans under kernels::GemmTuning::find (pipeline and tile per call, as GEMM v3's; the backward-filter's
+// pipeline alone, its tile following co), in the order they were found; cuda::gemm_v3_found() lists them after
+// GEMM v3's, and gemm_v3_forget_found() forgets them too.
+std::vector<GemmV3Found> conv_v3_found();
+void conv_v3_forget_found();
 
 }  // namespace hpdt::kernels::cuda::conv_detail

@@ -1,12 +1,16 @@
-// What the kernels' Find modes share (GEMM v3's plans under kernels::GemmTuning::find, sm90a/gemm_wgmma.cu; the
-// NHWC convolutions' v2 or v3 under kernels::ConvChoice::find, conv_nhwc.cu): timing candidates on the stream, and
-// whether the stream is capturing (a capture cannot be timed: no host waits inside one).
+// What the kernels' Find modes share (GEMM v3's and conv v3's plans under kernels::GemmTuning::find,
+// sm90a/gemm_wgmma.cu and sm90a/conv_wgmma.cu; the NHWC convolutions' v2 or v3 under kernels::ConvChoice::find,
+// conv_nhwc.cu): timing candidates on the stream, whether the stream is capturing (a capture cannot be timed: no host
+// waits inside one), and the process's choices with their reports.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "hpdt/core/check_cuda.h"
@@ -57,5 +61,43 @@ inline std::vector<double> time_each(int n, cudaStream_t s, const std::function<
   }
   return ms;
 }
+
+// The choices of one Find, per key (a call's shape, as far as speed goes), and their reports (what the user sees:
+// the call, the choice, each candidate's time) in the order they were found. Thread-safe; one static per Find,
+// never destroyed (a kernel may run from another static's destructor).
+template <class Key, class Choice, class Report>
+class Choices {
+ public:
+  bool lookup(const Key& k, Choice& out) const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = by_key_.find(k);
+    if (it == by_key_.end()) return false;
+    out = it->second.first;
+    return true;
+  }
+  // Keeps the first choice made for `k` (two threads may time the same key) and returns it.
+  Choice add(const Key& k, const Choice& c, Report r) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto [it, added] = by_key_.emplace(k, std::make_pair(c, std::move(r)));
+    if (added) order_.push_back(k);
+    return it->second.first;
+  }
+  std::vector<Report> reports() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Report> out;
+    for (const Key& k : order_) out.push_back(by_key_.at(k).second);
+    return out;
+  }
+  void clear() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    by_key_.clear();
+    order_.clear();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<Key, std::pair<Choice, Report>> by_key_;
+  std::vector<Key> order_;
+};
 
 }  // namespace hpdt::kernels::cuda::find

@@ -23,6 +23,7 @@
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #include "band_epilogue.cuh"
+#include "conv_v3.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
 #include "vendor.cuh"
@@ -586,7 +587,9 @@ bool gemm_v3_built() { return HPDT_HAVE_GEMM_WGMMA + 0 != 0; }
 
 std::vector<GemmV3Found> gemm_v3_found() {
 #if HPDT_HAVE_GEMM_WGMMA
-  return gemm_detail::v3_found();
+  std::vector<GemmV3Found> out = gemm_detail::v3_found();
+  for (GemmV3Found& f : conv_detail::conv_v3_found()) out.push_back(std::move(f));
+  return out;
 #else
   return {};
 #endif
@@ -595,6 +598,7 @@ std::vector<GemmV3Found> gemm_v3_found() {
 void gemm_v3_forget_found() {
 #if HPDT_HAVE_GEMM_WGMMA
   gemm_detail::v3_forget_found();
+  conv_detail::conv_v3_forget_found();
 #endif
 }
 

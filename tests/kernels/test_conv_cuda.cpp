@@ -885,6 +885,94 @@ TEST_F(ConvCuda, NhwcFindTimesV2AndV3OnScratchOutputs) {
 #endif
 
 #if HPDT_HAVE_CUDA
+// conv v3 under kernels::GemmTuning::find (--conv v3 --gemm-tuning find): each call's first run times GEMM v3's
+// candidate plans (pipeline x tile; the backward-filter's two pipelines) on a scratch output, then runs the fastest.
+// A 3x3 with 64 and with 128 output channels (slim, and narrow / wide), all three directions against the oracle (dw
+// accumulating: had a timing run touched the real dw, it would be off); the reports (after GEMM v3's, in
+// cuda::gemm_v3_found), each candidate timed, the fastest taken; a repeat not timed again; inside a capture an
+// untimed call runs the rule's plan and stays untimed.
+TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
+  {
+    const Tensor probe = poisoned({64, 64}, DType::bf16);
+    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
+                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
+      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  }
+  const kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
+  const kernels::ScopedGemmTuning find(kernels::GemmTuning::find);
+  kernels::cuda::gemm_v3_forget_found();
+  const auto auto_v = kernels::cuda::ConvVariant::automatic;
+  const DType dt = DType::bf16;
+  const Case cases[] = {{"3x3 64->64 at 9x9", 2, 64, 9, 9, 64, 3, 1, 1}, {"3x3 64->128 at 6x7", 1, 64, 6, 7, 128, 3, 1, 1}};
+  for (int pass = 0; pass < 2; ++pass)
+    for (const Case& c : cases) {
+      const Conv2dShape s = c.shape();
+      SCOPED_TRACE(std::string(c.name) + (pass ? ", again" : ""));
+      const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
+      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
+                   db0 = random({s.c_out});
+      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
+                                   round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
+      Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+      Conv2dEpilogue e;
+      e.bias = &gb;
+      kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, y, stream, auto_v);
+      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v);
+      kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
+      const double l_filter = double(s.n * s.out_h() * s.out_w());
+      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, double(s.c_in * 9), Impl::v2))) << "forward";
+      EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, double(s.c_out * 9), Impl::v2))) << "backward-data";
+      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
+    }
+  const std::vector<kernels::cuda::GemmV3Found> found = kernels::cuda::gemm_v3_found();
+  ASSERT_EQ(found.size(), 6u) << "one report per call shape, not one per call";
+  EXPECT_EQ(found[0].call, "conv v3 fwd 3x3 64->64 2x9x9 -> 9x9 bf16 bias");
+  EXPECT_EQ(found[1].call, "conv v3 bwd_data phase 3x3 64->64 2x9x9 -> 9x9 bf16");
+  EXPECT_EQ(found[2].call, "conv v3 bwd_filter 3x3 64->64 2x9x9 pad 1 bf16");
+  EXPECT_EQ(found[3].call, "conv v3 fwd 3x3 64->128 1x6x7 -> 6x7 bf16 bias");
+  for (size_t i = 0; i < found.size(); ++i) {
+    const kernels::cuda::GemmV3Found& f = found[i];
+    SCOPED_TRACE(f.call);
+    std::vector<std::string> names;
+    double best = 1e300;
+    for (const auto& [plan, ms] : f.ms) {
+      names.push_back(plan);
+      EXPECT_GT(ms, 0.0);
+      best = std::min(best, ms);
+    }
+    // the N of each: co (forward), ci (backward-data: 64, slim), co (backward-filter, whose tile follows it)
+    const bool wgrad = i % 3 == 2, wide = i == 3;
+    if (wgrad)
+      EXPECT_EQ(names, (std::vector<std::string>{i < 3 ? "barrier/slim" : "barrier/narrow", i < 3 ? "ws/slim" : "ws/narrow"}));
+    else if (wide)
+      EXPECT_EQ(names, (std::vector<std::string>{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide", "pingpong/narrow"}));
+    else
+      EXPECT_EQ(names, (std::vector<std::string>{"barrier/slim", "ws/slim", "pingpong/slim"}));
+    const auto taken = std::find_if(f.ms.begin(), f.ms.end(), [&](const auto& r) { return r.first == f.plan; });
+    ASSERT_NE(taken, f.ms.end()) << f.plan;
+    EXPECT_EQ(taken->second, best);
+  }
+  // inside a capture: a call not yet timed runs the rule's plan and stays untimed
+  const Conv2dShape s{1, 64, 5, 5, 64, 3, 3, 1, 1};
+  const Tensor gx = to_gpu(random({s.n, s.h, s.w, s.c_in}), dt), gw = to_gpu(random({s.c_out, s.c_in, 3, 3}), dt);
+  Tensor y = poisoned({s.n, s.h, s.w, s.c_out}, dt), y_rule = poisoned({s.n, s.h, s.w, s.c_out}, dt);
+  {
+    const kernels::ScopedGemmTuning rule(kernels::GemmTuning::heuristic);
+    kernels::cuda::conv2d_forward_nhwc(s, gx, gw, Conv2dEpilogue{}, y_rule, stream, auto_v);
+  }
+  const CudaGraph graph = CudaGraph::capture(
+      stream, [&] { kernels::cuda::conv2d_forward_nhwc(s, gx, gw, Conv2dEpilogue{}, y, stream, auto_v); });
+  graph.launch(stream);
+  EXPECT_EQ(kernels::cuda::gemm_v3_found().size(), 6u) << "timed inside a capture";
+  const Tensor got = to_cpu_f32(y), ref = to_cpu_f32(y_rule);
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.nbytes()), 0) << "the captured convolution is not the rule's";
+  kernels::cuda::gemm_v3_forget_found();
+  EXPECT_TRUE(kernels::cuda::gemm_v3_found().empty());
+}
+#endif
+
+#if HPDT_HAVE_CUDA
 // With kernels::conv_choice() v3 and ConvVariant::automatic, the NHWC implicit GEMMs with 64k channels run on conv
 // v3 (wgmma + TMA, conv_v3.cuh): the forward with ci % 64 == 0 (bias and residual in its epilogue), every stride
 // phase of backward-data with co % 64 == 0 (with its residual) and the backward-filter with ci % 64 == 0 and

@@ -34,15 +34,22 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "conv_common.cuh"
 #include "conv_v3.cuh"
 #include "band_epilogue.cuh"
+#include "find.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
 #include "wgmma.cuh"
 #include "hpdt/core/error.h"
+#include "hpdt/core/log.h"
+#include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/cuda/gemm.h"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(HPDT_CUDA_EMU)
 #error "conv_wgmma.cu is built for sm_90a only (wgmma and TMA); kernels/CMakeLists.txt gives it its own target"
@@ -226,11 +233,11 @@ __global__ void __launch_bounds__(kWsThreads<C>, 1)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// launch(std::bool_constant<WS>) with the pipeline HPDT_GEMM_V3_PIPELINE chooses (v3_pipeline; the backward-filter has
-// "barrier" and "ws", and runs "ws" under "pingpong")
+// launch(std::bool_constant<WS>) on `pipeline` (the backward-filter has "barrier" and "ws", and runs "ws" under
+// "pingpong")
 template <class Launch>
-void on_chosen_pipeline(Launch launch) {
-  if (v3_pipeline() != V3Pipeline::barrier)
+void on_pipeline(V3Pipeline pipeline, Launch launch) {
+  if (pipeline != V3Pipeline::barrier)
     launch(std::true_type{});
   else
     launch(std::false_type{});
@@ -259,7 +266,7 @@ PixelBox choose_box(int log2_pixels, int n, int h, int w, int stride, int64_t* c
 }
 
 template <class T, class C>
-void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stream& stream) {
+void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline pipeline, const Stream& stream) {
   p.tiles_n = int(ceil_div(c.M, C::BN));
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
@@ -275,7 +282,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
   const CUtensorMap map_w = swizzled_map("conv v3 (weights)", c.w, 2, w_dims, w_strides, w_box, dt);
   const int sms = detail::sm_count(stream.device().index);
-  if (v3_pipeline() == V3Pipeline::pingpong) {
+  if (pipeline == V3Pipeline::pingpong) {
     if constexpr (C::BN <= 128) {
       constexpr auto kernel = conv_v3_pingpong_kernel<T, C>;
       detail::allow_dynamic_smem<kernel>(kConvSmem<C>);
@@ -297,7 +304,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, const Stre
         map_src, map_w, q, p);
     HPDT_CUDA_CHECK_LAUNCH();
   };
-  on_chosen_pipeline(go);
+  on_pipeline(pipeline, go);
 }
 
 // ---- backward-filter ----------------------------------------------------------------------------------
@@ -382,7 +389,8 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
 }
 
 template <class T, class C>
-void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view, const Stream& stream) {
+void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view, V3Pipeline pipeline,
+                  const Stream& stream) {
   const int device = stream.device().index;
   const int64_t n_tiles = ceil_div(c.co, C::BN), tiles = int64_t(q.m_tiles) * n_tiles;
   const detail::SplitK sk = detail::choose_split_k(tiles, q.kt_total, detail::sm_count(device),
@@ -417,11 +425,64 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
     kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), C::kSmem, detail::native(stream)>>>(map_x, map_dy, q);
     HPDT_CUDA_CHECK_LAUNCH();
   };
-  on_chosen_pipeline(go);
+  on_pipeline(pipeline, go);
   if (splits > 1) wgrad_reduce(ws.data<float>(), splits, dw_view, detail::native(stream));
 }
 
+// ---- Find (kernels::GemmTuning::find, as GEMM v3's: gemm_wgmma.cu) -------------------------------------------
+
+// The process's plans, per call (its fields as a string key: every one that shapes the work, the pins), and their
+// reports, which cuda::gemm_v3_found() lists after GEMM v3's.
+find::Choices<std::string, V3Plan, GemmV3Found>& found_plans() {
+  static auto* c = new find::Choices<std::string, V3Plan, GemmV3Found>;  // never destroyed
+  return *c;
+}
+
+// (strings through ostringstream: GCC 12's -Wrestrict misfires on chains of std::string +)
+std::string pins_key(const V3Pins& pins) {
+  std::ostringstream os;
+  os << "|" << pins.pipeline << "|" << pins.tile;
+  return os.str();
+}
+
+// The plan under Find: the cached one, else (outside a CUDA-graph capture) the fastest of `plans`, each timed by
+// run(plan) on a scratch output; inside a capture an untimed call takes `fallback` (the rule's) and stays untimed.
+template <class Run>
+V3Plan found_plan(const std::string& key, const std::string& call, const std::vector<V3Plan>& plans,
+                  const V3Plan& fallback, const Stream& stream, Run run) {
+  V3Plan cached{};
+  if (found_plans().lookup(key, cached)) return cached;
+  if (find::capturing(detail::native(stream))) {
+    HPDT_LOG(debug) << call << " first seen inside a CUDA-graph capture: not timed, " << v3_plan_name(fallback);
+    return fallback;
+  }
+  GemmV3Found report;
+  report.call = call;
+  size_t best = 0;
+  if (plans.size() > 1) {
+    const std::vector<double> ms =
+        find::time_each(int(plans.size()), detail::native(stream), [&](int i) { run(plans[size_t(i)]); });
+    for (size_t i = 0; i < plans.size(); ++i) {
+      report.ms.emplace_back(v3_plan_name(plans[i]), ms[i]);
+      if (ms[i] < ms[best]) best = i;
+    }
+  }
+  report.plan = v3_plan_name(plans[best]);
+  HPDT_LOG(debug) << "conv v3: Find took " << report.plan << " for " << report.call;
+  return found_plans().add(key, plans[best], std::move(report));
+}
+
+std::string kernel_name(int kh, int kw, int stride) {
+  std::ostringstream os;
+  os << kh << "x" << kw;
+  if (stride > 1) os << "s" << stride;
+  return os.str();
+}
+
 }  // namespace
+
+std::vector<GemmV3Found> conv_v3_found() { return found_plans().reports(); }
+void conv_v3_forget_found() { found_plans().clear(); }
 
 bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream) {
   const int64_t K = int64_t(c.kh) * c.kw * c.ci;
@@ -441,17 +502,42 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
   q.kt_total = int(boxes);
   q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.stride = c.stride, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
   q.m_tiles = int(ceil_div(q.K, kBM));
-  q.dw = c.dw;
   // dw as a flat tensor for wgrad_reduce (it adds the splits into dw.numel() elements)
-  Tensor dw_view = Tensor::wrap(c.dw, {int64_t(c.co) * q.K}, dt, stream.device());
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    if (c.co <= 64) launch_wgrad<T, Slim>(c, q, dt, dw_view, stream);
-    else if (c.co <= 128) launch_wgrad<T, Narrow>(c, q, dt, dw_view, stream);
-    else launch_wgrad<T, Wide>(c, q, dt, dw_view, stream);
+  // the tile follows co; the pipeline by rule, or under Find the faster of barrier and ws (pingpong runs ws here)
+  const V3Tile tile = c.co <= 64 ? V3Tile::slim : c.co <= 128 ? V3Tile::narrow : V3Tile::wide;
+  const auto launch_on = [&](V3Pipeline pipeline, void* dw) {
+    WgradTiles qq = q;
+    qq.dw = dw;
+    // dw as a flat tensor for wgrad_reduce (it adds the splits into dw.numel() elements)
+    Tensor dw_view = Tensor::wrap(dw, {int64_t(c.co) * q.K}, dt, stream.device());
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      if (tile == V3Tile::slim) launch_wgrad<T, Slim>(c, qq, dt, dw_view, pipeline, stream);
+      else if (tile == V3Tile::narrow) launch_wgrad<T, Narrow>(c, qq, dt, dw_view, pipeline, stream);
+      else launch_wgrad<T, Wide>(c, qq, dt, dw_view, pipeline, stream);
+    };
+    if (dt == DType::bf16) run(bf16_t{});
+    else run(f16_t{});
   };
-  if (dt == DType::bf16) run(bf16_t{});
-  else run(f16_t{});
+  V3Pipeline pipeline = v3_pipeline() == V3Pipeline::barrier ? V3Pipeline::barrier : V3Pipeline::ws;
+  if (gemm_tuning() == GemmTuning::find) {
+    const V3Pins pins = v3_pins();
+    std::vector<V3Plan> plans{{V3Pipeline::barrier, tile}, {V3Pipeline::ws, tile}};
+    if (pins.pipeline >= 0) plans = {{pipeline, tile}};
+    std::ostringstream call, key;
+    call << "conv v3 bwd_filter " << kernel_name(c.kh, c.kw, c.stride) << " " << c.ci << "->" << c.co << " " << c.n
+         << "x" << c.h << "x" << c.w;
+    if (c.pad) call << " pad " << c.pad;
+    call << " " << dtype_name(dt);
+    key << "wgrad|" << call.str() << "|" << stream.device().index << pins_key(pins);
+    Tensor scratch;
+    pipeline = found_plan(key.str(), call.str(), plans, {pipeline, tile}, stream, [&](const V3Plan& plan) {
+                 if (!scratch.defined())
+                   scratch = Tensor::empty({int64_t(c.co) * q.K}, dt, stream.device(), AllocOptions{.stream = &stream});
+                 launch_on(plan.pipeline, scratch.data());
+               }).pipeline;
+  }
+  launch_on(pipeline, c.dw);
 }
 
 bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
@@ -481,16 +567,38 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.bias = c.bias, p.res = c.residual;
   p.tiles_m = int(boxes);
   p.kt_per_split = p.K / kBK;
-  // N tile: as GEMM v3 chooses (wgmma.cuh: v3_tile; slim for up to 64 output channels)
-  const V3Tile tile = v3_tile(p.tiles_m, c.M, detail::sm_count(stream.device().index));
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    if (tile == V3Tile::slim) launch<T, Slim>(c, q, p, dt, stream);
-    else if (tile == V3Tile::wide) launch<T, Wide>(c, q, p, dt, stream);
-    else launch<T, Narrow>(c, q, p, dt, stream);
+  const auto launch_plan = [&](const V3Plan& plan, void* dst) {
+    Params pp = p;
+    pp.C = dst;
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      if (plan.tile == V3Tile::slim) launch<T, Slim>(c, q, pp, dt, plan.pipeline, stream);
+      else if (plan.tile == V3Tile::wide) launch<T, Wide>(c, q, pp, dt, plan.pipeline, stream);
+      else launch<T, Narrow>(c, q, pp, dt, plan.pipeline, stream);
+    };
+    if (dt == DType::bf16) run(bf16_t{});
+    else run(f16_t{});
   };
-  if (dt == DType::bf16) run(bf16_t{});
-  else run(f16_t{});
+  // The plan: by rule (N tile as GEMM v3 chooses, wgmma.cuh: v3_tile; slim for up to 64 output channels), or under
+  // Find the fastest of GEMM v3's candidates, timed on a scratch dst
+  V3Plan plan{v3_pipeline(), v3_tile(p.tiles_m, c.M, detail::sm_count(stream.device().index))};
+  if (gemm_tuning() == GemmTuning::find) {
+    const V3Pins pins = v3_pins();
+    std::ostringstream call, key;
+    call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " " << c.C
+         << "->" << c.M << " " << c.n << "x" << c.hs << "x" << c.ws << " -> " << c.hp << "x" << c.wp << " "
+         << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "");
+    key << call.str() << "|" << c.ldw << "|" << c.oy0 << "|" << c.ox0 << "|" << c.dst_h << "|" << c.dst_w << "|"
+        << c.dys << "|" << c.dy0 << "|" << c.dxs << "|" << c.dx0 << "|" << stream.device().index << pins_key(pins);
+    Tensor scratch;
+    plan = found_plan(key.str(), call.str(), v3_find_candidates(c.M, pins), plan, stream, [&](const V3Plan& candidate) {
+      if (!scratch.defined())
+        scratch = Tensor::empty({int64_t(c.n) * c.dst_h * c.dst_w * c.M}, dt, stream.device(),
+                                AllocOptions{.stream = &stream});
+      launch_plan(candidate, scratch.data());
+    });
+  }
+  launch_plan(plan, c.dst);
 }
 
 }  // namespace hpdt::kernels::cuda::conv_detail

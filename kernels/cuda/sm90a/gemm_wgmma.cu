@@ -28,8 +28,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -281,17 +279,7 @@ void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const St
   if (splits > 1) splitk_reduce(p, splits, c_type, s);
 }
 
-// What runs a call: a pipeline and a block tile.
-struct Plan {
-  V3Pipeline pipeline;
-  V3Tile tile;
-};
-
-const char* pipeline_name(V3Pipeline p) {
-  return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
-}
-const char* tile_name(V3Tile t) { return t == V3Tile::slim ? "slim" : t == V3Tile::wide ? "wide" : "narrow"; }
-std::string plan_name(const Plan& plan) { return std::string(pipeline_name(plan.pipeline)) + "/" + tile_name(plan.tile); }
+using Plan = V3Plan;
 
 void launch_plan(const Params& p, const Plan& plan, DType ab_type, DType c_type, const Stream& stream) {
   const auto run = [&](auto tag) {
@@ -319,19 +307,9 @@ struct FindKey {
   auto operator<=>(const FindKey&) const = default;
 };
 
-struct FindEntry {
-  Plan plan;
-  GemmV3Found report;
-};
-
-// The process's choices (all devices), and their order of discovery for gemm_v3_found().
-struct FindCache {
-  std::mutex mu;
-  std::map<FindKey, FindEntry> by_key;
-  std::vector<FindKey> order;
-};
-FindCache& find_cache() {
-  static FindCache* c = new FindCache;  // never destroyed: a GEMM may run from another static's destructor
+// The process's choices (all devices).
+find::Choices<FindKey, Plan, GemmV3Found>& found_plans() {
+  static auto* c = new find::Choices<FindKey, Plan, GemmV3Found>;  // never destroyed
   return *c;
 }
 
@@ -345,21 +323,6 @@ std::string describe_call(const Params& p, DType ab_type, DType c_type) {
   if (p.act == kActGelu) s += p.gelu_tanh ? " gelu(tanh)" : " gelu(erf)";
   if (p.act == kActGeluGrad) s += p.gelu_tanh ? " gelu_grad(tanh)" : " gelu_grad(erf)";
   return s;
-}
-
-// The candidates for a call N wide: every pipeline and tile (slim where N <= 64, where wider tiles multiply zeros;
-// else narrow and wide), less pingpong with the wide tile, each restricted to its pin.
-std::vector<Plan> find_candidates(int64_t n, bool has_pipeline, V3Pipeline pipeline, bool has_tile, V3Tile tile) {
-  if (has_pipeline && has_tile) check_v3_pins(pipeline, tile);
-  std::vector<V3Pipeline> pipelines{V3Pipeline::barrier, V3Pipeline::ws, V3Pipeline::pingpong};
-  std::vector<V3Tile> tiles = n <= 64 ? std::vector<V3Tile>{V3Tile::slim} : std::vector<V3Tile>{V3Tile::narrow, V3Tile::wide};
-  if (has_pipeline) pipelines = {pipeline};
-  if (has_tile) tiles = {tile};
-  std::vector<Plan> out;
-  for (V3Pipeline pl : pipelines)
-    for (V3Tile t : tiles)
-      if (pl != V3Pipeline::pingpong || t != V3Tile::wide) out.push_back({pl, t});
-  return out;
 }
 
 // Each candidate's median time on scratch outputs: the call's C (and the GELU's pre-activation) are not written,
@@ -392,40 +355,30 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
   key.c_f32 = p.c_f32;
   key.mode = band_mode(p);
   key.bias = p.bias != nullptr, key.res = p.res != nullptr, key.aux = p.aux != nullptr, key.beta = p.beta != 0.0f;
-  V3Pipeline pin_pipeline = V3Pipeline::barrier;
-  V3Tile pin_tile = V3Tile::narrow;
-  const bool has_pipeline = pinned_v3_pipeline(pin_pipeline), has_tile = pinned_v3_tile(pin_tile);
-  key.pin_pipeline = has_pipeline ? int(pin_pipeline) : -1;
-  key.pin_tile = has_tile ? int(pin_tile) : -1;
-  FindCache& cache = find_cache();
-  {
-    const std::lock_guard<std::mutex> lock(cache.mu);
-    const auto it = cache.by_key.find(key);
-    if (it != cache.by_key.end()) return it->second.plan;
-  }
-  const std::vector<Plan> plans = find_candidates(p.N, has_pipeline, pin_pipeline, has_tile, pin_tile);
+  const V3Pins pins = v3_pins();
+  key.pin_pipeline = pins.pipeline;
+  key.pin_tile = pins.tile;
+  Plan cached;
+  if (found_plans().lookup(key, cached)) return cached;
+  const std::vector<Plan> plans = v3_find_candidates(p.N, pins);
   if (find::capturing(detail::native(stream))) {
     HPDT_LOG(debug) << "gemm v3: " << describe_call(p, ab_type, c_type)
-                    << " first seen inside a CUDA-graph capture: not timed, " << plan_name(fallback);
+                    << " first seen inside a CUDA-graph capture: not timed, " << v3_plan_name(fallback);
     return fallback;
   }
-  FindEntry entry;
-  entry.report.call = describe_call(p, ab_type, c_type);
+  GemmV3Found report;
+  report.call = describe_call(p, ab_type, c_type);
   size_t best = 0;
   if (plans.size() > 1) {
     const std::vector<double> ms = time_candidates(p, plans, ab_type, c_type, stream);
     for (size_t i = 0; i < plans.size(); ++i) {
-      entry.report.ms.emplace_back(plan_name(plans[i]), ms[i]);
+      report.ms.emplace_back(v3_plan_name(plans[i]), ms[i]);
       if (ms[i] < ms[best]) best = i;
     }
   }
-  entry.plan = plans[best];
-  entry.report.plan = plan_name(plans[best]);
-  HPDT_LOG(debug) << "gemm v3: Find took " << entry.report.plan << " for " << entry.report.call;
-  const std::lock_guard<std::mutex> lock(cache.mu);
-  const auto [it, added] = cache.by_key.emplace(key, std::move(entry));
-  if (added) cache.order.push_back(key);
-  return it->second.plan;
+  report.plan = v3_plan_name(plans[best]);
+  HPDT_LOG(debug) << "gemm v3: Find took " << report.plan << " for " << report.call;
+  return found_plans().add(key, plans[best], std::move(report));
 }
 
 }  // namespace
@@ -451,19 +404,8 @@ void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   launch_plan(p, plan, ab_type, c_type, stream);
 }
 
-std::vector<GemmV3Found> v3_found() {
-  FindCache& cache = find_cache();
-  const std::lock_guard<std::mutex> lock(cache.mu);
-  std::vector<GemmV3Found> out;
-  for (const FindKey& k : cache.order) out.push_back(cache.by_key.at(k).report);
-  return out;
-}
+std::vector<GemmV3Found> v3_found() { return found_plans().reports(); }
 
-void v3_forget_found() {
-  FindCache& cache = find_cache();
-  const std::lock_guard<std::mutex> lock(cache.mu);
-  cache.by_key.clear();
-  cache.order.clear();
-}
+void v3_forget_found() { found_plans().clear(); }
 
 }  // namespace hpdt::kernels::cuda::gemm_detail

@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "split_k.cuh"
 #include "hpdt/core/check_cuda.h"
@@ -527,6 +529,49 @@ inline V3Tile v3_tile(int64_t tiles_m, int64_t n, int64_t sms) {
   const int64_t wide_tiles = tiles_m * ((n + Wide::BN - 1) / Wide::BN);
   const int64_t narrow_tiles = tiles_m * ((n + Narrow::BN - 1) / Narrow::BN);
   return detail::wide_tile_by_waves(wide_tiles, narrow_tiles, sms) ? V3Tile::wide : V3Tile::narrow;
+}
+
+// A plan of GEMM v3 or conv v3: the pipeline and the block tile. Under kernels::GemmTuning::find each call shape
+// takes the fastest of v3_find_candidates, timed (gemm_wgmma.cu, conv_wgmma.cu); by rule v3_pipeline / v3_tile.
+struct V3Plan {
+  V3Pipeline pipeline;
+  V3Tile tile;
+};
+inline const char* v3_pipeline_name(V3Pipeline p) {
+  return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
+}
+inline const char* v3_tile_name(V3Tile t) { return t == V3Tile::slim ? "slim" : t == V3Tile::wide ? "wide" : "narrow"; }
+inline std::string v3_plan_name(const V3Plan& plan) {
+  return std::string(v3_pipeline_name(plan.pipeline)) + "/" + v3_tile_name(plan.tile);
+}
+
+// HPDT_GEMM_V3_PIPELINE's and HPDT_GEMM_V3_TILE's pins as ints (-1 unset), part of a Find key: they restrict the
+// candidates.
+struct V3Pins {
+  int pipeline = -1, tile = -1;
+};
+inline V3Pins v3_pins() {
+  V3Pins pins;
+  V3Pipeline p = V3Pipeline::barrier;
+  V3Tile t = V3Tile::narrow;
+  if (pinned_v3_pipeline(p)) pins.pipeline = int(p);
+  if (pinned_v3_tile(t)) pins.tile = int(t);
+  return pins;
+}
+
+// Find's candidates for a call n wide: every pipeline and tile (slim where n <= 64, where wider tiles multiply
+// zeros; else narrow and wide), less pingpong with the wide tile, each restricted to its pin.
+inline std::vector<V3Plan> v3_find_candidates(int64_t n, const V3Pins& pins) {
+  if (pins.pipeline >= 0 && pins.tile >= 0) check_v3_pins(V3Pipeline(pins.pipeline), V3Tile(pins.tile));
+  std::vector<V3Pipeline> pipelines{V3Pipeline::barrier, V3Pipeline::ws, V3Pipeline::pingpong};
+  std::vector<V3Tile> tiles = n <= 64 ? std::vector<V3Tile>{V3Tile::slim} : std::vector<V3Tile>{V3Tile::narrow, V3Tile::wide};
+  if (pins.pipeline >= 0) pipelines = {V3Pipeline(pins.pipeline)};
+  if (pins.tile >= 0) tiles = {V3Tile(pins.tile)};
+  std::vector<V3Plan> out;
+  for (V3Pipeline pl : pipelines)
+    for (V3Tile t : tiles)
+      if (pl != V3Pipeline::pingpong || t != V3Tile::wide) out.push_back({pl, t});
+  return out;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {

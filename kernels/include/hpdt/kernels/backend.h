@@ -67,12 +67,13 @@ CudnnAlgo cudnn_algo();
 std::string_view cudnn_algo_name(CudnnAlgo algo);
 CudnnAlgo parse_cudnn_algo(std::string_view name);
 
-// How GEMM v3 (our Hopper GEMM, GemmChoice::v3) picks its pipeline and block tile, per call shape (sizes, layouts,
-// dtypes, epilogue), once per process:
+// How GEMM v3 (our Hopper GEMM, GemmChoice::v3) and conv v3 (ConvChoice::v3) pick their pipeline and block tile, per
+// call shape (sizes, layouts, dtypes, epilogue), once per process:
 //   heuristic: by rule (the default): the "barrier" pipeline, the tile by whole waves (kernels/cuda/split_k.cuh);
-//   find:      the fastest of its pipelines ("barrier", "ws", "pingpong") and tiles (128 x 128, 128 x 256; 128 x 64
-//              where N <= 64), timed at the shape's first call on scratch outputs, as cuDNN's Find (CudnnAlgo) and
-//              PyTorch's cudnn.benchmark do for convolutions. The choices: cuda::gemm_v3_found(). A call inside a
+//   find:      the fastest of their pipelines ("barrier", "ws", "pingpong") and tiles (128 x 128, 128 x 256; 128 x 64
+//              where N <= 64; conv v3's backward-filter: barrier or ws, its tile following co), timed at the shape's
+//              first call on scratch outputs, as cuDNN's Find (CudnnAlgo) and PyTorch's cudnn.benchmark do for
+//              convolutions. The choices: cuda::gemm_v3_found() (GEMM v3's, then conv v3's). A call inside a
 //              CUDA-graph capture cannot be timed: an untimed shape there takes the heuristic's plan (time it in a
 //              warm-up step first, as hpdt-bench-train-step does). HPDT_GEMM_V3_PIPELINE / HPDT_GEMM_V3_TILE, when
 //              set, still pin theirs; Find then times the rest.

@@ -75,7 +75,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 bool gemm_v3_built();
 
 // GEMM v3's plans under kernels::GemmTuning::find (backend.h), one per call shape timed so far in this process, in
-// the order they were found: the call ("12608x3072x768 NT bf16->bf16 bias gelu(erf)": M x N x K, A then B
+// the order they were found, then conv v3's (calls "conv v3 fwd 3x3 64->64 256x56x56 -> 56x56 bf16", "conv v3
+// bwd_data phase ..", "conv v3 bwd_filter ..."): the call ("12608x3072x768 NT bf16->bf16 bias gelu(erf)": M x N x K, A then B
 // transposed (T) or not (N), A/B and C dtypes, the epilogue), the plan taken ("ws/narrow": pipeline/tile) and each
 // candidate's time (ms a call, the median of 5 runs after one warm-up run, on scratch outputs).
 struct GemmV3Found {
@@ -84,7 +85,7 @@ struct GemmV3Found {
   std::vector<std::pair<std::string, double>> ms;
 };
 std::vector<GemmV3Found> gemm_v3_found();
-// Forgets them, so that the next call of each shape is timed again (tests).
+// Forgets them (GEMM v3's and conv v3's), so that the next call of each shape is timed again (tests).
 void gemm_v3_forget_found();
 
 // The variant gemm() runs for these arguments and this request (never `automatic`): the fallbacks
