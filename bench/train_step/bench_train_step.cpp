@@ -302,24 +302,20 @@ int main(int argc, char** argv) {
       r["cuda_runtime"] = hpdt::cuda_runtime_version();
       r["peak_device_bytes"] = hpdt::cuda_caching_allocator(0).stats().peak_bytes_in_use;
 #if HPDT_HAVE_CUDA
-      if (gemm_tuning == "find") {  // GEMM v3's plan for each shape, and every candidate's time
-        nlohmann::json found = nlohmann::json::array();
-        for (const hpdt::kernels::cuda::GemmV3Found& f : hpdt::kernels::cuda::gemm_v3_found()) {
+      // what the Finds chose: per call, the choice and every candidate's time
+      const auto found_json = [](const auto& found, const char* choice_key, auto choice_of) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (const auto& f : found) {
           nlohmann::json ms = nlohmann::json::object();
-          for (const auto& [plan, t] : f.ms) ms[plan] = t;
-          found.push_back({{"call", f.call}, {"plan", f.plan}, {"ms", ms}});
+          for (const auto& [name, t] : f.ms) ms[name] = t;
+          rows.push_back({{"call", f.call}, {choice_key, choice_of(f)}, {"ms", ms}});
         }
-        r["gemm_v3_found"] = found;
-      }
-      if (conv_name == "find") {  // the NHWC convolutions' kernels, and both times
-        nlohmann::json found = nlohmann::json::array();
-        for (const hpdt::kernels::cuda::ConvFound& f : hpdt::kernels::cuda::conv_found()) {
-          nlohmann::json ms = nlohmann::json::object();
-          for (const auto& [choice, t] : f.ms) ms[choice] = t;
-          found.push_back({{"call", f.call}, {"choice", f.choice}, {"ms", ms}});
-        }
-        r["conv_found"] = found;
-      }
+        return rows;
+      };
+      if (gemm_tuning == "find")
+        r["gemm_v3_found"] = found_json(hpdt::kernels::cuda::gemm_v3_found(), "plan", [](const auto& f) { return f.plan; });
+      if (conv_name == "find")
+        r["conv_found"] = found_json(hpdt::kernels::cuda::conv_found(), "choice", [](const auto& f) { return f.choice; });
 #endif
       std::printf("%s\n", r.dump().c_str());
     }

@@ -257,6 +257,39 @@ class ConvCuda : public test::CudaOracleTest {
     if (!misaligned) return poisoned(sh, dt);
     return poisoned({sh.numel() + 8}, dt).flat(1, sh.numel()).view(sh);
   }
+
+#if HPDT_HAVE_CUDA
+  // The three directions of NHWC convolution `c` (ConvVariant::automatic: as the kernel choices say) against the
+  // oracle: the forward with a bias, the backward-data (with a residual when `residual`), the backward-filter
+  // accumulating onto dw and dbias.
+  void expect_nhwc_directions_right(const Case& c, DType dt, bool residual) {
+    const auto auto_v = kernels::cuda::ConvVariant::automatic;
+    const Conv2dShape s = c.shape();
+    const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
+    const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
+                 db0 = random({s.c_out}), res = random(xs);
+    const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
+                                 round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
+    const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt), gres = to_gpu(res, dt);
+    Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
+    Conv2dEpilogue e;
+    e.bias = &gb;
+    kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, y, stream, auto_v);
+    kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v, residual ? &gres : nullptr);
+    kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
+    Tensor want_dx = want.dx;
+    if (residual) {
+      want_dx = round_through(res, dt);
+      for (int64_t i = 0; i < want_dx.numel(); ++i) want_dx.data<float>()[i] += want.dx.data<float>()[i];
+    }
+    const double l_filter = double(s.n * s.out_h() * s.out_w());
+    EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2))) << "forward";
+    EXPECT_TRUE(close(want_dx, to_cpu_f32(dx), conv_tolerance(dt, double(s.c_out * s.kh * s.kw), Impl::v2)))
+        << "backward-data" << (residual ? " + residual" : "");
+    EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
+    EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
+  }
+#endif
 };
 
 // ---- shapes ------------------------------------------------------------------------------------------------
@@ -819,30 +852,8 @@ TEST_F(ConvCuda, NhwcFindTimesV2AndV3OnScratchOutputs) {
   const Case cases[] = {{"3x3 64->64 at 9x9", 2, 64, 9, 9, 64, 3, 1, 1}, {"1x1 64->72 at 6x5", 2, 64, 6, 5, 72, 1, 1, 0}};
   for (int pass = 0; pass < 2; ++pass)
     for (const Case& c : cases) {
-      const Conv2dShape s = c.shape();
       SCOPED_TRACE(std::string(c.name) + (pass ? ", again" : ""));
-      const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
-      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
-                   db0 = random({s.c_out}), res = random(xs);
-      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
-                                   round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
-      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt),
-                   gres = to_gpu(res, dt);
-      Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
-      Conv2dEpilogue e;
-      e.bias = &gb;
-      kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, y, stream, auto_v);
-      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v, &gres);
-      kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
-      Tensor want_dx = round_through(res, dt);
-      for (int64_t i = 0; i < want_dx.numel(); ++i) want_dx.data<float>()[i] += want.dx.data<float>()[i];
-      const double l_filter = double(s.n * s.out_h() * s.out_w());
-      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2)))
-          << "forward";
-      EXPECT_TRUE(close(want_dx, to_cpu_f32(dx), conv_tolerance(dt, double(s.c_out * s.kh * s.kw), Impl::v2)))
-          << "backward-data + residual";
-      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
-      EXPECT_TRUE(close(want.db, to_cpu_f32(db), conv_tolerance(dt, l_filter, Impl::v1))) << "backward-filter dbias";
+      expect_nhwc_directions_right(c, dt, true);
     }
   const std::vector<kernels::cuda::ConvFound> found = kernels::cuda::conv_found();
   ASSERT_EQ(found.size(), 6u) << "one report per convolution and direction, not one per call";
@@ -906,24 +917,8 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
   const Case cases[] = {{"3x3 64->64 at 9x9", 2, 64, 9, 9, 64, 3, 1, 1}, {"3x3 64->128 at 6x7", 1, 64, 6, 7, 128, 3, 1, 1}};
   for (int pass = 0; pass < 2; ++pass)
     for (const Case& c : cases) {
-      const Conv2dShape s = c.shape();
       SCOPED_TRACE(std::string(c.name) + (pass ? ", again" : ""));
-      const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
-      const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
-                   db0 = random({s.c_out});
-      const Expected want = oracle(s, round_through(x, dt), round_through(w, dt), &b, round_through(dy, dt),
-                                   round_through(dw0, dt), round_through(db0, dt), dt, Layout::nhwc);
-      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
-      Tensor y = poisoned(ys, dt), dx = poisoned(xs, dt), dw = to_gpu(dw0, dt), db = to_gpu(db0, dt);
-      Conv2dEpilogue e;
-      e.bias = &gb;
-      kernels::cuda::conv2d_forward_nhwc(s, gx, gw, e, y, stream, auto_v);
-      kernels::cuda::conv2d_backward_data_nhwc(s, gdy, gw, dx, stream, auto_v);
-      kernels::cuda::conv2d_backward_filter_nhwc(s, gx, gdy, dw, &db, stream, auto_v);
-      const double l_filter = double(s.n * s.out_h() * s.out_w());
-      EXPECT_TRUE(close(want.y, to_cpu_f32(y), conv_tolerance(dt, double(s.c_in * 9), Impl::v2))) << "forward";
-      EXPECT_TRUE(close(want.dx, to_cpu_f32(dx), conv_tolerance(dt, double(s.c_out * 9), Impl::v2))) << "backward-data";
-      EXPECT_TRUE(close(want.dw, to_cpu_f32(dw), conv_tolerance(dt, l_filter, Impl::v2))) << "backward-filter dw";
+      expect_nhwc_directions_right(c, dt, false);
     }
   const std::vector<kernels::cuda::GemmV3Found> found = kernels::cuda::gemm_v3_found();
   ASSERT_EQ(found.size(), 6u) << "one report per call shape, not one per call";

@@ -37,6 +37,19 @@ run() {  # run NP ARGS...
     --threads 1 --seed 7 "$@"
 }
 latest() { ls "$1"/ckpt-*.h5 | tail -1; }
+# GEMM v3's plans by Find (--gemm-tuning find; 16-bit GEMMs) in a bf16 ViT-Ti of batch $1, near the same run by rule
+# (SGD: a wrong gradient moves the weights far, where AdamW's steps are about lr whatever the gradient); and that
+# comparison can fail: the run by rule against its own start (lr 1e-9).
+gemm_find_near_rule() {
+  local vitb=(--model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 2 --batch "$1" --lr 0.05
+              --warmup-epochs 0 --precision bf16)
+  run 1 "${vitb[@]}" --device cuda --checkpoint-dir "$w/bf16-rule" > "$w/bf16-rule.log" 2>&1 || { cat "$w/bf16-rule.log"; fail "vit-ti bf16 cuda"; }
+  run 1 "${vitb[@]}" --device cuda --gemm-tuning find --checkpoint-dir "$w/bf16-find" > "$w/bf16-find.log" 2>&1 || { cat "$w/bf16-find.log"; fail "vit-ti bf16 cuda --gemm-tuning find"; }
+  grep -q "GEMM v3 plans by find" "$w/bf16-find.log" || { cat "$w/bf16-find.log"; fail "--gemm-tuning find: not named on the GPU line"; }
+  "$compare" "$(latest "$w/bf16-rule")" "$(latest "$w/bf16-find")" --atol 1e-3 --rtol 1e-2 || fail "vit-ti bf16 --gemm-tuning find: not near the run by rule"
+  run 1 "${vitb[@]}" --lr 1e-9 --device cuda --checkpoint-dir "$w/bf16-still" > /dev/null 2>&1 || fail "vit-ti bf16 cuda at lr 1e-9"
+  if "$compare" "$(latest "$w/bf16-still")" "$(latest "$w/bf16-rule")" --atol 1e-3 --rtol 1e-2 > /dev/null; then fail "the bf16 run did not move the weights beyond the tolerance"; fi
+}
 common_resnet=(--model resnet20 --sync-bn --eval false --augment false --max-steps 3 --lr 0.05 --warmup-epochs 0)
 common_vit=(--model vit-ti --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --lr 0.001 --warmup-epochs 0 --dropout 0.1)
 
@@ -235,17 +248,7 @@ cuda-emu)
     "${args[@]}" --lr 1e-9 --device cpu --algo ring --checkpoint-dir "$w/still" > /dev/null 2>&1 || fail "cpu run at lr 1e-9"
   # (peak lr 3.1e-5 at global batch 8: AdamW moves every weight by about that per step)
   if "$compare" "$(ck still)" "$(ck mirror)" --atol 1e-5 > /dev/null; then fail "the GPU run did not change the parameters"; fi
-  # GEMM v3's plans by Find (--gemm-tuning find; 16-bit GEMMs) near the same bf16 run by rule (SGD: a wrong gradient
-  # moves the weights far, where AdamW's steps are about lr whatever the gradient)
-  vitb=(--model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 2 --batch 4 --lr 0.05
-        --warmup-epochs 0 --precision bf16)
-  run 1 "${vitb[@]}" --device cuda --checkpoint-dir "$w/bf16-rule" > "$w/bf16-rule.log" 2>&1 || { cat "$w/bf16-rule.log"; fail "vit-ti bf16 cuda"; }
-  run 1 "${vitb[@]}" --device cuda --gemm-tuning find --checkpoint-dir "$w/bf16-find" > "$w/bf16-find.log" 2>&1 || { cat "$w/bf16-find.log"; fail "vit-ti bf16 cuda --gemm-tuning find"; }
-  grep -q "GEMM v3 plans by find" "$w/bf16-find.log" || { cat "$w/bf16-find.log"; fail "--gemm-tuning find: not named on the GPU line"; }
-  "$compare" "$(ck bf16-rule)" "$(ck bf16-find)" --atol 1e-3 --rtol 1e-2 || fail "vit-ti bf16 --gemm-tuning find: not near the run by rule"
-  # ...and that comparison can fail: the run by rule against its own start (lr 1e-9)
-  run 1 "${vitb[@]}" --lr 1e-9 --device cuda --checkpoint-dir "$w/bf16-still" > /dev/null 2>&1 || fail "vit-ti bf16 cuda at lr 1e-9"
-  if "$compare" "$(ck bf16-still)" "$(ck bf16-rule)" --atol 1e-3 --rtol 1e-2 > /dev/null; then fail "the bf16 run did not move the weights beyond the tolerance"; fi
+  gemm_find_near_rule 4
   ;;
 cuda-gpu)
   vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 8
@@ -267,14 +270,7 @@ cuda-gpu)
   # cuDNN's algorithms by Find (--cudnn-algo find: the fastest, deterministic or not) also near the CPU run
   run 1 "${res[@]}" --device cuda --kernels vendor --cudnn-algo find --checkpoint-dir "$w/find" > "$w/find.log" 2>&1 || { cat "$w/find.log"; fail "resnet20 cuda --kernels vendor --cudnn-algo find"; }
   "$compare" "$(ckr res-cpu)" "$(ckr find)" --atol 2e-4 --rtol 2e-3 || fail "resnet20 --cudnn-algo find: the GPU run is not near the CPU run"
-  # GEMM v3's plans by Find (--gemm-tuning find) in a bf16 ViT-Ti (the GEMMs GEMM v3 takes: 16-bit): near the same run
-  # by rule (SGD, so that a wrong gradient moves the weights far: AdamW's steps are about lr whatever the gradient)
-  vitb=(--model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 2 --batch 8 --lr 0.05
-        --warmup-epochs 0 --precision bf16)
-  run 1 "${vitb[@]}" --device cuda --checkpoint-dir "$w/bf16-rule" > "$w/bf16-rule.log" 2>&1 || { cat "$w/bf16-rule.log"; fail "vit-ti bf16 cuda"; }
-  run 1 "${vitb[@]}" --device cuda --gemm-tuning find --checkpoint-dir "$w/bf16-find" > "$w/bf16-find.log" 2>&1 || { cat "$w/bf16-find.log"; fail "vit-ti bf16 cuda --gemm-tuning find"; }
-  grep -q "GEMM v3 plans by find" "$w/bf16-find.log" || { cat "$w/bf16-find.log"; fail "--gemm-tuning find: not named on the GPU line"; }
-  "$compare" "$(ck bf16-rule)" "$(ck bf16-find)" --atol 1e-3 --rtol 1e-2 || fail "vit-ti bf16 --gemm-tuning find: not near the run by rule"
+  gemm_find_near_rule 8
   # Two ranks sharing the one GPU average through the host mirror; NCCL on a 1-rank communicator.
   run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda np 2 ring (host mirror)"; }
   grep -q "gradients averaged via host mirror" "$w/mirror.log" || { cat "$w/mirror.log"; fail "2 ranks on 1 GPU should take the host mirror"; }
