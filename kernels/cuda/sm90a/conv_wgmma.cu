@@ -45,6 +45,7 @@
 #include "find.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
+#include "v3_find.cuh"
 #include "wgmma.cuh"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
@@ -445,33 +446,6 @@ std::string pins_key(const V3Pins& pins) {
   return os.str();
 }
 
-// The plan under Find: the cached one, else (outside a CUDA-graph capture) the fastest of `plans`, each timed by
-// run(plan) on a scratch output; inside a capture an untimed call takes `fallback` (the rule's) and stays untimed.
-template <class Run>
-V3Plan found_plan(const std::string& key, const std::string& call, const std::vector<V3Plan>& plans,
-                  const V3Plan& fallback, const Stream& stream, Run run) {
-  V3Plan cached{};
-  if (found_plans().lookup(key, cached)) return cached;
-  if (find::capturing(detail::native(stream))) {
-    HPDT_LOG(debug) << call << " first seen inside a CUDA-graph capture: not timed, " << v3_plan_name(fallback);
-    return fallback;
-  }
-  GemmV3Found report;
-  report.call = call;
-  size_t best = 0;
-  if (plans.size() > 1) {
-    const std::vector<double> ms =
-        find::time_each(int(plans.size()), detail::native(stream), [&](int i) { run(plans[size_t(i)]); });
-    for (size_t i = 0; i < plans.size(); ++i) {
-      report.ms.emplace_back(v3_plan_name(plans[i]), ms[i]);
-      if (ms[i] < ms[best]) best = i;
-    }
-  }
-  report.plan = v3_plan_name(plans[best]);
-  HPDT_LOG(debug) << "conv v3: Find took " << report.plan << " for " << report.call;
-  return found_plans().add(key, plans[best], std::move(report));
-}
-
 std::string kernel_name(int kh, int kw, int stride) {
   std::ostringstream os;
   os << kh << "x" << kw;
@@ -531,11 +505,14 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
     call << " " << dtype_name(dt);
     key << "wgrad|" << call.str() << "|" << stream.device().index << pins_key(pins);
     Tensor scratch;
-    pipeline = found_plan(key.str(), call.str(), plans, {pipeline, tile}, stream, [&](const V3Plan& plan) {
-                 if (!scratch.defined())
-                   scratch = Tensor::empty({int64_t(c.co) * q.K}, dt, stream.device(), AllocOptions{.stream = &stream});
-                 launch_on(plan.pipeline, scratch.data());
-               }).pipeline;
+    const auto on_scratch = [&](const V3Plan& plan) {
+      if (!scratch.defined())
+        scratch = Tensor::empty({int64_t(c.co) * q.K}, dt, stream.device(), AllocOptions{.stream = &stream});
+      launch_on(plan.pipeline, scratch.data());
+    };
+    pipeline = find_v3_plan(found_plans(), key.str(), "conv v3", call.str(), plans, {pipeline, tile},
+                            detail::native(stream), on_scratch)
+                   .pipeline;
   }
   launch_on(pipeline, c.dw);
 }
@@ -591,12 +568,14 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
     key << call.str() << "|" << c.ldw << "|" << c.oy0 << "|" << c.ox0 << "|" << c.dst_h << "|" << c.dst_w << "|"
         << c.dys << "|" << c.dy0 << "|" << c.dxs << "|" << c.dx0 << "|" << stream.device().index << pins_key(pins);
     Tensor scratch;
-    plan = found_plan(key.str(), call.str(), v3_find_candidates(c.M, pins), plan, stream, [&](const V3Plan& candidate) {
+    const auto on_scratch = [&](const V3Plan& candidate) {
       if (!scratch.defined())
         scratch = Tensor::empty({int64_t(c.n) * c.dst_h * c.dst_w * c.M}, dt, stream.device(),
                                 AllocOptions{.stream = &stream});
       launch_plan(candidate, scratch.data());
-    });
+    };
+    plan = find_v3_plan(found_plans(), key.str(), "conv v3", call.str(), v3_find_candidates(c.M, pins), plan,
+                        detail::native(stream), on_scratch);
   }
   launch_plan(plan, c.dst);
 }

@@ -36,6 +36,7 @@
 #include "find.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
+#include "v3_find.cuh"
 #include "wgmma.cuh"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
@@ -325,27 +326,9 @@ std::string describe_call(const Params& p, DType ab_type, DType c_type) {
   return s;
 }
 
-// Each candidate's median time on scratch outputs: the call's C (and the GELU's pre-activation) are not written,
-// nor is C read as the call reads it (the scratch C holds whatever the allocator gave: the values do not change
-// the time). Synchronises the stream.
-std::vector<double> time_candidates(const Params& p, const std::vector<Plan>& plans, DType ab_type, DType c_type,
-                                    const Stream& stream) {
-  const int64_t c_elems = int64_t(p.M - 1) * p.ldc + p.N;
-  const AllocOptions on_stream{.stream = &stream};
-  Tensor c_scratch = Tensor::empty({c_elems}, c_type, stream.device(), on_stream);
-  Tensor aux_scratch;
-  Params q = p;
-  q.C = c_scratch.data();
-  if (p.act == kActGelu && p.aux) {
-    aux_scratch = Tensor::empty({c_elems}, c_type, stream.device(), on_stream);
-    q.aux = aux_scratch.data();
-  }
-  return find::time_each(int(plans.size()), detail::native(stream),
-                         [&](int i) { launch_plan(q, plans[size_t(i)], ab_type, c_type, stream); });
-}
-
-// The plan of a call under Find: the cached one, else (outside a CUDA-graph capture) the fastest candidate, timed
-// now and cached; inside a capture, an untimed shape takes `fallback` (the heuristic's plan) and stays untimed.
+// The plan of a call under Find (wgmma.cuh: find_v3_plan), its candidates timed on scratch outputs: the call's C
+// (and the GELU's pre-activation) are not written, nor is C read as the call reads it (the scratch C holds whatever
+// the allocator gave: the values do not change the time).
 Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stream, const Plan& fallback) {
   FindKey key{};
   key.device = stream.device().index;
@@ -358,27 +341,23 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
   const V3Pins pins = v3_pins();
   key.pin_pipeline = pins.pipeline;
   key.pin_tile = pins.tile;
-  Plan cached;
-  if (found_plans().lookup(key, cached)) return cached;
-  const std::vector<Plan> plans = v3_find_candidates(p.N, pins);
-  if (find::capturing(detail::native(stream))) {
-    HPDT_LOG(debug) << "gemm v3: " << describe_call(p, ab_type, c_type)
-                    << " first seen inside a CUDA-graph capture: not timed, " << v3_plan_name(fallback);
-    return fallback;
-  }
-  GemmV3Found report;
-  report.call = describe_call(p, ab_type, c_type);
-  size_t best = 0;
-  if (plans.size() > 1) {
-    const std::vector<double> ms = time_candidates(p, plans, ab_type, c_type, stream);
-    for (size_t i = 0; i < plans.size(); ++i) {
-      report.ms.emplace_back(v3_plan_name(plans[i]), ms[i]);
-      if (ms[i] < ms[best]) best = i;
+  Tensor c_scratch, aux_scratch;
+  Params q = p;
+  const auto on_scratch = [&](const Plan& plan) {
+    if (!c_scratch.defined()) {
+      const int64_t c_elems = int64_t(p.M - 1) * p.ldc + p.N;
+      const AllocOptions on_stream{.stream = &stream};
+      c_scratch = Tensor::empty({c_elems}, c_type, stream.device(), on_stream);
+      q.C = c_scratch.data();
+      if (p.act == kActGelu && p.aux) {
+        aux_scratch = Tensor::empty({c_elems}, c_type, stream.device(), on_stream);
+        q.aux = aux_scratch.data();
+      }
     }
-  }
-  report.plan = v3_plan_name(plans[best]);
-  HPDT_LOG(debug) << "gemm v3: Find took " << report.plan << " for " << report.call;
-  return found_plans().add(key, plans[best], std::move(report));
+    launch_plan(q, plan, ab_type, c_type, stream);
+  };
+  return find_v3_plan(found_plans(), key, "gemm v3", describe_call(p, ab_type, c_type), v3_find_candidates(p.N, pins),
+                      fallback, detail::native(stream), on_scratch);
 }
 
 }  // namespace
