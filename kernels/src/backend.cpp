@@ -57,22 +57,30 @@ ConvChoice conv_choice() { return g_conv.load(std::memory_order_relaxed); }
 std::string_view conv_choice_name(ConvChoice choice) { return choice_name(choice); }
 ConvChoice parse_conv_choice(std::string_view name) { return parse_choice<ConvChoice>(name, "convolution choice"); }
 
+namespace {
+// CudnnAlgo and GemmTuning alike: heuristic or find by name; `what` names the setting in the error.
+template <class Tuning>
+std::string_view heuristic_or_find_name(Tuning t) {
+  return t == Tuning::find ? "find" : "heuristic";
+}
+template <class Tuning>
+Tuning parse_heuristic_or_find(std::string_view name, const char* what) {
+  if (name == "heuristic") return Tuning::heuristic;
+  if (name == "find") return Tuning::find;
+  HPDT_FAIL(what, " must be 'heuristic' or 'find', got '", name, "'");
+}
+}  // namespace
+
 void set_cudnn_algo(CudnnAlgo algo) { g_cudnn_algo.store(algo, std::memory_order_relaxed); }
 CudnnAlgo cudnn_algo() { return g_cudnn_algo.load(std::memory_order_relaxed); }
-std::string_view cudnn_algo_name(CudnnAlgo algo) { return algo == CudnnAlgo::find ? "find" : "heuristic"; }
+std::string_view cudnn_algo_name(CudnnAlgo algo) { return heuristic_or_find_name(algo); }
 CudnnAlgo parse_cudnn_algo(std::string_view name) {
-  if (name == "heuristic") return CudnnAlgo::heuristic;
-  if (name == "find") return CudnnAlgo::find;
-  HPDT_FAIL("cuDNN algorithm choice must be 'heuristic' or 'find', got '", name, "'");
+  return parse_heuristic_or_find<CudnnAlgo>(name, "cuDNN algorithm choice");
 }
 
 void set_gemm_tuning(GemmTuning tuning) { g_gemm_tuning.store(tuning, std::memory_order_relaxed); }
 GemmTuning gemm_tuning() { return g_gemm_tuning.load(std::memory_order_relaxed); }
-std::string_view gemm_tuning_name(GemmTuning tuning) { return tuning == GemmTuning::find ? "find" : "heuristic"; }
-GemmTuning parse_gemm_tuning(std::string_view name) {
-  if (name == "heuristic") return GemmTuning::heuristic;
-  if (name == "find") return GemmTuning::find;
-  HPDT_FAIL("GEMM tuning must be 'heuristic' or 'find', got '", name, "'");
-}
+std::string_view gemm_tuning_name(GemmTuning tuning) { return heuristic_or_find_name(tuning); }
+GemmTuning parse_gemm_tuning(std::string_view name) { return parse_heuristic_or_find<GemmTuning>(name, "GEMM tuning"); }
 
 }  // namespace hpdt::kernels

@@ -31,6 +31,7 @@
 // detail::choose_split_k) into f32 partials in dw's layout, summed in split order by conv_common.cuh's
 // wgrad_reduce; one split adds into dw directly. Deterministic.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -432,20 +433,17 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
 
 // ---- Find (kernels::GemmTuning::find, as GEMM v3's: gemm_wgmma.cu) -------------------------------------------
 
-// The process's plans, per call (its fields as a string key: every one that shapes the work, the pins), and their
-// reports, which cuda::gemm_v3_found() lists after GEMM v3's.
-find::Choices<std::string, V3Plan, GemmV3Found>& found_plans() {
-  static auto* c = new find::Choices<std::string, V3Plan, GemmV3Found>;  // never destroyed
+// A call, as far as its plan's speed goes: its kind (0 forward or backward-data phase, 1 backward-filter), device,
+// dtype, the pins of HPDT_GEMM_V3_PIPELINE / _TILE, and every field of ConvV3 / ConvV3Wgrad that shapes the work.
+using FindKey = std::array<int64_t, 27>;
+
+// The process's plans and their reports, which cuda::gemm_v3_found() lists after GEMM v3's.
+find::Choices<FindKey, V3Plan, GemmV3Found>& found_plans() {
+  static auto* c = new find::Choices<FindKey, V3Plan, GemmV3Found>;  // never destroyed
   return *c;
 }
 
-// (strings through ostringstream: GCC 12's -Wrestrict misfires on chains of std::string +)
-std::string pins_key(const V3Pins& pins) {
-  std::ostringstream os;
-  os << "|" << pins.pipeline << "|" << pins.tile;
-  return os.str();
-}
-
+// (through ostringstream: GCC 12's -Wrestrict misfires on chains of std::string +)
 std::string kernel_name(int kh, int kw, int stride) {
   std::ostringstream os;
   os << kh << "x" << kw;
@@ -476,7 +474,6 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
   q.kt_total = int(boxes);
   q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.stride = c.stride, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
   q.m_tiles = int(ceil_div(q.K, kBM));
-  // dw as a flat tensor for wgrad_reduce (it adds the splits into dw.numel() elements)
   // the tile follows co; the pipeline by rule, or under Find the faster of barrier and ws (pingpong runs ws here)
   const V3Tile tile = c.co <= 64 ? V3Tile::slim : c.co <= 128 ? V3Tile::narrow : V3Tile::wide;
   const auto launch_on = [&](V3Pipeline pipeline, void* dw) {
@@ -496,22 +493,29 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
   V3Pipeline pipeline = v3_pipeline() == V3Pipeline::barrier ? V3Pipeline::barrier : V3Pipeline::ws;
   if (gemm_tuning() == GemmTuning::find) {
     const V3Pins pins = v3_pins();
-    std::vector<V3Plan> plans{{V3Pipeline::barrier, tile}, {V3Pipeline::ws, tile}};
-    if (pins.pipeline >= 0) plans = {{pipeline, tile}};
-    std::ostringstream call, key;
-    call << "conv v3 bwd_filter " << kernel_name(c.kh, c.kw, c.stride) << " " << c.ci << "->" << c.co << " " << c.n
-         << "x" << c.h << "x" << c.w;
-    if (c.pad) call << " pad " << c.pad;
-    call << " " << dtype_name(dt);
-    key << "wgrad|" << call.str() << "|" << stream.device().index << pins_key(pins);
+    const auto candidates = [&] {  // a pinned pipeline: its own (pingpong runs ws here)
+      return pins.pipeline >= 0 ? std::vector<V3Plan>{{pipeline, tile}}
+                                : std::vector<V3Plan>{{V3Pipeline::barrier, tile}, {V3Pipeline::ws, tile}};
+    };
+    const FindKey key{1, stream.device().index, int64_t(dt), pins.pipeline, pins.tile, c.n, c.h, c.w, c.ci, c.co,
+                      c.kh, c.kw, c.stride, c.pad, c.oh, c.ow};
+    const auto describe = [&] {
+      std::ostringstream call;
+      call << "conv v3 bwd_filter " << kernel_name(c.kh, c.kw, c.stride) << " " << c.ci << "->" << c.co << " " << c.n
+           << "x" << c.h << "x" << c.w;
+      if (c.pad) call << " pad " << c.pad;
+      call << " " << dtype_name(dt);
+      return call.str();
+    };
     Tensor scratch;
     const auto on_scratch = [&](const V3Plan& plan) {
       if (!scratch.defined())
         scratch = Tensor::empty({int64_t(c.co) * q.K}, dt, stream.device(), AllocOptions{.stream = &stream});
       launch_on(plan.pipeline, scratch.data());
     };
-    pipeline = find_v3_plan(found_plans(), key.str(), "conv v3", call.str(), plans, {pipeline, tile},
-                            detail::native(stream), on_scratch)
+    pipeline = find_v3_plan(
+                   found_plans(), key, "conv v3", describe, candidates, {pipeline, tile},
+                   detail::native(stream), on_scratch)
                    .pipeline;
   }
   launch_on(pipeline, c.dw);
@@ -561,12 +565,16 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   V3Plan plan{v3_pipeline(), v3_tile(p.tiles_m, c.M, detail::sm_count(stream.device().index))};
   if (gemm_tuning() == GemmTuning::find) {
     const V3Pins pins = v3_pins();
-    std::ostringstream call, key;
-    call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " " << c.C
-         << "->" << c.M << " " << c.n << "x" << c.hs << "x" << c.ws << " -> " << c.hp << "x" << c.wp << " "
-         << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "");
-    key << call.str() << "|" << c.ldw << "|" << c.oy0 << "|" << c.ox0 << "|" << c.dst_h << "|" << c.dst_w << "|"
-        << c.dys << "|" << c.dy0 << "|" << c.dxs << "|" << c.dx0 << "|" << stream.device().index << pins_key(pins);
+    const FindKey key{0, stream.device().index, int64_t(dt), pins.pipeline, pins.tile, c.M, c.ldw, c.C, c.hs, c.ws,
+                      c.n, c.hp, c.wp, c.stride, c.oy0, c.ox0, c.tsign, c.kh, c.kw, c.dst_h, c.dst_w, c.dys, c.dy0,
+                      c.dxs, c.dx0, c.bias != nullptr, c.residual != nullptr};
+    const auto describe = [&] {
+      std::ostringstream call;
+      call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " "
+           << c.C << "->" << c.M << " " << c.n << "x" << c.hs << "x" << c.ws << " -> " << c.hp << "x" << c.wp << " "
+           << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "");
+      return call.str();
+    };
     Tensor scratch;
     const auto on_scratch = [&](const V3Plan& candidate) {
       if (!scratch.defined())
@@ -574,8 +582,9 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                                 AllocOptions{.stream = &stream});
       launch_plan(candidate, scratch.data());
     };
-    plan = find_v3_plan(found_plans(), key.str(), "conv v3", call.str(), v3_find_candidates(c.M, pins), plan,
-                        detail::native(stream), on_scratch);
+    plan = find_v3_plan(
+        found_plans(), key, "conv v3", describe, [&] { return v3_find_candidates(c.M, pins); }, plan,
+        detail::native(stream), on_scratch);
   }
   launch_plan(plan, c.dst);
 }

@@ -326,7 +326,7 @@ std::string describe_call(const Params& p, DType ab_type, DType c_type) {
   return s;
 }
 
-// The plan of a call under Find (wgmma.cuh: find_v3_plan), its candidates timed on scratch outputs: the call's C
+// The plan of a call under Find (v3_find.cuh: find_v3_plan), its candidates timed on scratch outputs: the call's C
 // (and the GELU's pre-activation) are not written, nor is C read as the call reads it (the scratch C holds whatever
 // the allocator gave: the values do not change the time).
 Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stream, const Plan& fallback) {
@@ -356,8 +356,9 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
     }
     launch_plan(q, plan, ab_type, c_type, stream);
   };
-  return find_v3_plan(found_plans(), key, "gemm v3", describe_call(p, ab_type, c_type), v3_find_candidates(p.N, pins),
-                      fallback, detail::native(stream), on_scratch);
+  return find_v3_plan(
+      found_plans(), key, "gemm v3", [&] { return describe_call(p, ab_type, c_type); },
+      [&] { return v3_find_candidates(p.N, pins); }, fallback, detail::native(stream), on_scratch);
 }
 
 }  // namespace

@@ -16,19 +16,21 @@
 namespace hpdt::kernels::cuda::sm90a {
 
 // Find's plan for one call of GEMM v3 or conv v3 (`who`): the one cached for `key` in `found`, else (outside a
-// CUDA-graph capture) the fastest of `plans`, each timed by run(plan) on the caller's scratch outputs, reported as
-// `call` and cached; inside a capture an untimed call takes `fallback` (the rule's plan) and stays untimed.
-template <class Key, class Run>
+// CUDA-graph capture) the fastest of candidates(), each timed by run(plan) on the caller's scratch outputs, reported
+// as describe() and cached; inside a capture an untimed call takes `fallback` (the rule's plan) and stays untimed.
+// describe and candidates run only for a call not yet timed: a cached call costs one lookup.
+template <class Key, class Describe, class Candidates, class Run>
 V3Plan find_v3_plan(find::Choices<Key, V3Plan, GemmV3Found>& found, const Key& key, const char* who,
-                    const std::string& call, const std::vector<V3Plan>& plans, const V3Plan& fallback, cudaStream_t s,
-                    Run run) {
+                    Describe describe, Candidates candidates, const V3Plan& fallback, cudaStream_t s, Run run) {
   V3Plan cached{};
   if (found.lookup(key, cached)) return cached;
+  const std::string call = describe();
   if (find::capturing(s)) {
     HPDT_LOG(debug) << who << ": " << call << " first seen inside a CUDA-graph capture: not timed, "
                     << v3_plan_name(fallback);
     return fallback;
   }
+  const std::vector<V3Plan> plans = candidates();
   GemmV3Found report;
   report.call = call;
   size_t best = 0;
