@@ -1,5 +1,6 @@
 // GPU self-attention: hpdt's flash-style kernels (v1 SIMT, v2 mma.sync tensor cores; forward and
-// backward) beside an unfused reference in the same run, timed with CUDA events (manual time).
+// backward; v3, v2 with the one-pass backward: backward rows only) beside an unfused reference in the same run,
+// timed with CUDA events (manual time).
 //
 // Reference ("unfused"): cuBLAS batched GEMMs (cublasGemmBatchedEx, f32 compute, one pointer per
 // (batch, head), reading q, k, v in place from the packed qkv rows as our kernels do) for S = scale QK^T
@@ -9,8 +10,8 @@
 // instead of strided batching because the packed layout's batch and head strides differ. (PyTorch SDPA,
 // i.e. cuDNN's fused attention, is compared by a separate peer script.)
 //
-// FLOPs: forward 4 b h t^2 dh (QK^T and PV), backward 2.5x that (the usual count; our deterministic
-// backward actually does 3.5x, recomputing QK^T and dO V^T in the dQ pass).
+// FLOPs: forward 4 b h t^2 dh (QK^T and PV), backward 2.5x that (the usual count; v1's and v2's deterministic
+// backward actually does 3.5x, recomputing QK^T and dO V^T in the dQ pass; v3's does 2.5x).
 // Counters: TFLOP/s; x_unfused = our throughput / the reference's on the same shape, dtype and direction
 // (the reference timed once per process); ref_max_abs_diff (reference rows) = max |out_ref - out_ours|,
 // a check that the reference computes the same attention.
@@ -290,7 +291,7 @@ void report(benchmark::State& state, double flops, double sec, double ref_sec) {
   if (ref_sec > 0) state.counters["x_unfused"] = benchmark::Counter(ref_sec / sec);
 }
 
-// Ours: variant 1 or 2, forward or backward. Each iteration is one call, timed with CUDA events.
+// Ours: variant 1, 2 or 3, forward or backward. Each iteration is one call, timed with CUDA events.
 // v2_tiles: HPDT_ATTENTION_V2_TILES for this row ("v2_narrow" rows: v2's one-m-tile-a-warp tiles), or null.
 void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward, const char* v2_tiles) {
   if (skip_without_gpu(state)) return;
@@ -383,8 +384,9 @@ void register_all() {
         benchmark::RegisterBenchmark((dir + "unfused/" + tail).c_str(), BM_unfused, sh, dt, backward)
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
-        for (int v : {1, 2}) {
-          if (v == 2 && dt == DType::f32) continue;
+        for (int v : {1, 2, 3}) {
+          if (v >= 2 && dt == DType::f32) continue;
+          if (v == 3 && !backward) continue;  // v3's forward is v2's
           benchmark::RegisterBenchmark((dir + "v" + std::to_string(v) + "/" + tail).c_str(), BM_flash, sh, dt, v,
                                        backward, nullptr)
               ->UseManualTime()

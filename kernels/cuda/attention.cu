@@ -18,6 +18,10 @@
 //   FlashAttention-2 does 2 and 3 in one pass and adds dQ into an f32 buffer with atomicAdd, whose
 //   order (so the rounding) changes from run to run. Splitting dQ off keeps every sum in a fixed order
 //   at the price of recomputing S = QK^T and dP = dO V^T once more: 7 tile GEMMs instead of 5.
+//   Variant 3 does 2 and 3 in one pass and still keeps the order: each key block's CTA adds its share of a
+//   query block's dQ into an f32 accumulator only when the key block before it has (a turn counter per query
+//   block; dq_add_in_key_order), as FlashAttention-2's deterministic mode does: 5 tile GEMMs, the adds of
+//   consecutive key blocks serialised per query block.
 //
 // Variants (numbered, each kept, tested and timed):
 //   v1 SIMT, every dtype (the f32 path): 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i
@@ -26,6 +30,7 @@
 //      query rows (32 in the forward up to dh 64) or 16 keys (dK/dV), tiles in 16-bit shared memory fed by
 //      cp.async (double-buffered) and read with ldmatrix; the probabilities go from the score
 //      accumulators to 16-bit A fragments in registers for the PV product (as FlashAttention-2 does).
+//   v3 (backward only; its forward is v2's): v2's dK/dV kernel with the dQ step above (FUSED_DQ).
 // Head dims: kernels are compiled for padded head dims 16, 32, 64, 128; any dh up to 128 runs on the
 // next one with the extra columns zero in shared memory (they add nothing to q.k and are not stored).
 #include <cmath>
@@ -599,6 +604,13 @@ __device__ __forceinline__ void store2(T* p, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(p) = pack2<T>(lo, hi);
 }
 
+// The GPU's global nanosecond timer (variant 3's watchdog on its turn counters).
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
 // Forward tiles: each warp owns MT m-tiles of 16 query rows (BR = 16 MT warps), so every K and V fragment
 // read from shared memory feeds MT mma's; BC keys per step.
 //   dh <= 64: MT = 2, BC = 64, Q's fragments in registers for the whole pass (FlashAttention-2's 128-row tile).
@@ -814,19 +826,112 @@ template <int DHP>
 using BackwardTileNarrow = MmaBackwardTile<1, DHP == 128 ? 32 : 64>;
 using BackwardTileWide = MmaBackwardTile<2, 32>;
 
-template <int DHP, class Tile>
+// FUSED_DQ (variant 3): and the dS^T tile of a step, [BLOCK keys][STEP + 8] 16-bit.
+template <int DHP, class Tile, bool FUSED_DQ = false>
 constexpr size_t mma_dkdv_smem() {
-  return sizeof(uint16_t) * size_t(2 * Tile::BLOCK + 4 * Tile::STEP) * (DHP + 8) + sizeof(float) * 4 * Tile::STEP;
+  return sizeof(uint16_t) * size_t(2 * Tile::BLOCK + 4 * Tile::STEP) * (DHP + 8) + sizeof(float) * 4 * Tile::STEP +
+         (FUSED_DQ ? sizeof(uint16_t) * size_t(Tile::BLOCK) * (Tile::STEP + 8) : 0);
+}
+
+// Variant 3's dQ step (one query block of a dK/dV CTA, FUSED_DQ below): this CTA's share of dQ for the block's
+// BR = STEP queries, dS K over its BC = BLOCK keys, added in key-block order into dQ.
+//   - The GEMM (BR x DHP outputs, K = BC): dS from ds_s, where the warps left dS^T ([key][query], so the A
+//     fragments come through ldmatrix .trans), K from k_s. The (BR / 16) x (DHP / 16) output units of 16 x 16 go
+//     to the 4 warps round-robin.
+//   - The order: key block kbi (0 .. nkb - 1 of its batch and head) waits until the block's turn counter `turn`
+//     reads kbi, i.e. until key block kbi - 1 has added its share; block 0 stores its share into the f32
+//     accumulator acc, the middle ones add to it, the last adds, scales and stores dQ itself in T (one key block:
+//     it stores straight to dQ). So every dQ element is the same sum in the same order on every run, with one f32
+//     accumulator of [b, heads, t, dh] and no float atomics; the accumulator needs no zeroing, the counters do.
+//     Key block kbi - 1 started before kbi (blocks of a grid are dispatched in index order, and kbi - 1's index is
+//     lower), so it is resident or done and the wait ends; FlashAttention-2's deterministic backward orders its dQ
+//     adds the same way. A wait past kTurnTimeoutNs traps (a lost turn would hang the GPU, as in wgmma.cuh's
+//     mbar_wait).
+// Query block qb of the CTA blockIdx.x (batch and head blockIdx.x / nkb, key block kbi = blockIdx.x % nkb); acc
+// [b, heads, t, dh] f32, dqkv as the kernel's, turns one counter per batch, head and query block. (Its offsets are
+// computed here from the kernel's parameters, not passed in: three more 64-bit values live across the dK/dV loop
+// made the dh-128 kernel spill.)
+constexpr unsigned long long kTurnTimeoutNs = 10'000'000'000ull;
+
+template <class T, int DHP, class Tile>
+__device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const uint16_t* k_s, float* acc_all,
+                                                    T* dqkv, unsigned* turns, int heads, int qb, int t, int dh,
+                                                    int nkb, float scale) {
+  constexpr int BR = Tile::STEP, BC = Tile::BLOCK, LS = DHP + 8, LQ = BR + 8;
+  constexpr int NP = DHP / 16, UNITS = (BR / 16) * NP, U = UNITS / kMmaWarps;
+  static_assert(UNITS % kMmaWarps == 0, "whole output units a warp");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int bh = blockIdx.x / nkb, kbi = blockIdx.x % nkb, q0 = qb * BR;
+  const int64_t ld = 3 * int64_t(heads) * dh;
+  float* acc = acc_all + int64_t(bh) * t * dh;
+  T* dq = dqkv + int64_t(bh / heads) * t * ld + int64_t(bh % heads) * dh;
+  unsigned* turn = turns + int64_t(bh) * ((t + BR - 1) / BR) + qb;
+  float part[U][2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; ++kk) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int u = warp + kMmaWarps * i, mi = u / NP, np = u % NP;
+      uint32_t a[4], b[4];
+      // A = dS rows mi*16.., keys kk*16..: stored transposed, 8 x 8 matrix j from key rows 8 (j / 2).., query
+      // columns 8 (j % 2)..
+      ldmatrix_x4_trans(a, ds_s + (kk * 16 + lane % 8 + 8 * (lane / 16)) * LQ + mi * 16 + 8 * ((lane / 8) % 2));
+      ldmatrix_x4_trans(b, b_frag_addr<LS>(k_s, kk * 16, np * 16, lane));
+      mma_16816<T>(part[i][0], a, b[0], b[1]);
+      mma_16816<T>(part[i][1], a, b[2], b[3]);
+    }
+  }
+  if (threadIdx.x == 0) {
+    const volatile unsigned* tv = turn;
+    if (*tv != unsigned(kbi)) {
+      const unsigned long long t0 = global_timer_ns();
+      while (*tv != unsigned(kbi)) {
+        if (global_timer_ns() - t0 > kTurnTimeoutNs) asm volatile("trap;\n" ::: "memory");
+        __nanosleep(64);
+      }
+    }
+    __threadfence();  // with the volatile read: the acquire of key block kbi - 1's adds
+  }
+  __syncthreads();
+  const bool first = kbi == 0, last = kbi == nkb - 1;
+#pragma unroll
+  for (int i = 0; i < U; ++i) {
+    const int u = warp + kMmaWarps * i, mi = u / NP, np = u % NP;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = q0 + mi * 16 + lane / 4 + 8 * half, c = np * 16 + 8 * h + 2 * (lane % 4);
+        if (r >= t || c >= dh) continue;
+        float2 v = make_float2(part[i][h][2 * half], part[i][h][2 * half + 1]);
+        float2* at = reinterpret_cast<float2*>(acc + int64_t(r) * dh + c);
+        if (!first) {
+          const float2 o = __ldcg(at);
+          v.x = o.x + v.x;
+          v.y = o.y + v.y;
+        }
+        if (last)
+          store2(dq + int64_t(r) * ld + c, v.x * scale, v.y * scale);
+        else
+          __stcg(at, v);
+      }
+  }
+  __threadfence();  // this thread's adds are visible on the GPU before the turn passes on
+  __syncthreads();
+  if (threadIdx.x == 0) atomicExch(turn, unsigned(kbi + 1));
 }
 
 // dK, dV with tensor cores: a CTA holds BC = BLOCK keys (16 MT per warp) and loops over query blocks of BR = STEP.
 // Each warp works on its own keys in the transposed orientation (S^T = K Q^T, dP^T = V dO^T), so
 // P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
-template <class T, int DHP, class Tile>
+// FUSED_DQ (variant 3): dQ in the same pass, each query block's dS^T through shared memory into
+// dq_add_in_key_order (dq_acc: the f32 accumulator, turns: one zeroed counter per batch, head and query block).
+template <class T, int DHP, class Tile, bool FUSED_DQ>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dkdv_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
                                       const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
-                                      int t, int heads, int dh, float scale, float scale_log2) {
+                                      float* dq_acc, unsigned* turns, int t, int heads, int dh, float scale,
+                                      float scale_log2) {
   constexpr int MT = Tile::MT, BC = Tile::BLOCK, BR = Tile::STEP;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NR = BR / 8;
   extern __shared__ uint4 smem_u4[];
@@ -836,6 +941,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   uint16_t* do_s = q_s + 2 * BR * LS;                           // [2][BR][LS]
   float* lse_s = reinterpret_cast<float*>(do_s + 2 * BR * LS);  // [2][BR], log2 domain, +inf past t
   float* d_s = lse_s + 2 * BR;                                  // [2][BR]
+  uint16_t* ds_s = reinterpret_cast<uint16_t*>(d_s + 2 * BR);   // FUSED_DQ: [BC][BR + 8], dS^T
 
   const int nkb = (t + BC - 1) / BC;
   const int bh = blockIdx.x / nkb, k0 = (blockIdx.x % nkb) * BC;
@@ -918,6 +1024,17 @@ __global__ void __launch_bounds__(kMmaThreads)
           dpt[mt][n][e] = p * (dpt[mt][n][e] - dr);
         }
       }
+    if constexpr (FUSED_DQ) {  // dS^T into shared memory for the dQ step, rounded as the dK product's A fragments
+      constexpr int LQ = BR + 8;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < NR; ++n) {
+          uint16_t* at = ds_s + ((warp * MT + mt) * 16 + lane / 4) * LQ + n * 8 + 2 * (lane % 4);
+          *reinterpret_cast<uint32_t*>(at) = pack2<T>(dpt[mt][n][0], dpt[mt][n][1]);
+          *reinterpret_cast<uint32_t*>(at + 8 * LQ) = pack2<T>(dpt[mt][n][2], dpt[mt][n][3]);
+        }
+    }
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) {
       uint32_t pa[MT][4], sa[MT][4];
@@ -942,6 +1059,10 @@ __global__ void __launch_bounds__(kMmaThreads)
           mma_16816<T>(dk[mt][2 * np + 1], sa[mt], b[2], b[3]);
         }
       }
+    }
+    if constexpr (FUSED_DQ) {
+      __syncthreads();  // every warp's dS^T is in ds_s
+      dq_add_in_key_order<T, DHP, Tile>(ds_s, k_s, dq_acc, dqkv, turns, heads, qb, t, dh, nkb, scale);
     }
   }
 
@@ -1118,10 +1239,10 @@ int resolve_variant(int variant, const char* op, const Tensor& qkv, int64_t head
   bool tc = qkv.dtype() != DType::f32 && dh % 8 == 0 && dh <= 128;
   for (const Tensor* x : tensors) tc = tc && aligned16(x->data());
   if (variant == kAttentionAuto) return tc ? kAttentionTensorCore : kAttentionSimt;
-  HPDT_CHECK(variant == kAttentionSimt || variant == kAttentionTensorCore, op, ": no variant ", variant,
-             " (1: SIMT, 2: tensor cores)");
-  HPDT_CHECK(variant != kAttentionTensorCore || tc, op,
-             ": variant 2 (tensor cores) needs f16 or bf16, a head dim that is a multiple of 8 (at most 128) and "
+  HPDT_CHECK(variant == kAttentionSimt || variant == kAttentionTensorCore || variant == kAttentionFusedBackward, op,
+             ": no variant ", variant, " (1: SIMT, 2: tensor cores, 3: tensor cores with a one-pass backward)");
+  HPDT_CHECK(variant == kAttentionSimt || tc, op, ": variant ", variant,
+             " (tensor cores) needs f16 or bf16, a head dim that is a multiple of 8 (at most 128) and "
              "16-byte aligned tensors; got ",
              dtype_name(qkv.dtype()), " with head dim ", dh);
   return variant;
@@ -1133,7 +1254,8 @@ bool attention_variant_supported(int variant, const Tensor& qkv, int64_t heads) 
   const int64_t dh = qkv.size(2) / 3 / heads;
   if (dh > 128) return false;
   if (variant == kAttentionAuto || variant == kAttentionSimt) return true;
-  return variant == kAttentionTensorCore && qkv.dtype() != DType::f32 && dh % 8 == 0 && aligned16(qkv.data());
+  return (variant == kAttentionTensorCore || variant == kAttentionFusedBackward) && qkv.dtype() != DType::f32 &&
+         dh % 8 == 0 && aligned16(qkv.data());
 }
 
 void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out, const Stream& stream, int variant) {
@@ -1149,7 +1271,7 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
       const T* q = static_cast<const T*>(qkv.data());
       T* o = static_cast<T*>(out.data());
       if constexpr (kIs16Bit<T>) {
-        if (variant == kAttentionTensorCore) {
+        if (variant == kAttentionTensorCore || variant == kAttentionFusedBackward) {  // one forward for both
           const auto launch = [&](auto tile) {
             using Tile = decltype(tile);
             const size_t smem = mma_forward_smem<DHP, Tile>();
@@ -1203,17 +1325,33 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
     with_padded_head_dim(g.dh, op, [&](auto dhp) {
       constexpr int DHP = decltype(dhp)::value;
       if constexpr (kIs16Bit<T>) {
-        if (variant == kAttentionTensorCore) {
+        if (variant == kAttentionTensorCore || variant == kAttentionFusedBackward) {
           // one launch of each pass, with its own tile (dh 128: the dK/dV pass has only the narrow one)
           const auto launch = [&](auto dkdv_tile, auto dq_tile) {
             using KT = decltype(dkdv_tile);
             using QT = decltype(dq_tile);
-            size_t smem = mma_dkdv_smem<DHP, KT>();
-            constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP, KT>;
-            detail::allow_dynamic_smem<dkdv>(int(smem));
             const int key_blocks = (g.t + KT::BLOCK - 1) / KT::BLOCK;
-            dkdv<<<grid_of(int64_t(g.b) * g.heads * key_blocks, op), kMmaThreads, smem, s>>>(
-                q, go, L, Dp, dq, g.t, g.heads, g.dh, g.scale(), g.scale_log2());
+            const int64_t dkdv_ctas = int64_t(g.b) * g.heads * key_blocks;
+            if (variant == kAttentionFusedBackward) {
+              // variant 3: one pass; dQ through an f32 accumulator and a zeroed turn counter per query block
+              const AllocOptions on{.stream = &stream};
+              const int query_blocks = (g.t + KT::STEP - 1) / KT::STEP;
+              Tensor acc = Tensor::empty({g.b, g.heads, g.t, g.dh}, DType::f32, qkv.device(), on);
+              Tensor turns = Tensor::zeros({int64_t(g.b) * g.heads * query_blocks}, DType::i32, qkv.device(), on);
+              const size_t smem = mma_dkdv_smem<DHP, KT, true>();
+              constexpr auto fused = attention_backward_dkdv_v2_kernel<T, DHP, KT, true>;
+              detail::allow_dynamic_smem<fused>(int(smem));
+              fused<<<grid_of(dkdv_ctas, op), kMmaThreads, smem, s>>>(
+                  q, go, L, Dp, dq, acc.data<float>(), static_cast<unsigned*>(turns.data()), g.t, g.heads, g.dh,
+                  g.scale(), g.scale_log2());
+              HPDT_CUDA_CHECK_LAUNCH();
+              return;
+            }
+            size_t smem = mma_dkdv_smem<DHP, KT>();
+            constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP, KT, false>;
+            detail::allow_dynamic_smem<dkdv>(int(smem));
+            dkdv<<<grid_of(dkdv_ctas, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, nullptr, nullptr, g.t, g.heads,
+                                                                   g.dh, g.scale(), g.scale_log2());
             HPDT_CUDA_CHECK_LAUNCH();
             smem = mma_dq_smem<DHP, QT>();
             constexpr auto dqk = attention_backward_dq_v2_kernel<T, DHP, QT>;

@@ -109,7 +109,8 @@ def main():
     if att:
         fig, ax = plt.subplots(figsize=(8, 0.5 * len(att) + 1.5))
         hbars(ax, [r["shape"] for r in att],
-              [("forward", [r.get("fwd_ratio") for r in att]), ("backward", [r.get("bwd_ratio") for r in att])],
+              [("forward", [r.get("fwd_ratio") for r in att]), ("backward (v2, two passes)", [r.get("bwd_ratio") for r in att]),
+               ("backward (v3, one pass)", [r.get("bwd_v3_ratio") for r in att])],
               "speed against PyTorch SDPA (> 1: faster)")
         ax.axvline(0.8, color="k", ls="--", lw=1)
         ax.set_title(f"Flash attention, bf16 (dashed: the 0.8 target)\n{where}", fontsize=9)

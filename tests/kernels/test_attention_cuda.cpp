@@ -1,8 +1,8 @@
 // GPU flash-style attention (kernels/cuda/attention.cu) against the CPU oracle (kernels/cpu/attention.cpp),
 // the way cuda_oracle.h says: fresh Philox inputs rounded through the storage dtype for the oracle, GPU
 // outputs poisoned (NaN) before each run. Every case runs through the public entry points (variant 0,
-// auto) and through each numbered variant that applies: v1 (SIMT, every dtype) and v2 (tensor cores,
-// f16/bf16 with a head dim that is a multiple of 8).
+// auto) and through each numbered variant that applies: v1 (SIMT, every dtype), v2 (tensor cores,
+// f16/bf16 with a head dim that is a multiple of 8) and v3 (v2 with the one-pass backward).
 //
 // Checked: out and dqkv (q, k, v parts separately) against the oracle; lse against log(sum(exp(scores)))
 // computed here in double from the same rounded inputs (the CPU's probabilities are not compared).
@@ -185,6 +185,7 @@ class AttentionCuda : public test::CudaOracleTest {
     std::vector<int> v = {0, 1};
 #if HPDT_HAVE_CUDA
     if (kernels::cuda::attention_variant_supported(2, qkv_g, heads)) v.push_back(2);
+    if (kernels::cuda::attention_variant_supported(3, qkv_g, heads)) v.push_back(3);
 #else
     (void)qkv_g, (void)heads;
 #endif
@@ -279,14 +280,15 @@ TEST_F(AttentionCuda, BothV2TileShapes) {
 #endif
     for (const Case& c : cases) check_all(c);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-    // dh 128 forwards: 5 cases x 2 16-bit dtypes x (auto + v2); dh 64 (and 40) backwards: 4 cases x 2 x 2, 2 kernels
-    EXPECT_EQ(cuda_emu::launches_named(fwd[0]) - before[0], 20u);
+    // dh 128 forwards: 5 cases x 2 16-bit dtypes x (auto, v2, v3: v3's forward is v2's); dh 64 (and 40)
+    // backwards: 4 cases x 2 x (auto and v2: 2 kernels each; v3: 1, the dK/dV kernel with the dQ step)
+    EXPECT_EQ(cuda_emu::launches_named(fwd[0]) - before[0], 30u);
     EXPECT_EQ(cuda_emu::launches_named(fwd[1]) - before[1], 0u);
-    EXPECT_EQ(cuda_emu::launches_named(bwd[0]) - before[2], 32u);
+    EXPECT_EQ(cuda_emu::launches_named(bwd[0]) - before[2], 40u);
     EXPECT_EQ(cuda_emu::launches_named(bwd[1]) - before[3], 0u);
-    // dh 128 backwards (5 cases x 2 x 2): dK/dV always narrow; dQ wide or narrow
+    // dh 128 backwards (5 cases x 2): dK/dV always narrow (auto, v2, and v3's one kernel); dQ wide or narrow
     EXPECT_EQ(cuda_emu::launches_named(bwd128_wide) - before[4], wide ? 20u : 0u);
-    EXPECT_EQ(cuda_emu::launches_named(bwd128_narrow) - before[5], wide ? 20u : 40u);
+    EXPECT_EQ(cuda_emu::launches_named(bwd128_narrow) - before[5], wide ? 30u : 50u);
 #endif
   }
   const ScopedEnv bad("HPDT_ATTENTION_V2_TILES", "medium");
@@ -295,6 +297,50 @@ TEST_F(AttentionCuda, BothV2TileShapes) {
   Tensor lse, out = Tensor::empty({1, 5, 128}, DType::bf16, Device::cuda(0), AllocOptions{.stream = &stream});
   HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv_g, 1, lse, out, stream, 2),
                         "HPDT_ATTENTION_V2_TILES=medium: expected narrow or wide");
+}
+#endif
+
+#if HPDT_HAVE_CUDA
+// Variant 3 (the one-pass backward, kernels/cuda/attention.cu): its dK and dV are v2's bit for bit (the same dK/dV
+// kernel and tile), its dQ the oracle's (check_all above), from one kernel launch. Cases: one key block (the block
+// stores dQ itself), several key blocks and query blocks (the turns: store, adds, the last add's scaled store; t =
+// 700 is 6 key blocks at dh 64, 11 at dh 128), a ragged last query block, and v2's narrow tiles.
+TEST_F(AttentionCuda, FusedBackwardMatchesTwoPassDkDv) {
+  const Case cases[] = {{2, 50, 3, 64}, {1, 700, 2, 64}, {1, 300, 2, 128}, {2, 97, 1, 32}, {1, 130, 2, 16}};
+  for (const char* tiles : {"wide", "narrow"}) {
+    const ScopedEnv pin("HPDT_ATTENTION_V2_TILES", tiles);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.str() + " " + tiles);
+      const DType dt = DType::bf16;
+      const Oracle o = oracle(c, dt);
+      const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
+      Tensor grads[2];
+      for (int k = 0; k < 2; ++k) {
+        const int v = k == 0 ? kernels::cuda::kAttentionTensorCore : kernels::cuda::kAttentionFusedBackward;
+        kernels::AttentionSaved saved;
+        saved.lse = poisoned({c.b, c.heads, c.t});
+        Tensor out_g = poisoned({c.b, c.t, c.heads * c.dh}, dt), dqkv_g = poisoned(o.qkv.shape(), dt);
+        forward(qkv_g, c.heads, saved, out_g, v);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        const unsigned long long dq_before = cuda_emu::launches_named("attention_backward_dq_v2_kernel");
+        const unsigned long long fused_before = cuda_emu::launches_named("FUSED_DQ = true");
+#endif
+        backward(qkv_g, saved, out_g, dout_g, c.heads, dqkv_g, v);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        EXPECT_EQ(cuda_emu::launches_named("attention_backward_dq_v2_kernel") - dq_before, k == 0 ? 1u : 0u);
+        EXPECT_EQ(cuda_emu::launches_named("FUSED_DQ = true") - fused_before, k == 0 ? 0u : 1u);
+#endif
+        grads[k] = to_cpu_f32(dqkv_g);
+      }
+      const char* names[] = {"dq", "dk", "dv"};
+      for (int w = 1; w < 3; ++w) {
+        const Tensor a = part(grads[0], w), b = part(grads[1], w);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes())) << names[w] << ": v3 differs from v2";
+      }
+      const double m = std::max(max_abs(part(o.dqkv, 0)), max_abs(part(o.dqkv, 2)));
+      EXPECT_TRUE(close(part(o.dqkv, 0), part(grads[1], 0), grad_tolerance(dt, false, m))) << "dq";
+    }
+  }
 }
 #endif
 
@@ -406,7 +452,10 @@ TEST_F(AttentionCuda, ErrorsNameTheProblem) {
 #if HPDT_HAVE_CUDA
   HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv, 3, saved.lse, out, stream, 2),
                         "variant 2 (tensor cores) needs f16 or bf16");
-  HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv, 3, saved.lse, out, stream, 7), "no variant 7");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_backward(qkv, saved.lse, out, out, 3, dqkv, stream, 3),
+                        "attention_backward: variant 3 (tensor cores) needs f16 or bf16");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_forward(qkv, 3, saved.lse, out, stream, 7),
+                        "no variant 7 (1: SIMT, 2: tensor cores, 3: tensor cores with a one-pass backward)");
 #endif
 }
 

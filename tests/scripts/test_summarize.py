@@ -216,5 +216,29 @@ class ConvStep(unittest.TestCase):
             self.assertAlmostEqual(n["total"]["nchw_v2_ms"], 9.0 + 6.0)
 
 
+class Attention(unittest.TestCase):
+    def test_v3_backward_beside_v2_and_sdpa(self):
+        """The one-pass backward (attention_bwd/v3 rows) gets its own column and ratio against SDPA's backward
+        (the peer's forward_backward less its forward)."""
+        key = "b8_h16_t4096_d128"
+        a = {f"attention_fwd/v2/bf16/{key}": {"real_time": 4.0},
+             f"attention_bwd/v2/bf16/{key}": {"real_time": 14.0},
+             f"attention_bwd/v3/bf16/{key}": {"real_time": 10.0}}
+        sdpa = [{"b": 8, "heads": 16, "t": 4096, "dh": 128, "forward": {"s_median": 0.003},
+                 "forward_backward": {"s_median": 0.0105}}]
+        r, n = [], []
+        summarize.attention_table(a, sdpa, r, n)
+        self.assertAlmostEqual(n[0]["bwd_ratio"], 7.5 / 14.0)
+        self.assertAlmostEqual(n[0]["bwd_v3_ratio"], 0.75)
+        self.assertAlmostEqual(n[0]["ours_bwd_v3_ms"], 10.0)
+        self.assertIn(f"| {key} | 4.000 | — | 3.000 | 0.75 | 14.000 | — | 10.000 | 7.500 | 0.54 | 0.75 |", "\n".join(r))
+        # a run from before v3: its column is empty
+        del a[f"attention_bwd/v3/bf16/{key}"]
+        r, n = [], []
+        summarize.attention_table(a, sdpa, r, n)
+        self.assertIsNone(n[0]["bwd_v3_ratio"])
+        self.assertIn("| 14.000 | — | — | 7.500 | 0.54 | — |", "\n".join(r))
+
+
 if __name__ == "__main__":
     unittest.main()

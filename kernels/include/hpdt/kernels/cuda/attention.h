@@ -9,6 +9,8 @@
 //   1: SIMT, f32 arithmetic, every dtype and any head dim <= 128;
 //   2: tensor cores (mma.sync m16n8k16, f32 accumulation), f16/bf16 with head dim a multiple of 8 and
 //      16-byte aligned tensors;
+//   3: as 2, with the backward in one pass (dQ added in key-block order into an f32 accumulator: 5 tile products
+//      instead of 7, still deterministic);
 //   0: the best one that applies (2 where it can run, else 1).
 #pragma once
 
@@ -19,15 +21,15 @@
 
 namespace hpdt::kernels::cuda {
 
-inline constexpr int kAttentionAuto = 0, kAttentionSimt = 1, kAttentionTensorCore = 2;
+inline constexpr int kAttentionAuto = 0, kAttentionSimt = 1, kAttentionTensorCore = 2, kAttentionFusedBackward = 3;
 
 // Whether `variant` can run these tensors (variant 2: 16-bit dtype, head dim % 8 == 0, aligned data).
 bool attention_variant_supported(int variant, const Tensor& qkv, int64_t heads);
 
 void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out, const Stream& stream,
                        int variant = kAttentionAuto);
-// Deterministic (no atomics): D = rowsum(dout * out), then one pass per key block for dK and dV and one
-// per query block for dQ.
+// Deterministic (no float atomics): D = rowsum(dout * out), then one pass per key block for dK and dV and one
+// per query block for dQ (variant 3: dQ in the key blocks' pass, added in a fixed order).
 void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out, const Tensor& dout, int64_t heads,
                         Tensor& dqkv, const Stream& stream, int variant = kAttentionAuto);
 
