@@ -20,8 +20,8 @@
 //   at the price of recomputing S = QK^T and dP = dO V^T once more: 7 tile GEMMs instead of 5.
 //   Variant 3 does 2 and 3 in one pass and still keeps the order: each key block's CTA adds its share of a
 //   query block's dQ into an f32 accumulator only when the key block before it has (a turn counter per query
-//   block; dq_add_in_key_order), as FlashAttention-2's deterministic mode does: 5 tile GEMMs, the adds of
-//   consecutive key blocks serialised per query block.
+//   block and warp; dq_add_in_key_order), as FlashAttention-2's deterministic mode does: 5 tile GEMMs, the adds
+//   of consecutive key blocks serialised per query block.
 //
 // Variants (numbered, each kept, tested and timed):
 //   v1 SIMT, every dtype (the f32 path): 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i
@@ -837,20 +837,21 @@ constexpr size_t mma_dkdv_smem() {
 // BR = STEP queries, dS K over its BC = BLOCK keys, added in key-block order into dQ.
 //   - The GEMM (BR x DHP outputs, K = BC): dS from ds_s, where the warps left dS^T ([key][query], so the A
 //     fragments come through ldmatrix .trans), K from k_s. The (BR / 16) x (DHP / 16) output units of 16 x 16 go
-//     to the 4 warps round-robin.
-//   - The order: key block kbi (0 .. nkb - 1 of its batch and head) waits until the block's turn counter `turn`
-//     reads kbi, i.e. until key block kbi - 1 has added its share; block 0 stores its share into the f32
-//     accumulator acc, the middle ones add to it, the last adds, scales and stores dQ itself in T (one key block:
-//     it stores straight to dQ). So every dQ element is the same sum in the same order on every run, with one f32
-//     accumulator of [b, heads, t, dh] and no float atomics; the accumulator needs no zeroing, the counters do.
-//     Key block kbi - 1 started before kbi (blocks of a grid are dispatched in index order, and kbi - 1's index is
-//     lower), so it is resident or done and the wait ends; FlashAttention-2's deterministic backward orders its dQ
-//     adds the same way. A wait past kTurnTimeoutNs traps (a lost turn would hang the GPU, as in wgmma.cuh's
-//     mbar_wait).
+//     to the 4 warps round-robin, the same units to warp w in every CTA.
+//   - The order, per warp: warp w of key block kbi (0 .. nkb - 1 of its batch and head) waits until its turn
+//     counter for the query block reads kbi, i.e. until warp w of key block kbi - 1 has added its units; key block
+//     0 stores its share into the f32 accumulator acc, the middle ones add to it, the last adds, scales and stores
+//     dQ itself in T (one key block: it stores straight to dQ). So every dQ element is the same sum in the same
+//     order on every run, with one f32 accumulator of [b, heads, t, dh] and no float atomics; the accumulator needs
+//     no zeroing, the counters do. A warp waits only for the same warp of the block before (the units it adds to),
+//     so the step needs no block barrier after the GEMM's. Key block kbi - 1 started before kbi (blocks of a grid
+//     are dispatched in index order, and kbi - 1's index is lower), so it is resident or done and the wait ends;
+//     FlashAttention-2's deterministic backward orders its dQ adds the same way (per CTA). A wait past
+//     kTurnTimeoutNs traps (a lost turn would hang the GPU, as in wgmma.cuh's mbar_wait).
 // Query block qb of the CTA blockIdx.x (batch and head blockIdx.x / nkb, key block kbi = blockIdx.x % nkb); acc
-// [b, heads, t, dh] f32, dqkv as the kernel's, turns one counter per batch, head and query block. (Its offsets are
-// computed here from the kernel's parameters, not passed in: three more 64-bit values live across the dK/dV loop
-// made the dh-128 kernel spill.)
+// [b, heads, t, dh] f32, dqkv as the kernel's, turns kMmaWarps counters per batch, head and query block. (The
+// offsets are computed here from the kernel's parameters, not passed in: three more 64-bit values live across the
+// dK/dV loop made the dh-128 kernel spill.)
 constexpr unsigned long long kTurnTimeoutNs = 10'000'000'000ull;
 
 template <class T, int DHP, class Tile>
@@ -865,9 +866,11 @@ __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const 
   const int64_t ld = 3 * int64_t(heads) * dh;
   float* acc = acc_all + int64_t(bh) * t * dh;
   T* dq = dqkv + int64_t(bh / heads) * t * ld + int64_t(bh % heads) * dh;
-  unsigned* turn = turns + int64_t(bh) * ((t + BR - 1) / BR) + qb;
+  unsigned* turn = turns + (int64_t(bh) * ((t + BR - 1) / BR) + qb) * kMmaWarps + warp;
   float part[U][2][4] = {};
-#pragma unroll
+  // (not unrolled: with the dK and dV accumulators live, loads hoisted from later k steps made the dh-64 wide
+  // kernel spill)
+#pragma unroll 1
   for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
     for (int i = 0; i < U; ++i) {
@@ -881,7 +884,7 @@ __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const 
       mma_16816<T>(part[i][1], a, b[2], b[3]);
     }
   }
-  if (threadIdx.x == 0) {
+  if (lane == 0) {
     const volatile unsigned* tv = turn;
     if (*tv != unsigned(kbi)) {
       const unsigned long long t0 = global_timer_ns();
@@ -892,7 +895,7 @@ __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const 
     }
     __threadfence();  // with the volatile read: the acquire of key block kbi - 1's adds
   }
-  __syncthreads();
+  __syncwarp();
   const bool first = kbi == 0, last = kbi == nkb - 1;
 #pragma unroll
   for (int i = 0; i < U; ++i) {
@@ -916,16 +919,17 @@ __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const 
           __stcg(at, v);
       }
   }
-  __threadfence();  // this thread's adds are visible on the GPU before the turn passes on
-  __syncthreads();
-  if (threadIdx.x == 0) atomicExch(turn, unsigned(kbi + 1));
+  __threadfence();  // this lane's adds are visible on the GPU before the turn passes on
+  __syncwarp();
+  if (lane == 0) atomicExch(turn, unsigned(kbi + 1));
 }
 
 // dK, dV with tensor cores: a CTA holds BC = BLOCK keys (16 MT per warp) and loops over query blocks of BR = STEP.
 // Each warp works on its own keys in the transposed orientation (S^T = K Q^T, dP^T = V dO^T), so
 // P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
 // FUSED_DQ (variant 3): dQ in the same pass, each query block's dS^T through shared memory into
-// dq_add_in_key_order (dq_acc: the f32 accumulator, turns: one zeroed counter per batch, head and query block).
+// dq_add_in_key_order (dq_acc: the f32 accumulator, turns: zeroed counters, one per batch, head, query block and
+// warp).
 template <class T, int DHP, class Tile, bool FUSED_DQ>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dkdv_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
@@ -1333,11 +1337,12 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
             const int key_blocks = (g.t + KT::BLOCK - 1) / KT::BLOCK;
             const int64_t dkdv_ctas = int64_t(g.b) * g.heads * key_blocks;
             if (variant == kAttentionFusedBackward) {
-              // variant 3: one pass; dQ through an f32 accumulator and a zeroed turn counter per query block
+              // variant 3: one pass; dQ through an f32 accumulator and zeroed turn counters (per query block and warp)
               const AllocOptions on{.stream = &stream};
               const int query_blocks = (g.t + KT::STEP - 1) / KT::STEP;
               Tensor acc = Tensor::empty({g.b, g.heads, g.t, g.dh}, DType::f32, qkv.device(), on);
-              Tensor turns = Tensor::zeros({int64_t(g.b) * g.heads * query_blocks}, DType::i32, qkv.device(), on);
+              Tensor turns =
+                  Tensor::zeros({int64_t(g.b) * g.heads * query_blocks * kMmaWarps}, DType::i32, qkv.device(), on);
               const size_t smem = mma_dkdv_smem<DHP, KT, true>();
               constexpr auto fused = attention_backward_dkdv_v2_kernel<T, DHP, KT, true>;
               detail::allow_dynamic_smem<fused>(int(smem));
