@@ -1237,12 +1237,26 @@ template <class T>
 constexpr bool kIs16Bit = !std::is_same_v<T, float>;
 
 // The variant that runs: an explicit one is checked, 0 picks the fastest that applies.
+// HPDT_ATTENTION_BACKWARD=v2|v3: the tensor-core backward that auto (variant 0) runs, v2's two passes (unset: the
+// default) or v3's one pass; for timing v3 inside a training step (scripts/gpu/benchmarks.txt). Read at every call,
+// as HPDT_ATTENTION_V2_TILES; anything else is an error naming the variable.
+int auto_backward_variant() {
+  const char* e = std::getenv("HPDT_ATTENTION_BACKWARD");
+  if (!e || std::strcmp(e, "v2") == 0) return kAttentionTensorCore;
+  HPDT_CHECK(std::strcmp(e, "v3") == 0, "HPDT_ATTENTION_BACKWARD=", e, ": expected v2 or v3");
+  return kAttentionFusedBackward;
+}
+
+// backward: the call is attention_backward's (auto may take HPDT_ATTENTION_BACKWARD's v3).
 int resolve_variant(int variant, const char* op, const Tensor& qkv, int64_t heads,
-                    std::initializer_list<const Tensor*> tensors) {
+                    std::initializer_list<const Tensor*> tensors, bool backward = false) {
   const int64_t dh = qkv.size(2) / 3 / heads;
   bool tc = qkv.dtype() != DType::f32 && dh % 8 == 0 && dh <= 128;
   for (const Tensor* x : tensors) tc = tc && aligned16(x->data());
-  if (variant == kAttentionAuto) return tc ? kAttentionTensorCore : kAttentionSimt;
+  if (variant == kAttentionAuto) {
+    const int fast = backward ? auto_backward_variant() : kAttentionTensorCore;
+    return tc ? fast : kAttentionSimt;
+  }
   HPDT_CHECK(variant == kAttentionSimt || variant == kAttentionTensorCore || variant == kAttentionFusedBackward, op,
              ": no variant ", variant, " (1: SIMT, 2: tensor cores, 3: tensor cores with a one-pass backward)");
   HPDT_CHECK(variant == kAttentionSimt || tc, op, ": variant ", variant,
@@ -1312,7 +1326,7 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
   const char* op = "attention_backward";
   const Geometry g = geometry(op, qkv, heads);
   if (int64_t(g.b) * g.t == 0) return;
-  variant = resolve_variant(variant, op, qkv, heads, {&qkv, &out, &dout, &dqkv});
+  variant = resolve_variant(variant, op, qkv, heads, {&qkv, &out, &dout, &dqkv}, true);
   const cudaStream_t s = detail::native(stream);
   Tensor D = Tensor::empty({g.b, g.heads, g.t}, DType::f32, qkv.device(), AllocOptions{.stream = &stream});
   dispatch_floating(qkv.dtype(), op, [&](auto tag) {

@@ -438,7 +438,9 @@ def train_table(t, torch, rows, numbers):
                                ("ViT-B/16, 224², batch 64, --gemm-tuning find (GEMM v3's plan per shape, timed)",
                                 "vit_b16_bf16_{}_gemm_find", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gelu separate (GELU not in the GEMMs' epilogues)",
-                                "vit_b16_bf16_{}_gelu_separate", "vit_b16")]:
+                                "vit_b16_bf16_{}_gelu_separate", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, attention's one-pass backward (HPDT_ATTENTION_BACKWARD=v3)",
+                                "vit_b16_bf16_{}_attention_v3", "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
         if ours is None and vend is None:

@@ -342,6 +342,48 @@ TEST_F(AttentionCuda, FusedBackwardMatchesTwoPassDkDv) {
     }
   }
 }
+
+// HPDT_ATTENTION_BACKWARD=v3 makes auto's (the layers') tensor-core backward v3, bit for bit the explicit variant 3;
+// v2 and unset leave it v2; it changes no explicit variant, and a bad value is an error naming the variable. On the
+// emulator also the kernels that ran (v2's and v3's dQ may round alike, on a GPU too: the bits alone cannot tell).
+TEST_F(AttentionCuda, BackwardVariantOfAutoFromTheEnvironment) {
+  const Case c{1, 300, 2, 64};
+  const DType dt = DType::f16;
+  const Oracle o = oracle(c, dt);
+  const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
+  // dqkv of a forward and backward with `variant`; fused: whether the backward ran v3's one-pass kernel (emulator)
+  auto run = [&](int variant, bool fused) {
+    kernels::AttentionSaved saved;
+    saved.lse = poisoned({c.b, c.heads, c.t});
+    Tensor out_g = poisoned({c.b, c.t, c.heads * c.dh}, dt), dqkv_g = poisoned(o.qkv.shape(), dt);
+    forward(qkv_g, c.heads, saved, out_g, variant);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    const unsigned long long before = cuda_emu::launches_named("FUSED_DQ = true");
+#endif
+    backward(qkv_g, saved, out_g, dout_g, c.heads, dqkv_g, variant);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    EXPECT_EQ(cuda_emu::launches_named("FUSED_DQ = true") - before, fused ? 1u : 0u) << "variant " << variant;
+#else
+    (void)fused;
+#endif
+    return to_cpu_f32(dqkv_g);
+  };
+  auto same = [](const Tensor& a, const Tensor& b) { return std::memcmp(a.data(), b.data(), a.nbytes()) == 0; };
+  const Tensor v2 = run(kernels::cuda::kAttentionTensorCore, false);
+  const Tensor v3 = run(kernels::cuda::kAttentionFusedBackward, true);
+  {
+    const ScopedEnv pin("HPDT_ATTENTION_BACKWARD", "v3");
+    EXPECT_TRUE(same(run(0, true), v3)) << "auto under v3";
+    EXPECT_TRUE(same(run(kernels::cuda::kAttentionTensorCore, false), v2)) << "an explicit variant 2 under v3";
+  }
+  {
+    const ScopedEnv pin("HPDT_ATTENTION_BACKWARD", "v2");
+    EXPECT_TRUE(same(run(0, false), v2)) << "auto under v2";
+  }
+  EXPECT_TRUE(same(run(0, false), v2)) << "auto, unset";
+  const ScopedEnv bad("HPDT_ATTENTION_BACKWARD", "fused");
+  HPDT_EXPECT_THROW_MSG(run(0, false), "HPDT_ATTENTION_BACKWARD=fused: expected v2 or v3");
+}
 #endif
 
 TEST_F(AttentionCuda, MisalignedViewFallsBackToSimt) {

@@ -11,7 +11,8 @@
 //      16-byte aligned tensors;
 //   3: as 2, with the backward in one pass (dQ added in key-block order into an f32 accumulator: 5 tile products
 //      instead of 7, still deterministic);
-//   0: the best one that applies (2 where it can run, else 1).
+//   0: the best one that applies (2 where it can run, else 1; the backward's 2 becomes 3 under
+//      HPDT_ATTENTION_BACKWARD=v3, for timing v3 in a training step).
 #pragma once
 
 #include <cstdint>
