@@ -604,6 +604,12 @@ __device__ __forceinline__ void store2(T* p, float lo, float hi) {
   *reinterpret_cast<uint32_t*>(p) = pack2<T>(lo, hi);
 }
 
+// Two f32 adds into global memory at p (8-byte aligned), performed in L2 (a reduction: nothing comes back; sm_90's
+// vector red). atomicAdd(float2*) compiles to atom, which returns the old values.
+__device__ __forceinline__ void red_add_f32x2(float* p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+}
+
 // The GPU's global nanosecond timer (variant 3's watchdog on its turn counters).
 __device__ __forceinline__ unsigned long long global_timer_ns() {
   unsigned long long t;
@@ -841,7 +847,10 @@ constexpr size_t mma_dkdv_smem() {
 //   - The order, per warp: warp w of key block kbi (0 .. nkb - 1 of its batch and head) waits until its turn
 //     counter for the query block reads kbi, i.e. until warp w of key block kbi - 1 has added its units; key block
 //     0 stores its share into the f32 accumulator acc, the middle ones add to it, the last adds, scales and stores
-//     dQ itself in T (one key block: it stores straight to dQ). So every dQ element is the same sum in the same
+//     dQ itself in T (one key block: it stores straight to dQ); the middle ones add with a vector red, a
+//     reduction performed in L2, so that the accumulator is not read back to the SM nkb times (at t = 4096, dh 128
+//     a load and a store of it per key block would be 2 x 64 x 268 MB of L2 traffic a backward; the adds are half
+//     that, as FlashAttention-2's, whose order is not fixed). So every dQ element is the same sum in the same
 //     order on every run, with one f32 accumulator of [b, heads, t, dh] and no float atomics; the accumulator needs
 //     no zeroing, the counters do. A warp waits only for the same warp of the block before (the units it adds to),
 //     so the step needs no block barrier after the GEMM's. Key block kbi - 1 started before kbi (blocks of a grid
@@ -896,28 +905,36 @@ __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const 
     __threadfence();  // with the volatile read: the acquire of key block kbi - 1's adds
   }
   __syncwarp();
-  const bool first = kbi == 0, last = kbi == nkb - 1;
+  // The lane's pairs of this CTA's share: f(pair, its f32 accumulator entry, row, column) for each inside dQ; one
+  // loop per kind of key block (first, middle, last), each with one kind of access (one loop with the choice inside
+  // spilled the dh-64 wide kernel).
+  auto each = [&](auto&& f) {
 #pragma unroll
-  for (int i = 0; i < U; ++i) {
-    const int u = warp + kMmaWarps * i, mi = u / NP, np = u % NP;
+    for (int i = 0; i < U; ++i) {
+      const int u = warp + kMmaWarps * i, mi = u / NP, np = u % NP;
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = q0 + mi * 16 + lane / 4 + 8 * half, c = np * 16 + 8 * h + 2 * (lane % 4);
-        if (r >= t || c >= dh) continue;
-        float2 v = make_float2(part[i][h][2 * half], part[i][h][2 * half + 1]);
-        float2* at = reinterpret_cast<float2*>(acc + int64_t(r) * dh + c);
-        if (!first) {
-          const float2 o = __ldcg(at);
-          v.x = o.x + v.x;
-          v.y = o.y + v.y;
+        for (int half = 0; half < 2; ++half) {
+          const int r = q0 + mi * 16 + lane / 4 + 8 * half, c = np * 16 + 8 * h + 2 * (lane % 4);
+          if (r < t && c < dh)
+            f(make_float2(part[i][h][2 * half], part[i][h][2 * half + 1]), acc + int64_t(r) * dh + c, r, c);
         }
-        if (last)
-          store2(dq + int64_t(r) * ld + c, v.x * scale, v.y * scale);
-        else
-          __stcg(at, v);
+    }
+  };
+  if (kbi == nkb - 1) {  // the last: the sum so far plus its share, scaled, into dQ
+    each([&](float2 v, float* a, int r, int c) {
+      if (kbi > 0) {
+        const float2 o = __ldcg(reinterpret_cast<const float2*>(a));
+        v.x = o.x + v.x;
+        v.y = o.y + v.y;
       }
+      store2(dq + int64_t(r) * ld + c, v.x * scale, v.y * scale);
+    });
+  } else if (kbi == 0) {  // the first: its share
+    each([&](float2 v, float* a, int, int) { __stcg(reinterpret_cast<float2*>(a), v); });
+  } else {  // the middle ones: added in L2, nothing read back (the turns fix the order)
+    each([&](float2 v, float* a, int, int) { red_add_f32x2(a, v.x, v.y); });
   }
   __threadfence();  // this lane's adds are visible on the GPU before the turn passes on
   __syncwarp();

@@ -409,6 +409,15 @@ class AsmGen:
             x, y = self.vector(args[1], 2)
             self.body.append('::cuda_emu::ptx::st_shared_v2_f32(uint32_t(%s), float(%s), float(%s), %s);' %
                              (self.address(args[0]), x, y, loc))
+        elif opcode == 'red.global.add.v2.f32':
+            # sm_90's vector reduction into global memory: two f32 adds, each atomic (one OS thread runs every CUDA
+            # thread, so plain adds are); round to nearest even, as the GPU's (which also flushes subnormals)
+            if len(args) != 2:
+                raise TransformError('%s takes 2 operands' % opcode)
+            x, y = self.vector(args[1], 2)
+            self.body.append('{ float* cuda_emu_red = reinterpret_cast<float*>(uintptr_t(%s)); '
+                             'cuda_emu_red[0] += float(%s); cuda_emu_red[1] += float(%s); }' %
+                             (self.address(args[0]), x, y))
         elif opcode == 'trap' and not args:
             self.body.append('::cuda_emu::ptx::trap(%s);' % loc)
         elif opcode in ('mov.u64', 'mov.b64') and len(args) == 2 and args[1].strip() == '%globaltimer':

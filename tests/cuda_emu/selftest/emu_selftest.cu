@@ -894,6 +894,30 @@ TEST(CudaEmu, SwitchCost) {
   EXPECT_EQ(h[0], float(iters) + (iters % 2 ? 1.0f : 0.0f));
 }
 
+// ---- red.global.add.v2.f32 (kernels/cuda/attention.cu, variant 3's dQ adds) ----------------------------------
+__global__ void red_pairs(float* acc, const float* add) {
+  const int i = int(threadIdx.x);
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(acc + 2 * (i % 4)), "f"(add[2 * i]), "f"(add[2 * i + 1])
+               : "memory");
+}
+
+TEST(CudaEmu, VectorReductionAddsEveryLane) {
+  Buf<float> acc(8), add(64);
+  std::vector<float> a(8), b(64);
+  for (int i = 0; i < 8; ++i) a[size_t(i)] = float(i);
+  for (int i = 0; i < 64; ++i) b[size_t(i)] = 0.25f * float(i + 1);
+  acc.up(a);
+  add.up(b);
+  red_pairs<<<1, 32>>>(acc.d, add.d);  // 8 lanes on each of 4 pairs
+  const auto h = acc.down();
+  for (int k = 0; k < 4; ++k)
+    for (int e = 0; e < 2; ++e) {
+      float want = a[size_t(2 * k + e)];
+      for (int i = k; i < 32; i += 4) want += b[size_t(2 * i + e)];
+      EXPECT_EQ(h[size_t(2 * k + e)], want) << "pair " << k << " element " << e;
+    }
+}
+
 // ---- kernels/cuda/sm90a/wgmma.cuh: %globaltimer and the mbarrier watchdog ----------------------------------
 __global__ void read_global_timer(unsigned long long* out) {
   out[0] = hpdt::kernels::cuda::sm90a::global_ns();
