@@ -9,7 +9,7 @@
 // grows: no t x t matrix ever reaches memory. Scores live in the log2 domain (scale * log2(e) folded
 // into one multiply, exp2 in the inner loop); lse = m + log(l) is stored as a natural log.
 //
-// Backward, deterministic (no float atomics, same bits every run):
+// Backward, deterministic (no float atomics in an order that varies: same bits every run):
 //   1. D = rowsum(dout * out) per query row (attention_rowdot_kernel);
 //   2. per (batch, head, key block) a CTA loops over all query blocks, recomputes S = q k^T and
 //      P = exp(S - lse), and accumulates dV += P^T dO and dK += dS^T Q in registers, with
@@ -851,7 +851,8 @@ constexpr size_t mma_dkdv_smem() {
 //     reduction performed in L2, so that the accumulator is not read back to the SM nkb times (at t = 4096, dh 128
 //     a load and a store of it per key block would be 2 x 64 x 268 MB of L2 traffic a backward; the adds are half
 //     that, as FlashAttention-2's, whose order is not fixed). So every dQ element is the same sum in the same
-//     order on every run, with one f32 accumulator of [b, heads, t, dh] and no float atomics; the accumulator needs
+//     order on every run (the reductions are float atomics, but one at a time per element, in the turns' order),
+//     with one f32 accumulator of [b, heads, t, dh]; the accumulator needs
 //     no zeroing, the counters do. A warp waits only for the same warp of the block before (the units it adds to),
 //     so the step needs no block barrier after the GEMM's. Key block kbi - 1 started before kbi (blocks of a grid
 //     are dispatched in index order, and kbi - 1's index is lower), so it is resident or done and the wait ends;

@@ -29,7 +29,7 @@ bool attention_variant_supported(int variant, const Tensor& qkv, int64_t heads);
 
 void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& out, const Stream& stream,
                        int variant = kAttentionAuto);
-// Deterministic (no float atomics): D = rowsum(dout * out), then one pass per key block for dK and dV and one
+// Deterministic (no float atomics in a varying order): D = rowsum(dout * out), then one pass per key block for dK and dV and one
 // per query block for dQ (variant 3: dQ in the key blocks' pass, added in a fixed order).
 void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out, const Tensor& dout, int64_t heads,
                         Tensor& dqkv, const Stream& stream, int variant = kAttentionAuto);
