@@ -36,7 +36,11 @@ targets=$( { cat "$build/gpu-test-targets.txt"; echo hpdt-smoke hpdt-prepare-dat
 echo "targets:" $targets
 cmake --build --preset gpu-bundle --target $targets 2>&1 | tee "$bundle/build.log" | grep -E "error|FAILED|warning" || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "prepare.sh: build failed, see $bundle/build.log" >&2; exit 1; }
-grep -E "ptxas info|bytes stack frame|spill" "$bundle/build.log" > "$bundle/ptxas.log" || true
+# Every CUDA object's report, kept beside it by scripts/gpu/ptxas-log.sh (the build log holds only what this build
+# recompiled).
+find "$build" -name '*.ptxas.log' | sort | xargs -r cat | grep -E "ptxas info|bytes stack frame|spill" > "$bundle/ptxas.log" || true
+echo "ptxas.log: $(grep -c 'Compiling entry function' "$bundle/ptxas.log") kernels," \
+  "$(grep 'spill stores' "$bundle/ptxas.log" | grep -vc ' 0 bytes spill stores') with spills"
 
 echo "== manifest of GPU tests and benchmarks"
 /usr/bin/env python3 "$root/scripts/gpu/manifest.py" "$build" "$root/scripts/gpu/benchmarks.txt" "$root/scripts/gpu/checks.txt" > "$bundle/manifest.tsv"
