@@ -181,6 +181,16 @@ class AttentionCuda : public test::CudaOracleTest {
     kernels::attention_backward(qkv, saved, out, dout, heads, dqkv, stream);
   }
 
+  // dqkv (f32, on the host) of one forward and backward of `variant` (0: the public entry points), outputs poisoned.
+  Tensor grads_of(const Case& c, DType dt, const Tensor& qkv_g, const Tensor& dout_g, int variant) {
+    kernels::AttentionSaved saved;
+    saved.lse = poisoned({c.b, c.heads, c.t});
+    Tensor out_g = poisoned({c.b, c.t, c.heads * c.dh}, dt), dqkv_g = poisoned(qkv_g.shape(), dt);
+    forward(qkv_g, c.heads, saved, out_g, variant);
+    backward(qkv_g, saved, out_g, dout_g, c.heads, dqkv_g, variant);
+    return to_cpu_f32(dqkv_g);
+  }
+
   static std::vector<int> variants(const Tensor& qkv_g, int64_t heads) {
     std::vector<int> v = {0, 1};
 #if HPDT_HAVE_CUDA
@@ -317,20 +327,15 @@ TEST_F(AttentionCuda, FusedBackwardMatchesTwoPassDkDv) {
       Tensor grads[2];
       for (int k = 0; k < 2; ++k) {
         const int v = k == 0 ? kernels::cuda::kAttentionTensorCore : kernels::cuda::kAttentionFusedBackward;
-        kernels::AttentionSaved saved;
-        saved.lse = poisoned({c.b, c.heads, c.t});
-        Tensor out_g = poisoned({c.b, c.t, c.heads * c.dh}, dt), dqkv_g = poisoned(o.qkv.shape(), dt);
-        forward(qkv_g, c.heads, saved, out_g, v);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
         const unsigned long long dq_before = cuda_emu::launches_named("attention_backward_dq_v2_kernel");
         const unsigned long long fused_before = cuda_emu::launches_named("FUSED_DQ = true");
 #endif
-        backward(qkv_g, saved, out_g, dout_g, c.heads, dqkv_g, v);
+        grads[k] = grads_of(c, dt, qkv_g, dout_g, v);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
         EXPECT_EQ(cuda_emu::launches_named("attention_backward_dq_v2_kernel") - dq_before, k == 0 ? 1u : 0u);
         EXPECT_EQ(cuda_emu::launches_named("FUSED_DQ = true") - fused_before, k == 0 ? 0u : 1u);
 #endif
-        grads[k] = to_cpu_f32(dqkv_g);
       }
       const char* names[] = {"dq", "dk", "dv"};
       for (int w = 1; w < 3; ++w) {
@@ -351,22 +356,18 @@ TEST_F(AttentionCuda, BackwardVariantOfAutoFromTheEnvironment) {
   const DType dt = DType::f16;
   const Oracle o = oracle(c, dt);
   const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
-  // dqkv of a forward and backward with `variant`; fused: whether the backward ran v3's one-pass kernel (emulator)
+  // grads_of(variant); fused: whether the backward ran v3's one-pass kernel (checked on the emulator)
   auto run = [&](int variant, bool fused) {
-    kernels::AttentionSaved saved;
-    saved.lse = poisoned({c.b, c.heads, c.t});
-    Tensor out_g = poisoned({c.b, c.t, c.heads * c.dh}, dt), dqkv_g = poisoned(o.qkv.shape(), dt);
-    forward(qkv_g, c.heads, saved, out_g, variant);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
     const unsigned long long before = cuda_emu::launches_named("FUSED_DQ = true");
 #endif
-    backward(qkv_g, saved, out_g, dout_g, c.heads, dqkv_g, variant);
+    Tensor g = grads_of(c, dt, qkv_g, dout_g, variant);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
     EXPECT_EQ(cuda_emu::launches_named("FUSED_DQ = true") - before, fused ? 1u : 0u) << "variant " << variant;
 #else
     (void)fused;
 #endif
-    return to_cpu_f32(dqkv_g);
+    return g;
   };
   auto same = [](const Tensor& a, const Tensor& b) { return std::memcmp(a.data(), b.data(), a.nbytes()) == 0; };
   const Tensor v2 = run(kernels::cuda::kAttentionTensorCore, false);
