@@ -40,6 +40,7 @@
 
 #include "hpdt/kernels/cuda/attention.h"
 #include "launch.cuh"
+#include "watchdog.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -610,12 +611,6 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
 }
 
-// The GPU's global nanosecond timer (variant 3's watchdog on its turn counters).
-__device__ __forceinline__ unsigned long long global_timer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
 
 // Forward tiles: each warp owns MT m-tiles of 16 query rows (BR = 16 MT warps), so every K and V fragment
 // read from shared memory feeds MT mma's; BC keys per step.
@@ -857,13 +852,11 @@ constexpr size_t mma_dkdv_smem() {
 //     so the step needs no block barrier after the GEMM's. Key block kbi - 1 started before kbi (blocks of a grid
 //     are dispatched in index order, and kbi - 1's index is lower), so it is resident or done and the wait ends;
 //     FlashAttention-2's deterministic backward orders its dQ adds the same way (per CTA). A wait past
-//     kTurnTimeoutNs traps (a lost turn would hang the GPU, as in wgmma.cuh's mbar_wait).
+//     watchdog.cuh's kWaitTimeoutNs traps (a lost turn would hang the GPU).
 // Query block qb of the CTA blockIdx.x (batch and head blockIdx.x / nkb, key block kbi = blockIdx.x % nkb); acc
 // [b, heads, t, dh] f32, dqkv as the kernel's, turns kMmaWarps counters per batch, head and query block. (The
 // offsets are computed here from the kernel's parameters, not passed in: three more 64-bit values live across the
 // dK/dV loop made the dh-128 kernel spill.)
-constexpr unsigned long long kTurnTimeoutNs = 10'000'000'000ull;
-
 template <class T, int DHP, class Tile>
 __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const uint16_t* k_s, float* acc_all,
                                                     T* dqkv, unsigned* turns, int heads, int qb, int t, int dh,
@@ -897,9 +890,9 @@ __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const 
   if (lane == 0) {
     const volatile unsigned* tv = turn;
     if (*tv != unsigned(kbi)) {
-      const unsigned long long t0 = global_timer_ns();
+      const uint64_t t0 = global_ns();
       while (*tv != unsigned(kbi)) {
-        if (global_timer_ns() - t0 > kTurnTimeoutNs) asm volatile("trap;\n" ::: "memory");
+        if (global_ns() - t0 > kWaitTimeoutNs) asm volatile("trap;\n" ::: "memory");
         __nanosleep(64);
       }
     }

@@ -107,6 +107,15 @@ struct Expected {
 
 class ConvCuda : public test::CudaOracleTest {
  protected:
+#if HPDT_HAVE_CUDA
+  // Whether GEMM v3, and with it conv v3, runs here (a compute capability 9.0 device and an sm_90 build): what GEMM
+  // v3 resolves to on a 64 x 64 bf16 problem.
+  bool wgmma_runs_here() {
+    const Tensor probe = poisoned({64, 64}, DType::bf16);
+    return kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
+                                       probe.data(), DType::bf16, stream) == kernels::cuda::GemmVariant::v3_wgmma;
+  }
+#endif
   // ---- the implementations under test ----
   void forward(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
                Layout layout = Layout::nchw) {
@@ -767,12 +776,8 @@ TEST_F(ConvCuda, NhwcBackwardFilterIsDeterministic) {
 // three directions (backward-data with a residual stays on the conv kernels, whose epilogue adds it): against the
 // oracle, and on the emulator, which kernels ran.
 TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
-  {
-    const Tensor probe = poisoned({64, 64}, DType::bf16);
-    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
-                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
-      GTEST_SKIP() << "GEMM v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
-  }
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "GEMM v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
   const auto auto_v = kernels::cuda::ConvVariant::automatic;
   const Case cases[] = {{"1x1 64->72 at 14", 2, 64, 14, 14, 72, 1, 1, 0}, {"1x1 40->24 at 6x2", 3, 40, 6, 2, 24, 1, 1, 0}};
@@ -839,12 +844,8 @@ TEST_F(ConvCuda, NhwcOneByOneRunsOnGemmV3WhenChosen) {
 // taken; repeats are not timed again; inside a CUDA-graph capture an untimed convolution runs v2 (the same bits as
 // v2) and stays untimed.
 TEST_F(ConvCuda, NhwcFindTimesV2AndV3OnScratchOutputs) {
-  {
-    const Tensor probe = poisoned({64, 64}, DType::bf16);
-    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
-                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
-      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
-  }
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   const kernels::ScopedConvChoice find(kernels::ConvChoice::find);
   kernels::cuda::conv_forget_found();
   const auto auto_v = kernels::cuda::ConvVariant::automatic;
@@ -903,12 +904,8 @@ TEST_F(ConvCuda, NhwcFindTimesV2AndV3OnScratchOutputs) {
 // cuda::gemm_v3_found), each candidate timed, the fastest taken; a repeat not timed again; inside a capture an
 // untimed call runs the rule's plan and stays untimed.
 TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
-  {
-    const Tensor probe = poisoned({64, 64}, DType::bf16);
-    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
-                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
-      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
-  }
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   const kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
   const kernels::ScopedGemmTuning find(kernels::GemmTuning::find);
   kernels::cuda::gemm_v3_forget_found();
@@ -980,12 +977,8 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
 // (or split-K parts); pingpong has no wide tile (its cases pinned wide are left out) and runs the backward-filter
 // on "ws".
 TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
-  {
-    const Tensor probe = poisoned({64, 64}, DType::bf16);
-    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
-                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
-      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
-  }
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
   const auto auto_v = kernels::cuda::ConvVariant::automatic;
   struct V3Case {
@@ -1093,12 +1086,8 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
 // NhwcRunsOnConvV3WhenChosen covers the same code on small planes.
 TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
   if (kEmulated) GTEST_SKIP() << "too large for the CUDA emulator (NhwcRunsOnConvV3WhenChosen runs there)";
-  {
-    const Tensor probe = poisoned({64, 64}, DType::bf16);
-    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
-                                    probe.data(), DType::bf16, stream) != kernels::cuda::GemmVariant::v3_wgmma)
-      GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
-  }
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
   const Case cases[] = {{"3x3 64->64 at 56", 4, 64, 56, 56, 64, 3, 1, 1},
                         {"3x3 128->128 at 28", 4, 128, 28, 28, 128, 3, 1, 1},
                         {"3x3 256->256 at 14", 4, 256, 14, 14, 256, 3, 1, 1},

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "split_k.cuh"
+#include "watchdog.cuh"
 #include "hpdt/core/check_cuda.h"
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/error.h"
@@ -71,23 +72,18 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
-// The GPU's global nanosecond timer.
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
 // A wait on a phase that never completes (a wrong transaction byte count, a box the map does not cover, a lost
-// arrival) would hang the process, and a GPU lease with it. mbar_wait gives up after kMbarTimeoutNs instead: the
-// thread executes `trap`, and the launch fails with cudaErrorLaunchFailure ("unspecified launch failure"), which
-// the host's next HPDT_CUDA_CHECK reports. No wait of these kernels is legitimately longer than microseconds
-// (milliseconds under compute-sanitizer): every phase waits for the block's own TMA loads or its own warps. No
+// arrival) would hang the process, and a GPU lease with it. mbar_wait gives up after kMbarTimeoutNs (watchdog.cuh's
+// limit of every device-side wait) instead: the thread executes `trap`, and the launch fails with
+// cudaErrorLaunchFailure ("unspecified launch failure"), which the host's next HPDT_CUDA_CHECK reports. Every phase
+// here waits for the block's own TMA loads or its own warps. No
 // printf or assert before the trap: a function call in the k loop makes ptxas serialise the wgmmas in flight
 // across it (C7510), in every kernel, whether or not the call is ever reached. ptxas does inject a wgmma wait at
 // the trap itself in the barrier pipeline's kernels ("C7517 warpgroup.wait is injected ... to allow use of registers
 // defined by GMMA", 24 notes building gemm_wgmma.cu): only on that path, which ends the kernel; without the trap
 // the notes go (checked on a one-kernel build, 2026-11-28).
-constexpr uint64_t kMbarTimeoutNs = 10'000'000'000ull;
+using cuda::global_ns;
+constexpr uint64_t kMbarTimeoutNs = kWaitTimeoutNs;
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, uint64_t timeout_ns = kMbarTimeoutNs) {
   if (mbar_try_wait(bar, parity)) return;
   const uint64_t t0 = global_ns();
