@@ -191,6 +191,9 @@ class AttentionCuda : public test::CudaOracleTest {
     return to_cpu_f32(dqkv_g);
   }
 
+  // FusedBackwardMatchesTwoPassDkDv's checks (below).
+  void expect_fused_backward_matches_v2();
+
   static std::vector<int> variants(const Tensor& qkv_g, int64_t heads) {
     std::vector<int> v = {0, 1};
 #if HPDT_HAVE_CUDA
@@ -315,7 +318,7 @@ TEST_F(AttentionCuda, BothV2TileShapes) {
 // kernel and tile), its dQ the oracle's (check_all above), from one kernel launch. Cases: one key block (the block
 // stores dQ itself), several key blocks and query blocks (the turns: store, adds, the last add's scaled store; t =
 // 700 is 6 key blocks at dh 64, 11 at dh 128), a ragged last query block, and v2's narrow tiles.
-TEST_F(AttentionCuda, FusedBackwardMatchesTwoPassDkDv) {
+void AttentionCuda::expect_fused_backward_matches_v2() {
   const Case cases[] = {{2, 50, 3, 64}, {1, 700, 2, 64}, {1, 300, 2, 128}, {2, 97, 1, 32}, {1, 130, 2, 16}};
   for (const char* tiles : {"wide", "narrow"}) {
     const ScopedEnv pin("HPDT_ATTENTION_V2_TILES", tiles);
@@ -347,6 +350,20 @@ TEST_F(AttentionCuda, FusedBackwardMatchesTwoPassDkDv) {
     }
   }
 }
+
+TEST_F(AttentionCuda, FusedBackwardMatchesTwoPassDkDv) { expect_fused_backward_matches_v2(); }
+
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+// The same with blocks side by side (the emulator's CUDA_EMU_RESIDENT; by default it runs one block after another,
+// so each turn wait of v3 finds the block before it already done): key blocks now reach their dQ adds before the
+// one before them has added, and wait. Without the waits this fails, where the test above passes.
+TEST_F(AttentionCuda, FusedBackwardOrderHoldsWithBlocksSideBySide) {
+  const ScopedEnv resident("CUDA_EMU_RESIDENT", "3");
+  const unsigned long long yields = cuda_emu::block_yields();
+  expect_fused_backward_matches_v2();
+  EXPECT_GT(cuda_emu::block_yields(), yields) << "no block let another run: the blocks did not interleave";
+}
+#endif
 
 // HPDT_ATTENTION_BACKWARD=v3 makes auto's (the layers') tensor-core backward v3, bit for bit the explicit variant 3;
 // v2 and unset leave it v2; it changes no explicit variant, and a bad value is an error naming the variable. On the

@@ -263,6 +263,9 @@ BankCounts bank_counts();
 unsigned long long launches_named(const char* part);
 // TMA stores (cp.async.bulk.tensor, shared -> global) issued so far, by every kernel: which epilogue ran, for tests.
 unsigned long long tma_stores();
+// Times a block let another resident block run (CUDA_EMU_RESIDENT > 1: at __threadfence, or at __nanosleep once
+// every runnable thread of the block spins), by every launch so far: whether blocks really interleaved, for tests.
+unsigned long long block_yields();
 }  // namespace cuda_emu
 
 // Driver entry points (only cuTensorMapEncodeTiled is emulated; cuda.h has its types).

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "wgmma.cuh"  // kernels/cuda/sm90a/wgmma.cuh as transformed for hpdt_kernels_emu: its mbarrier watchdog
@@ -916,6 +917,136 @@ TEST(CudaEmu, VectorReductionAddsEveryLane) {
       for (int i = k; i < 32; i += 4) want += b[size_t(2 * i + e)];
       EXPECT_EQ(h[size_t(2 * k + e)], want) << "pair " << k << " element " << e;
     }
+}
+
+// ---- blocks side by side (CUDA_EMU_RESIDENT) and spinning threads ---------------------------------------------
+// Sets an environment variable for a scope (the emulator reads CUDA_EMU_RESIDENT at every launch).
+struct EnvFor {
+  std::string name;
+  explicit EnvFor(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvFor() { unsetenv(name.c_str()); }
+};
+
+// Spins (as attention v3's turn waits do) until *flag is set.
+__device__ void spin_until_set(const unsigned* flag) {
+  const volatile unsigned* f = flag;
+  while (*f == 0u) __nanosleep(32);
+  __threadfence();
+}
+
+// Block b writes its row of `rows`, then (thread 0) waits for block b + wait_offset's flag, if that block exists,
+// checks that block's row, and sets its own flag. `clock` orders the blocks' starts and ends.
+__global__ void chain_of_blocks(unsigned* rows, unsigned* flags, unsigned* seen, unsigned* starts, unsigned* ends,
+                                unsigned* clock, int wait_offset) {
+  const int b = int(blockIdx.x), t = int(threadIdx.x), n = int(gridDim.x);
+  if (t == 0) starts[b] = atomicAdd(clock, 1u);
+  rows[b * 64 + t] = unsigned(b * 1000 + t);
+  __syncthreads();
+  if (t == 0) {
+    const int w = b + wait_offset;
+    if (w >= 0 && w < n) {
+      spin_until_set(flags + w);
+      seen[b] = rows[w * 64 + 63];
+    }
+    __threadfence();  // the row before the flag
+    atomicExch(flags + b, 1u);
+    ends[b] = atomicAdd(clock, 1u);
+  }
+}
+
+struct Chain {
+  Buf<unsigned> rows, flags, seen, starts, ends, clock;
+  int n;
+  explicit Chain(int blocks)
+      : rows(size_t(blocks) * 64), flags(size_t(blocks)), seen(size_t(blocks)), starts(size_t(blocks)),
+        ends(size_t(blocks)), clock(1), n(blocks) {
+    EXPECT_EQ(cudaMemset(flags.d, 0, flags.n * 4), cudaSuccess);
+    EXPECT_EQ(cudaMemset(seen.d, 0xff, seen.n * 4), cudaSuccess);
+    EXPECT_EQ(cudaMemset(clock.d, 0, 4), cudaSuccess);
+  }
+  void run(int wait_offset) {
+    chain_of_blocks<<<n, 64>>>(rows.d, flags.d, seen.d, starts.d, ends.d, clock.d, wait_offset);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+  // Whether some block started before the block before it had ended.
+  bool interleaved() const {
+    const auto s = starts.down(), e = ends.down();
+    for (int b = 1; b < n; ++b)
+      if (s[size_t(b)] < e[size_t(b - 1)]) return true;
+    return false;
+  }
+};
+
+TEST(CudaEmu, BlocksRunOneAfterAnotherByDefault) {
+  Chain c(6);
+  const unsigned long long yields = cuda_emu::block_yields();
+  c.run(-1);  // each block waits for the one before: already done
+  const auto seen = c.seen.down();
+  for (int b = 1; b < 6; ++b) EXPECT_EQ(seen[size_t(b)], unsigned((b - 1) * 1000 + 63)) << "block " << b;
+  EXPECT_FALSE(c.interleaved());
+  EXPECT_EQ(cuda_emu::block_yields(), yields);
+}
+
+TEST(CudaEmu, ResidentBlocksWaitForEachOther) {
+  const EnvFor resident("CUDA_EMU_RESIDENT", "4");
+  {
+    Chain c(11);  // each waits for the one before; newest first, so they wait for real
+    const unsigned long long yields = cuda_emu::block_yields();
+    c.run(-1);
+    const auto seen = c.seen.down();
+    for (int b = 1; b < 11; ++b) EXPECT_EQ(seen[size_t(b)], unsigned((b - 1) * 1000 + 63)) << "block " << b;
+    EXPECT_TRUE(c.interleaved());
+    EXPECT_GT(cuda_emu::block_yields(), yields);
+  }
+  {
+    Chain c(4);  // each waits for the one after it: fine while all four are resident
+    c.run(+1);
+    const auto seen = c.seen.down();
+    for (int b = 0; b < 3; ++b) EXPECT_EQ(seen[size_t(b)], unsigned((b + 1) * 1000 + 63)) << "block " << b;
+  }
+}
+
+// Two warps of a block hand a flag to each other, whichever runs first: the one that spins must let the other run
+// (with one resident block too). Block 0 runs its threads forward, block 1 in reverse (CUDA_EMU_ORDER's default).
+__global__ void warps_hand_off(unsigned* flags, unsigned* out) {
+  unsigned* f = flags + 2 * blockIdx.x;
+  if (threadIdx.x == 32) {
+    atomicExch(f, 1u);
+    spin_until_set(f + 1);
+    out[2 * blockIdx.x + 1] = 1;
+  } else if (threadIdx.x == 0) {
+    spin_until_set(f);
+    atomicExch(f + 1, 1u);
+    out[2 * blockIdx.x] = 1;
+  }
+}
+
+TEST(CudaEmu, SpinningThreadsLetTheirBlockRun) {
+  Buf<unsigned> flags(4), out(4);
+  EXPECT_EQ(cudaMemset(flags.d, 0, 16), cudaSuccess);
+  EXPECT_EQ(cudaMemset(out.d, 0, 16), cudaSuccess);
+  warps_hand_off<<<2, 64>>>(flags.d, out.d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out.down(), std::vector<unsigned>(4, 1u));
+}
+
+TEST(CudaEmuDeathTest, BlocksThatWaitForAnAbsentBlockStop) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // One resident block (the default): block 0 waits for block 1, which cannot start.
+  EXPECT_DEATH(Chain(3).run(+1), "spins at __nanosleep at .*emu_selftest.cu:[0-9]+ for good.* 1 resident block");
+  // Two: blocks 0 and 1 wait for the block after them, and block 2 cannot start until one of them ends.
+  EXPECT_DEATH(
+      {
+        setenv("CUDA_EMU_RESIDENT", "2", 1);
+        Chain(4).run(+1);
+      },
+      "for good.* 2 resident block");
+  EXPECT_DEATH(
+      {
+        setenv("CUDA_EMU_RESIDENT", "0", 1);
+        Chain(2).run(-1);
+      },
+      "CUDA_EMU_RESIDENT=0: expected a number of blocks from 1 to 64");
 }
 
 // ---- kernels/cuda/sm90a/wgmma.cuh: %globaltimer and the mbarrier watchdog ----------------------------------

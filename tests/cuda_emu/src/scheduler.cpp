@@ -6,7 +6,11 @@
 // order (forward for even blocks, reverse for odd ones by default: a missing barrier shows in one order or
 // the other). The thread that completes a barrier or collective does the work for all and runs on. A fiber
 // that has never run is started from the scheduler's own stack, which also takes back the stacks of
-// exited fibers, so a block whose threads never wait needs only one stack.
+// exited fibers, so a block whose threads never wait needs only one stack. A thread that spins (__nanosleep)
+// lets the block's other runnable threads go first. Blocks run one after another by default; with
+// CUDA_EMU_RESIDENT=N, N blocks are resident at once (each with its own fibers and shared memory, E.b the
+// running one) and take turns from the scheduler's stack, a block yielding at __threadfence and when every
+// runnable thread of it spins, so that blocks waiting for each other (attention v3's dQ turns) really wait.
 #include <signal.h>
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -154,6 +158,7 @@ struct Fiber {
   std::vector<size_t> wgmma_group_ends;
   std::map<uint32_t, uint64_t> seen_phases;  // per mbarrier: the phases completed when this thread last saw one
   uint64_t failed_waits = 0;                 // consecutive mbarrier.try_wait that found the phase incomplete
+  bool spinning = false;                     // called __nanosleep in this round of the block's spinners (spin_yield)
   uint32_t cp_seq = 0;                       // CUDA_EMU_STATS: cp.async issued by this thread in this block
   uint32_t st_seq = 0;                       // CUDA_EMU_STATS: st.shared.v2.f32 issued by this thread in this block
 };
@@ -211,6 +216,42 @@ constexpr size_t kDynBegin = kPage, kDynEnd = kDynBegin + kDynArea;
 constexpr size_t kStaticBegin = kDynEnd + kPage;
 constexpr size_t kRedzone = 16;
 
+// A store of the k-th cp.async (or st.shared.v2.f32) of each lane of a warp (CUDA_EMU_STATS).
+struct CpInstr {
+  uint32_t dst[32];
+  int size;
+};
+
+// One block of a launch and everything it owns: its threads (fibers), barriers, shared memory and sm_90a state.
+// A launch keeps up to CUDA_EMU_RESIDENT of them resident at once (one by default: blocks one after another),
+// each in a slot of its own that later blocks reuse; E.b is the one running.
+struct Block {
+  uint3 idx{};
+  uint64_t block_linear = 0;
+  bool reverse = false;
+  bool started = false;  // a fiber of it has run
+  std::vector<Fiber> fibers;
+  std::vector<int> order;  // order[pos] = thread index
+  std::vector<Warp> warps;
+  Fiber* cur = nullptr;  // the running fiber, or the one that yielded the block
+  int ndone = 0;
+  int bar_arrived = 0, bar_first = 0;
+  Loc bar_loc;
+  int bar_op = -1, bar_acc = 0, bar_result = 0;
+  // shared memory
+  unsigned char* window = nullptr;
+  size_t dyn_bytes = 0, dyn_start = kDynEnd, protected_below = kDynEnd;
+  size_t static_top = 0;
+  std::vector<std::pair<const void*, size_t>> statics;  // key -> offset in the window
+  // sm_90a state of the block
+  std::map<uint32_t, Mbarrier> mbarriers;  // by shared address
+  std::vector<TmaLoad> tma_pending;
+  std::map<uint32_t, FillTag> fills;  // by 128-byte line of shared memory
+  // CUDA_EMU_STATS
+  std::vector<std::vector<CpInstr>> cp_by_warp;  // [warp][k]
+  std::vector<std::vector<CpInstr>> st_by_warp;  // [warp][k]
+};
+
 struct Exec {
   std::mutex mutex;
   bool in_launch = false;
@@ -224,49 +265,34 @@ struct Exec {
   bool stats = false;
   // The same for st.shared.v2.f32 (asm stores, per thread like cp.async: the k-th of each lane is one warp store).
   uint64_t ldm_wavefronts = 0, ldm_ideal = 0, cp_wavefronts = 0, cp_ideal = 0, st_wavefronts = 0, st_ideal = 0;
-  struct CpInstr {
-    uint32_t dst[32];
-    int size;
-  };
-  std::vector<std::vector<CpInstr>> cp_by_warp;  // [warp][k]
-  std::vector<std::vector<CpInstr>> st_by_warp;  // [warp][k]
   void (*thunk)(void*) = nullptr;
   void* ctx = nullptr;
   int n = 0;  // threads per block
-  uint64_t block_linear = 0;
-  bool reverse = false;
-  // block
-  std::vector<Fiber> fibers;
-  std::vector<int> order;  // order[pos] = thread index
-  std::vector<Warp> warps;
-  Fiber* cur = nullptr;
-  int ndone = 0;
-  int bar_arrived = 0, bar_first = 0;
-  Loc bar_loc;
-  int bar_op = -1, bar_acc = 0, bar_result = 0;
+  // blocks: the running one, and the slots of the resident ones (CUDA_EMU_RESIDENT, read at every launch)
+  Block* b = nullptr;
+  std::vector<Block*> slots;
+  int resident = 1;
+  uint64_t spin_rounds = 0;  // rounds in which every runnable thread of the running block spun, since progress
   Context main;
   std::vector<Stack*> free_stacks;
   Stack* zombie = nullptr;
   bool from_main = false;  // the switch in progress leaves the scheduler's own stack
   size_t stack_bytes = 0;
-  // shared memory
-  unsigned char* window = nullptr;
-  size_t dyn_bytes = 0, dyn_start = kDynEnd, protected_below = kDynEnd;
-  size_t static_top = 0;
-  std::vector<std::pair<const void*, size_t>> statics;  // key -> offset in the window
-  // sm_90a state of the block
-  std::map<uint32_t, Mbarrier> mbarriers;  // by shared address
-  std::vector<TmaLoad> tma_pending;
-  std::map<uint32_t, FillTag> fills;  // by 128-byte line of shared memory
   std::string order_mode;
   bool warp_greedy = false;  // CUDA_EMU_SCHEDULE=warp: a blocked thread hands over to its own warp first
   uint64_t seed = 1;
 };
 
 // Never destroyed: fibers, stacks and the shared window live until the process ends (static destructors may run
-// while another thread still launches).
-Exec& E = *new Exec;
+// while another thread still launches). E.b starts as an idle block, so that E.b->cur is null outside kernels.
+Exec& E = *[] {
+  auto* e = new Exec;
+  e->b = new Block;
+  e->slots.push_back(e->b);
+  return e;
+}();
 std::atomic<unsigned long long> g_tma_stores{0};  // tma_stores()
+std::atomic<unsigned long long> g_block_yields{0};  // block_yields()
 
 const char* short_file(const char* f) {
   const char* s = std::strstr(f, "/kernels/");
@@ -286,9 +312,9 @@ void print_context(FILE* out) {
                short_file(E.launch_loc.file_name()), E.launch_loc.line(), gridDim.x, gridDim.y, gridDim.z, blockDim.x,
                blockDim.y, blockDim.z);
   std::fprintf(out, "  block (%u,%u,%u)", blockIdx.x, blockIdx.y, blockIdx.z);
-  if (E.cur)
-    std::fprintf(out, ", thread (%u,%u,%u) (linear %d: warp %d, lane %d)", E.cur->tid.x, E.cur->tid.y, E.cur->tid.z,
-                 E.cur->index, E.cur->index / 32, E.cur->index % 32);
+  if (E.b->cur)
+    std::fprintf(out, ", thread (%u,%u,%u) (linear %d: warp %d, lane %d)", E.b->cur->tid.x, E.b->cur->tid.y, E.b->cur->tid.z,
+                 E.b->cur->index, E.b->cur->index / 32, E.b->cur->index % 32);
   std::fprintf(out, "\n");
 }
 
@@ -345,7 +371,7 @@ void switch_context(Context& from, Context& to, bool from_exits) {
 }
 
 void make_current(Fiber* f) {
-  E.cur = f;
+  E.b->cur = f;
   threadIdx = f->tid;
 }
 
@@ -383,7 +409,7 @@ Fiber* next_runnable(int from_pos) {
   for (int k = 1; k <= n; ++k) {
     int p = from_pos + k;
     if (p >= n) p -= n;
-    Fiber* f = &E.fibers[size_t(E.order[size_t(p)])];
+    Fiber* f = &E.b->fibers[size_t(E.b->order[size_t(p)])];
     if (f->state == kReady || f->state == kNew) return f;
   }
   return nullptr;
@@ -400,7 +426,7 @@ std::string thread_range(int a, int b) {
 
 [[noreturn]] void deadlock() {
   std::fprintf(stderr, "cuda_emu: deadlock: no thread of the block can run\n");
-  E.cur = nullptr;
+  E.b->cur = nullptr;
   print_context(stderr);
   // Group consecutive threads in the same state at the same place.
   auto describe = [](const Fiber& f) {
@@ -421,9 +447,9 @@ std::string thread_range(int a, int b) {
     }
   };
   int start = 0;
-  std::string d0 = describe(E.fibers[0]);
+  std::string d0 = describe(E.b->fibers[0]);
   for (int i = 1; i <= E.n; ++i) {
-    const std::string di = i < E.n ? describe(E.fibers[size_t(i)]) : std::string();
+    const std::string di = i < E.n ? describe(E.b->fibers[size_t(i)]) : std::string();
     if (i == E.n || di != d0) {
       std::fprintf(stderr, "    %s: %s\n", thread_range(start, i - 1).c_str(), d0.c_str());
       start = i;
@@ -443,7 +469,7 @@ Fiber* next_in_warp(const Fiber* me, bool skip_polling = false) {
   for (int k = 1; k < 32; ++k) {
     const int i = base + (me->index % 32 + k) % 32;
     if (i >= E.n) continue;
-    Fiber* f = &E.fibers[size_t(i)];
+    Fiber* f = &E.b->fibers[size_t(i)];
     if ((f->state == kReady || f->state == kNew) && !(skip_polling && f->failed_waits > 0)) return f;
   }
   return nullptr;
@@ -453,7 +479,7 @@ Fiber* next_in_warp(const Fiber* me, bool skip_polling = false) {
 // its own warp goes first, so one warp runs as far ahead of the others as their barriers let it (a
 // producer that refills a buffer before the other warps are done with it then overwrites it under them).
 void wait_here() {
-  Fiber* me = E.cur;
+  Fiber* me = E.b->cur;
   Fiber* next = E.warp_greedy ? next_in_warp(me) : nullptr;
   if (!next) next = next_runnable(me->pos);
   if (!next) deadlock();
@@ -467,9 +493,9 @@ void wait_here() {
 // CUDA_EMU_STATS: the wavefronts of the block's cp.async writes (and st.shared.v2.f32 stores). A warp's accesses
 // of S bytes go through shared memory 128 / S lanes at a time (a phase); a phase takes as many wavefronts as the
 // most distinct addresses on one bank group (address / S % (128 / S)), one when conflict-free.
-void tally_writes(std::vector<std::vector<Exec::CpInstr>>& by_warp, uint64_t& wavefronts, uint64_t& ideal) {
+void tally_writes(std::vector<std::vector<CpInstr>>& by_warp, uint64_t& wavefronts, uint64_t& ideal) {
   for (auto& per_warp : by_warp) {
-    for (const Exec::CpInstr& in : per_warp) {
+    for (const CpInstr& in : per_warp) {
       const int lanes = 128 / in.size;
       for (int p0 = 0; p0 < 32; p0 += lanes) {
         uint32_t seen[32];
@@ -493,11 +519,11 @@ void tally_writes(std::vector<std::vector<Exec::CpInstr>>& by_warp, uint64_t& wa
 }
 
 // Records the shared-memory write of `size` bytes at `addr` as this thread's next per-thread write in `by_warp`.
-void record_write(std::vector<std::vector<Exec::CpInstr>>& by_warp, uint32_t& seq, uint32_t addr, int size) {
-  Fiber& f = *E.cur;
+void record_write(std::vector<std::vector<CpInstr>>& by_warp, uint32_t& seq, uint32_t addr, int size) {
+  Fiber& f = *E.b->cur;
   auto& per_warp = by_warp[size_t(f.index / 32)];
   if (per_warp.size() <= seq) {
-    Exec::CpInstr blank{};
+    CpInstr blank{};
     std::fill(std::begin(blank.dst), std::end(blank.dst), ~0u);
     blank.size = size;
     per_warp.resize(seq + 1, blank);
@@ -507,13 +533,19 @@ void record_write(std::vector<std::vector<Exec::CpInstr>>& by_warp, uint32_t& se
   ++seq;
 }
 
-void run_block() {
+// Makes E.b block `linear` (E.b's storage: a slot) ready to run: its threads new, its barriers and sm_90a state
+// empty, its run order drawn.
+void init_block(uint64_t linear, uint3 idx) {
+  E.b->block_linear = linear;
+  E.b->idx = idx;
+  E.b->started = false;
+  E.b->cur = nullptr;
   const int n = E.n;
-  E.ndone = 0;
-  E.bar_arrived = 0;
-  E.bar_op = -1;
+  E.b->ndone = 0;
+  E.b->bar_arrived = 0;
+  E.b->bar_op = -1;
   for (int i = 0; i < n; ++i) {
-    Fiber& f = E.fibers[size_t(i)];
+    Fiber& f = E.b->fibers[size_t(i)];
     f.state = kNew;
     f.copies.clear();
     f.group_ends.clear();
@@ -523,133 +555,154 @@ void run_block() {
     f.bulk_group_ends.clear();
     f.seen_phases.clear();
     f.failed_waits = 0;
+    f.spinning = false;
     f.cp_seq = 0;
     f.st_seq = 0;
   }
-  if (E.stats) E.cp_by_warp.resize(size_t((n + 31) / 32)), E.st_by_warp.resize(size_t((n + 31) / 32));
-  E.mbarriers.clear();
-  E.tma_pending.clear();
-  E.fills.clear();
-  for (Warp& w : E.warps) {
+  if (E.stats) E.b->cp_by_warp.resize(size_t((n + 31) / 32)), E.b->st_by_warp.resize(size_t((n + 31) / 32));
+  E.b->mbarriers.clear();
+  E.b->tma_pending.clear();
+  E.b->fills.clear();
+  for (Warp& w : E.b->warps) {
     w.exited = 0;
     w.npending = 0;
   }
   // The run order: CUDA_EMU_ORDER=forward, reverse, random (seeded by CUDA_EMU_SEED and the block), or by
   // default alternate (forward for even blocks, reverse for odd ones).
-  E.reverse = E.order_mode == "reverse" || (E.order_mode == "alternate" && (E.block_linear & 1));
-  for (int p = 0; p < n; ++p) E.order[size_t(p)] = E.reverse ? n - 1 - p : p;
+  E.b->reverse = E.order_mode == "reverse" || (E.order_mode == "alternate" && (E.b->block_linear & 1));
+  for (int p = 0; p < n; ++p) E.b->order[size_t(p)] = E.b->reverse ? n - 1 - p : p;
   if (E.order_mode == "random") {
-    uint64_t x = E.seed ^ (E.block_linear * 0x9e3779b97f4a7c15ull);
+    uint64_t x = E.seed ^ (E.b->block_linear * 0x9e3779b97f4a7c15ull);
     for (int p = n - 1; p > 0; --p) {  // Fisher-Yates with splitmix64
       x += 0x9e3779b97f4a7c15ull;
       uint64_t z = x;
       z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
       z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
       z ^= z >> 31;
-      std::swap(E.order[size_t(p)], E.order[size_t(z % uint64_t(p + 1))]);
+      std::swap(E.b->order[size_t(p)], E.b->order[size_t(z % uint64_t(p + 1))]);
     }
   }
-  for (int p = 0; p < n; ++p) E.fibers[size_t(E.order[size_t(p)])].pos = p;
-  Fiber* first = next_runnable(n - 1);
-  start_fiber(first);
-  first->state = kReady;
-  make_current(first);
+  for (int p = 0; p < n; ++p) E.b->fibers[size_t(E.b->order[size_t(p)])].pos = p;
+}
+
+// Runs E.b from the scheduler's own stack until it is done or yields (block_yield): its first thread if it has
+// not started, else the fiber that yielded. True when the block is done.
+bool run_block() {
+  Fiber* f = E.b->cur;
+  if (!E.b->started) {
+    E.b->started = true;
+    f = next_runnable(E.n - 1);
+    start_fiber(f);
+  }
+  f->state = kReady;
+  make_current(f);
   E.from_main = true;
-  switch_context(E.main, first->ctx, false);
-  if (E.ndone != n) deadlock();  // not reached: the fibers report a deadlock themselves
-  E.cur = nullptr;
+  switch_context(E.main, f->ctx, false);
+  if (E.b->ndone != E.n) return false;  // yielded: E.b->cur resumes it (the fibers report deadlocks themselves)
+  E.b->cur = nullptr;
+  return true;
+}
+
+// From a fiber of E.b: lets the other resident blocks run (the launch loop picks the next), and returns when
+// this block runs again.
+void block_yield() {
+  Fiber* me = E.b->cur;
+  me->state = kReady;
+  ++g_block_yields;
+  switch_context(me->ctx, E.main, false);
+  // the launch loop made us current again
 }
 
 // ---- shared memory ---------------------------------------------------------------------------------------
 void protect(size_t begin, size_t end, int prot) {
-  if (end > begin) mprotect(E.window + begin, end - begin, prot);
+  if (end > begin) mprotect(E.b->window + begin, end - begin, prot);
 }
 
 void setup_window(size_t dyn_bytes) {
-  if (!E.window) {
+  if (!E.b->window) {
     void* m = mmap(nullptr, kWindow, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) fatal("cannot map the shared-memory window");
-    E.window = static_cast<unsigned char*>(m);
+    E.b->window = static_cast<unsigned char*>(m);
     protect(kStaticBegin, kStaticBegin + kStaticArea, PROT_READ | PROT_WRITE);
-    E.protected_below = kDynEnd;
+    E.b->protected_below = kDynEnd;
   }
   // The dynamic buffer ends where the guard page starts (128-byte aligned start, like nvcc's extern arrays);
   // the pages below it are inaccessible.
-  E.dyn_bytes = dyn_bytes;
-  E.dyn_start = dyn_bytes ? (kDynEnd - dyn_bytes) & ~size_t(127) : kDynEnd;
-  const size_t below = E.dyn_start & ~(kPage - 1);
-  if (below != E.protected_below) {
+  E.b->dyn_bytes = dyn_bytes;
+  E.b->dyn_start = dyn_bytes ? (kDynEnd - dyn_bytes) & ~size_t(127) : kDynEnd;
+  const size_t below = E.b->dyn_start & ~(kPage - 1);
+  if (below != E.b->protected_below) {
     protect(kDynBegin, below, PROT_NONE);
     protect(below, kDynEnd, PROT_READ | PROT_WRITE);
-    E.protected_below = below;
+    E.b->protected_below = below;
   }
 }
 
 constexpr unsigned char kCanary = 0xa5;
 
 void begin_block_smem() {
-  E.static_top = 0;
-  E.statics.clear();
-  if (E.dyn_bytes) {
+  E.b->static_top = 0;
+  E.b->statics.clear();
+  if (E.b->dyn_bytes) {
 #if CUDA_EMU_ASAN
-    __asan_unpoison_memory_region(E.window + E.protected_below, kDynEnd - E.protected_below);
+    __asan_unpoison_memory_region(E.b->window + E.b->protected_below, kDynEnd - E.b->protected_below);
 #endif
-    std::memset(E.window + E.dyn_start, 0xff, E.dyn_bytes);  // NaN in f32, f16, bf16; -1 in integers
+    std::memset(E.b->window + E.b->dyn_start, 0xff, E.b->dyn_bytes);  // NaN in f32, f16, bf16; -1 in integers
     // The accessible bytes around the buffer (below it in its first page, above it up to the guard page)
     // hold a canary checked at the end of the block (poisoned instead under AddressSanitizer).
-    std::memset(E.window + E.protected_below, kCanary, E.dyn_start - E.protected_below);
-    std::memset(E.window + E.dyn_start + E.dyn_bytes, kCanary, kDynEnd - E.dyn_start - E.dyn_bytes);
+    std::memset(E.b->window + E.b->protected_below, kCanary, E.b->dyn_start - E.b->protected_below);
+    std::memset(E.b->window + E.b->dyn_start + E.b->dyn_bytes, kCanary, kDynEnd - E.b->dyn_start - E.b->dyn_bytes);
 #if CUDA_EMU_ASAN
-    __asan_poison_memory_region(E.window + E.protected_below, E.dyn_start - E.protected_below);
-    __asan_poison_memory_region(E.window + E.dyn_start + E.dyn_bytes, kDynEnd - E.dyn_start - E.dyn_bytes);
+    __asan_poison_memory_region(E.b->window + E.b->protected_below, E.b->dyn_start - E.b->protected_below);
+    __asan_poison_memory_region(E.b->window + E.b->dyn_start + E.b->dyn_bytes, kDynEnd - E.b->dyn_start - E.b->dyn_bytes);
 #endif
   }
 #if CUDA_EMU_ASAN
-  __asan_poison_memory_region(E.window + kStaticBegin, kStaticArea);
+  __asan_poison_memory_region(E.b->window + kStaticBegin, kStaticArea);
 #endif
 }
 
 void end_block_smem() {
 #if !CUDA_EMU_ASAN
-  if (!E.dyn_bytes) return;
+  if (!E.b->dyn_bytes) return;
   auto check = [](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i)
-      if (E.window[i] != kCanary) {
+      if (E.b->window[i] != kCanary) {
         std::fprintf(stderr,
                      "cuda_emu: a write outside the dynamic shared memory: byte offset %lld of a %zu-byte buffer "
                      "(the launch's smem argument)\n",
-                     (long long)i - (long long)E.dyn_start, E.dyn_bytes);
+                     (long long)i - (long long)E.b->dyn_start, E.b->dyn_bytes);
         print_context(stderr);
         std::abort();
       }
   };
-  check(E.protected_below, E.dyn_start);
-  check(E.dyn_start + E.dyn_bytes, kDynEnd);
+  check(E.b->protected_below, E.b->dyn_start);
+  check(E.b->dyn_start + E.b->dyn_bytes, kDynEnd);
 #endif
 }
 
 unsigned char* shared_ptr(uint32_t addr, size_t bytes, const char* what, const Loc& loc) {
   const size_t a = addr;
-  const bool in_dyn = a >= E.dyn_start && a + bytes <= E.dyn_start + E.dyn_bytes;
-  const bool in_static = a >= kStaticBegin && a + bytes <= kStaticBegin + E.static_top;
+  const bool in_dyn = a >= E.b->dyn_start && a + bytes <= E.b->dyn_start + E.b->dyn_bytes;
+  const bool in_static = a >= kStaticBegin && a + bytes <= kStaticBegin + E.b->static_top;
   if (!in_dyn && !in_static) {
     if (a >= kDynBegin && a < kDynEnd + kPage)
       fatal(
           "%s at %s:%u: shared address 0x%x (%zu bytes) outside the %zu bytes of dynamic shared memory "
           "(byte offset %lld)",
-          what, short_file(loc.file_name()), loc.line(), addr, bytes, E.dyn_bytes,
-          (long long)a - (long long)E.dyn_start);
+          what, short_file(loc.file_name()), loc.line(), addr, bytes, E.b->dyn_bytes,
+          (long long)a - (long long)E.b->dyn_start);
     fatal("%s at %s:%u: shared address 0x%x (%zu bytes) is not in the block's shared memory", what,
           short_file(loc.file_name()), loc.line(), addr, bytes);
   }
-  return E.window + a;
+  return E.b->window + a;
 }
 
 // ---- warp collectives ----------------------------------------------------------------------------------
-Warp& my_warp() { return E.warps[size_t(E.cur->index / 32)]; }
+Warp& my_warp() { return E.b->warps[size_t(E.b->cur->index / 32)]; }
 
 void check_in_kernel(const char* what) {
-  if (!E.cur) fatal("%s called outside a kernel", what);
+  if (!E.b->cur) fatal("%s called outside a kernel", what);
 }
 
 // Completes pending collective i of warp w (every non-exited lane of its mask has arrived): `compute` fills
@@ -665,7 +718,7 @@ void complete(Warp& w, int i, Fiber* lanes, int self) {
 // A warp collective of the calling lane: returns once every non-exited lane of `mask` has called one of the same
 // kind and mask (at the same place for the .aligned ldmatrix and mma, which need all 32 lanes).
 void collective(uint32_t mask, int kind, const char* what, const Loc& loc, bool aligned, Compute compute) {
-  Fiber* me = E.cur;
+  Fiber* me = E.b->cur;
   const int lane = me->index % 32;
   Warp& w = my_warp();
   if (!(mask >> lane & 1u))
@@ -701,7 +754,7 @@ void collective(uint32_t mask, int kind, const char* what, const Loc& loc, bool 
   Pending& p = w.pending[pi];
   p.arrived |= 1u << lane;
   if (p.arrived == (mask & ~w.exited)) {
-    complete(w, pi, &E.fibers[size_t(me->index - lane)], lane);
+    complete(w, pi, &E.b->fibers[size_t(me->index - lane)], lane);
     return;
   }
   me->state = kWarpWait;
@@ -794,25 +847,25 @@ void kernel_entry(const char* pretty_name, unsigned max_threads) {
 
 void syncthreads(const Loc& loc) {
   check_in_kernel("__syncthreads()");
-  Fiber* me = E.cur;
-  if (E.ndone > 0) {
+  Fiber* me = E.b->cur;
+  if (E.b->ndone > 0) {
     int first = 0;
-    while (E.fibers[size_t(first)].state != kDone) ++first;
+    while (E.b->fibers[size_t(first)].state != kDone) ++first;
     fatal(
         "__syncthreads() at %s:%u after %d thread(s) of the block exited (thread %d first): every thread of the "
         "block must reach the barrier",
-        short_file(loc.file_name()), loc.line(), E.ndone, first);
+        short_file(loc.file_name()), loc.line(), E.b->ndone, first);
   }
-  if (E.bar_arrived == 0) {
-    E.bar_loc = loc;
-    E.bar_first = me->index;
-  } else if (!same_loc(loc, E.bar_loc)) {
+  if (E.b->bar_arrived == 0) {
+    E.b->bar_loc = loc;
+    E.b->bar_first = me->index;
+  } else if (!same_loc(loc, E.b->bar_loc)) {
     fatal("thread %d reached __syncthreads() at %s:%u while thread %d waits at __syncthreads() at %s:%u", me->index,
-          short_file(loc.file_name()), loc.line(), E.bar_first, short_file(E.bar_loc.file_name()), E.bar_loc.line());
+          short_file(loc.file_name()), loc.line(), E.b->bar_first, short_file(E.b->bar_loc.file_name()), E.b->bar_loc.line());
   }
-  if (++E.bar_arrived == E.n) {
-    E.bar_arrived = 0;
-    for (Fiber& f : E.fibers)
+  if (++E.b->bar_arrived == E.n) {
+    E.b->bar_arrived = 0;
+    for (Fiber& f : E.b->fibers)
       if (f.state == kBlockWait) f.state = kReady;
     return;
   }
@@ -824,20 +877,20 @@ void syncthreads(const Loc& loc) {
 
 int syncthreads_reduce(int op, int pred, const Loc& loc) {
   check_in_kernel("__syncthreads_count/and/or()");
-  if (E.bar_arrived == 0) {
-    E.bar_op = op;
-    E.bar_acc = op == 1 ? 1 : 0;
-  } else if (E.bar_op != op) {
+  if (E.b->bar_arrived == 0) {
+    E.b->bar_op = op;
+    E.b->bar_acc = op == 1 ? 1 : 0;
+  } else if (E.b->bar_op != op) {
     fatal("__syncthreads_count/and/or at %s:%u mixed with another kind of barrier", short_file(loc.file_name()),
           loc.line());
   }
-  if (op == 0) E.bar_acc += pred != 0;
-  if (op == 1) E.bar_acc &= pred != 0;
-  if (op == 2) E.bar_acc |= pred != 0;
-  const bool last = E.bar_arrived + 1 == E.n;
-  if (last) E.bar_result = E.bar_acc;
+  if (op == 0) E.b->bar_acc += pred != 0;
+  if (op == 1) E.b->bar_acc &= pred != 0;
+  if (op == 2) E.b->bar_acc |= pred != 0;
+  const bool last = E.b->bar_arrived + 1 == E.n;
+  if (last) E.b->bar_result = E.b->bar_acc;
   syncthreads(loc);
-  return E.bar_result;
+  return E.b->bar_result;
 }
 
 void syncwarp(unsigned mask, const Loc& loc) {
@@ -845,10 +898,52 @@ void syncwarp(unsigned mask, const Loc& loc) {
   collective(mask, 1, "__syncwarp()", loc, false, nullptr);
 }
 
+// ---- blocks that wait for each other ---------------------------------------------------------------------
+// With CUDA_EMU_RESIDENT=N > 1, N blocks are resident at once and take turns (launch_impl), so that a block can
+// wait for another's progress (a flag it spins on with __nanosleep), as on a GPU, where blocks are dispatched in
+// index order and run side by side.
+
+void fence_yield() {
+  if (E.resident < 2 || !E.b->cur) return;
+  E.spin_rounds = 0;  // a fence publishes: progress
+  block_yield();
+}
+
+void spin_yield(const Loc& loc) {
+  Fiber* me = E.b->cur;
+  if (!me) return;  // host code
+  me->spinning = true;
+  me->wait_loc = loc;
+  // The block's runnable threads that have not spun in this round go first (the one being waited for may be
+  // among them).
+  Fiber* next = nullptr;
+  for (int k = 1; k <= E.n && !next; ++k) {
+    Fiber* f = &E.b->fibers[size_t(E.b->order[size_t((me->pos + k) % E.n)])];
+    if ((f->state == kReady || f->state == kNew) && !f->spinning) next = f;
+  }
+  if (next) {
+    me->state = kReady;
+    if (next->state == kNew) start_fiber(next);
+    next->state = kReady;
+    make_current(next);
+    switch_context(me->ctx, next->ctx, false);
+    return;
+  }
+  // Every runnable thread of the block spins: the round is over, and only another block can end the wait.
+  for (int i = 0; i < E.n; ++i) E.b->fibers[size_t(i)].spinning = false;
+  constexpr uint64_t kMaxSpinRounds = 1000000;
+  if (++E.spin_rounds > kMaxSpinRounds)
+    fatal("spins at __nanosleep at %s:%u for good: in %llu rounds every thread that could run spun, in each of the %d "
+          "resident block(s) (CUDA_EMU_RESIDENT; blocks are dispatched in index order, so a block waiting for one "
+          "that is not resident yet, or for itself, never ends)",
+          short_file(loc.file_name()), loc.line(), (unsigned long long)kMaxSpinRounds, E.resident);
+  if (E.resident > 1) block_yield();
+}
+
 uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c, const Loc& loc) {
   check_in_kernel("__shfl_*_sync()");
   static const char* names[] = {"__shfl_sync()", "__shfl_up_sync()", "__shfl_down_sync()", "__shfl_xor_sync()"};
-  Fiber& me = *E.cur;
+  Fiber& me = *E.b->cur;
   in_as<uint64_t>(me) = value;
   in_as<int32_t>(me, 8) = b;
   in_as<int32_t>(me, 12) = c;
@@ -888,7 +983,7 @@ uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c, const Loc& 
 unsigned vote(unsigned mask, int op, int pred, const Loc& loc) {
   check_in_kernel("__ballot/__any/__all_sync()");
   static const char* names[] = {"__ballot_sync()", "__any_sync()", "__all_sync()"};
-  Fiber& me = *E.cur;
+  Fiber& me = *E.b->cur;
   in_as<int32_t>(me) = pred != 0;
   in_as<int32_t>(me, 4) = op;
   collective(mask, 20 + op, names[op], loc, false, [](Fiber* lanes, uint32_t m) {
@@ -906,7 +1001,7 @@ unsigned vote(unsigned mask, int op, int pred, const Loc& loc) {
 
 unsigned match_any(unsigned mask, uint64_t value, const Loc& loc) {
   check_in_kernel("__match_any_sync()");
-  Fiber& me = *E.cur;
+  Fiber& me = *E.b->cur;
   in_as<uint64_t>(me) = value;
   collective(mask, 30, "__match_any_sync()", loc, false, [](Fiber* lanes, uint32_t m) {
     for (uint32_t r = m; r; r &= r - 1) {
@@ -924,7 +1019,7 @@ unsigned match_any(unsigned mask, uint64_t value, const Loc& loc) {
 
 unsigned match_all(unsigned mask, uint64_t value, int* pred, const Loc& loc) {
   check_in_kernel("__match_all_sync()");
-  Fiber& me = *E.cur;
+  Fiber& me = *E.b->cur;
   in_as<uint64_t>(me) = value;
   collective(mask, 31, "__match_all_sync()", loc, false, [](Fiber* lanes, uint32_t m) {
     bool all = true;
@@ -938,7 +1033,7 @@ unsigned match_all(unsigned mask, uint64_t value, int* pred, const Loc& loc) {
 
 unsigned reduce_sync(unsigned mask, int op, unsigned value, bool is_signed, const Loc& loc) {
   check_in_kernel("__reduce_*_sync()");
-  Fiber& me = *E.cur;
+  Fiber& me = *E.b->cur;
   in_as<uint32_t>(me) = value;
   in_as<int32_t>(me, 4) = op;
   in_as<int32_t>(me, 8) = is_signed;
@@ -983,29 +1078,29 @@ unsigned activemask() {
 
 unsigned lane_id() {
   check_in_kernel("%laneid");
-  return unsigned(E.cur->index % 32);
+  return unsigned(E.b->cur->index % 32);
 }
 
 void* dynamic_shared() {
   check_in_kernel("extern __shared__");
-  return E.window + E.dyn_start;
+  return E.b->window + E.b->dyn_start;
 }
 
 void* static_shared(const void* key, size_t bytes, size_t align) {
   check_in_kernel("__shared__");
-  for (const auto& [k, off] : E.statics)
-    if (k == key) return E.window + off;
+  for (const auto& [k, off] : E.b->statics)
+    if (k == key) return E.b->window + off;
   // Exactly the declared alignment (an odd multiple of it below 16 bytes), so that a wider access than the
   // declaration allows is misaligned here as it may be on the GPU.
-  size_t off = (E.static_top + kRedzone + align - 1) / align * align;
+  size_t off = (E.b->static_top + kRedzone + align - 1) / align * align;
   if (align < 16 && (off / align) % 2 == 0) off += align;
   if (off + bytes > kStaticArea || off + bytes > kStaticSmemMax + 1024)
     fatal("static __shared__ memory of the block exceeds 48 KiB (%zu bytes requested)", off + bytes);
-  if (off + bytes + E.dyn_bytes > kSmemPerBlockOptin + 1024)
-    fatal("static (%zu) + dynamic (%zu) shared memory exceed the 227 KiB per block", off + bytes, E.dyn_bytes);
-  E.static_top = off + bytes;
-  E.statics.emplace_back(key, kStaticBegin + off);
-  unsigned char* p = E.window + kStaticBegin + off;
+  if (off + bytes + E.b->dyn_bytes > kSmemPerBlockOptin + 1024)
+    fatal("static (%zu) + dynamic (%zu) shared memory exceed the 227 KiB per block", off + bytes, E.b->dyn_bytes);
+  E.b->static_top = off + bytes;
+  E.b->statics.emplace_back(key, kStaticBegin + off);
+  unsigned char* p = E.b->window + kStaticBegin + off;
 #if CUDA_EMU_ASAN
   __asan_unpoison_memory_region(p, bytes);
 #endif
@@ -1015,14 +1110,14 @@ void* static_shared(const void* key, size_t bytes, size_t align) {
 
 bool is_shared(const void* p) {
   const auto* c = static_cast<const unsigned char*>(p);
-  return E.window && c >= E.window && c < E.window + kWindow;
+  return E.b->window && c >= E.b->window && c < E.b->window + kWindow;
 }
 
 size_t shared_offset(const void* p, const Loc& loc) {
   if (!is_shared(p))
     fatal("__cvta_generic_to_shared at %s:%u of %p, which is not shared memory", short_file(loc.file_name()),
           loc.line(), p);
-  return size_t(static_cast<const unsigned char*>(p) - E.window);
+  return size_t(static_cast<const unsigned char*>(p) - E.b->window);
 }
 
 // ---- PTX ---------------------------------------------------------------------------------------------------
@@ -1042,13 +1137,13 @@ void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_siz
   if (is_shared(src))
     fatal("cp.async at %s:%u: the source %p is shared memory", short_file(loc.file_name()), loc.line(), src);
   // Performed at the wait that covers it: reading the destination earlier shows the old contents.
-  E.cur->copies.push_back({dst, src, uint32_t(cp_size), uint32_t(src_size)});
-  if (E.stats) record_write(E.cp_by_warp, E.cur->cp_seq, dst_shared, cp_size);
+  E.b->cur->copies.push_back({dst, src, uint32_t(cp_size), uint32_t(src_size)});
+  if (E.stats) record_write(E.b->cp_by_warp, E.b->cur->cp_seq, dst_shared, cp_size);
 }
 
 void cp_async_commit_group(const Loc&) {
   check_in_kernel("cp.async.commit_group");
-  Fiber& f = *E.cur;
+  Fiber& f = *E.b->cur;
   f.group_ends.push_back(f.copies.size());  // possibly an empty group, as PTX allows
 }
 
@@ -1065,7 +1160,7 @@ void perform(Fiber& f, size_t upto) {
 
 void cp_async_wait_group(int n, const Loc&) {
   check_in_kernel("cp.async.wait_group");
-  Fiber& f = *E.cur;
+  Fiber& f = *E.b->cur;
   const int groups = int(f.group_ends.size());
   if (groups <= n) return;
   const size_t upto = f.group_ends[size_t(groups - n - 1)];
@@ -1076,14 +1171,14 @@ void cp_async_wait_group(int n, const Loc&) {
 
 void cp_async_wait_all(const Loc&) {
   check_in_kernel("cp.async.wait_all");
-  Fiber& f = *E.cur;
+  Fiber& f = *E.b->cur;
   perform(f, f.copies.size());  // wait_all commits the open copies too
   f.group_ends.clear();
 }
 
 void ldmatrix(int count, bool trans, uint32_t addr, uint32_t* r, const Loc& loc) {
   check_in_kernel("ldmatrix");
-  Fiber& me = *E.cur;
+  Fiber& me = *E.b->cur;
   in_as<uint32_t>(me) = addr;
   in_as<int32_t>(me, 4) = count;
   in_as<int32_t>(me, 8) = trans;
@@ -1141,7 +1236,7 @@ void ldmatrix(int count, bool trans, uint32_t addr, uint32_t* r, const Loc& loc)
 
 void mma_m16n8k16_f32(int ab_type, float* d, const uint32_t* a, const uint32_t* b, const float* c, const Loc& loc) {
   check_in_kernel("mma.sync");
-  Fiber& me = *E.cur;
+  Fiber& me = *E.b->cur;
   std::memcpy(me.in, a, 16);
   std::memcpy(me.in + 16, b, 8);
   std::memcpy(me.in + 24, c, 16);
@@ -1209,7 +1304,7 @@ void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc) {
           loc.line(), addr);
   const float v[2] = {x, y};
   std::memcpy(shared_ptr(addr, 8, "st.shared.v2.f32", loc), v, 8);
-  if (E.stats) record_write(E.st_by_warp, E.cur->st_seq, addr, 8);
+  if (E.stats) record_write(E.b->st_by_warp, E.b->cur->st_seq, addr, 8);
 }
 
 // ---- sm_90a: mbarrier, TMA, wgmma ------------------------------------------------------------------------
@@ -1217,8 +1312,8 @@ namespace {
 Mbarrier& mbarrier_at(uint32_t bar, const char* what, const Loc& loc) {
   if (bar % 8) fatal("%s at %s:%u: mbarrier address 0x%x is not 8-byte aligned", what, short_file(loc.file_name()), loc.line(), bar);
   shared_ptr(bar, 8, what, loc);
-  auto it = E.mbarriers.find(bar);
-  if (it == E.mbarriers.end())
+  auto it = E.b->mbarriers.find(bar);
+  if (it == E.b->mbarriers.end())
     fatal("%s at %s:%u: shared address 0x%x holds no initialised mbarrier (mbarrier.init first)", what,
           short_file(loc.file_name()), loc.line(), bar);
   return it->second;
@@ -1289,7 +1384,7 @@ void perform_tma(const TmaLoad& t) {
   const TensorMap& m = t.map;
   const uint32_t bytes = box_bytes(m);
   unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
-  for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.fills[line] = FillTag{t.bar, t.phase};
+  for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.b->fills[line] = FillTag{t.bar, t.phase};
   walk_box(m, t.c, [&](uint32_t at, const unsigned char* global) {
     if (global)
       std::memcpy(dst + at, global, m.elem_bytes);
@@ -1324,7 +1419,7 @@ TensorMap checked_map(uint64_t tensor_map, int rank, uint32_t smem, const char* 
 
 // Lets another runnable thread of the block go first (a thread polling an mbarrier); false when none can.
 bool yield_to_others() {
-  Fiber* me = E.cur;
+  Fiber* me = E.b->cur;
   // CUDA_EMU_SCHEDULE=warp: a lane of its own warp first, unless those only poll too (then the rotation,
   // which reaches the thread that can complete the phase)
   Fiber* next = E.warp_greedy ? next_in_warp(me, true) : nullptr;
@@ -1353,8 +1448,8 @@ uint16_t wgmma_element(uint64_t desc, bool mn_major, int row, int k, const Fiber
       mn_major ? start + uint32_t(row / 64) * lbo + uint32_t(k / 8) * sbo + uint32_t(k % 8) * 128u + uint32_t(row % 64) * 2u
                : start + uint32_t(row / 8) * sbo + uint32_t(row % 8) * 128u + uint32_t(k) * 2u;
   const uint32_t phys = (addr & ~0x3ffu) | swizzle_offset(addr & 0x3ffu, CU_TENSOR_MAP_SWIZZLE_128B);
-  const auto fill = E.fills.find(phys / 128);
-  if (fill != E.fills.end()) {
+  const auto fill = E.b->fills.find(phys / 128);
+  if (fill != E.b->fills.end()) {
     const auto seen = reader.seen_phases.find(fill->second.bar);
     const uint64_t seen_phase = seen == reader.seen_phases.end() ? 0 : seen->second;
     if (fill->second.phase > seen_phase)
@@ -1442,7 +1537,7 @@ void mbarrier_init(uint32_t bar, uint32_t count, const Loc& loc) {
     fatal("mbarrier.init at %s:%u: count %u outside [1, 2^20)", short_file(loc.file_name()), loc.line(), count);
   Mbarrier m;
   m.expected = m.pending = count;
-  E.mbarriers[bar] = m;
+  E.b->mbarriers[bar] = m;
 }
 
 void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes, const Loc& loc) {
@@ -1460,40 +1555,40 @@ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
   check_in_kernel("mbarrier.try_wait.parity");
   mbarrier_at(bar, "mbarrier.try_wait.parity", loc);
   // the TMA loads completing on this barrier land now, at the latest moment a waiting thread allows
-  for (size_t i = 0; i < E.tma_pending.size();) {
-    if (E.tma_pending[i].bar == bar) {
-      const TmaLoad t = E.tma_pending[i];
-      E.tma_pending.erase(E.tma_pending.begin() + std::ptrdiff_t(i));
+  for (size_t i = 0; i < E.b->tma_pending.size();) {
+    if (E.b->tma_pending[i].bar == bar) {
+      const TmaLoad t = E.b->tma_pending[i];
+      E.b->tma_pending.erase(E.b->tma_pending.begin() + std::ptrdiff_t(i));
       perform_tma(t);
     } else {
       ++i;
     }
   }
   // the phase of parity `parity` has completed when the current phase has the other parity
-  if (E.mbarriers[bar].phase != (parity & 1u)) {
+  if (E.b->mbarriers[bar].phase != (parity & 1u)) {
     // A thread that passes a second time with no phase completed since its last pass waited for a phase two or
     // more ahead of the last one completed, which the parity cannot tell from the older one: it goes on as if
     // its phase had completed (the stage it guards still holds the data of two uses before).
-    const uint64_t completed = E.mbarriers[bar].completed;
-    const auto seen = E.cur->seen_phases.find(bar);
-    if (seen != E.cur->seen_phases.end() && seen->second == completed)
+    const uint64_t completed = E.b->mbarriers[bar].completed;
+    const auto seen = E.b->cur->seen_phases.find(bar);
+    if (seen != E.b->cur->seen_phases.end() && seen->second == completed)
       fatal("mbarrier.try_wait.parity at %s:%u: passes phase parity %u of the mbarrier at 0x%x again, with no phase "
             "completed since this thread last passed (%llu completed): a wait for a phase two or more ahead of the "
             "last one completed, which its parity cannot tell from an old one",
             short_file(loc.file_name()), loc.line(), parity, bar, (unsigned long long)completed);
-    E.cur->seen_phases[bar] = completed;
-    E.cur->failed_waits = 0;
+    E.b->cur->seen_phases[bar] = completed;
+    E.b->cur->failed_waits = 0;
     return true;
   }
   // Not yet: others run first. When no other thread of the block can run, nothing can complete the phase;
   // when the others only poll too (each try lets every runnable thread run until it blocks or polls), they
   // never will.
   constexpr uint64_t kMaxFailedWaits = 100000;
-  if (++E.cur->failed_waits > kMaxFailedWaits || !yield_to_others())
+  if (++E.b->cur->failed_waits > kMaxFailedWaits || !yield_to_others())
     fatal("mbarrier.try_wait.parity at %s:%u: waits for phase parity %u of the mbarrier at 0x%x, which no thread "
           "of the block can complete any more (arrivals pending %u, transaction bytes pending %lld)",
-          short_file(loc.file_name()), loc.line(), parity, bar, E.mbarriers[bar].pending,
-          (long long)E.mbarriers[bar].tx);
+          short_file(loc.file_name()), loc.line(), parity, bar, E.b->mbarriers[bar].pending,
+          (long long)E.b->mbarriers[bar].tx);
   return false;
 }
 
@@ -1519,7 +1614,7 @@ void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords
   if (mode && std::strcmp(mode, "early") == 0)
     perform_tma(t);
   else
-    E.tma_pending.push_back(t);
+    E.b->tma_pending.push_back(t);
 }
 
 namespace {
@@ -1551,17 +1646,17 @@ void tma_store(uint64_t tensor_map, int rank, const int32_t* coords, uint32_t sr
   if (mode && std::strcmp(mode, "early") == 0)
     perform_tma_store(t);
   else
-    E.cur->bulk_stores.push_back(t);
+    E.b->cur->bulk_stores.push_back(t);
 }
 
 void bulk_commit_group(const Loc&) {
   check_in_kernel("cp.async.bulk.commit_group");
-  E.cur->bulk_group_ends.push_back(E.cur->bulk_stores.size());  // possibly an empty group, as PTX allows
+  E.b->cur->bulk_group_ends.push_back(E.b->cur->bulk_stores.size());  // possibly an empty group, as PTX allows
 }
 
 void bulk_wait_group(int n, const Loc&) {
   check_in_kernel("cp.async.bulk.wait_group");
-  Fiber& f = *E.cur;
+  Fiber& f = *E.b->cur;
   const int groups = int(f.bulk_group_ends.size());
   if (groups <= n) return;
   const size_t upto = f.bulk_group_ends[size_t(groups - n - 1)];
@@ -1603,19 +1698,19 @@ void wgmma_m64nNk16(int n, int ab_type, float* const* d, uint64_t desc_a, uint64
   w.n = n, w.ab_type = ab_type, w.desc_a = desc_a, w.desc_b = desc_b, w.scale_d = scale_d, w.loc = loc;
   w.mn_a = trans_a == 1, w.mn_b = trans_b == 1;
   w.d.assign(d, d + n / 2);
-  E.cur->wgmmas.push_back(std::move(w));
+  E.b->cur->wgmmas.push_back(std::move(w));
   collective(0xffffffffu, 71, "wgmma.mma_async", loc, true, nullptr);
 }
 
 void wgmma_commit_group(const Loc& loc) {
   check_in_kernel("wgmma.commit_group");
-  E.cur->wgmma_group_ends.push_back(E.cur->wgmmas.size());
+  E.b->cur->wgmma_group_ends.push_back(E.b->cur->wgmmas.size());
   collective(0xffffffffu, 72, "wgmma.commit_group", loc, true, nullptr);
 }
 
 void wgmma_wait_group(int n, const Loc& loc) {
   check_in_kernel("wgmma.wait_group");
-  in_as<int32_t>(*E.cur) = n;
+  in_as<int32_t>(*E.b->cur) = n;
   collective(0xffffffffu, 73, "wgmma.wait_group", loc, true, [](Fiber* lanes, uint32_t mask) {
     Fiber& f0 = lanes[std::countr_zero(mask)];
     const int keep = in_as<int32_t>(f0);
@@ -1645,16 +1740,16 @@ void on_fault(int sig, siginfo_t* info, void*) {
   const auto* a = static_cast<const unsigned char*>(info->si_addr);
   std::fprintf(stderr, "cuda_emu: %s at address %p during a kernel\n",
                sig == SIGSEGV ? "segmentation fault" : "bus error", info->si_addr);
-  if (E.window && a >= E.window && a < E.window + kWindow) {
-    const size_t off = size_t(a - E.window);
+  if (E.b->window && a >= E.b->window && a < E.b->window + kWindow) {
+    const size_t off = size_t(a - E.b->window);
     if (off >= kDynBegin && off < kDynEnd + kPage)
       std::fprintf(stderr,
                    "  shared memory out of bounds: byte offset %lld of the %zu bytes of dynamic shared memory\n",
-                   (long long)off - (long long)E.dyn_start, E.dyn_bytes);
+                   (long long)off - (long long)E.b->dyn_start, E.b->dyn_bytes);
     else
       std::fprintf(stderr, "  shared memory out of bounds (static __shared__ area, offset %zu)\n", off);
-  } else if (E.cur && E.cur->stack && a >= reinterpret_cast<const unsigned char*>(E.cur->stack->lo) - kPage &&
-             a < reinterpret_cast<const unsigned char*>(E.cur->stack->lo)) {
+  } else if (E.b->cur && E.b->cur->stack && a >= reinterpret_cast<const unsigned char*>(E.b->cur->stack->lo) - kPage &&
+             a < reinterpret_cast<const unsigned char*>(E.b->cur->stack->lo)) {
     std::fprintf(stderr, "  fiber stack overflow: raise CUDA_EMU_STACK_KB (now %zu)\n", E.stack_bytes / 1024);
   } else {
     describe_global_fault(a);
@@ -1735,6 +1830,17 @@ void record_stats(long long ns, uint64_t threads) {
   st.cp_wavefronts += E.cp_wavefronts;
   st.cp_ideal += E.cp_ideal;
 }
+// CUDA_EMU_RESIDENT: how many blocks of a launch are resident at once (1 to 64; 1 by default), read at every
+// launch (tests switch it).
+int resident_blocks() {
+  const char* e = std::getenv("CUDA_EMU_RESIDENT");
+  if (!e || !*e) return 1;
+  char* end = nullptr;
+  const long r = std::strtol(e, &end, 10);
+  if (*end || r < 1 || r > 64) fatal("CUDA_EMU_RESIDENT=%s: expected a number of blocks from 1 to 64", e);
+  return int(r);
+}
+
 }  // namespace
 
 void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, void (*thunk)(void*), void* ctx) {
@@ -1781,34 +1887,64 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   }
   gridDim = g;
   blockDim = b;
-  if (E.fibers.size() < threads) E.fibers.resize(threads);
-  E.order.resize(threads);
+  E.resident = resident_blocks();
+  E.spin_rounds = 0;
+  while (E.slots.size() < size_t(E.resident)) E.slots.push_back(new Block);
   const int nwarps = int((threads + 31) / 32);
-  E.warps.assign(size_t(nwarps), Warp{});
-  for (int i = 0; i < E.n; ++i) {
-    Fiber& f = E.fibers[size_t(i)];
-    f.index = i;
-    f.tid = {unsigned(i) % b.x, (unsigned(i) / b.x) % b.y, unsigned(i) / (b.x * b.y)};
-    E.warps[size_t(i / 32)].exists |= 1u << (i % 32);
+  for (int k = 0; k < E.resident; ++k) {  // the slots' storage for this launch's blocks
+    E.b = E.slots[size_t(k)];
+    if (E.b->fibers.size() < threads) E.b->fibers.resize(threads);
+    E.b->order.resize(threads);
+    E.b->warps.assign(size_t(nwarps), Warp{});
+    for (int i = 0; i < E.n; ++i) {
+      Fiber& f = E.b->fibers[size_t(i)];
+      f.index = i;
+      f.tid = {unsigned(i) % b.x, (unsigned(i) / b.x) % b.y, unsigned(i) / (b.x * b.y)};
+      E.b->warps[size_t(i / 32)].exists |= 1u << (i % 32);
+    }
+    setup_window(cfg.smem);
   }
-  setup_window(cfg.smem);
   E.ldm_wavefronts = E.ldm_ideal = E.cp_wavefronts = E.cp_ideal = E.st_wavefronts = E.st_ideal = 0;
   E.stats = stats_enabled() || g_count_banks;
   const long long t0 = E.stats ? clock_ns() : 0;
-  uint64_t linear = 0;
-  for (unsigned z = 0; z < g.z; ++z)
-    for (unsigned y = 0; y < g.y; ++y)
-      for (unsigned x = 0; x < g.x; ++x, ++linear) {
-        blockIdx = {x, y, z};
-        E.block_linear = linear;
-        begin_block_smem();
-        run_block();
-        if (E.stats) {
-          tally_writes(E.cp_by_warp, E.cp_wavefronts, E.cp_ideal);
-          tally_writes(E.st_by_warp, E.st_wavefronts, E.st_ideal);
-        }
-        end_block_smem();
-      }
+  // Blocks are dispatched in index order (x fastest), as a GPU does, up to E.resident at a time. The resident
+  // ones take turns, each until it is done or yields (block_yield: at __nanosleep when every runnable thread of
+  // it spins, at __threadfence), in the order newest to oldest, round and round; the first turn is the newest's,
+  // so that later blocks reach their waits before earlier ones have done what they wait for. With one resident
+  // block (the default) every block runs to its end before the next starts.
+  const uint64_t total = uint64_t(g.x) * g.y * g.z;
+  std::vector<Block*> active;  // resident blocks, newest first
+  std::vector<Block*> free_slots(E.slots.begin(), E.slots.begin() + E.resident);
+  uint64_t next = 0;
+  size_t turn = 0;
+  for (;;) {
+    while (!free_slots.empty() && next < total) {  // dispatch
+      E.b = free_slots.back();
+      free_slots.pop_back();
+      const uint3 idx{unsigned(next % g.x), unsigned(next / g.x % g.y), unsigned(next / (uint64_t(g.x) * g.y))};
+      init_block(next++, idx);
+      begin_block_smem();
+      active.insert(active.begin(), E.b);
+      ++turn;  // the same block's turn comes next (at the start: past the end, so the newest)
+    }
+    if (active.empty()) break;
+    if (turn >= active.size()) turn = 0;
+    E.b = active[turn];
+    blockIdx = E.b->idx;
+    if (!run_block()) {  // yielded: the next resident block
+      ++turn;
+      continue;
+    }
+    if (E.stats) {
+      tally_writes(E.b->cp_by_warp, E.cp_wavefronts, E.cp_ideal);
+      tally_writes(E.b->st_by_warp, E.st_wavefronts, E.st_ideal);
+    }
+    end_block_smem();
+    E.spin_rounds = 0;
+    active.erase(active.begin() + std::ptrdiff_t(turn));
+    free_slots.push_back(E.b);
+  }
+  E.b = E.slots[0];
   threadIdx = {0, 0, 0};
   blockIdx = {0, 0, 0};
   E.in_launch = false;
@@ -1831,6 +1967,8 @@ void count_bank_conflicts(bool on) {
 BankCounts bank_counts() { return g_banks; }
 
 unsigned long long tma_stores() { return g_tma_stores.load(); }
+
+unsigned long long block_yields() { return g_block_yields.load(); }
 
 unsigned long long launches_named(const char* part) {
   unsigned long long n = 0;
@@ -1855,7 +1993,7 @@ extern "C" void cuda_emu_fiber_main() {
   E.from_main = false;
   recycle_zombie();
   for (;;) {
-    Fiber* me = E.cur;
+    Fiber* me = E.b->cur;
     try {
       E.thunk(E.ctx);
     } catch (const std::exception& e) {
@@ -1875,8 +2013,8 @@ extern "C" void cuda_emu_fiber_main() {
             me->bulk_stores.size(), short_file(me->bulk_stores.front().loc.file_name()),
             me->bulk_stores.front().loc.line());
     me->state = kDone;
-    ++E.ndone;
-    Warp& w = E.warps[size_t(me->index / 32)];
+    ++E.b->ndone;
+    Warp& w = E.b->warps[size_t(me->index / 32)];
     const uint32_t bit = 1u << (me->index % 32);
     w.exited |= bit;
     // Collectives that waited only for this lane now complete without it (PTX: non-exited lanes), except the
@@ -1887,15 +2025,15 @@ extern "C" void cuda_emu_fiber_main() {
         fatal("thread exited while lanes 0x%08x of its warp wait for it in %s at %s:%u", p.arrived, p.what,
               short_file(p.loc.file_name()), p.loc.line());
       if ((p.mask & bit) && p.arrived == (p.mask & ~w.exited))
-        complete(w, i, &E.fibers[size_t(me->index - me->index % 32)], -1);
+        complete(w, i, &E.b->fibers[size_t(me->index - me->index % 32)], -1);
       else
         ++i;
     }
-    if (E.bar_arrived > 0)
+    if (E.b->bar_arrived > 0)
       fatal(
           "thread exited while %d thread(s) wait at __syncthreads() at %s:%u (thread %d first): every thread of "
           "the block must reach the barrier",
-          E.bar_arrived, short_file(E.bar_loc.file_name()), E.bar_loc.line(), E.bar_first);
+          E.b->bar_arrived, short_file(E.b->bar_loc.file_name()), E.b->bar_loc.line(), E.b->bar_first);
     Fiber* next = next_runnable(me->pos);
     if (next && next->state == kNew) {
       // A thread that has not started yet runs on this stack: no switch at all.
@@ -1914,7 +2052,7 @@ extern "C" void cuda_emu_fiber_main() {
       make_current(next);
       switch_context(me->ctx, next->ctx, true);
     } else {
-      if (E.ndone != E.n) deadlock();
+      if (E.b->ndone != E.n) deadlock();
       switch_context(me->ctx, E.main, true);  // the block is done
     }
     __builtin_unreachable();

@@ -393,7 +393,16 @@ inline unsigned atomicDec(unsigned* p, unsigned limit) {
   return old;
 }
 
-inline void __threadfence() { std::atomic_signal_fence(std::memory_order_seq_cst); }
+namespace cuda_emu {
+void fence_yield();  // scheduler.cpp: with several resident blocks, another one runs (CUDA_EMU_RESIDENT)
+void spin_yield(const Loc& loc);
+}  // namespace cuda_emu
+// A fence publishes this thread's writes to other blocks: with several resident blocks (CUDA_EMU_RESIDENT) another
+// one runs here, so that protocols between blocks interleave.
+inline void __threadfence() {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  cuda_emu::fence_yield();
+}
 inline void __threadfence_block() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 inline void __threadfence_system() { std::atomic_signal_fence(std::memory_order_seq_cst); }
 
@@ -567,7 +576,10 @@ long long clock_ns();
 }
 inline long long clock64() { return cuda_emu::clock_ns(); }
 inline unsigned long long __globaltimer() { return (unsigned long long)cuda_emu::clock_ns(); }
-inline void __nanosleep(unsigned) {}
+// A thread that sleeps is spinning on something another thread or block must do: the others of its block run
+// first; once every runnable thread of the block spins, another resident block runs (CUDA_EMU_RESIDENT), and with
+// none that could, the emulator stops the run (scheduler.cpp: spin_yield).
+inline void __nanosleep(unsigned, const cuda_emu::Loc& loc = cuda_emu::Loc::current()) { cuda_emu::spin_yield(loc); }
 
 // The transformer puts this at the top of every __global__ function body: records the kernel's name for
 // messages and checks __launch_bounds__ (CUDA refuses a launch with more threads than the bound).
