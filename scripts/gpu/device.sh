@@ -22,12 +22,8 @@ fi
 "$root/scripts/gpu/run.sh" "$work" "${bundle_args[@]}" "$@"
 rc=$?
 cp "$work/summary.txt" "$OUT/" 2>/dev/null
-# Nsight Compute reports travel as files of their own (the tool brings back files of up to 16 MB each),
-# with a text rendering of each in the results.
-for rep in "$work"/bench/*.ncu-rep; do
-  [ -f "$rep" ] || continue
-  ncu -i "$rep" --page details > "${rep%.ncu-rep}.details.txt" 2>&1 || true
-  mv "$rep" "$OUT/"
-done
+# Nsight Compute reports travel as files of their own, with their details pages, and their kernels' machine code
+# with the stall samples per instruction in the results (the hot spots also in the summary): ncu_reports.sh.
+"$root/scripts/gpu/ncu_reports.sh" "$work/bench" "$OUT" "$OUT/summary.txt"
 tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$work")" "$(basename "$work")"
 exit $rc
