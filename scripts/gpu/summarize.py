@@ -8,6 +8,7 @@ Later directories win where two hold the same benchmark (a re-run after a fix). 
 and OUT.json (every number the tables show, with the GPU, driver, versions and commits).
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -525,6 +526,26 @@ def breakdown_section(dirs, rows, numbers):
     kernel_breakdown.tables(by_model, rows, numbers)
 
 
+def sass_section(dirs, rows):
+    """The profiled kernels' machine code, as device.sh's ncu_reports.sh summarised it (bench/*.sass_summary.txt:
+    size, stall reasons, opcode mix, hottest instructions), one block per report; the full listings stay in the
+    results (bench/*.sass.txt)."""
+    found = [(d, p) for d in dirs for p in sorted(glob.glob(os.path.join(d, "bench", "*.sass_summary.txt")))]
+    if not found:
+        rows.append("No SASS in these runs (device.sh renders each Nsight Compute report's source page since "
+                    "2026-11-28).")
+        return
+    for d, p in found:
+        name = os.path.basename(p)[:-len(".sass_summary.txt")]
+        rows.append(f"{name} ({os.path.basename(os.path.normpath(d))}; every instruction: bench/{name}.sass.txt):")
+        rows.append("")
+        rows.append("```")
+        with open(p, errors="replace") as f:
+            rows.extend(line.rstrip("\n") for line in f)
+        rows.append("```")
+        rows.append("")
+
+
 def gpu_name(f):
     """The GPU's name: the PyTorch peer's environment, else a training-step record's."""
     gpu = f["torch"].get("environment", {}).get("gpu")
@@ -571,7 +592,9 @@ def main():
                  lambda: conv_step_table(f["conv"], rows, numbers, gpu_name(f))),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
                 (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
-                 lambda: layers_table(f["layers"], rows, numbers))]
+                 lambda: layers_table(f["layers"], rows, numbers)),
+                ("Machine code of the profiled kernels (Nsight Compute's source page: stall samples per instruction)",
+                 lambda: sass_section(a.dirs, rows))]
     for title, fn in sections:
         rows.append(f"### {title}")
         rows.append("")

@@ -216,6 +216,25 @@ class ConvStep(unittest.TestCase):
             self.assertAlmostEqual(n["total"]["nchw_v2_ms"], 9.0 + 6.0)
 
 
+class Sass(unittest.TestCase):
+    def test_each_report_summary_is_a_block(self):
+        with tempfile.TemporaryDirectory() as d:
+            for run, text in (("run1", "kernel: gemm_v3_kernel\n  SASS: 9,000 instructions (141 KiB)\n"),
+                              ("run2", "kernel: conv_v3_kernel\n")):
+                os.makedirs(os.path.join(d, run, "bench"))
+                with open(os.path.join(d, run, "bench", f"ncu_{run}.sass_summary.txt"), "w") as f:
+                    f.write(text)
+            r = []
+            summarize.sass_section([os.path.join(d, "run1"), os.path.join(d, "run2")], r)
+            text = "\n".join(r)
+            self.assertIn("ncu_run1 (run1; every instruction: bench/ncu_run1.sass.txt):\n\n```\nkernel: gemm_v3_kernel\n"
+                          "  SASS: 9,000 instructions (141 KiB)\n```", text)
+            self.assertIn("ncu_run2 (run2;", text)
+            r = []
+            summarize.sass_section([os.path.join(d, "nothing")], r)
+            self.assertIn("No SASS in these runs", r[0])
+
+
 class Attention(unittest.TestCase):
     def test_v3_backward_beside_v2_and_sdpa(self):
         """The one-pass backward (attention_bwd/v3 rows) gets its own column and ratio against SDPA's backward
