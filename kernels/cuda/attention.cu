@@ -21,7 +21,8 @@
 //   Variant 3 does 2 and 3 in one pass and still keeps the order: each key block's CTA adds its share of a
 //   query block's dQ into an f32 accumulator only when the key block before it has (a turn counter per query
 //   block and warp; dq_add_in_key_order), as FlashAttention-2's deterministic mode does: 5 tile GEMMs, the adds
-//   of consecutive key blocks serialised per query block.
+//   of consecutive key blocks serialised per query block. Its CTAs take their key blocks by ticket, in the order
+//   they start, so a key block's predecessor is always resident or done (fused_ticket).
 //
 // Variants (numbered, each kept, tested and timed):
 //   v1 SIMT, every dtype (the f32 path): 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i
@@ -834,6 +835,22 @@ constexpr size_t mma_dkdv_smem() {
          (FUSED_DQ ? sizeof(uint16_t) * size_t(Tile::BLOCK) * (Tile::STEP + 8) : 0);
 }
 
+// Variant 3's ticket: the CTA's work (batch, head, key block) in the order CTAs started (the kernel below). A static
+// shared variable, instantiated by the fused kernels alone: its address is a constant, so the dQ step reads it
+// without a pointer held across the dK/dV loop (one made the dh-64 wide kernel spill 20 bytes).
+__device__ __forceinline__ int& fused_ticket() {
+  __shared__ int ticket;
+  return ticket;
+}
+
+// The dK/dV kernel's block: its ticket (FUSED_DQ), else blockIdx.x (unsigned, as blockIdx.x: the divisions by it
+// compile as before).
+template <bool FUSED_DQ>
+__device__ __forceinline__ unsigned block_of() {
+  if constexpr (FUSED_DQ) return unsigned(fused_ticket());
+  else return blockIdx.x;
+}
+
 // Variant 3's dQ step (one query block of a dK/dV CTA, FUSED_DQ below): this CTA's share of dQ for the block's
 // BR = STEP queries, dS K over its BC = BLOCK keys, added in key-block order into dQ.
 //   - The GEMM (BR x DHP outputs, K = BC): dS from ds_s, where the warps left dS^T ([key][query], so the A
@@ -849,11 +866,13 @@ constexpr size_t mma_dkdv_smem() {
 //     order on every run (the reductions are float atomics, but one at a time per element, in the turns' order),
 //     with one f32 accumulator of [b, heads, t, dh]; the accumulator needs
 //     no zeroing, the counters do. A warp waits only for the same warp of the block before (the units it adds to),
-//     so the step needs no block barrier after the GEMM's. Key block kbi - 1 started before kbi (blocks of a grid
-//     are dispatched in index order, and kbi - 1's index is lower), so it is resident or done and the wait ends;
-//     FlashAttention-2's deterministic backward orders its dQ adds the same way (per CTA). A wait past
+//     so the step needs no block barrier after the GEMM's. Key block kbi - 1 went to a block that started before
+//     this one (the kernel hands out its work by tickets, in the order blocks start), so it is resident or done and
+//     the wait ends, whatever order the GPU dispatches blocks in; FlashAttention-2's deterministic backward orders
+//     its dQ adds the same way (per CTA), relying on dispatch in index order instead. A wait past
 //     watchdog.cuh's kWaitTimeoutNs traps (a lost turn would hang the GPU).
-// Query block qb of the CTA blockIdx.x (batch and head blockIdx.x / nkb, key block kbi = blockIdx.x % nkb); acc
+// Query block qb of the CTA whose ticket is `block` (fused_ticket(): batch and head block / nkb, key block
+// kbi = block % nkb); acc
 // [b, heads, t, dh] f32, dqkv as the kernel's, turns kMmaWarps counters per batch, head and query block. (The
 // offsets are computed here from the kernel's parameters, not passed in: three more 64-bit values live across the
 // dK/dV loop made the dh-128 kernel spill.)
@@ -865,7 +884,8 @@ __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const 
   constexpr int NP = DHP / 16, UNITS = (BR / 16) * NP, U = UNITS / kMmaWarps;
   static_assert(UNITS % kMmaWarps == 0, "whole output units a warp");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int bh = blockIdx.x / nkb, kbi = blockIdx.x % nkb, q0 = qb * BR;
+  const int block = fused_ticket();
+  const int bh = block / nkb, kbi = block % nkb, q0 = qb * BR;
   const int64_t ld = 3 * int64_t(heads) * dh;
   float* acc = acc_all + int64_t(bh) * t * dh;
   T* dq = dqkv + int64_t(bh / heads) * t * ld + int64_t(bh % heads) * dh;
@@ -959,7 +979,18 @@ __global__ void __launch_bounds__(kMmaThreads)
   uint16_t* ds_s = reinterpret_cast<uint16_t*>(d_s + 2 * BR);   // FUSED_DQ: [BC][BR + 8], dS^T
 
   const int nkb = (t + BC - 1) / BC;
-  const int bh = blockIdx.x / nkb, k0 = (blockIdx.x % nkb) * BC;
+  // FUSED_DQ: the block's work (batch, head, key block) comes from a ticket, the order in which blocks started,
+  // not from blockIdx.x: key block kbi waits for kbi - 1 in its dQ steps, and a ticket handed out earlier went to
+  // a block that is resident or done, whatever order the GPU dispatches blocks in (CUB's single-pass scans take
+  // their tiles the same way). The ticket counter follows the turns (one cudaMemsetAsync zeroes both).
+  if constexpr (FUSED_DQ) {
+    if (threadIdx.x == 0) {
+      const int nqb_all = (t + BR - 1) / BR;
+      fused_ticket() = int(atomicAdd(turns + int64_t(gridDim.x / nkb) * nqb_all * kMmaWarps, 1u));
+    }
+    __syncthreads();
+  }
+  const int bh = block_of<FUSED_DQ>() / nkb, k0 = (block_of<FUSED_DQ>() % nkb) * BC;
   const int bi = bh / heads, h = bh % heads;
   const int64_t d = int64_t(heads) * dh, ld = 3 * d;
   const T* q_g = qkv + int64_t(bi) * t * ld + int64_t(h) * dh;
@@ -1081,10 +1112,14 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
   }
 
+  // (FUSED_DQ: the block's coordinates read back from the ticket, not held across the loop: with them live, the
+  // dh-64 wide kernel spilled)
+  const int k0_e = FUSED_DQ ? (fused_ticket() % nkb) * BC : k0;
+  const int bi_e = FUSED_DQ ? fused_ticket() / nkb / heads : bi, h_e = FUSED_DQ ? fused_ticket() / nkb % heads : h;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-    const int c0 = k0 + (warp * MT + mt) * 16 + lane / 4, c1 = c0 + 8;
-    T* dk0 = dqkv + (int64_t(bi) * t + c0) * ld + d + int64_t(h) * dh;
+    const int c0 = k0_e + (warp * MT + mt) * 16 + lane / 4, c1 = c0 + 8;
+    T* dk0 = dqkv + (int64_t(bi_e) * t + c0) * ld + d + int64_t(h_e) * dh;
     T* dk1 = dk0 + 8 * ld;
 #pragma unroll
     for (int n = 0; n < ND; ++n) {
@@ -1366,8 +1401,8 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
               const AllocOptions on{.stream = &stream};
               const int query_blocks = (g.t + KT::STEP - 1) / KT::STEP;
               Tensor acc = Tensor::empty({g.b, g.heads, g.t, g.dh}, DType::f32, qkv.device(), on);
-              Tensor turns =
-                  Tensor::zeros({int64_t(g.b) * g.heads * query_blocks * kMmaWarps}, DType::i32, qkv.device(), on);
+              Tensor turns = Tensor::zeros({int64_t(g.b) * g.heads * query_blocks * kMmaWarps + 1}, DType::i32,
+                                           qkv.device(), on);  // + the ticket counter
               const size_t smem = mma_dkdv_smem<DHP, KT, true>();
               constexpr auto fused = attention_backward_dkdv_v2_kernel<T, DHP, KT, true>;
               detail::allow_dynamic_smem<fused>(int(smem));

@@ -363,6 +363,18 @@ TEST_F(AttentionCuda, FusedBackwardOrderHoldsWithBlocksSideBySide) {
   expect_fused_backward_matches_v2();
   EXPECT_GT(cuda_emu::block_yields(), yields) << "no block let another run: the blocks did not interleave";
 }
+
+// And with blocks dispatched from the last one (CUDA_EMU_DISPATCH=reverse; CUDA promises no order): v3 takes its
+// key blocks by ticket, in the order blocks start, so key block 0 still goes first. With the key block taken from
+// blockIdx.x, the last key block would wait for good here (the emulator stops the run).
+TEST_F(AttentionCuda, FusedBackwardTakesKeyBlocksInTheOrderBlocksStart) {
+  const ScopedEnv reverse("CUDA_EMU_DISPATCH", "reverse");
+  for (const char* resident : {"1", "3"}) {
+    SCOPED_TRACE(std::string("resident blocks: ") + resident);
+    const ScopedEnv r("CUDA_EMU_RESIDENT", resident);
+    expect_fused_backward_matches_v2();
+  }
+}
 #endif
 
 // HPDT_ATTENTION_BACKWARD=v3 makes auto's (the layers') tensor-core backward v3, bit for bit the explicit variant 3;

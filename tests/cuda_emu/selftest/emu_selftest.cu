@@ -987,6 +987,15 @@ TEST(CudaEmu, BlocksRunOneAfterAnotherByDefault) {
   EXPECT_EQ(cuda_emu::block_yields(), yields);
 }
 
+TEST(CudaEmu, ReverseDispatchStartsFromTheLastBlock) {
+  const EnvFor reverse("CUDA_EMU_DISPATCH", "reverse");
+  Chain c(5);
+  c.run(+1);  // each block waits for the one after it: dispatched, and done, before it
+  const auto seen = c.seen.down(), starts = c.starts.down();
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(seen[size_t(b)], unsigned((b + 1) * 1000 + 63)) << "block " << b;
+  for (int b = 0; b < 5; ++b) EXPECT_EQ(starts[size_t(b)], unsigned(2 * (4 - b))) << "block " << b;
+}
+
 TEST(CudaEmu, ResidentBlocksWaitForEachOther) {
   const EnvFor resident("CUDA_EMU_RESIDENT", "4");
   {
@@ -1041,12 +1050,25 @@ TEST(CudaEmuDeathTest, BlocksThatWaitForAnAbsentBlockStop) {
         Chain(4).run(+1);
       },
       "for good.* 2 resident block");
+  // Dispatched from the last block: block 2 waits for block 1, which cannot start.
+  EXPECT_DEATH(
+      {
+        setenv("CUDA_EMU_DISPATCH", "reverse", 1);
+        Chain(3).run(-1);
+      },
+      "for good.* 1 resident block.*dispatched from the last index down");
   EXPECT_DEATH(
       {
         setenv("CUDA_EMU_RESIDENT", "0", 1);
         Chain(2).run(-1);
       },
       "CUDA_EMU_RESIDENT=0: expected a number of blocks from 1 to 64");
+  EXPECT_DEATH(
+      {
+        setenv("CUDA_EMU_DISPATCH", "backwards", 1);
+        Chain(2).run(-1);
+      },
+      "CUDA_EMU_DISPATCH=backwards: expected forward or reverse");
 }
 
 // ---- kernels/cuda/sm90a/wgmma.cuh: %globaltimer and the mbarrier watchdog ----------------------------------

@@ -272,6 +272,7 @@ struct Exec {
   Block* b = nullptr;
   std::vector<Block*> slots;
   int resident = 1;
+  bool dispatch_reverse = false;  // CUDA_EMU_DISPATCH=reverse
   uint64_t spin_rounds = 0;  // rounds in which every runnable thread of the running block spun, since progress
   Context main;
   std::vector<Stack*> free_stacks;
@@ -934,9 +935,10 @@ void spin_yield(const Loc& loc) {
   constexpr uint64_t kMaxSpinRounds = 1000000;
   if (++E.spin_rounds > kMaxSpinRounds)
     fatal("spins at __nanosleep at %s:%u for good: in %llu rounds every thread that could run spun, in each of the %d "
-          "resident block(s) (CUDA_EMU_RESIDENT; blocks are dispatched in index order, so a block waiting for one "
-          "that is not resident yet, or for itself, never ends)",
-          short_file(loc.file_name()), loc.line(), (unsigned long long)kMaxSpinRounds, E.resident);
+          "resident block(s) (CUDA_EMU_RESIDENT; blocks are dispatched %s, so a block waiting for one that is not "
+          "resident yet, or for itself, never ends)",
+          short_file(loc.file_name()), loc.line(), (unsigned long long)kMaxSpinRounds, E.resident,
+          E.dispatch_reverse ? "from the last index down (CUDA_EMU_DISPATCH=reverse)" : "in index order");
   if (E.resident > 1) block_yield();
 }
 
@@ -1830,6 +1832,15 @@ void record_stats(long long ns, uint64_t threads) {
   st.cp_wavefronts += E.cp_wavefronts;
   st.cp_ideal += E.cp_ideal;
 }
+// CUDA_EMU_DISPATCH=reverse: blocks are dispatched from the last index down (forward, the default: from 0 up, as
+// GPUs do, though CUDA does not promise it), read at every launch.
+bool dispatch_in_reverse() {
+  const char* e = std::getenv("CUDA_EMU_DISPATCH");
+  if (!e || !*e || std::strcmp(e, "forward") == 0) return false;
+  if (std::strcmp(e, "reverse") == 0) return true;
+  fatal("CUDA_EMU_DISPATCH=%s: expected forward or reverse", e);
+}
+
 // CUDA_EMU_RESIDENT: how many blocks of a launch are resident at once (1 to 64; 1 by default), read at every
 // launch (tests switch it).
 int resident_blocks() {
@@ -1907,12 +1918,14 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   E.ldm_wavefronts = E.ldm_ideal = E.cp_wavefronts = E.cp_ideal = E.st_wavefronts = E.st_ideal = 0;
   E.stats = stats_enabled() || g_count_banks;
   const long long t0 = E.stats ? clock_ns() : 0;
-  // Blocks are dispatched in index order (x fastest), as a GPU does, up to E.resident at a time. The resident
+  // Blocks are dispatched in index order (x fastest), as a GPU does (CUDA_EMU_DISPATCH=reverse: from the last; CUDA
+  // promises no order), up to E.resident at a time. The resident
   // ones take turns, each until it is done or yields (block_yield: at __nanosleep when every runnable thread of
   // it spins, at __threadfence), in the order newest to oldest, round and round; the first turn is the newest's,
   // so that later blocks reach their waits before earlier ones have done what they wait for. With one resident
   // block (the default) every block runs to its end before the next starts.
   const uint64_t total = uint64_t(g.x) * g.y * g.z;
+  const bool dispatch_reverse = E.dispatch_reverse = dispatch_in_reverse();
   std::vector<Block*> active;  // resident blocks, newest first
   std::vector<Block*> free_slots(E.slots.begin(), E.slots.begin() + E.resident);
   uint64_t next = 0;
@@ -1921,8 +1934,10 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
     while (!free_slots.empty() && next < total) {  // dispatch
       E.b = free_slots.back();
       free_slots.pop_back();
-      const uint3 idx{unsigned(next % g.x), unsigned(next / g.x % g.y), unsigned(next / (uint64_t(g.x) * g.y))};
-      init_block(next++, idx);
+      const uint64_t lin = dispatch_reverse ? total - 1 - next : next;
+      ++next;
+      const uint3 idx{unsigned(lin % g.x), unsigned(lin / g.x % g.y), unsigned(lin / (uint64_t(g.x) * g.y))};
+      init_block(lin, idx);
       begin_block_smem();
       active.insert(active.begin(), E.b);
       ++turn;  // the same block's turn comes next (at the start: past the end, so the newest)
