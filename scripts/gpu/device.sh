@@ -22,8 +22,14 @@ fi
 "$root/scripts/gpu/run.sh" "$work" "${bundle_args[@]}" "$@"
 rc=$?
 cp "$work/summary.txt" "$OUT/" 2>/dev/null
+# The results first, so that they come back even if the rendering below runs past the call's limit; then again
+# with the renderings.
+tar czf "$OUT/gpu-results.tgz" --exclude='*.ncu-rep' -C "$(dirname "$work")" "$(basename "$work")"
 # Nsight Compute reports travel as files of their own, with their details pages, and their kernels' machine code
-# with the stall samples per instruction in the results (the hot spots also in the summary): ncu_reports.sh.
-"$root/scripts/gpu/ncu_reports.sh" "$work/bench" "$OUT" "$OUT/summary.txt"
-tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$work")" "$(basename "$work")"
+# with the stall samples per instruction in the results (the hot spots also in the summary): ncu_reports.sh, each
+# rendering within NCU_RENDER_TIMEOUT seconds (default 60).
+if ls "$work"/bench/*.ncu-rep > /dev/null 2>&1; then
+  "$root/scripts/gpu/ncu_reports.sh" "$work/bench" "$OUT" "$OUT/summary.txt"
+  tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$work")" "$(basename "$work")"
+fi
 exit $rc

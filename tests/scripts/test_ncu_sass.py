@@ -108,7 +108,7 @@ class Reports(unittest.TestCase):
             bench, out, bin_dir = (os.path.join(d, x) for x in ("bench", "out", "bin"))
             for x in (bench, out, bin_dir):
                 os.mkdir(x)
-            for name in ("gemm", "broken", "nosass"):
+            for name in ("gemm", "broken", "nosass", "slow"):
                 with open(os.path.join(bench, name + ".ncu-rep"), "w") as f:
                     f.write("report")
             page = os.path.join(d, "page.csv")
@@ -119,25 +119,28 @@ class Reports(unittest.TestCase):
                 f.write(f"""#!/bin/sh
 case "$2" in *broken*) [ "$4" = source ] && {{ echo "==ERROR== no source" >&2; exit 1; }} ;; esac
 case "$2" in *nosass*) [ "$4" = source ] && {{ echo "==WARNING== nothing to print"; exit 0; }} ;; esac
+case "$2" in *slow*) [ "$4" = source ] && exec sleep 30 ;; esac
 if [ "$4" = details ]; then echo "details of $2"; else cat {page}; fi
 """)
             os.chmod(os.path.join(bin_dir, "ncu"), 0o755)
             summary = os.path.join(out, "summary.txt")
-            env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
+            env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], NCU_RENDER_TIMEOUT="2")
             r = subprocess.run([reports, bench, out, summary], capture_output=True, text=True, env=env)
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(summary) as f:
                 text = f.read()
             self.assertIn("SASS hot spots of gemm.ncu-rep:", text)
             self.assertRegex(text, r"0x7f20\s+60\.0%\s+long_scoreboard")
-            self.assertIn("no SASS from broken.ncu-rep: ncu could not print its source page (see broken.source.err)",
-                          text)
+            self.assertIn("no SASS from broken.ncu-rep: ncu could not print its source page in 2 s (see "
+                          "broken.source.err)", text)
+            self.assertIn("no SASS from slow.ncu-rep: ncu could not print its source page in 2 s", text)
             self.assertRegex(text, r"no SASS from nosass.ncu-rep: ncu_sass.py: .*nosass.source.csv holds no SASS rows")
-            self.assertEqual(sorted(os.listdir(out)), ["broken.ncu-rep", "gemm.ncu-rep", "nosass.ncu-rep", "summary.txt"])
+            self.assertEqual(sorted(os.listdir(out)),
+                             ["broken.ncu-rep", "gemm.ncu-rep", "nosass.ncu-rep", "slow.ncu-rep", "summary.txt"])
             left = sorted(os.listdir(bench))
             self.assertEqual(left, ["broken.details.txt", "broken.source.err", "gemm.details.txt", "gemm.sass.txt",
                                     "gemm.sass_summary.txt", "nosass.details.txt", "nosass.sass_summary.txt",
-                                    "nosass.source.err"])
+                                    "nosass.source.err", "slow.details.txt", "slow.source.err"])
             with open(os.path.join(bench, "gemm.sass.txt")) as f:
                 self.assertIn("HGMMA.64x256x16", f.read())
             with open(os.path.join(bench, "broken.details.txt")) as f:
