@@ -7,8 +7,9 @@
 No disassembler travels to the development machines (docs/gpu-machine.md), so this is how the SASS of our kernels
 comes back from a lease: device.sh runs it on every report. It prints, per kernel (the most-sampled of its profiled
 launches): its size in SASS instructions, the warp instructions it executed, its stall samples by reason, the
-executed instructions by opcode, and its hottest instructions (share of the samples, their main stall reason, the
-instruction). --listing writes every instruction of every kernel: address, times executed, samples, SASS.
+executed instructions by opcode, its loops (from its backward branches: which hold the samples, which hold the
+MMAs, and how much runs outside every loop: a GEMM's k loop against its prologue and epilogue), and its hottest
+instructions (share of the samples, their main stall reason, the instruction). --listing writes every instruction of every kernel: address, times executed, samples, SASS.
 
 The CSV's column names differ between Nsight Compute versions; the ones read: "Address" and "Source" (the header
 row), "Instructions Executed" (or "Warp Instructions Executed"), the samples ("Warp Stall Sampling (All Samples)",
@@ -30,6 +31,7 @@ class Kernel:
     def __init__(self, name):
         self.name = name
         self.rows = []  # (address, executed, samples, {reason: samples}, source)
+        self.labels = {}  # label (".L_x_3") -> index in rows of the instruction it names
         self.launches = 1
 
     @property
@@ -93,11 +95,65 @@ def parse(lines):
             continue
         source = row[src]
         if opcode(source) is None:
+            label = source.strip()
+            if label.endswith(":"):
+                current.labels[label[:-1]] = len(current.rows)
             continue
         current.rows.append((row[addr].strip(), number(row[ex]) if ex is not None else 0,
                              number(row[sa]) if sa is not None else 0,
                              {r: number(row[i]) for r, i in stalls}, source.strip()))
     return [k for k in kernels if k.rows]
+
+
+MMA_OPS = ("HGMMA", "HMMA", "QGMMA", "IMMA")
+TARGET = re.compile(r"(\.L\w+)|\b(0x[0-9a-fA-F]+)\s*(?:\)|`|$)")
+
+
+def loops(k):
+    """The kernel's loops, from its backward branches: (first, last) instruction indices, a branch at `last`
+    to `first` <= last. Targets are labels (.L_x_N) or addresses."""
+    by_address = {}
+    for i, r in enumerate(k.rows):
+        try:
+            by_address[int(r[0], 16)] = i
+        except ValueError:
+            pass
+    found = set()
+    for i, r in enumerate(k.rows):
+        if opcode(r[4]) not in ("BRA", "JMP"):
+            continue
+        rest = PREDICATE.sub("", r[4]).split(None, 1)
+        m = TARGET.search(rest[1]) if len(rest) > 1 else None
+        if not m:
+            continue
+        j = k.labels.get(m.group(1)) if m.group(1) else by_address.get(int(m.group(2), 16))
+        if j is not None and j <= i:
+            found.add((j, i))
+    return sorted(found)
+
+
+def loop_lines(k, total_samples, total_executed, out, top=4):
+    """The loops that hold the most samples, and what runs outside every loop."""
+    ls = loops(k)
+    if not ls:
+        return
+    def share(v, total):
+        return f"{100.0 * v / total:.0f}%" if total else "-"
+    stats = []
+    inside = set()
+    for a, b in ls:
+        rows = k.rows[a:b + 1]
+        inside.update(range(a, b + 1))
+        mma = any(opcode(r[4]) in MMA_OPS for r in rows)
+        stats.append((sum(r[2] for r in rows), sum(r[1] for r in rows), a, b, mma))
+    print(f"  loops (backward branches; {len(ls)} in all), most-sampled first:", file=out)
+    for smp, ex, a, b, mma in sorted(stats, key=lambda x: (-x[0], -x[1]))[:top]:
+        print(f"    {k.rows[a][0]}..{k.rows[b][0]}: {b - a + 1} instructions{', MMAs' if mma else ''}; "
+              f"{share(smp, total_samples)} of the samples, {share(ex, total_executed)} of the executed", file=out)
+    out_s = sum(r[2] for i, r in enumerate(k.rows) if i not in inside)
+    out_e = sum(r[1] for i, r in enumerate(k.rows) if i not in inside)
+    print(f"    outside every loop: {len(k.rows) - len(inside)} instructions; {share(out_s, total_samples)} of the "
+          f"samples, {share(out_e, total_executed)} of the executed", file=out)
 
 
 def distinct(kernels):
@@ -139,6 +195,7 @@ def summarize(k, top, out):
         op = opcode(r[4])
         by_op[op] = by_op.get(op, 0) + r[1]
     print(f"  executed by opcode: {shares(by_op, total_executed, 10)}", file=out)
+    loop_lines(k, total_samples, total_executed, out)
     if total_samples:
         print(f"  hottest instructions (share of the samples, main stall reason):", file=out)
         for r in sorted(k.rows, key=lambda r: -r[2])[:top]:

@@ -40,6 +40,20 @@ SHORT = '''"Address","Source","# Samples","Instructions Executed","stall_long_sb
 '''
 
 
+# Loops: a backward branch to a label (the k loop, with the MMAs) and one to an address.
+LOOPS = '''"Kernel Name","void gemm_v3_kernel<loop>"
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"
+"0x0000","MOV R1, c[0x0][0x28]","5","10"
+"",".L_x_1:","",""
+"0x0010","SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4], R0","40","640"
+"0x0020","HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8], R24, gsb0","30","640"
+"0x0030","@P0 BRA `(.L_x_1)","5","640"
+"0x0040","STG.E.128 desc[UR6][R2.64], R4","15","100"
+"0x0050","@P1 BRA 0x40","5","100"
+"0x0060","EXIT","0","10"
+'''
+
+
 def run(text, *extra):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "r.source.csv")
@@ -79,6 +93,18 @@ class Summary(unittest.TestCase):
         self.assertIn("# kernel: void conv_v3_kernel<bf16_t>(Params)", lst)
         self.assertRegex(lst, r"0x7f30\s+262144\s+300\s+HGMMA\.64x256x16")
         self.assertNotIn(".L_x_3", lst)
+
+    def test_loops_split_the_samples(self):
+        rc, out, _ = run(LOOPS)
+        self.assertEqual(rc, 0)
+        self.assertIn("loops (backward branches; 2 in all), most-sampled first:", out)
+        lines = out.split("most-sampled first:")[1].strip().splitlines()
+        self.assertEqual(lines[0].strip(), "0x0010..0x0030: 3 instructions, MMAs; 75% of the samples, 90% of the executed")
+        self.assertEqual(lines[1].strip(), "0x0040..0x0050: 2 instructions; 20% of the samples, 9% of the executed")
+        self.assertEqual(lines[2].strip(), "outside every loop: 2 instructions; 5% of the samples, 1% of the executed")
+        # no backward branch, no loop lines; one to the first instruction is a loop too
+        self.assertNotIn("loops", run(LONG)[1])
+        self.assertIn("0x0..0x10: 2 instructions; 100% of the samples", run(SHORT)[1])  # BRA 0x0: a loop
 
     def test_short_names_and_top(self):
         rc, out, _ = run(SHORT, "--top", "1")
