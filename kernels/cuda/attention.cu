@@ -612,7 +612,6 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
 }
 
-
 // Forward tiles: each warp owns MT m-tiles of 16 query rows (BR = 16 MT warps), so every K and V fragment
 // read from shared memory feeds MT mma's; BC keys per step.
 //   dh <= 64: MT = 2, BC = 64, Q's fragments in registers for the whole pass (FlashAttention-2's 128-row tile).
@@ -864,18 +863,17 @@ __device__ __forceinline__ unsigned block_of() {
 //     a load and a store of it per key block would be 2 x 64 x 268 MB of L2 traffic a backward; the adds are half
 //     that, as FlashAttention-2's, whose order is not fixed). So every dQ element is the same sum in the same
 //     order on every run (the reductions are float atomics, but one at a time per element, in the turns' order),
-//     with one f32 accumulator of [b, heads, t, dh]; the accumulator needs
-//     no zeroing, the counters do. A warp waits only for the same warp of the block before (the units it adds to),
-//     so the step needs no block barrier after the GEMM's. Key block kbi - 1 went to a block that started before
-//     this one (the kernel hands out its work by tickets, in the order blocks start), so it is resident or done and
-//     the wait ends, whatever order the GPU dispatches blocks in; FlashAttention-2's deterministic backward orders
-//     its dQ adds the same way (per CTA), relying on dispatch in index order instead. A wait past
-//     watchdog.cuh's kWaitTimeoutNs traps (a lost turn would hang the GPU).
+//     with one f32 accumulator of [b, heads, t, dh]; the accumulator needs no zeroing, the counters do. A warp
+//     waits only for the same warp of the block before (the units it adds to), so the step needs no block barrier
+//     after the GEMM's. Key block kbi - 1 went to a block that started before this one (the kernel hands out its
+//     work by tickets, in the order blocks start), so it is resident or done and the wait ends, whatever order the
+//     GPU dispatches blocks in; FlashAttention-2's deterministic backward orders its dQ adds the same way (per
+//     CTA), relying on dispatch in index order instead. A wait past watchdog.cuh's kWaitTimeoutNs traps (a lost
+//     turn would hang the GPU).
 // Query block qb of the CTA whose ticket is `block` (fused_ticket(): batch and head block / nkb, key block
-// kbi = block % nkb); acc
-// [b, heads, t, dh] f32, dqkv as the kernel's, turns kMmaWarps counters per batch, head and query block. (The
-// offsets are computed here from the kernel's parameters, not passed in: three more 64-bit values live across the
-// dK/dV loop made the dh-128 kernel spill.)
+// kbi = block % nkb); acc [b, heads, t, dh] f32, dqkv as the kernel's, turns kMmaWarps counters per batch, head and
+// query block. (The offsets are computed here from the kernel's parameters, not passed in: three more 64-bit
+// values live across the dK/dV loop made the dh-128 kernel spill.)
 template <class T, int DHP, class Tile>
 __device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const uint16_t* k_s, float* acc_all,
                                                     T* dqkv, unsigned* turns, int heads, int qb, int t, int dh,

@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
+#include "hpdt/core/env.h"  // ScopedEnv: the emulator reads CUDA_EMU_RESIDENT and _DISPATCH at every launch
 #include "wgmma.cuh"  // kernels/cuda/sm90a/wgmma.cuh as transformed for hpdt_kernels_emu: its mbarrier watchdog
 
 namespace {
@@ -920,13 +920,6 @@ TEST(CudaEmu, VectorReductionAddsEveryLane) {
 }
 
 // ---- blocks side by side (CUDA_EMU_RESIDENT) and spinning threads ---------------------------------------------
-// Sets an environment variable for a scope (the emulator reads CUDA_EMU_RESIDENT at every launch).
-struct EnvFor {
-  std::string name;
-  explicit EnvFor(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~EnvFor() { unsetenv(name.c_str()); }
-};
-
 // Spins (as attention v3's turn waits do) until *flag is set.
 __device__ void spin_until_set(const unsigned* flag) {
   const volatile unsigned* f = flag;
@@ -988,7 +981,7 @@ TEST(CudaEmu, BlocksRunOneAfterAnotherByDefault) {
 }
 
 TEST(CudaEmu, ReverseDispatchStartsFromTheLastBlock) {
-  const EnvFor reverse("CUDA_EMU_DISPATCH", "reverse");
+  const hpdt::ScopedEnv reverse("CUDA_EMU_DISPATCH", "reverse");
   Chain c(5);
   c.run(+1);  // each block waits for the one after it: dispatched, and done, before it
   const auto seen = c.seen.down(), starts = c.starts.down();
@@ -997,7 +990,7 @@ TEST(CudaEmu, ReverseDispatchStartsFromTheLastBlock) {
 }
 
 TEST(CudaEmu, ResidentBlocksWaitForEachOther) {
-  const EnvFor resident("CUDA_EMU_RESIDENT", "4");
+  const hpdt::ScopedEnv resident("CUDA_EMU_RESIDENT", "4");
   {
     Chain c(11);  // each waits for the one before; newest first, so they wait for real
     const unsigned long long yields = cuda_emu::block_yields();

@@ -405,13 +405,15 @@ void start_fiber(Fiber* f) {
 #endif
 }
 
-Fiber* next_runnable(int from_pos) {
+// The next runnable thread of the block after run-order position from_pos (skip_spinning: not one that has spun in
+// this round, spin_yield), or null.
+Fiber* next_runnable(int from_pos, bool skip_spinning = false) {
   const int n = E.n;
   for (int k = 1; k <= n; ++k) {
     int p = from_pos + k;
     if (p >= n) p -= n;
     Fiber* f = &E.b->fibers[size_t(E.b->order[size_t(p)])];
-    if (f->state == kReady || f->state == kNew) return f;
+    if ((f->state == kReady || f->state == kNew) && !(skip_spinning && f->spinning)) return f;
   }
   return nullptr;
 }
@@ -479,16 +481,21 @@ Fiber* next_in_warp(const Fiber* me, bool skip_polling = false) {
 // The current fiber has set a wait state: run someone else until it is woken. With CUDA_EMU_SCHEDULE=warp
 // its own warp goes first, so one warp runs as far ahead of the others as their barriers let it (a
 // producer that refills a buffer before the other warps are done with it then overwrites it under them).
+// From the current fiber `me` (its state already set) straight to `next` of the same block, started if new; returns
+// when something switches back to `me` (and made it current).
+void switch_to(Fiber* me, Fiber* next) {
+  if (next->state == kNew) start_fiber(next);
+  next->state = kReady;
+  make_current(next);
+  switch_context(me->ctx, next->ctx, false);
+}
+
 void wait_here() {
   Fiber* me = E.b->cur;
   Fiber* next = E.warp_greedy ? next_in_warp(me) : nullptr;
   if (!next) next = next_runnable(me->pos);
   if (!next) deadlock();
-  if (next->state == kNew) start_fiber(next);
-  next->state = kReady;
-  make_current(next);
-  switch_context(me->ctx, next->ctx, false);
-  // woken and switched back to: whoever switched here made us current
+  switch_to(me, next);  // woken and switched back to: whoever switched here made us current
 }
 
 // CUDA_EMU_STATS: the wavefronts of the block's cp.async writes (and st.shared.v2.f32 stores). A warp's accesses
@@ -917,17 +924,9 @@ void spin_yield(const Loc& loc) {
   me->wait_loc = loc;
   // The block's runnable threads that have not spun in this round go first (the one being waited for may be
   // among them).
-  Fiber* next = nullptr;
-  for (int k = 1; k <= E.n && !next; ++k) {
-    Fiber* f = &E.b->fibers[size_t(E.b->order[size_t((me->pos + k) % E.n)])];
-    if ((f->state == kReady || f->state == kNew) && !f->spinning) next = f;
-  }
-  if (next) {
+  if (Fiber* next = next_runnable(me->pos, true)) {
     me->state = kReady;
-    if (next->state == kNew) start_fiber(next);
-    next->state = kReady;
-    make_current(next);
-    switch_context(me->ctx, next->ctx, false);
+    switch_to(me, next);
     return;
   }
   // Every runnable thread of the block spins: the round is over, and only another block can end the wait.
@@ -1428,10 +1427,7 @@ bool yield_to_others() {
   if (!next) next = next_runnable(me->pos);
   if (!next || next == me) return false;
   me->state = kReady;
-  if (next->state == kNew) start_fiber(next);
-  next->state = kReady;
-  make_current(next);
-  switch_context(me->ctx, next->ctx, false);
+  switch_to(me, next);
   return true;
 }
 
