@@ -15,6 +15,7 @@
 #include "hpdt/kernels/cuda/activation.h"
 #include "hpdt/kernels/math/activation_math.h"
 #include "launch.cuh"
+#include "warp.cuh"
 #include "vec.cuh"
 
 namespace hpdt::kernels::cuda {
@@ -181,11 +182,6 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum a) {
   for (int o = 16; o > 0; o >>= 1)
     a = merge(a, MaxSum{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)});
   return a;
-}
-__device__ __forceinline__ float warp_allsum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 template <class T, int V>

@@ -116,6 +116,9 @@ struct GemmConv {
   // v2's epilogue writes 4 pixels of a channel at a time (8-byte stores and residual loads) where the host found
   // the output dense and aligned for it (out4_ok): a warp writes 256 contiguous bytes per instruction instead of 64.
   int out4 = 0;
+  // Batch norm's statistics of dst, by v2's epilogue (a plain one: no bias, scale, shift, residual or ReLU): partials
+  // [M][gridDim.x][3], (count, mean, M2) of channel m's stored values in pixel tile blockIdx.x (stage_stats).
+  float* stats = nullptr;
 };
 
 // Whether v2's epilogue may write groups of 4 pixels with one 8-byte store: the pixel grid is the destination's
@@ -175,6 +178,38 @@ __device__ __forceinline__ void store_output4(const GemmConv& p, int ch, int64_t
     if (p.relu) v[e] = v[e] > 0.0f ? v[e] : 0.0f;
   }
   store<4>(static_cast<T*>(p.dst) + i, v);
+}
+
+// v2's epilogue, p.stats: the batch-norm partial of each of the 64 staged channel rows (row0 + r, r < 64) of pixel
+// tile blockIdx.x. A warp a row, 4 pixels a lane (a conflict-free float4 read), two passes over the values as stored
+// (rounded to T): the sum, then the squared deviations from the tile's mean, each by a fixed xor tree, so the
+// same bits every run. The tile's real pixels are its count (128, fewer in the last tile).
+template <class T, int kWarps>
+__device__ __forceinline__ void stage_stats(const GemmConv& p, const float* st, int row0, int n0, int warp, int lane) {
+  const int real = min(kBN, p.npix - n0);
+  for (int r = warp; r < 64; r += kWarps) {
+    const int m = row0 + r;
+    if (m >= p.M) break;  // whole warps
+    const float4 q = *reinterpret_cast<const float4*>(st + r * kStagePitch + 4 * lane);
+    float v[4] = {q.x, q.y, q.z, q.w}, sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[e] = 4 * lane + e < real ? to_f32(from_f32<T>(v[e])) : 0.0f;
+      sum += v[e];
+    }
+    const float mean = warp_allsum(sum) / float(real);
+    float m2 = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float d = 4 * lane + e < real ? v[e] - mean : 0.0f;
+      m2 += d * d;
+    }
+    m2 = warp_allsum(m2);
+    if (lane == 0) {
+      float* out = p.stats + (int64_t(m) * gridDim.x + blockIdx.x) * 3;
+      out[0] = float(real), out[1] = mean, out[2] = m2;
+    }
+  }
 }
 
 // Per-thread state of the B gather: the thread's pixel, as the source offset of its image and the source
@@ -446,6 +481,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
         if (out_ok && m < p.M) store_output<T>(p, m, out_offset, st[r * kStagePitch + col]);
       }
     }
+    if (p.stats) stage_stats<T, kWarps>(p, st, m0 + pass * 64, n0, warp, lane);
   }
 }
 
@@ -911,6 +947,14 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.residual = e.residual ? e.residual->data() : nullptr;
   p.relu = e.relu ? 1 : 0;
   p.out4 = out4_ok(p) ? 1 : 0;
+  // Batch norm's statistics in the epilogue: v2 (tensor cores, 16-bit) with a plain epilogue.
+  const bool plain = !p.bias && !p.scale && !p.shift && !p.residual && !p.relu;
+  if (e.stats && tc && !std::is_same_v<T, float> && plain && conv_epilogue_bn_stats() && p.npix > 0 && p.M > 0) {
+    const int64_t tiles = (int64_t(p.npix) + kBN - 1) / kBN;
+    *e.stats = ChannelStats{device_buffer(int64_t(p.M) * tiles * 3, DType::f32, y.device(), stream), tiles, y.data(),
+                            int64_t(p.npix)};
+    p.stats = e.stats->partial.data<float>();
+  }
   launch_gemm<T>(p, tc, gather_mode(p, one_tap && s.stride == 1 && s.pad == 0), st);
 }
 
@@ -997,6 +1041,7 @@ void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, cons
                     const Stream& stream, ConvVariant variant) {
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
   check_index_range("conv2d_forward", s);
+  if (e.stats) e.stats->clear();  // run_forward sets them where v2 computes them
   if (y.numel() == 0) return;
   dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -1078,6 +1123,13 @@ bool conv_v2_vector_epilogue() {
   const char* e = std::getenv("HPDT_CONV_V2_EPILOGUE");
   if (e == nullptr || std::strcmp(e, "vec") == 0) return true;
   HPDT_CHECK(std::strcmp(e, "scalar") == 0, "HPDT_CONV_V2_EPILOGUE=", e, ": expected vec or scalar");
+  return false;
+}
+
+bool conv_epilogue_bn_stats() {
+  const char* e = std::getenv("HPDT_CONV_BN_STATS");
+  if (e == nullptr || std::strcmp(e, "epilogue") == 0) return true;
+  HPDT_CHECK(std::strcmp(e, "separate") == 0, "HPDT_CONV_BN_STATS=", e, ": expected epilogue or separate");
   return false;
 }
 

@@ -88,6 +88,10 @@ struct NhwcGemm {
   // v2's epilogue writes 4 channels of a pixel at a time (8-byte stores, residual and per-channel loads) where the
   // host found M % 4 == 0 and every pointer 8-byte aligned (out4_ok).
   int out4 = 0;
+  // Batch norm's statistics of dst, by v2's forward epilogue (a plain one: no bias, scale, shift, residual or ReLU):
+  // partials [M][2 gridDim.x][3], (count, mean, M2) of channel m's stored values in half p of pixel tile blockIdx.x
+  // (64 pixels) at split 2 blockIdx.x + p (stage_stats_nhwc).
+  float* stats = nullptr;
 };
 
 // Whether v2's epilogue may write groups of 4 channels with one 8-byte store: M % 4 == 0 (a group is real as a
@@ -168,6 +172,26 @@ __device__ __forceinline__ void store_nhwc4(const NhwcGemm& p, int i, int ch, fl
     if (p.relu) v[e] = v[e] > 0.0f ? v[e] : 0.0f;
   }
   store<4>(static_cast<T*>(p.dst) + i, v);
+}
+
+// v2's epilogue, p.stats: the batch-norm partial of each channel column of the 64 staged pixel rows (pixels
+// pix0 ..): thread t < BN takes column t, two passes over the values as stored (rounded to T), the sum, then the
+// squared deviations from the mean, rows in order (consecutive threads read consecutive words: conflict-free).
+template <class T, int BN, int kPitchS>
+__device__ __forceinline__ void stage_stats_nhwc(const NhwcGemm& p, const float* st, int pix0, int n0, int split) {
+  const int col = threadIdx.x, ch = n0 + col;
+  if (col >= BN || ch >= p.M) return;
+  const int real = max(0, min(64, p.npix - pix0));
+  float sum = 0.0f;
+  for (int r = 0; r < real; ++r) sum += to_f32(from_f32<T>(st[r * kPitchS + col]));
+  const float mean = real > 0 ? sum / float(real) : 0.0f;
+  float m2 = 0.0f;
+  for (int r = 0; r < real; ++r) {
+    const float d = to_f32(from_f32<T>(st[r * kPitchS + col])) - mean;
+    m2 += d * d;
+  }
+  float* out = p.stats + (int64_t(ch) * (2 * gridDim.x) + split) * 3;
+  out[0] = float(real), out[1] = mean, out[2] = m2;
 }
 
 // v1: SIMT. Block tile 128 pixels x BN channels, 2 * BN threads as 16 rows x BN / 8 columns, each 8 x 8 outputs:
@@ -382,6 +406,7 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
         if (m0 + row < p.npix) store_nhwc<T>(p, dst_tab[row] + ch, ch, st[r * kPitchS + col]);
       }
     }
+    if (p.stats) stage_stats_nhwc<T, BN, kPitchS>(p, st, m0 + pass * 64, n0, 2 * blockIdx.x + pass);
   }
 }
 
@@ -760,6 +785,14 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.dst = y.data(), p.dst_h = int(oh), p.dst_w = int(ow);
   set_epilogue(p, e);
   p.out4 = out4_ok(p) ? 1 : 0;
+  // Batch norm's statistics in the epilogue: v2 (tensor cores, 16-bit) with a plain epilogue.
+  const bool plain = !p.bias && !p.scale && !p.shift && !p.residual && !p.relu;
+  if (e.stats && tc && !std::is_same_v<T, float> && plain && conv_epilogue_bn_stats() && p.npix > 0 && p.M > 0) {
+    const int64_t splits = 2 * ((int64_t(p.npix) + kPixTile - 1) / kPixTile);
+    *e.stats = ChannelStats{device_buffer(int64_t(p.M) * splits * 3, DType::f32, y.device(), stream), splits, y.data(),
+                            int64_t(p.npix)};
+    p.stats = e.stats->partial.data<float>();
+  }
   launch_nhwc_gemm<T>(p, tc, s.c_in % 8 == 0 && aligned16(x.data()), detail::native(stream));
 }
 
@@ -940,6 +973,7 @@ bool backward_filter_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, 
 // a v3 kernel (GEMM v3 or conv v3) ran.
 bool forward_with(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
                   const Stream& stream, ConvVariant variant, bool tc) {
+  if (e.stats) e.stats->clear();  // v2 sets them (Find's trials run here too)
   // y [P, co] = x [P, ci] w[co, ci]^T (+ bias in the GEMM's epilogue; the rest of a fused epilogue: conv kernels)
   const int64_t P = s.n * s.h * s.w;
   if (!e.scale && !e.shift && !e.residual && !e.relu &&
@@ -999,7 +1033,7 @@ struct FindKey {
   int device, direction;  // 0 forward, 1 backward-data, 2 backward-filter
   int64_t n, h, w, c_in, c_out, kh, kw, stride, pad;
   DType in, out;
-  int epilogue;  // bits: bias, scale, shift, residual, relu
+  int epilogue;  // bits: bias, scale, shift, residual, relu, batch norm's statistics asked for
   auto operator<=>(const FindKey&) const = default;
 };
 
@@ -1017,8 +1051,8 @@ std::string describe(const FindKey& k) {
                   std::to_string(k.c_out) + " " + std::to_string(k.n) + "x" + std::to_string(k.h) + "x" +
                   std::to_string(k.w) + (k.pad ? " pad " + std::to_string(k.pad) : "") + " " +
                   std::string(dtype_name(k.in)) + (k.out != k.in ? "->" + std::string(dtype_name(k.out)) : "");
-  static const char* kParts[] = {" bias", " scale", " shift", " residual", " relu"};
-  for (int b = 0; b < 5; ++b)
+  static const char* kParts[] = {" bias", " scale", " shift", " residual", " relu", " bn-stats"};
+  for (int b = 0; b < 6; ++b)
     if (k.epilogue >> b & 1) s += kParts[b];
   return s;
 }
@@ -1057,7 +1091,8 @@ FindKey find_key(int direction, const Conv2dShape& s, DType in, DType out, const
   k.n = s.n, k.h = s.h, k.w = s.w, k.c_in = s.c_in, k.c_out = s.c_out, k.kh = s.kh, k.kw = s.kw, k.stride = s.stride;
   k.pad = s.pad, k.in = in, k.out = out;
   if (e)
-    k.epilogue = (e->bias ? 1 : 0) | (e->scale ? 2 : 0) | (e->shift ? 4 : 0) | (e->residual ? 8 : 0) | (e->relu ? 16 : 0);
+    k.epilogue = (e->bias ? 1 : 0) | (e->scale ? 2 : 0) | (e->shift ? 4 : 0) | (e->residual ? 8 : 0) |
+                 (e->relu ? 16 : 0) | (e->stats ? 32 : 0);  // v2 computes the statistics, v3 leaves them to the BN
   if (residual) k.epilogue |= 8;
   return k;
 }
@@ -1079,6 +1114,7 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                          const Stream& stream, ConvVariant variant) {
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
   check_index_range("conv2d_forward", s);
+  if (e.stats) e.stats->clear();
   if (y.numel() == 0) return;
   const bool v3 = choose_v3(0, s, x.dtype(), y.dtype(), &e, nullptr, y, variant, stream, [&](bool c, Tensor& out) {
     return forward_with(c, s, x, w, e, out, stream, variant, tc);

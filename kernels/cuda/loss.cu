@@ -11,6 +11,7 @@
 
 #include "hpdt/kernels/cuda/loss.h"
 #include "launch.cuh"
+#include "warp.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -26,11 +27,6 @@ struct Result {  // what comes back to the host
   int64_t batch, classes;  // of the call (for read_loss)
 };
 
-__device__ __forceinline__ float warp_allsum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 __device__ __forceinline__ float warp_allmax(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -6,7 +6,8 @@
 // Batch norm, per channel ch (its n*h*w values are n planes of h*w contiguous elements):
 //   1. bn_stats_kernel: grid (splits, c); block (split, ch) runs Welford over a fixed chunk of the channel's
 //      values (8 values at a time, merged with Chan's formula), then a fixed warp/block tree -> one partial
-//      (count, mean, M2) per block.
+//      (count, mean, M2) per block. Skipped where the kernel that wrote x handed over partials of the same layout
+//      (BatchNormFusion::stats: conv v2's forward epilogue, kernels::ChannelStats).
 //   2. bn_stats_finalize: one warp per channel merges its partials (lanes over splits, then a fixed tree;
 //      double), then the CPU's finalize: mean, invstd, running stats with momentum and the unbiased variance.
 //      SyncBN instead writes the CPU's (sum, sumsq, count) buffer, which the host all-reduces, and
@@ -32,6 +33,7 @@
 #include "fast_div.cuh"
 #include "hpdt/kernels/cuda/norm.h"
 #include "launch.cuh"
+#include "warp.cuh"
 #include "vec.cuh"
 
 namespace hpdt::kernels::cuda {
@@ -45,11 +47,6 @@ constexpr int64_t kTargetBlocks = 132 * 8;  // H100: one full wave of 256-thread
 // ---- small helpers (private to this file) ------------------------------------------------------------
 
 // Butterfly sum: every lane ends with the same bits (float addition is commutative).
-__device__ __forceinline__ float warp_allsum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Fixed-tree block sum of two values; the result is valid in thread 0. Block size kThreads.
 __device__ __forceinline__ void block_sum2(float& a, float& b) {
@@ -1029,7 +1026,8 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
     using T = decltype(tag);
     const AllocOptions opts{.stream = &stream};
     const T* xp = static_cast<const T*>(x.data());
-    // 1. per-block Welford partials [c][splits][3]
+    // 1. per-block Welford partials [c][splits][3], or the ones the kernel that wrote x computed (fusion.stats)
+    const ChannelStats* given = fusion.stats && fusion.stats->describe(x, c) ? fusion.stats : nullptr;
     Tensor partial;
     int splits = 0;
     int64_t count = 0;
@@ -1038,6 +1036,13 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
     if (nhwc) {
       nd = nhwc_dims(op, x, kVec<T>, {x.data(), y.data(), residual_data(fusion)}, 4);
       splits = nd.splits, count = nd.rows;
+    } else {
+      d = bn_dims<T>(op, x, {x.data(), y.data(), residual_data(fusion)});
+      count = d.count;
+    }
+    if (given) {
+      partial = given->partial, splits = int(given->splits);
+    } else if (nhwc) {
       partial = Tensor::empty({c * splits * 3}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), nd.col_blocks);
       if (nd.v == 1)
@@ -1045,18 +1050,18 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
       else
         bn_stats_nhwc_kernel<T, kVec<T>>
             <<<grid, kThreads, 0, s>>>(xp, nd.cols, nd.rows, nd.chunk, partial.data<float>());
+      HPDT_CUDA_CHECK_LAUNCH();
     } else {
-      d = bn_dims<T>(op, x, {x.data(), y.data(), residual_data(fusion)});
       const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
-      splits = sp.splits, count = d.count;
+      splits = sp.splits;
       partial = Tensor::empty({c * splits * 3}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), unsigned(d.c));
       with_vector<T>(d.v, [&](auto vt) {
         constexpr int V = decltype(vt)::value;
         bn_stats_kernel<T, V><<<grid, kThreads, 0, s>>>(xp, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
       });
+      HPDT_CUDA_CHECK_LAUNCH();
     }
-    HPDT_CUDA_CHECK_LAUNCH();
     // 2. statistics (through the SyncBN seam when set)
     float* mean = saved.mean.data<float>();
     float* invstd = saved.invstd.data<float>();

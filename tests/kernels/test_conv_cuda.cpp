@@ -36,6 +36,7 @@
 #include "hpdt/kernels/cpu/layout.h"
 #include "hpdt/kernels/cpu/norm.h"
 #include "hpdt/kernels/layout.h"
+#include "hpdt/kernels/norm.h"
 #include "hpdt_test.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/conv.h"
@@ -606,6 +607,144 @@ TEST_F(ConvCuda, V2VectorEpilogueGivesTheScalarBits) {
   Tensor y = poisoned({s.n, s.c_out, s.h, s.w}, DType::bf16);
   const ScopedEnv bad("HPDT_CONV_V2_EPILOGUE", "wide");
   HPDT_EXPECT_THROW_MSG(forward(Impl::v2, s, x, w, Conv2dEpilogue{}, y), "HPDT_CONV_V2_EPILOGUE=wide: expected vec or scalar");
+}
+
+// ---- batch norm's statistics from v2's forward epilogue ------------------------------------------------------
+
+// (count, mean, M2), merged by Chan's formula in double.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+};
+Moments merge(Moments a, Moments b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const double n = a.n + b.n, d = b.mean - a.mean;
+  return {n, a.mean + d * b.n / n, a.m2 + b.m2 + d * d * a.n * b.n / n};
+}
+
+// v2's forward epilogue hands batch norm the per-channel partials of y as stored (kernels::ChannelStats): they merge
+// to y's own statistics, batch norm given them computes what its own pass does (and what the CPU oracle does), it
+// ignores partials that describe another tensor, and only v2 with a plain epilogue writes them.
+TEST_F(ConvCuda, BatchNormStatisticsFromTheEpilogue) {
+  // 1568 pixels (a partial last pixel tile, direct loads), 40 channels (a partial channel tile), odd everything
+  const Case cases[] = {{"1x1 64->256 at 28", 2, 64, 28, 28, 256, 1, 1, 0},
+                        {"3x3 s1 p1 24->40 at 12", 3, 24, 12, 12, 40, 3, 1, 1},
+                        {"3x3 s2 p1 5->9 at 11x7", 3, 5, 11, 7, 9, 3, 2, 1}};
+  constexpr float kEps = 1e-5f, kMomentum = 0.1f;
+  for (const Case& full : cases)
+    for (Layout layout : {Layout::nchw, Layout::nhwc})
+      for (DType dt : {DType::bf16, DType::f16}) {
+        const Conv2dShape s = sized(full).shape();
+        SCOPED_TRACE(std::string(full.name) + " " + s.str() + " " + kernels::layout_name(layout) + " " +
+                     std::string(dtype_name(dt)));
+        const bool nhwc = layout == Layout::nhwc;
+        const int64_t c = s.c_out, plane = s.out_h() * s.out_w(), count = s.n * plane;
+        const Shape xs = nhwc ? Shape{s.n, s.h, s.w, s.c_in} : Shape{s.n, s.c_in, s.h, s.w};
+        const Shape ys = nhwc ? Shape{s.n, s.out_h(), s.out_w(), c} : Shape{s.n, c, s.out_h(), s.out_w()};
+        const Tensor x = to_gpu(random(xs), dt), w = to_gpu(random({c, s.c_in, s.kh, s.kw}), dt);
+        Tensor y = poisoned(ys, dt);
+        kernels::ChannelStats st;
+        Conv2dEpilogue e;
+        e.stats = &st;
+        forward(Impl::v2, s, x, w, e, y, layout);
+        ASSERT_TRUE(st.describe(y, c)) << "v2 wrote no statistics";
+
+        // They merge to y's statistics (y as stored, in double): the counts exactly, mean and variance closely.
+        const Tensor yc = to_cpu_f32(y), part = st.partial.to(Device::cpu(), stream);
+        stream.synchronize();
+        const float* pp = part.data<float>();
+        for (int64_t ch = 0; ch < c; ++ch) {
+          Moments got, want;
+          for (int64_t k = 0; k < st.splits; ++k) {
+            const float* q = pp + (ch * st.splits + k) * 3;
+            got = merge(got, {q[0], q[1], q[2]});
+          }
+          double sum = 0, sq = 0;
+          for (int64_t i = 0; i < count; ++i) {
+            const int64_t img = i / plane, px = i % plane;
+            sum += yc.data<float>()[nhwc ? i * c + ch : (img * c + ch) * plane + px];
+          }
+          want.n = double(count), want.mean = sum / double(count);
+          for (int64_t i = 0; i < count; ++i) {
+            const int64_t img = i / plane, px = i % plane;
+            const double d = yc.data<float>()[nhwc ? i * c + ch : (img * c + ch) * plane + px] - want.mean;
+            sq += d * d;
+          }
+          want.m2 = sq;
+          ASSERT_EQ(got.n, want.n) << "channel " << ch << ": counts";
+          const double sd = std::sqrt(want.m2 / want.n);
+          EXPECT_NEAR(got.mean, want.mean, 1e-5 * (std::abs(want.mean) + sd) + 1e-7) << "channel " << ch << ": mean";
+          EXPECT_NEAR(got.m2 / got.n, want.m2 / want.n, 1e-4 * want.m2 / want.n + 1e-7) << "channel " << ch << ": var";
+        }
+
+        // Batch norm given them: its own pass's statistics and output, and the CPU oracle's statistics.
+        const Tensor g = random({c}, 0.5f, 1.5f), b = random({c}, -0.5f, 0.5f);
+        const Tensor gg = to_gpu(g, dt), bg = to_gpu(b, dt), rm0 = random({c}, -0.2f, 0.2f), rv0 = random({c}, 0.5f, 2.0f);
+        const auto batch_norm = [&](const Tensor& in, const kernels::ChannelStats* given, kernels::BatchNormSaved& saved,
+                                    Tensor& rm, Tensor& rv) {
+          rm = to_gpu(rm0), rv = to_gpu(rv0);
+          Tensor out = poisoned(ys, dt);
+          kernels::BatchNormFusion fusion;
+          fusion.stats = given;
+          kernels::batchnorm_forward_train(in, gg, bg, rm, rv, kEps, kMomentum, saved, out, {}, stream, layout, fusion);
+          return out;
+        };
+        kernels::BatchNormSaved own, fused, other;
+        Tensor rm_own, rv_own, rm_fused, rv_fused, rm_other, rv_other;
+        const Tensor y_own = batch_norm(y, nullptr, own, rm_own, rv_own);
+        const Tensor y_fused = batch_norm(y, &st, fused, rm_fused, rv_fused);
+        const Tolerance stat{2e-5, 1e-6};
+        EXPECT_TRUE(close(to_cpu_f32(own.mean), to_cpu_f32(fused.mean), stat)) << "saved mean";
+        EXPECT_TRUE(close(to_cpu_f32(own.invstd), to_cpu_f32(fused.invstd), stat)) << "saved invstd";
+        EXPECT_TRUE(close(to_cpu_f32(rv_own), to_cpu_f32(rv_fused), stat)) << "running var";
+        // the outputs differ at most where the two means round y's last bit differently
+        EXPECT_TRUE(close(to_cpu_f32(y_own), to_cpu_f32(y_fused), test::default_tolerance(dt))) << "y";
+        Tensor rm = rm0.clone(cpu), rv = rv0.clone(cpu), y_cpu = Tensor::empty(ys, DType::f32);
+        kernels::BatchNormSaved oracle;
+        kernels::batchnorm_forward_train(yc, round_through(g, dt), round_through(b, dt), rm, rv, kEps, kMomentum, oracle,
+                                         y_cpu, {}, cpu, layout);
+        EXPECT_TRUE(close(oracle.mean, to_cpu_f32(fused.mean), stat)) << "saved mean against the CPU oracle";
+        EXPECT_TRUE(close(oracle.invstd, to_cpu_f32(fused.invstd), stat)) << "saved invstd against the CPU oracle";
+
+        // Partials of y given with another tensor z are not used: the bits of batch norm's own pass over z.
+        const Tensor z = to_gpu(random(ys, 2.0f, 3.0f), dt);
+        kernels::BatchNormSaved z_own;
+        const Tensor y_z = batch_norm(z, nullptr, z_own, rm_other, rv_other);
+        const Tensor y_other = batch_norm(z, &st, other, rm_other, rv_other);
+        const Tensor a = y_z.to(Device::cpu(), stream), o = y_other.to(Device::cpu(), stream);
+        const Tensor am = z_own.mean.to(Device::cpu(), stream), om = other.mean.to(Device::cpu(), stream);
+        stream.synchronize();
+        EXPECT_EQ(std::memcmp(a.data(), o.data(), a.nbytes()), 0) << "batch norm used partials of another tensor";
+        EXPECT_EQ(std::memcmp(am.data(), om.data(), am.nbytes()), 0) << "batch norm used partials of another tensor";
+        // nor for a part of y that starts where y does (its first image: the same data pointer)
+        EXPECT_FALSE(st.describe(y.slice(0, 1), c)) << "the statistics of y describe its first image";
+        EXPECT_TRUE(st.describe(y, c));
+      }
+
+  // Only v2 with a plain epilogue writes them; a path that does not clears what the struct held.
+  const Conv2dShape s = sized(cases[1]).shape();
+  const Tensor x = to_gpu(random({s.n, s.c_in, s.h, s.w}), DType::bf16);
+  const Tensor w = to_gpu(random({s.c_out, s.c_in, 3, 3}), DType::bf16), b = to_gpu(random({s.c_out}), DType::bf16);
+  Tensor y = poisoned({s.n, s.c_out, s.h, s.w}, DType::bf16);
+  kernels::ChannelStats st;
+  Conv2dEpilogue e;
+  e.stats = &st;
+  forward(Impl::v2, s, x, w, e, y);
+  ASSERT_TRUE(st.describe(y, s.c_out));
+  forward(Impl::v1, s, x, w, e, y);
+  EXPECT_FALSE(st.partial.defined()) << "v1 (SIMT)";
+  forward(Impl::v2, s, x, w, e, y);
+  e.bias = &b;
+  forward(Impl::v2, s, x, w, e, y);
+  EXPECT_FALSE(st.partial.defined()) << "v2 with a bias";
+  e.bias = nullptr;
+  {
+    const ScopedEnv off("HPDT_CONV_BN_STATS", "separate");
+    forward(Impl::v2, s, x, w, e, y);
+    EXPECT_FALSE(st.partial.defined()) << "HPDT_CONV_BN_STATS=separate";
+  }
+  const ScopedEnv bad("HPDT_CONV_BN_STATS", "fused");
+  HPDT_EXPECT_THROW_MSG(forward(Impl::v2, s, x, w, e, y), "HPDT_CONV_BN_STATS=fused: expected epilogue or separate");
 }
 
 TEST_F(ConvCuda, BadInputsOnGpu) {

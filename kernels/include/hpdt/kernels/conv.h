@@ -10,6 +10,7 @@
 
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/cpu/conv.h"
 #include "hpdt/kernels/layout.h"
 
@@ -31,12 +32,16 @@ void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tenso
 //   y = relu?( (conv(x, w) + bias) * scale + shift + residual )
 // bias, scale, shift [co] (scale/shift: batch norm in eval folded per channel, scale = gamma * invstd,
 // shift = beta - mean * scale); residual [n, co, oh, ow], a tensor other than y. All of y's dtype.
+// stats (an output, optional): y's per-channel statistics for the batch norm that reads y next, written by the
+// kernel as it stores y where it can (CUDA, hpdt's tensor-core v2 kernels, f16/bf16, an epilogue with no other part
+// set; HPDT_CONV_BN_STATS=separate turns it off), cleared otherwise, so a batch norm given them computes its own.
 struct Conv2dEpilogue {
   const Tensor* bias = nullptr;
   const Tensor* scale = nullptr;
   const Tensor* shift = nullptr;
   const Tensor* residual = nullptr;
   bool relu = false;
+  ChannelStats* stats = nullptr;
 };
 // CUDA: one kernel (the epilogue runs on the f32 accumulators; y is rounded once). CPU: the composition of
 // the CPU ops (conv2d_forward, a per-channel affine, add, relu), for reference and for CPU-only runs;

@@ -6,6 +6,7 @@
 
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/layout.h"
 
 namespace hpdt::kernels {
@@ -20,9 +21,12 @@ struct BatchNormSaved {
 // What batch norm's output pass also does, so that a ResNet's "bn -> (+ shortcut) -> relu" is one pass over
 // the activation instead of two or three: y = relu(bn(x) + residual). The residual (same shape and dtype as
 // x; undefined: none) is added after the affine step, then the ReLU (max(v, 0); NaN gives 0, as relu_forward).
+// stats (training forward, optional): x's statistics from the kernel that wrote x (channel_stats.h), used instead of
+// the statistics pass where they describe x (CUDA; the CPU computes its own).
 struct BatchNormFusion {
   Tensor residual;
   bool relu = false;
+  const ChannelStats* stats = nullptr;
 };
 
 // The backward of a fused ReLU: y is the fused forward's output (its sign is the ReLU's mask); dz is
