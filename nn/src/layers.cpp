@@ -75,7 +75,13 @@ Tensor Conv2d::forward(const Tensor& x) {
   const Tensor b = b_id_ >= 0 ? arena_->param(b_id_) : Tensor();
   const int64_t oh = (h + 2 * pad_ - k_) / stride_ + 1, ow = (w_in + 2 * pad_ - k_) / stride_ + 1;
   ensure(y_, nhwc ? Shape{x.size(0), oh, ow, c_out_} : Shape{x.size(0), c_out_, oh, ow}, dt);
-  kernels::conv2d_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stride_, pad_, stream_, layout_);
+  if (output_stats_wanted_ && training_) {
+    kernels::conv2d_forward_fused(x, w, {.bias = b_id_ >= 0 ? &b : nullptr, .stats = &output_stats_}, y_, stride_,
+                                  pad_, stream_, layout_);
+  } else {
+    output_stats_.clear();
+    kernels::conv2d_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stride_, pad_, stream_, layout_);
+  }
   return y_;
 }
 
@@ -133,6 +139,7 @@ Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual) {
   kernels::BatchNormFusion fusion;
   if (residual) fusion.residual = *residual;
   fusion.relu = then_relu_;
+  if (stats_from_) fusion.stats = &stats_from_->output_stats();
   if (training_) {
     if (x.numel() / c_ < 2 && !sync_)
       fail("needs more than one value per channel in training mode", x);

@@ -30,6 +30,7 @@ Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b, const Stream& s) 
 // gradients in the exact reverse: the last BN's backward yields the shortcut's gradient, so its own
 // announcement waits until the shortcut's backward has announced. The block's input gradient, the main
 // path's plus the shortcut's, is summed in the main path's first backward-data (Conv2d::add_to_next_input_grad).
+// Every BN takes its statistics from the epilogue of the convolution before it (BatchNorm::take_stats_from).
 class ResidualBlock : public Layer {
  public:
   ResidualBlock(ParameterArena& a, const std::string& name, int64_t c_in, int64_t width, int64_t stride, bool bottleneck)
@@ -37,24 +38,27 @@ class ResidualBlock : public Layer {
     const int64_t c_out = bottleneck ? 4 * width : width;
     constexpr float kEps = 1e-5f, kMomentum = 0.1f;
     constexpr bool kRelu = true;
+    Conv2d* last = nullptr;  // the main path's last convolution, whose output out_bn_ normalises
     if (bottleneck) {
       first_conv_ = &main_.add<Conv2d>(a, name + ".conv1", c_in, width, 1, 1, 0, false, kaiming_fan_out(width, 1));
-      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
-      main_.add<Conv2d>(a, name + ".conv2", width, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
-      main_.add<BatchNorm>(a, name + ".bn2", width, kEps, kMomentum, kRelu);
-      main_.add<Conv2d>(a, name + ".conv3", width, c_out, 1, 1, 0, false, kaiming_fan_out(c_out, 1));
+      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu).take_stats_from(*first_conv_);
+      auto& conv2 = main_.add<Conv2d>(a, name + ".conv2", width, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
+      main_.add<BatchNorm>(a, name + ".bn2", width, kEps, kMomentum, kRelu).take_stats_from(conv2);
+      last = &main_.add<Conv2d>(a, name + ".conv3", width, c_out, 1, 1, 0, false, kaiming_fan_out(c_out, 1));
       out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn3", c_out, kEps, kMomentum, kRelu);
     } else {
       first_conv_ = &main_.add<Conv2d>(a, name + ".conv1", c_in, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
-      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
-      main_.add<Conv2d>(a, name + ".conv2", width, width, 3, 1, 1, false, kaiming_fan_out(width, 3));
+      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu).take_stats_from(*first_conv_);
+      last = &main_.add<Conv2d>(a, name + ".conv2", width, width, 3, 1, 1, false, kaiming_fan_out(width, 3));
       out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn2", c_out, kEps, kMomentum, kRelu);
     }
+    out_bn_->take_stats_from(*last);
     out_bn_->set_defer_grads_ready(true);
     if (stride != 1 || c_in != c_out) {
       shortcut_ = std::make_unique<Sequential>(name + ".downsample");
-      shortcut_->add<Conv2d>(a, name + ".downsample.0", c_in, c_out, 1, stride, 0, false, kaiming_fan_out(c_out, 1));
-      shortcut_->add<BatchNorm>(a, name + ".downsample.1", c_out);
+      auto& conv = shortcut_->add<Conv2d>(a, name + ".downsample.0", c_in, c_out, 1, stride, 0, false,
+                                          kaiming_fan_out(c_out, 1));
+      shortcut_->add<BatchNorm>(a, name + ".downsample.1", c_out).take_stats_from(conv);
     }
   }
   Tensor forward(const Tensor& x) override {
@@ -213,7 +217,7 @@ void build_resnet_cifar(Model& m, Sequential& body, ParameterArena& a, const Mod
   body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 16, 3, 1, 1, false, kaiming_fan_out(16, 3));
   stem.set_needs_input_grad(false);
-  body.add<BatchNorm>(a, "bn1", 16, 1e-5f, 0.1f, /*then_relu=*/true);
+  body.add<BatchNorm>(a, "bn1", 16, 1e-5f, 0.1f, /*then_relu=*/true).take_stats_from(stem);
   int64_t c_in = 16;
   const int64_t widths[3] = {16, 32, 64};
   for (int s = 0; s < 3; ++s)
@@ -230,7 +234,7 @@ void build_resnet_imagenet(Sequential& body, ParameterArena& a, const ModelConfi
   body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 64, 7, 2, 3, false, kaiming_fan_out(64, 7));
   stem.set_needs_input_grad(false);
-  body.add<BatchNorm>(a, "bn1", 64, 1e-5f, 0.1f, /*then_relu=*/true);
+  body.add<BatchNorm>(a, "bn1", 64, 1e-5f, 0.1f, /*then_relu=*/true).take_stats_from(stem);
   body.add<MaxPool2d>("maxpool", 3, 2, 1);
   int64_t c_in = 64;
   for (int s = 0; s < 4; ++s) {
@@ -302,29 +306,36 @@ void Model::backward(const Tensor& dlogits, bool accumulate) {
 }
 
 namespace {
-void visit_batchnorms(Layer& l, const kernels::AllReduceSum& sync) {
-  if (auto* bn = dynamic_cast<BatchNorm*>(&l)) bn->set_sync(sync);
-  l.for_each_child([&](Layer& child) { visit_batchnorms(child, sync); });
+void visit(Layer& l, const std::function<void(Layer&)>& f) {
+  f(l);
+  l.for_each_child([&](Layer& child) { visit(child, f); });
 }
 }  // namespace
 
-void Model::set_batchnorm_sync(const kernels::AllReduceSum& sync) { visit_batchnorms(body_, sync); }
+void Model::for_each_layer(const std::function<void(Layer&)>& f) { visit(body_, f); }
+
+void Model::set_batchnorm_sync(const kernels::AllReduceSum& sync) {
+  for_each_layer([&](Layer& l) {
+    if (auto* bn = dynamic_cast<BatchNorm*>(&l)) bn->set_sync(sync);
+  });
+}
 
 namespace {
-void visit_dropouts(Layer& l, const std::function<void(Dropout&)>& f) {
-  if (auto* d = dynamic_cast<Dropout*>(&l)) f(*d);
-  l.for_each_child([&](Layer& child) { visit_dropouts(child, f); });
+void for_each_dropout(Model& m, const std::function<void(Dropout&)>& f) {
+  m.for_each_layer([&](Layer& l) {
+    if (auto* d = dynamic_cast<Dropout*>(&l)) f(*d);
+  });
 }
 }  // namespace
 
 void Model::set_first_sample(int64_t first) {
   HPDT_CHECK(first >= 0, name_, ": first sample ", first, " is negative");
-  visit_dropouts(body_, [first](Dropout& d) { d.set_first_sample(first); });
+  for_each_dropout(*this, [first](Dropout& d) { d.set_first_sample(first); });
 }
 
 std::map<std::string, uint64_t> Model::dropout_state() {
   std::map<std::string, uint64_t> out;
-  visit_dropouts(body_, [&](Dropout& d) {
+  for_each_dropout(*this, [&](Dropout& d) {
     if (d.probability() > 0.0f) out[d.name()] = d.calls();
   });
   return out;
@@ -332,7 +343,7 @@ std::map<std::string, uint64_t> Model::dropout_state() {
 
 void Model::restore_dropout_state(const std::map<std::string, uint64_t>& calls) {
   std::map<std::string, Dropout*> mine;
-  visit_dropouts(body_, [&](Dropout& d) { mine[d.name()] = &d; });
+  for_each_dropout(*this, [&](Dropout& d) { mine[d.name()] = &d; });
   for (const auto& [layer, n] : calls) {
     auto it = mine.find(layer);
     HPDT_CHECK(it != mine.end(), name_, ": no dropout layer '", layer, "' to restore");

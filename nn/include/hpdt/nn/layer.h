@@ -107,12 +107,18 @@ class Conv2d : public Layer {
   // The next backward returns dL/dx + r (r of x's shape and dtype), added in the backward-data epilogue: a
   // ResNet block's input gradient is its first conv's plus the shortcut's. Applies to one backward.
   void add_to_next_input_grad(const Tensor& r) { dx_residual_ = r; }
+  // Training forwards also compute batch norm's statistics of the output where the kernel can
+  // (kernels::Conv2dEpilogue::stats), for the BatchNorm that reads it (BatchNorm::take_stats_from).
+  void compute_output_stats(bool v) { output_stats_wanted_ = v; }
+  // The last forward's output statistics (undefined partial: none).
+  const kernels::ChannelStats& output_stats() const { return output_stats_; }
 
  private:
   ParameterArena* arena_;
   int64_t c_in_, c_out_, k_, stride_, pad_;
   int w_id_, b_id_ = -1;
-  bool needs_dx_ = true;
+  bool needs_dx_ = true, output_stats_wanted_ = false;
+  kernels::ChannelStats output_stats_;
   Tensor x_, y_, dx_, dx_residual_;
 };
 
@@ -139,6 +145,12 @@ class BatchNorm : public Layer {
   // f32 [c] on the arena's device (arena buffers, so they are in checkpoints).
   Tensor running_mean() const { return arena_->buffer(mean_id_); }
   Tensor running_var() const { return arena_->buffer(var_id_); }
+  // The convolution whose output this layer normalises computes its statistics in its epilogue; the training forward
+  // uses them where they describe its input (and computes its own otherwise). `producer` outlives this layer.
+  void take_stats_from(Conv2d& producer) {
+    producer.compute_output_stats(true);
+    stats_from_ = &producer;
+  }
 
  private:
   Tensor run_forward(const Tensor& x, const Tensor* residual);
@@ -150,6 +162,7 @@ class BatchNorm : public Layer {
   int g_id_, b_id_, mean_id_, var_id_;
   kernels::BatchNormSaved saved_;
   kernels::AllReduceSum sync_;
+  const Conv2d* stats_from_ = nullptr;
   Tensor x_, y_, dx_, dz_, dy_;
 };
 

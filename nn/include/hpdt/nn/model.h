@@ -78,6 +78,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   // "<name> <config.str()>": what a checkpoint records to rebuild the model.
   std::string describe() const { return name_ + " " + config_.str(); }
+  // Every layer of the model, depth first, each before its children (the body, a Sequential, first).
+  void for_each_layer(const std::function<void(Layer&)>& f);
   // SyncBN: every BatchNorm all-reduces its batch statistics through `sync` (null: local).
   void set_batchnorm_sync(const kernels::AllReduceSum& sync);
   // Data parallel: the index of this rank's first sample in the global batch, so that every sample
