@@ -141,6 +141,8 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "directory for the shared HDF5 test file (a shared file system for multi-node runs)");
   app.add_option("--log-level", level, "trace|debug|info|warn|error|off");
   CLI11_PARSE(app, argc, argv);
+  // A line at a time, so that a job log shows how far a rank got if it dies (a file is block-buffered otherwise).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {

@@ -29,7 +29,8 @@ cat > slurm.sbatch <<JOB
 #SBATCH -t 00:02:00
 #SBATCH -o $work/slurm.out
 set -e
-srun --mpi=pmix $smoke --dir $work
+ulimit -c unlimited
+srun --mpi=pmix --kill-on-bad-exit=1 $smoke --dir $work
 mpirun $smoke --dir $work
 JOB
 cat > pbs.sh <<JOB
@@ -40,22 +41,54 @@ cat > pbs.sh <<JOB
 #PBS -q debug
 #SBATCH -o $work/pbs.out
 set -e
+ulimit -c unlimited
 cd "\$PBS_O_WORKDIR"
 export PBS_NODEFILE=\${PBS_NODEFILE:-\$(generate_pbs_nodefile)}
 mpirun --hostfile "\$PBS_NODEFILE" -np \$(wc -l < "\$PBS_NODEFILE") $smoke --dir $work
 JOB
 
+# A job whose process died by a signal is run once more, loudly: 2 of ~60 runs on this 2-core machine (one in CI,
+# one beside a parallel build, 2026-11-28) had a rank of the srun step die of SIGSEGV at a null instruction
+# pointer before its first line of output, inside Open MPI/PMIx start-up as far as the output shows (the same
+# binary passed the other ~60 times, and the PMIx start-up races of open-mpi/ompi#12495 and
+# openpmix/openpmix#1114 look alike). The jobs keep core files (ulimit -c), and the backtrace of each is printed
+# before the rerun, so the next such failure says where it was. Any other failure, or a second one, fails the test.
+backtraces() {
+  local core
+  for core in "$work"/core*; do
+    [ -f "$core" ] || continue
+    echo "--- $core:"
+    if command -v gdb > /dev/null; then
+      gdb -batch -ex "info sharedlibrary" -ex "thread apply all bt" "$smoke" "$core" 2>&1 | tail -60
+    else
+      echo "(gdb not installed: no backtrace)"
+    fi
+    rm -f "$core"
+  done
+}
 fail=0
 for job in slurm.sbatch pbs.sh; do
   out=${job%%.*}.out
-  timeout 120 sbatch --wait "$job" > /dev/null
-  rc=$?
-  passes=$(grep -c "all checks passed" "$out" 2>/dev/null || true)
-  want=2; [ "$job" = pbs.sh ] && want=1
-  hosts=$(grep -m1 "^MPI" "$out" 2>/dev/null)
-  echo "$job: exit $rc, $passes of $want runs passed; $hosts"
-  if [ $rc -ne 0 ] || [ "$passes" -ne $want ] || ! grep -q "node1" <<< "$hosts" || ! grep -q "node2" <<< "$hosts"; then
-    fail=1; cat "$out" 2>/dev/null
-  fi
+  for attempt in 1 2; do
+    rm -f "$out"
+    timeout 120 sbatch --wait "$job" > /dev/null
+    rc=$?
+    passes=$(grep -c "all checks passed" "$out" 2>/dev/null || true)
+    want=2; [ "$job" = pbs.sh ] && want=1
+    hosts=$(grep -m1 "^MPI" "$out" 2>/dev/null)
+    echo "$job: exit $rc, $passes of $want runs passed; $hosts"
+    if [ $rc -eq 0 ] && [ "$passes" -eq $want ] && grep -q "node1" <<< "$hosts" && grep -q "node2" <<< "$hosts"; then
+      break
+    fi
+    cat "$out" 2>/dev/null
+    backtraces
+    if [ $attempt -eq 1 ] && grep -qE "Segmentation fault|Bus error|received signal" "$out" 2>/dev/null; then
+      echo "FLAKY: $job: a process died by a signal (output and backtraces above); running the job once more"
+      scancel --user "$(id -un)" 2> /dev/null  # whatever is left of the first attempt
+      continue
+    fi
+    fail=1
+    break
+  done
 done
 exit $fail
