@@ -119,6 +119,15 @@ struct GemmConv {
   // Batch norm's statistics of dst, by v2's epilogue (a plain one: no bias, scale, shift, residual or ReLU): partials
   // [M][gridDim.x][3], (count, mean, M2) of channel m's stored values in pixel tile blockIdx.x (stage_stats).
   float* stats = nullptr;
+  // Batch norm's backward sums, by v2's backward-data epilogue (ChannelGradSums): dst gets dz = (bn_y > 0 ? g : 0)
+  // (bn_y null: g) for the gradient g = conv^T(dy) (+ residual), and partials [M][bn_splits][2], (sum dz,
+  // sum dz (bn_x - bn_mean)) of channel m's stored values in pixel tile blockIdx.x of this phase, at split
+  // bn_split0 + blockIdx.x (stage_bn_grad).
+  const void* bn_x = nullptr;
+  const void* bn_y = nullptr;
+  const float* bn_mean = nullptr;
+  float* bn_partial = nullptr;
+  int bn_splits = 0, bn_split0 = 0;
 };
 
 // Whether v2's epilogue may write groups of 4 pixels with one 8-byte store: the pixel grid is the destination's
@@ -208,6 +217,62 @@ __device__ __forceinline__ void stage_stats(const GemmConv& p, const float* st, 
     if (lane == 0) {
       float* out = p.stats + (int64_t(m) * gridDim.x + blockIdx.x) * 3;
       out[0] = float(real), out[1] = mean, out[2] = m2;
+    }
+  }
+}
+
+// v2's backward-data epilogue with p.bn_partial, in place of the stores: each of the 64 staged channel rows (row0 + r)
+// through the residual and the fused ReLU's mask, stored, and summed for batch norm's backward. A warp a row; with
+// out4 lane l takes pixels 4 l .. 4 l + 3 (group: their dx offset, channel 0, and whether they are real; 8-byte
+// loads and stores), else pixels l, l + 32, l + 64, l + 96 (off/ok), so a warp's stores and reads of y and x are
+// 256 or 64 contiguous bytes. Fixed xor trees.
+template <class T, int kWarps>
+__device__ __forceinline__ void stage_bn_grad(const GemmConv& p, const float* st, int row0, int warp, int lane,
+                                              const int64_t (&off)[4], const bool (&ok)[4], bool group_ok,
+                                              int64_t group) {
+  for (int r = warp; r < 64; r += kWarps) {
+    const int m = row0 + r;
+    if (m >= p.M) break;  // whole warps
+    const float mean = p.bn_mean[m];
+    float sum = 0.0f, sum_x = 0.0f;
+    if (p.out4) {
+      if (group_ok) {
+        const int64_t i = group + int64_t(m) * p.dst_plane;
+        const float4 a = *reinterpret_cast<const float4*>(st + r * kStagePitch + 4 * lane);
+        float g[4] = {a.x, a.y, a.z, a.w}, res[4] = {}, y[4] = {}, x[4];
+        if (p.residual) load<4>(static_cast<const T*>(p.residual) + i, res);
+        if (p.bn_y) load<4>(static_cast<const T*>(p.bn_y) + i, y);
+        load<4>(static_cast<const T*>(p.bn_x) + i, x);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (p.residual) g[e] += res[e];
+          if (p.bn_y && !(y[e] > 0.0f)) g[e] = 0.0f;
+          g[e] = to_f32(from_f32<T>(g[e]));  // as stored (rounding it again below is exact)
+          sum += g[e];
+          sum_x += g[e] * (x[e] - mean);
+        }
+        store<4>(static_cast<T*>(p.dst) + i, g);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!ok[j]) continue;
+        const int64_t i = off[j] + int64_t(m) * p.dst_plane;
+        float g = st[r * kStagePitch + lane + 32 * j];
+        if (p.residual) g += to_f32(static_cast<const T*>(p.residual)[i]);
+        if (p.bn_y && !(to_f32(static_cast<const T*>(p.bn_y)[i]) > 0.0f)) g = 0.0f;
+        const T q = from_f32<T>(g);
+        static_cast<T*>(p.dst)[i] = q;
+        const float dz = to_f32(q);
+        sum += dz;
+        sum_x += dz * (to_f32(static_cast<const T*>(p.bn_x)[i]) - mean);
+      }
+    }
+    sum = warp_allsum(sum);
+    sum_x = warp_allsum(sum_x);
+    if (lane == 0) {
+      float* out = p.bn_partial + (int64_t(m) * p.bn_splits + p.bn_split0 + blockIdx.x) * 2;
+      out[0] = sum, out[1] = sum_x;
     }
   }
 }
@@ -455,6 +520,15 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   const int64_t group_offset = group_ok && p.out4 ? dst_offset(p, n0 + 4 * lane) : 0;
   float* st = reinterpret_cast<float*>(smem);
   const int gq = lane >> 2, tq = lane & 3;
+  int64_t bn_off[4] = {};
+  bool bn_ok[4] = {};
+  if (p.bn_partial && !p.out4) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      bn_ok[j] = n0 + lane + 32 * j < p.npix;
+      if (bn_ok[j]) bn_off[j] = dst_offset(p, n0 + lane + 32 * j);
+    }
+  }
 #pragma unroll
   for (int pass = 0; pass < BM / 64; ++pass) {
     __syncthreads();
@@ -469,7 +543,9 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
         }
     }
     __syncthreads();
-    if (p.out4) {
+    if (p.bn_partial) {
+      stage_bn_grad<T, kWarps>(p, st, m0 + pass * 64, warp, lane, bn_off, bn_ok, group_ok, group_offset);
+    } else if (p.out4) {
       for (int r = warp; r < 64; r += kWarps) {
         const int m = m0 + pass * 64 + r;
         if (group_ok && m < p.M)
@@ -964,11 +1040,20 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 // hold); the pixels of phases without taps (kernel smaller than the stride) are zeroed by one memset of dx.
 template <class T>
 void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc,
-                       const Tensor* residual, const Stream& stream) {
+                       const Tensor* residual, ChannelGradSums* bn, const Stream& stream) {
   const cudaStream_t st = detail::native(stream);
   const int64_t S = s.stride, oh = s.out_h(), ow = s.out_w();
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
+  // Batch norm's backward sums in v2's epilogue: every dx pixel must go through it (a tap in every phase).
+  const bool every_pixel = std::none_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; });
+  int bn_split = 0;
+  if (bn && tc && !std::is_same_v<T, float> && every_pixel && conv_epilogue_bn_stats()) {
+    int64_t tiles = 0;
+    for (const DataPhase& f : phases) tiles += (s.n * f.hp * f.wp + kBN - 1) / kBN;
+    bn->partial = device_buffer(s.c_in * tiles * 2, DType::f32, dx.device(), stream);
+    bn->splits = tiles, bn->of = dx.data(), bn->count = s.n * s.h * s.w, bn->masked = bn->y.defined();
+  }
   Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
   T* pk = static_cast<T*>(packed.data());
   const bool unit = s.kh == 1 && s.kw == 1 && S == 1 && s.pad == 0;
@@ -994,6 +1079,12 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.dys = p.dxs = int(S), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
     p.residual = residual ? residual->data() : nullptr;
     p.out4 = out4_ok(p) ? 1 : 0;
+    if (bn && bn->partial.defined()) {
+      p.bn_x = bn->x.data(), p.bn_y = bn->y.defined() ? bn->y.data() : nullptr, p.bn_mean = bn->mean.data<float>();
+      p.bn_partial = bn->partial.data<float>(), p.bn_splits = int(bn->splits), p.bn_split0 = bn_split;
+      bn_split += (p.npix + kBN - 1) / kBN;
+      if (!aligned8(p.bn_x) || (p.bn_y && !aligned8(p.bn_y))) p.out4 = 0;  // 8-byte loads of x and y too
+    }
     launch_gemm<T>(p, tc, gather_mode(p, unit), st);
   }
 }
@@ -1050,13 +1141,14 @@ void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, cons
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, const Stream& stream,
-                          ConvVariant variant, const Tensor* residual) {
+                          ConvVariant variant, const Tensor* residual, ChannelGradSums* bn_grad) {
   const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
   check_index_range("conv2d_backward_data", s);
+  if (bn_grad) bn_grad->clear_results();  // run_backward_data sets them where v2 computes them
   if (dx.numel() == 0) return;
   dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
     using T = decltype(tag);
-    run_backward_data<T>(s, dy, w, dx, tc, residual, stream);
+    run_backward_data<T>(s, dy, w, dx, tc, residual, bn_grad, stream);
   });
 }
 

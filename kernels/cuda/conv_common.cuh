@@ -188,10 +188,10 @@ bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op);
 // (the default, "vec"), or one element per store (HPDT_CONV_V2_EPILOGUE=scalar: the A/B switch of
 // hpdt-bench-conv-cuda's v2_scalar_epilogue rows; both give the same bits). Read at every call; another value throws.
 bool conv_v2_vector_epilogue();
-// Whether v2's forward epilogues (NCHW and NHWC) compute batch norm's statistics of y where asked
-// (Conv2dEpilogue::stats; the default, "epilogue"), or leave them to batch norm's own pass
-// (HPDT_CONV_BN_STATS=separate: the A/B switch of the training-step benchmarks). Read at every call; another value
-// throws.
+// Whether v2's epilogues (NCHW and NHWC) compute batch norm's reductions where asked, the statistics of the
+// forward's y (Conv2dEpilogue::stats) and the sums of the backward-data's dx (ChannelGradSums) (the default,
+// "epilogue"), or leave them to batch norm's own passes (HPDT_CONV_BN_STATS=separate: the A/B switch of the
+// training-step benchmarks). Read at every call; another value throws.
 bool conv_epilogue_bn_stats();
 // A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
 Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);

@@ -92,6 +92,15 @@ struct NhwcGemm {
   // partials [M][2 gridDim.x][3], (count, mean, M2) of channel m's stored values in half p of pixel tile blockIdx.x
   // (64 pixels) at split 2 blockIdx.x + p (stage_stats_nhwc).
   float* stats = nullptr;
+  // Batch norm's backward sums, by v2's backward-data epilogue (ChannelGradSums): dst gets dz = (bn_y > 0 ? g : 0)
+  // (bn_y null: g) for the gradient g = conv^T(dy) (+ residual), and partials [M][bn_splits][2], (sum dz,
+  // sum dz (bn_x - bn_mean)) of channel m's stored values in half p of pixel tile blockIdx.x of this phase, at split
+  // bn_split0 + 2 blockIdx.x + p (stage_bn_grad_nhwc).
+  const void* bn_x = nullptr;
+  const void* bn_y = nullptr;
+  const float* bn_mean = nullptr;
+  float* bn_partial = nullptr;
+  int bn_splits = 0, bn_split0 = 0;
 };
 
 // Whether v2's epilogue may write groups of 4 channels with one 8-byte store: M % 4 == 0 (a group is real as a
@@ -192,6 +201,33 @@ __device__ __forceinline__ void stage_stats_nhwc(const NhwcGemm& p, const float*
   }
   float* out = p.stats + (int64_t(ch) * (2 * gridDim.x) + split) * 3;
   out[0] = float(real), out[1] = mean, out[2] = m2;
+}
+
+// v2's backward-data epilogue with p.bn_partial, in place of the stores: thread t < BN takes channel column t of the
+// 64 staged pixel rows (pixels pix0 ..; dst_tab: their dx offsets) through the residual and the fused ReLU's mask,
+// stores it and sums it for batch norm's backward, rows in order (a warp's stores and reads of y and x: 32
+// consecutive channels of a pixel).
+template <class T, int BN, int kPitchS>
+__device__ __forceinline__ void stage_bn_grad_nhwc(const NhwcGemm& p, const float* st, const int* dst_tab, int row0,
+                                                   int pix0, int n0, int split) {
+  const int col = threadIdx.x, ch = n0 + col;
+  if (col >= BN || ch >= p.M) return;
+  const int real = max(0, min(64, p.npix - pix0));
+  const float mean = p.bn_mean[ch];
+  float sum = 0.0f, sum_x = 0.0f;
+  for (int r = 0; r < real; ++r) {
+    const int i = dst_tab[row0 + r] + ch;
+    float g = st[r * kPitchS + col];
+    if (p.residual) g += to_f32(static_cast<const T*>(p.residual)[i]);
+    if (p.bn_y && !(to_f32(static_cast<const T*>(p.bn_y)[i]) > 0.0f)) g = 0.0f;
+    const T q = from_f32<T>(g);
+    static_cast<T*>(p.dst)[i] = q;
+    const float dz = to_f32(q);
+    sum += dz;
+    sum_x += dz * (to_f32(static_cast<const T*>(p.bn_x)[i]) - mean);
+  }
+  float* out = p.bn_partial + (int64_t(ch) * p.bn_splits + split) * 2;
+  out[0] = sum, out[1] = sum_x;
 }
 
 // v1: SIMT. Block tile 128 pixels x BN channels, 2 * BN threads as 16 rows x BN / 8 columns, each 8 x 8 outputs:
@@ -393,7 +429,10 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
         }
     }
     __syncthreads();
-    if (p.out4) {
+    if (p.bn_partial) {
+      stage_bn_grad_nhwc<T, BN, kPitchS>(p, st, dst_tab, pass * 64, m0 + pass * 64, n0,
+                                         p.bn_split0 + 2 * blockIdx.x + pass);
+    } else if (p.out4) {
       if (ch4 < p.M)
         for (int r = tid / kGroups; r < 64; r += kRows4) {
           const int row = pass * 64 + r;
@@ -802,11 +841,21 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 // Returns whether a phase ran on conv v3.
 template <class T>
 bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc, bool v3,
-                       const Tensor* residual, const Stream& stream) {
+                       const Tensor* residual, ChannelGradSums* bn, const Stream& stream) {
   bool ran_v3 = false;
   const cudaStream_t st = detail::native(stream);
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
+  // Batch norm's backward sums in v2's epilogue (not v3's): every dx pixel must go through it (a tap in every phase).
+  const bool every_pixel =
+      std::none_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; });
+  int bn_split = 0;
+  if (bn && tc && !v3 && !std::is_same_v<T, float> && every_pixel && conv_epilogue_bn_stats()) {
+    int64_t splits = 0;
+    for (const DataPhase& f : phases) splits += 2 * ((s.n * f.hp * f.wp + kPixTile - 1) / kPixTile);
+    bn->partial = device_buffer(s.c_in * splits * 2, DType::f32, dx.device(), stream);
+    bn->splits = splits, bn->of = dx.data(), bn->count = s.n * s.h * s.w, bn->masked = bn->y.defined();
+  }
   Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
   const T* pk = static_cast<const T*>(packed.data());
   const bool vec = s.c_out % 8 == 0 && aligned16(dy.data());
@@ -848,6 +897,11 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     (void)v3;
 #endif
     p.out4 = out4_ok(p) ? 1 : 0;
+    if (bn && bn->partial.defined()) {
+      p.bn_x = bn->x.data(), p.bn_y = bn->y.defined() ? bn->y.data() : nullptr, p.bn_mean = bn->mean.data<float>();
+      p.bn_partial = bn->partial.data<float>(), p.bn_splits = int(bn->splits), p.bn_split0 = bn_split;
+      bn_split += 2 * ((p.npix + kPixTile - 1) / kPixTile);
+    }
     launch_nhwc_gemm<T>(p, tc, vec, st);
   }
   return ran_v3;
@@ -991,7 +1045,9 @@ bool forward_with(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& 
 }
 
 bool backward_data_with(bool v3, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                        const Stream& stream, ConvVariant variant, const Tensor* residual, bool tc) {
+                        const Stream& stream, ConvVariant variant, const Tensor* residual, bool tc,
+                        ChannelGradSums* bn) {
+  if (bn) bn->clear_results();  // v2 sets them (Find's trials run here too)
   // dx [P, ci] = dy [P, co] w [co, ci] (with a residual: the conv kernels, whose epilogue adds it)
   const int64_t P = s.n * s.h * s.w;
   if (!residual &&
@@ -1003,7 +1059,7 @@ bool backward_data_with(bool v3, const Conv2dShape& s, const Tensor& dy, const T
   bool ran_v3 = false;
   dispatch_floating(dy.dtype(), "conv2d_backward_data", [&](auto tag) {
     using T = decltype(tag);
-    ran_v3 = run_backward_data<T>(s, dy, w, dx, tc, conv_v3_chosen(v3, variant, dy.dtype()), residual, stream);
+    ran_v3 = run_backward_data<T>(s, dy, w, dx, tc, conv_v3_chosen(v3, variant, dy.dtype()), residual, bn, stream);
   });
   return ran_v3;
 }
@@ -1123,13 +1179,18 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
 }
 
 void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                               const Stream& stream, ConvVariant variant, const Tensor* residual) {
+                               const Stream& stream, ConvVariant variant, const Tensor* residual,
+                               ChannelGradSums* bn_grad) {
   const bool tc = use_tensor_cores(variant, dy.dtype(), "conv2d_backward_data");
   check_index_range("conv2d_backward_data", s);
+  if (bn_grad) bn_grad->clear_results();
   if (dx.numel() == 0) return;
+  // Find's trials run without the batch norm's sums: their output is a scratch tensor, not the one the sums describe
   const bool v3 = choose_v3(1, s, dy.dtype(), dx.dtype(), nullptr, residual, dx, variant, stream,
-                            [&](bool c, Tensor& out) { return backward_data_with(c, s, dy, w, out, stream, variant, residual, tc); });
-  backward_data_with(v3, s, dy, w, dx, stream, variant, residual, tc);
+                            [&](bool c, Tensor& out) {
+                              return backward_data_with(c, s, dy, w, out, stream, variant, residual, tc, nullptr);
+                            });
+  backward_data_with(v3, s, dy, w, dx, stream, variant, residual, tc, bn_grad);
 }
 
 void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,

@@ -14,7 +14,9 @@
 //      bn_finalize_from_sums finishes exactly as kernels/cpu/norm.cpp does.
 //   3. bn_apply_kernel: y = x * a + b with a = invstd * gamma, b = beta - mean * a (eval: from running stats).
 //   Backward: bn_backward_reduce_kernel (per-block sum dy, sum dy * (x - mean)) -> bn_backward_finalize
-//   (split order, double; dgamma/dbeta +=; the dx coefficients) -> bn_backward_apply_kernel.
+//   (split order, double; dgamma/dbeta +=; the dx coefficients) -> bn_backward_apply_kernel. The reduce is
+//   skipped where the kernel that wrote dy handed over the sums (ChannelGradSums: conv v2's backward-data epilogue,
+//   which also applied the fused ReLU's mask).
 //   These read vectors of V values, V the widest power of two <= 16 bytes that divides h*w (plane_vector: 8 bf16
 //   values on 56x56, 4 on 14x14, 1 on 7x7), and decode a slot into (plane, vector) with a FastDiv.
 // NHWC batch norm is the column statistics of the [n*h*w, c] matrix: bn_stats_nhwc_kernel, bn_apply_nhwc_kernel,
@@ -1116,7 +1118,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& stream,
-                              Layout layout, const BatchNormReluGrad* relu) {
+                              Layout layout, const BatchNormReluGrad* relu, const ChannelGradSums* sums) {
   const char* op = "batchnorm_backward_train";
   const cudaStream_t s = detail::native(stream);
   const bool nhwc = layout == Layout::nhwc;
@@ -1133,7 +1135,8 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     const BnReluGrad rg{relu ? relu->y.data() : nullptr, relu ? relu->dz.data() : nullptr};
     const void* yp = rg.y;
     const void* dzp = rg.dz;
-    // 1. per-block sums [c][splits][2]
+    // 1. per-block sums [c][splits][2], or the ones the kernel that wrote dy computed (`sums`: dy is then dz already)
+    const bool given = sums && sums->describe(dy, c) && sums->masked == (relu != nullptr);
     Tensor partial;
     int splits = 0;
     int64_t count = 0;
@@ -1142,6 +1145,15 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     if (nhwc) {
       nd = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data(), yp, dzp}, 4);
       splits = nd.splits, count = nd.rows;
+    } else {
+      d = bn_dims<T>(op, x, {dy.data(), x.data(), dx.data(), yp, dzp});
+      count = d.count;
+    }
+    if (given) {
+      partial = sums->partial, splits = int(sums->splits);
+      if (relu && dzp != dy.data())
+        HPDT_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(dzp), dy.data(), dy.nbytes(), cudaMemcpyDeviceToDevice, s));
+    } else if (nhwc) {
       partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), nd.col_blocks);
       with_flag(relu != nullptr, [&](auto mt) {
@@ -1153,10 +1165,10 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
           bn_backward_reduce_nhwc_kernel<T, kVec<T>, M>
               <<<grid, kThreads, 0, s>>>(dyp, xp, mean, rg, nd.cols, nd.rows, nd.chunk, partial.data<float>());
       });
+      HPDT_CUDA_CHECK_LAUNCH();
     } else {
-      d = bn_dims<T>(op, x, {dy.data(), x.data(), dx.data(), yp, dzp});
       const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 4);
-      splits = sp.splits, count = d.count;
+      splits = sp.splits;
       partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), unsigned(d.c));
       with_vector<T>(d.v, [&](auto vt) {
@@ -1165,8 +1177,8 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
               <<<grid, kThreads, 0, s>>>(dyp, xp, mean, rg, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
         });
       });
+      HPDT_CUDA_CHECK_LAUNCH();
     }
-    HPDT_CUDA_CHECK_LAUNCH();
     // 2. dgamma, dbeta and the dx coefficients (through the SyncBN seam when set)
     Tensor coef = Tensor::empty({2 * c}, DType::f32, x.device(), opts);
     Tensor buf;

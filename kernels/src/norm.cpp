@@ -130,7 +130,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s,
-                              Layout layout, const BatchNormReluGrad* relu) {
+                              Layout layout, const BatchNormReluGrad* relu, const ChannelGradSums* sums) {
   const char* op = "batchnorm_backward_train";
   const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
   if (dev.is_cpu())
@@ -147,9 +147,10 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   if (dev.is_cuda()) {
     check_shape(op, "saved mean", saved.mean, Shape{d.c});
     check_shape(op, "saved invstd", saved.invstd, Shape{d.c});
-    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s, layout, relu));
+    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s, layout, relu, sums));
     return;
   }
+  (void)sums;  // the CPU runs its own reduce (no CPU kernel computes them)
   const float* g = dy.data<float>();  // dL/d(bn output): dy, or through the fused ReLU's mask
   if (relu) {
     cpu::relu_backward<float>(dy.numel(), relu->y.data<float>(), g, relu->dz.data<float>());

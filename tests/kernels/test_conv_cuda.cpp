@@ -130,15 +130,16 @@ class ConvCuda : public test::CudaOracleTest {
 #endif
   }
   void backward_data(Impl impl, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
-                     Layout layout = Layout::nchw, const Tensor* residual = nullptr) {
+                     Layout layout = Layout::nchw, const Tensor* residual = nullptr,
+                     kernels::ChannelGradSums* bn_grad = nullptr) {
 #if HPDT_HAVE_CUDA
     const kernels::ScopedCudnnAlgo how(algo(impl));
     if (is_cudnn(impl)) return kernels::cuda::conv2d_backward_data_vendor(s, dy, w, dx, stream, layout, residual);
     if (layout == Layout::nhwc)
-      return kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dx, stream, variant(impl), residual);
-    kernels::cuda::conv2d_backward_data(s, dy, w, dx, stream, variant(impl), residual);
+      return kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dx, stream, variant(impl), residual, bn_grad);
+    kernels::cuda::conv2d_backward_data(s, dy, w, dx, stream, variant(impl), residual, bn_grad);
 #else
-    (void)impl, (void)s, (void)dy, (void)w, (void)dx, (void)layout, (void)residual;
+    (void)impl, (void)s, (void)dy, (void)w, (void)dx, (void)layout, (void)residual, (void)bn_grad;
 #endif
   }
   void backward_filter(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db,
@@ -745,6 +746,122 @@ TEST_F(ConvCuda, BatchNormStatisticsFromTheEpilogue) {
   }
   const ScopedEnv bad("HPDT_CONV_BN_STATS", "fused");
   HPDT_EXPECT_THROW_MSG(forward(Impl::v2, s, x, w, e, y), "HPDT_CONV_BN_STATS=fused: expected epilogue or separate");
+}
+
+// v2's backward-data epilogue hands batch norm its backward sums (kernels::ChannelGradSums): dx comes back as the
+// gradient through the fused ReLU's mask (the same bits as masking the plain gradient), the partials add up to
+// that batch norm's sums, batch norm given them computes what its own reduce pass does (dz copied out where it is
+// another tensor), partials given with another gradient are ignored, and only v2 with every dx pixel in some
+// stride phase writes them.
+TEST_F(ConvCuda, BatchNormBackwardSumsFromTheEpilogue) {
+  // 1568 dx pixels (a partial last tile), 40 input channels (a partial channel tile), stride 2 (four phases), odd
+  const Case cases[] = {{"1x1 256->64 at 28", 2, 256, 28, 28, 64, 1, 1, 0},
+                        {"3x3 s1 p1 40->24 at 12", 3, 40, 12, 12, 24, 3, 1, 1},
+                        {"3x3 s2 p1 9->5 at 11x7", 3, 9, 11, 7, 5, 3, 2, 1}};
+  for (const Case& full : cases)
+    for (Layout layout : {Layout::nchw, Layout::nhwc})
+      for (DType dt : {DType::bf16, DType::f16})
+        for (const bool relu : {true, false})
+          for (const bool with_residual : {false, true}) {
+            const Conv2dShape s = sized(full).shape();
+            SCOPED_TRACE(std::string(full.name) + " " + s.str() + " " + kernels::layout_name(layout) + " " +
+                         std::string(dtype_name(dt)) + (relu ? " relu" : "") + (with_residual ? " residual" : ""));
+            const bool nhwc = layout == Layout::nhwc;
+            const int64_t c = s.c_in, plane = s.h * s.w, count = s.n * plane;
+            const Shape xs = nhwc ? Shape{s.n, s.h, s.w, c} : Shape{s.n, c, s.h, s.w};
+            const Shape ys = nhwc ? Shape{s.n, s.out_h(), s.out_w(), s.c_out} : Shape{s.n, s.c_out, s.out_h(), s.out_w()};
+            const Tensor dy = to_gpu(random(ys), dt), w = to_gpu(random({s.c_out, c, s.kh, s.kw}), dt);
+            const Tensor res = to_gpu(random(xs), dt);
+            kernels::ChannelGradSums sums;
+            sums.x = to_gpu(random(xs, -1.0f, 3.0f), dt);
+            if (relu) sums.y = to_gpu(random(xs), dt);
+            sums.mean = to_gpu(random({c}, 0.5f, 1.5f));
+            Tensor dz = poisoned(xs, dt), g = poisoned(xs, dt);
+            backward_data(Impl::v2, s, dy, w, dz, layout, with_residual ? &res : nullptr, &sums);
+            backward_data(Impl::v2, s, dy, w, g, layout, with_residual ? &res : nullptr);
+            ASSERT_TRUE(sums.describe(dz, c)) << "v2 wrote no sums";
+            EXPECT_EQ(sums.masked, relu);
+
+            // dz: the plain gradient through the mask, bit for bit; the sums: dz's and dz (x - mean)'s
+            const Tensor gz = dz.to(Device::cpu(), stream), gg = g.to(Device::cpu(), stream);
+            const Tensor part = sums.partial.to(Device::cpu(), stream);
+            const Tensor xc = to_cpu_f32(sums.x), yc = relu ? to_cpu_f32(sums.y) : Tensor(), gc = to_cpu_f32(g);
+            const Tensor mc = sums.mean.to(Device::cpu(), stream);
+            stream.synchronize();
+            const uint16_t* zb = static_cast<const uint16_t*>(gz.data());
+            const uint16_t* gb = static_cast<const uint16_t*>(gg.data());
+            int64_t bad = 0;
+            for (int64_t i = 0; i < gz.numel(); ++i) {
+              const bool keep = !relu || yc.data<float>()[i] > 0.0f;
+              bad += zb[i] != (keep ? gb[i] : uint16_t(0)) ? 1 : 0;
+            }
+            EXPECT_EQ(bad, 0) << "elements of dz that are not the masked gradient";
+            const float* pp = part.data<float>();
+            for (int64_t ch = 0; ch < c; ++ch) {
+              double got[2] = {0, 0}, want[2] = {0, 0}, scale = 0;
+              for (int64_t k = 0; k < sums.splits; ++k)
+                for (int e = 0; e < 2; ++e) got[e] += pp[(ch * sums.splits + k) * 2 + e];
+              for (int64_t i = 0; i < count; ++i) {
+                const int64_t at = nhwc ? i * c + ch : (i / plane * c + ch) * plane + i % plane;
+                const bool keep = !relu || yc.data<float>()[at] > 0.0f;
+                const double v = keep ? gc.data<float>()[at] : 0.0, d = xc.data<float>()[at] - mc.data<float>()[ch];
+                want[0] += v, want[1] += v * d, scale += std::abs(v) * (1.0 + std::abs(d));
+              }
+              for (int e = 0; e < 2; ++e)
+                EXPECT_NEAR(got[e], want[e], 1e-5 * scale + 1e-6) << "channel " << ch << (e ? ": sum dz (x - mean)" : ": sum dz");
+            }
+
+            // Batch norm's backward given them, against its own reduce pass over the plain gradient.
+            kernels::BatchNormSaved saved;
+            saved.mean = sums.mean, saved.invstd = to_gpu(random({c}, 0.5f, 2.0f));
+            const Tensor gamma = to_gpu(random({c}, 0.5f, 1.5f), dt);
+            const auto bn_backward = [&](const Tensor& grad, const kernels::ChannelGradSums* given, Tensor& dz_out) {
+              Tensor dx = poisoned(xs, dt), dgamma = to_gpu(Tensor::zeros({c}, DType::f32), dt);
+              Tensor dbeta = to_gpu(Tensor::zeros({c}, DType::f32), dt);
+              const kernels::BatchNormReluGrad rg{relu ? sums.y : Tensor(), dz_out};
+              kernels::batchnorm_backward_train(grad, sums.x, gamma, saved, dx, dgamma, dbeta, {}, stream, layout,
+                                                relu ? &rg : nullptr, given);
+              return std::vector<Tensor>{to_cpu_f32(dx), to_cpu_f32(dgamma), to_cpu_f32(dbeta)};
+            };
+            Tensor dz_own = poisoned(xs, dt), dz_copy = poisoned(xs, dt);
+            const std::vector<Tensor> own = bn_backward(g, nullptr, dz_own);
+            const std::vector<Tensor> fused = bn_backward(dz, &sums, dz);  // dz in place: no copy
+            const std::vector<Tensor> copied = bn_backward(dz, &sums, dz_copy);
+            const Tolerance tol = test::default_tolerance(dt);
+            const char* what[3] = {"dx", "dgamma", "dbeta"};
+            for (int k = 0; k < 3; ++k) {
+              EXPECT_TRUE(close(own[size_t(k)], fused[size_t(k)], {tol.rtol, tol.atol * 4})) << what[k];
+              EXPECT_TRUE(close(fused[size_t(k)], copied[size_t(k)], Tolerance{0, 0})) << what[k] << ", dz copied";
+            }
+            if (relu) {
+              const Tensor a = dz_own.to(Device::cpu(), stream), b = dz_copy.to(Device::cpu(), stream);
+              stream.synchronize();
+              EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "relu.dz: the copy of dz differs";
+            }
+            // sums given with another gradient are not used: the bits of the reduce pass over that gradient
+            Tensor unused = poisoned(xs, dt), unused2 = poisoned(xs, dt);
+            const std::vector<Tensor> other = bn_backward(g, &sums, unused), plain = bn_backward(g, nullptr, unused2);
+            for (int k = 0; k < 3; ++k)
+              EXPECT_TRUE(close(plain[size_t(k)], other[size_t(k)], Tolerance{0, 0})) << what[k] << ": sums of dz used for g";
+          }
+
+  // Where the epilogue does not see every dx pixel (1x1 stride 2: three of four phases have no tap), with v1, and
+  // with HPDT_CONV_BN_STATS=separate, no sums: the struct comes back cleared and dx is the plain gradient.
+  const auto none = [&](const Case& full, Impl impl) {
+    const Conv2dShape s = sized(full).shape();
+    const Tensor dy = to_gpu(random({s.n, s.c_out, s.out_h(), s.out_w()}), DType::bf16);
+    const Tensor w = to_gpu(random({s.c_out, s.c_in, s.kh, s.kw}), DType::bf16);
+    kernels::ChannelGradSums sums;
+    sums.x = to_gpu(random({s.n, s.c_in, s.h, s.w}), DType::bf16);
+    sums.mean = to_gpu(random({s.c_in}));
+    Tensor dx = poisoned({s.n, s.c_in, s.h, s.w}, DType::bf16);
+    backward_data(impl, s, dy, w, dx, Layout::nchw, nullptr, &sums);
+    return !sums.partial.defined() && sums.of == nullptr;
+  };
+  EXPECT_TRUE(none({"1x1 s2 16->32 at 14", 2, 16, 14, 14, 32, 1, 2, 0}, Impl::v2)) << "1x1 stride 2";
+  EXPECT_TRUE(none(cases[1], Impl::v1)) << "v1";
+  const ScopedEnv off("HPDT_CONV_BN_STATS", "separate");
+  EXPECT_TRUE(none(cases[1], Impl::v2)) << "HPDT_CONV_BN_STATS=separate";
 }
 
 TEST_F(ConvCuda, BadInputsOnGpu) {

@@ -22,8 +22,14 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor
 // dx [n, ci, h, w] overwritten; with a residual (dx's shape and dtype, a tensor other than dx),
 // dx = conv^T(dy) + residual: a ResNet block's input gradient, the main path's plus the shortcut's, in the
 // backward-data epilogue instead of a separate add (CUDA: one rounding; CPU: the same bits as kernels::add).
+// bn_grad (optional): dx is the output gradient of a batch norm (bn_grad's x, y, mean are its input, fused output
+// and saved mean, all of dx's layout); where the kernel can (CUDA, hpdt's tensor-core v2 kernels, 16-bit, every dx
+// pixel reached by a tap; HPDT_CONV_BN_STATS=separate turns it off) it writes the ReLU-masked gradient dz into dx
+// and that batch norm's backward sums into bn_grad (channel_stats.h); elsewhere dx is the plain gradient and the
+// results are cleared.
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t stride, int64_t pad,
-                          const Stream& stream, Layout layout = Layout::nchw, const Tensor* residual = nullptr);
+                          const Stream& stream, Layout layout = Layout::nchw, const Tensor* residual = nullptr,
+                          ChannelGradSums* bn_grad = nullptr);
 // dw and dbias (may be null) accumulated (+=).
 void conv2d_backward_filter(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias, int64_t stride,
                             int64_t pad, const Stream& stream, Layout layout = Layout::nchw);

@@ -23,8 +23,10 @@ enum class ConvVariant { automatic = 0, v1_simt = 1, v2_tensor_core = 2 };
 void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& epilogue, Tensor& y,
                     const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 // backward-data: dx = conv^T(dy) (+ residual, when given: the epilogue's residual term).
+// bn_grad: batch norm's backward sums in the epilogue (hpdt/kernels/conv.h), v2 only; cleared elsewhere.
 void conv2d_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, const Stream& stream,
-                          ConvVariant variant = ConvVariant::automatic, const Tensor* residual = nullptr);
+                          ConvVariant variant = ConvVariant::automatic, const Tensor* residual = nullptr,
+                          ChannelGradSums* bn_grad = nullptr);
 void conv2d_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                             const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 
@@ -36,7 +38,7 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                          Tensor& y, const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 void conv2d_backward_data_nhwc(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
                                const Stream& stream, ConvVariant variant = ConvVariant::automatic,
-                               const Tensor* residual = nullptr);
+                               const Tensor* residual = nullptr, ChannelGradSums* bn_grad = nullptr);
 void conv2d_backward_filter_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* dbias,
                                  const Stream& stream, ConvVariant variant = ConvVariant::automatic);
 
