@@ -99,12 +99,32 @@ Tensor Conv2d::backward(const Tensor& dy) {
   ensure(dx_, x_.shape(), x_.dtype());
   if (r.defined() && (!(r.shape() == x_.shape()) || r.dtype() != x_.dtype()))
     fail("the gradient to add must match the input " + x_.shape().str() + " " + dt_name(x_.dtype()), r);
+  kernels::ChannelGradSums* sums = nullptr;
+  if (grad_sums_for_ && grad_sums_for_->ask_grad_sums(input_grad_sums_, dx_)) {
+    sums = &input_grad_sums_;
+  } else {
+    input_grad_sums_.clear_results();
+  }
   kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_, layout_,
-                                r.defined() ? &r : nullptr);
+                                r.defined() ? &r : nullptr, sums);
   return dx_;
 }
 
+void Conv2d::feed_grad_sums_to(BatchNorm& bn) {
+  grad_sums_for_ = &bn;
+  bn.grad_sums_from_ = this;
+}
+
 // ---- BatchNorm ---------------------------------------------------------------------------------------
+
+bool BatchNorm::ask_grad_sums(kernels::ChannelGradSums& request, const Tensor& dy) const {
+  if (!training_ || !x_.defined() || !saved_.mean.defined() || !(x_.shape() == dy.shape()) || x_.dtype() != dy.dtype())
+    return false;
+  request.x = x_;
+  request.y = then_relu_ ? y_ : Tensor();
+  request.mean = saved_.mean;
+  return true;
+}
 
 BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps, float momentum,
                      bool then_relu)
@@ -159,13 +179,23 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   ensure(dx_, x_.shape(), x_.dtype());
   Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);
   dy_ = dy;
+  // The convolution that wrote dy may have computed this layer's backward sums (and, with then_relu, written dz
+  // into dy): Conv2d::feed_grad_sums_to.
+  const kernels::ChannelGradSums* sums = grad_sums_from_ ? &grad_sums_from_->input_grad_sums() : nullptr;
+  if (sums && !(sums->describe(dy, c_) && sums->masked == then_relu_)) sums = nullptr;
   if (then_relu_) {
-    ensure(dz_, x_.shape(), x_.dtype());
-    const kernels::BatchNormReluGrad relu{y_, dz_};
+    if (sums) {
+      masked_grad_ = dy;
+    } else {
+      ensure(dz_, x_.shape(), x_.dtype());
+      masked_grad_ = dz_;
+    }
+    const kernels::BatchNormReluGrad relu{y_, masked_grad_};
     kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_,
-                                      &relu);
+                                      &relu, sums);
   } else {
-    kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_);
+    kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_,
+                                      nullptr, sums);
   }
   if (!defer_ready_) announce_grads();
   return dx_;

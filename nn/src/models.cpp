@@ -30,7 +30,10 @@ Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b, const Stream& s) 
 // gradients in the exact reverse: the last BN's backward yields the shortcut's gradient, so its own
 // announcement waits until the shortcut's backward has announced. The block's input gradient, the main
 // path's plus the shortcut's, is summed in the main path's first backward-data (Conv2d::add_to_next_input_grad).
-// Every BN takes its statistics from the epilogue of the convolution before it (BatchNorm::take_stats_from).
+// Every BN takes its statistics from the epilogue of the convolution before it (BatchNorm::take_stats_from), and
+// the main path's BNs their backward sums from the epilogue of the backward-data after them
+// (Conv2d::feed_grad_sums_to); so does the block's last BN from the next block's first convolution, which the model
+// builders wire (first_conv, out_bn).
 class ResidualBlock : public Layer {
  public:
   ResidualBlock(ParameterArena& a, const std::string& name, int64_t c_in, int64_t width, int64_t stride, bool bottleneck)
@@ -41,15 +44,21 @@ class ResidualBlock : public Layer {
     Conv2d* last = nullptr;  // the main path's last convolution, whose output out_bn_ normalises
     if (bottleneck) {
       first_conv_ = &main_.add<Conv2d>(a, name + ".conv1", c_in, width, 1, 1, 0, false, kaiming_fan_out(width, 1));
-      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu).take_stats_from(*first_conv_);
+      auto& bn1 = main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
+      bn1.take_stats_from(*first_conv_);
       auto& conv2 = main_.add<Conv2d>(a, name + ".conv2", width, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
-      main_.add<BatchNorm>(a, name + ".bn2", width, kEps, kMomentum, kRelu).take_stats_from(conv2);
+      conv2.feed_grad_sums_to(bn1);
+      auto& bn2 = main_.add<BatchNorm>(a, name + ".bn2", width, kEps, kMomentum, kRelu);
+      bn2.take_stats_from(conv2);
       last = &main_.add<Conv2d>(a, name + ".conv3", width, c_out, 1, 1, 0, false, kaiming_fan_out(c_out, 1));
+      last->feed_grad_sums_to(bn2);
       out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn3", c_out, kEps, kMomentum, kRelu);
     } else {
       first_conv_ = &main_.add<Conv2d>(a, name + ".conv1", c_in, width, 3, stride, 1, false, kaiming_fan_out(width, 3));
-      main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu).take_stats_from(*first_conv_);
+      auto& bn1 = main_.add<BatchNorm>(a, name + ".bn1", width, kEps, kMomentum, kRelu);
+      bn1.take_stats_from(*first_conv_);
       last = &main_.add<Conv2d>(a, name + ".conv2", width, width, 3, 1, 1, false, kaiming_fan_out(width, 3));
+      last->feed_grad_sums_to(bn1);
       out_bn_ = std::make_unique<BatchNorm>(a, name + ".bn2", c_out, kEps, kMomentum, kRelu);
     }
     out_bn_->take_stats_from(*last);
@@ -79,6 +88,8 @@ class ResidualBlock : public Layer {
     f(*out_bn_);
     if (shortcut_) f(*shortcut_);
   }
+  Conv2d& first_conv() { return *first_conv_; }
+  BatchNorm& out_bn() { return *out_bn_; }
 
  private:
   Sequential main_;
@@ -217,13 +228,17 @@ void build_resnet_cifar(Model& m, Sequential& body, ParameterArena& a, const Mod
   body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 16, 3, 1, 1, false, kaiming_fan_out(16, 3));
   stem.set_needs_input_grad(false);
-  body.add<BatchNorm>(a, "bn1", 16, 1e-5f, 0.1f, /*then_relu=*/true).take_stats_from(stem);
+  BatchNorm* before = &body.add<BatchNorm>(a, "bn1", 16, 1e-5f, 0.1f, /*then_relu=*/true);
+  before->take_stats_from(stem);
   int64_t c_in = 16;
   const int64_t widths[3] = {16, 32, 64};
   for (int s = 0; s < 3; ++s)
     for (int b = 0; b < blocks_per_stage; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
-      body.add<ResidualBlock>(a, "layer" + std::to_string(s + 1) + "." + std::to_string(b), c_in, widths[s], stride, false);
+      auto& block = body.add<ResidualBlock>(a, "layer" + std::to_string(s + 1) + "." + std::to_string(b), c_in,
+                                            widths[s], stride, false);
+      block.first_conv().feed_grad_sums_to(*before);  // the block's input is the BN's output
+      before = &block.out_bn();
       c_in = widths[s];
     }
   body.add<GlobalAvgPool>("avgpool");
@@ -237,11 +252,15 @@ void build_resnet_imagenet(Sequential& body, ParameterArena& a, const ModelConfi
   body.add<BatchNorm>(a, "bn1", 64, 1e-5f, 0.1f, /*then_relu=*/true).take_stats_from(stem);
   body.add<MaxPool2d>("maxpool", 3, 2, 1);
   int64_t c_in = 64;
+  BatchNorm* before = nullptr;  // the previous block's last BN (the first block's input is the max pool's output)
   for (int s = 0; s < 4; ++s) {
     const int64_t width = 64 << s;
     for (int b = 0; b < blocks[s]; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
-      body.add<ResidualBlock>(a, "layer" + std::to_string(s + 1) + "." + std::to_string(b), c_in, width, stride, bottleneck);
+      auto& block = body.add<ResidualBlock>(a, "layer" + std::to_string(s + 1) + "." + std::to_string(b), c_in, width,
+                                            stride, bottleneck);
+      if (before) block.first_conv().feed_grad_sums_to(*before);
+      before = &block.out_bn();
       c_in = bottleneck ? 4 * width : width;
     }
   }

@@ -353,62 +353,77 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   EXPECT_GT(cosine, 0.999) << "cosine of the v3 and v2 bf16 gradients";
 }
 
-// ResNet's batch norms take their statistics from the epilogue of the convolution before them (v2's kernels, 16-bit:
-// BatchNorm::take_stats_from, kernels::ChannelStats): every convolution of the bf16 step hands them over, no batch
-// norm runs its statistics kernel (counted on the CUDA emulator), and the step agrees with the one that computes
-// every batch norm's statistics in a pass of its own (HPDT_CONV_BN_STATS=separate). Both normalise with the same
-// statistics summed in other orders, so only roundings to bf16 differ, and those flip a few ReLUs of this small
-// network: measured on the emulator (2026-11-28), NCHW's two steps have gradient cosine 0.988 (losses 2.377266 and
-// 2.376350) and NHWC's 0.99990, while the NCHW and NHWC steps with separate statistics, two paths older than this,
-// differ by the same 0.988, and every bf16 step lies at 0.955 from the f32 one. Statistics off by more than
+// ResNet's batch norms take their reductions from the convolutions' epilogues (v2's kernels, 16-bit;
+// kernels::ChannelStats, ChannelGradSums): forward, every BN its statistics from the convolution before it
+// (BatchNorm::take_stats_from); backward, its sums from the backward-data after it (Conv2d::feed_grad_sums_to),
+// except the BNs whose output gradient no convolution writes (ResNet-20: the last block's and the two projection
+// shortcuts'). Checked: every convolution hands them over, no other BN runs its statistics or reduce kernel (counted
+// on the CUDA emulator), and the step agrees with the one that runs every BN's own passes
+// (HPDT_CONV_BN_STATS=separate). Both normalise with the same statistics and sums, added in other orders, so only
+// roundings to bf16 differ, and those flip a few ReLUs of this small network: measured on the emulator
+// (2026-11-28, forward statistics only), NCHW's two steps had gradient cosine 0.988 (losses 2.377266 and
+// 2.376350) and NHWC's 0.99990, while the NCHW and NHWC steps with separate passes, two paths older than this,
+// differ by the same 0.988, and every bf16 step lies at 0.955 from the f32 one. Reductions off by more than
 // rounding (a missed tile, another tensor's) move the loss by O(1) and the gradient far further.
-TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirStatisticsFromTheConvolutions) {
+TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirReductionsFromTheConvolutions) {
   if (std::string(GetParam().model).rfind("resnet", 0) != 0) GTEST_SKIP() << "no batch norm in " << GetParam().model;
   const kernels::ScopedConvChoice conv_v2(kernels::ConvChoice::v2);
   const Data d = make_data(GetParam());
-  const auto convolutions_with_stats = [](Model& m) {
-    int with = 0, all = 0;
+  struct Counts {
+    int convs = 0, stats = 0, sums = 0, bns = 0;
+  };
+  const auto count = [](Model& m) {
+    Counts k;
     m.for_each_layer([&](Layer& l) {
       if (const auto* c = dynamic_cast<const Conv2d*>(&l)) {
-        ++all;
-        with += c->output_stats().partial.defined() ? 1 : 0;
+        ++k.convs;
+        k.stats += c->output_stats().partial.defined() ? 1 : 0;
+        k.sums += c->input_grad_sums().partial.defined() ? 1 : 0;
       }
+      k.bns += dynamic_cast<const BatchNorm*>(&l) ? 1 : 0;
     });
-    return std::pair{with, all};
+    return k;
   };
-  // batch norm's statistics kernels launched so far (the emulator's count; -1 on a GPU)
-  const auto stats_launches = [] {
+  // batch norm's statistics and reduce kernels launched so far (the emulator's counts; -1 on a GPU)
+  const auto launches = [](const char* kernel) {
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-    return int64_t(cuda_emu::launches_named("bn_stats_kernel") + cuda_emu::launches_named("bn_stats_nhwc_kernel"));
+    const std::string k(kernel), nhwc = k.substr(0, k.size() - 6) + "nhwc_kernel";
+    return int64_t(cuda_emu::launches_named(k.c_str()) + cuda_emu::launches_named(nhwc.c_str()));
 #else
+    (void)kernel;
     return int64_t(-1);
 #endif
   };
-  int64_t launches = stats_launches();
+  constexpr int kUnfed = 3;  // ResNet-20's BNs whose output gradient no backward-data writes
+  int64_t stats0 = launches("bn_stats_kernel"), reduce0 = launches("bn_backward_reduce_kernel");
   auto a = gpu_model(DType::bf16);
   const StepOut fused = forward_backward(*a, d);
-  const auto [with, all] = convolutions_with_stats(*a);
-  EXPECT_GT(all, 0);
-  EXPECT_EQ(with, all) << "convolutions whose epilogue computed their batch norm's statistics";
-  if (launches >= 0) {
-    EXPECT_EQ(stats_launches() - launches, 0) << "batch norms that ran their statistics kernel";
+  const Counts k = count(*a);
+  EXPECT_EQ(k.convs, k.bns);
+  EXPECT_EQ(k.stats, k.convs) << "convolutions whose epilogue computed their batch norm's statistics";
+  EXPECT_EQ(k.sums, k.bns - kUnfed) << "backward-data epilogues that computed their batch norm's sums";
+  if (stats0 >= 0) {
+    EXPECT_EQ(launches("bn_stats_kernel") - stats0, 0) << "batch norms that ran their statistics kernel";
+    EXPECT_EQ(launches("bn_backward_reduce_kernel") - reduce0, kUnfed) << "batch norms that ran their reduce kernel";
   }
   StepOut separate;
   {
     const ScopedEnv off("HPDT_CONV_BN_STATS", "separate");
     auto b = gpu_model(DType::bf16);
-    launches = stats_launches();
+    stats0 = launches("bn_stats_kernel"), reduce0 = launches("bn_backward_reduce_kernel");
     separate = forward_backward(*b, d);
-    EXPECT_EQ(convolutions_with_stats(*b).first, 0) << "HPDT_CONV_BN_STATS=separate";
-    if (launches >= 0) {
-      EXPECT_EQ(stats_launches() - launches, all) << "one statistics kernel per batch norm";
+    const Counts kb = count(*b);
+    EXPECT_EQ(kb.stats + kb.sums, 0) << "HPDT_CONV_BN_STATS=separate";
+    if (stats0 >= 0) {
+      EXPECT_EQ(launches("bn_stats_kernel") - stats0, kb.bns) << "one statistics kernel per batch norm";
+      EXPECT_EQ(launches("bn_backward_reduce_kernel") - reduce0, kb.bns) << "one reduce kernel per batch norm";
     }
   }
   ASSERT_TRUE(std::isfinite(fused.loss));
   EXPECT_NEAR(fused.loss, separate.loss, 2e-3 * std::abs(separate.loss) + 1e-3);
   const double cosine = gradient_cosine(fused.grads, separate.grads);
-  std::printf("[ bn stats ] %s: loss %.6f (epilogue) vs %.6f (separate), gradient cosine %.6f\n", GetParam().model,
-              fused.loss, separate.loss, cosine);
+  std::printf("[ bn reductions ] %s: loss %.6f (epilogues) vs %.6f (separate), gradient cosine %.6f\n",
+              GetParam().model, fused.loss, separate.loss, cosine);
   EXPECT_GT(cosine, 0.98) << "cosine of the two steps' gradients";
 }
 

@@ -96,6 +96,8 @@ Tensor& ensure_on(Tensor& t, const Shape& shape, DType dtype, const Stream& stre
 
 // ---- layers ------------------------------------------------------------------------------------------
 
+class BatchNorm;
+
 class Conv2d : public Layer {
  public:
   Conv2d(ParameterArena& arena, std::string name, int64_t c_in, int64_t c_out, int64_t kernel, int64_t stride,
@@ -112,6 +114,12 @@ class Conv2d : public Layer {
   void compute_output_stats(bool v) { output_stats_wanted_ = v; }
   // The last forward's output statistics (undefined partial: none).
   const kernels::ChannelStats& output_stats() const { return output_stats_; }
+  // This layer's input gradient is the output gradient of `bn` (the BatchNorm whose output is this layer's input):
+  // the backward-data epilogue also applies bn's fused ReLU mask and computes bn's backward sums where it can
+  // (kernels::ChannelGradSums), and bn's backward takes them instead of its reduce pass. `bn` outlives this layer.
+  void feed_grad_sums_to(BatchNorm& bn);
+  // The last backward's sums for that BatchNorm (undefined partial: none).
+  const kernels::ChannelGradSums& input_grad_sums() const { return input_grad_sums_; }
 
  private:
   ParameterArena* arena_;
@@ -119,6 +127,8 @@ class Conv2d : public Layer {
   int w_id_, b_id_ = -1;
   bool needs_dx_ = true, output_stats_wanted_ = false;
   kernels::ChannelStats output_stats_;
+  BatchNorm* grad_sums_for_ = nullptr;
+  kernels::ChannelGradSums input_grad_sums_;
   Tensor x_, y_, dx_, dx_residual_;
 };
 
@@ -135,7 +145,7 @@ class BatchNorm : public Layer {
   Tensor forward(const Tensor& x, const Tensor& residual);
   Tensor backward(const Tensor& dy) override;
   // After backward of forward(x, residual): dL/d(residual) (dy through the ReLU's mask).
-  Tensor residual_grad() const { return then_relu_ ? dz_ : dy_; }
+  Tensor residual_grad() const { return then_relu_ ? masked_grad_ : dy_; }
   // Deferred: backward leaves the arena's grads_ready() call to announce_grads(), for a caller that must
   // announce other layers' gradients first (the ready slices grow in reverse registration order).
   void set_defer_grads_ready(bool defer) { defer_ready_ = defer; }
@@ -163,6 +173,12 @@ class BatchNorm : public Layer {
   kernels::BatchNormSaved saved_;
   kernels::AllReduceSum sync_;
   const Conv2d* stats_from_ = nullptr;
+  const Conv2d* grad_sums_from_ = nullptr;  // Conv2d::feed_grad_sums_to
+  Tensor masked_grad_;                     // with then_relu: dz_, or dy where the convolution wrote dz into it
+  friend class Conv2d;
+  // Fills `request`'s inputs (this layer's input, fused output, saved mean) for the gradient dy of its output;
+  // false where this layer cannot take sums for it (no training forward of dy's shape).
+  bool ask_grad_sums(kernels::ChannelGradSums& request, const Tensor& dy) const;
   Tensor x_, y_, dx_, dz_, dy_;
 };
 
