@@ -418,8 +418,9 @@ def train_table(t, torch, rows, numbers):
                                ("ResNet-50, 224², batch 256, NHWC, --gemm v3, ws pipeline",
                                 "resnet50_bf16_{}_nhwc_gemm_v3ws", "resnet50"),
                                # since 2026-11-28: each convolution on the faster of v2 and v3, GEMM v3 by Find
-                               ("ResNet-50, 224², batch 256, NCHW, batch norm's statistics in their own pass "
-                                "(HPDT_CONV_BN_STATS=separate)", "resnet50_bf16_{}_bn_stats_separate", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NCHW, batch norm's statistics and sums in their own "
+                                "passes (HPDT_CONV_BN_STATS=separate)", "resnet50_bf16_{}_bn_stats_separate",
+                                "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv find --gemm-tuning find",
                                 "resnet50_bf16_{}_nhwc_conv_find", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3 (conv v3, 1×1 on GEMM v3)",
