@@ -119,15 +119,9 @@ struct GemmConv {
   // Batch norm's statistics of dst, by v2's epilogue (a plain one: no bias, scale, shift, residual or ReLU): partials
   // [M][gridDim.x][3], (count, mean, M2) of channel m's stored values in pixel tile blockIdx.x (stage_stats).
   float* stats = nullptr;
-  // Batch norm's backward sums, by v2's backward-data epilogue (ChannelGradSums): dst gets dz = (bn_y > 0 ? g : 0)
-  // (bn_y null: g) for the gradient g = conv^T(dy) (+ residual), and partials [M][bn_splits][2], (sum dz,
-  // sum dz (bn_x - bn_mean)) of channel m's stored values in pixel tile blockIdx.x of this phase, at split
-  // bn_split0 + blockIdx.x (stage_bn_grad).
-  const void* bn_x = nullptr;
-  const void* bn_y = nullptr;
-  const float* bn_mean = nullptr;
-  float* bn_partial = nullptr;
-  int bn_splits = 0, bn_split0 = 0;
+  // Batch norm's backward sums, by v2's backward-data epilogue: dst gets dz, and the partials of channel m's stored
+  // values in pixel tile blockIdx.x of this phase go to split bn.split0 + blockIdx.x (stage_bn_grad).
+  BnGradEpilogue bn;
 };
 
 // Whether v2's epilogue may write groups of 4 pixels with one 8-byte store: the pixel grid is the destination's
@@ -221,7 +215,7 @@ __device__ __forceinline__ void stage_stats(const GemmConv& p, const float* st, 
   }
 }
 
-// v2's backward-data epilogue with p.bn_partial, in place of the stores: each of the 64 staged channel rows (row0 + r)
+// v2's backward-data epilogue with p.bn.partial, in place of the stores: each of the 64 staged channel rows (row0 + r)
 // through the residual and the fused ReLU's mask, stored, and summed for batch norm's backward. A warp a row; with
 // out4 lane l takes pixels 4 l .. 4 l + 3 (group: their dx offset, channel 0, and whether they are real; 8-byte
 // loads and stores), else pixels l, l + 32, l + 64, l + 96 (off/ok), so a warp's stores and reads of y and x are
@@ -233,7 +227,7 @@ __device__ __forceinline__ void stage_bn_grad(const GemmConv& p, const float* st
   for (int r = warp; r < 64; r += kWarps) {
     const int m = row0 + r;
     if (m >= p.M) break;  // whole warps
-    const float mean = p.bn_mean[m];
+    const float mean = p.bn.mean[m];
     float sum = 0.0f, sum_x = 0.0f;
     if (p.out4) {
       if (group_ok) {
@@ -241,12 +235,12 @@ __device__ __forceinline__ void stage_bn_grad(const GemmConv& p, const float* st
         const float4 a = *reinterpret_cast<const float4*>(st + r * kStagePitch + 4 * lane);
         float g[4] = {a.x, a.y, a.z, a.w}, res[4] = {}, y[4] = {}, x[4];
         if (p.residual) load<4>(static_cast<const T*>(p.residual) + i, res);
-        if (p.bn_y) load<4>(static_cast<const T*>(p.bn_y) + i, y);
-        load<4>(static_cast<const T*>(p.bn_x) + i, x);
+        if (p.bn.y) load<4>(static_cast<const T*>(p.bn.y) + i, y);
+        load<4>(static_cast<const T*>(p.bn.x) + i, x);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if (p.residual) g[e] += res[e];
-          if (p.bn_y && !(y[e] > 0.0f)) g[e] = 0.0f;
+          if (p.bn.y && !(y[e] > 0.0f)) g[e] = 0.0f;
           g[e] = to_f32(from_f32<T>(g[e]));  // as stored (rounding it again below is exact)
           sum += g[e];
           sum_x += g[e] * (x[e] - mean);
@@ -257,21 +251,14 @@ __device__ __forceinline__ void stage_bn_grad(const GemmConv& p, const float* st
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if (!ok[j]) continue;
-        const int64_t i = off[j] + int64_t(m) * p.dst_plane;
-        float g = st[r * kStagePitch + lane + 32 * j];
-        if (p.residual) g += to_f32(static_cast<const T*>(p.residual)[i]);
-        if (p.bn_y && !(to_f32(static_cast<const T*>(p.bn_y)[i]) > 0.0f)) g = 0.0f;
-        const T q = from_f32<T>(g);
-        static_cast<T*>(p.dst)[i] = q;
-        const float dz = to_f32(q);
-        sum += dz;
-        sum_x += dz * (to_f32(static_cast<const T*>(p.bn_x)[i]) - mean);
+        bn_grad_element<T>(p.bn, p.residual, p.dst, off[j] + int64_t(m) * p.dst_plane,
+                           st[r * kStagePitch + lane + 32 * j], mean, sum, sum_x);
       }
     }
     sum = warp_allsum(sum);
     sum_x = warp_allsum(sum_x);
     if (lane == 0) {
-      float* out = p.bn_partial + (int64_t(m) * p.bn_splits + p.bn_split0 + blockIdx.x) * 2;
+      float* out = p.bn.partial + (int64_t(m) * p.bn.splits + p.bn.split0 + blockIdx.x) * 2;
       out[0] = sum, out[1] = sum_x;
     }
   }
@@ -522,7 +509,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   const int gq = lane >> 2, tq = lane & 3;
   int64_t bn_off[4] = {};
   bool bn_ok[4] = {};
-  if (p.bn_partial && !p.out4) {
+  if (p.bn.partial && !p.out4) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       bn_ok[j] = n0 + lane + 32 * j < p.npix;
@@ -543,7 +530,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
         }
     }
     __syncthreads();
-    if (p.bn_partial) {
+    if (p.bn.partial) {
       stage_bn_grad<T, kWarps>(p, st, m0 + pass * 64, warp, lane, bn_off, bn_ok, group_ok, group_offset);
     } else if (p.out4) {
       for (int r = warp; r < 64; r += kWarps) {
@@ -1080,10 +1067,9 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.residual = residual ? residual->data() : nullptr;
     p.out4 = out4_ok(p) ? 1 : 0;
     if (bn && bn->partial.defined()) {
-      p.bn_x = bn->x.data(), p.bn_y = bn->y.defined() ? bn->y.data() : nullptr, p.bn_mean = bn->mean.data<float>();
-      p.bn_partial = bn->partial.data<float>(), p.bn_splits = int(bn->splits), p.bn_split0 = bn_split;
+      p.bn = bn_grad_epilogue(*bn, bn_split);
       bn_split += (p.npix + kBN - 1) / kBN;
-      if (!aligned8(p.bn_x) || (p.bn_y && !aligned8(p.bn_y))) p.out4 = 0;  // 8-byte loads of x and y too
+      if (!aligned8(p.bn.x) || (p.bn.y && !aligned8(p.bn.y))) p.out4 = 0;  // 8-byte loads of x and y too
     }
     launch_gemm<T>(p, tc, gather_mode(p, unit), st);
   }

@@ -193,6 +193,33 @@ bool conv_v2_vector_epilogue();
 // "epilogue"), or leave them to batch norm's own passes (HPDT_CONV_BN_STATS=separate: the A/B switch of the
 // training-step benchmarks). Read at every call; another value throws.
 bool conv_epilogue_bn_stats();
+// Batch norm's backward sums in v2's backward-data epilogues (ChannelGradSums; conv.cu's stage_bn_grad, conv_nhwc.cu's
+// stage_bn_grad_nhwc): the batch norm's input x, fused output y (null: no ReLU, dz = g) and saved mean, and its
+// partials [M][splits][2], (sum dz, sum dz (x - mean)), this launch's from split split0 on. partial null: none.
+struct BnGradEpilogue {
+  const void* x = nullptr;
+  const void* y = nullptr;
+  const float* mean = nullptr;
+  float* partial = nullptr;
+  int splits = 0, split0 = 0;
+};
+inline BnGradEpilogue bn_grad_epilogue(const ChannelGradSums& s, int split0) {
+  return {s.x.data(), s.y.defined() ? s.y.data() : nullptr, s.mean.data<float>(), s.partial.data<float>(),
+          int(s.splits), split0};
+}
+// One element of that epilogue: the gradient g (+ the residual at i) through the mask, stored at dst[i] and added,
+// as stored, to the channel's sums.
+template <class T>
+__device__ __forceinline__ void bn_grad_element(const BnGradEpilogue& bn, const void* residual, void* dst, int64_t i,
+                                                float g, float mean, float& sum, float& sum_x) {
+  if (residual) g += to_f32(static_cast<const T*>(residual)[i]);
+  if (bn.y && !(to_f32(static_cast<const T*>(bn.y)[i]) > 0.0f)) g = 0.0f;
+  const T q = from_f32<T>(g);
+  static_cast<T*>(dst)[i] = q;
+  const float dz = to_f32(q);
+  sum += dz;
+  sum_x += dz * (to_f32(static_cast<const T*>(bn.x)[i]) - mean);
+}
 // A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
 Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);
 

@@ -92,15 +92,10 @@ struct NhwcGemm {
   // partials [M][2 gridDim.x][3], (count, mean, M2) of channel m's stored values in half p of pixel tile blockIdx.x
   // (64 pixels) at split 2 blockIdx.x + p (stage_stats_nhwc).
   float* stats = nullptr;
-  // Batch norm's backward sums, by v2's backward-data epilogue (ChannelGradSums): dst gets dz = (bn_y > 0 ? g : 0)
-  // (bn_y null: g) for the gradient g = conv^T(dy) (+ residual), and partials [M][bn_splits][2], (sum dz,
-  // sum dz (bn_x - bn_mean)) of channel m's stored values in half p of pixel tile blockIdx.x of this phase, at split
-  // bn_split0 + 2 blockIdx.x + p (stage_bn_grad_nhwc).
-  const void* bn_x = nullptr;
-  const void* bn_y = nullptr;
-  const float* bn_mean = nullptr;
-  float* bn_partial = nullptr;
-  int bn_splits = 0, bn_split0 = 0;
+  // Batch norm's backward sums, by v2's backward-data epilogue: dst gets dz, and the partials of channel m's stored
+  // values in half p of pixel tile blockIdx.x of this phase go to split bn.split0 + 2 blockIdx.x + p
+  // (stage_bn_grad_nhwc).
+  BnGradEpilogue bn;
 };
 
 // Whether v2's epilogue may write groups of 4 channels with one 8-byte store: M % 4 == 0 (a group is real as a
@@ -203,7 +198,7 @@ __device__ __forceinline__ void stage_stats_nhwc(const NhwcGemm& p, const float*
   out[0] = float(real), out[1] = mean, out[2] = m2;
 }
 
-// v2's backward-data epilogue with p.bn_partial, in place of the stores: thread t < BN takes channel column t of the
+// v2's backward-data epilogue with p.bn.partial, in place of the stores: thread t < BN takes channel column t of the
 // 64 staged pixel rows (pixels pix0 ..; dst_tab: their dx offsets) through the residual and the fused ReLU's mask,
 // stores it and sums it for batch norm's backward, rows in order (a warp's stores and reads of y and x: 32
 // consecutive channels of a pixel).
@@ -213,20 +208,11 @@ __device__ __forceinline__ void stage_bn_grad_nhwc(const NhwcGemm& p, const floa
   const int col = threadIdx.x, ch = n0 + col;
   if (col >= BN || ch >= p.M) return;
   const int real = max(0, min(64, p.npix - pix0));
-  const float mean = p.bn_mean[ch];
+  const float mean = p.bn.mean[ch];
   float sum = 0.0f, sum_x = 0.0f;
-  for (int r = 0; r < real; ++r) {
-    const int i = dst_tab[row0 + r] + ch;
-    float g = st[r * kPitchS + col];
-    if (p.residual) g += to_f32(static_cast<const T*>(p.residual)[i]);
-    if (p.bn_y && !(to_f32(static_cast<const T*>(p.bn_y)[i]) > 0.0f)) g = 0.0f;
-    const T q = from_f32<T>(g);
-    static_cast<T*>(p.dst)[i] = q;
-    const float dz = to_f32(q);
-    sum += dz;
-    sum_x += dz * (to_f32(static_cast<const T*>(p.bn_x)[i]) - mean);
-  }
-  float* out = p.bn_partial + (int64_t(ch) * p.bn_splits + split) * 2;
+  for (int r = 0; r < real; ++r)
+    bn_grad_element<T>(p.bn, p.residual, p.dst, dst_tab[row0 + r] + ch, st[r * kPitchS + col], mean, sum, sum_x);
+  float* out = p.bn.partial + (int64_t(ch) * p.bn.splits + split) * 2;
   out[0] = sum, out[1] = sum_x;
 }
 
@@ -429,9 +415,9 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
         }
     }
     __syncthreads();
-    if (p.bn_partial) {
+    if (p.bn.partial) {
       stage_bn_grad_nhwc<T, BN, kPitchS>(p, st, dst_tab, pass * 64, m0 + pass * 64, n0,
-                                         p.bn_split0 + 2 * blockIdx.x + pass);
+                                         p.bn.split0 + 2 * blockIdx.x + pass);
     } else if (p.out4) {
       if (ch4 < p.M)
         for (int r = tid / kGroups; r < 64; r += kRows4) {
@@ -898,8 +884,7 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
 #endif
     p.out4 = out4_ok(p) ? 1 : 0;
     if (bn && bn->partial.defined()) {
-      p.bn_x = bn->x.data(), p.bn_y = bn->y.defined() ? bn->y.data() : nullptr, p.bn_mean = bn->mean.data<float>();
-      p.bn_partial = bn->partial.data<float>(), p.bn_splits = int(bn->splits), p.bn_split0 = bn_split;
+      p.bn = bn_grad_epilogue(*bn, bn_split);
       bn_split += 2 * ((p.npix + kPixTile - 1) / kPixTile);
     }
     launch_nhwc_gemm<T>(p, tc, vec, st);
