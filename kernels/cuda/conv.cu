@@ -1010,14 +1010,8 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.residual = e.residual ? e.residual->data() : nullptr;
   p.relu = e.relu ? 1 : 0;
   p.out4 = out4_ok(p) ? 1 : 0;
-  // Batch norm's statistics in the epilogue: v2 (tensor cores, 16-bit) with a plain epilogue.
-  const bool plain = !p.bias && !p.scale && !p.shift && !p.residual && !p.relu;
-  if (e.stats && tc && !std::is_same_v<T, float> && plain && conv_epilogue_bn_stats() && p.npix > 0 && p.M > 0) {
-    const int64_t tiles = (int64_t(p.npix) + kBN - 1) / kBN;
-    *e.stats = ChannelStats{device_buffer(int64_t(p.M) * tiles * 3, DType::f32, y.device(), stream), tiles, y.data(),
-                            int64_t(p.npix)};
-    p.stats = e.stats->partial.data<float>();
-  }
+  if (v2_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and pixel tile
+    p.stats = start_partials(*e.stats, p.M, (int64_t(p.npix) + kBN - 1) / kBN, y, p.npix, stream);
   launch_gemm<T>(p, tc, gather_mode(p, one_tap && s.stride == 1 && s.pad == 0), st);
 }
 
@@ -1032,14 +1026,11 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
   const int64_t S = s.stride, oh = s.out_h(), ow = s.out_w();
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
-  // Batch norm's backward sums in v2's epilogue: every dx pixel must go through it (a tap in every phase).
-  const bool every_pixel = std::none_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; });
   int bn_split = 0;
-  if (bn && tc && !std::is_same_v<T, float> && every_pixel && conv_epilogue_bn_stats()) {
+  if (v2_computes_grad_sums(bn, tc && !std::is_same_v<T, float>, phases)) {  // a partial per channel, phase and tile
     int64_t tiles = 0;
     for (const DataPhase& f : phases) tiles += (s.n * f.hp * f.wp + kBN - 1) / kBN;
-    bn->partial = device_buffer(s.c_in * tiles * 2, DType::f32, dx.device(), stream);
-    bn->splits = tiles, bn->of = dx.data(), bn->count = s.n * s.h * s.w, bn->masked = bn->y.defined();
+    start_partials(*bn, s.c_in, tiles, dx, s.n * s.h * s.w, stream);
   }
   Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
   T* pk = static_cast<T*>(packed.data());
@@ -1118,7 +1109,7 @@ void conv2d_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, cons
                     const Stream& stream, ConvVariant variant) {
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
   check_index_range("conv2d_forward", s);
-  if (e.stats) e.stats->clear();  // run_forward sets them where v2 computes them
+  if (e.stats) e.stats->clear_results();  // run_forward sets them where v2 computes them
   if (y.numel() == 0) return;
   dispatch_floating(x.dtype(), "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -1209,6 +1200,16 @@ bool conv_epilogue_bn_stats() {
   if (e == nullptr || std::strcmp(e, "epilogue") == 0) return true;
   HPDT_CHECK(std::strcmp(e, "separate") == 0, "HPDT_CONV_BN_STATS=", e, ": expected epilogue or separate");
   return false;
+}
+
+bool v2_computes_stats(const Conv2dEpilogue& e, bool tc_half) {
+  return e.stats && tc_half && !e.bias && !e.scale && !e.shift && !e.residual && !e.relu && conv_epilogue_bn_stats();
+}
+
+bool v2_computes_grad_sums(const ChannelGradSums* bn, bool tc_half, const std::vector<DataPhase>& phases) {
+  return bn && tc_half &&
+         std::none_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; }) &&
+         conv_epilogue_bn_stats();
 }
 
 bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op) {

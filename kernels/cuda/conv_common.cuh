@@ -193,6 +193,10 @@ bool conv_v2_vector_epilogue();
 // "epilogue"), or leave them to batch norm's own passes (HPDT_CONV_BN_STATS=separate: the A/B switch of the
 // training-step benchmarks). Read at every call; another value throws.
 bool conv_epilogue_bn_stats();
+// Whether v2 (tensor cores: `tc_half`) computes what is asked for: the forward's statistics (e.stats, with an
+// epilogue that does nothing else), the backward-data's sums (bn, where every dx pixel goes through the epilogue:
+// a tap in every phase); both only with conv_epilogue_bn_stats().
+bool v2_computes_stats(const Conv2dEpilogue& e, bool tc_half);
 // Batch norm's backward sums in v2's backward-data epilogues (ChannelGradSums; conv.cu's stage_bn_grad, conv_nhwc.cu's
 // stage_bn_grad_nhwc): the batch norm's input x, fused output y (null: no ReLU, dz = g) and saved mean, and its
 // partials [M][splits][2], (sum dz, sum dz (x - mean)), this launch's from split split0 on. partial null: none.
@@ -222,6 +226,14 @@ __device__ __forceinline__ void bn_grad_element(const BnGradEpilogue& bn, const 
 }
 // A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
 Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);
+// Makes r describe t (`count` values per channel) with fresh partials for `channels` x `splits`; returns them.
+template <int W>
+float* start_partials(ChannelPartials<W>& r, int64_t channels, int64_t splits, const Tensor& t, int64_t count,
+                      const Stream& stream) {
+  r.partial = device_buffer(channels * splits * W, DType::f32, t.device(), stream);
+  r.splits = splits, r.of = t.data(), r.count = count;
+  return r.partial.template data<float>();
+}
 
 // Weights repacked tap-major: out[row][k] for k = (jr * KWp + jc) * Cg + ch, kernel tap (ry0 + rstep * jr,
 // rx0 + rstep * jc); zero for k in [K, lda). Forward: rows = co, ch = ci. Backward-data phase: rows = ci,
@@ -250,6 +262,8 @@ struct DataPhase {
 };
 // The phases with at least one dx pixel; *packed_total: elements of the buffer holding all their weights.
 std::vector<DataPhase> data_phases(const Conv2dShape& s, int64_t* packed_total);
+// (the backward-data's half of v2_computes_stats above)
+bool v2_computes_grad_sums(const ChannelGradSums* bn, bool tc_half, const std::vector<DataPhase>& phases);
 // The phase's weights as [ci][lda], k = (jr * kwp + jc) * co + c, written into packed + f.offset.
 void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor& w, Tensor& packed, cudaStream_t st);
 // The dx pixels no phase reaches: zeros (a memset of dx), or with a residual the residual's values (a copy of it).

@@ -810,14 +810,8 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.dst = y.data(), p.dst_h = int(oh), p.dst_w = int(ow);
   set_epilogue(p, e);
   p.out4 = out4_ok(p) ? 1 : 0;
-  // Batch norm's statistics in the epilogue: v2 (tensor cores, 16-bit) with a plain epilogue.
-  const bool plain = !p.bias && !p.scale && !p.shift && !p.residual && !p.relu;
-  if (e.stats && tc && !std::is_same_v<T, float> && plain && conv_epilogue_bn_stats() && p.npix > 0 && p.M > 0) {
-    const int64_t splits = 2 * ((int64_t(p.npix) + kPixTile - 1) / kPixTile);
-    *e.stats = ChannelStats{device_buffer(int64_t(p.M) * splits * 3, DType::f32, y.device(), stream), splits, y.data(),
-                            int64_t(p.npix)};
-    p.stats = e.stats->partial.data<float>();
-  }
+  if (v2_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and half pixel tile
+    p.stats = start_partials(*e.stats, p.M, 2 * ((int64_t(p.npix) + kPixTile - 1) / kPixTile), y, p.npix, stream);
   launch_nhwc_gemm<T>(p, tc, s.c_in % 8 == 0 && aligned16(x.data()), detail::native(stream));
 }
 
@@ -832,15 +826,11 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
   const cudaStream_t st = detail::native(stream);
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
-  // Batch norm's backward sums in v2's epilogue (not v3's): every dx pixel must go through it (a tap in every phase).
-  const bool every_pixel =
-      std::none_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; });
   int bn_split = 0;
-  if (bn && tc && !v3 && !std::is_same_v<T, float> && every_pixel && conv_epilogue_bn_stats()) {
+  if (v2_computes_grad_sums(bn, tc && !v3 && !std::is_same_v<T, float>, phases)) {  // per channel, phase, half tile
     int64_t splits = 0;
     for (const DataPhase& f : phases) splits += 2 * ((s.n * f.hp * f.wp + kPixTile - 1) / kPixTile);
-    bn->partial = device_buffer(s.c_in * splits * 2, DType::f32, dx.device(), stream);
-    bn->splits = splits, bn->of = dx.data(), bn->count = s.n * s.h * s.w, bn->masked = bn->y.defined();
+    start_partials(*bn, s.c_in, splits, dx, s.n * s.h * s.w, stream);
   }
   Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
   const T* pk = static_cast<const T*>(packed.data());
@@ -1012,7 +1002,7 @@ bool backward_filter_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, 
 // a v3 kernel (GEMM v3 or conv v3) ran.
 bool forward_with(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
                   const Stream& stream, ConvVariant variant, bool tc) {
-  if (e.stats) e.stats->clear();  // v2 sets them (Find's trials run here too)
+  if (e.stats) e.stats->clear_results();  // v2 sets them (Find's trials run here too)
   // y [P, co] = x [P, ci] w[co, ci]^T (+ bias in the GEMM's epilogue; the rest of a fused epilogue: conv kernels)
   const int64_t P = s.n * s.h * s.w;
   if (!e.scale && !e.shift && !e.residual && !e.relu &&
@@ -1155,7 +1145,7 @@ void conv2d_forward_nhwc(const Conv2dShape& s, const Tensor& x, const Tensor& w,
                          const Stream& stream, ConvVariant variant) {
   const bool tc = use_tensor_cores(variant, x.dtype(), "conv2d_forward");
   check_index_range("conv2d_forward", s);
-  if (e.stats) e.stats->clear();
+  if (e.stats) e.stats->clear_results();
   if (y.numel() == 0) return;
   const bool v3 = choose_v3(0, s, x.dtype(), y.dtype(), &e, nullptr, y, variant, stream, [&](bool c, Tensor& out) {
     return forward_with(c, s, x, w, e, out, stream, variant, tc);

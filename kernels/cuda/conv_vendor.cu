@@ -237,7 +237,7 @@ void check_cudnn_range(const Conv2dShape& s) {
 
 void conv2d_forward_vendor(const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
                            const Stream& stream, Layout layout) {
-  if (e.stats) e.stats->clear();  // cuDNN leaves batch norm's statistics to batch norm
+  if (e.stats) e.stats->clear_results();  // cuDNN leaves batch norm's statistics to batch norm
   if (y.numel() == 0) return;
   check_cudnn_range(s);
   Tensor packed;

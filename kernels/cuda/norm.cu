@@ -1136,7 +1136,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     const void* yp = rg.y;
     const void* dzp = rg.dz;
     // 1. per-block sums [c][splits][2], or the ones the kernel that wrote dy computed (`sums`: dy is then dz already)
-    const bool given = sums && sums->describe(dy, c) && sums->masked == (relu != nullptr);
+    const bool given = sums && sums->describe(dy, c) && sums->y.defined() == (relu != nullptr);
     Tensor partial;
     int splits = 0;
     int64_t count = 0;

@@ -81,7 +81,7 @@ void conv2d_forward_fused(const Tensor& x, const Tensor& w, const Conv2dEpilogue
     check_shape(op, name, *t, Shape{s.c_out});
   }
   if (e.residual) detail::check_residual(op, *e.residual, y, "y", st);
-  if (e.stats) e.stats->clear();  // the kernel that can sets them
+  if (e.stats) e.stats->clear_results();  // the kernel that can sets them
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda_forward(s, x, w, e, y, st, layout));
     return;

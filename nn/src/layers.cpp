@@ -79,7 +79,7 @@ Tensor Conv2d::forward(const Tensor& x) {
     kernels::conv2d_forward_fused(x, w, {.bias = b_id_ >= 0 ? &b : nullptr, .stats = &output_stats_}, y_, stride_,
                                   pad_, stream_, layout_);
   } else {
-    output_stats_.clear();
+    output_stats_.clear_results();
     kernels::conv2d_forward(x, w, b_id_ >= 0 ? &b : nullptr, y_, stride_, pad_, stream_, layout_);
   }
   return y_;
@@ -182,7 +182,7 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   // The convolution that wrote dy may have computed this layer's backward sums (and, with then_relu, written dz
   // into dy): Conv2d::feed_grad_sums_to.
   const kernels::ChannelGradSums* sums = grad_sums_from_ ? &grad_sums_from_->input_grad_sums() : nullptr;
-  if (sums && !(sums->describe(dy, c_) && sums->masked == then_relu_)) sums = nullptr;
+  if (sums && !(sums->describe(dy, c_) && sums->y.defined() == then_relu_)) sums = nullptr;
   if (then_relu_) {
     if (sums) {
       masked_grad_ = dy;

@@ -15,40 +15,31 @@
 
 namespace hpdt::kernels {
 
-struct ChannelStats {
-  // f32 [c * splits * 3]: split s of channel ch at (ch * splits + s) * 3 holds (count, mean, M2) of the values as
-  // stored (rounded to the tensor's dtype). Undefined: none were computed (the path that ran cannot).
+// What both hand over: per-channel partial results of W floats, f32 [c * splits * W] (split s of channel ch at
+// (ch * splits + s) * W), and the tensor they describe, by its data() and its values per channel, for which alone
+// a batch norm uses them. Undefined partial: none were computed (the path that ran cannot).
+template <int W>
+struct ChannelPartials {
   Tensor partial;
   int64_t splits = 0;
-  // The tensor they describe, by its data() and its values per channel: batch norm uses them for that tensor only.
   const void* of = nullptr;
   int64_t count = 0;
-  bool describe(const Tensor& x, int64_t channels) const {
-    return partial.defined() && of == x.data() && count * channels == x.numel() && splits > 0 &&
-           partial.numel() == channels * splits * 3;
+  bool describe(const Tensor& t, int64_t channels) const {
+    return partial.defined() && of == t.data() && count * channels == t.numel() && splits > 0 &&
+           partial.numel() == channels * splits * W;
   }
-  void clear() { *this = ChannelStats{}; }
+  void clear_results() { *this = ChannelPartials{}; }
 };
 
-struct ChannelGradSums {
-  // Asked for with the batch norm's input x, its fused output y (whose sign is the fused ReLU's mask; undefined: no
-  // ReLU) and its saved mean ([c] f32); the kernel then writes dz = (y > 0 ? g : 0) in place of the gradient g.
+// (count, mean, M2) of the values as stored (rounded to the tensor's dtype).
+struct ChannelStats : ChannelPartials<3> {};
+
+// Asked for with the batch norm's input x, its fused output y (whose sign is the fused ReLU's mask; undefined: no
+// ReLU) and its saved mean ([c] f32); the kernel then writes dz = (y > 0 ? g : 0) in place of the gradient g (g
+// itself without y), and the partials (sum dz, sum dz (x - mean)) of the values as stored. Where none were
+// computed, it wrote g unmasked.
+struct ChannelGradSums : ChannelPartials<2> {
   Tensor x, y, mean;
-  // Written: f32 [c * splits * 2], split s of channel ch at (ch * splits + s) * 2 holds (sum dz, sum dz (x - mean))
-  // of the values as stored. Undefined: none were computed (the path that ran cannot; it wrote g unmasked).
-  Tensor partial;
-  int64_t splits = 0;
-  const void* of = nullptr;  // data() of the gradient they sum, and its values per channel
-  int64_t count = 0;
-  bool masked = false;       // y was given: the gradient written is dz
-  bool describe(const Tensor& dz, int64_t channels) const {
-    return partial.defined() && of == dz.data() && count * channels == dz.numel() && splits > 0 &&
-           partial.numel() == channels * splits * 2;
-  }
-  void clear_results() {
-    partial = Tensor();
-    splits = 0, of = nullptr, count = 0, masked = false;
-  }
 };
 
 }  // namespace hpdt::kernels

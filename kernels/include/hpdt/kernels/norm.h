@@ -50,7 +50,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 // Training backward: dx overwritten; dgamma, dbeta accumulated (+=) from the local batch. With `relu`
 // (the forward fused a ReLU), dy is the gradient of the ReLU's output and relu->dz is written as well.
 // sums (optional): dy's sums from the kernel that wrote dy (channel_stats.h: a convolution's backward-data), used
-// (CUDA) where they describe dy and that kernel applied the ReLU's mask exactly when `relu` is given: dy then already
+// (CUDA) where they describe dy and that kernel applied the ReLU's mask (sums->y given) exactly when `relu` is given: dy then already
 // is dz, the reduce pass is skipped, and relu->dz is dy (a copy of it unless relu->dz is dy itself).
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync,
