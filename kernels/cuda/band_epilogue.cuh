@@ -20,6 +20,10 @@
 //      instruction cache after the first chunk.
 // Rows and columns outside C are dropped; a pair that is not whole inside C or not pairs_aligned goes through
 // epilogue_one element by element (a rare, rolled fallback).
+// Mode kBandStats (the plain epilogue, p.col_stats set; GEMM v3 and conv v3 only) also hands a batch norm the
+// statistics of C's columns, the channels of an NHWC activation (hpdt/kernels/channel_stats.h): each lane keeps
+// (count, mean, M2) of its two columns over its rows of the chunk, the values as stored, and the chunk's end merges
+// them over the warpgroup's 64 rows (sm90a/column_stats.cuh) into one partial per column and 64-row group.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,10 +51,19 @@ __device__ __forceinline__ uint32_t band_offset(int r, int cc) {
 }
 
 // The modes of the epilogue (band_epilogue's template parameter).
-enum : int { kBandPartial = 0, kBandPlain, kBandGeluErf, kBandGeluTanh, kBandGeluGradErf, kBandGeluGradTanh };
+enum : int {
+  kBandPartial = 0,
+  kBandPlain,
+  kBandGeluErf,
+  kBandGeluTanh,
+  kBandGeluGradErf,
+  kBandGeluGradTanh,
+  kBandStats
+};
 
 __host__ __device__ inline int band_mode(const Params& p) {
   if (p.partial) return kBandPartial;
+  if (p.col_stats && p.act == kActNone) return kBandStats;
   if (p.act == kActGelu) return p.gelu_tanh ? kBandGeluTanh : kBandGeluErf;
   if (p.act == kActGeluGrad) return p.gelu_tanh ? kBandGeluGradTanh : kBandGeluGradErf;
   return kBandPlain;
@@ -140,8 +153,36 @@ struct HalvesFrag {
 // at(c, r) -> int2{row, column} of chunk c's row r (0..15) and its first column (row >= p.M: a row outside C,
 // dropped), buf the warp's kBandBufBytes of shared memory, split the split-K part (kBandPartial). MODE must be
 // band_mode(p); TC is C's element type (float when p.c_f32).
-template <class TC, int MODE, int NCHUNKS, class Frag, class At>
-__device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, Frag& frag, At& at, unsigned char* buf) {
+// The moments of two columns over some rows (count shared: a row counts for both or neither), and Chan et al.'s
+// merge of two such summaries, a first (fixed order: the same bits every run).
+struct PairMoments {
+  float n = 0.0f, mean0 = 0.0f, m2_0 = 0.0f, mean1 = 0.0f, m2_1 = 0.0f;
+};
+__device__ __forceinline__ void merge_moment(float na, float& mean, float& m2, float nb, float mean_b, float m2_b) {
+  const float n = na + nb, delta = mean_b - mean, wb = nb / n;
+  mean += delta * wb;
+  m2 += m2_b + delta * delta * na * wb;
+}
+__device__ __forceinline__ PairMoments merge_moments(PairMoments a, const PairMoments& b) {
+  if (b.n == 0.0f) return a;
+  if (a.n == 0.0f) return b;
+  merge_moment(a.n, a.mean0, a.m2_0, b.n, b.mean0, b.m2_0);
+  merge_moment(a.n, a.mean1, a.m2_1, b.n, b.mean1, b.m2_1);
+  a.n += b.n;
+  return a;
+}
+
+// What band_epilogue does with the column statistics in mode kBandStats: nothing here (GEMM v2, and every caller
+// without the exchange of sm90a/column_stats.cuh, whose ColumnStats has kOn and finish_chunk).
+struct NoColumnStats {
+  static constexpr bool kOn = false;
+  template <int NCHUNKS, class At>
+  __device__ __forceinline__ void finish_chunk(const Params&, int, const PairMoments&, At&) const {}
+};
+
+template <class TC, int MODE, int NCHUNKS, class Frag, class At, class Stats = NoColumnStats>
+__device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, Frag& frag, At& at, unsigned char* buf,
+                                                   const Stats& stats = {}) {
   const int lane = int(threadIdx.x) & 31;
   const int half = lane >> 4, cc = 2 * (lane & 15);
   const bool pair_ok = MODE == kBandPartial ? (p.N & 1) == 0 : pairs_aligned<TC>(p);
@@ -150,6 +191,7 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
   for (int c = 0; c < NCHUNKS; ++c) {
     band_write_chunk<NCHUNKS>(buf, frag, c, lane);
     __syncwarp();
+    PairMoments moments;  // kBandStats: this lane's columns over its rows of the chunk, as stored
 #pragma unroll 1
     for (int rows0 = 0; rows0 < kBandRows; rows0 += 2 * kIters) {
       // The lane's pair in row rows0 + 2 it + half of the chunk, it = 0..kIters - 1: its value v[it], its row of C
@@ -236,6 +278,26 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
 #pragma unroll
         for (int it = 0; it < kIters; ++it)
           if (ok >> it & 1u) band_store_pair<TC>(C + off(it), v[it]);
+        if constexpr (MODE == kBandStats) {  // the step's rows (pairs only: the host asks with N even, pairs_aligned)
+          PairMoments step;
+          float r0[kIters], r1[kIters];
+#pragma unroll
+          for (int it = 0; it < kIters; ++it) {
+            r0[it] = to_f32(from_f32<TC>(v[it].x));  // the value stored (exact for f32)
+            r1[it] = to_f32(from_f32<TC>(v[it].y));
+            if (ok >> it & 1u) step.n += 1.0f, step.mean0 += r0[it], step.mean1 += r1[it];
+          }
+          if (step.n > 0.0f) {
+            step.mean0 /= step.n, step.mean1 /= step.n;
+#pragma unroll
+            for (int it = 0; it < kIters; ++it)
+              if (ok >> it & 1u) {
+                const float d0 = r0[it] - step.mean0, d1 = r1[it] - step.mean1;
+                step.m2_0 += d0 * d0, step.m2_1 += d1 * d1;
+              }
+            moments = merge_moments(moments, step);
+          }
+        }
         // the rest (a pair across C's last column, or C not pairs_aligned), element by element from the buffer
         if (one) {
           const float* raw = reinterpret_cast<const float*>(buf);
@@ -251,6 +313,7 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
         }
       }
     }
+    if constexpr (MODE == kBandStats) stats.template finish_chunk<NCHUNKS>(p, c, moments, at);
     __syncwarp();  // the buffer is read: the next chunk may overwrite it
   }
 }
@@ -258,26 +321,36 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
 // band_epilogue_mode in the mode p asks for, C in C's element type (T or, when p.c_f32, float); the split-K
 // partials are f32 whatever C is. (Functions forced inline all the way down, no lambda around a mode: a function
 // left out of line gets the accumulators through local memory.)
-template <class TC, int NCHUNKS, class Frag, class At>
-__device__ __forceinline__ void band_epilogue_typed(const Params& p, int mode, Frag& frag, At& at, unsigned char* buf) {
+template <class TC, int NCHUNKS, class Frag, class At, class Stats>
+__device__ __forceinline__ void band_epilogue_typed(const Params& p, int mode, Frag& frag, At& at, unsigned char* buf,
+                                                    const Stats& stats) {
   switch (mode) {
     case kBandGeluErf: band_epilogue_mode<TC, kBandGeluErf, NCHUNKS>(p, 0, frag, at, buf); break;
     case kBandGeluTanh: band_epilogue_mode<TC, kBandGeluTanh, NCHUNKS>(p, 0, frag, at, buf); break;
     case kBandGeluGradErf: band_epilogue_mode<TC, kBandGeluGradErf, NCHUNKS>(p, 0, frag, at, buf); break;
     case kBandGeluGradTanh: band_epilogue_mode<TC, kBandGeluGradTanh, NCHUNKS>(p, 0, frag, at, buf); break;
+    case kBandStats:
+      if constexpr (Stats::kOn) {
+        band_epilogue_mode<TC, kBandStats, NCHUNKS>(p, 0, frag, at, buf, stats);
+        break;
+      }
+      [[fallthrough]];
     default: band_epilogue_mode<TC, kBandPlain, NCHUNKS>(p, 0, frag, at, buf); break;
   }
 }
 
-template <class T, int NCHUNKS, class Frag, class At>
-__device__ __forceinline__ void band_epilogue(const Params& p, int split, Frag& frag, At& at, unsigned char* buf) {
+// stats: the column statistics' exchange (sm90a/column_stats.cuh: ColumnStats), for mode kBandStats; without it
+// (NoColumnStats) that mode runs as the plain one.
+template <class T, int NCHUNKS, class Frag, class At, class Stats = NoColumnStats>
+__device__ __forceinline__ void band_epilogue(const Params& p, int split, Frag& frag, At& at, unsigned char* buf,
+                                              const Stats& stats = {}) {
   const int mode = band_mode(p);
   if (mode == kBandPartial)
     band_epilogue_mode<float, kBandPartial, NCHUNKS>(p, split, frag, at, buf);
   else if (p.c_f32)
-    band_epilogue_typed<float, NCHUNKS>(p, mode, frag, at, buf);
+    band_epilogue_typed<float, NCHUNKS>(p, mode, frag, at, buf, stats);
   else
-    band_epilogue_typed<T, NCHUNKS>(p, mode, frag, at, buf);
+    band_epilogue_typed<T, NCHUNKS>(p, mode, frag, at, buf, stats);
 }
 
 }  // namespace hpdt::kernels::cuda::gemm_detail

@@ -21,6 +21,7 @@
 
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #include "band_epilogue.cuh"
 #include "conv_v3.cuh"
@@ -652,6 +653,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   HPDT_CHECK(C != nullptr && (K == 0 || alpha == 0.0f || (A != nullptr && B != nullptr)), "gemm: null matrix pointer");
   HPDT_CHECK(!(epi.gelu && epi.gelu_grad_input), "gemm: the epilogue's GELU and GELU gradient exclude each other");
   HPDT_CHECK(epi.gelu || !epi.pre_activation, "gemm: pre_activation is stored only with the epilogue's GELU");
+  if (epi.column_stats) epi.column_stats->clear_results();  // v3 sets them where it computes them
   const cudaStream_t s = detail::native(stream);
 
   Params p{};
@@ -703,6 +705,14 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 #if HPDT_HAVE_GEMM_WGMMA
   if (v == GemmVariant::v3_wgmma) {
+    const bool pairs = p.c_f32 ? gemm_detail::pairs_aligned<float>(p) : gemm_detail::pairs_aligned<bf16_t>(p);
+    if (epi.column_stats && !epi.has_activation() && N % 2 == 0 && pairs) {  // a partial per column, 64-row group
+      ChannelStats& st = *epi.column_stats;
+      p.stats_splits = int(2 * ((M + 127) / 128));
+      st.partial = Tensor::empty({N * p.stats_splits * 3}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
+      st.splits = p.stats_splits, st.of = C, st.count = M;
+      p.col_stats = st.partial.data<float>();
+    }
     gemm_detail::v3_launch(p, ab_type, c_type, stream);
     return;
   }

@@ -39,6 +39,11 @@ struct Params {
   int tiles_m, tiles_n;
   int kt_per_split;  // split-K: k tiles per split (of 32 in v2, of 64 in v3); the split: blockIdx.y (v1, v2), the work unit (v3)
   float* partial;    // split-K: [splits][M][N] f32 partial sums, or null
+  // Batch norm's statistics of C's columns (GemmEpilogue::column_stats; GEMM v3 and conv v3, the plain epilogue
+  // without split-K, band_epilogue.cuh's kBandStats): partials [N][stats_splits][3], (count, mean, M2) of column n's
+  // stored values in each 64-row group of a tile, at split 2 tm + the group; null: none.
+  float* col_stats;
+  int stats_splits;
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.

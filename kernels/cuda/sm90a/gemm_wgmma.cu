@@ -20,7 +20,8 @@
 //     f32 partials summed in split order by gemm.cu's splitk_reduce.
 //   - MN-major operands (A transposed, B not) arrive as 64 x 64 boxes read with wgmma's transpose bits.
 //   - The epilogue (bias, residual, GELU or its gradient, split-K partials): band_epilogue.cuh, each warp's 16 rows
-//     through a 2 KiB shared-memory buffer, row-contiguous stores.
+//     through a 2 KiB shared-memory buffer, row-contiguous stores; asked (GemmEpilogue::column_stats), batch norm's
+//     statistics of C's columns too (column_stats.cuh).
 // The building blocks (mbarriers, TMA, wgmma, the tile configurations and their choice, the pipelines) and the shared
 // memory layouts are in wgmma.cuh, shared with conv_wgmma.cu.
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "band_epilogue.cuh"
+#include "column_stats.cuh"
 #include "find.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
@@ -79,11 +81,13 @@ __device__ __forceinline__ void issue_stage(const CUtensorMap* map_a, const CUte
   }
 }
 
-// The epilogue's shared memory (band_epilogue.cuh): a 2 KiB buffer for each of the 8 consumer warps.
-constexpr uint32_t kStagingBytes = 8 * kBandBufBytes;
+// The epilogue's shared memory (band_epilogue.cuh): a 2 KiB buffer for each of the 8 consumer warps, then the
+// column statistics' exchange of the two consumer warpgroups (column_stats.cuh).
+constexpr uint32_t kStagingBytes = 8 * kBandBufBytes + 2 * kColumnStatsBytes;
 
-// GEMM v3's shared memory: the stages, 1 KiB for their barriers, the epilogue's buffers, and 1 KiB to align the
-// first stage (the 128-byte swizzle repeats every 1024 bytes).
+// GEMM v3's shared memory: the stages, 1 KiB for their barriers (the pipeline's from its start, the column
+// statistics' two at 512), the epilogue's buffers, and 1 KiB to align the first stage (the 128-byte swizzle repeats
+// every 1024 bytes).
 template <class C>
 constexpr int kGemmSmem = C::STAGES * C::kStageBytes + 1024 + int(kStagingBytes) + 1024;
 static_assert(kGemmSmem<Wide> <= 227 * 1024 && kGemmSmem<Narrow> <= 227 * 1024 && kGemmSmem<Slim> <= 227 * 1024,
@@ -91,6 +95,17 @@ static_assert(kGemmSmem<Wide> <= 227 * 1024 && kGemmSmem<Narrow> <= 227 * 1024 &
 template <class C>
 __device__ __forceinline__ uint32_t staging_of(uint32_t base) {
   return base + uint32_t(C::STAGES * C::kStageBytes) + 1024u;
+}
+template <class C>
+__device__ __forceinline__ uint32_t stats_bars_of(uint32_t base) {
+  static_assert(16 * C::STAGES + 16 <= 512, "the pipelines' barriers end before the column statistics' ones");
+  return base + uint32_t(C::STAGES * C::kStageBytes) + 512u;
+}
+// Consumer warpgroup wg's column statistics exchange (column_stats.cuh), chunk 0's rows in split split0.
+template <class C>
+__device__ __forceinline__ ColumnStats stats_exchange(unsigned char* staging, uint32_t base, int wg, int split0,
+                                                      int group_chunks) {
+  return column_stats_of(staging + 8 * kBandBufBytes, stats_bars_of<C>(base), wg, split0, group_chunks);
 }
 
 // The epilogue of 64 x BN accumulators of tile (tm, tn), rows 64 half.. of it, split `split` of its k range, by
@@ -100,7 +115,7 @@ __device__ __forceinline__ uint32_t staging_of(uint32_t base) {
 // 8 j + 2 (lane % 4) + e of row + 8 h, the mma C fragment band_epilogue takes.
 template <class T, class C>
 __device__ __forceinline__ void store_rows(const Params& p, float (&d)[C::BN / 2], int tm, int tn, int split, int half,
-                                           int wg, unsigned char* staging) {
+                                           int wg, unsigned char* staging, uint32_t base) {
   const int warp = (int(threadIdx.x) % 128) / 32;
   const int row0 = tm * kBM + half * 64 + warp * 16, col0 = tn * C::BN;
   auto frag = [&](auto J) {
@@ -108,7 +123,8 @@ __device__ __forceinline__ void store_rows(const Params& p, float (&d)[C::BN / 2
     return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
   };
   auto at = [&](int c, int r) { return make_int2(row0 + r, col0 + c * kChunkCols); };
-  band_epilogue<T, C::BN / kChunkCols>(p, split, frag, at, staging + (wg * 4 + warp) * kBandBufBytes);
+  band_epilogue<T, C::BN / kChunkCols>(p, split, frag, at, staging + (wg * 4 + warp) * kBandBufBytes,
+                                       stats_exchange<C>(staging, base, wg, 2 * tm + half, C::BN / kChunkCols));
 }
 
 // Work unit u (wgmma.cuh's pipelines): split u / tiles of output tile u % tiles, tiles = tiles_m * tiles_n; its
@@ -134,8 +150,9 @@ struct StoreTile {
   const Params& p;
   float (&d)[C::BN / 2];
   unsigned char* staging;
+  uint32_t base;
   __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
-    store_rows<T, C>(p, d, w.tm, w.tn, w.split, wg, wg, staging);
+    store_rows<T, C>(p, d, w.tm, w.tn, w.split, wg, wg, staging, base);
   }
 };
 
@@ -148,6 +165,7 @@ struct StoreWholeTile {
   float (&d0)[C::BN / 2];
   float (&d1)[C::BN / 2];
   unsigned char* staging;
+  uint32_t base;
   __device__ __forceinline__ void operator()(const Unit& w, int cw) const {
     constexpr int kHalfChunks = C::BN / kChunkCols;
     const int warp = (int(threadIdx.x) % 128) / 32;
@@ -157,7 +175,8 @@ struct StoreWholeTile {
       const int half = c / kHalfChunks;
       return make_int2(row0 + half * 64 + r, col0 + (c - half * kHalfChunks) * kChunkCols);
     };
-    band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, staging + (cw * 4 + warp) * kBandBufBytes);
+    band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, staging + (cw * 4 + warp) * kBandBufBytes,
+                                      stats_exchange<C>(staging, base, cw, 2 * w.tm, kHalfChunks));
   }
 };
 
@@ -170,13 +189,14 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
+  init_column_stats(stats_bars_of<C>(base));
   float d[C::BN / 2];
   run_pipeline<T, C, WS, IN_FLIGHT, A_MN, B_MN>(
       d, base, units, [&](int u) { return unit_of(p, u); },
       [&](const Unit& w, int kt, uint32_t stage, uint32_t bar) {
         issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, w.tm, w.tn, w.kt0 + kt);
       },
-      StoreTile<T, C>{p, d, staging});
+      StoreTile<T, C>{p, d, staging, base});
 }
 
 // GEMM v3 on the pingpong pipeline (wgmma.cuh: pingpong_pipeline): persistent, each consumer warpgroup a whole
@@ -190,13 +210,14 @@ __global__ void __launch_bounds__(kWsThreads<C>, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
+  init_column_stats(stats_bars_of<C>(base));
   float d0[C::BN / 2], d1[C::BN / 2];
   pingpong_pipeline<T, C, A_MN, B_MN>(
       d0, d1, base, units, [&](int u) { return unit_of(p, u); },
       [&](const Unit& w, int kt, uint32_t stage, uint32_t bar) {
         issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, w.tm, w.tn, w.kt0 + kt);
       },
-      StoreWholeTile<T, C>{p, d0, d1, staging});
+      StoreWholeTile<T, C>{p, d0, d1, staging, base});
 }
 
 // A row-major matrix [rows][cols] (row stride ld elements) as a TMA map of box_rows x 64 boxes (64 values of a
@@ -263,10 +284,12 @@ void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const St
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
   // Split-K in whole waves (one block per SM): >= 4 k tiles (256 k) per split. The weight-gradient GEMMs of
-  // ViT-B/16 (K = 12,608) have 36-144 tiles.
+  // ViT-B/16 (K = 12,608) have 36-144 tiles. None with the column statistics (computed from the final values).
+  HPDT_CHECK(!p.col_stats || p.stats_splits == 2 * p.tiles_m, "gemm v3: column statistics for ", p.stats_splits,
+             " row groups, the tiles have ", 2 * p.tiles_m);
   Tensor partial;
-  const int splits = plan_split_k(p, (p.K + kBK - 1) / kBK, detail::sm_count(device), 2.0 * kBM * C::BN * kBK, 4, 16,
-                                  detail::kWgmmaFlops, stream, partial);
+  const int splits = plan_split_k(p, (p.K + kBK - 1) / kBK, detail::sm_count(device), 2.0 * kBM * C::BN * kBK, 4,
+                                  p.col_stats ? 1 : 16, detail::kWgmmaFlops, stream, partial);
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
   if (p.a_kmajor && p.b_kmajor)
@@ -323,6 +346,7 @@ std::string describe_call(const Params& p, DType ab_type, DType c_type) {
   if (p.res) s += " residual";
   if (p.act == kActGelu) s += p.gelu_tanh ? " gelu(tanh)" : " gelu(erf)";
   if (p.act == kActGeluGrad) s += p.gelu_tanh ? " gelu_grad(tanh)" : " gelu_grad(erf)";
+  if (p.col_stats) s += " column-stats";
   return s;
 }
 

@@ -38,6 +38,10 @@
 #include "hpdt/core/stream.h"
 #include "hpdt/kernels/cpu/activation.h"  // GeluForm
 
+namespace hpdt::kernels {
+struct ChannelStats;  // hpdt/kernels/channel_stats.h
+}
+
 namespace hpdt::kernels::cuda {
 
 enum class GemmVariant { automatic, v1_simt, v2_mma, v3_wgmma, vendor };
@@ -61,6 +65,11 @@ struct GemmEpilogue {
   void* pre_activation = nullptr;
   const void* gelu_grad_input = nullptr;
   GeluForm gelu_form = GeluForm::erf;
+  // Batch norm's statistics of C's columns, for the batch norm after an NHWC 1x1 convolution run as this GEMM (the
+  // columns are its channels): the (count, mean, M2) of each column's stored values as partials over 64-row groups
+  // (channel_stats.h). Computed by v3 where the epilogue is otherwise plain (no GELU), N is even and C pair-aligned
+  // (split-K then off); every other path clears them, and the batch norm runs its own pass.
+  ChannelStats* column_stats = nullptr;
   bool has_activation() const { return gelu || gelu_grad_input != nullptr; }
 };
 
