@@ -1010,7 +1010,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.residual = e.residual ? e.residual->data() : nullptr;
   p.relu = e.relu ? 1 : 0;
   p.out4 = out4_ok(p) ? 1 : 0;
-  if (v2_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and pixel tile
+  if (epilogue_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and pixel tile
     p.stats = start_partials(*e.stats, p.M, (int64_t(p.npix) + kBN - 1) / kBN, y, p.npix, stream);
   launch_gemm<T>(p, tc, gather_mode(p, one_tap && s.stride == 1 && s.pad == 0), st);
 }
@@ -1202,7 +1202,7 @@ bool conv_epilogue_bn_stats() {
   return false;
 }
 
-bool v2_computes_stats(const Conv2dEpilogue& e, bool tc_half) {
+bool epilogue_computes_stats(const Conv2dEpilogue& e, bool tc_half) {
   return e.stats && tc_half && !e.bias && !e.scale && !e.shift && !e.residual && !e.relu && conv_epilogue_bn_stats();
 }
 

@@ -810,7 +810,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.dst = y.data(), p.dst_h = int(oh), p.dst_w = int(ow);
   set_epilogue(p, e);
   p.out4 = out4_ok(p) ? 1 : 0;
-  if (v2_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and half pixel tile
+  if (epilogue_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and half pixel tile
     p.stats = start_partials(*e.stats, p.M, 2 * ((int64_t(p.npix) + kPixTile - 1) / kPixTile), y, p.npix, stream);
   launch_nhwc_gemm<T>(p, tc, s.c_in % 8 == 0 && aligned16(x.data()), detail::native(stream));
 }
@@ -965,6 +965,7 @@ bool forward_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, const Te
   c.oy0 = c.ox0 = int(-s.pad), c.tsign = 1, c.kh = int(s.kh), c.kw = int(s.kw);
   c.dst = y.data(), c.dst_h = c.hp, c.dst_w = c.wp;
   c.bias = e.bias ? e.bias->data() : nullptr, c.residual = e.residual ? e.residual->data() : nullptr;
+  if (epilogue_computes_stats(e, true)) c.stats = e.stats, c.dst_tensor = &y;
   if (!conv_v3_can_take(c, x.dtype(), stream)) return false;
   Tensor packed;
   int64_t lda = 0;
@@ -1002,13 +1003,16 @@ bool backward_filter_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, 
 // a v3 kernel (GEMM v3 or conv v3) ran.
 bool forward_with(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
                   const Stream& stream, ConvVariant variant, bool tc) {
-  if (e.stats) e.stats->clear_results();  // v2 sets them (Find's trials run here too)
+  if (e.stats) e.stats->clear_results();  // v2, conv v3 and GEMM v3 set them (Find's trials run here too)
   // y [P, co] = x [P, ci] w[co, ci]^T (+ bias in the GEMM's epilogue; the rest of a fused epilogue: conv kernels)
   const int64_t P = s.n * s.h * s.w;
   if (!e.scale && !e.shift && !e.residual && !e.relu &&
       one_by_one_on_gemm_v3(v3, s, variant, false, true, x.data(), s.c_in, w.data(), s.c_in, x.dtype(), stream)) {
+    GemmEpilogue ge;
+    ge.bias = e.bias ? e.bias->data() : nullptr;
+    if (epilogue_computes_stats(e, true)) ge.column_stats = e.stats;  // y's channels are the GEMM's columns
     gemm(false, true, P, s.c_out, s.c_in, 1.0f, x.data(), s.c_in, w.data(), s.c_in, 0.0f, y.data(), s.c_out,
-         x.dtype(), y.dtype(), GemmEpilogue{.bias = e.bias ? e.bias->data() : nullptr}, stream, GemmVariant::v3_wgmma);
+         x.dtype(), y.dtype(), ge, stream, GemmVariant::v3_wgmma);
     return true;
   }
   if (forward_on_conv_v3(v3, s, x, w, e, y, variant, stream)) return true;
@@ -1123,7 +1127,7 @@ FindKey find_key(int direction, const Conv2dShape& s, DType in, DType out, const
   k.pad = s.pad, k.in = in, k.out = out;
   if (e)
     k.epilogue = (e->bias ? 1 : 0) | (e->scale ? 2 : 0) | (e->shift ? 4 : 0) | (e->residual ? 8 : 0) |
-                 (e->relu ? 16 : 0) | (e->stats ? 32 : 0);  // v2 computes the statistics, v3 leaves them to the BN
+                 (e->relu ? 16 : 0) | (e->stats ? 32 : 0);  // both compute the statistics, each at its own cost
   if (residual) k.epilogue |= 8;
   return k;
 }

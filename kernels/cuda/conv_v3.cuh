@@ -9,6 +9,8 @@
 
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
+#include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/cuda/gemm.h"
 
 namespace hpdt::kernels::cuda::conv_detail {
@@ -31,6 +33,10 @@ struct ConvV3 {
   int dst_h = 0, dst_w = 0, dys = 1, dy0 = 0, dxs = 1, dx0 = 0;
   const void* bias = nullptr;      // [M], dst's dtype, or null
   const void* residual = nullptr;  // dst's shape and dtype, or null
+  // Batch norm's statistics of dst's channels over the pixel grid (dst a dense [n][hp][wp][M] tensor: a forward),
+  // described by `dst_tensor` (sm90a/column_stats.cuh); null: none. conv_v3_launch fills it.
+  ChannelStats* stats = nullptr;
+  const Tensor* dst_tensor = nullptr;
 };
 
 // Whether conv_v3_launch takes `c` on this stream: a build with the sm_90a kernels, a compute capability 9.0

@@ -15,7 +15,9 @@
 // loaded), the same rows in shared memory. B's k tile is the weights' [M][64] slice, as in GEMM v3. No gather,
 // no im2col buffer, no index math in the k loop beyond the tap's coordinates.
 // The epilogue maps each accumulator row back to its pixel and stores through band_epilogue.cuh (bias and residual
-// as GEMM v3); rows of the box outside the pixel grid are computed and dropped.
+// as GEMM v3); rows of the box outside the pixel grid are computed and dropped. Asked (ConvV3::stats), the forward's
+// epilogue also computes the batch norm's statistics of its output channels (column_stats.cuh), a partial per
+// channel and 64-row half of a pixel box (its real pixels).
 // Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
 // 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Tile N: 64 output channels when M <= 64 (ResNet's
 // 64-channel 3 x 3 convolutions), else 128, or 256 by whole waves (wgmma.cuh: v3_tile). No split-K: k is at
@@ -43,6 +45,7 @@
 #include "conv_common.cuh"
 #include "conv_v3.cuh"
 #include "band_epilogue.cuh"
+#include "column_stats.cuh"
 #include "find.cuh"
 #include "gemm_common.cuh"
 #include "launch.cuh"
@@ -90,13 +93,13 @@ struct PixelTiles {
 };
 
 // The forward / backward-data kernel's shared memory: the stages (C::kSmem), kConvBarBytes for their barriers (two a
-// stage, and the pingpong pipeline's two turns), then the epilogue's buffers (band_epilogue.cuh: 2 KiB for each of
-// the 8 consumer warps).
-constexpr uint32_t kConvBarBytes = 256;
+// stage, and the pingpong pipeline's two turns; the column statistics' two at kConvStatsBars), then the epilogue's
+// buffers (band_epilogue.cuh: 2 KiB for each of the 8 consumer warps) and the column statistics' exchange.
+constexpr uint32_t kConvBarBytes = 256, kConvStatsBars = 240;
 template <class C>
-constexpr int kConvSmem = C::kSmem + int(kConvBarBytes) + 8 * gemm_detail::kBandBufBytes;
+constexpr int kConvSmem = C::kSmem + int(kConvBarBytes) + 8 * gemm_detail::kBandBufBytes + 2 * int(kColumnStatsBytes);
 static_assert(kConvSmem<Wide> <= 227 * 1024 && kConvSmem<Narrow> <= 227 * 1024 && kConvSmem<Slim> <= 227 * 1024 &&
-                  16 * Slim::STAGES + 16 <= int(kConvBarBytes),
+                  16 * Slim::STAGES + 16 <= int(kConvStatsBars) && kConvStatsBars + 16 <= kConvBarBytes,
               "an H100 block has 227 KiB; the barriers fit before the buffers");
 
 // Row m (0..127) of a pixel tile whose box starts at image img0, row py0, column px0 -> its row of dst: pixel
@@ -112,8 +115,9 @@ __device__ __forceinline__ int pixel_row(const Params& p, const PixelTiles& q, i
 // Warpgroup wg's 64 x BN accumulators (the D fragment as in gemm_wgmma.cu's store_rows), rows 64 wg.. of the tile,
 // to their pixels' rows of dst (pixel_row) through band_epilogue.
 template <class T, class C>
-__device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, float (&d)[C::BN / 2], int img0,
-                                             int py0, int px0, int tn, int wg, unsigned char* staging) {
+__device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, float (&d)[C::BN / 2], int tm,
+                                             int img0, int py0, int px0, int tn, int wg, unsigned char* staging,
+                                             uint32_t stats_bars) {
   const int warp = (int(threadIdx.x) % 128) / 32;
   const int m0 = wg * 64 + warp * 16;
   auto frag = [&](auto J) {
@@ -123,8 +127,10 @@ __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& 
   auto at = [&](int c, int r) {
     return make_int2(pixel_row(p, q, img0, py0, px0, m0 + r), tn * C::BN + c * gemm_detail::kChunkCols);
   };
-  gemm_detail::band_epilogue<T, C::BN / gemm_detail::kChunkCols>(p, 0, frag, at,
-                                                                 staging + (wg * 4 + warp) * gemm_detail::kBandBufBytes);
+  constexpr int kChunks = C::BN / gemm_detail::kChunkCols;
+  gemm_detail::band_epilogue<T, kChunks>(
+      p, 0, frag, at, staging + (wg * 4 + warp) * gemm_detail::kBandBufBytes,
+      column_stats_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, wg, 2 * tm + wg, kChunks));
 }
 
 // The forward's `store` step (a functor whose operator() is forced inline: a lambda around the epilogue was left a
@@ -135,9 +141,10 @@ struct StorePixels {
   const PixelTiles& q;
   float (&d)[C::BN / 2];
   unsigned char* staging;
+  uint32_t stats_bars;
   template <class Tile>
   __device__ __forceinline__ void operator()(const Tile& t, int wg) const {
-    store_pixels<T, C>(p, q, d, t.img0, t.py0, t.px0, t.tn, wg, staging);
+    store_pixels<T, C>(p, q, d, t.tm, t.img0, t.py0, t.px0, t.tn, wg, staging, stats_bars);
   }
 };
 
@@ -150,6 +157,7 @@ struct StorePixelsWhole {
   float (&d0)[C::BN / 2];
   float (&d1)[C::BN / 2];
   unsigned char* staging;
+  uint32_t stats_bars;
   template <class Tile>
   __device__ __forceinline__ void operator()(const Tile& t, int cw) const {
     constexpr int kHalfChunks = C::BN / gemm_detail::kChunkCols;
@@ -160,22 +168,22 @@ struct StorePixelsWhole {
       return make_int2(pixel_row(p, q, t.img0, t.py0, t.px0, half * 64 + warp * 16 + r),
                        t.tn * C::BN + (c - half * kHalfChunks) * gemm_detail::kChunkCols);
     };
-    gemm_detail::band_epilogue<T, 2 * kHalfChunks>(p, 0, frag, at,
-                                                   staging + (cw * 4 + warp) * gemm_detail::kBandBufBytes);
+    gemm_detail::band_epilogue<T, 2 * kHalfChunks>(
+        p, 0, frag, at, staging + (cw * 4 + warp) * gemm_detail::kBandBufBytes,
+        column_stats_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
   }
 };
 
 // Output tile u (wgmma.cuh's work unit): its N tile, the first image, row and column of its pixel box, and its k
 // tiles (all of K).
 struct PixelTile {
-  int tn, img0, py0, px0, kt_count;
+  int tm, tn, img0, py0, px0, kt_count;
 };
 __device__ __forceinline__ PixelTile pixel_tile(const Params& p, const PixelTiles& q, int u) {
   PixelTile t;
   t.kt_count = p.K / kBK;
-  int tm;
-  gemm_detail::tile_coords(u, p.tiles_m, p.tiles_n, tm, t.tn);
-  box_origin(q.box, tm, t.img0, t.py0, t.px0);
+  gemm_detail::tile_coords(u, p.tiles_m, p.tiles_n, t.tm, t.tn);
+  box_origin(q.box, t.tm, t.img0, t.py0, t.px0);
   return t;
 }
 
@@ -205,13 +213,15 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   unsigned char* staging = conv_staging<C>(smem_raw, base);
+  const uint32_t stats_bars = base + uint32_t(C::STAGES * C::kStageBytes) + kConvStatsBars;
+  init_column_stats(stats_bars);
   float d[C::BN / 2];
   run_pipeline<T, C, WS, 1, false, false>(
       d, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); },
       [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
         issue_pixels<C>(&map_src, &map_w, q, t, kt, stage, bar);
       },
-      StorePixels<T, C>{p, q, d, staging});
+      StorePixels<T, C>{p, q, d, staging, stats_bars});
 }
 
 // conv v3 forward / backward-data on the pingpong pipeline (wgmma.cuh: pingpong_pipeline): each consumer warpgroup a
@@ -224,13 +234,15 @@ __global__ void __launch_bounds__(kWsThreads<C>, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   unsigned char* staging = conv_staging<C>(smem_raw, base);
+  const uint32_t stats_bars = base + uint32_t(C::STAGES * C::kStageBytes) + kConvStatsBars;
+  init_column_stats(stats_bars);
   float d0[C::BN / 2], d1[C::BN / 2];
   pingpong_pipeline<T, C, false, false>(
       d0, d1, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); },
       [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
         issue_pixels<C>(&map_src, &map_w, q, t, kt, stage, bar);
       },
-      StorePixelsWhole<T, C>{p, q, d0, d1, staging});
+      StorePixelsWhole<T, C>{p, q, d0, d1, staging, stats_bars});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -435,7 +447,7 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
 
 // A call, as far as its plan's speed goes: its kind (0 forward or backward-data phase, 1 backward-filter), device,
 // dtype, the pins of HPDT_GEMM_V3_PIPELINE / _TILE, and every field of ConvV3 / ConvV3Wgrad that shapes the work.
-using FindKey = std::array<int64_t, 27>;
+using FindKey = std::array<int64_t, 28>;
 
 // The process's plans and their reports, which cuda::gemm_v3_found() lists after GEMM v3's.
 find::Choices<FindKey, V3Plan, GemmV3Found>& found_plans() {
@@ -548,6 +560,13 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.bias = c.bias, p.res = c.residual;
   p.tiles_m = int(boxes);
   p.kt_per_split = p.K / kBK;
+  if (c.stats) {  // a partial per channel and 64-row half of a box; its real pixels are n hp wp
+    p.stats_splits = int(2 * boxes);
+    HPDT_CHECK(c.dst_tensor && c.dst_tensor->data() == c.dst && c.dst_h == c.hp && c.dst_w == c.wp && c.dys == 1 &&
+                   c.dxs == 1 && c.dy0 == 0 && c.dx0 == 0,
+               "conv v3: batch-norm statistics need dst as the whole dense output (a forward)");
+    p.col_stats = start_partials(*c.stats, c.M, p.stats_splits, *c.dst_tensor, int64_t(c.n) * c.hp * c.wp, stream);
+  }
   const auto launch_plan = [&](const V3Plan& plan, void* dst) {
     Params pp = p;
     pp.C = dst;
@@ -567,12 +586,13 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
     const V3Pins pins = v3_pins();
     const FindKey key{0, stream.device().index, int64_t(dt), pins.pipeline, pins.tile, c.M, c.ldw, c.C, c.hs, c.ws,
                       c.n, c.hp, c.wp, c.stride, c.oy0, c.ox0, c.tsign, c.kh, c.kw, c.dst_h, c.dst_w, c.dys, c.dy0,
-                      c.dxs, c.dx0, c.bias != nullptr, c.residual != nullptr};
+                      c.dxs, c.dx0, c.bias != nullptr, c.residual != nullptr, c.stats != nullptr};
     const auto describe = [&] {
       std::ostringstream call;
       call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " "
            << c.C << "->" << c.M << " " << c.n << "x" << c.hs << "x" << c.ws << " -> " << c.hp << "x" << c.wp << " "
-           << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "");
+           << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "")
+           << (c.stats ? " bn-stats" : "");
       return call.str();
     };
     Tensor scratch;
