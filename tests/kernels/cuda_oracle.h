@@ -51,6 +51,18 @@ struct Tolerance {
   double rtol = 0, atol = 0;
 };
 
+// (count, mean, M2) and Chan et al.'s pairwise merge, in double: the oracle of the batch-norm partials kernels hand
+// over (kernels::ChannelStats).
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+};
+inline Moments merge(Moments a, Moments b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const double n = a.n + b.n, d = b.mean - a.mean;
+  return {n, a.mean + d * b.n / n, a.m2 + b.m2 + d * d * a.n * b.n / n};
+}
+
 // Storage rounding of one element (f32: 0; bf16: 2^-8; f16: 2^-11) plus room for the f32
 // accumulation-order differences between the CPU and GPU. Ops that sum long rows widen these.
 inline Tolerance default_tolerance(DType dt) {

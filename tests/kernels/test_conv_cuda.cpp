@@ -612,15 +612,31 @@ TEST_F(ConvCuda, V2VectorEpilogueGivesTheScalarBits) {
 
 // ---- batch norm's statistics from v2's forward epilogue ------------------------------------------------------
 
-// (count, mean, M2), merged by Chan's formula in double.
-struct Moments {
-  double n = 0, mean = 0, m2 = 0;
-};
-Moments merge(Moments a, Moments b) {
-  if (b.n == 0) return a;
-  if (a.n == 0) return b;
-  const double n = a.n + b.n, d = b.mean - a.mean;
-  return {n, a.mean + d * b.n / n, a.m2 + b.m2 + d * d * a.n * b.n / n};
+// Batch-norm partials (kernels::ChannelStats) against y as stored (host f32, `count` pixels of `plane` per image,
+// in double): they merge to each channel's count exactly, its mean and variance closely.
+void expect_statistics_of(const kernels::ChannelStats& st, const Tensor& yc, const Tensor& part, bool nhwc, int64_t c,
+                          int64_t count, int64_t plane) {
+  const float* pp = part.data<float>();
+  for (int64_t ch = 0; ch < c; ++ch) {
+    test::Moments got, want;
+    for (int64_t k = 0; k < st.splits; ++k) {
+      const float* q = pp + (ch * st.splits + k) * 3;
+      got = test::merge(got, {q[0], q[1], q[2]});
+    }
+    const auto at = [&](int64_t i) {
+      const int64_t img = i / plane, px = i % plane;
+      return yc.data<float>()[nhwc ? i * c + ch : (img * c + ch) * plane + px];
+    };
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < count; ++i) sum += at(i);
+    want.n = double(count), want.mean = sum / double(count);
+    for (int64_t i = 0; i < count; ++i) sq += (at(i) - want.mean) * (at(i) - want.mean);
+    want.m2 = sq;
+    ASSERT_EQ(got.n, want.n) << "channel " << ch << ": counts";
+    const double sd = std::sqrt(want.m2 / want.n);
+    EXPECT_NEAR(got.mean, want.mean, 1e-5 * (std::abs(want.mean) + sd) + 1e-7) << "channel " << ch << ": mean";
+    EXPECT_NEAR(got.m2 / got.n, want.m2 / want.n, 1e-4 * want.m2 / want.n + 1e-7) << "channel " << ch << ": var";
+  }
 }
 
 // v2's forward epilogue hands batch norm the per-channel partials of y as stored (kernels::ChannelStats): they merge
@@ -653,30 +669,7 @@ TEST_F(ConvCuda, BatchNormStatisticsFromTheEpilogue) {
         // They merge to y's statistics (y as stored, in double): the counts exactly, mean and variance closely.
         const Tensor yc = to_cpu_f32(y), part = st.partial.to(Device::cpu(), stream);
         stream.synchronize();
-        const float* pp = part.data<float>();
-        for (int64_t ch = 0; ch < c; ++ch) {
-          Moments got, want;
-          for (int64_t k = 0; k < st.splits; ++k) {
-            const float* q = pp + (ch * st.splits + k) * 3;
-            got = merge(got, {q[0], q[1], q[2]});
-          }
-          double sum = 0, sq = 0;
-          for (int64_t i = 0; i < count; ++i) {
-            const int64_t img = i / plane, px = i % plane;
-            sum += yc.data<float>()[nhwc ? i * c + ch : (img * c + ch) * plane + px];
-          }
-          want.n = double(count), want.mean = sum / double(count);
-          for (int64_t i = 0; i < count; ++i) {
-            const int64_t img = i / plane, px = i % plane;
-            const double d = yc.data<float>()[nhwc ? i * c + ch : (img * c + ch) * plane + px] - want.mean;
-            sq += d * d;
-          }
-          want.m2 = sq;
-          ASSERT_EQ(got.n, want.n) << "channel " << ch << ": counts";
-          const double sd = std::sqrt(want.m2 / want.n);
-          EXPECT_NEAR(got.mean, want.mean, 1e-5 * (std::abs(want.mean) + sd) + 1e-7) << "channel " << ch << ": mean";
-          EXPECT_NEAR(got.m2 / got.n, want.m2 / want.n, 1e-4 * want.m2 / want.n + 1e-7) << "channel " << ch << ": var";
-        }
+        expect_statistics_of(st, yc, part, nhwc, c, count, plane);
 
         // Batch norm given them: its own pass's statistics and output, and the CPU oracle's statistics.
         const Tensor g = random({c}, 0.5f, 1.5f), b = random({c}, -0.5f, 0.5f);
@@ -1230,6 +1223,77 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
 #endif
 
 #if HPDT_HAVE_CUDA
+// Under --conv v3, the NHWC forwards that run on conv v3 (3x3, strided) and on GEMM v3 (1x1) hand batch norm y's
+// statistics too (sm90a/column_stats.cuh): they describe y, merge to its statistics (counts exactly: the box rows
+// outside the pixel grid are not counted), and batch norm given them matches its own pass; in every pipeline (the
+// persistent ones on 3 blocks, several tiles each). With a bias (not a batch norm's convolution) they are cleared.
+TEST_F(ConvCuda, BatchNormStatisticsFromConvV3AndGemmV3) {
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  const kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
+  const auto auto_v = kernels::cuda::ConvVariant::automatic;
+  struct StatsCase {
+    const char* name;
+    Conv2dShape s;
+    const char* kernel;  // the launch that must run it
+  };
+  const StatsCase cases[] = {{"3x3 64->64 at 9x9", {2, 64, 9, 9, 64, 3, 3, 1, 1}, "conv_v3"},
+                             {"3x3 s2 64->128 at 11x9", {2, 64, 11, 9, 128, 3, 3, 2, 1}, "conv_v3"},
+                             {"3x3 128->192 at 6x7", {3, 128, 6, 7, 192, 3, 3, 1, 1}, "conv_v3"},
+                             {"1x1 64->256 at 10x13", {2, 64, 10, 13, 256, 1, 1, 1, 0}, "gemm_v3"}};
+  for (const char* pipeline : {"barrier", "ws", "pingpong"})
+    for (const StatsCase& k : cases) {
+      const Conv2dShape& s = k.s;
+      SCOPED_TRACE(std::string(k.name) + " pipeline " + pipeline);
+      const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
+          blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr);
+      const int64_t c = s.c_out, plane = s.out_h() * s.out_w(), count = s.n * plane;
+      const Shape ys{s.n, s.out_h(), s.out_w(), c};
+      const Tensor xh = round_through(random({s.n, s.h, s.w, s.c_in}), DType::bf16);
+      const Tensor wh = round_through(random({c, s.c_in, s.kh, s.kw}), DType::bf16);
+      const Tensor x = to_gpu(xh, DType::bf16), w = to_gpu(wh, DType::bf16);
+      Tensor y = poisoned(ys, DType::bf16);
+      kernels::ChannelStats st;
+      Conv2dEpilogue e;
+      e.stats = &st;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      const unsigned long long before = cuda_emu::launches_named(k.kernel), v2s = cuda_emu::launches_named("conv_nhwc_");
+#endif
+      kernels::cuda::conv2d_forward_nhwc(s, x, w, e, y, stream, auto_v);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      EXPECT_EQ(cuda_emu::launches_named(k.kernel) - before, 1u) << "not on " << k.kernel;
+      EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_"), v2s) << "ran on v2";
+#endif
+      ASSERT_TRUE(st.describe(y, c)) << "no statistics";
+      const Tensor yc = to_cpu_f32(y), part = st.partial.to(Device::cpu(), stream);
+      stream.synchronize();
+      expect_statistics_of(st, yc, part, true, c, count, plane);
+      // y itself: the oracle's
+      Tensor want = Tensor::empty(ys, DType::f32);
+      kernels::cpu::conv2d_forward_nhwc(s, xh.data<float>(), wh.data<float>(), nullptr, want.data<float>());
+      EXPECT_TRUE(close(want, yc, conv_tolerance(DType::bf16, double(s.c_in * s.kh * s.kw), Impl::v2))) << "y";
+      // batch norm given them: its own pass's statistics
+      const Tensor g = to_gpu(random({c}, 0.5f, 1.5f), DType::bf16), b = to_gpu(random({c}, -0.5f, 0.5f), DType::bf16);
+      kernels::BatchNormSaved own, fused;
+      for (const kernels::ChannelStats* given : {static_cast<const kernels::ChannelStats*>(nullptr),
+                                                 static_cast<const kernels::ChannelStats*>(&st)}) {
+        Tensor rm = to_gpu(random({c}, -0.2f, 0.2f)), rv = to_gpu(random({c}, 0.5f, 2.0f)), out = poisoned(ys, DType::bf16);
+        kernels::BatchNormFusion fusion;
+        fusion.stats = given;
+        kernels::batchnorm_forward_train(y, g, b, rm, rv, 1e-5f, 0.1f, given ? fused : own, out, {}, stream,
+                                         Layout::nhwc, fusion);
+      }
+      const Tolerance stat{2e-5, 1e-6};
+      EXPECT_TRUE(close(to_cpu_f32(own.mean), to_cpu_f32(fused.mean), stat)) << "saved mean";
+      EXPECT_TRUE(close(to_cpu_f32(own.invstd), to_cpu_f32(fused.invstd), stat)) << "saved invstd";
+      // with a bias: not asked of the epilogue, cleared
+      const Tensor bias = to_gpu(random({c}), DType::bf16);
+      e.bias = &bias;
+      kernels::cuda::conv2d_forward_nhwc(s, x, w, e, y, stream, auto_v);
+      EXPECT_FALSE(st.partial.defined()) << "with a bias";
+    }
+}
+
 // With kernels::conv_choice() v3 and ConvVariant::automatic, the NHWC implicit GEMMs with 64k channels run on conv
 // v3 (wgmma + TMA, conv_v3.cuh): the forward with ci % 64 == 0 (bias and residual in its epilogue), every stride
 // phase of backward-data with co % 64 == 0 (with its residual) and the backward-filter with ci % 64 == 0 and

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <sstream>
 #include <string>
@@ -26,6 +27,7 @@
 #include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/env.h"
 #include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/cpu/gemm.h"
 #include "hpdt/kernels/gemm.h"
 #include "hpdt/kernels/linear.h"
@@ -573,6 +575,105 @@ TEST_F(GemmCuda, V3PingpongConsumersTakeTurns) {
       EXPECT_EQ(used, GemmVariant::v3_wgmma);
     }
   }
+}
+
+// GEMM v3's epilogue hands a batch norm the statistics of C's columns (GemmEpilogue::column_stats; the NHWC 1x1
+// convolutions' channels): per column and 64-row group of a tile (split 2 tm + group), the (count, mean, M2) of the
+// values as stored. Checked partial by partial against C as it came back (counts exactly, so a row group written to
+// the wrong split or a dropped row fails), merged against the whole column, the same bits on a second run, in all
+// three pipelines and their tiles (the persistent ones on 2 blocks: each block's warpgroups run several tiles, so
+// the exchange's mbarrier phases carry over from tile to tile), bf16 and f32 C, with a bias. Paths that cannot
+// compute them clear the struct: a GELU epilogue, an odd N, v2.
+TEST_F(GemmCuda, V3ColumnStatisticsForBatchNorm) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  // 300 rows: 3 tiles, the last with 44 real rows (its second group none); 520: 5 tiles; N cut by every tile width
+  const Shape3 shapes[] = {{300, 192, 136}, {520, 96, 64}};
+  for (const char* pipeline : {"barrier", "ws", "pingpong"})
+    for (const char* tile : {"narrow", "wide", "slim"})
+      for (const Shape3& sh : shapes)
+        for (const DType ct : {DType::bf16, DType::f32}) {
+          if (std::string(pipeline) == "pingpong" && std::string(tile) == "wide") continue;
+          const bool persistent = std::string(pipeline) != "barrier";
+          const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline), tiles("HPDT_GEMM_V3_TILE", tile),
+              blocks("HPDT_GEMM_V3_CTAS", persistent ? "2" : nullptr);
+          const int64_t M = sh.M, N = sh.N, K = sh.K;
+          SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, " + std::to_string(M) + "x" +
+                       std::to_string(N) + "x" + std::to_string(K) + " C " + std::string(dtype_name(ct)));
+          const Tensor a = to_gpu(random({M, K}), DType::bf16), b = to_gpu(random({N, K}), DType::bf16);
+          const Tensor bias = to_gpu(random({N}), ct);
+          Tensor c = poisoned({M, N}, ct);
+          kernels::ChannelStats st;
+          kernels::cuda::GemmEpilogue epi;
+          epi.bias = bias.data();
+          epi.column_stats = &st;
+          kernels::cuda::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N, DType::bf16, ct,
+                              epi, stream, GemmVariant::v3_wgmma);
+          ASSERT_TRUE(st.describe(c, N)) << "v3 wrote no statistics";
+          const int64_t groups = 2 * ((M + 127) / 128);
+          ASSERT_EQ(st.splits, groups);
+          const Tensor cc = to_cpu_f32(c), part = st.partial.to(Device::cpu(), stream);
+          stream.synchronize();
+          const float* cv = cc.data<float>();
+          const float* pp = part.data<float>();
+          for (int64_t col = 0; col < N; ++col) {
+            test::Moments whole, want_whole;
+            for (int64_t g = 0; g < groups; ++g) {
+              const float* q = pp + (col * groups + g) * 3;
+              test::Moments want;
+              const int64_t r0 = 64 * g, r1 = std::min(M, r0 + 64);
+              for (int64_t r = r0; r < r1; ++r) want = test::merge(want, {1, cv[r * N + col], 0});
+              ASSERT_EQ(double(q[0]), want.n) << "column " << col << " group " << g << ": count";
+              if (want.n > 0) {
+                const double sd = std::sqrt(want.m2 / want.n);
+                EXPECT_NEAR(q[1], want.mean, 1e-5 * (std::abs(want.mean) + sd) + 1e-6) << "column " << col << " group "
+                                                                                           << g << ": mean";
+                EXPECT_NEAR(q[2], want.m2, 1e-4 * want.m2 + 1e-6) << "column " << col << " group " << g << ": M2";
+              }
+              whole = test::merge(whole, {q[0], q[1], q[2]});
+              want_whole = test::merge(want_whole, want);
+            }
+            ASSERT_EQ(whole.n, double(M));
+            EXPECT_NEAR(whole.mean, want_whole.mean, 1e-5 * (std::abs(want_whole.mean) + 1) ) << "column " << col;
+            EXPECT_NEAR(whole.m2, want_whole.m2, 1e-4 * want_whole.m2 + 1e-6) << "column " << col;
+          }
+          // the same bits again
+          kernels::ChannelStats again;
+          epi.column_stats = &again;
+          Tensor c2 = poisoned({M, N}, ct);
+          kernels::cuda::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c2.data(), N, DType::bf16,
+                              ct, epi, stream, GemmVariant::v3_wgmma);
+          ASSERT_TRUE(again.describe(c2, N));
+          const Tensor part2 = again.partial.to(Device::cpu(), stream);
+          stream.synchronize();
+          EXPECT_EQ(std::memcmp(part.data(), part2.data(), part.nbytes()), 0) << "not deterministic";
+        }
+
+  // The paths that do not compute them clear what the struct held.
+  const int64_t M = 130, N = 64, K = 64;
+  const Tensor a = to_gpu(random({M, K}), DType::bf16), b = to_gpu(random({N + 1, K}), DType::bf16);
+  Tensor c = poisoned({M, N + 1}, DType::bf16), h = poisoned({M, N}, DType::bf16);
+  kernels::ChannelStats st;
+  kernels::cuda::GemmEpilogue epi;
+  epi.column_stats = &st;
+  const auto run_v = [&](int64_t n, const kernels::cuda::GemmEpilogue& e, GemmVariant v) {
+    kernels::cuda::gemm(false, true, M, n, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), n, DType::bf16,
+                        DType::bf16, e, stream, v);
+  };
+  run_v(N, epi, GemmVariant::v3_wgmma);
+  ASSERT_TRUE(st.partial.defined());
+  run_v(N, epi, GemmVariant::v2_mma);
+  EXPECT_FALSE(st.partial.defined()) << "v2";
+  run_v(N, epi, GemmVariant::v3_wgmma);
+  run_v(N + 1, epi, GemmVariant::v3_wgmma);
+  EXPECT_FALSE(st.partial.defined()) << "odd N";
+  run_v(N, epi, GemmVariant::v3_wgmma);
+  kernels::cuda::GemmEpilogue gelu = epi;
+  gelu.gelu = true, gelu.pre_activation = h.data();
+  run_v(N, gelu, GemmVariant::v3_wgmma);
+  EXPECT_FALSE(st.partial.defined()) << "GELU";
 }
 
 // v3's split-K: few tiles and a long K (the shape of a weight gradient: 2 tiles, 40 k tiles, so 10 splits of 4),
