@@ -429,6 +429,9 @@ def train_table(t, torch, rows, numbers):
                                 "resnet50_bf16_{}_nhwc_conv_v3ws", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, pingpong pipeline",
                                 "resnet50_bf16_{}_nhwc_conv_v3pingpong", "resnet50"),
+                               # since 2026-11-28: conv v3's and GEMM v3's batch-norm statistics off (the A/B)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, batch norm's statistics and sums in "
+                                "their own passes", "resnet50_bf16_{}_nhwc_conv_v3_bn_stats_separate", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),
