@@ -23,7 +23,9 @@
 // Mode kBandStats (the plain epilogue, p.col_stats set; GEMM v3 and conv v3 only) also hands a batch norm the
 // statistics of C's columns, the channels of an NHWC activation (hpdt/kernels/channel_stats.h): each lane keeps
 // (count, mean, M2) of its two columns over its rows of the chunk, the values as stored, and the chunk's end merges
-// them over the warpgroup's 64 rows (sm90a/column_stats.cuh) into one partial per column and 64-row group.
+// them over the warpgroup's 64 rows (sm90a/column_stats.cuh) into one partial per column and 64-row group. Mode
+// kBandGradSums (p.col_stats and p.bn_x: a backward-data's dx) does the same for batch norm's backward: the value
+// goes through the fused ReLU's mask (p.bn_y > 0) before its store, and the lane sums dz and dz (x - mean).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,12 +60,13 @@ enum : int {
   kBandGeluTanh,
   kBandGeluGradErf,
   kBandGeluGradTanh,
-  kBandStats
+  kBandStats,
+  kBandGradSums
 };
 
 __host__ __device__ inline int band_mode(const Params& p) {
   if (p.partial) return kBandPartial;
-  if (p.col_stats && p.act == kActNone) return kBandStats;
+  if (p.col_stats && p.act == kActNone) return p.bn_x ? kBandGradSums : kBandStats;
   if (p.act == kActGelu) return p.gelu_tanh ? kBandGeluTanh : kBandGeluErf;
   if (p.act == kActGeluGrad) return p.gelu_tanh ? kBandGeluGradTanh : kBandGeluGradErf;
   return kBandPlain;
@@ -172,15 +175,21 @@ __device__ __forceinline__ PairMoments merge_moments(PairMoments a, const PairMo
   return a;
 }
 
-// What band_epilogue does with the column statistics in mode kBandStats: nothing here (GEMM v2, and every caller
-// without the exchange of sm90a/column_stats.cuh, whose ColumnStats has kOn and finish_chunk).
-struct NoColumnStats {
-  static constexpr bool kOn = false;
-  template <int NCHUNKS, class At>
-  __device__ __forceinline__ void finish_chunk(const Params&, int, const PairMoments&, At&) const {}
+// Batch norm's backward sums of two columns over some rows: sum dz, sum dz (x - mean), each column.
+struct PairSums {
+  float sum0 = 0.0f, sum_x0 = 0.0f, sum1 = 0.0f, sum_x1 = 0.0f;
 };
 
-template <class TC, int MODE, int NCHUNKS, class Frag, class At, class Stats = NoColumnStats>
+// What band_epilogue does with a lane's column reductions (PairMoments in mode kBandStats, PairSums in
+// kBandGradSums) at a chunk's end: nothing here (GEMM v2, and every caller without the exchange of
+// sm90a/column_stats.cuh, whose ColumnReduction has kOn and finish_chunk for both).
+struct NoColumnReduction {
+  static constexpr bool kOn = false;
+  template <int NCHUNKS, class Lane, class At>
+  __device__ __forceinline__ void finish_chunk(const Params&, int, const Lane&, At&) const {}
+};
+
+template <class TC, int MODE, int NCHUNKS, class Frag, class At, class Stats = NoColumnReduction>
 __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, Frag& frag, At& at, unsigned char* buf,
                                                    const Stats& stats = {}) {
   const int lane = int(threadIdx.x) & 31;
@@ -192,6 +201,7 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
     band_write_chunk<NCHUNKS>(buf, frag, c, lane);
     __syncwarp();
     PairMoments moments;  // kBandStats: this lane's columns over its rows of the chunk, as stored
+    PairSums sums;        // kBandGradSums: the same for batch norm's backward
 #pragma unroll 1
     for (int rows0 = 0; rows0 < kBandRows; rows0 += 2 * kIters) {
       // The lane's pair in row rows0 + 2 it + half of the chunk, it = 0..kIters - 1: its value v[it], its row of C
@@ -275,9 +285,31 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
 #pragma unroll
           for (int it = 0; it < kIters; ++it) v[it] = make_float2(band_gelu<MODE>(v[it].x), band_gelu<MODE>(v[it].y));
         }
+        if constexpr (MODE == kBandGradSums) {  // the fused ReLU's mask, from its output
+          if (p.bn_y) {
+#pragma unroll
+            for (int it = 0; it < kIters; ++it)
+              if (ok >> it & 1u) {
+                const float2 y = band_load_pair<TC>(static_cast<const TC*>(p.bn_y) + off(it));
+                if (!(y.x > 0.0f)) v[it].x = 0.0f;
+                if (!(y.y > 0.0f)) v[it].y = 0.0f;
+              }
+          }
+        }
 #pragma unroll
         for (int it = 0; it < kIters; ++it)
           if (ok >> it & 1u) band_store_pair<TC>(C + off(it), v[it]);
+        if constexpr (MODE == kBandGradSums) {  // dz as stored, with x (pairs only, as kBandStats)
+          const float mean0 = col + 1 < p.N ? p.bn_mean[col] : 0.0f, mean1 = col + 1 < p.N ? p.bn_mean[col + 1] : 0.0f;
+#pragma unroll
+          for (int it = 0; it < kIters; ++it)
+            if (ok >> it & 1u) {
+              const float2 x = band_load_pair<TC>(static_cast<const TC*>(p.bn_x) + off(it));
+              const float dz0 = to_f32(from_f32<TC>(v[it].x)), dz1 = to_f32(from_f32<TC>(v[it].y));
+              sums.sum0 += dz0, sums.sum_x0 += dz0 * (x.x - mean0);
+              sums.sum1 += dz1, sums.sum_x1 += dz1 * (x.y - mean1);
+            }
+        }
         if constexpr (MODE == kBandStats) {  // the step's rows (pairs only: the host asks with N even, pairs_aligned)
           PairMoments step;
           float r0[kIters], r1[kIters];
@@ -314,6 +346,7 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
       }
     }
     if constexpr (MODE == kBandStats) stats.template finish_chunk<NCHUNKS>(p, c, moments, at);
+    if constexpr (MODE == kBandGradSums) stats.template finish_chunk<NCHUNKS>(p, c, sums, at);
     __syncwarp();  // the buffer is read: the next chunk may overwrite it
   }
 }
@@ -330,8 +363,12 @@ __device__ __forceinline__ void band_epilogue_typed(const Params& p, int mode, F
     case kBandGeluGradErf: band_epilogue_mode<TC, kBandGeluGradErf, NCHUNKS>(p, 0, frag, at, buf); break;
     case kBandGeluGradTanh: band_epilogue_mode<TC, kBandGeluGradTanh, NCHUNKS>(p, 0, frag, at, buf); break;
     case kBandStats:
+    case kBandGradSums:
       if constexpr (Stats::kOn) {
-        band_epilogue_mode<TC, kBandStats, NCHUNKS>(p, 0, frag, at, buf, stats);
+        if (mode == kBandStats)
+          band_epilogue_mode<TC, kBandStats, NCHUNKS>(p, 0, frag, at, buf, stats);
+        else
+          band_epilogue_mode<TC, kBandGradSums, NCHUNKS>(p, 0, frag, at, buf, stats);
         break;
       }
       [[fallthrough]];
@@ -339,9 +376,9 @@ __device__ __forceinline__ void band_epilogue_typed(const Params& p, int mode, F
   }
 }
 
-// stats: the column statistics' exchange (sm90a/column_stats.cuh: ColumnStats), for mode kBandStats; without it
-// (NoColumnStats) that mode runs as the plain one.
-template <class T, int NCHUNKS, class Frag, class At, class Stats = NoColumnStats>
+// stats: the column reductions' exchange (sm90a/column_stats.cuh: ColumnReduction), for modes kBandStats and
+// kBandGradSums; without it (NoColumnReduction) those run as the plain mode (callers without it never ask for them).
+template <class T, int NCHUNKS, class Frag, class At, class Stats = NoColumnReduction>
 __device__ __forceinline__ void band_epilogue(const Params& p, int split, Frag& frag, At& at, unsigned char* buf,
                                               const Stats& stats = {}) {
   const int mode = band_mode(p);

@@ -1027,7 +1027,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
   int bn_split = 0;
-  if (v2_computes_grad_sums(bn, tc && !std::is_same_v<T, float>, phases)) {  // a partial per channel, phase and tile
+  if (epilogue_computes_grad_sums(bn, tc && !std::is_same_v<T, float>, phases)) {  // a partial per channel, phase and tile
     int64_t tiles = 0;
     for (const DataPhase& f : phases) tiles += (s.n * f.hp * f.wp + kBN - 1) / kBN;
     start_partials(*bn, s.c_in, tiles, dx, s.n * s.h * s.w, stream);
@@ -1206,7 +1206,7 @@ bool epilogue_computes_stats(const Conv2dEpilogue& e, bool tc_half) {
   return e.stats && tc_half && !e.bias && !e.scale && !e.shift && !e.residual && !e.relu && conv_epilogue_bn_stats();
 }
 
-bool v2_computes_grad_sums(const ChannelGradSums* bn, bool tc_half, const std::vector<DataPhase>& phases) {
+bool epilogue_computes_grad_sums(const ChannelGradSums* bn, bool tc_half, const std::vector<DataPhase>& phases) {
   return bn && tc_half &&
          std::none_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; }) &&
          conv_epilogue_bn_stats();

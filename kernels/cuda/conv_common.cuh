@@ -194,9 +194,9 @@ bool conv_v2_vector_epilogue();
 // training-step benchmarks). Read at every call; another value throws.
 bool conv_epilogue_bn_stats();
 // Whether v2 (tensor cores: `tc_half`) computes what is asked for: the forward's statistics (e.stats, with an
-// epilogue that does nothing else; so do conv v3 and, for the NHWC 1x1 convolutions, GEMM v3:
-// sm90a/column_stats.cuh), the backward-data's sums (bn, where every dx pixel goes through the epilogue: a tap in
-// every phase); both only with conv_epilogue_bn_stats().
+// epilogue that does nothing else), the backward-data's sums (bn, where every dx pixel goes through the epilogue: a
+// tap in every phase); both only with conv_epilogue_bn_stats(). So do conv v3 and, for the NHWC 1x1 convolutions,
+// GEMM v3 (sm90a/column_stats.cuh).
 bool epilogue_computes_stats(const Conv2dEpilogue& e, bool tc_half);
 // Batch norm's backward sums in v2's backward-data epilogues (ChannelGradSums; conv.cu's stage_bn_grad, conv_nhwc.cu's
 // stage_bn_grad_nhwc): the batch norm's input x, fused output y (null: no ReLU, dz = g) and saved mean, and its
@@ -263,8 +263,8 @@ struct DataPhase {
 };
 // The phases with at least one dx pixel; *packed_total: elements of the buffer holding all their weights.
 std::vector<DataPhase> data_phases(const Conv2dShape& s, int64_t* packed_total);
-// (the backward-data's half of epilogue_computes_stats above; v2 only)
-bool v2_computes_grad_sums(const ChannelGradSums* bn, bool tc_half, const std::vector<DataPhase>& phases);
+// (the backward-data's half of epilogue_computes_stats above: v2 and conv v3, and GEMM v3 for the 1x1 ones)
+bool epilogue_computes_grad_sums(const ChannelGradSums* bn, bool tc_half, const std::vector<DataPhase>& phases);
 // The phase's weights as [ci][lda], k = (jr * kwp + jc) * co + c, written into packed + f.offset.
 void repack_phase_weights(const Conv2dShape& s, const DataPhase& f, const Tensor& w, Tensor& packed, cudaStream_t st);
 // The dx pixels no phase reaches: zeros (a memset of dx), or with a residual the residual's values (a copy of it).

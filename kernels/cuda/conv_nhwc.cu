@@ -817,7 +817,9 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 
 // Backward-data by stride phases (conv_common.cuh: DataPhase): each phase is a dense stride-1 implicit GEMM over
 // its own taps from dy, writing its strided sub-grid of dx; the pixels of phases without taps are zeroed by one
-// memset of dx.
+// memset of dx. With `v3` a phase runs on conv v3 where it takes it. Batch norm's backward sums (bn) come from every
+// phase's epilogue, v2's or conv v3's, each phase's partials after the previous phases' (where every dx pixel is in
+// a phase with taps).
 // Returns whether a phase ran on conv v3.
 template <class T>
 bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc, bool v3,
@@ -826,26 +828,12 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
   const cudaStream_t st = detail::native(stream);
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);
-  int bn_split = 0;
-  if (v2_computes_grad_sums(bn, tc && !v3 && !std::is_same_v<T, float>, phases)) {  // per channel, phase, half tile
-    int64_t splits = 0;
-    for (const DataPhase& f : phases) splits += 2 * ((s.n * f.hp * f.wp + kPixTile - 1) / kPixTile);
-    start_partials(*bn, s.c_in, splits, dx, s.n * s.h * s.w, stream);
-  }
   Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
   const T* pk = static_cast<const T*>(packed.data());
   const bool vec = s.c_out % 8 == 0 && aligned16(dy.data());
-  // dx pixels no tap reaches (3 of 4 phases of a 1x1 stride-2 convolution) are zeros: one memset of dx, then
-  // only the phases with taps. A K = 0 GEMM per empty phase wrote them as a strided sub-grid instead, slowly
-  // (ResNet-50's 1x1 s2 1024->2048 backward-data at batch 256 took 0.67 ms on the H100, its one real GEMM
-  // about 0.3 ms of it).
-  // With a residual those pixels are the residual's: one copy instead.
-  if (std::any_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; }))
-    clear_or_copy(dx, residual, st);
-  for (const DataPhase& f : phases) {
-    repack_phase_weights(s, f, w, packed, st);
+  // phase f's implicit GEMM as v2 runs it
+  const auto gemm_of = [&](const DataPhase& f) {
     NhwcGemm p;
-    if (f.khp * f.kwp == 0) continue;
     p.a = pk + f.offset, p.lda = int(f.lda), p.M = int(s.c_in);
     p.src = dy.data(), p.C = int(s.c_out), p.Hs = int(s.out_h()), p.Ws = int(s.out_w());
     p.pix_hw = FastDiv(f.hp * f.wp), p.pix_w = FastDiv(f.wp), p.npix = int(s.n * f.hp * f.wp);
@@ -854,24 +842,56 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.dst = dx.data(), p.dst_h = int(s.h), p.dst_w = int(s.w);
     p.dys = p.dxs = int(s.stride), p.dy0 = int(f.iy0), p.dx0 = int(f.ix0);
     p.residual = residual ? residual->data() : nullptr;
+    return p;
+  };
+  // ... and as conv v3 would (conv_v3.cuh), where v3 is chosen and takes it
+  const auto v3_of = [&](const DataPhase& f, ConvV3& c) {
 #if HPDT_HAVE_GEMM_WGMMA
-    if (v3) {  // the same implicit GEMM on wgmma + TMA (conv_v3.cuh), where it takes the phase
-      ConvV3 c;
-      c.w = p.a, c.ldw = p.lda, c.M = p.M;
-      c.src = p.src, c.C = p.C, c.hs = p.Hs, c.ws = p.Ws;
-      c.n = int(s.n), c.hp = int(f.hp), c.wp = int(f.wp);
-      c.oy0 = p.oy0, c.ox0 = p.ox0, c.tsign = -1, c.kh = int(f.khp), c.kw = int(f.kwp);
-      c.dst = p.dst, c.dst_h = p.dst_h, c.dst_w = p.dst_w, c.dys = p.dys, c.dy0 = p.dy0, c.dxs = p.dxs, c.dx0 = p.dx0;
-      c.residual = p.residual;
-      if (conv_v3_can_take(c, dy.dtype(), stream)) {
-        conv_v3_launch(c, dy.dtype(), stream);
-        ran_v3 = true;
-        continue;
-      }
-    }
+    if (!v3) return false;
+    const NhwcGemm p = gemm_of(f);
+    c.w = p.a, c.ldw = p.lda, c.M = p.M;
+    c.src = p.src, c.C = p.C, c.hs = p.Hs, c.ws = p.Ws;
+    c.n = int(s.n), c.hp = int(f.hp), c.wp = int(f.wp);
+    c.oy0 = p.oy0, c.ox0 = p.ox0, c.tsign = -1, c.kh = int(f.khp), c.kw = int(f.kwp);
+    c.dst = p.dst, c.dst_h = p.dst_h, c.dst_w = p.dst_w, c.dys = p.dys, c.dy0 = p.dy0, c.dxs = p.dxs, c.dx0 = p.dx0;
+    c.residual = p.residual;
+    return conv_v3_can_take(c, dy.dtype(), stream);
 #else
-    (void)v3;
+    (void)f, (void)c;
+    return false;
 #endif
+  };
+  // the sums' partials: per channel, 2 per v2 pixel tile or conv v3 pixel box of each phase
+  if (epilogue_computes_grad_sums(bn, tc && !std::is_same_v<T, float>, phases)) {
+    int64_t splits = 0;
+    for (const DataPhase& f : phases) {
+      ConvV3 c;
+      splits += v3_of(f, c) ? conv_v3_row_groups(c) : 2 * ((s.n * f.hp * f.wp + kPixTile - 1) / kPixTile);
+    }
+    start_partials(*bn, s.c_in, splits, dx, s.n * s.h * s.w, stream);
+  }
+  // dx pixels no tap reaches (3 of 4 phases of a 1x1 stride-2 convolution) are zeros: one memset of dx, then
+  // only the phases with taps. A K = 0 GEMM per empty phase wrote them as a strided sub-grid instead, slowly
+  // (ResNet-50's 1x1 s2 1024->2048 backward-data at batch 256 took 0.67 ms on the H100, its one real GEMM
+  // about 0.3 ms of it).
+  // With a residual those pixels are the residual's: one copy instead.
+  if (std::any_of(phases.begin(), phases.end(), [](const DataPhase& f) { return f.khp * f.kwp == 0; }))
+    clear_or_copy(dx, residual, st);
+  int bn_split = 0;
+  for (const DataPhase& f : phases) {
+    repack_phase_weights(s, f, w, packed, st);
+    if (f.khp * f.kwp == 0) continue;
+    ConvV3 c;
+    if (v3_of(f, c)) {  // the same implicit GEMM on wgmma + TMA
+      if (bn && bn->partial.defined()) {
+        c.grad_sums = bn, c.sums_split0 = bn_split;
+        bn_split += int(conv_v3_row_groups(c));
+      }
+      conv_v3_launch(c, dy.dtype(), stream);
+      ran_v3 = true;
+      continue;
+    }
+    NhwcGemm p = gemm_of(f);
     p.out4 = out4_ok(p) ? 1 : 0;
     if (bn && bn->partial.defined()) {
       p.bn = bn_grad_epilogue(*bn, bn_split);
@@ -1026,13 +1046,15 @@ bool forward_with(bool v3, const Conv2dShape& s, const Tensor& x, const Tensor& 
 bool backward_data_with(bool v3, const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx,
                         const Stream& stream, ConvVariant variant, const Tensor* residual, bool tc,
                         ChannelGradSums* bn) {
-  if (bn) bn->clear_results();  // v2 sets them (Find's trials run here too)
+  if (bn) bn->clear_results();  // v2, conv v3 and GEMM v3 set them (Find's trials run here too)
   // dx [P, ci] = dy [P, co] w [co, ci] (with a residual: the conv kernels, whose epilogue adds it)
   const int64_t P = s.n * s.h * s.w;
   if (!residual &&
       one_by_one_on_gemm_v3(v3, s, variant, false, false, dy.data(), s.c_out, w.data(), s.c_in, dy.dtype(), stream)) {
+    GemmEpilogue ge;
+    if (bn && conv_epilogue_bn_stats()) ge.column_grad_sums = bn;  // dx's channels are the GEMM's columns
     gemm(false, false, P, s.c_in, s.c_out, 1.0f, dy.data(), s.c_out, w.data(), s.c_in, 0.0f, dx.data(), s.c_in,
-         dy.dtype(), dx.dtype(), {}, stream, GemmVariant::v3_wgmma);
+         dy.dtype(), dx.dtype(), ge, stream, GemmVariant::v3_wgmma);
     return true;
   }
   bool ran_v3 = false;

@@ -37,6 +37,11 @@ struct ConvV3 {
   // described by `dst_tensor` (sm90a/column_stats.cuh); null: none. conv_v3_launch fills it.
   ChannelStats* stats = nullptr;
   const Tensor* dst_tensor = nullptr;
+  // Batch norm's backward sums of a backward-data phase (dst dx; sm90a/column_stats.cuh): dst gets dz = (y > 0 ? g :
+  // 0) (g itself without grad_sums->y), and grad_sums' partials (already allocated, for all phases) get this
+  // phase's, from split sums_split0 on, conv_v3_row_groups(*this) of them; null: none.
+  ChannelGradSums* grad_sums = nullptr;
+  int sums_split0 = 0;
 };
 
 // Whether conv_v3_launch takes `c` on this stream: a build with the sm_90a kernels, a compute capability 9.0
@@ -44,6 +49,8 @@ struct ConvV3 {
 // stride 1 to 8, and sizes TMA can address.
 bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream);
 void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream);
+// The 64-row groups of c's pixel tiles: the partials per channel its epilogue writes for a batch norm.
+int64_t conv_v3_row_groups(const ConvV3& c);
 
 // Backward-filter of an NHWC convolution: dw[co][ci][jr][jc] += sum over the output pixels (img, py, px) <
 // (n, oh, ow) of dy[img][py][px][co] * x[img][py * stride + jr - pad][px * stride + jc - pad][ci] (x zero outside

@@ -654,6 +654,22 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   HPDT_CHECK(!(epi.gelu && epi.gelu_grad_input), "gemm: the epilogue's GELU and GELU gradient exclude each other");
   HPDT_CHECK(epi.gelu || !epi.pre_activation, "gemm: pre_activation is stored only with the epilogue's GELU");
   if (epi.column_stats) epi.column_stats->clear_results();  // v3 sets them where it computes them
+  if (epi.column_grad_sums) {
+    ChannelGradSums& g = *epi.column_grad_sums;
+    g.clear_results();
+    HPDT_CHECK(!epi.column_stats, "gemm: column_stats and column_grad_sums exclude each other");
+    HPDT_CHECK(ldc == N, "gemm: column_grad_sums needs a dense C (ldc ", ldc, " != N ", N, ")");
+    const auto matrix = [&](const Tensor& t, const char* what) {
+      HPDT_CHECK(t.defined() && t.device() == stream.device() && t.dtype() == c_type && t.numel() == M * N, "gemm: ",
+                 "column_grad_sums' ", what, " must be ", M, " x ", N, " ", dtype_name(c_type), " on ",
+                 stream.device().str(), ", got ", t.defined() ? t.str() : std::string("none"));
+    };
+    matrix(g.x, "x");
+    if (g.y.defined()) matrix(g.y, "y");
+    HPDT_CHECK(g.mean.defined() && g.mean.device() == stream.device() && g.mean.dtype() == DType::f32 &&
+                   g.mean.numel() == N,
+               "gemm: column_grad_sums' mean must be [", N, "] f32 on ", stream.device().str());
+  }
   const cudaStream_t s = detail::native(stream);
 
   Params p{};
@@ -706,12 +722,21 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 #if HPDT_HAVE_GEMM_WGMMA
   if (v == GemmVariant::v3_wgmma) {
     const bool pairs = p.c_f32 ? gemm_detail::pairs_aligned<float>(p) : gemm_detail::pairs_aligned<bf16_t>(p);
-    if (epi.column_stats && !epi.has_activation() && N % 2 == 0 && pairs) {  // a partial per column, 64-row group
-      ChannelStats& st = *epi.column_stats;
+    const bool plain_pairs = !epi.has_activation() && N % 2 == 0 && pairs;
+    const auto aligned_pair = [](const void* ptr, DType t) {
+      return reinterpret_cast<uintptr_t>(ptr) % (2 * dtype_size(t)) == 0;
+    };
+    const auto start = [&](auto& r, int w) {  // a partial of w floats per column and 64-row group
       p.stats_splits = int(2 * ((M + 127) / 128));
-      st.partial = Tensor::empty({N * p.stats_splits * 3}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
-      st.splits = p.stats_splits, st.of = C, st.count = M;
-      p.col_stats = st.partial.data<float>();
+      r.partial = Tensor::empty({N * p.stats_splits * w}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
+      r.splits = p.stats_splits, r.of = C, r.count = M;
+      p.col_stats = r.partial.template data<float>();
+    };
+    if (epi.column_stats && plain_pairs) start(*epi.column_stats, 3);
+    ChannelGradSums* g = epi.column_grad_sums;
+    if (g && plain_pairs && aligned_pair(g->x.data(), c_type) && (!g->y.defined() || aligned_pair(g->y.data(), c_type))) {
+      start(*g, 2);
+      p.bn_x = g->x.data(), p.bn_y = g->y.defined() ? g->y.data() : nullptr, p.bn_mean = g->mean.data<float>();
     }
     gemm_detail::v3_launch(p, ab_type, c_type, stream);
     return;

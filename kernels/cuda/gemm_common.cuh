@@ -39,11 +39,18 @@ struct Params {
   int tiles_m, tiles_n;
   int kt_per_split;  // split-K: k tiles per split (of 32 in v2, of 64 in v3); the split: blockIdx.y (v1, v2), the work unit (v3)
   float* partial;    // split-K: [splits][M][N] f32 partial sums, or null
-  // Batch norm's statistics of C's columns (GemmEpilogue::column_stats; GEMM v3 and conv v3, the plain epilogue
-  // without split-K, band_epilogue.cuh's kBandStats): partials [N][stats_splits][3], (count, mean, M2) of column n's
-  // stored values in each 64-row group of a tile, at split 2 tm + the group; null: none.
+  // Batch norm's reductions over C's columns, from the epilogue of GEMM v3 and conv v3 (band_epilogue.cuh, no
+  // split-K, no activation; sm90a/column_stats.cuh): partials [N][stats_splits][W] of each 64-row group of a tile, at
+  // split stats_split0 + 2 tm + the group; null: none.
+  //   bn_x null (kBandStats; GemmEpilogue::column_stats): W = 3, (count, mean, M2) of column n's stored values.
+  //   bn_x set (kBandGradSums; GemmEpilogue::column_grad_sums): C gets dz = (bn_y > 0 ? v : 0) (v itself without
+  //     bn_y) in place of the epilogue's value v, and W = 2, (sum dz, sum dz (bn_x - bn_mean[n])) of the stored dz;
+  //     bn_x and bn_y in C's dtype and layout (ldc), bn_mean [N] f32.
   float* col_stats;
-  int stats_splits;
+  int stats_splits, stats_split0;
+  const void* bn_x;
+  const void* bn_y;
+  const float* bn_mean;
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.

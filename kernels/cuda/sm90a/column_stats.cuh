@@ -1,15 +1,18 @@
-// Batch norm's statistics from GEMM v3's and conv v3's epilogue (band_epilogue.cuh, mode kBandStats): the
-// per-column (count, mean, M2) of C's stored values, one partial per column and 64-row group of a tile, in batch
-// norm's [c][splits][3] layout (hpdt/kernels/channel_stats.h). In NHWC C's columns are the channels, so the batch
-// norm after a convolution skips its statistics pass (one read of the activation), as after conv v2 (conv.cu's
-// stage_stats, conv_nhwc.cu's stage_stats_nhwc).
+// Batch norm's reductions from GEMM v3's and conv v3's epilogue (band_epilogue.cuh), one partial per column and
+// 64-row group of a tile, in batch norm's layouts (hpdt/kernels/channel_stats.h). In NHWC C's columns are the
+// channels, so the batch norm next to a convolution skips a pass, as next to conv v2 (conv.cu's stage_stats and
+// stage_bn_grad, conv_nhwc.cu's stage_stats_nhwc and stage_bn_grad_nhwc):
+//   mode kBandStats, a forward's y: the per-column (count, mean, M2) of the stored values, [c][splits][3], for the
+//     batch norm that reads y (its statistics pass);
+//   mode kBandGradSums, a backward-data's dx (the gradient of the batch norm's output; stored through its fused
+//     ReLU's mask): (sum dz, sum dz (x - mean)), [c][splits][2] (its backward reduce pass).
 //
 // A warp's epilogue covers 16 rows of the tile; a partial per warp would be 12 bytes per 16 values of a channel,
 // 0.75 bytes an element written and read back, a third of what the pass saves on a bf16 activation. So the 4 warps
 // of the warpgroup that owns 64 rows merge theirs through shared memory at the end of each chunk (32 columns):
 // every warp writes its columns' moments over its 16 rows to the chunk's exchange buffer and arrives on the
 // warpgroup's mbarrier; warp c % 4 waits for the phase and merges the 4 in warp order (the same bits every run).
-// Two buffers, alternate chunks: a warp writes buffer c % 2 once phase c - 1 has completed, i.e. once chunk c - 2's
+// (Sums are merged the same way, in the same order.) Two buffers, alternate chunks: a warp writes buffer c % 2 once phase c - 1 has completed, i.e. once chunk c - 2's
 // merger has arrived for chunk c - 1, after its reads (the merger of chunk c - 1 waited for that phase already and
 // does not wait again: a second wait on a completed phase is what the CUDA emulator reports as a wait two phases
 // ahead). A band epilogue has an even number of chunks, so chunk c of every tile is a phase of parity c % 2, and a
@@ -23,78 +26,117 @@
 
 namespace hpdt::kernels::cuda::sm90a {
 
-// One chunk's exchange: per warp, its 32 columns' (mean, M2), then its 16 column pairs' counts.
+// One chunk's exchange: per warp, its 32 columns' (mean, M2) or (sum, sum_x), then (kBandStats) its 16 column
+// pairs' counts.
 constexpr int kStatsChunkFloats = 4 * 32 * 2 + 4 * 16;
 // A warpgroup's two buffers: 2,560 bytes (a block: two warpgroups).
-constexpr uint32_t kColumnStatsBytes = 2u * kStatsChunkFloats * 4u;
+constexpr uint32_t kColumnReductionBytes = 2u * kStatsChunkFloats * 4u;
 
-struct ColumnStats {
+struct ColumnReduction {
   static constexpr bool kOn = true;
-  float* xchg;       // the warpgroup's kColumnStatsBytes (16-byte aligned)
+  float* xchg;       // the warpgroup's kColumnReductionBytes (16-byte aligned)
   uint32_t bar;      // its mbarrier (shared address): 128 arrivals a phase, one phase a chunk
-  int split0;        // the split of chunk 0's rows: 2 tm + its 64-row group
+  int split0;        // the split of chunk 0's rows: 2 tm + its 64-row group (after p.stats_split0)
   int group_chunks;  // chunks of one 64-row group: chunk c's split is split0 + c / group_chunks
 
-  // Chunk c's end (every thread of the warpgroup): `mine` is this lane's two columns (2 (lane % 16) and + 1 of the
-  // chunk) over its 8 rows of the warp's 16.
+  // Chunk c's end (every thread of the warpgroup), kBandStats: `mine` is this lane's two columns (2 (lane % 16) and
+  // + 1 of the chunk) over its 8 rows of the warp's 16.
   template <int NCHUNKS, class At>
   __device__ __forceinline__ void finish_chunk(const gemm_detail::Params& p, int c, const gemm_detail::PairMoments& mine,
                                                At& at) const {
-    static_assert(NCHUNKS % 2 == 0, "chunk c is a phase of parity c % 2 in every tile");
-    const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) % 128) / 32, half = lane >> 4;
-    // 1. the warp's 16 rows: lanes l and l ^ 16 hold the other 8 rows of the same columns (lower half first in both)
-    gemm_detail::PairMoments other;
+    using gemm_detail::PairMoments;
+    const int lane = int(threadIdx.x) & 31;
+    // the warp's 16 rows: lanes l and l ^ 16 hold the other 8 rows of the same columns (lower half first in both)
+    PairMoments other;
     other.n = __shfl_xor_sync(0xffffffffu, mine.n, 16);
     other.mean0 = __shfl_xor_sync(0xffffffffu, mine.mean0, 16);
     other.m2_0 = __shfl_xor_sync(0xffffffffu, mine.m2_0, 16);
     other.mean1 = __shfl_xor_sync(0xffffffffu, mine.mean1, 16);
     other.m2_1 = __shfl_xor_sync(0xffffffffu, mine.m2_1, 16);
-    const gemm_detail::PairMoments w =
-        half == 0 ? gemm_detail::merge_moments(mine, other) : gemm_detail::merge_moments(other, mine);
-    // 2. into buffer c % 2, free once phase c - 1 completed (which the previous chunk's merger already waited for)
+    const PairMoments w = lane < 16 ? gemm_detail::merge_moments(mine, other) : gemm_detail::merge_moments(other, mine);
+    exchange<NCHUNKS>(
+        c,
+        [&](float* buf, int warp) {
+          *reinterpret_cast<float4*>(buf + (warp * 32 + 2 * lane) * 2) = make_float4(w.mean0, w.m2_0, w.mean1, w.m2_1);
+          buf[4 * 32 * 2 + warp * 16 + lane] = w.n;
+        },
+        [&](const float* buf) {  // lane = column, the 4 warps in order
+          float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float nb = buf[4 * 32 * 2 + k * 16 + lane / 2];
+            const float2 q = *reinterpret_cast<const float2*>(buf + (k * 32 + lane) * 2);
+            if (nb == 0.0f) continue;
+            if (n == 0.0f) {
+              n = nb, mean = q.x, m2 = q.y;
+            } else {
+              gemm_detail::merge_moment(n, mean, m2, nb, q.x, q.y);
+              n += nb;
+            }
+          }
+          const int col = at(c, 0).y + lane;
+          if (col < p.N) {
+            float* out = p.col_stats + (int64_t(col) * p.stats_splits + p.stats_split0 + split0 + c / group_chunks) * 3;
+            out[0] = n, out[1] = mean, out[2] = m2;
+          }
+        });
+  }
+
+  // kBandGradSums: the lane's sums of dz and dz (x - mean) of its two columns.
+  template <int NCHUNKS, class At>
+  __device__ __forceinline__ void finish_chunk(const gemm_detail::Params& p, int c, const gemm_detail::PairSums& mine,
+                                               At& at) const {
+    const int lane = int(threadIdx.x) & 31;
+    const float o0 = __shfl_xor_sync(0xffffffffu, mine.sum0, 16), ox0 = __shfl_xor_sync(0xffffffffu, mine.sum_x0, 16);
+    const float o1 = __shfl_xor_sync(0xffffffffu, mine.sum1, 16), ox1 = __shfl_xor_sync(0xffffffffu, mine.sum_x1, 16);
+    // lower half first in both lanes: the same bits
+    const float4 w = lane < 16 ? make_float4(mine.sum0 + o0, mine.sum_x0 + ox0, mine.sum1 + o1, mine.sum_x1 + ox1)
+                               : make_float4(o0 + mine.sum0, ox0 + mine.sum_x0, o1 + mine.sum1, ox1 + mine.sum_x1);
+    exchange<NCHUNKS>(
+        c, [&](float* buf, int warp) { *reinterpret_cast<float4*>(buf + (warp * 32 + 2 * lane) * 2) = w; },
+        [&](const float* buf) {
+          float sum = 0.0f, sum_x = 0.0f;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float2 q = *reinterpret_cast<const float2*>(buf + (k * 32 + lane) * 2);
+            sum += q.x, sum_x += q.y;
+          }
+          const int col = at(c, 0).y + lane;
+          if (col < p.N) {
+            float* out = p.col_stats + (int64_t(col) * p.stats_splits + p.stats_split0 + split0 + c / group_chunks) * 2;
+            out[0] = sum, out[1] = sum_x;
+          }
+        });
+  }
+
+  // The protocol (the header comment): wait until chunk c's buffer is free, write(buf, warp) (the half-warp with the
+  // columns' moments), arrive; warp c % 4 then waits for the others and merge(buf)s.
+  template <int NCHUNKS, class Write, class Merge>
+  __device__ __forceinline__ void exchange(int c, Write write, Merge merge) const {
+    static_assert(NCHUNKS % 2 == 0, "chunk c is a phase of parity c % 2 in every tile");
+    const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) % 128) / 32;
     float* buf = xchg + (c & 1) * kStatsChunkFloats;
     const int prev_merger = (c == 0 ? NCHUNKS - 1 : c - 1) % 4;
-    if (warp != prev_merger) mbar_wait(bar, uint32_t(c + 1) & 1u);
-    if (half == 0) {
-      *reinterpret_cast<float4*>(buf + (warp * 32 + 2 * lane) * 2) = make_float4(w.mean0, w.m2_0, w.mean1, w.m2_1);
-      buf[4 * 32 * 2 + warp * 16 + lane] = w.n;
-    }
+    if (warp != prev_merger) mbar_wait(bar, uint32_t(c + 1) & 1u);  // phase c - 1 complete: the buffer is free
+    if (lane < 16) write(buf, warp);
     mbar_arrive(bar);
     if (warp != c % 4) return;
-    // 3. the merger: lane = column, the 4 warps in order
     mbar_wait(bar, uint32_t(c) & 1u);
-    float n = 0.0f, mean = 0.0f, m2 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float nb = buf[4 * 32 * 2 + k * 16 + lane / 2];
-      const float2 q = *reinterpret_cast<const float2*>(buf + (k * 32 + lane) * 2);
-      if (nb == 0.0f) continue;
-      if (n == 0.0f) {
-        n = nb, mean = q.x, m2 = q.y;
-      } else {
-        gemm_detail::merge_moment(n, mean, m2, nb, q.x, q.y);
-        n += nb;
-      }
-    }
-    const int col = at(c, 0).y + lane;
-    if (col < p.N) {
-      float* out = p.col_stats + (int64_t(col) * p.stats_splits + split0 + c / group_chunks) * 3;
-      out[0] = n, out[1] = mean, out[2] = m2;
-    }
+    merge(buf);
   }
 };
 
-// Consumer warpgroup wg's exchange: its buffers at `area` (the block's 2 kColumnStatsBytes) and its mbarrier at
-// `bars` + 8 wg (two, set up by init_column_stats).
-__device__ __forceinline__ ColumnStats column_stats_of(unsigned char* area, uint32_t bars, int wg, int split0,
-                                                       int group_chunks) {
-  return ColumnStats{reinterpret_cast<float*>(area + uint32_t(wg) * kColumnStatsBytes), bars + 8u * uint32_t(wg),
+// Consumer warpgroup wg's exchange: its buffers at `area` (the block's 2 kColumnReductionBytes) and its mbarrier at
+// `bars` + 8 wg (two, set up by init_column_reduction).
+__device__ __forceinline__ ColumnReduction column_reduction_of(unsigned char* area, uint32_t bars, int wg, int split0,
+                                                           int group_chunks) {
+  return ColumnReduction{reinterpret_cast<float*>(area + uint32_t(wg) * kColumnReductionBytes), bars + 8u * uint32_t(wg),
                      split0, group_chunks};
 }
 
 // The two mbarriers, by thread 0 at the kernel's start, before its pipeline sets up its own (whose block barrier
 // publishes them).
-__device__ __forceinline__ void init_column_stats(uint32_t bars) {
+__device__ __forceinline__ void init_column_reduction(uint32_t bars) {
   if (threadIdx.x == 0) {
     mbar_init(bars, 128);
     mbar_init(bars + 8u, 128);

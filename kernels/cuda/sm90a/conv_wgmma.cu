@@ -97,7 +97,7 @@ struct PixelTiles {
 // buffers (band_epilogue.cuh: 2 KiB for each of the 8 consumer warps) and the column statistics' exchange.
 constexpr uint32_t kConvBarBytes = 256, kConvStatsBars = 240;
 template <class C>
-constexpr int kConvSmem = C::kSmem + int(kConvBarBytes) + 8 * gemm_detail::kBandBufBytes + 2 * int(kColumnStatsBytes);
+constexpr int kConvSmem = C::kSmem + int(kConvBarBytes) + 8 * gemm_detail::kBandBufBytes + 2 * int(kColumnReductionBytes);
 static_assert(kConvSmem<Wide> <= 227 * 1024 && kConvSmem<Narrow> <= 227 * 1024 && kConvSmem<Slim> <= 227 * 1024 &&
                   16 * Slim::STAGES + 16 <= int(kConvStatsBars) && kConvStatsBars + 16 <= kConvBarBytes,
               "an H100 block has 227 KiB; the barriers fit before the buffers");
@@ -130,7 +130,7 @@ __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& 
   constexpr int kChunks = C::BN / gemm_detail::kChunkCols;
   gemm_detail::band_epilogue<T, kChunks>(
       p, 0, frag, at, staging + (wg * 4 + warp) * gemm_detail::kBandBufBytes,
-      column_stats_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, wg, 2 * tm + wg, kChunks));
+      column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, wg, 2 * tm + wg, kChunks));
 }
 
 // The forward's `store` step (a functor whose operator() is forced inline: a lambda around the epilogue was left a
@@ -170,7 +170,7 @@ struct StorePixelsWhole {
     };
     gemm_detail::band_epilogue<T, 2 * kHalfChunks>(
         p, 0, frag, at, staging + (cw * 4 + warp) * gemm_detail::kBandBufBytes,
-        column_stats_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
+        column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
   }
 };
 
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   unsigned char* staging = conv_staging<C>(smem_raw, base);
   const uint32_t stats_bars = base + uint32_t(C::STAGES * C::kStageBytes) + kConvStatsBars;
-  init_column_stats(stats_bars);
+  init_column_reduction(stats_bars);
   float d[C::BN / 2];
   run_pipeline<T, C, WS, 1, false, false>(
       d, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); },
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kWsThreads<C>, 1)
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   unsigned char* staging = conv_staging<C>(smem_raw, base);
   const uint32_t stats_bars = base + uint32_t(C::STAGES * C::kStageBytes) + kConvStatsBars;
-  init_column_stats(stats_bars);
+  init_column_reduction(stats_bars);
   float d0[C::BN / 2], d1[C::BN / 2];
   pingpong_pipeline<T, C, false, false>(
       d0, d1, base, p.tiles_m * p.tiles_n, [&](int u) { return pixel_tile(p, q, u); },
@@ -447,7 +447,7 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
 
 // A call, as far as its plan's speed goes: its kind (0 forward or backward-data phase, 1 backward-filter), device,
 // dtype, the pins of HPDT_GEMM_V3_PIPELINE / _TILE, and every field of ConvV3 / ConvV3Wgrad that shapes the work.
-using FindKey = std::array<int64_t, 28>;
+using FindKey = std::array<int64_t, 29>;
 
 // The process's plans and their reports, which cuda::gemm_v3_found() lists after GEMM v3's.
 find::Choices<FindKey, V3Plan, GemmV3Found>& found_plans() {
@@ -542,9 +542,16 @@ bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
          gemm_detail::v3_device_ok(stream.device().index);
 }
 
+int64_t conv_v3_row_groups(const ConvV3& c) {
+  int64_t boxes = 0;
+  choose_box(7, c.n, c.hp, c.wp, c.stride, &boxes);
+  return 2 * boxes;
+}
+
 void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   HPDT_CHECK(conv_v3_can_take(c, dt, stream), "conv v3: this convolution (", dtype_name(dt), ", C = ", c.C,
              ") is not one it takes (conv_v3_can_take)");
+  HPDT_CHECK(!(c.stats && c.grad_sums), "conv v3: statistics and backward sums exclude each other");
   PixelTiles q{};
   int64_t boxes = 0;
   q.box = choose_box(7, c.n, c.hp, c.wp, c.stride, &boxes);
@@ -567,6 +574,15 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                "conv v3: batch-norm statistics need dst as the whole dense output (a forward)");
     p.col_stats = start_partials(*c.stats, c.M, p.stats_splits, *c.dst_tensor, int64_t(c.n) * c.hp * c.wp, stream);
   }
+  if (c.grad_sums) {  // this phase's 2 boxes partials of the batch norm's, from split sums_split0
+    const ChannelGradSums& g = *c.grad_sums;
+    HPDT_CHECK(g.partial.defined() && g.partial.numel() == int64_t(c.M) * g.splits * 2 &&
+                   c.sums_split0 + 2 * boxes <= g.splits,
+               "conv v3: backward sums for ", g.splits, " splits, this phase needs ", 2 * boxes, " from ", c.sums_split0);
+    p.col_stats = const_cast<float*>(g.partial.data<float>());
+    p.stats_splits = int(g.splits), p.stats_split0 = c.sums_split0;
+    p.bn_x = g.x.data(), p.bn_y = g.y.defined() ? g.y.data() : nullptr, p.bn_mean = g.mean.data<float>();
+  }
   const auto launch_plan = [&](const V3Plan& plan, void* dst) {
     Params pp = p;
     pp.C = dst;
@@ -586,13 +602,14 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
     const V3Pins pins = v3_pins();
     const FindKey key{0, stream.device().index, int64_t(dt), pins.pipeline, pins.tile, c.M, c.ldw, c.C, c.hs, c.ws,
                       c.n, c.hp, c.wp, c.stride, c.oy0, c.ox0, c.tsign, c.kh, c.kw, c.dst_h, c.dst_w, c.dys, c.dy0,
-                      c.dxs, c.dx0, c.bias != nullptr, c.residual != nullptr, c.stats != nullptr};
+                      c.dxs, c.dx0, c.bias != nullptr, c.residual != nullptr, c.stats != nullptr,
+                      c.grad_sums != nullptr};
     const auto describe = [&] {
       std::ostringstream call;
       call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " "
            << c.C << "->" << c.M << " " << c.n << "x" << c.hs << "x" << c.ws << " -> " << c.hp << "x" << c.wp << " "
            << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "")
-           << (c.stats ? " bn-stats" : "");
+           << (c.stats ? " bn-stats" : "") << (c.grad_sums ? " bn-grad-sums" : "");
       return call.str();
     };
     Tensor scratch;

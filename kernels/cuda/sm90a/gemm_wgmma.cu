@@ -83,7 +83,7 @@ __device__ __forceinline__ void issue_stage(const CUtensorMap* map_a, const CUte
 
 // The epilogue's shared memory (band_epilogue.cuh): a 2 KiB buffer for each of the 8 consumer warps, then the
 // column statistics' exchange of the two consumer warpgroups (column_stats.cuh).
-constexpr uint32_t kStagingBytes = 8 * kBandBufBytes + 2 * kColumnStatsBytes;
+constexpr uint32_t kStagingBytes = 8 * kBandBufBytes + 2 * kColumnReductionBytes;
 
 // GEMM v3's shared memory: the stages, 1 KiB for their barriers (the pipeline's from its start, the column
 // statistics' two at 512), the epilogue's buffers, and 1 KiB to align the first stage (the 128-byte swizzle repeats
@@ -103,9 +103,9 @@ __device__ __forceinline__ uint32_t stats_bars_of(uint32_t base) {
 }
 // Consumer warpgroup wg's column statistics exchange (column_stats.cuh), chunk 0's rows in split split0.
 template <class C>
-__device__ __forceinline__ ColumnStats stats_exchange(unsigned char* staging, uint32_t base, int wg, int split0,
+__device__ __forceinline__ ColumnReduction stats_exchange(unsigned char* staging, uint32_t base, int wg, int split0,
                                                       int group_chunks) {
-  return column_stats_of(staging + 8 * kBandBufBytes, stats_bars_of<C>(base), wg, split0, group_chunks);
+  return column_reduction_of(staging + 8 * kBandBufBytes, stats_bars_of<C>(base), wg, split0, group_chunks);
 }
 
 // The epilogue of 64 x BN accumulators of tile (tm, tn), rows 64 half.. of it, split `split` of its k range, by
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
-  init_column_stats(stats_bars_of<C>(base));
+  init_column_reduction(stats_bars_of<C>(base));
   float d[C::BN / 2];
   run_pipeline<T, C, WS, IN_FLIGHT, A_MN, B_MN>(
       d, base, units, [&](int u) { return unit_of(p, u); },
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kWsThreads<C>, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
-  init_column_stats(stats_bars_of<C>(base));
+  init_column_reduction(stats_bars_of<C>(base));
   float d0[C::BN / 2], d1[C::BN / 2];
   pingpong_pipeline<T, C, A_MN, B_MN>(
       d0, d1, base, units, [&](int u) { return unit_of(p, u); },
@@ -285,8 +285,8 @@ void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const St
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
   // Split-K in whole waves (one block per SM): >= 4 k tiles (256 k) per split. The weight-gradient GEMMs of
   // ViT-B/16 (K = 12,608) have 36-144 tiles. None with the column statistics (computed from the final values).
-  HPDT_CHECK(!p.col_stats || p.stats_splits == 2 * p.tiles_m, "gemm v3: column statistics for ", p.stats_splits,
-             " row groups, the tiles have ", 2 * p.tiles_m);
+  HPDT_CHECK(!p.col_stats || p.stats_split0 + 2 * p.tiles_m <= p.stats_splits, "gemm v3: column reductions for ",
+             p.stats_splits, " row groups from ", p.stats_split0, ", the tiles have ", 2 * p.tiles_m);
   Tensor partial;
   const int splits = plan_split_k(p, (p.K + kBK - 1) / kBK, detail::sm_count(device), 2.0 * kBM * C::BN * kBK, 4,
                                   p.col_stats ? 1 : 16, detail::kWgmmaFlops, stream, partial);
@@ -346,7 +346,7 @@ std::string describe_call(const Params& p, DType ab_type, DType c_type) {
   if (p.res) s += " residual";
   if (p.act == kActGelu) s += p.gelu_tanh ? " gelu(tanh)" : " gelu(erf)";
   if (p.act == kActGeluGrad) s += p.gelu_tanh ? " gelu_grad(tanh)" : " gelu_grad(erf)";
-  if (p.col_stats) s += " column-stats";
+  if (p.col_stats) s += p.bn_x ? " column-grad-sums" : " column-stats";
   return s;
 }
 

@@ -39,7 +39,8 @@
 #include "hpdt/kernels/cpu/activation.h"  // GeluForm
 
 namespace hpdt::kernels {
-struct ChannelStats;  // hpdt/kernels/channel_stats.h
+struct ChannelStats;     // hpdt/kernels/channel_stats.h
+struct ChannelGradSums;  // hpdt/kernels/channel_stats.h
 }
 
 namespace hpdt::kernels::cuda {
@@ -70,6 +71,12 @@ struct GemmEpilogue {
   // (channel_stats.h). Computed by v3 where the epilogue is otherwise plain (no GELU), N is even and C pair-aligned
   // (split-K then off); every other path clears them, and the batch norm runs its own pass.
   ChannelStats* column_stats = nullptr;
+  // Batch norm's backward sums, for the batch norm whose output gradient C is (an NHWC 1x1 convolution's dx run as
+  // this GEMM): C gets dz = (y > 0 ? v : 0) (v without y) in place of the epilogue's value v, and the partials (sum
+  // dz, sum dz (x - mean)) of each column over 64-row groups (channel_stats.h; x and y [M, N] in C's dtype, C dense:
+  // ldc = N; mean [N] f32). Computed by v3 where column_stats would be (not both); every other path clears them and
+  // writes v unmasked.
+  ChannelGradSums* column_grad_sums = nullptr;
   bool has_activation() const { return gelu || gelu_grad_input != nullptr; }
 };
 
