@@ -1294,6 +1294,99 @@ TEST_F(ConvCuda, BatchNormStatisticsFromConvV3AndGemmV3) {
     }
 }
 
+// ... and their backward-data epilogues hand batch norm its backward sums (conv v3 in every stride phase, GEMM v3 for
+// the 1x1 ones, column_stats.cuh's kBandGradSums): dx comes back as the plain gradient through the fused ReLU's mask,
+// bit for bit, the partials add up to the sums of dz and dz (x - mean), and batch norm's backward given them matches
+// its own reduce pass; in every pipeline, with and without the mask, with a residual (the 1x1 one then on conv v3).
+TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  const kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
+  const auto auto_v = kernels::cuda::ConvVariant::automatic;
+  struct SumsCase {
+    const char* name;
+    Conv2dShape s;
+    const char* kernel;  // the launch that must run it without a residual
+  };
+  const SumsCase cases[] = {{"3x3 64->64 at 9x9", {2, 64, 9, 9, 64, 3, 3, 1, 1}, "conv_v3"},
+                            {"3x3 s2 128->64 at 11x9 (4 phases)", {2, 128, 11, 9, 64, 3, 3, 2, 1}, "conv_v3"},
+                            {"1x1 64->128 at 10x13", {2, 64, 10, 13, 128, 1, 1, 1, 0}, "gemm_v3"}};
+  int config = 0;
+  for (const char* pipeline : {"barrier", "ws", "pingpong"})
+    for (const SumsCase& k : cases)
+      for (const bool with_residual : {false, true}) {
+        const bool relu = config++ % 2 == 0;
+        const Conv2dShape& s = k.s;
+        SCOPED_TRACE(std::string(k.name) + " pipeline " + pipeline + (relu ? " relu" : "") +
+                     (with_residual ? " residual" : ""));
+        const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
+            blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr);
+        const DType dt = DType::bf16;
+        const int64_t c = s.c_in, count = s.n * s.h * s.w;
+        const Shape xs{s.n, s.h, s.w, c}, ys{s.n, s.out_h(), s.out_w(), s.c_out};
+        const Tensor dy = to_gpu(random(ys), dt), w = to_gpu(random({s.c_out, c, s.kh, s.kw}), dt);
+        const Tensor res = to_gpu(random(xs), dt);
+        const Tensor* r = with_residual ? &res : nullptr;
+        kernels::ChannelGradSums sums;
+        sums.x = to_gpu(random(xs, -1.0f, 3.0f), dt);
+        if (relu) sums.y = to_gpu(random(xs), dt);
+        sums.mean = to_gpu(random({c}, 0.5f, 1.5f));
+        Tensor dz = poisoned(xs, dt), g = poisoned(xs, dt);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        const char* kernel = with_residual ? "conv_v3" : k.kernel;
+        const unsigned long long before = cuda_emu::launches_named(kernel), v2s = cuda_emu::launches_named("conv_nhwc_");
+#endif
+        kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dz, stream, auto_v, r, &sums);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        EXPECT_GT(cuda_emu::launches_named(kernel), before) << "not on " << kernel;
+        EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_"), v2s) << "a phase ran on v2";
+#endif
+        kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, g, stream, auto_v, r);
+        ASSERT_TRUE(sums.describe(dz, c)) << "no sums";
+        const Tensor gz = dz.to(Device::cpu(), stream), gg = g.to(Device::cpu(), stream);
+        const Tensor part = sums.partial.to(Device::cpu(), stream), mc = sums.mean.to(Device::cpu(), stream);
+        const Tensor xc = to_cpu_f32(sums.x), yc = relu ? to_cpu_f32(sums.y) : Tensor(), gc = to_cpu_f32(g);
+        stream.synchronize();
+        const uint16_t* zb = static_cast<const uint16_t*>(gz.data());
+        const uint16_t* gb = static_cast<const uint16_t*>(gg.data());
+        int64_t bad = 0;
+        for (int64_t i = 0; i < gz.numel(); ++i)
+          bad += zb[i] != (!relu || yc.data<float>()[i] > 0.0f ? gb[i] : uint16_t(0)) ? 1 : 0;
+        EXPECT_EQ(bad, 0) << "elements of dz that are not the masked gradient";
+        const float* pp = part.data<float>();
+        for (int64_t ch = 0; ch < c; ++ch) {
+          double got[2] = {0, 0}, want[2] = {0, 0}, scale = 0;
+          for (int64_t q = 0; q < sums.splits; ++q)
+            for (int e = 0; e < 2; ++e) got[e] += pp[(ch * sums.splits + q) * 2 + e];
+          for (int64_t i = 0; i < count; ++i) {
+            const bool keep = !relu || yc.data<float>()[i * c + ch] > 0.0f;
+            const double v = keep ? gc.data<float>()[i * c + ch] : 0.0;
+            const double d = xc.data<float>()[i * c + ch] - mc.data<float>()[ch];
+            want[0] += v, want[1] += v * d, scale += std::abs(v) * (1.0 + std::abs(d));
+          }
+          for (int e = 0; e < 2; ++e)
+            EXPECT_NEAR(got[e], want[e], 1e-5 * scale + 1e-6) << "channel " << ch << (e ? ": sum dz (x - mean)" : ": sum dz");
+        }
+        // batch norm's backward given them, against its own reduce pass over the plain gradient
+        kernels::BatchNormSaved saved;
+        saved.mean = sums.mean, saved.invstd = to_gpu(random({c}, 0.5f, 2.0f));
+        const Tensor gamma = to_gpu(random({c}, 0.5f, 1.5f), dt);
+        const auto bn_backward = [&](const Tensor& grad, const kernels::ChannelGradSums* given) {
+          Tensor dx = poisoned(xs, dt), dgamma = to_gpu(Tensor::zeros({c}, DType::f32), dt);
+          Tensor dbeta = to_gpu(Tensor::zeros({c}, DType::f32), dt), dz_out = poisoned(xs, dt);
+          const kernels::BatchNormReluGrad rg{relu ? sums.y : Tensor(), dz_out};
+          kernels::batchnorm_backward_train(grad, sums.x, gamma, saved, dx, dgamma, dbeta, {}, stream, Layout::nhwc,
+                                            relu ? &rg : nullptr, given);
+          return std::vector<Tensor>{to_cpu_f32(dx), to_cpu_f32(dgamma), to_cpu_f32(dbeta)};
+        };
+        const std::vector<Tensor> own = bn_backward(g, nullptr), fused = bn_backward(dz, &sums);
+        const Tolerance tol = test::default_tolerance(dt);
+        const char* what[3] = {"dx", "dgamma", "dbeta"};
+        for (int q = 0; q < 3; ++q)
+          EXPECT_TRUE(close(own[size_t(q)], fused[size_t(q)], {tol.rtol, tol.atol * 4})) << what[q];
+      }
+}
+
 // With kernels::conv_choice() v3 and ConvVariant::automatic, the NHWC implicit GEMMs with 64k channels run on conv
 // v3 (wgmma + TMA, conv_v3.cuh): the forward with ci % 64 == 0 (bias and residual in its epilogue), every stride
 // phase of backward-data with co % 64 == 0 (with its residual) and the backward-filter with ci % 64 == 0 and

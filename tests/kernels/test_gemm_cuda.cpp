@@ -676,6 +676,117 @@ TEST_F(GemmCuda, V3ColumnStatisticsForBatchNorm) {
   EXPECT_FALSE(st.partial.defined()) << "GELU";
 }
 
+// GEMM v3's epilogue as a batch norm's backward wants it (GemmEpilogue::column_grad_sums; the NHWC 1x1
+// convolutions' backward-data): C comes back as the plain result through the fused ReLU's mask (y > 0), bit for bit,
+// and each column's partial per 64-row group holds (sum dz, sum dz (x - mean)) of those 64 rows of C as stored;
+// the same bits on a second run. Every pipeline and tile (the persistent ones on 2 blocks), bf16 and f32 C, with and
+// without the mask, with and without a residual added first. Bad x, y, mean or a strided C are refused by name; v2,
+// a GELU and an odd N clear the struct and write C unmasked.
+TEST_F(GemmCuda, V3ColumnGradSumsForBatchNorm) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  const int64_t M = 300, N = 192, K = 136;  // 3 tiles, the last 44 rows; N cut by every tile width
+  int config = 0;
+  for (const char* pipeline : {"barrier", "ws", "pingpong"})
+    for (const char* tile : {"narrow", "wide", "slim"})
+      for (const DType ct : {DType::bf16, DType::f32}) {
+        if (std::string(pipeline) == "pingpong" && std::string(tile) == "wide") continue;
+        const bool relu = config % 2 == 0, with_residual = config % 3 == 0;
+        ++config;
+        const bool persistent = std::string(pipeline) != "barrier";
+        const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline), tiles("HPDT_GEMM_V3_TILE", tile),
+            blocks("HPDT_GEMM_V3_CTAS", persistent ? "2" : nullptr);
+        SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, C " + std::string(dtype_name(ct)) +
+                     (relu ? ", relu" : "") + (with_residual ? ", residual" : ""));
+        const Tensor a = to_gpu(random({M, K}), DType::bf16), b = to_gpu(random({N, K}), DType::bf16);
+        const Tensor res = to_gpu(random({M, N}), ct);
+        kernels::ChannelGradSums sums;
+        sums.x = to_gpu(random({M, N}, -1.0f, 3.0f), ct);
+        if (relu) sums.y = to_gpu(random({M, N}), ct);
+        sums.mean = to_gpu(random({N}, 0.5f, 1.5f));
+        kernels::cuda::GemmEpilogue epi;
+        epi.residual = with_residual ? res.data() : nullptr;
+        Tensor g = poisoned({M, N}, ct), dz = poisoned({M, N}, ct);
+        kernels::cuda::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, g.data(), N, DType::bf16, ct,
+                            epi, stream, GemmVariant::v3_wgmma);
+        epi.column_grad_sums = &sums;
+        kernels::cuda::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, dz.data(), N, DType::bf16, ct,
+                            epi, stream, GemmVariant::v3_wgmma);
+        ASSERT_TRUE(sums.describe(dz, N)) << "v3 wrote no sums";
+        const int64_t groups = 2 * ((M + 127) / 128);
+        ASSERT_EQ(sums.splits, groups);
+        const Tensor gz = dz.to(Device::cpu(), stream), gg = g.to(Device::cpu(), stream);
+        const Tensor part = sums.partial.to(Device::cpu(), stream), mc = sums.mean.to(Device::cpu(), stream);
+        const Tensor xc = to_cpu_f32(sums.x), yc = relu ? to_cpu_f32(sums.y) : Tensor(), zc = to_cpu_f32(dz);
+        stream.synchronize();
+        // dz: g through the mask, bit for bit (16-bit or 32-bit words)
+        const size_t word = dtype_size(ct);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < M * N; ++i) {
+          const bool keep = !relu || yc.data<float>()[i] > 0.0f;
+          const unsigned char* zi = static_cast<const unsigned char*>(gz.data()) + i * word;
+          const unsigned char* gi = static_cast<const unsigned char*>(gg.data()) + i * word;
+          static const unsigned char zeros[4] = {};
+          bad += std::memcmp(zi, keep ? gi : zeros, word) != 0 ? 1 : 0;
+        }
+        EXPECT_EQ(bad, 0) << "elements of dz that are not the masked result";
+        // each partial: its 64 rows' sums of dz as stored
+        const float* pp = part.data<float>();
+        for (int64_t col = 0; col < N; ++col)
+          for (int64_t grp = 0; grp < groups; ++grp) {
+            double want[2] = {0, 0}, scale = 0;
+            for (int64_t r = 64 * grp; r < std::min(M, 64 * grp + 64); ++r) {
+              const double v = zc.data<float>()[r * N + col], d = xc.data<float>()[r * N + col] - mc.data<float>()[col];
+              want[0] += v, want[1] += v * d, scale += std::abs(v) * (1.0 + std::abs(d));
+            }
+            for (int e = 0; e < 2; ++e)
+              ASSERT_NEAR(pp[(col * groups + grp) * 2 + e], want[e], 1e-5 * scale + 1e-6)
+                  << "column " << col << " group " << grp << (e ? ": sum dz (x - mean)" : ": sum dz");
+          }
+        // the same bits again
+        kernels::ChannelGradSums again = sums;
+        Tensor dz2 = poisoned({M, N}, ct);
+        epi.column_grad_sums = &again;
+        kernels::cuda::gemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, dz2.data(), N, DType::bf16,
+                            ct, epi, stream, GemmVariant::v3_wgmma);
+        const Tensor part2 = again.partial.to(Device::cpu(), stream);
+        stream.synchronize();
+        EXPECT_EQ(std::memcmp(part.data(), part2.data(), part.nbytes()), 0) << "not deterministic";
+      }
+
+  // Refused by name; cleared (and C unmasked) where not computed.
+  const int64_t m = 130, n = 64, k = 64;
+  const Tensor a = to_gpu(random({m, k}), DType::bf16), b = to_gpu(random({n + 1, k}), DType::bf16);
+  Tensor c = poisoned({m, n + 1}, DType::bf16), h = poisoned({m, n}, DType::bf16);
+  kernels::ChannelGradSums sums;
+  sums.x = to_gpu(random({m, n}), DType::bf16);
+  sums.y = to_gpu(random({m, n}), DType::bf16);
+  sums.mean = to_gpu(random({n}));
+  kernels::cuda::GemmEpilogue epi;
+  epi.column_grad_sums = &sums;
+  const auto run_v = [&](int64_t cols, int64_t ldc, const kernels::cuda::GemmEpilogue& e, GemmVariant v) {
+    kernels::cuda::gemm(false, true, m, cols, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), ldc, DType::bf16,
+                        DType::bf16, e, stream, v);
+  };
+  run_v(n, n, epi, GemmVariant::v3_wgmma);
+  ASSERT_TRUE(sums.partial.defined());
+  run_v(n, n, epi, GemmVariant::v2_mma);
+  EXPECT_FALSE(sums.partial.defined()) << "v2";
+  kernels::cuda::GemmEpilogue gelu = epi;
+  gelu.gelu = true, gelu.pre_activation = h.data();
+  run_v(n, n, gelu, GemmVariant::v3_wgmma);
+  EXPECT_FALSE(sums.partial.defined()) << "GELU";
+  HPDT_EXPECT_THROW_MSG(run_v(n, n + 1, epi, GemmVariant::v3_wgmma), "column_grad_sums needs a dense C (ldc 65 != N 64)");
+  HPDT_EXPECT_THROW_MSG(run_v(n + 1, n + 1, epi, GemmVariant::v3_wgmma), "column_grad_sums' x must be 130 x 65 bf16");
+  kernels::ChannelGradSums bad_mean = sums;
+  bad_mean.mean = to_gpu(random({n + 1}));
+  epi.column_grad_sums = &bad_mean;
+  HPDT_EXPECT_THROW_MSG(run_v(n, n, epi, GemmVariant::v3_wgmma), "column_grad_sums' mean must be [64] f32");
+  kernels::cuda::GemmEpilogue both = epi;
+  kernels::ChannelStats st;
+  both.column_stats = &st;
+  HPDT_EXPECT_THROW_MSG(run_v(n, n, both, GemmVariant::v3_wgmma), "column_stats and column_grad_sums exclude each other");
+}
+
 // v3's split-K: few tiles and a long K (the shape of a weight gradient: 2 tiles, 40 k tiles, so 10 splits of 4),
 // every layout, both pipelines, f32 and 16-bit C with alpha, beta and bias (applied once, by the reduction); the
 // same inputs twice give the same bits. "ws" and "pingpong" with 3 blocks: each runs 6 or 7 of the 20 work units

@@ -327,9 +327,10 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
 // gives O(1) differences. Since conv v3 computes its batch norms' statistics (2026-11-28; before, those batch norms
 // ran their own pass), resnet20_nhwc's v3 step has loss 2.377000 against 2.377266, cosine 0.999901: the partials
 // group the values differently, and bf16 roundings of the normalised outputs flip.
-// The emulator's statistics (CUDA_EMU_STATS=1) show which kernels ran. Conv v3's epilogue computes its batch norm's
-// statistics as v2's does (sm90a/column_stats.cuh): every convolution of the v3 step hands them over, and no batch
-// norm runs its statistics kernel (counted on the emulator).
+// The emulator's statistics (CUDA_EMU_STATS=1) show which kernels ran. Conv v3's epilogues compute their batch norms'
+// statistics and backward sums as v2's do (sm90a/column_stats.cuh): every convolution of the v3 step hands the
+// statistics over, every backward-data but the 3 whose BN no backward-data feeds the sums, and no batch norm runs its
+// statistics kernel, 3 their reduce kernel (counted on the emulator).
 TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   {
     const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
@@ -355,19 +356,25 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
       return cuda_emu::launches_named("bn_stats_kernel") + cuda_emu::launches_named("bn_stats_nhwc_kernel");
     };
     const unsigned long long stats0 = stats_kernels(), v3s = cuda_emu::launches_named("conv_v3");
+    const unsigned long long reduce0 = cuda_emu::launches_named("bn_backward_reduce");
 #endif
     r3 = forward_backward(*b, d);
-    int convs = 0, handed = 0;
+    int convs = 0, handed = 0, summed = 0;
     b->for_each_layer([&](Layer& l) {
-      if (const auto* c = dynamic_cast<const Conv2d*>(&l)) ++convs, handed += c->output_stats().partial.defined();
+      if (const auto* c = dynamic_cast<const Conv2d*>(&l)) {
+        ++convs, handed += c->output_stats().partial.defined();
+        summed += c->input_grad_sums().partial.defined();
+      }
     });
     const bool resnet = std::string(GetParam().model).rfind("resnet", 0) == 0;  // (ViT's patch embedding has no BN)
     if (resnet) {
       EXPECT_EQ(handed, convs) << "convolutions whose epilogue computed their batch norm's statistics";
+      EXPECT_EQ(summed, convs - 3) << "backward-data epilogues that computed their batch norm's sums";
     }
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
     if (resnet) {
       EXPECT_EQ(stats_kernels(), stats0) << "batch norms that ran their statistics kernel";
+      EXPECT_EQ(cuda_emu::launches_named("bn_backward_reduce"), reduce0 + 3) << "batch norms that ran their reduce kernel";
       if (GetParam().layout == kernels::Layout::nhwc) {
         EXPECT_GT(cuda_emu::launches_named("conv_v3"), v3s);
       }
