@@ -741,6 +741,34 @@ TEST_F(ConvCuda, BatchNormStatisticsFromTheEpilogue) {
   HPDT_EXPECT_THROW_MSG(forward(Impl::v2, s, x, w, e, y), "HPDT_CONV_BN_STATS=fused: expected epilogue or separate");
 }
 
+// Batch-norm backward sums (kernels::ChannelGradSums) against the plain gradient, all on the host: dz (gz, as
+// stored, 16-bit) is the plain gradient (gg) through the mask of y > 0 (yc; undefined: no mask) bit for bit, and the
+// partials add up to each channel's sums of dz and dz (x - mean) (xc, gc: x and the gradient in f32, mc: the mean).
+void expect_grad_sums_of(const kernels::ChannelGradSums& sums, const Tensor& gz, const Tensor& gg, const Tensor& part,
+                         const Tensor& xc, const Tensor& yc, const Tensor& gc, const Tensor& mc, bool nhwc, int64_t c,
+                         int64_t count, int64_t plane) {
+  const bool relu = yc.defined();
+  const uint16_t* zb = static_cast<const uint16_t*>(gz.data());
+  const uint16_t* gb = static_cast<const uint16_t*>(gg.data());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < gz.numel(); ++i) bad += zb[i] != (!relu || yc.data<float>()[i] > 0.0f ? gb[i] : uint16_t(0));
+  EXPECT_EQ(bad, 0) << "elements of dz that are not the masked gradient";
+  const float* pp = part.data<float>();
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double got[2] = {0, 0}, want[2] = {0, 0}, scale = 0;
+    for (int64_t k = 0; k < sums.splits; ++k)
+      for (int e = 0; e < 2; ++e) got[e] += pp[(ch * sums.splits + k) * 2 + e];
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t at = nhwc ? i * c + ch : (i / plane * c + ch) * plane + i % plane;
+      const bool keep = !relu || yc.data<float>()[at] > 0.0f;
+      const double v = keep ? gc.data<float>()[at] : 0.0, d = xc.data<float>()[at] - mc.data<float>()[ch];
+      want[0] += v, want[1] += v * d, scale += std::abs(v) * (1.0 + std::abs(d));
+    }
+    for (int e = 0; e < 2; ++e)
+      EXPECT_NEAR(got[e], want[e], 1e-5 * scale + 1e-6) << "channel " << ch << (e ? ": sum dz (x - mean)" : ": sum dz");
+  }
+}
+
 // v2's backward-data epilogue hands batch norm its backward sums (kernels::ChannelGradSums): dx comes back as the
 // gradient through the fused ReLU's mask (the same bits as masking the plain gradient), the partials add up to
 // that batch norm's sums, batch norm given them computes what its own reduce pass does (dz copied out where it is
@@ -780,28 +808,7 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromTheEpilogue) {
             const Tensor xc = to_cpu_f32(sums.x), yc = relu ? to_cpu_f32(sums.y) : Tensor(), gc = to_cpu_f32(g);
             const Tensor mc = sums.mean.to(Device::cpu(), stream);
             stream.synchronize();
-            const uint16_t* zb = static_cast<const uint16_t*>(gz.data());
-            const uint16_t* gb = static_cast<const uint16_t*>(gg.data());
-            int64_t bad = 0;
-            for (int64_t i = 0; i < gz.numel(); ++i) {
-              const bool keep = !relu || yc.data<float>()[i] > 0.0f;
-              bad += zb[i] != (keep ? gb[i] : uint16_t(0)) ? 1 : 0;
-            }
-            EXPECT_EQ(bad, 0) << "elements of dz that are not the masked gradient";
-            const float* pp = part.data<float>();
-            for (int64_t ch = 0; ch < c; ++ch) {
-              double got[2] = {0, 0}, want[2] = {0, 0}, scale = 0;
-              for (int64_t k = 0; k < sums.splits; ++k)
-                for (int e = 0; e < 2; ++e) got[e] += pp[(ch * sums.splits + k) * 2 + e];
-              for (int64_t i = 0; i < count; ++i) {
-                const int64_t at = nhwc ? i * c + ch : (i / plane * c + ch) * plane + i % plane;
-                const bool keep = !relu || yc.data<float>()[at] > 0.0f;
-                const double v = keep ? gc.data<float>()[at] : 0.0, d = xc.data<float>()[at] - mc.data<float>()[ch];
-                want[0] += v, want[1] += v * d, scale += std::abs(v) * (1.0 + std::abs(d));
-              }
-              for (int e = 0; e < 2; ++e)
-                EXPECT_NEAR(got[e], want[e], 1e-5 * scale + 1e-6) << "channel " << ch << (e ? ": sum dz (x - mean)" : ": sum dz");
-            }
+            expect_grad_sums_of(sums, gz, gg, part, xc, yc, gc, mc, nhwc, c, count, plane);
 
             // Batch norm's backward given them, against its own reduce pass over the plain gradient.
             kernels::BatchNormSaved saved;
@@ -1347,26 +1354,7 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
         const Tensor part = sums.partial.to(Device::cpu(), stream), mc = sums.mean.to(Device::cpu(), stream);
         const Tensor xc = to_cpu_f32(sums.x), yc = relu ? to_cpu_f32(sums.y) : Tensor(), gc = to_cpu_f32(g);
         stream.synchronize();
-        const uint16_t* zb = static_cast<const uint16_t*>(gz.data());
-        const uint16_t* gb = static_cast<const uint16_t*>(gg.data());
-        int64_t bad = 0;
-        for (int64_t i = 0; i < gz.numel(); ++i)
-          bad += zb[i] != (!relu || yc.data<float>()[i] > 0.0f ? gb[i] : uint16_t(0)) ? 1 : 0;
-        EXPECT_EQ(bad, 0) << "elements of dz that are not the masked gradient";
-        const float* pp = part.data<float>();
-        for (int64_t ch = 0; ch < c; ++ch) {
-          double got[2] = {0, 0}, want[2] = {0, 0}, scale = 0;
-          for (int64_t q = 0; q < sums.splits; ++q)
-            for (int e = 0; e < 2; ++e) got[e] += pp[(ch * sums.splits + q) * 2 + e];
-          for (int64_t i = 0; i < count; ++i) {
-            const bool keep = !relu || yc.data<float>()[i * c + ch] > 0.0f;
-            const double v = keep ? gc.data<float>()[i * c + ch] : 0.0;
-            const double d = xc.data<float>()[i * c + ch] - mc.data<float>()[ch];
-            want[0] += v, want[1] += v * d, scale += std::abs(v) * (1.0 + std::abs(d));
-          }
-          for (int e = 0; e < 2; ++e)
-            EXPECT_NEAR(got[e], want[e], 1e-5 * scale + 1e-6) << "channel " << ch << (e ? ": sum dz (x - mean)" : ": sum dz");
-        }
+        expect_grad_sums_of(sums, gz, gg, part, xc, yc, gc, mc, true, c, count, s.h * s.w);
         // batch norm's backward given them, against its own reduce pass over the plain gradient
         kernels::BatchNormSaved saved;
         saved.mean = sums.mean, saved.invstd = to_gpu(random({c}, 0.5f, 2.0f));
