@@ -12,6 +12,11 @@
 // The MLP's GELU fused into fc1's forward GEMM (y = gelu(x w^T), keeping x w^T) and fc2's dx GEMM (dx times
 // gelu'(h)): rows fc1_fwd_gelu and fc2_dx_gelu_grad, with x_unfused = (the plain GEMM + the separate GELU kernel,
 // same run) / the fused GEMM.
+// ResNet-50's 1x1 convolutions at 56^2, batch 256, as the NHWC GEMMs --conv v3 runs on v3 (forward NT, backward-data
+// NN), plain and with the batch norm's reduction in the epilogue (2026-11-28, sm90a/column_stats.cuh): rows
+// ..._bn_stats (the forward's column statistics) and ..._bn_grad_sums (the backward-data's mask and sums), with
+// x_plain = the plain GEMM's time / this row's (same run): what the reduction costs the GEMM, against the batch norm
+// pass it saves (one read of C, or the reduce kernel's 4 passes, at the GPU's bandwidth).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -25,8 +30,9 @@
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
-#include "hpdt/kernels/cuda/gemm.h"
 #include "hpdt/kernels/activation.h"
+#include "hpdt/kernels/channel_stats.h"
+#include "hpdt/kernels/cuda/gemm.h"
 #include "hpdt/kernels/elementwise.h"
 
 namespace {
@@ -40,6 +46,7 @@ struct GemmShape {
   bool ta, tb;
   float beta;
   int act = 0;  // the epilogue: 1 GELU (erf) keeping its input, 2 the GELU's gradient
+  int bn = 0;   // batch norm's reduction in the epilogue: 1 the column statistics, 2 the backward sums with a mask
 };
 
 Stream& bench_stream() {
@@ -50,6 +57,7 @@ Stream& bench_stream() {
 // A, B, C of one shape on the GPU, uniform in [-1, 1).
 struct Operands {
   Tensor A, B, C, H, G;  // H: the GELU's input (kept, or read for the gradient), G: the unfused GELU's output
+  Tensor X, Y, Mean;     // bn 2: the batch norm's input and output, [M, N] in C's dtype, and its mean
   int64_t lda, ldb, ldc;
 };
 
@@ -71,6 +79,14 @@ Operands make_operands(const GemmShape& sh, DType ab, DType c) {
     o.G = Tensor::empty({sh.M, sh.N}, c, dev, AllocOptions{.stream = &s});
     kernels::fill_uniform(o.H, -1, 1, 4, 0, s);
   }
+  if (sh.bn == 2) {
+    o.X = Tensor::empty({sh.M, sh.N}, c, dev, AllocOptions{.stream = &s});
+    o.Y = Tensor::empty({sh.M, sh.N}, c, dev, AllocOptions{.stream = &s});
+    o.Mean = Tensor::empty({sh.N}, DType::f32, dev, AllocOptions{.stream = &s});
+    kernels::fill_uniform(o.X, -1, 1, 5, 0, s);
+    kernels::fill_uniform(o.Y, -1, 1, 6, 0, s);
+    kernels::fill_uniform(o.Mean, -0.1f, 0.1f, 7, 0, s);
+  }
   return o;
 }
 
@@ -79,6 +95,13 @@ void run_gemm(const GemmShape& sh, const Operands& o, DType ab, DType c, GemmVar
   epi.gelu = sh.act == 1;
   epi.pre_activation = sh.act == 1 ? o.H.data() : nullptr;
   epi.gelu_grad_input = sh.act == 2 ? o.H.data() : nullptr;
+  kernels::ChannelStats stats;
+  kernels::ChannelGradSums sums;
+  if (sh.bn == 1) epi.column_stats = &stats;
+  if (sh.bn == 2) {
+    sums.x = o.X, sums.y = o.Y, sums.mean = o.Mean;
+    epi.column_grad_sums = &sums;
+  }
   kernels::cuda::gemm(sh.ta, sh.tb, sh.M, sh.N, sh.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, sh.beta, o.C.data(),
                       o.ldc, ab, c, epi, bench_stream(), v);
 }
@@ -150,6 +173,11 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     state.counters["TFLOP/s"] = flop / per_call / 1e12;
     if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / per_call;
     if (sh.act) state.counters["x_unfused"] = seconds_per_call([&] { run_unfused(sh, o, ab, c, v); }, 20) / per_call;
+    if (sh.bn) {
+      GemmShape plain = sh;
+      plain.bn = 0;
+      state.counters["x_plain"] = seconds_per_call([&] { run_gemm(plain, o, ab, c, v); }, 20) / per_call;
+    }
     state.SetLabel(std::string(
         kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, sh.ta, sh.tb, o.lda, o.ldb, o.A.data(),
                                                                      o.B.data(), ab, bench_stream()))));
@@ -220,6 +248,19 @@ void register_all() {
       DType::bf16, DType::bf16, tensor_cores);
   add({"vitb16_b64_fc2_dx_gelu_grad_" + std::to_string(rows) + "x3072->768", rows, 3072, 768, false, false, 0.0f, 2},
       DType::bf16, DType::bf16, tensor_cores);
+
+  // ResNet-50's 1x1 convolutions at 56^2, batch 256, as NHWC GEMMs: forward y [P, co] = x [P, ci] w [co, ci]^T,
+  // backward-data dx [P, ci] = dy [P, co] w [co, ci]; with the batch norm's reduction and without
+  const int64_t pixels = 256 * 56 * 56;
+  for (const auto& [ci, co] : {std::pair<int64_t, int64_t>{64, 256}, {256, 64}}) {
+    const std::string conv = "resnet50_b256_1x1_" + std::to_string(ci) + "to" + std::to_string(co) + "_56_";
+    for (const auto& [suffix, bn] : {std::pair<const char*, int>{"", 0}, {"_bn_stats", 1}})
+      add({conv + "fwd" + suffix, pixels, co, ci, false, true, 0.0f, 0, bn}, DType::bf16, DType::bf16,
+          {GemmVariant::v3_wgmma});
+    for (const auto& [suffix, bn] : {std::pair<const char*, int>{"", 0}, {"_bn_grad_sums", 2}})
+      add({conv + "dgrad" + suffix, pixels, ci, co, false, false, 0.0f, 0, bn}, DType::bf16, DType::bf16,
+          {GemmVariant::v3_wgmma});
+  }
 }
 
 }  // namespace

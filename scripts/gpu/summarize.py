@@ -136,6 +136,28 @@ def gemm_table(g, rows, numbers):
                     "| narrow (128x128) TFLOP/s | chosen / best |")
         rows.append("|---|---:|---:|---:|---:|")
         rows.extend(tiles)
+    # Batch norm's reduction in GEMM v3's epilogue (rows ..._bn_stats / ..._bn_grad_sums, since 2026-11-28: ResNet-50's
+    # 1x1 convolutions as NHWC GEMMs): TFLOP/s with it, and x_plain = the plain GEMM's time / this row's, same run
+    bn_rows = []
+    for sh in shapes:
+        if "_bn_" not in sh:
+            continue
+        recs = [ran_as(g.get(f"gemm/bf16->bf16/{sh}/{v}"), "v3_wgmma")
+                for v in ("v3_wgmma", "v3_wgmma_ws", "v3_wgmma_pingpong")]
+        if not any(recs):
+            continue
+        tf = [r["TFLOP/s"] if r else None for r in recs]
+        xp = [r.get("x_plain") if r else None for r in recs]
+        bn_rows.append(f"| {sh} | " + " | ".join(fmt(t) for t in tf) + " | " + " | ".join(fmt(x, 2) for x in xp) + " |")
+        numbers.append({"op": "gemm_bn_epilogue", "shape": sh, "v3_tflops": tf[0], "v3_ws_tflops": tf[1],
+                        "v3_pingpong_tflops": tf[2], "v3_x_plain": xp[0], "v3_ws_x_plain": xp[1],
+                        "v3_pingpong_x_plain": xp[2]})
+    if bn_rows:
+        rows.append("")
+        rows.append("| GEMM v3 with batch norm's reduction (bf16) | barrier TFLOP/s | ws TFLOP/s | pingpong TFLOP/s "
+                    "| plain / with (barrier) | (ws) | (pingpong) |")
+        rows.append("|---|---:|---:|---:|---:|---:|---:|")
+        rows.extend(bn_rows)
 
 
 # The GEMMs of a ViT-B/16 training step (batch 64, the default fused GELU): each encoder block runs each once.

@@ -259,5 +259,26 @@ class Attention(unittest.TestCase):
         self.assertIn("| 14.000 | — | — | 7.500 | 0.54 | — |", "\n".join(r))
 
 
+class GemmBatchNormEpilogue(unittest.TestCase):
+    """GEMM v3 with batch norm's reduction in its epilogue (rows ..._bn_stats, ..._bn_grad_sums): its own table, with
+    x_plain per pipeline, only where v3 ran (a row labelled v2 is left out), and not in the cuBLAS table (no vendor
+    row)."""
+
+    def test_table(self):
+        sh = "resnet50_b256_1x1_64to256_56_fwd_bn_stats"
+        g = {f"gemm/bf16->bf16/{sh}/v3_wgmma": {"TFLOP/s": 300.0, "x_plain": 0.9, "label": "v3_wgmma"},
+             f"gemm/bf16->bf16/{sh}/v3_wgmma_ws": {"TFLOP/s": 310.0, "x_plain": 0.95, "label": "v3_wgmma"},
+             f"gemm/bf16->bf16/{sh}/v3_wgmma_pingpong": {"TFLOP/s": 320.0, "x_plain": 0.97, "label": "v2_mma"}}
+        rows, numbers = [], []
+        summarize.gemm_table(g, rows, numbers)
+        text = "\n".join(rows)
+        self.assertIn(f"| {sh} | 300.0 | 310.0 | — | 0.90 | 0.95 | — |", text)
+        n = [x for x in numbers if x["op"] == "gemm_bn_epilogue"]
+        self.assertEqual(len(n), 1)
+        self.assertEqual(n[0]["v3_x_plain"], 0.9)
+        self.assertIsNone(n[0]["v3_pingpong_tflops"])
+        self.assertFalse([x for x in numbers if x["op"] == "gemm"])
+
+
 if __name__ == "__main__":
     unittest.main()
