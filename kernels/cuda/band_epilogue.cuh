@@ -157,7 +157,7 @@ struct HalvesFrag {
 // dropped), buf the warp's kBandBufBytes of shared memory, split the split-K part (kBandPartial). MODE must be
 // band_mode(p); TC is C's element type (float when p.c_f32).
 // The moments of two columns over some rows (count shared: a row counts for both or neither), and Chan et al.'s
-// merge of two such summaries, a first (fixed order: the same bits every run).
+// merge of two such summaries, a then b (a fixed order: the same bits every run).
 struct PairMoments {
   float n = 0.0f, mean0 = 0.0f, m2_0 = 0.0f, mean1 = 0.0f, m2_1 = 0.0f;
 };

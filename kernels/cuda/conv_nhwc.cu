@@ -844,10 +844,15 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
     p.residual = residual ? residual->data() : nullptr;
     return p;
   };
+  // Batch norm's sums wanted: conv v3's epilogue reduces pairs of channels (an even count, dx, x and y 4-byte
+  // aligned), else v2 runs every phase
+  const bool sums = epilogue_computes_grad_sums(bn, tc && !std::is_same_v<T, float>, phases);
+  const bool v3_sums_ok = !sums || (s.c_in % 2 == 0 && aligned4(dx.data()) && aligned4(bn->x.data()) &&
+                                    (!bn->y.defined() || aligned4(bn->y.data())));
   // ... and as conv v3 would (conv_v3.cuh), where v3 is chosen and takes it
   const auto v3_of = [&](const DataPhase& f, ConvV3& c) {
 #if HPDT_HAVE_GEMM_WGMMA
-    if (!v3) return false;
+    if (!v3 || !v3_sums_ok) return false;
     const NhwcGemm p = gemm_of(f);
     c.w = p.a, c.ldw = p.lda, c.M = p.M;
     c.src = p.src, c.C = p.C, c.hs = p.Hs, c.ws = p.Ws;
@@ -862,7 +867,7 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
 #endif
   };
   // the sums' partials: per channel, 2 per v2 pixel tile or conv v3 pixel box of each phase
-  if (epilogue_computes_grad_sums(bn, tc && !std::is_same_v<T, float>, phases)) {
+  if (sums) {
     int64_t splits = 0;
     for (const DataPhase& f : phases) {
       ConvV3 c;
@@ -985,7 +990,8 @@ bool forward_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, const Te
   c.oy0 = c.ox0 = int(-s.pad), c.tsign = 1, c.kh = int(s.kh), c.kw = int(s.kw);
   c.dst = y.data(), c.dst_h = c.hp, c.dst_w = c.wp;
   c.bias = e.bias ? e.bias->data() : nullptr, c.residual = e.residual ? e.residual->data() : nullptr;
-  if (epilogue_computes_stats(e, true)) c.stats = e.stats, c.dst_tensor = &y;
+  // (the epilogue reduces pairs of channels: an even count, y 4-byte aligned; else the batch norm's own pass)
+  if (epilogue_computes_stats(e, true) && s.c_out % 2 == 0 && aligned4(y.data())) c.stats = e.stats, c.dst_tensor = &y;
   if (!conv_v3_can_take(c, x.dtype(), stream)) return false;
   Tensor packed;
   int64_t lda = 0;

@@ -33,5 +33,6 @@ __device__ __forceinline__ void store(T* p, const float (&v)[V]) {
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 inline bool aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
+inline bool aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
 
 }  // namespace hpdt::kernels::cuda

@@ -1299,6 +1299,21 @@ TEST_F(ConvCuda, BatchNormStatisticsFromConvV3AndGemmV3) {
       kernels::cuda::conv2d_forward_nhwc(s, x, w, e, y, stream, auto_v);
       EXPECT_FALSE(st.partial.defined()) << "with a bias";
     }
+  // an odd channel count (the epilogue reduces pairs of channels): conv v3 runs, the batch norm computes them
+  const Conv2dShape odd{2, 64, 9, 9, 63, 3, 3, 1, 1};
+  const Tensor x = to_gpu(random({2, 9, 9, 64}), DType::bf16), w = to_gpu(random({63, 64, 3, 3}), DType::bf16);
+  Tensor y = poisoned({2, 9, 9, 63}, DType::bf16);
+  kernels::ChannelStats st;
+  Conv2dEpilogue e;
+  e.stats = &st;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  const unsigned long long before = cuda_emu::launches_named("conv_v3");
+#endif
+  kernels::cuda::conv2d_forward_nhwc(odd, x, w, e, y, stream, auto_v);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  EXPECT_EQ(cuda_emu::launches_named("conv_v3") - before, 1u);
+#endif
+  EXPECT_FALSE(st.partial.defined()) << "63 channels";
 }
 
 // ... and their backward-data epilogues hand batch norm its backward sums (conv v3 in every stride phase, GEMM v3 for

@@ -552,6 +552,12 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   HPDT_CHECK(conv_v3_can_take(c, dt, stream), "conv v3: this convolution (", dtype_name(dt), ", C = ", c.C,
              ") is not one it takes (conv_v3_can_take)");
   HPDT_CHECK(!(c.stats && c.grad_sums), "conv v3: statistics and backward sums exclude each other");
+  HPDT_CHECK(!(c.stats || c.grad_sums) ||
+                 (c.M % 2 == 0 && aligned4(c.dst) &&
+                  (!c.grad_sums || (aligned4(c.grad_sums->x.data()) &&
+                                    (!c.grad_sums->y.defined() || aligned4(c.grad_sums->y.data()))))),
+             "conv v3: batch-norm reductions need an even channel count (", c.M,
+             ") and 4-byte aligned tensors (the epilogue reduces pairs of channels)");
   PixelTiles q{};
   int64_t boxes = 0;
   q.box = choose_box(7, c.n, c.hp, c.wp, c.stride, &boxes);
