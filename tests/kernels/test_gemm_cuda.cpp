@@ -582,8 +582,10 @@ TEST_F(GemmCuda, V3PingpongConsumersTakeTurns) {
 // values as stored. Checked partial by partial against C as it came back (counts exactly, so a row group written to
 // the wrong split or a dropped row fails), merged against the whole column, the same bits on a second run, in all
 // three pipelines and their tiles (the persistent ones on 2 blocks: each block's warpgroups run several tiles, so
-// the exchange's mbarrier phases carry over from tile to tile), bf16 and f32 C, with a bias. Paths that cannot
-// compute them clear the struct: a GELU epilogue, an odd N, v2.
+// the exchange's mbarrier phases carry over from tile to tile), bf16 and f32 C, with a bias; on the emulator also
+// with each warp running ahead as far as its barriers let it (CUDA_EMU_SCHEDULE=warp: without the wait that frees
+// the exchange buffer, a warp overwrites it before the merger read it). Paths that cannot compute them clear the
+// struct: a GELU epilogue, an odd N, v2.
 TEST_F(GemmCuda, V3ColumnStatisticsForBatchNorm) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   struct Shape3 {
@@ -591,16 +593,19 @@ TEST_F(GemmCuda, V3ColumnStatisticsForBatchNorm) {
   };
   // 300 rows: 3 tiles, the last with 44 real rows (its second group none); 520: 5 tiles; N cut by every tile width
   const Shape3 shapes[] = {{300, 192, 136}, {520, 96, 64}};
+  for (const char* schedule : {"roundrobin", "warp"})
   for (const char* pipeline : {"barrier", "ws", "pingpong"})
     for (const char* tile : {"narrow", "wide", "slim"})
       for (const Shape3& sh : shapes)
         for (const DType ct : {DType::bf16, DType::f32}) {
           if (std::string(pipeline) == "pingpong" && std::string(tile) == "wide") continue;
+          if (!test::emulated() && std::string(schedule) == "warp") continue;  // a GPU schedules itself
           const bool persistent = std::string(pipeline) != "barrier";
           const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline), tiles("HPDT_GEMM_V3_TILE", tile),
-              blocks("HPDT_GEMM_V3_CTAS", persistent ? "2" : nullptr);
+              blocks("HPDT_GEMM_V3_CTAS", persistent ? "2" : nullptr), emu("CUDA_EMU_SCHEDULE", schedule);
           const int64_t M = sh.M, N = sh.N, K = sh.K;
-          SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, " + std::to_string(M) + "x" +
+          SCOPED_TRACE(std::string(schedule) + " schedule, " + pipeline + " pipeline, " + tile + " tile, " +
+                       std::to_string(M) + "x" +
                        std::to_string(N) + "x" + std::to_string(K) + " C " + std::string(dtype_name(ct)));
           const Tensor a = to_gpu(random({M, K}), DType::bf16), b = to_gpu(random({N, K}), DType::bf16);
           const Tensor bias = to_gpu(random({N}), ct);

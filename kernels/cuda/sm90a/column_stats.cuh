@@ -11,7 +11,9 @@
 // 0.75 bytes an element written and read back, a third of what the pass saves on a bf16 activation. So the 4 warps
 // of the warpgroup that owns 64 rows merge theirs through shared memory at the end of each chunk (32 columns):
 // every warp writes its columns' moments (or sums) over its 16 rows to the chunk's exchange buffer and arrives on
-// the warpgroup's mbarrier; warp c % 4 waits for the phase and merges the 4 in warp order (the same bits every run).
+// the warpgroup's mbarrier (its lane 0, after a __syncwarp that orders the other lanes' stores before that release:
+// 4 arrivals a phase, not 128 atomics on one word); warp c % 4 waits for the phase and merges the 4 in warp order
+// (the same bits every run).
 // Two buffers, alternate chunks: a warp writes buffer c % 2 once phase c - 1 has completed, i.e. once chunk c - 2's
 // merger has arrived for chunk c - 1, after its reads (the merger of chunk c - 1 waited for that phase already and
 // does not wait again: a second wait on a completed phase is what the CUDA emulator reports as a wait two phases
@@ -36,7 +38,7 @@ constexpr uint32_t kColumnReductionBytes = 2u * kStatsChunkFloats * 4u;
 struct ColumnReduction {
   static constexpr bool kOn = true;
   float* xchg;       // the warpgroup's kColumnReductionBytes (16-byte aligned)
-  uint32_t bar;      // its mbarrier (shared address): 128 arrivals a phase, one phase a chunk
+  uint32_t bar;      // its mbarrier (shared address): 4 arrivals (a warp's lane 0) a phase, one phase a chunk
   int split0;        // the split of chunk 0's rows: 2 tm + its 64-row group (after p.stats_split0)
   int group_chunks;  // chunks of one 64-row group: chunk c's split is split0 + c / group_chunks
 
@@ -120,7 +122,8 @@ struct ColumnReduction {
     const int prev_merger = (c == 0 ? NCHUNKS - 1 : c - 1) % 4;
     if (warp != prev_merger) mbar_wait(bar, uint32_t(c + 1) & 1u);  // phase c - 1 complete: the buffer is free
     if (lane < 16) write(buf, warp);
-    mbar_arrive(bar);
+    __syncwarp();  // the warp's stores before its lane 0's arrival (a release)
+    if (lane == 0) mbar_arrive(bar);
     if (warp != c % 4) return;
     mbar_wait(bar, uint32_t(c) & 1u);
     merge(buf);
@@ -139,8 +142,8 @@ __device__ __forceinline__ ColumnReduction column_reduction_of(unsigned char* ar
 // publishes them).
 __device__ __forceinline__ void init_column_reduction(uint32_t bars) {
   if (threadIdx.x == 0) {
-    mbar_init(bars, 128);
-    mbar_init(bars + 8u, 128);
+    mbar_init(bars, 4);  // a warp's lane 0 each
+    mbar_init(bars + 8u, 4);
   }
 }
 
