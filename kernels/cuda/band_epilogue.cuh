@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "gemm_common.cuh"
+#include "welford.cuh"
 
 namespace hpdt::kernels::cuda::gemm_detail {
 
@@ -156,23 +157,12 @@ struct HalvesFrag {
 // at(c, r) -> int2{row, column} of chunk c's row r (0..15) and its first column (row >= p.M: a row outside C,
 // dropped), buf the warp's kBandBufBytes of shared memory, split the split-K part (kBandPartial). MODE must be
 // band_mode(p); TC is C's element type (float when p.c_f32).
-// The moments of two columns over some rows (count shared: a row counts for both or neither), and Chan et al.'s
-// merge of two such summaries, a then b (a fixed order: the same bits every run).
+// The moments of two columns over the same rows (welford.cuh), and their merge, a then b.
 struct PairMoments {
-  float n = 0.0f, mean0 = 0.0f, m2_0 = 0.0f, mean1 = 0.0f, m2_1 = 0.0f;
+  Welford c0{0.0f, 0.0f, 0.0f}, c1{0.0f, 0.0f, 0.0f};
 };
-__device__ __forceinline__ void merge_moment(float na, float& mean, float& m2, float nb, float mean_b, float m2_b) {
-  const float n = na + nb, delta = mean_b - mean, wb = nb / n;
-  mean += delta * wb;
-  m2 += m2_b + delta * delta * na * wb;
-}
-__device__ __forceinline__ PairMoments merge_moments(PairMoments a, const PairMoments& b) {
-  if (b.n == 0.0f) return a;
-  if (a.n == 0.0f) return b;
-  merge_moment(a.n, a.mean0, a.m2_0, b.n, b.mean0, b.m2_0);
-  merge_moment(a.n, a.mean1, a.m2_1, b.n, b.mean1, b.m2_1);
-  a.n += b.n;
-  return a;
+__device__ __forceinline__ PairMoments merge(const PairMoments& a, const PairMoments& b) {
+  return {merge(a.c0, b.c0), merge(a.c1, b.c1)};
 }
 
 // Batch norm's backward sums of two columns over some rows: sum dz, sum dz (x - mean), each column.
@@ -311,23 +301,20 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
             }
         }
         if constexpr (MODE == kBandStats) {  // the step's rows (pairs only: the host asks with N even, pairs_aligned)
-          PairMoments step;
-          float r0[kIters], r1[kIters];
+          float r0[kIters], r1[kIters], n = 0.0f, s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
           for (int it = 0; it < kIters; ++it) {
             r0[it] = to_f32(from_f32<TC>(v[it].x));  // the value stored (exact for f32)
             r1[it] = to_f32(from_f32<TC>(v[it].y));
-            if (ok >> it & 1u) step.n += 1.0f, step.mean0 += r0[it], step.mean1 += r1[it];
+            if (ok >> it & 1u) n += 1.0f, s0 += r0[it], s1 += r1[it];
           }
-          if (step.n > 0.0f) {
-            step.mean0 /= step.n, step.mean1 /= step.n;
+          if (n > 0.0f) {
+            const float m0 = s0 / n, m1 = s1 / n;
+            float q0 = 0.0f, q1 = 0.0f;
 #pragma unroll
             for (int it = 0; it < kIters; ++it)
-              if (ok >> it & 1u) {
-                const float d0 = r0[it] - step.mean0, d1 = r1[it] - step.mean1;
-                step.m2_0 += d0 * d0, step.m2_1 += d1 * d1;
-              }
-            moments = merge_moments(moments, step);
+              if (ok >> it & 1u) q0 += (r0[it] - m0) * (r0[it] - m0), q1 += (r1[it] - m1) * (r1[it] - m1);
+            moments = merge(moments, PairMoments{{n, m0, q0}, {n, m1, q1}});
           }
         }
         // the rest (a pair across C's last column, or C not pairs_aligned), element by element from the buffer

@@ -1011,7 +1011,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.relu = e.relu ? 1 : 0;
   p.out4 = out4_ok(p) ? 1 : 0;
   if (epilogue_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and pixel tile
-    p.stats = start_partials(*e.stats, p.M, (int64_t(p.npix) + kBN - 1) / kBN, y, p.npix, stream);
+    p.stats = e.stats->start(p.M, (int64_t(p.npix) + kBN - 1) / kBN, y.data(), p.npix, stream);
   launch_gemm<T>(p, tc, gather_mode(p, one_tap && s.stride == 1 && s.pad == 0), st);
 }
 
@@ -1030,7 +1030,7 @@ void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
   if (epilogue_computes_grad_sums(bn, tc && !std::is_same_v<T, float>, phases)) {  // a partial per channel, phase and tile
     int64_t tiles = 0;
     for (const DataPhase& f : phases) tiles += (s.n * f.hp * f.wp + kBN - 1) / kBN;
-    start_partials(*bn, s.c_in, tiles, dx, s.n * s.h * s.w, stream);
+    bn->start(s.c_in, tiles, dx.data(), s.n * s.h * s.w, stream);
   }
   Tensor packed = device_buffer(total, w.dtype(), w.device(), stream);
   T* pk = static_cast<T*>(packed.data());

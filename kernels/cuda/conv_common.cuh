@@ -227,14 +227,6 @@ __device__ __forceinline__ void bn_grad_element(const BnGradEpilogue& bn, const 
 }
 // A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
 Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);
-// Makes r describe t (`count` values per channel) with fresh partials for `channels` x `splits`; returns them.
-template <int W>
-float* start_partials(ChannelPartials<W>& r, int64_t channels, int64_t splits, const Tensor& t, int64_t count,
-                      const Stream& stream) {
-  r.partial = device_buffer(channels * splits * W, DType::f32, t.device(), stream);
-  r.splits = splits, r.of = t.data(), r.count = count;
-  return r.partial.template data<float>();
-}
 
 // Weights repacked tap-major: out[row][k] for k = (jr * KWp + jc) * Cg + ch, kernel tap (ry0 + rstep * jr,
 // rx0 + rstep * jc); zero for k in [K, lda). Forward: rows = co, ch = ci. Backward-data phase: rows = ci,

@@ -811,7 +811,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   set_epilogue(p, e);
   p.out4 = out4_ok(p) ? 1 : 0;
   if (epilogue_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and half pixel tile
-    p.stats = start_partials(*e.stats, p.M, 2 * ((int64_t(p.npix) + kPixTile - 1) / kPixTile), y, p.npix, stream);
+    p.stats = e.stats->start(p.M, 2 * ((int64_t(p.npix) + kPixTile - 1) / kPixTile), y.data(), p.npix, stream);
   launch_nhwc_gemm<T>(p, tc, s.c_in % 8 == 0 && aligned16(x.data()), detail::native(stream));
 }
 
@@ -873,7 +873,7 @@ bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, 
       ConvV3 c;
       splits += v3_of(f, c) ? conv_v3_row_groups(c) : 2 * ((s.n * f.hp * f.wp + kPixTile - 1) / kPixTile);
     }
-    start_partials(*bn, s.c_in, splits, dx, s.n * s.h * s.w, stream);
+    bn->start(s.c_in, splits, dx.data(), s.n * s.h * s.w, stream);
   }
   // dx pixels no tap reaches (3 of 4 phases of a 1x1 stride-2 convolution) are zeros: one memset of dx, then
   // only the phases with taps. A K = 0 GEMM per empty phase wrote them as a strided sub-grid instead, slowly
@@ -991,7 +991,7 @@ bool forward_on_conv_v3(bool v3, const Conv2dShape& s, const Tensor& x, const Te
   c.dst = y.data(), c.dst_h = c.hp, c.dst_w = c.wp;
   c.bias = e.bias ? e.bias->data() : nullptr, c.residual = e.residual ? e.residual->data() : nullptr;
   // (the epilogue reduces pairs of channels: an even count, y 4-byte aligned; else the batch norm's own pass)
-  if (epilogue_computes_stats(e, true) && s.c_out % 2 == 0 && aligned4(y.data())) c.stats = e.stats, c.dst_tensor = &y;
+  if (epilogue_computes_stats(e, true) && s.c_out % 2 == 0 && aligned4(y.data())) c.stats = e.stats;
   if (!conv_v3_can_take(c, x.dtype(), stream)) return false;
   Tensor packed;
   int64_t lda = 0;

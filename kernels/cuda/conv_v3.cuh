@@ -33,10 +33,9 @@ struct ConvV3 {
   int dst_h = 0, dst_w = 0, dys = 1, dy0 = 0, dxs = 1, dx0 = 0;
   const void* bias = nullptr;      // [M], dst's dtype, or null
   const void* residual = nullptr;  // dst's shape and dtype, or null
-  // Batch norm's statistics of dst's channels over the pixel grid (dst a dense [n][hp][wp][M] tensor: a forward),
-  // described by `dst_tensor` (sm90a/column_stats.cuh); null: none. conv_v3_launch fills it.
+  // Batch norm's statistics of dst's channels over the pixel grid (dst a dense [n][hp][wp][M] tensor: a forward;
+  // sm90a/column_stats.cuh); null: none. conv_v3_launch fills it.
   ChannelStats* stats = nullptr;
-  const Tensor* dst_tensor = nullptr;
   // Batch norm's backward sums of a backward-data phase (dst dx; sm90a/column_stats.cuh): dst gets dz = (y > 0 ? g :
   // 0) (g itself without grad_sums->y), and grad_sums' partials (already allocated, for all phases) get this
   // phase's, from split sums_split0 on, conv_v3_row_groups(*this) of them; null: none.

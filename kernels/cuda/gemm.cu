@@ -726,16 +726,14 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     const auto aligned_pair = [](const void* ptr, DType t) {
       return reinterpret_cast<uintptr_t>(ptr) % (2 * dtype_size(t)) == 0;
     };
-    const auto start = [&](auto& r, int w) {  // a partial of w floats per column and 64-row group
+    const auto start = [&](auto& r) {  // partials per column and 64-row group
       p.stats_splits = int(2 * ((M + 127) / 128));
-      r.partial = Tensor::empty({N * p.stats_splits * w}, DType::f32, stream.device(), AllocOptions{.stream = &stream});
-      r.splits = p.stats_splits, r.of = C, r.count = M;
-      p.col_stats = r.partial.template data<float>();
+      p.col_stats = r.start(N, p.stats_splits, C, M, stream);
     };
-    if (epi.column_stats && plain_pairs) start(*epi.column_stats, 3);
+    if (epi.column_stats && plain_pairs) start(*epi.column_stats);
     ChannelGradSums* g = epi.column_grad_sums;
     if (g && plain_pairs && aligned_pair(g->x.data(), c_type) && (!g->y.defined() || aligned_pair(g->y.data(), c_type))) {
-      start(*g, 2);
+      start(*g);
       p.bn_x = g->x.data(), p.bn_y = g->y.defined() ? g->y.data() : nullptr, p.bn_mean = g->mean.data<float>();
     }
     gemm_detail::v3_launch(p, ab_type, c_type, stream);

@@ -37,6 +37,7 @@
 #include "launch.cuh"
 #include "warp.cuh"
 #include "vec.cuh"
+#include "welford.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -74,19 +75,7 @@ __device__ __forceinline__ void block_sum2(float& a, float& b) {
 
 // ---- batch norm: Welford statistics -------------------------------------------------------------------
 
-struct Welford {
-  float n, mean, m2;
-};
-
-// Chan et al.'s pairwise merge of two (count, mean, M2) summaries.
-__device__ __forceinline__ Welford merge(Welford a, Welford b) {
-  if (b.n == 0.0f) return a;
-  if (a.n == 0.0f) return b;
-  const float n = a.n + b.n;
-  const float delta = b.mean - a.mean;
-  const float wb = b.n / n;
-  return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb};
-}
+// (Welford and its merge: welford.cuh)
 
 __device__ __forceinline__ Welford warp_merge_down(Welford w) {
 #pragma unroll

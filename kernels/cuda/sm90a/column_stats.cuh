@@ -50,37 +50,30 @@ struct ColumnReduction {
     using gemm_detail::PairMoments;
     const int lane = int(threadIdx.x) & 31;
     // the warp's 16 rows: lanes l and l ^ 16 hold the other 8 rows of the same columns (lower half first in both)
-    PairMoments other;
-    other.n = __shfl_xor_sync(0xffffffffu, mine.n, 16);
-    other.mean0 = __shfl_xor_sync(0xffffffffu, mine.mean0, 16);
-    other.m2_0 = __shfl_xor_sync(0xffffffffu, mine.m2_0, 16);
-    other.mean1 = __shfl_xor_sync(0xffffffffu, mine.mean1, 16);
-    other.m2_1 = __shfl_xor_sync(0xffffffffu, mine.m2_1, 16);
-    const PairMoments w = lane < 16 ? gemm_detail::merge_moments(mine, other) : gemm_detail::merge_moments(other, mine);
+    const auto shfl = [](const Welford& m) {
+      return Welford{__shfl_xor_sync(0xffffffffu, m.n, 16), __shfl_xor_sync(0xffffffffu, m.mean, 16),
+                     __shfl_xor_sync(0xffffffffu, m.m2, 16)};
+    };
+    const PairMoments other{shfl(mine.c0), shfl(mine.c1)};
+    const PairMoments w = lane < 16 ? merge(mine, other) : merge(other, mine);
     exchange<NCHUNKS>(
         c,
-        [&](float* buf, int warp) {
-          *reinterpret_cast<float4*>(buf + (warp * 32 + 2 * lane) * 2) = make_float4(w.mean0, w.m2_0, w.mean1, w.m2_1);
-          buf[4 * 32 * 2 + warp * 16 + lane] = w.n;
+        [&](float* buf, int warp) {  // (a row counts for both columns or neither: one count)
+          *reinterpret_cast<float4*>(buf + (warp * 32 + 2 * lane) * 2) =
+              make_float4(w.c0.mean, w.c0.m2, w.c1.mean, w.c1.m2);
+          buf[4 * 32 * 2 + warp * 16 + lane] = w.c0.n;
         },
         [&](const float* buf) {  // lane = column, the 4 warps in order
-          float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+          Welford acc{0.0f, 0.0f, 0.0f};
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
-            const float nb = buf[4 * 32 * 2 + k * 16 + lane / 2];
             const float2 q = *reinterpret_cast<const float2*>(buf + (k * 32 + lane) * 2);
-            if (nb == 0.0f) continue;
-            if (n == 0.0f) {
-              n = nb, mean = q.x, m2 = q.y;
-            } else {
-              gemm_detail::merge_moment(n, mean, m2, nb, q.x, q.y);
-              n += nb;
-            }
+            acc = merge(acc, Welford{buf[4 * 32 * 2 + k * 16 + lane / 2], q.x, q.y});
           }
           const int col = at(c, 0).y + lane;
           if (col < p.N) {
             float* out = p.col_stats + (int64_t(col) * p.stats_splits + p.stats_split0 + split0 + c / group_chunks) * 3;
-            out[0] = n, out[1] = mean, out[2] = m2;
+            out[0] = acc.n, out[1] = acc.mean, out[2] = acc.m2;
           }
         });
   }

@@ -575,10 +575,10 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   p.kt_per_split = p.K / kBK;
   if (c.stats) {  // a partial per channel and 64-row half of a box; its real pixels are n hp wp
     p.stats_splits = int(2 * boxes);
-    HPDT_CHECK(c.dst_tensor && c.dst_tensor->data() == c.dst && c.dst_h == c.hp && c.dst_w == c.wp && c.dys == 1 &&
+    HPDT_CHECK(c.dst_h == c.hp && c.dst_w == c.wp && c.dys == 1 &&
                    c.dxs == 1 && c.dy0 == 0 && c.dx0 == 0,
                "conv v3: batch-norm statistics need dst as the whole dense output (a forward)");
-    p.col_stats = start_partials(*c.stats, c.M, p.stats_splits, *c.dst_tensor, int64_t(c.n) * c.hp * c.wp, stream);
+    p.col_stats = c.stats->start(c.M, p.stats_splits, c.dst, int64_t(c.n) * c.hp * c.wp, stream);
   }
   if (c.grad_sums) {  // this phase's 2 boxes partials of the batch norm's, from split sums_split0
     const ChannelGradSums& g = *c.grad_sums;

@@ -9,8 +9,10 @@
 //     the epilogue.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
+#include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
 
 namespace hpdt::kernels {
@@ -29,6 +31,14 @@ struct ChannelPartials {
            partial.numel() == channels * splits * W;
   }
   void clear_results() { *this = ChannelPartials{}; }
+  // For the kernel that computes them: fresh partials for `channels` x `splits` from `stream`'s allocator, describing
+  // the tensor at `of_data` (`values` per channel); returns them.
+  float* start(int64_t channels, int64_t split_count, const void* of_data, int64_t values, const Stream& stream) {
+    partial = Tensor::empty({std::max<int64_t>(channels * split_count * W, 1)}, DType::f32, stream.device(),
+                            AllocOptions{.stream = &stream});
+    splits = split_count, of = of_data, count = values;
+    return partial.data<float>();
+  }
 };
 
 // (count, mean, M2) of the values as stored (rounded to the tensor's dtype).
