@@ -73,6 +73,64 @@ __host__ __device__ inline int band_mode(const Params& p) {
   return kBandPlain;
 }
 
+// Prefetching the epilogue's global inputs into L2 (Params::prefetch, the v3 kernels). Besides its accumulators the
+// epilogue reads, in C's layout, C itself (beta != 0), the residual, the GELU gradient's input (aux), and batch norm's
+// x and y (kBandGradSums). A lane loads them 4 rows at a time and waits: a warp has 512 bytes of an input in flight,
+// an SM's 8 consumer warps 4 KiB. At a DRAM latency of ~0.6-0.8 us that is ~6 GB/s an SM, under 1 TB/s a GPU (Little's
+// law), and a backward-data with batch norm's sums and a residual (three inputs) spends ~30 us a 128 x 256 tile
+// waiting, where its stores alone stream at the memory's rate. So the kernels prefetch a tile's input lines into L2
+// when its k loop starts (prefetch.global.L2: a hint, no register, no wait), and the epilogue's loads find them
+// there, at an L2 hit's latency. Only the tile's rows and columns inside C: every prefetched address lies inside an
+// input (the CUDA emulator checks it, and records the lines: cuda_emu::prefetched_lines).
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
+// The 128-byte lines of [ptr, ptr + bytes), bytes > 0: lines part, part + parts, .. of them, each named by a byte
+// inside the range (the first by ptr itself).
+__device__ __forceinline__ void prefetch_lines_l2(const void* ptr, uint32_t bytes, int part, int parts) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  const int lines = int(((a + bytes - 1) >> 7) - (a >> 7)) + 1;
+  for (int k = part; k < lines; k += parts)
+    prefetch_l2(reinterpret_cast<const void*>(k == 0 ? a : ((a >> 7) + uintptr_t(k)) << 7));
+}
+
+// Row `row` of C's inputs for mode `mode` (C's element type TC), columns col0 .. col0 + cols - 1 (all inside C): its
+// lines part, part + parts, .. of each input.
+template <class TC>
+__device__ __forceinline__ void band_prefetch_row(const Params& p, int mode, int row, int col0, int cols, int part,
+                                                  int parts) {
+  const int64_t off = int64_t(row) * p.ldc + col0;
+  const uint32_t bytes = uint32_t(cols) * uint32_t(sizeof(TC));
+  if (p.beta != 0.0f) prefetch_lines_l2(static_cast<const TC*>(p.C) + off, bytes, part, parts);
+  if (p.res) prefetch_lines_l2(static_cast<const TC*>(p.res) + off, bytes, part, parts);
+  if (mode == kBandGeluGradErf || mode == kBandGeluGradTanh)
+    prefetch_lines_l2(static_cast<const TC*>(p.aux) + off, bytes, part, parts);
+  if (mode == kBandGradSums) {
+    if (p.bn_y) prefetch_lines_l2(static_cast<const TC*>(p.bn_y) + off, bytes, part, parts);
+    prefetch_lines_l2(static_cast<const TC*>(p.bn_x) + off, bytes, part, parts);
+  }
+}
+
+// A warpgroup's (128 threads') prefetch of the inputs of the tile rows it will store: `rows` of them (64 or 128),
+// row_of(r) the row of C of the r-th (>= p.M: none), columns col0 .. col0 + ncols - 1 (those inside C). Thread t takes
+// row t / (128 / rows), its lines t % (128 / rows), .. . Nothing unless p.prefetch and the mode reads inputs (never
+// the split-K partials).
+template <class T, class RowOf>
+__device__ __forceinline__ void band_prefetch_inputs(const Params& p, int rows, RowOf row_of, int col0, int ncols) {
+  const int mode = band_mode(p);
+  const bool reads = p.beta != 0.0f || p.res || mode == kBandGeluGradErf || mode == kBandGeluGradTanh ||
+                     mode == kBandGradSums;
+  if (!p.prefetch || mode == kBandPartial || !reads || col0 >= p.N) return;
+  const int per_row = 128 / rows, t = int(threadIdx.x) % 128;
+  const int row = row_of(t / per_row);
+  if (row >= p.M) return;
+  const int cols = min(ncols, p.N - col0);
+  if (p.c_f32)
+    band_prefetch_row<float>(p, mode, row, col0, cols, t % per_row, per_row);
+  else
+    band_prefetch_row<T>(p, mode, row, col0, cols, t % per_row, per_row);
+}
+
 template <int N, class F>
 __device__ __forceinline__ void band_static_for(F&& f) {
   [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
@@ -275,16 +333,20 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
 #pragma unroll
           for (int it = 0; it < kIters; ++it) v[it] = make_float2(band_gelu<MODE>(v[it].x), band_gelu<MODE>(v[it].y));
         }
+        // kBandGradSums: batch norm's x, loaded with the mask's y before C's stores, so that both are one round trip
+        // (after the stores the compiler must assume C may alias x: a second one)
+        [[maybe_unused]] float2 bx[kIters];
         if constexpr (MODE == kBandGradSums) {  // the fused ReLU's mask, from its output
-          if (p.bn_y) {
 #pragma unroll
-            for (int it = 0; it < kIters; ++it)
-              if (ok >> it & 1u) {
+          for (int it = 0; it < kIters; ++it)
+            if (ok >> it & 1u) {
+              bx[it] = band_load_pair<TC>(static_cast<const TC*>(p.bn_x) + off(it));
+              if (p.bn_y) {
                 const float2 y = band_load_pair<TC>(static_cast<const TC*>(p.bn_y) + off(it));
                 if (!(y.x > 0.0f)) v[it].x = 0.0f;
                 if (!(y.y > 0.0f)) v[it].y = 0.0f;
               }
-          }
+            }
         }
 #pragma unroll
         for (int it = 0; it < kIters; ++it)
@@ -294,10 +356,9 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
 #pragma unroll
           for (int it = 0; it < kIters; ++it)
             if (ok >> it & 1u) {
-              const float2 x = band_load_pair<TC>(static_cast<const TC*>(p.bn_x) + off(it));
               const float dz0 = to_f32(from_f32<TC>(v[it].x)), dz1 = to_f32(from_f32<TC>(v[it].y));
-              sums.sum0 += dz0, sums.sum_x0 += dz0 * (x.x - mean0);
-              sums.sum1 += dz1, sums.sum_x1 += dz1 * (x.y - mean1);
+              sums.sum0 += dz0, sums.sum_x0 += dz0 * (bx[it].x - mean0);
+              sums.sum1 += dz1, sums.sum_x1 += dz1 * (bx[it].y - mean1);
             }
         }
         if constexpr (MODE == kBandStats) {  // the step's rows (pairs only: the host asks with N even, pairs_aligned)

@@ -51,6 +51,9 @@ struct Params {
   const void* bn_x;
   const void* bn_y;
   const float* bn_mean;
+  // GEMM v3 and conv v3: prefetch a tile's epilogue inputs (C when beta != 0, res, the GELU gradient's aux, bn_x and
+  // bn_y) into L2 as its k loop starts (band_epilogue.cuh: band_prefetch_inputs; HPDT_EPILOGUE_PREFETCH=off: not)
+  bool prefetch;
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.

@@ -418,6 +418,11 @@ class AsmGen:
             self.body.append('{ float* cuda_emu_red = reinterpret_cast<float*>(uintptr_t(%s)); '
                              'cuda_emu_red[0] += float(%s); cuda_emu_red[1] += float(%s); }' %
                              (self.address(args[0]), x, y))
+        elif opcode == 'prefetch.global.L2':
+            # a cache hint: the emulator checks the address lies in device memory and records its 128-byte line
+            if len(args) != 1:
+                raise TransformError('prefetch.global.L2 takes one address operand')
+            self.body.append('::cuda_emu::ptx::prefetch_global_l2(uint64_t(%s), %s);' % (self.address(args[0]), loc))
         elif opcode == 'trap' and not args:
             self.body.append('::cuda_emu::ptx::trap(%s);' % loc)
         elif opcode in ('mov.u64', 'mov.b64') and len(args) == 2 and args[1].strip() == '%globaltimer':

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1357,11 +1358,24 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
         const char* kernel = with_residual ? "conv_v3" : k.kernel;
         const unsigned long long before = cuda_emu::launches_named(kernel), v2s = cuda_emu::launches_named("conv_nhwc_");
+        cuda_emu::clear_prefetched_lines();
 #endif
         kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, dz, stream, auto_v, r, &sums);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
         EXPECT_GT(cuda_emu::launches_named(kernel), before) << "not on " << kernel;
         EXPECT_EQ(cuda_emu::launches_named("conv_nhwc_"), v2s) << "a phase ran on v2";
+        // the epilogue's inputs, prefetched into L2 tile by tile (band_epilogue.cuh): every line of x, y and the
+        // residual (the phases' tiles cover every pixel and channel), none other
+        stream.synchronize();
+        std::set<uintptr_t> want;
+        const Tensor* inputs[] = {&sums.x, relu ? &sums.y : nullptr, r};
+        for (const Tensor* t : inputs) {
+          if (!t) continue;
+          const auto a = reinterpret_cast<uintptr_t>(t->data());
+          for (uintptr_t line = a >> 7; line <= (a + t->nbytes() - 1) >> 7; ++line) want.insert(line << 7);
+        }
+        EXPECT_EQ(cuda_emu::prefetched_lines(), std::vector<uintptr_t>(want.begin(), want.end()))
+            << "the L2 prefetches of the epilogue's inputs";
 #endif
         kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, g, stream, auto_v, r);
         ASSERT_TRUE(sums.describe(dz, c)) << "no sums";

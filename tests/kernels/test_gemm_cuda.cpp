@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
@@ -899,6 +900,91 @@ TEST_F(GemmCuda, EmulatedEpilogueBufferWritesAreConflictFree) {
   cuda_emu::count_bank_conflicts(false);
   EXPECT_GT(b.st_shared_ideal, 0u);
   EXPECT_EQ(b.st_shared_wavefronts, b.st_shared_ideal);
+}
+
+// GEMM v3 prefetches each tile's epilogue inputs into L2 as the tile starts (band_epilogue.cuh:
+// band_prefetch_inputs). The emulator records the 128-byte lines prefetched (and stops at an address outside device
+// memory): they must be exactly the lines of each input's M x N elements, rows ldc apart (every line the epilogue
+// reads; none of the row padding, none of another tensor). Every pipeline x tile, the persistent ones on 2 blocks
+// (several tiles each); the inputs: C (beta != 0) with the residual, the GELU gradient's input, batch norm's x and y
+// (column_grad_sums); no line for a plain GEMM, for the split-K partials (their reduction reads C), or with
+// HPDT_EPILOGUE_PREFETCH=off.
+TEST_F(GemmCuda, V3PrefetchesEveryEpilogueInputLineIntoL2) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  using Lines = std::vector<uintptr_t>;
+  const auto lines_of = [](const void* ptr, DType t, int64_t rows, int64_t cols, int64_t ld) {
+    std::set<uintptr_t> out;
+    const size_t es = dtype_size(t);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(ptr) + uintptr_t(r * ld) * es, end = a + uintptr_t(cols) * es;
+      for (uintptr_t line = a >> 7; line <= (end - 1) >> 7; ++line) out.insert(line << 7);
+    }
+    return out;
+  };
+  const auto both = [](std::set<uintptr_t> a, const std::set<uintptr_t>& b) {
+    a.insert(b.begin(), b.end());
+    return Lines(a.begin(), a.end());
+  };
+  const int64_t M = 300, K = 72;
+  for (const char* pipeline : {"barrier", "ws", "pingpong"})
+    for (const char* tile : {"narrow", "wide", "slim"})
+      for (const DType ct : {DType::bf16, DType::f32}) {
+        if (std::string(pipeline) == "pingpong" && std::string(tile) == "wide") continue;
+        const bool persistent = std::string(pipeline) != "barrier";
+        const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline), tiles("HPDT_GEMM_V3_TILE", tile),
+            blocks("HPDT_GEMM_V3_CTAS", persistent ? "2" : nullptr);
+        SCOPED_TRACE(std::string(pipeline) + " pipeline, " + tile + " tile, C " + std::string(dtype_name(ct)));
+        // C read (beta) and a residual, rows padded (N = 200 cut by every tile width, ldc 264)
+        const int64_t N = 200, ldc = 264;
+        const Tensor a = to_gpu(random({M, K}), DType::bf16), b = to_gpu(random({N, K}), DType::bf16);
+        const Tensor res = to_gpu(random({M, ldc}), ct), h = to_gpu(random({M, ldc}), ct);
+        Tensor c = to_gpu(random({M, ldc}), ct);
+        const auto run_gemm = [&](float beta, const kernels::cuda::GemmEpilogue& e, int64_t n, int64_t ld) {
+          cuda_emu::clear_prefetched_lines();
+          kernels::cuda::gemm(false, true, M, n, K, 1.0f, a.data(), K, b.data(), K, beta, c.data(), ld, DType::bf16, ct,
+                              e, stream, GemmVariant::v3_wgmma);
+          stream.synchronize();
+          return cuda_emu::prefetched_lines();
+        };
+        kernels::cuda::GemmEpilogue epi;
+        epi.residual = res.data();
+        EXPECT_EQ(run_gemm(0.5f, epi, N, ldc), both(lines_of(c.data(), ct, M, N, ldc), lines_of(res.data(), ct, M, N, ldc)))
+            << "C (beta) and the residual";
+        {
+          const ScopedEnv off("HPDT_EPILOGUE_PREFETCH", "off");
+          EXPECT_TRUE(run_gemm(0.5f, epi, N, ldc).empty()) << "HPDT_EPILOGUE_PREFETCH=off";
+        }
+        EXPECT_TRUE(run_gemm(0.0f, {}, N, ldc).empty()) << "a plain GEMM reads no input";
+        kernels::cuda::GemmEpilogue grad;
+        grad.gelu_grad_input = h.data();
+        const auto gl = lines_of(h.data(), ct, M, N, ldc);
+        EXPECT_EQ(run_gemm(0.0f, grad, N, ldc), Lines(gl.begin(), gl.end())) << "the GELU gradient's input";
+        // batch norm's backward sums: x and y, C dense (N even)
+        const int64_t n = 192;
+        kernels::ChannelGradSums sums;
+        sums.x = to_gpu(random({M, n}), ct);
+        sums.y = to_gpu(random({M, n}), ct);
+        sums.mean = to_gpu(random({n}));
+        kernels::cuda::GemmEpilogue bn;
+        bn.column_grad_sums = &sums;
+        EXPECT_EQ(run_gemm(0.0f, bn, n, n), both(lines_of(sums.x.data(), ct, M, n, n), lines_of(sums.y.data(), ct, M, n, n)))
+            << "batch norm's x and y";
+        ASSERT_TRUE(sums.partial.defined()) << "v3 computed no sums";
+      }
+  // split-K (2 tiles, K = 2560): the kernel's units write partials and prefetch nothing
+  const int64_t m = 130, n = 64, k = 2560;
+  const Tensor a = to_gpu(random({m, k}), DType::bf16), b = to_gpu(random({n, k}), DType::bf16);
+  const Tensor res = to_gpu(random({m, n}), DType::bf16);
+  Tensor c = to_gpu(random({m, n}), DType::bf16);
+  kernels::cuda::GemmEpilogue epi;
+  epi.residual = res.data();
+  cuda_emu::clear_prefetched_lines();
+  const unsigned long long reductions = cuda_emu::launches_named("splitk_reduce");
+  kernels::cuda::gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.5f, c.data(), n, DType::bf16,
+                      DType::bf16, epi, stream, GemmVariant::v3_wgmma);
+  stream.synchronize();
+  ASSERT_GT(cuda_emu::launches_named("splitk_reduce"), reductions) << "not split: the case tests nothing";
+  EXPECT_TRUE(cuda_emu::prefetched_lines().empty());
 }
 #endif
 

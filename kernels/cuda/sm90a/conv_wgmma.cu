@@ -146,6 +146,12 @@ struct StorePixels {
   __device__ __forceinline__ void operator()(const Tile& t, int wg) const {
     store_pixels<T, C>(p, q, d, t.tm, t.img0, t.py0, t.px0, t.tn, wg, staging, stats_bars);
   }
+  // the inputs of warpgroup wg's 64 rows' pixels (wgmma.cuh: prefetch_unit)
+  template <class Tile>
+  __device__ __forceinline__ void prefetch(const Tile& t, int wg) const {
+    gemm_detail::band_prefetch_inputs<T>(
+        p, 64, [&](int r) { return pixel_row(p, q, t.img0, t.py0, t.px0, wg * 64 + r); }, t.tn * C::BN, C::BN);
+  }
 };
 
 // The pingpong pipeline's `store` step: consumer cw's whole tile, both 64-row halves (d0, d1) in one band_epilogue of
@@ -171,6 +177,12 @@ struct StorePixelsWhole {
     gemm_detail::band_epilogue<T, 2 * kHalfChunks>(
         p, 0, frag, at, staging + (cw * 4 + warp) * gemm_detail::kBandBufBytes,
         column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
+  }
+  // the inputs of the whole tile's 128 rows' pixels
+  template <class Tile>
+  __device__ __forceinline__ void prefetch(const Tile& t, int) const {
+    gemm_detail::band_prefetch_inputs<T>(
+        p, 128, [&](int r) { return pixel_row(p, q, t.img0, t.py0, t.px0, r); }, t.tn * C::BN, C::BN);
   }
 };
 
@@ -282,6 +294,7 @@ PixelBox choose_box(int log2_pixels, int n, int h, int w, int stride, int64_t* c
 template <class T, class C>
 void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline pipeline, const Stream& stream) {
   p.tiles_n = int(ceil_div(c.M, C::BN));
+  p.prefetch = epilogue_prefetch();
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
   const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};

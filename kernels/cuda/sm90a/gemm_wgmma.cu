@@ -154,6 +154,11 @@ struct StoreTile {
   __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
     store_rows<T, C>(p, d, w.tm, w.tn, w.split, wg, wg, staging, base);
   }
+  // the inputs of warpgroup wg's 64 rows (wgmma.cuh: prefetch_unit)
+  __device__ __forceinline__ void prefetch(const Unit& w, int wg) const {
+    const int row0 = w.tm * kBM + wg * 64;
+    band_prefetch_inputs<T>(p, 64, [&](int r) { return row0 + r; }, w.tn * C::BN, C::BN);
+  }
 };
 
 // The pingpong pipeline's `store` step: consumer cw's whole tile, both 64-row halves (d0, d1) in one band_epilogue
@@ -177,6 +182,11 @@ struct StoreWholeTile {
     };
     band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, staging + (cw * 4 + warp) * kBandBufBytes,
                                       stats_exchange<C>(staging, base, cw, 2 * w.tm, kHalfChunks));
+  }
+  // the inputs of the whole tile's 128 rows
+  __device__ __forceinline__ void prefetch(const Unit& w, int) const {
+    const int row0 = w.tm * kBM;
+    band_prefetch_inputs<T>(p, 128, [&](int r) { return row0 + r; }, w.tn * C::BN, C::BN);
   }
 };
 
@@ -283,6 +293,7 @@ void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const St
   const cudaStream_t s = detail::native(stream);
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
+  p.prefetch = epilogue_prefetch();
   // Split-K in whole waves (one block per SM): >= 4 k tiles (256 k) per split. The weight-gradient GEMMs of
   // ViT-B/16 (K = 12,608) have 36-144 tiles. None with the column statistics (computed from the final values).
   HPDT_CHECK(!p.col_stats || p.stats_split0 + 2 * p.tiles_m <= p.stats_splits, "gemm v3: column reductions for ",

@@ -312,6 +312,14 @@ __device__ __forceinline__ void consumer_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsConsumerRegs) : "memory");
 }
 
+// Unit w's prefetch of its epilogue's inputs (band_epilogue.cuh: band_prefetch_inputs) by consumer warpgroup cw, as
+// its k loop starts: Store::prefetch(w, cw), where the store step has one (GEMM v3's and conv v3's forward and
+// backward-data; the backward-filter's store reads no inputs).
+template <class Store, class W>
+__device__ __forceinline__ void prefetch_unit(const Store& store, const W& w, int cw) {
+  if constexpr (requires { store.prefetch(w, cw); }) store.prefetch(w, cw);
+}
+
 // The start of the ws and pingpong pipelines. Thread 0 sets up the barriers, past the stages at base: per stage a
 // "full" one (the producer's arrival with the TMA bytes) and an "empty" one (an arrival from each of the `readers`
 // warps that read the stage, once their MMAs are done), then TURNS more of `readers` arrivals (pingpong's turns).
@@ -362,6 +370,7 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
   int it = 0;
   for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
     const auto w = unit(u);
+    prefetch_unit(store, w, cw);
     for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
       mma_stage<T, C, A_MN, B_MN>(d, base, full, it, cw, kt == 0);
       wgmma_wait<1>();  // this warp's MMAs of k tile it - 1 are done: release its stage
@@ -405,6 +414,7 @@ __device__ __forceinline__ void pingpong_pipeline(float (&d0)[C::BN / 2], float 
       it += w.kt_count;
       continue;
     }
+    prefetch_unit(store, w, cw);  // (before the turn: the other consumer's k loop covers the wait for the lines too)
     if (j > 0) mbar_wait(turn + 8u * uint32_t(cw), uint32_t((j - 1) / 2) & 1u);
     for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
       const uint32_t s = uint32_t(it % C::STAGES);
@@ -440,6 +450,7 @@ __device__ __forceinline__ void run_pipeline(float (&d)[C::BN / 2], uint32_t bas
     ws_pipeline<T, C, A_MN, B_MN>(d, base, units, unit, issue, store);
   } else {
     const auto w = unit(int(blockIdx.x));
+    prefetch_unit(store, w, int(threadIdx.x) / 128);
     barrier_pipeline<T, C, IN_FLIGHT, A_MN, B_MN>(
         d, base, w.kt_count, [&](int kt, uint32_t stage, uint32_t bar) { issue(w, kt, stage, bar); });
     store(w, int(threadIdx.x) / 128);
@@ -485,6 +496,16 @@ inline V3Pipeline v3_pipeline() {
   V3Pipeline p = V3Pipeline::barrier;
   pinned_v3_pipeline(p);
   return p;
+}
+
+// Whether the v3 kernels prefetch their epilogue's inputs into L2 (Params::prefetch): HPDT_EPILOGUE_PREFETCH unset or
+// "on", yes; "off", no (the A/B switch of the benchmarks); anything else is an error naming the variable. Read at
+// every call.
+inline bool epilogue_prefetch() {
+  const char* e = std::getenv("HPDT_EPILOGUE_PREFETCH");
+  if (!e || std::strcmp(e, "on") == 0) return true;
+  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_EPILOGUE_PREFETCH=", e, ": expected on or off");
+  return false;
 }
 
 // The block tile of GEMM v3 and conv v3, 128 rows by 64 (slim), 128 (narrow) or 256 (wide) columns of N, for a

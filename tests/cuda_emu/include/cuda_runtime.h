@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda_emu/types.h"
 
@@ -263,6 +264,10 @@ BankCounts bank_counts();
 unsigned long long launches_named(const char* part);
 // TMA stores (cp.async.bulk.tensor, shared -> global) issued so far, by every kernel: which epilogue ran, for tests.
 unsigned long long tma_stores();
+// The 128-byte lines (their first byte's address) that L2 prefetches (prefetch.global.L2) of every launch named since
+// the last clear_prefetched_lines(), each once, in address order: which inputs an epilogue prefetched, for tests.
+std::vector<uintptr_t> prefetched_lines();
+void clear_prefetched_lines();
 // Times a block let another resident block run (CUDA_EMU_RESIDENT > 1: at __threadfence, or at __nanosleep once
 // every runnable thread of the block spins), by every launch so far: whether blocks really interleaved, for tests.
 unsigned long long block_yields();

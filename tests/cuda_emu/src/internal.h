@@ -64,6 +64,8 @@ constexpr uint64_t kTensorMapMagic = 0x3250414d54554465ull;
 // Host-side error state (runtime.cpp).
 void set_last_error(cudaError_t e);
 bool is_live_stream(const void* s);
+// Whether [p, p + n) lies wholly inside one device allocation (cudaMalloc'd).
+bool in_device_memory(const void* p, size_t n);
 // From the fault handler: says when `addr` lies just past a device allocation.
 void describe_global_fault(const void* addr);
 

@@ -183,6 +183,8 @@ void set_last_error(cudaError_t e) { g_last_error = e; }
 
 bool is_live_stream(const void* s) { return valid_stream(static_cast<cudaStream_t>(const_cast<void*>(s))); }
 
+bool in_device_memory(const void* p, size_t n) { return locate(p, n) == Where::device; }
+
 void describe_global_fault(const void* addr) {
   const auto a = reinterpret_cast<uintptr_t>(addr);
   auto& r = reg();

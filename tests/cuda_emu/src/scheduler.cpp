@@ -26,6 +26,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "internal.h"
@@ -293,6 +295,8 @@ Exec& E = *[] {
   return e;
 }();
 std::atomic<unsigned long long> g_tma_stores{0};  // tma_stores()
+std::mutex g_prefetch_mutex;
+std::set<uintptr_t>& g_prefetched = *new std::set<uintptr_t>;  // prefetched_lines() (never destroyed, as E)
 std::atomic<unsigned long long> g_block_yields{0};  // block_yields()
 
 const char* short_file(const char* f) {
@@ -1666,6 +1670,15 @@ void bulk_wait_group(int n, const Loc&) {
 
 void fence_proxy_async(const Loc&) { check_in_kernel("fence.proxy.async"); }
 
+void prefetch_global_l2(uint64_t addr, const Loc& loc) {
+  check_in_kernel("prefetch.global.L2");
+  if (!in_device_memory(reinterpret_cast<const void*>(uintptr_t(addr)), 1))
+    fatal("prefetch.global.L2 at %s:%u: address 0x%llx lies in no device allocation", short_file(loc.file_name()),
+          loc.line(), (unsigned long long)addr);
+  std::lock_guard<std::mutex> lock(g_prefetch_mutex);
+  g_prefetched.insert(uintptr_t(addr) & ~uintptr_t(127));
+}
+
 void setmaxnreg(int n, const Loc& loc) {
   check_in_kernel("setmaxnreg");
   if (n % 8 || n < 24 || n > 256)
@@ -1980,6 +1993,16 @@ BankCounts bank_counts() { return g_banks; }
 unsigned long long tma_stores() { return g_tma_stores.load(); }
 
 unsigned long long block_yields() { return g_block_yields.load(); }
+
+std::vector<uintptr_t> prefetched_lines() {
+  std::lock_guard<std::mutex> lock(g_prefetch_mutex);
+  return {g_prefetched.begin(), g_prefetched.end()};
+}
+
+void clear_prefetched_lines() {
+  std::lock_guard<std::mutex> lock(g_prefetch_mutex);
+  g_prefetched.clear();
+}
 
 unsigned long long launches_named(const char* part) {
   unsigned long long n = 0;

@@ -161,6 +161,9 @@ float cvt_f32_f16(uint16_t h);
 float cvt_f32_bf16(uint16_t h);
 // st.shared.v2.f32 [addr], {x, y}: 8 bytes, 8-byte aligned, into the block's shared memory
 void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc);
+// prefetch.global.L2 [addr]: no effect on memory; addr must lie inside a device allocation (stricter than a GPU,
+// which ignores a prefetch it cannot serve), and its 128-byte line is recorded (cuda_emu::prefetched_lines)
+void prefetch_global_l2(uint64_t addr, const Loc& loc);
 
 // sm_90a (docs/cuda-emulator.md, "Hopper"): mbarriers (in a table of the block, keyed by shared address),
 // TMA tile loads of rank 1 to 5 (performed when a thread first waits on their mbarrier: the latest completion CUDA
