@@ -16,7 +16,11 @@
 // NN), plain and with the batch norm's reduction in the epilogue (2026-11-28, sm90a/column_stats.cuh): rows
 // ..._bn_stats (the forward's column statistics) and ..._bn_grad_sums (the backward-data's mask and sums), with
 // x_plain = the plain GEMM's time / this row's (same run): what the reduction costs the GEMM, against the batch norm
-// pass it saves (one read of C, or the reduce kernel's 4 passes, at the GPU's bandwidth).
+// pass it saves (one read of C, or the reduce kernel's 4 passes, at the GPU's bandwidth); ..._bn_grad_sums_residual
+// adds a residual (the skip connection's gradient, as in each block's first convolution).
+// x_no_prefetch (v3 rows whose epilogue reads inputs: C with beta != 0, the GELU gradient's input, batch norm's x and
+// y, the residual) = the row's time with HPDT_EPILOGUE_PREFETCH=off / its time (same run): what prefetching the
+// epilogue's inputs into L2 at each tile's start gains (band_epilogue.cuh, 2026-11-29).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -47,6 +51,7 @@ struct GemmShape {
   float beta;
   int act = 0;  // the epilogue: 1 GELU (erf) keeping its input, 2 the GELU's gradient
   int bn = 0;   // batch norm's reduction in the epilogue: 1 the column statistics, 2 the backward sums with a mask
+  bool residual = false;  // a residual [M, N] added in the epilogue
 };
 
 Stream& bench_stream() {
@@ -58,6 +63,7 @@ Stream& bench_stream() {
 struct Operands {
   Tensor A, B, C, H, G;  // H: the GELU's input (kept, or read for the gradient), G: the unfused GELU's output
   Tensor X, Y, Mean;     // bn 2: the batch norm's input and output, [M, N] in C's dtype, and its mean
+  Tensor R;              // the residual
   int64_t lda, ldb, ldc;
 };
 
@@ -87,6 +93,10 @@ Operands make_operands(const GemmShape& sh, DType ab, DType c) {
     kernels::fill_uniform(o.Y, -1, 1, 6, 0, s);
     kernels::fill_uniform(o.Mean, -0.1f, 0.1f, 7, 0, s);
   }
+  if (sh.residual) {
+    o.R = Tensor::empty({sh.M, sh.N}, c, dev, AllocOptions{.stream = &s});
+    kernels::fill_uniform(o.R, -1, 1, 8, 0, s);
+  }
   return o;
 }
 
@@ -95,6 +105,7 @@ void run_gemm(const GemmShape& sh, const Operands& o, DType ab, DType c, GemmVar
   epi.gelu = sh.act == 1;
   epi.pre_activation = sh.act == 1 ? o.H.data() : nullptr;
   epi.gelu_grad_input = sh.act == 2 ? o.H.data() : nullptr;
+  epi.residual = sh.residual ? o.R.data() : nullptr;
   kernels::ChannelStats stats;
   kernels::ChannelGradSums sums;
   if (sh.bn == 1) epi.column_stats = &stats;
@@ -178,6 +189,10 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
       plain.bn = 0;
       state.counters["x_plain"] = seconds_per_call([&] { run_gemm(plain, o, ab, c, v); }, 20) / per_call;
     }
+    if (v == GemmVariant::v3_wgmma && (sh.beta != 0.0f || sh.act == 2 || sh.bn == 2 || sh.residual)) {
+      const ScopedEnv off("HPDT_EPILOGUE_PREFETCH", "off");
+      state.counters["x_no_prefetch"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / per_call;
+    }
     state.SetLabel(std::string(
         kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, sh.ta, sh.tb, o.lda, o.ldb, o.A.data(),
                                                                      o.B.data(), ab, bench_stream()))));
@@ -260,6 +275,8 @@ void register_all() {
     for (const auto& [suffix, bn] : {std::pair<const char*, int>{"", 0}, {"_bn_grad_sums", 2}})
       add({conv + "dgrad" + suffix, pixels, ci, co, false, false, 0.0f, 0, bn}, DType::bf16, DType::bf16,
           {GemmVariant::v3_wgmma});
+    add({conv + "dgrad_bn_grad_sums_residual", pixels, ci, co, false, false, 0.0f, 0, 2, true}, DType::bf16,
+        DType::bf16, {GemmVariant::v3_wgmma});
   }
 }
 

@@ -158,6 +158,28 @@ def gemm_table(g, rows, numbers):
                     "| plain / with (barrier) | (ws) | (pingpong) |")
         rows.append("|---|---:|---:|---:|---:|---:|---:|")
         rows.extend(bn_rows)
+    # GEMM v3's prefetch of its epilogue's inputs into L2 (2026-11-29, band_epilogue.cuh): x_no_prefetch = the row's
+    # time with HPDT_EPILOGUE_PREFETCH=off / its time, same run, on every v3 row whose epilogue reads inputs
+    pf_rows = []
+    for dt in ("bf16->bf16", "f32->f32"):
+        for sh in shapes:
+            recs = [ran_as(g.get(f"gemm/{dt}/{sh}/{v}"), "v3_wgmma")
+                    for v in ("v3_wgmma", "v3_wgmma_ws", "v3_wgmma_pingpong")]
+            xs = [r.get("x_no_prefetch") if r else None for r in recs]
+            if not any(x is not None for x in xs):
+                continue
+            tf = [r["TFLOP/s"] if r else None for r in recs]
+            pf_rows.append(f"| {sh} ({dt}) | " + " | ".join(fmt(t) for t in tf) + " | " +
+                           " | ".join(fmt(x, 2) for x in xs) + " |")
+            numbers.append({"op": "gemm_epilogue_prefetch", "dtype": dt, "shape": sh, "v3_tflops": tf[0],
+                            "v3_ws_tflops": tf[1], "v3_pingpong_tflops": tf[2], "v3_x_no_prefetch": xs[0],
+                            "v3_ws_x_no_prefetch": xs[1], "v3_pingpong_x_no_prefetch": xs[2]})
+    if pf_rows:
+        rows.append("")
+        rows.append("| GEMM v3, the epilogue's inputs prefetched into L2 | barrier TFLOP/s | ws TFLOP/s "
+                    "| pingpong TFLOP/s | without / with (barrier) | (ws) | (pingpong) |")
+        rows.append("|---|---:|---:|---:|---:|---:|---:|")
+        rows.extend(pf_rows)
 
 
 # The GEMMs of a ViT-B/16 training step (batch 64, the default fused GELU): each encoder block runs each once.
@@ -454,6 +476,9 @@ def train_table(t, torch, rows, numbers):
                                # since 2026-11-28: conv v3's and GEMM v3's batch-norm statistics off (the A/B)
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, batch norm's statistics and sums in "
                                 "their own passes", "resnet50_bf16_{}_nhwc_conv_v3_bn_stats_separate", "resnet50"),
+                               # since 2026-11-29: the v3 epilogues' inputs not prefetched into L2 (the A/B)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, epilogue inputs not prefetched "
+                                "(HPDT_EPILOGUE_PREFETCH=off)", "resnet50_bf16_{}_nhwc_conv_v3_no_prefetch", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),
@@ -469,7 +494,9 @@ def train_table(t, torch, rows, numbers):
                                ("ViT-B/16, 224², batch 64, --gelu separate (GELU not in the GEMMs' epilogues)",
                                 "vit_b16_bf16_{}_gelu_separate", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, attention's one-pass backward (HPDT_ATTENTION_BACKWARD=v3)",
-                                "vit_b16_bf16_{}_attention_v3", "vit_b16")]:
+                                "vit_b16_bf16_{}_attention_v3", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, epilogue inputs not prefetched (HPDT_EPILOGUE_PREFETCH=off)",
+                                "vit_b16_bf16_{}_no_prefetch", "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
         if ours is None and vend is None:

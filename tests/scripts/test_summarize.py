@@ -280,5 +280,26 @@ class GemmBatchNormEpilogue(unittest.TestCase):
         self.assertFalse([x for x in numbers if x["op"] == "gemm"])
 
 
+
+class GemmEpiloguePrefetch(unittest.TestCase):
+    """x_no_prefetch (v3 rows whose epilogue reads inputs: HPDT_EPILOGUE_PREFETCH=off against on, same run): a table of
+    its own, per pipeline, only where v3 ran; rows without the counter are not in it."""
+
+    def test_table(self):
+        sh = "resnet50_b256_1x1_256to64_56_dgrad_bn_grad_sums_residual"
+        g = {f"gemm/bf16->bf16/{sh}/v3_wgmma": {"TFLOP/s": 100.0, "x_no_prefetch": 0.5, "label": "v3_wgmma"},
+             f"gemm/bf16->bf16/{sh}/v3_wgmma_ws": {"TFLOP/s": 120.0, "x_no_prefetch": 0.6, "label": "v3_wgmma"},
+             f"gemm/bf16->bf16/{sh}/v3_wgmma_pingpong": {"TFLOP/s": 130.0, "x_no_prefetch": 0.7, "label": "v2_mma"},
+             "gemm/bf16->bf16/4096x4096x4096_nt/v3_wgmma": {"TFLOP/s": 500.0, "label": "v3_wgmma"}}
+        rows, numbers = [], []
+        summarize.gemm_table(g, rows, numbers)
+        text = "\n".join(rows)
+        self.assertIn(f"| {sh} (bf16->bf16) | 100.0 | 120.0 | — | 0.50 | 0.60 | — |", text)
+        n = [x for x in numbers if x["op"] == "gemm_epilogue_prefetch"]
+        self.assertEqual([x["shape"] for x in n], [sh])
+        self.assertEqual(n[0]["v3_ws_x_no_prefetch"], 0.6)
+        self.assertIsNone(n[0]["v3_pingpong_x_no_prefetch"])
+
+
 if __name__ == "__main__":
     unittest.main()
