@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "gemm_common.cuh"
+#include "prefetch.cuh"
 #include "welford.cuh"
 
 namespace hpdt::kernels::cuda::gemm_detail {
@@ -73,27 +74,11 @@ __host__ __device__ inline int band_mode(const Params& p) {
   return kBandPlain;
 }
 
-// Prefetching the epilogue's global inputs into L2 (Params::prefetch, the v3 kernels). Besides its accumulators the
-// epilogue reads, in C's layout, C itself (beta != 0), the residual, the GELU gradient's input (aux), and batch norm's
-// x and y (kBandGradSums). A lane loads them 4 rows at a time and waits: a warp has 512 bytes of an input in flight,
-// an SM's 8 consumer warps 4 KiB. At a DRAM latency of ~0.6-0.8 us that is ~6 GB/s an SM, under 1 TB/s a GPU (Little's
-// law), and a backward-data with batch norm's sums and a residual (three inputs) spends ~30 us a 128 x 256 tile
-// waiting, where its stores alone stream at the memory's rate. So the kernels prefetch a tile's input lines into L2
-// when its k loop starts (prefetch.global.L2: a hint, no register, no wait), and the epilogue's loads find them
-// there, at an L2 hit's latency. Only the tile's rows and columns inside C: every prefetched address lies inside an
-// input (the CUDA emulator checks it, and records the lines: cuda_emu::prefetched_lines).
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
-}
-// The 128-byte lines of [ptr, ptr + bytes), bytes > 0: lines part, part + parts, .. of them, each named by a byte
-// inside the range (the first by ptr itself).
-__device__ __forceinline__ void prefetch_lines_l2(const void* ptr, uint32_t bytes, int part, int parts) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
-  const int lines = int(((a + bytes - 1) >> 7) - (a >> 7)) + 1;
-  for (int k = part; k < lines; k += parts)
-    prefetch_l2(reinterpret_cast<const void*>(k == 0 ? a : ((a >> 7) + uintptr_t(k)) << 7));
-}
-
+// Prefetching the epilogue's global inputs into L2 (Params::prefetch, the v3 kernels; prefetch.cuh says why): C
+// (beta != 0), the residual, the GELU gradient's input (aux), batch norm's x and y (kBandGradSums). A lane loads them
+// 4 rows at a time and waits: a warp has 512 bytes of an input in flight, an SM's 8 consumer warps 4 KiB, and a
+// backward-data with batch norm's sums and a residual (three inputs) would wait ~30 us a 128 x 256 tile at DRAM
+// latency. So each consumer warpgroup prefetches its rows' input lines as the tile's k loop starts.
 // Row `row` of C's inputs for mode `mode` (C's element type TC), columns col0 .. col0 + cols - 1 (all inside C): its
 // lines part, part + parts, .. of each input.
 template <class TC>

@@ -38,6 +38,7 @@
 #include "conv_common.cuh"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
+#include "prefetch.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -116,6 +117,9 @@ struct GemmConv {
   // v2's epilogue writes 4 pixels of a channel at a time (8-byte stores and residual loads) where the host found
   // the output dense and aligned for it (out4_ok): a warp writes 256 contiguous bytes per instruction instead of 64.
   int out4 = 0;
+  // v2 prefetches its epilogue's inputs (the residual; batch norm's y and x with bn.partial) into L2 before its k loop
+  // (prefetch.cuh; HPDT_EPILOGUE_PREFETCH=off: not). Set by launch_gemm_tc.
+  int prefetch = 0;
   // Batch norm's statistics of dst, by v2's epilogue (a plain one: no bias, scale, shift, residual or ReLU): partials
   // [M][gridDim.x][3], (count, mean, M2) of channel m's stored values in pixel tile blockIdx.x (stage_stats).
   float* stats = nullptr;
@@ -247,13 +251,10 @@ __device__ __forceinline__ void stage_bn_grad(const GemmConv& p, const float* st
         }
         store<4>(static_cast<T*>(p.dst) + i, g);
       }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (!ok[j]) continue;
-        bn_grad_element<T>(p.bn, p.residual, p.dst, off[j] + int64_t(m) * p.dst_plane,
-                           st[r * kStagePitch + lane + 32 * j], mean, sum, sum_x);
-      }
+    } else {  // the 4 pixels' inputs loaded together (bn_grad_elements)
+      bn_grad_elements<T, 4>(
+          p.bn, p.residual, p.dst, [&](int j) { return ok[j]; }, [&](int j) { return off[j] + int64_t(m) * p.dst_plane; },
+          [&](int j) { return st[r * kStagePitch + lane + 32 * j]; }, mean, sum, sum_x);
     }
     sum = warp_allsum(sum);
     sum_x = warp_allsum(sum_x);
@@ -361,6 +362,24 @@ __global__ void __launch_bounds__(2 * BM, 2) conv_gemm_simt(const GemmConv p) {
     for (int r = krow0; r < BM / 2; r += kRowStep) {
       const int m = m0 + h * (BM / 2) + r;
       if (out_ok && m < p.M) store_output<T>(p, m, out_offset, st[r * kStagePitch + col]);
+    }
+  }
+}
+
+// v2's epilogue inputs for the tile's BM channel rows from m0 x 128 pixels from n0 (the residual; batch norm's y and x
+// with bn.partial), prefetched into L2 before the k loop (prefetch.cuh): thread t its pixel n0 + t % 128 in rows
+// t / 128, + 2 * BM / 128, .. (a warp's prefetch: 32 consecutive pixels of a row, the lines the epilogue reads).
+template <class T, int BM>
+__device__ __forceinline__ void prefetch_epilogue_inputs(const GemmConv& p, int m0, int n0) {
+  const int tid = int(threadIdx.x), col = tid % kBN;
+  if (n0 + col >= p.npix) return;
+  const int64_t pixel = dst_offset(p, n0 + col);
+  for (int r = tid / kBN; r < BM && m0 + r < p.M; r += 2 * BM / kBN) {
+    const int64_t i = pixel + int64_t(m0 + r) * p.dst_plane;
+    if (p.residual) prefetch_l2(static_cast<const T*>(p.residual) + i);
+    if (p.bn.partial) {
+      if (p.bn.y) prefetch_l2(static_cast<const T*>(p.bn.y) + i);
+      prefetch_l2(static_cast<const T*>(p.bn.x) + i);
     }
   }
 }
@@ -489,6 +508,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
     }
   };
 
+  if (p.prefetch && (p.residual || p.bn.partial)) prefetch_epilogue_inputs<T, BM>(p, m0, n0);
   pipelined_k_loop<kStages>(
       0, KT,
       [&](int kt, int stage) {
@@ -928,7 +948,8 @@ __global__ void epilogue_inplace(T* __restrict__ y, int n, FastDiv plane, int CO
 // ---- host side -------------------------------------------------------------------------------------------
 
 template <class T, int BM, int MODE>
-void launch_gemm_tc(const GemmConv& p, dim3 grid, cudaStream_t st) {
+void launch_gemm_tc(GemmConv p, dim3 grid, cudaStream_t st) {
+  p.prefetch = epilogue_prefetch() ? 1 : 0;
   detail::allow_dynamic_smem<conv_gemm_tc<T, BM, MODE>>(kGemmSmemBytes<BM, MODE>);
   conv_gemm_tc<T, BM, MODE><<<grid, 2 * BM, kGemmSmemBytes<BM, MODE>, st>>>(p);
 }

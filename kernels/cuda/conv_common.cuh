@@ -212,18 +212,35 @@ inline BnGradEpilogue bn_grad_epilogue(const ChannelGradSums& s, int split0) {
   return {s.x.data(), s.y.defined() ? s.y.data() : nullptr, s.mean.data<float>(), s.partial.data<float>(),
           int(s.splits), split0};
 }
-// One element of that epilogue: the gradient g (+ the residual at i) through the mask, stored at dst[i] and added,
-// as stored, to the channel's sums.
-template <class T>
-__device__ __forceinline__ void bn_grad_element(const BnGradEpilogue& bn, const void* residual, void* dst, int64_t i,
-                                                float g, float mean, float& sum, float& sum_x) {
-  if (residual) g += to_f32(static_cast<const T*>(residual)[i]);
-  if (bn.y && !(to_f32(static_cast<const T*>(bn.y)[i]) > 0.0f)) g = 0.0f;
-  const T q = from_f32<T>(g);
-  static_cast<T*>(dst)[i] = q;
-  const float dz = to_f32(q);
-  sum += dz;
-  sum_x += dz * (to_f32(static_cast<const T*>(bn.x)[i]) - mean);
+// That epilogue for elements j = 0 .. N - 1 of one channel, those with has(j) (offset(j): element j's index, g(j): its
+// gradient): g (+ the residual) through the mask, stored at dst, and added, as stored, to the channel's sums, in j's
+// order. Every input of the N elements is loaded before the first store, so that their loads are in flight together:
+// one round trip, not two an element (one element at a time, the compiler must assume a store may alias the next
+// loads, and x was loaded after its element's store).
+template <class T, int N, class Has, class Offset, class Grad>
+__device__ __forceinline__ void bn_grad_elements(const BnGradEpilogue& bn, const void* residual, void* dst, Has has,
+                                                 Offset offset, Grad g, float mean, float& sum, float& sum_x) {
+  float res[N], y[N], x[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    if (has(j)) {
+      const int64_t i = offset(j);
+      res[j] = residual ? to_f32(static_cast<const T*>(residual)[i]) : 0.0f;
+      y[j] = bn.y ? to_f32(static_cast<const T*>(bn.y)[i]) : 1.0f;
+      x[j] = to_f32(static_cast<const T*>(bn.x)[i]);
+    }
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    if (has(j)) {
+      float v = g(j);
+      if (residual) v += res[j];
+      if (bn.y && !(y[j] > 0.0f)) v = 0.0f;
+      const T q = from_f32<T>(v);
+      static_cast<T*>(dst)[offset(j)] = q;
+      const float dz = to_f32(q);
+      sum += dz;
+      sum_x += dz * (x[j] - mean);
+    }
 }
 // A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
 Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);

@@ -42,6 +42,7 @@
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #include "launch.cuh"
+#include "prefetch.cuh"
 
 #ifndef HPDT_HAVE_GEMM_WGMMA
 #define HPDT_HAVE_GEMM_WGMMA 0
@@ -88,6 +89,9 @@ struct NhwcGemm {
   // v2's epilogue writes 4 channels of a pixel at a time (8-byte stores, residual and per-channel loads) where the
   // host found M % 4 == 0 and every pointer 8-byte aligned (out4_ok).
   int out4 = 0;
+  // v2 prefetches its epilogue's inputs (the residual; batch norm's y and x with bn.partial) into L2 before its k loop
+  // (prefetch.cuh; HPDT_EPILOGUE_PREFETCH=off: not). Set by launch_nhwc_tc.
+  int prefetch = 0;
   // Batch norm's statistics of dst, by v2's forward epilogue (a plain one: no bias, scale, shift, residual or ReLU):
   // partials [M][2 gridDim.x][3], (count, mean, M2) of channel m's stored values in half p of pixel tile blockIdx.x
   // (64 pixels) at split 2 blockIdx.x + p (stage_stats_nhwc).
@@ -123,6 +127,24 @@ __device__ __forceinline__ void pixel_table(const NhwcGemm& p, int m0, int4* tab
     }
     tab[i] = e;
     dst_tab[i] = d;
+  }
+}
+
+// v2's epilogue inputs for the tile's 128 pixel rows (dst_tab: their offsets) x channels n0 .. n0 + BN - 1 (the
+// residual; batch norm's y and x with bn.partial), prefetched into L2 before the k loop (prefetch.cuh): `threads`
+// (128 or 256) threads, each the lines of one pixel row (or half of them).
+template <class T, int BN>
+__device__ __forceinline__ void prefetch_epilogue_inputs(const NhwcGemm& p, int m0, int n0, const int* dst_tab,
+                                                         int threads) {
+  const int per_row = threads / kPixTile, t = int(threadIdx.x), r = t / per_row;
+  if (m0 + r >= p.npix || n0 >= p.M) return;
+  const int64_t i = int64_t(dst_tab[r]) + n0;
+  const uint32_t bytes = uint32_t(min(BN, p.M - n0)) * uint32_t(sizeof(T));
+  const int part = t % per_row;
+  if (p.residual) prefetch_lines_l2(static_cast<const T*>(p.residual) + i, bytes, part, per_row);
+  if (p.bn.partial) {
+    if (p.bn.y) prefetch_lines_l2(static_cast<const T*>(p.bn.y) + i, bytes, part, per_row);
+    prefetch_lines_l2(static_cast<const T*>(p.bn.x) + i, bytes, part, per_row);
   }
 }
 
@@ -201,7 +223,9 @@ __device__ __forceinline__ void stage_stats_nhwc(const NhwcGemm& p, const float*
 // v2's backward-data epilogue with p.bn.partial, in place of the stores: thread t < BN takes channel column t of the
 // 64 staged pixel rows (pixels pix0 ..; dst_tab: their dx offsets) through the residual and the fused ReLU's mask,
 // stores it and sums it for batch norm's backward, rows in order (a warp's stores and reads of y and x: 32
-// consecutive channels of a pixel).
+// consecutive channels of a pixel). The inputs of 8 rows at a time are loaded before any of their stores
+// (bn_grad_elements), so a thread waits once per 8 rows instead of twice a row (one element at a time, x loaded after
+// the store, which the compiler must assume aliases it: 128 round trips a pass, ~80 us at DRAM latency).
 template <class T, int BN, int kPitchS>
 __device__ __forceinline__ void stage_bn_grad_nhwc(const NhwcGemm& p, const float* st, const int* dst_tab, int row0,
                                                    int pix0, int n0, int split) {
@@ -210,8 +234,12 @@ __device__ __forceinline__ void stage_bn_grad_nhwc(const NhwcGemm& p, const floa
   const int real = max(0, min(64, p.npix - pix0));
   const float mean = p.bn.mean[ch];
   float sum = 0.0f, sum_x = 0.0f;
-  for (int r = 0; r < real; ++r)
-    bn_grad_element<T>(p.bn, p.residual, p.dst, dst_tab[row0 + r] + ch, st[r * kPitchS + col], mean, sum, sum_x);
+  constexpr int kRows = 8;
+  for (int r0 = 0; r0 < real; r0 += kRows)
+    bn_grad_elements<T, kRows>(
+        p.bn, p.residual, p.dst, [&](int j) { return r0 + j < real; },
+        [&](int j) { return int64_t(dst_tab[row0 + r0 + j] + ch); }, [&](int j) { return st[(r0 + j) * kPitchS + col]; },
+        mean, sum, sum_x);
   float* out = p.bn.partial + (int64_t(ch) * p.bn.splits + split) * 2;
   out[0] = sum, out[1] = sum_x;
 }
@@ -315,6 +343,7 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
   const int KT = (p.K + kTcBK - 1) / kTcBK;
   pixel_table(p, m0, tab, dst_tab, kThreads);
   __syncthreads();
+  if (p.prefetch && (p.residual || p.bn.partial)) prefetch_epilogue_inputs<T, BN>(p, m0, n0, dst_tab, kThreads);
 
   auto load_b = [&](int kt, int stage) {  // weights: BN rows x 4 chunks of 8 k
 #pragma unroll
@@ -749,7 +778,8 @@ __global__ void filter_from_krsc(const T* __restrict__ wk, T* __restrict__ dw, i
 // ---- host side -------------------------------------------------------------------------------------------
 
 template <class T, int BN, int LOAD>
-void launch_nhwc_tc(const NhwcGemm& p, dim3 grid, cudaStream_t st) {
+void launch_nhwc_tc(NhwcGemm p, dim3 grid, cudaStream_t st) {
+  p.prefetch = epilogue_prefetch() ? 1 : 0;
   detail::allow_dynamic_smem<conv_nhwc_tc<T, BN, LOAD>>(kNhwcSmemBytes<BN, LOAD>);
   conv_nhwc_tc<T, BN, LOAD><<<grid, 2 * BN, kNhwcSmemBytes<BN, LOAD>, st>>>(p);
 }

@@ -770,6 +770,20 @@ void expect_grad_sums_of(const kernels::ChannelGradSums& sums, const Tensor& gz,
   }
 }
 
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+// Every 128-byte line of the given tensors (null: none), in address order: what the epilogues' L2 prefetches must
+// name when their tiles cover every element (the emulator's record: cuda_emu::prefetched_lines).
+std::vector<uintptr_t> lines_of(std::initializer_list<const Tensor*> tensors) {
+  std::set<uintptr_t> lines;
+  for (const Tensor* t : tensors) {
+    if (!t) continue;
+    const auto a = reinterpret_cast<uintptr_t>(t->data());
+    for (uintptr_t line = a >> 7; line <= (a + t->nbytes() - 1) >> 7; ++line) lines.insert(line << 7);
+  }
+  return {lines.begin(), lines.end()};
+}
+#endif
+
 // v2's backward-data epilogue hands batch norm its backward sums (kernels::ChannelGradSums): dx comes back as the
 // gradient through the fused ReLU's mask (the same bits as masking the plain gradient), the partials add up to
 // that batch norm's sums, batch norm given them computes what its own reduce pass does (dz copied out where it is
@@ -799,7 +813,18 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromTheEpilogue) {
             if (relu) sums.y = to_gpu(random(xs), dt);
             sums.mean = to_gpu(random({c}, 0.5f, 1.5f));
             Tensor dz = poisoned(xs, dt), g = poisoned(xs, dt);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+            cuda_emu::clear_prefetched_lines();
+#endif
             backward_data(Impl::v2, s, dy, w, dz, layout, with_residual ? &res : nullptr, &sums);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+            // the epilogue's inputs, prefetched into L2 before each tile's k loop: every line of x, y and the residual
+            // (the phases' tiles cover every dx pixel and channel), none other
+            stream.synchronize();
+            EXPECT_EQ(cuda_emu::prefetched_lines(),
+                      lines_of({&sums.x, relu ? &sums.y : nullptr, with_residual ? &res : nullptr}))
+                << "the L2 prefetches of the epilogue's inputs";
+#endif
             backward_data(Impl::v2, s, dy, w, g, layout, with_residual ? &res : nullptr);
             ASSERT_TRUE(sums.describe(dz, c)) << "v2 wrote no sums";
 
@@ -1367,14 +1392,7 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
         // the epilogue's inputs, prefetched into L2 tile by tile (band_epilogue.cuh): every line of x, y and the
         // residual (the phases' tiles cover every pixel and channel), none other
         stream.synchronize();
-        std::set<uintptr_t> want;
-        const Tensor* inputs[] = {&sums.x, relu ? &sums.y : nullptr, r};
-        for (const Tensor* t : inputs) {
-          if (!t) continue;
-          const auto a = reinterpret_cast<uintptr_t>(t->data());
-          for (uintptr_t line = a >> 7; line <= (a + t->nbytes() - 1) >> 7; ++line) want.insert(line << 7);
-        }
-        EXPECT_EQ(cuda_emu::prefetched_lines(), std::vector<uintptr_t>(want.begin(), want.end()))
+        EXPECT_EQ(cuda_emu::prefetched_lines(), lines_of({&sums.x, relu ? &sums.y : nullptr, r}))
             << "the L2 prefetches of the epilogue's inputs";
 #endif
         kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, g, stream, auto_v, r);

@@ -498,16 +498,6 @@ inline V3Pipeline v3_pipeline() {
   return p;
 }
 
-// Whether the v3 kernels prefetch their epilogue's inputs into L2 (Params::prefetch): HPDT_EPILOGUE_PREFETCH unset or
-// "on", yes; "off", no (the A/B switch of the benchmarks); anything else is an error naming the variable. Read at
-// every call.
-inline bool epilogue_prefetch() {
-  const char* e = std::getenv("HPDT_EPILOGUE_PREFETCH");
-  if (!e || std::strcmp(e, "on") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_EPILOGUE_PREFETCH=", e, ": expected on or off");
-  return false;
-}
-
 // The block tile of GEMM v3 and conv v3, 128 rows by 64 (slim), 128 (narrow) or 256 (wide) columns of N, for a
 // problem of `tiles_m` 128-row tiles by n columns on `sms` SMs. HPDT_GEMM_V3_TILE=slim|narrow|wide pins it (read at
 // every call, so that tests and benchmarks can cover each; anything else is an error naming the variable). Unset:

@@ -1,0 +1,42 @@
+// L2 prefetch of the global inputs an epilogue will read (band_epilogue.cuh's band_prefetch_inputs for GEMM v3 and
+// conv v3; conv.cu's and conv_nhwc.cu's v2 backward-data with batch norm's sums). Why: an epilogue loads its inputs
+// (C, the residual, batch norm's x and y, the GELU's input) a few rows at a time and waits for them, so an SM has a
+// few KiB in flight and, at a DRAM latency of ~0.6-0.8 us, moves a few GB/s (Little's law), where the stores stream
+// at the memory's rate. Prefetched when the tile's k loop starts, the lines are in L2 by the epilogue, and each of
+// its round trips is an L2 hit. A prefetch is a hint (no register, no wait, nothing written); every address named
+// here lies inside the input (the CUDA emulator refuses one outside device memory and records the lines:
+// cuda_emu::prefetched_lines).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "hpdt/core/error.h"
+
+namespace hpdt::kernels::cuda {
+
+// Whether the kernels prefetch their epilogue's inputs (GEMM v3 and conv v3: Params::prefetch; conv v2: GemmConv's and
+// NhwcGemm's prefetch): HPDT_EPILOGUE_PREFETCH unset or "on", yes; "off", no (the A/B switch of the benchmarks);
+// anything else is an error naming the variable. Read at every call.
+inline bool epilogue_prefetch() {
+  const char* e = std::getenv("HPDT_EPILOGUE_PREFETCH");
+  if (!e || std::strcmp(e, "on") == 0) return true;
+  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_EPILOGUE_PREFETCH=", e, ": expected on or off");
+  return false;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr)); }
+
+// The 128-byte lines of [ptr, ptr + bytes), bytes > 0: lines part, part + parts, .. of them, each named by a byte
+// inside the range (the first by ptr itself).
+__device__ __forceinline__ void prefetch_lines_l2(const void* ptr, uint32_t bytes, int part, int parts) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+  const int lines = int(((a + bytes - 1) >> 7) - (a >> 7)) + 1;
+  for (int k = part; k < lines; k += parts)
+    prefetch_l2(reinterpret_cast<const void*>(k == 0 ? a : ((a >> 7) + uintptr_t(k)) << 7));
+}
+
+}  // namespace hpdt::kernels::cuda
