@@ -465,6 +465,9 @@ def train_table(t, torch, rows, numbers):
                                ("ResNet-50, 224², batch 256, NCHW, batch norm's statistics and sums in their own "
                                 "passes (HPDT_CONV_BN_STATS=separate)", "resnet50_bf16_{}_bn_stats_separate",
                                 "resnet50"),
+                               # since 2026-11-29: the epilogues' inputs not prefetched into L2 (the A/B)
+                               ("ResNet-50, 224², batch 256, NCHW, epilogue inputs not prefetched "
+                                "(HPDT_EPILOGUE_PREFETCH=off)", "resnet50_bf16_{}_no_prefetch", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv find --gemm-tuning find",
                                 "resnet50_bf16_{}_nhwc_conv_find", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3 (conv v3, 1×1 on GEMM v3)",
