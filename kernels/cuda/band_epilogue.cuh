@@ -228,11 +228,7 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
   const int lane = int(threadIdx.x) & 31;
   const int half = lane >> 4, cc = 2 * (lane & 15);
   const bool pair_ok = MODE == kBandPartial ? (p.N & 1) == 0 : pairs_aligned<TC>(p);
-  // Rows a lane reads back per step: 8, the whole chunk in one step, where the warp holds at most 4 chunks of
-  // accumulators (64 a lane: GEMM v3's and conv v3's slim and narrow tiles, pingpong's slim), so that an epilogue
-  // with inputs has a chunk's loads in flight at once; else 4, two steps a chunk (the wide tile's and pingpong's
-  // narrow 128 accumulators: eight rows a step spilled the wide ws kernel at its 232 registers).
-  constexpr int kIters = NCHUNKS <= 4 ? kBandRows / 2 : kBandRows / 4;
+  constexpr int kIters = kBandRows / 4;  // rows a lane reads back per step, two steps a chunk
 #pragma unroll 1
   for (int c = 0; c < NCHUNKS; ++c) {
     band_write_chunk<NCHUNKS>(buf, frag, c, lane);
@@ -243,8 +239,9 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
     for (int rows0 = 0; rows0 < kBandRows; rows0 += 2 * kIters) {
       // The lane's pair in row rows0 + 2 it + half of the chunk, it = 0..kIters - 1: its value v[it], its row of C
       // row[it]; bit it of `ok`: the pair is inside C and moves as a pair; of `one`: the row is inside C but the pair
-      // is not whole or not aligned, element by element. (Rows as ints and bits as masks: registers are short in the
-      // 128 x 256 tile's warp-specialised kernel, whose consumers hold 128 accumulators in 232 registers.)
+      // is not whole or not aligned, element by element. (Half the chunk's rows at a time, rows as ints and bits as
+      // masks: registers are short in the 128 x 256 tile's warp-specialised kernel, whose consumers hold 128
+      // accumulators in 232 registers.)
       float2 v[kIters];
       int row[kIters];
       uint32_t ok = 0, one = 0;
