@@ -1130,6 +1130,14 @@ TEST_F(GemmCuda, V3SwitchesAreChecked) {
     const ScopedEnv tile("HPDT_GEMM_V3_TILE", bad);
     HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_TILE=") + bad + ": expected slim, narrow or wide");
   }
+  for (const char* bad : {"On", "1", "no", ""}) {
+    const ScopedEnv prefetch("HPDT_EPILOGUE_PREFETCH", bad);
+    HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_EPILOGUE_PREFETCH=") + bad + ": expected on or off");
+  }
+  for (const char* good : {"on", "off"}) {
+    const ScopedEnv prefetch("HPDT_EPILOGUE_PREFETCH", good);
+    EXPECT_NO_THROW(gemm());
+  }
   const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", "pingpong");
   {
     const ScopedEnv tile("HPDT_GEMM_V3_TILE", "wide");
