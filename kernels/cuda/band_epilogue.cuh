@@ -79,6 +79,7 @@ __host__ __device__ inline int band_mode(const Params& p) {
 // 4 rows at a time and waits: a warp has 512 bytes of an input in flight, an SM's 8 consumer warps 4 KiB, and a
 // backward-data with batch norm's sums and a residual (three inputs) would wait ~30 us a 128 x 256 tile at DRAM
 // latency. So each consumer warpgroup prefetches its rows' input lines as the tile's k loop starts.
+//
 // Row `row` of C's inputs for mode `mode` (C's element type TC), columns col0 .. col0 + cols - 1 (all inside C): its
 // lines part, part + parts, .. of each input.
 template <class TC>
@@ -86,14 +87,13 @@ __device__ __forceinline__ void band_prefetch_row(const Params& p, int mode, int
                                                   int parts) {
   const int64_t off = int64_t(row) * p.ldc + col0;
   const uint32_t bytes = uint32_t(cols) * uint32_t(sizeof(TC));
-  if (p.beta != 0.0f) prefetch_lines_l2(static_cast<const TC*>(p.C) + off, bytes, part, parts);
-  if (p.res) prefetch_lines_l2(static_cast<const TC*>(p.res) + off, bytes, part, parts);
-  if (mode == kBandGeluGradErf || mode == kBandGeluGradTanh)
-    prefetch_lines_l2(static_cast<const TC*>(p.aux) + off, bytes, part, parts);
-  if (mode == kBandGradSums) {
-    if (p.bn_y) prefetch_lines_l2(static_cast<const TC*>(p.bn_y) + off, bytes, part, parts);
-    prefetch_lines_l2(static_cast<const TC*>(p.bn_x) + off, bytes, part, parts);
-  }
+  const bool grad_sums = mode == kBandGradSums;
+  prefetch_input_lines<TC>(p.beta != 0.0f ? p.C : nullptr, off, bytes, part, parts);
+  prefetch_input_lines<TC>(p.res, off, bytes, part, parts);
+  prefetch_input_lines<TC>(mode == kBandGeluGradErf || mode == kBandGeluGradTanh ? p.aux : nullptr, off, bytes, part,
+                           parts);
+  prefetch_input_lines<TC>(grad_sums ? p.bn_y : nullptr, off, bytes, part, parts);
+  prefetch_input_lines<TC>(grad_sums ? p.bn_x : nullptr, off, bytes, part, parts);
 }
 
 // A warpgroup's (128 threads') prefetch of the inputs of the tile rows it will store: `rows` of them (64 or 128),

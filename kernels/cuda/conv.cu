@@ -38,7 +38,6 @@
 #include "conv_common.cuh"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
-#include "prefetch.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -374,14 +373,8 @@ __device__ __forceinline__ void prefetch_epilogue_inputs(const GemmConv& p, int 
   const int tid = int(threadIdx.x), col = tid % kBN;
   if (n0 + col >= p.npix) return;
   const int64_t pixel = dst_offset(p, n0 + col);
-  for (int r = tid / kBN; r < BM && m0 + r < p.M; r += 2 * BM / kBN) {
-    const int64_t i = pixel + int64_t(m0 + r) * p.dst_plane;
-    if (p.residual) prefetch_l2(static_cast<const T*>(p.residual) + i);
-    if (p.bn.partial) {
-      if (p.bn.y) prefetch_l2(static_cast<const T*>(p.bn.y) + i);
-      prefetch_l2(static_cast<const T*>(p.bn.x) + i);
-    }
-  }
+  for (int r = tid / kBN; r < BM && m0 + r < p.M; r += 2 * BM / kBN)
+    prefetch_epilogue_inputs_at<T>(p.bn, p.residual, pixel + int64_t(m0 + r) * p.dst_plane, sizeof(T), 0, 1);
 }
 
 // v2: tensor cores. Block tile BM x 128 x 32, warps (BM / 64) x 4 of 64 x 32 (4 x 4 mma tiles each).

@@ -14,6 +14,7 @@
 #include "fast_div.cuh"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
+#include "prefetch.cuh"
 #include "vec.cuh"
 #include "warp.cuh"
 
@@ -241,6 +242,15 @@ __device__ __forceinline__ void bn_grad_elements(const BnGradEpilogue& bn, const
       sum += dz;
       sum_x += dz * (x[j] - mean);
     }
+}
+// The inputs v2's epilogue reads from element i on, `bytes` of each (the residual; with bn.partial batch norm's y and
+// x, as bn_grad_elements), into L2 before the k loop (prefetch.cuh): lines part, part + parts, .. of each.
+template <class T>
+__device__ __forceinline__ void prefetch_epilogue_inputs_at(const BnGradEpilogue& bn, const void* residual, int64_t i,
+                                                            uint32_t bytes, int part, int parts) {
+  prefetch_input_lines<T>(residual, i, bytes, part, parts);
+  prefetch_input_lines<T>(bn.partial ? bn.y : nullptr, i, bytes, part, parts);
+  prefetch_input_lines<T>(bn.partial ? bn.x : nullptr, i, bytes, part, parts);
 }
 // A scratch tensor of n elements (at least 1) from the caching allocator, on `stream`.
 Tensor device_buffer(int64_t n, DType dt, Device dev, const Stream& stream);

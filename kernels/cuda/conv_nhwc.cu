@@ -42,7 +42,6 @@
 #include "hpdt/kernels/cuda/conv.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #include "launch.cuh"
-#include "prefetch.cuh"
 
 #ifndef HPDT_HAVE_GEMM_WGMMA
 #define HPDT_HAVE_GEMM_WGMMA 0
@@ -138,14 +137,8 @@ __device__ __forceinline__ void prefetch_epilogue_inputs(const NhwcGemm& p, int 
                                                          int threads) {
   const int per_row = threads / kPixTile, t = int(threadIdx.x), r = t / per_row;
   if (m0 + r >= p.npix || n0 >= p.M) return;
-  const int64_t i = int64_t(dst_tab[r]) + n0;
-  const uint32_t bytes = uint32_t(min(BN, p.M - n0)) * uint32_t(sizeof(T));
-  const int part = t % per_row;
-  if (p.residual) prefetch_lines_l2(static_cast<const T*>(p.residual) + i, bytes, part, per_row);
-  if (p.bn.partial) {
-    if (p.bn.y) prefetch_lines_l2(static_cast<const T*>(p.bn.y) + i, bytes, part, per_row);
-    prefetch_lines_l2(static_cast<const T*>(p.bn.x) + i, bytes, part, per_row);
-  }
+  prefetch_epilogue_inputs_at<T>(p.bn, p.residual, int64_t(dst_tab[r]) + n0,
+                                 uint32_t(min(BN, p.M - n0)) * uint32_t(sizeof(T)), t % per_row, per_row);
 }
 
 // Column k of the gather: the offset from a pixel's tap-(0, 0) base and the tap's row/column shift.

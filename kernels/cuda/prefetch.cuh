@@ -39,4 +39,12 @@ __device__ __forceinline__ void prefetch_lines_l2(const void* ptr, uint32_t byte
     prefetch_l2(reinterpret_cast<const void*>(k == 0 ? a : ((a >> 7) + uintptr_t(k)) << 7));
 }
 
+// The same for an epilogue input of element type T that may be absent (base null: nothing): `bytes` from element
+// `offset` of it.
+template <class T>
+__device__ __forceinline__ void prefetch_input_lines(const void* base, int64_t offset, uint32_t bytes, int part,
+                                                     int parts) {
+  if (base) prefetch_lines_l2(static_cast<const T*>(base) + offset, bytes, part, parts);
+}
+
 }  // namespace hpdt::kernels::cuda
