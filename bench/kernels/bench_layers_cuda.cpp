@@ -12,6 +12,9 @@
 //   x_unfused  (batch norm fused with ReLU, or with the residual add and ReLU: kernels::BatchNormFusion) the
 //              time of the separate ops it replaces (batch norm, add, relu_forward; relu_backward, batch norm
 //              backward), timed in the same process / the fused op's time.
+//   x_per_channel (batch norm on planes narrower than a 16-byte vector: 14x14 in bf16, 7x7) the time with
+//              HPDT_BN_FLAT=off (the apply passes on the per-channel kernels, 2 or 8 bytes a load) / the time with
+//              the flat apply kernels (16 bytes a load), same process.
 //
 //   hpdt-bench-layers-cuda --benchmark_filter=bf16 --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "hpdt/core/check_cuda.h"
+#include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -73,6 +77,7 @@ struct Op {
   double bytes = 0;
   std::function<void()> peer;
   std::function<void()> unfused;  // our separate ops that the fused `run` replaces
+  bool narrow_planes = false;     // NCHW batch norm whose planes take the flat apply kernels (x_per_channel)
   std::shared_ptr<void> keep;     // tensors and descriptors the calls use
 };
 using Factory = std::function<Op(DType)>;
@@ -122,6 +127,10 @@ void bench(benchmark::State& state, const Factory& make, DType dt) {
       }
     }
     if (op.unfused) state.counters["x_unfused"] = seconds_per_call(op.unfused, 20) / per_call;
+    if (op.narrow_planes) {
+      const ScopedEnv per_channel("HPDT_BN_FLAT", "off");
+      state.counters["x_per_channel"] = seconds_per_call(op.run, 20) / per_call;
+    }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -183,6 +192,9 @@ struct CudnnBn {
 
 double es(DType dt) { return double(dtype_size(dt)); }
 
+// An NCHW plane (h*w values) that is no whole number of 16-byte vectors: the flat apply kernels' case.
+bool narrow_planes(const Shape& s, DType dt) { return s[2] * s[3] % (16 / int64_t(dtype_size(dt))) != 0; }
+
 Factory bn_train_forward(Shape s) {
   return [s](DType dt) {
     struct K {
@@ -203,6 +215,7 @@ Factory bn_train_forward(Shape s) {
       k->peer->forward(k->x, k->y2);
     };
     op.bytes = 3.0 * double(s.numel()) * es(dt);  // x read twice, y written
+    op.narrow_planes = narrow_planes(s, dt);
     op.keep = k;
     return op;
   };
@@ -233,6 +246,7 @@ Factory bn_train_backward(Shape s) {
       k->peer->backward(k->x, k->dy, k->dx2);
     };
     op.bytes = 5.0 * double(s.numel()) * es(dt);  // dy, x read twice (sums, then dx), dx written
+    op.narrow_planes = narrow_planes(s, dt);
     op.keep = k;
     return op;
   };
@@ -250,6 +264,7 @@ Factory bn_eval(Shape s) {
     Op op;
     op.run = [k] { kernels::batchnorm_forward_eval(k->x, k->g, k->b, k->rm, k->rv, 1e-5f, k->y, bench_stream()); };
     op.bytes = 2.0 * double(s.numel()) * es(dt);
+    op.narrow_planes = narrow_planes(s, dt);
     op.keep = k;
     return op;
   };
@@ -438,6 +453,7 @@ Factory bn_fused(Shape s, bool residual, bool backward) {
       };
       op.bytes = 7.0 * n;
     }
+    op.narrow_planes = narrow_planes(s, dt);
     op.keep = k;
     return op;
   };
@@ -459,9 +475,15 @@ void register_all() {
     add("resnet50_bn_train_fwd_" + dims, bn_train_forward(s));
     add("resnet50_bn_train_bwd_" + dims, bn_train_backward(s));
   }
-  add("resnet50_bn_eval_64x256x56x56", bn_eval(r50[1]));
+  // The eval forward is the apply pass alone: what the training step's forward runs where the convolution handed
+  // over the statistics (the 14x14 and 7x7 ones on the flat apply kernels).
+  for (const Shape& s : {r50[1], r50[3], r50[4]}) {
+    add("resnet50_bn_eval_" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + "x" +
+            std::to_string(s[3]),
+        bn_eval(s));
+  }
   // What the ResNet blocks run (nn::BatchNorm with then_relu; the block output with the residual).
-  for (const Shape& s : {r50[1], r50[3]}) {
+  for (const Shape& s : {r50[1], r50[3], r50[4]}) {
     const std::string dims =
         std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + "x" + std::to_string(s[3]);
     add("resnet50_bn_relu_train_fwd_" + dims, bn_fused(s, false, false));

@@ -29,6 +29,8 @@
 //   dgamma/dbeta accumulators in shared memory (no races), partials per block summed in a fixed order by
 //   ln_param_grad_finalize (32 lanes of blocks per column, then the lanes in order).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -437,6 +439,153 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- batch norm, NCHW planes narrower than a vector: the apply passes over the flat tensor ---------------
+// A plane (one image's channel) of 7x7 = 49 values, or of 14x14 = 196 in a 2-byte type, is no whole number of
+// 16-byte vectors, so the per-channel kernels above read it 2 or 8 bytes at a time (plane_vector): on the H100
+// (2026-11-26) those planes' batch norms ran at 0.28-0.47 of a device copy in bf16, against 0.7-0.9 on 56x56. The
+// apply passes are elementwise, so on such planes they read the tensor as one flat array of 16-byte vectors: a
+// block takes `per_block` whole planes (consecutive (image, channel) pairs) and puts each plane's coefficients in
+// shared memory; a thread decodes its vector's first plane with one FastDiv and steps across plane boundaries
+// value by value. Each value gets the per-channel kernels' arithmetic: the same bits.
+struct FlatPlanes {
+  int c;            // channels
+  FastDiv hw;       // values per plane
+  int64_t numel;    // n * c * hw
+  int per_block;    // planes per block
+  // The block's table: its planes and the V after them (its last vector may run V - 1 values past them), each
+  // entry the channel (p0 + j) % c, past the last plane too (valid coefficients for values never stored).
+  __host__ __device__ int entries(int v) const { return per_block + v; }
+};
+
+// The vectors a block of FlatPlanes owns: those that start in its planes, [t0, t1); e0 its first value.
+struct FlatRange {
+  int64_t e0, t0, t1;
+};
+template <int V>
+__device__ __forceinline__ FlatRange flat_range(const FlatPlanes& f) {
+  const int64_t hw = f.hw.value(), e0 = int64_t(blockIdx.x) * f.per_block * hw;
+  const int64_t e1 = min(e0 + int64_t(f.per_block) * hw, f.numel);
+  return {e0, (e0 + V - 1) / V, (e1 + V - 1) / V};
+}
+
+// Steps v[0..V) of a vector starting `rel` values past the block's first through the planes' coefficients `tab`:
+// v[e] = op(e, v[e], its plane's coefficients).
+template <int V, class C, class Op>
+__device__ __forceinline__ void flat_values(const FlatPlanes& f, int rel, const C* tab, float (&v)[V], Op op) {
+  const int hw = f.hw.value();
+  int q = f.hw.div(rel), pos = rel - q * hw;
+  C k = tab[q];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    if (pos == hw) pos = 0, k = tab[++q];
+    v[e] = op(e, v[e], k);
+    ++pos;
+  }
+}
+
+// The first n (<= V) values of a vector at p, the rest 0; n == V is the plain vector load: for the one vector at the
+// end of a tensor whose size is no multiple of V. (Here, not in vec.cuh: the convolutions include that.)
+template <int V, class T>
+__device__ __forceinline__ void load_upto(const T* p, int n, float (&v)[V]) {
+  if (n == V) return load<V>(p, v);
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] = k < n ? to_f32(p[k]) : 0.0f;
+}
+template <int V, class T>
+__device__ __forceinline__ void store_upto(T* p, int n, const float (&v)[V]) {
+  if (n == V) return store<V>(p, v);
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    if (k < n) p[k] = from_f32<T>(v[k]);
+}
+
+// bn_apply_kernel on the flat tensor (tab: a block's (a, b) per plane, dynamic shared memory).
+template <class T, bool R>
+__global__ void __launch_bounds__(kThreads)
+    bn_apply_flat_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale,
+                         int scale_is_var, float eps, const T* __restrict__ gamma, const T* __restrict__ beta,
+                         BnEpilogue ep, FlatPlanes f) {
+  constexpr int V = kVec<T>, U = R ? 2 : 4;
+  extern __shared__ float2 ab[];
+  const int64_t p0 = int64_t(blockIdx.x) * f.per_block;
+  for (int j = threadIdx.x; j < f.entries(V); j += kThreads) {
+    const int ch = int((p0 + j) % f.c);
+    float is = scale[ch];
+    if (scale_is_var) is = 1.0f / sqrtf(is + eps);
+    const float a = is * to_f32(gamma[ch]);
+    ab[j] = make_float2(a, to_f32(beta[ch]) - mean[ch] * a);
+  }
+  __syncthreads();
+  const FlatRange rg = flat_range<V>(f);
+  for (int64_t t = rg.t0 + threadIdx.x; t < rg.t1; t += kThreads * U) {
+    float v[U][V], r[U][V];
+    int64_t off[U];
+    int n[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // all loads first, as bn_apply_kernel
+      const int64_t tu = t + int64_t(u) * kThreads;
+      off[u] = tu < rg.t1 ? tu * V : -1;
+      if (off[u] < 0) continue;
+      n[u] = int(min(int64_t(V), f.numel - off[u]));
+      load_upto<V>(x + off[u], n[u], v[u]);
+      if constexpr (R) load_upto<V>(static_cast<const T*>(ep.residual) + off[u], n[u], r[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (off[u] < 0) continue;
+      flat_values<V>(f, int(off[u] - rg.e0), ab, v[u], [](int, float xv, float2 k) { return xv * k.x + k.y; });
+      bn_epilogue<V, R>(ep, r[u], v[u]);
+      store_upto<V>(y + off[u], n[u], v[u]);
+    }
+  }
+}
+
+// bn_backward_apply_kernel's coefficients of a channel, as it computes them.
+struct BnDxCoef {
+  float k, mdy, mdyx, m, is;
+};
+
+// bn_backward_apply_kernel on the flat tensor.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_apply_flat_kernel(const T* dy, const T* x, const float* __restrict__ mean,
+                                  const float* __restrict__ invstd, const T* __restrict__ gamma,
+                                  const float* __restrict__ coef, T* dx, FlatPlanes f) {
+  constexpr int V = kVec<T>, U = 2;
+  extern __shared__ BnDxCoef dc[];
+  const int64_t p0 = int64_t(blockIdx.x) * f.per_block;
+  for (int j = threadIdx.x; j < f.entries(V); j += kThreads) {
+    const int ch = int((p0 + j) % f.c);
+    const float is = invstd[ch];
+    dc[j] = {to_f32(gamma[ch]) * is, coef[ch], coef[f.c + ch], mean[ch], is};
+  }
+  __syncthreads();
+  const FlatRange rg = flat_range<V>(f);
+  for (int64_t t = rg.t0 + threadIdx.x; t < rg.t1; t += kThreads * U) {
+    float g[U][V], p[U][V];
+    int64_t off[U];
+    int n[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t tu = t + int64_t(u) * kThreads;
+      off[u] = tu < rg.t1 ? tu * V : -1;
+      if (off[u] < 0) continue;
+      n[u] = int(min(int64_t(V), f.numel - off[u]));
+      load_upto<V>(dy + off[u], n[u], g[u]);
+      load_upto<V>(x + off[u], n[u], p[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (off[u] < 0) continue;
+      const float(&xu)[V] = p[u];
+      flat_values<V>(f, int(off[u] - rg.e0), dc, g[u], [&xu](int e, float d, const BnDxCoef& k) {
+        return k.k * (d - k.mdy - (xu[e] - k.m) * k.is * k.mdyx);
+      });
+      store_upto<V>(dx + off[u], n[u], g[u]);
+    }
+  }
+}
+
 // ---- batch norm, NHWC: column statistics of the [rows, c] matrix (rows = n*h*w) --------------------------
 // Block of kThreads = TX x TY threads, TX a power of two <= 32 covering a row's vectors of V channels: thread
 // (tx, ty) owns vector column v = blockIdx.y * TX + tx (V channels; coalesced: a warp reads consecutive vectors
@@ -664,7 +813,19 @@ struct BnDims {
   uint32_t slots;  // vectors per channel
   int v;           // vector width (elements)
   int64_t count;   // values per channel, n * h * w
+  // The apply passes on the flat tensor (planes narrower than a 16-byte vector, every pointer 16-byte aligned)
+  bool flat;
+  FlatPlanes planes;
+  unsigned flat_blocks;
 };
+
+// HPDT_BN_FLAT=off keeps the apply passes on the per-channel kernels for every plane (the A/B of the flat ones).
+bool bn_flat_enabled() {
+  const char* e = std::getenv("HPDT_BN_FLAT");
+  if (!e || std::strcmp(e, "on") == 0) return true;
+  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_BN_FLAT=", e, ": expected on or off");
+  return false;
+}
 
 // The widest vector (a power of two <= 16 bytes) that divides a plane and that every pointer is aligned to: 8
 // bf16 values on 56x56 planes, 4 on 14x14 (196 = 4 * 49), 1 on 7x7.
@@ -704,7 +865,19 @@ BnDims bn_dims(const char* op, const Tensor& x, std::initializer_list<const void
   HPDT_CHECK(c <= 65535, op, ": on CUDA at most 65535 channels, got ", c);
   HPDT_CHECK(n * hw <= (int64_t(1) << 31), op, ": on CUDA at most 2^31 values per channel, got ", n * hw);
   const int v = plane_vector<T>(hw, ptrs);
-  return {int(c), FastDiv(hw / v), uint32_t(n * hw / v), v, n * hw};
+  BnDims d{int(c), FastDiv(hw / v), uint32_t(n * hw / v), v, n * hw, false, {}, 0};
+  if (v < kVec<T> && n * c > 0 && bn_flat_enabled()) {
+    bool aligned = true;
+    for (const void* p : ptrs) aligned = aligned && aligned16(p);
+    // about 8 vectors a thread; a block's offsets (its planes and the V values past them) within 32 bits
+    const int64_t per_block = std::clamp<int64_t>(int64_t(kThreads) * kVec<T> * 8 / hw, 1, 1024);
+    if (aligned && (per_block + kVec<T>) * hw < (int64_t(1) << 31)) {
+      d.flat = true;
+      d.planes = {int(c), FastDiv(hw), n * c * hw, int(per_block)};
+      d.flat_blocks = unsigned((n * c + per_block - 1) / per_block);
+    }
+  }
+  return d;
 }
 
 void ensure_f32(Tensor& t, int64_t n, const Tensor& like, const Stream& stream) {
@@ -730,6 +903,15 @@ void sync_round_trip(const AllReduceSum& sync, float* dev_buf, int c, cudaStream
 template <class T>
 void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float* scale, bool scale_is_var, float eps,
               const T* gamma, const T* beta, const BnEpilogue& ep, cudaStream_t s) {
+  if (d.flat) {
+    const size_t table = size_t(d.planes.entries(kVec<T>)) * sizeof(float2);
+    with_flag(ep.residual != nullptr, [&](auto rt) {
+      bn_apply_flat_kernel<T, decltype(rt)::value><<<d.flat_blocks, kThreads, table, s>>>(
+          x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.planes);
+    });
+    HPDT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
   const dim3 grid(unsigned(sp.splits), unsigned(d.c));
   with_vector<T>(d.v, [&](auto vt) {
@@ -1194,6 +1376,10 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
       else
         bn_backward_apply_nhwc_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(
             dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, int(c), ad.cols, ad.rows, ad.chunk);
+    } else if (d.flat) {
+      bn_backward_apply_flat_kernel<T>
+          <<<d.flat_blocks, kThreads, size_t(d.planes.entries(kVec<T>)) * sizeof(BnDxCoef), s>>>(
+              dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, d.planes);
     } else {
       const ChannelSplit ap = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
       const dim3 agrid(unsigned(ap.splits), unsigned(d.c));

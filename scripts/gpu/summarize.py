@@ -432,8 +432,9 @@ COPY_GBS = 3000.0  # H100 SXM device-to-device copy, bytes read + written (KINDS
 
 
 def layers_table(layers, rows, numbers):
-    rows.append("| memory-bound op (batch 64) | bf16 GB/s | f32 GB/s | bf16 / copy | f32 / copy | bf16: unfused ops' time / fused |")
-    rows.append("|---|---:|---:|---:|---:|---:|")
+    rows.append("| memory-bound op (batch 64) | bf16 GB/s | f32 GB/s | bf16 / copy | f32 / copy | bf16: unfused ops' time / fused "
+                "| bf16: per-channel apply's time / flat (HPDT_BN_FLAT=off) |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|")
     ops = sorted({k.split("/", 2)[2] for k in layers if k.count("/") >= 2 and k.split("/")[1] in ("bf16", "f32")})
     for op in ops:
         bf, f32 = layers.get(f"layers/bf16/{op}"), layers.get(f"layers/f32/{op}")
@@ -442,9 +443,11 @@ def layers_table(layers, rows, numbers):
         g = lambda b: b.get("GB/s") if b else None  # noqa: E731
         r = lambda v: v / COPY_GBS if v else None  # noqa: E731
         unfused = bf.get("x_unfused") if bf else None
+        per_channel = bf.get("x_per_channel") if bf else None  # since 2026-11-29: narrow planes' flat apply
         rows.append(f"| {op} | {fmt(g(bf), 0)} | {fmt(g(f32), 0)} | {fmt(r(g(bf)), 2)} | {fmt(r(g(f32)), 2)} | "
-                    f"{fmt(unfused, 2)} |")
-        numbers.append({"op": "layer", "name": op, "bf16_gbs": g(bf), "f32_gbs": g(f32), "bf16_x_unfused": unfused})
+                    f"{fmt(unfused, 2)} | {fmt(per_channel, 2)} |")
+        numbers.append({"op": "layer", "name": op, "bf16_gbs": g(bf), "f32_gbs": g(f32), "bf16_x_unfused": unfused,
+                        "bf16_x_per_channel": per_channel})
 
 
 def train_table(t, torch, rows, numbers):
@@ -468,6 +471,9 @@ def train_table(t, torch, rows, numbers):
                                # since 2026-11-29: the epilogues' inputs not prefetched into L2 (the A/B)
                                ("ResNet-50, 224², batch 256, NCHW, epilogue inputs not prefetched "
                                 "(HPDT_EPILOGUE_PREFETCH=off)", "resnet50_bf16_{}_no_prefetch", "resnet50"),
+                               # since 2026-11-29: batch norm's apply on 14² and 7² planes per channel (the A/B)
+                               ("ResNet-50, 224², batch 256, NCHW, batch norm's apply passes per channel on narrow "
+                                "planes (HPDT_BN_FLAT=off)", "resnet50_bf16_{}_bn_per_channel", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv find --gemm-tuning find",
                                 "resnet50_bf16_{}_nhwc_conv_find", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3 (conv v3, 1×1 on GEMM v3)",

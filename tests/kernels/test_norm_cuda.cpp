@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/norm.h"
 #include "hpdt_test.h"
 
@@ -445,6 +446,74 @@ TEST_F(NormCuda, LayerNormIsDeterministic) {
         ASSERT_EQ(test::bits_of(out[0][i].data<float>()[j]), test::bits_of(out[1][i].data<float>()[j]))
             << dtype_name(dt) << " output " << i << " element " << j;
   }
+}
+
+// Planes narrower than a 16-byte vector (7x7; 14x14 and 6x6 in 2-byte types; 2x2 and [n, c], where a vector spans
+// several planes) take the apply passes over the flat tensor (norm.cu: bn_apply_flat_kernel,
+// bn_backward_apply_flat_kernel): the same bits as the per-channel kernels (HPDT_BN_FLAT=off) in the training
+// forward with the residual and ReLU, the eval forward, in place (y = x), and the backward through the ReLU's mask;
+// odd totals end in a partial vector, {4, 2048, 7, 7} runs 25 blocks of 334 planes (bf16). On the emulator, which
+// kernels ran.
+TEST_F(NormCuda, NarrowPlanesTakeTheFlatApplyWithTheSameBits) {
+  struct Out {
+    std::vector<Tensor> t;
+  };
+  auto run = [&](const Shape& s, DType dt, const char* flat) {
+    const ScopedEnv env("HPDT_BN_FLAT", flat);
+    const int64_t c = s[1];
+    Out o;
+    const Tensor x = random(s, -1, 3), r = random(s, -2, 2), g = random({c}, 0.5, 1.5), b = random({c}, -0.5, 0.5);
+    const Tensor rm0 = random({c}, -0.2f, 0.2f), rv0 = random({c}, 0.5f, 2.0f), dy = random(s), dg0 = random({c});
+    kernels::BatchNormFusion fusion;
+    fusion.relu = true;
+    fusion.residual = to_gpu(r, dt);
+    const Tensor xg = to_gpu(x, dt), gg = to_gpu(g, dt), bg = to_gpu(b, dt);
+    Tensor rmg = to_gpu(rm0), rvg = to_gpu(rv0), yg = poison(s, dt);
+    BatchNormSaved sg;
+    kernels::batchnorm_forward_train(xg, gg, bg, rmg, rvg, kEps, kMomentum, sg, yg, {}, stream, Layout::nchw, fusion);
+    Tensor yeg = poison(s, dt), xin = to_gpu(x, dt);
+    kernels::batchnorm_forward_eval(xg, gg, bg, rmg, rvg, kEps, yeg, stream, Layout::nchw, fusion);
+    kernels::batchnorm_forward_eval(xin, gg, bg, rmg, rvg, kEps, xin, stream);  // in place
+    const kernels::BatchNormReluGrad relu{yg, poison(s, dt)};
+    Tensor dxg = poison(s, dt), dgg = to_gpu(dg0, dt), dbg = to_gpu(dg0, dt);
+    kernels::batchnorm_backward_train(to_gpu(dy, dt), xg, gg, sg, dxg, dgg, dbg, {}, stream, Layout::nchw, &relu);
+    for (const Tensor& t : {yg, yeg, xin, relu.dz, dxg, dgg, dbg}) o.t.push_back(to_cpu_f32(t));
+    return o;
+  };
+  const char* names[] = {"y", "eval y", "eval y in place", "dz", "dx", "dgamma", "dbeta"};
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Shape& s : {Shape{3, 17, 7, 7}, Shape{4, 2048, 7, 7}, Shape{16, 256, 14, 14}, Shape{7, 3, 6, 6},
+                           Shape{5, 3, 2, 2}, Shape{37, 17}, Shape{2, 8, 28, 28}}) {
+      SCOPED_TRACE(label(s, dt));
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      const int64_t hw = s.numel() / (s[0] * s[1]);
+      const bool narrow = hw % (16 / int64_t(dtype_size(dt))) != 0;
+      const unsigned long long flat0 = cuda_emu::launches_named("_flat_kernel");
+#endif
+      const uint64_t inputs = draw_position();
+      const Out on = run(s, dt, "on");
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      // per run: the training forward, two evals and the backward
+      EXPECT_EQ(cuda_emu::launches_named("_flat_kernel") - flat0, narrow ? 4u : 0u) << "flat apply kernels";
+      const unsigned long long flat1 = cuda_emu::launches_named("_flat_kernel");
+#endif
+      rewind(inputs);  // the same inputs
+      const Out off = run(s, dt, "off");
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      EXPECT_EQ(cuda_emu::launches_named("_flat_kernel"), flat1) << "HPDT_BN_FLAT=off";
+#endif
+      for (size_t i = 0; i < on.t.size(); ++i)
+        for (int64_t j = 0; j < on.t[i].numel(); ++j)
+          ASSERT_EQ(test::bits_of(on.t[i].data<float>()[j]), test::bits_of(off.t[i].data<float>()[j]))
+              << names[i] << " element " << j;
+      EXPECT_NE(test::bits_of(on.t[0].data<float>()[0]), test::bits_of(std::nanf(""))) << "y written";
+    }
+  const Tensor x = to_gpu(random({2, 3, 7, 7}), DType::bf16), g = to_gpu(random({3}), DType::bf16);
+  Tensor y = poison({2, 3, 7, 7}, DType::bf16), rm = to_gpu(Tensor::zeros({3}, DType::f32)),
+         rv = to_gpu(random({3}, 0.5, 2));
+  const ScopedEnv bad("HPDT_BN_FLAT", "yes");
+  HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_eval(x, g, g, rm, rv, kEps, y, stream),
+                        "HPDT_BN_FLAT=yes: expected on or off");
 }
 
 TEST_F(NormCuda, BadInputsNameTheOp) {

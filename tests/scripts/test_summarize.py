@@ -301,5 +301,23 @@ class GemmEpiloguePrefetch(unittest.TestCase):
         self.assertIsNone(n[0]["v3_pingpong_x_no_prefetch"])
 
 
+class LayersPerChannelApply(unittest.TestCase):
+    """x_per_channel (NCHW batch norm on narrow planes: HPDT_BN_FLAT=off against the flat apply, same run): a column of
+    the memory-bound table, empty where the row has no such counter."""
+
+    def test_column(self):
+        l = {"layers/bf16/resnet50_bn_eval_64x2048x7x7": {"GB/s": 2400.0, "x_per_channel": 2.5},
+             "layers/f32/resnet50_bn_eval_64x2048x7x7": {"GB/s": 2600.0, "x_per_channel": 2.0},
+             "layers/bf16/resnet50_bn_eval_64x256x56x56": {"GB/s": 2700.0}}
+        rows, numbers = [], []
+        summarize.layers_table(l, rows, numbers)
+        text = "\n".join(rows)
+        self.assertIn("| resnet50_bn_eval_64x2048x7x7 | 2400 | 2600 | 0.80 | 0.87 | — | 2.50 |", text)
+        self.assertIn("| resnet50_bn_eval_64x256x56x56 | 2700 | — | 0.90 | — | — | — |", text)
+        n = {x["name"]: x for x in numbers}
+        self.assertEqual(n["resnet50_bn_eval_64x2048x7x7"]["bf16_x_per_channel"], 2.5)
+        self.assertIsNone(n["resnet50_bn_eval_64x256x56x56"]["bf16_x_per_channel"])
+
+
 if __name__ == "__main__":
     unittest.main()
