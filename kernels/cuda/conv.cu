@@ -990,6 +990,75 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
+// ---- stride-2 convolutions of a few channels on space-to-depth (ResNet's stem) -----------------------------
+// A stride-2 convolution of C <= 4 input channels (ResNet's 7x7 stem on 3) gathers its operand value by value (the
+// generic gather: two FastDivs and a bounds check a value; C = 3 is no 16-channel half): on the H200 (2026-11-27) the
+// stem's forward took 1.83 ms at batch 256, 33 TFLOP/s, where the 3x3 64->64 at 56^2 ran the channels gather at 125.
+// Space-to-depth makes it a stride-1 convolution of 4 C <= 16 channels (zero-padded to 16) with ceil(k / 2)^2 taps:
+//   xs[img][c * 4 + ry * 2 + rx][Y][X] = x[img][c][2 Y + ry - pad][2 X + rx - pad]   (0 outside x; Y < oh + th - 1)
+//   ws[co][(ty * tw + tx) * 16 + c * 4 + ry * 2 + rx] = w[co][c][2 ty + ry][2 tx + rx]   (0 past the kernel)
+// so that y[oy][ox] = sum over the taps (ty, tx) and the 16 channels of ws * xs[oy + ty][ox + tx]: the same products
+// plus zeros, K = 16 th tw (256 for 7x7 against 147), which the channels gather takes one bounds check per 16
+// values. HPDT_CONV_SPACE_TO_DEPTH=off keeps the direct gather (the A/B). Forward only: a stem's backward-data is
+// not computed, and its backward-filter stays direct.
+constexpr int kS2dChannels = 16;
+
+struct SpaceToDepth {
+  int th, tw;  // taps of the stride-1 convolution
+  int hs, ws;  // its source plane
+};
+SpaceToDepth space_to_depth_dims(const Conv2dShape& s) {
+  const int th = int((s.kh + 1) / 2), tw = int((s.kw + 1) / 2);
+  return {th, tw, int(s.out_h()) + th - 1, int(s.out_w()) + tw - 1};
+}
+
+bool conv_space_to_depth() {
+  const char* e = std::getenv("HPDT_CONV_SPACE_TO_DEPTH");
+  if (e == nullptr || std::strcmp(e, "on") == 0) return true;
+  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_CONV_SPACE_TO_DEPTH=", e, ": expected on or off");
+  return false;
+}
+
+// Whether v2's forward (tensor cores, 16-bit: tc_half) runs s on space-to-depth: stride 2, at most 4 channels (16
+// after it), a kernel of at least 2 x 2, the rearranged input within 32-bit indices.
+bool space_to_depth_applies(const Conv2dShape& s, bool tc_half) {
+  if (!tc_half || s.stride != 2 || s.c_in > kS2dChannels / 4 || s.kh < 2 || s.kw < 2) return false;
+  const SpaceToDepth d = space_to_depth_dims(s);
+  return s.n * kS2dChannels * d.hs * d.ws < (int64_t(1) << 31) && conv_space_to_depth();
+}
+
+// xs from x (one thread a value of xs; FastDivs: xs has fewer than 2^31 values).
+template <class T>
+__global__ void __launch_bounds__(kThreads1D)
+    space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ xs, int total, int C, int H, int W, int pad,
+                          FastDiv plane, FastDiv width) {
+  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
+    const int q = plane.div(i), r = i - q * plane.value();  // q = img * 16 + channel
+    const int Y = width.div(r), X = r - Y * width.value();
+    const int img = q / kS2dChannels, cs = q - img * kS2dChannels, c = cs >> 2;
+    const int iy = 2 * Y + ((cs >> 1) & 1) - pad, ix = 2 * X + (cs & 1) - pad;
+    T v{};
+    if (c < C && unsigned(iy) < unsigned(H) && unsigned(ix) < unsigned(W))
+      v = x[(int64_t(img) * C + c) * H * W + int64_t(iy) * W + ix];
+    xs[i] = v;
+  }
+}
+
+// ws, tap-major as the forward's repacked weights ([co][16 th tw], k = tap * 16 + channel).
+template <class T>
+__global__ void __launch_bounds__(kThreads1D)
+    space_to_depth_weights(const T* __restrict__ w, T* __restrict__ ws, int total, int C, int kh, int kw, int tw) {
+  const int lda = kS2dChannels * ((kh + 1) / 2) * tw;
+  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
+    const int row = i / lda, k = i - row * lda, tap = k / kS2dChannels, cs = k - tap * kS2dChannels;
+    const int ty = tap / tw, tx = tap - ty * tw, c = cs >> 2;
+    const int ky = 2 * ty + ((cs >> 1) & 1), kx = 2 * tx + (cs & 1);
+    T v{};
+    if (c < C && ky < kh && kx < kw) v = w[((int64_t(row) * C + c) * kh + ky) * kw + kx];
+    ws[i] = v;
+  }
+}
+
 // The gather mode of a v2 launch: direct needs a 1x1 stride-1 unpadded tap (one phase covering the plane), a
 // plane of whole 16-byte chunks and an aligned source (direct4: 8-byte chunks); channels needs 16-channel halves
 // of k tiles in one tap.
@@ -1007,16 +1076,36 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   const int64_t oh = s.out_h(), ow = s.out_w(), K = s.c_in * s.kh * s.kw;
   // Weights as [co][lda] tap-major. A 1x1 kernel already is; others (and unaligned ones, for cp.async) are repacked.
   const bool one_tap = s.kh == 1 && s.kw == 1;
-  int64_t lda = K;
-  Tensor packed;
-  const void* a = forward_weights(s, w, tc, true, packed, &lda, stream);
   GemmConv p;
-  p.a = a, p.lda = int(lda), p.M = int(s.c_out);
-  p.src = x.data(), p.C = int(s.c_in), p.Hs = int(s.h), p.Ws = int(s.w), p.plane = int(s.h * s.w);
-  p.src_img = s.c_in * s.h * s.w;
+  Tensor packed, xs;  // (released after the launch: the stream-ordered allocator reuses them after it)
+  if (space_to_depth_applies(s, tc && !std::is_same_v<T, float>)) {
+    const SpaceToDepth d = space_to_depth_dims(s);
+    const int64_t lda = int64_t(kS2dChannels) * d.th * d.tw, total = s.n * kS2dChannels * d.hs * d.ws;
+    packed = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
+    xs = device_buffer(total, x.dtype(), x.device(), stream);
+    space_to_depth_weights<T><<<detail::grid_for(s.c_out * lda, kThreads1D), kThreads1D, 0, st>>>(
+        static_cast<const T*>(w.data()), static_cast<T*>(packed.data()), int(s.c_out * lda), int(s.c_in), int(s.kh),
+        int(s.kw), d.tw);
+    HPDT_CUDA_CHECK_LAUNCH();
+    space_to_depth_kernel<T><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
+        static_cast<const T*>(x.data()), static_cast<T*>(xs.data()), int(total), int(s.c_in), int(s.h), int(s.w),
+        int(s.pad), FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws));
+    HPDT_CUDA_CHECK_LAUNCH();
+    p.a = packed.data(), p.lda = int(lda);
+    p.src = xs.data(), p.C = kS2dChannels, p.Hs = d.hs, p.Ws = d.ws, p.plane = d.hs * d.ws;
+    p.src_img = int64_t(kS2dChannels) * p.plane;
+    p.sy = p.sx = 1, p.oy0 = p.ox0 = 0;
+    p.div_c = FastDiv(kS2dChannels), p.div_kw = FastDiv(d.tw), p.K = int(lda);
+  } else {
+    int64_t lda = K;
+    p.a = forward_weights(s, w, tc, true, packed, &lda, stream), p.lda = int(lda);
+    p.src = x.data(), p.C = int(s.c_in), p.Hs = int(s.h), p.Ws = int(s.w), p.plane = int(s.h * s.w);
+    p.src_img = s.c_in * s.h * s.w;
+    p.sy = p.sx = int(s.stride), p.oy0 = p.ox0 = int(-s.pad);
+    p.div_c = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw), p.K = int(K);
+  }
+  p.M = int(s.c_out), p.tsign = 1;
   p.pix_hw = FastDiv(oh * ow), p.pix_w = FastDiv(ow), p.npix = int(s.n * oh * ow);
-  p.sy = p.sx = int(s.stride), p.oy0 = p.ox0 = int(-s.pad), p.tsign = 1;
-  p.div_c = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw), p.K = int(K);
   p.dst = y.data(), p.dst_img = s.c_out * oh * ow, p.dst_plane = int(oh * ow), p.dst_w = int(ow);
   p.bias = e.bias ? e.bias->data() : nullptr;
   p.scale = e.scale ? e.scale->data() : nullptr;

@@ -381,6 +381,62 @@ TEST_F(ConvCuda, CudnnFindMatchesTheOracle) {
 
 TEST_F(ConvCuda, ResNet50Stem) { check_case({"7x7/2 3->64", 2, 3, 64, 64, 64, 7, 2, 3}, false); }
 
+// v2's NCHW forward of a stride-2 convolution of at most 4 channels runs as a stride-1 one on space-to-depth (conv.cu):
+// odd planes, every padding parity, even and odd and non-square kernels, 1 to 4 channels, against the oracle (with
+// HPDT_CONV_SPACE_TO_DEPTH=off too, the direct gather), and on the emulator, which kernels ran. The other directions and
+// the fused epilogues are check_case's and FusedEpilogue's (the stem shapes there).
+TEST_F(ConvCuda, StrideTwoFewChannelsRunOnSpaceToDepth) {
+  struct S2dCase {
+    const char* name;
+    int64_t n, ci, h, w, co, kh, kw, pad;
+  };
+  const S2dCase cases[] = {{"7x7 p3 3->16 at 19x17", 2, 3, 19, 17, 16, 7, 7, 3}, {"3x3 p1 1->8 at 9x11", 3, 1, 9, 11, 8, 3, 3, 1},
+                           {"5x5 p2 4->24 at 12x10", 1, 4, 12, 10, 24, 5, 5, 2}, {"4x4 p0 2->8 at 11x9", 2, 2, 11, 9, 8, 4, 4, 0},
+                           {"7x3 p1 3->70 at 16x13", 2, 3, 16, 13, 70, 7, 3, 1}, {"2x2 p0 3->5 at 8x8", 2, 3, 8, 8, 5, 2, 2, 0}};
+  for (const S2dCase& c : cases)
+    for (DType dt : {DType::bf16, DType::f16}) {
+      const Conv2dShape s{c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, 2, c.pad};
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
+      const Shape ys{s.n, s.c_out, s.out_h(), s.out_w()};
+      const Tensor x = round_through(random({s.n, s.c_in, s.h, s.w}), dt);
+      const Tensor w = round_through(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
+      Tensor want = Tensor::empty(ys, DType::f32);
+      kernels::cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), nullptr, want.data<float>());
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt);
+      const Tolerance tol = conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2);
+      for (const char* how : {"on", "off"}) {
+        const ScopedEnv env("HPDT_CONV_SPACE_TO_DEPTH", how);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        const unsigned long long before = cuda_emu::launches_named("space_to_depth");
+#endif
+        Tensor y = poisoned(ys, dt);
+        forward(Impl::v2, s, gx, gw, {}, y);
+        EXPECT_TRUE(close(want, to_cpu_f32(y), tol)) << "HPDT_CONV_SPACE_TO_DEPTH=" << how;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        // the weights' and the input's rearrangement, or nothing
+        EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before, std::strcmp(how, "on") == 0 ? 2u : 0u);
+#endif
+      }
+    }
+  // not taken: stride 1, 5 channels, a 1x1 kernel, f32 (no tensor cores)
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  const unsigned long long before = cuda_emu::launches_named("space_to_depth");
+  for (const Conv2dShape& s : {Conv2dShape{1, 3, 8, 8, 8, 3, 3, 1, 1}, Conv2dShape{1, 5, 8, 8, 8, 3, 3, 2, 1},
+                               Conv2dShape{1, 3, 8, 8, 8, 1, 1, 2, 0}}) {
+    Tensor y = poisoned({s.n, s.c_out, s.out_h(), s.out_w()}, DType::bf16);
+    forward(Impl::v2, s, to_gpu(random({s.n, s.c_in, s.h, s.w}), DType::bf16),
+            to_gpu(random({s.c_out, s.c_in, s.kh, s.kw}), DType::bf16), {}, y);
+  }
+  EXPECT_EQ(cuda_emu::launches_named("space_to_depth"), before) << "space-to-depth where it does not apply";
+#endif
+  const ScopedEnv bad("HPDT_CONV_SPACE_TO_DEPTH", "yes");
+  const Conv2dShape s{1, 3, 8, 8, 8, 3, 3, 2, 1};
+  Tensor y = poisoned({1, 8, s.out_h(), s.out_w()}, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(forward(Impl::v2, s, to_gpu(random({1, 3, 8, 8}), DType::bf16),
+                                to_gpu(random({8, 3, 3, 3}), DType::bf16), {}, y),
+                        "HPDT_CONV_SPACE_TO_DEPTH=yes: expected on or off");
+}
+
 TEST_F(ConvCuda, ViTPatchEmbedding) {
   check_case({"ViT-B/16 patch 3->192 at 224", 2, 3, 224, 224, 192, 16, 16, 0}, true);
   check_case({"patch 4 1->192 at 28", 8, 1, 28, 28, 192, 4, 4, 0}, true);
@@ -397,7 +453,8 @@ TEST_F(ConvCuda, FusedEpilogue) {
                           {false, false, false, true, false}, {true, true, true, true, true}};
   const Case cases[] = {{"k3 s1 p1", 3, 5, 9, 11, 7, 3, 1, 1},
                         {"1x1 64->256 at 28", 2, 64, 28, 28, 256, 1, 1, 0},
-                        {"3x3 s2 32->64", 4, 32, 14, 14, 64, 3, 2, 1}};
+                        {"3x3 s2 32->64", 4, 32, 14, 14, 64, 3, 2, 1},
+                        {"7x7 s2 3->16 (v2 on space-to-depth)", 2, 3, 19, 17, 16, 7, 2, 3}};
   for (const Case& full : cases) {
     const Case c = sized(full);
     const Conv2dShape s = c.shape();
@@ -647,7 +704,8 @@ TEST_F(ConvCuda, BatchNormStatisticsFromTheEpilogue) {
   // 1568 pixels (a partial last pixel tile, direct loads), 40 channels (a partial channel tile), odd everything
   const Case cases[] = {{"1x1 64->256 at 28", 2, 64, 28, 28, 256, 1, 1, 0},
                         {"3x3 s1 p1 24->40 at 12", 3, 24, 12, 12, 40, 3, 1, 1},
-                        {"3x3 s2 p1 5->9 at 11x7", 3, 5, 11, 7, 9, 3, 2, 1}};
+                        {"3x3 s2 p1 5->9 at 11x7", 3, 5, 11, 7, 9, 3, 2, 1},
+                        {"7x7 s2 p3 3->20 at 19x17 (NCHW: space-to-depth)", 2, 3, 19, 17, 20, 7, 2, 3}};
   constexpr float kEps = 1e-5f, kMomentum = 0.1f;
   for (const Case& full : cases)
     for (Layout layout : {Layout::nchw, Layout::nhwc})
