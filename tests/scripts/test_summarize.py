@@ -319,5 +319,24 @@ class LayersPerChannelApply(unittest.TestCase):
         self.assertIsNone(n["resnet50_bn_eval_64x256x56x56"]["bf16_x_per_channel"])
 
 
+class ConvSpaceToDepth(unittest.TestCase):
+    """x_direct (NCHW v2's stem forward: HPDT_CONV_SPACE_TO_DEPTH=off against on, same run): one row per row that has
+    the counter, the direct time computed from it."""
+
+    def test_table(self):
+        c = {"conv/conv1_7x7s2_3-64_224/bf16/fwd/v2_tensor_core": {"real_time": 0.9, "x_direct": 2.0},
+             "conv/conv1_7x7s2_3-64_224/bf16/fwd/cudnn": {"real_time": 3.0},
+             "conv/3x3_64-64_56/bf16/fwd/v2_tensor_core": {"real_time": 0.47}}
+        rows, numbers = [], []
+        summarize.conv_space_to_depth_table(c, rows, numbers)
+        self.assertIn("| conv1_7x7s2_3-64_224 | bf16 | fwd | 0.900 | 1.800 | 2.00 |", rows)
+        self.assertEqual(len(rows), 3)
+        self.assertEqual(numbers, [{"op": "conv_space_to_depth", "case": "conv1_7x7s2_3-64_224", "dtype": "bf16",
+                                    "dir": "fwd", "v2_ms": 0.9, "x_direct": 2.0}])
+        rows = []
+        summarize.conv_space_to_depth_table({}, rows, [])
+        self.assertTrue(rows[0].startswith("(no x_direct"))
+
+
 if __name__ == "__main__":
     unittest.main()
