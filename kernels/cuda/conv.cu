@@ -990,26 +990,27 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
-// ---- stride-2 convolutions of a few channels on space-to-depth (ResNet's stem) -----------------------------
-// A stride-2 convolution of C <= 4 input channels (ResNet's 7x7 stem on 3) gathers its operand value by value (the
-// generic gather: two FastDivs and a bounds check a value; C = 3 is no 16-channel half): on the H200 (2026-11-27) the
-// stem's forward took 1.83 ms at batch 256, 33 TFLOP/s, where the 3x3 64->64 at 56^2 ran the channels gather at 125.
-// Space-to-depth makes it a stride-1 convolution of 4 C <= 16 channels (zero-padded to 16) with ceil(k / 2)^2 taps:
-//   xs[img][c * 4 + ry * 2 + rx][Y][X] = x[img][c][2 Y + ry - pad][2 X + rx - pad]   (0 outside x; Y < oh + th - 1)
-//   ws[co][(ty * tw + tx) * 16 + c * 4 + ry * 2 + rx] = w[co][c][2 ty + ry][2 tx + rx]   (0 past the kernel)
-// so that y[oy][ox] = sum over the taps (ty, tx) and the 16 channels of ws * xs[oy + ty][ox + tx]: the same products
-// plus zeros, K = 16 th tw (256 for 7x7 against 147), which the channels gather takes one bounds check per 16
-// values. HPDT_CONV_SPACE_TO_DEPTH=off keeps the direct gather (the A/B). Forward only: a stem's backward-data is
-// not computed, and its backward-filter stays direct.
-constexpr int kS2dChannels = 16;
-
+// ---- strided convolutions of a few channels on space-to-depth (ResNet's stem, ViT's patch embedding) --------
+// A strided convolution of C < 16 input channels (ResNet's 7x7 stride-2 stem on 3, ViT's 16x16 stride-16 patch
+// embedding on 3) gathers its operand value by value (the generic gather: two FastDivs and a bounds check a value;
+// C = 3 is no 16-channel half): on the H200 (2026-11-27) the stem's forward took 1.83 ms at batch 256, 33 TFLOP/s,
+// where the channels gather ran 3x3 64->64 at 56^2 at 125. Space-to-depth by the stride s makes it a stride-1,
+// unpadded convolution of Cs = C s^2 channels (zero-padded to a multiple of 16) and ceil(k / s)^2 taps:
+//   xs[img][(c s + ry) s + rx][Y][X] = x[img][c][s Y + ry - pad][s X + rx - pad]   (0 outside x; Y < oh + th - 1)
+//   ws[co][(ty tw + tx) Cs + (c s + ry) s + rx] = w[co][c][s ty + ry][s tx + rx]   (0 past the kernel)
+// so that y[oy][ox] = sum over the taps (ty, tx) and the Cs channels of ws * xs[oy + ty][ox + tx]: the same products
+// plus zeros (the stem: K = 256 against 147, 16 channels of 4 x 4 taps; the patch embedding: K = 768 either way, one
+// tap, a 1x1 convolution the direct cp.async loads take), which the channels gather takes with one bounds check per
+// 16 values. HPDT_CONV_SPACE_TO_DEPTH=off keeps the direct gather (the A/B). Forward only: a step computes neither
+// layer's backward-data, and the stem's backward-filter would gather 256 columns instead of 147.
 struct SpaceToDepth {
+  int s, cs;   // stride; channels of xs (C s^2 rounded up to 16)
   int th, tw;  // taps of the stride-1 convolution
   int hs, ws;  // its source plane
 };
 SpaceToDepth space_to_depth_dims(const Conv2dShape& s) {
-  const int th = int((s.kh + 1) / 2), tw = int((s.kw + 1) / 2);
-  return {th, tw, int(s.out_h()) + th - 1, int(s.out_w()) + tw - 1};
+  const int st = int(s.stride), th = int((s.kh + st - 1) / st), tw = int((s.kw + st - 1) / st);
+  return {st, int(round_up(s.c_in * st * st, 16)), th, tw, int(s.out_h()) + th - 1, int(s.out_w()) + tw - 1};
 }
 
 bool conv_space_to_depth() {
@@ -1019,24 +1020,29 @@ bool conv_space_to_depth() {
   return false;
 }
 
-// Whether v2's forward (tensor cores, 16-bit: tc_half) runs s on space-to-depth: stride 2, at most 4 channels (16
-// after it), a kernel of at least 2 x 2, the rearranged input within 32-bit indices.
+// Whether v2's forward (tensor cores, 16-bit: tc_half) runs s on space-to-depth: a stride of 2 or more, fewer than
+// 16 channels (not already whole 16-channel halves), a kernel at least the stride in both directions (every tap
+// of the rearranged convolution holds real weights), at most 1024 rearranged channels, xs within 32-bit indices.
 bool space_to_depth_applies(const Conv2dShape& s, bool tc_half) {
-  if (!tc_half || s.stride != 2 || s.c_in > kS2dChannels / 4 || s.kh < 2 || s.kw < 2) return false;
+  if (!tc_half || s.stride < 2 || s.c_in >= 16 || s.kh < s.stride || s.kw < s.stride) return false;
   const SpaceToDepth d = space_to_depth_dims(s);
-  return s.n * kS2dChannels * d.hs * d.ws < (int64_t(1) << 31) && conv_space_to_depth();
+  return d.cs <= 1024 && s.n * d.cs * d.hs * d.ws < (int64_t(1) << 31) && conv_space_to_depth();
 }
 
 // xs from x (one thread a value of xs; FastDivs: xs has fewer than 2^31 values).
+struct S2dDivs {
+  FastDiv plane, width, cs, s2, s;  // xs's plane and row; channels; s^2 and s (channel -> (c, ry, rx))
+};
 template <class T>
 __global__ void __launch_bounds__(kThreads1D)
     space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ xs, int total, int C, int H, int W, int pad,
-                          FastDiv plane, FastDiv width) {
+                          S2dDivs d) {
   for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
-    const int q = plane.div(i), r = i - q * plane.value();  // q = img * 16 + channel
-    const int Y = width.div(r), X = r - Y * width.value();
-    const int img = q / kS2dChannels, cs = q - img * kS2dChannels, c = cs >> 2;
-    const int iy = 2 * Y + ((cs >> 1) & 1) - pad, ix = 2 * X + (cs & 1) - pad;
+    const int q = d.plane.div(i), r = i - q * d.plane.value();  // q = img * cs + channel
+    const int Y = d.width.div(r), X = r - Y * d.width.value();
+    const int img = d.cs.div(q), ch = q - img * d.cs.value();
+    const int c = d.s2.div(ch), sub = ch - c * d.s2.value(), ry = d.s.div(sub), rx = sub - ry * d.s.value();
+    const int iy = d.s.value() * Y + ry - pad, ix = d.s.value() * X + rx - pad;
     T v{};
     if (c < C && unsigned(iy) < unsigned(H) && unsigned(ix) < unsigned(W))
       v = x[(int64_t(img) * C + c) * H * W + int64_t(iy) * W + ix];
@@ -1044,15 +1050,16 @@ __global__ void __launch_bounds__(kThreads1D)
   }
 }
 
-// ws, tap-major as the forward's repacked weights ([co][16 th tw], k = tap * 16 + channel).
+// ws, tap-major as the forward's repacked weights ([co][cs th tw], k = tap * cs + channel). Small: plain divisions.
 template <class T>
 __global__ void __launch_bounds__(kThreads1D)
-    space_to_depth_weights(const T* __restrict__ w, T* __restrict__ ws, int total, int C, int kh, int kw, int tw) {
-  const int lda = kS2dChannels * ((kh + 1) / 2) * tw;
+    space_to_depth_weights(const T* __restrict__ w, T* __restrict__ ws, int total, int C, int kh, int kw,
+                           SpaceToDepth d) {
+  const int lda = d.cs * d.th * d.tw;
   for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
-    const int row = i / lda, k = i - row * lda, tap = k / kS2dChannels, cs = k - tap * kS2dChannels;
-    const int ty = tap / tw, tx = tap - ty * tw, c = cs >> 2;
-    const int ky = 2 * ty + ((cs >> 1) & 1), kx = 2 * tx + (cs & 1);
+    const int row = i / lda, k = i - row * lda, tap = k / d.cs, ch = k - tap * d.cs;
+    const int ty = tap / d.tw, tx = tap - ty * d.tw, c = ch / (d.s * d.s), sub = ch - c * d.s * d.s;
+    const int ky = d.s * ty + sub / d.s, kx = d.s * tx + sub % d.s;
     T v{};
     if (c < C && ky < kh && kx < kw) v = w[((int64_t(row) * C + c) * kh + ky) * kw + kx];
     ws[i] = v;
@@ -1078,24 +1085,27 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   const bool one_tap = s.kh == 1 && s.kw == 1;
   GemmConv p;
   Tensor packed, xs;  // (released after the launch: the stream-ordered allocator reuses them after it)
+  bool unit = one_tap && s.stride == 1 && s.pad == 0;  // a plain GEMM: the direct loads
   if (space_to_depth_applies(s, tc && !std::is_same_v<T, float>)) {
     const SpaceToDepth d = space_to_depth_dims(s);
-    const int64_t lda = int64_t(kS2dChannels) * d.th * d.tw, total = s.n * kS2dChannels * d.hs * d.ws;
+    const int64_t lda = int64_t(d.cs) * d.th * d.tw, total = s.n * d.cs * d.hs * d.ws;
     packed = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
     xs = device_buffer(total, x.dtype(), x.device(), stream);
     space_to_depth_weights<T><<<detail::grid_for(s.c_out * lda, kThreads1D), kThreads1D, 0, st>>>(
         static_cast<const T*>(w.data()), static_cast<T*>(packed.data()), int(s.c_out * lda), int(s.c_in), int(s.kh),
-        int(s.kw), d.tw);
+        int(s.kw), d);
     HPDT_CUDA_CHECK_LAUNCH();
+    const S2dDivs divs{FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws), FastDiv(d.cs), FastDiv(d.s * d.s), FastDiv(d.s)};
     space_to_depth_kernel<T><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
         static_cast<const T*>(x.data()), static_cast<T*>(xs.data()), int(total), int(s.c_in), int(s.h), int(s.w),
-        int(s.pad), FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws));
+        int(s.pad), divs);
     HPDT_CUDA_CHECK_LAUNCH();
     p.a = packed.data(), p.lda = int(lda);
-    p.src = xs.data(), p.C = kS2dChannels, p.Hs = d.hs, p.Ws = d.ws, p.plane = d.hs * d.ws;
-    p.src_img = int64_t(kS2dChannels) * p.plane;
+    p.src = xs.data(), p.C = d.cs, p.Hs = d.hs, p.Ws = d.ws, p.plane = d.hs * d.ws;
+    p.src_img = int64_t(d.cs) * p.plane;
     p.sy = p.sx = 1, p.oy0 = p.ox0 = 0;
-    p.div_c = FastDiv(kS2dChannels), p.div_kw = FastDiv(d.tw), p.K = int(lda);
+    p.div_c = FastDiv(d.cs), p.div_kw = FastDiv(d.tw), p.K = int(lda);
+    unit = d.th == 1 && d.tw == 1;  // (the patch embedding)
   } else {
     int64_t lda = K;
     p.a = forward_weights(s, w, tc, true, packed, &lda, stream), p.lda = int(lda);
@@ -1115,7 +1125,7 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   p.out4 = out4_ok(p) ? 1 : 0;
   if (epilogue_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and pixel tile
     p.stats = e.stats->start(p.M, (int64_t(p.npix) + kBN - 1) / kBN, y.data(), p.npix, stream);
-  launch_gemm<T>(p, tc, gather_mode(p, one_tap && s.stride == 1 && s.pad == 0), st);
+  launch_gemm<T>(p, tc, gather_mode(p, unit), st);
 }
 
 // Backward-data by stride phases: the dx pixels with (iy + pad) % s == ph_y (and likewise in x) receive exactly

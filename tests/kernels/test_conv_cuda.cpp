@@ -381,21 +381,29 @@ TEST_F(ConvCuda, CudnnFindMatchesTheOracle) {
 
 TEST_F(ConvCuda, ResNet50Stem) { check_case({"7x7/2 3->64", 2, 3, 64, 64, 64, 7, 2, 3}, false); }
 
-// v2's NCHW forward of a stride-2 convolution of at most 4 channels runs as a stride-1 one on space-to-depth (conv.cu):
-// odd planes, every padding parity, even and odd and non-square kernels, 1 to 4 channels, against the oracle (with
-// HPDT_CONV_SPACE_TO_DEPTH=off too, the direct gather), and on the emulator, which kernels ran. The other directions and
-// the fused epilogues are check_case's and FusedEpilogue's (the stem shapes there).
-TEST_F(ConvCuda, StrideTwoFewChannelsRunOnSpaceToDepth) {
+// v2's NCHW forward of a strided convolution of fewer than 16 channels runs as a stride-1 one on space-to-depth
+// (conv.cu): strides 2, 3, 4 and 16 (ViT's patch embedding: one tap, the direct loads where the plane allows), 1 to
+// 15 channels, odd planes, every padding parity, even, odd and non-square kernels, against the oracle (with
+// HPDT_CONV_SPACE_TO_DEPTH=off too, the direct gather), and on the emulator, which kernels ran. The other directions
+// and the fused epilogues are check_case's and FusedEpilogue's (the stem shape there).
+TEST_F(ConvCuda, StridedFewChannelsRunOnSpaceToDepth) {
   struct S2dCase {
     const char* name;
-    int64_t n, ci, h, w, co, kh, kw, pad;
+    int64_t n, ci, h, w, co, kh, kw, stride, pad;
   };
-  const S2dCase cases[] = {{"7x7 p3 3->16 at 19x17", 2, 3, 19, 17, 16, 7, 7, 3}, {"3x3 p1 1->8 at 9x11", 3, 1, 9, 11, 8, 3, 3, 1},
-                           {"5x5 p2 4->24 at 12x10", 1, 4, 12, 10, 24, 5, 5, 2}, {"4x4 p0 2->8 at 11x9", 2, 2, 11, 9, 8, 4, 4, 0},
-                           {"7x3 p1 3->70 at 16x13", 2, 3, 16, 13, 70, 7, 3, 1}, {"2x2 p0 3->5 at 8x8", 2, 3, 8, 8, 5, 2, 2, 0}};
+  const S2dCase cases[] = {{"7x7/2 p3 3->16 at 19x17", 2, 3, 19, 17, 16, 7, 7, 2, 3},
+                           {"3x3/2 p1 1->8 at 9x11", 3, 1, 9, 11, 8, 3, 3, 2, 1},
+                           {"5x5/2 p2 4->24 at 12x10", 1, 4, 12, 10, 24, 5, 5, 2, 2},
+                           {"4x4/2 p0 2->8 at 11x9", 2, 2, 11, 9, 8, 4, 4, 2, 0},
+                           {"7x3/2 p1 3->70 at 16x13", 2, 3, 16, 13, 70, 7, 3, 2, 1},
+                           {"2x2/2 p0 5->5 at 8x8 (20 channels: 32)", 2, 5, 8, 8, 5, 2, 2, 2, 0},
+                           {"5x5/3 p1 2->9 at 13x11", 2, 2, 13, 11, 9, 5, 5, 3, 1},
+                           {"4x4/4 1->12 at 28x28 (one tap, 16 channels)", 2, 1, 28, 28, 12, 4, 4, 4, 0},
+                           {"16x16/16 3->40 at 64x64 (one tap, 768 channels, direct loads)", 2, 3, 64, 64, 40, 16, 16, 16, 0},
+                           {"16x16/16 3->24 at 32x48 (one tap, 768 channels)", 1, 3, 32, 48, 24, 16, 16, 16, 0}};
   for (const S2dCase& c : cases)
     for (DType dt : {DType::bf16, DType::f16}) {
-      const Conv2dShape s{c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, 2, c.pad};
+      const Conv2dShape s{c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.stride, c.pad};
       SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
       const Shape ys{s.n, s.c_out, s.out_h(), s.out_w()};
       const Tensor x = round_through(random({s.n, s.c_in, s.h, s.w}), dt);
@@ -418,11 +426,11 @@ TEST_F(ConvCuda, StrideTwoFewChannelsRunOnSpaceToDepth) {
 #endif
       }
     }
-  // not taken: stride 1, 5 channels, a 1x1 kernel, f32 (no tensor cores)
+  // not taken: stride 1, 16 channels, a kernel smaller than the stride
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
   const unsigned long long before = cuda_emu::launches_named("space_to_depth");
-  for (const Conv2dShape& s : {Conv2dShape{1, 3, 8, 8, 8, 3, 3, 1, 1}, Conv2dShape{1, 5, 8, 8, 8, 3, 3, 2, 1},
-                               Conv2dShape{1, 3, 8, 8, 8, 1, 1, 2, 0}}) {
+  for (const Conv2dShape& s : {Conv2dShape{1, 3, 8, 8, 8, 3, 3, 1, 1}, Conv2dShape{1, 16, 8, 8, 8, 3, 3, 2, 1},
+                               Conv2dShape{1, 3, 8, 8, 8, 1, 1, 2, 0}, Conv2dShape{1, 3, 9, 9, 8, 2, 2, 3, 0}}) {
     Tensor y = poisoned({s.n, s.c_out, s.out_h(), s.out_w()}, DType::bf16);
     forward(Impl::v2, s, to_gpu(random({s.n, s.c_in, s.h, s.w}), DType::bf16),
             to_gpu(random({s.c_out, s.c_in, s.kh, s.kw}), DType::bf16), {}, y);
