@@ -15,9 +15,9 @@
 // those takes the row. v3_wgmma_ws rows: the same with HPDT_GEMM_V3_PIPELINE=ws (wgmma.cuh's warp-specialised
 // pipeline in conv v3 and GEMM v3); v3_wgmma_pingpong rows with HPDT_GEMM_V3_PIPELINE=pingpong (its backward-filter
 // on ws).
-// x_direct (NCHW v2 forward rows of a strided convolution of fewer than 16 channels: the stem): the time with
-// HPDT_CONV_SPACE_TO_DEPTH=off (the direct, value-by-value gather) / the time on space-to-depth (the default since
-// 2026-11-29; kernels/cuda/conv.cu), same run.
+// x_direct (v2 forward rows of a strided convolution of fewer than 16 channels: the stem, both layouts): the time
+// with HPDT_CONV_SPACE_TO_DEPTH=off (the direct gathers) / the time on space-to-depth (the default since 2026-11-29;
+// kernels/cuda/space_to_depth.cuh), same run.
 // cudnn rows: the vendor backend's default, the first deterministic algorithm cuDNN's v7 heuristics rank;
 // cudnn_find rows (bf16): --cudnn-algo find's, the fastest cuDNN's Find times (deterministic or not: PyTorch's
 // cudnn.benchmark, as the PyTorch peer runs). Our bf16 rows carry vs_cudnn_find beside vs_cudnn; the summary
@@ -205,8 +205,8 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
     state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn, b, stream) / ours;
     if (dt == DType::bf16)
       state.counters["vs_cudnn_find"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn_find, b, stream) / ours;
-    if (impl == Impl::v2 && layout == Layout::nchw && d == Dir::forward && s.stride >= 2 && s.c_in < 16 &&
-        s.kh >= s.stride && s.kw >= s.stride) {  // where kernels/cuda/conv.cu takes space-to-depth
+    if (impl == Impl::v2 && d == Dir::forward && s.stride >= 2 && s.c_in < 16 &&
+        s.kh >= s.stride && s.kw >= s.stride) {  // where kernels/cuda/space_to_depth.cuh applies
       const ScopedEnv direct("HPDT_CONV_SPACE_TO_DEPTH", "off");
       state.counters["x_direct"] = time_ms(s, b, d, impl, layout, stream, 10) / ours;
     }

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "conv_common.cuh"
+#include "space_to_depth.cuh"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
 
@@ -990,82 +991,6 @@ void launch_gemm(const GemmConv& p, bool tc, int mode, cudaStream_t st) {
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
-// ---- strided convolutions of a few channels on space-to-depth (ResNet's stem, ViT's patch embedding) --------
-// A strided convolution of C < 16 input channels (ResNet's 7x7 stride-2 stem on 3, ViT's 16x16 stride-16 patch
-// embedding on 3) gathers its operand value by value (the generic gather: two FastDivs and a bounds check a value;
-// C = 3 is no 16-channel half): on the H200 (2026-11-27) the stem's forward took 1.83 ms at batch 256, 33 TFLOP/s,
-// where the channels gather ran 3x3 64->64 at 56^2 at 125. Space-to-depth by the stride s makes it a stride-1,
-// unpadded convolution of Cs = C s^2 channels (zero-padded to a multiple of 16) and ceil(k / s)^2 taps:
-//   xs[img][(c s + ry) s + rx][Y][X] = x[img][c][s Y + ry - pad][s X + rx - pad]   (0 outside x; Y < oh + th - 1)
-//   ws[co][(ty tw + tx) Cs + (c s + ry) s + rx] = w[co][c][s ty + ry][s tx + rx]   (0 past the kernel)
-// so that y[oy][ox] = sum over the taps (ty, tx) and the Cs channels of ws * xs[oy + ty][ox + tx]: the same products
-// plus zeros (the stem: K = 256 against 147, 16 channels of 4 x 4 taps; the patch embedding: K = 768 either way, one
-// tap, a 1x1 convolution the direct cp.async loads take), which the channels gather takes with one bounds check per
-// 16 values. HPDT_CONV_SPACE_TO_DEPTH=off keeps the direct gather (the A/B). Forward only: a step computes neither
-// layer's backward-data, and the stem's backward-filter would gather 256 columns instead of 147.
-struct SpaceToDepth {
-  int s, cs;   // stride; channels of xs (C s^2 rounded up to 16)
-  int th, tw;  // taps of the stride-1 convolution
-  int hs, ws;  // its source plane
-};
-SpaceToDepth space_to_depth_dims(const Conv2dShape& s) {
-  const int st = int(s.stride), th = int((s.kh + st - 1) / st), tw = int((s.kw + st - 1) / st);
-  return {st, int(round_up(s.c_in * st * st, 16)), th, tw, int(s.out_h()) + th - 1, int(s.out_w()) + tw - 1};
-}
-
-bool conv_space_to_depth() {
-  const char* e = std::getenv("HPDT_CONV_SPACE_TO_DEPTH");
-  if (e == nullptr || std::strcmp(e, "on") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_CONV_SPACE_TO_DEPTH=", e, ": expected on or off");
-  return false;
-}
-
-// Whether v2's forward (tensor cores, 16-bit: tc_half) runs s on space-to-depth: a stride of 2 or more, fewer than
-// 16 channels (not already whole 16-channel halves), a kernel at least the stride in both directions (every tap
-// of the rearranged convolution holds real weights), at most 1024 rearranged channels, xs within 32-bit indices.
-bool space_to_depth_applies(const Conv2dShape& s, bool tc_half) {
-  if (!tc_half || s.stride < 2 || s.c_in >= 16 || s.kh < s.stride || s.kw < s.stride) return false;
-  const SpaceToDepth d = space_to_depth_dims(s);
-  return d.cs <= 1024 && s.n * d.cs * d.hs * d.ws < (int64_t(1) << 31) && conv_space_to_depth();
-}
-
-// xs from x (one thread a value of xs; FastDivs: xs has fewer than 2^31 values).
-struct S2dDivs {
-  FastDiv plane, width, cs, s2, s;  // xs's plane and row; channels; s^2 and s (channel -> (c, ry, rx))
-};
-template <class T>
-__global__ void __launch_bounds__(kThreads1D)
-    space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ xs, int total, int C, int H, int W, int pad,
-                          S2dDivs d) {
-  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
-    const int q = d.plane.div(i), r = i - q * d.plane.value();  // q = img * cs + channel
-    const int Y = d.width.div(r), X = r - Y * d.width.value();
-    const int img = d.cs.div(q), ch = q - img * d.cs.value();
-    const int c = d.s2.div(ch), sub = ch - c * d.s2.value(), ry = d.s.div(sub), rx = sub - ry * d.s.value();
-    const int iy = d.s.value() * Y + ry - pad, ix = d.s.value() * X + rx - pad;
-    T v{};
-    if (c < C && unsigned(iy) < unsigned(H) && unsigned(ix) < unsigned(W))
-      v = x[(int64_t(img) * C + c) * H * W + int64_t(iy) * W + ix];
-    xs[i] = v;
-  }
-}
-
-// ws, tap-major as the forward's repacked weights ([co][cs th tw], k = tap * cs + channel). Small: plain divisions.
-template <class T>
-__global__ void __launch_bounds__(kThreads1D)
-    space_to_depth_weights(const T* __restrict__ w, T* __restrict__ ws, int total, int C, int kh, int kw,
-                           SpaceToDepth d) {
-  const int lda = d.cs * d.th * d.tw;
-  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
-    const int row = i / lda, k = i - row * lda, tap = k / d.cs, ch = k - tap * d.cs;
-    const int ty = tap / d.tw, tx = tap - ty * d.tw, c = ch / (d.s * d.s), sub = ch - c * d.s * d.s;
-    const int ky = d.s * ty + sub / d.s, kx = d.s * tx + sub % d.s;
-    T v{};
-    if (c < C && ky < kh && kx < kw) v = w[((int64_t(row) * C + c) * kh + ky) * kw + kx];
-    ws[i] = v;
-  }
-}
-
 // The gather mode of a v2 launch: direct needs a 1x1 stride-1 unpadded tap (one phase covering the plane), a
 // plane of whole 16-byte chunks and an aligned source (direct4: 8-byte chunks); channels needs 16-channel halves
 // of k tiles in one tap.
@@ -1087,19 +1012,8 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
   Tensor packed, xs;  // (released after the launch: the stream-ordered allocator reuses them after it)
   bool unit = one_tap && s.stride == 1 && s.pad == 0;  // a plain GEMM: the direct loads
   if (space_to_depth_applies(s, tc && !std::is_same_v<T, float>)) {
-    const SpaceToDepth d = space_to_depth_dims(s);
-    const int64_t lda = int64_t(d.cs) * d.th * d.tw, total = s.n * d.cs * d.hs * d.ws;
-    packed = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
-    xs = device_buffer(total, x.dtype(), x.device(), stream);
-    space_to_depth_weights<T><<<detail::grid_for(s.c_out * lda, kThreads1D), kThreads1D, 0, st>>>(
-        static_cast<const T*>(w.data()), static_cast<T*>(packed.data()), int(s.c_out * lda), int(s.c_in), int(s.kh),
-        int(s.kw), d);
-    HPDT_CUDA_CHECK_LAUNCH();
-    const S2dDivs divs{FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws), FastDiv(d.cs), FastDiv(d.s * d.s), FastDiv(d.s)};
-    space_to_depth_kernel<T><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
-        static_cast<const T*>(x.data()), static_cast<T*>(xs.data()), int(total), int(s.c_in), int(s.h), int(s.w),
-        int(s.pad), divs);
-    HPDT_CUDA_CHECK_LAUNCH();
+    const SpaceToDepth d = space_to_depth<T>(s, x, w, Layout::nchw, packed, xs, stream);
+    const int64_t lda = int64_t(d.cs) * d.th * d.tw;
     p.a = packed.data(), p.lda = int(lda);
     p.src = xs.data(), p.C = d.cs, p.Hs = d.hs, p.Ws = d.ws, p.plane = d.hs * d.ws;
     p.src_img = int64_t(d.cs) * p.plane;

@@ -36,6 +36,7 @@
 
 #include "conv_common.cuh"
 #include "conv_v3.cuh"
+#include "space_to_depth.cuh"
 #include "find.cuh"
 #include "hpdt/core/log.h"
 #include "hpdt/kernels/backend.h"
@@ -822,20 +823,31 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
                  const Stream& stream) {
   const int64_t oh = s.out_h(), ow = s.out_w();
   int64_t lda = 0;
-  Tensor packed;
+  Tensor packed, xs;  // (released after the launch: the stream-ordered allocator reuses them after it)
   NhwcGemm p;
-  p.a = forward_weights(s, w, tc, true, packed, &lda, stream);
-  p.lda = int(lda), p.M = int(s.c_out);
-  p.src = x.data(), p.C = int(s.c_in), p.Hs = int(s.h), p.Ws = int(s.w);
+  bool vec = s.c_in % 8 == 0 && aligned16(x.data());                 // 16-byte loads of 8 channels
+  if (space_to_depth_applies(s, tc && !std::is_same_v<T, float>)) {  // (space_to_depth.cuh)
+    const SpaceToDepth d = space_to_depth<T>(s, x, w, Layout::nhwc, packed, xs, stream);
+    lda = int64_t(d.cs) * d.th * d.tw;
+    p.a = packed.data();
+    p.src = xs.data(), p.C = d.cs, p.Hs = d.hs, p.Ws = d.ws;
+    p.sy = p.sx = 1, p.oy0 = p.ox0 = 0;
+    p.div_c = FastDiv(d.cs), p.div_kw = FastDiv(d.tw), p.K = int(lda);
+    vec = true;
+  } else {
+    p.a = forward_weights(s, w, tc, true, packed, &lda, stream);
+    p.src = x.data(), p.C = int(s.c_in), p.Hs = int(s.h), p.Ws = int(s.w);
+    p.sy = p.sx = int(s.stride), p.oy0 = p.ox0 = int(-s.pad);
+    p.div_c = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw), p.K = int(s.c_in * s.kh * s.kw);
+  }
+  p.lda = int(lda), p.M = int(s.c_out), p.tsign = 1;
   p.pix_hw = FastDiv(oh * ow), p.pix_w = FastDiv(ow), p.npix = int(s.n * oh * ow);
-  p.sy = p.sx = int(s.stride), p.oy0 = p.ox0 = int(-s.pad), p.tsign = 1;
-  p.div_c = FastDiv(s.c_in), p.div_kw = FastDiv(s.kw), p.K = int(s.c_in * s.kh * s.kw);
   p.dst = y.data(), p.dst_h = int(oh), p.dst_w = int(ow);
   set_epilogue(p, e);
   p.out4 = out4_ok(p) ? 1 : 0;
   if (epilogue_computes_stats(e, tc && !std::is_same_v<T, float>))  // a partial per channel and half pixel tile
     p.stats = e.stats->start(p.M, 2 * ((int64_t(p.npix) + kPixTile - 1) / kPixTile), y.data(), p.npix, stream);
-  launch_nhwc_gemm<T>(p, tc, s.c_in % 8 == 0 && aligned16(x.data()), detail::native(stream));
+  launch_nhwc_gemm<T>(p, tc, vec, detail::native(stream));
 }
 
 // Backward-data by stride phases (conv_common.cuh: DataPhase): each phase is a dense stride-1 implicit GEMM over

@@ -294,22 +294,24 @@ def conv_epilogue_table(c, rows, numbers):
 
 
 def conv_space_to_depth_table(c, rows, numbers):
-    """NCHW v2's forward of the stem on space-to-depth (the default since 2026-11-29) against the direct gather
-    (HPDT_CONV_SPACE_TO_DEPTH=off): the x_direct counter, the direct time over the space-to-depth time, same run."""
+    """v2's forward of the stem on space-to-depth (the default since 2026-11-29; NCHW and NHWC) against the direct
+    gathers (HPDT_CONV_SPACE_TO_DEPTH=off): the x_direct counter, the direct time over the space-to-depth time, same
+    run."""
     found = False
     for k in sorted(c):
         parts = k.split("/")
         if len(parts) != 5 or "x_direct" not in c[k]:
             continue
         if not found:
-            rows.append("| convolution (batch 256) | dtype | direction | v2 on space-to-depth ms | v2 direct ms "
+            rows.append("| convolution (batch 256) | layout | dtype | direction | v2 on space-to-depth ms | v2 direct ms "
                         "| direct / space-to-depth time |")
-            rows.append("|---|---|---|---:|---:|---:|")
+            rows.append("|---|---|---|---|---:|---:|---:|")
             found = True
         ms, x = c[k]["real_time"], c[k]["x_direct"]
-        rows.append(f"| {parts[1]} | {parts[2]} | {parts[3]} | {ms:.3f} | {ms * x:.3f} | {fmt(x, 2)} |")
-        numbers.append({"op": "conv_space_to_depth", "case": parts[1], "dtype": parts[2], "dir": parts[3],
-                        "v2_ms": ms, "x_direct": x})
+        layout = "NHWC" if parts[0] == "conv_nhwc" else "NCHW"
+        rows.append(f"| {parts[1]} | {layout} | {parts[2]} | {parts[3]} | {ms:.3f} | {ms * x:.3f} | {fmt(x, 2)} |")
+        numbers.append({"op": "conv_space_to_depth", "case": parts[1], "layout": layout, "dtype": parts[2],
+                        "dir": parts[3], "v2_ms": ms, "x_direct": x})
     if not found:
         rows.append("(no x_direct counters: hpdt-bench-conv-cuda before 2026-11-29)")
 
@@ -673,7 +675,7 @@ def main():
                  lambda: conv_found_table(f["train"], rows, numbers)),
                 ("Convolution v2's epilogue: 4 outputs a store against 1 (same bits)",
                  lambda: conv_epilogue_table(f["conv"], rows, numbers)),
-                ("The stem's NCHW forward on space-to-depth (x_direct: HPDT_CONV_SPACE_TO_DEPTH=off against on)",
+                ("The stem's forward on space-to-depth (x_direct: HPDT_CONV_SPACE_TO_DEPTH=off against on)",
                  lambda: conv_space_to_depth_table(f["conv"], rows, numbers)),
                 ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",
                  lambda: conv_step_table(f["conv"], rows, numbers, gpu_name(f))),

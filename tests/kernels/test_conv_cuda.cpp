@@ -381,52 +381,63 @@ TEST_F(ConvCuda, CudnnFindMatchesTheOracle) {
 
 TEST_F(ConvCuda, ResNet50Stem) { check_case({"7x7/2 3->64", 2, 3, 64, 64, 64, 7, 2, 3}, false); }
 
-// v2's NCHW forward of a strided convolution of fewer than 16 channels runs as a stride-1 one on space-to-depth
-// (conv.cu): strides 2, 3, 4 and 16 (ViT's patch embedding: one tap, the direct loads where the plane allows), 1 to
-// 15 channels, odd planes, every padding parity, even, odd and non-square kernels, against the oracle (with
-// HPDT_CONV_SPACE_TO_DEPTH=off too, the direct gather), and on the emulator, which kernels ran. The other directions
-// and the fused epilogues are check_case's and FusedEpilogue's (the stem shape there).
+// v2's forward of a strided convolution of fewer than 16 channels runs as a stride-1 one on space-to-depth
+// (space_to_depth.cuh), NCHW and NHWC: strides 2, 3, 4 and 16 (ViT's patch embedding: one tap, NCHW's direct loads
+// where the plane allows), 1 to 5 channels, odd planes, every padding parity, even, odd and non-square kernels,
+// against the oracle (with HPDT_CONV_SPACE_TO_DEPTH=off too, the direct gathers), and on the emulator, which kernels
+// ran and where it must not apply. The other directions and the fused epilogues are check_case's and FusedEpilogue's
+// (the stem shape there).
 TEST_F(ConvCuda, StridedFewChannelsRunOnSpaceToDepth) {
   struct S2dCase {
     const char* name;
     int64_t n, ci, h, w, co, kh, kw, stride, pad;
   };
-  const S2dCase cases[] = {{"7x7/2 p3 3->16 at 19x17", 2, 3, 19, 17, 16, 7, 7, 2, 3},
-                           {"3x3/2 p1 1->8 at 9x11", 3, 1, 9, 11, 8, 3, 3, 2, 1},
-                           {"5x5/2 p2 4->24 at 12x10", 1, 4, 12, 10, 24, 5, 5, 2, 2},
-                           {"4x4/2 p0 2->8 at 11x9", 2, 2, 11, 9, 8, 4, 4, 2, 0},
-                           {"7x3/2 p1 3->70 at 16x13", 2, 3, 16, 13, 70, 7, 3, 2, 1},
-                           {"2x2/2 p0 5->5 at 8x8 (20 channels: 32)", 2, 5, 8, 8, 5, 2, 2, 2, 0},
-                           {"5x5/3 p1 2->9 at 13x11", 2, 2, 13, 11, 9, 5, 5, 3, 1},
-                           {"4x4/4 1->12 at 28x28 (one tap, 16 channels)", 2, 1, 28, 28, 12, 4, 4, 4, 0},
-                           {"16x16/16 3->40 at 64x64 (one tap, 768 channels, direct loads)", 2, 3, 64, 64, 40, 16, 16, 16, 0},
-                           {"16x16/16 3->24 at 32x48 (one tap, 768 channels)", 1, 3, 32, 48, 24, 16, 16, 16, 0}};
+  const S2dCase cases[] = {
+      {"7x7/2 p3 3->16 at 19x17", 2, 3, 19, 17, 16, 7, 7, 2, 3},
+      {"3x3/2 p1 1->8 at 9x11", 3, 1, 9, 11, 8, 3, 3, 2, 1},
+      {"5x5/2 p2 4->24 at 12x10", 1, 4, 12, 10, 24, 5, 5, 2, 2},
+      {"4x4/2 p0 2->8 at 11x9", 2, 2, 11, 9, 8, 4, 4, 2, 0},
+      {"7x3/2 p1 3->70 at 16x13", 2, 3, 16, 13, 70, 7, 3, 2, 1},
+      {"2x2/2 p0 5->5 at 8x8 (20 channels: 32)", 2, 5, 8, 8, 5, 2, 2, 2, 0},
+      {"5x5/3 p1 2->9 at 13x11", 2, 2, 13, 11, 9, 5, 5, 3, 1},
+      {"4x4/4 1->12 at 28x28 (one tap, 16 channels)", 2, 1, 28, 28, 12, 4, 4, 4, 0},
+      {"16x16/16 3->40 at 64x64 (one tap, 768 channels, direct loads)", 2, 3, 64, 64, 40, 16, 16, 16, 0},
+      {"16x16/16 3->24 at 32x48 (one tap, 768 channels)", 1, 3, 32, 48, 24, 16, 16, 16, 0}};
+  // x [n, c, h, w] as NHWC [n, h, w, c] (the CPU's transpose)
+  const auto to_nhwc = [](const Tensor& t) {
+    Tensor out = Tensor::empty({t.size(0), t.size(2), t.size(3), t.size(1)}, DType::f32);
+    kernels::cpu::nchw_to_nhwc(t.size(0), t.size(1), t.size(2) * t.size(3), t.data<float>(), out.data<float>());
+    return out;
+  };
   for (const S2dCase& c : cases)
-    for (DType dt : {DType::bf16, DType::f16}) {
-      const Conv2dShape s{c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.stride, c.pad};
-      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)));
-      const Shape ys{s.n, s.c_out, s.out_h(), s.out_w()};
-      const Tensor x = round_through(random({s.n, s.c_in, s.h, s.w}), dt);
-      const Tensor w = round_through(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
-      Tensor want = Tensor::empty(ys, DType::f32);
-      kernels::cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), nullptr, want.data<float>());
-      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt);
-      const Tolerance tol = conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2);
-      for (const char* how : {"on", "off"}) {
-        const ScopedEnv env("HPDT_CONV_SPACE_TO_DEPTH", how);
+    for (Layout layout : {Layout::nchw, Layout::nhwc})
+      for (DType dt : {DType::bf16, DType::f16}) {
+        const Conv2dShape s{c.n, c.ci, c.h, c.w, c.co, c.kh, c.kw, c.stride, c.pad};
+        SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " " + kernels::layout_name(layout));
+        const bool nhwc = layout == Layout::nhwc;
+        const Shape ys = nhwc ? Shape{s.n, s.out_h(), s.out_w(), s.c_out} : Shape{s.n, s.c_out, s.out_h(), s.out_w()};
+        const Tensor x = round_through(random({s.n, s.c_in, s.h, s.w}), dt);
+        const Tensor w = round_through(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
+        Tensor want = Tensor::empty({s.n, s.c_out, s.out_h(), s.out_w()}, DType::f32);
+        kernels::cpu::conv2d_forward<float>(s, x.data<float>(), w.data<float>(), nullptr, want.data<float>());
+        if (nhwc) want = to_nhwc(want);
+        const Tensor gx = to_gpu(nhwc ? to_nhwc(x) : x, dt), gw = to_gpu(w, dt);
+        const Tolerance tol = conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2);
+        for (const char* how : {"on", "off"}) {
+          const ScopedEnv env("HPDT_CONV_SPACE_TO_DEPTH", how);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-        const unsigned long long before = cuda_emu::launches_named("space_to_depth");
+          const unsigned long long before = cuda_emu::launches_named("space_to_depth");
 #endif
-        Tensor y = poisoned(ys, dt);
-        forward(Impl::v2, s, gx, gw, {}, y);
-        EXPECT_TRUE(close(want, to_cpu_f32(y), tol)) << "HPDT_CONV_SPACE_TO_DEPTH=" << how;
+          Tensor y = poisoned(ys, dt);
+          forward(Impl::v2, s, gx, gw, {}, y, layout);
+          EXPECT_TRUE(close(want, to_cpu_f32(y), tol)) << "HPDT_CONV_SPACE_TO_DEPTH=" << how;
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-        // the weights' and the input's rearrangement, or nothing
-        EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before, std::strcmp(how, "on") == 0 ? 2u : 0u);
+          // the weights' and the input's rearrangement, or nothing
+          EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before, std::strcmp(how, "on") == 0 ? 2u : 0u);
 #endif
+        }
       }
-    }
-  // not taken: stride 1, 16 channels, a kernel smaller than the stride
+      // not taken: stride 1, 16 channels, a kernel smaller than the stride
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
   const unsigned long long before = cuda_emu::launches_named("space_to_depth");
   for (const Conv2dShape& s : {Conv2dShape{1, 3, 8, 8, 8, 3, 3, 1, 1}, Conv2dShape{1, 16, 8, 8, 8, 3, 3, 2, 1},
@@ -440,9 +451,9 @@ TEST_F(ConvCuda, StridedFewChannelsRunOnSpaceToDepth) {
   const ScopedEnv bad("HPDT_CONV_SPACE_TO_DEPTH", "yes");
   const Conv2dShape s{1, 3, 8, 8, 8, 3, 3, 2, 1};
   Tensor y = poisoned({1, 8, s.out_h(), s.out_w()}, DType::bf16);
-  HPDT_EXPECT_THROW_MSG(forward(Impl::v2, s, to_gpu(random({1, 3, 8, 8}), DType::bf16),
-                                to_gpu(random({8, 3, 3, 3}), DType::bf16), {}, y),
-                        "HPDT_CONV_SPACE_TO_DEPTH=yes: expected on or off");
+  HPDT_EXPECT_THROW_MSG(
+      forward(Impl::v2, s, to_gpu(random({1, 3, 8, 8}), DType::bf16), to_gpu(random({8, 3, 3, 3}), DType::bf16), {}, y),
+      "HPDT_CONV_SPACE_TO_DEPTH=yes: expected on or off");
 }
 
 TEST_F(ConvCuda, ViTPatchEmbedding) {

@@ -320,19 +320,21 @@ class LayersPerChannelApply(unittest.TestCase):
 
 
 class ConvSpaceToDepth(unittest.TestCase):
-    """x_direct (NCHW v2's stem forward: HPDT_CONV_SPACE_TO_DEPTH=off against on, same run): one row per row that has
-    the counter, the direct time computed from it."""
+    """x_direct (v2's stem forward, both layouts: HPDT_CONV_SPACE_TO_DEPTH=off against on, same run): one row per row
+    that has the counter, the direct time computed from it."""
 
     def test_table(self):
         c = {"conv/conv1_7x7s2_3-64_224/bf16/fwd/v2_tensor_core": {"real_time": 0.9, "x_direct": 2.0},
              "conv/conv1_7x7s2_3-64_224/bf16/fwd/cudnn": {"real_time": 3.0},
-             "conv/3x3_64-64_56/bf16/fwd/v2_tensor_core": {"real_time": 0.47}}
+             "conv/3x3_64-64_56/bf16/fwd/v2_tensor_core": {"real_time": 0.47},
+             "conv_nhwc/conv1_7x7s2_3-64_224/bf16/fwd/v2_tensor_core": {"real_time": 0.8, "x_direct": 1.5}}
         rows, numbers = [], []
         summarize.conv_space_to_depth_table(c, rows, numbers)
-        self.assertIn("| conv1_7x7s2_3-64_224 | bf16 | fwd | 0.900 | 1.800 | 2.00 |", rows)
-        self.assertEqual(len(rows), 3)
-        self.assertEqual(numbers, [{"op": "conv_space_to_depth", "case": "conv1_7x7s2_3-64_224", "dtype": "bf16",
-                                    "dir": "fwd", "v2_ms": 0.9, "x_direct": 2.0}])
+        self.assertIn("| conv1_7x7s2_3-64_224 | NCHW | bf16 | fwd | 0.900 | 1.800 | 2.00 |", rows)
+        self.assertIn("| conv1_7x7s2_3-64_224 | NHWC | bf16 | fwd | 0.800 | 1.200 | 1.50 |", rows)
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(numbers[0], {"op": "conv_space_to_depth", "case": "conv1_7x7s2_3-64_224", "layout": "NCHW",
+                                      "dtype": "bf16", "dir": "fwd", "v2_ms": 0.9, "x_direct": 2.0})
         rows = []
         summarize.conv_space_to_depth_table({}, rows, [])
         self.assertTrue(rows[0].startswith("(no x_direct"))

@@ -1,0 +1,130 @@
+// Strided convolutions of a few channels on space-to-depth, for v2's forward in both layouts (conv.cu, conv_nhwc.cu).
+// Private to kernels/cuda; include after conv_common.cuh.
+//
+// A strided convolution of C < 16 input channels (ResNet's 7x7 stride-2 stem on 3, ViT's 16x16 stride-16 patch
+// embedding on 3) gathers its operand value by value (NCHW's generic gather: two FastDivs and a bounds check a value,
+// 3 channels being no 16-channel half; NHWC's gather, 3 channels being no 16-byte vector): on the H200 (2026-11-27)
+// the stem's forward took 1.83 ms (NCHW) and 1.14 ms (NHWC) at batch 256, 33 and 53 TFLOP/s, where the channels gather
+// ran 3x3 64->64 at 56^2 at 125. Space-to-depth by the stride s makes it a stride-1, unpadded convolution of Cs = C s^2
+// channels (zero-padded to a multiple of 16) and ceil(k / s)^2 taps:
+//   xs[img][(c s + ry) s + rx][Y][X] = x[img][c][s Y + ry - pad][s X + rx - pad]   (0 outside x; Y < oh + th - 1;
+//                                                                                  NHWC: xs[img][Y][X][channel])
+//   ws[co][(ty tw + tx) Cs + (c s + ry) s + rx] = w[co][c][s ty + ry][s tx + rx]   (0 past the kernel)
+// so that y[oy][ox] = sum over the taps (ty, tx) and the Cs channels of ws * xs[oy + ty][ox + tx]: the same products
+// plus zeros (the stem: K = 256 against 147, 16 channels of 4 x 4 taps; the patch embedding: K = 768 either way, one
+// tap), which NCHW's channels gather (one bounds check per 16 values; a one-tap one: the direct cp.async loads where
+// the plane allows) and NHWC's 16-byte loads take. HPDT_CONV_SPACE_TO_DEPTH=off keeps the direct gathers (the A/B).
+// Forward only: a step computes neither layer's backward-data, and the stem's backward-filter would gather 256
+// columns instead of 147.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "conv_common.cuh"
+
+namespace hpdt::kernels::cuda::conv_detail {
+namespace {
+
+struct SpaceToDepth {
+  int s, cs;   // stride; channels of xs (C s^2 rounded up to 16)
+  int th, tw;  // taps of the stride-1 convolution
+  int hs, ws;  // its source plane
+};
+inline SpaceToDepth space_to_depth_dims(const Conv2dShape& s) {
+  const int st = int(s.stride), th = int((s.kh + st - 1) / st), tw = int((s.kw + st - 1) / st);
+  return {st, int(round_up(s.c_in * st * st, 16)), th, tw, int(s.out_h()) + th - 1, int(s.out_w()) + tw - 1};
+}
+
+// HPDT_CONV_SPACE_TO_DEPTH: on (or unset) or off. Read at every call; another value throws.
+inline bool conv_space_to_depth() {
+  const char* e = std::getenv("HPDT_CONV_SPACE_TO_DEPTH");
+  if (e == nullptr || std::strcmp(e, "on") == 0) return true;
+  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_CONV_SPACE_TO_DEPTH=", e, ": expected on or off");
+  return false;
+}
+
+// Whether v2's forward (tensor cores, 16-bit: tc_half) runs s on space-to-depth: a stride of 2 or more, fewer than
+// 16 channels (not already whole 16-channel halves), a kernel at least the stride in both directions (every tap of
+// the rearranged convolution holds real weights), at most 1024 rearranged channels, xs within 32-bit indices.
+inline bool space_to_depth_applies(const Conv2dShape& s, bool tc_half) {
+  if (!tc_half || s.stride < 2 || s.c_in >= 16 || s.kh < s.stride || s.kw < s.stride) return false;
+  const SpaceToDepth d = space_to_depth_dims(s);
+  return d.cs <= 1024 && s.n * d.cs * d.hs * d.ws < (int64_t(1) << 31) && conv_space_to_depth();
+}
+
+// xs from x, one thread a value of xs (FastDivs: xs has fewer than 2^31 values). NCHW: i = ((img cs + ch) hs + Y) ws +
+// X; NHWC: i = ((img hs + Y) ws + X) cs + ch.
+struct S2dDivs {
+  FastDiv plane, width, cs, s2, s;  // xs's plane and row; channels; s^2 and s (channel -> (c, ry, rx))
+};
+template <class T, bool kNhwc>
+__global__ void __launch_bounds__(kThreads1D)
+    space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ xs, int total, int C, int H, int W, int pad,
+                          S2dDivs d) {
+  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
+    int img, ch, r;
+    if constexpr (kNhwc) {
+      const int pixel = d.cs.div(i);
+      ch = i - pixel * d.cs.value();
+      img = d.plane.div(pixel), r = pixel - img * d.plane.value();
+    } else {
+      const int q = d.plane.div(i);  // img * cs + channel
+      r = i - q * d.plane.value();
+      img = d.cs.div(q), ch = q - img * d.cs.value();
+    }
+    const int Y = d.width.div(r), X = r - Y * d.width.value();
+    const int c = d.s2.div(ch), sub = ch - c * d.s2.value(), ry = d.s.div(sub), rx = sub - ry * d.s.value();
+    const int iy = d.s.value() * Y + ry - pad, ix = d.s.value() * X + rx - pad;
+    T v{};
+    if (c < C && unsigned(iy) < unsigned(H) && unsigned(ix) < unsigned(W))
+      v = kNhwc ? x[((int64_t(img) * H + iy) * W + ix) * C + c]
+                : x[(int64_t(img) * C + c) * H * W + int64_t(iy) * W + ix];
+    xs[i] = v;
+  }
+}
+
+// ws, tap-major as the forward's repacked weights ([co][cs th tw], k = tap * cs + channel), from w [co][C][kh][kw].
+// Small: plain divisions.
+template <class T>
+__global__ void __launch_bounds__(kThreads1D) space_to_depth_weights(const T* __restrict__ w, T* __restrict__ ws,
+                                                                     int total, int C, int kh, int kw, SpaceToDepth d) {
+  const int lda = d.cs * d.th * d.tw;
+  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
+    const int row = i / lda, k = i - row * lda, tap = k / d.cs, ch = k - tap * d.cs;
+    const int ty = tap / d.tw, tx = tap - ty * d.tw, c = ch / (d.s * d.s), sub = ch - c * d.s * d.s;
+    const int ky = d.s * ty + sub / d.s, kx = d.s * tx + sub % d.s;
+    T v{};
+    if (c < C && ky < kh && kx < kw) v = w[((int64_t(row) * C + c) * kh + ky) * kw + kx];
+    ws[i] = v;
+  }
+}
+
+// Rearranges x (NCHW or NHWC) into xs and w into ws, both allocated here on the stream (ws: [co][cs th tw]).
+template <class T>
+SpaceToDepth space_to_depth(const Conv2dShape& s, const Tensor& x, const Tensor& w, Layout layout, Tensor& ws,
+                            Tensor& xs, const Stream& stream) {
+  const cudaStream_t st = detail::native(stream);
+  const SpaceToDepth d = space_to_depth_dims(s);
+  const int64_t lda = int64_t(d.cs) * d.th * d.tw, total = s.n * d.cs * d.hs * d.ws;
+  ws = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
+  xs = device_buffer(total, x.dtype(), x.device(), stream);
+  space_to_depth_weights<T><<<detail::grid_for(s.c_out * lda, kThreads1D), kThreads1D, 0, st>>>(
+      static_cast<const T*>(w.data()), static_cast<T*>(ws.data()), int(s.c_out * lda), int(s.c_in), int(s.kh),
+      int(s.kw), d);
+  HPDT_CUDA_CHECK_LAUNCH();
+  const S2dDivs divs{FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws), FastDiv(d.cs), FastDiv(d.s * d.s), FastDiv(d.s)};
+  const auto* xp = static_cast<const T*>(x.data());
+  auto* xsp = static_cast<T*>(xs.data());
+  if (layout == Layout::nhwc)
+    space_to_depth_kernel<T, true><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
+        xp, xsp, int(total), int(s.c_in), int(s.h), int(s.w), int(s.pad), divs);
+  else
+    space_to_depth_kernel<T, false><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
+        xp, xsp, int(total), int(s.c_in), int(s.h), int(s.w), int(s.pad), divs);
+  HPDT_CUDA_CHECK_LAUNCH();
+  return d;
+}
+
+}  // namespace
+}  // namespace hpdt::kernels::cuda::conv_detail
