@@ -100,19 +100,14 @@ __global__ void __launch_bounds__(kThreads1D) space_to_depth_weights(const T* __
   }
 }
 
-// Rearranges x (NCHW or NHWC) into xs and w into ws, both allocated here on the stream (ws: [co][cs th tw]).
+// Rearranges x (NCHW or NHWC) into xs, allocated here on the stream.
 template <class T>
-SpaceToDepth space_to_depth(const Conv2dShape& s, const Tensor& x, const Tensor& w, Layout layout, Tensor& ws,
-                            Tensor& xs, const Stream& stream) {
+SpaceToDepth space_to_depth_input(const Conv2dShape& s, const Tensor& x, Layout layout, Tensor& xs,
+                                  const Stream& stream) {
   const cudaStream_t st = detail::native(stream);
   const SpaceToDepth d = space_to_depth_dims(s);
-  const int64_t lda = int64_t(d.cs) * d.th * d.tw, total = s.n * d.cs * d.hs * d.ws;
-  ws = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
+  const int64_t total = s.n * d.cs * d.hs * d.ws;
   xs = device_buffer(total, x.dtype(), x.device(), stream);
-  space_to_depth_weights<T><<<detail::grid_for(s.c_out * lda, kThreads1D), kThreads1D, 0, st>>>(
-      static_cast<const T*>(w.data()), static_cast<T*>(ws.data()), int(s.c_out * lda), int(s.c_in), int(s.kh),
-      int(s.kw), d);
-  HPDT_CUDA_CHECK_LAUNCH();
   const S2dDivs divs{FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws), FastDiv(d.cs), FastDiv(d.s * d.s), FastDiv(d.s)};
   const auto* xp = static_cast<const T*>(x.data());
   auto* xsp = static_cast<T*>(xs.data());
@@ -124,6 +119,42 @@ SpaceToDepth space_to_depth(const Conv2dShape& s, const Tensor& x, const Tensor&
         xp, xsp, int(total), int(s.c_in), int(s.h), int(s.w), int(s.pad), divs);
   HPDT_CUDA_CHECK_LAUNCH();
   return d;
+}
+
+// Rearranges x (NCHW or NHWC) into xs and w into ws, both allocated here on the stream (ws: [co][cs th tw]).
+template <class T>
+SpaceToDepth space_to_depth(const Conv2dShape& s, const Tensor& x, const Tensor& w, Layout layout, Tensor& ws,
+                            Tensor& xs, const Stream& stream) {
+  const SpaceToDepth d = space_to_depth_dims(s);
+  const int64_t lda = int64_t(d.cs) * d.th * d.tw;
+  ws = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
+  space_to_depth_weights<T><<<detail::grid_for(s.c_out * lda, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
+      static_cast<const T*>(w.data()), static_cast<T*>(ws.data()), int(s.c_out * lda), int(s.c_in), int(s.kh),
+      int(s.kw), d);
+  HPDT_CUDA_CHECK_LAUNCH();
+  return space_to_depth_input<T>(s, x, layout, xs, stream);
+}
+
+// The backward-filter runs the rearranged convolution's onto dws [co][cs][th][tw], which first holds dw's values at
+// their rearranged places (and zeros elsewhere): dws = dw + the sums, rounded once as the direct kernels round them
+// (summed from zero and added to dw afterwards, a gradient accumulated onto another lost up to 2^-8 of the sums'
+// size: the oracle tests caught it). Then each of dw's values is copied back (`back`), the zeros' sums dropped.
+template <class T>
+__global__ void __launch_bounds__(kThreads1D)
+    space_to_depth_weight_grad(T* __restrict__ dw, T* __restrict__ dws, int total, int C, int kh, int kw,
+                               SpaceToDepth d, bool back) {
+  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
+    // i indexes dws [co][cs][th][tw]
+    const int tx = i % d.tw, ty = (i / d.tw) % d.th, ch = (i / (d.tw * d.th)) % d.cs, row = i / (d.tw * d.th * d.cs);
+    const int c = ch / (d.s * d.s), sub = ch - c * d.s * d.s, ky = d.s * ty + sub / d.s, kx = d.s * tx + sub % d.s;
+    const bool real = c < C && ky < kh && kx < kw;
+    const int64_t j = ((int64_t(row) * C + c) * kh + ky) * kw + kx;
+    if (back) {
+      if (real) dw[j] = dws[i];
+    } else {
+      dws[i] = real ? dw[j] : T{};
+    }
+  }
 }
 
 }  // namespace

@@ -423,9 +423,18 @@ TEST_F(ConvCuda, StridedFewChannelsRunOnSpaceToDepth) {
         if (nhwc) want = to_nhwc(want);
         const Tensor gx = to_gpu(nhwc ? to_nhwc(x) : x, dt), gw = to_gpu(w, dt);
         const Tolerance tol = conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2);
+        // the backward-filter onto a dw that holds a gradient already (NHWC: on space-to-depth too)
+        const Tensor dy = round_through(random({s.n, s.c_out, s.out_h(), s.out_w()}), dt);
+        const Tensor dw0 = round_through(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
+        Tensor want_dw = dw0.clone(cpu);
+        kernels::cpu::conv2d_backward_filter<float>(s, x.data<float>(), dy.data<float>(), want_dw.data<float>(), nullptr,
+                                                    true);
+        const Tensor gdy = to_gpu(nhwc ? to_nhwc(dy) : dy, dt);
+        const Tolerance dw_tol = conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), Impl::v2);
         for (const char* how : {"on", "off"}) {
           const ScopedEnv env("HPDT_CONV_SPACE_TO_DEPTH", how);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          const bool on = std::strcmp(how, "on") == 0;
           const unsigned long long before = cuda_emu::launches_named("space_to_depth");
 #endif
           Tensor y = poisoned(ys, dt);
@@ -433,7 +442,15 @@ TEST_F(ConvCuda, StridedFewChannelsRunOnSpaceToDepth) {
           EXPECT_TRUE(close(want, to_cpu_f32(y), tol)) << "HPDT_CONV_SPACE_TO_DEPTH=" << how;
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
           // the weights' and the input's rearrangement, or nothing
-          EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before, std::strcmp(how, "on") == 0 ? 2u : 0u);
+          EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before, on ? 2u : 0u);
+          const unsigned long long before_dw = cuda_emu::launches_named("space_to_depth");
+#endif
+          Tensor dw = to_gpu(dw0, dt);
+          backward_filter(Impl::v2, s, gx, gdy, dw, nullptr, layout);
+          EXPECT_TRUE(close(want_dw, to_cpu_f32(dw), dw_tol)) << "backward-filter, HPDT_CONV_SPACE_TO_DEPTH=" << how;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          // NHWC: the input's rearrangement and dw's there and back; NCHW's backward-filter stays direct
+          EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before_dw, on && nhwc ? 3u : 0u);
 #endif
         }
       }
