@@ -1098,6 +1098,14 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
                          const Stream& stream) {
   const int64_t oh = s.out_h(), ow = s.out_w(), K = s.c_in * s.kh * s.kw, npix = s.n * oh * ow;
   if (s.c_out == 0 || K == 0 || npix == 0) return;
+  if (space_to_depth_applies(s, tc && !std::is_same_v<T, float>)) {
+    // (space_to_depth.cuh) its x columns take the channels gather (one bounds check per 16 values) where x's 3
+    // channels took the generic one
+    return space_to_depth_backward_filter<T>(s, x, dw, Layout::nchw, stream,
+                                             [&](const Conv2dShape& rs, const Tensor& xs, Tensor& dws) {
+                                               run_backward_filter<T>(rs, xs, dy, dws, tc, stream);
+                                             });
+  }
   GemmWgrad p;
   p.dy = dy.data(), p.x = x.data();
   p.CO = int(s.c_out), p.CI = int(s.c_in), p.H = int(s.h), p.W = int(s.w), p.KH = int(s.kh), p.KW = int(s.kw);

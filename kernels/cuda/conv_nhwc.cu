@@ -965,23 +965,11 @@ void run_backward_filter(const Conv2dShape& s, const Tensor& x, const Tensor& dy
   const int64_t oh = s.out_h(), ow = s.out_w(), taps = s.kh * s.kw, K = s.c_in * taps, npix = s.n * oh * ow;
   if (s.c_out == 0 || K == 0 || npix == 0) return;
   if (space_to_depth_applies(s, tc && !std::is_same_v<T, float>)) {
-    // (space_to_depth.cuh) the rearranged convolution's weight gradient onto dw's values rearranged, copied back:
-    // its x columns are 16-byte loads of 8 channels where x's 3 channels were gathered one by one
-    Tensor xs;
-    const SpaceToDepth d = space_to_depth_input<T>(s, x, Layout::nhwc, xs, stream);
-    const Conv2dShape rs{s.n, d.cs, d.hs, d.ws, s.c_out, d.th, d.tw, 1, 0};
-    const int64_t total = s.c_out * d.cs * d.th * d.tw;
-    Tensor dws = device_buffer(total, dw.dtype(), dw.device(), stream);
-    const auto map = [&](bool back) {
-      space_to_depth_weight_grad<T><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
-          static_cast<T*>(dw.data()), static_cast<T*>(dws.data()), int(total), int(s.c_in), int(s.kh), int(s.kw), d,
-          back);
-      HPDT_CUDA_CHECK_LAUNCH();
-    };
-    map(false);
-    run_backward_filter<T>(rs, xs, dy, dws, tc, stream);
-    map(true);
-    return;
+    // (space_to_depth.cuh) its x columns are 16-byte loads of 8 channels where x's 3 channels were gathered one by one
+    return space_to_depth_backward_filter<T>(s, x, dw, Layout::nhwc, stream,
+                                             [&](const Conv2dShape& rs, const Tensor& xs, Tensor& dws) {
+                                               run_backward_filter<T>(rs, xs, dy, dws, tc, stream);
+                                             });
   }
   NhwcWgrad p;
   p.dy = dy.data(), p.x = x.data();

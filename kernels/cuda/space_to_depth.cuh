@@ -14,8 +14,8 @@
 // plus zeros (the stem: K = 256 against 147, 16 channels of 4 x 4 taps; the patch embedding: K = 768 either way, one
 // tap), which NCHW's channels gather (one bounds check per 16 values; a one-tap one: the direct cp.async loads where
 // the plane allows) and NHWC's 16-byte loads take. HPDT_CONV_SPACE_TO_DEPTH=off keeps the direct gathers (the A/B).
-// Forward only: a step computes neither layer's backward-data, and the stem's backward-filter would gather 256
-// columns instead of 147.
+// The forward and the backward-filter (space_to_depth_backward_filter); the backward-data stays direct (a step
+// computes neither layer's).
 #pragma once
 
 #include <cstdlib>
@@ -155,6 +155,27 @@ __global__ void __launch_bounds__(kThreads1D)
       dws[i] = real ? dw[j] : T{};
     }
   }
+}
+
+// The backward-filter of s on space-to-depth: dw's values rearranged, the layout's own backward-filter of the
+// rearranged convolution onto them (wgrad(rs, xs, dws)), copied back.
+template <class T, class Wgrad>
+void space_to_depth_backward_filter(const Conv2dShape& s, const Tensor& x, Tensor& dw, Layout layout,
+                                    const Stream& stream, Wgrad&& wgrad) {
+  Tensor xs;
+  const SpaceToDepth d = space_to_depth_input<T>(s, x, layout, xs, stream);
+  const Conv2dShape rs{s.n, d.cs, d.hs, d.ws, s.c_out, d.th, d.tw, 1, 0};
+  const int64_t total = s.c_out * d.cs * d.th * d.tw;
+  Tensor dws = device_buffer(total, dw.dtype(), dw.device(), stream);
+  const auto map = [&](bool back) {
+    space_to_depth_weight_grad<T><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
+        static_cast<T*>(dw.data()), static_cast<T*>(dws.data()), int(total), int(s.c_in), int(s.kh), int(s.kw), d,
+        back);
+    HPDT_CUDA_CHECK_LAUNCH();
+  };
+  map(false);
+  wgrad(rs, xs, dws);
+  map(true);
 }
 
 }  // namespace
