@@ -1,4 +1,5 @@
-// Strided convolutions of a few channels on space-to-depth, for v2's forward in both layouts (conv.cu, conv_nhwc.cu).
+// Strided convolutions of a few channels on space-to-depth, for v2's forward and backward-filter in both layouts
+// (conv.cu, conv_nhwc.cu).
 // Private to kernels/cuda; include after conv_common.cuh.
 //
 // A strided convolution of C < 16 input channels (ResNet's 7x7 stride-2 stem on 3, ViT's 16x16 stride-16 patch
