@@ -483,6 +483,27 @@ __device__ __forceinline__ void flat_values(const FlatPlanes& f, int rel, const 
   }
 }
 
+// A thread's vectors of its block, U at a time: load(u, off, n) for each of the U first (all their loads in flight
+// together), then compute(u, off, n); off is the vector's first value, n its values (V, fewer at the tensor's end).
+template <int V, int U, class Load, class Compute>
+__device__ __forceinline__ void flat_steps(const FlatPlanes& f, const FlatRange& rg, Load load, Compute compute) {
+  for (int64_t t = rg.t0 + threadIdx.x; t < rg.t1; t += kThreads * U) {
+    int64_t off[U];
+    int n[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t tu = t + int64_t(u) * kThreads;
+      off[u] = tu < rg.t1 ? tu * V : -1;
+      if (off[u] < 0) continue;
+      n[u] = int(min(int64_t(V), f.numel - off[u]));
+      load(u, off[u], n[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (off[u] >= 0) compute(u, off[u], n[u]);
+  }
+}
+
 // The first n (<= V) values of a vector at p, the rest 0; n == V is the plain vector load: for the one vector at the
 // end of a tensor whose size is no multiple of V. (Here, not in vec.cuh: the convolutions include that.)
 template <int V, class T>
@@ -517,27 +538,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const FlatRange rg = flat_range<V>(f);
-  for (int64_t t = rg.t0 + threadIdx.x; t < rg.t1; t += kThreads * U) {
-    float v[U][V], r[U][V];
-    int64_t off[U];
-    int n[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {  // all loads first, as bn_apply_kernel
-      const int64_t tu = t + int64_t(u) * kThreads;
-      off[u] = tu < rg.t1 ? tu * V : -1;
-      if (off[u] < 0) continue;
-      n[u] = int(min(int64_t(V), f.numel - off[u]));
-      load_upto<V>(x + off[u], n[u], v[u]);
-      if constexpr (R) load_upto<V>(static_cast<const T*>(ep.residual) + off[u], n[u], r[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (off[u] < 0) continue;
-      flat_values<V>(f, int(off[u] - rg.e0), ab, v[u], [](int, float xv, float2 k) { return xv * k.x + k.y; });
-      bn_epilogue<V, R>(ep, r[u], v[u]);
-      store_upto<V>(y + off[u], n[u], v[u]);
-    }
-  }
+  float v[U][V], r[U][V];
+  flat_steps<V, U>(
+      f, rg,
+      [&](int u, int64_t off, int n) {  // as bn_apply_kernel: x and the residual
+        load_upto<V>(x + off, n, v[u]);
+        if constexpr (R) load_upto<V>(static_cast<const T*>(ep.residual) + off, n, r[u]);
+      },
+      [&](int u, int64_t off, int n) {
+        flat_values<V>(f, int(off - rg.e0), ab, v[u], [](int, float xv, float2 k) { return xv * k.x + k.y; });
+        bn_epilogue<V, R>(ep, r[u], v[u]);
+        store_upto<V>(y + off, n, v[u]);
+      });
 }
 
 // bn_backward_apply_kernel's coefficients of a channel, as it computes them.
@@ -561,29 +573,20 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const FlatRange rg = flat_range<V>(f);
-  for (int64_t t = rg.t0 + threadIdx.x; t < rg.t1; t += kThreads * U) {
-    float g[U][V], p[U][V];
-    int64_t off[U];
-    int n[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t tu = t + int64_t(u) * kThreads;
-      off[u] = tu < rg.t1 ? tu * V : -1;
-      if (off[u] < 0) continue;
-      n[u] = int(min(int64_t(V), f.numel - off[u]));
-      load_upto<V>(dy + off[u], n[u], g[u]);
-      load_upto<V>(x + off[u], n[u], p[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (off[u] < 0) continue;
-      const float(&xu)[V] = p[u];
-      flat_values<V>(f, int(off[u] - rg.e0), dc, g[u], [&xu](int e, float d, const BnDxCoef& k) {
-        return k.k * (d - k.mdy - (xu[e] - k.m) * k.is * k.mdyx);
+  float g[U][V], p[U][V];
+  flat_steps<V, U>(
+      f, rg,
+      [&](int u, int64_t off, int n) {
+        load_upto<V>(dy + off, n, g[u]);
+        load_upto<V>(x + off, n, p[u]);
+      },
+      [&](int u, int64_t off, int n) {
+        const float(&xu)[V] = p[u];
+        flat_values<V>(f, int(off - rg.e0), dc, g[u], [&xu](int e, float d, const BnDxCoef& k) {
+          return k.k * (d - k.mdy - (xu[e] - k.m) * k.is * k.mdyx);
+        });
+        store_upto<V>(dx + off, n, g[u]);
       });
-      store_upto<V>(dx + off[u], n[u], g[u]);
-    }
-  }
 }
 
 // ---- batch norm, NHWC: column statistics of the [rows, c] matrix (rows = n*h*w) --------------------------
