@@ -47,11 +47,12 @@ inline bool conv_space_to_depth() {
 
 // Whether v2's forward (tensor cores, 16-bit: tc_half) runs s on space-to-depth: a stride of 2 or more, fewer than
 // 16 channels (not already whole 16-channel halves), a kernel at least the stride in both directions (every tap of
-// the rearranged convolution holds real weights), at most 1024 rearranged channels, xs within 32-bit indices.
+// the rearranged convolution holds real weights), at most 1024 rearranged channels, xs and ws within 32-bit indices.
 inline bool space_to_depth_applies(const Conv2dShape& s, bool tc_half) {
   if (!tc_half || s.stride < 2 || s.c_in >= 16 || s.kh < s.stride || s.kw < s.stride) return false;
   const SpaceToDepth d = space_to_depth_dims(s);
-  return d.cs <= 1024 && s.n * d.cs * d.hs * d.ws < (int64_t(1) << 31) && conv_space_to_depth();
+  const int64_t lim = int64_t(1) << 31;
+  return d.cs <= 1024 && s.n * d.cs * d.hs * d.ws < lim && s.c_out * d.cs * d.th * d.tw < lim && conv_space_to_depth();
 }
 
 // xs from x, one thread a value of xs (FastDivs: xs has fewer than 2^31 values). NCHW: i = ((img cs + ch) hs + Y) ws +
