@@ -21,6 +21,9 @@
 //      register-staged gathers otherwise (loaded before a stage's math, stored after it): 2 stages when a gather is
 //      involved, 4 when every operand is cp.async (1x1 stride-1 convs, which are plain GEMMs in NCHW).
 //      Backward-data and backward-filter gather x/dy tap-major too (channels / column tables).
+//      A strided convolution of fewer than 16 channels (ResNet's stem, ViT's patch embedding) runs its forward and
+//      backward-filter as a stride-1 one of 16 or more channels on a space-to-depth rearrangement
+//      (space_to_depth.cuh): the channels gather, or the direct loads for one tap.
 // Both stage the f32 accumulators through shared memory for coalesced stores; the forward epilogue adds bias,
 // applies per-channel scale/shift, a residual and ReLU (conv2d_forward_fused) before the one rounding to T.
 // Backward-filter splits the pixel reduction over blockIdx.z into f32 partials summed in a fixed order

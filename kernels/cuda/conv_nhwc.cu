@@ -23,6 +23,8 @@
 //      cp.async. Both tiles are k-contiguous: plain ldmatrix. Backward-filter: 64|128 co x 128 columns x 32 pixels,
 //      dy [pixel][co] and x [pixel][column] tiles by cp.async (co % 8 == 0, ci % 8 == 0; 4 stages when both) or
 //      gathered; both tiles are pixel-major, so both fragments are ldmatrix.trans.
+//      A strided convolution of fewer than 16 channels (ResNet's stem) runs its forward and backward-filter as a
+//      stride-1 one of 16 or more channels on a space-to-depth rearrangement (space_to_depth.cuh): 16-byte loads.
 // The forward's epilogue (bias, scale/shift, residual, ReLU) runs on the f32 accumulators before the one rounding
 // to T. Backward-filter splits the pixel reduction over blockIdx.z into f32 partials summed in a fixed order
 // (deterministic, no atomics); dbias is a fixed-order column sum.
