@@ -39,6 +39,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/cuda/attention.h"
 #include "launch.cuh"
 #include "watchdog.cuh"
@@ -1285,10 +1286,7 @@ constexpr bool kIs16Bit = !std::is_same_v<T, float>;
 // default) or v3's one pass; for timing v3 inside a training step (scripts/gpu/benchmarks.txt). Read at every call,
 // as HPDT_ATTENTION_V2_TILES; anything else is an error naming the variable.
 int auto_backward_variant() {
-  const char* e = std::getenv("HPDT_ATTENTION_BACKWARD");
-  if (!e || std::strcmp(e, "v2") == 0) return kAttentionTensorCore;
-  HPDT_CHECK(std::strcmp(e, "v3") == 0, "HPDT_ATTENTION_BACKWARD=", e, ": expected v2 or v3");
-  return kAttentionFusedBackward;
+  return env_switch("HPDT_ATTENTION_BACKWARD", "v2", "v3") ? kAttentionTensorCore : kAttentionFusedBackward;
 }
 
 // backward: the call is attention_backward's (auto may take HPDT_ATTENTION_BACKWARD's v3).

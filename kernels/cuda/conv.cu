@@ -39,8 +39,9 @@
 #include <vector>
 
 #include "conv_common.cuh"
-#include "space_to_depth.cuh"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/cuda/conv.h"
+#include "space_to_depth.cuh"
 #include "launch.cuh"
 
 namespace hpdt::kernels::cuda {
@@ -1226,19 +1227,9 @@ void check_index_range(std::string_view op, const Conv2dShape& s) {
   HPDT_CHECK(biggest < lim, op, ": tensors of 2^31 elements or more are not supported on CUDA (", s.str(), ")");
 }
 
-bool conv_v2_vector_epilogue() {
-  const char* e = std::getenv("HPDT_CONV_V2_EPILOGUE");
-  if (e == nullptr || std::strcmp(e, "vec") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "scalar") == 0, "HPDT_CONV_V2_EPILOGUE=", e, ": expected vec or scalar");
-  return false;
-}
+bool conv_v2_vector_epilogue() { return env_switch("HPDT_CONV_V2_EPILOGUE", "vec", "scalar"); }
 
-bool conv_epilogue_bn_stats() {
-  const char* e = std::getenv("HPDT_CONV_BN_STATS");
-  if (e == nullptr || std::strcmp(e, "epilogue") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "separate") == 0, "HPDT_CONV_BN_STATS=", e, ": expected epilogue or separate");
-  return false;
-}
+bool conv_epilogue_bn_stats() { return env_switch("HPDT_CONV_BN_STATS", "epilogue", "separate"); }
 
 bool epilogue_computes_stats(const Conv2dEpilogue& e, bool tc_half) {
   return e.stats && tc_half && !e.bias && !e.scale && !e.shift && !e.residual && !e.relu && conv_epilogue_bn_stats();

@@ -29,12 +29,11 @@
 //   dgamma/dbeta accumulators in shared memory (no races), partials per block summed in a fixed order by
 //   ln_param_grad_finalize (32 lanes of blocks per column, then the lanes in order).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "fast_div.cuh"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/cuda/norm.h"
 #include "launch.cuh"
 #include "warp.cuh"
@@ -455,6 +454,8 @@ struct FlatPlanes {
   // The block's table: its planes and the V after them (its last vector may run V - 1 values past them), each
   // entry the channel (p0 + j) % c, past the last plane too (valid coefficients for values never stored).
   __host__ __device__ int entries(int v) const { return per_block + v; }
+  // The launch: a block per per_block planes.
+  unsigned blocks() const { return unsigned((numel / int64_t(hw.d) + per_block - 1) / per_block); }
 };
 
 // The vectors a block of FlatPlanes owns: those that start in its planes, [t0, t1); e0 its first value.
@@ -819,16 +820,10 @@ struct BnDims {
   // The apply passes on the flat tensor (planes narrower than a 16-byte vector, every pointer 16-byte aligned)
   bool flat;
   FlatPlanes planes;
-  unsigned flat_blocks;
 };
 
 // HPDT_BN_FLAT=off keeps the apply passes on the per-channel kernels for every plane (the A/B of the flat ones).
-bool bn_flat_enabled() {
-  const char* e = std::getenv("HPDT_BN_FLAT");
-  if (!e || std::strcmp(e, "on") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_BN_FLAT=", e, ": expected on or off");
-  return false;
-}
+bool bn_flat_enabled() { return env_switch("HPDT_BN_FLAT", "on", "off"); }
 
 // The widest vector (a power of two <= 16 bytes) that divides a plane and that every pointer is aligned to: 8
 // bf16 values on 56x56 planes, 4 on 14x14 (196 = 4 * 49), 1 on 7x7.
@@ -868,7 +863,7 @@ BnDims bn_dims(const char* op, const Tensor& x, std::initializer_list<const void
   HPDT_CHECK(c <= 65535, op, ": on CUDA at most 65535 channels, got ", c);
   HPDT_CHECK(n * hw <= (int64_t(1) << 31), op, ": on CUDA at most 2^31 values per channel, got ", n * hw);
   const int v = plane_vector<T>(hw, ptrs);
-  BnDims d{int(c), FastDiv(hw / v), uint32_t(n * hw / v), v, n * hw, false, {}, 0};
+  BnDims d{int(c), FastDiv(hw / v), uint32_t(n * hw / v), v, n * hw, false, {}};
   if (v < kVec<T> && n * c > 0 && bn_flat_enabled()) {
     bool aligned = true;
     for (const void* p : ptrs) aligned = aligned && aligned16(p);
@@ -877,7 +872,6 @@ BnDims bn_dims(const char* op, const Tensor& x, std::initializer_list<const void
     if (aligned && (per_block + kVec<T>) * hw < (int64_t(1) << 31)) {
       d.flat = true;
       d.planes = {int(c), FastDiv(hw), n * c * hw, int(per_block)};
-      d.flat_blocks = unsigned((n * c + per_block - 1) / per_block);
     }
   }
   return d;
@@ -909,7 +903,7 @@ void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float*
   if (d.flat) {
     const size_t table = size_t(d.planes.entries(kVec<T>)) * sizeof(float2);
     with_flag(ep.residual != nullptr, [&](auto rt) {
-      bn_apply_flat_kernel<T, decltype(rt)::value><<<d.flat_blocks, kThreads, table, s>>>(
+      bn_apply_flat_kernel<T, decltype(rt)::value><<<d.planes.blocks(), kThreads, table, s>>>(
           x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.planes);
     });
     HPDT_CUDA_CHECK_LAUNCH();
@@ -1381,7 +1375,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
             dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, int(c), ad.cols, ad.rows, ad.chunk);
     } else if (d.flat) {
       bn_backward_apply_flat_kernel<T>
-          <<<d.flat_blocks, kThreads, size_t(d.planes.entries(kVec<T>)) * sizeof(BnDxCoef), s>>>(
+          <<<d.planes.blocks(), kThreads, size_t(d.planes.entries(kVec<T>)) * sizeof(BnDxCoef), s>>>(
               dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, d.planes);
     } else {
       const ChannelSplit ap = channel_split(d.c, d.slots, int64_t(kThreads) * 8);

@@ -11,22 +11,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
-#include "hpdt/core/error.h"
+#include "hpdt/core/env.h"
 
 namespace hpdt::kernels::cuda {
 
 // Whether the kernels prefetch their epilogue's inputs (GEMM v3 and conv v3: Params::prefetch; conv v2: GemmConv's and
 // NhwcGemm's prefetch): HPDT_EPILOGUE_PREFETCH unset or "on", yes; "off", no (the A/B switch of the benchmarks);
 // anything else is an error naming the variable. Read at every call.
-inline bool epilogue_prefetch() {
-  const char* e = std::getenv("HPDT_EPILOGUE_PREFETCH");
-  if (!e || std::strcmp(e, "on") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_EPILOGUE_PREFETCH=", e, ": expected on or off");
-  return false;
-}
+inline bool epilogue_prefetch() { return env_switch("HPDT_EPILOGUE_PREFETCH", "on", "off"); }
 
 __device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr)); }
 

@@ -19,10 +19,8 @@
 // computes neither layer's).
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-
 #include "conv_common.cuh"
+#include "hpdt/core/env.h"
 
 namespace hpdt::kernels::cuda::conv_detail {
 namespace {
@@ -38,12 +36,7 @@ inline SpaceToDepth space_to_depth_dims(const Conv2dShape& s) {
 }
 
 // HPDT_CONV_SPACE_TO_DEPTH: on (or unset) or off. Read at every call; another value throws.
-inline bool conv_space_to_depth() {
-  const char* e = std::getenv("HPDT_CONV_SPACE_TO_DEPTH");
-  if (e == nullptr || std::strcmp(e, "on") == 0) return true;
-  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_CONV_SPACE_TO_DEPTH=", e, ": expected on or off");
-  return false;
-}
+inline bool conv_space_to_depth() { return env_switch("HPDT_CONV_SPACE_TO_DEPTH", "on", "off"); }
 
 // Whether v2's forward (tensor cores, 16-bit: tc_half) runs s on space-to-depth: a stride of 2 or more, fewer than
 // 16 channels (not already whole 16-channel halves), a kernel at least the stride in both directions (every tap of

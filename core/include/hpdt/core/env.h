@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
+
+#include "hpdt/core/error.h"
 
 namespace hpdt {
 
@@ -32,5 +35,14 @@ class ScopedEnv {
   std::string name_, old_;
   bool had_ = false;
 };
+
+// A two-way switch read from the environment: `name` unset or `first`: true; `second`: false; anything else is an
+// error naming the variable and both values ("HPDT_BN_FLAT=yes: expected on or off").
+inline bool env_switch(const char* name, const char* first, const char* second) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || std::strcmp(e, first) == 0) return true;
+  HPDT_CHECK(std::strcmp(e, second) == 0, name, "=", e, ": expected ", first, " or ", second);
+  return false;
+}
 
 }  // namespace hpdt
