@@ -15,6 +15,9 @@
 //   x_per_channel (batch norm on planes narrower than a 16-byte vector: 14x14 in bf16, 7x7) the time with
 //              HPDT_BN_FLAT=off (the apply passes on the per-channel kernels, 2 or 8 bytes a load) / the time with
 //              the flat apply kernels (16 bytes a load), same process.
+//   x_scalar   (max pool) the time with HPDT_POOL_VECTOR=off (one value a thread) / the time with the vector
+//              kernels (NHWC: 16 bytes of channels a thread, forward and backward; NCHW backward: 4 inputs of a row),
+//              same process.
 //
 //   hpdt-bench-layers-cuda --benchmark_filter=bf16 --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
@@ -78,6 +81,7 @@ struct Op {
   std::function<void()> peer;
   std::function<void()> unfused;  // our separate ops that the fused `run` replaces
   bool narrow_planes = false;     // NCHW batch norm whose planes take the flat apply kernels (x_per_channel)
+  bool pool_vectors = false;      // max pool, whose vector kernels HPDT_POOL_VECTOR=off turns off (x_scalar)
   std::shared_ptr<void> keep;     // tensors and descriptors the calls use
 };
 using Factory = std::function<Op(DType)>;
@@ -130,6 +134,10 @@ void bench(benchmark::State& state, const Factory& make, DType dt) {
     if (op.narrow_planes) {
       const ScopedEnv per_channel("HPDT_BN_FLAT", "off");
       state.counters["x_per_channel"] = seconds_per_call(op.run, 20) / per_call;
+    }
+    if (op.pool_vectors) {
+      const ScopedEnv scalar("HPDT_POOL_VECTOR", "off");
+      state.counters["x_scalar"] = seconds_per_call(op.run, 20) / per_call;
     }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
@@ -308,20 +316,25 @@ Factory pointwise(Shape s, int arity, std::function<void(const Tensor&, const Te
   };
 }
 
-Factory maxpool(Shape s, bool backward) {
-  return [s, backward](DType dt) {
+// k3 s2 p1 on s = [n, c, h, w], stored in `layout`.
+Factory maxpool(Shape s, bool backward, kernels::Layout layout = kernels::Layout::nchw) {
+  return [s, backward, layout](DType dt) {
     struct K {
       Tensor x, y, am, dy, dx;
     };
     auto k = std::make_shared<K>();
-    const Shape ys{s[0], s[1], (s[2] + 2 - 3) / 2 + 1, (s[3] + 2 - 3) / 2 + 1};
-    k->x = uniform(s, dt), k->y = uniform(ys, dt), k->dy = uniform(ys, dt), k->dx = uniform(s, dt);
-    kernels::maxpool2d_forward(k->x, 3, 2, 1, k->y, k->am, bench_stream());
+    const int64_t oh = (s[2] + 2 - 3) / 2 + 1, ow = (s[3] + 2 - 3) / 2 + 1;
+    const bool nhwc = layout == kernels::Layout::nhwc;
+    const Shape xs = nhwc ? Shape{s[0], s[2], s[3], s[1]} : s;
+    const Shape ys = nhwc ? Shape{s[0], oh, ow, s[1]} : Shape{s[0], s[1], oh, ow};
+    k->x = uniform(xs, dt), k->y = uniform(ys, dt), k->dy = uniform(ys, dt), k->dx = uniform(xs, dt);
+    kernels::maxpool2d_forward(k->x, 3, 2, 1, k->y, k->am, bench_stream(), layout);
     Op op;
     if (backward)
-      op.run = [k] { kernels::maxpool2d_backward(k->dy, k->am, 3, 2, 1, k->dx, bench_stream()); };
+      op.run = [k, layout] { kernels::maxpool2d_backward(k->dy, k->am, 3, 2, 1, k->dx, bench_stream(), layout); };
     else
-      op.run = [k] { kernels::maxpool2d_forward(k->x, 3, 2, 1, k->y, k->am, bench_stream()); };
+      op.run = [k, layout] { kernels::maxpool2d_forward(k->x, 3, 2, 1, k->y, k->am, bench_stream(), layout); };
+    op.pool_vectors = true;
     // x (or dx) once, y (or dy) once, the i32 argmax once
     op.bytes = double(s.numel()) * es(dt) + double(ys.numel()) * (es(dt) + 4.0);
     op.keep = k;
@@ -502,6 +515,8 @@ void register_all() {
       pointwise(act, 2, [](const Tensor& a, const Tensor& b, Tensor& y) { kernels::add(a, b, y, bench_stream()); }));
   add("resnet50_maxpool_fwd_64x64x112x112_k3s2p1", maxpool(r50[0], false));
   add("resnet50_maxpool_bwd_64x64x112x112_k3s2p1", maxpool(r50[0], true));
+  add("resnet50_maxpool_fwd_nhwc_64x112x112x64_k3s2p1", maxpool(r50[0], false, kernels::Layout::nhwc));
+  add("resnet50_maxpool_bwd_nhwc_64x112x112x64_k3s2p1", maxpool(r50[0], true, kernels::Layout::nhwc));
   add("resnet50_avgpool_fwd_64x2048x7x7", avgpool(r50[4], false));
   add("resnet50_avgpool_bwd_64x2048x7x7", avgpool(r50[4], true));
   add("resnet50_cross_entropy_64x1000", cross_entropy(64, 1000));

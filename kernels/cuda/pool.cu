@@ -2,24 +2,31 @@
 // Storage f32, f16 or bf16, math in f32, argmax i32 (index into the input's h*w plane, -1 never occurs).
 //   maxpool_forward_kernel: one thread per output; the CPU's scan order and tie rule (first maximum wins,
 //     a NaN wins and propagates), padding = -inf.
-//   maxpool_backward_gather_kernel: one thread per input element sums, in output order, the dy of the
-//     windows that contain it and whose argmax is it: deterministic, no atomics, the CPU's addition order.
+//   maxpool_backward_gather_kernel: each input element sums, in output order, the dy of the windows that contain
+//     it and whose argmax is it: deterministic, no atomics, the CPU's addition order; a thread takes 4 inputs of a
+//     row (V = 4) where w allows, else one.
 //   avgpool_forward_kernel: one warp per plane (fixed lane tree); avgpool_backward_kernel: a block writes a
 //     contiguous run of whole planes.
 // NHWC ([n, h, w, c]; argmax the same index into the h*w plane as NCHW's): the same threads with the channel
 //   innermost, so that a warp reads and writes consecutive channels of a pixel: maxpool_*_nhwc_kernel (the CPU's
-//   scan order, tie rule and output-order sums); avgpool_forward_nhwc_kernel, one thread per (image, channel)
-//   adding the pixels in order (the CPU's order, so f32 matches it bit for bit); avgpool_backward_nhwc_kernel.
+//   scan order, tie rule and output-order sums; a 16-byte vector of channels a thread where c allows, else one);
+//   avgpool_forward_nhwc_kernel, one thread per (image, channel) adding the pixels in order (the CPU's order, so f32
+//   matches it bit for bit); avgpool_backward_nhwc_kernel.
+// Max pool's threads issue all their loads before using the first (for_range). HPDT_POOL_VECTOR=off: one value a
+// thread everywhere (the A/B; the same bits).
 // Flat indices are 32-bit when the tensor allows it (Index = uint32_t, decoded with FastDiv), else 64-bit; the window
 // decode divides by FastDivs (PoolWindow).
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
 #include "fast_div.cuh"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/cuda/pool.h"
 #include "launch.cuh"
+#include "vec.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -58,27 +65,86 @@ __device__ __forceinline__ WindowRange windows_of(const PoolWindow& g, int iy, i
           ax <= 0 ? 0 : g.stride_div.div(ax + g.stride - 1), min(g.ow - 1, g.stride_div.div(ix + g.pad))};
 }
 
-// The maximum of output window (oy, ox) and where it is (its index in the h*w plane): the CPU's scan order and
-// tie rule (first maximum wins, a NaN wins and propagates, as PyTorch), padding = -inf. p is the plane (or, NHWC,
-// the image at its channel); pixel i of it at p[i * step].
-template <class Index, class T>
-__device__ __forceinline__ void window_max(const T* p, Index step, const PoolWindow& g, int oy, int ox, float& best,
-                                           int& at) {
-  best = -std::numeric_limits<float>::infinity();
-  at = -1;
-  for (int ky = 0; ky < g.k; ++ky) {
-    const int iy = oy * g.stride - g.pad + ky;
-    if (iy < 0 || iy >= g.h) continue;
-    for (int kx = 0; kx < g.k; ++kx) {
-      const int ix = ox * g.stride - g.pad + kx;
-      if (ix < 0 || ix >= g.w) continue;
-      const float v = to_f32(p[Index(iy * g.w + ix) * step]);
-      if (at < 0 || v > best || v != v) {
-        best = v;
-        at = iy * g.w + ix;
-      }
+// V int32 values (argmax) at p, 4 * V-byte aligned: 16-byte loads and stores where V is a multiple of 4.
+template <int V>
+__device__ __forceinline__ void load_i32(const int32_t* p, int (&a)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const int4 u = reinterpret_cast<const int4*>(p)[q];
+      a[4 * q] = u.x, a[4 * q + 1] = u.y, a[4 * q + 2] = u.z, a[4 * q + 3] = u.w;
     }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = p[k];
   }
+}
+template <int V>
+__device__ __forceinline__ void store_i32(int32_t* p, const int (&a)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q)
+      reinterpret_cast<int4*>(p)[q] = make_int4(a[4 * q], a[4 * q + 1], a[4 * q + 2], a[4 * q + 3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) p[k] = a[k];
+  }
+}
+
+// Calls add(load(y, x)) for every (y, x) of rows [y0, y1] x columns [x0, x1] in row-major order (an empty range: none).
+// Where the range fits R x C, every load is issued before the first add (the slots are registers), so a thread has
+// them all in flight at once; a loop that adds each value before the next load waits a memory latency per value.
+template <int R, int C, class Load, class Add>
+__device__ __forceinline__ void for_range(int y0, int y1, int x0, int x1, Load&& load, Add&& add) {
+  const int rows = y1 - y0 + 1, cols = x1 - x0 + 1;
+  if (rows <= R && cols <= C) {
+    decltype(load(0, 0)) slot[R][C]{};
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        if (r < rows && c < cols) slot[r][c] = load(y0 + r, x0 + c);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+        if (r < rows && c < cols) add(slot[r][c]);
+    return;
+  }
+#pragma unroll 1
+  for (int y = y0; y <= y1; ++y)
+#pragma unroll 1
+    for (int x = x0; x <= x1; ++x) add(load(y, x));
+}
+
+// The maximum of output window (oy, ox) and where it is (its index in the h*w plane) for V channels side by side:
+// the CPU's scan order and tie rule (first maximum wins, a NaN wins and propagates, as PyTorch), padding = -inf.
+// p is the plane (or, NHWC, the image at its first channel); pixel i of it at p[i * step], its V channels
+// contiguous (V > 1: NHWC, read as one vector). The window's inputs inside the plane are a rectangle, scanned in
+// row-major order, as the CPU does (padding taps are skipped: -inf never wins); windows of up to 3 x 3 inputs load
+// them all first.
+template <int V, class Index, class T>
+__device__ __forceinline__ void window_max(const T* p, Index step, const PoolWindow& g, int oy, int ox,
+                                           float (&best)[V], int (&at)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) best[k] = -std::numeric_limits<float>::infinity(), at[k] = -1;
+  struct Tap {
+    Pack<T, V> v;
+    int at;
+  };
+  const int y0 = oy * g.stride - g.pad, x0 = ox * g.stride - g.pad;
+  for_range<3, 3>(
+      max(y0, 0), min(y0 + g.k, g.h) - 1, max(x0, 0), min(x0 + g.k, g.w) - 1,
+      [&](int iy, int ix) {
+        return Tap{*reinterpret_cast<const Pack<T, V>*>(p + Index(iy * g.w + ix) * step), iy * g.w + ix};
+      },
+      [&](const Tap& t) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float v = to_f32(t.v.e[k]);
+          if (at[k] < 0 || v > best[k] || v != v) best[k] = v, at[k] = t.at;
+        }
+      });
 }
 
 template <class Index, class T>
@@ -89,78 +155,112 @@ __global__ void __launch_bounds__(kThreads)
     const Index plane = Index(ohw.div(o));
     const int r = int(o - plane * Index(g.oh * g.ow));
     const int oy = g.ow_div.div(r), ox = r - oy * g.ow;
-    float best;
-    int at;
-    window_max(x + plane * Index(g.h * g.w), Index(1), g, oy, ox, best, at);
-    y[o] = from_f32<T>(best);
-    argmax[o] = at;
+    float best[1];
+    int at[1];
+    window_max<1>(x + plane * Index(g.h * g.w), Index(1), g, oy, ox, best, at);
+    y[o] = from_f32<T>(best[0]);
+    argmax[o] = at[0];
   }
 }
 
-template <class Index, class T>
+// Thread i takes the V inputs of a row at i * V (w % V == 0). It reads the outputs whose windows touch any of them
+// once for all V, in output order; an output whose argmax is none of the V adds nothing, so each input sums its
+// windows in output order from 0 whatever V is (the same bits). V = 4 reads ~1.1 windows an input (k3 s2) and
+// decodes its place once for four, where one input a thread read ~2.25 and was instruction-bound (0.12 of a device
+// copy in bf16 on the H100, 2026-11-26).
+template <class Index, class T, int V>
 __global__ void __launch_bounds__(kThreads)
     maxpool_backward_gather_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
-                                   Index total, FlatDiv<Index> hw, const PoolWindow g) {
-  for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < total; i += Index(gridDim.x) * kThreads) {
-    const Index plane = Index(hw.div(i));
-    const int at = int(i - plane * Index(g.h * g.w));
-    const int iy = g.w_div.div(at), ix = at - iy * g.w;
-    const WindowRange wr = windows_of(g, iy, ix);
+                                   Index vectors, FlatDiv<Index> plane_vectors, FastDiv row_vectors,
+                                   const PoolWindow g) {
+  for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < vectors; i += Index(gridDim.x) * kThreads) {
+    const Index plane = Index(plane_vectors.div(i));
+    const int r = int(i - plane * Index(g.h * g.w / V));
+    const int iy = row_vectors.div(r), ix = (r - iy * (g.w / V)) * V;
+    const int at = iy * g.w + ix;
+    const WindowRange wr = windows_of(g, iy, ix), last = windows_of(g, iy, ix + V - 1);
     const Index base = plane * Index(g.oh * g.ow);
-    float acc = 0.0f;
-    // Not unrolled: the trip counts are ceil(k / stride) (2 for ResNet's k3 s2), and ptxas spills when it
-    // unrolls these by 4.
-#pragma unroll 1
-    for (int oy = wr.oy0; oy <= wr.oy1; ++oy)
-#pragma unroll 1
-      for (int ox = wr.ox0; ox <= wr.ox1; ++ox) {
-        const Index o = base + Index(oy * g.ow + ox);
-        if (argmax[o] == at) acc += to_f32(dy[o]);
-      }
-    dx[i] = from_f32<T>(acc);
+    float acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = 0.0f;
+    struct Window {
+      int argmax;
+      T dy;
+    };
+    // k3 s2: up to 2 rows of 2 (V = 1) or 3 (V = 4) windows, all loaded first
+    for_range<2, V == 1 ? 2 : 3>(
+        wr.oy0, wr.oy1, wr.ox0, last.ox1,
+        [&](int oy, int ox) {
+          const Index o = base + Index(oy * g.ow + ox);
+          return Window{argmax[o], dy[o]};
+        },
+        [&](const Window& win) {
+          const int d = win.argmax - at;  // which of the V inputs holds this window's maximum, if any
+          const float v = to_f32(win.dy);
+#pragma unroll
+          for (int k = 0; k < V; ++k)
+            if (d == k) acc[k] += v;
+        });
+    store<V>(dx + i * Index(V), acc);
   }
 }
 
 // NHWC: output o = (pixel, channel), channel innermost.
-template <class Index, class T>
+// Thread j takes V channels of an output pixel, at j * V (c % V == 0; V = 16 bytes of T where the pointers allow).
+template <class Index, class T, int V>
 __global__ void __launch_bounds__(kThreads)
-    maxpool_forward_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index total,
-                                int c, FlatDiv<Index> c_div, FlatDiv<Index> ohw, const PoolWindow g) {
-  for (Index o = Index(blockIdx.x) * kThreads + threadIdx.x; o < total; o += Index(gridDim.x) * kThreads) {
-    const Index pix = Index(c_div.div(o));
-    const int ch = int(o - pix * Index(c));
+    maxpool_forward_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y, int32_t* __restrict__ argmax, Index vectors,
+                                int c, FlatDiv<Index> c_vectors, FlatDiv<Index> ohw, const PoolWindow g) {
+  for (Index j = Index(blockIdx.x) * kThreads + threadIdx.x; j < vectors; j += Index(gridDim.x) * kThreads) {
+    const Index pix = Index(c_vectors.div(j));
+    const int ch = int(j - pix * Index(c / V)) * V;
     const Index img = Index(ohw.div(pix));
     const int r = int(pix - img * Index(g.oh * g.ow));
     const int oy = g.ow_div.div(r), ox = r - oy * g.ow;
-    float best;
-    int at;
-    window_max(x + img * Index(g.h * g.w) * Index(c) + ch, Index(c), g, oy, ox, best, at);
-    y[o] = from_f32<T>(best);
-    argmax[o] = at;
+    float best[V];
+    int at[V];
+    window_max<V>(x + img * Index(g.h * g.w) * Index(c) + ch, Index(c), g, oy, ox, best, at);
+    store<V>(y + j * Index(V), best);
+    store_i32<V>(argmax + j * Index(V), at);
   }
 }
 
-template <class Index, class T>
+// Thread i takes V channels of an input pixel, at i * V; each channel sums its windows in output order.
+template <class Index, class T, int V>
 __global__ void __launch_bounds__(kThreads)
     maxpool_backward_nhwc_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
-                                 Index total, int c, FlatDiv<Index> c_div, FlatDiv<Index> hw, const PoolWindow g) {
-  for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < total; i += Index(gridDim.x) * kThreads) {
-    const Index pix = Index(c_div.div(i));
-    const int ch = int(i - pix * Index(c));
+                                 Index vectors, int c, FlatDiv<Index> c_vectors, FlatDiv<Index> hw,
+                                 const PoolWindow g) {
+  for (Index i = Index(blockIdx.x) * kThreads + threadIdx.x; i < vectors; i += Index(gridDim.x) * kThreads) {
+    const Index pix = Index(c_vectors.div(i));
+    const int ch = int(i - pix * Index(c / V)) * V;
     const Index img = Index(hw.div(pix));
     const int at = int(pix - img * Index(g.h * g.w));
     const int iy = g.w_div.div(at), ix = at - iy * g.w;
     const WindowRange wr = windows_of(g, iy, ix);
     const Index base = img * Index(g.oh * g.ow);
-    float acc = 0.0f;
-#pragma unroll 1
-    for (int oy = wr.oy0; oy <= wr.oy1; ++oy)
-#pragma unroll 1
-      for (int ox = wr.ox0; ox <= wr.ox1; ++ox) {
-        const Index o = (base + Index(oy * g.ow + ox)) * Index(c) + ch;
-        if (argmax[o] == at) acc += to_f32(dy[o]);
-      }
-    dx[i] = from_f32<T>(acc);
+    float acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = 0.0f;
+    struct Window {
+      int argmax[V];
+      Pack<T, V> dy;
+    };
+    for_range<2, 2>(  // k3 s2: up to 2 x 2 windows, all loaded first
+        wr.oy0, wr.oy1, wr.ox0, wr.ox1,
+        [&](int oy, int ox) {
+          const Index o = (base + Index(oy * g.ow + ox)) * Index(c) + ch;
+          Window win;
+          load_i32<V>(argmax + o, win.argmax);
+          win.dy = *reinterpret_cast<const Pack<T, V>*>(dy + o);
+          return win;
+        },
+        [&](const Window& win) {
+#pragma unroll
+          for (int k = 0; k < V; ++k)
+            if (win.argmax[k] == at) acc[k] += to_f32(win.dy.e[k]);
+        });
+    store<V>(dx + i * Index(V), acc);
   }
 }
 
@@ -219,6 +319,28 @@ __global__ void __launch_bounds__(kThreads)
 // 32-bit flat indices (and FastDiv) when every index, and every index a grid-stride loop steps to, is below 2^31.
 bool fits_i31(int64_t n) { return n < (int64_t(1) << 31) - int64_t(kThreads) * 132 * 16; }
 
+// HPDT_POOL_VECTOR=off: one value a thread in every max-pool kernel (the A/B for the vector kernels).
+bool pool_vectors_enabled() { return env_switch("HPDT_POOL_VECTOR", "on", "off"); }
+
+// Values a max-pool thread takes: V_wide (as vectors of V_wide * sizeof(T) bytes, argmax of 4 * V_wide) when the
+// switch is on, the values it steps over (a row's w for NCHW, the channels for NHWC) are a multiple of it and every
+// pointer is 16-byte aligned; else 1.
+int pool_vector_width(int v_wide, int64_t run, std::initializer_list<const void*> pointers) {
+  if (!pool_vectors_enabled() || v_wide <= 1 || run % v_wide != 0) return 1;
+  for (const void* p : pointers)
+    if (!aligned16(p)) return 1;
+  return v_wide;
+}
+
+// Calls f(std::integral_constant<int, V>) for V = v, which is Wide or 1.
+template <int Wide, class F>
+void with_width(int v, F&& f) {
+  if (v == Wide)
+    f(std::integral_constant<int, Wide>{});
+  else
+    f(std::integral_constant<int, 1>{});
+}
+
 }  // namespace
 
 void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, Tensor& y, Tensor& argmax,
@@ -234,13 +356,18 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
   dispatch_floating(x.dtype(), "maxpool2d_forward", [&](auto tag) {
     using T = decltype(tag);
     const PoolWindow g = pool_window(h, w, oh, ow, k, stride, pad);
+    // NHWC: kVec<T> channels a thread; NCHW: one output a thread (its window's columns are `stride` apart).
+    const int v = nhwc ? pool_vector_width(kVec<T>, c, {x.data(), y.data(), argmax.data()}) : 1;
     auto launch = [&](auto index) {
       using Index = decltype(index);
       using Div = FlatDiv<Index>;
       if (nhwc)
-        maxpool_forward_nhwc_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
-            static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total), int(c),
-            Div(c), Div(oh * ow), g);
+        with_width<kVec<T>>(v, [&](auto vt) {
+          constexpr int V = decltype(vt)::value;
+          maxpool_forward_nhwc_kernel<Index, T, V><<<detail::grid_for(total / V, kThreads), kThreads, 0, s>>>(
+              static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total / V),
+              int(c), Div(c / V), Div(oh * ow), g);
+        });
       else
         maxpool_forward_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
             static_cast<const T*>(x.data()), static_cast<T*>(y.data()), argmax.data<int32_t>(), Index(total),
@@ -267,17 +394,26 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
   dispatch_floating(dx.dtype(), "maxpool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const PoolWindow g = pool_window(h, w, oh, ow, k, stride, pad);
+    // NHWC: kVec<T> channels a thread; NCHW: 4 inputs of a row (8 or 16 bytes of dx; see the kernel).
+    const int v = nhwc ? pool_vector_width(kVec<T>, c, {dy.data(), argmax.data(), dx.data()})
+                       : pool_vector_width(4, w, {dx.data()});
     auto launch = [&](auto index) {
       using Index = decltype(index);
       using Div = FlatDiv<Index>;
       if (nhwc)
-        maxpool_backward_nhwc_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
-            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total), int(c),
-            Div(c), Div(h * w), g);
+        with_width<kVec<T>>(v, [&](auto vt) {
+          constexpr int V = decltype(vt)::value;
+          maxpool_backward_nhwc_kernel<Index, T, V><<<detail::grid_for(total / V, kThreads), kThreads, 0, s>>>(
+              static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total / V),
+              int(c), Div(c / V), Div(h * w), g);
+        });
       else
-        maxpool_backward_gather_kernel<Index, T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
-            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total),
-            Div(h * w), g);
+        with_width<4>(v, [&](auto vt) {
+          constexpr int V = decltype(vt)::value;
+          maxpool_backward_gather_kernel<Index, T, V><<<detail::grid_for(total / V, kThreads), kThreads, 0, s>>>(
+              static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()), Index(total / V),
+              Div(h * w / V), FastDiv(w / V), g);
+        });
       HPDT_CUDA_CHECK_LAUNCH();
     };
     if (fits_i31(total) && fits_i31(dy.numel()))

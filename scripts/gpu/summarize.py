@@ -456,8 +456,9 @@ COPY_GBS = 3000.0  # H100 SXM device-to-device copy, bytes read + written (KINDS
 
 def layers_table(layers, rows, numbers):
     rows.append("| memory-bound op (batch 64) | bf16 GB/s | f32 GB/s | bf16 / copy | f32 / copy | bf16: unfused ops' time / fused "
-                "| bf16: per-channel apply's time / flat (HPDT_BN_FLAT=off) |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|")
+                "| bf16: per-channel apply's time / flat (HPDT_BN_FLAT=off) "
+                "| bf16: one value a thread's time / vector (HPDT_POOL_VECTOR=off) |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     ops = sorted({k.split("/", 2)[2] for k in layers if k.count("/") >= 2 and k.split("/")[1] in ("bf16", "f32")})
     for op in ops:
         bf, f32 = layers.get(f"layers/bf16/{op}"), layers.get(f"layers/f32/{op}")
@@ -467,10 +468,11 @@ def layers_table(layers, rows, numbers):
         r = lambda v: v / COPY_GBS if v else None  # noqa: E731
         unfused = bf.get("x_unfused") if bf else None
         per_channel = bf.get("x_per_channel") if bf else None  # since 2026-11-29: narrow planes' flat apply
+        scalar = bf.get("x_scalar") if bf else None  # since 2026-11-29 (second): max pool's vector kernels
         rows.append(f"| {op} | {fmt(g(bf), 0)} | {fmt(g(f32), 0)} | {fmt(r(g(bf)), 2)} | {fmt(r(g(f32)), 2)} | "
-                    f"{fmt(unfused, 2)} | {fmt(per_channel, 2)} |")
+                    f"{fmt(unfused, 2)} | {fmt(per_channel, 2)} | {fmt(scalar, 2)} |")
         numbers.append({"op": "layer", "name": op, "bf16_gbs": g(bf), "f32_gbs": g(f32), "bf16_x_unfused": unfused,
-                        "bf16_x_per_channel": per_channel})
+                        "bf16_x_per_channel": per_channel, "bf16_x_scalar": scalar})
 
 
 def train_table(t, torch, rows, numbers):

@@ -9,19 +9,26 @@
 // Tolerances:
 //   max pool y and argmax: exact in every dtype (a selection among the very values the oracle sees, with
 //     the CPU's scan order and tie rule; NaN wins);
-//   max pool dx: f32 exact (the gather adds the windows in output order from 0, as the CPU's scatter does);
-//     f16/bf16 the dtype's default (one rounding of the f32 sum);
+//   max pool dx: exact against the oracle's f32 dx rounded through the dtype (the gather adds the windows in output
+//     order from 0, as the CPU's scatter does, and rounds the f32 sum once);
 //   average pool y: f32 rtol 1e-5 (another summation order over h*w <= 784 values), f16/bf16 the default;
 //     dx exact in f32 (one division), the default otherwise.
 // NHWC ([n, h, w, c], kernels/cpu/pool.cpp's NHWC functions as the oracle): the same cases and tolerances, with the
 // exception that the NHWC average pool adds a channel's pixels in the CPU's order, so f32 y is exact too.
+// The max-pool vector kernels (a 16-byte vector of channels a thread in NHWC; 4 inputs of a row a thread in NCHW's
+// backward): the last cases have rows of a multiple of 4 and channels of a multiple of 8, with every overlap
+// (k3 s1, k5 s2, k2 s3: inputs in no window); MaxPoolVectorKernelsGiveTheSameBits runs them with HPDT_POOL_VECTOR
+// on and off and asserts the same bits and, on the emulator, which kernels ran.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/pool.h"
 #include "hpdt_test.h"
 
@@ -39,9 +46,11 @@ struct MaxCase {
   }
 };
 
-const MaxCase kMaxCases[] = {{{1, 1, 1, 1}, 1, 1, 0},  {{2, 3, 7, 7}, 3, 2, 1},  {{3, 17, 28, 28}, 2, 2, 0},
-                             {{2, 5, 9, 11}, 3, 1, 1}, {{2, 3, 8, 8}, 4, 3, 2},  {{1, 2, 5, 5}, 5, 1, 2},
-                             {{2, 3, 1, 1}, 3, 1, 1},  {{1, 17, 7, 7}, 7, 1, 0}, {{4, 64, 112, 112}, 3, 2, 1}};
+const MaxCase kMaxCases[] = {{{1, 1, 1, 1}, 1, 1, 0},    {{2, 3, 7, 7}, 3, 2, 1},   {{3, 17, 28, 28}, 2, 2, 0},
+                             {{2, 5, 9, 11}, 3, 1, 1},   {{2, 3, 8, 8}, 4, 3, 2},   {{1, 2, 5, 5}, 5, 1, 2},
+                             {{2, 3, 1, 1}, 3, 1, 1},    {{1, 17, 7, 7}, 7, 1, 0},  {{4, 64, 112, 112}, 3, 2, 1},
+                             {{2, 16, 12, 16}, 3, 1, 1}, {{2, 8, 10, 20}, 5, 2, 2}, {{1, 24, 9, 12}, 3, 2, 1},
+                             {{2, 8, 6, 8}, 2, 3, 0}};
 
 class PoolCuda : public test::CudaOracleTest {
  protected:
@@ -87,7 +96,7 @@ void PoolCuda::max_case(const MaxCase& c, DType dt, bool specials, Layout layout
   Tensor dxg = poisoned(xs, dt);
   kernels::maxpool2d_backward(to_gpu(dy, dt), am.to(Device::cuda(0), stream), c.k, c.stride, c.pad, dxg, stream,
                               layout);
-  EXPECT_TRUE(close(dx, to_cpu_f32(dxg), dt == DType::f32 ? exact() : test::default_tolerance(dt))) << "dx";
+  EXPECT_TRUE(close(round_through(dx, dt), to_cpu_f32(dxg), exact())) << "dx";
 }
 
 TEST_F(PoolCuda, MaxPoolForwardBackward) {
@@ -97,7 +106,65 @@ TEST_F(PoolCuda, MaxPoolForwardBackward) {
 
 TEST_F(PoolCuda, MaxPoolNanAndMinusInfinity) {
   for (DType dt : test::kCudaTestDtypes)
-    for (const MaxCase& c : {kMaxCases[1], kMaxCases[3], kMaxCases[5]}) max_case(c, dt, true);
+    for (const MaxCase& c : {kMaxCases[1], kMaxCases[3], kMaxCases[5], kMaxCases[10]}) max_case(c, dt, true);
+}
+
+// The vector kernels against the one-value-a-thread kernels (HPDT_POOL_VECTOR=off), bit for bit: y, argmax, dx
+// (dx onto a poisoned tensor, so every element is written), with NaN and -inf inputs.
+TEST_F(PoolCuda, MaxPoolVectorKernelsGiveTheSameBits) {
+  auto run = [&](const MaxCase& c, DType dt, Layout layout, const char* vector) {
+    const ScopedEnv env("HPDT_POOL_VECTOR", vector);
+    const Shape xs = in_layout(c.x, layout), ys = in_layout(out_shape(c), layout);
+    Tensor x = random(xs);
+    for (int64_t i = 3; i < x.numel(); i += 29) x.data<float>()[i] = i % 2 ? NAN : -INFINITY;
+    Tensor y = poisoned(ys, dt), am = poisoned(ys, DType::i32), dx = poisoned(xs, dt);
+    kernels::maxpool2d_forward(to_gpu(x, dt), c.k, c.stride, c.pad, y, am, stream, layout);
+    kernels::maxpool2d_backward(to_gpu(random(ys), dt), am, c.k, c.stride, c.pad, dx, stream, layout);
+    const Tensor amc = am.to(Device::cpu(), stream);
+    stream.synchronize();
+    std::vector<uint32_t> bits;
+    for (const Tensor& t : {to_cpu_f32(y), to_cpu_f32(dx)})
+      for (int64_t i = 0; i < t.numel(); ++i) bits.push_back(test::bits_of(t.data<float>()[i]));
+    for (int64_t i = 0; i < amc.numel(); ++i) bits.push_back(uint32_t(amc.data<int32_t>()[i]));
+    return bits;
+  };
+  for (DType dt : test::kCudaTestDtypes)
+    for (Layout layout : {Layout::nchw, Layout::nhwc})
+      for (const MaxCase& c : kMaxCases) {
+        SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dt)) + " " + kernels::layout_name(layout));
+        const int64_t vec = 16 / int64_t(dtype_size(dt));
+        const bool nhwc = layout == Layout::nhwc;
+        // the kernels that run a vector a thread: NHWC forward and backward where c % vec == 0; NCHW backward
+        // where w % 4 == 0
+        const unsigned expect = nhwc ? (c.x[1] % vec == 0 ? 2u : 0u) : (c.x[3] % 4 == 0 ? 1u : 0u);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        auto vector_launches = [] {
+          return cuda_emu::launches_named("maxpool") - cuda_emu::launches_named("maxpool_forward_kernel") -
+                 cuda_emu::launches_named("int V = 1;");
+        };
+        const unsigned long long v0 = vector_launches();
+#endif
+        const uint64_t inputs = draw_position();
+        const std::vector<uint32_t> on = run(c, dt, layout, "on");
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        EXPECT_EQ(vector_launches() - v0, expect) << "vector kernels";
+        const unsigned long long v1 = vector_launches();
+#else
+        (void)expect;
+#endif
+        rewind(inputs);  // the same inputs
+        const std::vector<uint32_t> off = run(c, dt, layout, "off");
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        EXPECT_EQ(vector_launches(), v1) << "HPDT_POOL_VECTOR=off";
+#endif
+        ASSERT_EQ(on.size(), off.size());
+        for (size_t i = 0; i < on.size(); ++i) ASSERT_EQ(on[i], off[i]) << "value " << i << " of y, dx, argmax";
+      }
+  const Tensor x = to_gpu(random({1, 4, 4, 8}), DType::bf16);
+  Tensor y = poisoned({1, 2, 2, 8}, DType::bf16), am = poisoned({1, 2, 2, 8}, DType::i32);
+  const ScopedEnv bad("HPDT_POOL_VECTOR", "yes");
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_forward(x, 2, 2, 0, y, am, stream, Layout::nhwc),
+                        "HPDT_POOL_VECTOR=yes: expected on or off");
 }
 
 TEST_F(PoolCuda, MaxPoolBackwardIsDeterministic) {
