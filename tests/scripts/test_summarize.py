@@ -301,38 +301,33 @@ class GemmEpiloguePrefetch(unittest.TestCase):
         self.assertIsNone(n[0]["v3_pingpong_x_no_prefetch"])
 
 
-class LayersPerChannelApply(unittest.TestCase):
-    """x_per_channel (NCHW batch norm on narrow planes: HPDT_BN_FLAT=off against the flat apply, same run): a column of
-    the memory-bound table, empty where the row has no such counter."""
+class LayersSwitchColumns(unittest.TestCase):
+    """The memory-bound table's A/B columns, each a same-run ratio, empty where the row has no such counter:
+    x_per_channel (NCHW batch norm on narrow planes: HPDT_BN_FLAT=off against the flat apply) and x_scalar (max pool:
+    HPDT_POOL_VECTOR=off against the vector kernels), in the numbers as bf16_x_per_channel and bf16_x_scalar."""
 
-    def test_column(self):
-        l = {"layers/bf16/resnet50_bn_eval_64x2048x7x7": {"GB/s": 2400.0, "x_per_channel": 2.5},
-             "layers/f32/resnet50_bn_eval_64x2048x7x7": {"GB/s": 2600.0, "x_per_channel": 2.0},
-             "layers/bf16/resnet50_bn_eval_64x256x56x56": {"GB/s": 2700.0}}
+    @staticmethod
+    def table(layers):
         rows, numbers = [], []
-        summarize.layers_table(l, rows, numbers)
-        text = "\n".join(rows)
+        summarize.layers_table(layers, rows, numbers)
+        return "\n".join(rows), {x["name"]: x for x in numbers}
+
+    def test_per_channel(self):
+        text, n = self.table({"layers/bf16/resnet50_bn_eval_64x2048x7x7": {"GB/s": 2400.0, "x_per_channel": 2.5},
+                              "layers/f32/resnet50_bn_eval_64x2048x7x7": {"GB/s": 2600.0, "x_per_channel": 2.0},
+                              "layers/bf16/resnet50_bn_eval_64x256x56x56": {"GB/s": 2700.0}})
         self.assertIn("| resnet50_bn_eval_64x2048x7x7 | 2400 | 2600 | 0.80 | 0.87 | — | 2.50 | — |", text)
         self.assertIn("| resnet50_bn_eval_64x256x56x56 | 2700 | — | 0.90 | — | — | — | — |", text)
-        n = {x["name"]: x for x in numbers}
         self.assertEqual(n["resnet50_bn_eval_64x2048x7x7"]["bf16_x_per_channel"], 2.5)
         self.assertIsNone(n["resnet50_bn_eval_64x256x56x56"]["bf16_x_per_channel"])
 
-
-class LayersPoolScalar(unittest.TestCase):
-    """x_scalar (max pool: HPDT_POOL_VECTOR=off against the vector kernels, same run): the table's last column, in the
-    numbers as bf16_x_scalar, empty where the row has no such counter."""
-
-    def test_column(self):
-        l = {"layers/bf16/resnet50_maxpool_bwd_nhwc_64x112x112x64_k3s2p1": {"GB/s": 2100.0, "x_scalar": 3.2},
-             "layers/bf16/resnet50_relu_fwd_64x256x56x56": {"GB/s": 2700.0}}
-        rows, numbers = [], []
-        summarize.layers_table(l, rows, numbers)
-        text = "\n".join(rows)
-        self.assertIn("| resnet50_maxpool_bwd_nhwc_64x112x112x64_k3s2p1 | 2100 | — | 0.70 | — | — | — | 3.20 |", text)
+    def test_scalar(self):
+        pool = "resnet50_maxpool_bwd_nhwc_64x112x112x64_k3s2p1"
+        text, n = self.table({f"layers/bf16/{pool}": {"GB/s": 2100.0, "x_scalar": 3.2},
+                              "layers/bf16/resnet50_relu_fwd_64x256x56x56": {"GB/s": 2700.0}})
+        self.assertIn(f"| {pool} | 2100 | — | 0.70 | — | — | — | 3.20 |", text)
         self.assertIn("| resnet50_relu_fwd_64x256x56x56 | 2700 | — | 0.90 | — | — | — | — |", text)
-        n = {x["name"]: x for x in numbers}
-        self.assertEqual(n["resnet50_maxpool_bwd_nhwc_64x112x112x64_k3s2p1"]["bf16_x_scalar"], 3.2)
+        self.assertEqual(n[pool]["bf16_x_scalar"], 3.2)
         self.assertIsNone(n["resnet50_relu_fwd_64x256x56x56"]["bf16_x_scalar"])
 
 
