@@ -15,8 +15,8 @@
 // those takes the row. v3_wgmma_ws rows: the same with HPDT_GEMM_V3_PIPELINE=ws (wgmma.cuh's warp-specialised
 // pipeline in conv v3 and GEMM v3); v3_wgmma_pingpong rows with HPDT_GEMM_V3_PIPELINE=pingpong (its backward-filter
 // on ws).
-// x_direct (v2 rows of a strided convolution of fewer than 16 channels, the stem: the forward and the backward-filter,
-// both layouts): the time
+// x_direct (v2 rows of a strided convolution of fewer than 16 channels, the stem: every direction, both layouts; the
+// backward-data on space-to-depth since 2026-11-29, second session): the time
 // with HPDT_CONV_SPACE_TO_DEPTH=off (the direct gathers) / the time on space-to-depth (the default since 2026-11-29;
 // kernels/cuda/space_to_depth.cuh), same run.
 // cudnn rows: the vendor backend's default, the first deterministic algorithm cuDNN's v7 heuristics rank;
@@ -206,9 +206,8 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
     state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn, b, stream) / ours;
     if (dt == DType::bf16)
       state.counters["vs_cudnn_find"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn_find, b, stream) / ours;
-    if (impl == Impl::v2 && (d == Dir::forward || d == Dir::backward_filter) &&
-        s.stride >= 2 && s.c_in < 16 &&
-        s.kh >= s.stride && s.kw >= s.stride) {  // where kernels/cuda/space_to_depth.cuh applies
+    if (impl == Impl::v2 && s.stride >= 2 && s.c_in < 16 && s.kh >= s.stride &&
+        s.kw >= s.stride) {  // where kernels/cuda/space_to_depth.cuh applies (the backward-data: no residual here)
       const ScopedEnv direct("HPDT_CONV_SPACE_TO_DEPTH", "off");
       state.counters["x_direct"] = time_ms(s, b, d, impl, layout, stream, 10) / ours;
     }

@@ -21,9 +21,9 @@
 //      register-staged gathers otherwise (loaded before a stage's math, stored after it): 2 stages when a gather is
 //      involved, 4 when every operand is cp.async (1x1 stride-1 convs, which are plain GEMMs in NCHW).
 //      Backward-data and backward-filter gather x/dy tap-major too (channels / column tables).
-//      A strided convolution of fewer than 16 channels (ResNet's stem, ViT's patch embedding) runs its forward and
-//      backward-filter as a stride-1 one of 16 or more channels on a space-to-depth rearrangement
-//      (space_to_depth.cuh): the channels gather, or the direct loads for one tap.
+//      A strided convolution of fewer than 16 channels (ResNet's stem, ViT's patch embedding) runs its forward,
+//      backward-filter and (without a residual) backward-data as a stride-1 one of 16 or more channels on a
+//      space-to-depth rearrangement (space_to_depth.cuh): the channels gather, or the direct loads for one tap.
 // Both stage the f32 accumulators through shared memory for coalesced stores; the forward epilogue adds bias,
 // applies per-channel scale/shift, a residual and ReLU (conv2d_forward_fused) before the one rounding to T.
 // Backward-filter splits the pixel reduction over blockIdx.z into f32 partials summed in a fixed order
@@ -1053,6 +1053,13 @@ void run_forward(const Conv2dShape& s, const Tensor& x, const Tensor& w, const C
 template <class T>
 void run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc,
                        const Tensor* residual, ChannelGradSums* bn, const Stream& stream) {
+  if (space_to_depth_backward_data_applies(s, tc && !std::is_same_v<T, float>, residual, bn)) {
+    // (space_to_depth.cuh) one phase of 16 or more rows of its tiles real instead of s^2 phases of C
+    return space_to_depth_backward_data<T>(s, w, dx, Layout::nchw, stream,
+                                           [&](const Conv2dShape& rs, const Tensor& wr, Tensor& dxs) {
+                                             run_backward_data<T>(rs, dy, wr, dxs, tc, nullptr, nullptr, stream);
+                                           });
+  }
   const cudaStream_t st = detail::native(stream);
   const int64_t S = s.stride, oh = s.out_h(), ow = s.out_w();
   int64_t total = 0;

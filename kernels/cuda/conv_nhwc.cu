@@ -23,8 +23,9 @@
 //      cp.async. Both tiles are k-contiguous: plain ldmatrix. Backward-filter: 64|128 co x 128 columns x 32 pixels,
 //      dy [pixel][co] and x [pixel][column] tiles by cp.async (co % 8 == 0, ci % 8 == 0; 4 stages when both) or
 //      gathered; both tiles are pixel-major, so both fragments are ldmatrix.trans.
-//      A strided convolution of fewer than 16 channels (ResNet's stem) runs its forward and backward-filter as a
-//      stride-1 one of 16 or more channels on a space-to-depth rearrangement (space_to_depth.cuh): 16-byte loads.
+//      A strided convolution of fewer than 16 channels (ResNet's stem) runs its forward, backward-filter and (without
+//      a residual) backward-data as a stride-1 one of 16 or more channels on a space-to-depth rearrangement
+//      (space_to_depth.cuh): 16-byte loads.
 // The forward's epilogue (bias, scale/shift, residual, ReLU) runs on the f32 accumulators before the one rounding
 // to T. Backward-filter splits the pixel reduction over blockIdx.z into f32 partials summed in a fixed order
 // (deterministic, no atomics); dbias is a fixed-order column sum.
@@ -862,6 +863,14 @@ template <class T>
 bool run_backward_data(const Conv2dShape& s, const Tensor& dy, const Tensor& w, Tensor& dx, bool tc, bool v3,
                        const Tensor* residual, ChannelGradSums* bn, const Stream& stream) {
   bool ran_v3 = false;
+  if (space_to_depth_backward_data_applies(s, tc && !std::is_same_v<T, float>, residual, bn)) {
+    // (space_to_depth.cuh) one phase of 16 or more rows of its tiles real instead of s^2 phases of C
+    space_to_depth_backward_data<T>(s, w, dx, Layout::nhwc, stream,
+                                    [&](const Conv2dShape& rs, const Tensor& wr, Tensor& dxs) {
+                                      ran_v3 = run_backward_data<T>(rs, dy, wr, dxs, tc, v3, nullptr, nullptr, stream);
+                                    });
+    return ran_v3;
+  }
   const cudaStream_t st = detail::native(stream);
   int64_t total = 0;
   const std::vector<DataPhase> phases = data_phases(s, &total);

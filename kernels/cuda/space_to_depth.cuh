@@ -1,5 +1,5 @@
-// Strided convolutions of a few channels on space-to-depth, for v2's forward and backward-filter in both layouts
-// (conv.cu, conv_nhwc.cu).
+// Strided convolutions of a few channels on space-to-depth, for v2's forward, backward-filter and backward-data in
+// both layouts (conv.cu, conv_nhwc.cu).
 // Private to kernels/cuda; include after conv_common.cuh.
 //
 // A strided convolution of C < 16 input channels (ResNet's 7x7 stride-2 stem on 3, ViT's 16x16 stride-16 patch
@@ -15,8 +15,9 @@
 // plus zeros (the stem: K = 256 against 147, 16 channels of 4 x 4 taps; the patch embedding: K = 768 either way, one
 // tap), which NCHW's channels gather (one bounds check per 16 values; a one-tap one: the direct cp.async loads where
 // the plane allows) and NHWC's 16-byte loads take. HPDT_CONV_SPACE_TO_DEPTH=off keeps the direct gathers (the A/B).
-// The forward and the backward-filter (space_to_depth_backward_filter); the backward-data stays direct (a step
-// computes neither layer's).
+// The forward, the backward-filter (space_to_depth_backward_filter) and the backward-data without a residual or batch
+// norm's sums (space_to_depth_backward_data: a step computes neither layer's, but the direct one ran the stem's with
+// 3 of a 64-row tile's rows real in each of its 4 stride phases, at 0.48-0.56x cuDNN on the H200, 2026-11-27).
 #pragma once
 
 #include "conv_common.cuh"
@@ -130,47 +131,123 @@ SpaceToDepth space_to_depth(const Conv2dShape& s, const Tensor& x, const Tensor&
   return space_to_depth_input<T>(s, x, layout, xs, stream);
 }
 
-// The backward-filter runs the rearranged convolution's onto dws [co][cs][th][tw], which first holds dw's values at
-// their rearranged places (and zeros elsewhere): dws = dw + the sums, rounded once as the direct kernels round them
-// (summed from zero and added to dw afterwards, a gradient accumulated onto another lost up to 2^-8 of the sums'
-// size: the oracle tests caught it). Then each of dw's values is copied back (`back`), the zeros' sums dropped.
+// Between a filter w [co][C][kh][kw] and its rearrangement wr [co][cs][th][tw] (the rearranged convolution's filter in
+// the direct kernels' layout; zeros past the kernel and in the padding channels). to_rearranged: wr from w, every
+// value; else w from wr, its real values only (the zeros' values dropped). Small: plain divisions.
 template <class T>
 __global__ void __launch_bounds__(kThreads1D)
-    space_to_depth_weight_grad(T* __restrict__ dw, T* __restrict__ dws, int total, int C, int kh, int kw,
-                               SpaceToDepth d, bool back) {
+    space_to_depth_filter(const T* __restrict__ from, T* __restrict__ to, int total, int C, int kh, int kw,
+                          SpaceToDepth d, bool to_rearranged) {
   for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
-    // i indexes dws [co][cs][th][tw]
+    // i indexes wr [co][cs][th][tw]
     const int tx = i % d.tw, ty = (i / d.tw) % d.th, ch = (i / (d.tw * d.th)) % d.cs, row = i / (d.tw * d.th * d.cs);
     const int c = ch / (d.s * d.s), sub = ch - c * d.s * d.s, ky = d.s * ty + sub / d.s, kx = d.s * tx + sub % d.s;
     const bool real = c < C && ky < kh && kx < kw;
     const int64_t j = ((int64_t(row) * C + c) * kh + ky) * kw + kx;
-    if (back) {
-      if (real) dw[j] = dws[i];
-    } else {
-      dws[i] = real ? dw[j] : T{};
-    }
+    if (to_rearranged)
+      to[i] = real ? from[j] : T{};
+    else if (real)
+      to[j] = from[i];
   }
 }
 
-// The backward-filter of s on space-to-depth: dw's values rearranged, the layout's own backward-filter of the
-// rearranged convolution onto them (wgrad(rs, xs, dws)), copied back.
+// The rearrangement of a filter (to_rearranged: wr from w) or back (w from wr), [co][cs][th][tw] as above.
+template <class T>
+void rearrange_filter(const Conv2dShape& s, const SpaceToDepth& d, const Tensor& from, Tensor& to, bool to_rearranged,
+                      const Stream& stream) {
+  const int64_t total = s.c_out * d.cs * d.th * d.tw;
+  space_to_depth_filter<T><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
+      static_cast<const T*>(from.data()), static_cast<T*>(to.data()), int(total), int(s.c_in), int(s.kh), int(s.kw), d,
+      to_rearranged);
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+// The rearranged convolution: stride 1, unpadded, on xs [n][cs][hs][ws] (NHWC: [n][hs][ws][cs]).
+inline Conv2dShape rearranged_shape(const Conv2dShape& s, const SpaceToDepth& d) {
+  return {s.n, d.cs, d.hs, d.ws, s.c_out, d.th, d.tw, 1, 0};
+}
+
+// The backward-filter of s on space-to-depth: the layout's own backward-filter of the rearranged convolution
+// (wgrad(rs, xs, dws)) onto dws, which first holds dw's values at their rearranged places (and zeros elsewhere):
+// dws = dw + the sums, rounded once as the direct kernels round them (summed from zero and added to dw afterwards, a
+// gradient accumulated onto another lost up to 2^-8 of the sums' size: the oracle tests caught it). Then each of
+// dw's values is copied back, the zeros' sums dropped.
 template <class T, class Wgrad>
 void space_to_depth_backward_filter(const Conv2dShape& s, const Tensor& x, Tensor& dw, Layout layout,
                                     const Stream& stream, Wgrad&& wgrad) {
   Tensor xs;
   const SpaceToDepth d = space_to_depth_input<T>(s, x, layout, xs, stream);
-  const Conv2dShape rs{s.n, d.cs, d.hs, d.ws, s.c_out, d.th, d.tw, 1, 0};
-  const int64_t total = s.c_out * d.cs * d.th * d.tw;
-  Tensor dws = device_buffer(total, dw.dtype(), dw.device(), stream);
-  const auto map = [&](bool back) {
-    space_to_depth_weight_grad<T><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
-        static_cast<T*>(dw.data()), static_cast<T*>(dws.data()), int(total), int(s.c_in), int(s.kh), int(s.kw), d,
-        back);
-    HPDT_CUDA_CHECK_LAUNCH();
-  };
-  map(false);
-  wgrad(rs, xs, dws);
-  map(true);
+  Tensor dws = device_buffer(s.c_out * d.cs * d.th * d.tw, dw.dtype(), dw.device(), stream);
+  rearrange_filter<T>(s, d, dw, dws, true, stream);
+  wgrad(rearranged_shape(s, d), xs, dws);
+  rearrange_filter<T>(s, d, dws, dw, false, stream);
+}
+
+// Whether the backward-data of s runs on space-to-depth: where the forward would, without a residual to add or batch
+// norm's sums to compute (the rearranged dx is rounded before its values reach dx: a residual would be added to a
+// rounded sum), with dx within 32-bit indices.
+inline bool space_to_depth_backward_data_applies(const Conv2dShape& s, bool tc_half, const Tensor* residual,
+                                                 const ChannelGradSums* bn) {
+  return !residual && !bn && s.n * s.c_in * s.h * s.w < (int64_t(1) << 31) && space_to_depth_applies(s, tc_half);
+}
+
+// dx from dxs, the rearranged convolution's input gradient: one thread a value of dx, which sits at one place of dxs
+// (y + pad = s Y + ry, x + pad = s X + rx, channel (c s + ry) s + rx), or is 0 where that place is past dxs (input
+// pixels no window reaches). NCHW: i = ((img C + c) H + y) W + x; NHWC: i = ((img H + y) W + x) C + c.
+struct D2sDivs {
+  FastDiv w, h, c, s;
+};
+template <class T, bool kNhwc>
+__global__ void __launch_bounds__(kThreads1D) depth_to_space_kernel(const T* __restrict__ dxs, T* __restrict__ dx,
+                                                                    int total, int pad, SpaceToDepth d, D2sDivs g) {
+  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
+    int img, c, y, x;
+    if constexpr (kNhwc) {
+      const int pixel = g.c.div(i);
+      c = i - pixel * g.c.value();
+      const int row = g.w.div(pixel);
+      x = pixel - row * g.w.value();
+      img = g.h.div(row), y = row - img * g.h.value();
+    } else {
+      const int row = g.w.div(i);
+      x = i - row * g.w.value();
+      const int plane = g.h.div(row);
+      y = row - plane * g.h.value();
+      img = g.c.div(plane), c = plane - img * g.c.value();
+    }
+    const int Y = g.s.div(y + pad), ry = y + pad - Y * d.s, X = g.s.div(x + pad), rx = x + pad - X * d.s;
+    const int ch = (c * d.s + ry) * d.s + rx;
+    T v{};
+    if (Y < d.hs && X < d.ws)
+      v = kNhwc ? dxs[((int64_t(img) * d.hs + Y) * d.ws + X) * d.cs + ch]
+                : dxs[((int64_t(img) * d.cs + ch) * d.hs + Y) * d.ws + X];
+    dx[i] = v;
+  }
+}
+
+// The backward-data of s on space-to-depth: the filter rearranged, the layout's own backward-data of the rearranged
+// convolution (data(rs, wr, dxs): stride 1, so one phase of 16 or more rows where the direct one ran s^2 phases of C
+// rows), then dx from dxs. Each dx value is dxs's, rounded once by the kernel that wrote it.
+template <class T, class Data>
+void space_to_depth_backward_data(const Conv2dShape& s, const Tensor& w, Tensor& dx, Layout layout,
+                                  const Stream& stream, Data&& data) {
+  const SpaceToDepth d = space_to_depth_dims(s);
+  Tensor wr = device_buffer(s.c_out * d.cs * d.th * d.tw, w.dtype(), w.device(), stream);
+  rearrange_filter<T>(s, d, w, wr, true, stream);
+  const bool nhwc = layout == Layout::nhwc;
+  Tensor dxs = device_buffer(s.n * d.cs * d.hs * d.ws, dx.dtype(), dx.device(), stream);
+  data(rearranged_shape(s, d), wr, dxs);
+  const int64_t total = s.n * s.c_in * s.h * s.w;
+  const D2sDivs g{FastDiv(s.w), FastDiv(s.h), FastDiv(s.c_in), FastDiv(d.s)};
+  const auto* src = static_cast<const T*>(dxs.data());
+  auto* dst = static_cast<T*>(dx.data());
+  if (nhwc)
+    depth_to_space_kernel<T, true><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
+        src, dst, int(total), int(s.pad), d, g);
+  else
+    depth_to_space_kernel<T, false><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
+        src, dst, int(total), int(s.pad), d, g);
+  HPDT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

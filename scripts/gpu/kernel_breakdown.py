@@ -25,9 +25,10 @@ FAMILIES = [
     ("attention", r"attention_|flash|fmha|sdpa|scaled_dot_product"),
     # cuDNN's algorithms beyond implicit GEMM (Find picks them: --cudnn-algo find, PyTorch's cudnn.benchmark) run
     # Winograd, FFT and filter-flip kernels, and its precomputed implicit GEMM an offsets kernel
-    # (our space-to-depth rearrangements of a strided convolution's input and weights, kernels/cuda/space_to_depth.cuh)
+    # (our space-to-depth rearrangements of a strided convolution's input, weights and input gradient,
+    # kernels/cuda/space_to_depth.cuh)
     ("convolution", r"conv(?!ert)|fprop|dgrad|wgrad|repack_weights|filter_from_krsc|winograd|fft[12]d|flip_filter|"
-                    r"computeoffsets|im2col|space_to_depth"),
+                    r"computeoffsets|im2col|space_to_depth|depth_to_space"),
     ("GEMM", r"gemm|gemv|nvjet|cutlass|cublas|splitk|matmul|dot_kernel"),
     ("norm (batch, layer)", r"bn_|ln_|batch_norm|layer_norm|batchnorm|layernorm|welford|group_norm"),
     ("pooling", r"pool"),

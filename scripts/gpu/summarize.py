@@ -294,9 +294,9 @@ def conv_epilogue_table(c, rows, numbers):
 
 
 def conv_space_to_depth_table(c, rows, numbers):
-    """v2's forward of the stem on space-to-depth (the default since 2026-11-29; NCHW and NHWC) against the direct
-    gathers (HPDT_CONV_SPACE_TO_DEPTH=off): the x_direct counter, the direct time over the space-to-depth time, same
-    run."""
+    """v2's stem on space-to-depth (the default since 2026-11-29; NCHW and NHWC; forward and backward-filter, and the
+    backward-data since the day's second session) against the direct kernels (HPDT_CONV_SPACE_TO_DEPTH=off): the
+    x_direct counter, the direct time over the space-to-depth time, same run."""
     found = False
     for k in sorted(c):
         parts = k.split("/")
@@ -677,7 +677,7 @@ def main():
                  lambda: conv_found_table(f["train"], rows, numbers)),
                 ("Convolution v2's epilogue: 4 outputs a store against 1 (same bits)",
                  lambda: conv_epilogue_table(f["conv"], rows, numbers)),
-                ("The stem's forward on space-to-depth (x_direct: HPDT_CONV_SPACE_TO_DEPTH=off against on)",
+                ("The stem on space-to-depth (x_direct: HPDT_CONV_SPACE_TO_DEPTH=off against on)",
                  lambda: conv_space_to_depth_table(f["conv"], rows, numbers)),
                 ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",
                  lambda: conv_step_table(f["conv"], rows, numbers, gpu_name(f))),

@@ -431,6 +431,16 @@ TEST_F(ConvCuda, StridedFewChannelsRunOnSpaceToDepth) {
                                                     true);
         const Tensor gdy = to_gpu(nhwc ? to_nhwc(dy) : dy, dt);
         const Tolerance dw_tol = conv_tolerance(dt, double(s.n * s.out_h() * s.out_w()), Impl::v2);
+        // the backward-data, and with a residual (which keeps the direct kernels)
+        Tensor want_dx = Tensor::empty({s.n, s.c_in, s.h, s.w}, DType::f32);
+        kernels::cpu::conv2d_backward_data<float>(s, dy.data<float>(), w.data<float>(), want_dx.data<float>());
+        const Tensor r = round_through(random({s.n, s.c_in, s.h, s.w}), dt);
+        Tensor want_dx_r = want_dx.clone(cpu);
+        for (int64_t i = 0; i < r.numel(); ++i) want_dx_r.data<float>()[i] += r.data<float>()[i];
+        if (nhwc) want_dx = to_nhwc(want_dx), want_dx_r = to_nhwc(want_dx_r);
+        const Tensor gr = to_gpu(nhwc ? to_nhwc(r) : r, dt);
+        const Shape xshape = nhwc ? Shape{s.n, s.h, s.w, s.c_in} : Shape{s.n, s.c_in, s.h, s.w};
+        const Tolerance dx_tol = conv_tolerance(dt, double(s.c_out * s.kh * s.kw), Impl::v2);
         for (const char* how : {"on", "off"}) {
           const ScopedEnv env("HPDT_CONV_SPACE_TO_DEPTH", how);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
@@ -451,6 +461,23 @@ TEST_F(ConvCuda, StridedFewChannelsRunOnSpaceToDepth) {
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
           // the input's rearrangement and dw's there and back
           EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before_dw, on ? 3u : 0u);
+          const unsigned long long before_dx = cuda_emu::launches_named("space_to_depth"),
+                                   before_d2s = cuda_emu::launches_named("depth_to_space");
+#endif
+          Tensor dx = poisoned(xshape, dt);
+          backward_data(Impl::v2, s, gdy, gw, dx, layout);
+          EXPECT_TRUE(close(want_dx, to_cpu_f32(dx), dx_tol)) << "backward-data, HPDT_CONV_SPACE_TO_DEPTH=" << how;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          // the filter's rearrangement, then dx from the rearranged convolution's
+          EXPECT_EQ(cuda_emu::launches_named("space_to_depth") - before_dx, on ? 1u : 0u);
+          EXPECT_EQ(cuda_emu::launches_named("depth_to_space") - before_d2s, on ? 1u : 0u);
+          const unsigned long long before_r = cuda_emu::launches_named("_to_");
+#endif
+          Tensor dx_r = poisoned(xshape, dt);
+          backward_data(Impl::v2, s, gdy, gw, dx_r, layout, &gr);
+          EXPECT_TRUE(close(want_dx_r, to_cpu_f32(dx_r), dx_tol)) << "backward-data with a residual, " << how;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          EXPECT_EQ(cuda_emu::launches_named("_to_"), before_r) << "space-to-depth with a residual";
 #endif
         }
       }

@@ -39,7 +39,9 @@ class Families(unittest.TestCase):
             "void hpdt::kernels::cuda::(anonymous namespace)::bn_apply_flat_kernel<bf16_t, true>(int)": "norm (batch, layer)",
             "void hpdt::kernels::cuda::conv_detail::(anonymous namespace)::space_to_depth_kernel<bf16_t, false>(int)":
                 "convolution",
-            "void hpdt::kernels::cuda::conv_detail::(anonymous namespace)::space_to_depth_weight_grad<bf16_t>(int)":
+            "void hpdt::kernels::cuda::conv_detail::(anonymous namespace)::space_to_depth_filter<bf16_t>(int)":
+                "convolution",
+            "void hpdt::kernels::cuda::conv_detail::(anonymous namespace)::depth_to_space_kernel<bf16_t, true>(int)":
                 "convolution",
             "void at::native::batch_norm_collect_statistics_channels_last_kernel<c10::BFloat16>(int)": "norm (batch, layer)",
             "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int)": "norm (batch, layer)",
