@@ -167,6 +167,47 @@ TEST_F(PoolCuda, MaxPoolVectorKernelsGiveTheSameBits) {
                         "HPDT_POOL_VECTOR=yes: expected on or off");
 }
 
+// Tensors one element past a 16-byte boundary (views into larger buffers): the kernels then take one value a thread
+// (the vector ones would load across it), with the same bits as on aligned tensors.
+TEST_F(PoolCuda, MaxPoolOnMisalignedViews) {
+  const MaxCase c{{2, 16, 12, 16}, 3, 2, 1};
+  // a GPU copy of `host` as `dt`, one element into a poisoned buffer when `misaligned`
+  const auto place = [&](const Tensor& host, DType dt, bool misaligned) {
+    if (!misaligned) return to_gpu(host, dt);
+    Tensor v = poisoned({host.numel() + 8}, dt).flat(1, host.numel()).view(host.shape());
+    copy(to_gpu(host, dt), v, stream);
+    return v;
+  };
+  const auto out = [&](const Shape& sh, DType dt, bool misaligned) {
+    return misaligned ? poisoned({sh.numel() + 8}, dt).flat(1, sh.numel()).view(sh) : poisoned(sh, dt);
+  };
+  for (DType dt : test::kCudaTestDtypes)
+    for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + kernels::layout_name(layout));
+      const Shape xs = in_layout(c.x, layout), ys = in_layout(out_shape(c), layout);
+      const Tensor x = random(xs), dy = random(ys);
+      std::vector<float> results[2];
+      for (int misaligned = 0; misaligned < 2; ++misaligned) {
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        const unsigned long long v0 = cuda_emu::launches_named("int V = 4;") + cuda_emu::launches_named("int V = 8;");
+#endif
+        Tensor y = out(ys, dt, misaligned), am = poisoned(ys, DType::i32), dx = out(xs, dt, misaligned);
+        kernels::maxpool2d_forward(place(x, dt, misaligned), c.k, c.stride, c.pad, y, am, stream, layout);
+        kernels::maxpool2d_backward(place(dy, dt, misaligned), am, c.k, c.stride, c.pad, dx, stream, layout);
+        for (const Tensor& t : {to_cpu_f32(y), to_cpu_f32(dx)})
+          results[misaligned].insert(results[misaligned].end(), t.data<float>(), t.data<float>() + t.numel());
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+        const unsigned long long vectors =
+            cuda_emu::launches_named("int V = 4;") + cuda_emu::launches_named("int V = 8;") - v0;
+        EXPECT_EQ(vectors, misaligned ? 0u : (layout == Layout::nhwc ? 2u : 1u)) << "vector kernels";
+#endif
+      }
+      ASSERT_EQ(results[0].size(), results[1].size());
+      for (size_t i = 0; i < results[0].size(); ++i)
+        ASSERT_EQ(test::bits_of(results[0][i]), test::bits_of(results[1][i])) << "value " << i << " of y, dx";
+    }
+}
+
 TEST_F(PoolCuda, MaxPoolBackwardIsDeterministic) {
   const MaxCase c{{4, 16, 28, 28}, 3, 1, 1};
   for (DType dt : test::kCudaTestDtypes) {
