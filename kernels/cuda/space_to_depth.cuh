@@ -80,57 +80,6 @@ __global__ void __launch_bounds__(kThreads1D)
   }
 }
 
-// ws, tap-major as the forward's repacked weights ([co][cs th tw], k = tap * cs + channel), from w [co][C][kh][kw].
-// Small: plain divisions.
-template <class T>
-__global__ void __launch_bounds__(kThreads1D) space_to_depth_weights(const T* __restrict__ w, T* __restrict__ ws,
-                                                                     int total, int C, int kh, int kw, SpaceToDepth d) {
-  const int lda = d.cs * d.th * d.tw;
-  for (int i = blockIdx.x * kThreads1D + threadIdx.x; i < total; i += gridDim.x * kThreads1D) {
-    const int row = i / lda, k = i - row * lda, tap = k / d.cs, ch = k - tap * d.cs;
-    const int ty = tap / d.tw, tx = tap - ty * d.tw, c = ch / (d.s * d.s), sub = ch - c * d.s * d.s;
-    const int ky = d.s * ty + sub / d.s, kx = d.s * tx + sub % d.s;
-    T v{};
-    if (c < C && ky < kh && kx < kw) v = w[((int64_t(row) * C + c) * kh + ky) * kw + kx];
-    ws[i] = v;
-  }
-}
-
-// Rearranges x (NCHW or NHWC) into xs, allocated here on the stream.
-template <class T>
-SpaceToDepth space_to_depth_input(const Conv2dShape& s, const Tensor& x, Layout layout, Tensor& xs,
-                                  const Stream& stream) {
-  const cudaStream_t st = detail::native(stream);
-  const SpaceToDepth d = space_to_depth_dims(s);
-  const int64_t total = s.n * d.cs * d.hs * d.ws;
-  xs = device_buffer(total, x.dtype(), x.device(), stream);
-  const S2dDivs divs{FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws), FastDiv(d.cs), FastDiv(d.s * d.s), FastDiv(d.s)};
-  const auto* xp = static_cast<const T*>(x.data());
-  auto* xsp = static_cast<T*>(xs.data());
-  if (layout == Layout::nhwc)
-    space_to_depth_kernel<T, true><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
-        xp, xsp, int(total), int(s.c_in), int(s.h), int(s.w), int(s.pad), divs);
-  else
-    space_to_depth_kernel<T, false><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
-        xp, xsp, int(total), int(s.c_in), int(s.h), int(s.w), int(s.pad), divs);
-  HPDT_CUDA_CHECK_LAUNCH();
-  return d;
-}
-
-// Rearranges x (NCHW or NHWC) into xs and w into ws, both allocated here on the stream (ws: [co][cs th tw]).
-template <class T>
-SpaceToDepth space_to_depth(const Conv2dShape& s, const Tensor& x, const Tensor& w, Layout layout, Tensor& ws,
-                            Tensor& xs, const Stream& stream) {
-  const SpaceToDepth d = space_to_depth_dims(s);
-  const int64_t lda = int64_t(d.cs) * d.th * d.tw;
-  ws = device_buffer(s.c_out * lda, w.dtype(), w.device(), stream);
-  space_to_depth_weights<T><<<detail::grid_for(s.c_out * lda, kThreads1D), kThreads1D, 0, detail::native(stream)>>>(
-      static_cast<const T*>(w.data()), static_cast<T*>(ws.data()), int(s.c_out * lda), int(s.c_in), int(s.kh),
-      int(s.kw), d);
-  HPDT_CUDA_CHECK_LAUNCH();
-  return space_to_depth_input<T>(s, x, layout, xs, stream);
-}
-
 // Between a filter w [co][C][kh][kw] and its rearrangement wr [co][cs][th][tw] (the rearranged convolution's filter in
 // the direct kernels' layout; zeros past the kernel and in the padding channels). to_rearranged: wr from w, every
 // value; else w from wr, its real values only (the zeros' values dropped). Small: plain divisions.
@@ -165,6 +114,43 @@ void rearrange_filter(const Conv2dShape& s, const SpaceToDepth& d, const Tensor&
 // The rearranged convolution: stride 1, unpadded, on xs [n][cs][hs][ws] (NHWC: [n][hs][ws][cs]).
 inline Conv2dShape rearranged_shape(const Conv2dShape& s, const SpaceToDepth& d) {
   return {s.n, d.cs, d.hs, d.ws, s.c_out, d.th, d.tw, 1, 0};
+}
+
+// Rearranges x (NCHW or NHWC) into xs, allocated here on the stream.
+template <class T>
+SpaceToDepth space_to_depth_input(const Conv2dShape& s, const Tensor& x, Layout layout, Tensor& xs,
+                                  const Stream& stream) {
+  const cudaStream_t st = detail::native(stream);
+  const SpaceToDepth d = space_to_depth_dims(s);
+  const int64_t total = s.n * d.cs * d.hs * d.ws;
+  xs = device_buffer(total, x.dtype(), x.device(), stream);
+  const S2dDivs divs{FastDiv(int64_t(d.hs) * d.ws), FastDiv(d.ws), FastDiv(d.cs), FastDiv(d.s * d.s), FastDiv(d.s)};
+  const auto* xp = static_cast<const T*>(x.data());
+  auto* xsp = static_cast<T*>(xs.data());
+  if (layout == Layout::nhwc)
+    space_to_depth_kernel<T, true><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
+        xp, xsp, int(total), int(s.c_in), int(s.h), int(s.w), int(s.pad), divs);
+  else
+    space_to_depth_kernel<T, false><<<detail::grid_for(total, kThreads1D), kThreads1D, 0, st>>>(
+        xp, xsp, int(total), int(s.c_in), int(s.h), int(s.w), int(s.pad), divs);
+  HPDT_CUDA_CHECK_LAUNCH();
+  return d;
+}
+
+// Rearranges x (NCHW or NHWC) into xs, and w into the rearranged convolution's forward weights ws: its filter
+// (rearrange_filter) repacked tap-major as every forward's (forward_weights: [co][cs th tw], k = tap * cs + channel;
+// cs th tw is a multiple of 16, so no padding; the patch embedding's one tap: the filter as it is). Both allocated
+// here on the stream; ws starts at ws.data().
+template <class T>
+SpaceToDepth space_to_depth(const Conv2dShape& s, const Tensor& x, const Tensor& w, Layout layout, Tensor& ws,
+                            Tensor& xs, const Stream& stream) {
+  const SpaceToDepth d = space_to_depth_dims(s);
+  Tensor wr = device_buffer(s.c_out * d.cs * d.th * d.tw, w.dtype(), w.device(), stream), packed;
+  rearrange_filter<T>(s, d, w, wr, true, stream);
+  int64_t lda = 0;
+  forward_weights(rearranged_shape(s, d), wr, true, true, packed, &lda, stream);
+  ws = packed.defined() ? packed : wr;
+  return space_to_depth_input<T>(s, x, layout, xs, stream);
 }
 
 // The backward-filter of s on space-to-depth: the layout's own backward-filter of the rearranged convolution
