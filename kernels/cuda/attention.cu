@@ -42,6 +42,7 @@
 #include "hpdt/core/env.h"
 #include "hpdt/kernels/cuda/attention.h"
 #include "launch.cuh"
+#include "mma_sync.cuh"
 #include "watchdog.cuh"
 
 namespace hpdt::kernels::cuda {
@@ -476,60 +477,13 @@ __global__ void __launch_bounds__(kSimtThreads, 2)
 
 // ---- v2: tensor cores (mma.sync m16n8k16), f16/bf16 ---------------------------------------------------
 //
-// Fragments of mma.m16n8k16 (g = lane / 4, q = lane % 4), 16-bit pairs low half first:
-//   A 16x16 row-major: a0 (row g, cols 2q..2q+1), a1 (row g+8, same), a2 (row g, cols 2q+8..), a3 (row g+8, ..);
-//   B 16x8:            b0 (k rows 2q..2q+1, col g), b1 (k rows 2q+8..2q+9, col g);
-//   C 16x8 f32:        c0, c1 (row g, cols 2q, 2q+1), c2, c3 (row g+8, same cols).
+// The PTX (cp.async, ldmatrix, mma.sync) and the fragments of mma.m16n8k16 are in mma_sync.cuh.
 // A C tile pair (n-tiles 2k, 2k+1) is exactly the A fragment of k-step k: that is how P (and dS) go
 // from the score accumulators to the next product without leaving registers.
 // Shared tiles are [rows][DHP + 8] 16-bit: rows 16 bytes apart in the banks, so the 8 row addresses of
 // every ldmatrix 8x8 matrix hit distinct banks.
 
 constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  // src_bytes 0: the 16 bytes are zero-filled, nothing is read.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  // "memory": shared-memory reads after the wait must not be hoisted above it (as in gemm.cu/conv.cu).
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    static_assert(std::is_same_v<T, f16_t>);
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
 
 // Two f32 -> one register of two 16-bit values (round to nearest even), `lo` in the low half.
 template <class T>
@@ -590,14 +544,14 @@ __device__ __forceinline__ void cp_async_tile(uint16_t* dst, const T* src, int64
 #pragma unroll
     for (int i = 0; i < ROWS / RSTEP; ++i, p += RSTEP * ld) {
       const bool ok = r0 + i * RSTEP < nrows && c < dh;
-      cp_async_16(d + i * RSTEP * LS * 2, ok ? p : src, ok ? 16 : 0);
+      cp_async16_zfill(d + i * RSTEP * LS * 2, ok ? p : src, ok ? 16 : 0);
     }
   } else {
 #pragma unroll
     for (int idx = threadIdx.x; idx < ROWS * CH; idx += kMmaThreads) {
       const int r = idx % 8 + 8 * (idx / (8 * CH)), c = (idx / 8) % CH * 8;
       const bool ok = r < nrows && c < dh;
-      cp_async_16(smem_u32(dst + r * LS + c), ok ? src + r * ld + c : src, ok ? 16 : 0);
+      cp_async16_zfill(smem_u32(dst + r * LS + c), ok ? src + r * ld + c : src, ok ? 16 : 0);
     }
   }
 }

@@ -50,23 +50,6 @@ namespace {
 
 using namespace conv_detail;
 
-// ---- small helpers ---------------------------------------------------------------------------------------
-
-// Fixed-order sum over a block of 256 threads; valid in thread 0.
-__device__ __forceinline__ float block_sum256(float v) {
-  __shared__ float warp_totals[8];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  if ((threadIdx.x & 31) == 0) warp_totals[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = threadIdx.x < 8 ? warp_totals[threadIdx.x] : 0.0f;
-  if (threadIdx.x < 32) {
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  }
-  return v;
-}
-
 // ---- tiles -----------------------------------------------------------------------------------------------
 
 constexpr int kBN = 128;              // block tile along N (pixels, or ci * taps in backward-filter)
@@ -485,25 +468,8 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
 
   float acc[4][4][4] = {};
   auto compute = [&](int stage) {
-    const uint16_t* as = As + stage * kAStage;
-    const uint16_t* bs = Bs + stage * kBStage;
-#pragma unroll
-    for (int ks = 0; ks < kTcBK / 16; ++ks) {
-      uint32_t af[4][4], bf[4][2];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ldmatrix_x4(af[i], as + (wm * 64 + i * 16 + (lane & 15)) * kPitchK + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        uint32_t r[4];
-        ldmatrix_x4_trans(r, bs + (ks * 16 + (lane & 15)) * kPitchN + wn * 32 + jp * 16 + (lane >> 4) * 8);
-        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
-    }
+    warp_tile_mma<T, true, false>(acc, As + stage * kAStage, kPitchK, wm * 64, Bs + stage * kBStage, kPitchN, wn * 32,
+                                  lane);
   };
 
   if (p.prefetch && (p.residual || p.bn.partial)) prefetch_epilogue_inputs<T, BM>(p, m0, n0);
@@ -524,7 +490,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
   const bool group_ok = n0 + 4 * lane < p.npix;  // the group's 4 pixels are real together (npix % 4 == 0)
   const int64_t group_offset = group_ok && p.out4 ? dst_offset(p, n0 + 4 * lane) : 0;
   float* st = reinterpret_cast<float*>(smem);
-  const int gq = lane >> 2, tq = lane & 3;
+  const int gq = lane >> 2, tq = lane & 3;  // the fragments' row and column pair
   int64_t bn_off[4] = {};
   bool bn_ok[4] = {};
   if (p.bn.partial && !p.out4) {
@@ -537,16 +503,7 @@ __global__ void __launch_bounds__(2 * BM) conv_gemm_tc(const GemmConv p) {
 #pragma unroll
   for (int pass = 0; pass < BM / 64; ++pass) {
     __syncthreads();
-    if (wm == pass) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float* c = st + (i * 16 + gq) * kStagePitch + wn * 32 + j * 8 + 2 * tq;
-          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
-          *reinterpret_cast<float2*>(c + 8 * kStagePitch) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-    }
+    if (wm == pass) stage_warp_tile(st, kStagePitch, acc, wn, gq, tq);
     __syncthreads();
     if (p.bn.partial) {
       stage_bn_grad<T, kWarps>(p, st, m0 + pass * 64, warp, lane, bn_off, bn_ok, group_ok, group_offset);
@@ -844,25 +801,8 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
 
   float acc[4][4][4] = {};
   auto compute = [&](int stage) {
-    const uint16_t* as = As + stage * kAStage;
-    const uint16_t* bs = Bs + stage * kBStage;
-#pragma unroll
-    for (int ks = 0; ks < kTcBK / 16; ++ks) {
-      uint32_t af[4][4], bf[4][2];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ldmatrix_x4(af[i], as + (wm * 64 + i * 16 + (lane & 15)) * kPitchK + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        uint32_t r[4];
-        ldmatrix_x4(r, bs + (wn * 32 + jp * 16 + (lane & 7) + (lane >> 4) * 8) * kPitchK + ks * 16 + ((lane >> 3) & 1) * 8);
-        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
-    }
+    warp_tile_mma<T, true, true>(acc, As + stage * kAStage, kPitchK, wm * 64, Bs + stage * kBStage, kPitchK, wn * 32,
+                                 lane);
   };
 
   pipelined_k_loop<kStages>(kt0, kt1, fetch, stash, compute);
@@ -870,20 +810,11 @@ __global__ void __launch_bounds__(2 * BM) conv_wgrad_tc(const GemmWgrad p) {
   const int col = tid % kBN, rstep = kThreads / kBN;
   const int dw_column = n0 + col < p.K ? wgrad_dw_column(p, n0 + col, kTapMajor) : 0;
   float* st = reinterpret_cast<float*>(smem);
-  const int gq = lane >> 2, tq = lane & 3;
+  const int gq = lane >> 2, tq = lane & 3;  // the fragments' row and column pair
 #pragma unroll
   for (int pass = 0; pass < BM / 64; ++pass) {
     __syncthreads();
-    if (wm == pass) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float* c = st + (i * 16 + gq) * kStagePitch + wn * 32 + j * 8 + 2 * tq;
-          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
-          *reinterpret_cast<float2*>(c + 8 * kStagePitch) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-    }
+    if (wm == pass) stage_warp_tile(st, kStagePitch, acc, wn, gq, tq);
     __syncthreads();
     for (int r = tid / kBN; r < 64; r += rstep) {
       const int co = m0 + pass * 64 + r;
@@ -915,7 +846,7 @@ __global__ void __launch_bounds__(256) bias_grad_partial(const T* __restrict__ d
     const int img = ohw.div(i);
     acc += to_f32(dy[(int64_t(img) * CO + co) * ohw.value() + (i - img * ohw.value())]);
   }
-  acc = block_sum256(acc);
+  acc = block_sum<256>(acc);
   if (threadIdx.x == 0) partial[int64_t(co) * gridDim.y + s] = acc;
 }
 

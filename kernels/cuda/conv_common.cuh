@@ -14,63 +14,12 @@
 #include "fast_div.cuh"
 #include "hpdt/kernels/cuda/conv.h"
 #include "launch.cuh"
+#include "mma_sync.cuh"
 #include "prefetch.cuh"
 #include "vec.cuh"
 #include "warp.cuh"
 
 namespace hpdt::kernels::cuda::conv_detail {
-
-// ---- device helpers --------------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-// 16 bytes global -> shared, asynchronous; valid == false writes 16 zero bytes and reads nothing.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
-// 8 bytes global -> shared (cp.async.ca: .cg takes 16 only); valid == false writes 8 zero bytes.
-__device__ __forceinline__ void cp_async8(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(valid ? 8 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of the committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// c += a * b on one 16 x 8 x 16 tile: a row-major 16 x 16, b "col" 16 x 8 (k pairs packed), f32 accumulators.
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    static_assert(std::is_same_v<T, f16_t>);
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
 
 // ---- tiles both layouts use ------------------------------------------------------------------------------
 
@@ -138,6 +87,56 @@ __device__ __forceinline__ void pipelined_k_loop(int kt0, int kt1, Fetch&& fetch
       __syncthreads();
     }
   }
+}
+
+// The math of every v2 kernel here, one stage: acc (+)= A B for a warp's 64 x 32 tile (4 x 4 mma tiles of 16 x 8)
+// over the stage's kTcBK of k, A's rows a_row0 .. + 63 and B's columns b_col0 .. + 31. Each operand is k-major in
+// shared memory ([row][k], `pitch` elements a row: plain ldmatrix) or mn-major ([k][row]: the transposing ldmatrix
+// gives the same fragments), as its loader found it contiguous in global memory.
+template <class T, bool kAKMajor, bool kBKMajor>
+__device__ __forceinline__ void warp_tile_mma(float (&acc)[4][4][4], const uint16_t* as, int a_pitch, int a_row0,
+                                              const uint16_t* bs, int b_pitch, int b_col0, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < kTcBK / 16; ++ks) {
+    uint32_t af[4][4], bf[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int m = a_row0 + i * 16;
+      if constexpr (kAKMajor)
+        ldmatrix_x4(af[i], as + (m + (lane & 15)) * a_pitch + ks * 16 + (lane >> 4) * 8);
+      else
+        ldmatrix_x4_trans(af[i], as + (ks * 16 + (lane & 7) + (lane >> 4) * 8) * a_pitch + m + ((lane >> 3) & 1) * 8);
+    }
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const int n = b_col0 + jp * 16;
+      uint32_t r[4];
+      if constexpr (kBKMajor)
+        ldmatrix_x4(r, bs + (n + (lane & 7) + (lane >> 4) * 8) * b_pitch + ks * 16 + ((lane >> 3) & 1) * 8);
+      else
+        ldmatrix_x4_trans(r, bs + (ks * 16 + (lane & 15)) * b_pitch + n + (lane >> 4) * 8);
+      bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
+  }
+}
+
+// The epilogue's view of a warp_tile_mma tile: the warp's 64 x 32 accumulators into rows 0 .. 63 of the f32 staging
+// buffer st (`pitch` floats a row), at columns wn * 32 .. wn * 32 + 31, as float2 pairs (conflict-free where pitch % 32
+// == 8); gq = lane / 4, tq = lane % 4 (the fragment's row and column pair).
+__device__ __forceinline__ void stage_warp_tile(float* st, int pitch, const float (&acc)[4][4][4], int wn, int gq,
+                                                int tq) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float* c = st + (i * 16 + gq) * pitch + wn * 32 + j * 8 + 2 * tq;
+      *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(c + 8 * pitch) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
 }
 
 // The k-loop of every v1 (SIMT) kernel here: tiles [kt0, kt1) of kSimtBK reduction rows through two shared-memory

@@ -389,26 +389,8 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
 
   float acc[4][4][4] = {};
   auto compute = [&](int stage) {
-    const uint16_t* as = As + stage * kAStage;
-    const uint16_t* bs = Bs + stage * kBStage;
-#pragma unroll
-    for (int ks = 0; ks < kTcBK / 16; ++ks) {
-      uint32_t af[4][4], bf[4][2];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ldmatrix_x4(af[i], as + (wm * 64 + i * 16 + (lane & 15)) * kPitchK + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        uint32_t r[4];
-        ldmatrix_x4(
-            r, bs + (wn * 32 + jp * 16 + (lane & 7) + (lane >> 4) * 8) * kPitchK + ks * 16 + ((lane >> 3) & 1) * 8);
-        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
-    }
+    warp_tile_mma<T, true, true>(acc, As + stage * kAStage, kPitchK, wm * 64, Bs + stage * kBStage, kPitchK, wn * 32,
+                                 lane);
   };
 
   pipelined_k_loop<kStages>(
@@ -423,23 +405,14 @@ __global__ void __launch_bounds__(2 * BN) conv_nhwc_tc(const NhwcGemm p) {
   // thread t writes channels 4 (t % (BN / 4)) .. + 3 of pixel rows t / (BN / 4), + 8, ... (8-byte stores; a warp
   // reads whole staged rows, conflict-free); else channel t % BN of rows t / BN, + 2, ...
   float* st = reinterpret_cast<float*>(smem);
-  const int gq = lane >> 2, tq = lane & 3;
+  const int gq = lane >> 2, tq = lane & 3;  // the fragments' row and column pair
   const int col = tid % BN, ch = n0 + col;
   constexpr int kGroups = BN / 4, kRows4 = kThreads / kGroups;  // 8 rows per pass of the block
   const int col4 = 4 * (tid % kGroups), ch4 = n0 + col4;
 #pragma unroll
   for (int pass = 0; pass < kPixTile / 64; ++pass) {
     __syncthreads();
-    if (wm == pass) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float* c = st + (i * 16 + gq) * kPitchS + wn * 32 + j * 8 + 2 * tq;
-          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
-          *reinterpret_cast<float2*>(c + 8 * kPitchS) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-    }
+    if (wm == pass) stage_warp_tile(st, kPitchS, acc, wn, gq, tq);
     __syncthreads();
     if (p.bn.partial) {
       stage_bn_grad_nhwc<T, BN, kPitchS>(p, st, dst_tab, pass * 64, m0 + pass * 64, n0,
@@ -687,27 +660,8 @@ __global__ void __launch_bounds__(2 * BM) conv_nhwc_wgrad_tc(const NhwcWgrad p) 
 
   float acc[4][4][4] = {};
   auto compute = [&](int stage) {
-    const uint16_t* as = As + stage * kAStage;
-    const uint16_t* bs = Bs + stage * kBStage;
-#pragma unroll
-    for (int ks = 0; ks < kTcBK / 16; ++ks) {
-      uint32_t af[4][4], bf[4][2];
-      // A (co x pixels) from [pixel][co]: matrices (co 0-7 | 8-15) x (pixels 0-7 | 8-15), transposed on load.
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ldmatrix_x4_trans(
-            af[i], as + (ks * 16 + (lane & 7) + (lane >> 4) * 8) * kPA + wm * 64 + i * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        uint32_t r[4];
-        ldmatrix_x4_trans(r, bs + (ks * 16 + (lane & 15)) * kPB + wn * 32 + jp * 16 + (lane >> 4) * 8);
-        bf[2 * jp][0] = r[0], bf[2 * jp][1] = r[1], bf[2 * jp + 1][0] = r[2], bf[2 * jp + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
-    }
+    // A (co x pixels) from [pixel][co] and B from [pixel][column]: both mn-major, transposed on load
+    warp_tile_mma<T, false, false>(acc, As + stage * kAStage, kPA, wm * 64, Bs + stage * kBStage, kPB, wn * 32, lane);
   };
 
   pipelined_k_loop<kStages>(kt0, kt1, fetch, stash, compute);
@@ -716,20 +670,11 @@ __global__ void __launch_bounds__(2 * BM) conv_nhwc_wgrad_tc(const NhwcWgrad p) 
   const int k = n0 + b_col;
   const int column = k < p.K ? dw_column(p, k) : 0;
   float* st = reinterpret_cast<float*>(smem);
-  const int gq = lane >> 2, tq = lane & 3;
+  const int gq = lane >> 2, tq = lane & 3;  // the fragments' row and column pair
 #pragma unroll
   for (int pass = 0; pass < BM / 64; ++pass) {
     __syncthreads();
-    if (wm == pass) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float* c = st + (i * 16 + gq) * kStagePitch + wn * 32 + j * 8 + 2 * tq;
-          *reinterpret_cast<float2*>(c) = make_float2(acc[i][j][0], acc[i][j][1]);
-          *reinterpret_cast<float2*>(c + 8 * kStagePitch) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-    }
+    if (wm == pass) stage_warp_tile(st, kStagePitch, acc, wn, gq, tq);
     __syncthreads();
     if (k < p.K)
       for (int r = b_p0; r < 64; r += kBStep) {

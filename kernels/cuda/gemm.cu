@@ -19,14 +19,15 @@
 #include <cstring>
 #include <type_traits>
 
+#include "band_epilogue.cuh"
+#include "conv_v3.cuh"
+#include "gemm_common.cuh"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/cuda/gemm.h"
-#include "band_epilogue.cuh"
-#include "conv_v3.cuh"
-#include "gemm_common.cuh"
 #include "launch.cuh"
+#include "mma_sync.cuh"
 #include "vendor.cuh"
 
 #ifndef HPDT_HAVE_GEMM_WGMMA
@@ -237,48 +238,6 @@ struct Cfg {
 using Small = Cfg<128, 128, 2, 2, 4, 2>;  // 64 KiB smem, 4 warps, 2 blocks per SM
 using Large = Cfg<128, 256, 2, 4, 4, 1>;  // 96 KiB smem, 8 warps
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy; bytes past src_bytes (0..16) are zero-filled.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 // Shared tiles, in 16-bit elements, 16-byte chunks XOR-swizzled so that the 8 rows one ldmatrix phase
 // reads (and the rows a warp's cp.asyncs write) fall in 8 different 16-byte bank groups:
 //   k-major  [MN][32]: 4 chunks per 64-byte row, two rows per 128 bytes -> chunk ^ ((row >> 1) & 3)
@@ -315,7 +274,7 @@ __device__ __forceinline__ void load_tile(uint16_t* __restrict__ s, const uint16
       src = int64_t(gk) * ld + gmn;
       dst = off_mnmajor<MN>(row, chunk);
     }
-    cp_async_16(smem_addr(s + dst), valid > 0 ? g + src : g, valid * 2);
+    cp_async16_zfill(smem_u32(s + dst), valid > 0 ? g + src : g, valid * 2);
   }
 }
 
@@ -327,11 +286,11 @@ __device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const uint16_t* sA
   if constexpr (KMAJOR) {  // [m][k]: rows are m, plain ldmatrix gives (m = lane/4, k = 2*(lane%4) + {0,1})
     const int row = m + (lane & 7) + ((lane >> 3) & 1) * 8;
     const int chunk = kk * 2 + (lane >> 4);
-    ldsm_x4(a, smem_addr(sA + off_kmajor(row, chunk)));
+    ldmatrix_x4(a, sA + off_kmajor(row, chunk));
   } else {  // [k][m]: rows are k, the transposing ldmatrix gives the same fragment
     const int row = kk * 16 + (lane >> 4) * 8 + (lane & 7);
     const int chunk = (m >> 3) + ((lane >> 3) & 1);
-    ldsm_x4_trans(a, smem_addr(sA + off_mnmajor<BM>(row, chunk)));
+    ldmatrix_x4_trans(a, sA + off_mnmajor<BM>(row, chunk));
   }
 }
 
@@ -342,11 +301,11 @@ __device__ __forceinline__ void load_b_frag(uint32_t (&b)[4], const uint16_t* sB
   if constexpr (KMAJOR) {  // [n][k] (B transposed in memory)
     const int row = n + (lane >> 4) * 8 + (lane & 7);
     const int chunk = kk * 2 + ((lane >> 3) & 1);
-    ldsm_x4(b, smem_addr(sB + off_kmajor(row, chunk)));
+    ldmatrix_x4(b, sB + off_kmajor(row, chunk));
   } else {  // [k][n]
     const int row = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
     const int chunk = (n >> 3) + (lane >> 4);
-    ldsm_x4_trans(b, smem_addr(sB + off_mnmajor<BN>(row, chunk)));
+    ldmatrix_x4_trans(b, sB + off_mnmajor<BN>(row, chunk));
   }
 }
 

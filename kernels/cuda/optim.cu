@@ -15,6 +15,7 @@
 #include "hpdt/kernels/cuda/optim.h"
 #include "hpdt/kernels/math/optim_math.h"
 #include "launch.cuh"
+#include "warp.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -172,23 +173,6 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(int64_t n, T* __restric
 
 // ---- grad_stats: inf/NaN flag and sum of squares in one read --------------------------------------------
 
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Block-wide sum in a fixed order; valid in thread 0. Called by every thread of the block.
-__device__ __forceinline__ double block_sum(double v) {
-  __shared__ double warp_totals[kThreads / 32];
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) warp_totals[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = threadIdx.x < kThreads / 32 ? warp_totals[threadIdx.x] : 0.0;
-  if (threadIdx.x < 32) v = warp_sum(v);
-  return v;
-}
-
 template <class G>
 __global__ void __launch_bounds__(kThreads)
     grad_stats_partials(const G* __restrict__ g, int64_t n, float inv_scale, bool vec, double* __restrict__ partial_sum,
@@ -208,7 +192,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   bad = __syncthreads_or(bad);
-  acc = block_sum(acc);
+  acc = block_sum<kThreads>(acc);
   if (threadIdx.x == 0) {
     partial_sum[blockIdx.x] = acc;
     partial_flag[blockIdx.x] = bad;
@@ -225,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
     bad |= partial_flag[j];
   }
   bad = __syncthreads_or(bad);
-  acc = block_sum(acc);
+  acc = block_sum<kThreads>(acc);
   if (threadIdx.x == 0) {
     const double before = accumulate ? stats->sum_squares : 0.0;
     const int flag_before = accumulate ? stats->nonfinite : 0;

@@ -2,6 +2,7 @@
 // block, reduced in a fixed tree order; a single block then adds the partials in a fixed order.
 #include "hpdt/kernels/cuda/reduce.h"
 #include "launch.cuh"
+#include "warp.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -10,35 +11,18 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Block-wide sum in a fixed order; the result is valid in thread 0.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float warp_totals[kThreads / 32];
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) warp_totals[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = threadIdx.x < kThreads / 32 ? warp_totals[threadIdx.x] : 0.0f;
-  if (threadIdx.x < 32) v = warp_sum(v);
-  return v;
-}
-
 template <class T>
 __global__ void __launch_bounds__(kThreads) partial_sums(const T* __restrict__ x, int64_t n, float* __restrict__ partial) {
   float acc = 0.0f;
   for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads) acc += to_f32(x[i]);
-  acc = block_sum(acc);
+  acc = block_sum<kThreads>(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 __global__ void __launch_bounds__(kThreads) final_sum(const float* __restrict__ partial, int blocks, float* __restrict__ out) {
   float acc = 0.0f;
   for (int i = threadIdx.x; i < blocks; i += kThreads) acc += partial[i];
-  acc = block_sum(acc);
+  acc = block_sum<kThreads>(acc);
   if (threadIdx.x == 0) *out = acc;
 }
 

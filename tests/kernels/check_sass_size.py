@@ -7,9 +7,17 @@ fails the check: on 2026-11-27 the tensor-core GEMMs' fully unrolled epilogue ma
 (GEMM v2 1.4 MiB, v1 0.4 MiB), run once per tile through an instruction cache of a few tens of KiB, and nothing
 showed it (-Xptxas -v reports registers and spills, not code size). kernels/cuda/band_epilogue.cuh says more.
 
-usage: check_sass_size.py [--max-kib N] [--top K] FILE...   (exit 1: a kernel over the limit, or no cubin found)
+--digests prints instead one line a kernel, "BYTES MD5 NAME" sorted by name (the MD5 of its machine code; the hash
+GCC/nvcc put in anonymous namespaces' names replaced by ANON, so that builds in two folders compare): a refactor
+that should not change the code is checked by diffing the lines of the build before it and after it (2026-11-29:
+714 of 722 kernels unchanged by moving the mma.sync PTX and conv v2's warp tile into shared headers).
+
+usage: check_sass_size.py [--max-kib N] [--top K] [--digests] FILE...   (exit 1: a kernel over the limit, or no cubin
+found)
 """
 import argparse
+import hashlib
+import re
 import struct
 import sys
 
@@ -33,19 +41,24 @@ def cubins(data):
         at += 4
 
 
-def text_sections(elf):
-    """{kernel name: bytes of its .text section} of one cubin."""
+def text_code(elf):
+    """{kernel name: its .text section's contents} of one cubin."""
     shoff, = struct.unpack_from("<Q", elf, 0x28)
     shnum, shstrndx = struct.unpack_from("<HH", elf, 0x3c)
     sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + 64 * i) for i in range(shnum)]
     names_off, names_size = sections[shstrndx][4], sections[shstrndx][5]
     names = elf[names_off:names_off + names_size]
     out = {}
-    for name_at, _type, _flags, _addr, _off, size, *_ in sections:
+    for name_at, _type, _flags, _addr, off, size, *_ in sections:
         name = names[name_at:names.index(b"\0", name_at)].decode("ascii", "replace")
         if name.startswith(".text."):
-            out[name[len(".text."):]] = size
+            out[name[len(".text."):]] = elf[off:off + size]
     return out
+
+
+def without_anonymous_hash(name):
+    """A mangled name with the hash in its anonymous namespaces (_GLOBAL__N__<hex>_<len>_<file>_<hex8>) as ANON."""
+    return re.sub(r"_GLOBAL__N__[0-9a-f]+_\d+_[A-Za-z0-9_]+?_[0-9a-f]{8}", "ANON", name)
 
 
 def main():
@@ -53,8 +66,10 @@ def main():
     ap.add_argument("files", nargs="+", help="objects or static archives holding CUDA code")
     ap.add_argument("--max-kib", type=float, default=None, help="fail where a kernel's machine code is larger")
     ap.add_argument("--top", type=int, default=5, help="list the K largest kernels")
+    ap.add_argument("--digests", action="store_true",
+                    help="print BYTES MD5 NAME a kernel, sorted by name, for comparing two builds")
     args = ap.parse_args()
-    sizes = []
+    sizes, digests = [], []
     for path in args.files:
         try:
             data = open(path, "rb").read()
@@ -62,11 +77,17 @@ def main():
             print(f"check_sass_size: cannot read {path}: {e.strerror}", file=sys.stderr)
             return 2
         for _, elf in cubins(data):
-            sizes += [(size, name, path) for name, size in text_sections(elf).items()]
+            for name, code in text_code(elf).items():
+                sizes.append((len(code), name, path))
+                digests.append((without_anonymous_hash(name), len(code), hashlib.md5(code).hexdigest()))
     if not sizes:
         print(f"check_sass_size: no uncompressed cubin in {', '.join(args.files)} (built without "
               "--compress-mode=none?)", file=sys.stderr)
         return 1
+    if args.digests:
+        for name, size, md5 in sorted(digests):
+            print(size, md5, name)
+        return 0
     sizes.sort(reverse=True)
     print(f"{len(sizes)} kernels, {sum(s for s, _, _ in sizes) / 2**20:.1f} MiB of machine code; the largest:")
     for size, name, _ in sizes[:args.top]:

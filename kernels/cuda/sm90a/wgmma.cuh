@@ -21,12 +21,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "split_k.cuh"
-#include "watchdog.cuh"
 #include "hpdt/core/check_cuda.h"
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/float16.h"
+#include "mma_sync.cuh"  // smem_u32
+#include "split_k.cuh"
+#include "watchdog.cuh"
 
 namespace hpdt::kernels::cuda::sm90a {
 
@@ -49,8 +50,6 @@ struct Cfg {
 using Wide = Cfg<256, 4>;    // 192 KiB of stages, 128 accumulators per thread
 using Narrow = Cfg<128, 6>;  // 192 KiB of stages, 64 accumulators per thread
 using Slim = Cfg<64, 8>;     // 192 KiB of stages, 32 accumulators per thread (N up to 64: 64 output channels)
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");

@@ -1086,7 +1086,7 @@ TEST(CudaEmu, GlobalTimerAdvances) {
 __global__ void wait_for_a_phase_never_completed(unsigned long long timeout_ns) {
   namespace hw = hpdt::kernels::cuda::sm90a;
   __shared__ __align__(8) uint64_t bar;
-  const uint32_t b = hw::smem_u32(&bar);
+  const uint32_t b = hpdt::kernels::cuda::smem_u32(&bar);
   if (threadIdx.x == 0) {
     hw::mbar_init(b, 1);
     hw::fence_mbar_init();
