@@ -5,6 +5,8 @@
 //   maxpool_backward_gather_kernel: each input element sums, in output order, the dy of the windows that contain
 //     it and whose argmax is it: deterministic, no atomics, the CPU's addition order; a thread takes 4 inputs of a
 //     row (V = 4) where w allows, else one.
+//   maxpool_backward_sums_kernel: the same, handing the batch norm before the pool (ResNet's stem) its backward sums
+//     and the fused ReLU's mask (kernels::ChannelGradSums): a block a (split of the images, channel).
 //   avgpool_forward_kernel: one warp per plane (fixed lane tree); avgpool_backward_kernel: a block writes a
 //     contiguous run of whole planes.
 // NHWC ([n, h, w, c]; argmax the same index into the h*w plane as NCHW's): the same threads with the channel
@@ -22,11 +24,13 @@
 #include <limits>
 #include <type_traits>
 
+#include "conv_common.cuh"  // conv_epilogue_bn_stats: HPDT_CONV_BN_STATS
 #include "fast_div.cuh"
 #include "hpdt/core/env.h"
 #include "hpdt/kernels/cuda/pool.h"
 #include "launch.cuh"
 #include "vec.cuh"
+#include "warp.cuh"
 
 namespace hpdt::kernels::cuda {
 
@@ -168,6 +172,37 @@ __global__ void __launch_bounds__(kThreads)
 // windows in output order from 0 whatever V is (the same bits). V = 4 reads ~1.1 windows an input (k3 s2) and
 // decodes its place once for four, where one input a thread read ~2.25 and was instruction-bound (0.12 of a device
 // copy in bf16 on the H100, 2026-11-26).
+// The gradients of the V inputs of plane `plane` at row iy, columns ix .. ix + V - 1 (NCHW): each the sum, in output
+// order from 0, of the dy of the windows whose argmax it is. The outputs whose windows touch any of the V are read
+// once for all V; one whose argmax is none of them adds nothing, so the sums are the same bits whatever V is.
+template <class Index, class T, int V>
+__device__ __forceinline__ void input_grads(const T* __restrict__ dy, const int32_t* __restrict__ argmax,
+                                            const PoolWindow& g, Index plane, int iy, int ix, float (&acc)[V]) {
+  const int at = iy * g.w + ix;
+  const WindowRange wr = windows_of(g, iy, ix), last = windows_of(g, iy, ix + V - 1);
+  const Index base = plane * Index(g.oh * g.ow);
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc[k] = 0.0f;
+  struct Window {
+    int argmax;
+    T dy;
+  };
+  // k3 s2: up to 2 rows of 2 (V = 1) or 3 (V = 4) windows, all loaded first
+  for_range<2, V == 1 ? 2 : 3>(
+      wr.oy0, wr.oy1, wr.ox0, last.ox1,
+      [&](int oy, int ox) {
+        const Index o = base + Index(oy * g.ow + ox);
+        return Window{argmax[o], dy[o]};
+      },
+      [&](const Window& win) {
+        const int d = win.argmax - at;  // which of the V inputs holds this window's maximum, if any
+        const float v = to_f32(win.dy);
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          if (d == k) acc[k] += v;
+      });
+}
+
 template <class Index, class T, int V>
 __global__ void __launch_bounds__(kThreads)
     maxpool_backward_gather_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
@@ -177,31 +212,53 @@ __global__ void __launch_bounds__(kThreads)
     const Index plane = Index(plane_vectors.div(i));
     const int r = int(i - plane * Index(g.h * g.w / V));
     const int iy = row_vectors.div(r), ix = (r - iy * (g.w / V)) * V;
-    const int at = iy * g.w + ix;
-    const WindowRange wr = windows_of(g, iy, ix), last = windows_of(g, iy, ix + V - 1);
-    const Index base = plane * Index(g.oh * g.ow);
     float acc[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc[k] = 0.0f;
-    struct Window {
-      int argmax;
-      T dy;
-    };
-    // k3 s2: up to 2 rows of 2 (V = 1) or 3 (V = 4) windows, all loaded first
-    for_range<2, V == 1 ? 2 : 3>(
-        wr.oy0, wr.oy1, wr.ox0, last.ox1,
-        [&](int oy, int ox) {
-          const Index o = base + Index(oy * g.ow + ox);
-          return Window{argmax[o], dy[o]};
-        },
-        [&](const Window& win) {
-          const int d = win.argmax - at;  // which of the V inputs holds this window's maximum, if any
-          const float v = to_f32(win.dy);
-#pragma unroll
-          for (int k = 0; k < V; ++k)
-            if (d == k) acc[k] += v;
-        });
+    input_grads<Index, T, V>(dy, argmax, g, plane, iy, ix, acc);
     store<V>(dx + i * Index(V), acc);
+  }
+}
+
+// The same with the batch norm whose output is the pool's input (ChannelGradSums, NCHW): each gradient as stored
+// (rounded to T) through the batch norm's fused ReLU mask (y > 0; y null: no ReLU), stored as dz, and added to
+// channel ch's sums, sum dz and sum dz (x - mean). Block (s, ch) takes the planes of channel ch of images
+// s * per_split .. (s + 1) * per_split - 1, thread t their vectors t, t + 256, .. in order; a fixed tree over the
+// block, into partial[(ch * gridDim.x + s) * 2 + {0, 1}]. The same bits every run. Every index is below 2^31.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    maxpool_backward_sums_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
+                                 const T* __restrict__ x, const T* __restrict__ y, const float* __restrict__ mean,
+                                 float* __restrict__ partial, int n, int c, int per_split, FastDiv plane_vectors,
+                                 FastDiv row_vectors, const PoolWindow g) {
+  using Index = uint32_t;
+  const int ch = int(blockIdx.y), s = int(blockIdx.x);
+  const int img0 = s * per_split, images = min(n - img0, per_split);
+  const int vectors = images * int(plane_vectors.value());
+  const float m = mean[ch];
+  float sum = 0.0f, sum_x = 0.0f;
+  for (int j = int(threadIdx.x); j < vectors; j += kThreads) {
+    const int k = plane_vectors.div(j), r = j - k * int(plane_vectors.value());
+    const Index plane = Index(img0 + k) * Index(c) + Index(ch);
+    const int iy = row_vectors.div(r), ix = (r - iy * (g.w / V)) * V;
+    float acc[V], xv[V], yv[V];
+    input_grads<Index, T, V>(dy, argmax, g, plane, iy, ix, acc);
+    const Index at = plane * Index(g.h * g.w) + Index(iy * g.w + ix);
+    load<V>(x + at, xv);
+    if (y) load<V>(y + at, yv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float v = (!y || yv[e] > 0.0f) ? to_f32(from_f32<T>(acc[e])) : 0.0f;
+      acc[e] = v;
+      sum += v;
+      sum_x += v * (xv[e] - m);
+    }
+    store<V>(dx + at, acc);
+  }
+  sum = block_sum<kThreads>(sum);
+  __syncthreads();  // block_sum's shared sums are read by warp 0 before the second call writes them
+  sum_x = block_sum<kThreads>(sum_x);
+  if (threadIdx.x == 0) {
+    float* out = partial + (int64_t(ch) * gridDim.x + s) * 2;
+    out[0] = sum, out[1] = sum_x;
   }
 }
 
@@ -382,21 +439,31 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
 }
 
 void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64_t stride, int64_t pad, Tensor& dx,
-                        const Stream& stream, Layout layout) {
+                        const Stream& stream, Layout layout, ChannelGradSums* bn_grad) {
   const bool nhwc = layout == Layout::nhwc;
   const int64_t h = nhwc ? dx.size(1) : dx.size(2), w = nhwc ? dx.size(2) : dx.size(3);
   const int64_t oh = nhwc ? dy.size(1) : dy.size(2), ow = nhwc ? dy.size(2) : dy.size(3), c = nhwc ? dx.size(3) : 1;
   HPDT_CHECK(h * w < (int64_t(1) << 31) && oh * ow < (int64_t(1) << 31) && k < (1 << 15), "maxpool2d_backward: plane ",
              h, "x", w, " or window ", k, " too large for CUDA");
   const int64_t total = dx.numel();
+  if (bn_grad) bn_grad->clear_results();  // set below where computed
   if (total == 0) return;
+  // The batch norm's sums: NCHW, where HPDT_CONV_BN_STATS allows it, every index fits 32 bits and the channels a
+  // grid's y dimension
+  ChannelGradSums* sums = bn_grad && !nhwc && conv_detail::conv_epilogue_bn_stats() && fits_i31(total) &&
+                                  fits_i31(dy.numel()) && dx.size(1) <= 65535
+                              ? bn_grad
+                              : nullptr;
   const cudaStream_t s = detail::native(stream);
   dispatch_floating(dx.dtype(), "maxpool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const PoolWindow g = pool_window(h, w, oh, ow, k, stride, pad);
-    // NHWC: kVec<T> channels a thread; NCHW: 4 inputs of a row (8 or 16 bytes of dx; see the kernel).
-    const int v = nhwc ? pool_vector_width(kVec<T>, c, {dy.data(), argmax.data(), dx.data()})
-                       : pool_vector_width(4, w, {dx.data()});
+    // NHWC: kVec<T> channels a thread; NCHW: 4 inputs of a row (8 or 16 bytes of dx, and of x and y with the sums;
+    // see the kernels).
+    const int v =
+        nhwc   ? pool_vector_width(kVec<T>, c, {dy.data(), argmax.data(), dx.data()})
+        : sums ? pool_vector_width(4, w, {dx.data(), sums->x.data(), sums->y.defined() ? sums->y.data() : nullptr})
+               : pool_vector_width(4, w, {dx.data()});
     auto launch = [&](auto index) {
       using Index = decltype(index);
       using Div = FlatDiv<Index>;
@@ -416,10 +483,27 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
         });
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (fits_i31(total) && fits_i31(dy.numel()))
+    if (sums) {
+      // NCHW with the batch norm's sums: a block a (split of the images, channel), 32-bit indices
+      const int n = int(dx.size(0)), channels = int(dx.size(1));
+      // ~2048 blocks: splits of the images a channel (ResNet-50's stem pool: 32 splits of 8 images)
+      const int want = std::clamp((2048 + channels - 1) / channels, 1, n);
+      const int per_split = (n + want - 1) / want, splits = (n + per_split - 1) / per_split;
+      float* partial = sums->start(channels, splits, dx.data(), int64_t(n) * h * w, stream);
+      const T* y = sums->y.defined() ? static_cast<const T*>(sums->y.data()) : nullptr;
+      with_width<4>(v, [&](auto vt) {
+        constexpr int V = decltype(vt)::value;
+        maxpool_backward_sums_kernel<T, V><<<dim3(unsigned(splits), unsigned(channels)), kThreads, 0, s>>>(
+            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()),
+            static_cast<const T*>(sums->x.data()), y, sums->mean.data<float>(), partial, n, channels, per_split,
+            FastDiv(h * w / V), FastDiv(w / V), g);
+      });
+      HPDT_CUDA_CHECK_LAUNCH();
+    } else if (fits_i31(total) && fits_i31(dy.numel())) {
       launch(uint32_t{});
-    else
+    } else {
       launch(int64_t{});
+    }
   });
 }
 

@@ -109,18 +109,7 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, int64_t
   const Conv2dShape s = conv2d_shape(op, dx, w, stride, pad, layout);
   check_shape(op, "dy", dy, conv2d_output_shape(s, layout));
   if (residual) detail::check_residual(op, *residual, dx, "dx", st);
-  if (bn_grad) {
-    bn_grad->clear_results();  // the kernel that can sets them
-    detail::float_op_device(op, {&dx, &bn_grad->x}, st);
-    check_shape(op, "bn_grad.x", bn_grad->x, dx.shape());
-    if (bn_grad->y.defined()) {
-      detail::float_op_device(op, {&dx, &bn_grad->y}, st);
-      check_shape(op, "bn_grad.y", bn_grad->y, dx.shape());
-    }
-    HPDT_CHECK(bn_grad->mean.defined() && bn_grad->mean.numel() == dx.size(layout == Layout::nhwc ? 3 : 1) &&
-                   bn_grad->mean.dtype() == DType::f32 && bn_grad->mean.device() == dx.device(),
-               op, ": bn_grad.mean must be f32 [", dx.size(layout == Layout::nhwc ? 3 : 1), "] on ", dx.device().str());
-  }
+  if (bn_grad) detail::check_grad_sums(op, *bn_grad, dx, dx.size(layout == Layout::nhwc ? 3 : 1), st);
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(vendor()                 ? cuda::conv2d_backward_data_vendor(s, dy, w, dx, st, layout, residual)
                  : layout == Layout::nhwc ? cuda::conv2d_backward_data_nhwc(s, dy, w, dx, st, {}, residual, bn_grad)

@@ -36,6 +36,20 @@ void check_residual(std::string_view op, const Tensor& residual, const Tensor& o
              out_name);
 }
 
+void check_grad_sums(std::string_view op, ChannelGradSums& sums, const Tensor& dx, int64_t channels,
+                     const Stream& stream) {
+  sums.clear_results();
+  float_op_device(op, {&dx, &sums.x}, stream);
+  check_shape(op, "bn_grad.x", sums.x, dx.shape());
+  if (sums.y.defined()) {
+    float_op_device(op, {&dx, &sums.y}, stream);
+    check_shape(op, "bn_grad.y", sums.y, dx.shape());
+  }
+  HPDT_CHECK(sums.mean.defined() && sums.mean.numel() == channels && sums.mean.dtype() == DType::f32 &&
+                 sums.mean.device() == dx.device(),
+             op, ": bn_grad.mean must be f32 [", channels, "] on ", dx.device().str());
+}
+
 Device float_op_device(std::string_view op, std::initializer_list<const Tensor*> tensors, const Stream& stream) {
   const Device d = common_device(op, tensors, stream);
   const DType first = (*tensors.begin())->dtype();

@@ -68,7 +68,7 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
 }
 
 void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64_t stride, int64_t pad, Tensor& dx,
-                        const Stream& s, Layout layout) {
+                        const Stream& s, Layout layout, ChannelGradSums* bn_grad) {
   const char* op = "maxpool2d_backward";
   const Device dev = detail::float_op_device(op, {&dy, &dx}, s);
   detail::common_device(op, {&dy, &argmax}, s);
@@ -77,8 +77,9 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
   check_window(op, dx, dxd, k, stride, pad);
   check_shape(op, "dy", dy, shape_of({dxd.n, dxd.c, (dxd.h + 2 * pad - k) / stride + 1, (dxd.w + 2 * pad - k) / stride + 1}, layout));
   check_backward(op, dy, argmax, dyd, dxd, dx);
+  if (bn_grad) detail::check_grad_sums(op, *bn_grad, dx, dxd.c, s);
   if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::maxpool2d_backward(dy, argmax, k, stride, pad, dx, s, layout));
+    HPDT_ON_CUDA(cuda::maxpool2d_backward(dy, argmax, k, stride, pad, dx, s, layout, bn_grad));
     return;
   }
   maxpool_backward_cpu(dy, argmax, dx, dyd, dxd, layout);

@@ -112,7 +112,7 @@ Tensor Conv2d::backward(const Tensor& dy) {
 
 void Conv2d::feed_grad_sums_to(BatchNorm& bn) {
   grad_sums_for_ = &bn;
-  bn.grad_sums_from_ = this;
+  bn.grad_sums_from_ = &input_grad_sums_;
 }
 
 // ---- BatchNorm ---------------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   dy_ = dy;
   // The convolution that wrote dy may have computed this layer's backward sums (and, with then_relu, written dz
   // into dy): Conv2d::feed_grad_sums_to.
-  const kernels::ChannelGradSums* sums = grad_sums_from_ ? &grad_sums_from_->input_grad_sums() : nullptr;
+  const kernels::ChannelGradSums* sums = grad_sums_from_;
   if (sums && !(sums->describe(dy, c_) && sums->y.defined() == then_relu_)) sums = nullptr;
   if (then_relu_) {
     if (sums) {
@@ -255,8 +255,19 @@ Tensor MaxPool2d::forward(const Tensor& x) {
 Tensor MaxPool2d::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   ensure(dx_, in_shape_, dy.dtype());
-  kernels::maxpool2d_backward(dy, argmax_, k_, stride_, pad_, dx_, stream_, layout_);
+  kernels::ChannelGradSums* sums = nullptr;
+  if (grad_sums_for_ && grad_sums_for_->ask_grad_sums(input_grad_sums_, dx_)) {
+    sums = &input_grad_sums_;
+  } else {
+    input_grad_sums_.clear_results();
+  }
+  kernels::maxpool2d_backward(dy, argmax_, k_, stride_, pad_, dx_, stream_, layout_, sums);
   return dx_;
+}
+
+void MaxPool2d::feed_grad_sums_to(BatchNorm& bn) {
+  grad_sums_for_ = &bn;
+  bn.grad_sums_from_ = &input_grad_sums_;
 }
 
 Tensor GlobalAvgPool::forward(const Tensor& x) {

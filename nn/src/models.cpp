@@ -249,8 +249,9 @@ void build_resnet_imagenet(Sequential& body, ParameterArena& a, const ModelConfi
   body.add<ImageInput>();
   auto& stem = body.add<Conv2d>(a, "conv1", c.in_channels, 64, 7, 2, 3, false, kaiming_fan_out(64, 7));
   stem.set_needs_input_grad(false);
-  body.add<BatchNorm>(a, "bn1", 64, 1e-5f, 0.1f, /*then_relu=*/true).take_stats_from(stem);
-  body.add<MaxPool2d>("maxpool", 3, 2, 1);
+  auto& bn1 = body.add<BatchNorm>(a, "bn1", 64, 1e-5f, 0.1f, /*then_relu=*/true);
+  bn1.take_stats_from(stem);
+  body.add<MaxPool2d>("maxpool", 3, 2, 1).feed_grad_sums_to(bn1);  // bn1's backward sums from the pool's backward
   int64_t c_in = 64;
   BatchNorm* before = nullptr;  // the previous block's last BN (the first block's input is the max pool's output)
   for (int s = 0; s < 4; ++s) {

@@ -21,6 +21,7 @@
 // on and off and asserts the same bits and, on the emulator, which kernels ran.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -29,6 +30,7 @@
 
 #include "cuda_oracle.h"
 #include "hpdt/core/env.h"
+#include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/pool.h"
 #include "hpdt_test.h"
 
@@ -221,6 +223,95 @@ TEST_F(PoolCuda, MaxPoolBackwardIsDeterministic) {
     kernels::maxpool2d_backward(dy, am, c.k, c.stride, c.pad, b, stream);
     EXPECT_TRUE(close(to_cpu_f32(a), to_cpu_f32(b), exact())) << dtype_name(dt);
   }
+}
+
+// ResNet's stem: max pool's backward hands the batch norm before it (whose fused ReLU output is the pool's input) its
+// backward sums (kernels::ChannelGradSums), in NCHW: dx is dz = (y > 0 ? g : 0), g the plain backward's gradient
+// (the same bits), and the partials add up, per channel, to sum dz and sum dz (x - mean) of dz as stored (against
+// double sums: f32 accumulation). Without y (no ReLU) dz is g. NHWC and HPDT_CONV_BN_STATS=separate compute none:
+// the sums are cleared and dx is g. Shapes: one value a thread (w = 7) and four (w % 4 == 0), one image a split and
+// several (n = 40 at c = 64: 20 splits of 2).
+TEST_F(PoolCuda, MaxPoolBackwardHandsTheBatchNormItsSums) {
+  const MaxCase cases[] = {{{2, 3, 7, 7}, 3, 2, 1}, {{3, 16, 12, 16}, 3, 2, 1}, {{40, 64, 8, 8}, 3, 2, 1}};
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const MaxCase& c : cases)
+      for (Layout layout : {Layout::nchw, Layout::nhwc})
+        for (bool relu : {true, false}) {
+          SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dt)) + " " + kernels::layout_name(layout) +
+                       (relu ? " with ReLU" : " without ReLU"));
+          const Shape xs = in_layout(c.x, layout), ys = in_layout(out_shape(c), layout);
+          const int64_t ch = c.x[1];
+          // the batch norm's input x, its output y (a ReLU's: a third of it zero) and saved mean
+          Tensor xh = random(xs), yh = random(xs, -0.5f, 1.0f), mean_h = random({ch});
+          for (int64_t i = 0; i < yh.numel(); ++i) yh.data<float>()[i] = std::max(yh.data<float>()[i], 0.0f);
+          const Tensor x = to_gpu(xh, dt), y = to_gpu(yh, dt), mean = to_gpu(mean_h);
+          Tensor pooled = poisoned(ys, dt), am = poisoned(ys, DType::i32);
+          kernels::maxpool2d_forward(y, c.k, c.stride, c.pad, pooled, am, stream, layout);
+          const Tensor dy = to_gpu(random(ys), dt);
+          Tensor g = poisoned(xs, dt), dz = poisoned(xs, dt);
+          kernels::maxpool2d_backward(dy, am, c.k, c.stride, c.pad, g, stream, layout);
+          kernels::ChannelGradSums sums;
+          sums.x = x, sums.mean = mean;
+          if (relu) sums.y = y;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          const unsigned long long sums0 = cuda_emu::launches_named("maxpool_backward_sums_kernel");
+#endif
+          kernels::maxpool2d_backward(dy, am, c.k, c.stride, c.pad, dz, stream, layout, &sums);
+          const bool computed = layout == Layout::nchw;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          EXPECT_EQ(cuda_emu::launches_named("maxpool_backward_sums_kernel") - sums0, computed ? 1u : 0u);
+#endif
+          const Tensor gc = to_cpu_f32(g), dzc = to_cpu_f32(dz), yc = to_cpu_f32(y), xc = to_cpu_f32(x);
+          for (int64_t i = 0; i < gc.numel(); ++i) {
+            const float want = computed && relu && !(yc.data<float>()[i] > 0.0f) ? 0.0f : gc.data<float>()[i];
+            ASSERT_EQ(test::bits_of(dzc.data<float>()[i]), test::bits_of(want)) << "dz[" << i << "]";
+          }
+          if (!computed) {
+            EXPECT_FALSE(sums.partial.defined()) << "NHWC computes no sums";
+            continue;
+          }
+          ASSERT_TRUE(sums.describe(dz, ch)) << "the sums describe dx";
+          const Tensor part = sums.partial.to(Device::cpu(), stream);
+          stream.synchronize();
+          // per channel: the double sums of dz and dz (x - mean), and of their magnitudes (the f32 error's scale)
+          std::vector<double> want(2 * ch, 0.0), scale(2 * ch, 0.0);
+          const int64_t hw = c.x[2] * c.x[3];
+          for (int64_t i = 0; i < dzc.numel(); ++i) {
+            const int64_t k = layout == Layout::nchw ? (i / hw) % ch : i % ch;
+            const double v = dzc.data<float>()[i], d = v * (double(xc.data<float>()[i]) - mean_h.data<float>()[k]);
+            want[2 * k] += v, want[2 * k + 1] += d;
+            scale[2 * k] += std::abs(v), scale[2 * k + 1] += std::abs(d);
+          }
+          for (int64_t k = 0; k < ch; ++k)
+            for (int w = 0; w < 2; ++w) {
+              double got = 0;
+              for (int64_t sp = 0; sp < sums.splits; ++sp) got += part.data<float>()[(k * sums.splits + sp) * 2 + w];
+              EXPECT_NEAR(got, want[2 * k + w], 1e-5 * scale[2 * k + w] + 1e-6)
+                  << (w ? "sum dz (x - mean)" : "sum dz") << " of channel " << k;
+            }
+        }
+  // HPDT_CONV_BN_STATS=separate: none, and dx is the plain gradient
+  const ScopedEnv off("HPDT_CONV_BN_STATS", "separate");
+  const Tensor y = to_gpu(random({2, 3, 8, 8}), DType::bf16);
+  Tensor pooled = poisoned({2, 3, 4, 4}, DType::bf16), am = poisoned({2, 3, 4, 4}, DType::i32);
+  kernels::maxpool2d_forward(y, 3, 2, 1, pooled, am, stream);
+  const Tensor dy = to_gpu(random({2, 3, 4, 4}), DType::bf16);
+  Tensor g = poisoned({2, 3, 8, 8}, DType::bf16), dz = poisoned({2, 3, 8, 8}, DType::bf16);
+  kernels::maxpool2d_backward(dy, am, 3, 2, 1, g, stream);
+  kernels::ChannelGradSums sums;
+  sums.x = to_gpu(random({2, 3, 8, 8}), DType::bf16), sums.y = y, sums.mean = to_gpu(random({3}));
+  kernels::maxpool2d_backward(dy, am, 3, 2, 1, dz, stream, Layout::nchw, &sums);
+  EXPECT_FALSE(sums.partial.defined()) << "HPDT_CONV_BN_STATS=separate";
+  const Tensor gc = to_cpu_f32(g), dzc = to_cpu_f32(dz);
+  for (int64_t i = 0; i < gc.numel(); ++i)
+    ASSERT_EQ(test::bits_of(dzc.data<float>()[i]), test::bits_of(gc.data<float>()[i]));
+  // bad input names the op and the tensor
+  sums.mean = to_gpu(random({4}));
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(dy, am, 3, 2, 1, dz, stream, Layout::nchw, &sums),
+                        "maxpool2d_backward: bn_grad.mean must be f32 [3]");
+  sums.mean = to_gpu(random({3})), sums.x = to_gpu(random({2, 3, 8, 7}), DType::bf16);
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_backward(dy, am, 3, 2, 1, dz, stream, Layout::nchw, &sums),
+                        "maxpool2d_backward: bn_grad.x has shape [2, 3, 8, 7], expected [2, 3, 8, 8]");
 }
 
 TEST_F(PoolCuda, GlobalAveragePool) {

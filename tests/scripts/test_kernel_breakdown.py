@@ -43,6 +43,8 @@ class Families(unittest.TestCase):
                 "convolution",
             "void hpdt::kernels::cuda::conv_detail::(anonymous namespace)::depth_to_space_kernel<bf16_t, true>(int)":
                 "convolution",
+            # max pool's backward with the stem batch norm's sums: pooling (it holds no "bn_")
+            "void hpdt::kernels::cuda::(anonymous namespace)::maxpool_backward_sums_kernel<bf16_t, 4>(int)": "pooling",
             "void at::native::batch_norm_collect_statistics_channels_last_kernel<c10::BFloat16>(int)": "norm (batch, layer)",
             "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int)": "norm (batch, layer)",
             "attention_backward_dkdv_v2_kernel": "attention",

@@ -4,7 +4,8 @@
 //   ChannelStats: forward, the statistics of the batch norm's input, from the epilogue of the convolution that
 //     wrote it (conv.h: Conv2dEpilogue::stats, norm.h: BatchNormFusion::stats): one read of the activation less.
 //   ChannelGradSums: backward, the sums of the batch norm's output gradient, from the epilogue of the backward-data
-//     that wrote it, which also applies the fused ReLU's mask (conv.h: conv2d_backward_data's bn_grad, norm.h:
+//     (or the max pool's backward, pool.h) that wrote it, which also applies the fused ReLU's mask (conv.h:
+//     conv2d_backward_data's bn_grad, pool.h: maxpool2d_backward's, norm.h:
 //     batchnorm_backward_train's sums): the reduce pass (reads dy, x and y, writes dz) becomes two more reads in
 //     the epilogue.
 #pragma once

@@ -7,6 +7,7 @@
 
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/channel_stats.h"
 
 namespace hpdt::kernels::detail {
 
@@ -33,6 +34,13 @@ Device float_op_device(std::string_view op, std::initializer_list<const Tensor*>
 // of out's shape, and a tensor other than out (the CPU paths write out before they add it).
 void check_residual(std::string_view op, const Tensor& residual, const Tensor& out, std::string_view out_name,
                     const Stream& stream);
+
+// The batch norm an op hands its backward sums (channel_stats.h's ChannelGradSums: conv2d_backward_data's and
+// maxpool2d_backward's bn_grad), for the op's input gradient dx of `channels` channels: its x and y (if defined) on
+// dx's device, in its dtype and of its shape, its mean f32 [channels] there. Clears the results (the kernel that can
+// sets them).
+void check_grad_sums(std::string_view op, ChannelGradSums& sums, const Tensor& dx, int64_t channels,
+                     const Stream& stream);
 
 }  // namespace hpdt::kernels::detail
 

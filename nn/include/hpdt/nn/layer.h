@@ -173,9 +173,11 @@ class BatchNorm : public Layer {
   kernels::BatchNormSaved saved_;
   kernels::AllReduceSum sync_;
   const Conv2d* stats_from_ = nullptr;
-  const Conv2d* grad_sums_from_ = nullptr;  // Conv2d::feed_grad_sums_to
-  Tensor masked_grad_;                     // with then_relu: dz_, or dy where the convolution wrote dz into it
+  // Conv2d::feed_grad_sums_to, MaxPool2d::feed_grad_sums_to: the sums of the layer whose input gradient is dy
+  const kernels::ChannelGradSums* grad_sums_from_ = nullptr;
+  Tensor masked_grad_;  // with then_relu: dz_, or dy where the layer that wrote it wrote dz
   friend class Conv2d;
+  friend class MaxPool2d;
   // Fills `request`'s inputs (this layer's input, fused output, saved mean) for the gradient dy of its output;
   // false where this layer cannot take sums for it (no training forward of dy's shape).
   bool ask_grad_sums(kernels::ChannelGradSums& request, const Tensor& dy) const;
@@ -210,10 +212,17 @@ class MaxPool2d : public Layer {
       : Layer(std::move(name)), k_(k), stride_(stride), pad_(pad) {}
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  // As Conv2d::feed_grad_sums_to: this layer's input is `bn`'s output (ResNet's stem), and its backward applies bn's
+  // fused ReLU mask and computes bn's backward sums where it can (kernels::maxpool2d_backward's bn_grad).
+  void feed_grad_sums_to(BatchNorm& bn);
+  // The last backward's sums for that BatchNorm (undefined partial: none).
+  const kernels::ChannelGradSums& input_grad_sums() const { return input_grad_sums_; }
 
  private:
   int64_t k_, stride_, pad_;
   Shape in_shape_;
+  BatchNorm* grad_sums_for_ = nullptr;
+  kernels::ChannelGradSums input_grad_sums_;
   Tensor y_, argmax_, dx_;
 };
 
