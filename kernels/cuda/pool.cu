@@ -6,7 +6,8 @@
 //     it and whose argmax is it: deterministic, no atomics, the CPU's addition order; a thread takes 4 inputs of a
 //     row (V = 4) where w allows, else one.
 //   maxpool_backward_sums_kernel: the same, handing the batch norm before the pool (ResNet's stem) its backward sums
-//     and the fused ReLU's mask (kernels::ChannelGradSums): a block a (split of the images, channel).
+//     and the fused ReLU's mask (kernels::ChannelGradSums): a block a (split of the images, channel); NHWC:
+//     maxpool_backward_sums_nhwc_kernel, a block a split of the pixels.
 //   avgpool_forward_kernel: one warp per plane (fixed lane tree); avgpool_backward_kernel: a block writes a
 //     contiguous run of whole planes.
 // NHWC ([n, h, w, c]; argmax the same index into the h*w plane as NCHW's): the same threads with the channel
@@ -282,6 +283,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The gradients of channels ch .. ch + V - 1 of input pixel `at` (= iy * w + ix) of image img (NHWC): each channel
+// the sum, in output order, of the dy of the windows whose argmax it is.
+template <class Index, class T, int V>
+__device__ __forceinline__ void input_grads_nhwc(const T* __restrict__ dy, const int32_t* __restrict__ argmax,
+                                                 const PoolWindow& g, int c, Index img, int at, int iy, int ix, int ch,
+                                                 float (&acc)[V]) {
+  const WindowRange wr = windows_of(g, iy, ix);
+  const Index base = img * Index(g.oh * g.ow);
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc[k] = 0.0f;
+  struct Window {
+    int argmax[V];
+    Pack<T, V> dy;
+  };
+  for_range<2, 2>(  // k3 s2: up to 2 x 2 windows, all loaded first
+      wr.oy0, wr.oy1, wr.ox0, wr.ox1,
+      [&](int oy, int ox) {
+        const Index o = (base + Index(oy * g.ow + ox)) * Index(c) + ch;
+        Window win;
+        load_i32<V>(argmax + o, win.argmax);
+        win.dy = *reinterpret_cast<const Pack<T, V>*>(dy + o);
+        return win;
+      },
+      [&](const Window& win) {
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          if (win.argmax[k] == at) acc[k] += to_f32(win.dy.e[k]);
+      });
+}
+
 // Thread i takes V channels of an input pixel, at i * V; each channel sums its windows in output order.
 template <class Index, class T, int V>
 __global__ void __launch_bounds__(kThreads)
@@ -294,30 +325,60 @@ __global__ void __launch_bounds__(kThreads)
     const Index img = Index(hw.div(pix));
     const int at = int(pix - img * Index(g.h * g.w));
     const int iy = g.w_div.div(at), ix = at - iy * g.w;
-    const WindowRange wr = windows_of(g, iy, ix);
-    const Index base = img * Index(g.oh * g.ow);
     float acc[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc[k] = 0.0f;
-    struct Window {
-      int argmax[V];
-      Pack<T, V> dy;
-    };
-    for_range<2, 2>(  // k3 s2: up to 2 x 2 windows, all loaded first
-        wr.oy0, wr.oy1, wr.ox0, wr.ox1,
-        [&](int oy, int ox) {
-          const Index o = (base + Index(oy * g.ow + ox)) * Index(c) + ch;
-          Window win;
-          load_i32<V>(argmax + o, win.argmax);
-          win.dy = *reinterpret_cast<const Pack<T, V>*>(dy + o);
-          return win;
-        },
-        [&](const Window& win) {
-#pragma unroll
-          for (int k = 0; k < V; ++k)
-            if (win.argmax[k] == at) acc[k] += to_f32(win.dy.e[k]);
-        });
+    input_grads_nhwc<Index, T, V>(dy, argmax, g, c, img, at, iy, ix, ch, acc);
     store<V>(dx + i * Index(V), acc);
+  }
+}
+
+// The same with the batch norm's sums (maxpool_backward_sums_kernel's, NHWC). Block s takes input pixels
+// s * per_split .. (s + 1) * per_split - 1 (of all images); thread t the channel vector cv = t % cv_count (V channels
+// at cv * V) of its pixels t / cv_count, + rows, .. in order (rows = 256 / cv_count; the threads past rows *
+// cv_count idle). Then, for each channel, its rows' sums added in row order through shared memory, into
+// partial[(channel * gridDim.x + s) * 2 + {0, 1}]. The same bits every run; every index below 2^31.
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    maxpool_backward_sums_nhwc_kernel(const T* __restrict__ dy, const int32_t* __restrict__ argmax, T* __restrict__ dx,
+                                      const T* __restrict__ x, const T* __restrict__ y, const float* __restrict__ mean,
+                                      float* __restrict__ partial, int pixels, int c, int per_split, FastDiv hw,
+                                      const PoolWindow g) {
+  using Index = uint32_t;
+  __shared__ float sums[2][kThreads][V];
+  const int cv_count = c / V, rows = kThreads / cv_count;
+  const int t = int(threadIdx.x), cv = t % cv_count, row = t / cv_count, ch = cv * V;
+  const int s = int(blockIdx.x), p0 = s * per_split, p1 = min(pixels, p0 + per_split);
+  float sum[V], sum_x[V], m[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) sum[e] = 0.0f, sum_x[e] = 0.0f, m[e] = mean[ch + e];
+  if (row < rows)
+    for (int pix = p0 + row; pix < p1; pix += rows) {
+      const int img = hw.div(pix), at = pix - img * g.h * g.w;
+      const int iy = g.w_div.div(at), ix = at - iy * g.w;
+      float acc[V], xv[V], yv[V];
+      input_grads_nhwc<Index, T, V>(dy, argmax, g, c, Index(img), at, iy, ix, ch, acc);
+      const Index off = Index(pix) * Index(c) + Index(ch);
+      load<V>(x + off, xv);
+      if (y) load<V>(y + off, yv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float v = (!y || yv[e] > 0.0f) ? to_f32(from_f32<T>(acc[e])) : 0.0f;
+        acc[e] = v;
+        sum[e] += v;
+        sum_x[e] += v * (xv[e] - m[e]);
+      }
+      store<V>(dx + off, acc);
+    }
+#pragma unroll
+  for (int e = 0; e < V; ++e) sums[0][t][e] = sum[e], sums[1][t][e] = sum_x[e];
+  __syncthreads();
+  if (t < cv_count) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      float a = 0.0f, b = 0.0f;
+      for (int r = 0; r < rows; ++r) a += sums[0][r * cv_count + t][e], b += sums[1][r * cv_count + t][e];
+      float* out = partial + (int64_t(ch + e) * gridDim.x + s) * 2;
+      out[0] = a, out[1] = b;
+    }
   }
 }
 
@@ -448,10 +509,10 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
   const int64_t total = dx.numel();
   if (bn_grad) bn_grad->clear_results();  // set below where computed
   if (total == 0) return;
-  // The batch norm's sums: NCHW, where HPDT_CONV_BN_STATS allows it, every index fits 32 bits and the channels a
-  // grid's y dimension
-  ChannelGradSums* sums = bn_grad && !nhwc && conv_detail::conv_epilogue_bn_stats() && fits_i31(total) &&
-                                  fits_i31(dy.numel()) && dx.size(1) <= 65535
+  // The batch norm's sums: where HPDT_CONV_BN_STATS allows it, every index fits 32 bits, and NCHW's channels fit a
+  // grid's y dimension, NHWC's channel vectors a block (checked below)
+  ChannelGradSums* sums = bn_grad && conv_detail::conv_epilogue_bn_stats() && fits_i31(total) && fits_i31(dy.numel()) &&
+                                  (nhwc || dx.size(1) <= 65535)
                               ? bn_grad
                               : nullptr;
   const cudaStream_t s = detail::native(stream);
@@ -460,10 +521,11 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
     const PoolWindow g = pool_window(h, w, oh, ow, k, stride, pad);
     // NHWC: kVec<T> channels a thread; NCHW: 4 inputs of a row (8 or 16 bytes of dx, and of x and y with the sums;
     // see the kernels).
-    const int v =
-        nhwc   ? pool_vector_width(kVec<T>, c, {dy.data(), argmax.data(), dx.data()})
-        : sums ? pool_vector_width(4, w, {dx.data(), sums->x.data(), sums->y.defined() ? sums->y.data() : nullptr})
-               : pool_vector_width(4, w, {dx.data()});
+    const void* x_bn = sums ? sums->x.data() : nullptr;
+    const void* y_bn = sums && sums->y.defined() ? sums->y.data() : nullptr;
+    const int v = nhwc ? pool_vector_width(kVec<T>, c, {dy.data(), argmax.data(), dx.data(), x_bn, y_bn})
+                       : pool_vector_width(4, w, {dx.data(), x_bn, y_bn});
+    if (nhwc && c / v > kThreads) sums = nullptr;  // a block holds one pixel's channel vectors at least
     auto launch = [&](auto index) {
       using Index = decltype(index);
       using Div = FlatDiv<Index>;
@@ -483,20 +545,32 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
         });
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (sums) {
+    if (sums && nhwc) {
+      // NHWC with the batch norm's sums: a block a split of the pixels, ~2048 blocks
+      const int pixels = int(total / c), per_split = std::max(1, (pixels + 2047) / 2048);
+      const int splits = (pixels + per_split - 1) / per_split;
+      float* partial = sums->start(c, splits, dx.data(), pixels, stream);
+      with_width<kVec<T>>(v, [&](auto vt) {
+        constexpr int V = decltype(vt)::value;
+        maxpool_backward_sums_nhwc_kernel<T, V><<<unsigned(splits), kThreads, 0, s>>>(
+            static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()),
+            static_cast<const T*>(x_bn), static_cast<const T*>(y_bn), sums->mean.data<float>(), partial, pixels, int(c),
+            per_split, FastDiv(h * w), g);
+      });
+      HPDT_CUDA_CHECK_LAUNCH();
+    } else if (sums) {
       // NCHW with the batch norm's sums: a block a (split of the images, channel), 32-bit indices
       const int n = int(dx.size(0)), channels = int(dx.size(1));
       // ~2048 blocks: splits of the images a channel (ResNet-50's stem pool: 32 splits of 8 images)
       const int want = std::clamp((2048 + channels - 1) / channels, 1, n);
       const int per_split = (n + want - 1) / want, splits = (n + per_split - 1) / per_split;
       float* partial = sums->start(channels, splits, dx.data(), int64_t(n) * h * w, stream);
-      const T* y = sums->y.defined() ? static_cast<const T*>(sums->y.data()) : nullptr;
       with_width<4>(v, [&](auto vt) {
         constexpr int V = decltype(vt)::value;
         maxpool_backward_sums_kernel<T, V><<<dim3(unsigned(splits), unsigned(channels)), kThreads, 0, s>>>(
             static_cast<const T*>(dy.data()), argmax.data<int32_t>(), static_cast<T*>(dx.data()),
-            static_cast<const T*>(sums->x.data()), y, sums->mean.data<float>(), partial, n, channels, per_split,
-            FastDiv(h * w / V), FastDiv(w / V), g);
+            static_cast<const T*>(x_bn), static_cast<const T*>(y_bn), sums->mean.data<float>(), partial, n, channels,
+            per_split, FastDiv(h * w / V), FastDiv(w / V), g);
       });
       HPDT_CUDA_CHECK_LAUNCH();
     } else if (fits_i31(total) && fits_i31(dy.numel())) {

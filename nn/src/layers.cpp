@@ -179,8 +179,8 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   ensure(dx_, x_.shape(), x_.dtype());
   Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);
   dy_ = dy;
-  // The convolution that wrote dy may have computed this layer's backward sums (and, with then_relu, written dz
-  // into dy): Conv2d::feed_grad_sums_to.
+  // The layer that wrote dy (a convolution's backward-data, the max pool's backward) may have computed this layer's
+  // backward sums (and, with then_relu, written dz into dy): Conv2d::feed_grad_sums_to, MaxPool2d::feed_grad_sums_to.
   const kernels::ChannelGradSums* sums = grad_sums_from_;
   if (sums && !(sums->describe(dy, c_) && sums->y.defined() == then_relu_)) sums = nullptr;
   if (then_relu_) {

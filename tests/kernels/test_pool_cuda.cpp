@@ -226,11 +226,12 @@ TEST_F(PoolCuda, MaxPoolBackwardIsDeterministic) {
 }
 
 // ResNet's stem: max pool's backward hands the batch norm before it (whose fused ReLU output is the pool's input) its
-// backward sums (kernels::ChannelGradSums), in NCHW: dx is dz = (y > 0 ? g : 0), g the plain backward's gradient
-// (the same bits), and the partials add up, per channel, to sum dz and sum dz (x - mean) of dz as stored (against
-// double sums: f32 accumulation). Without y (no ReLU) dz is g. NHWC and HPDT_CONV_BN_STATS=separate compute none:
-// the sums are cleared and dx is g. Shapes: one value a thread (w = 7) and four (w % 4 == 0), one image a split and
-// several (n = 40 at c = 64: 20 splits of 2).
+// backward sums (kernels::ChannelGradSums), in both layouts: dx is dz = (y > 0 ? g : 0), g the plain backward's
+// gradient (the same bits), and the partials add up, per channel, to sum dz and sum dz (x - mean) of dz as stored
+// (against double sums: f32 accumulation). Without y (no ReLU) dz is g. HPDT_CONV_BN_STATS=separate computes none,
+// nor NHWC where a pixel's channel vectors outnumber a block's threads (257 channels of f32, one a thread): the sums
+// are cleared and dx is g. Shapes: NCHW one value a thread (w = 7) and four (w % 4 == 0), one image a split and
+// several (n = 40 at c = 64: 20 splits of 2); NHWC 3, 16 and 64 channels (1, 2 to 4, 8 vectors a pixel).
 TEST_F(PoolCuda, MaxPoolBackwardHandsTheBatchNormItsSums) {
   const MaxCase cases[] = {{{2, 3, 7, 7}, 3, 2, 1}, {{3, 16, 12, 16}, 3, 2, 1}, {{40, 64, 8, 8}, 3, 2, 1}};
   for (DType dt : {DType::f32, DType::bf16})
@@ -254,21 +255,16 @@ TEST_F(PoolCuda, MaxPoolBackwardHandsTheBatchNormItsSums) {
           sums.x = x, sums.mean = mean;
           if (relu) sums.y = y;
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-          const unsigned long long sums0 = cuda_emu::launches_named("maxpool_backward_sums_kernel");
+          const unsigned long long sums0 = cuda_emu::launches_named("maxpool_backward_sums");
 #endif
           kernels::maxpool2d_backward(dy, am, c.k, c.stride, c.pad, dz, stream, layout, &sums);
-          const bool computed = layout == Layout::nchw;
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-          EXPECT_EQ(cuda_emu::launches_named("maxpool_backward_sums_kernel") - sums0, computed ? 1u : 0u);
+          EXPECT_EQ(cuda_emu::launches_named("maxpool_backward_sums") - sums0, 1u);
 #endif
           const Tensor gc = to_cpu_f32(g), dzc = to_cpu_f32(dz), yc = to_cpu_f32(y), xc = to_cpu_f32(x);
           for (int64_t i = 0; i < gc.numel(); ++i) {
-            const float want = computed && relu && !(yc.data<float>()[i] > 0.0f) ? 0.0f : gc.data<float>()[i];
+            const float want = relu && !(yc.data<float>()[i] > 0.0f) ? 0.0f : gc.data<float>()[i];
             ASSERT_EQ(test::bits_of(dzc.data<float>()[i]), test::bits_of(want)) << "dz[" << i << "]";
-          }
-          if (!computed) {
-            EXPECT_FALSE(sums.partial.defined()) << "NHWC computes no sums";
-            continue;
           }
           ASSERT_TRUE(sums.describe(dz, ch)) << "the sums describe dx";
           const Tensor part = sums.partial.to(Device::cpu(), stream);
@@ -290,6 +286,16 @@ TEST_F(PoolCuda, MaxPoolBackwardHandsTheBatchNormItsSums) {
                   << (w ? "sum dz (x - mean)" : "sum dz") << " of channel " << k;
             }
         }
+  {  // NHWC, 257 channels of f32 (one a thread): more channel vectors than a block's threads, none
+    const Tensor y = to_gpu(random({1, 4, 4, 257}));
+    Tensor pooled = poisoned({1, 2, 2, 257}), am = poisoned({1, 2, 2, 257}, DType::i32);
+    kernels::maxpool2d_forward(y, 2, 2, 0, pooled, am, stream, Layout::nhwc);
+    Tensor dz = poisoned({1, 4, 4, 257});
+    kernels::ChannelGradSums sums;
+    sums.x = to_gpu(random({1, 4, 4, 257})), sums.y = y, sums.mean = to_gpu(random({257}));
+    kernels::maxpool2d_backward(to_gpu(random({1, 2, 2, 257})), am, 2, 2, 0, dz, stream, Layout::nhwc, &sums);
+    EXPECT_FALSE(sums.partial.defined()) << "257 channel vectors a pixel";
+  }
   // HPDT_CONV_BN_STATS=separate: none, and dx is the plain gradient
   const ScopedEnv off("HPDT_CONV_BN_STATS", "separate");
   const Tensor y = to_gpu(random({2, 3, 8, 8}), DType::bf16);

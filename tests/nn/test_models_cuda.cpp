@@ -574,9 +574,9 @@ TEST_P(ModelsCuda, CudaGraphReplaysTheEagerSteps) {
 }
 
 // The ImageNet ResNets' stem (conv 7x7 s2, batch norm with ReLU, max pool 3x3 s2): the batch norm takes its backward
-// sums from the max pool's backward (MaxPool2d::feed_grad_sums_to, NCHW). ResNet-18 on 1 x 28 x 28 images (stem 14 x
-// 14, pool 7 x 7) in f32, where no convolution computes sums (v1's kernels have no such epilogue), so the pool's are
-// the only ones: the step agrees with the one where every batch norm runs its own reduce pass
+// sums from the max pool's backward (MaxPool2d::feed_grad_sums_to), in both layouts. ResNet-18 on 1 x 28 x 28 images
+// (stem 14 x 14, pool 7 x 7) in f32, where no convolution computes sums (v1's kernels have no such epilogue), so the
+// pool's are the only ones: the step agrees with the one where every batch norm runs its own reduce pass
 // (HPDT_CONV_BN_STATS=separate) to the order of f32 additions, and on the emulator exactly one reduce kernel fewer
 // runs.
 TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
@@ -585,7 +585,7 @@ TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
   const Data d = make_data(Case{"resnet18", 2, std::nullopt});
   const auto reduces = [] {
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-    return int64_t(cuda_emu::launches_named("bn_backward_reduce_kernel"));
+    return int64_t(cuda_emu::launches_named("bn_backward_reduce"));  // NCHW and NHWC
 #else
     return int64_t(-1);
 #endif
@@ -599,25 +599,29 @@ TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
     EXPECT_EQ(pools, 1);
     return with_sums;
   };
-  int64_t r0 = reduces();
-  auto a = make_model("resnet18", config(DType::f32), gpu);
-  const StepOut fused = forward_backward(*a, d);
-  const int64_t fused_reduces = reduces() - r0;
-  EXPECT_EQ(pool_sums(*a), 1) << "the max pool computed the stem batch norm's sums";
-  StepOut separate;
-  {
-    const ScopedEnv off("HPDT_CONV_BN_STATS", "separate");
-    auto b = make_model("resnet18", config(DType::f32), gpu);
-    r0 = reduces();
-    separate = forward_backward(*b, d);
-    EXPECT_EQ(pool_sums(*b), 0) << "HPDT_CONV_BN_STATS=separate";
-    if (r0 >= 0) {
-      EXPECT_EQ(reduces() - r0, fused_reduces + 1) << "the stem batch norm's reduce kernel";
+  for (const std::optional<kernels::Layout> layout :
+       {std::optional<kernels::Layout>(), std::optional(kernels::Layout::nhwc)}) {
+    SCOPED_TRACE(layout ? "NHWC" : "NCHW");
+    int64_t r0 = reduces();
+    auto a = make_model("resnet18", config(DType::f32, layout), gpu);
+    const StepOut fused = forward_backward(*a, d);
+    const int64_t fused_reduces = reduces() - r0;
+    EXPECT_EQ(pool_sums(*a), 1) << "the max pool computed the stem batch norm's sums";
+    StepOut separate;
+    {
+      const ScopedEnv off("HPDT_CONV_BN_STATS", "separate");
+      auto b = make_model("resnet18", config(DType::f32, layout), gpu);
+      r0 = reduces();
+      separate = forward_backward(*b, d);
+      EXPECT_EQ(pool_sums(*b), 0) << "HPDT_CONV_BN_STATS=separate";
+      if (r0 >= 0) {
+        EXPECT_EQ(reduces() - r0, fused_reduces + 1) << "the stem batch norm's reduce kernel";
+      }
     }
+    ASSERT_TRUE(std::isfinite(fused.loss));
+    EXPECT_NEAR(fused.loss, separate.loss, 1e-5 * std::abs(separate.loss));
+    expect_close_per_tensor(a->arena(), fused.grads, separate.grads, 1e-4, 1e-3, "sums from the pool vs separate");
   }
-  ASSERT_TRUE(std::isfinite(fused.loss));
-  EXPECT_NEAR(fused.loss, separate.loss, 1e-5 * std::abs(separate.loss));
-  expect_close_per_tensor(a->arena(), fused.grads, separate.grads, 1e-4, 1e-3, "sums from the pool vs separate");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelsCuda,

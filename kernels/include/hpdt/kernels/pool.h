@@ -16,10 +16,10 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
 // The CUDA version is a gather over the windows that contain an input element, so it needs the window
 // (k, stride, pad of the forward); the 4-argument form (no window) runs on the CPU only.
 // bn_grad (optional): the batch norm whose output is the pool's input (its x, fused output y, saved mean; as
-// conv2d_backward_data's, channel_stats.h). Where the kernel can (CUDA, NCHW; HPDT_CONV_BN_STATS=separate turns it
-// off) dx gets dz = (y > 0 ? g : 0) and bn_grad the partials (sum dz, sum dz (x - mean)) of the values as stored, so
-// that the batch norm skips its reduce pass; elsewhere dx gets g and bn_grad is cleared (the batch norm computes its
-// own).
+// conv2d_backward_data's, channel_stats.h). Where the kernel can (CUDA, either layout, NHWC up to 256 vectors of
+// channels a pixel; HPDT_CONV_BN_STATS=separate turns it off) dx gets dz = (y > 0 ? g : 0) and bn_grad the partials
+// (sum dz, sum dz (x - mean)) of the values as stored, so that the batch norm skips its reduce pass; elsewhere dx gets
+// g and bn_grad is cleared (the batch norm computes its own).
 void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64_t stride, int64_t pad, Tensor& dx,
                         const Stream& stream, Layout layout = Layout::nchw, ChannelGradSums* bn_grad = nullptr);
 void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, Tensor& dx, const Stream& stream,

@@ -15,7 +15,7 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
                        const Stream& stream, Layout layout = Layout::nchw);
 // A gather (each input element sums the windows whose argmax points at it): deterministic, no atomics.
 // Needs the window geometry, which the argmax alone does not carry.
-// bn_grad: as hpdt/kernels/pool.h's (computed for NCHW; cleared otherwise).
+// bn_grad: as hpdt/kernels/pool.h's (maxpool_backward_sums_kernel and its NHWC twin; cleared where neither runs).
 void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64_t stride, int64_t pad, Tensor& dx,
                         const Stream& stream, Layout layout = Layout::nchw, ChannelGradSums* bn_grad = nullptr);
 void global_avgpool_forward(const Tensor& x, Tensor& y, const Stream& stream, Layout layout = Layout::nchw);
