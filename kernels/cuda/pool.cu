@@ -219,6 +219,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The batch norm's side of V input gradients acc at dx + off (both sums kernels): each as stored (rounded to T)
+// through the fused ReLU's mask (y > 0; y null: no ReLU), stored as dz, and added in order to its channel's sums,
+// sum[k] += dz, sum_x[k] += dz (x - m[k]), with k = 0 for all V (S = 1: NCHW's V values of one channel) or k = e
+// (S = V: NHWC's V channels).
+template <class T, int V, int S>
+__device__ __forceinline__ void store_dz_and_add(T* __restrict__ dx, const T* __restrict__ x, const T* __restrict__ y,
+                                                 uint32_t off, float (&acc)[V], const float (&m)[S], float (&sum)[S],
+                                                 float (&sum_x)[S]) {
+  static_assert(S == 1 || S == V, "one channel for the V values, or one each");
+  float xv[V], yv[V];
+  load<V>(x + off, xv);
+  if (y) load<V>(y + off, yv);
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const int k = S == 1 ? 0 : e;
+    const float v = (!y || yv[e] > 0.0f) ? to_f32(from_f32<T>(acc[e])) : 0.0f;
+    acc[e] = v;
+    sum[k] += v;
+    sum_x[k] += v * (xv[e] - m[k]);
+  }
+  store<V>(dx + off, acc);
+}
+
 // The same with the batch norm whose output is the pool's input (ChannelGradSums, NCHW): each gradient as stored
 // (rounded to T) through the batch norm's fused ReLU mask (y > 0; y null: no ReLU), stored as dz, and added to
 // channel ch's sums, sum dz and sum dz (x - mean). Block (s, ch) takes the planes of channel ch of images
@@ -234,32 +257,22 @@ __global__ void __launch_bounds__(kThreads)
   const int ch = int(blockIdx.y), s = int(blockIdx.x);
   const int img0 = s * per_split, images = min(n - img0, per_split);
   const int vectors = images * int(plane_vectors.value());
-  const float m = mean[ch];
-  float sum = 0.0f, sum_x = 0.0f;
+  const float m[1] = {mean[ch]};
+  float sum[1] = {0.0f}, sum_x[1] = {0.0f};
   for (int j = int(threadIdx.x); j < vectors; j += kThreads) {
     const int k = plane_vectors.div(j), r = j - k * int(plane_vectors.value());
     const Index plane = Index(img0 + k) * Index(c) + Index(ch);
     const int iy = row_vectors.div(r), ix = (r - iy * (g.w / V)) * V;
-    float acc[V], xv[V], yv[V];
+    float acc[V];
     input_grads<Index, T, V>(dy, argmax, g, plane, iy, ix, acc);
-    const Index at = plane * Index(g.h * g.w) + Index(iy * g.w + ix);
-    load<V>(x + at, xv);
-    if (y) load<V>(y + at, yv);
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float v = (!y || yv[e] > 0.0f) ? to_f32(from_f32<T>(acc[e])) : 0.0f;
-      acc[e] = v;
-      sum += v;
-      sum_x += v * (xv[e] - m);
-    }
-    store<V>(dx + at, acc);
+    store_dz_and_add<T, V, 1>(dx, x, y, plane * Index(g.h * g.w) + Index(iy * g.w + ix), acc, m, sum, sum_x);
   }
-  sum = block_sum<kThreads>(sum);
+  const float total = block_sum<kThreads>(sum[0]);
   __syncthreads();  // block_sum's shared sums are read by warp 0 before the second call writes them
-  sum_x = block_sum<kThreads>(sum_x);
+  const float total_x = block_sum<kThreads>(sum_x[0]);
   if (threadIdx.x == 0) {
     float* out = partial + (int64_t(ch) * gridDim.x + s) * 2;
-    out[0] = sum, out[1] = sum_x;
+    out[0] = total, out[1] = total_x;
   }
 }
 
@@ -354,19 +367,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int pix = p0 + row; pix < p1; pix += rows) {
       const int img = hw.div(pix), at = pix - img * g.h * g.w;
       const int iy = g.w_div.div(at), ix = at - iy * g.w;
-      float acc[V], xv[V], yv[V];
+      float acc[V];
       input_grads_nhwc<Index, T, V>(dy, argmax, g, c, Index(img), at, iy, ix, ch, acc);
-      const Index off = Index(pix) * Index(c) + Index(ch);
-      load<V>(x + off, xv);
-      if (y) load<V>(y + off, yv);
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float v = (!y || yv[e] > 0.0f) ? to_f32(from_f32<T>(acc[e])) : 0.0f;
-        acc[e] = v;
-        sum[e] += v;
-        sum_x[e] += v * (xv[e] - m[e]);
-      }
-      store<V>(dx + off, acc);
+      store_dz_and_add<T, V, V>(dx, x, y, Index(pix) * Index(c) + Index(ch), acc, m, sum, sum_x);
     }
 #pragma unroll
   for (int e = 0; e < V; ++e) sums[0][t][e] = sum[e], sums[1][t][e] = sum_x[e];
