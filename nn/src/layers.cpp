@@ -99,12 +99,7 @@ Tensor Conv2d::backward(const Tensor& dy) {
   ensure(dx_, x_.shape(), x_.dtype());
   if (r.defined() && (!(r.shape() == x_.shape()) || r.dtype() != x_.dtype()))
     fail("the gradient to add must match the input " + x_.shape().str() + " " + dt_name(x_.dtype()), r);
-  kernels::ChannelGradSums* sums = nullptr;
-  if (grad_sums_for_ && grad_sums_for_->ask_grad_sums(input_grad_sums_, dx_)) {
-    sums = &input_grad_sums_;
-  } else {
-    input_grad_sums_.clear_results();
-  }
+  kernels::ChannelGradSums* sums = BatchNorm::ask_grad_sums(grad_sums_for_, input_grad_sums_, dx_);
   kernels::conv2d_backward_data(dy, arena_->param(w_id_), dx_, stride_, pad_, stream_, layout_,
                                 r.defined() ? &r : nullptr, sums);
   return dx_;
@@ -117,13 +112,17 @@ void Conv2d::feed_grad_sums_to(BatchNorm& bn) {
 
 // ---- BatchNorm ---------------------------------------------------------------------------------------
 
-bool BatchNorm::ask_grad_sums(kernels::ChannelGradSums& request, const Tensor& dy) const {
-  if (!training_ || !x_.defined() || !saved_.mean.defined() || !(x_.shape() == dy.shape()) || x_.dtype() != dy.dtype())
-    return false;
-  request.x = x_;
-  request.y = then_relu_ ? y_ : Tensor();
-  request.mean = saved_.mean;
-  return true;
+kernels::ChannelGradSums* BatchNorm::ask_grad_sums(const BatchNorm* bn, kernels::ChannelGradSums& request,
+                                                   const Tensor& dy) {
+  if (!bn || !bn->training_ || !bn->x_.defined() || !bn->saved_.mean.defined() || !(bn->x_.shape() == dy.shape()) ||
+      bn->x_.dtype() != dy.dtype()) {
+    request.clear_results();
+    return nullptr;
+  }
+  request.x = bn->x_;
+  request.y = bn->then_relu_ ? bn->y_ : Tensor();
+  request.mean = bn->saved_.mean;
+  return &request;
 }
 
 BatchNorm::BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps, float momentum,
@@ -255,12 +254,7 @@ Tensor MaxPool2d::forward(const Tensor& x) {
 Tensor MaxPool2d::backward(const Tensor& dy) {
   if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
   ensure(dx_, in_shape_, dy.dtype());
-  kernels::ChannelGradSums* sums = nullptr;
-  if (grad_sums_for_ && grad_sums_for_->ask_grad_sums(input_grad_sums_, dx_)) {
-    sums = &input_grad_sums_;
-  } else {
-    input_grad_sums_.clear_results();
-  }
+  kernels::ChannelGradSums* sums = BatchNorm::ask_grad_sums(grad_sums_for_, input_grad_sums_, dx_);
   kernels::maxpool2d_backward(dy, argmax_, k_, stride_, pad_, dx_, stream_, layout_, sums);
   return dx_;
 }

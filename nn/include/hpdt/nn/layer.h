@@ -178,9 +178,11 @@ class BatchNorm : public Layer {
   Tensor masked_grad_;  // with then_relu: dz_, or dy where the layer that wrote it wrote dz
   friend class Conv2d;
   friend class MaxPool2d;
-  // Fills `request`'s inputs (this layer's input, fused output, saved mean) for the gradient dy of its output;
-  // false where this layer cannot take sums for it (no training forward of dy's shape).
-  bool ask_grad_sums(kernels::ChannelGradSums& request, const Tensor& dy) const;
+  // For the layer that writes dy, the gradient of `bn`'s output (Conv2d, MaxPool2d): `request` with bn's inputs
+  // (its input, fused output, saved mean), or, where there is no bn or it cannot take sums for dy (no training
+  // forward of dy's shape), null with `request` cleared.
+  static kernels::ChannelGradSums* ask_grad_sums(const BatchNorm* bn, kernels::ChannelGradSums& request,
+                                                 const Tensor& dy);
   Tensor x_, y_, dx_, dz_, dy_;
 };
 
