@@ -238,24 +238,29 @@ __global__ void bn_finalize_from_sums(const float* __restrict__ sync_buf, int c,
   bn_finalize_channel(ch, count, m, var, eps, momentum, mean, invstd, running_mean, running_var);
 }
 
-// The fused epilogue of the output pass (BatchNormFusion): + residual, then ReLU; in f32, one rounding at the store.
+// The fused epilogue of the output pass (BatchNormFusion): + residual (through its own batch norm's affine map first
+// with residual_affine), then ReLU; in f32, one rounding at the store.
 struct BnEpilogue {
   const void* residual;  // T*, or null
   int relu;
+  const float* residual_affine;  // [2c]: the residual's batch norm's a (scale), then b (shift); or null
 };
 
-// The apply kernels take the residual as a template flag R (e.residual non-null): its loads double the registers a
-// thread holds in flight, so the R instances load half as many vectors per step (U) and the plain apply keeps its
-// occupancy. The ReLU costs no registers and stays a runtime flag.
+// The apply kernels take the residual as a template value R (BnResidual): its loads double the registers a thread
+// holds in flight, so the R instances load half as many vectors per step (U) and the plain apply keeps its occupancy;
+// its batch norm's coefficients (kNormalised) are registers too. The ReLU costs no registers and stays a runtime flag.
+enum BnResidual : int { kNoResidual = 0, kResidual = 1, kNormalised = 2 };
 // Loads the residual's vector at `off` (with the x loads, so that all of a thread's loads are in flight at once).
-template <class T, int V, bool R>
+template <class T, int V, int R>
 __device__ __forceinline__ void bn_epilogue_load(const BnEpilogue& e, int64_t off, float (&r)[V]) {
-  if constexpr (R) load<V>(static_cast<const T*>(e.residual) + off, r);
+  if constexpr (R != kNoResidual) load<V>(static_cast<const T*>(e.residual) + off, r);
 }
-// v = relu(v + r) over one vector, as BatchNormFusion says (NaN gives 0, as relu_forward).
-template <int V, bool R>
+// v = relu(v + r) over one vector, as BatchNormFusion says (NaN gives 0, as relu_forward). A kNormalised residual
+// the kernel has added itself: v = r * ra + (x * a + (b + rb)), its batch norm's a and b as ra and rb (b + rb: one
+// register a channel less).
+template <int V, int R>
 __device__ __forceinline__ void bn_epilogue(const BnEpilogue& e, const float (&r)[V], float (&v)[V]) {
-  if constexpr (R)
+  if constexpr (R == kResidual)
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] += r[k];
   if (e.relu)
@@ -265,16 +270,18 @@ __device__ __forceinline__ void bn_epilogue(const BnEpilogue& e, const float (&r
 
 // y = x * a + b per channel, then the fused epilogue. Eval passes the running variance (scale_is_var): invstd =
 // 1 / sqrt(var + eps) in f32 as the CPU computes it. x, y and the residual may be the same tensor.
-template <class T, int V, bool R>
+template <class T, int V, int R>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale, int scale_is_var,
                     float eps, const T* __restrict__ gamma, const T* __restrict__ beta, BnEpilogue ep, int c,
                     FastDiv hwv, uint32_t slots, uint32_t chunk) {
-  constexpr int U = R && V >= 4 ? 2 : 4;
+  constexpr int U = R != kNoResidual && V >= 4 ? 2 : 4;
   const int ch = blockIdx.y;
   float is = scale[ch];
   if (scale_is_var) is = 1.0f / sqrtf(is + eps);
-  const float a = is * to_f32(gamma[ch]), b = to_f32(beta[ch]) - mean[ch] * a;
+  const float a = is * to_f32(gamma[ch]);
+  float b = to_f32(beta[ch]) - mean[ch] * a, ra = 0.0f;
+  if constexpr (R == kNormalised) ra = ep.residual_affine[ch], b += ep.residual_affine[c + ch];
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
   for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
     float v[U][V], r[U][V];
@@ -292,7 +299,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < U; ++u) {
       if (off[u] < 0) continue;
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[u][k] = v[u][k] * a + b;
+      for (int k = 0; k < V; ++k) {
+        v[u][k] = v[u][k] * a + b;
+        if constexpr (R == kNormalised) v[u][k] = r[u][k] * ra + v[u][k];
+      }
       bn_epilogue<V, R>(ep, r[u], v[u]);
       store<V>(y + off[u], v[u]);
     }
@@ -521,21 +531,25 @@ __device__ __forceinline__ void store_upto(T* p, int n, const float (&v)[V]) {
     if (k < n) p[k] = from_f32<T>(v[k]);
 }
 
-// bn_apply_kernel on the flat tensor (tab: a block's (a, b) per plane, dynamic shared memory).
-template <class T, bool R>
+// bn_apply_kernel on the flat tensor (ab: a block's (a, b) per plane, dynamic shared memory; kNormalised: b + rb,
+// then the residual's batch norm's ra per plane).
+template <class T, int R>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_flat_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale,
                          int scale_is_var, float eps, const T* __restrict__ gamma, const T* __restrict__ beta,
                          BnEpilogue ep, FlatPlanes f) {
-  constexpr int V = kVec<T>, U = R ? 2 : 4;
+  constexpr int V = kVec<T>, U = R != kNoResidual ? 2 : 4;
   extern __shared__ float2 ab[];
+  float* ra = reinterpret_cast<float*>(ab + f.entries(V));
   const int64_t p0 = int64_t(blockIdx.x) * f.per_block;
   for (int j = threadIdx.x; j < f.entries(V); j += kThreads) {
     const int ch = int((p0 + j) % f.c);
     float is = scale[ch];
     if (scale_is_var) is = 1.0f / sqrtf(is + eps);
     const float a = is * to_f32(gamma[ch]);
-    ab[j] = make_float2(a, to_f32(beta[ch]) - mean[ch] * a);
+    float b = to_f32(beta[ch]) - mean[ch] * a;
+    if constexpr (R == kNormalised) ra[j] = ep.residual_affine[ch], b += ep.residual_affine[f.c + ch];
+    ab[j] = make_float2(a, b);
   }
   __syncthreads();
   const FlatRange rg = flat_range<V>(f);
@@ -544,10 +558,12 @@ __global__ void __launch_bounds__(kThreads)
       f, rg,
       [&](int u, int64_t off, int n) {  // as bn_apply_kernel: x and the residual
         load_upto<V>(x + off, n, v[u]);
-        if constexpr (R) load_upto<V>(static_cast<const T*>(ep.residual) + off, n, r[u]);
+        if constexpr (R != kNoResidual) load_upto<V>(static_cast<const T*>(ep.residual) + off, n, r[u]);
       },
       [&](int u, int64_t off, int n) {
         flat_values<V>(f, int(off - rg.e0), ab, v[u], [](int, float xv, float2 k) { return xv * k.x + k.y; });
+        if constexpr (R == kNormalised)
+          flat_values<V>(f, int(off - rg.e0), ra, v[u], [&](int e, float yv, float k) { return r[u][e] * k + yv; });
         bn_epilogue<V, R>(ep, r[u], v[u]);
         store_upto<V>(y + off, n, v[u]);
       });
@@ -669,15 +685,15 @@ __global__ void __launch_bounds__(kThreads) bn_stats_nhwc_kernel(const T* __rest
 }
 
 // y = x * a + b per channel (eval: invstd from the running variance, as bn_apply_kernel). x and y may be one tensor.
-template <class T, int V, bool R>
+template <class T, int V, int R>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_nhwc_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale,
                          int scale_is_var, float eps, const T* __restrict__ gamma, const T* __restrict__ beta,
                          BnEpilogue ep, NhwcCols g, uint32_t rows, uint32_t chunk) {
-  constexpr int U = R && V >= 4 ? 2 : 4;
+  constexpr int U = R != kNoResidual && V >= 4 ? 2 : 4;
   const int v = g.column(), TY = g.rows_step();
   if (v >= g.cv) return;  // no barriers below
-  float a[V], b[V];
+  float a[V], b[V], ra[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int ch = v * V + k;
@@ -685,6 +701,8 @@ __global__ void __launch_bounds__(kThreads)
     if (scale_is_var) is = 1.0f / sqrtf(is + eps);
     a[k] = is * to_f32(gamma[ch]);
     b[k] = to_f32(beta[ch]) - mean[ch] * a[k];
+    ra[k] = 0.0f;
+    if constexpr (R == kNormalised) ra[k] = ep.residual_affine[ch], b[k] += ep.residual_affine[g.cv * V + ch];
   }
   const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
   for (uint32_t r = r0 + uint32_t(g.ty()); r < r1; r += uint32_t(TY * U)) {
@@ -703,7 +721,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < U; ++u) {
       if (off[u] < 0) continue;
 #pragma unroll
-      for (int k = 0; k < V; ++k) val[u][k] = val[u][k] * a[k] + b[k];
+      for (int k = 0; k < V; ++k) {
+        val[u][k] = val[u][k] * a[k] + b[k];
+        if constexpr (R == kNormalised) val[u][k] = res[u][k] * ra[k] + val[u][k];
+      }
       bn_epilogue<V, R>(ep, res[u], val[u]);
       store<V>(y + off[u], val[u]);
     }
@@ -857,6 +878,14 @@ void with_flag(bool b, F&& f) {
   f(std::false_type{});
 }
 
+// Calls f(std::integral_constant<int, R>{}) for the apply kernels' residual (BnResidual) of `ep`.
+template <class F>
+void with_residual(const BnEpilogue& ep, F&& f) {
+  if (ep.residual_affine) return f(std::integral_constant<int, kNormalised>{});
+  if (ep.residual) return f(std::integral_constant<int, kResidual>{});
+  f(std::integral_constant<int, kNoResidual>{});
+}
+
 template <class T>
 BnDims bn_dims(const char* op, const Tensor& x, std::initializer_list<const void*> ptrs) {
   const int64_t n = x.size(0), c = x.size(1), hw = x.ndim() == 4 ? x.size(2) * x.size(3) : 1;
@@ -901,8 +930,9 @@ template <class T>
 void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float* scale, bool scale_is_var, float eps,
               const T* gamma, const T* beta, const BnEpilogue& ep, cudaStream_t s) {
   if (d.flat) {
-    const size_t table = size_t(d.planes.entries(kVec<T>)) * sizeof(float2);
-    with_flag(ep.residual != nullptr, [&](auto rt) {
+    const size_t table =
+        size_t(d.planes.entries(kVec<T>)) * (sizeof(float2) + (ep.residual_affine ? sizeof(float) : 0));
+    with_residual(ep, [&](auto rt) {
       bn_apply_flat_kernel<T, decltype(rt)::value><<<d.planes.blocks(), kThreads, table, s>>>(
           x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.planes);
     });
@@ -912,7 +942,7 @@ void bn_apply(const BnDims& d, const T* x, T* y, const float* mean, const float*
   const ChannelSplit sp = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
   const dim3 grid(unsigned(sp.splits), unsigned(d.c));
   with_vector<T>(d.v, [&](auto vt) {
-    with_flag(ep.residual != nullptr, [&](auto rt) {
+    with_residual(ep, [&](auto rt) {
       bn_apply_kernel<T, decltype(vt)::value, decltype(rt)::value><<<grid, kThreads, 0, s>>>(
           x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.c, d.hwv, d.slots, sp.chunk);
     });
@@ -956,8 +986,8 @@ template <class T>
 void bn_apply_nhwc(const NhwcDims& d, const T* x, T* y, const float* mean, const float* scale, bool scale_is_var,
                    float eps, const T* gamma, const T* beta, const BnEpilogue& ep, cudaStream_t s) {
   const dim3 grid(unsigned(d.splits), d.col_blocks);
-  with_flag(ep.residual != nullptr, [&](auto rt) {
-    constexpr bool R = decltype(rt)::value;
+  with_residual(ep, [&](auto rt) {
+    constexpr int R = decltype(rt)::value;
     if (d.v == 1)
       bn_apply_nhwc_kernel<T, 1, R>
           <<<grid, kThreads, 0, s>>>(x, y, mean, scale, scale_is_var, eps, gamma, beta, ep, d.cols, d.rows, d.chunk);
@@ -1178,14 +1208,93 @@ __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
 
 namespace {
 const void* residual_data(const BatchNormFusion& f) { return f.residual.defined() ? f.residual.data() : nullptr; }
-BnEpilogue epilogue_of(const BatchNormFusion& f) { return {residual_data(f), f.relu}; }
-}  // namespace
 
-void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                             Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& stream, Layout layout,
-                             const BatchNormFusion& fusion) {
-  const char* op = "batchnorm_forward_train";
+// The residual's batch norm's per-channel a and b (as the apply kernels compute their own), into out [2c].
+template <class T>
+__global__ void bn_affine_kernel(const float* __restrict__ mean, const float* __restrict__ scale, int scale_is_var,
+                                 float eps, const T* __restrict__ gamma, const T* __restrict__ beta, int c,
+                                 float* __restrict__ out) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  float is = scale[ch];
+  if (scale_is_var) is = 1.0f / sqrtf(is + eps);
+  const float a = is * to_f32(gamma[ch]);
+  out[ch] = a;
+  out[c + ch] = to_f32(beta[ch]) - mean[ch] * a;
+}
+
+// HPDT_BN_RESIDUAL=separate: the residual's batch norm (BatchNormFusion::residual_bn) as a pass of its own that
+// writes its output, which the epilogue then adds as a plain residual (the A/B of applying it on the fly).
+bool bn_residual_fused() { return env_switch("HPDT_BN_RESIDUAL", "fused", "separate"); }
+
+// The output pass's epilogue for `f`. A residual batch norm gets its coefficients computed into `scratch` [2c]
+// (f32), or, with HPDT_BN_RESIDUAL=separate, its output written to `scratch` (the residual's shape), which the
+// epilogue adds instead of the residual. scale_is_var: eval (the statistics are the running ones).
+template <class T>
+BnEpilogue prepare_epilogue(const char* op, const BatchNormFusion& f, bool scale_is_var, Layout layout, Tensor& scratch,
+                            const Stream& stream) {
+  BnEpilogue ep{residual_data(f), f.relu, nullptr};
+  const ResidualBatchNorm* rb = f.residual_bn;
+  if (!rb) return ep;
+  const cudaStream_t s = detail::native(stream);
+  const Tensor& r = f.residual;
+  const int64_t c = rb->gamma.numel();
+  const float* mean = rb->mean.data<float>();
+  const float* scale = rb->scale.data<float>();
+  const T* gp = static_cast<const T*>(rb->gamma.data());
+  const T* bp = static_cast<const T*>(rb->beta.data());
+  const AllocOptions opts{.stream = &stream};
+  if (bn_residual_fused()) {
+    scratch = Tensor::empty({2 * c}, DType::f32, r.device(), opts);
+    bn_affine_kernel<T><<<channel_blocks(int(c)), 128, 0, s>>>(mean, scale, scale_is_var, rb->eps, gp, bp, int(c),
+                                                               scratch.data<float>());
+    HPDT_CUDA_CHECK_LAUNCH();
+    ep.residual_affine = scratch.data<float>();
+    return ep;
+  }
+  scratch = Tensor::empty(r.shape(), r.dtype(), r.device(), opts);
+  const T* rp = static_cast<const T*>(r.data());
+  T* out = static_cast<T*>(scratch.data());
+  const BnEpilogue plain{nullptr, 0, nullptr};
+  if (layout == Layout::nhwc)
+    bn_apply_nhwc<T>(nhwc_dims(op, r, kVec<T>, {rp, out}, scale_is_var ? 8 : 4), rp, out, mean, scale, scale_is_var,
+                     rb->eps, gp, bp, plain, s);
+  else
+    bn_apply<T>(bn_dims<T>(op, r, {rp, out}), rp, out, mean, scale, scale_is_var, rb->eps, gp, bp, plain, s);
+  ep.residual = out;
+  return ep;
+}
+
+// The output pass of both forwards: y = x * a + b per channel from the statistics mean and scale (invstd, or with
+// scale_is_var the running variance), then the fused epilogue.
+void apply(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
+           const Tensor& scale, bool scale_is_var, float eps, Tensor& y, const Stream& stream, Layout layout,
+           const BatchNormFusion& fusion) {
+  if ((layout == Layout::nhwc ? x.size(-1) : x.size(1)) == 0) return;
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    Tensor scratch;
+    const BnEpilogue ep = prepare_epilogue<T>(op, fusion, scale_is_var, layout, scratch, stream);
+    const T* xp = static_cast<const T*>(x.data());
+    T* yp = static_cast<T*>(y.data());
+    const T* gp = static_cast<const T*>(gamma.data());
+    const T* bp = static_cast<const T*>(beta.data());
+    const float* mp = mean.data<float>();
+    const float* sp = scale.data<float>();
+    // NHWC: at least 8 rows a thread in eval, 4 in training (the grids these passes had before the split)
+    if (layout == Layout::nhwc)
+      bn_apply_nhwc<T>(nhwc_dims(op, x, kVec<T>, {xp, yp, ep.residual}, scale_is_var ? 8 : 4), xp, yp, mp, sp,
+                       scale_is_var, eps, gp, bp, ep, detail::native(stream));
+    else
+      bn_apply<T>(bn_dims<T>(op, x, {xp, yp, ep.residual}), xp, yp, mp, sp, scale_is_var, eps, gp, bp, ep,
+                  detail::native(stream));
+  });
+}
+
+// The statistics of both training forwards (batchnorm_statistics, batchnorm_forward_train), op naming the caller.
+void statistics(const char* op, const Tensor& x, Tensor& running_mean, Tensor& running_var, float eps, float momentum,
+                BatchNormSaved& saved, const AllReduceSum& sync, const Stream& stream, Layout layout,
+                const ChannelStats* stats) {
   const cudaStream_t s = detail::native(stream);
   const bool nhwc = layout == Layout::nhwc;
   const int64_t c = nhwc ? x.size(-1) : x.size(1);
@@ -1196,18 +1305,18 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
     using T = decltype(tag);
     const AllocOptions opts{.stream = &stream};
     const T* xp = static_cast<const T*>(x.data());
-    // 1. per-block Welford partials [c][splits][3], or the ones the kernel that wrote x computed (fusion.stats)
-    const ChannelStats* given = fusion.stats && fusion.stats->describe(x, c) ? fusion.stats : nullptr;
+    // 1. per-block Welford partials [c][splits][3], or the ones the kernel that wrote x computed (stats)
+    const ChannelStats* given = stats && stats->describe(x, c) ? stats : nullptr;
     Tensor partial;
     int splits = 0;
     int64_t count = 0;
     BnDims d{};
     NhwcDims nd{};
     if (nhwc) {
-      nd = nhwc_dims(op, x, kVec<T>, {x.data(), y.data(), residual_data(fusion)}, 4);
+      nd = nhwc_dims(op, x, kVec<T>, {x.data()}, 4);
       splits = nd.splits, count = nd.rows;
     } else {
-      d = bn_dims<T>(op, x, {x.data(), y.data(), residual_data(fusion)});
+      d = bn_dims<T>(op, x, {x.data()});
       count = d.count;
     }
     if (given) {
@@ -1249,39 +1358,29 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                                                                    invstd, rm, rv);
       HPDT_CUDA_CHECK_LAUNCH();
     }
-    // 3. y (and the fused epilogue)
-    const T* gp = static_cast<const T*>(gamma.data());
-    const T* bp = static_cast<const T*>(beta.data());
-    const BnEpilogue ep = epilogue_of(fusion);
-    if (nhwc)
-      bn_apply_nhwc<T>(nd, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, ep, s);
-    else
-      bn_apply<T>(d, xp, static_cast<T*>(y.data()), mean, invstd, false, eps, gp, bp, ep, s);
   });
+}
+}  // namespace
+
+void batchnorm_statistics(const Tensor& x, Tensor& running_mean, Tensor& running_var, float eps, float momentum,
+                          BatchNormSaved& saved, const AllReduceSum& sync, const Stream& stream, Layout layout,
+                          const ChannelStats* stats) {
+  statistics("batchnorm_statistics", x, running_mean, running_var, eps, momentum, saved, sync, stream, layout, stats);
+}
+
+void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                             Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
+                             const AllReduceSum& sync, const Stream& stream, Layout layout,
+                             const BatchNormFusion& fusion) {
+  const char* op = "batchnorm_forward_train";
+  statistics(op, x, running_mean, running_var, eps, momentum, saved, sync, stream, layout, fusion.stats);
+  apply(op, x, gamma, beta, saved.mean, saved.invstd, false, eps, y, stream, layout, fusion);
 }
 
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, float eps, Tensor& y, const Stream& stream, Layout layout,
                             const BatchNormFusion& fusion) {
-  const char* op = "batchnorm_forward_eval";
-  const bool nhwc = layout == Layout::nhwc;
-  if ((nhwc ? x.size(-1) : x.size(1)) == 0) return;
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = static_cast<const T*>(x.data());
-    const T* gp = static_cast<const T*>(gamma.data());
-    const T* bp = static_cast<const T*>(beta.data());
-    const BnEpilogue ep = epilogue_of(fusion);
-    const void* rp = residual_data(fusion);
-    if (nhwc)
-      bn_apply_nhwc<T>(nhwc_dims(op, x, kVec<T>, {x.data(), y.data(), rp}, 8), xp, static_cast<T*>(y.data()),
-                       running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp, ep,
-                       detail::native(stream));
-    else
-      bn_apply<T>(bn_dims<T>(op, x, {x.data(), y.data(), rp}), xp, static_cast<T*>(y.data()),
-                  running_mean.data<float>(), running_var.data<float>(), true, eps, gp, bp, ep,
-                  detail::native(stream));
-  });
+  apply("batchnorm_forward_eval", x, gamma, beta, running_mean, running_var, true, eps, y, stream, layout, fusion);
 }
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,

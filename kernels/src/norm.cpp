@@ -17,14 +17,15 @@ struct Nchw {
   int64_t n, c, hw;
 };
 // NHWC is batch norm of the [n*h*w, c] matrix (hw = 1).
-Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma, Layout layout) {
+Nchw bn_dims(std::string_view op, const Tensor& x, const Tensor& gamma, Layout layout,
+             const char* gamma_name = "gamma") {
   const bool nhwc = layout == Layout::nhwc;
   HPDT_CHECK(x.ndim() == 4 || x.ndim() == 2, op, ": x must be ", nhwc ? "[n, h, w, c]" : "[n, c, h, w]",
              " or [n, c], got ", x.shape().str());
   const Nchw d = x.ndim() == 2 ? Nchw{x.size(0), x.size(1), 1}
                  : nhwc        ? Nchw{x.size(0) * x.size(1) * x.size(2), x.size(3), 1}
                                : Nchw{x.size(0), x.size(1), x.size(2) * x.size(3)};
-  check_shape(op, "gamma", gamma, Shape{d.c});
+  check_shape(op, gamma_name, gamma, Shape{d.c});
   return d;
 }
 void ensure(Tensor& t, int64_t n) {
@@ -34,11 +35,22 @@ void ensure(Tensor& t, int64_t n) {
 void check_f32_stats(std::string_view op, std::initializer_list<std::pair<const char*, const Tensor*>> stats) {
   for (const auto& [name, t] : stats) check_dtype(op, name, *t, DType::f32);
 }
-// The fused epilogue's tensors live with x and share its dtype and shape.
-void check_fusion(std::string_view op, const Tensor& x, const BatchNormFusion& f, const Stream& s) {
+// The fused epilogue's tensors live with x and share its dtype and shape; the residual's batch norm has x's
+// channels, its parameters x's dtype and its statistics f32.
+void check_fusion(std::string_view op, const Tensor& x, int64_t c, const BatchNormFusion& f, const Stream& s) {
+  const ResidualBatchNorm* rb = f.residual_bn;
+  HPDT_CHECK(!rb || f.residual.defined(), op, ": a residual batch norm needs a residual");
   if (!f.residual.defined()) return;
   detail::float_op_device(op, {&x, &f.residual}, s);
   check_shape(op, "residual", f.residual, x.shape());
+  if (!rb) return;
+  detail::float_op_device(op, {&x, &rb->gamma, &rb->beta}, s);
+  detail::common_device(op, {&x, &rb->mean, &rb->scale}, s);
+  check_f32_stats(op, {{"residual batch norm's mean", &rb->mean}, {"residual batch norm's scale", &rb->scale}});
+  check_shape(op, "residual batch norm's gamma", rb->gamma, Shape{c});
+  check_shape(op, "residual batch norm's beta", rb->beta, Shape{c});
+  check_shape(op, "residual batch norm's mean", rb->mean, Shape{c});
+  check_shape(op, "residual batch norm's scale", rb->scale, Shape{c});
 }
 void check_relu_grad(std::string_view op, const Tensor& x, const BatchNormReluGrad* r, const Stream& s) {
   if (!r) return;
@@ -46,35 +58,26 @@ void check_relu_grad(std::string_view op, const Tensor& x, const BatchNormReluGr
   check_shape(op, "relu output y", r->y, x.shape());
   check_shape(op, "dz", r->dz, x.shape());
 }
-// CPU: y = relu(y + residual) in place, through the CPU add and ReLU (the reference is those ops).
-void fused_epilogue_cpu(const BatchNormFusion& f, Tensor& y) {
+// CPU: y = relu(y + residual) in place, through the CPU add and ReLU (the reference is those ops); the residual
+// through its batch norm's apply first (scale_is_var: eval, scale is the running variance).
+void fused_epilogue_cpu(const Nchw& d, const BatchNormFusion& f, bool scale_is_var, Tensor& y) {
   float* p = y.data<float>();
-  if (f.residual.defined()) cpu::add_forward<float>(y.numel(), p, f.residual.data<float>(), p);
+  if (const ResidualBatchNorm* rb = f.residual_bn) {
+    std::vector<float> invstd(size_t(d.c)), r(size_t(y.numel()));
+    const float* sc = rb->scale.data<float>();
+    for (int64_t c = 0; c < d.c; ++c) invstd[size_t(c)] = scale_is_var ? 1.0f / std::sqrt(sc[c] + rb->eps) : sc[c];
+    cpu::batchnorm_apply<float>(d.n, d.c, d.hw, f.residual.data<float>(), rb->mean.data<float>(), invstd.data(),
+                                rb->gamma.data<float>(), rb->beta.data<float>(), r.data());
+    cpu::add_forward<float>(y.numel(), p, r.data(), p);
+  } else if (f.residual.defined()) {
+    cpu::add_forward<float>(y.numel(), p, f.residual.data<float>(), p);
+  }
   if (f.relu) cpu::relu_forward<float>(y.numel(), p, p);
 }
-}  // namespace
 
-void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                             Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
-                             const AllReduceSum& sync, const Stream& s, Layout layout,
-                             const BatchNormFusion& fusion) {
-  const char* op = "batchnorm_forward_train";
-  const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  if (dev.is_cpu())
-    detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  else
-    detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
-  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
-  const Nchw d = bn_dims(op, x, gamma, layout);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
-    check_shape(op, "a per-channel tensor", *t, Shape{d.c});
-  check_shape(op, "y", y, x.shape());
-  check_fusion(op, x, fusion, s);
-  if (dev.is_cuda()) {
-    HPDT_ON_CUDA(cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync,
-                                               s, layout, fusion));
-    return;
-  }
+// The CPU's training statistics: saved mean and invstd, running statistics updated.
+void statistics_cpu(const Nchw& d, const Tensor& x, Tensor& running_mean, Tensor& running_var, float eps,
+                    float momentum, BatchNormSaved& saved, const AllReduceSum& sync) {
   std::vector<double> sum(size_t(d.c)), sumsq(size_t(d.c));
   cpu::batchnorm_stats<float>(d.n, d.c, d.hw, x.data<float>(), sum.data(), sumsq.data());
   double count = double(d.n * d.hw);
@@ -96,9 +99,54 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
   ensure(saved.invstd, d.c);
   cpu::batchnorm_finalize<float>(d.c, count, sum.data(), sumsq.data(), eps, momentum, saved.mean.data<float>(),
                                  saved.invstd.data<float>(), running_mean.data<float>(), running_var.data<float>());
+}
+}  // namespace
+
+void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                             Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
+                             const AllReduceSum& sync, const Stream& s, Layout layout, const BatchNormFusion& fusion) {
+  const char* op = "batchnorm_forward_train";
+  const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  if (dev.is_cpu())
+    detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  else
+    detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
+  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
+  const Nchw d = bn_dims(op, x, gamma, layout);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
+    check_shape(op, "a per-channel tensor", *t, Shape{d.c});
+  check_shape(op, "y", y, x.shape());
+  check_fusion(op, x, d.c, fusion, s);
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync,
+                                               s, layout, fusion));
+    return;
+  }
+  statistics_cpu(d, x, running_mean, running_var, eps, momentum, saved, sync);
   cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), saved.mean.data<float>(), saved.invstd.data<float>(),
                               gamma.data<float>(), beta.data<float>(), y.data<float>());
-  fused_epilogue_cpu(fusion, y);
+  fused_epilogue_cpu(d, fusion, false, y);
+}
+
+void batchnorm_statistics(const Tensor& x, Tensor& running_mean, Tensor& running_var, float eps, float momentum,
+                          BatchNormSaved& saved, const AllReduceSum& sync, const Stream& s, Layout layout,
+                          const ChannelStats* stats) {
+  const char* op = "batchnorm_statistics";
+  const Device dev = detail::common_device(op, {&x, &running_mean, &running_var}, s);
+  if (dev.is_cpu())
+    detail::float_op_device(op, {&x, &running_mean, &running_var}, s);
+  else
+    detail::float_op_device(op, {&x}, s);
+  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
+  const Nchw d = bn_dims(op, x, running_mean, layout, "running_mean");
+  check_shape(op, "running_var", running_var, Shape{d.c});
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(
+        cuda::batchnorm_statistics(x, running_mean, running_var, eps, momentum, saved, sync, s, layout, stats));
+    return;
+  }
+  (void)stats;  // the CPU computes its own
+  statistics_cpu(d, x, running_mean, running_var, eps, momentum, saved, sync);
 }
 
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
@@ -115,7 +163,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
     check_shape(op, "a per-channel tensor", *t, Shape{d.c});
   check_shape(op, "y", y, x.shape());
-  check_fusion(op, x, fusion, s);
+  check_fusion(op, x, d.c, fusion, s);
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s, layout, fusion));
     return;
@@ -125,7 +173,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
   for (int64_t c = 0; c < d.c; ++c) invstd[size_t(c)] = 1.0f / std::sqrt(rv[c] + eps);
   cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), running_mean.data<float>(), invstd.data(),
                               gamma.data<float>(), beta.data<float>(), y.data<float>());
-  fused_epilogue_cpu(fusion, y);
+  fused_epilogue_cpu(d, fusion, true, y);
 }
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,

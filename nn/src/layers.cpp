@@ -145,18 +145,57 @@ Tensor BatchNorm::forward(const Tensor& x, const Tensor& residual) {
   return run_forward(x, &residual);
 }
 
-Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual) {
+Tensor BatchNorm::forward(const Tensor& x, const Tensor& r, const BatchNorm& residual_bn) {
+  check_device(r);
+  if (!(r.shape() == x.shape()) || r.dtype() != x.dtype())
+    fail("residual must match the input " + x.shape().str() + " " + dt_name(x.dtype()), r);
+  const std::string of = "the residual's batch norm " + residual_bn.name_;
+  HPDT_CHECK(residual_bn.c_ == c_ && !residual_bn.then_relu_, name_, ": ", of, " must have ", c_,
+             " channels and no ReLU");
+  HPDT_CHECK(residual_bn.training_ == training_, name_, ": ", of, " is in ",
+             residual_bn.training_ ? "training" : "eval", " mode, this layer in ", training_ ? "training" : "eval");
+  HPDT_CHECK(residual_bn.x_.defined() && residual_bn.x_.data() == r.data() && residual_bn.x_.shape() == r.shape(),
+             name_, ": ", of, " must run forward_statistics on the residual first");
+  return run_forward(x, &r, &residual_bn);
+}
+
+void BatchNorm::forward_statistics(const Tensor& x) {
+  HPDT_CHECK(!then_relu_, name_, ": forward_statistics is for a batch norm without a ReLU");
   check_device(x);
-  const DType dt = arena_->compute_dtype();
+  check_input(x, arena_->compute_dtype());
+  x_ = x;
+  if (!training_) return;
+  if (x.numel() / c_ < 2 && !sync_) fail("needs more than one value per channel in training mode", x);
+  Tensor mean = arena_->buffer(mean_id_), var = arena_->buffer(var_id_);
+  ensure(saved_.mean, {c_}, DType::f32);
+  ensure(saved_.invstd, {c_}, DType::f32);
+  kernels::batchnorm_statistics(x, mean, var, eps_, momentum_, saved_, sync_, stream_, layout_,
+                                stats_from_ ? &stats_from_->output_stats() : nullptr);
+}
+
+void BatchNorm::check_input(const Tensor& x, DType dt) const {
   const int64_t c = x.ndim() == 4 ? channels(x) : x.ndim() == 2 ? x.size(1) : -1;
   if ((x.ndim() != 4 && x.ndim() != 2) || c != c_ || x.dtype() != dt)
     fail("expects " + dt_name(dt) + " input " + image_shape(std::to_string(c_)) + " or [n, " + std::to_string(c_) + "]", x);
+}
+
+Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual, const BatchNorm* residual_bn) {
+  check_device(x);
+  const DType dt = arena_->compute_dtype();
+  check_input(x, dt);
   x_ = x;
   ensure(y_, x.shape(), dt);
   const Tensor g = arena_->param(g_id_), b = arena_->param(b_id_);
   Tensor mean = arena_->buffer(mean_id_), var = arena_->buffer(var_id_);
   kernels::BatchNormFusion fusion;
   if (residual) fusion.residual = *residual;
+  kernels::ResidualBatchNorm rb;
+  if (residual_bn) {
+    const BatchNorm& o = *residual_bn;
+    rb = {o.arena_->param(o.g_id_), o.arena_->param(o.b_id_), training_ ? o.saved_.mean : o.running_mean(),
+          training_ ? o.saved_.invstd : o.running_var(), o.eps_};
+    fusion.residual_bn = &rb;
+  }
   fusion.relu = then_relu_;
   if (stats_from_) fusion.stats = &stats_from_->output_stats();
   if (training_) {
@@ -173,7 +212,7 @@ Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual) {
 }
 
 Tensor BatchNorm::backward(const Tensor& dy) {
-  if (!(dy.shape() == y_.shape())) fail("gradient shape differs from the output " + y_.shape().str(), dy);
+  if (!(dy.shape() == x_.shape())) fail("gradient shape differs from the output " + x_.shape().str(), dy);
   HPDT_CHECK(training_, name_, ": backward in eval mode is not supported (statistics are frozen; use train mode)");
   ensure(dx_, x_.shape(), x_.dtype());
   Tensor dg = arena_->compute_grad(g_id_), db = arena_->compute_grad(b_id_);

@@ -25,7 +25,8 @@ Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b, const Stream& s) 
 
 // ResNet basic block (two 3x3 convs) or bottleneck (1x1, 3x3 with the stride, 1x1 x4), with a
 // 1x1 conv + BN projection shortcut when the shape changes. Every BN followed by a ReLU runs fused with it
-// (BatchNorm's then_relu), and the last BN computes the block's output relu(bn(main) + shortcut) in one pass.
+// (BatchNorm's then_relu), and the last BN computes the block's output relu(bn(main) + shortcut) in one pass, the
+// projection's BN included: it only computes its statistics, and the last BN applies it on the fly.
 // Registration order is torchvision's (main path, its last BN, then the shortcut) and backward announces
 // gradients in the exact reverse: the last BN's backward yields the shortcut's gradient, so its own
 // announcement waits until the shortcut's backward has announced. The block's input gradient, the main
@@ -64,21 +65,23 @@ class ResidualBlock : public Layer {
     out_bn_->take_stats_from(*last);
     out_bn_->set_defer_grads_ready(true);
     if (stride != 1 || c_in != c_out) {
-      shortcut_ = std::make_unique<Sequential>(name + ".downsample");
-      auto& conv = shortcut_->add<Conv2d>(a, name + ".downsample.0", c_in, c_out, 1, stride, 0, false,
-                                          kaiming_fan_out(c_out, 1));
-      shortcut_->add<BatchNorm>(a, name + ".downsample.1", c_out).take_stats_from(conv);
+      shortcut_conv_ = std::make_unique<Conv2d>(a, name + ".downsample.0", c_in, c_out, 1, stride, 0, false,
+                                                kaiming_fan_out(c_out, 1));
+      shortcut_bn_ = std::make_unique<BatchNorm>(a, name + ".downsample.1", c_out);
+      shortcut_bn_->take_stats_from(*shortcut_conv_);
     }
   }
   Tensor forward(const Tensor& x) override {
     const Tensor m = main_.forward(x);
-    const Tensor s = shortcut_ ? shortcut_->forward(x) : x;
-    return out_bn_->forward(m, s);
+    if (!shortcut_conv_) return out_bn_->forward(m, x);
+    const Tensor r = shortcut_conv_->forward(x);
+    shortcut_bn_->forward_statistics(r);
+    return out_bn_->forward(m, r, *shortcut_bn_);
   }
   Tensor backward(const Tensor& dy) override {
     const Tensor dm = out_bn_->backward(dy);
     const Tensor g = out_bn_->residual_grad();
-    const Tensor ds = shortcut_ ? shortcut_->backward(g) : g;
+    const Tensor ds = shortcut_conv_ ? shortcut_conv_->backward(shortcut_bn_->backward(g)) : g;
     out_bn_->announce_grads();
     first_conv_->add_to_next_input_grad(ds);  // dx = the main path's + the shortcut's, in conv1's epilogue
     return main_.backward(dm);
@@ -86,7 +89,10 @@ class ResidualBlock : public Layer {
   void for_each_child(const std::function<void(Layer&)>& f) override {
     f(main_);
     f(*out_bn_);
-    if (shortcut_) f(*shortcut_);
+    if (shortcut_conv_) {
+      f(*shortcut_conv_);
+      f(*shortcut_bn_);
+    }
   }
   Conv2d& first_conv() { return *first_conv_; }
   BatchNorm& out_bn() { return *out_bn_; }
@@ -95,7 +101,8 @@ class ResidualBlock : public Layer {
   Sequential main_;
   Conv2d* first_conv_ = nullptr;  // main_'s first layer
   std::unique_ptr<BatchNorm> out_bn_;
-  std::unique_ptr<Sequential> shortcut_;
+  std::unique_ptr<Conv2d> shortcut_conv_;  // the projection shortcut (null: identity)
+  std::unique_ptr<BatchNorm> shortcut_bn_;
 };
 
 // ViT patch embedding: patch conv, class token in front, position embedding added, dropout.

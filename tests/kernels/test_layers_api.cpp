@@ -193,6 +193,82 @@ TEST(LayerApi, FusedBatchNormReluIsBnThenAddThenRelu) {
                         "batchnorm_backward_train: dz has shape [2, 3, 4, 3], expected [2, 3, 4, 4]");
 }
 
+// A residual's own batch norm (BatchNormFusion::residual_bn, ResNet's projection shortcut) is, on the CPU, exactly
+// that batch norm's forward into a tensor and then the plain residual fusion: same bits, train (its statistics from
+// batchnorm_statistics, which are batchnorm_forward_train's bit for bit, running statistics included) and eval
+// (its running statistics), both layouts. Bad inputs are named.
+TEST(LayerApi, ResidualBatchNormIsItsForwardThenTheResidualFusion) {
+  for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
+    SCOPED_TRACE(layout_name(layout));
+    const Shape s{3, 5, 6, 7};
+    const int64_t c = layout == Layout::nhwc ? s[3] : s[1];
+    const Tensor x = filled(s, 0), r = filled(s, 4), g = filled({c}, 1), b = filled({c}, 2);
+    const Tensor rg = filled({c}, 6), rb = filled({c}, 7);
+    auto fresh = [&] { return Tensor::empty(s, DType::f32); };
+    auto zeros_c = [&] { return Tensor::zeros({c}, DType::f32); };
+    auto same_bits = [](const Tensor& a, const Tensor& e, const char* what) {
+      ASSERT_EQ(a.numel(), e.numel()) << what;
+      for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], e.data<float>()[i]) << what << " " << i;
+    };
+    // two passes: the residual's batch norm written out, then added
+    Tensor rrm1 = zeros_c(), rrv1 = zeros_c(), t = fresh(), rm1 = zeros_c(), rv1 = zeros_c(), y1 = fresh();
+    BatchNormSaved rs1, s1;
+    batchnorm_forward_train(r, rg, rb, rrm1, rrv1, 1e-5f, 0.1f, rs1, t, nullptr, kCpu, layout);
+    BatchNormFusion plain;
+    plain.residual = t;
+    plain.relu = true;
+    batchnorm_forward_train(x, g, b, rm1, rv1, 1e-5f, 0.1f, s1, y1, nullptr, kCpu, layout, plain);
+    // one pass: the residual's statistics only, its batch norm applied in the output pass
+    Tensor rrm2 = zeros_c(), rrv2 = zeros_c(), rm2 = zeros_c(), rv2 = zeros_c(), y2 = fresh();
+    BatchNormSaved rs2, s2;
+    batchnorm_statistics(r, rrm2, rrv2, 1e-5f, 0.1f, rs2, nullptr, kCpu, layout);
+    same_bits(rs2.mean, rs1.mean, "saved mean");
+    same_bits(rs2.invstd, rs1.invstd, "saved invstd");
+    same_bits(rrm2, rrm1, "running mean");
+    same_bits(rrv2, rrv1, "running var");
+    const ResidualBatchNorm train_rb{rg, rb, rs2.mean, rs2.invstd};
+    BatchNormFusion fused;
+    fused.residual = r;
+    fused.residual_bn = &train_rb;
+    fused.relu = true;
+    batchnorm_forward_train(x, g, b, rm2, rv2, 1e-5f, 0.1f, s2, y2, nullptr, kCpu, layout, fused);
+    same_bits(y2, y1, "y");
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < y2.numel(); ++i) zeros += y2.data<float>()[i] == 0.0f;
+    EXPECT_GT(zeros, 0) << "the ReLU cut nothing";
+    EXPECT_LT(zeros, y2.numel());
+    // eval: the residual's batch norm from its running statistics (and its own eps)
+    Tensor te = fresh(), ye1 = fresh(), ye2 = fresh();
+    batchnorm_forward_eval(r, rg, rb, rrm1, rrv1, 1e-3f, te, kCpu, layout);
+    plain.residual = te;
+    batchnorm_forward_eval(x, g, b, rm1, rv1, 1e-5f, ye1, kCpu, layout, plain);
+    const ResidualBatchNorm eval_rb{rg, rb, rrm1, rrv1, 1e-3f};
+    fused.residual_bn = &eval_rb;
+    batchnorm_forward_eval(x, g, b, rm1, rv1, 1e-5f, ye2, kCpu, layout, fused);
+    same_bits(ye2, ye1, "eval y");
+  }
+  const Shape s{2, 3, 4, 4};
+  const Tensor x = filled(s, 0), g = filled({3}, 1), b = filled({3}, 2);
+  Tensor rm = Tensor::zeros({3}, DType::f32), rv = Tensor::zeros({3}, DType::f32), y = Tensor::empty(s, DType::f32);
+  BatchNormSaved saved;
+  const ResidualBatchNorm rb{g, b, rm, Tensor::zeros({4}, DType::f32)};
+  BatchNormFusion bad;
+  bad.residual_bn = &rb;
+  HPDT_EXPECT_THROW_MSG(
+      batchnorm_forward_train(x, g, b, rm, rv, 1e-5f, 0.1f, saved, y, nullptr, kCpu, Layout::nchw, bad),
+      "batchnorm_forward_train: a residual batch norm needs a residual");
+  bad.residual = filled(s, 3);
+  HPDT_EXPECT_THROW_MSG(batchnorm_forward_eval(x, g, b, rm, rv, 1e-5f, y, kCpu, Layout::nchw, bad),
+                        "batchnorm_forward_eval: residual batch norm's scale has shape [4], expected [3]");
+  const ResidualBatchNorm half_stats{g, b, Tensor::zeros({3}, DType::f16), rv};
+  bad.residual_bn = &half_stats;
+  HPDT_EXPECT_THROW_MSG(batchnorm_forward_eval(x, g, b, rm, rv, 1e-5f, y, kCpu, Layout::nchw, bad),
+                        "batchnorm_forward_eval: residual batch norm's mean");
+  Tensor rv2 = Tensor::zeros({2}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(batchnorm_statistics(x, rm, rv2, 1e-5f, 0.1f, saved, nullptr, kCpu),
+                        "batchnorm_statistics: running_var has shape [2], expected [3]");
+}
+
 // layernorm_backward with a residual is layernorm_backward then kernels::add, bit for bit.
 TEST(LayerApi, LayerNormBackwardWithResidualIsBackwardThenAdd) {
   const Shape s{5, 3, 12};

@@ -92,6 +92,7 @@ class NormCuda : public test::CudaOracleTest {
   void bn_backward_case(const Shape& shape, DType dt, bool sync, bool misaligned = false, Layout layout = Layout::nchw);
   void ln_case(const Shape& shape, DType dt, bool misaligned = false);
   void bn_fused_case(const Shape& shape, DType dt, Layout layout, bool residual, bool misaligned = false);
+  void bn_residual_bn_case(const Shape& shape, DType dt, Layout layout, bool misaligned = false);
 };
 
 // Plane vectors (bf16 / f32): 28x28 8 / 4, 7x7 1 / 1, 2x7 2 / 2, 6x6 4 / 4, 14x14 4 / 4.
@@ -225,6 +226,144 @@ TEST_F(NormCuda, FusedReluAndResidualMatchCpu) {
       bn_fused_case({2, 3, 28, 28}, dt, Layout::nchw, residual, true);  // scalar paths
       bn_fused_case({4, 14, 14, 64}, dt, Layout::nhwc, residual, true);
     }
+}
+
+// launches of kernels whose name holds `name` (the CUDA emulator's record; -1 on a GPU)
+int64_t launches(const char* name) {
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  return int64_t(cuda_emu::launches_named(name));
+#else
+  (void)name;
+  return -1;
+#endif
+}
+
+// A residual's own batch norm applied in the output pass (BatchNormFusion::residual_bn, ResNet's projection
+// shortcut): y = relu(bn(x) + bn_r(r)) against the CPU, which applies bn_r as batchnorm_forward does and then adds
+// it, in training (bn_r's statistics from batchnorm_statistics, against the CPU's, and bit for bit those of
+// batchnorm_forward_train on the GPU) and in eval (bn_r's running statistics and its own eps). With
+// HPDT_BN_RESIDUAL=separate, against the CPU's two passes with bn_r(r) rounded through the dtype in between; with
+// HPDT_BN_FLAT=off (narrow NCHW planes), the per-channel kernels' bits. On the emulator, which kernels ran: one
+// apply and the coefficients' kernel, or two applies (separate).
+void NormCuda::bn_residual_bn_case(const Shape& shape, DType dt, Layout layout, bool misaligned) {
+  SCOPED_TRACE(label(shape, dt) + " residual batch norm" + (misaligned ? " misaligned" : "") + " " +
+               kernels::layout_name(layout));
+  const int64_t c = channels(shape, layout);
+  const Tensor x = random(shape, -1, 3), r = random(shape, -2, 4), g = random({c}, 0.5, 1.5),
+               b = random({c}, -0.5, 0.5);
+  const Tensor rg = random({c}, 0.5, 1.5), rbeta = random({c}, -1, 1);
+  const Tensor rm0 = random({c}, -0.2f, 0.2f), rv0 = random({c}, 0.5f, 2.0f);
+  const Tensor xr = round_through(x, dt), rr = round_through(r, dt), gr = round_through(g, dt),
+               br = round_through(b, dt), rgr = round_through(rg, dt), rbr = round_through(rbeta, dt);
+  const Tensor xg = gpu(x, dt, misaligned), rgpu = gpu(r, dt, misaligned), gg = to_gpu(g, dt), bg = to_gpu(b, dt);
+  const Tensor rgg = to_gpu(rg, dt), rbg = to_gpu(rbeta, dt);
+  // CPU: bn_r's statistics, then the output pass
+  Tensor rrm = rm0.clone(cpu), rrv = rv0.clone(cpu), rm = rm0.clone(cpu), rv = rv0.clone(cpu);
+  Tensor y = Tensor::empty(shape, DType::f32);
+  BatchNormSaved rsaved, saved;
+  kernels::batchnorm_statistics(rr, rrm, rrv, kEps, kMomentum, rsaved, {}, cpu, layout);
+  const kernels::ResidualBatchNorm cpu_rb{rgr, rbr, rsaved.mean, rsaved.invstd};
+  kernels::BatchNormFusion cpu_fusion;
+  cpu_fusion.residual = rr, cpu_fusion.residual_bn = &cpu_rb, cpu_fusion.relu = true;
+  kernels::batchnorm_forward_train(xr, gr, br, rm, rv, kEps, kMomentum, saved, y, {}, cpu, layout, cpu_fusion);
+  // GPU
+  Tensor rrmg = to_gpu(rm0), rrvg = to_gpu(rv0);
+  BatchNormSaved rsg;
+  kernels::batchnorm_statistics(rgpu, rrmg, rrvg, kEps, kMomentum, rsg, {}, stream, layout);
+  EXPECT_TRUE(close(rsaved.mean, to_cpu_f32(rsg.mean), stat_tol())) << "bn_r's saved mean";
+  EXPECT_TRUE(close(rsaved.invstd, to_cpu_f32(rsg.invstd), stat_tol())) << "bn_r's saved invstd";
+  EXPECT_TRUE(close(rrm, to_cpu_f32(rrmg), stat_tol())) << "bn_r's running mean";
+  EXPECT_TRUE(close(rrv, to_cpu_f32(rrvg), stat_tol())) << "bn_r's running var";
+  {  // the statistics are batchnorm_forward_train's, bit for bit
+    Tensor m2 = to_gpu(rm0), v2 = to_gpu(rv0), y2 = poison(shape, dt, misaligned);
+    BatchNormSaved s2;
+    kernels::batchnorm_forward_train(rgpu, rgg, rbg, m2, v2, kEps, kMomentum, s2, y2, {}, stream, layout);
+    const std::pair<Tensor, Tensor> pairs[] = {{rsg.mean, s2.mean}, {rsg.invstd, s2.invstd}, {rrmg, m2}, {rrvg, v2}};
+    for (const auto& [got, want] : pairs) {
+      const Tensor a = to_cpu_f32(got), e = to_cpu_f32(want);
+      for (int64_t i = 0; i < c; ++i)
+        ASSERT_EQ(test::bits_of(a.data<float>()[i]), test::bits_of(e.data<float>()[i])) << "statistics " << i;
+    }
+  }
+  const kernels::ResidualBatchNorm gpu_rb{rgg, rbg, rsg.mean, rsg.invstd};
+  kernels::BatchNormFusion gpu_fusion;
+  gpu_fusion.residual = rgpu, gpu_fusion.residual_bn = &gpu_rb, gpu_fusion.relu = true;
+  auto train_gpu = [&] {
+    Tensor m = to_gpu(rm0), v = to_gpu(rv0), yg = poison(shape, dt, misaligned);
+    BatchNormSaved sg;
+    kernels::batchnorm_forward_train(xg, gg, bg, m, v, kEps, kMomentum, sg, yg, {}, stream, layout, gpu_fusion);
+    return to_cpu_f32(yg);
+  };
+  const int64_t applies0 = launches("bn_apply"), affine0 = launches("bn_affine");
+  const Tensor yg = train_gpu();
+  if (applies0 >= 0) {
+    EXPECT_EQ(launches("bn_apply") - applies0, 1) << "one output pass";
+    EXPECT_EQ(launches("bn_affine") - affine0, 1) << "bn_r's coefficients";
+  }
+  EXPECT_TRUE(close(y, yg, value_tol(dt))) << "y";
+  int64_t cut = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) cut += y.data<float>()[i] == 0.0f;
+  EXPECT_GT(cut, 0) << "the ReLU cut nothing";
+  EXPECT_LT(cut, y.numel()) << "the ReLU cut everything";
+  if (layout == Layout::nchw) {  // the flat apply (narrow planes) gives the per-channel kernels' bits
+    const ScopedEnv per_channel("HPDT_BN_FLAT", "off");
+    const Tensor off = train_gpu();
+    for (int64_t i = 0; i < y.numel(); ++i)
+      ASSERT_EQ(test::bits_of(off.data<float>()[i]), test::bits_of(yg.data<float>()[i])) << "HPDT_BN_FLAT=off " << i;
+  }
+  // eval: bn_r from its running statistics, with an eps of its own
+  const kernels::ResidualBatchNorm cpu_rb_eval{rgr, rbr, rm0, rv0, 1e-3f};
+  const kernels::ResidualBatchNorm gpu_rb_eval{rgg, rbg, to_gpu(rm0), to_gpu(rv0), 1e-3f};
+  cpu_fusion.residual_bn = &cpu_rb_eval, gpu_fusion.residual_bn = &gpu_rb_eval;
+  Tensor ye = Tensor::empty(shape, DType::f32), yeg = poison(shape, dt, misaligned);
+  kernels::batchnorm_forward_eval(xr, gr, br, rm0, rv0, kEps, ye, cpu, layout, cpu_fusion);
+  kernels::batchnorm_forward_eval(xg, gg, bg, to_gpu(rm0), to_gpu(rv0), kEps, yeg, stream, layout, gpu_fusion);
+  EXPECT_TRUE(close(ye, to_cpu_f32(yeg), value_tol(dt))) << "eval y";
+  // HPDT_BN_RESIDUAL=separate: bn_r's output written (rounded through the dtype), then added
+  gpu_fusion.residual_bn = &gpu_rb;
+  Tensor t = Tensor::empty(shape, DType::f32), m = rm0.clone(cpu), v = rv0.clone(cpu),
+         ys = Tensor::empty(shape, DType::f32);
+  BatchNormSaved st, ss;
+  kernels::batchnorm_forward_train(rr, rgr, rbr, m, v, kEps, kMomentum, st, t, {}, cpu, layout);
+  kernels::BatchNormFusion two_pass;
+  two_pass.residual = round_through(t, dt), two_pass.relu = true;
+  m = rm0.clone(cpu), v = rv0.clone(cpu);
+  kernels::batchnorm_forward_train(xr, gr, br, m, v, kEps, kMomentum, ss, ys, {}, cpu, layout, two_pass);
+  const ScopedEnv separate("HPDT_BN_RESIDUAL", "separate");
+  const int64_t applies1 = launches("bn_apply"), affine1 = launches("bn_affine");
+  const Tensor ysg = train_gpu();
+  if (applies1 >= 0) {
+    EXPECT_EQ(launches("bn_apply") - applies1, 2) << "bn_r's pass and the output pass";
+    EXPECT_EQ(launches("bn_affine") - affine1, 0);
+  }
+  // bn_r(r) rounded on both sides from values an ulp apart (a x + b against the CPU's (x - mean) invstd gamma +
+  // beta) can land a unit of the dtype apart: that much more absolute error, |bn_r(r)| times the dtype's rtol
+  Tolerance two_pass_tol = value_tol(dt);
+  float most = 0.0f;
+  for (int64_t i = 0; i < t.numel(); ++i) most = std::max(most, std::abs(t.data<float>()[i]));
+  two_pass_tol.atol += two_pass_tol.rtol * double(most);
+  EXPECT_TRUE(close(ys, ysg, two_pass_tol)) << "y, HPDT_BN_RESIDUAL=separate";
+}
+
+TEST_F(NormCuda, ResidualBatchNormAppliedInTheOutputPassMatchesCpu) {
+  for (DType dt : test::kCudaTestDtypes) {
+    for (const Shape& s :
+         {Shape{2, 8, 28, 28}, Shape{3, 17, 7, 7}, Shape{4, 64, 14, 14}, Shape{3, 5, 2, 7}, Shape{37, 17}})
+      bn_residual_bn_case(s, dt, Layout::nchw);
+    for (const Shape& s : {Shape{2, 7, 7, 256}, Shape{3, 7, 7, 17}, Shape{4, 14, 14, 64}})
+      bn_residual_bn_case(s, dt, Layout::nhwc);
+    bn_residual_bn_case({2, 3, 28, 28}, dt, Layout::nchw, true);  // scalar paths
+    bn_residual_bn_case({4, 14, 14, 64}, dt, Layout::nhwc, true);
+  }
+  const ScopedEnv bad("HPDT_BN_RESIDUAL", "yes");
+  const Tensor x = to_gpu(random({2, 3, 4, 4}), DType::f32), g = to_gpu(random({3}), DType::f32);
+  const Tensor rm = to_gpu(Tensor::zeros({3}, DType::f32)), rv = to_gpu(random({3}, 0.5, 2));
+  Tensor y = poison({2, 3, 4, 4}, DType::f32);
+  const kernels::ResidualBatchNorm rb{g, g, rm, rv};
+  kernels::BatchNormFusion f;
+  f.residual = x, f.residual_bn = &rb;
+  HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_eval(x, g, g, rm, rv, kEps, y, stream, Layout::nchw, f),
+                        "HPDT_BN_RESIDUAL=yes: expected fused or separate");
 }
 
 TEST_F(NormCuda, BatchNormTrainForward) {

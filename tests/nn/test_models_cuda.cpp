@@ -624,6 +624,55 @@ TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
   }
 }
 
+// A projection shortcut's batch norm is applied in the block's output pass (BatchNorm::forward(x, r, residual_bn)):
+// its own apply pass is gone (one bn_apply launch fewer per projection block: ResNet-20 has two) and the step
+// matches the one with the pass (HPDT_BN_RESIDUAL=separate), in training and in eval.
+TEST(ModelsCudaShortcut, ProjectionBatchNormIsAppliedInTheBlockOutputPass) {
+  HPDT_REQUIRE_GPU();
+  const Stream gpu = Stream::create_cuda(0);
+  const Data d = make_data(Case{"resnet20", 4, std::nullopt});
+  const auto applies = [] {
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    return int64_t(cuda_emu::launches_named("bn_apply"));  // the per-channel, flat and NHWC apply kernels
+#else
+    return int64_t(-1);
+#endif
+  };
+  for (const std::optional<kernels::Layout> layout :
+       {std::optional<kernels::Layout>(), std::optional(kernels::Layout::nhwc)}) {
+    SCOPED_TRACE(layout ? "NHWC" : "NCHW");
+    struct Run {
+      std::unique_ptr<Model> model;
+      StepOut step;
+      int64_t applies = 0;
+      std::vector<float> eval_logits;
+    };
+    auto run = [&](const char* mode) {
+      const ScopedEnv env("HPDT_BN_RESIDUAL", mode);
+      Run r;
+      r.model = make_model("resnet20", config(DType::f32, layout), gpu);
+      const int64_t a0 = applies();
+      r.step = forward_backward(*r.model, d);
+      r.applies = applies() - a0;
+      r.model->set_training(false);
+      r.eval_logits = host_f32(r.model->forward(d.images.to(gpu.device(), gpu)), gpu);
+      return r;
+    };
+    const Run fused = run("fused"), separate = run("separate");
+    if (fused.applies >= 0) {
+      EXPECT_EQ(separate.applies, fused.applies + 2) << "the two projection batch norms' apply passes";
+    }
+    ASSERT_TRUE(std::isfinite(fused.step.loss));
+    EXPECT_NEAR(fused.step.loss, separate.step.loss, 1e-5 * std::abs(separate.step.loss));
+    expect_close_per_tensor(fused.model->arena(), fused.step.grads, separate.step.grads, 1e-4, 1e-3,
+                            "fused vs separate");
+    ASSERT_EQ(fused.eval_logits.size(), separate.eval_logits.size());
+    for (size_t i = 0; i < fused.eval_logits.size(); ++i)
+      EXPECT_NEAR(fused.eval_logits[i], separate.eval_logits[i], 1e-4 * std::abs(separate.eval_logits[i]) + 1e-4)
+          << "eval logit " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ModelsCuda,
                          ::testing::Values(Case{"resnet20", 8, std::nullopt},
                                            Case{"resnet20", 8, kernels::Layout::nhwc}, Case{"vit_ti", 4, std::nullopt},

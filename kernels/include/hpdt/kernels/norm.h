@@ -18,13 +18,26 @@ struct BatchNormSaved {
   Tensor mean, invstd;  // [c] f32, written by the training forward, read by backward
 };
 
+// The residual's own batch norm, applied on the fly by the batch norm that adds the residual (BatchNormFusion): a
+// ResNet block with a projection shortcut computes relu(bn(x) + bn_r(r)) in one pass, r the shortcut convolution's
+// output, and bn_r's output is never written. Its statistics are of the op's kind: batchnorm_statistics' saved mean
+// and invstd for batchnorm_forward_train, the running mean and variance (with eps) for batchnorm_forward_eval.
+struct ResidualBatchNorm {
+  Tensor gamma, beta;  // [c], x's dtype
+  Tensor mean, scale;  // f32 [c]: the saved mean and invstd (training), or the running mean and variance (eval)
+  float eps = 1e-5f;   // eval: invstd = 1 / sqrt(var + eps)
+};
+
 // What batch norm's output pass also does, so that a ResNet's "bn -> (+ shortcut) -> relu" is one pass over
 // the activation instead of two or three: y = relu(bn(x) + residual). The residual (same shape and dtype as
 // x; undefined: none) is added after the affine step, then the ReLU (max(v, 0); NaN gives 0, as relu_forward).
+// residual_bn (optional, with a residual): the residual goes through that batch norm first, in f32 (CUDA: not
+// rounded to the storage dtype in between; the CPU computes bn_r(r) as batchnorm_forward does, then adds it).
 // stats (training forward, optional): x's statistics from the kernel that wrote x (channel_stats.h), used instead of
 // the statistics pass where they describe x (CUDA; the CPU computes its own).
 struct BatchNormFusion {
   Tensor residual;
+  const ResidualBatchNorm* residual_bn = nullptr;
   bool relu = false;
   const ChannelStats* stats = nullptr;
 };
@@ -43,6 +56,12 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
                              const AllReduceSum& sync, const Stream& stream, Layout layout = Layout::nchw,
                              const BatchNormFusion& fusion = {});
+// The first half of batchnorm_forward_train, for a batch norm that another one applies on the fly
+// (BatchNormFusion::residual_bn): the batch statistics into `saved` and the running statistics updated, exactly as
+// batchnorm_forward_train computes them, without the output pass. stats as BatchNormFusion::stats.
+void batchnorm_statistics(const Tensor& x, Tensor& running_mean, Tensor& running_var, float eps, float momentum,
+                          BatchNormSaved& saved, const AllReduceSum& sync, const Stream& stream,
+                          Layout layout = Layout::nchw, const ChannelStats* stats = nullptr);
 // Eval: running statistics.
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, float eps, Tensor& y, const Stream& stream,

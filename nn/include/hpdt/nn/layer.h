@@ -135,7 +135,9 @@ class Conv2d : public Layer {
 // BatchNorm2d (also [n, c] inputs), PyTorch defaults eps 1e-5, momentum 0.1.
 // With `then_relu` the layer is BatchNorm2d followed by ReLU, computed in one pass over the activation
 // (kernels::BatchNormFusion); forward(x, residual) is relu(bn(x) + residual), a ResNet block's output, in one
-// pass instead of three (apply, add, ReLU). The parameters and buffers are BatchNorm2d's either way.
+// pass instead of three (apply, add, ReLU), and forward(x, r, residual_bn) is relu(bn(x) + residual_bn(r)), a block
+// with a projection shortcut, in one pass too: residual_bn's output is never written (forward_statistics).
+// The parameters and buffers are BatchNorm2d's either way.
 class BatchNorm : public Layer {
  public:
   BatchNorm(ParameterArena& arena, std::string name, int64_t channels, float eps = 1e-5f, float momentum = 0.1f,
@@ -143,6 +145,12 @@ class BatchNorm : public Layer {
   Tensor forward(const Tensor& x) override;
   // relu(bn(x) + residual) (without then_relu: bn(x) + residual); residual has x's shape and dtype.
   Tensor forward(const Tensor& x, const Tensor& residual);
+  // relu(bn(x) + residual_bn(r)): residual_bn (same mode, channels, no then_relu) ran forward_statistics(r) last.
+  Tensor forward(const Tensor& x, const Tensor& r, const BatchNorm& residual_bn);
+  // forward(x) without its output, for a BatchNorm that applies this one on the fly (forward(x, r, *this)):
+  // training updates the running statistics and keeps the batch's for backward, which then works as after
+  // forward(x); eval only checks x. Not with then_relu (its backward needs the output's signs).
+  void forward_statistics(const Tensor& x);
   Tensor backward(const Tensor& dy) override;
   // After backward of forward(x, residual): dL/d(residual) (dy through the ReLU's mask).
   Tensor residual_grad() const { return then_relu_ ? masked_grad_ : dy_; }
@@ -163,7 +171,9 @@ class BatchNorm : public Layer {
   }
 
  private:
-  Tensor run_forward(const Tensor& x, const Tensor* residual);
+  Tensor run_forward(const Tensor& x, const Tensor* residual, const BatchNorm* residual_bn = nullptr);
+  // Throws unless x is this layer's input: `dt` [n, c_, h, w] in the layout, or [n, c_].
+  void check_input(const Tensor& x, DType dt) const;
 
   ParameterArena* arena_;
   int64_t c_;

@@ -16,6 +16,9 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
                              const AllReduceSum& sync, const Stream& stream, Layout layout = Layout::nchw,
                              const BatchNormFusion& fusion = {});
+void batchnorm_statistics(const Tensor& x, Tensor& running_mean, Tensor& running_var, float eps, float momentum,
+                          BatchNormSaved& saved, const AllReduceSum& sync, const Stream& stream,
+                          Layout layout = Layout::nchw, const ChannelStats* stats = nullptr);
 void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                             const Tensor& running_var, float eps, Tensor& y, const Stream& stream,
                             Layout layout = Layout::nchw, const BatchNormFusion& fusion = {});
