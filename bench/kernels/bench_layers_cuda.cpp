@@ -11,7 +11,8 @@
 //              f32 scale/bias/statistics as cuDNN wants), so the ratio reads off one run; cudnn_GB/s beside it.
 //   x_unfused  (batch norm fused with ReLU, or with the residual add and ReLU: kernels::BatchNormFusion) the
 //              time of the separate ops it replaces (batch norm, add, relu_forward; relu_backward, batch norm
-//              backward), timed in the same process / the fused op's time.
+//              backward; the residual's own batch norm as a pass that writes it), timed in the same process / the
+//              fused op's time.
 //   x_per_channel (batch norm on planes narrower than a 16-byte vector: 14x14 in bf16, 7x7) the time with
 //              HPDT_BN_FLAT=off (the apply passes on the per-channel kernels, 2 or 8 bytes a load) / the time with
 //              the flat apply kernels (16 bytes a load), same process.
@@ -472,6 +473,47 @@ Factory bn_fused(Shape s, bool residual, bool backward) {
   };
 }
 
+// A projection block's output, relu(bn(x) + bn_r(r)), training forward: bn_r's statistics and the output pass with
+// bn_r applied on the fly (BatchNormFusion::residual_bn), beside bn_r's own forward into a tensor and the output pass
+// adding it (x_unfused; what HPDT_BN_RESIDUAL=separate runs). Bytes: r read twice (statistics, output pass), x twice,
+// y written. (In the ResNet step the convolutions' epilogues hand both batch norms their statistics.)
+Factory bn_projection_output(Shape s) {
+  return [s](DType dt) {
+    struct K {
+      Tensor x, r, g, b, rg, rb, rm, rv, rrm, rrv, y, t;
+      kernels::BatchNormSaved saved, rsaved;
+    };
+    auto k = std::make_shared<K>();
+    const int64_t c = s[1];
+    k->x = uniform(s, dt), k->r = uniform(s, dt), k->g = uniform({c}, dt, 0.5, 1.5), k->b = uniform({c}, dt);
+    k->rg = uniform({c}, dt, 0.5, 1.5), k->rb = uniform({c}, dt), k->y = uniform(s, dt), k->t = uniform(s, dt);
+    k->rm = filled({c}, DType::f32, 0), k->rv = filled({c}, DType::f32, 1);
+    k->rrm = filled({c}, DType::f32, 0), k->rrv = filled({c}, DType::f32, 1);
+    Op op;
+    op.run = [k] {
+      const Stream& bs = bench_stream();
+      kernels::batchnorm_statistics(k->r, k->rrm, k->rrv, 1e-5f, 0.1f, k->rsaved, {}, bs);
+      const kernels::ResidualBatchNorm rbn{k->rg, k->rb, k->rsaved.mean, k->rsaved.invstd};
+      kernels::BatchNormFusion fusion;
+      fusion.residual = k->r, fusion.residual_bn = &rbn, fusion.relu = true;
+      kernels::batchnorm_forward_train(k->x, k->g, k->b, k->rm, k->rv, 1e-5f, 0.1f, k->saved, k->y, {}, bs,
+                                       kernels::Layout::nchw, fusion);
+    };
+    op.unfused = [k] {
+      const Stream& bs = bench_stream();
+      kernels::batchnorm_forward_train(k->r, k->rg, k->rb, k->rrm, k->rrv, 1e-5f, 0.1f, k->rsaved, k->t, {}, bs);
+      kernels::BatchNormFusion fusion;
+      fusion.residual = k->t, fusion.relu = true;
+      kernels::batchnorm_forward_train(k->x, k->g, k->b, k->rm, k->rv, 1e-5f, 0.1f, k->saved, k->y, {}, bs,
+                                       kernels::Layout::nchw, fusion);
+    };
+    op.bytes = 5.0 * double(s.numel()) * es(dt);
+    op.narrow_planes = narrow_planes(s, dt);
+    op.keep = k;
+    return op;
+  };
+}
+
 void add(const std::string& name, const Factory& f) {
   for (DType dt : {DType::bf16, DType::f32}) {
     const std::string full = "layers/" + std::string(dtype_name(dt)) + "/" + name;
@@ -503,6 +545,7 @@ void register_all() {
     add("resnet50_bn_relu_train_bwd_" + dims, bn_fused(s, false, true));
     add("resnet50_bn_add_relu_train_fwd_" + dims, bn_fused(s, true, false));
     add("resnet50_bn_add_relu_train_bwd_" + dims, bn_fused(s, true, true));
+    add("resnet50_bn_add_bn_relu_train_fwd_" + dims, bn_projection_output(s));
   }
   const Shape act{64, 256, 56, 56};
   add("resnet50_relu_fwd_64x256x56x56", pointwise(act, 1, [](const Tensor& a, const Tensor&, Tensor& y) {
