@@ -58,6 +58,28 @@ void check_relu_grad(std::string_view op, const Tensor& x, const BatchNormReluGr
   check_shape(op, "relu output y", r->y, x.shape());
   check_shape(op, "dz", r->dz, x.shape());
 }
+// Both forwards' checks: devices, dtypes, shapes (the statistics f32 [c]), the fused epilogue; x's device and dims.
+struct Checked {
+  Device dev;
+  Nchw d;
+};
+Checked check_forward(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                      const Tensor& running_mean, const Tensor& running_var, const Tensor& y, const Stream& s,
+                      Layout layout, const BatchNormFusion& fusion) {
+  const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  if (dev.is_cpu())
+    detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
+  else
+    detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
+  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
+  const Nchw d = bn_dims(op, x, gamma, layout);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
+    check_shape(op, "a per-channel tensor", *t, Shape{d.c});
+  check_shape(op, "y", y, x.shape());
+  check_fusion(op, x, d.c, fusion, s);
+  return {dev, d};
+}
+
 // CPU: y = relu(y + residual) in place, through the CPU add and ReLU (the reference is those ops); the residual
 // through its batch norm's apply first (scale_is_var: eval, scale is the running variance).
 void fused_epilogue_cpu(const Nchw& d, const BatchNormFusion& f, bool scale_is_var, Tensor& y) {
@@ -106,17 +128,7 @@ void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor&
                              Tensor& running_var, float eps, float momentum, BatchNormSaved& saved, Tensor& y,
                              const AllReduceSum& sync, const Stream& s, Layout layout, const BatchNormFusion& fusion) {
   const char* op = "batchnorm_forward_train";
-  const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  if (dev.is_cpu())
-    detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  else
-    detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
-  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
-  const Nchw d = bn_dims(op, x, gamma, layout);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
-    check_shape(op, "a per-channel tensor", *t, Shape{d.c});
-  check_shape(op, "y", y, x.shape());
-  check_fusion(op, x, d.c, fusion, s);
+  const auto [dev, d] = check_forward(op, x, gamma, beta, running_mean, running_var, y, s, layout, fusion);
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda::batchnorm_forward_train(x, gamma, beta, running_mean, running_var, eps, momentum, saved, y, sync,
                                                s, layout, fusion));
@@ -153,17 +165,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
                             const Tensor& running_var, float eps, Tensor& y, const Stream& s, Layout layout,
                             const BatchNormFusion& fusion) {
   const char* op = "batchnorm_forward_eval";
-  const Device dev = detail::common_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  if (dev.is_cpu())
-    detail::float_op_device(op, {&x, &gamma, &beta, &running_mean, &running_var, &y}, s);
-  else
-    detail::float_op_device(op, {&x, &gamma, &beta, &y}, s);
-  check_f32_stats(op, {{"running_mean", &running_mean}, {"running_var", &running_var}});
-  const Nchw d = bn_dims(op, x, gamma, layout);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&beta, &running_mean, &running_var})
-    check_shape(op, "a per-channel tensor", *t, Shape{d.c});
-  check_shape(op, "y", y, x.shape());
-  check_fusion(op, x, d.c, fusion, s);
+  const auto [dev, d] = check_forward(op, x, gamma, beta, running_mean, running_var, y, s, layout, fusion);
   if (dev.is_cuda()) {
     HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s, layout, fusion));
     return;
