@@ -8,6 +8,8 @@ Each line: kind<TAB>ranks<TAB>executable (relative to the build dir)<TAB>argumen
          the executable column holds the check's name
   bench  a GPU benchmark from scripts/gpu/benchmarks.txt
   peer   a named command from benchmarks.txt (PyTorch peers, profiles); the executable column holds its name
+  prewarm  a named command from benchmarks.txt that run.sh starts in the background after the smoke, and the
+         benchmark or peer of the same name waits for (torch.compile filling its caches); the name column as peer's
 usage: manifest.py BUILD_DIR BENCHMARKS_TXT [CHECKS_TXT]
 """
 import json
@@ -58,9 +60,14 @@ with open(bench_file) as f:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if line.startswith("peer "):
-            name, _, command = line[5:].partition(" ")
-            print(f"peer\t0\t{name}\t{command}")
+        for kind in ("peer", "prewarm"):
+            if line.startswith(kind + " "):
+                name, _, command = line[len(kind) + 1:].partition(" ")
+                print(f"{kind}\t0\t{name}\t{command}")
+                break
+        else:
+            kind = None
+        if kind:
             continue
         exe, _, args = line.partition(" ")
         if not os.access(os.path.join(build, exe), os.X_OK):

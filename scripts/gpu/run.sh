@@ -19,7 +19,10 @@
 #                shared by them; benchmarks always run one at a time, after it, on an otherwise idle GPU
 #   --deadline S start nothing new S seconds after the start, and cut a run short where it would end after
 #                that; what did not run is listed as NOT RUN (a lease on a GPU machine is short)
-# Order: smoke, then tests + checks (+ sanitizer), then benchmarks in the order of benchmarks.txt.
+# Order: smoke, then tests + checks (+ sanitizer), then benchmarks in the order of benchmarks.txt. A benchmarks.txt
+# entry "prewarm NAME COMMAND" starts right after the smoke, in the background (niced, outside the --jobs slots),
+# and the benchmark or peer NAME waits for it before it starts: torch.compile's compilation, which fills the
+# inductor caches (TORCHINDUCTOR_CACHE_DIR) while the tests run, so that the timed peer finds its graphs compiled.
 # Exit code: 0 when every test and check that ran passed and nothing was cut short, 1 otherwise
 # (skips are reported, not counted as passes).
 set -uo pipefail
@@ -85,6 +88,9 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_mca_base_component_show_load_errors=0
 export HPDT_LOG_LEVEL=${HPDT_LOG_LEVEL:-warn}
+# torch.compile's caches across processes (the prewarm entries compile, the peers load): FX graphs and AOTAutograd's
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/hpdt-torchinductor}
+export TORCHINDUCTOR_FX_GRAPH_CACHE=1 TORCHINDUCTOR_AUTOGRAD_CACHE=1
 chmod +x "$bundle"/bin/*/* "$bundle"/bin/*/*/* "$bundle"/ompi/bin/* 2>/dev/null
 
 missing=0
@@ -179,6 +185,34 @@ run_smoke() {  # ranks exe
   note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "smoke $(basename "$2").np$1" "$rc" $((SECONDS - t0)) "$(grep -E '^CUDA' "$out/tests/smoke.log" | head -1)")"
 }
 throttle() { while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done; }
+# Prewarms run detached (setsid: a session of their own, not jobs of this shell, so neither throttle nor wait counts
+# them): .prewarm/NAME.pid (the session's id), and .prewarm/NAME.rc once they end.
+start_prewarm() {  # name command-line
+  local name=$1 cmdline; cmdline=$(expand "$2")
+  mkdir -p "$out/.prewarm"
+  echo "$SECONDS" > "$out/.prewarm/$name.start"
+  ( setsid bash -c 'echo $$ > "$1"; timeout --kill-after=10 "$2" nice -n 10 bash -c "$3" < /dev/null > "$4" 2>&1; echo $? > "$5"' \
+      _ "$out/.prewarm/$name.pid" "$(limit 900)" "$cmdline" "$out/bench/$name.prewarm.log" "$out/.prewarm/$name.rc" \
+      < /dev/null > /dev/null 2>&1 & )
+}
+finish_prewarm() {  # name [wait]: with wait, until it ends (or the deadline); then its line, once
+  local name=$1 pw=$out/.prewarm/$1
+  [ -f "$pw.start" ] && [ ! -f "$pw.noted" ] || return 0
+  if [ "${2:-}" = wait ]; then
+    while [ ! -f "$pw.rc" ] && [ "$(left)" -gt 0 ]; do sleep 1; done
+  fi
+  local rc st
+  if [ -f "$pw.rc" ]; then
+    rc=$(cat "$pw.rc"); st=$(status "$rc")
+  else  # still running: stopped here (the deadline, or the run's end); the whole session (timeout makes a process
+    # group of its own inside it)
+    [ -f "$pw.pid" ] && pkill -KILL -s "$(cat "$pw.pid")" 2> /dev/null
+    rc=124; st="CUT SHORT"
+  fi
+  touch "$pw.noted"
+  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "prewarm $name" "$rc" $((SECONDS - $(cat "$pw.start"))) "$name.prewarm.log")"
+  [ "$st" = ok ] || echo "prewarm $name" >> "$out/.failed"
+}
 selected() { [ -z "$only" ] || [[ "$1" =~ $only ]]; }
 : > "$out/.failed"
 
@@ -189,6 +223,13 @@ while IFS= read -r line; do manifest+=("$line"); done < "$bundle/manifest.tsv"
 for line in "${manifest[@]}"; do
   IFS=$'\t' read -r kind ranks exe args <<< "$line"
   [ "$kind" = smoke ] && selected "$exe" && run_smoke "$ranks" "$exe"
+done
+prewarms=()
+for line in "${manifest[@]}"; do
+  IFS=$'\t' read -r kind ranks exe args <<< "$line"
+  [ "$kind" = prewarm ] && [ $bench -eq 1 ] && selected "$exe$args" || continue
+  start_prewarm "$exe" "$args"
+  prewarms+=("$exe")
 done
 # 2. correctness: tests and checks, then the sanitizer runs, $jobs at a time (OpenMP threads shared out)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 ))}
@@ -253,10 +294,12 @@ if [ $bench -eq 1 ]; then
     IFS=$'\t' read -r kind ranks exe args <<< "$line"
     case "$kind" in bench | peer) ;; *) continue ;; esac
     selected "$exe$args" || continue
+    finish_prewarm "$(basename "$exe")" wait
     if [ "$(left)" -le 0 ]; then not_run "$kind $exe $(echo "$args" | grep -oE -- '--out[= ][^ ]*' | head -1)"; continue; fi
     run_bench "$kind" "$exe" "$args"
   done
 fi
+for name in ${prewarms[@]+"${prewarms[@]}"}; do finish_prewarm "$name"; done  # those whose benchmark did not run
 
 # Where each traced training step's GPU time went, by kernel family (the benchmarks' --kernel-trace files and the
 # PyTorch peer's): in the summary, which comes back even when the results archive is not read.

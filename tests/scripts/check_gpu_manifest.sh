@@ -2,7 +2,7 @@
 # usage: check_gpu_manifest.sh PYTHON SOURCE_DIR BUILD_DIR
 # manifest.py must succeed (every listed benchmark and check executable built) and list the smoke check,
 # the gpu-labelled test binaries of every op family and of core, each GPU benchmark, the named PyTorch
-# peer and every end-to-end check of checks.txt.
+# peers (torch.compile's with its prewarm) and every end-to-end check of checks.txt.
 set -euo pipefail
 py=$1 src=$2 build=$3
 m=$("$py" "$src/scripts/gpu/manifest.py" "$build" "$src/scripts/gpu/benchmarks.txt" "$src/scripts/gpu/checks.txt")
@@ -21,6 +21,10 @@ for b in "$src"/bench/kernels/bench_*_cuda.cpp; do
   expect $'^bench\t0\tbench/kernels/hpdt-bench-'"${f//_/-}"$'-cuda\t'
 done
 expect $'^peer\t0\ttorch_eager\tpython3 .*torch_gpu_train_step.py'
+# torch.compile's prewarm (started after the smoke) and its peer, which waits for it
+expect $'^prewarm\t0\ttorch_compile\tpython3 .*torch_gpu_train_step.py --modes compile'
+expect $'^peer\t0\ttorch_compile\tpython3 .*torch_gpu_train_step.py'
+[ "$(grep -c $'^prewarm\t' <<< "$m")" -eq 1 ] || { echo "check_gpu_manifest: one prewarm expected" >&2; fail=1; }
 grep -vE '^(#|$)' "$src/scripts/gpu/checks.txt" | while read -r name _; do
   grep -qP "^check\t0\t\Q$name\E\t" <<< "$m" || { echo "check_gpu_manifest: check $name missing" >&2; exit 1; }
 done || fail=1

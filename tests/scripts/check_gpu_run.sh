@@ -18,7 +18,9 @@ printf '%s\t%s\t%s\t%s\n' \
   check 0 fast "echo fine" \
   check 0 slow "sleep 120" \
   bench 0 bench/kernels/hpdt-bench-elementwise "--benchmark_filter=NONE" \
-  peer 0 late "true" > "$w/bundle/manifest.tsv"
+  peer 0 late "true" \
+  prewarm 0 late "sleep 1; echo warmed > {out}/late.warm" \
+  prewarm 0 slow_warm "trap '' TERM; sleep 300" > "$w/bundle/manifest.tsv"
 # --sanitize through a stand-in for compute-sanitizer (it says which tool and runs the binary with the rest of its
 # arguments), a list that gives memcheck two parts of the GPU test and racecheck none (it runs whole)
 cat > "$w/sanitizer" <<'EOS'
@@ -57,6 +59,11 @@ grep -q "not_in_the_bundle" "$s" && fail "a listed binary that is not in the bun
 grep -qE '^CUT SHORT check slow +rc=124' "$s" || fail "the slow check was not cut at the deadline"
 grep -qE '^NOT RUN +bench bench/kernels/hpdt-bench-elementwise' "$s" || fail "the benchmark after the deadline"
 grep -qE '^NOT RUN +peer late' "$s" || fail "the peer after the deadline"
-grep -qE '^TOTAL .*runs failed or cut short: 1; not run \(deadline\): 2' "$s" || fail "totals"
+# the prewarms started after the smoke, in the background: the quick one ended (its peer was not run: noted at the
+# end), the slow one, deaf to timeout's TERM at the deadline, was killed at the run's end, its processes too
+grep -qE '^ok +prewarm late +rc=0' "$s" && [ -s "$w/out/bench/late.warm" ] || fail "the quick prewarm"
+grep -qE '^CUT SHORT +prewarm slow_warm +rc=124' "$s" || fail "the slow prewarm was not stopped"
+pgrep -f "sleep 300" > /dev/null && fail "the slow prewarm's process outlived the run"
+grep -qE '^TOTAL .*runs failed or cut short: 2; not run \(deadline\): 2' "$s" || fail "totals"
 [ -s "$w/out/environment.txt" ] && [ -s "$w/out/libraries.txt" ] || fail "environment.txt / libraries.txt missing"
 echo "PASS: run.sh phases, deadline and totals"
