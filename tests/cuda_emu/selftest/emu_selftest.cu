@@ -617,9 +617,28 @@ __global__ void wgmma_never_waited(float* out) {
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
   float d[4] = {0, 0, 0, 0};
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
   mma_m64n8k16(d, desc128(base), desc128(base));
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   out[threadIdx.x] = 0;
+}
+// A wgmma without wgmma.fence: as the first of the kernel, or after a wait past which the accumulators were read.
+__global__ void wgmma_unfenced(float* out, int after_a_wait) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  float d[4] = {0, 0, 0, 0};
+  if (after_a_wait) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    mma_m64n8k16(d, desc128(base), desc128(base));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    out[threadIdx.x] = d[0];
+    d[0] = 0.0f;
+  }
+  mma_m64n8k16(d, desc128(base), desc128(base));
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  out[threadIdx.x] = d[0];
 }
 // Thread 0 loads two phases through one mbarrier and the others wait only for the first: the second fill
 // lands (CUDA_EMU_TMA=early) under threads that still read the first.
@@ -669,6 +688,9 @@ TEST(CudaEmuDeathTest, StopsOnHopperFaults) {
   EXPECT_DEATH(wait_uninitialised<<<1, 32>>>(), "holds no initialised mbarrier");
   EXPECT_DEATH(wait_two_phases_ahead<<<1, 32>>>(), "two or more ahead of the last one completed");
   EXPECT_DEATH(wgmma_never_waited<<<1, 128, 16384>>>(f.d), "never waited for");
+  cudaFuncSetAttribute(wgmma_unfenced, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
+  for (int after_a_wait : {0, 1})
+    EXPECT_DEATH(wgmma_unfenced<<<1, 128, 16384>>>(f.d, after_a_wait), "no wgmma.fence since the kernel's start");
   cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
   EXPECT_DEATH(tma_store_box<<<1, 128, 8192 + 1024>>>(map, 0, 0, 0), "TMA stores issued .* never waited for");
   EXPECT_DEATH(

@@ -158,6 +158,7 @@ struct Fiber {
   std::vector<size_t> bulk_group_ends;  // bulk_stores [.., bulk_group_ends[i]) form committed bulk group i
   std::vector<Wgmma> wgmmas;          // wgmma.mma_async issued, not yet performed
   std::vector<size_t> wgmma_group_ends;
+  bool wgmma_fenced = false;  // a wgmma.fence since the kernel's start or this thread's last wgmma.wait_group
   std::map<uint32_t, uint64_t> seen_phases;  // per mbarrier: the phases completed when this thread last saw one
   uint64_t failed_waits = 0;                 // consecutive mbarrier.try_wait that found the phase incomplete
   bool spinning = false;                     // called __nanosleep in this round of the block's spinners (spin_yield)
@@ -563,6 +564,7 @@ void init_block(uint64_t linear, uint3 idx) {
     f.group_ends.clear();
     f.wgmmas.clear();
     f.wgmma_group_ends.clear();
+    f.wgmma_fenced = false;
     f.bulk_stores.clear();
     f.bulk_group_ends.clear();
     f.seen_phases.clear();
@@ -1688,6 +1690,7 @@ void setmaxnreg(int n, const Loc& loc) {
 
 void wgmma_fence(const Loc& loc) {
   check_in_kernel("wgmma.fence");
+  E.b->cur->wgmma_fenced = true;
   collective(0xffffffffu, 70, "wgmma.fence", loc, true, nullptr);
 }
 
@@ -1705,6 +1708,16 @@ void wgmma_m64nNk16(int n, int ab_type, float* const* d, uint64_t desc_a, uint64
           loc.line(), blockDim.x * blockDim.y * blockDim.z);
   check_wgmma_desc(desc_a, trans_a == 1, "A", loc);
   check_wgmma_desc(desc_b, trans_b == 1, "B", loc);
+  // PTX asks for wgmma.fence before a warpgroup's first wgmma.mma_async and between any other access of its
+  // accumulator (or A-fragment) registers and a wgmma that uses them; the emulator cannot see register accesses,
+  // so it asks for one after the start and after every wgmma.wait_group (past which code reads the accumulators):
+  // without it the MMA races with the registers on a GPU, while the emulator, performing MMAs at the wait, would
+  // not notice.
+  if (!E.b->cur->wgmma_fenced)
+    fatal(
+        "wgmma at %s:%u: no wgmma.fence since the kernel's start or this thread's last wgmma.wait_group (PTX: the "
+        "accumulators race with other accesses to them otherwise)",
+        short_file(loc.file_name()), loc.line());
   Wgmma w;
   w.n = n, w.ab_type = ab_type, w.desc_a = desc_a, w.desc_b = desc_b, w.scale_d = scale_d, w.loc = loc;
   w.mn_a = trans_a == 1, w.mn_b = trans_b == 1;
@@ -1721,6 +1734,7 @@ void wgmma_commit_group(const Loc& loc) {
 
 void wgmma_wait_group(int n, const Loc& loc) {
   check_in_kernel("wgmma.wait_group");
+  E.b->cur->wgmma_fenced = false;
   in_as<int32_t>(*E.b->cur) = n;
   collective(0xffffffffu, 73, "wgmma.wait_group", loc, true, [](Fiber* lanes, uint32_t mask) {
     Fiber& f0 = lanes[std::countr_zero(mask)];
