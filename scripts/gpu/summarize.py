@@ -39,7 +39,7 @@ def gbench_medians(path):
 
 
 def collect(dirs):
-    found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "train": {}, "torch": {},
+    found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "train": {}, "torch": {}, "torch_prewarm": {},
              "summary": [], "environment": ""}
     for d in dirs:
         bench = os.path.join(d, "bench")
@@ -52,6 +52,10 @@ def collect(dirs):
         for f in sorted(os.listdir(bench)) if os.path.isdir(bench) else []:
             if f.startswith("train_step_") and f.endswith(".json"):
                 found["train"][f[len("train_step_"):-5]] = load(os.path.join(bench, f))
+            if f == "prewarm_torch_compile.json":  # run.sh's prewarm: torch.compile's cold compilation, one step
+                for r in load(os.path.join(bench, f)).get("train_step", []):
+                    if "first_step_s" in r:
+                        found["torch_prewarm"][r["model"]] = r
             if f.startswith("torch_gpu_train_step") and f.endswith(".json"):
                 doc = load(os.path.join(bench, f))
                 for r in doc.get("train_step", []):
@@ -548,6 +552,24 @@ def train_table(t, torch, rows, numbers):
                         "torch_eager_img_s": eager, "torch_compile_img_s": comp})
 
 
+def compile_time_table(torch, prewarm, rows, numbers):
+    """torch.compile's first step, cold (the prewarm that run.sh starts while the tests run, since 2026-11-29) and
+    in the timed peer (warm if the inductor caches carried over between the processes), beside its img/s."""
+    models = [m for m in ("resnet50", "vit_b16") if m in prewarm or (m, "compile") in torch]
+    if not models:
+        rows.append("(no torch.compile record: no prewarm_torch_compile.json or compile peer in these runs)")
+        return
+    rows.append("| model | cold first step s (prewarm) | first step s (timed peer) | compile img/s |")
+    rows.append("|---|---:|---:|---:|")
+    for m in models:
+        cold = prewarm.get(m, {}).get("first_step_s")
+        peer = torch.get((m, "compile"), {})
+        warm, ips = peer.get("first_step_s"), peer.get("img_per_s_median")
+        rows.append(f"| {m} | {fmt(cold)} | {fmt(warm)} | {fmt(ips)} |")
+        numbers.append({"op": "torch_compile_time", "model": m, "cold_first_step_s": cold, "peer_first_step_s": warm,
+                        "img_s": ips})
+
+
 def gemm_found_table(t, rows, numbers):
     """GEMM v3's Find in the training steps run with --gemm-tuning find (their JSON's gemm_v3_found, since
     2026-11-28): per GEMM shape, the plan taken and every candidate's time, against the heuristic's plan (by rule:
@@ -669,6 +691,8 @@ def main():
                 f"(nvcc {' '.join(build.get('nvcc', []))}). Medians; every ratio is of two numbers from the same run.")
     rows.append("")
     sections = [("Training step", lambda: train_table(f["train"], f["torch"], rows, numbers)),
+                ("torch.compile's compilation (the peer's first step)",
+                 lambda: compile_time_table(f["torch"], f["torch_prewarm"], rows, numbers)),
                 ("Where a training step's GPU time goes (kernel traces, ms a step, by kernel family)",
                  lambda: breakdown_section(a.dirs, rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),

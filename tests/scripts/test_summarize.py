@@ -352,5 +352,31 @@ class ConvSpaceToDepth(unittest.TestCase):
         self.assertTrue(rows[0].startswith("(no x_direct"))
 
 
+class TorchCompileTime(unittest.TestCase):
+    def test_cold_prewarm_beside_the_timed_peer(self):
+        """The prewarm's JSON (run.sh's prewarm torch_compile) gives the cold first step, the peer's the warm one; the
+        prewarm's one-step img/s is not the peer's (it is no torch_gpu_train_step*.json)."""
+        with tempfile.TemporaryDirectory() as d:
+            bench = os.path.join(d, "run", "bench")
+            os.makedirs(bench)
+            with open(os.path.join(bench, "prewarm_torch_compile.json"), "w") as f:
+                json.dump({"train_step": [{"model": "resnet50", "mode": "compile", "first_step_s": 95.5,
+                                           "img_per_s_median": 10.0},
+                                          {"model": "vit_b16", "mode": "compile", "first_step_s": 61.0}]}, f)
+            with open(os.path.join(bench, "torch_gpu_train_step_compile.json"), "w") as f:
+                json.dump({"train_step": [{"model": "resnet50", "mode": "compile", "first_step_s": 12.25,
+                                           "img_per_s_median": 4500.0}]}, f)
+            found = summarize.collect([os.path.join(d, "run")])
+            self.assertEqual(found["torch"][("resnet50", "compile")]["img_per_s_median"], 4500.0)
+            rows, numbers = [], []
+            summarize.compile_time_table(found["torch"], found["torch_prewarm"], rows, numbers)
+            self.assertIn("| resnet50 | 95.5 | 12.2 | 4500.0 |", rows)
+            self.assertIn("| vit_b16 | 61.0 | — | — |", rows)
+            self.assertEqual(numbers[0]["cold_first_step_s"], 95.5)
+            rows = []
+            summarize.compile_time_table({}, {}, rows, [])
+            self.assertIn("no torch.compile record", rows[0])
+
+
 if __name__ == "__main__":
     unittest.main()
