@@ -268,8 +268,19 @@ __device__ __forceinline__ void bn_epilogue(const BnEpilogue& e, const float (&r
     for (int k = 0; k < V; ++k) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
 }
 
-// y = x * a + b per channel, then the fused epilogue. Eval passes the running variance (scale_is_var): invstd =
-// 1 / sqrt(var + eps) in f32 as the CPU computes it. x, y and the residual may be the same tensor.
+// A channel's y = x * a + b: (a, b) from its mean, scale (invstd; with scale_is_var the running variance, invstd =
+// 1 / sqrt(var + eps) in f32 as the CPU computes it), gamma and beta.
+template <class T>
+__device__ __forceinline__ float2 bn_coefficients(const float* __restrict__ mean, const float* __restrict__ scale,
+                                                  int scale_is_var, float eps, const T* __restrict__ gamma,
+                                                  const T* __restrict__ beta, int ch) {
+  float is = scale[ch];
+  if (scale_is_var) is = 1.0f / sqrtf(is + eps);
+  const float a = is * to_f32(gamma[ch]);
+  return make_float2(a, to_f32(beta[ch]) - mean[ch] * a);
+}
+
+// y = x * a + b per channel (bn_coefficients), then the fused epilogue. x, y and the residual may be the same tensor.
 template <class T, int V, int R>
 __global__ void __launch_bounds__(kThreads)
     bn_apply_kernel(const T* x, T* y, const float* __restrict__ mean, const float* __restrict__ scale, int scale_is_var,
@@ -277,10 +288,9 @@ __global__ void __launch_bounds__(kThreads)
                     FastDiv hwv, uint32_t slots, uint32_t chunk) {
   constexpr int U = R != kNoResidual && V >= 4 ? 2 : 4;
   const int ch = blockIdx.y;
-  float is = scale[ch];
-  if (scale_is_var) is = 1.0f / sqrtf(is + eps);
-  const float a = is * to_f32(gamma[ch]);
-  float b = to_f32(beta[ch]) - mean[ch] * a, ra = 0.0f;
+  const float2 ab = bn_coefficients(mean, scale, scale_is_var, eps, gamma, beta, ch);
+  const float a = ab.x;
+  float b = ab.y, ra = 0.0f;
   if constexpr (R == kNormalised) ra = ep.residual_affine[ch], b += ep.residual_affine[c + ch];
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
   for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
@@ -544,12 +554,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t p0 = int64_t(blockIdx.x) * f.per_block;
   for (int j = threadIdx.x; j < f.entries(V); j += kThreads) {
     const int ch = int((p0 + j) % f.c);
-    float is = scale[ch];
-    if (scale_is_var) is = 1.0f / sqrtf(is + eps);
-    const float a = is * to_f32(gamma[ch]);
-    float b = to_f32(beta[ch]) - mean[ch] * a;
-    if constexpr (R == kNormalised) ra[j] = ep.residual_affine[ch], b += ep.residual_affine[f.c + ch];
-    ab[j] = make_float2(a, b);
+    float2 k = bn_coefficients(mean, scale, scale_is_var, eps, gamma, beta, ch);
+    if constexpr (R == kNormalised) ra[j] = ep.residual_affine[ch], k.y += ep.residual_affine[f.c + ch];
+    ab[j] = k;
   }
   __syncthreads();
   const FlatRange rg = flat_range<V>(f);
@@ -697,11 +704,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const int ch = v * V + k;
-    float is = scale[ch];
-    if (scale_is_var) is = 1.0f / sqrtf(is + eps);
-    a[k] = is * to_f32(gamma[ch]);
-    b[k] = to_f32(beta[ch]) - mean[ch] * a[k];
-    ra[k] = 0.0f;
+    const float2 ab = bn_coefficients(mean, scale, scale_is_var, eps, gamma, beta, ch);
+    a[k] = ab.x, b[k] = ab.y, ra[k] = 0.0f;
     if constexpr (R == kNormalised) ra[k] = ep.residual_affine[ch], b[k] += ep.residual_affine[g.cv * V + ch];
   }
   const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
@@ -1209,59 +1213,37 @@ __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
 namespace {
 const void* residual_data(const BatchNormFusion& f) { return f.residual.defined() ? f.residual.data() : nullptr; }
 
-// The residual's batch norm's per-channel a and b (as the apply kernels compute their own), into out [2c].
+// The residual's batch norm's per-channel a and b (bn_coefficients, as the apply kernels compute their own), into
+// out [2c].
 template <class T>
 __global__ void bn_affine_kernel(const float* __restrict__ mean, const float* __restrict__ scale, int scale_is_var,
                                  float eps, const T* __restrict__ gamma, const T* __restrict__ beta, int c,
                                  float* __restrict__ out) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= c) return;
-  float is = scale[ch];
-  if (scale_is_var) is = 1.0f / sqrtf(is + eps);
-  const float a = is * to_f32(gamma[ch]);
-  out[ch] = a;
-  out[c + ch] = to_f32(beta[ch]) - mean[ch] * a;
+  const float2 ab = bn_coefficients(mean, scale, scale_is_var, eps, gamma, beta, ch);
+  out[ch] = ab.x;
+  out[c + ch] = ab.y;
 }
 
 // HPDT_BN_RESIDUAL=separate: the residual's batch norm (BatchNormFusion::residual_bn) as a pass of its own that
-// writes its output, which the epilogue then adds as a plain residual (the A/B of applying it on the fly).
+// writes its output, which the output pass then adds as a plain residual (apply; the A/B of applying it on the fly).
 bool bn_residual_fused() { return env_switch("HPDT_BN_RESIDUAL", "fused", "separate"); }
 
-// The output pass's epilogue for `f`. A residual batch norm gets its coefficients computed into `scratch` [2c]
-// (f32), or, with HPDT_BN_RESIDUAL=separate, its output written to `scratch` (the residual's shape), which the
-// epilogue adds instead of the residual. scale_is_var: eval (the statistics are the running ones).
+// The output pass's epilogue for `f`; a residual batch norm (applied on the fly) gets its coefficients computed into
+// `scratch` [2c] (f32). scale_is_var: eval (the statistics are the running ones).
 template <class T>
-BnEpilogue prepare_epilogue(const char* op, const BatchNormFusion& f, bool scale_is_var, Layout layout, Tensor& scratch,
-                            const Stream& stream) {
+BnEpilogue prepare_epilogue(const BatchNormFusion& f, bool scale_is_var, Tensor& scratch, const Stream& stream) {
   BnEpilogue ep{residual_data(f), f.relu, nullptr};
   const ResidualBatchNorm* rb = f.residual_bn;
   if (!rb) return ep;
-  const cudaStream_t s = detail::native(stream);
-  const Tensor& r = f.residual;
   const int64_t c = rb->gamma.numel();
-  const float* mean = rb->mean.data<float>();
-  const float* scale = rb->scale.data<float>();
-  const T* gp = static_cast<const T*>(rb->gamma.data());
-  const T* bp = static_cast<const T*>(rb->beta.data());
-  const AllocOptions opts{.stream = &stream};
-  if (bn_residual_fused()) {
-    scratch = Tensor::empty({2 * c}, DType::f32, r.device(), opts);
-    bn_affine_kernel<T><<<channel_blocks(int(c)), 128, 0, s>>>(mean, scale, scale_is_var, rb->eps, gp, bp, int(c),
-                                                               scratch.data<float>());
-    HPDT_CUDA_CHECK_LAUNCH();
-    ep.residual_affine = scratch.data<float>();
-    return ep;
-  }
-  scratch = Tensor::empty(r.shape(), r.dtype(), r.device(), opts);
-  const T* rp = static_cast<const T*>(r.data());
-  T* out = static_cast<T*>(scratch.data());
-  const BnEpilogue plain{nullptr, 0, nullptr};
-  if (layout == Layout::nhwc)
-    bn_apply_nhwc<T>(nhwc_dims(op, r, kVec<T>, {rp, out}, scale_is_var ? 8 : 4), rp, out, mean, scale, scale_is_var,
-                     rb->eps, gp, bp, plain, s);
-  else
-    bn_apply<T>(bn_dims<T>(op, r, {rp, out}), rp, out, mean, scale, scale_is_var, rb->eps, gp, bp, plain, s);
-  ep.residual = out;
+  scratch = Tensor::empty({2 * c}, DType::f32, f.residual.device(), AllocOptions{.stream = &stream});
+  bn_affine_kernel<T><<<channel_blocks(int(c)), 128, 0, detail::native(stream)>>>(
+      rb->mean.data<float>(), rb->scale.data<float>(), scale_is_var, rb->eps, static_cast<const T*>(rb->gamma.data()),
+      static_cast<const T*>(rb->beta.data()), int(c), scratch.data<float>());
+  HPDT_CUDA_CHECK_LAUNCH();
+  ep.residual_affine = scratch.data<float>();
   return ep;
 }
 
@@ -1271,10 +1253,20 @@ void apply(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& b
            const Tensor& scale, bool scale_is_var, float eps, Tensor& y, const Stream& stream, Layout layout,
            const BatchNormFusion& fusion) {
   if ((layout == Layout::nhwc ? x.size(-1) : x.size(1)) == 0) return;
+  if (fusion.residual_bn && !bn_residual_fused()) {  // the residual's batch norm as a pass of its own, then added
+    const ResidualBatchNorm& rb = *fusion.residual_bn;
+    Tensor normalised = Tensor::empty(fusion.residual.shape(), fusion.residual.dtype(), fusion.residual.device(),
+                                      AllocOptions{.stream = &stream});
+    apply(op, fusion.residual, rb.gamma, rb.beta, rb.mean, rb.scale, scale_is_var, rb.eps, normalised, stream, layout,
+          {});
+    BatchNormFusion plain = fusion;
+    plain.residual = normalised, plain.residual_bn = nullptr;
+    return apply(op, x, gamma, beta, mean, scale, scale_is_var, eps, y, stream, layout, plain);
+  }
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     Tensor scratch;
-    const BnEpilogue ep = prepare_epilogue<T>(op, fusion, scale_is_var, layout, scratch, stream);
+    const BnEpilogue ep = prepare_epilogue<T>(fusion, scale_is_var, scratch, stream);
     const T* xp = static_cast<const T*>(x.data());
     T* yp = static_cast<T*>(y.data());
     const T* gp = static_cast<const T*>(gamma.data());

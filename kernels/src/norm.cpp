@@ -80,16 +80,24 @@ Checked check_forward(const char* op, const Tensor& x, const Tensor& gamma, cons
   return {dev, d};
 }
 
+// Eval's invstd = 1 / sqrt(running_var + eps), in f32 as the CUDA kernels compute it.
+std::vector<float> eval_invstd(const Tensor& running_var, float eps, int64_t c) {
+  std::vector<float> invstd(static_cast<size_t>(c));
+  const float* rv = running_var.data<float>();
+  for (int64_t i = 0; i < c; ++i) invstd[size_t(i)] = 1.0f / std::sqrt(rv[i] + eps);
+  return invstd;
+}
+
 // CPU: y = relu(y + residual) in place, through the CPU add and ReLU (the reference is those ops); the residual
 // through its batch norm's apply first (scale_is_var: eval, scale is the running variance).
 void fused_epilogue_cpu(const Nchw& d, const BatchNormFusion& f, bool scale_is_var, Tensor& y) {
   float* p = y.data<float>();
   if (const ResidualBatchNorm* rb = f.residual_bn) {
-    std::vector<float> invstd(size_t(d.c)), r(size_t(y.numel()));
-    const float* sc = rb->scale.data<float>();
-    for (int64_t c = 0; c < d.c; ++c) invstd[size_t(c)] = scale_is_var ? 1.0f / std::sqrt(sc[c] + rb->eps) : sc[c];
-    cpu::batchnorm_apply<float>(d.n, d.c, d.hw, f.residual.data<float>(), rb->mean.data<float>(), invstd.data(),
-                                rb->gamma.data<float>(), rb->beta.data<float>(), r.data());
+    std::vector<float> r(size_t(y.numel()));
+    const std::vector<float> invstd = scale_is_var ? eval_invstd(rb->scale, rb->eps, d.c) : std::vector<float>();
+    cpu::batchnorm_apply<float>(d.n, d.c, d.hw, f.residual.data<float>(), rb->mean.data<float>(),
+                                scale_is_var ? invstd.data() : rb->scale.data<float>(), rb->gamma.data<float>(),
+                                rb->beta.data<float>(), r.data());
     cpu::add_forward<float>(y.numel(), p, r.data(), p);
   } else if (f.residual.defined()) {
     cpu::add_forward<float>(y.numel(), p, f.residual.data<float>(), p);
@@ -170,9 +178,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
     HPDT_ON_CUDA(cuda::batchnorm_forward_eval(x, gamma, beta, running_mean, running_var, eps, y, s, layout, fusion));
     return;
   }
-  std::vector<float> invstd(size_t(d.c));
-  const float* rv = running_var.data<float>();
-  for (int64_t c = 0; c < d.c; ++c) invstd[size_t(c)] = 1.0f / std::sqrt(rv[c] + eps);
+  const std::vector<float> invstd = eval_invstd(running_var, eps, d.c);
   cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), running_mean.data<float>(), invstd.data(),
                               gamma.data<float>(), beta.data<float>(), y.data<float>());
   fused_epilogue_cpu(d, fusion, true, y);

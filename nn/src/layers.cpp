@@ -165,12 +165,17 @@ void BatchNorm::forward_statistics(const Tensor& x) {
   check_input(x, arena_->compute_dtype());
   x_ = x;
   if (!training_) return;
-  if (x.numel() / c_ < 2 && !sync_) fail("needs more than one value per channel in training mode", x);
+  prepare_training(x);
   Tensor mean = arena_->buffer(mean_id_), var = arena_->buffer(var_id_);
-  ensure(saved_.mean, {c_}, DType::f32);
-  ensure(saved_.invstd, {c_}, DType::f32);
   kernels::batchnorm_statistics(x, mean, var, eps_, momentum_, saved_, sync_, stream_, layout_,
                                 stats_from_ ? &stats_from_->output_stats() : nullptr);
+}
+
+void BatchNorm::prepare_training(const Tensor& x) {
+  if (x.numel() / c_ < 2 && !sync_) fail("needs more than one value per channel in training mode", x);
+  // the saved statistics: f32 [c] on the layer's device
+  ensure(saved_.mean, {c_}, DType::f32);
+  ensure(saved_.invstd, {c_}, DType::f32);
 }
 
 void BatchNorm::check_input(const Tensor& x, DType dt) const {
@@ -199,11 +204,7 @@ Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual, const Bat
   fusion.relu = then_relu_;
   if (stats_from_) fusion.stats = &stats_from_->output_stats();
   if (training_) {
-    if (x.numel() / c_ < 2 && !sync_)
-      fail("needs more than one value per channel in training mode", x);
-    // the saved statistics: f32 [c] on the layer's device
-    ensure(saved_.mean, {c_}, DType::f32);
-    ensure(saved_.invstd, {c_}, DType::f32);
+    prepare_training(x);
     kernels::batchnorm_forward_train(x, g, b, mean, var, eps_, momentum_, saved_, y_, sync_, stream_, layout_, fusion);
   } else {
     kernels::batchnorm_forward_eval(x, g, b, mean, var, eps_, y_, stream_, layout_, fusion);

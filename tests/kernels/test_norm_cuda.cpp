@@ -228,16 +228,6 @@ TEST_F(NormCuda, FusedReluAndResidualMatchCpu) {
     }
 }
 
-// launches of kernels whose name holds `name` (the CUDA emulator's record; -1 on a GPU)
-int64_t launches(const char* name) {
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-  return int64_t(cuda_emu::launches_named(name));
-#else
-  (void)name;
-  return -1;
-#endif
-}
-
 // A residual's own batch norm applied in the output pass (BatchNormFusion::residual_bn, ResNet's projection
 // shortcut): y = relu(bn(x) + bn_r(r)) against the CPU, which applies bn_r as batchnorm_forward does and then adds
 // it, in training (bn_r's statistics from batchnorm_statistics, against the CPU's, and bit for bit those of
@@ -294,11 +284,11 @@ void NormCuda::bn_residual_bn_case(const Shape& shape, DType dt, Layout layout, 
     kernels::batchnorm_forward_train(xg, gg, bg, m, v, kEps, kMomentum, sg, yg, {}, stream, layout, gpu_fusion);
     return to_cpu_f32(yg);
   };
-  const int64_t applies0 = launches("bn_apply"), affine0 = launches("bn_affine");
+  const int64_t applies0 = test::emu_launches("bn_apply"), affine0 = test::emu_launches("bn_affine");
   const Tensor yg = train_gpu();
   if (applies0 >= 0) {
-    EXPECT_EQ(launches("bn_apply") - applies0, 1) << "one output pass";
-    EXPECT_EQ(launches("bn_affine") - affine0, 1) << "bn_r's coefficients";
+    EXPECT_EQ(test::emu_launches("bn_apply") - applies0, 1) << "one output pass";
+    EXPECT_EQ(test::emu_launches("bn_affine") - affine0, 1) << "bn_r's coefficients";
   }
   EXPECT_TRUE(close(y, yg, value_tol(dt))) << "y";
   int64_t cut = 0;
@@ -330,11 +320,11 @@ void NormCuda::bn_residual_bn_case(const Shape& shape, DType dt, Layout layout, 
   m = rm0.clone(cpu), v = rv0.clone(cpu);
   kernels::batchnorm_forward_train(xr, gr, br, m, v, kEps, kMomentum, ss, ys, {}, cpu, layout, two_pass);
   const ScopedEnv separate("HPDT_BN_RESIDUAL", "separate");
-  const int64_t applies1 = launches("bn_apply"), affine1 = launches("bn_affine");
+  const int64_t applies1 = test::emu_launches("bn_apply"), affine1 = test::emu_launches("bn_affine");
   const Tensor ysg = train_gpu();
   if (applies1 >= 0) {
-    EXPECT_EQ(launches("bn_apply") - applies1, 2) << "bn_r's pass and the output pass";
-    EXPECT_EQ(launches("bn_affine") - affine1, 0);
+    EXPECT_EQ(test::emu_launches("bn_apply") - applies1, 2) << "bn_r's pass and the output pass";
+    EXPECT_EQ(test::emu_launches("bn_affine") - affine1, 0);
   }
   // bn_r(r) rounded on both sides from values an ulp apart (a x + b against the CPU's (x - mean) invstd gamma +
   // beta) can land a unit of the dtype apart: that much more absolute error, |bn_r(r)| times the dtype's rtol

@@ -573,16 +573,6 @@ TEST_P(ModelsCuda, CudaGraphReplaysTheEagerSteps) {
                         "CudaGraph::capture");
 }
 
-// launches of kernels whose name holds `name` (the CUDA emulator's record; -1 on a GPU)
-int64_t launches(const char* name) {
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-  return int64_t(cuda_emu::launches_named(name));
-#else
-  (void)name;
-  return -1;
-#endif
-}
-
 // The ImageNet ResNets' stem (conv 7x7 s2, batch norm with ReLU, max pool 3x3 s2): the batch norm takes its backward
 // sums from the max pool's backward (MaxPool2d::feed_grad_sums_to), in both layouts. ResNet-18 on 1 x 28 x 28 images
 // (stem 14 x 14, pool 7 x 7) in f32, where no convolution computes sums (v1's kernels have no such epilogue), so the
@@ -593,7 +583,7 @@ TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
   HPDT_REQUIRE_GPU();
   const Stream gpu = Stream::create_cuda(0);
   const Data d = make_data(Case{"resnet18", 2, std::nullopt});
-  const auto reduces = [] { return launches("bn_backward_reduce"); };  // NCHW and NHWC
+  const auto reduces = [] { return test::emu_launches("bn_backward_reduce"); };  // NCHW and NHWC
   const auto pool_sums = [](Model& m) {
     int pools = 0, with_sums = 0;
     m.for_each_layer([&](Layer& l) {
@@ -635,7 +625,7 @@ TEST(ModelsCudaShortcut, ProjectionBatchNormIsAppliedInTheBlockOutputPass) {
   HPDT_REQUIRE_GPU();
   const Stream gpu = Stream::create_cuda(0);
   const Data d = make_data(Case{"resnet20", 4, std::nullopt});
-  const auto applies = [] { return launches("bn_apply"); };  // the per-channel, flat and NHWC apply kernels
+  const auto applies = [] { return test::emu_launches("bn_apply"); };  // the per-channel, flat and NHWC apply kernels
   for (const std::optional<kernels::Layout> layout :
        {std::optional<kernels::Layout>(), std::optional(kernels::Layout::nhwc)}) {
     SCOPED_TRACE(layout ? "NHWC" : "NCHW");

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "hpdt/core/runtime.h"
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+#include <cuda_runtime.h>  // the emulator's: cuda_emu::launches_named
+#endif
 
 // In a gpu-labelled test: skip (visibly, never pass) when no GPU is usable, saying why.
 #define HPDT_REQUIRE_GPU()                                                                         \
@@ -29,6 +32,16 @@
   } while (0)
 
 namespace hpdt::test {
+
+// Launches so far of kernels whose name holds `name`: the CUDA emulator's record; -1 elsewhere (a GPU keeps none).
+inline int64_t emu_launches(const char* name) {
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  return int64_t(cuda_emu::launches_named(name));
+#else
+  (void)name;
+  return -1;
+#endif
+}
 
 // A fresh temporary directory, removed with the object.
 class TempDir {

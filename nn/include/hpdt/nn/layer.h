@@ -174,6 +174,8 @@ class BatchNorm : public Layer {
   Tensor run_forward(const Tensor& x, const Tensor* residual, const BatchNorm* residual_bn = nullptr);
   // Throws unless x is this layer's input: `dt` [n, c_, h, w] in the layout, or [n, c_].
   void check_input(const Tensor& x, DType dt) const;
+  // Before a training forward of x: more than one value a channel (or SyncBN), the saved statistics allocated.
+  void prepare_training(const Tensor& x);
 
   ParameterArena* arena_;
   int64_t c_;
