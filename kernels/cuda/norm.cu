@@ -426,18 +426,30 @@ __global__ void bn_backward_coef_from_sums(const float* __restrict__ sync_buf, i
   coef[c + ch] = float(double(sync_buf[c + ch]) / count);
 }
 
+// The residual's batch norm's backward sums, from the apply pass of the batch norm that added the residual
+// (batchnorm_backward_train's residual_sums): its dy is the residual's gradient, so the pass that reads it anyway
+// also reads the residual r and writes the partials [c][gridDim.x][2] of (sum dy, sum dy * (r - mean_r)), as
+// bn_backward_reduce_kernel would over (dy, r). S, a template flag: the plain apply kernels are untouched.
+struct BnResidualSums {
+  const void* r;      // T*, x's shape
+  const float* mean;  // the residual's batch norm's saved mean [c]
+  float* partial;     // [c][splits][2]
+};
+
 // dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)). dx may be dy (or x).
-template <class T, int V>
-__global__ void __launch_bounds__(kThreads)
-    bn_backward_apply_kernel(const T* dy, const T* x, const float* __restrict__ mean, const float* __restrict__ invstd,
-                             const T* __restrict__ gamma, const float* __restrict__ coef, T* dx, int c, FastDiv hwv,
-                             uint32_t slots, uint32_t chunk) {
+template <class T, int V, bool S>
+__device__ __forceinline__ void bn_backward_apply_channel(const T* dy, const T* x, const float* __restrict__ mean,
+                                                          const float* __restrict__ invstd, const T* __restrict__ gamma,
+                                                          const float* __restrict__ coef, T* dx, int c, FastDiv hwv,
+                                                          uint32_t slots, uint32_t chunk, const BnResidualSums& rs) {
   constexpr int U = V >= 4 ? 2 : 4;
   const int ch = blockIdx.y;
   const float is = invstd[ch], k = to_f32(gamma[ch]) * is, mdy = coef[ch], mdyx = coef[c + ch], m = mean[ch];
+  float sdy = 0.0f, sdyr = 0.0f, mr = 0.0f;
+  if constexpr (S) mr = rs.mean[ch];
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
   for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
-    float g[U][V], p[U][V];
+    float g[U][V], p[U][V], q[U][S ? V : 1];
     int64_t off[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -446,16 +458,49 @@ __global__ void __launch_bounds__(kThreads)
       if (off[u] >= 0) {
         load<V>(dy + off[u], g[u]);
         load<V>(x + off[u], p[u]);
+        if constexpr (S) load<V>(static_cast<const T*>(rs.r) + off[u], q[u]);
       }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (off[u] < 0) continue;
+      if constexpr (S) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          sdy += g[u][e];
+          sdyr += g[u][e] * (q[u][e] - mr);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < V; ++e) g[u][e] = k * (g[u][e] - mdy - (p[u][e] - m) * is * mdyx);
       store<V>(dx + off[u], g[u]);
     }
   }
+  if constexpr (S) {
+    block_sum2(sdy, sdyr);
+    if (threadIdx.x == 0) {
+      float* q = rs.partial + (int64_t(ch) * gridDim.x + blockIdx.x) * 2;
+      q[0] = sdy, q[1] = sdyr;
+    }
+  }
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_apply_kernel(const T* dy, const T* x, const float* __restrict__ mean, const float* __restrict__ invstd,
+                             const T* __restrict__ gamma, const float* __restrict__ coef, T* dx, int c, FastDiv hwv,
+                             uint32_t slots, uint32_t chunk) {
+  bn_backward_apply_channel<T, V, false>(dy, x, mean, invstd, gamma, coef, dx, c, hwv, slots, chunk, {});
+}
+
+// bn_backward_apply_kernel that also writes the residual's batch norm's backward sums (BnResidualSums).
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_apply_sums_kernel(const T* dy, const T* x, const float* __restrict__ mean,
+                                  const float* __restrict__ invstd, const T* __restrict__ gamma,
+                                  const float* __restrict__ coef, T* dx, int c, FastDiv hwv, uint32_t slots,
+                                  uint32_t chunk, BnResidualSums rs) {
+  bn_backward_apply_channel<T, V, true>(dy, x, mean, invstd, gamma, coef, dx, c, hwv, slots, chunk, rs);
 }
 
 // ---- batch norm, NCHW planes narrower than a vector: the apply passes over the flat tensor ---------------
@@ -735,6 +780,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The block's sums (a, b) of each of its columns' V channels: the TY threads of a column combined by a fixed tree
+// over ty in shared memory (sh), then thread ty = 0 writes them to partial [c][gridDim.x][2]. Every thread of the
+// block calls it (barriers).
+template <int V>
+__device__ __forceinline__ void nhwc_block_sums2(float (&sh)[2][kThreads * V], const NhwcCols& g, float (&a)[V],
+                                                 float (&b)[V], float* __restrict__ partial) {
+  const int v = g.column(), ty = g.ty(), TY = g.rows_step();
+  const int me = int(threadIdx.x) * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) sh[0][me + k] = a[k], sh[1][me + k] = b[k];
+  for (int s = TY >> 1; s > 0; s >>= 1) {
+    __syncthreads();
+    if (ty < s) {
+      const int other = me + (s << g.tx_log2) * V;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        a[k] += sh[0][other + k];
+        b[k] += sh[1][other + k];
+        sh[0][me + k] = a[k], sh[1][me + k] = b[k];
+      }
+    }
+  }
+  if (ty == 0 && v < g.cv)
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float* q = partial + ((int64_t(v) * V + k) * gridDim.x + blockIdx.x) * 2;
+      q[0] = a[k], q[1] = b[k];
+    }
+}
+
 // Per block and channel: sum dy, sum dy * (x - mean) (the tree as bn_stats_nhwc_kernel); partial [c][splits][2].
 template <class T, int V, bool M>
 __global__ void __launch_bounds__(kThreads)
@@ -772,66 +847,86 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-  const int me = int(threadIdx.x) * V;
+  nhwc_block_sums2<V>(sh, g, sdy, sdyx, partial);
+}
+
+// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), as bn_backward_apply_kernel; with
+// S, the residual's batch norm's sums as well (BnResidualSums, the tree as bn_backward_reduce_nhwc_kernel's).
+template <class T, int V, bool S>
+__device__ __forceinline__ void bn_backward_apply_columns(const T* dy, const T* x, const float* __restrict__ mean,
+                                                          const float* __restrict__ invstd, const T* __restrict__ gamma,
+                                                          const float* __restrict__ coef, T* dx, int c, NhwcCols g,
+                                                          uint32_t rows, uint32_t chunk, const BnResidualSums& rs) {
+  // With the sums, 8 channels a thread take one row a step: three loads in flight and two blocks an SM (the plain
+  // kernel's), where two rows needed 138 registers (one block an SM; 36 bytes of spills capped at two).
+  constexpr int U = V == 1 ? 4 : S && V == 8 ? 1 : 2;
+  constexpr int SV = S ? V : 1;
+  const int v = g.column(), TY = g.rows_step();
+  if constexpr (!S)
+    if (v >= g.cv) return;  // no barriers below
+  float sdy[SV], sdyr[SV], mr[SV];
 #pragma unroll
-  for (int k = 0; k < V; ++k) sh[0][me + k] = sdy[k], sh[1][me + k] = sdyx[k];
-  for (int s = TY >> 1; s > 0; s >>= 1) {
-    __syncthreads();
-    if (ty < s) {
-      const int other = me + (s << g.tx_log2) * V;
+  for (int k = 0; k < SV; ++k) sdy[k] = 0.0f, sdyr[k] = 0.0f, mr[k] = S && v < g.cv ? rs.mean[v * V + k] : 0.0f;
+  if (v < g.cv) {
+    float is[V], kk[V], mdy[V], mdyx[V], m[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        sdy[k] += sh[0][other + k];
-        sdyx[k] += sh[1][other + k];
-        sh[0][me + k] = sdy[k], sh[1][me + k] = sdyx[k];
+    for (int k = 0; k < V; ++k) {
+      const int ch = v * V + k;
+      is[k] = invstd[ch], kk[k] = to_f32(gamma[ch]) * is[k], mdy[k] = coef[ch], mdyx[k] = coef[c + ch], m[k] = mean[ch];
+    }
+    const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
+    for (uint32_t r = r0 + uint32_t(g.ty()); r < r1; r += uint32_t(TY * U)) {
+      float gv[U][V], pv[U][V], qv[U][SV];
+      int64_t off[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint32_t ru = r + uint32_t(u * TY);
+        off[u] = ru < r1 ? (int64_t(ru) * g.cv + v) * V : -1;
+        if (off[u] >= 0) {
+          load<V>(dy + off[u], gv[u]);
+          load<V>(x + off[u], pv[u]);
+          if constexpr (S) load<V>(static_cast<const T*>(rs.r) + off[u], qv[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (off[u] < 0) continue;
+        if constexpr (S) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            sdy[e] += gv[u][e];
+            sdyr[e] += gv[u][e] * (qv[u][e] - mr[e]);
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) gv[u][e] = kk[e] * (gv[u][e] - mdy[e] - (pv[u][e] - m[e]) * is[e] * mdyx[e]);
+        store<V>(dx + off[u], gv[u]);
       }
     }
   }
-  if (ty == 0 && v < g.cv)
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      float* q = partial + ((int64_t(v) * V + k) * gridDim.x + blockIdx.x) * 2;
-      q[0] = sdy[k], q[1] = sdyx[k];
-    }
+  if constexpr (S) {
+    __shared__ float sh[2][kThreads * V];
+    nhwc_block_sums2<V>(sh, g, sdy, sdyr, rs.partial);
+  }
 }
 
-// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), as bn_backward_apply_kernel.
 template <class T, int V>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_apply_nhwc_kernel(const T* dy, const T* x, const float* __restrict__ mean,
                                   const float* __restrict__ invstd, const T* __restrict__ gamma,
                                   const float* __restrict__ coef, T* dx, int c, NhwcCols g, uint32_t rows,
                                   uint32_t chunk) {
-  constexpr int U = V == 1 ? 4 : 2;
-  const int v = g.column(), TY = g.rows_step();
-  if (v >= g.cv) return;  // no barriers below
-  float is[V], kk[V], mdy[V], mdyx[V], m[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const int ch = v * V + k;
-    is[k] = invstd[ch], kk[k] = to_f32(gamma[ch]) * is[k], mdy[k] = coef[ch], mdyx[k] = coef[c + ch], m[k] = mean[ch];
-  }
-  const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
-  for (uint32_t r = r0 + uint32_t(g.ty()); r < r1; r += uint32_t(TY * U)) {
-    float gv[U][V], pv[U][V];
-    int64_t off[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const uint32_t ru = r + uint32_t(u * TY);
-      off[u] = ru < r1 ? (int64_t(ru) * g.cv + v) * V : -1;
-      if (off[u] >= 0) {
-        load<V>(dy + off[u], gv[u]);
-        load<V>(x + off[u], pv[u]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (off[u] < 0) continue;
-#pragma unroll
-      for (int e = 0; e < V; ++e) gv[u][e] = kk[e] * (gv[u][e] - mdy[e] - (pv[u][e] - m[e]) * is[e] * mdyx[e]);
-      store<V>(dx + off[u], gv[u]);
-    }
-  }
+  bn_backward_apply_columns<T, V, false>(dy, x, mean, invstd, gamma, coef, dx, c, g, rows, chunk, {});
+}
+
+// bn_backward_apply_nhwc_kernel that also writes the residual's batch norm's backward sums (BnResidualSums).
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads)
+    bn_backward_apply_sums_nhwc_kernel(const T* dy, const T* x, const float* __restrict__ mean,
+                                       const float* __restrict__ invstd, const T* __restrict__ gamma,
+                                       const float* __restrict__ coef, T* dx, int c, NhwcCols g, uint32_t rows,
+                                       uint32_t chunk, BnResidualSums rs) {
+  bn_backward_apply_columns<T, V, true>(dy, x, mean, invstd, gamma, coef, dx, c, g, rows, chunk, rs);
 }
 
 // ---- host side of batch norm ---------------------------------------------------------------------------
@@ -1377,9 +1472,14 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& stream,
-                              Layout layout, const BatchNormReluGrad* relu, const ChannelGradSums* sums) {
+                              Layout layout, const BatchNormReluGrad* relu, const ChannelGradSums* sums,
+                              ChannelGradSums* residual_sums) {
   const char* op = "batchnorm_backward_train";
   const cudaStream_t s = detail::native(stream);
+  // The residual's batch norm's sums from the apply pass (not on the flat kernels, nor with HPDT_BN_RESIDUAL=separate)
+  if (residual_sums) residual_sums->clear_results();
+  const bool want_residual_sums = residual_sums && bn_residual_fused();
+  const void* rp = want_residual_sums ? residual_sums->x.data() : nullptr;
   const bool nhwc = layout == Layout::nhwc;
   const int64_t c = nhwc ? x.size(-1) : x.size(1);
   if (c == 0) return;
@@ -1402,10 +1502,10 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     BnDims d{};
     NhwcDims nd{};
     if (nhwc) {
-      nd = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data(), yp, dzp}, 4);
+      nd = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data(), yp, dzp, rp}, 4);
       splits = nd.splits, count = nd.rows;
     } else {
-      d = bn_dims<T>(op, x, {dy.data(), x.data(), dx.data(), yp, dzp});
+      d = bn_dims<T>(op, x, {dy.data(), x.data(), dx.data(), yp, dzp, rp});
       count = d.count;
     }
     if (given) {
@@ -1455,15 +1555,28 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     const T* gp = static_cast<const T*>(gamma.data());
     T* dxp = static_cast<T*>(dx.data());
     if (relu) dyp = static_cast<const T*>(dzp);
+    // The residual's batch norm's partials describe its dy, this one's dz (what residual_grad hands on)
+    auto residual_partials = [&](int apply_splits) {
+      return BnResidualSums{rp, residual_sums->mean.data<float>(),
+                            residual_sums->start(c, apply_splits, dyp, count, stream)};
+    };
     if (nhwc) {
-      const NhwcDims ad = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data(), yp, dzp}, 8);
+      const NhwcDims ad = nhwc_dims(op, x, kVec<T>, {dy.data(), x.data(), dx.data(), yp, dzp, rp}, 8);
       const dim3 agrid(unsigned(ad.splits), ad.col_blocks);
+      auto launch = [&](auto vt) {  // V: 1, or kVec<T> (nhwc_dims)
+        constexpr int V = decltype(vt)::value;
+        if (want_residual_sums)
+          bn_backward_apply_sums_nhwc_kernel<T, V>
+              <<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, int(c), ad.cols, ad.rows,
+                                          ad.chunk, residual_partials(ad.splits));
+        else
+          bn_backward_apply_nhwc_kernel<T, V><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
+                                                                         dxp, int(c), ad.cols, ad.rows, ad.chunk);
+      };
       if (ad.v == 1)
-        bn_backward_apply_nhwc_kernel<T, 1><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
-                                                                       dxp, int(c), ad.cols, ad.rows, ad.chunk);
+        launch(std::integral_constant<int, 1>{});
       else
-        bn_backward_apply_nhwc_kernel<T, kVec<T>><<<agrid, kThreads, 0, s>>>(
-            dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, int(c), ad.cols, ad.rows, ad.chunk);
+        launch(std::integral_constant<int, kVec<T>>{});
     } else if (d.flat) {
       bn_backward_apply_flat_kernel<T>
           <<<d.planes.blocks(), kThreads, size_t(d.planes.entries(kVec<T>)) * sizeof(BnDxCoef), s>>>(
@@ -1473,8 +1586,13 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
       const dim3 agrid(unsigned(ap.splits), unsigned(d.c));
       with_vector<T>(d.v, [&](auto vt) {
         constexpr int V = decltype(vt)::value;
-        bn_backward_apply_kernel<T, V><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
-                                                                  d.c, d.hwv, d.slots, ap.chunk);
+        if (want_residual_sums)
+          bn_backward_apply_sums_kernel<T, V><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
+                                                                         dxp, d.c, d.hwv, d.slots, ap.chunk,
+                                                                         residual_partials(ap.splits));
+        else
+          bn_backward_apply_kernel<T, V><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
+                                                                    d.c, d.hwv, d.slots, ap.chunk);
       });
     }
     HPDT_CUDA_CHECK_LAUNCH();

@@ -58,6 +58,16 @@ void check_relu_grad(std::string_view op, const Tensor& x, const BatchNormReluGr
   check_shape(op, "relu output y", r->y, x.shape());
   check_shape(op, "dz", r->dz, x.shape());
 }
+// The residual's batch norm's backward sums asked of batchnorm_backward_train: r with x, f32 [c] mean, no ReLU output.
+void check_residual_sums(std::string_view op, const Tensor& x, int64_t c, const ChannelGradSums* r, const Stream& s) {
+  if (!r) return;
+  HPDT_CHECK(!r->y.defined(), op, ": the residual's batch norm has no ReLU (residual_sums' y must be undefined)");
+  detail::float_op_device(op, {&x, &r->x}, s);
+  check_shape(op, "residual_sums' residual", r->x, x.shape());
+  detail::common_device(op, {&x, &r->mean}, s);
+  check_f32_stats(op, {{"residual_sums' mean", &r->mean}});
+  check_shape(op, "residual_sums' mean", r->mean, Shape{c});
+}
 // Both forwards' checks: devices, dtypes, shapes (the statistics f32 [c]), the fused epilogue; x's device and dims.
 struct Checked {
   Device dev;
@@ -186,7 +196,8 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& s,
-                              Layout layout, const BatchNormReluGrad* relu, const ChannelGradSums* sums) {
+                              Layout layout, const BatchNormReluGrad* relu, const ChannelGradSums* sums,
+                              ChannelGradSums* residual_sums) {
   const char* op = "batchnorm_backward_train";
   const Device dev = detail::common_device(op, {&dy, &x, &gamma, &saved.mean, &saved.invstd, &dx, &dgamma, &dbeta}, s);
   if (dev.is_cpu())
@@ -200,13 +211,16 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   check_shape(op, "dgamma", dgamma, Shape{d.c});
   check_shape(op, "dbeta", dbeta, Shape{d.c});
   check_relu_grad(op, x, relu, s);
+  check_residual_sums(op, x, d.c, residual_sums, s);
   if (dev.is_cuda()) {
     check_shape(op, "saved mean", saved.mean, Shape{d.c});
     check_shape(op, "saved invstd", saved.invstd, Shape{d.c});
-    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s, layout, relu, sums));
+    HPDT_ON_CUDA(cuda::batchnorm_backward_train(dy, x, gamma, saved, dx, dgamma, dbeta, sync, s, layout, relu, sums,
+                                                residual_sums));
     return;
   }
-  (void)sums;  // the CPU runs its own reduce (no CPU kernel computes them)
+  (void)sums;  // the CPU runs its own reduce (no CPU kernel computes them) and hands none on
+  if (residual_sums) residual_sums->clear_results();
   const float* g = dy.data<float>();  // dL/d(bn output): dy, or through the fused ReLU's mask
   if (relu) {
     cpu::relu_backward<float>(dy.numel(), relu->y.data<float>(), g, relu->dz.data<float>());

@@ -93,6 +93,7 @@ class NormCuda : public test::CudaOracleTest {
   void ln_case(const Shape& shape, DType dt, bool misaligned = false);
   void bn_fused_case(const Shape& shape, DType dt, Layout layout, bool residual, bool misaligned = false);
   void bn_residual_bn_case(const Shape& shape, DType dt, Layout layout, bool misaligned = false);
+  void bn_residual_sums_case(const Shape& shape, DType dt, Layout layout, bool misaligned = false);
 };
 
 // Plane vectors (bf16 / f32): 28x28 8 / 4, 7x7 1 / 1, 2x7 2 / 2, 6x6 4 / 4, 14x14 4 / 4.
@@ -354,6 +355,159 @@ TEST_F(NormCuda, ResidualBatchNormAppliedInTheOutputPassMatchesCpu) {
   f.residual = x, f.residual_bn = &rb;
   HPDT_EXPECT_THROW_MSG(kernels::batchnorm_forward_eval(x, g, g, rm, rv, kEps, y, stream, Layout::nchw, f),
                         "HPDT_BN_RESIDUAL=yes: expected fused or separate");
+}
+
+// The residual's batch norm's backward sums from the apply pass of the batch norm that added the residual
+// (batchnorm_backward_train's residual_sums, ResNet's projection shortcut): out_bn's backward through its ReLU's mask
+// also reads r and hands bn_r the sums of dz and dz (r - mean_r), and bn_r's backward from them skips its reduce
+// pass. Against the CPU's two backwards (dz exact, dx, dr, both dgamma and dbeta; the partials' totals against the
+// CPU's sums in double); against the same two backwards on the GPU without the request (out_bn's dx and dz bit for
+// bit: the same arithmetic). Where the flat kernel applies (narrow NCHW planes) or with HPDT_BN_RESIDUAL=separate
+// none are computed, the request comes back cleared and bn_r runs its own reduce; HPDT_BN_FLAT=off takes the
+// per-channel kernels with the sums. On the emulator, which kernels ran.
+void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout, bool misaligned) {
+  SCOPED_TRACE(label(shape, dt) + " residual batch norm's backward sums" + (misaligned ? " misaligned" : "") + " " +
+               kernels::layout_name(layout));
+  const int64_t c = channels(shape, layout), count = shape.numel() / c;
+  const Tensor x = random(shape, -1, 3), r = random(shape, -2, 4), dy = random(shape), ymask = random(shape, -1, 1);
+  const Tensor g = random({c}, 0.5, 1.5), rg = random({c}, 0.5, 1.5);
+  const Tensor mean = random({c}, 0, 1), invstd = random({c}, 0.5, 2), rmean = random({c}, 0, 2),
+               rinvstd = random({c}, 0.3, 1.5);
+  const Tensor dg0 = random({c}), db0 = random({c}), rdg0 = random({c}), rdb0 = random({c});
+  const Tensor xr = round_through(x, dt), rr = round_through(r, dt), gr = round_through(g, dt),
+               rgr = round_through(rg, dt), mask = round_through(ymask, dt);
+  // CPU: out_bn's backward through the mask, then bn_r's from dz; a residual_sums request comes back cleared
+  const BatchNormSaved saved{mean, invstd}, rsaved{rmean, rinvstd};
+  const kernels::BatchNormReluGrad cpu_relu{mask, Tensor::empty(shape, DType::f32)};
+  Tensor dx = Tensor::empty(shape, DType::f32), dg = round_through(dg0, dt), db = round_through(db0, dt);
+  kernels::ChannelGradSums cpu_request;
+  cpu_request.x = rr, cpu_request.mean = rmean;
+  cpu_request.partial = Tensor::zeros({2}, DType::f32);
+  kernels::batchnorm_backward_train(round_through(dy, dt), xr, gr, saved, dx, dg, db, {}, cpu, layout, &cpu_relu,
+                                    nullptr, &cpu_request);
+  EXPECT_FALSE(cpu_request.partial.defined()) << "the CPU computes no residual sums";
+  Tensor dr = Tensor::empty(shape, DType::f32), rdg = round_through(rdg0, dt), rdb = round_through(rdb0, dt);
+  kernels::batchnorm_backward_train(cpu_relu.dz, rr, rgr, rsaved, dr, rdg, rdb, {}, cpu, layout);
+  // the sums bn_r's reduce would compute, in double
+  const int64_t hw = layout == Layout::nhwc ? 1 : shape.numel() / shape[0] / c;  // NCHW: values per plane
+  std::vector<double> want_dz(size_t(c), 0.0), want_dzr(size_t(c), 0.0);
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    const int64_t ch = (i / hw) % c;
+    const double z = cpu_relu.dz.data<float>()[i];
+    want_dz[size_t(ch)] += z;
+    want_dzr[size_t(ch)] += z * (double(rr.data<float>()[i]) - double(rmean.data<float>()[ch]));
+  }
+  // GPU: both backwards, with the request or without it
+  const Tensor dyg = gpu(dy, dt, misaligned), xg = gpu(x, dt, misaligned), rgpu = gpu(r, dt, misaligned);
+  const Tensor yg = gpu(ymask, dt, misaligned), gg = to_gpu(g, dt), rgg = to_gpu(rg, dt);
+  const BatchNormSaved sg{to_gpu(mean), to_gpu(invstd)}, rsg{to_gpu(rmean), to_gpu(rinvstd)};
+  struct Out {
+    Tensor dz, dx, dg, db, dr, rdg, rdb;
+    Tensor dz_gpu;  // what the sums describe
+    kernels::ChannelGradSums sums;
+    int64_t reduces = 0, sum_applies = 0;
+  };
+  auto run = [&](bool request) {
+    Out o;
+    const int64_t r0 = test::emu_launches("bn_backward_reduce"), s0 = test::emu_launches("apply_sums");
+    const kernels::BatchNormReluGrad relu{yg, poison(shape, dt, misaligned)};
+    Tensor dxg = poison(shape, dt, misaligned), dgg = to_gpu(dg0, dt), dbg = to_gpu(db0, dt);
+    o.sums.x = rgpu, o.sums.mean = rsg.mean;
+    kernels::batchnorm_backward_train(dyg, xg, gg, sg, dxg, dgg, dbg, {}, stream, layout, &relu, nullptr,
+                                      request ? &o.sums : nullptr);
+    Tensor drg = poison(shape, dt, misaligned), rdgg = to_gpu(rdg0, dt), rdbg = to_gpu(rdb0, dt);
+    kernels::batchnorm_backward_train(relu.dz, rgpu, rgg, rsg, drg, rdgg, rdbg, {}, stream, layout, nullptr,
+                                      request ? &o.sums : nullptr);
+    if (r0 >= 0) {
+      o.reduces = test::emu_launches("bn_backward_reduce") - r0;
+      o.sum_applies = test::emu_launches("apply_sums") - s0;
+    }
+    o.dz_gpu = relu.dz;
+    o.dz = to_cpu_f32(relu.dz), o.dx = to_cpu_f32(dxg), o.dg = to_cpu_f32(dgg), o.db = to_cpu_f32(dbg);
+    o.dr = to_cpu_f32(drg), o.rdg = to_cpu_f32(rdgg), o.rdb = to_cpu_f32(rdbg);
+    return o;
+  };
+  auto expect_against_cpu = [&](const Out& o) {
+    EXPECT_TRUE(close(cpu_relu.dz, o.dz, {0.0, 0.0})) << "dz (dy or 0: exact)";
+    EXPECT_TRUE(close(dx, o.dx, value_tol(dt))) << "dx";
+    EXPECT_TRUE(close(dg, o.dg, sum_tol(dt, count))) << "dgamma";
+    EXPECT_TRUE(close(db, o.db, sum_tol(dt, count))) << "dbeta";
+    EXPECT_TRUE(close(dr, o.dr, value_tol(dt))) << "the residual's dx";
+    EXPECT_TRUE(close(rdg, o.rdg, sum_tol(dt, count))) << "the residual's dgamma";
+    EXPECT_TRUE(close(rdb, o.rdb, sum_tol(dt, count))) << "the residual's dbeta";
+  };
+  const Out plain = run(false);
+  expect_against_cpu(plain);
+  // bn_dims: the flat apply where a plane is no whole number of 16-byte vectors (and every pointer is aligned)
+  const bool flat = layout == Layout::nchw && !misaligned && hw % int64_t(16 / dtype_size(dt)) != 0;
+  auto check_fused = [&](const Out& o, bool computed) {
+    expect_against_cpu(o);
+    EXPECT_EQ(o.sums.partial.defined(), computed) << "the residual sums computed";
+    if (plain.reduces >= 0 && o.reduces >= 0 && test::emu_launches("apply_sums") >= 0) {
+      EXPECT_EQ(plain.reduces, 2) << "out_bn's and bn_r's reduce passes";
+      EXPECT_EQ(o.reduces, computed ? 1 : 2) << "bn_r's reduce pass skipped";
+      EXPECT_EQ(o.sum_applies, computed ? 1 : 0) << "out_bn's apply with the sums";
+    }
+    for (int64_t i = 0; i < shape.numel(); ++i) {  // the same arithmetic for out_bn's dz and dx
+      ASSERT_EQ(test::bits_of(o.dz.data<float>()[i]), test::bits_of(plain.dz.data<float>()[i])) << "dz " << i;
+      ASSERT_EQ(test::bits_of(o.dx.data<float>()[i]), test::bits_of(plain.dx.data<float>()[i])) << "dx " << i;
+    }
+    if (!computed) return;
+    EXPECT_TRUE(o.sums.describe(o.dz_gpu, c)) << "the sums describe dz, the residual's batch norm's dy";
+    EXPECT_EQ(o.sums.count, count);
+    const Tensor part = to_cpu_f32(o.sums.partial);
+    ASSERT_EQ(part.numel(), c * o.sums.splits * 2);
+    std::vector<double> got_dz(size_t(c), 0.0), got_dzr(size_t(c), 0.0);
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t sp = 0; sp < o.sums.splits; ++sp) {
+        got_dz[size_t(ch)] += part.data<float>()[(ch * o.sums.splits + sp) * 2];
+        got_dzr[size_t(ch)] += part.data<float>()[(ch * o.sums.splits + sp) * 2 + 1];
+      }
+    const Tolerance t = sum_tol(DType::f32, count);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      EXPECT_NEAR(got_dz[size_t(ch)], want_dz[size_t(ch)], t.atol + t.rtol * std::abs(want_dz[size_t(ch)]))
+          << "sum dz, channel " << ch;
+      EXPECT_NEAR(got_dzr[size_t(ch)], want_dzr[size_t(ch)], 4 * t.atol + t.rtol * std::abs(want_dzr[size_t(ch)]))
+          << "sum dz (r - mean_r), channel " << ch;
+    }
+  };
+  check_fused(run(true), !flat);
+  if (flat) {
+    const ScopedEnv per_channel("HPDT_BN_FLAT", "off");
+    check_fused(run(true), true);
+  }
+  const ScopedEnv separate("HPDT_BN_RESIDUAL", "separate");
+  check_fused(run(true), false);
+}
+
+TEST_F(NormCuda, ResidualBatchNormBackwardSumsFromTheApplyPass) {
+  for (DType dt : test::kCudaTestDtypes) {
+    for (const Shape& s : {Shape{2, 8, 28, 28}, Shape{3, 17, 7, 7}, Shape{3, 5, 2, 7}, Shape{37, 17}})
+      bn_residual_sums_case(s, dt, Layout::nchw);
+    for (const Shape& s : {Shape{2, 7, 7, 256}, Shape{3, 7, 7, 17}, Shape{4, 14, 14, 64}})
+      bn_residual_sums_case(s, dt, Layout::nhwc);
+    bn_residual_sums_case({2, 3, 28, 28}, dt, Layout::nchw, true);  // scalar paths
+    bn_residual_sums_case({4, 14, 14, 64}, dt, Layout::nhwc, true);
+  }
+  // a request that does not describe the residual's batch norm
+  const Device dev = Device::cuda(0);
+  const AllocOptions o{.stream = &stream};
+  const Tensor x = to_gpu(random({2, 3, 4, 4}), DType::f32), g = to_gpu(random({3}), DType::f32);
+  const BatchNormSaved sg{to_gpu(random({3})), to_gpu(random({3}, 0.5, 2))};
+  Tensor dx = poison({2, 3, 4, 4}, DType::f32), dg = to_gpu(random({3})), db = to_gpu(random({3}));
+  kernels::ChannelGradSums bad;
+  bad.x = Tensor::zeros({2, 3, 4, 5}, DType::f32, dev, o), bad.mean = sg.mean;
+  HPDT_EXPECT_THROW_MSG(
+      kernels::batchnorm_backward_train(x, x, g, sg, dx, dg, db, {}, stream, Layout::nchw, nullptr, nullptr, &bad),
+      "batchnorm_backward_train: residual_sums' residual has shape [2, 3, 4, 5], expected [2, 3, 4, 4]");
+  bad.x = x, bad.mean = Tensor::zeros({3}, DType::bf16, dev, o);
+  HPDT_EXPECT_THROW_MSG(
+      kernels::batchnorm_backward_train(x, x, g, sg, dx, dg, db, {}, stream, Layout::nchw, nullptr, nullptr, &bad),
+      "residual_sums' mean has dtype bf16, expected f32");
+  bad.mean = sg.mean, bad.y = x;
+  HPDT_EXPECT_THROW_MSG(
+      kernels::batchnorm_backward_train(x, x, g, sg, dx, dg, db, {}, stream, Layout::nchw, nullptr, nullptr, &bad),
+      "the residual's batch norm has no ReLU");
 }
 
 TEST_F(NormCuda, BatchNormTrainForward) {

@@ -69,12 +69,18 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 // Training backward: dx overwritten; dgamma, dbeta accumulated (+=) from the local batch. With `relu`
 // (the forward fused a ReLU), dy is the gradient of the ReLU's output and relu->dz is written as well.
 // sums (optional): dy's sums from the kernel that wrote dy (channel_stats.h: a convolution's backward-data), used
-// (CUDA) where they describe dy and that kernel applied the ReLU's mask (sums->y given) exactly when `relu` is given: dy then already
-// is dz, the reduce pass is skipped, and relu->dz is dy (a copy of it unless relu->dz is dy itself).
+// (CUDA) where they describe dy and that kernel applied the ReLU's mask (sums->y given) exactly when `relu` is given:
+// dy then already is dz, the reduce pass is skipped, and relu->dz is dy (a copy of it unless relu->dz is dy itself).
+// residual_sums (optional): a request for the backward sums of the residual's batch norm (BatchNormFusion::
+// residual_bn in the forward), whose output gradient is this one's dz: x = the residual r (x's shape and dtype),
+// mean = that batch norm's saved mean, y undefined (no ReLU). CUDA's apply pass reads r as well and writes them
+// (ChannelGradSums describing dz), so that the residual's batch norm skips its reduce pass (the per-channel and NHWC
+// kernels; not the flat ones, nor with HPDT_BN_RESIDUAL=separate); where not computed (there, and on the CPU) they
+// are cleared.
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
-                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync,
-                              const Stream& stream, Layout layout = Layout::nchw,
-                              const BatchNormReluGrad* relu = nullptr, const ChannelGradSums* sums = nullptr);
+                              Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& stream,
+                              Layout layout = Layout::nchw, const BatchNormReluGrad* relu = nullptr,
+                              const ChannelGradSums* sums = nullptr, ChannelGradSums* residual_sums = nullptr);
 
 struct LayerNormSaved {
   Tensor mean, rstd;  // [rows] f32

@@ -25,7 +25,7 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
 void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& gamma, const BatchNormSaved& saved,
                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const AllReduceSum& sync, const Stream& stream,
                               Layout layout = Layout::nchw, const BatchNormReluGrad* relu = nullptr,
-                              const ChannelGradSums* sums = nullptr);
+                              const ChannelGradSums* sums = nullptr, ChannelGradSums* residual_sums = nullptr);
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, LayerNormSaved& saved,
                        Tensor& y, const Stream& stream);
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const LayerNormSaved& saved, Tensor& dx,
