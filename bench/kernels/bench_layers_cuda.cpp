@@ -11,8 +11,8 @@
 //              f32 scale/bias/statistics as cuDNN wants), so the ratio reads off one run; cudnn_GB/s beside it.
 //   x_unfused  (batch norm fused with ReLU, or with the residual add and ReLU: kernels::BatchNormFusion) the
 //              time of the separate ops it replaces (batch norm, add, relu_forward; relu_backward, batch norm
-//              backward; the residual's own batch norm as a pass that writes it), timed in the same process / the
-//              fused op's time.
+//              backward; the residual's own batch norm as a pass that writes it, and its backward's own reduce
+//              pass), timed in the same process / the fused op's time.
 //   x_per_channel (batch norm on planes narrower than a 16-byte vector: 14x14 in bf16, 7x7) the time with
 //              HPDT_BN_FLAT=off (the apply passes on the per-channel kernels, 2 or 8 bytes a load) / the time with
 //              the flat apply kernels (16 bytes a load), same process.
@@ -514,6 +514,46 @@ Factory bn_projection_output(Shape s) {
   };
 }
 
+// The same block's two batch norms, backward: the output batch norm's through its ReLU's mask, which also reads r
+// and hands bn_r its sums (batchnorm_backward_train's residual_sums), then bn_r's from them, beside the two plain
+// backwards (x_unfused: bn_r's own reduce pass over dz and r, what HPDT_BN_RESIDUAL=separate runs). Bytes: the
+// output batch norm's reduce (dy, x, y read, dz written) and apply (dz, x, r read, dx written), bn_r's apply (dz, r
+// read, dr written). (In the step the next block's backward-data hands the output batch norm its sums.) The flat
+// apply kernels (narrow planes) compute no sums: there both run the same passes.
+Factory bn_projection_backward(Shape s) {
+  return [s](DType dt) {
+    struct K {
+      Tensor x, r, y, dy, dz, dx, dr, g, rg, dg, db, rdg, rdb;
+      kernels::BatchNormSaved saved, rsaved;
+      kernels::ChannelGradSums sums;
+    };
+    auto k = std::make_shared<K>();
+    const int64_t c = s[1];
+    k->x = uniform(s, dt), k->r = uniform(s, dt), k->y = uniform(s, dt), k->dy = uniform(s, dt);
+    k->dz = uniform(s, dt), k->dx = uniform(s, dt), k->dr = uniform(s, dt);
+    k->g = uniform({c}, dt, 0.5, 1.5), k->rg = uniform({c}, dt, 0.5, 1.5);
+    k->dg = filled({c}, dt, 0), k->db = filled({c}, dt, 0), k->rdg = filled({c}, dt, 0), k->rdb = filled({c}, dt, 0);
+    k->saved = {uniform({c}, DType::f32), uniform({c}, DType::f32, 0.5, 1.5)};
+    k->rsaved = {uniform({c}, DType::f32), uniform({c}, DType::f32, 0.5, 1.5)};
+    k->sums.x = k->r, k->sums.mean = k->rsaved.mean;
+    auto both = [k](bool fed) {
+      const Stream& bs = bench_stream();
+      const kernels::BatchNormReluGrad relu{k->y, k->dz};
+      kernels::batchnorm_backward_train(k->dy, k->x, k->g, k->saved, k->dx, k->dg, k->db, {}, bs, kernels::Layout::nchw,
+                                        &relu, nullptr, fed ? &k->sums : nullptr);
+      kernels::batchnorm_backward_train(k->dz, k->r, k->rg, k->rsaved, k->dr, k->rdg, k->rdb, {}, bs,
+                                        kernels::Layout::nchw, nullptr, fed ? &k->sums : nullptr);
+    };
+    Op op;
+    op.run = [both] { both(true); };
+    op.unfused = [both] { both(false); };
+    op.bytes = 11.0 * double(s.numel()) * es(dt);
+    op.narrow_planes = narrow_planes(s, dt);
+    op.keep = k;
+    return op;
+  };
+}
+
 void add(const std::string& name, const Factory& f) {
   for (DType dt : {DType::bf16, DType::f32}) {
     const std::string full = "layers/" + std::string(dtype_name(dt)) + "/" + name;
@@ -546,6 +586,7 @@ void register_all() {
     add("resnet50_bn_add_relu_train_fwd_" + dims, bn_fused(s, true, false));
     add("resnet50_bn_add_relu_train_bwd_" + dims, bn_fused(s, true, true));
     add("resnet50_bn_add_bn_relu_train_fwd_" + dims, bn_projection_output(s));
+    add("resnet50_bn_add_bn_relu_train_bwd_" + dims, bn_projection_backward(s));
   }
   const Shape act{64, 256, 56, 56};
   add("resnet50_relu_fwd_64x256x56x56", pointwise(act, 1, [](const Tensor& a, const Tensor&, Tensor& y) {

@@ -112,6 +112,14 @@ void Conv2d::feed_grad_sums_to(BatchNorm& bn) {
 
 // ---- BatchNorm ---------------------------------------------------------------------------------------
 
+void BatchNorm::feed_residual_grad_sums_to(BatchNorm& residual_bn) {
+  HPDT_CHECK(&residual_bn != this && residual_bn.c_ == c_ && !residual_bn.then_relu_, name_,
+             ": the residual's batch norm ", residual_bn.name_, " must be another layer with ", c_,
+             " channels and no ReLU");
+  residual_grad_sums_for_ = &residual_bn;
+  residual_bn.grad_sums_from_ = &residual_grad_sums_;
+}
+
 kernels::ChannelGradSums* BatchNorm::ask_grad_sums(const BatchNorm* bn, kernels::ChannelGradSums& request,
                                                    const Tensor& dy) {
   if (!bn || !bn->training_ || !bn->x_.defined() || !bn->saved_.mean.defined() || !(bn->x_.shape() == dy.shape()) ||
@@ -222,6 +230,8 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   // backward sums (and, with then_relu, written dz into dy): Conv2d::feed_grad_sums_to, MaxPool2d::feed_grad_sums_to.
   const kernels::ChannelGradSums* sums = grad_sums_from_;
   if (sums && !(sums->describe(dy, c_) && sums->y.defined() == then_relu_)) sums = nullptr;
+  // feed_residual_grad_sums_to: the residual's batch norm's sums, from the apply pass that reads dz anyway
+  kernels::ChannelGradSums* rsums = ask_grad_sums(residual_grad_sums_for_, residual_grad_sums_, dy);
   if (then_relu_) {
     if (sums) {
       masked_grad_ = dy;
@@ -230,11 +240,11 @@ Tensor BatchNorm::backward(const Tensor& dy) {
       masked_grad_ = dz_;
     }
     const kernels::BatchNormReluGrad relu{y_, masked_grad_};
-    kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_,
-                                      &relu, sums);
+    kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_, &relu,
+                                      sums, rsums);
   } else {
     kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_,
-                                      nullptr, sums);
+                                      nullptr, sums, rsums);
   }
   if (!defer_ready_) announce_grads();
   return dx_;

@@ -34,7 +34,8 @@ Tensor add_into(Tensor& out, const Tensor& a, const Tensor& b, const Stream& s) 
 // Every BN takes its statistics from the epilogue of the convolution before it (BatchNorm::take_stats_from), and
 // the main path's BNs their backward sums from the epilogue of the backward-data after them
 // (Conv2d::feed_grad_sums_to); so does the block's last BN from the next block's first convolution, which the model
-// builders wire (first_conv, out_bn).
+// builders wire (first_conv, out_bn). The projection's BN takes its backward sums from the last BN's backward pass,
+// which reads the same gradient (BatchNorm::feed_residual_grad_sums_to).
 class ResidualBlock : public Layer {
  public:
   ResidualBlock(ParameterArena& a, const std::string& name, int64_t c_in, int64_t width, int64_t stride, bool bottleneck)
@@ -69,6 +70,7 @@ class ResidualBlock : public Layer {
                                                 kaiming_fan_out(c_out, 1));
       shortcut_bn_ = std::make_unique<BatchNorm>(a, name + ".downsample.1", c_out);
       shortcut_bn_->take_stats_from(*shortcut_conv_);
+      out_bn_->feed_residual_grad_sums_to(*shortcut_bn_);  // its backward sums from out_bn_'s backward pass
     }
   }
   Tensor forward(const Tensor& x) override {

@@ -118,6 +118,67 @@ TEST(Layers, FusedBatchNormReluAndConvInputGradMatchTheSeparateLayers) {
   HPDT_EXPECT_THROW_MSG(conv.backward(cdy), "conv: add_to_next_input_grad on a layer that computes no input gradient");
 }
 
+// BatchNorm::forward(x, r, residual_bn) (ResNet's projection shortcut: residual_bn only computes its statistics,
+// forward_statistics, and this layer applies it on the fly) with feed_residual_grad_sums_to (residual_bn's backward
+// sums from this layer's backward): on the CPU the outputs and every gradient are those of residual_bn's plain
+// forward and backward around forward(x, residual_bn(r)), bit for bit (the sums are a CUDA fusion; the CPU computes
+// its own). Bad wiring is refused naming the layer.
+TEST(Layers, ResidualBatchNormAppliedAndFedByTheOutputBatchNorm) {
+  ParameterArena a;
+  BatchNorm out(a, "out_bn", 4, 1e-5f, 0.1f, /*then_relu=*/true), shortcut(a, "shortcut_bn", 4);
+  BatchNorm ref_out(a, "ref_out_bn", 4, 1e-5f, 0.1f, true), ref_shortcut(a, "ref_shortcut_bn", 4);
+  BatchNorm with_relu(a, "bn_relu", 4, 1e-5f, 0.1f, true), narrow(a, "bn3", 3);
+  const Stream cpu;
+  a.finalize(7, DType::f32, cpu);
+  Rng rng(5);
+  auto rand = [&](const Shape& s) {
+    Tensor t = Tensor::empty(s, DType::f32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.normal();
+    return t;
+  };
+  for (BatchNorm* l : {&out, &shortcut, &ref_out, &ref_shortcut, &with_relu, &narrow})
+    l->set_layout(kernels::Layout::nchw);
+  out.feed_residual_grad_sums_to(shortcut);
+  const Tensor x = rand({2, 4, 5, 5}), r = rand({2, 4, 5, 5}), dy = rand({2, 4, 5, 5});
+  shortcut.forward_statistics(r);
+  const Tensor got = out.forward(x, r, shortcut).clone(cpu);
+  const Tensor want = ref_out.forward(x, ref_shortcut.forward(r)).clone(cpu);
+  const Tensor got_dx = out.backward(dy).clone(cpu), got_dr = shortcut.backward(out.residual_grad()).clone(cpu);
+  const Tensor want_dx = ref_out.backward(dy).clone(cpu), want_dr = ref_shortcut.backward(ref_out.residual_grad());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    ASSERT_EQ(test::bits_of(want.data<float>()[i]), test::bits_of(got.data<float>()[i])) << "y " << i;
+    ASSERT_EQ(test::bits_of(want_dx.data<float>()[i]), test::bits_of(got_dx.data<float>()[i])) << "dx " << i;
+    ASSERT_EQ(test::bits_of(want_dr.data<float>()[i]), test::bits_of(got_dr.data<float>()[i])) << "dr " << i;
+  }
+  const std::pair<const char*, const char*> params[] = {{"out_bn.weight", "ref_out_bn.weight"},
+                                                        {"out_bn.bias", "ref_out_bn.bias"},
+                                                        {"shortcut_bn.weight", "ref_shortcut_bn.weight"},
+                                                        {"shortcut_bn.bias", "ref_shortcut_bn.bias"}};
+  const auto id_of = [&](const std::string& name) {
+    for (int id = 0; id < a.count(); ++id)
+      if (a.info(id).name == name) return id;
+    ADD_FAILURE() << "no parameter " << name;
+    return 0;
+  };
+  for (const auto& [name, ref] : params) {
+    const Tensor g = a.grad(id_of(name)), w = a.grad(id_of(ref));
+    for (int64_t i = 0; i < g.numel(); ++i)
+      ASSERT_EQ(test::bits_of(w.data<float>()[i]), test::bits_of(g.data<float>()[i])) << name << " grad " << i;
+  }
+  HPDT_EXPECT_THROW_MSG(out.feed_residual_grad_sums_to(narrow),
+                        "out_bn: the residual's batch norm bn3 must be another layer with 4 channels and no ReLU");
+  HPDT_EXPECT_THROW_MSG(out.feed_residual_grad_sums_to(with_relu), "the residual's batch norm bn_relu must be another");
+  HPDT_EXPECT_THROW_MSG(out.feed_residual_grad_sums_to(out), "the residual's batch norm out_bn must be another");
+  HPDT_EXPECT_THROW_MSG(out.forward(x, r, with_relu),
+                        "out_bn: the residual's batch norm bn_relu must have 4 channels and no ReLU");
+  HPDT_EXPECT_THROW_MSG(
+      out.forward(x, rand({2, 4, 5, 5}), shortcut),
+      "out_bn: the residual's batch norm shortcut_bn must run forward_statistics on the residual first");
+  shortcut.set_training(false);
+  HPDT_EXPECT_THROW_MSG(out.forward(x, r, shortcut),
+                        "out_bn: the residual's batch norm shortcut_bn is in eval mode, this layer in training");
+}
+
 // Linear::then_gelu and input_is_gelu_of (ViT's MLP) are Linear, GELU, Linear bit for bit on the CPU: with the
 // GELU's gradient applied by the next layer's backward, and by the fused layer itself when no layer declares it.
 // Linear::add_to_next_output is forward then add.

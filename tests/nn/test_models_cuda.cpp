@@ -319,18 +319,20 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
 
 // The bf16 step with our Hopper kernels (kernels::GemmChoice::v3, the default: every aligned 16-bit GEMM of the
 // model, the linear layers' forward, dx and dw, through wgmma + TMA; kernels::ConvChoice::v3: in NHWC also the
-// convolutions' stride-1 GEMMs with 64k channels, conv v3) against the same step with v2 for both (mma.sync): both sum f32 products of the same bf16
-// inputs, in other orders, so only roundings of outputs to bf16 differ. Measured on the CUDA emulator
-// (2026-11-27): resnet20 and resnet20_nhwc the same losses (2.376350, 2.377266) and gradient cosines 1.000000
-// (the NHWC step runs 15 conv v3 launches, stage 3's 64-channel forwards and the backward-data into 64-channel
-// outputs, and 5 conv v3 backward-filters), vit_ti 2.449262 both, cosine 0.999992; a wrong layout or a missed k tile
-// gives O(1) differences. Since conv v3 computes its batch norms' statistics and sums (2026-11-28; before, those
-// batch norms ran their own passes), resnet20_nhwc's v3 step has loss 2.377000 against 2.377266, cosine 0.999906:
-// the partials group the values differently, and bf16 roundings of the normalised outputs flip.
-// The emulator's statistics (CUDA_EMU_STATS=1) show which kernels ran. Conv v3's epilogues compute their batch norms'
+// convolutions' stride-1 GEMMs with 64k channels, conv v3) against the same step with v2 for both (mma.sync): both sum
+// f32 products of the same bf16 inputs, in other orders, so only roundings of outputs to bf16 differ. Measured on the
+// CUDA emulator (2026-11-27): resnet20 and resnet20_nhwc the same losses (2.376350, 2.377266) and gradient
+// cosines 1.000000 (the NHWC step runs 15 conv v3 launches, stage 3's 64-channel forwards and the backward-data into
+// 64-channel outputs, and 5 conv v3 backward-filters), vit_ti 2.449262 both, cosine 0.999992; a wrong layout or a
+// missed k tile gives O(1) differences. Since conv v3 computes its batch norms' statistics and sums (2026-11-28;
+// before, those batch norms ran their own passes), resnet20_nhwc's v3 step has loss 2.377000 against 2.377266, cosine
+// 0.999906: the partials group the values differently, and bf16 roundings of the normalised outputs flip. The
+// emulator's statistics (CUDA_EMU_STATS=1) show which kernels ran. Conv v3's epilogues compute their batch norms'
 // statistics and backward sums as v2's do (sm90a/column_stats.cuh): every convolution of the v3 step hands the
 // statistics over, every backward-data but the 3 whose BN no backward-data feeds the sums, and no batch norm runs its
-// statistics kernel, 3 their reduce kernel (counted on the emulator).
+// statistics kernel. Of those 3, the two projection shortcuts' BNs take their sums from their blocks' last BN's
+// backward apply pass (BatchNorm::feed_residual_grad_sums_to) in NHWC, not on NCHW's flat apply kernels (bf16's 14²
+// and 7² planes): 1 reduce kernel in NHWC, 3 in NCHW (counted on the emulator).
 TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   {
     const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
@@ -374,7 +376,9 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
     if (resnet) {
       EXPECT_EQ(stats_kernels(), stats0) << "batch norms that ran their statistics kernel";
-      EXPECT_EQ(cuda_emu::launches_named("bn_backward_reduce"), reduce0 + 3) << "batch norms that ran their reduce kernel";
+      EXPECT_EQ(cuda_emu::launches_named("bn_backward_reduce"),
+                reduce0 + (GetParam().layout == kernels::Layout::nhwc ? 1 : 3))
+          << "batch norms that ran their reduce kernel";
       if (GetParam().layout == kernels::Layout::nhwc) {
         EXPECT_GT(cuda_emu::launches_named("conv_v3"), v3s);
       }
@@ -392,10 +396,11 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
 // kernels::ChannelStats, ChannelGradSums): forward, every BN its statistics from the convolution before it
 // (BatchNorm::take_stats_from); backward, its sums from the backward-data after it (Conv2d::feed_grad_sums_to),
 // except the BNs whose output gradient no convolution writes (ResNet-20: the last block's and the two projection
-// shortcuts'). Checked: every convolution hands them over, no other BN runs its statistics or reduce kernel (counted
-// on the CUDA emulator), and the step agrees with the one that runs every BN's own passes
-// (HPDT_CONV_BN_STATS=separate). Both normalise with the same statistics and sums, added in other orders, so only
-// roundings to bf16 differ, and those flip a few ReLUs of this small network: measured on the emulator
+// shortcuts'; the latter take theirs from their blocks' last BN's backward apply pass instead, in NHWC, not on
+// NCHW's flat apply kernels, which bf16's 14² and 7² planes take). Checked: every convolution hands them over, no other
+// BN runs its statistics or reduce kernel (counted on the CUDA emulator), and the step agrees with the one that runs
+// every BN's own passes (HPDT_CONV_BN_STATS=separate). Both normalise with the same statistics and sums, added in other
+// orders, so only roundings to bf16 differ, and those flip a few ReLUs of this small network: measured on the emulator
 // (2026-11-28, forward statistics only), NCHW's two steps had gradient cosine 0.988 (losses 2.377266 and
 // 2.376350) and NHWC's 0.99990, while the NCHW and NHWC steps with separate passes, two paths older than this,
 // differ by the same 0.988, and every bf16 step lies at 0.955 from the f32 one. Reductions off by more than
@@ -430,6 +435,9 @@ TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirReductionsFromTheConvolutions) {
 #endif
   };
   constexpr int kUnfed = 3;  // ResNet-20's BNs whose output gradient no backward-data writes
+  // of those, the projection shortcuts' BNs whose sums come from their block's last BN (BatchNorm::
+  // feed_residual_grad_sums_to) with either setting of HPDT_CONV_BN_STATS
+  const int fed_by_bn = GetParam().layout == kernels::Layout::nhwc ? 2 : 0;
   int64_t stats0 = launches("bn_stats_kernel"), reduce0 = launches("bn_backward_reduce_kernel");
   auto a = gpu_model(DType::bf16);
   const StepOut fused = forward_backward(*a, d);
@@ -439,7 +447,8 @@ TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirReductionsFromTheConvolutions) {
   EXPECT_EQ(k.sums, k.bns - kUnfed) << "backward-data epilogues that computed their batch norm's sums";
   if (stats0 >= 0) {
     EXPECT_EQ(launches("bn_stats_kernel") - stats0, 0) << "batch norms that ran their statistics kernel";
-    EXPECT_EQ(launches("bn_backward_reduce_kernel") - reduce0, kUnfed) << "batch norms that ran their reduce kernel";
+    EXPECT_EQ(launches("bn_backward_reduce_kernel") - reduce0, kUnfed - fed_by_bn)
+        << "batch norms that ran their reduce kernel";
   }
   StepOut separate;
   {
@@ -451,7 +460,8 @@ TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirReductionsFromTheConvolutions) {
     EXPECT_EQ(kb.stats + kb.sums, 0) << "HPDT_CONV_BN_STATS=separate";
     if (stats0 >= 0) {
       EXPECT_EQ(launches("bn_stats_kernel") - stats0, kb.bns) << "one statistics kernel per batch norm";
-      EXPECT_EQ(launches("bn_backward_reduce_kernel") - reduce0, kb.bns) << "one reduce kernel per batch norm";
+      EXPECT_EQ(launches("bn_backward_reduce_kernel") - reduce0, kb.bns - fed_by_bn)
+          << "one reduce kernel per batch norm but those fed by another";
     }
   }
   ASSERT_TRUE(std::isfinite(fused.loss));
@@ -619,36 +629,49 @@ TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
 }
 
 // A projection shortcut's batch norm is applied in the block's output pass (BatchNorm::forward(x, r, residual_bn)):
-// its own apply pass is gone (one bn_apply launch fewer per projection block: ResNet-20 has two) and the step
-// matches the one with the pass (HPDT_BN_RESIDUAL=separate), in training and in eval.
+// its own apply pass is gone (one bn_apply launch fewer per projection block: ResNet-20 has two), and its backward
+// takes its sums from the block's last batch norm's backward apply pass (BatchNorm::feed_residual_grad_sums_to: one
+// reduce launch fewer per block, except on the flat apply kernels, which the f32 step's 7² NCHW planes take unless
+// HPDT_BN_FLAT=off; 14² = 49 4-float vectors take the per-channel ones). The step matches the one with both passes
+// (HPDT_BN_RESIDUAL=separate), in training and in eval.
 TEST(ModelsCudaShortcut, ProjectionBatchNormIsAppliedInTheBlockOutputPass) {
   HPDT_REQUIRE_GPU();
   const Stream gpu = Stream::create_cuda(0);
   const Data d = make_data(Case{"resnet20", 4, std::nullopt});
   const auto applies = [] { return test::emu_launches("bn_apply"); };  // the per-channel, flat and NHWC apply kernels
-  for (const std::optional<kernels::Layout> layout :
-       {std::optional<kernels::Layout>(), std::optional(kernels::Layout::nhwc)}) {
-    SCOPED_TRACE(layout ? "NHWC" : "NCHW");
+  const auto reduces = [] { return test::emu_launches("bn_backward_reduce"); };
+  struct Setting {
+    std::optional<kernels::Layout> layout;
+    const char* flat;
+    int64_t fewer_reduces;
+  };
+  for (const Setting& setting :
+       {Setting{std::nullopt, "on", 1}, Setting{std::nullopt, "off", 2}, Setting{kernels::Layout::nhwc, "on", 2}}) {
+    const std::optional<kernels::Layout> layout = setting.layout;
+    SCOPED_TRACE(std::string(layout ? "NHWC" : "NCHW") + ", HPDT_BN_FLAT=" + setting.flat);
+    const ScopedEnv flat("HPDT_BN_FLAT", setting.flat);
     struct Run {
       std::unique_ptr<Model> model;
       StepOut step;
-      int64_t applies = 0;
+      int64_t applies = 0, reduces = 0;
       std::vector<float> eval_logits;
     };
     auto run = [&](const char* mode) {
       const ScopedEnv env("HPDT_BN_RESIDUAL", mode);
       Run r;
       r.model = make_model("resnet20", config(DType::f32, layout), gpu);
-      const int64_t a0 = applies();
+      const int64_t a0 = applies(), r0 = reduces();
       r.step = forward_backward(*r.model, d);
-      r.applies = applies() - a0;
+      r.applies = applies() - a0, r.reduces = reduces() - r0;
       r.model->set_training(false);
       r.eval_logits = host_f32(r.model->forward(d.images.to(gpu.device(), gpu)), gpu);
       return r;
     };
     const Run fused = run("fused"), separate = run("separate");
-    if (fused.applies >= 0) {
+    if (applies() >= 0) {
       EXPECT_EQ(separate.applies, fused.applies + 2) << "the two projection batch norms' apply passes";
+      EXPECT_EQ(separate.reduces, fused.reduces + setting.fewer_reduces)
+          << "the two projection batch norms' backward reduce passes";
     }
     ASSERT_TRUE(std::isfinite(fused.step.loss));
     EXPECT_NEAR(fused.step.loss, separate.step.loss, 1e-5 * std::abs(separate.step.loss));

@@ -154,6 +154,11 @@ class BatchNorm : public Layer {
   Tensor backward(const Tensor& dy) override;
   // After backward of forward(x, residual): dL/d(residual) (dy through the ReLU's mask).
   Tensor residual_grad() const { return then_relu_ ? masked_grad_ : dy_; }
+  // For a block whose residual r goes through `residual_bn` (forward(x, r, residual_bn)) and whose caller then runs
+  // residual_bn.backward(residual_grad()): this layer's backward pass over dy also reads r (residual_bn's input) and
+  // computes residual_bn's backward sums, which residual_bn's backward then uses instead of its reduce pass (CUDA,
+  // kernels::batchnorm_backward_train's residual_sums; residual_bn computes its own where none were).
+  void feed_residual_grad_sums_to(BatchNorm& residual_bn);
   // Deferred: backward leaves the arena's grads_ready() call to announce_grads(), for a caller that must
   // announce other layers' gradients first (the ready slices grow in reverse registration order).
   void set_defer_grads_ready(bool defer) { defer_ready_ = defer; }
@@ -185,8 +190,12 @@ class BatchNorm : public Layer {
   kernels::BatchNormSaved saved_;
   kernels::AllReduceSum sync_;
   const Conv2d* stats_from_ = nullptr;
-  // Conv2d::feed_grad_sums_to, MaxPool2d::feed_grad_sums_to: the sums of the layer whose input gradient is dy
+  // Conv2d::feed_grad_sums_to, MaxPool2d::feed_grad_sums_to, feed_residual_grad_sums_to: the sums of the layer
+  // whose input gradient (or residual gradient) is dy
   const kernels::ChannelGradSums* grad_sums_from_ = nullptr;
+  // feed_residual_grad_sums_to: the residual's batch norm, and the sums this layer's backward computes for it
+  BatchNorm* residual_grad_sums_for_ = nullptr;
+  kernels::ChannelGradSums residual_grad_sums_;
   Tensor masked_grad_;  // with then_relu: dz_, or dy where the layer that wrote it wrote dz
   friend class Conv2d;
   friend class MaxPool2d;
