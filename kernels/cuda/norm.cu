@@ -16,7 +16,8 @@
 //   Backward: bn_backward_reduce_kernel (per-block sum dy, sum dy * (x - mean)) -> bn_backward_finalize
 //   (split order, double; dgamma/dbeta +=; the dx coefficients) -> bn_backward_apply_kernel. The reduce is
 //   skipped where the kernel that wrote dy handed over the sums (ChannelGradSums: conv v2's backward-data epilogue,
-//   which also applied the fused ReLU's mask).
+//   which also applied the fused ReLU's mask; or, for the batch norm of a residual, the apply pass of the batch norm
+//   that added it, bn_backward_apply_sums_kernel, which reads the residual beside its own dz: residual_sums).
 //   These read vectors of V values, V the widest power of two <= 16 bytes that divides h*w (plane_vector: 8 bf16
 //   values on 56x56, 4 on 14x14, 1 on 7x7), and decode a slot into (plane, vector) with a FastDiv.
 // NHWC batch norm is the column statistics of the [n*h*w, c] matrix: bn_stats_nhwc_kernel, bn_apply_nhwc_kernel,

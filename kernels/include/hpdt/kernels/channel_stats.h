@@ -7,7 +7,9 @@
 //     (or the max pool's backward, pool.h) that wrote it, which also applies the fused ReLU's mask (conv.h:
 //     conv2d_backward_data's bn_grad, pool.h: maxpool2d_backward's, norm.h:
 //     batchnorm_backward_train's sums): the reduce pass (reads dy, x and y, writes dz) becomes two more reads in
-//     the epilogue.
+//     the epilogue. Also from the backward apply pass of the batch norm that added this one's output as its
+//     residual (norm.h: batchnorm_backward_train's residual_sums, ResNet's projection shortcut): that pass reads
+//     dz, this batch norm's dy, anyway, and one more read (the residual) replaces this one's reduce pass.
 #pragma once
 
 #include <algorithm>
