@@ -504,8 +504,10 @@ def train_table(t, torch, rows, numbers):
                                ("ResNet-50, 224², batch 256, NCHW, batch norm's apply passes per channel on narrow "
                                 "planes (HPDT_BN_FLAT=off)", "resnet50_bf16_{}_bn_per_channel", "resnet50"),
                                # since 2026-11-29: the projection shortcuts' batch norms in passes of their own
+                               # (forward apply; backward reduce, since the sixth session)
                                ("ResNet-50, 224², batch 256, NCHW, projection shortcuts' batch norms in passes of "
-                                "their own (HPDT_BN_RESIDUAL=separate)", "resnet50_bf16_{}_bn_residual_separate",
+                                "their own (HPDT_BN_RESIDUAL=separate: forward apply, backward reduce)",
+                                "resnet50_bf16_{}_bn_residual_separate",
                                 "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv find --gemm-tuning find",
                                 "resnet50_bf16_{}_nhwc_conv_find", "resnet50"),
