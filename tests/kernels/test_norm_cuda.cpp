@@ -93,7 +93,7 @@ class NormCuda : public test::CudaOracleTest {
   void ln_case(const Shape& shape, DType dt, bool misaligned = false);
   void bn_fused_case(const Shape& shape, DType dt, Layout layout, bool residual, bool misaligned = false);
   void bn_residual_bn_case(const Shape& shape, DType dt, Layout layout, bool misaligned = false);
-  void bn_residual_sums_case(const Shape& shape, DType dt, Layout layout, bool misaligned = false);
+  void bn_residual_sums_case(const Shape& shape, DType dt, Layout layout, bool misaligned = false, bool sync = false);
 };
 
 // Plane vectors (bf16 / f32): 28x28 8 / 4, 7x7 1 / 1, 2x7 2 / 2, 6x6 4 / 4, 14x14 4 / 4.
@@ -364,10 +364,11 @@ TEST_F(NormCuda, ResidualBatchNormAppliedInTheOutputPassMatchesCpu) {
 // CPU's sums in double); against the same two backwards on the GPU without the request (out_bn's dx and dz bit for
 // bit: the same arithmetic). Where the flat kernel applies (narrow NCHW planes) or with HPDT_BN_RESIDUAL=separate
 // none are computed, the request comes back cleared and bn_r runs its own reduce; HPDT_BN_FLAT=off takes the
-// per-channel kernels with the sums. On the emulator, which kernels ran.
-void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout, bool misaligned) {
-  SCOPED_TRACE(label(shape, dt) + " residual batch norm's backward sums" + (misaligned ? " misaligned" : "") + " " +
-               kernels::layout_name(layout));
+// per-channel kernels with the sums. On the emulator, which kernels ran. SyncBN (sync: bn_r's backward with a
+// callback that doubles the sums, on both sides): the given sums go through the seam as its own would.
+void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout, bool misaligned, bool sync) {
+  SCOPED_TRACE(label(shape, dt) + " residual batch norm's backward sums" + (misaligned ? " misaligned" : "") +
+               (sync ? " sync" : "") + " " + kernels::layout_name(layout));
   const int64_t c = channels(shape, layout), count = shape.numel() / c;
   const Tensor x = random(shape, -1, 3), r = random(shape, -2, 4), dy = random(shape), ymask = random(shape, -1, 1);
   const Tensor g = random({c}, 0.5, 1.5), rg = random({c}, 0.5, 1.5);
@@ -387,7 +388,10 @@ void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout
                                     nullptr, &cpu_request);
   EXPECT_FALSE(cpu_request.partial.defined()) << "the CPU computes no residual sums";
   Tensor dr = Tensor::empty(shape, DType::f32), rdg = round_through(rdg0, dt), rdb = round_through(rdb0, dt);
-  kernels::batchnorm_backward_train(cpu_relu.dz, rr, rgr, rsaved, dr, rdg, rdb, {}, cpu, layout);
+  // SyncBN (bn_r's backward only): a callback that doubles the sums, as two identical ranks
+  std::vector<float> cpu_seen;
+  kernels::batchnorm_backward_train(cpu_relu.dz, rr, rgr, rsaved, dr, rdg, rdb,
+                                    sync ? doubling(&cpu_seen) : AllReduceSum{}, cpu, layout);
   // the sums bn_r's reduce would compute, in double
   const int64_t hw = layout == Layout::nhwc ? 1 : shape.numel() / shape[0] / c;  // NCHW: values per plane
   std::vector<double> want_dz(size_t(c), 0.0), want_dzr(size_t(c), 0.0);
@@ -406,6 +410,7 @@ void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout
     Tensor dz_gpu;  // what the sums describe
     kernels::ChannelGradSums sums;
     int64_t reduces = 0, sum_applies = 0;
+    std::vector<float> seen;  // bn_r's seam buffer (sync)
   };
   auto run = [&](bool request) {
     Out o;
@@ -416,7 +421,8 @@ void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout
     kernels::batchnorm_backward_train(dyg, xg, gg, sg, dxg, dgg, dbg, {}, stream, layout, &relu, nullptr,
                                       request ? &o.sums : nullptr);
     Tensor drg = poison(shape, dt, misaligned), rdgg = to_gpu(rdg0, dt), rdbg = to_gpu(rdb0, dt);
-    kernels::batchnorm_backward_train(relu.dz, rgpu, rgg, rsg, drg, rdgg, rdbg, {}, stream, layout, nullptr,
+    kernels::batchnorm_backward_train(relu.dz, rgpu, rgg, rsg, drg, rdgg, rdbg,
+                                      sync ? doubling(&o.seen) : AllReduceSum{}, stream, layout, nullptr,
                                       request ? &o.sums : nullptr);
     if (r0 >= 0) {
       o.reduces = test::emu_launches("bn_backward_reduce") - r0;
@@ -435,6 +441,11 @@ void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout
     EXPECT_TRUE(close(dr, o.dr, value_tol(dt))) << "the residual's dx";
     EXPECT_TRUE(close(rdg, o.rdg, sum_tol(dt, count))) << "the residual's dgamma";
     EXPECT_TRUE(close(rdb, o.rdb, sum_tol(dt, count))) << "the residual's dbeta";
+    if (sync) {
+      ASSERT_EQ(o.seen.size(), size_t(2 * c + 1));
+      EXPECT_EQ(o.seen.back(), cpu_seen.back()) << "count";
+      EXPECT_TRUE(close(vec(cpu_seen), vec(o.seen), sum_tol(DType::f32, count))) << "the residual's seam buffer";
+    }
   };
   const Out plain = run(false);
   expect_against_cpu(plain);
@@ -488,6 +499,8 @@ TEST_F(NormCuda, ResidualBatchNormBackwardSumsFromTheApplyPass) {
       bn_residual_sums_case(s, dt, Layout::nhwc);
     bn_residual_sums_case({2, 3, 28, 28}, dt, Layout::nchw, true);  // scalar paths
     bn_residual_sums_case({4, 14, 14, 64}, dt, Layout::nhwc, true);
+    bn_residual_sums_case({2, 8, 28, 28}, dt, Layout::nchw, false, true);  // SyncBN: the given sums all-reduced
+    bn_residual_sums_case({2, 7, 7, 256}, dt, Layout::nhwc, false, true);
   }
   // a request that does not describe the residual's batch norm
   const Device dev = Device::cuda(0);
