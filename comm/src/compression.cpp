@@ -259,20 +259,23 @@ class TopK final : public Compressor {
 };
 
 // QSGD: per chunk of kChunk values a scale s = max |x|; x -> sign(x) floor(|x| / s * L + u), u ~ U[0, 1),
-// L = 2^(B-1) - 1; stored as q + L in B bits, bit-packed.
+// L = 2^(B-1) - 1; stored as q + L in B bits, bit-packed. The arithmetic is kernels::cpu::qsgd_quantize's and
+// qsgd_dequantize's (kernels/cpu/compress.h: every rounding explicit, so the bits do not depend on whether the
+// compiler contracts a product into an add; the decode sums with one rounding a value), which the CUDA kernels of
+// DeviceCompressor share.
 class Qsgd final : public Compressor {
  public:
-  static constexpr size_t kChunk = 512;
+  static constexpr size_t kChunk = kernels::kQsgdChunk;
   Qsgd(const CompressionSpec& s, size_t n, uint64_t seed, uint64_t id) : Compressor(s, n), seed_(seed), id_(id) {
     chunks_ = (n + kChunk - 1) / kChunk;
-    levels_ = (1 << (s.bits - 1)) - 1;
-    message_bytes_ = chunks_ * sizeof(float) + (n * size_t(s.bits) + 7) / 8;
+    packed_bytes_ = size_t(kernels::qsgd_packed_bytes(int64_t(n), s.bits));
+    message_bytes_ = chunks_ * sizeof(float) + packed_bytes_;
     message_bytes_ = (message_bytes_ + 7) / 8 * 8;
   }
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions&) override {
     const uint64_t b0 = c.bytes_sent();
     const size_t n = count_;
-    const int bits = spec_.bits, L = levels_;
+    const int bits = spec_.bits;
     const int p = c.size(), r = c.rank();
     acc_.resize(n);
     add_residual(data, residual_, acc_.data(), n);
@@ -281,36 +284,20 @@ class Qsgd final : public Compressor {
     uint8_t* packed = msg.data() + chunks_ * sizeof(float);
     // Random stream per (compressor, rank), position advancing with each call: reproducible, and
     // independent across ranks and buckets.
-    const uint64_t stream = (id_ << 20) ^ uint64_t(r);
-    const uint64_t base = calls_ * ((uint64_t(n) + 3) & ~uint64_t(3));
-    if (record_) transmitted_.resize(n);
-    for (size_t ch = 0; ch < chunks_; ++ch) {
-      const size_t lo = ch * kChunk, hi = std::min(n, lo + kChunk);
-      float s = 0;
-      for (size_t i = lo; i < hi; ++i) s = std::max(s, std::fabs(acc_[i]));
-      scales[ch] = s;
-      for (size_t i = lo; i < hi; ++i) {
-        int q = 0;
-        if (s > 0) {
-          const float u = u32_to_uniform(philox_u32(seed_, stream, base + i));
-          const float a = std::fabs(acc_[i]) / s * float(L);
-          q = std::min(L, int(std::floor(a + u)));
-          if (acc_[i] < 0) q = -q;
-        }
-        put(packed, i, bits, uint32_t(q + L));
-        const float decoded = float(q) * (s / float(L));
-        if (!residual_.empty()) residual_[i] = acc_[i] - decoded;
-        if (record_) transmitted_[i] = decoded;
-      }
+    const kernels::QsgdRandom rng{seed_, (id_ << 20) ^ uint64_t(r), calls_ * ((uint64_t(n) + 3) & ~uint64_t(3))};
+    kernels::cpu::qsgd_quantize(int64_t(n), acc_.data(), bits, rng, packed, scales,
+                                residual_.empty() ? nullptr : residual_.data());
+    if (record_) {
+      transmitted_.resize(n);
+      kernels::cpu::qsgd_dequantize(int64_t(n), packed, scales, bits, transmitted_.data(), false);
     }
     all_.resize(size_t(p) * message_bytes_);
     allgather(c, msg.data(), all_.data(), message_bytes_);
     std::fill(data, data + n, 0.0f);
     for (int q = 0; q < p; ++q) {  // decode and sum in rank order
       const uint8_t* m = all_.data() + size_t(q) * message_bytes_;
-      const float* sc = reinterpret_cast<const float*>(m);
-      const uint8_t* pk = m + chunks_ * sizeof(float);
-      for (size_t i = 0; i < n; ++i) data[i] += float(int(get(pk, i, bits)) - L) * (sc[i / kChunk] / float(L));
+      kernels::cpu::qsgd_dequantize(int64_t(n), m + chunks_ * sizeof(float), reinterpret_cast<const float*>(m), bits,
+                                    data, true);
     }
     if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
     wire_bytes_ = c.bytes_sent() - b0;
@@ -318,20 +305,8 @@ class Qsgd final : public Compressor {
   }
 
  private:
-  static void put(uint8_t* buf, size_t i, int bits, uint32_t v) {
-    const size_t bit = i * size_t(bits);
-    uint32_t w = v << (bit & 7);
-    for (size_t b = bit >> 3; w; ++b, w >>= 8) buf[b] |= uint8_t(w);
-  }
-  static uint32_t get(const uint8_t* buf, size_t i, int bits) {
-    const size_t bit = i * size_t(bits), b = bit >> 3;
-    uint32_t w = buf[b];
-    if ((bit & 7) + size_t(bits) > 8) w |= uint32_t(buf[b + 1]) << 8;
-    return (w >> (bit & 7)) & ((1u << bits) - 1);
-  }
   uint64_t seed_, id_;
-  size_t chunks_ = 0, message_bytes_ = 0;
-  int levels_ = 1;
+  size_t chunks_ = 0, packed_bytes_ = 0, message_bytes_ = 0;
   std::vector<float> acc_;
   std::vector<uint8_t> all_;
 };

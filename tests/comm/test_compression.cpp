@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "device_compression_check.h"
 #include "hpdt/comm/compression.h"
 #include "hpdt/comm/gradient_sync.h"
 #include "hpdt/core/error.h"
@@ -299,4 +300,10 @@ TEST(Compression, TinyCountsWorkForEveryMethod) {
       }
     }
   }
+}
+
+// comm::DeviceCompressor on CPU tensors (the CUDA case: test_device_allreduce.cpp) is the host compressor, bit for bit.
+TEST(Compression, DeviceCompressorOnCpuTensorsMatchesTheHostCompressor) {
+  Communicator c(MPI_COMM_WORLD);
+  test::expect_device_compressors_match_host(c, Device::cpu(), Stream());
 }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "device_compression_check.h"
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/core/dtype.h"
 #include "hpdt/core/env.h"
@@ -288,6 +289,15 @@ TEST(DeviceAllreduce, AutoOnDeviceMemory) {
   HPDT_REQUIRE_GPU();
   use_my_gpu();
   check_device_vs_host<float>(world(), Algorithm::automatic, 65537, ReduceOp::avg, false, AllreduceOptions{}, nullptr);
+}
+
+// Top-k and QSGD compressed on the GPU (comm::DeviceCompressor): the host compressors' results and state, bit for bit.
+TEST(DeviceCompression, MatchesTheHostCompressor) {
+  HPDT_REQUIRE_GPU();
+  use_my_gpu();
+  const int dev = world().local_rank() % cuda_device_count();
+  const Stream stream = Stream::create_cuda(dev);
+  test::expect_device_compressors_match_host(world(), Device::cuda(dev), stream);
 }
 
 TEST(DeviceAllreduce, BadArguments) {

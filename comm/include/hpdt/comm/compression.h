@@ -33,6 +33,8 @@
 
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
+#include "hpdt/core/stream.h"
+#include "hpdt/core/tensor.h"
 
 namespace hpdt::comm {
 
@@ -88,6 +90,42 @@ class Compressor {
   bool record_ = false;
   std::vector<float> transmitted_;
 };
+
+// Top-k and QSGD on a tensor where it lives (a CUDA device, or the CPU): the same messages, results and state as
+// the Compressor of the same spec, seed and id, bit for bit (kernels/compress.h computes the messages as this file's
+// CPU code does), so GPU and CPU ranks interoperate and checkpoints carry over. g + e, the selection or quantisation,
+// the error feedback and the decode-and-sum in rank order run on the tensor's device (kernels::topk_select,
+// qsgd_quantize, sparse_accumulate, qsgd_dequantize); only this rank's message goes to the host for the all-gather,
+// and the gathered messages come back: on a GPU, ~2 k x 8 bytes (top-k) or n B / 8 bytes (QSGD) each way instead of
+// the whole range twice, and no host pass over it.
+class DeviceCompressor {
+ public:
+  virtual ~DeviceCompressor() = default;
+  // All-reduces data (f32 [count()], contiguous, on the stream's device) as Compressor::allreduce does; returns
+  // when the result is in `data` (the stream synchronised).
+  virtual void allreduce(Communicator& comm, Tensor& data, ReduceOp op, const Stream& stream) = 0;
+  size_t count() const { return count_; }
+  const CompressionSpec& spec() const { return spec_; }
+  uint64_t wire_bytes() const { return wire_bytes_; }
+  // As Compressor::state / set_state: the residual, then the call counter (copied from and to the device).
+  std::vector<float> state(const Stream& stream) const;
+  void set_state(const std::vector<float>& s, const Stream& stream);
+
+ protected:
+  DeviceCompressor(const CompressionSpec& spec, size_t count, Device device, const Stream& stream);
+  CompressionSpec spec_;
+  size_t count_;
+  uint64_t wire_bytes_ = 0;
+  uint64_t calls_ = 0;
+  Tensor residual_;  // f32 [count] on the device (undefined without error feedback)
+};
+
+// Whether make_device_compressor takes the spec: topk and qsgd (fp16/bf16 and PowerSGD stay on the host).
+bool device_compression_supported(const CompressionSpec& spec);
+// A DeviceCompressor for `count` values on `device` (its residual zeroed on `stream`); seed and id as for
+// make_compressor. Throws unless device_compression_supported(spec).
+std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressionSpec& spec, size_t count, Device device,
+                                                         const Stream& stream, uint64_t seed = 0, uint64_t id = 0);
 
 // A compressor for `count` values. `matrices` (offsets relative to the range, non-overlapping) tell
 // PowerSGD where the matrices are; without them the whole range is treated as one near-square matrix.

@@ -1,0 +1,227 @@
+// Top-k and QSGD compression on the gradients' own device (compression.h: DeviceCompressor). The messages are
+// kernels/compress.h's, which compute what comm's CPU compressors (compression.cpp: TopK, Qsgd) compute; the
+// all-gather is the host one (allgather over the communicator's transport), so only the messages cross to the host.
+// Every step mirrors the host compressor's, in the same order, so the results are the same bits.
+#include <algorithm>
+#include <cstring>
+
+#include "hpdt/comm/compression.h"
+#include "hpdt/core/error.h"
+#include "hpdt/kernels/accumulate.h"
+#include "hpdt/kernels/activation.h"
+#include "hpdt/kernels/compress.h"
+#include "hpdt/kernels/elementwise.h"
+
+namespace hpdt::comm {
+
+namespace {
+
+// A 1-D tensor of n elements on `device` (storage for at least one, so that n = 0 is a valid empty view).
+Tensor vector_on(Device device, int64_t n, DType dt, const Stream& stream, bool pinned = false) {
+  const AllocOptions o = device.is_cpu() ? AllocOptions{.pinned = pinned} : AllocOptions{.stream = &stream};
+  return Tensor::empty({std::max<int64_t>(n, 1)}, dt, device, o).flat(0, n);
+}
+
+// x /= d on x's device (division, as the host compressors' kernels::divide_f32, the same bits).
+void divide(Tensor& x, float d, const Stream& stream) {
+  if (x.is_cpu()) {
+    kernels::divide_f32(x.data<float>(), size_t(x.numel()), d);
+    return;
+  }
+#if HPDT_HAVE_CUDA
+  kernels::cuda::divide_f32(x.data<float>(), size_t(x.numel()), d, stream.handle());
+#else
+  (void)stream;
+  HPDT_FAIL("DeviceCompressor: a tensor on ", x.device().str(), " in a build without CUDA");
+#endif
+}
+
+void check_data(const DeviceCompressor& c, const Tensor& data, const Tensor& residual, const Stream& stream) {
+  HPDT_CHECK(data.dtype() == DType::f32 && size_t(data.numel()) == c.count(), "DeviceCompressor ",
+             compression_name(c.spec()), ": expects f32 [", c.count(), "], got ", data.str());
+  HPDT_CHECK(data.device() == stream.device() && (!residual.defined() || residual.device() == data.device()),
+             "DeviceCompressor ", compression_name(c.spec()), ": data on ", data.device().str(), ", stream on ",
+             stream.device().str(), ", state on ", residual.defined() ? residual.device().str() : data.device().str());
+}
+
+// As compression.cpp's TopK: with error feedback e += g and the top-k of e are sent (and leave e); the
+// (u32 index, f32 value) pairs of every rank are summed in rank order into zeros.
+class DeviceTopK final : public DeviceCompressor {
+ public:
+  DeviceTopK(const CompressionSpec& s, size_t n, Device dev, const Stream& stream)
+      : DeviceCompressor(s, n, dev, stream) {
+    HPDT_CHECK(n <= size_t(INT32_MAX), "topk compression: ", n, " values exceed 31-bit indices; use smaller buckets");
+    k_ = kernels::topk_count(int64_t(n), s.ratio);
+    idx_ = vector_on(dev, k_, DType::i32, stream);
+    val_ = vector_on(dev, k_, DType::f32, stream);
+    host_idx_ = vector_on(Device::cpu(), k_, DType::i32, stream, true);
+    host_val_ = vector_on(Device::cpu(), k_, DType::f32, stream, true);
+    mine_.resize(size_t(k_));
+  }
+  void allreduce(Communicator& c, Tensor& data, ReduceOp op, const Stream& stream) override {
+    check_data(*this, data, residual_, stream);
+    const uint64_t b0 = c.bytes_sent();
+    const int p = c.transport().size();
+    Tensor acc = data;
+    if (residual_.defined()) {
+      kernels::add(residual_, data, residual_, stream);  // e += g (one rounding, as the host's +=)
+      acc = residual_;
+    }
+    kernels::topk_select(acc, k_, idx_, val_, stream);
+    if (residual_.defined()) kernels::sparse_fill(idx_, 0.0f, residual_, stream);
+    copy(idx_, host_idx_, stream);
+    copy(val_, host_val_, stream);
+    stream.synchronize();
+    for (int64_t j = 0; j < k_; ++j)
+      mine_[size_t(j)] = {uint32_t(host_idx_.data<int32_t>()[j]), host_val_.data<float>()[j]};
+    all_.resize(size_t(p) * size_t(k_));
+    allgather(c, mine_.data(), all_.data(), size_t(k_) * sizeof(Pair));
+    // every rank's pairs back to the device, then summed in rank order into zeros
+    const int64_t total = int64_t(p) * k_;
+    if (!all_idx_.defined() || all_idx_.numel() != total) {
+      all_idx_ = vector_on(data.device(), total, DType::i32, stream);
+      all_val_ = vector_on(data.device(), total, DType::f32, stream);
+      host_all_idx_ = vector_on(Device::cpu(), total, DType::i32, stream, true);
+      host_all_val_ = vector_on(Device::cpu(), total, DType::f32, stream, true);
+    }
+    for (int64_t j = 0; j < total; ++j) {
+      host_all_idx_.data<int32_t>()[j] = int32_t(all_[size_t(j)].index);
+      host_all_val_.data<float>()[j] = all_[size_t(j)].value;
+    }
+    copy(host_all_idx_, all_idx_, stream);
+    copy(host_all_val_, all_val_, stream);
+    kernels::fill(data, 0.0f, stream);
+    for (int q = 0; q < p; ++q)
+      kernels::sparse_accumulate(all_idx_.flat(int64_t(q) * k_, k_), all_val_.flat(int64_t(q) * k_, k_), data, stream);
+    if (op == ReduceOp::avg) divide(data, float(p), stream);
+    stream.synchronize();
+    wire_bytes_ = c.bytes_sent() - b0;
+    ++calls_;
+  }
+
+ private:
+  struct Pair {  // compression.cpp's TopK message
+    uint32_t index;
+    float value;
+  };
+  static_assert(sizeof(Pair) == 8);
+  int64_t k_ = 0;
+  Tensor idx_, val_, host_idx_, host_val_;                  // this rank's selection
+  Tensor all_idx_, all_val_, host_all_idx_, host_all_val_;  // every rank's, in rank order
+  std::vector<Pair> mine_, all_;
+};
+
+// As compression.cpp's Qsgd: the message is the chunks' f32 scales, then the bit-packed levels, padded with zeros
+// to a multiple of 8 bytes; every rank's message is decoded and summed in rank order into zeros.
+class DeviceQsgd final : public DeviceCompressor {
+ public:
+  DeviceQsgd(const CompressionSpec& s, size_t n, Device dev, const Stream& stream, uint64_t seed, uint64_t id)
+      : DeviceCompressor(s, n, dev, stream), seed_(seed), id_(id) {
+    chunks_ = kernels::qsgd_chunks(int64_t(n));
+    packed_bytes_ = kernels::qsgd_packed_bytes(int64_t(n), s.bits);
+    message_bytes_ = (chunks_ * int64_t(sizeof(float)) + packed_bytes_ + 7) / 8 * 8;
+    acc_ = vector_on(dev, int64_t(n), DType::f32, stream);
+    scales_ = vector_on(dev, chunks_, DType::f32, stream);
+    packed_ = vector_on(dev, packed_bytes_, DType::u8, stream);
+    msg_ = vector_on(Device::cpu(), message_bytes_, DType::u8, stream, true);
+    std::memset(msg_.data(), 0, size_t(message_bytes_));  // the padding stays zero
+  }
+  void allreduce(Communicator& c, Tensor& data, ReduceOp op, const Stream& stream) override {
+    check_data(*this, data, residual_, stream);
+    const uint64_t b0 = c.bytes_sent();
+    const int64_t n = int64_t(count_);
+    const int p = c.size(), r = c.rank();
+    Tensor x = data;
+    if (residual_.defined()) {
+      kernels::add(data, residual_, acc_, stream);  // g + e
+      x = acc_;
+    }
+    // the host's random stream: per (compressor, rank), its position advancing with each call
+    const kernels::QsgdRandom rng{seed_, (id_ << 20) ^ uint64_t(r), calls_ * ((uint64_t(n) + 3) & ~uint64_t(3))};
+    kernels::qsgd_quantize(x, spec_.bits, rng, packed_, scales_, residual_.defined() ? &residual_ : nullptr, stream);
+    Tensor msg_scales = Tensor::wrap(msg_.data(), {chunks_}, DType::f32);
+    Tensor msg_packed = Tensor::wrap(static_cast<uint8_t*>(msg_.data()) + chunks_ * 4, {packed_bytes_}, DType::u8);
+    copy(scales_, msg_scales, stream);
+    copy(packed_, msg_packed, stream);
+    stream.synchronize();
+    const int64_t total = int64_t(p) * message_bytes_;
+    if (!all_.defined() || all_.numel() != total) {
+      all_ = vector_on(data.device(), total, DType::u8, stream);
+      host_all_ = vector_on(Device::cpu(), total, DType::u8, stream, true);
+    }
+    allgather(c, msg_.data(), host_all_.data(), size_t(message_bytes_));
+    copy(host_all_, all_, stream);
+    kernels::fill(data, 0.0f, stream);
+    for (int q = 0; q < p; ++q) {  // decode and sum in rank order
+      uint8_t* m = static_cast<uint8_t*>(all_.data()) + int64_t(q) * message_bytes_;
+      const Tensor sc = Tensor::wrap(m, {chunks_}, DType::f32, data.device());
+      const Tensor pk = Tensor::wrap(m + chunks_ * 4, {packed_bytes_}, DType::u8, data.device());
+      kernels::qsgd_dequantize(pk, sc, spec_.bits, data, /*accumulate=*/true, stream);
+    }
+    if (op == ReduceOp::avg) divide(data, float(p), stream);
+    stream.synchronize();
+    wire_bytes_ = c.bytes_sent() - b0;
+    ++calls_;
+  }
+
+ private:
+  uint64_t seed_, id_;
+  int64_t chunks_ = 0, packed_bytes_ = 0, message_bytes_ = 0;
+  Tensor acc_, scales_, packed_, msg_, all_, host_all_;
+};
+
+}  // namespace
+
+DeviceCompressor::DeviceCompressor(const CompressionSpec& spec, size_t count, Device device, const Stream& stream)
+    : spec_(spec), count_(count) {
+  HPDT_CHECK(device.is_cpu() || stream.device() == device, "DeviceCompressor: a stream on ", stream.device().str(),
+             " for state on ", device.str());
+  if (spec_.error_feedback) {
+    residual_ = vector_on(device, int64_t(count), DType::f32, stream);
+    kernels::fill(residual_, 0.0f, stream);
+  }
+}
+
+std::vector<float> DeviceCompressor::state(const Stream& stream) const {
+  std::vector<float> s(residual_.defined() ? count_ : 0);
+  if (!s.empty()) {
+    Tensor host = Tensor::wrap(s.data(), {int64_t(s.size())}, DType::f32);
+    copy(residual_, host, stream);
+    stream.synchronize();
+  }
+  // the call counter as Compressor::state keeps it: two exact f32 halves of 24 bits each
+  s.push_back(float(calls_ & 0xffffffu));
+  s.push_back(float((calls_ >> 24) & 0xffffffu));
+  return s;
+}
+
+void DeviceCompressor::set_state(const std::vector<float>& s, const Stream& stream) {
+  const size_t n = residual_.defined() ? count_ : 0;
+  HPDT_CHECK(s.size() == n + 2, "compression state of ", s.size(), " values does not fit ", compression_name(spec_),
+             " over ", count_, " values (expected ", n + 2, ")");
+  if (n > 0) {
+    const Tensor host = Tensor::wrap(const_cast<float*>(s.data()), {int64_t(n)}, DType::f32);
+    copy(host, residual_, stream);
+    stream.synchronize();  // s may go before the copy would have run
+  }
+  calls_ = uint64_t(s[n]) | uint64_t(s[n + 1]) << 24;
+}
+
+bool device_compression_supported(const CompressionSpec& spec) {
+  return spec.kind == CompressionKind::topk || spec.kind == CompressionKind::qsgd;
+}
+
+std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressionSpec& spec, size_t count, Device device,
+                                                         const Stream& stream, uint64_t seed, uint64_t id) {
+  switch (spec.kind) {
+    case CompressionKind::topk:
+      return std::make_unique<DeviceTopK>(spec, count, device, stream);
+    case CompressionKind::qsgd:
+      return std::make_unique<DeviceQsgd>(spec, count, device, stream, seed, id);
+    default:
+      HPDT_FAIL("make_device_compressor: ", compression_name(spec),
+                " runs on the host only (device compression: topk and qsgd)");
+  }
+}
+
+}  // namespace hpdt::comm

@@ -1,0 +1,80 @@
+// comm::DeviceCompressor against comm::Compressor of the same spec, seed and id (compression.h: the same messages,
+// results and state, bit for bit), on tensors of `device` (the CPU, or a GPU: tests/comm/test_compression.cpp,
+// tests/comm/test_device_allreduce.cpp). Top-k and QSGD, with and without error feedback, sums and averages, sizes
+// around QSGD's 512-value chunks and 0; three calls each (inputs differing by rank and call: the residuals and QSGD's
+// random stream advance), then the states, and a device compressor restored from the host's state continuing as
+// the host's does. Every rank calls it (the compressors all-gather).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hpdt/comm/compression.h"
+#include "hpdt_test.h"
+
+namespace hpdt::test {
+
+inline std::vector<float> compression_input(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+inline void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
+        << what << ": element " << i << " got " << got[i] << " want " << want[i];
+}
+
+inline void expect_device_compressors_match_host(comm::Communicator& c, Device device, const Stream& stream) {
+  const int r = c.rank();
+  auto run_device = [&](comm::DeviceCompressor& d, const std::vector<float>& x, comm::ReduceOp op) {
+    Tensor t = Tensor::from_vector(x, {int64_t(x.size())}).to(device, stream);
+    d.allreduce(c, t, op, stream);
+    const Tensor back = t.to(Device::cpu(), stream);
+    stream.synchronize();
+    return back.to_vector<float>();
+  };
+  for (const char* name : {"topk:0.1", "topk:0.01,noef", "qsgd:4", "qsgd:2,noef", "qsgd:8"}) {
+    const comm::CompressionSpec spec = comm::parse_compression(name);
+    for (size_t n : {size_t(0), size_t(1), size_t(511), size_t(513), size_t(5000)})
+      for (comm::ReduceOp op : {comm::ReduceOp::sum, comm::ReduceOp::avg}) {
+        const std::string what =
+            std::string(name) + " n=" + std::to_string(n) + " " + std::string(comm::reduce_op_name(op));
+        SCOPED_TRACE(what);
+        auto host = comm::make_compressor(spec, n, {}, 7, 3);
+        auto dev = comm::make_device_compressor(spec, n, device, stream, 7, 3);
+        for (unsigned call = 0; call < 3; ++call) {
+          const std::vector<float> x = compression_input(n, 1000u * unsigned(r) + call);
+          std::vector<float> want = x;
+          host->allreduce(c, want.data(), op, comm::Algorithm::ring, {});
+          expect_same_bits(run_device(*dev, x, op), want, "call " + std::to_string(call));
+          EXPECT_EQ(dev->wire_bytes(), host->wire_bytes()) << "call " << call;
+        }
+        const std::vector<float> state = host->state();
+        expect_same_bits(dev->state(stream), state, "state");
+        auto restored = comm::make_device_compressor(spec, n, device, stream, 7, 3);
+        restored->set_state(state, stream);
+        const std::vector<float> x = compression_input(n, 1000u * unsigned(r) + 77);
+        std::vector<float> want = x;
+        host->allreduce(c, want.data(), op, comm::Algorithm::ring, {});
+        expect_same_bits(run_device(*restored, x, op), want, "restored from the host's state");
+      }
+  }
+  HPDT_EXPECT_THROW_MSG(comm::make_device_compressor(comm::parse_compression("powersgd:2"), 8, device, stream),
+                        "make_device_compressor: powersgd:2 runs on the host only");
+  auto d = comm::make_device_compressor(comm::parse_compression("topk:0.5"), 8, device, stream);
+  Tensor wrong = Tensor::zeros({9}, DType::f32).to(device, stream);
+  HPDT_EXPECT_THROW_MSG(d->allreduce(c, wrong, comm::ReduceOp::sum, stream),
+                        "DeviceCompressor topk:0.5: expects f32 [8], got");
+  HPDT_EXPECT_THROW_MSG(d->set_state(std::vector<float>(3), stream),
+                        "compression state of 3 values does not fit topk:0.5 over 8 values (expected 10)");
+}
+
+}  // namespace hpdt::test
