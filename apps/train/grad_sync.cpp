@@ -3,11 +3,38 @@
 #include <algorithm>
 
 #include "hpdt/comm/allreduce.h"
+#include "hpdt/core/env.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/timer.h"
 
 namespace hpdt::train {
+
+// HPDT_DEVICE_COMPRESSION=off keeps top-k and QSGD on the host mirror (the A/B, and the oracle of the tests).
+bool GradSync::device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo) {
+  return comm::device_compression_supported(spec) && algo != comm::Algorithm::nccl &&
+         env_switch("HPDT_DEVICE_COMPRESSION", "on", "off");
+}
+
+// The buckets GradientSync would cut: whole tensors, at least bucket_bytes each.
+void GradSync::cut_buckets(size_t n) {
+  const size_t es = dtype_size(grads_.dtype());
+  const size_t per = std::max<size_t>(1, options_.bucket_bytes / es);
+  auto tensors = options_.tensors;
+  std::sort(tensors.begin(), tensors.end(),
+            [](const comm::MatrixView& a, const comm::MatrixView& b) { return a.offset < b.offset; });
+  auto snap = [&](size_t cut) {
+    for (const comm::MatrixView& t : tensors)
+      if (cut > t.offset && cut < t.offset + t.rows * t.cols) return t.offset + t.rows * t.cols;
+    return cut;
+  };
+  for (size_t off = 0; off < n;) {
+    const size_t end = std::min(n, snap(off + std::min(per, n - off)));
+    buckets_.push_back({off, end - off});
+    bucket_offsets_.push_back(off);
+    off = end;
+  }
+}
 
 GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::GradientSyncOptions options,
                    const Stream& compute)
@@ -32,7 +59,17 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
 #else
   const bool ours_on_gpu = false;
 #endif
-  if (algo != comm::Algorithm::nccl && !ours_on_gpu) {
+  if (device_compression_wanted(options_.compression, algo)) {
+    // topk and qsgd on the device: each bucket's message crosses to the host, not the bucket
+    path_ = "device compression";
+    HPDT_CHECK(grads.dtype() == DType::f32, "GradSync: compression ", comm::compression_name(options_.compression),
+               " needs an f32 gradient buffer, not ", dtype_name(grads.dtype()));
+    reduce_comm_ = std::make_unique<comm::Communicator>(comm.comm(), comm.options());
+    cut_buckets(n);
+    for (size_t b = 0; b < buckets_.size(); ++b)  // seed and id as GradientSync's compressors: the same bits
+      compressors_.push_back(comm::make_device_compressor(options_.compression, buckets_[b].count, grads.device(),
+                                                          copy_stream_, options_.seed, b));
+  } else if (algo != comm::Algorithm::nccl && !ours_on_gpu) {
     path_ = "host mirror";
     mirror_ = Tensor::empty({int64_t(std::max<size_t>(n, 1))}, grads.dtype(), Device::cpu(), AllocOptions{.pinned = true})
                   .flat(0, int64_t(n));
@@ -41,27 +78,12 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
 #if HPDT_HAVE_CUDA
     path_ = algo == comm::Algorithm::nccl ? "nccl" : "nccl-p2p";
     HPDT_CHECK(options_.compression.lossless(), "GradSync: --algo nccl reduces device memory uncompressed; gradient compression needs a host algorithm");
-    nccl_comm_ = std::make_unique<comm::Communicator>(comm.comm(), comm.options());
-    (void)nccl_comm_->nccl();  // created here, on the training thread, collectively
-    HPDT_CHECK(nccl_comm_->nccl_device() == dev, "GradSync: the NCCL communicator uses GPU ", nccl_comm_->nccl_device(),
-               " but the model is on GPU ", dev, " (both should be local rank % device count)");
-    // The buckets GradientSync would cut: whole tensors, at least bucket_bytes each.
-    const size_t es = dtype_size(grads.dtype());
-    const size_t per = std::max<size_t>(1, options_.bucket_bytes / es);
-    auto tensors = options_.tensors;
-    std::sort(tensors.begin(), tensors.end(),
-              [](const comm::MatrixView& a, const comm::MatrixView& b) { return a.offset < b.offset; });
-    auto snap = [&](size_t cut) {
-      for (const comm::MatrixView& t : tensors)
-        if (cut > t.offset && cut < t.offset + t.rows * t.cols) return t.offset + t.rows * t.cols;
-      return cut;
-    };
-    for (size_t off = 0; off < n;) {
-      const size_t end = std::min(n, snap(off + std::min(per, n - off)));
-      buckets_.push_back({off, end - off});
-      bucket_offsets_.push_back(off);
-      off = end;
-    }
+    reduce_comm_ = std::make_unique<comm::Communicator>(comm.comm(), comm.options());
+    (void)reduce_comm_->nccl();  // created here, on the training thread, collectively
+    HPDT_CHECK(reduce_comm_->nccl_device() == dev, "GradSync: the NCCL communicator uses GPU ",
+               reduce_comm_->nccl_device(), " but the model is on GPU ", dev,
+               " (both should be local rank % device count)");
+    cut_buckets(n);
 #else
     HPDT_FAIL("GradSync: --algo nccl needs a CUDA build");
 #endif
@@ -177,6 +199,19 @@ void GradSync::stager_loop() {
 }
 
 void GradSync::reduce_device_bucket(size_t b) {
+  if (!compressors_.empty()) {  // device compression
+    const Bucket& k = buckets_[b];
+    comm::BucketTiming& t = pending_[b];
+    comm::DeviceCompressor& c = *compressors_[b];
+    Tensor part = grads_.flat(int64_t(k.offset), int64_t(k.count));
+    t.start_s = now_s();
+    // the slices are complete on the device (their events were waited for); returns when the result is there
+    c.allreduce(*reduce_comm_, part, options_.op, copy_stream_);
+    t.end_s = now_s();
+    t.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * sizeof(float));
+    t.wire_bytes = c.wire_bytes();
+    return;
+  }
 #if HPDT_HAVE_CUDA
   const Bucket& k = buckets_[b];
   comm::BucketTiming& t = pending_[b];  // only this thread touches slot b until next_bucket_ passes it
@@ -189,10 +224,10 @@ void GradSync::reduce_device_bucket(size_t b) {
   // What our algorithms post on the NCCL transports (hier's per-node and cross-node ones are split on
   // its first call, at the same bucket on every rank).
   auto sent = [&]() -> uint64_t {
-    uint64_t s = nccl_comm_->nccl_transport().bytes_sent();
+    uint64_t s = reduce_comm_->nccl_transport().bytes_sent();
     if (options_.algorithm == comm::Algorithm::hier) {
-      s += nccl_comm_->nccl_local_transport().bytes_sent();
-      if (const comm::NcclTransport* c = nccl_comm_->nccl_cross_transport()) s += c->bytes_sent();
+      s += reduce_comm_->nccl_local_transport().bytes_sent();
+      if (const comm::NcclTransport* c = reduce_comm_->nccl_cross_transport()) s += c->bytes_sent();
     }
     return s;
   };
@@ -200,10 +235,10 @@ void GradSync::reduce_device_bucket(size_t b) {
   t.start_s = now_s();
   // The slices are complete on the device (their events were waited for): the idle copy stream is
   // the caller's stream, and the call returns when the reduction is done.
-  comm::allreduce_device(*nccl_comm_, p, p, k.count, grads_.dtype(), options_.op, options_.algorithm, o,
+  comm::allreduce_device(*reduce_comm_, p, p, k.count, grads_.dtype(), options_.op, options_.algorithm, o,
                          copy_stream_.handle());
   t.end_s = now_s();
-  t.raw_bytes = comm::ring_allreduce_bytes(nccl_comm_->size(), k.count * es);
+  t.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * es);
   // NCCL's own traffic is invisible here: count what its ring moves.
   t.wire_bytes = ours ? sent() - sent0 : t.raw_bytes;
 #else
@@ -251,11 +286,33 @@ const std::vector<comm::BucketTiming>& GradSync::timings() const { return host_ 
 double GradSync::exposed_s() const { return path_ == "host" ? host_->exposed_s() : exposed_s_; }
 uint64_t GradSync::bytes_sent() const { return host_ ? host_->bytes_sent() : bytes_sent_; }
 uint64_t GradSync::raw_bytes() const { return host_ ? host_->raw_bytes() : raw_bytes_; }
+// Device compression: GradientSync's layout (each bucket's compressor state in bucket order), so that a checkpoint
+// carries over between the paths.
 std::vector<float> GradSync::compression_state() const {
-  return host_ ? host_->compression_state() : std::vector<float>();
+  if (host_) return host_->compression_state();
+  std::vector<float> all;
+  for (const auto& c : compressors_) {
+    const std::vector<float> s = c->state(copy_stream_);
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  return all;
 }
 void GradSync::set_compression_state(const std::vector<float>& state) {
-  if (host_) host_->set_compression_state(state);
+  if (host_) {
+    host_->set_compression_state(state);
+    return;
+  }
+  size_t off = 0;
+  for (auto& c : compressors_) {
+    const size_t n = (c->spec().error_feedback ? c->count() : 0) + 2;
+    HPDT_CHECK(off + n <= state.size(), "GradSync: compression state of ", state.size(), " values is too short for ",
+               comm::compression_name(options_.compression), " over ", grads_.numel(), " gradients in ",
+               compressors_.size(), " buckets");
+    c->set_state(std::vector<float>(state.begin() + long(off), state.begin() + long(off + n)), copy_stream_);
+    off += n;
+  }
+  HPDT_CHECK(off == state.size(), "GradSync: compression state of ", state.size(), " values does not match ", off,
+             " expected");
 }
 
 }  // namespace hpdt::train

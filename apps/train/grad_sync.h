@@ -5,8 +5,13 @@
 //   cuda, ours on GPU   ring, tree, rhd, hier uncompressed when every rank has a GPU of its own: as nccl
 //                       below, with comm::allreduce_device running that algorithm on the GPU over NCCL
 //                       send/recv (comm's nccl-p2p path). Path name "nccl-p2p".
-//   cuda, host algos    ring, tree, rhd, hier (ranks sharing a GPU), mpi, shm, auto, and any --compress: GradientSync on a
-//                       pinned host mirror of the device gradients. A ready slice is copied down on a
+//   cuda, compressed    --compress topk or qsgd with any host algorithm: buckets cut as GradientSync cuts them, each
+//                       compressed on the device (comm::DeviceCompressor: the host compressors' messages and
+//                       results, bit for bit) on the stager thread as soon as it is complete; only the messages
+//                       cross to the host for the all-gather. Path name "device compression"
+//                       (HPDT_DEVICE_COMPRESSION=off: the host mirror below).
+//   cuda, host algos    ring, tree, rhd, hier (ranks sharing a GPU), mpi, shm, auto, fp16/bf16/powersgd:
+//                       GradientSync on a pinned host mirror of the device gradients. A ready slice is copied down on a
 //                       copy stream once the compute stream has reached it (event), and a stager thread
 //                       hands it to GradientSync when the copy is done, so buckets are still reduced
 //                       while backward runs. wait() queues the copy of the averaged mirror back up on the
@@ -30,6 +35,7 @@
 #include <vector>
 
 #include "hpdt/comm/communicator.h"
+#include "hpdt/comm/compression.h"
 #include "hpdt/comm/gradient_sync.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -51,7 +57,7 @@ class GradSync {
   // All buckets averaged; on CUDA the result is in `grads` for work queued on `compute` after this call.
   void wait();
 
-  // "host" (CPU gradients), "host mirror", "nccl" or "nccl-p2p".
+  // "host" (CPU gradients), "host mirror", "device compression", "nccl" or "nccl-p2p".
   const std::string& path() const { return path_; }
   size_t bucket_count() const;
   const std::vector<comm::BucketTiming>& timings() const;
@@ -69,6 +75,8 @@ class GradSync {
   struct Bucket {
     size_t offset, count, ready = 0;
   };
+  static bool device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo);
+  void cut_buckets(size_t n);
   void stager_loop();
   void reduce_device_bucket(size_t b);
 
@@ -79,11 +87,13 @@ class GradSync {
   std::unique_ptr<comm::GradientSync> host_;  // cpu and host mirror
   Tensor mirror_;                             // host mirror: pinned, same dtype and size as grads_
   Stream copy_stream_;                        // host mirror: device -> host copies
-  std::unique_ptr<comm::Communicator> nccl_comm_;  // nccl: a duplicate, its traffic apart from the caller's
-  std::vector<Bucket> buckets_;                    // nccl
-  std::vector<size_t> bucket_offsets_;             // nccl
-  size_t next_bucket_ = 0;                         // nccl: the next bucket to reduce (strict order on every rank)
-  std::vector<comm::BucketTiming> timings_, pending_;  // nccl
+  // nccl and device compression: a duplicate communicator, its traffic apart from the caller's
+  std::unique_ptr<comm::Communicator> reduce_comm_;
+  std::vector<std::unique_ptr<comm::DeviceCompressor>> compressors_;  // device compression: one a bucket
+  std::vector<Bucket> buckets_;                                       // nccl and device compression
+  std::vector<size_t> bucket_offsets_;
+  size_t next_bucket_ = 0;  // the next bucket to reduce (strict order on every rank)
+  std::vector<comm::BucketTiming> timings_, pending_;
   double exposed_s_ = 0;
   uint64_t bytes_sent_ = 0, raw_bytes_ = 0;
 

@@ -13,8 +13,9 @@
 #                       ranks without a GPU, or one step where GPUs exist)
 #   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
 #                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
-#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl), the GPU paths
-#                       bitwise equal to each other, the GPU run near the CPU run (mixed precision on the
+#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl; --compress topk and qsgd
+#                       on the device), the GPU paths bitwise equal to each other (device compression to the host
+#                       mirror's, HPDT_DEVICE_COMPRESSION=off), the GPU run near the CPU run (mixed precision on the
 #                       emulated GPU: test_nn_models_cuda_emu)
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
@@ -239,6 +240,30 @@ cuda-emu)
   done
   # ncclAllReduce (here emulated over MPI) averages in its own way: equal within rounding.
   "$compare" "$(ck mirror)" "$(ck nccl)" --optimizer --atol 1e-6 --rtol 1e-5 || fail "nccl differs from the host mirror"
+  # Top-k and QSGD compressed on the GPU (comm::DeviceCompressor) give the host compressors' bits: the checkpoints,
+  # error-feedback state included, equal those of the host mirror (HPDT_DEVICE_COMPRESSION=off).
+  for c in topk:0.1 qsgd:4; do
+    run 2 "${args[@]}" --device cuda --algo ring --compress $c --checkpoint-dir "$w/dev-$c" > "$w/dev-$c.log" 2>&1 ||
+      { cat "$w/dev-$c.log"; fail "cuda --compress $c"; }
+    grep -q "gradients averaged via device compression" "$w/dev-$c.log" ||
+      { cat "$w/dev-$c.log"; fail "cuda --compress $c: expected the device compression path"; }
+    HPDT_DEVICE_COMPRESSION=off run 2 "${args[@]}" --device cuda --algo ring --compress $c --checkpoint-dir "$w/mir-$c" \
+      > "$w/mir-$c.log" 2>&1 || { cat "$w/mir-$c.log"; fail "cuda --compress $c, HPDT_DEVICE_COMPRESSION=off"; }
+    grep -q "gradients averaged via host mirror" "$w/mir-$c.log" ||
+      { cat "$w/mir-$c.log"; fail "HPDT_DEVICE_COMPRESSION=off: expected the host mirror"; }
+    "$compare" "$(ck mir-$c)" "$(ck dev-$c)" --optimizer || fail "--compress $c on the GPU differs from the host mirror's"
+  done
+  # The compression state carries over between the paths: a host mirror run preempted after step 2, resumed on the
+  # device, ends bit-identical to an uninterrupted device run (QSGD: the residuals and the random stream's position).
+  run 2 "${args[@]}" --max-steps 3 --device cuda --algo ring --compress qsgd:4 --checkpoint-dir "$w/dev3" > "$w/dev3.log" 2>&1 ||
+    { cat "$w/dev3.log"; fail "cuda --compress qsgd:4, 3 steps"; }
+  HPDT_DEVICE_COMPRESSION=off HPDT_TRAIN_TEST_SIGNAL_AT_STEP=2 run 2 "${args[@]}" --max-steps 3 --device cuda --algo ring \
+    --compress qsgd:4 --checkpoint-dir "$w/resumed" > "$w/preempted.log" 2>&1
+  [ $? -eq 75 ] || { cat "$w/preempted.log"; fail "a preempted run must exit 75"; }
+  run 2 "${args[@]}" --max-steps 3 --device cuda --algo ring --compress qsgd:4 --checkpoint-dir "$w/resumed" --resume \
+    > "$w/resumed.log" 2>&1 || { cat "$w/resumed.log"; fail "cuda --compress qsgd:4 resumed from the host mirror's checkpoint"; }
+  "$compare" "$(latest "$w/dev3")" "$(latest "$w/resumed")" --optimizer ||
+    fail "the device compression run resumed from the host mirror's checkpoint differs from an uninterrupted one"
   # The GPU kernels against the CPU ones after two AdamW steps (other summation orders).
   timeout --kill-after=10 240 $mpiexec -n 2 "$cpu" --data "$data/fashion-mnist-train.h5" --progress lines --threads 1 --seed 7 \
     "${args[@]}" --device cpu --algo ring --checkpoint-dir "$w/cpu" > "$w/cpu.log" 2>&1 || { cat "$w/cpu.log"; fail "cpu run"; }
