@@ -66,7 +66,7 @@ void qsgd_quantize(int64_t n, const float* x, int bits, const QsgdRandom& rng, u
                    float* residual) {
   const int L = qsgd::levels(bits);
   const int64_t chunks = (n + kQsgdChunk - 1) / kQsgdChunk;
-  std::memset(packed, 0, size_t((n * bits + 7) / 8));
+  if (n > 0) std::memset(packed, 0, size_t((n * bits + 7) / 8));  // (n = 0: packed may be null)
   // Chunks own whole bytes (512 values x bits bits), so they pack independently.
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t ch = 0; ch < chunks; ++ch) {
