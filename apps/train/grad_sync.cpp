@@ -16,23 +16,12 @@ bool GradSync::device_compression_wanted(const comm::CompressionSpec& spec, comm
          env_switch("HPDT_DEVICE_COMPRESSION", "on", "off");
 }
 
-// The buckets GradientSync would cut: whole tensors, at least bucket_bytes each.
+// The buckets GradientSync cuts (comm::gradient_buckets): whole tensors, bucket_bytes each.
 void GradSync::cut_buckets(size_t n) {
-  const size_t es = dtype_size(grads_.dtype());
-  const size_t per = std::max<size_t>(1, options_.bucket_bytes / es);
-  auto tensors = options_.tensors;
-  std::sort(tensors.begin(), tensors.end(),
-            [](const comm::MatrixView& a, const comm::MatrixView& b) { return a.offset < b.offset; });
-  auto snap = [&](size_t cut) {
-    for (const comm::MatrixView& t : tensors)
-      if (cut > t.offset && cut < t.offset + t.rows * t.cols) return t.offset + t.rows * t.cols;
-    return cut;
-  };
-  for (size_t off = 0; off < n;) {
-    const size_t end = std::min(n, snap(off + std::min(per, n - off)));
-    buckets_.push_back({off, end - off});
+  for (const auto& [off, count] :
+       comm::gradient_buckets(n, dtype_size(grads_.dtype()), options_.bucket_bytes, options_.tensors)) {
+    buckets_.push_back({off, count});
     bucket_offsets_.push_back(off);
-    off = end;
   }
 }
 

@@ -14,6 +14,30 @@
 
 namespace hpdt::comm {
 
+std::vector<std::pair<size_t, size_t>> gradient_buckets(size_t count, size_t element_bytes, size_t bucket_bytes,
+                                                        std::vector<MatrixView> tensors) {
+  const size_t per = std::max<size_t>(1, bucket_bytes / element_bytes);
+  std::sort(tensors.begin(), tensors.end(),
+            [](const MatrixView& a, const MatrixView& b) { return a.offset < b.offset; });
+  // A cut that falls inside a tensor moves to the tensor's end.
+  auto snap = [&](size_t cut) {
+    auto it = std::upper_bound(tensors.begin(), tensors.end(), cut,
+                               [](size_t c, const MatrixView& t) { return c < t.offset; });
+    if (it != tensors.begin()) {
+      const MatrixView& t = *std::prev(it);
+      if (cut > t.offset && cut < t.offset + t.rows * t.cols) cut = t.offset + t.rows * t.cols;
+    }
+    return cut;
+  };
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t off = 0; off < count;) {
+    const size_t end = std::min(count, snap(off + std::min(per, count - off)));
+    out.emplace_back(off, end - off);
+    off = end;
+  }
+  return out;
+}
+
 GradientSync::GradientSync(Communicator& comm, void* grads, size_t count, DType dtype, GradientSyncOptions options)
     : grads_(static_cast<char*>(grads)), count_(count), dtype_(dtype), options_(std::move(options)) {
   HPDT_CHECK(is_floating(dtype), "GradientSync: dtype ", dtype_name(dtype), " is not supported (expected f32, f16 or bf16)");
@@ -24,7 +48,6 @@ GradientSync::GradientSync(Communicator& comm, void* grads, size_t count, DType 
   HPDT_CHECK(provided >= MPI_THREAD_SERIALIZED, "GradientSync needs MPI initialised with at least MPI_THREAD_SERIALIZED "
                                                 "(MPI_Init_thread; MPI_THREAD_MULTIPLE if the caller also uses MPI during backward)");
   comm_ = std::make_unique<Communicator>(comm.comm(), comm.options());
-  const size_t per = options_.bucket_bytes / dtype_size(dtype);
   auto tensors = options_.tensors;
   std::sort(tensors.begin(), tensors.end(), [](const MatrixView& a, const MatrixView& b) { return a.offset < b.offset; });
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -34,20 +57,9 @@ GradientSync::GradientSync(Communicator& comm, void* grads, size_t count, DType 
     HPDT_CHECK(i == 0 || tensors[i - 1].offset + tensors[i - 1].rows * tensors[i - 1].cols <= t.offset, "GradientSync: tensors overlap at element ",
                t.offset);
   }
-  // A cut that falls inside a tensor moves to the tensor's end.
-  auto snap = [&](size_t cut) {
-    auto it = std::upper_bound(tensors.begin(), tensors.end(), cut, [](size_t c, const MatrixView& t) { return c < t.offset; });
-    if (it != tensors.begin()) {
-      const MatrixView& t = *std::prev(it);
-      if (cut > t.offset && cut < t.offset + t.rows * t.cols) cut = t.offset + t.rows * t.cols;
-    }
-    return cut;
-  };
-  for (size_t off = 0; off < count;) {
-    const size_t end = std::min(count, snap(off + std::min(per, count - off)));
-    buckets_.push_back({off, end - off});
+  for (const auto& [off, n] : gradient_buckets(count, dtype_size(dtype), options_.bucket_bytes, tensors)) {
+    buckets_.push_back({off, n});
     bucket_offsets_.push_back(off);
-    off = end;
   }
   bucket_ready_.assign(buckets_.size(), 0);
   if (!options_.compression.lossless()) {

@@ -62,6 +62,13 @@ struct BucketTiming {
   uint64_t raw_bytes = 0;         // what an uncompressed ring all-reduce of it would send
 };
 
+// The buckets GradientSync cuts a buffer of `count` elements of `element_bytes` into, as (offset, count) in
+// elements: consecutive ranges of bucket_bytes (at least one element), a cut that falls inside one of `tensors`
+// moved to that tensor's end. (hpdt-train's GPU paths cut theirs with it too, so that each bucket's compressor sees
+// the same range whichever path runs.)
+std::vector<std::pair<size_t, size_t>> gradient_buckets(size_t count, size_t element_bytes, size_t bucket_bytes,
+                                                        std::vector<MatrixView> tensors);
+
 class GradientSync {
  public:
   GradientSync(Communicator& comm, void* grads, size_t count, DType dtype, GradientSyncOptions options = {});
