@@ -76,6 +76,13 @@ TEST(Models, UnknownNameAndBadConfigurationsThrowClearly) {
 
 // The fused layers (BatchNorm with then_relu and a residual; Conv2d's added input gradient) are BatchNorm, add,
 // ReLU and Conv2d, bit for bit on the CPU, and name themselves for mismatched tensors.
+// A CPU f32 tensor of N(0, 1) values from rng.
+Tensor normal_tensor(Rng& rng, const Shape& s) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.normal();
+  return t;
+}
+
 TEST(Layers, FusedBatchNormReluAndConvInputGradMatchTheSeparateLayers) {
   ParameterArena a;
   Conv2d conv(a, "conv", 3, 4, 3, 1, 1, false, init::normal(0.5f));
@@ -84,11 +91,7 @@ TEST(Layers, FusedBatchNormReluAndConvInputGradMatchTheSeparateLayers) {
   const Stream cpu;
   a.finalize(7, DType::f32, cpu);
   Rng rng(3);
-  auto rand = [&](const Shape& s) {
-    Tensor t = Tensor::empty(s, DType::f32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.normal();
-    return t;
-  };
+  auto rand = [&](const Shape& s) { return normal_tensor(rng, s); };
   for (Layer* l : std::initializer_list<Layer*>{&conv, &fused, &plain, &relu}) l->set_layout(kernels::Layout::nchw);
   const Tensor x = rand({2, 4, 5, 5}), r = rand({2, 4, 5, 5}), dy = rand({2, 4, 5, 5});
   Tensor sum = Tensor::empty(x.shape(), DType::f32);
@@ -131,11 +134,7 @@ TEST(Layers, ResidualBatchNormAppliedAndFedByTheOutputBatchNorm) {
   const Stream cpu;
   a.finalize(7, DType::f32, cpu);
   Rng rng(5);
-  auto rand = [&](const Shape& s) {
-    Tensor t = Tensor::empty(s, DType::f32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = rng.normal();
-    return t;
-  };
+  auto rand = [&](const Shape& s) { return normal_tensor(rng, s); };
   for (BatchNorm* l : {&out, &shortcut, &ref_out, &ref_shortcut, &with_relu, &narrow})
     l->set_layout(kernels::Layout::nchw);
   out.feed_residual_grad_sums_to(shortcut);
