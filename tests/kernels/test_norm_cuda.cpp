@@ -361,8 +361,8 @@ TEST_F(NormCuda, ResidualBatchNormAppliedInTheOutputPassMatchesCpu) {
 // (batchnorm_backward_train's residual_sums, ResNet's projection shortcut): out_bn's backward through its ReLU's mask
 // also reads r and hands bn_r the sums of dz and dz (r - mean_r), and bn_r's backward from them skips its reduce
 // pass. Against the CPU's two backwards (dz exact, dx, dr, both dgamma and dbeta; the partials' totals against the
-// CPU's sums in double); against the same two backwards on the GPU without the request (out_bn's dx and dz bit for
-// bit: the same arithmetic). Where the flat kernel applies (narrow NCHW planes) or with HPDT_BN_RESIDUAL=separate
+// CPU's sums in double); against the same two backwards on the GPU without the request (out_bn's dz bit for bit,
+// its dx within a rounding: the same formula, FMA contraction aside). Where the flat kernel applies (narrow NCHW planes) or with HPDT_BN_RESIDUAL=separate
 // none are computed, the request comes back cleared and bn_r runs its own reduce; HPDT_BN_FLAT=off takes the
 // per-channel kernels with the sums. On the emulator, which kernels ran. SyncBN (sync: bn_r's backward with a
 // callback that doubles the sums, on both sides): the given sums go through the seam as its own would.
@@ -459,10 +459,11 @@ void NormCuda::bn_residual_sums_case(const Shape& shape, DType dt, Layout layout
       EXPECT_EQ(o.reduces, computed ? 1 : 2) << "bn_r's reduce pass skipped";
       EXPECT_EQ(o.sum_applies, computed ? 1 : 0) << "out_bn's apply with the sums";
     }
-    for (int64_t i = 0; i < shape.numel(); ++i) {  // the same arithmetic for out_bn's dz and dx
+    // out_bn's dz: the same pass, bit for bit; its dx: the same formula in another instance of the body, where the
+    // compiler may contract other products into FMAs (a fresh-clone build of the emulator did: one f16 unit apart)
+    for (int64_t i = 0; i < shape.numel(); ++i)
       ASSERT_EQ(test::bits_of(o.dz.data<float>()[i]), test::bits_of(plain.dz.data<float>()[i])) << "dz " << i;
-      ASSERT_EQ(test::bits_of(o.dx.data<float>()[i]), test::bits_of(plain.dx.data<float>()[i])) << "dx " << i;
-    }
+    EXPECT_TRUE(close(plain.dx, o.dx, value_tol(dt))) << "dx against the plain apply";
     if (!computed) return;
     EXPECT_TRUE(o.sums.describe(o.dz_gpu, c)) << "the sums describe dz, the residual's batch norm's dy";
     EXPECT_EQ(o.sums.count, count);
