@@ -291,17 +291,13 @@ void GradSync::set_compression_state(const std::vector<float>& state) {
     host_->set_compression_state(state);
     return;
   }
-  size_t off = 0;
-  for (auto& c : compressors_) {
-    const size_t n = (c->spec().error_feedback ? c->count() : 0) + 2;
-    HPDT_CHECK(off + n <= state.size(), "GradSync: compression state of ", state.size(), " values is too short for ",
-               comm::compression_name(options_.compression), " over ", grads_.numel(), " gradients in ",
-               compressors_.size(), " buckets");
-    c->set_state(std::vector<float>(state.begin() + long(off), state.begin() + long(off + n)), copy_stream_);
-    off += n;
-  }
-  HPDT_CHECK(off == state.size(), "GradSync: compression state of ", state.size(), " values does not match ", off,
-             " expected");
+  std::vector<size_t> sizes;
+  for (const auto& c : compressors_) sizes.push_back(c->state_size());
+  const auto parts = comm::split_compression_state(state, sizes,
+                                                   "GradSync (" + comm::compression_name(options_.compression) +
+                                                       " over " + std::to_string(grads_.numel()) + " gradients in " +
+                                                       std::to_string(compressors_.size()) + " buckets)");
+  for (size_t b = 0; b < compressors_.size(); ++b) compressors_[b]->set_state(parts[b], copy_stream_);
 }
 
 }  // namespace hpdt::train

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "algorithms.h"
+#include "compression_wire.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/philox.h"
 #include "hpdt/kernels/accumulate.h"
@@ -99,9 +100,7 @@ Compressor::Compressor(const CompressionSpec& spec, size_t count) : spec_(spec),
 
 std::vector<float> Compressor::state() const {
   std::vector<float> s(residual_);
-  // The call counter (QSGD's random stream position) as two exact f32 halves of 24 bits each.
-  s.push_back(float(calls_ & 0xffffffu));
-  s.push_back(float((calls_ >> 24) & 0xffffffu));
+  wire::append_calls(s, calls_);  // QSGD's random stream position
   return s;
 }
 
@@ -109,7 +108,22 @@ void Compressor::set_state(const std::vector<float>& s) {
   HPDT_CHECK(s.size() == residual_.size() + 2, "compression state of ", s.size(), " values does not fit ", compression_name(spec_),
              " over ", count_, " values (expected ", residual_.size() + 2, ")");
   std::copy(s.begin(), s.end() - 2, residual_.begin());
-  calls_ = uint64_t(s[s.size() - 2]) | uint64_t(s[s.size() - 1]) << 24;
+  calls_ = wire::read_calls(s.data() + s.size() - 2);
+}
+
+std::vector<std::vector<float>> split_compression_state(const std::vector<float>& state,
+                                                        const std::vector<size_t>& sizes, const std::string& what) {
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  HPDT_CHECK(total == state.size(), what, ": compression state of ", state.size(), " values does not match the ", total,
+             " expected");
+  std::vector<std::vector<float>> parts;
+  size_t off = 0;
+  for (size_t n : sizes) {
+    parts.emplace_back(state.begin() + long(off), state.begin() + long(off + n));
+    off += n;
+  }
+  return parts;
 }
 
 namespace {
@@ -238,24 +252,19 @@ class TopK final : public Compressor {
     }
     const int p = c.transport().size();
     all_.resize(size_t(p) * k_);
-    allgather(c, mine_.data(), all_.data(), k_ * sizeof(Pair));
+    allgather(c, mine_.data(), all_.data(), k_ * sizeof(wire::TopkPair));
     std::fill(data, data + n, 0.0f);
-    for (const Pair& q : all_) data[q.index] += q.value;  // rank order
+    for (const wire::TopkPair& q : all_) data[q.index] += q.value;  // rank order
     if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
     wire_bytes_ = c.bytes_sent() - b0;
     ++calls_;
   }
 
  private:
-  struct Pair {
-    uint32_t index;
-    float value;
-  };
-  static_assert(sizeof(Pair) == 8);
   size_t k_ = 0;
   std::vector<int32_t> idx_;
   std::vector<float> val_;
-  std::vector<Pair> mine_, all_;
+  std::vector<wire::TopkPair> mine_, all_;
 };
 
 // QSGD: per chunk of kChunk values a scale s = max |x|; x -> sign(x) floor(|x| / s * L + u), u ~ U[0, 1),
@@ -265,13 +274,8 @@ class TopK final : public Compressor {
 // DeviceCompressor share.
 class Qsgd final : public Compressor {
  public:
-  static constexpr size_t kChunk = kernels::kQsgdChunk;
-  Qsgd(const CompressionSpec& s, size_t n, uint64_t seed, uint64_t id) : Compressor(s, n), seed_(seed), id_(id) {
-    chunks_ = (n + kChunk - 1) / kChunk;
-    packed_bytes_ = size_t(kernels::qsgd_packed_bytes(int64_t(n), s.bits));
-    message_bytes_ = chunks_ * sizeof(float) + packed_bytes_;
-    message_bytes_ = (message_bytes_ + 7) / 8 * 8;
-  }
+  Qsgd(const CompressionSpec& s, size_t n, uint64_t seed, uint64_t id)
+      : Compressor(s, n), seed_(seed), id_(id), msg_(wire::qsgd_message(n, s.bits)) {}
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm, const AllreduceOptions&) override {
     const uint64_t b0 = c.bytes_sent();
     const size_t n = count_;
@@ -279,25 +283,22 @@ class Qsgd final : public Compressor {
     const int p = c.size(), r = c.rank();
     acc_.resize(n);
     add_residual(data, residual_, acc_.data(), n);
-    std::vector<uint8_t> msg(message_bytes_, 0);
+    std::vector<uint8_t> msg(msg_.bytes, 0);
     float* scales = reinterpret_cast<float*>(msg.data());
-    uint8_t* packed = msg.data() + chunks_ * sizeof(float);
-    // Random stream per (compressor, rank), position advancing with each call: reproducible, and
-    // independent across ranks and buckets.
-    const kernels::QsgdRandom rng{seed_, (id_ << 20) ^ uint64_t(r), calls_ * ((uint64_t(n) + 3) & ~uint64_t(3))};
-    kernels::cpu::qsgd_quantize(int64_t(n), acc_.data(), bits, rng, packed, scales,
-                                residual_.empty() ? nullptr : residual_.data());
+    uint8_t* packed = msg.data() + msg_.chunks * sizeof(float);
+    kernels::cpu::qsgd_quantize(int64_t(n), acc_.data(), bits, wire::qsgd_random(seed_, id_, r, calls_, n), packed,
+                                scales, residual_.empty() ? nullptr : residual_.data());
     if (record_) {
       transmitted_.resize(n);
       kernels::cpu::qsgd_dequantize(int64_t(n), packed, scales, bits, transmitted_.data(), false);
     }
-    all_.resize(size_t(p) * message_bytes_);
-    allgather(c, msg.data(), all_.data(), message_bytes_);
+    all_.resize(size_t(p) * msg_.bytes);
+    allgather(c, msg.data(), all_.data(), msg_.bytes);
     std::fill(data, data + n, 0.0f);
     for (int q = 0; q < p; ++q) {  // decode and sum in rank order
-      const uint8_t* m = all_.data() + size_t(q) * message_bytes_;
-      kernels::cpu::qsgd_dequantize(int64_t(n), m + chunks_ * sizeof(float), reinterpret_cast<const float*>(m), bits,
-                                    data, true);
+      const uint8_t* m = all_.data() + size_t(q) * msg_.bytes;
+      kernels::cpu::qsgd_dequantize(int64_t(n), m + msg_.chunks * sizeof(float), reinterpret_cast<const float*>(m),
+                                    bits, data, true);
     }
     if (op == ReduceOp::avg) kernels::divide_f32(data, n, float(p));
     wire_bytes_ = c.bytes_sent() - b0;
@@ -306,7 +307,7 @@ class Qsgd final : public Compressor {
 
  private:
   uint64_t seed_, id_;
-  size_t chunks_ = 0, packed_bytes_ = 0, message_bytes_ = 0;
+  wire::QsgdMessage msg_;
   std::vector<float> acc_;
   std::vector<uint8_t> all_;
 };

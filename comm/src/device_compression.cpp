@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "compression_wire.h"
 #include "hpdt/comm/compression.h"
 #include "hpdt/core/error.h"
 #include "hpdt/kernels/accumulate.h"
@@ -75,7 +76,7 @@ class DeviceTopK final : public DeviceCompressor {
     for (int64_t j = 0; j < k_; ++j)
       mine_[size_t(j)] = {uint32_t(host_idx_.data<int32_t>()[j]), host_val_.data<float>()[j]};
     all_.resize(size_t(p) * size_t(k_));
-    allgather(c, mine_.data(), all_.data(), size_t(k_) * sizeof(Pair));
+    allgather(c, mine_.data(), all_.data(), size_t(k_) * sizeof(wire::TopkPair));
     // every rank's pairs back to the device, then summed in rank order into zeros
     const int64_t total = int64_t(p) * k_;
     if (!all_idx_.defined() || all_idx_.numel() != total) {
@@ -100,15 +101,10 @@ class DeviceTopK final : public DeviceCompressor {
   }
 
  private:
-  struct Pair {  // compression.cpp's TopK message
-    uint32_t index;
-    float value;
-  };
-  static_assert(sizeof(Pair) == 8);
   int64_t k_ = 0;
   Tensor idx_, val_, host_idx_, host_val_;                  // this rank's selection
   Tensor all_idx_, all_val_, host_all_idx_, host_all_val_;  // every rank's, in rank order
-  std::vector<Pair> mine_, all_;
+  std::vector<wire::TopkPair> mine_, all_;
 };
 
 // As compression.cpp's Qsgd: the message is the chunks' f32 scales, then the bit-packed levels, padded with zeros
@@ -117,9 +113,8 @@ class DeviceQsgd final : public DeviceCompressor {
  public:
   DeviceQsgd(const CompressionSpec& s, size_t n, Device dev, const Stream& stream, uint64_t seed, uint64_t id)
       : DeviceCompressor(s, n, dev, stream), seed_(seed), id_(id) {
-    chunks_ = kernels::qsgd_chunks(int64_t(n));
-    packed_bytes_ = kernels::qsgd_packed_bytes(int64_t(n), s.bits);
-    message_bytes_ = (chunks_ * int64_t(sizeof(float)) + packed_bytes_ + 7) / 8 * 8;
+    const wire::QsgdMessage m = wire::qsgd_message(n, s.bits);
+    chunks_ = int64_t(m.chunks), packed_bytes_ = int64_t(m.packed_bytes), message_bytes_ = int64_t(m.bytes);
     acc_ = vector_on(dev, int64_t(n), DType::f32, stream);
     scales_ = vector_on(dev, chunks_, DType::f32, stream);
     packed_ = vector_on(dev, packed_bytes_, DType::u8, stream);
@@ -136,9 +131,8 @@ class DeviceQsgd final : public DeviceCompressor {
       kernels::add(data, residual_, acc_, stream);  // g + e
       x = acc_;
     }
-    // the host's random stream: per (compressor, rank), its position advancing with each call
-    const kernels::QsgdRandom rng{seed_, (id_ << 20) ^ uint64_t(r), calls_ * ((uint64_t(n) + 3) & ~uint64_t(3))};
-    kernels::qsgd_quantize(x, spec_.bits, rng, packed_, scales_, residual_.defined() ? &residual_ : nullptr, stream);
+    kernels::qsgd_quantize(x, spec_.bits, wire::qsgd_random(seed_, id_, r, calls_, size_t(n)), packed_, scales_,
+                           residual_.defined() ? &residual_ : nullptr, stream);
     Tensor msg_scales = Tensor::wrap(msg_.data(), {chunks_}, DType::f32);
     Tensor msg_packed = Tensor::wrap(static_cast<uint8_t*>(msg_.data()) + chunks_ * 4, {packed_bytes_}, DType::u8);
     copy(scales_, msg_scales, stream);
@@ -189,22 +183,20 @@ std::vector<float> DeviceCompressor::state(const Stream& stream) const {
     copy(residual_, host, stream);
     stream.synchronize();
   }
-  // the call counter as Compressor::state keeps it: two exact f32 halves of 24 bits each
-  s.push_back(float(calls_ & 0xffffffu));
-  s.push_back(float((calls_ >> 24) & 0xffffffu));
+  wire::append_calls(s, calls_);  // as Compressor::state
   return s;
 }
 
 void DeviceCompressor::set_state(const std::vector<float>& s, const Stream& stream) {
-  const size_t n = residual_.defined() ? count_ : 0;
-  HPDT_CHECK(s.size() == n + 2, "compression state of ", s.size(), " values does not fit ", compression_name(spec_),
-             " over ", count_, " values (expected ", n + 2, ")");
+  const size_t n = state_size() - 2;
+  HPDT_CHECK(s.size() == state_size(), "compression state of ", s.size(), " values does not fit ",
+             compression_name(spec_), " over ", count_, " values (expected ", state_size(), ")");
   if (n > 0) {
     const Tensor host = Tensor::wrap(const_cast<float*>(s.data()), {int64_t(n)}, DType::f32);
     copy(host, residual_, stream);
     stream.synchronize();  // s may go before the copy would have run
   }
-  calls_ = uint64_t(s[n]) | uint64_t(s[n + 1]) << 24;
+  calls_ = wire::read_calls(s.data() + n);
 }
 
 bool device_compression_supported(const CompressionSpec& spec) {

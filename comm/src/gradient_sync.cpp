@@ -219,15 +219,13 @@ std::vector<float> GradientSync::compression_state() const {
 void GradientSync::set_compression_state(const std::vector<float>& state) {
   std::lock_guard<std::mutex> lock(mu_);
   HPDT_CHECK(!in_step_, "GradientSync::set_compression_state during a step");
-  size_t off = 0;
-  for (auto& c : compressors_) {
-    const size_t n = c->state().size();
-    HPDT_CHECK(off + n <= state.size(), "GradientSync: compression state of ", state.size(), " values is too short for ",
-               compression_name(options_.compression), " over ", count_, " gradients in ", compressors_.size(), " buckets");
-    c->set_state(std::vector<float>(state.begin() + long(off), state.begin() + long(off + n)));
-    off += n;
-  }
-  HPDT_CHECK(off == state.size(), "GradientSync: compression state of ", state.size(), " values does not match ", off, " expected");
+  std::vector<size_t> sizes;
+  for (const auto& c : compressors_) sizes.push_back(c->state().size());
+  const auto parts = split_compression_state(state, sizes,
+                                             "GradientSync (" + compression_name(options_.compression) + " over " +
+                                                 std::to_string(count_) + " gradients in " +
+                                                 std::to_string(compressors_.size()) + " buckets)");
+  for (size_t b = 0; b < compressors_.size(); ++b) compressors_[b]->set_state(parts[b]);
 }
 
 }  // namespace hpdt::comm

@@ -110,6 +110,7 @@ class DeviceCompressor {
   // As Compressor::state / set_state: the residual, then the call counter (copied from and to the device).
   std::vector<float> state(const Stream& stream) const;
   void set_state(const std::vector<float>& s, const Stream& stream);
+  size_t state_size() const { return (residual_.defined() ? count_ : 0) + 2; }
 
  protected:
   DeviceCompressor(const CompressionSpec& spec, size_t count, Device device, const Stream& stream);
@@ -126,6 +127,12 @@ bool device_compression_supported(const CompressionSpec& spec);
 // make_compressor. Throws unless device_compression_supported(spec).
 std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressionSpec& spec, size_t count, Device device,
                                                          const Stream& stream, uint64_t seed = 0, uint64_t id = 0);
+
+// A checkpoint's compression state (its compressors' states back to back, GradientSync::compression_state) cut
+// into the states of the given sizes, in order; throws, naming `what` (who restores it, for what), unless the sizes
+// add up to the state's.
+std::vector<std::vector<float>> split_compression_state(const std::vector<float>& state,
+                                                        const std::vector<size_t>& sizes, const std::string& what);
 
 // A compressor for `count` values. `matrices` (offsets relative to the range, non-overlapping) tell
 // PowerSGD where the matrices are; without them the whole range is treated as one near-square matrix.

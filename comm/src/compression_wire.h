@@ -1,0 +1,46 @@
+// What the host compressors (compression.cpp) and the device ones (device_compression.cpp) must agree on, bit for
+// bit, to interoperate: the messages' layouts, QSGD's random stream, and the call counter in the saved state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "hpdt/kernels/compress.h"
+
+namespace hpdt::comm::wire {
+
+// A top-k message entry.
+struct TopkPair {
+  uint32_t index;
+  float value;
+};
+static_assert(sizeof(TopkPair) == 8);
+
+// A QSGD message of n values: the chunks' f32 scales, then the bit-packed levels, padded with zeros to a multiple of
+// 8 bytes.
+struct QsgdMessage {
+  size_t chunks = 0, packed_bytes = 0, bytes = 0;
+};
+inline QsgdMessage qsgd_message(size_t n, int bits) {
+  QsgdMessage m;
+  m.chunks = size_t(kernels::qsgd_chunks(int64_t(n)));
+  m.packed_bytes = size_t(kernels::qsgd_packed_bytes(int64_t(n), bits));
+  m.bytes = (m.chunks * sizeof(float) + m.packed_bytes + 7) / 8 * 8;
+  return m;
+}
+
+// QSGD's random numbers of compressor `id` on `rank` at its call `calls` over n values: a stream per (compressor,
+// rank), its position advancing with each call (reproducible, and independent across ranks and buckets).
+inline kernels::QsgdRandom qsgd_random(uint64_t seed, uint64_t id, int rank, uint64_t calls, size_t n) {
+  return {seed, (id << 20) ^ uint64_t(rank), calls * ((uint64_t(n) + 3) & ~uint64_t(3))};
+}
+
+// The call counter at the end of a compressor's state: two exact f32 halves of 24 bits each.
+inline void append_calls(std::vector<float>& state, uint64_t calls) {
+  state.push_back(float(calls & 0xffffffu));
+  state.push_back(float((calls >> 24) & 0xffffffu));
+}
+inline uint64_t read_calls(const float* two) { return uint64_t(two[0]) | uint64_t(two[1]) << 24; }
+
+}  // namespace hpdt::comm::wire
