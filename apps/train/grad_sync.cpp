@@ -10,7 +10,8 @@
 
 namespace hpdt::train {
 
-// HPDT_DEVICE_COMPRESSION=off keeps top-k and QSGD on the host mirror (the A/B, and the oracle of the tests).
+// HPDT_DEVICE_COMPRESSION=off keeps fp16/bf16, top-k and QSGD on the host mirror (the A/B, and the oracle of the
+// tests).
 bool GradSync::device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo) {
   return comm::device_compression_supported(spec) && algo != comm::Algorithm::nccl &&
          env_switch("HPDT_DEVICE_COMPRESSION", "on", "off");
@@ -49,7 +50,7 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
   const bool ours_on_gpu = false;
 #endif
   if (device_compression_wanted(options_.compression, algo)) {
-    // topk and qsgd on the device: each bucket's message crosses to the host, not the bucket
+    // fp16/bf16, topk and qsgd on the device: each bucket's message crosses to the host, not the bucket
     path_ = "device compression";
     HPDT_CHECK(grads.dtype() == DType::f32, "GradSync: compression ", comm::compression_name(options_.compression),
                " needs an f32 gradient buffer, not ", dtype_name(grads.dtype()));

@@ -126,6 +126,47 @@ std::vector<std::vector<float>> split_compression_state(const std::vector<float>
   return parts;
 }
 
+namespace wire {
+
+HalfPart half_part(const Transport& t, size_t n) {
+  const size_t p = size_t(t.size()), r = size_t(t.rank());
+  return {detail::part_begin(n, p, r), detail::part_begin(n, p, r + 1)};
+}
+
+void half_reduce_scatter(Transport& t, const uint16_t* wire, uint16_t* incoming, size_t n) {
+  const int p = t.size(), r = t.rank();
+  const HalfPart mine = half_part(t, n);
+  if (p > 1 && n > 0) {  // rank q receives everybody's part q
+    for (int q = 0; q < p; ++q)
+      if (q != r) t.irecv(incoming + size_t(q) * mine.size(), mine.size() * 2, q, 311);
+    for (int q = 0; q < p; ++q) {
+      if (q == r) continue;
+      const size_t ql = detail::part_begin(n, size_t(p), size_t(q)),
+                   qh = detail::part_begin(n, size_t(p), size_t(q) + 1);
+      t.isend(wire + ql, (qh - ql) * 2, q, 311);
+    }
+    t.wait_all();
+  }
+  if (mine.size() > 0)  // fewer elements than ranks: this rank's part is empty and incoming may have no storage
+    std::memcpy(incoming + size_t(r) * mine.size(), wire + mine.lo, mine.size() * 2);
+}
+
+void half_allgather(Transport& t, uint16_t* wire, size_t n) {
+  const int p = t.size(), r = t.rank();
+  if (p == 1 || n == 0) return;
+  const HalfPart mine = half_part(t, n);
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    const size_t ql = detail::part_begin(n, size_t(p), size_t(q)), qh = detail::part_begin(n, size_t(p), size_t(q) + 1);
+    t.irecv(wire + ql, (qh - ql) * 2, q, 312);
+  }
+  for (int q = 0; q < p; ++q)
+    if (q != r) t.isend(wire + mine.lo, mine.size() * 2, q, 312);
+  t.wait_all();
+}
+
+}  // namespace wire
+
 namespace {
 
 // allreduce() plus, for MPI_Allreduce (whose traffic our transports cannot see), the bytes ring sends.
@@ -159,7 +200,8 @@ class NoCompression final : public Compressor {
 };
 
 // fp16/bf16: direct reduce-scatter of 16-bit values (part j summed on rank j in f32, in rank order) and
-// direct all-gather of the 16-bit results. Casts by kernels::convert (F16C for f16 where available).
+// direct all-gather of the 16-bit results (wire::half_reduce_scatter, half_allgather). Casts by kernels::convert
+// (F16C for f16 where available).
 class HalfWire final : public Compressor {
  public:
   HalfWire(const CompressionSpec& s, size_t n) : Compressor(s, n) {}
@@ -174,26 +216,12 @@ class HalfWire final : public Compressor {
       kernels::convert(transmitted_.data(), DType::f32, wire_.data(), wire_type, n);
     }
     Transport& t = c.transport();
-    const int p = t.size(), r = t.rank();
+    const int p = t.size();
     t.set_context({"compressed allreduce " + compression_name(spec_) + " of " + std::to_string(n) + " x f32", o.bucket});
-    const size_t lo = detail::part_begin(n, size_t(p), size_t(r)), hi = detail::part_begin(n, size_t(p), size_t(r) + 1);
-    const size_t mine = hi - lo;
-    if (p > 1 && n > 0) {
-      // Reduce-scatter: rank j receives everybody's part j.
-      incoming_.resize(size_t(p) * mine);
-      for (int q = 0; q < p; ++q)
-        if (q != r) t.irecv(incoming_.data() + size_t(q) * mine, mine * 2, q, 311);
-      for (int q = 0; q < p; ++q) {
-        if (q == r) continue;
-        const size_t ql = detail::part_begin(n, size_t(p), size_t(q)), qh = detail::part_begin(n, size_t(p), size_t(q) + 1);
-        t.isend(wire_.data() + ql, (qh - ql) * 2, q, 311);
-      }
-      t.wait_all();
-      if (mine > 0)  // fewer elements than ranks: this rank's part is empty and incoming_ may have no storage
-        std::memcpy(incoming_.data() + size_t(r) * mine, wire_.data() + lo, mine * 2);
-    } else {
-      incoming_.assign(wire_.begin() + long(lo), wire_.begin() + long(hi));
-    }
+    const wire::HalfPart part = wire::half_part(t, n);
+    const size_t mine = part.size();
+    incoming_.resize(size_t(p) * mine);
+    wire::half_reduce_scatter(t, wire_.data(), incoming_.data(), n);
     sum_.assign(mine, 0.0f);
     part_.resize(mine);
     for (int q = 0; q < p; ++q) {  // rank order
@@ -202,17 +230,8 @@ class HalfWire final : public Compressor {
     }
     // Average by division, as allreduce() does, so avg of equal values is exact.
     if (op == ReduceOp::avg) kernels::divide_f32(sum_.data(), mine, float(p));
-    kernels::convert(wire_.data() + lo, wire_type, sum_.data(), DType::f32, mine);
-    if (p > 1 && n > 0) {  // All-gather of the reduced 16-bit parts.
-      for (int q = 0; q < p; ++q) {
-        if (q == r) continue;
-        const size_t ql = detail::part_begin(n, size_t(p), size_t(q)), qh = detail::part_begin(n, size_t(p), size_t(q) + 1);
-        t.irecv(wire_.data() + ql, (qh - ql) * 2, q, 312);
-      }
-      for (int q = 0; q < p; ++q)
-        if (q != r) t.isend(wire_.data() + lo, mine * 2, q, 312);
-      t.wait_all();
-    }
+    kernels::convert(wire_.data() + part.lo, wire_type, sum_.data(), DType::f32, mine);
+    wire::half_allgather(t, wire_.data(), n);
     kernels::convert(data, DType::f32, wire_.data(), wire_type, n);
     wire_bytes_ = c.bytes_sent() - b0;
     ++calls_;

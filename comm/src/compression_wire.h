@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hpdt/comm/transport.h"
 #include "hpdt/kernels/compress.h"
 
 namespace hpdt::comm::wire {
@@ -35,6 +36,20 @@ inline QsgdMessage qsgd_message(size_t n, int bits) {
 inline kernels::QsgdRandom qsgd_random(uint64_t seed, uint64_t id, int rank, uint64_t calls, size_t n) {
   return {seed, (id << 20) ^ uint64_t(rank), calls * ((uint64_t(n) + 3) & ~uint64_t(3))};
 }
+
+// fp16/bf16: the 16-bit wire of n values is exchanged directly, part q ([part_begin(n, p, q), part_begin(n, p, q + 1)))
+// summed on rank q. What sums and casts the parts is the caller's (host or device); these two move the bytes.
+// Reduce-scatter: every rank's copy of this rank's part into incoming (p x mine, in rank order, this rank's own
+// included).
+void half_reduce_scatter(Transport& t, const uint16_t* wire, uint16_t* incoming, size_t n);
+// All-gather: this rank's reduced part of `wire` to every rank, theirs into `wire`.
+void half_allgather(Transport& t, uint16_t* wire, size_t n);
+// This rank's part of n values among the transport's ranks: [lo, hi).
+struct HalfPart {
+  size_t lo = 0, hi = 0;
+  size_t size() const { return hi - lo; }
+};
+HalfPart half_part(const Transport& t, size_t n);
 
 // The call counter at the end of a compressor's state: two exact f32 halves of 24 bits each.
 inline void append_calls(std::vector<float>& state, uint64_t calls) {

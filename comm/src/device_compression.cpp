@@ -1,5 +1,5 @@
-// Top-k and QSGD compression on the gradients' own device (compression.h: DeviceCompressor). The messages are
-// kernels/compress.h's, which compute what comm's CPU compressors (compression.cpp: TopK, Qsgd) compute; the
+// fp16/bf16, top-k and QSGD compression on the gradients' own device (compression.h: DeviceCompressor). The messages
+// are kernels/compress.h's, which compute what comm's CPU compressors (compression.cpp: TopK, Qsgd) compute; the
 // all-gather is the host one (allgather over the communicator's transport), so only the messages cross to the host.
 // Every step mirrors the host compressor's, in the same order, so the results are the same bits.
 #include <algorithm>
@@ -164,6 +164,64 @@ class DeviceQsgd final : public DeviceCompressor {
   Tensor acc_, scales_, packed_, msg_, all_, host_all_;
 };
 
+// As compression.cpp's HalfWire: each rank's values cast to 16 bits, the parts exchanged directly (the host's
+// wire::half_reduce_scatter and half_allgather over pinned buffers), part j summed on rank j in f32 in rank order,
+// averaged by division and cast back to 16 bits. The casts and the sums run on the device: the host only moves the
+// 16-bit bytes (down n x 2, up n x 2 for the reduce-scatter, down n/p x 2 and up n x 2 for the all-gather, against
+// the host mirror's n x 4 each way and its casts and sums on one core).
+class DeviceHalfWire final : public DeviceCompressor {
+ public:
+  DeviceHalfWire(const CompressionSpec& s, size_t n, Device dev, const Stream& stream)
+      : DeviceCompressor(s, n, dev, stream), wire_type_(s.kind == CompressionKind::bf16 ? DType::bf16 : DType::f16) {
+    wire_ = vector_on(dev, int64_t(n), wire_type_, stream);
+    host_wire_ = vector_on(Device::cpu(), int64_t(n), wire_type_, stream, true);
+  }
+  void allreduce(Communicator& c, Tensor& data, ReduceOp op, const Stream& stream) override {
+    check_data(*this, data, residual_, stream);
+    const uint64_t b0 = c.bytes_sent();
+    const int64_t n = int64_t(count_);
+    Transport& t = c.transport();
+    const int p = t.size();
+    const wire::HalfPart part = wire::half_part(t, size_t(n));
+    const int64_t mine = int64_t(part.size()), lo = int64_t(part.lo);
+    if (!incoming_.defined() || incoming_.numel() != int64_t(p) * mine) {
+      incoming_ = vector_on(data.device(), int64_t(p) * mine, wire_type_, stream);
+      host_incoming_ = vector_on(Device::cpu(), int64_t(p) * mine, wire_type_, stream, true);
+      sum_ = vector_on(data.device(), mine, DType::f32, stream);
+      part_ = vector_on(data.device(), mine, DType::f32, stream);
+    }
+    kernels::cast(data, wire_, stream);
+    copy(wire_, host_wire_, stream);
+    stream.synchronize();
+    t.set_context({"compressed allreduce " + compression_name(spec_) + " of " + std::to_string(n) + " x f32 (device)"});
+    wire::half_reduce_scatter(t, static_cast<const uint16_t*>(host_wire_.data()),
+                              static_cast<uint16_t*>(host_incoming_.data()), size_t(n));
+    copy(host_incoming_, incoming_, stream);
+    kernels::fill(sum_, 0.0f, stream);
+    for (int q = 0; q < p; ++q) {  // rank order, one rounding an add, as the host's accumulate_f32
+      kernels::cast(incoming_.flat(int64_t(q) * mine, mine), part_, stream);
+      kernels::add(sum_, part_, sum_, stream);
+    }
+    if (op == ReduceOp::avg) divide(sum_, float(p), stream);
+    Tensor reduced = wire_.flat(lo, mine), host_reduced = host_wire_.flat(lo, mine);
+    kernels::cast(sum_, reduced, stream);
+    copy(reduced, host_reduced, stream);
+    stream.synchronize();
+    wire::half_allgather(t, static_cast<uint16_t*>(host_wire_.data()), size_t(n));
+    copy(host_wire_, wire_, stream);
+    kernels::cast(wire_, data, stream);
+    stream.synchronize();
+    wire_bytes_ = c.bytes_sent() - b0;
+    ++calls_;
+  }
+
+ private:
+  DType wire_type_;
+  Tensor wire_, host_wire_;          // this rank's values in 16 bits; after the all-gather, the result
+  Tensor incoming_, host_incoming_;  // every rank's copy of this rank's part, in rank order
+  Tensor sum_, part_;                // this rank's part in f32
+};
+
 }  // namespace
 
 DeviceCompressor::DeviceCompressor(const CompressionSpec& spec, size_t count, Device device, const Stream& stream)
@@ -200,19 +258,23 @@ void DeviceCompressor::set_state(const std::vector<float>& s, const Stream& stre
 }
 
 bool device_compression_supported(const CompressionSpec& spec) {
-  return spec.kind == CompressionKind::topk || spec.kind == CompressionKind::qsgd;
+  return spec.kind == CompressionKind::fp16 || spec.kind == CompressionKind::bf16 ||
+         spec.kind == CompressionKind::topk || spec.kind == CompressionKind::qsgd;
 }
 
 std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressionSpec& spec, size_t count, Device device,
                                                          const Stream& stream, uint64_t seed, uint64_t id) {
   switch (spec.kind) {
+    case CompressionKind::fp16:
+    case CompressionKind::bf16:
+      return std::make_unique<DeviceHalfWire>(spec, count, device, stream);
     case CompressionKind::topk:
       return std::make_unique<DeviceTopK>(spec, count, device, stream);
     case CompressionKind::qsgd:
       return std::make_unique<DeviceQsgd>(spec, count, device, stream, seed, id);
     default:
       HPDT_FAIL("make_device_compressor: ", compression_name(spec),
-                " runs on the host only (device compression: topk and qsgd)");
+                " runs on the host only (device compression: fp16, bf16, topk and qsgd)");
   }
 }
 

@@ -13,14 +13,14 @@
 #                       ranks without a GPU, or one step where GPUs exist)
 #   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
 #                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
-#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl; --compress topk and qsgd
-#                       on the device), the GPU paths bitwise equal to each other (device compression to the host
+#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl; --compress topk, qsgd
+#                       and fp16 on the device), the GPU paths bitwise equal to each other (device compression to the host
 #                       mirror's, HPDT_DEVICE_COMPRESSION=off), the GPU run near the CPU run (mixed precision on the
 #                       emulated GPU: test_nn_models_cuda_emu)
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
-#                       GPU (host mirror) near 1 rank, and with --compress topk on the GPU bitwise equal to the host
-#                       mirror's; --algo nccl on a 1-rank NCCL communicator; bf16 and
+#                       GPU (host mirror) near 1 rank, and with --compress topk and bf16 on the GPU bitwise equal to
+#                       the host mirror's; --algo nccl on a 1-rank NCCL communicator; bf16 and
 #                       fp16 (loss scaling) runs finish with a finite loss (their GEMMs on v3, the default), and
 #                       bf16 runs with --gemm v2 (ViT-Ti) and --conv v3 (ResNet-50 in NHWC, whose 1x1 convolutions
 #                       then run as GEMM v3, the others on conv v3); ViT-Ti with --gelu separate near the CPU
@@ -243,7 +243,7 @@ cuda-emu)
   "$compare" "$(ck mirror)" "$(ck nccl)" --optimizer --atol 1e-6 --rtol 1e-5 || fail "nccl differs from the host mirror"
   # Top-k and QSGD compressed on the GPU (comm::DeviceCompressor) give the host compressors' bits: the checkpoints,
   # error-feedback state included, equal those of the host mirror (HPDT_DEVICE_COMPRESSION=off).
-  for c in topk:0.1 qsgd:4; do
+  for c in topk:0.1 qsgd:4 fp16; do
     run 2 "${args[@]}" --device cuda --algo ring --compress $c --checkpoint-dir "$w/dev-$c" > "$w/dev-$c.log" 2>&1 ||
       { cat "$w/dev-$c.log"; fail "cuda --compress $c"; }
     grep -q "gradients averaged via device compression" "$w/dev-$c.log" ||
@@ -301,14 +301,16 @@ cuda-gpu)
   run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda np 2 ring (host mirror)"; }
   grep -q "gradients averaged via host mirror" "$w/mirror.log" || { cat "$w/mirror.log"; fail "2 ranks on 1 GPU should take the host mirror"; }
   "$compare" "$(ck vit-gpu)" "$(ck mirror)" --atol 2e-4 --rtol 2e-3 || fail "cuda np 2 differs from cuda np 1"
-  # Top-k compressed on the GPU (comm::DeviceCompressor) against the host mirror's compressor: bitwise equal.
-  run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --compress topk:0.1 --checkpoint-dir "$w/dev-topk" \
-    > "$w/dev-topk.log" 2>&1 || { cat "$w/dev-topk.log"; fail "cuda np 2 --compress topk:0.1"; }
-  grep -q "gradients averaged via device compression" "$w/dev-topk.log" ||
-    { cat "$w/dev-topk.log"; fail "--compress topk:0.1: expected the device compression path"; }
-  HPDT_DEVICE_COMPRESSION=off run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --compress topk:0.1 \
-    --checkpoint-dir "$w/mir-topk" > "$w/mir-topk.log" 2>&1 || { cat "$w/mir-topk.log"; fail "--compress topk:0.1, host mirror"; }
-  "$compare" "$(ck mir-topk)" "$(ck dev-topk)" --optimizer || fail "--compress topk:0.1 on the GPU differs from the host mirror's"
+  # Top-k and bf16 compressed on the GPU (comm::DeviceCompressor) against the host mirror's compressor: bitwise equal.
+  for c in topk:0.1 bf16; do
+    run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --compress $c --checkpoint-dir "$w/dev-$c" \
+      > "$w/dev-$c.log" 2>&1 || { cat "$w/dev-$c.log"; fail "cuda np 2 --compress $c"; }
+    grep -q "gradients averaged via device compression" "$w/dev-$c.log" ||
+      { cat "$w/dev-$c.log"; fail "--compress $c: expected the device compression path"; }
+    HPDT_DEVICE_COMPRESSION=off run 2 "${vit[@]}" --batch 4 --device cuda --algo ring --compress $c \
+      --checkpoint-dir "$w/mir-$c" > "$w/mir-$c.log" 2>&1 || { cat "$w/mir-$c.log"; fail "--compress $c, host mirror"; }
+    "$compare" "$(ck mir-$c)" "$(ck dev-$c)" --optimizer || fail "--compress $c on the GPU differs from the host mirror's"
+  done
   run 1 "${vit[@]}" --device cuda --algo nccl --checkpoint-dir "$w/nccl" > "$w/nccl.log" 2>&1 || { cat "$w/nccl.log"; fail "cuda --algo nccl (1 rank)"; }
   grep -q "gradients averaged via nccl" "$w/nccl.log" || { cat "$w/nccl.log"; fail "--algo nccl: expected the nccl path"; }
   "$compare" "$(ck vit-gpu)" "$(ck nccl)" --atol 1e-6 --rtol 1e-5 || fail "--algo nccl on 1 rank differs from --algo ring"
