@@ -11,7 +11,10 @@
 // ones, reduced over ranks by -a (0 rank 0, 1 mean, 2 min, 3 max), median over --repeat repetitions.
 //
 // --compress LIST times comm's Compressor::allreduce (fp16, bf16, topk:R, qsgd:B, powersgd:R, ",noef")
-// for every (compression, algorithm, size), f32 on the host only. algbw/busbw stay defined on the
+// for every (compression, algorithm, size), f32. With --device cuda each is timed twice, as hpdt-train's two
+// paths run it: on the GPU (comm::DeviceCompressor, "on: device", where it takes the method) and through a
+// pinned host mirror ("on: host mirror": copied down, compressed on the host, copied back up); the device
+// rows' #wrong counts elements that are not bitwise the host compressor's. algbw/busbw stay defined on the
 // uncompressed message size; compressed blocks add the bytes a rank put on the wire per call and the
 // compression ratio (ring's 2(p-1)/p * bytes over those). See docs/benchmarks.md for #wrong there.
 #include <mpi.h>
@@ -25,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -168,6 +172,7 @@ size_t count_wrong(DType t, const void* p, size_t count, int ranks, bool avg) {
 
 struct Row {
   std::string algo, compress;
+  std::string compress_on = "none";  // compressed: "host" (--device cpu), "device" or "host mirror" (--device cuda)
   size_t bytes = 0, count = 0;
   bool in_place = false;
   double time_us = 0, algbw = 0, busbw = 0, model_us = 0;
@@ -338,15 +343,14 @@ struct Bench {
   }
 
   // Compressed: every call starts from the same input (send[0, count), like a new gradient each
-  // step); the compressor, with its error-feedback state, carries on from call to call. Out of place:
-  // the copy send -> recv is inside the timed loop (the compressor works in place). In place: the
-  // input is restored outside the timed region and only the compressor's calls are timed.
-  LoopTimes time_compressed(hc::Compressor& comp, hc::Algorithm algo, const float* send, float* recv, size_t count,
-                         bool in_place) {
-    const hc::AllreduceOptions ao = allreduce_options();
+  // step); the compressor, with its error-feedback state, carries on from call to call. `restore` copies
+  // send into recv, `call` runs one compressed all-reduce on recv and returns when its result is there (the
+  // compressors work in place). Out of place: the copy is inside the timed loop. In place: the input is
+  // restored outside the timed region and only the compressor's calls are timed.
+  LoopTimes time_compressed(const std::function<void()>& restore, const std::function<void()>& call, bool in_place) {
     for (int i = 0; i < o.warmup; ++i) {
-      std::memcpy(recv, send, count * sizeof(float));
-      comp.allreduce(comm, recv, op, algo, ao);
+      restore();
+      call();
     }
     std::vector<double> reps;
     for (int r = 0; r < std::max(1, o.repeat); ++r) {
@@ -355,21 +359,46 @@ struct Bench {
       if (!in_place) {
         Stopwatch sw;
         for (int i = 0; i < o.iters; ++i) {
-          std::memcpy(recv, send, count * sizeof(float));
-          comp.allreduce(comm, recv, op, algo, ao);
+          restore();
+          call();
         }
         t = sw.elapsed_s();
       } else {
         for (int i = 0; i < o.iters; ++i) {
-          std::memcpy(recv, send, count * sizeof(float));
+          restore();
           Stopwatch sw;
-          comp.allreduce(comm, recv, op, algo, ao);
+          call();
           t += sw.elapsed_s();
         }
       }
       reps.push_back(reduce_time(t / std::max(1, o.iters)));
     }
     return loop_times(reps);
+  }
+
+  // #wrong of one call of a device compressor (summed over ranks): elements that are not finite or not bitwise what
+  // the host Compressor of the same spec, seed and id, given the device compressor's state, computes from the same
+  // input (compression.h: the two interoperate bit for bit). Bitwise the host's also means identical on every rank.
+  long check_device_compressed(hc::DeviceCompressor& dev, hc::Algorithm algo, Tensor& recv, size_t count, uint64_t id) {
+    if (!o.check) return -1;
+    std::vector<float> x(std::max<size_t>(count, 1)), got(x.size());
+    fill_host(DType::f32, x.data(), count, rank);
+    Tensor view = recv.flat(0, int64_t(count));
+    const Tensor host_x = Tensor::wrap(x.data(), {int64_t(count)}, DType::f32);
+    Tensor host_got = Tensor::wrap(got.data(), {int64_t(count)}, DType::f32);
+    copy(host_x, view, stream);
+    auto twin = hc::make_compressor(dev.spec(), count, {}, 0x5eed, id);
+    twin->set_state(dev.state(stream));
+    dev.allreduce(comm, view, op, stream);
+    twin->allreduce(comm, x.data(), op, algo, allreduce_options());
+    copy(view, host_got, stream);
+    stream.synchronize();
+    long wrong = 0;
+    for (size_t i = 0; i < count; ++i)
+      wrong += !std::isfinite(got[i]) || std::memcmp(&got[i], &x[i], sizeof(float)) != 0;
+    long total = 0;
+    HPDT_MPI_CHECK(MPI_Allreduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, comm.comm()));
+    return total;
   }
 
   // Bytes a rank put on the wire for one uncompressed all-reduce (one extra, untimed call; MPI_Allreduce
@@ -547,7 +576,9 @@ int run(int argc, char** argv) {
   app.add_option("--compress", o.compresses,
                  "compressions, one block per (compression, algorithm): none, fp16, bf16, topk:R (0<R<=1), qsgd:B "
                  "(2..8 bits), powersgd:R (rank; a flat message is one near-square matrix), each lossy one "
-                 "optionally with ',noef' (no error feedback). Needs -d float and --device cpu. Adds wire bytes "
+                 "optionally with ',noef' (no error feedback). Needs -d float. With --device cuda each is timed on "
+                 "the GPU ('on: device', comm::DeviceCompressor, where it takes the method) and through a pinned "
+                 "host mirror ('on: host mirror'). Adds wire bytes "
                  "per rank and the ratio to ring's uncompressed bytes; algbw/busbw stay on the uncompressed size "
                  "(docs/benchmarks.md)")
       ->capture_default_str();
@@ -614,7 +645,6 @@ int run(int argc, char** argv) {
     if (specs[c].lossless()) continue;
     HPDT_CHECK(parse_dtype(o.dtype) == DType::f32, "--compress ", c,
                " needs -d float: the compressors reduce f32 buffers (got -d ", o.dtype, ")");
-    HPDT_CHECK(o.device == "cpu", "--compress ", c, " needs --device cpu: the compressors work on host memory");
   }
 
   hc::Communicator comm(MPI_COMM_WORLD);
@@ -677,8 +707,26 @@ int run(int argc, char** argv) {
   const bool have_none = std::find(compresses.begin(), compresses.end(), "none") != compresses.end();
   const bool have_compressed =
       std::any_of(compresses.begin(), compresses.end(), [&](const std::string& c) { return !specs[c].lossless(); });
-  // compressed blocks: every call starts from the check's inputs (send is never written by them)
-  if (have_compressed) fill_host(DType::f32, send.data(), max_count, rank);
+  // compressed blocks: every call starts from the check's inputs (send is never written by them). On a GPU the
+  // host mirror's pinned buffers hold them too.
+  Tensor host_send, host_recv;
+  if (have_compressed && bench.device.is_cuda()) {
+    host_send = Tensor::empty({int64_t(max_count)}, DType::f32, Device::cpu(), AllocOptions{.pinned = true});
+    host_recv = Tensor::empty({int64_t(max_count)}, DType::f32, Device::cpu(), AllocOptions{.pinned = true});
+    fill_host(DType::f32, host_send.data(), max_count, rank);
+    copy(host_send, send, bench.stream);
+    bench.stream.synchronize();
+  } else if (have_compressed) {
+    fill_host(DType::f32, send.data(), max_count, rank);
+  }
+  // where a compression runs: the host (--device cpu); on a GPU, the device (where it takes the method) and the
+  // host mirror
+  auto places = [&](const hc::CompressionSpec& spec) -> std::vector<std::string> {
+    if (spec.lossless()) return {"none"};
+    if (!bench.device.is_cuda()) return {"host"};
+    if (hc::device_compression_supported(spec)) return {"device", "host mirror"};
+    return {"host mirror"};
+  };
 
   // --interleave: the uncompressed timings of all algorithms, size by size, before any block is printed
   std::map<size_t, std::map<std::pair<std::string, bool>, Bench::LoopTimes>> interleaved;
@@ -686,117 +734,158 @@ int run(int argc, char** argv) {
     for (const size_t bytes : size_list) interleaved[bytes] = bench.time_interleaved(algos, send, recv, bytes / elem);
 
   for (size_t ci = 0; ci < compresses.size(); ++ci)
-    for (const auto& a : algos) {
-      const std::string& c = compresses[ci];
-      const hc::CompressionSpec& spec = specs[c];
-      const bool compressed = !spec.lossless();
-      const hc::Algorithm algo = hc::parse_algorithm(a);
-      std::ostringstream h;
-      // Uncompressed blocks keep nccl-tests' table byte for byte; compressed ones append the bytes a rank
-      // sends per call and the compression ratio against ring's uncompressed 2(p-1)/p * size.
-      h << "#\n# Algorithm: " << a << (compressed ? "  compress: " + c : "") << "\n"
-        << "#                                                              out-of-place                       in-place          \n"
-        << "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
-        << (compressed ? "          wire   ratio" : "") << "\n"
-        << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       "
-        << (compressed ? "      (B/rank)        " : "") << "\n";
-      if (compressed && o.check && !size_list.empty()) {
-        h << "# #wrong: not finite, not bitwise identical on every rank, or off the reference ("
-          << check_name(compressed_check(spec, size_list.front() / elem)) << " at " << size_list.front() << " B";
-        if (compressed_check(spec, size_list.back() / elem) != compressed_check(spec, size_list.front() / elem))
-          h << ", " << check_name(compressed_check(spec, size_list.back() / elem)) << " at " << size_list.back() << " B";
-        h << ")\n";
-      }
-      out(h.str());
-      std::vector<Row> block;
-      for (size_t si = 0; si < size_list.size(); ++si) {
-        const size_t bytes = size_list[si];
-        const size_t count = bytes / elem;
-        std::snprintf(line, sizeof line, "%12zu  %12zu  %8s  %6s  %6i", bytes, count, nccl_type_name(bench.dtype),
-                      o.op.c_str(), o.root);
-        std::string text = line;
-        // one compressor per (compression, algorithm, size): its error-feedback state runs through the
-        // checks and both timed columns, never reset
-        std::unique_ptr<hc::Compressor> comp;
-        if (compressed) comp = hc::make_compressor(spec, count, {}, 0x5eed, ci * 1000 + si);
-        float* sendf = compressed ? static_cast<float*>(send.data()) : nullptr;
-        float* recvf = compressed ? static_cast<float*>(recv.data()) : nullptr;
-        const size_t first = block.size();
-        for (bool in_place : {false, true}) {
-          Row r;
-          r.algo = a;
-          r.compress = c;
-          r.bytes = bytes;
-          r.count = count;
-          r.in_place = in_place;
-          double t = 0;
+    for (const auto& a : algos)
+      for (const std::string& on : places(specs[compresses[ci]])) {
+        const std::string& c = compresses[ci];
+        const hc::CompressionSpec& spec = specs[c];
+        const bool compressed = !spec.lossless();
+        const hc::Algorithm algo = hc::parse_algorithm(a);
+        std::ostringstream h;
+        // Uncompressed blocks keep nccl-tests' table byte for byte; compressed ones append the bytes a rank
+        // sends per call and the compression ratio against ring's uncompressed 2(p-1)/p * size.
+        h << "#\n# Algorithm: " << a << (compressed ? "  compress: " + c : "")
+          << (on == "device" || on == "host mirror" ? "  on: " + on : "") << "\n"
+          << "#                                                              out-of-place                       "
+             "in-place          \n"
+          << "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
+             "busbw #wrong"
+          << (compressed ? "          wire   ratio" : "") << "\n"
+          << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  "
+             "(GB/s)       "
+          << (compressed ? "      (B/rank)        " : "") << "\n";
+        if (compressed && o.check && on == "device") {
+          h << "# #wrong: not finite, or not bitwise the host compressor's result\n";
+        } else if (compressed && o.check && !size_list.empty()) {
+          h << "# #wrong: not finite, not bitwise identical on every rank, or off the reference ("
+            << check_name(compressed_check(spec, size_list.front() / elem)) << " at " << size_list.front() << " B";
+          if (compressed_check(spec, size_list.back() / elem) != compressed_check(spec, size_list.front() / elem))
+            h << ", " << check_name(compressed_check(spec, size_list.back() / elem)) << " at " << size_list.back()
+              << " B";
+          h << ")\n";
+        }
+        out(h.str());
+        std::vector<Row> block;
+        for (size_t si = 0; si < size_list.size(); ++si) {
+          const size_t bytes = size_list[si];
+          const size_t count = bytes / elem;
+          std::snprintf(line, sizeof line, "%12zu  %12zu  %8s  %6s  %6i", bytes, count, nccl_type_name(bench.dtype),
+                        o.op.c_str(), o.root);
+          std::string text = line;
+          // one compressor per (compression, algorithm, place, size): its error-feedback state runs through the
+          // checks and both timed columns, never reset
+          const uint64_t id = ci * 1000 + si;
+          std::unique_ptr<hc::Compressor> comp;
+          std::unique_ptr<hc::DeviceCompressor> dcomp;
+          if (on == "device")
+            dcomp = hc::make_device_compressor(spec, count, bench.device, bench.stream, 0x5eed, id);
+          else if (compressed)
+            comp = hc::make_compressor(spec, count, {}, 0x5eed, id);
+          // host buffers of the host compressor: the benchmark's own (--device cpu) or the host mirror's
+          Tensor& host_in = on == "host mirror" ? host_send : send;
+          Tensor& host_out = on == "host mirror" ? host_recv : recv;
+          float* sendf = comp ? static_cast<float*>(host_in.data()) : nullptr;
+          float* recvf = comp ? static_cast<float*>(host_out.data()) : nullptr;
+          const hc::AllreduceOptions ao = bench.allreduce_options();
+          Tensor send_view = send.flat(0, int64_t(count)), recv_view = recv.flat(0, int64_t(count));
+          std::function<void()> restore, call;
+          if (on == "host") {
+            restore = [&] { std::memcpy(recvf, sendf, count * sizeof(float)); };
+            call = [&] { comp->allreduce(comm, recvf, bench.op, algo, ao); };
+          } else if (on == "device" || on == "host mirror") {
+            restore = [&] { copy(send_view, recv_view, bench.stream); };
+            if (on == "device") {
+              call = [&] { dcomp->allreduce(comm, recv_view, bench.op, bench.stream); };
+            } else {  // as hpdt-train's host mirror: down, compressed on the host, back up
+              call = [&] {
+                Tensor mirror = host_recv.flat(0, int64_t(count));
+                copy(recv_view, mirror, bench.stream);
+                bench.stream.synchronize();
+                comp->allreduce(comm, recvf, bench.op, algo, ao);
+                copy(mirror, recv_view, bench.stream);
+                bench.stream.synchronize();
+              };
+            }
+          }
+          const size_t first = block.size();
+          for (bool in_place : {false, true}) {
+            Row r;
+            r.algo = a;
+            r.compress = c;
+            r.compress_on = on;
+            r.bytes = bytes;
+            r.count = count;
+            r.in_place = in_place;
+            double t = 0;
+            if (compressed) {
+              r.wrong = dcomp ? bench.check_device_compressed(*dcomp, algo, recv, count, id)
+                              : bench.check_compressed(*comp, algo, sendf, recvf, count, in_place);
+              const Bench::LoopTimes lt = bench.time_compressed(restore, call, in_place);
+              t = lt.median_s;
+              r.mean_us = lt.mean_s * 1e6;
+            } else {
+              r.wrong = bench.check(algo, send, recv, count, in_place);
+              const Bench::LoopTimes lt = o.interleave ? interleaved.at(bytes).at({a, in_place})
+                                                       : bench.time_op(algo, send, recv, count, in_place);
+              t = lt.median_s;
+              r.mean_us = lt.mean_s * 1e6;
+            }
+            r.time_us = t * 1e6;
+            r.algbw = t > 0 ? double(bytes) / t / 1e9 : 0;
+            r.busbw = r.algbw * 2.0 * (p - 1) / p;  // nccl-tests: 0 on one rank (nothing crosses a link)
+            if (r.wrong > 0) oob_total += r.wrong;
+            if (!compressed || !have_none) {
+              busbw_sum += r.busbw;  // the average is over uncompressed rows when there are any
+              ++busbw_n;
+            }
+            std::snprintf(line, sizeof line, "  %7s  %6.2f  %6.2f  %5s", time_str(r.time_us).c_str(), r.algbw, r.busbw,
+                          r.wrong < 0 ? "N/A" : std::to_string(r.wrong).c_str());
+            text += line;
+            block.push_back(r);
+          }
+          // wire bytes: the compressor's last call (identical for every call of a compressor), or one extra
+          // uncompressed call measured by the transports' counters
+          const long long wire = compressed ? bench.max_over_ranks(dcomp ? dcomp->wire_bytes() : comp->wire_bytes())
+                                            : bench.wire_uncompressed(algo, recv, count);
+          const double ring_bytes = 2.0 * (p - 1) / p * double(bytes);  // unrounded, for the ratio
+          const double ratio = wire > 0 ? ring_bytes / double(wire) : 0.0;
+          for (size_t k = first; k < block.size(); ++k) {
+            block[k].wire_bytes = wire;
+            block[k].compression_ratio = ratio;
+          }
           if (compressed) {
-            r.wrong = bench.check_compressed(*comp, algo, sendf, recvf, count, in_place);
-            const Bench::LoopTimes lt = bench.time_compressed(*comp, algo, sendf, recvf, count, in_place);
-            t = lt.median_s;
-            r.mean_us = lt.mean_s * 1e6;
-          } else {
-            r.wrong = bench.check(algo, send, recv, count, in_place);
-            const Bench::LoopTimes lt =
-                o.interleave ? interleaved.at(bytes).at({a, in_place}) : bench.time_op(algo, send, recv, count, in_place);
-            t = lt.median_s;
-            r.mean_us = lt.mean_s * 1e6;
+            std::snprintf(line, sizeof line, "  %12lld  %6.2f", wire, ratio);
+            text += line;
           }
-          r.time_us = t * 1e6;
-          r.algbw = t > 0 ? double(bytes) / t / 1e9 : 0;
-          r.busbw = r.algbw * 2.0 * (p - 1) / p;  // nccl-tests: 0 on one rank (nothing crosses a link)
-          if (r.wrong > 0) oob_total += r.wrong;
-          if (!compressed || !have_none) {
-            busbw_sum += r.busbw;  // the average is over uncompressed rows when there are any
-            ++busbw_n;
-          }
-          std::snprintf(line, sizeof line, "  %7s  %6.2f  %6.2f  %5s", time_str(r.time_us).c_str(), r.algbw, r.busbw,
-                        r.wrong < 0 ? "N/A" : std::to_string(r.wrong).c_str());
-          text += line;
-          block.push_back(r);
+          out(text + "\n");
+          std::fflush(stdout);
         }
-        // wire bytes: the compressor's last call (identical for every call of a compressor), or one extra
-        // uncompressed call measured by the transports' counters
-        const long long wire =
-            compressed ? bench.max_over_ranks(comp->wire_bytes()) : bench.wire_uncompressed(algo, recv, count);
-        const double ring_bytes = 2.0 * (p - 1) / p * double(bytes);  // unrounded, for the ratio
-        const double ratio = wire > 0 ? ring_bytes / double(wire) : 0.0;
-        for (size_t k = first; k < block.size(); ++k) {
-          block[k].wire_bytes = wire;
-          block[k].compression_ratio = ratio;
+        // alpha-beta fit of this block (out-of-place times), the model beside each measurement
+        const auto coef = fit_coefficients(a, p);
+        std::vector<bench::TimeSample> samples;
+        for (const auto& r : block)
+          if (!r.in_place && r.bytes > 0) samples.push_back({double(r.bytes), r.time_us * 1e-6});
+        const bench::AlphaBeta fit = bench::fit_alpha_beta(coef, samples);
+        const std::string key =
+            c == "none" ? a : a + "+" + c + (on == "device" || on == "host mirror" ? " on " + on : "");
+        fits[key] = fit;
+        for (auto& r : block) r.model_us = fit.predict_s(coef, double(r.bytes)) * 1e6;
+        std::ostringstream m;
+        char fl[256];
+        std::snprintf(
+            fl, sizeof fl,
+            "# alpha-beta fit (%s, p=%d: t = %g a + %g n b): alpha %.2f us, 1/beta %.3f GB/s, rms error %.1f%%\n",
+            key.c_str(), p, coef.a, coef.b, fit.alpha_s * 1e6,
+            fit.beta_s_per_byte > 0 ? 1e-9 / fit.beta_s_per_byte : 0.0, 100 * fit.rms_rel_error);
+        m << fl << "#       size   measured(us)   model(us)  measured/model\n";
+        for (const auto& r : block) {
+          if (r.in_place) continue;
+          std::snprintf(fl, sizeof fl, "# %10zu  %13.2f  %10.2f  %8.2f\n", r.bytes, r.time_us, r.model_us,
+                        r.model_us > 0 ? r.time_us / r.model_us : 0.0);
+          m << fl;
         }
-        if (compressed) {
-          std::snprintf(line, sizeof line, "  %12lld  %6.2f", wire, ratio);
-          text += line;
-        }
-        out(text + "\n");
-        std::fflush(stdout);
+        out(m.str());
+        rows.insert(rows.end(), block.begin(), block.end());
       }
-      // alpha-beta fit of this block (out-of-place times), the model beside each measurement
-      const auto coef = fit_coefficients(a, p);
-      std::vector<bench::TimeSample> samples;
-      for (const auto& r : block)
-        if (!r.in_place && r.bytes > 0) samples.push_back({double(r.bytes), r.time_us * 1e-6});
-      const bench::AlphaBeta fit = bench::fit_alpha_beta(coef, samples);
-      const std::string key = c == "none" ? a : a + "+" + c;
-      fits[key] = fit;
-      for (auto& r : block) r.model_us = fit.predict_s(coef, double(r.bytes)) * 1e6;
-      std::ostringstream m;
-      char fl[256];
-      std::snprintf(fl, sizeof fl,
-                    "# alpha-beta fit (%s, p=%d: t = %g a + %g n b): alpha %.2f us, 1/beta %.3f GB/s, rms error %.1f%%\n",
-                    key.c_str(), p, coef.a, coef.b, fit.alpha_s * 1e6,
-                    fit.beta_s_per_byte > 0 ? 1e-9 / fit.beta_s_per_byte : 0.0, 100 * fit.rms_rel_error);
-      m << fl << "#       size   measured(us)   model(us)  measured/model\n";
-      for (const auto& r : block) {
-        if (r.in_place) continue;
-        std::snprintf(fl, sizeof fl, "# %10zu  %13.2f  %10.2f  %8.2f\n", r.bytes, r.time_us, r.model_us,
-                      r.model_us > 0 ? r.time_us / r.model_us : 0.0);
-        m << fl;
-      }
-      out(m.str());
-      rows.insert(rows.end(), block.begin(), block.end());
-    }
 
   // footer (nccl-tests)
   std::ostringstream ft;
@@ -944,10 +1033,20 @@ int run(int argc, char** argv) {
     doc["build"] = build_info_json();
     doc["results"] = nlohmann::json::array();
     for (const auto& r : rows)
-      doc["results"].push_back({{"algo", r.algo}, {"compress", r.compress}, {"bytes", r.bytes}, {"count", r.count},
-                                {"in_place", r.in_place}, {"time_us", r.time_us}, {"mean_us", r.mean_us}, {"algbw_GBps", r.algbw},
-                                {"busbw_GBps", r.busbw}, {"wrong", r.wrong}, {"model_us", r.model_us},
-                                {"wire_bytes", r.wire_bytes}, {"compression_ratio", r.compression_ratio}});
+      doc["results"].push_back({{"algo", r.algo},
+                                {"compress", r.compress},
+                                {"compress_on", r.compress_on},
+                                {"bytes", r.bytes},
+                                {"count", r.count},
+                                {"in_place", r.in_place},
+                                {"time_us", r.time_us},
+                                {"mean_us", r.mean_us},
+                                {"algbw_GBps", r.algbw},
+                                {"busbw_GBps", r.busbw},
+                                {"wrong", r.wrong},
+                                {"model_us", r.model_us},
+                                {"wire_bytes", r.wire_bytes},
+                                {"compression_ratio", r.compression_ratio}});
     doc["fits"] = nlohmann::json::object();
     for (const auto& [k, v] : fits) doc["fits"][k] = bench::to_json(v);
     doc["best"] = best_json;
@@ -955,13 +1054,14 @@ int run(int argc, char** argv) {
     doc["out_of_bounds"] = oob_total;
     if (!o.json.empty()) write_file_atomic(o.json, doc.dump(1) + "\n");
     if (!o.csv.empty()) {
-      CsvWriter csv({"algo", "compress", "ranks", "nodes", "bytes", "count", "in_place", "time_us", "mean_us", "algbw_GBps",
-                     "busbw_GBps", "wrong", "model_us", "wire_bytes", "compression_ratio"});
+      CsvWriter csv({"algo", "compress", "compress_on", "ranks", "nodes", "bytes", "count", "in_place", "time_us",
+                     "mean_us", "algbw_GBps", "busbw_GBps", "wrong", "model_us", "wire_bytes", "compression_ratio"});
       for (const auto& r : rows)
-        csv.add_row({r.algo, r.compress, std::to_string(p), std::to_string(comm.node_count()), std::to_string(r.bytes),
-                     std::to_string(r.count), r.in_place ? "1" : "0", std::to_string(r.time_us),
-                     std::to_string(r.mean_us), std::to_string(r.algbw), std::to_string(r.busbw), std::to_string(r.wrong),
-                     std::to_string(r.model_us), std::to_string(r.wire_bytes), std::to_string(r.compression_ratio)});
+        csv.add_row({r.algo, r.compress, r.compress_on, std::to_string(p), std::to_string(comm.node_count()),
+                     std::to_string(r.bytes), std::to_string(r.count), r.in_place ? "1" : "0",
+                     std::to_string(r.time_us), std::to_string(r.mean_us), std::to_string(r.algbw),
+                     std::to_string(r.busbw), std::to_string(r.wrong), std::to_string(r.model_us),
+                     std::to_string(r.wire_bytes), std::to_string(r.compression_ratio)});
       csv.write(o.csv);
     }
   }

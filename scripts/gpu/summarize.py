@@ -40,7 +40,7 @@ def gbench_medians(path):
 
 def collect(dirs):
     found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "train": {}, "torch": {}, "torch_prewarm": {},
-             "summary": [], "environment": ""}
+             "compress": [], "summary": [], "environment": ""}
     for d in dirs:
         bench = os.path.join(d, "bench")
         for key, fname in [("gemm", "bench_gemm_cuda.json"), ("conv", "bench_conv_cuda.json"),
@@ -52,6 +52,8 @@ def collect(dirs):
         for f in sorted(os.listdir(bench)) if os.path.isdir(bench) else []:
             if f.startswith("train_step_") and f.endswith(".json"):
                 found["train"][f[len("train_step_"):-5]] = load(os.path.join(bench, f))
+            if f.startswith("allreduce_compress_cuda") and f.endswith(".json"):  # hpdt-allreduce-perf --compress
+                found["compress"].append(load(os.path.join(bench, f)))
             if f == "prewarm_torch_compile.json":  # run.sh's prewarm: torch.compile's cold compilation, one step
                 for r in load(os.path.join(bench, f)).get("train_step", []):
                     if "first_step_s" in r:
@@ -479,6 +481,33 @@ def layers_table(layers, rows, numbers):
                         "bf16_x_per_channel": per_channel, "bf16_x_scalar": scalar})
 
 
+def compress_table(docs, rows, numbers):
+    """hpdt-allreduce-perf --device cuda --compress: each compression's out-of-place time on the GPU
+    (comm::DeviceCompressor) beside the host mirror's (copied down, compressed on the host, copied back up), per size;
+    x_mirror = the mirror's time / the device's."""
+    if not docs:
+        rows.append("(no allreduce_compress_cuda*.json)")
+        return
+    rows.append("| ranks | compression | size (MB) | device (ms) | host mirror (ms) | x_mirror | wire (KB/rank) "
+                "| #wrong device / mirror |")
+    rows.append("|---:|---|---:|---:|---:|---:|---:|---|")
+    for doc in docs:
+        out = [r for r in doc.get("results", []) if not r["in_place"] and r.get("compress", "none") != "none"]
+        keys = sorted({(r["compress"], r["bytes"]) for r in out}, key=lambda k: (k[0], k[1]))
+        for c, b in keys:
+            at = {r.get("compress_on"): r for r in out if r["compress"] == c and r["bytes"] == b}
+            dev, mir = at.get("device"), at.get("host mirror")
+            t = lambda r: r["time_us"] / 1e3 if r else None  # noqa: E731
+            x = t(mir) / t(dev) if dev and mir and t(dev) > 0 else None
+            wire = (dev or mir or {}).get("wire_bytes")
+            wrong = " / ".join("—" if r is None else str(r["wrong"]) for r in (dev, mir))
+            rows.append(f"| {doc.get('ranks', '?')} | {c} | {b / 1e6:.1f} | {fmt(t(dev), 3)} | {fmt(t(mir), 3)} | "
+                        f"{fmt(x, 2)} | {fmt(wire / 1e3 if wire and wire > 0 else None, 1)} | {wrong} |")
+            numbers.append({"op": "compressed allreduce", "ranks": doc.get("ranks"), "compress": c, "bytes": b,
+                            "device_ms": t(dev), "host_mirror_ms": t(mir), "x_mirror": x,
+                            "wrong_device": dev["wrong"] if dev else None, "wrong_mirror": mir["wrong"] if mir else None})
+
+
 def train_table(t, torch, rows, numbers):
     rows.append("| training step (bf16, f32 master weights) | hpdt ours img/s | hpdt --kernels vendor img/s | PyTorch eager img/s | PyTorch compile img/s | ours / eager | ours / compile | vendor / eager |")
     rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -714,6 +743,8 @@ def main():
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
                 (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
                  lambda: layers_table(f["layers"], rows, numbers)),
+                ("Gradient compression on the GPU against the host mirror (hpdt-allreduce-perf, out of place)",
+                 lambda: compress_table(f["compress"], rows, numbers)),
                 ("Machine code of the profiled kernels (Nsight Compute's source page: stall samples per instruction)",
                  lambda: sass_section(a.dirs, rows))]
     for title, fn in sections:

@@ -31,6 +31,8 @@ def series(doc, in_place):
         if r["in_place"] != in_place:
             continue
         key = r["algo"] + ("" if r.get("compress", "none") == "none" else f"+{r['compress']}")
+        if r.get("compress_on") in ("device", "host mirror"):  # --device cuda: the GPU path and the host mirror
+            key += f" on {r['compress_on']}"
         out.setdefault(key, []).append(r)
     for rows in out.values():
         rows.sort(key=lambda r: r["bytes"])

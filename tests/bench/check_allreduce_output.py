@@ -7,10 +7,12 @@ the best-per-size summary, and the JSON / CSV / tuning files.
 With --compress LIST: one block per (compression, algorithm) in that order; compressed blocks carry
 two more columns (wire bytes per rank, compression ratio against ring's 2(p-1)/p * size), and from
 --wire-smaller-from BYTES on every compressed row must send fewer bytes than uncompressed ring
-(ratio > 1). The best-per-size summary and the JSON's "best" use uncompressed rows only.
+(ratio > 1). The best-per-size summary and the JSON's "best" use uncompressed rows only. With --device
+cuda a compression is two blocks, "on: device" (fp16, bf16, topk, qsgd: comm::DeviceCompressor) then "on: host
+mirror", or the host mirror's alone (powersgd), and the JSON's compress_on says which.
 
 usage: check_allreduce_output.py STDOUT_FILE RANKS ALGOS [--compress LIST] [--wire-smaller-from B]
-                                 [--json F] [--csv F] [--tuning F]
+                                 [--device cpu|cuda] [--json F] [--csv F] [--tuning F]
 """
 import argparse
 import csv
@@ -42,6 +44,7 @@ def main():
     ap.add_argument("--tuning")
     ap.add_argument("--compress", default="none")
     ap.add_argument("--wire-smaller-from", type=int, default=None)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
     lines = open(a.out).read().splitlines()
     p = a.ranks
@@ -52,7 +55,14 @@ def main():
             compresses[-1] += ",noef"
         elif c:
             compresses.append(c)
-    want_blocks = [(al, c) for c in compresses for al in algos]
+    def places(c):  # where the tool runs a compression (its `places`)
+        if c == "none":
+            return ["none"]
+        if a.device == "cpu":
+            return ["host"]
+        return ["device", "host mirror"] if c.split(":")[0] in ("fp16", "bf16", "topk", "qsgd") else ["host mirror"]
+
+    want_blocks = [(al, c, on) for c in compresses for al in algos for on in places(c)]
     if not lines or not lines[0].startswith("# nThread 1 nGpus 1 minBytes "):
         fail("first line is not the nccl-tests header: %r" % (lines[:1],))
     ranks_listed = [l for l in lines if re.match(r"^#  Rank +\d+ Group  0 Pid +\d+ on ", l)]
@@ -61,13 +71,14 @@ def main():
     blocks = [i for i, l in enumerate(lines) if l.startswith("# Algorithm: ")]
     got_blocks = []
     for i in blocks:
-        m = re.match(r"^# Algorithm: (\S+)(?:  compress: (\S+))?$", lines[i])
+        m = re.match(r"^# Algorithm: (\S+)(?:  compress: (\S+))?(?:  on: (device|host mirror))?$", lines[i])
         if not m:
             fail(f"malformed block line {lines[i]!r}")
-        got_blocks.append((m.group(1), m.group(2) or "none"))
+        c = m.group(2) or "none"
+        got_blocks.append((m.group(1), c, m.group(3) or ("none" if c == "none" else "host")))
     if got_blocks != want_blocks:
-        fail(f"blocks {got_blocks} != requested (algorithm, compression) {want_blocks}")
-    names = [al if c == "none" else f"{al}+{c}" for al, c in got_blocks]
+        fail(f"blocks {got_blocks} != requested (algorithm, compression, place) {want_blocks}")
+    names = [al if c == "none" else f"{al}+{c}" + ("" if on == "host" else f" on {on}") for al, c, on in got_blocks]
     factor = 2.0 * (p - 1) / p
     nrows = 0
     for bi, i in enumerate(blocks):
@@ -143,6 +154,11 @@ def main():
                     fail(f"JSON result lacks '{k}': {r}")
             if r["compress"] != "none" and r["bytes"] > 0 and p > 1 and not r["wire_bytes"] > 0:
                 fail(f"JSON: compressed result without wire bytes: {r}")
+            if r.get("compress_on") not in places(r["compress"]):
+                fail(f"JSON result's compress_on is not one of {places(r['compress'])}: {r}")
+        for al, c, on in got_blocks:  # a block's rows carry its place
+            if not any(r["algo"] == al and r["compress"] == c and r["compress_on"] == on for r in doc["results"]):
+                fail(f"JSON has no results of the block ({al}, {c}, on {on})")
         if "none" in compresses:
             sizes = sorted({r["bytes"] for r in doc["results"] if r["bytes"] > 0})
             # the summary's busbw: from the mean time per operation over both placements' timed loops

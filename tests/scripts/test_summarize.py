@@ -378,5 +378,27 @@ class TorchCompileTime(unittest.TestCase):
             self.assertIn("no torch.compile record", rows[0])
 
 
+class CompressTable(unittest.TestCase):
+    def test_device_beside_the_host_mirror(self):
+        def row(c, on, b, us, in_place=False, wrong=0):
+            return {"compress": c, "compress_on": on, "bytes": b, "time_us": us, "in_place": in_place, "wrong": wrong,
+                    "wire_bytes": 4096}
+        doc = {"ranks": 2, "results": [
+            {"compress": "none", "compress_on": "none", "bytes": 1 << 20, "time_us": 5.0, "in_place": False, "wrong": 0},
+            row("topk:0.01", "device", 1 << 20, 200.0), row("topk:0.01", "host mirror", 1 << 20, 900.0),
+            row("topk:0.01", "device", 1 << 20, 1.0, in_place=True),  # in place: not this table's
+            row("powersgd:2", "host mirror", 1 << 20, 300.0, wrong=3)]}
+        r, n = [], []
+        summarize.compress_table([doc], r, n)
+        text = "\n".join(r)
+        self.assertIn("| 2 | topk:0.01 | 1.0 | 0.200 | 0.900 | 4.50 | 4.1 | 0 / 0 |", text)
+        self.assertIn("| 2 | powersgd:2 | 1.0 | — | 0.300 | — | 4.1 | — / 3 |", text)
+        self.assertEqual(len(n), 2)
+        self.assertAlmostEqual([x for x in n if x["compress"] == "topk:0.01"][0]["x_mirror"], 4.5)
+        r = []
+        summarize.compress_table([], r, [])
+        self.assertEqual(r, ["(no allreduce_compress_cuda*.json)"])
+
+
 if __name__ == "__main__":
     unittest.main()
