@@ -91,13 +91,13 @@ class Compressor {
   std::vector<float> transmitted_;
 };
 
-// Top-k and QSGD on a tensor where it lives (a CUDA device, or the CPU): the same messages, results and state as
-// the Compressor of the same spec, seed and id, bit for bit (kernels/compress.h computes the messages as this file's
-// CPU code does), so GPU and CPU ranks interoperate and checkpoints carry over. g + e, the selection or quantisation,
-// the error feedback and the decode-and-sum in rank order run on the tensor's device (kernels::topk_select,
-// qsgd_quantize, sparse_accumulate, qsgd_dequantize); only this rank's message goes to the host for the all-gather,
-// and the gathered messages come back: on a GPU, ~2 k x 8 bytes (top-k) or n B / 8 bytes (QSGD) each way instead of
-// the whole range twice, and no host pass over it.
+// fp16/bf16, top-k and QSGD on a tensor where it lives (a CUDA device, or the CPU): the same messages, results and
+// state as the Compressor of the same spec, seed and id, bit for bit (kernels/compress.h computes the messages as this
+// file's CPU code does), so GPU and CPU ranks interoperate and checkpoints carry over. g + e, the cast, selection or
+// quantisation, the error feedback and the decode-and-sum in rank order run on the tensor's device (kernels::cast,
+// add, topk_select, qsgd_quantize, sparse_accumulate, qsgd_dequantize); only this rank's message goes to the host for
+// the exchange, and what it receives comes back: on a GPU, ~2 k x 8 bytes (top-k), n B / 8 bytes (QSGD) or about
+// 2n bytes (fp16/bf16: the 16-bit values, then the parts to sum) each way instead of 4n, and no host pass over it.
 class DeviceCompressor {
  public:
   virtual ~DeviceCompressor() = default;
@@ -121,7 +121,7 @@ class DeviceCompressor {
   Tensor residual_;  // f32 [count] on the device (undefined without error feedback)
 };
 
-// Whether make_device_compressor takes the spec: topk and qsgd (fp16/bf16 and PowerSGD stay on the host).
+// Whether make_device_compressor takes the spec: fp16, bf16, topk and qsgd (PowerSGD stays on the host).
 bool device_compression_supported(const CompressionSpec& spec);
 // A DeviceCompressor for `count` values on `device` (its residual zeroed on `stream`); seed and id as for
 // make_compressor. Throws unless device_compression_supported(spec).
