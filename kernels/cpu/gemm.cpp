@@ -26,7 +26,7 @@ constexpr int MR = 6;  // 12 ymm accumulators of 16
 constexpr int MR = 4;
 #endif
 constexpr int NR = 2 * VW;
-constexpr int64_t KC = 256;       // a KC x NR panel of B stays in L1 across the MR rows
+constexpr int64_t KC = kGemmKChunk;  // a KC x NR panel of B stays in L1 across the MR rows
 constexpr int64_t MC = MR * 16;   // an MC x KC block of A stays in L2
 constexpr int64_t NC = NR * 64;   // a KC x NC block of B stays in L2/L3
 constexpr int64_t NCHUNK = NR * 8;  // columns one task handles inside an NC block

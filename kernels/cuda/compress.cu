@@ -10,6 +10,7 @@
 //
 // QSGD: one warp per chunk of 512 values: max |x| by shuffles, then each lane quantises two groups of 8
 // consecutive values, which fill exactly `bits` bytes of the packed stream, and writes those bytes whole.
+#include "hpdt/kernels/cpu/gemm.h"
 #include "hpdt/kernels/cuda/compress.h"
 #include "launch.cuh"
 
@@ -333,6 +334,23 @@ __global__ void sparse_fill_kernel(const int32_t* __restrict__ indices, int64_t 
   }
 }
 
+// One element of c = op(a) op(b) a thread, in kernels::cpu::gemm<float>'s order (kernels/compress.h).
+__global__ void powersgd_product_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* __restrict__ a,
+                                        int64_t lda, const float* __restrict__ b, int64_t ldb, float* __restrict__ c) {
+  for (int64_t e = blockIdx.x * int64_t(kThreads) + threadIdx.x; e < m * n; e += int64_t(gridDim.x) * kThreads) {
+    const int64_t i = e / n, j = e % n;
+    float sum = 0.0f;
+    for (int64_t p0 = 0; p0 < k; p0 += cpu::kGemmKChunk) {
+      const int64_t p1 = p0 + cpu::kGemmKChunk < k ? p0 + cpu::kGemmKChunk : k;
+      float acc = 0.0f;
+      for (int64_t p = p0; p < p1; ++p)
+        acc = fmaf(ta ? a[p * lda + i] : a[i * lda + p], tb ? b[j * ldb + p] : b[p * ldb + j], acc);
+      sum = p0 == 0 ? acc : __fadd_rn(sum, acc);
+    }
+    c[e] = sum;
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -401,6 +419,14 @@ void sparse_accumulate(const Tensor& indices, const Tensor& values, Tensor& out,
   if (k == 0) return;
   sparse_accumulate_kernel<<<detail::grid_for(k, kThreads), kThreads, 0, detail::native(stream)>>>(
       indices.data<int32_t>(), values.data<float>(), k, out.data<float>(), out.numel());
+  HPDT_CUDA_CHECK_LAUNCH();
+}
+
+void powersgd_product(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c, const Stream& stream) {
+  const int64_t m = c.size(0), n = c.size(1), k = trans_a ? a.size(0) : a.size(1);
+  if (m * n == 0) return;
+  powersgd_product_kernel<<<detail::grid_for(m * n, kThreads), kThreads, 0, detail::native(stream)>>>(
+      trans_a, trans_b, m, n, k, a.data<float>(), a.size(1), b.data<float>(), b.size(1), c.data<float>());
   HPDT_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 
+#include "hpdt/kernels/cpu/gemm.h"
 #include "hpdt/kernels/dispatch.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/kernels/cuda/compress.h"
@@ -103,6 +104,26 @@ void sparse_accumulate(const Tensor& indices, const Tensor& values, Tensor& out,
   for (int64_t j = 0; j < indices.numel(); ++j)
     HPDT_CHECK(idx[j] >= 0 && idx[j] < out.numel(), "sparse_accumulate: index ", idx[j], " outside ", out.str());
   cpu::sparse_accumulate(indices.numel(), idx, values.data<float>(), out.data<float>());
+}
+
+void powersgd_product(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c, const Stream& s) {
+  const Device dev = detail::common_device("powersgd_product", {&a, &b, &c}, s);
+  check_dtype("powersgd_product", "a", a, DType::f32);
+  check_dtype("powersgd_product", "b", b, DType::f32);
+  check_dtype("powersgd_product", "c", c, DType::f32);
+  HPDT_CHECK(a.ndim() == 2 && b.ndim() == 2 && c.ndim() == 2, "powersgd_product: a, b and c must be matrices, got ",
+             a.str(), ", ", b.str(), ", ", c.str());
+  const int64_t m = trans_a ? a.size(1) : a.size(0), k = trans_a ? a.size(0) : a.size(1);
+  const int64_t kb = trans_b ? b.size(1) : b.size(0), n = trans_b ? b.size(0) : b.size(1);
+  HPDT_CHECK(k == kb && c.size(0) == m && c.size(1) == n, "powersgd_product: op(a) ", m, " x ", k, " times op(b) ", kb,
+             " x ", n, " does not give c ", c.str());
+  if (dev.is_cuda()) {
+    HPDT_ON_CUDA(cuda::powersgd_product(trans_a, trans_b, a, b, c, s));
+    return;
+  }
+  if (m == 0 || n == 0) return;
+  cpu::gemm<float>(trans_a, trans_b, m, n, k, 1.0f, a.data<float>(), a.size(1), b.data<float>(), b.size(1), 0.0f,
+                   c.data<float>(), n);
 }
 
 void sparse_fill(const Tensor& indices, float value, Tensor& x, const Stream& s) {

@@ -4,14 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "hpdt/core/philox.h"
 #include "hpdt/kernels/compress.h"
 #include "hpdt/kernels/cpu/elementwise.h"
+#include "hpdt/kernels/cpu/gemm.h"
 #include "hpdt_test.h"
 
 namespace {
@@ -282,6 +286,40 @@ TEST(SparseCpu, AccumulateAndFill) {
                         "index 4 outside");
 }
 
+// The order powersgd_product promises (kernels/compress.h) written out: an FMA chain from zero over each block of
+// kGemmKChunk k values, the blocks added in order. The CUDA kernel is checked against the CPU one bit for bit
+// (test_compress_cuda), so this pins what both compute.
+TEST(PowersgdProductCpu, IsTheCpuGemmsOrderWrittenOut) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{5, 3, 1}, {7, 4, 256}, {3, 2, 257}, {9, 3, 600}, {64, 4, 513}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + (ta ? " T" : " N") +
+                     (tb ? "T" : "N"));
+        Tensor a = Tensor::empty(ta ? Shape{k, m} : Shape{m, k}, DType::f32);
+        Tensor b = Tensor::empty(tb ? Shape{n, k} : Shape{k, n}, DType::f32);
+        for (Tensor* t : {&a, &b})
+          for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = d(gen);
+        Tensor c = Tensor::empty({m, n}, DType::f32);
+        kernels::cpu::fill(c, NAN);  // poisoned
+        kernels::powersgd_product(ta, tb, a, b, c, kCpu);
+        const float* A = a.data<float>();
+        const float* B = b.data<float>();
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            float sum = 0.0f;
+            for (int64_t p0 = 0; p0 < k; p0 += kernels::cpu::kGemmKChunk) {
+              float acc = 0.0f;
+              for (int64_t p = p0; p < std::min(k, p0 + kernels::cpu::kGemmKChunk); ++p)
+                acc = std::fma(ta ? A[p * m + i] : A[i * k + p], tb ? B[j * k + p] : B[p * n + j], acc);
+              sum = p0 == 0 ? acc : sum + acc;
+            }
+            ASSERT_EQ(test::bits_of(c.data<float>()[i * n + j]), test::bits_of(sum)) << "element " << i << ", " << j;
+          }
+      }
+}
+
 TEST(CompressCpu, BadArguments) {
   Tensor x = Tensor::zeros({100}, DType::f32), i = Tensor::empty({10}, DType::i32), v = Tensor::empty({10}, DType::f32);
   HPDT_EXPECT_THROW_MSG(kernels::topk_select(x, 101, i, v, kCpu), "must be in [0, 100]");
@@ -291,6 +329,13 @@ TEST(CompressCpu, BadArguments) {
   HPDT_EXPECT_THROW_MSG(kernels::qsgd_quantize(x, 3, {}, packed, scales, nullptr, kCpu), "must hold 38 bytes");
   Tensor r = Tensor::empty({99}, DType::f32);
   HPDT_EXPECT_THROW_MSG(kernels::qsgd_quantize(x, 4, {}, packed, scales, &r, kCpu), "element counts differ");
+  Tensor m = Tensor::zeros({6, 5}, DType::f32), q = Tensor::zeros({5, 2}, DType::f32),
+         p = Tensor::zeros({6, 2}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(kernels::powersgd_product(true, false, m, q, p, kCpu),
+                        "powersgd_product: op(a) 5 x 6 times op(b) 5 x 2 does not give c");
+  HPDT_EXPECT_THROW_MSG(kernels::powersgd_product(false, false, x, q, p, kCpu), "a, b and c must be matrices");
+  Tensor p16 = Tensor::zeros({6, 2}, DType::f16);
+  HPDT_EXPECT_THROW_MSG(kernels::powersgd_product(false, false, m, q, p16, kCpu), "c has dtype f16, expected f32");
 }
 
 }  // namespace

@@ -3,10 +3,12 @@
 //                 both signs, inf and NaN, and k = 1, 1%, half, all;
 //   QSGD          the same scales, packed bytes and residuals (same Philox numbers, same f32 roundings:
 //                 hpdt/kernels/cpu/compress.h), and dequantisation (= and +=) to the same bits;
-//   sparse_*      the same results.
+//   sparse_*      the same results;
+//   powersgd_product  the CPU GEMM's bits (its order of FMAs and k blocks) at PowerSGD's shapes.
 // f32 only: compression works on the f32 gradient buckets.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -170,6 +172,34 @@ TEST_F(CompressCuda, SparseAccumulateAndFill) {
   kernels::sparse_fill(idx, 0.0f, rc, cpu);
   kernels::sparse_fill(gpu(idx), 0.0f, rg, stream);
   EXPECT_TRUE(same_bytes(rc, host(rg)));
+}
+
+// PowerSGD's three products at the shapes comm gives them (M [rows x cols], rank R: P = M Q, Q = M^T P, P Q^T) and
+// every transpose at k around the CPU GEMM's block of 256: the CPU's bits.
+TEST_F(CompressCuda, PowersgdProductIsTheCpuGemmBitForBit) {
+  auto check = [&](bool ta, bool tb, const Tensor& a, const Tensor& b, int64_t m, int64_t n, const std::string& what) {
+    SCOPED_TRACE(what);
+    Tensor want = Tensor::empty({m, n}, DType::f32);
+    kernels::powersgd_product(ta, tb, a, b, want, cpu);
+    Tensor got = poisoned({m, n});
+    kernels::powersgd_product(ta, tb, gpu(a), gpu(b), got, stream);
+    EXPECT_TRUE(same_bytes(want, host(got)));
+  };
+  for (const auto& [rows, cols, R] :
+       {std::array<int64_t, 3>{64, 576, 2}, {2048, 4608, 4}, {771, 257, 3}, {1000, 10, 1}}) {
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(cols) + " R" + std::to_string(R);
+    const Tensor M = random({rows, cols}), Q = random({cols, R}), P = random({rows, R});
+    check(false, false, M, Q, rows, R, "P = M Q, " + shape);
+    check(true, false, M, P, cols, R, "Q = M^T P, " + shape);
+    check(false, true, P, Q, rows, cols, "P Q^T, " + shape);
+  }
+  for (int64_t k : {int64_t(1), int64_t(255), int64_t(256), int64_t(257), int64_t(1000)})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const int64_t m = 37, n = 5;
+        const Tensor a = random(ta ? Shape{k, m} : Shape{m, k}), b = random(tb ? Shape{n, k} : Shape{k, n});
+        check(ta, tb, a, b, m, n, "k " + std::to_string(k) + (ta ? " T" : " N") + (tb ? "T" : "N"));
+      }
 }
 
 TEST_F(CompressCuda, BadArgumentsOnGpu) {

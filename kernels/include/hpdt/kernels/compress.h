@@ -48,4 +48,11 @@ void sparse_accumulate(const Tensor& indices, const Tensor& values, Tensor& out,
 // x[indices[j]] = value (top-k error feedback: what was sent leaves the residual). Bad indices as above.
 void sparse_fill(const Tensor& indices, float value, Tensor& x, const Stream& stream);
 
+// PowerSGD's products (comm: P = M Q, Q = M^T P, M ~ P Q^T): c = op(a) op(b), f32, 2-D row-major, op(x) = x or x^T,
+// c [rows of op(a), columns of op(b)] overwritten. Every element computed in the order of the CPU GEMM
+// (kernels::cpu::gemm<float>, which this is on the CPU: an FMA chain from zero over each block of
+// cpu::kGemmKChunk k values, the blocks' sums added in order), so a GPU and a CPU rank compute the same bits. On CUDA
+// a thread an element: skinny products (PowerSGD's rank is a few columns), not a fast GEMM.
+void powersgd_product(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c, const Stream& stream);
+
 }  // namespace hpdt::kernels

@@ -15,4 +15,5 @@ void qsgd_dequantize(const Tensor& packed, const Tensor& scales, int bits, Tenso
                      const Stream& stream);
 void sparse_accumulate(const Tensor& indices, const Tensor& values, Tensor& out, const Stream& stream);
 void sparse_fill(const Tensor& indices, float value, Tensor& x, const Stream& stream);
+void powersgd_product(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, Tensor& c, const Stream& stream);
 }  // namespace hpdt::kernels::cuda
