@@ -10,7 +10,7 @@
 
 namespace hpdt::train {
 
-// HPDT_DEVICE_COMPRESSION=off keeps fp16/bf16, top-k and QSGD on the host mirror (the A/B, and the oracle of the
+// HPDT_DEVICE_COMPRESSION=off keeps the compression on the host mirror (the A/B, and the oracle of the
 // tests).
 bool GradSync::device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo) {
   return comm::device_compression_supported(spec) && algo != comm::Algorithm::nccl &&
@@ -50,15 +50,16 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
   const bool ours_on_gpu = false;
 #endif
   if (device_compression_wanted(options_.compression, algo)) {
-    // fp16/bf16, topk and qsgd on the device: each bucket's message crosses to the host, not the bucket
+    // compressed on the device: each bucket's message crosses to the host, not the bucket
     path_ = "device compression";
     HPDT_CHECK(grads.dtype() == DType::f32, "GradSync: compression ", comm::compression_name(options_.compression),
                " needs an f32 gradient buffer, not ", dtype_name(grads.dtype()));
     reduce_comm_ = std::make_unique<comm::Communicator>(comm.comm(), comm.options());
     cut_buckets(n);
     for (size_t b = 0; b < buckets_.size(); ++b)  // seed and id as GradientSync's compressors: the same bits
-      compressors_.push_back(comm::make_device_compressor(options_.compression, buckets_[b].count, grads.device(),
-                                                          copy_stream_, options_.seed, b));
+      compressors_.push_back(comm::make_device_compressor(
+          options_.compression, buckets_[b].count, grads.device(), copy_stream_, options_.seed, b,
+          comm::bucket_matrices(options_.tensors, buckets_[b].offset, buckets_[b].count)));
   } else if (algo != comm::Algorithm::nccl && !ours_on_gpu) {
     path_ = "host mirror";
     mirror_ = Tensor::empty({int64_t(std::max<size_t>(n, 1))}, grads.dtype(), Device::cpu(), AllocOptions{.pinned = true})
@@ -196,7 +197,9 @@ void GradSync::reduce_device_bucket(size_t b) {
     Tensor part = grads_.flat(int64_t(k.offset), int64_t(k.count));
     t.start_s = now_s();
     // the slices are complete on the device (their events were waited for); returns when the result is there
-    c.allreduce(*reduce_comm_, part, options_.op, copy_stream_);
+    comm::AllreduceOptions o = options_.allreduce;
+    o.bucket = int(b);
+    c.allreduce(*reduce_comm_, part, options_.op, options_.algorithm, o, copy_stream_);
     t.end_s = now_s();
     t.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * sizeof(float));
     t.wire_bytes = c.wire_bytes();

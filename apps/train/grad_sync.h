@@ -5,12 +5,13 @@
 //   cuda, ours on GPU   ring, tree, rhd, hier uncompressed when every rank has a GPU of its own: as nccl
 //                       below, with comm::allreduce_device running that algorithm on the GPU over NCCL
 //                       send/recv (comm's nccl-p2p path). Path name "nccl-p2p".
-//   cuda, compressed    --compress fp16, bf16, topk or qsgd with any host algorithm: buckets cut as GradientSync cuts
-//                       them, each compressed on the device (comm::DeviceCompressor: the host compressors' messages
-//                       and results, bit for bit) on the stager thread as soon as it is complete; only the messages
-//                       (fp16/bf16: the 16-bit values) cross to the host for the exchange. Path name "device
+//   cuda, compressed    --compress (any method) with any host algorithm: buckets cut as GradientSync cuts them (and
+//                       PowerSGD's matrices: comm::bucket_matrices), each compressed on the device
+//                       (comm::DeviceCompressor: the host compressors' messages and results, bit for bit) on the
+//                       stager thread as soon as it is complete; only the messages (fp16/bf16: the 16-bit values;
+//                       PowerSGD: P, Q and the values outside the matrices) cross to the host. Path name "device
 //                       compression" (HPDT_DEVICE_COMPRESSION=off: the host mirror below).
-//   cuda, host algos    ring, tree, rhd, hier (ranks sharing a GPU), mpi, shm, auto, powersgd:
+//   cuda, host algos    ring, tree, rhd, hier (ranks sharing a GPU), mpi, shm, auto:
 //                       GradientSync on a pinned host mirror of the device gradients. A ready slice is copied down on a
 //                       copy stream once the compute stream has reached it (event), and a stager thread
 //                       hands it to GradientSync when the copy is done, so buckets are still reduced

@@ -389,7 +389,7 @@ struct Bench {
     copy(host_x, view, stream);
     auto twin = hc::make_compressor(dev.spec(), count, {}, 0x5eed, id);
     twin->set_state(dev.state(stream));
-    dev.allreduce(comm, view, op, stream);
+    dev.allreduce(comm, view, op, algo, allreduce_options(), stream);
     twin->allreduce(comm, x.data(), op, algo, allreduce_options());
     copy(view, host_got, stream);
     stream.synchronize();
@@ -724,8 +724,7 @@ int run(int argc, char** argv) {
   auto places = [&](const hc::CompressionSpec& spec) -> std::vector<std::string> {
     if (spec.lossless()) return {"none"};
     if (!bench.device.is_cuda()) return {"host"};
-    if (hc::device_compression_supported(spec)) return {"device", "host mirror"};
-    return {"host mirror"};
+    return {"device", "host mirror"};
   };
 
   // --interleave: the uncompressed timings of all algorithms, size by size, before any block is printed
@@ -794,7 +793,7 @@ int run(int argc, char** argv) {
           } else if (on == "device" || on == "host mirror") {
             restore = [&] { copy(send_view, recv_view, bench.stream); };
             if (on == "device") {
-              call = [&] { dcomp->allreduce(comm, recv_view, bench.op, bench.stream); };
+              call = [&] { dcomp->allreduce(comm, recv_view, bench.op, algo, ao, bench.stream); };
             } else {  // as hpdt-train's host mirror: down, compressed on the host, back up
               call = [&] {
                 Tensor mirror = host_recv.flat(0, int64_t(count));

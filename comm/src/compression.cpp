@@ -165,11 +165,57 @@ void half_allgather(Transport& t, uint16_t* wire, size_t n) {
   t.wait_all();
 }
 
-}  // namespace wire
+PowerSgdLayout powersgd_layout(size_t n, size_t R, std::vector<MatrixView> views, uint64_t seed, uint64_t id) {
+  PowerSgdLayout l;
+  if (views.empty() && n > 0) {  // the whole range as one near-square matrix, padded with zeros
+    const size_t cols = size_t(std::ceil(std::sqrt(double(n))));
+    views.push_back({0, (n + cols - 1) / cols, cols});
+  }
+  std::sort(views.begin(), views.end(), [](const MatrixView& a, const MatrixView& b) { return a.offset < b.offset; });
+  std::vector<char> covered(n, 0);
+  size_t prev_end = 0;
+  for (const MatrixView& v : views) {
+    const size_t sz = v.rows * v.cols;
+    HPDT_CHECK(v.offset >= prev_end && v.offset <= n, "powersgd: matrices overlap or lie outside the range of ", n,
+               " values");
+    prev_end = v.offset + sz;
+    const size_t avail = n - v.offset;
+    const bool gains = std::min(v.rows, v.cols) > R && (v.rows + v.cols) * R < v.rows * v.cols;
+    if (!gains) continue;
+    HPDT_CHECK(sz <= avail || (views.size() == 1 && v.offset == 0), "powersgd: matrix at ", v.offset, " of ", v.rows,
+               "x", v.cols, " exceeds the range of ", n, " values");
+    l.mats.push_back({v.offset, v.rows, v.cols, std::min(sz, avail), R, l.p_total, l.q_total});
+    for (size_t i = 0; i < v.cols * R; ++i)
+      l.q.push_back(philox_normal(seed, (id << 20) | 0xfffffu, l.q_total + i));  // the same on every rank
+    l.q_total += v.cols * R;
+    l.p_total += v.rows * R;
+    std::fill(covered.begin() + long(v.offset), covered.begin() + long(v.offset + l.mats.back().size), 1);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (!covered[i]) l.rest.push_back(i);
+  return l;
+}
 
-namespace {
+// Modified Gram-Schmidt on the R columns of a rows x R row-major matrix, in double; a column that
+// lies in the span of the earlier ones (rank-deficient P) becomes zero.
+void powersgd_orthonormalise(float* P, size_t rows, size_t R) {
+  for (size_t j = 0; j < R; ++j) {
+    double before = 0;
+    for (size_t i = 0; i < rows; ++i) before += double(P[i * R + j]) * double(P[i * R + j]);
+    for (size_t k = 0; k < j; ++k) {
+      double dot = 0;
+      for (size_t i = 0; i < rows; ++i) dot += double(P[i * R + j]) * double(P[i * R + k]);
+      for (size_t i = 0; i < rows; ++i) P[i * R + j] = float(double(P[i * R + j]) - dot * double(P[i * R + k]));
+    }
+    double norm = 0;
+    for (size_t i = 0; i < rows; ++i) norm += double(P[i * R + j]) * double(P[i * R + j]);
+    norm = std::sqrt(norm);
+    // What is left of a column inside the span of the earlier ones is rounding noise: drop it.
+    const double inv = norm > 1e-5 * std::sqrt(before) && norm > 1e-30 ? 1.0 / norm : 0.0;
+    for (size_t i = 0; i < rows; ++i) P[i * R + j] = float(double(P[i * R + j]) * inv);
+  }
+}
 
-// allreduce() plus, for MPI_Allreduce (whose traffic our transports cannot see), the bytes ring sends.
 uint64_t counted_allreduce(Communicator& c, float* data, size_t n, ReduceOp op, Algorithm a, const AllreduceOptions& o) {
   allreduce(c, data, data, n, DType::f32, op, a, o);
   Algorithm used = a == Algorithm::automatic ? resolve_auto(c, n * sizeof(float), o).algorithm : a;
@@ -177,6 +223,10 @@ uint64_t counted_allreduce(Communicator& c, float* data, size_t n, ReduceOp op, 
   // MPI_Allreduce and shm move no bytes through our transports: count what ring would send.
   return used == Algorithm::mpi || used == Algorithm::shm ? ring_allreduce_bytes(p, n * sizeof(float)) : 0;
 }
+
+}  // namespace wire
+
+namespace {
 
 // g + e into `out` (or g when there is no error feedback).
 void add_residual(const float* g, const std::vector<float>& e, float* out, size_t n) {
@@ -192,7 +242,7 @@ class NoCompression final : public Compressor {
   NoCompression(const CompressionSpec& s, size_t n) : Compressor(s, n) {}
   void allreduce(Communicator& c, float* data, ReduceOp op, Algorithm a, const AllreduceOptions& o) override {
     const uint64_t b0 = c.bytes_sent();
-    const uint64_t extra = counted_allreduce(c, data, count_, op, a, o);
+    const uint64_t extra = wire::counted_allreduce(c, data, count_, op, a, o);
     wire_bytes_ = c.bytes_sent() - b0 + extra;
     if (record_) transmitted_.assign(data, data + count_);
     ++calls_;
@@ -335,33 +385,18 @@ class Qsgd final : public Compressor {
 class PowerSgd final : public Compressor {
  public:
   PowerSgd(const CompressionSpec& s, size_t n, std::vector<MatrixView> views, uint64_t seed, uint64_t id) : Compressor(s, n) {
-    const size_t R = size_t(s.rank);
-    if (views.empty() && n > 0) {  // the whole range as one near-square matrix, padded with zeros
-      const size_t cols = size_t(std::ceil(std::sqrt(double(n))));
-      views.push_back({0, (n + cols - 1) / cols, cols});
-    }
-    std::sort(views.begin(), views.end(), [](const MatrixView& a, const MatrixView& b) { return a.offset < b.offset; });
-    std::vector<char> covered(n, 0);
-    size_t prev_end = 0;
-    for (const MatrixView& v : views) {
-      const size_t sz = v.rows * v.cols;
-      HPDT_CHECK(v.offset >= prev_end && v.offset <= n, "powersgd: matrices overlap or lie outside the range of ", n, " values");
-      prev_end = v.offset + sz;
-      const size_t avail = n - v.offset;
-      const bool gains = std::min(v.rows, v.cols) > R && (v.rows + v.cols) * R < v.rows * v.cols;
-      if (!gains) continue;
-      HPDT_CHECK(sz <= avail || (views.size() == 1 && v.offset == 0), "powersgd: matrix at ", v.offset, " of ", v.rows, "x", v.cols,
-                 " exceeds the range of ", n, " values");
-      Matrix m{v.offset, v.rows, v.cols, std::min(sz, avail), {}, {}};
-      m.q.resize(v.cols * R);
-      for (size_t i = 0; i < m.q.size(); ++i) m.q[i] = philox_normal(seed, (id << 20) | 0xfffffu, q_total_ + i);  // same on every rank
-      q_total_ += m.q.size();
-      p_total_ += v.rows * R;
-      std::fill(covered.begin() + long(v.offset), covered.begin() + long(v.offset + m.size), 1);
-      mats_.push_back(std::move(m));
-    }
-    for (size_t i = 0; i < n; ++i)
-      if (!covered[i]) rest_.push_back(i);
+    wire::PowerSgdLayout layout = wire::powersgd_layout(n, size_t(s.rank), std::move(views), seed, id);
+    for (const wire::PowerSgdMatrix& g : layout.mats)
+      mats_.push_back({g.offset,
+                       g.rows,
+                       g.cols,
+                       g.size,
+                       std::vector<float>(layout.q.begin() + long(g.q_offset),
+                                          layout.q.begin() + long(g.q_offset + g.cols * g.rank)),
+                       {}});
+    rest_ = std::move(layout.rest);
+    p_total_ = layout.p_total;
+    q_total_ = layout.q_total;
     if (!spec_.error_feedback) residual_.clear();
   }
 
@@ -382,20 +417,20 @@ class PowerSgd final : public Compressor {
       off += m.rows * R;
     }
     for (size_t j = 0; j < rest_.size(); ++j) buf_[p_total_ + j] = data[rest_[j]];  // exact: no error feedback needed
-    extra += counted_allreduce(c, buf_.data(), buf_.size(), ReduceOp::avg, a, o);
+    extra += wire::counted_allreduce(c, buf_.data(), buf_.size(), ReduceOp::avg, a, o);
     // Orthonormalise each P (identical on every rank), then Q = M^T P: the second all-reduce.
     qbuf_.assign(q_total_, 0.0f);
     off = 0;
     size_t qoff = 0;
     for (Matrix& m : mats_) {
-      orthonormalise(buf_.data() + off, m.rows, R);
+      wire::powersgd_orthonormalise(buf_.data() + off, m.rows, R);
       const float* M = padded(m);
       kernels::cpu::gemm<float>(true, false, int64_t(m.cols), int64_t(R), int64_t(m.rows), 1.0f, M, int64_t(m.cols), buf_.data() + off,
                                 int64_t(R), 0.0f, qbuf_.data() + qoff, int64_t(R));
       off += m.rows * R;
       qoff += m.cols * R;
     }
-    extra += counted_allreduce(c, qbuf_.data(), qbuf_.size(), ReduceOp::avg, a, o);
+    extra += wire::counted_allreduce(c, qbuf_.data(), qbuf_.size(), ReduceOp::avg, a, o);
     // M ~ P Q^T (the average); Q kept for the next call.
     const float sum_scale = op == ReduceOp::sum ? float(p) : 1.0f;
     off = 0;
@@ -454,25 +489,6 @@ class PowerSgd final : public Compressor {
     m.scratch.assign(m.rows * m.cols, 0.0f);
     std::copy(acc_.begin() + long(m.offset), acc_.begin() + long(m.offset + m.size), m.scratch.begin());
     return m.scratch.data();
-  }
-  // Modified Gram-Schmidt on the R columns of a rows x R row-major matrix, in double; a column that
-  // lies in the span of the earlier ones (rank-deficient P) becomes zero.
-  static void orthonormalise(float* P, size_t rows, size_t R) {
-    for (size_t j = 0; j < R; ++j) {
-      double before = 0;
-      for (size_t i = 0; i < rows; ++i) before += double(P[i * R + j]) * double(P[i * R + j]);
-      for (size_t k = 0; k < j; ++k) {
-        double dot = 0;
-        for (size_t i = 0; i < rows; ++i) dot += double(P[i * R + j]) * double(P[i * R + k]);
-        for (size_t i = 0; i < rows; ++i) P[i * R + j] = float(double(P[i * R + j]) - dot * double(P[i * R + k]));
-      }
-      double norm = 0;
-      for (size_t i = 0; i < rows; ++i) norm += double(P[i * R + j]) * double(P[i * R + j]);
-      norm = std::sqrt(norm);
-      // What is left of a column inside the span of the earlier ones is rounding noise: drop it.
-      const double inv = norm > 1e-5 * std::sqrt(before) && norm > 1e-30 ? 1.0 / norm : 0.0;
-      for (size_t i = 0; i < rows; ++i) P[i * R + j] = float(double(P[i * R + j]) * inv);
-    }
   }
   std::vector<Matrix> mats_;
   std::vector<size_t> rest_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hpdt/comm/compression.h"
 #include "hpdt/comm/transport.h"
 #include "hpdt/kernels/compress.h"
 
@@ -50,6 +51,28 @@ struct HalfPart {
   size_t size() const { return hi - lo; }
 };
 HalfPart half_part(const Transport& t, size_t n);
+
+// PowerSGD's matrices in a range of n values at rank R (compression.h: each matrix that gains from it; without views
+// the range as one near-square matrix, zero-padded), the values outside them (sent uncompressed), and every
+// matrix's initial Q (Philox normals, the same on every rank and device).
+struct PowerSgdMatrix {
+  size_t offset, rows, cols, size;  // size: values of the range it covers (< rows * cols when padded)
+  size_t rank;
+  size_t p_offset, q_offset;  // its P (rows x R) and Q (cols x R) in the buffers of all matrices' P and Q
+};
+struct PowerSgdLayout {
+  std::vector<PowerSgdMatrix> mats;
+  std::vector<size_t> rest;  // indices outside every matrix, increasing
+  size_t p_total = 0, q_total = 0;
+  std::vector<float> q;  // [q_total]
+};
+PowerSgdLayout powersgd_layout(size_t n, size_t R, std::vector<MatrixView> views, uint64_t seed, uint64_t id);
+// P (rows x R, row-major) orthonormalised in place, as every rank does after P's all-reduce.
+void powersgd_orthonormalise(float* P, size_t rows, size_t R);
+
+// allreduce() of a host buffer, returning the bytes MPI_Allreduce and shm (whose traffic the transports cannot see)
+// would have sent as ring: what the compressors add to their wire bytes.
+uint64_t counted_allreduce(Communicator& c, float* data, size_t n, ReduceOp op, Algorithm a, const AllreduceOptions& o);
 
 // The call counter at the end of a compressor's state: two exact f32 halves of 24 bits each.
 inline void append_calls(std::vector<float>& state, uint64_t calls) {

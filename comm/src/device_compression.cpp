@@ -1,6 +1,6 @@
-// fp16/bf16, top-k and QSGD compression on the gradients' own device (compression.h: DeviceCompressor). The messages
-// are kernels/compress.h's, which compute what comm's CPU compressors (compression.cpp: TopK, Qsgd) compute; the
-// all-gather is the host one (allgather over the communicator's transport), so only the messages cross to the host.
+// fp16/bf16, top-k, QSGD and PowerSGD compression on the gradients' own device (compression.h: DeviceCompressor). The
+// messages are kernels/compress.h's, which compute what comm's CPU compressors (compression.cpp: TopK, Qsgd) compute;
+// the all-gather is the host one (allgather over the communicator's transport), so only the messages cross to the host.
 // Every step mirrors the host compressor's, in the same order, so the results are the same bits.
 #include <algorithm>
 #include <cstring>
@@ -12,6 +12,7 @@
 #include "hpdt/kernels/activation.h"
 #include "hpdt/kernels/compress.h"
 #include "hpdt/kernels/elementwise.h"
+#include "hpdt/kernels/optim.h"
 
 namespace hpdt::comm {
 
@@ -59,7 +60,8 @@ class DeviceTopK final : public DeviceCompressor {
     host_val_ = vector_on(Device::cpu(), k_, DType::f32, stream, true);
     mine_.resize(size_t(k_));
   }
-  void allreduce(Communicator& c, Tensor& data, ReduceOp op, const Stream& stream) override {
+  void allreduce(Communicator& c, Tensor& data, ReduceOp op, Algorithm, const AllreduceOptions&,
+                 const Stream& stream) override {
     check_data(*this, data, residual_, stream);
     const uint64_t b0 = c.bytes_sent();
     const int p = c.transport().size();
@@ -121,7 +123,8 @@ class DeviceQsgd final : public DeviceCompressor {
     msg_ = vector_on(Device::cpu(), message_bytes_, DType::u8, stream, true);
     std::memset(msg_.data(), 0, size_t(message_bytes_));  // the padding stays zero
   }
-  void allreduce(Communicator& c, Tensor& data, ReduceOp op, const Stream& stream) override {
+  void allreduce(Communicator& c, Tensor& data, ReduceOp op, Algorithm, const AllreduceOptions&,
+                 const Stream& stream) override {
     check_data(*this, data, residual_, stream);
     const uint64_t b0 = c.bytes_sent();
     const int64_t n = int64_t(count_);
@@ -176,7 +179,8 @@ class DeviceHalfWire final : public DeviceCompressor {
     wire_ = vector_on(dev, int64_t(n), wire_type_, stream);
     host_wire_ = vector_on(Device::cpu(), int64_t(n), wire_type_, stream, true);
   }
-  void allreduce(Communicator& c, Tensor& data, ReduceOp op, const Stream& stream) override {
+  void allreduce(Communicator& c, Tensor& data, ReduceOp op, Algorithm, const AllreduceOptions&,
+                 const Stream& stream) override {
     check_data(*this, data, residual_, stream);
     const uint64_t b0 = c.bytes_sent();
     const int64_t n = int64_t(count_);
@@ -222,6 +226,156 @@ class DeviceHalfWire final : public DeviceCompressor {
   Tensor sum_, part_;                // this rank's part in f32
 };
 
+// As compression.cpp's PowerSgd (the same layout, initial Q and orthonormalisation: compression_wire.h): the three
+// products on the device (kernels::powersgd_product: the CPU GEMM's bits), P and Q (rows x R, cols x R a matrix: small)
+// all-reduced and P orthonormalised on the host, the approximation, the residual and the result on the device. The
+// values outside the matrices (vectors, small tensors) cross to the host and back, exactly, with P.
+class DevicePowerSgd final : public DeviceCompressor {
+ public:
+  DevicePowerSgd(const CompressionSpec& s, size_t n, Device dev, const Stream& stream, std::vector<MatrixView> views,
+                 uint64_t seed, uint64_t id)
+      : DeviceCompressor(s, n, dev, stream),
+        layout_(wire::powersgd_layout(n, size_t(s.rank), std::move(views), seed, id)) {
+    for (size_t i : layout_.rest) {  // the rest as runs of consecutive indices: one copy each
+      if (!rest_runs_.empty() && rest_runs_.back().first + rest_runs_.back().second == i)
+        ++rest_runs_.back().second;
+      else
+        rest_runs_.push_back({i, 1});
+    }
+    int64_t largest = 0;
+    bool padded = false;
+    for (const wire::PowerSgdMatrix& m : layout_.mats) {
+      largest = std::max(largest, int64_t(m.rows * m.cols));
+      padded = padded || m.size < m.rows * m.cols;
+    }
+    const int64_t q_total = int64_t(layout_.q_total), p_total = int64_t(layout_.p_total);
+    acc_ = vector_on(dev, int64_t(n), DType::f32, stream);
+    q_ = vector_on(dev, q_total, DType::f32, stream);
+    q_new_ = vector_on(dev, q_total, DType::f32, stream);
+    p_ = vector_on(dev, p_total, DType::f32, stream);
+    approx_ = vector_on(dev, largest, DType::f32, stream);
+    if (padded) padded_ = vector_on(dev, largest, DType::f32, stream);
+    host_p_ = vector_on(Device::cpu(), p_total + int64_t(layout_.rest.size()), DType::f32, stream, true);
+    host_q_ = vector_on(Device::cpu(), q_total, DType::f32, stream, true);
+    std::copy(layout_.q.begin(), layout_.q.end(), host_q_.data<float>());
+    copy(host_q_, q_, stream);
+    stream.synchronize();  // host_q_ is written again before the copy would have run
+  }
+
+  void allreduce(Communicator& c, Tensor& data, ReduceOp op, Algorithm a, const AllreduceOptions& o,
+                 const Stream& stream) override {
+    check_data(*this, data, residual_, stream);
+    const uint64_t b0 = c.bytes_sent();
+    uint64_t extra = 0;
+    const int64_t R = spec_.rank, p_total = int64_t(layout_.p_total);
+    if (residual_.defined())
+      kernels::add(data, residual_, acc_, stream);  // g + e
+    else
+      copy(data, acc_, stream);
+    // P = M Q for every matrix; P and the uncompressed values to the host for one all-reduce.
+    for (const wire::PowerSgdMatrix& m : layout_.mats) {
+      Tensor p = p_of(m);
+      kernels::powersgd_product(false, false, matrix(m, stream), q_of(q_, m), p, stream);
+    }
+    float* host_p = host_p_.data<float>();
+    Tensor host_pv = host_p_.flat(0, p_total);
+    copy(p_, host_pv, stream);
+    int64_t j = p_total;
+    for (const auto& [begin, len] : rest_runs_) {  // exact: no error feedback needed
+      Tensor dst = host_p_.flat(j, int64_t(len));
+      copy(data.flat(int64_t(begin), int64_t(len)), dst, stream);
+      j += int64_t(len);
+    }
+    stream.synchronize();
+    extra += wire::counted_allreduce(c, host_p, size_t(host_p_.numel()), ReduceOp::avg, a, o);
+    // Each P orthonormalised (identical on every rank), back up; Q = M^T P, the second all-reduce.
+    for (const wire::PowerSgdMatrix& m : layout_.mats)
+      wire::powersgd_orthonormalise(host_p + m.p_offset, m.rows, size_t(R));
+    copy(host_pv, p_, stream);
+    for (const wire::PowerSgdMatrix& m : layout_.mats) {
+      Tensor q = q_of(q_new_, m);
+      kernels::powersgd_product(true, false, matrix(m, stream), p_of(m), q, stream);
+    }
+    copy(q_new_, host_q_, stream);
+    stream.synchronize();
+    extra += wire::counted_allreduce(c, host_q_.data<float>(), size_t(host_q_.numel()), ReduceOp::avg, a, o);
+    copy(host_q_, q_, stream);  // Q kept for the next call
+    // M ~ P Q^T (the average): the residual (g + e) - P Q^T and the result, matrix by matrix.
+    const float sum_scale = op == ReduceOp::sum ? float(c.size()) : 1.0f;
+    for (const wire::PowerSgdMatrix& m : layout_.mats) {
+      Tensor full = approx_.flat(0, int64_t(m.rows * m.cols)).view({int64_t(m.rows), int64_t(m.cols)});
+      kernels::powersgd_product(false, true, p_of(m), q_of(q_, m), full, stream);
+      const Tensor approx = approx_.flat(0, int64_t(m.size));
+      if (residual_.defined()) {
+        Tensor e = residual_.flat(int64_t(m.offset), int64_t(m.size));
+        copy(acc_.flat(int64_t(m.offset), int64_t(m.size)), e, stream);
+        kernels::axpy(-1.0f, approx, e, stream);  // (g + e) - approx, one rounding as the host's subtraction
+      }
+      Tensor out = data.flat(int64_t(m.offset), int64_t(m.size));
+      copy(approx, out, stream);
+      if (sum_scale != 1.0f) kernels::scale(out, sum_scale, stream);
+    }
+    // The uncompressed values: their average (times p for a sum) back up; no residual there.
+    j = p_total;
+    for (const auto& [begin, len] : rest_runs_) {
+      for (size_t i = 0; i < len; ++i) host_p[size_t(j) + i] *= sum_scale;
+      Tensor out = data.flat(int64_t(begin), int64_t(len));
+      copy(host_p_.flat(j, int64_t(len)), out, stream);
+      if (residual_.defined()) {
+        Tensor e = residual_.flat(int64_t(begin), int64_t(len));
+        kernels::fill(e, 0.0f, stream);
+      }
+      j += int64_t(len);
+    }
+    stream.synchronize();
+    wire_bytes_ = c.bytes_sent() - b0 + extra;
+    ++calls_;
+  }
+
+  std::vector<float> state(const Stream& stream) const override {
+    std::vector<float> s = DeviceCompressor::state(stream);
+    const size_t base = s.size();
+    s.resize(base + layout_.q_total);
+    Tensor host = Tensor::wrap(s.data() + base, {int64_t(layout_.q_total)}, DType::f32);
+    copy(q_, host, stream);
+    stream.synchronize();
+    return s;
+  }
+  void set_state(const std::vector<float>& s, const Stream& stream) override {
+    HPDT_CHECK(s.size() == state_size(), "compression state of ", s.size(), " values does not fit ",
+               compression_name(spec_), " over ", count_, " values (expected ", state_size(), ")");
+    DeviceCompressor::set_state(std::vector<float>(s.begin(), s.begin() + long(base_state_size())), stream);
+    const Tensor host =
+        Tensor::wrap(const_cast<float*>(s.data()) + base_state_size(), {int64_t(layout_.q_total)}, DType::f32);
+    copy(host, q_, stream);
+    stream.synchronize();
+  }
+  size_t state_size() const override { return base_state_size() + layout_.q_total; }
+
+ private:
+  // The matrix's values of acc_ (rows x cols), zero-padded when the range ends inside it.
+  Tensor matrix(const wire::PowerSgdMatrix& m, const Stream& stream) {
+    const Shape shape{int64_t(m.rows), int64_t(m.cols)};
+    if (m.size == m.rows * m.cols) return acc_.flat(int64_t(m.offset), int64_t(m.size)).view(shape);
+    Tensor full = padded_.flat(0, int64_t(m.rows * m.cols));
+    kernels::fill(full, 0.0f, stream);
+    Tensor head = full.flat(0, int64_t(m.size));
+    copy(acc_.flat(int64_t(m.offset), int64_t(m.size)), head, stream);
+    return full.view(shape);
+  }
+  Tensor p_of(const wire::PowerSgdMatrix& m) const {
+    return p_.flat(int64_t(m.p_offset), int64_t(m.rows * m.rank)).view({int64_t(m.rows), int64_t(m.rank)});
+  }
+  static Tensor q_of(const Tensor& q, const wire::PowerSgdMatrix& m) {
+    return q.flat(int64_t(m.q_offset), int64_t(m.cols * m.rank)).view({int64_t(m.cols), int64_t(m.rank)});
+  }
+
+  wire::PowerSgdLayout layout_;
+  std::vector<std::pair<size_t, size_t>> rest_runs_;  // (first index, length)
+  Tensor acc_, q_, q_new_, p_, approx_, padded_;      // on the device
+  Tensor host_p_, host_q_;                            // pinned: P then the uncompressed values; Q
+};
+
 }  // namespace
 
 DeviceCompressor::DeviceCompressor(const CompressionSpec& spec, size_t count, Device device, const Stream& stream)
@@ -246,9 +400,9 @@ std::vector<float> DeviceCompressor::state(const Stream& stream) const {
 }
 
 void DeviceCompressor::set_state(const std::vector<float>& s, const Stream& stream) {
-  const size_t n = state_size() - 2;
-  HPDT_CHECK(s.size() == state_size(), "compression state of ", s.size(), " values does not fit ",
-             compression_name(spec_), " over ", count_, " values (expected ", state_size(), ")");
+  const size_t n = base_state_size() - 2;
+  HPDT_CHECK(s.size() == base_state_size(), "compression state of ", s.size(), " values does not fit ",
+             compression_name(spec_), " over ", count_, " values (expected ", base_state_size(), ")");
   if (n > 0) {
     const Tensor host = Tensor::wrap(const_cast<float*>(s.data()), {int64_t(n)}, DType::f32);
     copy(host, residual_, stream);
@@ -257,13 +411,11 @@ void DeviceCompressor::set_state(const std::vector<float>& s, const Stream& stre
   calls_ = wire::read_calls(s.data() + n);
 }
 
-bool device_compression_supported(const CompressionSpec& spec) {
-  return spec.kind == CompressionKind::fp16 || spec.kind == CompressionKind::bf16 ||
-         spec.kind == CompressionKind::topk || spec.kind == CompressionKind::qsgd;
-}
+bool device_compression_supported(const CompressionSpec& spec) { return !spec.lossless(); }
 
 std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressionSpec& spec, size_t count, Device device,
-                                                         const Stream& stream, uint64_t seed, uint64_t id) {
+                                                         const Stream& stream, uint64_t seed, uint64_t id,
+                                                         std::vector<MatrixView> matrices) {
   switch (spec.kind) {
     case CompressionKind::fp16:
     case CompressionKind::bf16:
@@ -272,9 +424,11 @@ std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressionSpec& 
       return std::make_unique<DeviceTopK>(spec, count, device, stream);
     case CompressionKind::qsgd:
       return std::make_unique<DeviceQsgd>(spec, count, device, stream, seed, id);
+    case CompressionKind::powersgd:
+      return std::make_unique<DevicePowerSgd>(spec, count, device, stream, std::move(matrices), seed, id);
     default:
-      HPDT_FAIL("make_device_compressor: ", compression_name(spec),
-                " runs on the host only (device compression: fp16, bf16, topk and qsgd)");
+      HPDT_FAIL("make_device_compressor: '", compression_name(spec),
+                "' is not a lossy compression (device compression: ", "fp16, bf16, topk, qsgd and powersgd)");
   }
 }
 

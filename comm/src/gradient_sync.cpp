@@ -14,6 +14,16 @@
 
 namespace hpdt::comm {
 
+std::vector<MatrixView> bucket_matrices(const std::vector<MatrixView>& tensors, size_t offset, size_t count) {
+  std::vector<MatrixView> mats;
+  for (const MatrixView& t : tensors)
+    if (t.offset >= offset && t.offset + t.rows * t.cols <= offset + count)
+      mats.push_back({t.offset - offset, t.rows, t.cols});
+  // Without a layout PowerSGD sees each bucket as one matrix; with one, only the layout's matrices.
+  if (!tensors.empty() && mats.empty()) mats.push_back({0, 1, count});
+  return mats;
+}
+
 std::vector<std::pair<size_t, size_t>> gradient_buckets(size_t count, size_t element_bytes, size_t bucket_bytes,
                                                         std::vector<MatrixView> tensors) {
   const size_t per = std::max<size_t>(1, bucket_bytes / element_bytes);
@@ -65,15 +75,10 @@ GradientSync::GradientSync(Communicator& comm, void* grads, size_t count, DType 
   if (!options_.compression.lossless()) {
     HPDT_CHECK(dtype == DType::f32, "GradientSync: compression ", compression_name(options_.compression), " needs an f32 gradient buffer, not ",
                dtype_name(dtype));
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      std::vector<MatrixView> mats;
-      for (const MatrixView& t : tensors)
-        if (t.offset >= buckets_[b].offset && t.offset + t.rows * t.cols <= buckets_[b].offset + buckets_[b].count)
-          mats.push_back({t.offset - buckets_[b].offset, t.rows, t.cols});
-      // Without a layout PowerSGD sees each bucket as one matrix; with one, only the layout's matrices.
-      if (!tensors.empty() && mats.empty()) mats.push_back({0, 1, buckets_[b].count});
-      compressors_.push_back(make_compressor(options_.compression, buckets_[b].count, std::move(mats), options_.seed, b));
-    }
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      compressors_.push_back(make_compressor(options_.compression, buckets_[b].count,
+                                             bucket_matrices(tensors, buckets_[b].offset, buckets_[b].count),
+                                             options_.seed, b));
   }
   thread_ = std::thread([this] { comm_loop(); });
 }

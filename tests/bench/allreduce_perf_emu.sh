@@ -30,7 +30,7 @@ check "bf16 avg, nccl" ring,hier,nccl "$work/out2.txt"
   > "$work/out3.txt" 2> "$work/err3.txt" || { cat "$work/out3.txt" "$work/err3.txt"; echo "FAIL: staged run exited non-zero"; exit 1; }
 check "f32 sum, staged" ring,rhd "$work/out3.txt"
 # compressed on the (emulated) GPU and through the host mirror: a block each, the device's #wrong = 0 meaning
-# bitwise the host compressor's result (PowerSGD: the host mirror only)
+# bitwise the host compressor's result
 comp=none,fp16,bf16,topk:0.1,qsgd:4,topk:0.05,noef,powersgd:2
 "${run[@]}" "$bin" --device cuda -b 1K -e 64K -f 64 -n 2 -w 1 --repeat 1 -o avg --algo ring --compress $comp \
   -J "$work/c.json" --csv "$work/c.csv" > "$work/out4.txt" 2> "$work/err4.txt" \

@@ -8,8 +8,8 @@ With --compress LIST: one block per (compression, algorithm) in that order; comp
 two more columns (wire bytes per rank, compression ratio against ring's 2(p-1)/p * size), and from
 --wire-smaller-from BYTES on every compressed row must send fewer bytes than uncompressed ring
 (ratio > 1). The best-per-size summary and the JSON's "best" use uncompressed rows only. With --device
-cuda a compression is two blocks, "on: device" (fp16, bf16, topk, qsgd: comm::DeviceCompressor) then "on: host
-mirror", or the host mirror's alone (powersgd), and the JSON's compress_on says which.
+cuda a compression is two blocks, "on: device" (comm::DeviceCompressor) then "on: host mirror", and the JSON's
+compress_on says which.
 
 usage: check_allreduce_output.py STDOUT_FILE RANKS ALGOS [--compress LIST] [--wire-smaller-from B]
                                  [--device cpu|cuda] [--json F] [--csv F] [--tuning F]
@@ -60,7 +60,7 @@ def main():
             return ["none"]
         if a.device == "cpu":
             return ["host"]
-        return ["device", "host mirror"] if c.split(":")[0] in ("fp16", "bf16", "topk", "qsgd") else ["host mirror"]
+        return ["device", "host mirror"]
 
     want_blocks = [(al, c, on) for c in compresses for al in algos for on in places(c)]
     if not lines or not lines[0].startswith("# nThread 1 nGpus 1 minBytes "):

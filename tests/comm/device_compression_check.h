@@ -1,10 +1,10 @@
 // comm::DeviceCompressor against comm::Compressor of the same spec, seed and id (compression.h: the same messages,
 // results and state, bit for bit), on tensors of `device` (the CPU, or a GPU: tests/comm/test_compression.cpp,
-// tests/comm/test_device_allreduce.cpp). fp16 and bf16 (inputs reaching past f16's range and into both formats'
-// subnormals), top-k and QSGD with and without error feedback, sums and averages, sizes around QSGD's 512-value chunks
-// and 0; three calls each (inputs differing by rank and call: the residuals and QSGD's
-// random stream advance), then the states, and a device compressor restored from the host's state continuing as
-// the host's does. Every rank calls it (the compressors all-gather).
+// tests/comm/test_device_allreduce.cpp). PowerSGD (one near-square matrix, padded, and a layer layout), fp16 and bf16
+// (inputs reaching past f16's range and into both formats' subnormals), top-k and QSGD with and without error feedback,
+// sums and averages, sizes around QSGD's 512-value chunks and 0; three calls each (inputs differing by rank and call:
+// the residuals and QSGD's random stream advance), then the states, and a device compressor restored from the host's
+// state continuing as the host's does. Every rank calls it (the compressors all-gather).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -53,12 +53,13 @@ inline void expect_device_compressors_match_host(comm::Communicator& c, Device d
   const int r = c.rank();
   auto run_device = [&](comm::DeviceCompressor& d, const std::vector<float>& x, comm::ReduceOp op) {
     Tensor t = Tensor::from_vector(x, {int64_t(x.size())}).to(device, stream);
-    d.allreduce(c, t, op, stream);
+    d.allreduce(c, t, op, comm::Algorithm::ring, {}, stream);
     const Tensor back = t.to(Device::cpu(), stream);
     stream.synchronize();
     return back.to_vector<float>();
   };
-  for (const char* name : {"fp16", "bf16", "topk:0.1", "topk:0.01,noef", "qsgd:4", "qsgd:2,noef", "qsgd:8"}) {
+  for (const char* name : {"fp16", "bf16", "topk:0.1", "topk:0.01,noef", "qsgd:4", "qsgd:2,noef", "qsgd:8",
+                           "powersgd:2", "powersgd:3,noef"}) {
     const comm::CompressionSpec spec = comm::parse_compression(name);
     const bool half = spec.kind == comm::CompressionKind::fp16 || spec.kind == comm::CompressionKind::bf16;
     auto input = [&](size_t n, unsigned seed) {
@@ -88,12 +89,32 @@ inline void expect_device_compressors_match_host(comm::Communicator& c, Device d
         expect_same_bits(run_device(*restored, x, op), want, "restored from the host's state");
       }
   }
-  HPDT_EXPECT_THROW_MSG(
-      comm::make_device_compressor(comm::parse_compression("powersgd:2"), 8, device, stream),
-      "make_device_compressor: powersgd:2 runs on the host only (device compression: fp16, bf16, topk and qsgd)");
+  // PowerSGD over a layer layout: matrices that gain, one that does not (6 x 2 at rank 2), gaps between them and a
+  // tail (the uncompressed values), a sum over ranks and a restored state (Q included).
+  {
+    const std::vector<comm::MatrixView> layout = {{0, 40, 50}, {2010, 6, 2}, {2100, 30, 60}, {4000, 10, 90}};
+    const comm::CompressionSpec spec = comm::parse_compression("powersgd:2");
+    const size_t n = 5000;
+    auto host = comm::make_compressor(spec, n, layout, 5, 1);
+    auto dev = comm::make_device_compressor(spec, n, device, stream, 5, 1, layout);
+    for (unsigned call = 0; call < 3; ++call) {
+      SCOPED_TRACE("powersgd:2 over a layout, call " + std::to_string(call));
+      const std::vector<float> x = compression_input(n, 500u * unsigned(r) + call);
+      std::vector<float> want = x;
+      host->allreduce(c, want.data(), comm::ReduceOp::sum, comm::Algorithm::ring, {});
+      expect_same_bits(run_device(*dev, x, comm::ReduceOp::sum), want, "result");
+      EXPECT_EQ(dev->wire_bytes(), host->wire_bytes());
+    }
+    expect_same_bits(dev->state(stream), host->state(), "powersgd state over a layout");
+    EXPECT_EQ(dev->state_size(), host->state().size());
+    HPDT_EXPECT_THROW_MSG(dev->set_state(std::vector<float>(5), stream),
+                          "compression state of 5 values does not fit powersgd:2 over 5000 values (expected");
+  }
+  HPDT_EXPECT_THROW_MSG(comm::make_device_compressor(comm::parse_compression("none"), 8, device, stream),
+                        "make_device_compressor: 'none' is not a lossy compression");
   auto d = comm::make_device_compressor(comm::parse_compression("topk:0.5"), 8, device, stream);
   Tensor wrong = Tensor::zeros({9}, DType::f32).to(device, stream);
-  HPDT_EXPECT_THROW_MSG(d->allreduce(c, wrong, comm::ReduceOp::sum, stream),
+  HPDT_EXPECT_THROW_MSG(d->allreduce(c, wrong, comm::ReduceOp::sum, comm::Algorithm::ring, {}, stream),
                         "DeviceCompressor topk:0.5: expects f32 [8], got");
   HPDT_EXPECT_THROW_MSG(d->set_state(std::vector<float>(3), stream),
                         "compression state of 3 values does not fit topk:0.5 over 8 values (expected 10)");

@@ -13,8 +13,8 @@
 #                       ranks without a GPU, or one step where GPUs exist)
 #   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
 #                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
-#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl; --compress topk, qsgd
-#                       and fp16 on the device), the GPU paths bitwise equal to each other (device compression to the host
+#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl; --compress topk, qsgd,
+#                       fp16 and powersgd on the device), the GPU paths bitwise equal to each other (device compression to the host
 #                       mirror's, HPDT_DEVICE_COMPRESSION=off), the GPU run near the CPU run (mixed precision on the
 #                       emulated GPU: test_nn_models_cuda_emu)
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
@@ -243,7 +243,7 @@ cuda-emu)
   "$compare" "$(ck mirror)" "$(ck nccl)" --optimizer --atol 1e-6 --rtol 1e-5 || fail "nccl differs from the host mirror"
   # Top-k and QSGD compressed on the GPU (comm::DeviceCompressor) give the host compressors' bits: the checkpoints,
   # error-feedback state included, equal those of the host mirror (HPDT_DEVICE_COMPRESSION=off).
-  for c in topk:0.1 qsgd:4 fp16; do
+  for c in topk:0.1 qsgd:4 fp16 powersgd:2; do
     run 2 "${args[@]}" --device cuda --algo ring --compress $c --checkpoint-dir "$w/dev-$c" > "$w/dev-$c.log" 2>&1 ||
       { cat "$w/dev-$c.log"; fail "cuda --compress $c"; }
     grep -q "gradients averaged via device compression" "$w/dev-$c.log" ||

@@ -101,19 +101,23 @@ class Compressor {
 class DeviceCompressor {
  public:
   virtual ~DeviceCompressor() = default;
-  // All-reduces data (f32 [count()], contiguous, on the stream's device) as Compressor::allreduce does; returns
-  // when the result is in `data` (the stream synchronised).
-  virtual void allreduce(Communicator& comm, Tensor& data, ReduceOp op, const Stream& stream) = 0;
+  // All-reduces data (f32 [count()], contiguous, on the stream's device) as Compressor::allreduce does (the
+  // algorithm and options: PowerSGD's P and Q all-reduces); returns when the result is in `data` (the stream
+  // synchronised).
+  virtual void allreduce(Communicator& comm, Tensor& data, ReduceOp op, Algorithm algorithm,
+                         const AllreduceOptions& options, const Stream& stream) = 0;
   size_t count() const { return count_; }
   const CompressionSpec& spec() const { return spec_; }
   uint64_t wire_bytes() const { return wire_bytes_; }
-  // As Compressor::state / set_state: the residual, then the call counter (copied from and to the device).
-  std::vector<float> state(const Stream& stream) const;
-  void set_state(const std::vector<float>& s, const Stream& stream);
-  size_t state_size() const { return (residual_.defined() ? count_ : 0) + 2; }
+  // As Compressor::state / set_state: the residual, then the call counter, then PowerSGD's Q (copied from and to the
+  // device).
+  virtual std::vector<float> state(const Stream& stream) const;
+  virtual void set_state(const std::vector<float>& s, const Stream& stream);
+  virtual size_t state_size() const { return base_state_size(); }
 
  protected:
   DeviceCompressor(const CompressionSpec& spec, size_t count, Device device, const Stream& stream);
+  size_t base_state_size() const { return (residual_.defined() ? count_ : 0) + 2; }  // the residual and the calls
   CompressionSpec spec_;
   size_t count_;
   uint64_t wire_bytes_ = 0;
@@ -121,12 +125,13 @@ class DeviceCompressor {
   Tensor residual_;  // f32 [count] on the device (undefined without error feedback)
 };
 
-// Whether make_device_compressor takes the spec: fp16, bf16, topk and qsgd (PowerSGD stays on the host).
+// Whether make_device_compressor takes the spec: every lossy one (fp16, bf16, topk, qsgd, powersgd).
 bool device_compression_supported(const CompressionSpec& spec);
-// A DeviceCompressor for `count` values on `device` (its residual zeroed on `stream`); seed and id as for
+// A DeviceCompressor for `count` values on `device` (its residual zeroed on `stream`); matrices, seed and id as for
 // make_compressor. Throws unless device_compression_supported(spec).
 std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressionSpec& spec, size_t count, Device device,
-                                                         const Stream& stream, uint64_t seed = 0, uint64_t id = 0);
+                                                         const Stream& stream, uint64_t seed = 0, uint64_t id = 0,
+                                                         std::vector<MatrixView> matrices = {});
 
 // A checkpoint's compression state (its compressors' states back to back, GradientSync::compression_state) cut
 // into the states of the given sizes, in order; throws, naming `what` (who restores it, for what), unless the sizes

@@ -68,6 +68,10 @@ struct BucketTiming {
 // the same range whichever path runs.)
 std::vector<std::pair<size_t, size_t>> gradient_buckets(size_t count, size_t element_bytes, size_t bucket_bytes,
                                                         std::vector<MatrixView> tensors);
+// The matrices PowerSGD sees in the bucket [offset, offset + count): the tensors inside it, offsets relative to the
+// bucket. With tensors given but none inside, one 1 x count "matrix" (nothing compressed: a bucket of vectors);
+// without tensors, none (make_compressor then takes the bucket as one matrix).
+std::vector<MatrixView> bucket_matrices(const std::vector<MatrixView>& tensors, size_t offset, size_t count);
 
 class GradientSync {
  public:
