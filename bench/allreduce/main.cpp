@@ -12,7 +12,7 @@
 //
 // --compress LIST times comm's Compressor::allreduce (fp16, bf16, topk:R, qsgd:B, powersgd:R, ",noef")
 // for every (compression, algorithm, size), f32. With --device cuda each is timed twice, as hpdt-train's two
-// paths run it: on the GPU (comm::DeviceCompressor, "on: device", where it takes the method) and through a
+// paths run it: on the GPU (comm::DeviceCompressor, "on: device") and through a
 // pinned host mirror ("on: host mirror": copied down, compressed on the host, copied back up); the device
 // rows' #wrong counts elements that are not bitwise the host compressor's. algbw/busbw stay defined on the
 // uncompressed message size; compressed blocks add the bytes a rank put on the wire per call and the
@@ -577,7 +577,7 @@ int run(int argc, char** argv) {
                  "compressions, one block per (compression, algorithm): none, fp16, bf16, topk:R (0<R<=1), qsgd:B "
                  "(2..8 bits), powersgd:R (rank; a flat message is one near-square matrix), each lossy one "
                  "optionally with ',noef' (no error feedback). Needs -d float. With --device cuda each is timed on "
-                 "the GPU ('on: device', comm::DeviceCompressor, where it takes the method) and through a pinned "
+                 "the GPU ('on: device', comm::DeviceCompressor) and through a pinned "
                  "host mirror ('on: host mirror'). Adds wire bytes "
                  "per rank and the ratio to ring's uncompressed bytes; algbw/busbw stay on the uncompressed size "
                  "(docs/benchmarks.md)")
@@ -719,7 +719,7 @@ int run(int argc, char** argv) {
   } else if (have_compressed) {
     fill_host(DType::f32, send.data(), max_count, rank);
   }
-  // where a compression runs: the host (--device cpu); on a GPU, the device (where it takes the method) and the
+  // where a compression runs: the host (--device cpu); on a GPU, the device and the
   // host mirror
   auto places = [&](const hc::CompressionSpec& spec) -> std::vector<std::string> {
     if (spec.lossless()) return {"none"};
