@@ -184,7 +184,7 @@ PowerSgdLayout powersgd_layout(size_t n, size_t R, std::vector<MatrixView> views
     if (!gains) continue;
     HPDT_CHECK(sz <= avail || (views.size() == 1 && v.offset == 0), "powersgd: matrix at ", v.offset, " of ", v.rows,
                "x", v.cols, " exceeds the range of ", n, " values");
-    l.mats.push_back({v.offset, v.rows, v.cols, std::min(sz, avail), R, l.p_total, l.q_total});
+    l.mats.push_back({v.offset, v.rows, v.cols, std::min(sz, avail), l.p_total, l.q_total});
     for (size_t i = 0; i < v.cols * R; ++i)
       l.q.push_back(philox_normal(seed, (id << 20) | 0xfffffu, l.q_total + i));  // the same on every rank
     l.q_total += v.cols * R;
@@ -386,14 +386,11 @@ class PowerSgd final : public Compressor {
  public:
   PowerSgd(const CompressionSpec& s, size_t n, std::vector<MatrixView> views, uint64_t seed, uint64_t id) : Compressor(s, n) {
     wire::PowerSgdLayout layout = wire::powersgd_layout(n, size_t(s.rank), std::move(views), seed, id);
-    for (const wire::PowerSgdMatrix& g : layout.mats)
-      mats_.push_back({g.offset,
-                       g.rows,
-                       g.cols,
-                       g.size,
-                       std::vector<float>(layout.q.begin() + long(g.q_offset),
-                                          layout.q.begin() + long(g.q_offset + g.cols * g.rank)),
-                       {}});
+    for (const wire::PowerSgdMatrix& g : layout.mats) {
+      Matrix m{g, {}, {}};
+      m.q.assign(layout.q.begin() + long(g.q_offset), layout.q.begin() + long(g.q_offset + g.cols * size_t(s.rank)));
+      mats_.push_back(std::move(m));
+    }
     rest_ = std::move(layout.rest);
     p_total_ = layout.p_total;
     q_total_ = layout.q_total;
@@ -478,9 +475,8 @@ class PowerSgd final : public Compressor {
   }
 
  private:
-  struct Matrix {
-    size_t offset, rows, cols, size;  // size: values of the range it covers (< rows*cols when padded)
-    std::vector<float> q;             // cols x R
+  struct Matrix : wire::PowerSgdMatrix {
+    std::vector<float> q;  // cols x R
     std::vector<float> scratch;
   };
   // The matrix's values of acc_, zero-padded when the range ends inside it.

@@ -57,8 +57,7 @@ HalfPart half_part(const Transport& t, size_t n);
 // matrix's initial Q (Philox normals, the same on every rank and device).
 struct PowerSgdMatrix {
   size_t offset, rows, cols, size;  // size: values of the range it covers (< rows * cols when padded)
-  size_t rank;
-  size_t p_offset, q_offset;  // its P (rows x R) and Q (cols x R) in the buffers of all matrices' P and Q
+  size_t p_offset, q_offset;        // its P (rows x R) and Q (cols x R) in the buffers of all matrices' P and Q
 };
 struct PowerSgdLayout {
   std::vector<PowerSgdMatrix> mats;

@@ -260,6 +260,7 @@ class DevicePowerSgd final : public DeviceCompressor {
     std::copy(layout_.q.begin(), layout_.q.end(), host_q_.data<float>());
     copy(host_q_, q_, stream);
     stream.synchronize();  // host_q_ is written again before the copy would have run
+    layout_.q = {};        // the device's q_ holds Q from here on
   }
 
   void allreduce(Communicator& c, Tensor& data, ReduceOp op, Algorithm a, const AllreduceOptions& o,
@@ -273,9 +274,11 @@ class DevicePowerSgd final : public DeviceCompressor {
     else
       copy(data, acc_, stream);
     // P = M Q for every matrix; P and the uncompressed values to the host for one all-reduce.
-    for (const wire::PowerSgdMatrix& m : layout_.mats) {
-      Tensor p = p_of(m);
-      kernels::powersgd_product(false, false, matrix(m, stream), q_of(q_, m), p, stream);
+    std::vector<Tensor> ms;  // each matrix's values (the padded one, at most one, built once a call)
+    for (const wire::PowerSgdMatrix& m : layout_.mats) ms.push_back(matrix(m, stream));
+    for (size_t i = 0; i < ms.size(); ++i) {
+      Tensor p = p_of(layout_.mats[i]);
+      kernels::powersgd_product(false, false, ms[i], q_of(q_, layout_.mats[i]), p, stream);
     }
     float* host_p = host_p_.data<float>();
     Tensor host_pv = host_p_.flat(0, p_total);
@@ -292,9 +295,9 @@ class DevicePowerSgd final : public DeviceCompressor {
     for (const wire::PowerSgdMatrix& m : layout_.mats)
       wire::powersgd_orthonormalise(host_p + m.p_offset, m.rows, size_t(R));
     copy(host_pv, p_, stream);
-    for (const wire::PowerSgdMatrix& m : layout_.mats) {
-      Tensor q = q_of(q_new_, m);
-      kernels::powersgd_product(true, false, matrix(m, stream), p_of(m), q, stream);
+    for (size_t i = 0; i < ms.size(); ++i) {
+      Tensor q = q_of(q_new_, layout_.mats[i]);
+      kernels::powersgd_product(true, false, ms[i], p_of(layout_.mats[i]), q, stream);
     }
     copy(q_new_, host_q_, stream);
     stream.synchronize();
@@ -353,7 +356,8 @@ class DevicePowerSgd final : public DeviceCompressor {
   size_t state_size() const override { return base_state_size() + layout_.q_total; }
 
  private:
-  // The matrix's values of acc_ (rows x cols), zero-padded when the range ends inside it.
+  // The matrix's values of acc_ (rows x cols), zero-padded when the range ends inside it (only ever the one matrix of
+  // a range without views: padded_ holds it).
   Tensor matrix(const wire::PowerSgdMatrix& m, const Stream& stream) {
     const Shape shape{int64_t(m.rows), int64_t(m.cols)};
     if (m.size == m.rows * m.cols) return acc_.flat(int64_t(m.offset), int64_t(m.size)).view(shape);
@@ -364,10 +368,12 @@ class DevicePowerSgd final : public DeviceCompressor {
     return full.view(shape);
   }
   Tensor p_of(const wire::PowerSgdMatrix& m) const {
-    return p_.flat(int64_t(m.p_offset), int64_t(m.rows * m.rank)).view({int64_t(m.rows), int64_t(m.rank)});
+    const int64_t R = spec_.rank;
+    return p_.flat(int64_t(m.p_offset), int64_t(m.rows) * R).view({int64_t(m.rows), R});
   }
-  static Tensor q_of(const Tensor& q, const wire::PowerSgdMatrix& m) {
-    return q.flat(int64_t(m.q_offset), int64_t(m.cols * m.rank)).view({int64_t(m.cols), int64_t(m.rank)});
+  Tensor q_of(const Tensor& q, const wire::PowerSgdMatrix& m) const {
+    const int64_t R = spec_.rank;
+    return q.flat(int64_t(m.q_offset), int64_t(m.cols) * R).view({int64_t(m.cols), R});
   }
 
   wire::PowerSgdLayout layout_;
