@@ -6,12 +6,13 @@
 // one run. The label is the variant that actually ran (v3 falls back to v2 off k-major x k-major layouts,
 // v2 to v1 where it cannot take a layout).
 //
-// Shapes: square 4096^3 (bf16 NN and NT, f32), 8192^3 bf16 (NN and NT), and the GEMMs of a ViT-B/16 training step at batch
-// 64 (rows = 64 * 197 tokens): qkv 768->2304, attention out 768->768, fc1 768->3072, fc2 3072->768, each
-// as forward (y = x w^T: NT), data gradient (dx = dy w: NN) and weight gradient (dw += dy^T x: TN, beta 1).
-// The MLP's GELU fused into fc1's forward GEMM (y = gelu(x w^T), keeping x w^T) and fc2's dx GEMM (dx times
-// gelu'(h)): rows fc1_fwd_gelu and fc2_dx_gelu_grad, with x_unfused = (the plain GEMM + the separate GELU kernel,
-// same run) / the fused GEMM.
+// Shapes: square 4096^3 (bf16 NN and NT, f32), 8192^3 bf16 (NN and NT), and the GEMMs of a ViT-B/16 training step at
+// batch 64 (rows = 64 * 197 tokens): qkv 768->2304, attention out 768->768, fc1 768->3072, fc2 3072->768, each as
+// forward (y = x w^T: NT), data gradient (dx = dy w: NN) and weight gradient (dw += dy^T x: TN, beta 1). The MLP's GELU
+// fused into fc1's forward GEMM (y = gelu(x w^T), keeping x w^T) and fc2's dx GEMM (dx times gelu'(h)): rows
+// fc1_fwd_gelu and fc2_dx_gelu_grad, with x_unfused = (the plain GEMM + the separate GELU kernel, same run) / the fused
+// GEMM. ksweep_* rows: fc1's forward shape at K = 64 .. 3072 (plain and GELU), for the line through time against K that
+// splits a call into its fixed part and the k loop (summarize.py).
 // ResNet-50's 1x1 convolutions at 56^2, batch 256, as the NHWC GEMMs --conv v3 runs on v3 (forward NT, backward-data
 // NN), plain and with the batch norm's reduction in the epilogue (2026-11-28, sm90a/column_stats.cuh): rows
 // ..._bn_stats (the forward's column statistics) and ..._bn_grad_sums (the backward-data's mask and sums), with
@@ -207,7 +208,9 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
 // pipeline with a block per tile (row v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count), which tells
 // what the persistence gains, and the default pipeline on each block tile (rows v3_wgmma_wide, v3_wgmma_narrow:
 // HPDT_GEMM_V3_TILE), which tells whether the tile's wave model (split_k.cuh: wide_tile_by_waves) chose right.
-void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants, bool v3_ablation = false) {
+// v3_pipelines false: v3's default pipeline only.
+void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants, bool v3_ablation = false,
+         bool v3_pipelines = true) {
   struct Row {
     const char* suffix;
     const char* pipeline;
@@ -225,6 +228,7 @@ void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVaria
     for (const Row& r : rows) {
       if ((r.pipeline || r.tile) && v != GemmVariant::v3_wgmma) continue;
       if (r.ablation && !v3_ablation) continue;
+      if (r.pipeline && !v3_pipelines) continue;
       const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" +
                                sh.name + "/" + std::string(kernels::cuda::gemm_variant_name(v)) + r.suffix;
       benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, r.pipeline, r.blocks, r.tile)
@@ -263,6 +267,20 @@ void register_all() {
       DType::bf16, DType::bf16, tensor_cores);
   add({"vitb16_b64_fc2_dx_gelu_grad_" + std::to_string(rows) + "x3072->768", rows, 3072, 768, false, false, 0.0f, 2},
       DType::bf16, DType::bf16, tensor_cores);
+
+  // The time of a GEMM against K (2026-11-29): fc1's forward (12,608 x 3072, NT) at K = 64, 256, 768, 3072, plain on
+  // v3's three pipelines, with the fused GELU on v3's default one, and cuBLAS (its GELU a pass of our own): 24 rows,
+  // ~12 s of a lease. Neither v3's tiles nor its split (none: 1188 wide tiles are 9 waves) change with K, so the line
+  // t = t0 + K / rate through a variant's rows splits its calls into the part no k tile pays for (t0: launch,
+  // prologue, pipeline fill, the epilogue) and the k loop's rate: what the 2026-11-27 rows could only infer (~25 us a
+  // tile outside the MMAs at K = 768). summarize.py's "GEMM time against K" table fits it.
+  for (const int64_t k : {int64_t(64), int64_t(256), int64_t(768), int64_t(3072)}) {
+    const std::string dims = std::to_string(rows) + "x3072_k" + std::to_string(k);
+    add({"ksweep_" + dims, rows, 3072, k, false, true, 0.0f}, DType::bf16, DType::bf16,
+        {GemmVariant::v3_wgmma, GemmVariant::vendor});
+    add({"ksweep_gelu_" + dims, rows, 3072, k, false, true, 0.0f, 1}, DType::bf16, DType::bf16,
+        {GemmVariant::v3_wgmma, GemmVariant::vendor}, false, false);
+  }
 
   // ResNet-50's 1x1 convolutions at 56^2, batch 256, as NHWC GEMMs: forward y [P, co] = x [P, ci] w [co, ci]^T,
   // backward-data dx [P, ci] = dy [P, co] w [co, ci]; with the batch norm's reduction and without

@@ -92,6 +92,7 @@ def gemm_table(g, rows, numbers):
                 "| unfused / fused (v2, v3) |")
     rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/")}, key=lambda s: (not s[0].isdigit(), s))
+    shapes = [sh for sh in shapes if not sh.startswith("ksweep_")]  # gemm_k_table's
     for dt in ("bf16->bf16", "f32->f32"):
         for sh in shapes:
             # v3_wgmma_ws is persistent (a block per SM); v3_wgmma_ws_per_tile the same kernels with a block per tile;
@@ -186,6 +187,79 @@ def gemm_table(g, rows, numbers):
                     "| pingpong TFLOP/s | without / with (barrier) | (ws) | (pingpong) |")
         rows.append("|---|---:|---:|---:|---:|---:|---:|")
         rows.extend(pf_rows)
+
+
+def fit_line(points):
+    """Least squares t = t0 + slope x through [(x, t)]: (t0, slope), or None below 3 points or with one x only."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    mt = sum(t for _, t in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    slope = sum((x - mx) * (t - mt) for x, t in points) / sxx
+    return mt - slope * mx, slope
+
+
+KSWEEP_VARIANTS = [("v3_wgmma", "v3 barrier"), ("v3_wgmma_ws", "v3 ws"), ("v3_wgmma_pingpong", "v3 pingpong"),
+                   ("vendor", "cuBLAS")]
+
+
+def gemm_k_table(g, rows, numbers, gpu=None):
+    """hpdt-bench-gemm-cuda's ksweep_* rows (2026-11-29): one M x N GEMM (NT, bf16) at several K, per variant and
+    epilogue the line t = t0 + K / rate through its times (least squares). t0 is what no k tile pays for (launch,
+    prologue, pipeline fill, the epilogue; for cuBLAS's GELU rows also the separate GELU pass), rate the k loop's
+    FLOP/s (2 M N a unit of K), against the GPU's nominal peak where known. "fixed at K = 768" is t0 over the
+    measured time there: the share of ViT-B/16's K = 768 GEMMs that is not the k loop."""
+    series = {}
+    for key, rec in g.items():
+        m = re.fullmatch(r"gemm/bf16->bf16/ksweep_(gelu_)?(\d+)x(\d+)_k(\d+)/(\w+)", key)
+        if not m or not rec or not rec.get("TFLOP/s"):
+            continue
+        gelu, M, N, K, variant = bool(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5)
+        if variant not in dict(KSWEEP_VARIANTS) or not ran_as(rec, "vendor" if variant == "vendor" else "v3_wgmma"):
+            continue
+        seconds = 2.0 * M * N * K / (rec["TFLOP/s"] * 1e12)
+        series.setdefault((gelu, M, N, variant), {})[K] = (seconds, rec.get("x_unfused"))
+    if not series:
+        rows.append("(no ksweep rows: hpdt-bench-gemm-cuda before 2026-11-29)")
+        return
+    ks = sorted({k for pts in series.values() for k in pts})
+    peak = peaks_of(gpu)
+    rows.append("| epilogue (M x N, NT, bf16) | variant | " + " | ".join(f"K {k} ms" for k in ks) +
+                " | fixed t0 µs | k loop TFLOP/s | k loop / peak | fixed at K = 768 | worst fit error | "
+                "unfused / fused at K = 768 |")
+    rows.append("|---|---|" + "---:|" * (len(ks) + 6))
+    for gelu in (False, True):
+        for M, N in sorted({(k[1], k[2]) for k in series}):
+            for variant, label in KSWEEP_VARIANTS:
+                pts = series.get((gelu, M, N, variant))
+                if not pts:
+                    continue
+                line = fit_line([(k, t) for k, (t, _) in sorted(pts.items())])
+                t0 = rate = share = err = None
+                if line:
+                    err = max(abs(line[0] + line[1] * k - t) / t for k, (t, _) in pts.items())
+                if line and line[1] > 0:  # time falling with K: no k loop to speak of (the fit error says why)
+                    t0, slope = line
+                    rate = 2.0 * M * N / slope
+                    share = t0 / pts[768][0] if 768 in pts else None
+                unfused = pts[768][1] if 768 in pts else None
+                cells = " | ".join(fmt(pts[k][0] * 1e3, 3) if k in pts else "—" for k in ks)
+                of_peak = rate / peak[1] if rate and peak else None
+                rows.append(f"| {'GELU (erf), kept input' if gelu else 'plain'} ({M}x{N}) | {label} | {cells} "
+                            f"| {fmt(t0 * 1e6 if t0 is not None else None)} | {fmt(rate / 1e12 if rate else None)} "
+                            f"| {fmt(of_peak, 2)} | {fmt(share, 2)} | {fmt(err, 2)} | {fmt(unfused, 2)} |")
+                numbers.append({"op": "gemm_k_sweep", "gelu": gelu, "M": M, "N": N, "variant": variant,
+                                "ms": {str(k): pts[k][0] * 1e3 for k in sorted(pts)}, "fixed_us":
+                                t0 * 1e6 if t0 is not None else None, "k_loop_tflops": rate / 1e12 if rate else None,
+                                "k_loop_over_peak": of_peak, "fixed_share_k768": share, "worst_fit_error": err,
+                                "x_unfused_k768": unfused})
+    rows.append("")
+    rows.append("t0 and the k loop's rate from a least-squares line through each variant's times against K; t0 "
+                "negative or a large fit error means the time is not linear in K (then read the ms columns).")
 
 
 # The GEMMs of a ViT-B/16 training step (batch 64, the default fused GELU): each encoder block runs each once.
@@ -727,6 +801,8 @@ def main():
                 ("Where a training step's GPU time goes (kernel traces, ms a step, by kernel family)",
                  lambda: breakdown_section(a.dirs, rows, numbers)),
                 ("GEMM", lambda: gemm_table(f["gemm"], rows, numbers)),
+                ("GEMM time against K: the fixed part of a call and the k loop's rate",
+                 lambda: gemm_k_table(f["gemm"], rows, numbers, gpu_name(f))),
                 ("GEMM v3's plans by Find, in a training step (--gemm-tuning find)",
                  lambda: gemm_found_table(f["train"], rows, numbers)),
                 ("ViT-B/16's GEMMs, a step (ms; each timed alone, times the 12 encoder blocks)",

@@ -301,6 +301,70 @@ class GemmEpiloguePrefetch(unittest.TestCase):
         self.assertIsNone(n[0]["v3_pingpong_x_no_prefetch"])
 
 
+class GemmTimeAgainstK(unittest.TestCase):
+    """The ksweep rows: per variant and epilogue the line t = t0 + K / rate through the times, recovered from made-up
+    rows on such a line; v3 rows that fell back to v2 left out; the rows kept out of the per-shape GEMM table."""
+
+    M, N = 1000, 2000
+
+    def rows(self, variant, t0, tflops, gelu=False, label=None, ks=(64, 256, 768, 3072)):
+        out = {}
+        for k in ks:
+            flop = 2.0 * self.M * self.N * k
+            seconds = t0 + flop / (tflops * 1e12)
+            ran = label or ("vendor" if variant == "vendor" else "v3_wgmma")
+            rec = {"TFLOP/s": flop / seconds / 1e12, "label": ran}
+            if gelu:
+                rec["x_unfused"] = 1.25
+            out[f"gemm/bf16->bf16/ksweep_{'gelu_' if gelu else ''}{self.M}x{self.N}_k{k}/{variant}"] = rec
+        return out
+
+    def test_fit(self):
+        g = {}
+        g.update(self.rows("v3_wgmma", 250e-6, 850.0))
+        g.update(self.rows("vendor", 20e-6, 700.0))
+        g.update(self.rows("v3_wgmma", 500e-6, 850.0, gelu=True))
+        g.update(self.rows("v3_wgmma_ws", 100e-6, 800.0, label="v2_mma"))  # fell back: not v3's
+        rows, numbers = [], []
+        summarize.gemm_k_table(g, rows, numbers, "NVIDIA H200")
+        text = "\n".join(rows)
+        n = {(x["gelu"], x["variant"]): x for x in numbers if x["op"] == "gemm_k_sweep"}
+        self.assertEqual(set(n), {(False, "v3_wgmma"), (False, "vendor"), (True, "v3_wgmma")})
+        plain = n[(False, "v3_wgmma")]
+        self.assertAlmostEqual(plain["fixed_us"], 250.0, places=6)
+        self.assertAlmostEqual(plain["k_loop_tflops"], 850.0, places=6)
+        self.assertAlmostEqual(plain["k_loop_over_peak"], 850.0 / 989.0, places=6)
+        t768 = 250e-6 + 2.0 * self.M * self.N * 768 / 850e12
+        self.assertAlmostEqual(plain["fixed_share_k768"], 250e-6 / t768, places=6)
+        self.assertLess(plain["worst_fit_error"], 1e-9)
+        self.assertAlmostEqual(n[(True, "v3_wgmma")]["fixed_us"], 500.0, places=6)
+        self.assertEqual(n[(True, "v3_wgmma")]["x_unfused_k768"], 1.25)
+        self.assertAlmostEqual(n[(False, "vendor")]["fixed_us"], 20.0, places=6)
+        self.assertIn("| plain (1000x2000) | v3 barrier | ", text)
+        self.assertIn("| GELU (erf), kept input (1000x2000) | v3 barrier | ", text)
+        self.assertNotIn("v3 ws", text)
+        # a time not linear in K shows in the fit error
+        g = self.rows("v3_wgmma", 250e-6, 850.0)
+        g["gemm/bf16->bf16/ksweep_1000x2000_k768/v3_wgmma"]["TFLOP/s"] /= 2
+        rows, numbers = [], []
+        summarize.gemm_k_table(g, rows, numbers)
+        self.assertGreater(numbers[0]["worst_fit_error"], 0.1)
+        self.assertIsNone(numbers[0]["k_loop_over_peak"])  # no GPU name, no peak
+
+    def test_not_in_the_per_shape_table_and_none_says_so(self):
+        g = self.rows("v3_wgmma", 250e-6, 850.0)
+        g.update(self.rows("vendor", 20e-6, 700.0))
+        rows, numbers = [], []
+        summarize.gemm_table(g, rows, numbers)
+        self.assertNotIn("ksweep", "\n".join(rows))
+        rows = []
+        summarize.gemm_k_table({}, rows, [])
+        self.assertEqual(rows, ["(no ksweep rows: hpdt-bench-gemm-cuda before 2026-11-29)"])
+        rows = []  # fewer than three K: no line
+        summarize.gemm_k_table(self.rows("v3_wgmma", 1e-4, 800.0, ks=(64, 768)), rows, numbers := [])
+        self.assertIsNone(numbers[0]["fixed_us"])
+
+
 class LayersSwitchColumns(unittest.TestCase):
     """The memory-bound table's A/B columns, each a same-run ratio, empty where the row has no such counter:
     x_per_channel (NCHW batch norm on narrow planes: HPDT_BN_FLAT=off against the flat apply) and x_scalar (max pool:
