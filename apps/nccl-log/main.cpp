@@ -13,13 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/results.h"
 #include "hpdt/nccl_log/capture.h"
 #include "hpdt/nccl_log/diagnose.h"
 #include "hpdt/nccl_log/input.h"
-#include "hpdt/nccl_log/report.h"
 #include "hpdt/nccl_log/render.h"
+#include "hpdt/nccl_log/report.h"
 
 int main(int argc, char** argv) {
   using namespace hpdt::nccl_log;
@@ -36,7 +37,8 @@ int main(int argc, char** argv) {
   report->add_option("--json-out", json_out, "also write the JSON report to this file");
   report->add_option("--dot", dot_out, "write a Graphviz drawing of rings and trees to this file");
   report->add_option("--png", png_out, "render the drawing to this PNG with graphviz `dot` (implies a drawing)");
-  report->add_option("--dot-channels", dot_channels, "channels to draw per communicator")->check(CLI::Range(1, 64));
+  report->add_option("--dot-channels", dot_channels, "channels to draw per communicator")
+      ->check(hpdt::cli::in_range(1, 64));
   CLI::App* env = app.add_subcommand("env", "print the shell exports that capture NCCL_DEBUG output of every rank into DIR");
   std::string env_dir;
   env->add_option("dir", env_dir, "directory for the per-process logs (nccl.%h.%p.log)")->required();

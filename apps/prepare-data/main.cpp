@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hpdt/core/check_mpi.h"
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/timer.h"
@@ -68,14 +69,16 @@ int main(int argc, char** argv) {
   int compress = 0;
   app.add_option("--out", out, "output directory (Fashion-MNIST) or file (--synthetic)")->required();
   app.add_option("--source", source, "directory with the Fashion-MNIST IDX .gz files");
-  app.add_option("--synthetic", synthetic, "write N synthetic samples instead of Fashion-MNIST")->check(CLI::PositiveNumber);
+  app.add_option("--synthetic", synthetic, "write N synthetic samples instead of Fashion-MNIST")
+      ->check(hpdt::cli::positive());
   app.add_option("--shape", shape_text, "synthetic sample shape C,H,W");
-  app.add_option("--classes", classes, "synthetic number of classes")->check(CLI::PositiveNumber);
+  app.add_option("--classes", classes, "synthetic number of classes")->check(hpdt::cli::positive());
   app.add_option("--seed", seed, "synthetic data seed");
   app.add_option("--layout", layout_text, "contiguous (default; fastest for shuffled reads) | chunked (along N)");
-  app.add_option("--chunk", chunk, "samples per chunk (chunked layout; default about 1 MiB)")->check(CLI::NonNegativeNumber);
+  app.add_option("--chunk", chunk, "samples per chunk (chunked layout; default about 1 MiB)")
+      ->check(hpdt::cli::non_negative());
   app.add_option("--compress", compress, "deflate level 1-9 (chunked only; slower for parallel reads), 0 = none")
-      ->check(CLI::Range(0, 9));
+      ->check(hpdt::cli::in_range(0, 9));
   app.add_option("--log-level", level, "trace|debug|info|warn|error|off");
   CLI11_PARSE(app, argc, argv);
 

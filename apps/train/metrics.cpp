@@ -11,7 +11,7 @@ namespace hpdt::train {
 void check_output_path(const std::string& flag, const std::string& path, bool append, bool force) {
   if (path.empty() || append || force) return;
   if (std::filesystem::exists(path))
-    HPDT_FAIL("hpdt-train: ", flag, " ", path, " already exists (from an earlier run?); pass --force to overwrite it, ",
+    HPDT_FAIL(flag, " ", path, " already exists (from an earlier run?); pass --force to overwrite it, ",
               "--resume to continue it, or choose another name");
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/error.h"
 
 namespace hpdt::train {
@@ -26,7 +27,7 @@ std::string join(const std::vector<std::string>& v) {
 }
 void require_one_of(const std::string& flag, const std::string& value, const std::vector<std::string>& allowed) {
   if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
-    HPDT_FAIL("hpdt-train: ", flag, " '", value, "' is not one of ", join(allowed));
+    HPDT_FAIL(flag, " '", value, "' is not one of ", join(allowed));
 }
 }  // namespace
 
@@ -36,25 +37,32 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   app.set_config("--config", "", "read options from an INI/TOML file (long option names); the command line wins");
   app.add_option("--model", o.model, join(model_names()));
-  app.add_option("--patch", o.patch, "ViT patch size; must divide the image size (0: 16 from 224 px, else 4)")->check(CLI::NonNegativeNumber);
+  app.add_option("--patch", o.patch, "ViT patch size; must divide the image size (0: 16 from 224 px, else 4)")
+      ->check(hpdt::cli::non_negative());
   app.add_option("--data", o.data, "training split (HDF5, hpdt format); default: Fashion-MNIST prepared in --cache-dir");
   app.add_option("--test-data", o.test_data, "test split; default: the file beside --data with 'train' -> 'test'");
   app.add_option("--cache-dir", o.cache_dir, "where Fashion-MNIST is prepared on first use (default $HPDT_CACHE or ~/.cache/hpdt)");
-  app.add_option("--epochs", o.epochs)->check(CLI::PositiveNumber);
-  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: all epochs)")->check(CLI::NonNegativeNumber);
-  app.add_option("--train-samples", o.train_samples, "use the first N training samples (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--eval-samples", o.eval_samples, "evaluate on the first N test samples (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", o.batch, "per-rank micro-batch size")->check(CLI::PositiveNumber);
-  app.add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "base learning rate at --lr-ref-batch (linear scaling rule)")->check(CLI::PositiveNumber);
-  app.add_option("--lr-ref-batch", o.lr_ref_batch)->check(CLI::PositiveNumber);
-  app.add_option("--warmup-epochs", o.warmup_epochs, "linear warmup, then cosine decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", o.epochs)->check(hpdt::cli::positive());
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: all epochs)")
+      ->check(hpdt::cli::non_negative());
+  app.add_option("--train-samples", o.train_samples, "use the first N training samples (0: all)")
+      ->check(hpdt::cli::non_negative());
+  app.add_option("--eval-samples", o.eval_samples, "evaluate on the first N test samples (0: all)")
+      ->check(hpdt::cli::non_negative());
+  app.add_option("--batch", o.batch, "per-rank micro-batch size")->check(hpdt::cli::positive());
+  app.add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step")->check(hpdt::cli::positive());
+  app.add_option("--lr", o.lr, "base learning rate at --lr-ref-batch (linear scaling rule)")
+      ->check(hpdt::cli::positive());
+  app.add_option("--lr-ref-batch", o.lr_ref_batch)->check(hpdt::cli::positive());
+  app.add_option("--warmup-epochs", o.warmup_epochs, "linear warmup, then cosine decay")
+      ->check(hpdt::cli::non_negative());
   app.add_option("--optimizer", o.optimizer, "sgd|adamw");
-  app.add_option("--momentum", o.momentum)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--momentum", o.momentum)->check(hpdt::cli::in_range(0.0, 1.0));
   app.add_flag("--nesterov", o.nesterov);
-  app.add_option("--weight-decay", o.weight_decay)->check(CLI::NonNegativeNumber);
-  app.add_option("--clip-norm", o.clip_norm, "clip gradients to this global norm (0: off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--label-smoothing", o.label_smoothing)->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weight-decay", o.weight_decay)->check(hpdt::cli::non_negative());
+  app.add_option("--clip-norm", o.clip_norm, "clip gradients to this global norm (0: off)")
+      ->check(hpdt::cli::non_negative());
+  app.add_option("--label-smoothing", o.label_smoothing)->check(hpdt::cli::in_range(0.0, 1.0));
   app.add_option("--dropout", o.dropout,
                  "ViT dropout probability (embedding, attention output, MLP; 0: off). The masks depend on each "
                  "sample's position in the global batch, not on the rank count; checkpoints keep their position");
@@ -62,12 +70,13 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--algo", o.algo, join(algo_names()));
   app.add_option("--tuning-file", o.tuning_file, "tuning file written by hpdt-allreduce-perf, for --algo auto");
   app.add_option("--compress", o.compress, "none|fp16|bf16|topk:R|qsgd:B|powersgd:R");
-  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB")->check(hpdt::cli::positive());
   app.add_option("--overlap", o.overlap, "all-reduce buckets during backward (true) or after it (false)");
   app.add_flag("--sync-bn", o.sync_bn, "batch-norm statistics over all ranks");
   app.add_option("--checkpoint-dir", o.checkpoint_dir);
-  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: end and preemption only)")->check(CLI::NonNegativeNumber);
-  app.add_option("--keep-checkpoints", o.keep_checkpoints)->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: end and preemption only)")
+      ->check(hpdt::cli::non_negative());
+  app.add_option("--keep-checkpoints", o.keep_checkpoints)->check(hpdt::cli::positive());
   app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir");
   app.add_option("--device", o.device, "cpu|cuda (cuda: one GPU per rank, local rank % GPUs on the node)");
   app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
@@ -85,28 +94,30 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--timeline", o.timeline, "write a Chrome/Perfetto trace (one track per rank)");
   app.add_option("--metrics", o.metrics, "write JSON-lines metrics");
   app.add_option("--nccl-debug", o.nccl_debug, "capture NCCL_DEBUG=INFO per rank in DIR and report at the end");
-  app.add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks on the node)")->check(CLI::NonNegativeNumber);
-  app.add_option("--prefetch", o.prefetch, "batches the reader keeps ready")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks on the node)")
+      ->check(hpdt::cli::non_negative());
+  app.add_option("--prefetch", o.prefetch, "batches the reader keeps ready")->check(hpdt::cli::positive());
   app.add_option("--shuffle-block", o.shuffle_block,
                  "shuffle blocks of this many consecutive samples, mixed within each global batch (1: per-sample "
                  "shuffle); larger blocks turn random reads into sequential ones on slow disks")
-      ->check(CLI::PositiveNumber);
+      ->check(hpdt::cli::positive());
   app.add_option("--window-batches", o.window_batches,
                  "with --shuffle-block K > 1: interleave windows of this many global batches so that every rank "
                  "reads one contiguous stretch per window (1: off; docs/io.md)")
-      ->check(CLI::PositiveNumber);
+      ->check(hpdt::cli::positive());
   app.add_option("--augment", o.augment, "random crop + flip on training batches");
   app.add_option("--eval", o.eval, "evaluate on the test split after every epoch");
   app.add_flag("--force", o.force, "overwrite --metrics/--timeline files left by an earlier run");
   app.add_option("--progress", o.progress, "auto|bar|lines|off");
-  app.add_option("--log-every", o.log_every, "steps between progress lines when not a terminal")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", o.log_every, "steps between progress lines when not a terminal")
+      ->check(hpdt::cli::positive());
   if (help_text) *help_text = app.help();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    HPDT_FAIL("hpdt-train: ", e.what(), " (see --help)");
+    HPDT_FAIL(e.what(), " (see --help)");
   }
   require_one_of("--model", o.model, model_names());
   require_one_of("--algo", o.algo, algo_names());
@@ -121,31 +132,31 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--layout", o.layout, {"auto", "nchw", "nhwc"});
   require_one_of("--gelu", o.gelu, {"fused", "separate"});
   if (o.dropout != 0 && o.model.rfind("vit", 0) != 0)
-    HPDT_FAIL("hpdt-train: --dropout is for the ViTs (", o.model, " has no dropout layers)");
-  if (!(o.dropout >= 0 && o.dropout < 1)) HPDT_FAIL("hpdt-train: --dropout ", o.dropout, " is not in [0, 1)");
+    HPDT_FAIL("--dropout is for the ViTs (", o.model, " has no dropout layers)");
+  if (!(o.dropout >= 0 && o.dropout < 1)) HPDT_FAIL("--dropout ", o.dropout, " is not in [0, 1)");
   if (o.layout == "nhwc" && o.model.rfind("resnet", 0) != 0)
-    HPDT_FAIL("hpdt-train: --layout nhwc is for the ResNets (", o.model, " runs on tokens after its patch convolution)");
+    HPDT_FAIL("--layout nhwc is for the ResNets (", o.model, " runs on tokens after its patch convolution)");
   if (o.gelu != "fused" && o.model.rfind("vit", 0) != 0)
-    HPDT_FAIL("hpdt-train: --gelu ", o.gelu, " is for the ViTs (", o.model, " has no GELU)");
+    HPDT_FAIL("--gelu ", o.gelu, " is for the ViTs (", o.model, " has no GELU)");
   require_one_of("--progress", o.progress, {"auto", "bar", "lines", "off"});
-  if (o.resume && o.checkpoint_dir.empty()) HPDT_FAIL("hpdt-train: --resume needs --checkpoint-dir");
-  if (o.algo == "nccl" && o.device != "cuda") HPDT_FAIL("hpdt-train: --algo nccl needs --device cuda");
+  if (o.resume && o.checkpoint_dir.empty()) HPDT_FAIL("--resume needs --checkpoint-dir");
+  if (o.algo == "nccl" && o.device != "cuda") HPDT_FAIL("--algo nccl needs --device cuda");
   if (o.kernels == "vendor" && o.device != "cuda")
-    HPDT_FAIL("hpdt-train: --kernels vendor needs --device cuda (the CPU has one implementation of each op)");
+    HPDT_FAIL("--kernels vendor needs --device cuda (the CPU has one implementation of each op)");
   // choices among our CUDA kernels: given on the command line, they need them
   const auto needs_our_cuda_kernels = [&](const char* flag, const std::string& value) {
     if (app.count(flag) > 0 && (o.device != "cuda" || o.kernels != "ours"))
-      HPDT_FAIL("hpdt-train: ", flag, " ", value, " needs --device cuda and --kernels ours");
+      HPDT_FAIL(flag, " ", value, " needs --device cuda and --kernels ours");
   };
   needs_our_cuda_kernels("--gemm", o.gemm);
   needs_our_cuda_kernels("--conv", o.conv);
   needs_our_cuda_kernels("--gemm-tuning", o.gemm_tuning);
-  if (o.gemm_tuning == "find" && o.gemm != "v3")
-    HPDT_FAIL("hpdt-train: --gemm-tuning find tunes GEMM v3, not --gemm ", o.gemm);
+  if (o.gemm_tuning == "find" && o.gemm != "v3") HPDT_FAIL("--gemm-tuning find tunes GEMM v3, not --gemm ", o.gemm);
   if (app.count("--cudnn-algo") > 0 && (o.device != "cuda" || o.kernels != "vendor"))
-    HPDT_FAIL("hpdt-train: --cudnn-algo ", o.cudnn_algo, " needs --device cuda and --kernels vendor");
+    HPDT_FAIL("--cudnn-algo ", o.cudnn_algo, " needs --device cuda and --kernels vendor");
   if (o.algo == "nccl" && o.compress != "none")
-    HPDT_FAIL("hpdt-train: --compress ", o.compress, " needs a host all-reduce algorithm; --algo nccl reduces the "
+    HPDT_FAIL("--compress ", o.compress,
+              " needs a host all-reduce algorithm; --algo nccl reduces the "
               "gradients uncompressed in device memory");
   return o;
 }

@@ -42,6 +42,7 @@
 #include "hpdt/comm/compression.h"
 #include "hpdt/comm/tuning.h"
 #include "hpdt/core/check_mpi.h"
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/float16.h"
 #include "hpdt/core/results.h"
@@ -563,13 +564,20 @@ int run(int argc, char** argv) {
   app.add_option("-e,--maxbytes", e, "maximum size")->capture_default_str();
   app.add_option("-i,--stepbytes", i, "increment between sizes (when -f is not given)")->capture_default_str();
   auto* f = app.add_option("-f,--stepfactor", o.step_factor, "multiplication factor between sizes");
-  app.add_option("-n,--iters", o.iters, "timed iterations per repetition")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("-c,--check", o.check, "check results (1) or not (0)")->capture_default_str()->check(CLI::Range(0, 1));
+  app.add_option("-n,--iters", o.iters, "timed iterations per repetition")
+      ->capture_default_str()
+      ->check(hpdt::cli::positive());
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations")
+      ->capture_default_str()
+      ->check(hpdt::cli::non_negative());
+  app.add_option("-c,--check", o.check, "check results (1) or not (0)")
+      ->capture_default_str()
+      ->check(hpdt::cli::in_range(0, 1));
   app.add_option("-d,--datatype", o.dtype, "float | half | bfloat16")->capture_default_str();
   app.add_option("-o,--op", o.op, "sum | avg")->capture_default_str();
   app.add_option("-a,--average", o.average, "time over ranks: 0 rank 0, 1 mean, 2 min, 3 max")
-      ->capture_default_str()->check(CLI::Range(0, 3));
+      ->capture_default_str()
+      ->check(hpdt::cli::in_range(0, 3));
   app.add_option("-J,--json", o.json, "write results, fits and the best-per-size summary as JSON");
   app.add_option("--csv", o.csv, "write the result rows as CSV");
   app.add_option("--algo", o.algos, "algorithms: ring,tree,rhd,hier,mpi,nccl,auto")->capture_default_str();
@@ -596,9 +604,11 @@ int run(int argc, char** argv) {
   app.add_option("--loop-ms", o.loop_ms,
                  "each timed loop of an uncompressed algorithm runs at least this many milliseconds: more operations "
                  "than -n where one is short (the count from the warm-up's pace on rank 0); 0: exactly -n")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(hpdt::cli::non_negative());
   app.add_option("--repeat", o.repeat, "repetitions of the timed loop; the median is reported")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(hpdt::cli::positive());
   app.add_option("--tuning", o.tuning_in, "tuning file that --algo auto reads (else HPDT_TUNING_FILE or built-in)");
   app.add_option("--tuning-out", o.tuning_out,
                  "write the best algorithm per size as a tuning file (entries for this rank and node count "

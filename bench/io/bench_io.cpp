@@ -24,6 +24,7 @@
 // pipeline after its first batch (leaves out the start-up: opening, and the first window of window
 // reads, which nothing overlaps), with the first batch's latency beside it.
 #include <fcntl.h>
+#include <hdf5.h>
 #include <mpi.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -40,14 +41,13 @@
 
 #include "hpdt/core/build_info.h"
 #include "hpdt/core/check_mpi.h"
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/results.h"
 #include "hpdt/core/timer.h"
 #include "hpdt/io/dataset.h"
 #include "hpdt/io/reader.h"
-
-#include <hdf5.h>
 
 namespace {
 
@@ -282,24 +282,26 @@ int main(int argc, char** argv) {
        compare_reuse = false;
   uint64_t seed = 1;
   app.add_option("--file", files, "dataset files (hpdt-prepare-data --synthetic ...)")->required();
-  app.add_option("--bytes", bytes, "image bytes per measurement (all ranks together)")->check(CLI::PositiveNumber);
+  app.add_option("--bytes", bytes, "image bytes per measurement (all ranks together)")->check(hpdt::cli::positive());
   app.add_option("--shuffle-bytes", shuffle_bytes, "image bytes per shuffled measurement (random access is slow)")
-      ->check(CLI::PositiveNumber);
+      ->check(hpdt::cli::positive());
   app.add_option("--block-bytes", block_bytes, "image bytes per block-shuffled measurement (default: --bytes)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--shuffle-block", blocks, "shuffled orders to measure: 1 = per-sample, K > 1 = blocks of K (repeatable; default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(hpdt::cli::positive());
+  app.add_option("--shuffle-block", blocks,
+                 "shuffled orders to measure: 1 = per-sample, K > 1 = blocks of K (repeatable; default 1)")
+      ->check(hpdt::cli::positive());
   app.add_flag("--compare-exchange", compare_exchange, "block orders: also measure the reader with its two-phase exchange off");
   app.add_flag("--skip-hdf5", skip_hdf5, "measure raw and the reader only");
   app.add_option("--window-samples", window_samples,
-                 "block orders: also measure the reader with window reads of this many samples (window_batches = it / global batch)")
-      ->check(CLI::PositiveNumber);
+                 "block orders: also measure the reader with window reads of this many samples (window_batches = it / "
+                 "global batch)")
+      ->check(hpdt::cli::positive());
   app.add_option("--window-bytes", window_bytes, "image bytes per window-read measurement (default: --block-bytes)")
-      ->check(CLI::PositiveNumber);
+      ->check(hpdt::cli::positive());
   app.add_flag("--compare-reuse", compare_reuse, "also measure the collective reader with reuse_batch_memory");
   app.add_flag("--compare-readahead", compare_readahead, "also measure the collective reader with readahead hints off");
-  app.add_option("--local-batch", local_batch, "samples per rank per step")->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "repetitions (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--local-batch", local_batch, "samples per rank per step")->check(hpdt::cli::positive());
+  app.add_option("--reps", reps, "repetitions (median reported)")->check(hpdt::cli::positive());
   app.add_flag("--augment", augment, "also measure train mode with crop+flip augmentation");
   app.add_flag("--keep-cache", keep_cache, "do not drop the page cache (warm: read the file once first)");
   app.add_option("--seed", seed, "shuffle seed");

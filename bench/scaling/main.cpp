@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/results.h"
 #include "scaling.h"
@@ -109,7 +110,8 @@ int main(int argc, char** argv) {
   pred->add_option("--backward-ms", backward_ms, "part of compute that can overlap the exchange, ms");
   pred->add_option("--from", from_metrics, "take compute and backward time (and grad bytes) from this 1-rank metrics file");
   pred->add_option("--overlap", in.overlap, "fraction of backward that hides communication (0..1)")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(hpdt::cli::in_range(0.0, 1.0))
+      ->capture_default_str();
   pred->add_option("--grad-bytes", in.grad_bytes, "f32 gradient bytes exchanged per step");
   pred->add_option("--powersgd-ratio", in.powersgd_ratio, "wire/gradient ratio of powersgd:R for this model")
       ->capture_default_str();

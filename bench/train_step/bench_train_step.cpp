@@ -39,8 +39,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +48,7 @@
 #include "hpdt/bench/kernel_trace.h"
 #include "hpdt/core/allocator.h"
 #include "hpdt/core/build_info.h"
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/philox.h"
 #include "hpdt/core/results.h"
@@ -82,13 +83,13 @@ int main(int argc, char** argv) {
               gemm_tuning = "heuristic", out;
   int64_t batch = 128, steps = 10, warmup = 3, image = 28, channels = 1, patch = 4, classes = 10;
   app.add_option("--model", model, "resnet20 | resnet56 | resnet18 | resnet34 | resnet50 | vit_ti | vit_s | vit_b");
-  app.add_option("--batch", batch)->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--image", image)->check(CLI::PositiveNumber);
-  app.add_option("--channels", channels)->check(CLI::PositiveNumber);
-  app.add_option("--patch", patch)->check(CLI::PositiveNumber);
-  app.add_option("--classes", classes)->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch)->check(hpdt::cli::positive());
+  app.add_option("--steps", steps, "timed steps")->check(hpdt::cli::positive());
+  app.add_option("--warmup", warmup)->check(hpdt::cli::non_negative());
+  app.add_option("--image", image)->check(hpdt::cli::positive());
+  app.add_option("--channels", channels)->check(hpdt::cli::positive());
+  app.add_option("--patch", patch)->check(hpdt::cli::positive());
+  app.add_option("--classes", classes)->check(hpdt::cli::positive());
   app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--precision", precision, "fp32 | fp16 | bf16 (reduced precision computes on the GPU only)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
   std::string kernel_trace;
   int64_t trace_steps = 2;
   app.add_option("--kernel-trace", kernel_trace, "--device cuda: after the timed steps, trace --trace-steps more kernel by kernel (CUPTI) and write the per-kernel time of a step to this JSON file");
-  app.add_option("--trace-steps", trace_steps, "steps --kernel-trace covers (default 2)")->check(CLI::PositiveNumber);
+  app.add_option("--trace-steps", trace_steps, "steps --kernel-trace covers (default 2)")->check(hpdt::cli::positive());
   CLI11_PARSE(app, argc, argv);
   try {
     const bool gpu = device == "cuda";

@@ -67,8 +67,10 @@ TEST(TrainOptions, BadValuesNameTheFlag) {
   EXPECT_NE(parse_error({"--model", "resnet21"}).find("--model 'resnet21' is not one of"), std::string::npos);
   EXPECT_NE(parse_error({"--algo", "butterfly"}).find("--algo"), std::string::npos);
   EXPECT_NE(parse_error({"--precision", "fp8"}).find("--precision"), std::string::npos);
-  EXPECT_NE(parse_error({"--batch", "0"}).find("--batch"), std::string::npos);
-  EXPECT_NE(parse_error({"--batch", "many"}).find("--batch"), std::string::npos);
+  EXPECT_NE(parse_error({"--batch", "0"}).find("--batch: must be > 0, got 0 (see --help)"), std::string::npos);
+  EXPECT_NE(parse_error({"--batch", "many"}).find("--batch: 'many' is not a number"), std::string::npos);
+  EXPECT_NE(parse_error({"--momentum", "2"}).find("--momentum: must be in [0, 1], got 2"), std::string::npos);
+  EXPECT_EQ(parse_error({"--model", "resnet21"}).find("hpdt-train"), std::string::npos);  // main names the program
   EXPECT_NE(parse_error({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
   EXPECT_NE(parse_error({"--resume"}).find("--checkpoint-dir"), std::string::npos);
   EXPECT_NE(parse_error({"--algo", "nccl"}).find("--device cuda"), std::string::npos);
