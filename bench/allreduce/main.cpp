@@ -556,6 +556,11 @@ std::vector<hc::TuningEntry> tuning_entries(const std::vector<std::pair<size_t, 
   return out;
 }
 
+// A bad option (main: one message from rank 0, a clean exit with status 1 on every rank).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"hpdt-allreduce-perf: all-reduce algorithms in the nccl-tests layout"};
@@ -622,13 +627,37 @@ int run(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank == 0 ? app.exit(pe) : (pe.get_exit_code() != 0);
   }
-  o.factor_given = f->count() > 0;
-  o.min_bytes = parse_size("-b", b);
-  o.max_bytes = parse_size("-e", e);
-  o.step_bytes = parse_size("-i", i);
-  HPDT_CHECK(o.min_bytes <= o.max_bytes, "-b ", b, " is larger than -e ", e);
-  HPDT_CHECK(!o.factor_given || o.step_factor > 1, "-f must be > 1, got ", o.step_factor);
-  HPDT_CHECK(o.factor_given || o.step_bytes > 0, "-i must be > 0");
+  // The options' checks: they read only the command line, the same on every rank, so a bad one is a usage error
+  // every rank sees; rank 0 says so and all end cleanly (main), instead of an MPI_Abort banner after the message.
+  std::vector<std::string> algos, compresses;
+  std::map<std::string, hc::CompressionSpec> specs;
+  try {
+    o.factor_given = f->count() > 0;
+    o.min_bytes = parse_size("-b", b);
+    o.max_bytes = parse_size("-e", e);
+    o.step_bytes = parse_size("-i", i);
+    HPDT_CHECK(o.min_bytes <= o.max_bytes, "-b ", b, " is larger than -e ", e);
+    HPDT_CHECK(!o.factor_given || o.step_factor > 1, "-f must be > 1, got ", o.step_factor);
+    HPDT_CHECK(o.factor_given || o.step_bytes > 0, "-i must be > 0");
+
+    algos = split(o.algos);
+    compresses = split_compressions(o.compresses);
+    HPDT_CHECK(!algos.empty(), "--algo: empty list");
+    for (const auto& a : algos) {
+      (void)hc::parse_algorithm(a);  // throws naming the known ones
+      HPDT_CHECK(a != "nccl" || o.device == "cuda", "--algo nccl needs --device cuda (NCCL reduces GPU memory)");
+    }
+    HPDT_CHECK(!compresses.empty(), "--compress: empty list");
+    for (const auto& c : compresses) {
+      specs[c] = hc::parse_compression(c);  // throws naming the text and the accepted forms
+      if (specs[c].lossless()) continue;
+      HPDT_CHECK(parse_dtype(o.dtype) == DType::f32, "--compress ", c,
+                 " needs -d float: the compressors reduce f32 buffers (got -d ", o.dtype, ")");
+    }
+    (void)parse_dtype(o.dtype);  // throws naming the accepted ones
+  } catch (const hpdt::Error& bad) {
+    throw UsageError(bad.message());
+  }
 
   int world_rank = 0;
   HPDT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
@@ -639,22 +668,6 @@ int run(int argc, char** argv) {
     HPDT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     if (!std::getenv("NCCL_DEBUG")) setenv("NCCL_DEBUG", "INFO", 1);
     setenv("NCCL_DEBUG_FILE", (dir + "/nccl.rank" + std::to_string(world_rank) + ".log").c_str(), 1);
-  }
-
-  const auto algos = split(o.algos);
-  const auto compresses = split_compressions(o.compresses);
-  HPDT_CHECK(!algos.empty(), "--algo: empty list");
-  for (const auto& a : algos) {
-    (void)hc::parse_algorithm(a);  // throws naming the known ones
-    HPDT_CHECK(a != "nccl" || o.device == "cuda", "--algo nccl needs --device cuda (NCCL reduces GPU memory)");
-  }
-  HPDT_CHECK(!compresses.empty(), "--compress: empty list");
-  std::map<std::string, hc::CompressionSpec> specs;
-  for (const auto& c : compresses) {
-    specs[c] = hc::parse_compression(c);  // throws naming the text and the accepted forms
-    if (specs[c].lossless()) continue;
-    HPDT_CHECK(parse_dtype(o.dtype) == DType::f32, "--compress ", c,
-               " needs -d float: the compressors reduce f32 buffers (got -d ", o.dtype, ")");
   }
 
   hc::Communicator comm(MPI_COMM_WORLD);
@@ -1085,6 +1098,11 @@ int main(int argc, char** argv) {
   int rc = 1;
   try {
     rc = run(argc, argv);
+  } catch (const UsageError& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::fprintf(stderr, "hpdt-allreduce-perf: error: %s\n", e.what());
+    rc = 1;
   } catch (const hpdt::Error& e) {
     std::fprintf(stderr, "hpdt-allreduce-perf: error: %s\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -55,4 +55,7 @@ if "${run[@]}" "$bin" --hier-intra nvlink > "$work/bad.txt" 2>&1; then echo "FAI
 grep -q "hier-intra" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: message does not name --hier-intra"; exit 1; }
 if "${run[@]}" "$bin" -b 1M -e 1K > "$work/bad.txt" 2>&1; then echo "FAIL: -b > -e accepted"; exit 1; fi
 grep -q "larger than -e" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: -b/-e message"; exit 1; }
+# a bad option is the same on every rank: rank 0 says so once, and no rank aborts the job (no MPI_Abort banner)
+[ "$(grep -c "hpdt-allreduce-perf: error:" "$work/bad.txt")" -eq 1 ] && ! grep -q "MPI_ABORT" "$work/bad.txt" \
+  || { cat "$work/bad.txt"; echo "FAIL: a usage error should be one message from rank 0 and a clean exit"; exit 1; }
 echo "allreduce_perf np$np: all checks passed"
