@@ -80,18 +80,20 @@ int main(int argc, char** argv) {
   app.add_option("--compress", compress, "deflate level 1-9 (chunked only; slower for parallel reads), 0 = none")
       ->check(hpdt::cli::in_range(0, 9));
   app.add_option("--log-level", level, "trace|debug|info|warn|error|off");
-  CLI11_PARSE(app, argc, argv);
-
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     std::fprintf(stderr, "hpdt-prepare-data: MPI_Init_thread failed\n");
     return 1;
   }
   int rank = 0, size = 1, rc = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);  // (MPI's default handler: an error here ends the job)
+  if (const auto status = hpdt::cli::parse_on_rank(app, argc, argv, rank)) {
+    MPI_Finalize();
+    return *status;
+  }
   try {
     set_log_level(parse_log_level(level));
     set_errors_return(MPI_COMM_WORLD);
-    HPDT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     HPDT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     set_process_rank(rank);
     io::WriteOptions options;

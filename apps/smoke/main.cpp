@@ -18,6 +18,7 @@
 #include "hpdt/core/build_info.h"
 #include "hpdt/core/check_hdf5.h"
 #include "hpdt/core/check_mpi.h"
+#include "hpdt/core/cli_checks.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/tensor.h"
@@ -140,7 +141,6 @@ int main(int argc, char** argv) {
   std::string level = "info";
   app.add_option("--dir", dir, "directory for the shared HDF5 test file (a shared file system for multi-node runs)");
   app.add_option("--log-level", level, "trace|debug|info|warn|error|off");
-  CLI11_PARSE(app, argc, argv);
   // A line at a time, so that a job log shows how far a rank got if it dies (a file is block-buffered otherwise).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
@@ -150,11 +150,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   int rank = 0, size = 1, local_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);  // (MPI's default handler: an error here ends the job)
+  if (const auto status = hpdt::cli::parse_on_rank(app, argc, argv, rank)) {
+    MPI_Finalize();
+    return *status;
+  }
   int rc = 0;
   try {
     set_log_level(parse_log_level(level));
     set_errors_return(MPI_COMM_WORLD);
-    HPDT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     HPDT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     set_process_rank(rank);
     MPI_Comm local;

@@ -620,12 +620,10 @@ int run(int argc, char** argv) {
                  "replace older ones; others are kept)");
   app.add_option("--label", o.label, "free text recorded in the JSON (e.g. 'emulated 2x2, 1 Gbit/s')");
   app.add_option("--nccl-debug", o.nccl_debug, "capture NCCL_DEBUG=INFO per rank into DIR/nccl.rank<R>.log");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& pe) {
+  {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank == 0 ? app.exit(pe) : (pe.get_exit_code() != 0);
+    if (const auto status = hpdt::cli::parse_on_rank(app, argc, argv, rank)) return *status;
   }
   // The options' checks: they read only the command line, the same on every rank, so a bad one is a usage error
   // every rank sees; rank 0 says so and all end cleanly (main), instead of an MPI_Abort banner after the message.

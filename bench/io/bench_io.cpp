@@ -306,17 +306,22 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-cache", keep_cache, "do not drop the page cache (warm: read the file once first)");
   app.add_option("--seed", seed, "shuffle seed");
   app.add_option("--out", out, "JSON output file");
-  CLI11_PARSE(app, argc, argv);
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "hpdt-io-bench: MPI_Init_thread failed\n");
+    return 1;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  if (const auto status = hpdt::cli::parse_on_rank(app, argc, argv, g_rank)) {
+    MPI_Finalize();
+    return *status;
+  }
   if (blocks.empty()) blocks = {1};
   if (block_bytes == 0) block_bytes = bytes;
   if (window_bytes == 0) window_bytes = block_bytes;
-
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rc = 0;
   try {
     set_errors_return(MPI_COMM_WORLD);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     set_process_rank(g_rank);
     g_keep_cache = keep_cache;

@@ -3,6 +3,7 @@
 // the range it claimed, DBL_MAX in 309 digits), as are the accepted edges and the help's tags.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,39 @@ TEST(CliChecks, HelpKeepsTheTags) {
   EXPECT_NE(help.find("INT:POSITIVE"), std::string::npos) << help;
   EXPECT_NE(help.find("INT:NONNEGATIVE"), std::string::npos) << help;
   EXPECT_NE(help.find("FLOAT:in [0, 1]"), std::string::npos) << help;
+}
+
+// parse_on_rank: the MPI programs' parse after MPI_Init. Rank 0 prints the error (or the help) and every rank gets the
+// same status to exit with; a good command line goes on.
+TEST(CliChecks, ParseOnRankPrintsOnRankZeroOnly) {
+  const auto run = [](std::vector<const char*> argv, int rank, std::string& out, std::string& err) {
+    CLI::App app{"test"};
+    int batch = 1;
+    app.add_option("--batch", batch)->check(hpdt::cli::positive());
+    testing::internal::CaptureStdout();
+    testing::internal::CaptureStderr();
+    const std::optional<int> status = hpdt::cli::parse_on_rank(app, int(argv.size()), argv.data(), rank);
+    out = testing::internal::GetCapturedStdout();
+    err = testing::internal::GetCapturedStderr();
+    return status;
+  };
+  std::string out, err;
+  const auto root = run({"test", "--batch", "0"}, 0, out, err);
+  ASSERT_TRUE(root.has_value());
+  EXPECT_NE(*root, 0);
+  EXPECT_NE(err.find("--batch: must be > 0, got 0"), std::string::npos) << err;
+  const auto other = run({"test", "--batch", "0"}, 3, out, err);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(*other, *root);
+  EXPECT_EQ(out + err, "");
+  const auto help = run({"test", "--help"}, 0, out, err);
+  ASSERT_TRUE(help.has_value());
+  EXPECT_EQ(*help, 0);
+  EXPECT_NE(out.find("--batch"), std::string::npos) << out;
+  const auto help_other = run({"test", "--help"}, 1, out, err);
+  EXPECT_EQ(help_other, std::optional<int>(0));
+  EXPECT_EQ(out + err, "");
+  EXPECT_FALSE(run({"test", "--batch", "4"}, 0, out, err).has_value());
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ expect_error() {  # expect_error <text in message> args...
 expect_ok --synthetic 50 --shape 3,8,8 --classes 5 --seed 3 --out "$dir/syn.h5" --layout chunked --chunk 7 --compress 1
 grep -q "wrote $dir/syn.h5: 50 samples of 3x8x8" "$dir/out" || { echo "FAIL: no summary line"; cat "$dir/out"; fail=1; }
 
+# a bad option at 2 ranks: parsed after MPI_Init, so rank 0 alone prints it (each rank did, parsing before)
+expect_error "--classes: must be > 0, got 0" --synthetic 10 --classes 0 --out "$dir/bad.h5"
+[ "$(grep -c -- "--classes: must be" "$dir/out")" -eq 1 ] || { echo "FAIL: the message is not printed once"; cat "$dir/out"; fail=1; }
+
 np=1
 mkdir "$dir/out1"
 echo keep > "$dir/out1/fashion-mnist-train.h5"

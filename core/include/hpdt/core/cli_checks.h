@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -62,6 +63,18 @@ inline CLI::Validator non_negative() {
 inline CLI::Validator in_range(double lo, double hi) {
   const std::string range = "[" + detail::shown(lo) + ", " + detail::shown(hi) + "]";
   return detail::number_check("in " + range, "in " + range, [lo, hi](double v) { return v >= lo && v <= hi; });
+}
+
+// CLI11_PARSE for an MPI program, called after MPI_Init with the process's rank: the help, or the error, printed by
+// rank 0 alone (parsed before MPI_Init, every rank printed it). nullopt: go on; else the status to exit with (after
+// MPI_Finalize: every rank parsed the same command line and stops here too, so no rank is left in a collective).
+inline std::optional<int> parse_on_rank(CLI::App& app, int argc, const char* const* argv, int rank) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    return rank == 0 ? app.exit(e) : e.get_exit_code();
+  }
 }
 
 }  // namespace hpdt::cli
