@@ -86,7 +86,8 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--conv", o.conv, "v2|v3|find: our NHWC convolutions for 16-bit inputs on the GPU (find: per convolution the faster of v2 and v3, timed at its first call; v3: the 1x1 stride-1 ones on GEMM v3, the others with 64k input channels on conv v3, Hopper wgmma + TMA, where they can run; v2, the default, elsewhere; --device cuda, --kernels ours)");
   app.add_option("--layout", o.layout,
                  "auto|nchw|nhwc: activation layout of the ResNets, on either device (auto: nhwc on the CPU, "
-                 "the fast direct convolution; nchw on CUDA, until its NHWC kernels are timed on a GPU)");
+                 "the fast direct convolution; nchw on CUDA, whose NHWC step was not ahead on the H100 and H200 "
+                 "timed so far)");
   app.add_option("--gelu", o.gelu,
                  "fused|separate: the ViTs' MLP GELU in the epilogues of fc1's forward and fc2's backward-data GEMMs "
                  "(fused, the default) or a layer of its own (a plain GEMM and an elementwise pass each way)");
