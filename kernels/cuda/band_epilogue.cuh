@@ -300,6 +300,11 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
               v[it].y += r.y;
             }
         }
+        if constexpr (MODE == kBandGeluErf || MODE == kBandGeluTanh || MODE == kBandGeluGradErf ||
+                      MODE == kBandGeluGradTanh) {  // the activation takes v as a plain GEMM stores it (activate)
+#pragma unroll
+          for (int it = 0; it < kIters; ++it) v[it] = make_float2(as_stored<TC>(v[it].x), as_stored<TC>(v[it].y));
+        }
         if constexpr (MODE == kBandGeluGradErf || MODE == kBandGeluGradTanh) {
 #pragma unroll
           for (int it = 0; it < kIters; ++it)

@@ -70,10 +70,22 @@ __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, i
 
 enum : int { kActNone = 0, kActGelu = 1, kActGeluGrad = 2 };
 
+// v as a plain GEMM stores it in C's type TC (a no-op for f32), what the activation steps below take: the GELU sees
+// the 16-bit pre-activation it keeps in aux, as PyTorch's autocast GELU sees the linear's 16-bit output, so that a
+// fused GELU (or GELU gradient) gives bit for bit the plain GEMM and the elementwise GELU kernel after it
+// (--gelu separate, --kernels vendor; test_gemm_cuda's FusedGeluIsThePlainGemmThenTheGeluKernel). Before
+// 2026-11-29 it took the f32 value: one rounding less, and bits no other path gave.
+template <class TC>
+__device__ __forceinline__ float as_stored(float v) {
+  return to_f32(from_f32<TC>(v));
+}
+
 // The activation step of the epilogue on v = alpha * acc + beta * C + bias at element offset `off` of C (and of
-// aux): the GELU gradient multiplies by gelu'(aux[off]); the GELU stores v to aux (when set) and returns gelu(v).
+// aux), v taken as stored (as_stored): the GELU gradient multiplies by gelu'(aux[off]); the GELU stores v to aux
+// (when set) and returns gelu(v).
 template <class TC>
 __device__ __forceinline__ float activate(const Params& p, int64_t off, float v) {
+  if (p.act != kActNone) v = as_stored<TC>(v);
   if (p.act == kActGeluGrad) {
     const float h = to_f32(static_cast<const TC*>(p.aux)[off]);
     return v * (p.gelu_tanh ? math::gelu_tanh_grad(h) : math::gelu_erf_grad(h));

@@ -27,6 +27,7 @@
 #include "cuda_oracle.h"
 #include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/env.h"
+#include "hpdt/kernels/activation.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/channel_stats.h"
 #include "hpdt/kernels/cpu/gemm.h"
@@ -44,6 +45,13 @@ namespace {
 
 using namespace hpdt;
 using test::Tolerance;
+
+// v rounded to dtype t and back (a no-op for f32): a value as C stores it.
+float as_stored(float v, DType t) {
+  if (t == DType::bf16) return to_f32(from_f32<bf16_t>(v));
+  if (t == DType::f16) return to_f32(from_f32<f16_t>(v));
+  return v;
+}
 
 Tolerance gemm_tolerance(DType c_type, int64_t K, float alpha, float beta) {
   const double k = double(std::max<int64_t>(K, 1));
@@ -166,11 +174,13 @@ class GemmCuda : public test::CudaOracleTest {
     for (int64_t i = 0; c.act && i < c.M; ++i)
       for (int64_t j = 0; j < c.N; ++j) {
         float& v = want.data<float>()[i * ldc + j];
+        const float pre = v;
+        v = as_stored(v, c.c);  // the activation takes the value a plain GEMM stores (gemm_common.cuh: activate)
         if (c.act == 2) {
           const float x = hr.data<float>()[i * ldc + j];
           v *= c.form == kernels::GeluForm::erf ? kernels::math::gelu_erf_grad(x) : kernels::math::gelu_tanh_grad(x);
         } else {
-          want_pre.data<float>()[i * ldc + j] = v;
+          want_pre.data<float>()[i * ldc + j] = pre;
           v = c.form == kernels::GeluForm::erf ? kernels::math::gelu_erf(v) : kernels::math::gelu_tanh(v);
         }
       }
@@ -421,6 +431,75 @@ TEST_F(GemmCuda, ResidualAndGeluEpiloguesEveryVariant) {
     SCOPED_TRACE(describe(c));
     EXPECT_TRUE(run(c));
   }
+}
+
+// The fused GELU is the plain GEMM and the elementwise GELU kernel after it, bit for bit (gemm_common.cuh:
+// activate takes v as C stores it): the kept pre-activation is the plain GEMM's C, C is gelu_forward of it, and the
+// fused gradient is gelu_backward(h, the plain GEMM's C). So --gelu fused and --gelu separate train alike, and
+// the vendor backend's GELU pass computes the same function. 16-bit C on every variant (v3 on each pipeline; the
+// emulator has no cuBLAS), both forms, pairs and single elements (odd ldc), split-K (the reduction kernel's
+// epilogue), with bias, beta and a residual before the activation.
+TEST_F(GemmCuda, FusedGeluIsThePlainGemmThenTheGeluKernel) {
+  struct Shape {
+    int64_t M, N, K, ldc;
+  };
+  const Shape shapes[] = {{70, 40, 96, 40}, {33, 17, 65, 19}, {130, 72, 2504, 72}};
+  std::vector<std::pair<GemmVariant, const char*>> runs;
+  for (GemmVariant v : checked_variants()) runs.emplace_back(v, nullptr);
+  if (v3_runs_here())
+    for (const char* pipeline : {"ws", "pingpong"}) runs.emplace_back(GemmVariant::v3_wgmma, pipeline);
+  int compared = 0;
+  for (const auto& [variant, pipeline] : runs)
+    for (DType ct : {DType::bf16, DType::f16})
+      for (const Shape& sh : shapes)
+        for (kernels::GeluForm form : {kernels::GeluForm::erf, kernels::GeluForm::tanh}) {
+          const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline);
+          SCOPED_TRACE(std::string(kernels::cuda::gemm_variant_name(variant)) + (pipeline ? "/" : "") +
+                       (pipeline ? pipeline : "") + " " + std::string(dtype_name(ct)) + " " + std::to_string(sh.M) +
+                       "x" + std::to_string(sh.N) + "x" + std::to_string(sh.K) +
+                       (form == kernels::GeluForm::erf ? " erf" : " tanh"));
+          const DType ab = ct;  // A and B in C's type: v3 and v2 take 16-bit operands
+          const Tensor A = to_gpu(random({sh.M, sh.K}), ab), B = to_gpu(random({sh.N, sh.K}), ab);
+          const Tensor bias = to_gpu(random({sh.N}), ct), res = to_gpu(random({sh.M, sh.ldc}), ct);
+          const Tensor C0 = to_gpu(random({sh.M, sh.ldc}), ct), H = to_gpu(random({sh.M, sh.ldc}), ct);
+          const int64_t n = sh.M * sh.ldc;
+          const auto gemm = [&](const kernels::cuda::GemmEpilogue& epi, Tensor& C) {
+            kernels::cuda::gemm(false, true, sh.M, sh.N, sh.K, 0.75f, A.data(), sh.K, B.data(), sh.K, -0.5f, C.data(),
+                                sh.ldc, ab, ct, epi, stream, variant);
+          };
+          const auto copy = [&](const Tensor& t) { return t.clone(stream); };
+          const kernels::cuda::GemmEpilogue plain{.bias = bias.data(), .residual = res.data()};
+          Tensor Cp = copy(C0);
+          gemm(plain, Cp);
+          // forward: C = gelu(v), v kept
+          Tensor Cf = copy(C0), pre = poisoned({sh.M, sh.ldc}, ct);
+          kernels::cuda::GemmEpilogue fused = plain;
+          fused.gelu = true, fused.pre_activation = pre.data(), fused.gelu_form = form;
+          gemm(fused, Cf);
+          Tensor Cs = poisoned({sh.M, sh.ldc}, ct);
+          kernels::gelu_forward(Cp, form, Cs, stream);
+          // backward: C = v * gelu'(h)
+          Tensor Cg = copy(C0), Cgs = poisoned({sh.M, sh.ldc}, ct);
+          kernels::cuda::GemmEpilogue grad = plain;
+          grad.gelu_grad_input = H.data(), grad.gelu_form = form;
+          gemm(grad, Cg);
+          kernels::gelu_backward(H, Cp, form, Cgs, stream);
+          const Tensor p = to_cpu_f32(Cp), pr = to_cpu_f32(pre), f = to_cpu_f32(Cf), s = to_cpu_f32(Cs),
+                       g = to_cpu_f32(Cg), gs = to_cpu_f32(Cgs), c0 = to_cpu_f32(C0);
+          for (int64_t i = 0; i < n; ++i) {
+            const bool in_c = i % sh.ldc < sh.N;
+            if (!in_c) {  // the padding is C0's (the pre-activation's stays poisoned)
+              ASSERT_EQ(test::bits_of(f.data<float>()[i]), test::bits_of(c0.data<float>()[i])) << "padding " << i;
+              continue;
+            }
+            ASSERT_TRUE(std::isfinite(p.data<float>()[i])) << i;
+            ASSERT_EQ(test::bits_of(pr.data<float>()[i]), test::bits_of(p.data<float>()[i])) << "kept input, " << i;
+            ASSERT_EQ(test::bits_of(f.data<float>()[i]), test::bits_of(s.data<float>()[i])) << "GELU, " << i;
+            ASSERT_EQ(test::bits_of(g.data<float>()[i]), test::bits_of(gs.data<float>()[i])) << "gradient, " << i;
+          }
+          ++compared;
+        }
+  EXPECT_EQ(compared, int(runs.size()) * 2 * 3 * 2);
 }
 
 TEST_F(GemmCuda, EpilogueErrors) {

@@ -628,6 +628,36 @@ TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
   }
 }
 
+// ViT-Ti's MLP GELU fused into the GEMMs (ModelConfig::fuse_gelu, --gelu fused) and as a layer of its own (--gelu
+// separate) give the same step bit for bit in 16 bits too: the fused epilogue takes the pre-activation as a plain GEMM
+// stores it (gemm_common.cuh: activate), and the GELU functions spell out their FMAs (activation_math.h), so the
+// two paths compute one function (since 2026-11-29; before, the fused one skipped a rounding to bf16). The same
+// GEMM variant runs both (the fused and plain epilogues share the tiles and the split).
+TEST(ModelsCudaGelu, FusedAndSeparateGeluGiveTheSameSixteenBitStep) {
+  HPDT_REQUIRE_GPU();
+  const Stream gpu = Stream::create_cuda(0);
+  const Data d = make_data(Case{"vit_ti", 4, std::nullopt});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto fused = make_model("vit_ti", config(dt, std::nullopt, true), gpu);
+    auto separate = make_model("vit_ti", config(dt, std::nullopt, false), gpu);
+    const float scale = dt == DType::f16 ? 1024.0f : 1.0f;
+    const StepOut a = forward_backward(*fused, d, scale), b = forward_backward(*separate, d, scale);
+    ASSERT_TRUE(std::isfinite(a.loss));
+    EXPECT_EQ(a.loss, b.loss);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    for (size_t i = 0; i < a.logits.size(); ++i)
+      ASSERT_EQ(test::bits_of(a.logits[i]), test::bits_of(b.logits[i])) << "logit " << i;
+    ASSERT_EQ(a.grads.size(), b.grads.size());
+    size_t nonzero = 0;
+    for (size_t i = 0; i < a.grads.size(); ++i) {
+      ASSERT_EQ(test::bits_of(a.grads[i]), test::bits_of(b.grads[i])) << "gradient element " << i;
+      nonzero += a.grads[i] != 0.0f;
+    }
+    EXPECT_GT(nonzero, a.grads.size() / 2) << "a step that computes something";
+  }
+}
+
 // A projection shortcut's batch norm is applied in the block's output pass (BatchNorm::forward(x, r, residual_bn)):
 // its own apply pass is gone (one bn_apply launch fewer per projection block: ResNet-20 has two), and its backward
 // takes its sums from the block's last batch norm's backward apply pass (BatchNorm::feed_residual_grad_sums_to: one
