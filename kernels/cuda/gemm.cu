@@ -504,16 +504,6 @@ void epilogue_only(Params p, DType c_type, cudaStream_t s) {
   });
 }
 
-// vendor: C = activation(C) (and its pre-activation store), or C *= the GELU's gradient.
-void activation_only(const Params& p, DType c_type, cudaStream_t s) {
-  const int64_t n = int64_t(p.M) * p.N;
-  if (n == 0) return;
-  dispatch_c(c_type, [&](auto tag) {
-    activation_only_kernel<decltype(tag)><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(p);
-    HPDT_CUDA_CHECK_LAUNCH();
-  });
-}
-
 }  // namespace
 
 namespace gemm_detail {
@@ -529,6 +519,15 @@ int plan_split_k(Params& p, int kt_total, int64_t resident, double step_flops, i
     p.partial = workspace.data<float>();
   }
   return sk.splits;
+}
+
+void activation_only(const Params& p, DType c_type, cudaStream_t s) {
+  const int64_t n = int64_t(p.M) * p.N;
+  if (n == 0) return;
+  dispatch_c(c_type, [&](auto tag) {
+    activation_only_kernel<decltype(tag)><<<detail::grid_for(n, kEwThreads), kEwThreads, 0, s>>>(p);
+    HPDT_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s) {
@@ -671,7 +670,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
       beta_blas = 1.0f;
     }
     detail::gemm_cublas(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta_blas, C, ldc, ab_type, c_type, stream);
-    if (p.act != gemm_detail::kActNone) activation_only(p, c_type, s);
+    if (p.act != gemm_detail::kActNone) gemm_detail::activation_only(p, c_type, s);
     return;
   }
 

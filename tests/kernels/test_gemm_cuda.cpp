@@ -437,8 +437,9 @@ TEST_F(GemmCuda, ResidualAndGeluEpiloguesEveryVariant) {
 // activate takes v as C stores it): the kept pre-activation is the plain GEMM's C, C is gelu_forward of it, and the
 // fused gradient is gelu_backward(h, the plain GEMM's C). So --gelu fused and --gelu separate train alike, and
 // the vendor backend's GELU pass computes the same function. 16-bit C on every variant (v3 on each pipeline; the
-// emulator has no cuBLAS), both forms, pairs and single elements (odd ldc), split-K (the reduction kernel's
-// epilogue), with bias, beta and a residual before the activation.
+// emulator has no cuBLAS), and v3 with HPDT_GEMM_V3_ACTIVATION=pass (the plain GEMM, then gemm_common.cuh's
+// activation_only: Find's "+gelu pass" plans), both forms, pairs and single elements (odd ldc), split-K (the
+// reduction kernel's epilogue), with bias, beta and a residual before the activation.
 TEST_F(GemmCuda, FusedGeluIsThePlainGemmThenTheGeluKernel) {
   struct Shape {
     int64_t M, N, K, ldc;
@@ -448,16 +449,20 @@ TEST_F(GemmCuda, FusedGeluIsThePlainGemmThenTheGeluKernel) {
   for (GemmVariant v : checked_variants()) runs.emplace_back(v, nullptr);
   if (v3_runs_here())
     for (const char* pipeline : {"ws", "pingpong"}) runs.emplace_back(GemmVariant::v3_wgmma, pipeline);
+  const size_t fused_runs = runs.size();
+  if (v3_runs_here()) runs.emplace_back(GemmVariant::v3_wgmma, nullptr);  // then with HPDT_GEMM_V3_ACTIVATION=pass
   int compared = 0;
-  for (const auto& [variant, pipeline] : runs)
+  for (size_t r = 0; r < runs.size(); ++r)
     for (DType ct : {DType::bf16, DType::f16})
       for (const Shape& sh : shapes)
         for (kernels::GeluForm form : {kernels::GeluForm::erf, kernels::GeluForm::tanh}) {
-          const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline);
+          const auto [variant, pipeline] = runs[r];
+          const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
+              act("HPDT_GEMM_V3_ACTIVATION", r >= fused_runs ? "pass" : nullptr);
           SCOPED_TRACE(std::string(kernels::cuda::gemm_variant_name(variant)) + (pipeline ? "/" : "") +
-                       (pipeline ? pipeline : "") + " " + std::string(dtype_name(ct)) + " " + std::to_string(sh.M) +
-                       "x" + std::to_string(sh.N) + "x" + std::to_string(sh.K) +
-                       (form == kernels::GeluForm::erf ? " erf" : " tanh"));
+                       (pipeline ? pipeline : "") + (r >= fused_runs ? " +gelu pass" : "") + " " +
+                       std::string(dtype_name(ct)) + " " + std::to_string(sh.M) + "x" + std::to_string(sh.N) + "x" +
+                       std::to_string(sh.K) + (form == kernels::GeluForm::erf ? " erf" : " tanh"));
           const DType ab = ct;  // A and B in C's type: v3 and v2 take 16-bit operands
           const Tensor A = to_gpu(random({sh.M, sh.K}), ab), B = to_gpu(random({sh.N, sh.K}), ab);
           const Tensor bias = to_gpu(random({sh.N}), ct), res = to_gpu(random({sh.M, sh.ldc}), ct);
@@ -1072,8 +1077,8 @@ TEST_F(GemmCuda, V3PrefetchesEveryEpilogueInputLineIntoL2) {
 // != 0 reads C (had a timing run written C, or read a C the previous run wrote, the result would be off), the GELU
 // keeps its pre-activation (had timing written it elsewhere than scratch, ok; had the final run not written it, the
 // check fails), split-K (the partials' workspace per run), N <= 64 (the slim tile alone). Then: one report per shape,
-// in order, every candidate timed and the fastest taken; a repeat is not timed again; the pins restrict the
-// candidates (one left: none timed).
+// in order, every candidate timed and the fastest taken (a GELU or its gradient: each plan fused and as a pass after
+// a plain GEMM, "+gelu pass"); a repeat is not timed again; the pins restrict the candidates (one left: none timed).
 TEST_F(GemmCuda, V3FindTimesEveryPlanOnScratchOutputs) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const kernels::ScopedGemmTuning find(kernels::GemmTuning::find);
@@ -1108,11 +1113,12 @@ TEST_F(GemmCuda, V3FindTimesEveryPlanOnScratchOutputs) {
       EXPECT_GT(ms, 0.0);
       best = std::min(best, ms);
     }
-    if (i < 3)
-      EXPECT_EQ(names, (std::vector<std::string>{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide",
-                                                 "pingpong/narrow"}));
-    else
-      EXPECT_EQ(names, (std::vector<std::string>{"barrier/slim", "ws/slim", "pingpong/slim"}));
+    const std::vector<std::string> wide_n{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide", "pingpong/narrow"},
+        slim_n{"barrier/slim", "ws/slim", "pingpong/slim"};
+    std::vector<std::string> want = i < 3 ? wide_n : slim_n;
+    if (i == 1 || i == 3)  // a GELU or its gradient: each plan fused, then as a pass after a plain GEMM
+      for (const std::string& plan : std::vector<std::string>(want)) want.push_back(plan + "+gelu pass");
+    EXPECT_EQ(names, want);
     const auto taken = std::find_if(found[i].ms.begin(), found[i].ms.end(),
                                     [&](const auto& r) { return r.first == found[i].plan; });
     ASSERT_NE(taken, found[i].ms.end()) << found[i].plan;
@@ -1134,11 +1140,20 @@ TEST_F(GemmCuda, V3FindTimesEveryPlanOnScratchOutputs) {
     EXPECT_EQ(now.back().ms[1].first, "ws/wide");
     EXPECT_EQ(now.back().plan.rfind("ws/", 0), 0u) << now.back().plan;
   }
+  {  // the activation pinned: the GELU case's plans of that kind only
+    const ScopedEnv act("HPDT_GEMM_V3_ACTIVATION", "pass");
+    SCOPED_TRACE(describe(cases[1]) + " pass pinned");
+    EXPECT_TRUE(run(cases[1]));
+    const std::vector<kernels::cuda::GemmV3Found> now = kernels::cuda::gemm_v3_found();
+    ASSERT_EQ(now.size(), cases.size() + 2);
+    ASSERT_EQ(now.back().ms.size(), 5u);
+    for (const auto& [plan, ms] : now.back().ms) EXPECT_NE(plan.find("+gelu pass"), std::string::npos) << plan;
+  }
   {  // both pinned: one candidate, not timed
     const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", "pingpong"), tile("HPDT_GEMM_V3_TILE", "narrow");
     EXPECT_TRUE(run(cases[0]));
     const std::vector<kernels::cuda::GemmV3Found> now = kernels::cuda::gemm_v3_found();
-    ASSERT_EQ(now.size(), cases.size() + 2);
+    ASSERT_EQ(now.size(), cases.size() + 3);
     EXPECT_EQ(now.back().plan, "pingpong/narrow");
     EXPECT_TRUE(now.back().ms.empty());
   }

@@ -317,6 +317,14 @@ void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const St
 using Plan = V3Plan;
 
 void launch_plan(const Params& p, const Plan& plan, DType ab_type, DType c_type, const Stream& stream) {
+  if (plan.act_pass && p.act != kActNone) {  // a plain GEMM, then the activation as a pass of its own (same bits)
+    Params plain = p;
+    plain.act = kActNone;
+    plain.aux = nullptr;  // the GELU's kept input is stored by the pass; the gradient's input is read by it
+    launch_plan(plain, Plan{plan.pipeline, plan.tile}, ab_type, c_type, stream);
+    activation_only(p, c_type, detail::native(stream));
+    return;
+  }
   const auto run = [&](auto tag) {
     using T = decltype(tag);
     if (plan.tile == V3Tile::slim) launch_tile<T, Slim>(p, plan.pipeline, ab_type, c_type, stream);
@@ -338,7 +346,7 @@ struct FindKey {
   bool c_f32;
   int mode;  // band_mode: plain, GELU (erf / tanh), GELU gradient (erf / tanh)
   bool bias, res, aux, beta;
-  int pin_pipeline, pin_tile;
+  int pin_pipeline, pin_tile, pin_act_pass;
   auto operator<=>(const FindKey&) const = default;
 };
 
@@ -376,6 +384,7 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
   const V3Pins pins = v3_pins();
   key.pin_pipeline = pins.pipeline;
   key.pin_tile = pins.tile;
+  key.pin_act_pass = pins.act_pass;
   Tensor c_scratch, aux_scratch;
   Params q = p;
   const auto on_scratch = [&](const Plan& plan) {
@@ -393,7 +402,7 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
   };
   return find_v3_plan(
       found_plans(), key, "gemm v3", [&] { return describe_call(p, ab_type, c_type); },
-      [&] { return v3_find_candidates(p.N, pins); }, fallback, detail::native(stream), on_scratch);
+      [&] { return v3_find_candidates(p.N, pins, p.act != kActNone); }, fallback, detail::native(stream), on_scratch);
 }
 
 }  // namespace
@@ -414,7 +423,9 @@ bool v3_device_ok(int device) {
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
   const int sms = detail::sm_count(stream.device().index);
-  const Plan heuristic{v3_pipeline(), v3_tile((int64_t(p.M) + kBM - 1) / kBM, p.N, sms)};
+  bool act_pass = false;
+  pinned_v3_activation_pass(act_pass);
+  const Plan heuristic{v3_pipeline(), v3_tile((int64_t(p.M) + kBM - 1) / kBM, p.N, sms), act_pass};
   const Plan plan = gemm_tuning() == GemmTuning::find ? found_plan(p, ab_type, c_type, stream, heuristic) : heuristic;
   launch_plan(p, plan, ab_type, c_type, stream);
 }

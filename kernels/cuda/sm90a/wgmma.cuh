@@ -537,46 +537,70 @@ inline V3Tile v3_tile(int64_t tiles_m, int64_t n, int64_t sms) {
   return detail::wide_tile_by_waves(wide_tiles, narrow_tiles, sms) ? V3Tile::wide : V3Tile::narrow;
 }
 
-// A plan of GEMM v3 or conv v3: the pipeline and the block tile. Under kernels::GemmTuning::find each call shape
-// takes the fastest of v3_find_candidates, timed (gemm_wgmma.cu, conv_wgmma.cu); by rule v3_pipeline / v3_tile.
+// Where GEMM v3 applies its epilogue's activation (the GELU or its gradient; conv v3 has none): in the epilogue
+// ("fused", the default) or as a pass of its own after a plain GEMM ("pass": gemm_common.cuh's activation_only, the
+// vendor backend's). Both give the same bits (gemm_common.cuh: activate takes v as C stores it), so under Find each
+// GELU call shape times both (2026-11-29: on the H200 of 2026-11-27 the fused GELU GEMMs ran at half the plain
+// GEMMs' speed, the pass costs a read and a write of C). HPDT_GEMM_V3_ACTIVATION=fused|pass pins it (read at every
+// call; anything else is an error naming the variable).
+inline bool pinned_v3_activation_pass(bool& out) {
+  const char* e = std::getenv("HPDT_GEMM_V3_ACTIVATION");
+  if (!e) return false;
+  HPDT_CHECK(std::strcmp(e, "fused") == 0 || std::strcmp(e, "pass") == 0, "HPDT_GEMM_V3_ACTIVATION=", e,
+             ": expected fused or pass");
+  out = std::strcmp(e, "pass") == 0;
+  return true;
+}
+
+// A plan of GEMM v3 or conv v3: the pipeline and the block tile (and for a GEMM with an activation, where it runs).
+// Under kernels::GemmTuning::find each call shape takes the fastest of v3_find_candidates, timed (gemm_wgmma.cu,
+// conv_wgmma.cu); by rule v3_pipeline / v3_tile.
 struct V3Plan {
   V3Pipeline pipeline;
   V3Tile tile;
+  bool act_pass = false;  // the activation as a pass after a plain GEMM (pinned_v3_activation_pass)
 };
 inline const char* v3_pipeline_name(V3Pipeline p) {
   return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
 }
 inline const char* v3_tile_name(V3Tile t) { return t == V3Tile::slim ? "slim" : t == V3Tile::wide ? "wide" : "narrow"; }
 inline std::string v3_plan_name(const V3Plan& plan) {
-  return std::string(v3_pipeline_name(plan.pipeline)) + "/" + v3_tile_name(plan.tile);
+  return std::string(v3_pipeline_name(plan.pipeline)) + "/" + v3_tile_name(plan.tile) +
+         (plan.act_pass ? "+gelu pass" : "");
 }
 
 // HPDT_GEMM_V3_PIPELINE's and HPDT_GEMM_V3_TILE's pins as ints (-1 unset), part of a Find key: they restrict the
 // candidates.
 struct V3Pins {
-  int pipeline = -1, tile = -1;
+  int pipeline = -1, tile = -1, act_pass = -1;
 };
 inline V3Pins v3_pins() {
   V3Pins pins;
   V3Pipeline p = V3Pipeline::barrier;
   V3Tile t = V3Tile::narrow;
+  bool pass = false;
   if (pinned_v3_pipeline(p)) pins.pipeline = int(p);
   if (pinned_v3_tile(t)) pins.tile = int(t);
+  if (pinned_v3_activation_pass(pass)) pins.act_pass = int(pass);
   return pins;
 }
 
 // Find's candidates for a call n wide: every pipeline and tile (slim where n <= 64, where wider tiles multiply
-// zeros; else narrow and wide), less pingpong with the wide tile, each restricted to its pin.
-inline std::vector<V3Plan> v3_find_candidates(int64_t n, const V3Pins& pins) {
+// zeros; else narrow and wide), less pingpong with the wide tile, each restricted to its pin; for a GEMM with an
+// activation (`activation`) each of those fused and then as a pass (unless HPDT_GEMM_V3_ACTIVATION pins one).
+inline std::vector<V3Plan> v3_find_candidates(int64_t n, const V3Pins& pins, bool activation = false) {
   if (pins.pipeline >= 0 && pins.tile >= 0) check_v3_pins(V3Pipeline(pins.pipeline), V3Tile(pins.tile));
   std::vector<V3Pipeline> pipelines{V3Pipeline::barrier, V3Pipeline::ws, V3Pipeline::pingpong};
   std::vector<V3Tile> tiles = n <= 64 ? std::vector<V3Tile>{V3Tile::slim} : std::vector<V3Tile>{V3Tile::narrow, V3Tile::wide};
   if (pins.pipeline >= 0) pipelines = {V3Pipeline(pins.pipeline)};
   if (pins.tile >= 0) tiles = {V3Tile(pins.tile)};
   std::vector<V3Plan> out;
-  for (V3Pipeline pl : pipelines)
-    for (V3Tile t : tiles)
-      if (pl != V3Pipeline::pingpong || t != V3Tile::wide) out.push_back({pl, t});
+  std::vector<bool> passes{false};
+  if (activation) passes = pins.act_pass >= 0 ? std::vector<bool>{pins.act_pass == 1} : std::vector<bool>{false, true};
+  for (bool pass : passes)
+    for (V3Pipeline pl : pipelines)
+      for (V3Tile t : tiles)
+        if (pl != V3Pipeline::pingpong || t != V3Tile::wide) out.push_back({pl, t, pass});
   return out;
 }
 
