@@ -1198,7 +1198,8 @@ TEST_F(GemmCuda, V3FindInsideACaptureRunsTheHeuristicsPlan) {
 
 // v3's switches. HPDT_GEMM_V3_CTAS caps the persistent pipelines' blocks: anything but a positive number is an error
 // naming it (and the barrier pipeline, one block per tile, does not read it). HPDT_GEMM_V3_PIPELINE names one of
-// three pipelines, HPDT_GEMM_V3_TILE one of three tiles, anything else is an error naming the variable; the pingpong
+// three pipelines, HPDT_GEMM_V3_TILE one of three tiles, HPDT_GEMM_V3_ACTIVATION fused or pass, anything else is an
+// error naming the variable; the pingpong
 // pipeline has no wide tile, so pinning it there is an error too.
 TEST_F(GemmCuda, V3SwitchesAreChecked) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
@@ -1223,6 +1224,14 @@ TEST_F(GemmCuda, V3SwitchesAreChecked) {
   for (const char* bad : {"Wide", "medium", ""}) {
     const ScopedEnv tile("HPDT_GEMM_V3_TILE", bad);
     HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_TILE=") + bad + ": expected slim, narrow or wide");
+  }
+  for (const char* bad : {"Pass", "separate", ""}) {
+    const ScopedEnv act("HPDT_GEMM_V3_ACTIVATION", bad);
+    HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_GEMM_V3_ACTIVATION=") + bad + ": expected fused or pass");
+  }
+  for (const char* good : {"fused", "pass"}) {  // no activation here: either is the plain GEMM
+    const ScopedEnv act("HPDT_GEMM_V3_ACTIVATION", good);
+    EXPECT_NO_THROW(gemm());
   }
   for (const char* bad : {"On", "1", "no", ""}) {
     const ScopedEnv prefetch("HPDT_EPILOGUE_PREFETCH", bad);

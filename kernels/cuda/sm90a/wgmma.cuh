@@ -541,8 +541,8 @@ inline V3Tile v3_tile(int64_t tiles_m, int64_t n, int64_t sms) {
 // ("fused", the default) or as a pass of its own after a plain GEMM ("pass": gemm_common.cuh's activation_only, the
 // vendor backend's). Both give the same bits (gemm_common.cuh: activate takes v as C stores it), so under Find each
 // GELU call shape times both (2026-11-29: on the H200 of 2026-11-27 the fused GELU GEMMs ran at half the plain
-// GEMMs' speed, the pass costs a read and a write of C). HPDT_GEMM_V3_ACTIVATION=fused|pass pins it (read at every
-// call; anything else is an error naming the variable).
+// GEMMs' speed; the pass reads C and writes it, and the kept input, once more). HPDT_GEMM_V3_ACTIVATION=fused|pass
+// pins it (read at every call; anything else is an error naming the variable).
 inline bool pinned_v3_activation_pass(bool& out) {
   const char* e = std::getenv("HPDT_GEMM_V3_ACTIVATION");
   if (!e) return false;
@@ -569,8 +569,8 @@ inline std::string v3_plan_name(const V3Plan& plan) {
          (plan.act_pass ? "+gelu pass" : "");
 }
 
-// HPDT_GEMM_V3_PIPELINE's and HPDT_GEMM_V3_TILE's pins as ints (-1 unset), part of a Find key: they restrict the
-// candidates.
+// HPDT_GEMM_V3_PIPELINE's, HPDT_GEMM_V3_TILE's and HPDT_GEMM_V3_ACTIVATION's pins as ints (-1 unset), part of a Find
+// key: they restrict the candidates.
 struct V3Pins {
   int pipeline = -1, tile = -1, act_pass = -1;
 };
