@@ -20,7 +20,7 @@ printf '%s\t%s\t%s\t%s\n' \
   bench 0 bench/kernels/hpdt-bench-elementwise "--benchmark_filter=NONE" \
   peer 0 late "true" \
   prewarm 0 late "sleep 1; echo warmed > {out}/late.warm" \
-  prewarm 0 slow_warm "trap '' TERM; sleep 300" > "$w/bundle/manifest.tsv"
+  prewarm 0 slow_warm "trap '' TERM; sleep 300.$$" > "$w/bundle/manifest.tsv"
 # --sanitize through a stand-in for compute-sanitizer (it says which tool and runs the binary with the rest of its
 # arguments), a list that gives memcheck two parts of the GPU test and racecheck none (it runs whole)
 cat > "$w/sanitizer" <<'EOS'
@@ -63,7 +63,8 @@ grep -qE '^NOT RUN +peer late' "$s" || fail "the peer after the deadline"
 # end), the slow one, deaf to timeout's TERM at the deadline, was killed at the run's end, its processes too
 grep -qE '^ok +prewarm late +rc=0' "$s" && [ -s "$w/out/bench/late.warm" ] || fail "the quick prewarm"
 grep -qE '^CUT SHORT +prewarm slow_warm +rc=124' "$s" || fail "the slow prewarm was not stopped"
-pgrep -f "sleep 300" > /dev/null && fail "the slow prewarm's process outlived the run"
+# (its sleep is this run's own, 300.PID seconds: a machine-wide "sleep 300", another shell's, once failed this)
+pgrep -f "sleep 300\.$$" > /dev/null && fail "the slow prewarm's process outlived the run"
 grep -qE '^TOTAL .*runs failed or cut short: 2; not run \(deadline\): 2' "$s" || fail "totals"
 [ -s "$w/out/environment.txt" ] && [ -s "$w/out/libraries.txt" ] || fail "environment.txt / libraries.txt missing"
 echo "PASS: run.sh phases, deadline and totals"
