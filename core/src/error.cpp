@@ -10,10 +10,12 @@ std::string format_error(const std::string& what, const std::string& where, int 
   if (rank >= 0) s += "[rank " + std::to_string(rank) + "] ";
   s += what;
   if (!where.empty()) s += " (" + where + ")";
-  // Only the path below the repository root: "core/src/tensor.cpp:42".
+  // Only the path below the repository root: "core/src/tensor.cpp:42". Ninja compiles with paths relative to the
+  // build folder (build/<preset>: "../../core/src/tensor.cpp"), other generators with absolute ones.
   std::string_view file = loc.file_name();
   constexpr std::string_view root = HPDT_SOURCE_DIR "/";
   if (file.substr(0, root.size()) == root) file.remove_prefix(root.size());
+  while (file.substr(0, 3) == "../") file.remove_prefix(3);
   s += " [" + std::string(file) + ":" + std::to_string(loc.line()) + "]";
   return s;
 }
