@@ -620,11 +620,9 @@ int run(int argc, char** argv) {
                  "replace older ones; others are kept)");
   app.add_option("--label", o.label, "free text recorded in the JSON (e.g. 'emulated 2x2, 1 Gbit/s')");
   app.add_option("--nccl-debug", o.nccl_debug, "capture NCCL_DEBUG=INFO per rank into DIR/nccl.rank<R>.log");
-  {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (const auto status = hpdt::cli::parse_on_rank(app, argc, argv, rank)) return *status;
-  }
+  int world_rank = 0;
+  HPDT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  if (const auto status = hpdt::cli::parse_on_rank(app, argc, argv, world_rank)) return *status;
   // The options' checks: they read only the command line, the same on every rank, so a bad one is a usage error
   // every rank sees; rank 0 says so and all end cleanly (main), instead of an MPI_Abort banner after the message.
   std::vector<std::string> algos, compresses;
@@ -657,8 +655,6 @@ int run(int argc, char** argv) {
     throw UsageError(bad.message());
   }
 
-  int world_rank = 0;
-  HPDT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
   if (!o.nccl_debug.empty()) {
     // NCCL reads these when the communicator is created (first nccl use), after this point.
     std::string dir = o.nccl_debug;
