@@ -626,6 +626,21 @@ def train_table(t, torch, rows, numbers):
                                # since 2026-11-29: the v3 epilogues' inputs not prefetched into L2 (the A/B)
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, epilogue inputs not prefetched "
                                 "(HPDT_EPILOGUE_PREFETCH=off)", "resnet50_bf16_{}_nhwc_conv_v3_no_prefetch", "resnet50"),
+                               # since 2026-11-29 (ninth session): the switches together, which chose the defaults
+                               ("ResNet-50, 224², batch 256, NCHW, batch norm's reductions in their own passes, "
+                                "epilogue inputs not prefetched", "resnet50_bf16_{}_bn_stats_separate_no_prefetch",
+                                "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, batch norm's reductions in their own passes",
+                                "resnet50_bf16_{}_nhwc_bn_stats_separate", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, batch norm's reductions in their own "
+                                "passes, epilogue inputs not prefetched",
+                                "resnet50_bf16_{}_nhwc_conv_v3_bn_stats_separate_no_prefetch", "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv find --gemm-tuning find, batch norm's "
+                                "reductions in their own passes", "resnet50_bf16_{}_nhwc_conv_find_bn_stats_separate",
+                                "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, batch norm's reductions in their own "
+                                "passes, CUDA graph", "resnet50_bf16_{}_nhwc_conv_v3_bn_stats_separate_graph",
+                                "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),
@@ -643,7 +658,11 @@ def train_table(t, torch, rows, numbers):
                                ("ViT-B/16, 224², batch 64, attention's one-pass backward (HPDT_ATTENTION_BACKWARD=v3)",
                                 "vit_b16_bf16_{}_attention_v3", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, epilogue inputs not prefetched (HPDT_EPILOGUE_PREFETCH=off)",
-                                "vit_b16_bf16_{}_no_prefetch", "vit_b16")]:
+                                "vit_b16_bf16_{}_no_prefetch", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, GELU as a pass after GEMM v3 (HPDT_GEMM_V3_ACTIVATION=pass)",
+                                "vit_b16_bf16_{}_activation_pass", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, GELU as a pass after GEMM v3, --gemm-tuning find",
+                                "vit_b16_bf16_{}_activation_pass_find", "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")
         if ours is None and vend is None:

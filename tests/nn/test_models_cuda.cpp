@@ -521,8 +521,8 @@ TEST_P(ModelsCuda, F16StepWithLossScalingIsFiniteAndNearTheF32Loss) {
 }
 
 // A bf16 step (SGD, the fused optimizer step) captured into a CUDA graph: nothing runs at capture, and
-// replaying it gives the bits of the same steps run eagerly, parameters and loss; a capture whose work
-// waits for the host fails, naming the capture.
+// replaying it gives the bits of the same steps run eagerly, parameters and loss (a capture whose work waits for
+// the host: ModelsCudaErrors.ACaptureOfWorkThatWaitsForTheHostFailsNamingTheCapture).
 TEST_P(ModelsCuda, CudaGraphReplaysTheEagerSteps) {
   const Data d = make_data(GetParam());
   auto a = gpu_model(DType::bf16);
@@ -575,12 +575,6 @@ TEST_P(ModelsCuda, CudaGraphReplaysTheEagerSteps) {
   EXPECT_TRUE(ob.last_fused_step_ok());
   EXPECT_EQ(host_f32(a->arena().master_params(), gpu), host_f32(b->arena().master_params(), gpu)) << "master weights";
   EXPECT_EQ(host_f32(a->arena().model_params(), gpu), host_f32(b->arena().model_params(), gpu)) << "bf16 model copy";
-  HPDT_EXPECT_THROW_MSG(CudaGraph::capture(gpu,
-                                           [&] {
-                                             const Tensor logits = b->forward(x);
-                                             (void)kernels::softmax_cross_entropy(logits, y, 0.1, &dlb, 1.0, gpu);
-                                           }),
-                        "CudaGraph::capture");
 }
 
 // The ImageNet ResNets' stem (conv 7x7 s2, batch norm with ReLU, max pool 3x3 s2): the batch norm takes its backward
@@ -743,6 +737,22 @@ TEST_F(ModelsCudaErrors, CpuInputToAGpuModelNamesTheModelAndItsFirstLayer) {
   HPDT_EXPECT_THROW_MSG(m->backward(Tensor::zeros({2, 10}, DType::f32)), "resnet20: dlogits on cpu");
   HPDT_EXPECT_THROW_MSG(m->forward(Tensor::zeros({2, 1, 28, 28}, DType::i32, Device::cuda(0))),
                         "resnet20: expects f32 or bf16 images [b, 1, 28, 28]");
+}
+
+// A capture whose work waits for the host (the loss read back) fails, naming the capture, and the stream runs
+// eagerly after it. Left out of the compute-sanitizer runs (scripts/gpu/sanitize.txt): the synchronisation it
+// provokes on purpose is an API error there (on the H200, 2026-11-29, the only errors memcheck reported).
+TEST_F(ModelsCudaErrors, ACaptureOfWorkThatWaitsForTheHostFailsNamingTheCapture) {
+  const Data d = make_data(Case{"resnet20", 4, std::nullopt});
+  auto m = make_model("resnet20", config(DType::bf16), gpu);
+  const Tensor x = d.images.to(m->device(), gpu), y = d.labels.to(m->device(), gpu);
+  Tensor dl = Tensor::empty({4, 10}, m->compute_dtype(), m->device(), AllocOptions{.stream = &gpu});
+  const auto step = [&] { return kernels::softmax_cross_entropy(m->forward(x), y, 0.1, &dl, 1.0, gpu); };
+  // Twice eagerly first, so that the capture's memory comes from the caching allocator's cache (a cudaMalloc would
+  // fail the capture for another reason).
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(std::isfinite(step()));
+  HPDT_EXPECT_THROW_MSG(CudaGraph::capture(gpu, [&] { (void)step(); }), "CudaGraph::capture");
+  EXPECT_TRUE(std::isfinite(step())) << "the stream after the failed capture";
 }
 
 TEST_F(ModelsCudaErrors, LayoutOnCudaDefaultsToNchwAndTakesNhwc) {

@@ -26,7 +26,9 @@ printf '%s\t%s\t%s\t%s\n' \
 cat > "$w/sanitizer" <<'EOS'
 #!/usr/bin/env bash
 tool=$2; shift 6
-echo "stand-in sanitizer: $tool $*"
+excluded=
+[ "$1" = --kernel-name-exclude ] && { excluded=" (excluded: $2)"; shift 2; }
+echo "stand-in sanitizer: $tool$excluded $*"
 "$@"; rc=$?
 echo "========= ERROR SUMMARY: 0 errors ($tool)"
 exit $rc
@@ -54,6 +56,10 @@ for part in 1 2; do
   grep -q -- "--gtest_filter=" "$w/out/tests/test_elementwise_cuda.memcheck.part$part.log" || fail "the log of memcheck part $part"
 done
 grep -qE '^ok +test_elementwise_cuda \[racecheck\] .*ERROR SUMMARY: 0 errors \(racecheck\)$' "$s" || fail "racecheck, whole"
+grep -q "stand-in sanitizer: racecheck (excluded: kns=cudnn)" "$w/out/tests/test_elementwise_cuda.racecheck.log" ||
+  fail "racecheck should leave cuDNN's kernels out"
+grep -q "stand-in sanitizer: memcheck (excluded" "$w/out/tests/test_elementwise_cuda.memcheck.part1.log" &&
+  fail "memcheck should check every kernel"
 grep -q "not_in_the_bundle" "$s" && fail "a listed binary that is not in the bundle ran"
 [ "$(grep -c 'test_elementwise_cuda \[memcheck' "$s")" -eq 2 ] || fail "memcheck should run as its two parts only"
 grep -qE '^CUT SHORT check slow +rc=124' "$s" || fail "the slow check was not cut at the deadline"
