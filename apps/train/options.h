@@ -46,11 +46,11 @@ struct TrainOptions {
   std::string device = "cpu";       // cpu|cuda
   std::string kernels = "ours";     // ours|vendor: GEMM/conv on CUDA by hpdt's kernels or cuBLAS/cuDNN
   std::string gemm = "v3";          // v2|v3: our 16-bit GEMM on CUDA (kernels::GemmChoice)
-  std::string conv = "v2";          // v2|v3|find: our NHWC 16-bit convolutions on CUDA (kernels::ConvChoice)
+  std::string conv = "v3";          // v2|v3|find: our NHWC 16-bit convolutions on CUDA (kernels::ConvChoice)
   std::string gemm_tuning = "heuristic";  // heuristic|find: GEMM v3's plan per shape (kernels::GemmTuning)
   std::string cudnn_algo = "heuristic";  // heuristic|find: cuDNN's algorithm under --kernels vendor (kernels::CudnnAlgo)
-  std::string layout = "auto";  // auto|nchw|nhwc: ResNet activations (auto: NHWC on the CPU, NCHW on CUDA)
-  std::string gelu = "fused";   // fused|separate: ViT's MLP GELU in fc1's/fc2's GEMM epilogues or a layer of its own
+  std::string layout = "auto";           // auto|nchw|nhwc: ResNet activations (auto: NHWC, on either device)
+  std::string gelu = "separate";  // fused|separate: ViT's MLP GELU in fc1's/fc2's GEMM epilogues or a layer of its own
   unsigned long long seed = 42;
   std::string timeline;             // Chrome/Perfetto trace
   std::string metrics;              // JSON lines

@@ -315,8 +315,11 @@ void Run::setup_model() {
   cfg.dtype = o_.precision == "fp16" ? DType::f16 : o_.precision == "bf16" ? DType::bf16 : DType::f32;
   cfg.seed = o_.seed;
   cfg.dropout = float(o_.dropout);
+  // auto: NHWC for the ResNets on either device (the library's fallback is NCHW on CUDA, which its tests keep)
   if (o_.layout != "auto") cfg.layout = kernels::parse_layout(o_.layout, "--layout");
-  cfg.fuse_gelu = o_.gelu == "fused";
+  else if (o_.model.rfind("resnet", 0) == 0)
+    cfg.layout = kernels::Layout::nhwc;
+  cfg.fuse_gelu = o_.gelu == "fused" || o_.model.rfind("vit", 0) != 0;  // (the ResNets have no GELU)
   std::string name = o_.model;
   std::replace(name.begin(), name.end(), '-', '_');
   model_ = as_usage([&] { return nn::make_model(name, cfg, stream_); });

@@ -1167,7 +1167,7 @@ void check_index_range(std::string_view op, const Conv2dShape& s) {
 
 bool conv_v2_vector_epilogue() { return env_switch("HPDT_CONV_V2_EPILOGUE", "vec", "scalar"); }
 
-bool conv_epilogue_bn_stats() { return env_switch("HPDT_CONV_BN_STATS", "epilogue", "separate"); }
+bool conv_epilogue_bn_stats() { return !env_switch("HPDT_CONV_BN_STATS", "separate", "epilogue"); }
 
 bool epilogue_computes_stats(const Conv2dEpilogue& e, bool tc_half) {
   return e.stats && tc_half && !e.bias && !e.scale && !e.shift && !e.residual && !e.relu && conv_epilogue_bn_stats();

@@ -189,9 +189,10 @@ bool use_tensor_cores(ConvVariant v, DType dt, std::string_view op);
 // hpdt-bench-conv-cuda's v2_scalar_epilogue rows; both give the same bits). Read at every call; another value throws.
 bool conv_v2_vector_epilogue();
 // Whether v2's epilogues (NCHW and NHWC) compute batch norm's reductions where asked, the statistics of the
-// forward's y (Conv2dEpilogue::stats) and the sums of the backward-data's dx (ChannelGradSums) (the default,
-// "epilogue"), or leave them to batch norm's own passes (HPDT_CONV_BN_STATS=separate: the A/B switch of the
-// training-step benchmarks). Read at every call; another value throws.
+// forward's y (Conv2dEpilogue::stats) and the sums of the backward-data's dx (ChannelGradSums)
+// (HPDT_CONV_BN_STATS=epilogue), or leave them to batch norm's own passes (the default, "separate", since the H200
+// run of 2026-11-29: the epilogues' reductions cost the ResNet-50 step 14 % in NCHW on v2 and 30 % in NHWC on conv v3
+// and GEMM v3, results/gpu/README.md). Read at every call; another value throws.
 bool conv_epilogue_bn_stats();
 // Whether v2 (tensor cores: `tc_half`) computes what is asked for: the forward's statistics (e.stats, with an
 // epilogue that does nothing else), the backward-data's sums (bn, where every dx pixel goes through the epilogue: a

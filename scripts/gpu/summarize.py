@@ -641,6 +641,15 @@ def train_table(t, torch, rows, numbers):
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, batch norm's reductions in their own "
                                 "passes, CUDA graph", "resnet50_bf16_{}_nhwc_conv_v3_bn_stats_separate_graph",
                                 "resnet50"),
+                               # since 2026-11-29 (ninth session): the A/B rows of the new defaults
+                               ("ResNet-50, 224², batch 256, NCHW, batch norm's reductions in the convolutions' "
+                                "epilogues (HPDT_CONV_BN_STATS=epilogue)", "resnet50_bf16_{}_bn_stats_epilogue",
+                                "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, batch norm's reductions in the "
+                                "epilogues (HPDT_CONV_BN_STATS=epilogue)", "resnet50_bf16_{}_nhwc_conv_v3_bn_stats_epilogue",
+                                "resnet50"),
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, CUDA graph",
+                                "resnet50_bf16_{}_nhwc_conv_v3_graph", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),
@@ -655,13 +664,16 @@ def train_table(t, torch, rows, numbers):
                                 "vit_b16_bf16_{}_gemm_find", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gelu separate (GELU not in the GEMMs' epilogues)",
                                 "vit_b16_bf16_{}_gelu_separate", "vit_b16"),
+                               # since 2026-11-29 (ninth session) separate is the default, and fused the A/B row
+                               ("ViT-B/16, 224², batch 64, --gelu fused (GELU in the GEMMs' epilogues)",
+                                "vit_b16_bf16_{}_gelu_fused", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, attention's one-pass backward (HPDT_ATTENTION_BACKWARD=v3)",
                                 "vit_b16_bf16_{}_attention_v3", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, epilogue inputs not prefetched (HPDT_EPILOGUE_PREFETCH=off)",
                                 "vit_b16_bf16_{}_no_prefetch", "vit_b16"),
-                               ("ViT-B/16, 224², batch 64, GELU as a pass after GEMM v3 (HPDT_GEMM_V3_ACTIVATION=pass)",
+                               ("ViT-B/16, 224², batch 64, --gelu fused, GELU as a pass after GEMM v3 (HPDT_GEMM_V3_ACTIVATION=pass)",
                                 "vit_b16_bf16_{}_activation_pass", "vit_b16"),
-                               ("ViT-B/16, 224², batch 64, GELU as a pass after GEMM v3, --gemm-tuning find",
+                               ("ViT-B/16, 224², batch 64, --gelu fused, GELU as a pass after GEMM v3, --gemm-tuning find",
                                 "vit_b16_bf16_{}_activation_pass_find", "vit_b16")]:
         ours = t.get(key.format("ours"), {}).get("img_per_s_median")
         vend = t.get(key.format("vendor"), {}).get("img_per_s_median")

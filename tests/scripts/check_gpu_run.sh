@@ -26,10 +26,14 @@ printf '%s\t%s\t%s\t%s\n' \
 cat > "$w/sanitizer" <<'EOS'
 #!/usr/bin/env bash
 tool=$2; shift 6
-excluded=
-[ "$1" = --kernel-name-exclude ] && { excluded=" (excluded: $2)"; shift 2; }
-echo "stand-in sanitizer: $tool$excluded $*"
+echo "stand-in sanitizer: $tool $*"
 "$@"; rc=$?
+if [ "$tool" = racecheck ] && [ $rc -eq 0 ]; then  # a hazard inside a cuDNN kernel, as on the H200 (2026-11-29)
+  echo "========= Error: Race reported between Write access at sm90_xmma_dgrad_kernel__5x_cudnn+0x8c30"
+  echo "=========     and Read access at sm90_xmma_dgrad_kernel__5x_cudnn+0xb0a0 [64 hazards]"
+  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings) ($tool)"
+  exit 99
+fi
 echo "========= ERROR SUMMARY: 0 errors ($tool)"
 exit $rc
 EOS
@@ -55,11 +59,9 @@ for part in 1 2; do
     fail "memcheck part $part of 2"
   grep -q -- "--gtest_filter=" "$w/out/tests/test_elementwise_cuda.memcheck.part$part.log" || fail "the log of memcheck part $part"
 done
-grep -qE '^ok +test_elementwise_cuda \[racecheck\] .*ERROR SUMMARY: 0 errors \(racecheck\)$' "$s" || fail "racecheck, whole"
-grep -q "stand-in sanitizer: racecheck (excluded: kns=cudnn)" "$w/out/tests/test_elementwise_cuda.racecheck.log" ||
-  fail "racecheck should leave cuDNN's kernels out"
-grep -q "stand-in sanitizer: memcheck (excluded" "$w/out/tests/test_elementwise_cuda.memcheck.part1.log" &&
-  fail "memcheck should check every kernel"
+# (its one hazard lies inside a cuDNN kernel: ok, and said so; scripts/gpu/vendor_races.sh)
+grep -qE '^ok +test_elementwise_cuda \[racecheck\] .*RACECHECK SUMMARY: 1 hazard .*: 1 hazard reports, all inside vendor kernels' "$s" ||
+  fail "racecheck, whole, with a hazard inside a vendor kernel only"
 grep -q "not_in_the_bundle" "$s" && fail "a listed binary that is not in the bundle ran"
 [ "$(grep -c 'test_elementwise_cuda \[memcheck' "$s")" -eq 2 ] || fail "memcheck should run as its two parts only"
 grep -qE '^CUT SHORT check slow +rc=124' "$s" || fail "the slow check was not cut at the deadline"

@@ -2,7 +2,7 @@
 # End-to-end checks of hpdt-train under MPI (ctest runs one CASE per test):
 #   equivalence-resnet  ResNet-20 with SyncBN: np 2 and np 4 end with the parameters of np 1 (same global batch)
 #   equivalence-vit     ViT-Ti (AdamW) with dropout: the same (the masks follow the sample, not the rank);
-#                       --gelu separate ends near the fused GELU's parameters and optimizer state
+#                       --gelu fused ends near the separate GELU's (the default) parameters and optimizer state
 #   resume              SIGTERM mid-run -> checkpoint + exit 75; --resume ends bit-identical to an
 #                       uninterrupted run (ResNet-20, and ViT-Ti with dropout); resuming on another rank
 #                       count works and says so
@@ -23,7 +23,7 @@
 #                       the host mirror's; --algo nccl on a 1-rank NCCL communicator; bf16 and
 #                       fp16 (loss scaling) runs finish with a finite loss (their GEMMs on v3, the default), and
 #                       bf16 runs with --gemm v2 (ViT-Ti) and --conv v3 (ResNet-50 in NHWC, whose 1x1 convolutions
-#                       then run as GEMM v3, the others on conv v3); ViT-Ti with --gelu separate near the CPU
+#                       then run as GEMM v3, the others on conv v3); ViT-Ti with --gelu fused near the CPU
 #                       run (f32) and finite (bf16)
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
@@ -75,11 +75,11 @@ equivalence-resnet | equivalence-vit)
     done
   fi
   if [ $case = equivalence-vit ]; then
-    # --gelu separate: the MLP's GELU as a layer of its own, not in the GEMM epilogues. Not bit for bit here: with
+    # --gelu fused: the MLP's GELU in the GEMM epilogues, not a layer of its own (the default). Not bit for bit here: with
     # dropout after the GELU, the fused backward multiplies by gelu'(h), then by the dropout mask's scale, the
     # separate layers the other way round (without dropout the same bits: test_nn_models).
-    run 1 "${args[@]}" --batch $b --gelu separate --checkpoint-dir "$w/gelu" > "$w/gelu.log" 2>&1 || { cat "$w/gelu.log"; fail "--gelu separate run"; }
-    "$compare" "$(latest "$w/np1")" "$(latest "$w/gelu")" --optimizer --atol 2e-5 --rtol 2e-3 || fail "--gelu separate differs from the fused GELU"
+    run 1 "${args[@]}" --batch $b --gelu fused --checkpoint-dir "$w/gelu" > "$w/gelu.log" 2>&1 || { cat "$w/gelu.log"; fail "--gelu fused run"; }
+    "$compare" "$(latest "$w/np1")" "$(latest "$w/gelu")" --optimizer --atol 2e-5 --rtol 2e-3 || fail "--gelu fused differs from the separate GELU"
   fi
   # ...and the runs really trained: the parameters moved away from the initial ones.
   run 1 "${args[@]}" --batch $b --max-steps 1 --lr 1e-9 --checkpoint-dir "$w/init" > /dev/null 2>&1 || fail "init run"
@@ -325,11 +325,11 @@ cuda-gpu)
   run 1 "${vit[@]}" --device cuda --precision bf16 --gemm v2 --max-steps 5 --checkpoint-dir "$w/v2" > "$w/v2.log" 2>&1 || { cat "$w/v2.log"; fail "vit-ti bf16 --gemm v2"; }
   grep -qiE "loss[^0-9]*(nan|inf)" "$w/v2.log" && { cat "$w/v2.log"; fail "vit-ti bf16 --gemm v2: non-finite loss"; }
   tail -2 "$w/v2.log"
-  # ViT-Ti with the GELU as a layer of its own (--gelu separate): f32 near the CPU run, bf16 finite
-  run 1 "${vit[@]}" --device cuda --gelu separate --checkpoint-dir "$w/gelu" > "$w/gelu.log" 2>&1 || { cat "$w/gelu.log"; fail "vit-ti --gelu separate"; }
-  "$compare" "$(ck vit-cpu)" "$(ck gelu)" --atol 2e-4 --rtol 2e-3 || fail "vit-ti --gelu separate: the GPU run is not near the CPU run"
-  run 1 "${vit[@]}" --device cuda --precision bf16 --gelu separate --max-steps 5 --checkpoint-dir "$w/gelu16" > "$w/gelu16.log" 2>&1 || { cat "$w/gelu16.log"; fail "vit-ti bf16 --gelu separate"; }
-  grep -qiE "loss[^0-9]*(nan|inf)" "$w/gelu16.log" && { cat "$w/gelu16.log"; fail "vit-ti bf16 --gelu separate: non-finite loss"; }
+  # ViT-Ti with the GELU in the GEMMs' epilogues (--gelu fused; the default is a layer of its own): f32 near the CPU run, bf16 finite
+  run 1 "${vit[@]}" --device cuda --gelu fused --checkpoint-dir "$w/gelu" > "$w/gelu.log" 2>&1 || { cat "$w/gelu.log"; fail "vit-ti --gelu fused"; }
+  "$compare" "$(ck vit-cpu)" "$(ck gelu)" --atol 2e-4 --rtol 2e-3 || fail "vit-ti --gelu fused: the GPU run is not near the CPU run"
+  run 1 "${vit[@]}" --device cuda --precision bf16 --gelu fused --max-steps 5 --checkpoint-dir "$w/gelu16" > "$w/gelu16.log" 2>&1 || { cat "$w/gelu16.log"; fail "vit-ti bf16 --gelu fused"; }
+  grep -qiE "loss[^0-9]*(nan|inf)" "$w/gelu16.log" && { cat "$w/gelu16.log"; fail "vit-ti bf16 --gelu fused: non-finite loss"; }
   tail -2 "$w/gelu16.log"
   # bf16 ResNet-50 in NHWC with --conv v3: its 1x1 stride-1 convolutions run as GEMM v3, the others on conv v3
   run 1 --model resnet50 --eval false --augment false --batch 8 --lr 0.05 --warmup-epochs 0 --device cuda --precision bf16 --layout nhwc --conv v3 --max-steps 3 --checkpoint-dir "$w/r50v3" > "$w/r50v3.log" 2>&1 || { cat "$w/r50v3.log"; fail "resnet50 nhwc bf16 --conv v3"; }
