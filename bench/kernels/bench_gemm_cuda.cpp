@@ -183,16 +183,20 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     const double flop = 2.0 * double(sh.M) * double(sh.N) * double(sh.K);
     const double per_call = total / double(state.iterations());
     state.counters["TFLOP/s"] = flop / per_call / 1e12;
-    if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / per_call;
-    if (sh.act) state.counters["x_unfused"] = seconds_per_call([&] { run_unfused(sh, o, ab, c, v); }, 20) / per_call;
+    // The x_* counters time both sides alike: 20 calls back to back (seconds_per_call). Set against the loop's
+    // per_call (each call timed alone, its launch gap included) they leaned toward the other side: on the H200
+    // (2026-11-29) x_no_prefetch read 0.86-0.95 on weight gradients whose split-K units prefetch nothing.
+    const double own = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20);
+    if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / own;
+    if (sh.act) state.counters["x_unfused"] = seconds_per_call([&] { run_unfused(sh, o, ab, c, v); }, 20) / own;
     if (sh.bn) {
       GemmShape plain = sh;
       plain.bn = 0;
-      state.counters["x_plain"] = seconds_per_call([&] { run_gemm(plain, o, ab, c, v); }, 20) / per_call;
+      state.counters["x_plain"] = seconds_per_call([&] { run_gemm(plain, o, ab, c, v); }, 20) / own;
     }
     if (v == GemmVariant::v3_wgmma && (sh.beta != 0.0f || sh.act == 2 || sh.bn == 2 || sh.residual)) {
       const ScopedEnv off("HPDT_EPILOGUE_PREFETCH", "off");
-      state.counters["x_no_prefetch"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / per_call;
+      state.counters["x_no_prefetch"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
     }
     state.SetLabel(std::string(
         kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, sh.ta, sh.tb, o.lda, o.ldb, o.A.data(),

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 
 import matplotlib
 
@@ -34,7 +35,8 @@ def hbars(ax, labels, series, xlabel):
         ys = [j + (i - (k - 1) / 2) * h for j in range(n)]
         ax.barh(ys, [v or 0 for v in values], height=h, label=name)
     ax.set_yticks(range(n))
-    ax.set_yticklabels(labels, fontsize=7)
+    # long labels (the training steps' switches) wrapped, so that they leave the bars their width
+    ax.set_yticklabels([textwrap.fill(label, 60) for label in labels], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.legend(fontsize=7, loc="best")
@@ -71,7 +73,7 @@ def main():
 
     steps = [r for r in by_op.get("train_step", []) if r.get("ours_img_s") or r.get("vendor_img_s")]
     if steps:
-        fig, ax = plt.subplots(figsize=(9, 0.45 * len(steps) + 1.5))
+        fig, ax = plt.subplots(figsize=(11, 0.6 * len(steps) + 1.5))
         hbars(ax, [r["what"] for r in steps],
               [("hpdt, our kernels", [r.get("ours_img_s") for r in steps]),
                ("hpdt --kernels vendor", [r.get("vendor_img_s") for r in steps]),
