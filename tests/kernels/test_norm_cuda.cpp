@@ -635,6 +635,29 @@ TEST_F(NormCuda, BatchNormNhwcSyncMisalignedAndEval) {
   }
 }
 
+// Data far from zero with a small spread (100 +- 0.1, f32): the NHWC statistics kernel sums each thread's rows shifted
+// by its first row's values (no Welford update per step since 2026-11-29); a plain f32 sum of squares would lose
+// the variance (1e4 against 3e-3) to cancellation. Mean, invstd and the running variance against the CPU's.
+TEST_F(NormCuda, BatchNormNhwcStatisticsOfDataFarFromZero) {
+  for (const Shape& s : {Shape{16, 28, 28, 64}, Shape{3, 7, 7, 17}, Shape{2, 7, 7, 2048}}) {
+    SCOPED_TRACE(label(s, DType::f32) + " 100 +- 0.1");
+    const int64_t c = s[-1];
+    const Tensor x = random(s, 99.9f, 100.1f), g = random({c}, 0.5, 1.5), b = random({c});
+    const Tensor rv0 = random({c}, 0.5f, 2.0f);
+    Tensor rm = Tensor::zeros({c}, DType::f32), rv = rv0.clone(cpu), y = Tensor::empty(s, DType::f32);
+    BatchNormSaved saved, sg;
+    kernels::batchnorm_forward_train(x, g, b, rm, rv, kEps, kMomentum, saved, y, {}, cpu, Layout::nhwc);
+    Tensor rmg = to_gpu(Tensor::zeros({c}, DType::f32)), rvg = to_gpu(rv0);
+    Tensor yg = poisoned(s, DType::f32);
+    kernels::batchnorm_forward_train(to_gpu(x), to_gpu(g), to_gpu(b), rmg, rvg, kEps, kMomentum, sg, yg, {}, stream,
+                                     Layout::nhwc);
+    EXPECT_TRUE(close(saved.mean, to_cpu_f32(sg.mean), stat_tol())) << "saved mean";
+    EXPECT_TRUE(close(saved.invstd, to_cpu_f32(sg.invstd), {1e-3, 0.0})) << "saved invstd (about 17)";
+    EXPECT_TRUE(close(rv, to_cpu_f32(rvg), {1e-5, 1e-6})) << "running var";
+    EXPECT_TRUE(close(y, to_cpu_f32(yg), {2e-3, 1e-3})) << "y";
+  }
+}
+
 TEST_F(NormCuda, BatchNormNhwcIsDeterministic) {
   for (DType dt : test::kCudaTestDtypes) {
     const Shape s{32, 16, 16, 16};  // 8192 rows: 16 row chunks of blocks
