@@ -138,9 +138,10 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
 void splitk_reduce(const Params& p, int splits, DType c_type, cudaStream_t s);
 
 // The epilogue's activation as a pass of its own over C as a plain GEMM left it: C = gelu(C), storing C's value to
-// aux first when p.aux is set, or C *= gelu'(aux). The vendor backend's GELU, and GEMM v3's "+gelu pass" plans; the
+// aux first when p.aux is set, or C *= gelu'(aux); from_aux (the GELU with aux set): the plain GEMM stored its value
+// in aux, and C = gelu(aux), a read and a write less. The vendor backend's GELU, and GEMM v3's "+gelu pass" plans; the
 // same bits as the fused epilogue (activate takes v as C stores it) (gemm.cu).
-void activation_only(const Params& p, DType c_type, cudaStream_t s);
+void activation_only(const Params& p, DType c_type, cudaStream_t s, bool from_aux = false);
 
 // Split-K of a GEMM launch over p.tiles_m x p.tiles_n tiles and kt_total k tiles (detail::choose_split_k, at
 // most 16 splits): sets p.kt_per_split and, for more than one split, p.partial to `workspace`, a [splits][M][N]

@@ -433,8 +433,9 @@ TEST_F(GemmCuda, ResidualAndGeluEpiloguesEveryVariant) {
 // fused gradient is gelu_backward(h, the plain GEMM's C). So --gelu fused and --gelu separate train alike, and
 // the vendor backend's GELU pass computes the same function. 16-bit C on every variant (v3 on each pipeline; the
 // emulator has no cuBLAS), and v3 with HPDT_GEMM_V3_ACTIVATION=pass (the plain GEMM, then gemm_common.cuh's
-// activation_only: Find's "+gelu pass" plans), both forms, pairs and single elements (odd ldc), split-K (the
-// reduction kernel's epilogue), with bias, beta and a residual before the activation.
+// activation_only: Find's "+gelu pass" plans, its 16-byte vectors and single elements, from C or, with beta 0, from
+// the kept input), both forms, pairs and single elements (odd ldc), split-K (the reduction kernel's epilogue), with
+// bias, beta (or none) and a residual before the activation.
 TEST_F(GemmCuda, FusedGeluIsThePlainGemmThenTheGeluKernel) {
   struct Shape {
     int64_t M, N, K, ldc;
@@ -463,8 +464,11 @@ TEST_F(GemmCuda, FusedGeluIsThePlainGemmThenTheGeluKernel) {
           const Tensor bias = to_gpu(random({sh.N}), ct), res = to_gpu(random({sh.M, sh.ldc}), ct);
           const Tensor C0 = to_gpu(random({sh.M, sh.ldc}), ct), H = to_gpu(random({sh.M, sh.ldc}), ct);
           const int64_t n = sh.M * sh.ldc;
+          // beta 0 on the first shape: C not read, so the pass plan's GEMM stores into the kept input and the pass
+          // reads it there (activation_only's from_aux)
+          const float beta = &sh == &shapes[0] ? 0.0f : -0.5f;
           const auto gemm = [&](const kernels::cuda::GemmEpilogue& epi, Tensor& C) {
-            kernels::cuda::gemm(false, true, sh.M, sh.N, sh.K, 0.75f, A.data(), sh.K, B.data(), sh.K, -0.5f, C.data(),
+            kernels::cuda::gemm(false, true, sh.M, sh.N, sh.K, 0.75f, A.data(), sh.K, B.data(), sh.K, beta, C.data(),
                                 sh.ldc, ab, ct, epi, stream, variant);
           };
           const auto copy = [&](const Tensor& t) { return t.clone(stream); };

@@ -320,9 +320,13 @@ void launch_plan(const Params& p, const Plan& plan, DType ab_type, DType c_type,
   if (plan.act_pass && p.act != kActNone) {  // a plain GEMM, then the activation as a pass of its own (same bits)
     Params plain = p;
     plain.act = kActNone;
-    plain.aux = nullptr;  // the GELU's kept input is stored by the pass; the gradient's input is read by it
+    plain.aux = nullptr;  // the gradient's input is read by the pass
+    // The GELU with its input kept and C not read (beta 0): the plain GEMM stores its value straight into aux, and
+    // the pass reads it there and writes C (else the pass would read C, write aux and write C).
+    const bool from_aux = p.act == kActGelu && p.aux && p.beta == 0.0f;
+    if (from_aux) plain.C = p.aux;
     launch_plan(plain, Plan{plan.pipeline, plan.tile}, ab_type, c_type, stream);
-    activation_only(p, c_type, detail::native(stream));
+    activation_only(p, c_type, detail::native(stream), from_aux);
     return;
   }
   const auto run = [&](auto tag) {
