@@ -57,9 +57,12 @@ TEST(TrainOptions, DefaultsAndValues) {
   EXPECT_EQ(g.kernels, "vendor");
   EXPECT_EQ(g.algo, "nccl");
   EXPECT_EQ(parse({}).gemm, "v3");
-  EXPECT_EQ(parse({}).conv, "v2");
+  EXPECT_EQ(parse({}).conv, "v3");  // since the H200 run of 2026-11-29
+  EXPECT_EQ(parse({}).layout, "auto");
+  EXPECT_EQ(parse({}).gelu, "separate");
+  EXPECT_EQ(parse({"--model", "vit-ti", "--gelu", "fused"}).gelu, "fused");
   EXPECT_EQ(parse({"--device", "cuda", "--gemm", "v2"}).gemm, "v2");
-  EXPECT_EQ(parse({"--device", "cuda", "--conv", "v3"}).conv, "v3");
+  EXPECT_EQ(parse({"--device", "cuda", "--conv", "v2"}).conv, "v2");
   EXPECT_EQ(parse({"--device", "cuda", "--conv", "find"}).conv, "find");
 }
 
