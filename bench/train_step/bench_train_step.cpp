@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
                         {"gemm_tuning", gpu && kernels_name == "ours" ? gemm_tuning : "-"},
                         {"cudnn_algo", gpu && kernels_name == "vendor" ? cudnn_algo : "-"},
                         {"layout", hpdt::kernels::layout_name(m->layout())},
-                        {"gelu", gelu},
+                        {"gelu", model.starts_with("vit") ? gelu : "-"},
                         {"threads", omp_get_max_threads()},
                         {"params", m->num_parameters()},
                         {"loss", loss},
