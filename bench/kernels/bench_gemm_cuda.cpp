@@ -185,8 +185,10 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     state.counters["TFLOP/s"] = flop / per_call / 1e12;
     // The x_* counters time both sides alike: 20 calls back to back (seconds_per_call). Set against the loop's
     // per_call (each call timed alone, its launch gap included) they leaned toward the other side: on the H200
-    // (2026-11-29) x_no_prefetch read 0.86-0.95 on weight gradients whose split-K units prefetch nothing.
-    const double own = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20);
+    // (2026-11-29) x_no_prefetch read 0.86-0.95 on weight gradients whose split-K units prefetch nothing. Timed only
+    // for a row that has such a counter (every one but a plain cuBLAS row).
+    const double own =
+        v != GemmVariant::vendor || sh.act || sh.bn ? seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) : 0.0;
     if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / own;
     if (sh.act) state.counters["x_unfused"] = seconds_per_call([&] { run_unfused(sh, o, ab, c, v); }, 20) / own;
     if (sh.bn) {

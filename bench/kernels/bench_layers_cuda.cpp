@@ -124,8 +124,9 @@ void bench(benchmark::State& state, const Factory& make, DType dt) {
     state.counters["peak_frac"] = op.bytes / per_call / peak_bytes_per_s();
     // The x_* counters time both sides alike, 20 calls back to back (seconds_per_call), against `own`, this op's time
     // the same way: set against per_call (each call timed alone, its launch gap included) they leaned toward the other
-    // side, most on the short kernels (H200, 2026-11-29).
-    const double own = seconds_per_call(op.run, 20);
+    // side, most on the short kernels (H200, 2026-11-29). Timed only for a row that has such a counter.
+    const double own =
+        op.peer || op.unfused || op.narrow_planes || op.pool_vectors ? seconds_per_call(op.run, 20) : 0.0;
     if (op.peer) {
       try {
         const double peer = seconds_per_call(op.peer, 20);
