@@ -764,9 +764,7 @@ void expect_statistics_of(const kernels::ChannelStats& st, const Tensor& yc, con
 // to y's own statistics, batch norm given them computes what its own pass does (and what the CPU oracle does), it
 // ignores partials that describe another tensor, and only v2 with a plain epilogue writes them.
 TEST_F(ConvCuda, BatchNormStatisticsFromTheEpilogue) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   // 1568 pixels (a partial last pixel tile, direct loads), 40 channels (a partial channel tile), odd everything
   const Case cases[] = {{"1x1 64->256 at 28", 2, 64, 28, 28, 256, 1, 1, 0},
@@ -915,9 +913,7 @@ std::vector<uintptr_t> lines_of(std::initializer_list<const Tensor*> tensors) {
 // another tensor), partials given with another gradient are ignored, and only v2 with every dx pixel in some
 // stride phase writes them.
 TEST_F(ConvCuda, BatchNormBackwardSumsFromTheEpilogue) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   // 1568 dx pixels (a partial last tile), 40 input channels (a partial channel tile), stride 2 (four phases), odd
   const Case cases[] = {{"1x1 256->64 at 28", 2, 256, 28, 28, 64, 1, 1, 0},
@@ -1390,9 +1386,7 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
 // outside the pixel grid are not counted), and batch norm given them matches its own pass; in every pipeline (the
 // persistent ones on 3 blocks, several tiles each). With a bias (not a batch norm's convolution) they are cleared.
 TEST_F(ConvCuda, BatchNormStatisticsFromConvV3AndGemmV3) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   if (!wgmma_runs_here())
     GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
@@ -1480,9 +1474,7 @@ TEST_F(ConvCuda, BatchNormStatisticsFromConvV3AndGemmV3) {
 // bit for bit, the partials add up to the sums of dz and dz (x - mean), and batch norm's backward given them matches
 // its own reduce pass; in every pipeline, with and without the mask, with a residual (the 1x1 one then on conv v3).
 TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   if (!wgmma_runs_here())
     GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";

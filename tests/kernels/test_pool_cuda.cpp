@@ -233,9 +233,7 @@ TEST_F(PoolCuda, MaxPoolBackwardIsDeterministic) {
 // are cleared and dx is g. Shapes: NCHW one value a thread (w = 7) and four (w % 4 == 0), one image a split and
 // several (n = 40 at c = 64: 20 splits of 2); NHWC 3, 16 and 64 channels (1, 2 to 4, 8 vectors a pixel).
 TEST_F(PoolCuda, MaxPoolBackwardHandsTheBatchNormItsSums) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   const MaxCase cases[] = {{{2, 3, 7, 7}, 3, 2, 1}, {{3, 16, 12, 16}, 3, 2, 1}, {{40, 64, 8, 8}, 3, 2, 1}};
   for (DType dt : {DType::f32, DType::bf16})

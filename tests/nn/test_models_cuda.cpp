@@ -334,9 +334,7 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
 // backward apply pass (BatchNorm::feed_residual_grad_sums_to) in NHWC, not on NCHW's flat apply kernels (bf16's 14²
 // and 7² planes): 1 reduce kernel in NHWC, 3 in NCHW (counted on the emulator).
 TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   {
     const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
@@ -410,9 +408,7 @@ TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
 // differ by the same 0.988, and every bf16 step lies at 0.955 from the f32 one. Reductions off by more than
 // rounding (a missed tile, another tensor's) move the loss by O(1) and the gradient far further.
 TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirReductionsFromTheConvolutions) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   if (std::string(GetParam().model).rfind("resnet", 0) != 0) GTEST_SKIP() << "no batch norm in " << GetParam().model;
   const kernels::ScopedConvChoice conv_v2(kernels::ConvChoice::v2);
@@ -592,9 +588,7 @@ TEST_P(ModelsCuda, CudaGraphReplaysTheEagerSteps) {
 // (HPDT_CONV_BN_STATS=separate) to the order of f32 additions, and on the emulator exactly one reduce kernel fewer
 // runs.
 TEST(ModelsCudaStem, ResNetStemBatchNormTakesItsSumsFromTheMaxPool) {
-  // (the reductions in the epilogues: HPDT_CONV_BN_STATS=epilogue; the default is batch norm's own passes since
-  // 2026-11-29)
-  const ScopedEnv epilogue_reductions("HPDT_CONV_BN_STATS", "epilogue");
+  const test::EpilogueBnReductions epilogue_reductions;
 
   HPDT_REQUIRE_GPU();
   const Stream gpu = Stream::create_cuda(0);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
 #include <cuda_runtime.h>  // the emulator's: cuda_emu::launches_named
@@ -55,6 +56,13 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// Batch norm's reductions in the epilogues of the convolutions (and of max pool's backward) for the scope,
+// HPDT_CONV_BN_STATS=epilogue: the tests of those reductions pin them, batch norm's own passes being the default
+// since the H200 run of 2026-11-29.
+struct EpilogueBnReductions : ScopedEnv {
+  EpilogueBnReductions() : ScopedEnv("HPDT_CONV_BN_STATS", "epilogue") {}
 };
 
 // Bits of a float, for exact comparisons that also distinguish -0 and NaN payloads.
