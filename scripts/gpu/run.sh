@@ -170,15 +170,26 @@ run_check() {  # name command-line
   note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "check $name" "$rc" $((SECONDS - t0)) "$(tail -1 "$log" | cut -c1-80)")"
   [ "$st" = ok ] || echo "check $name" >> "$out/.failed"
 }
+# What else had the machine when a benchmark started: the load average, and any process already holding the GPU
+# (a prewarm, a test or sanitizer run left behind). On 2026-11-29 two vendor steps with the same kernels as their
+# neighbours left the GPU idle half of each step, and nothing in the results said what had taken the host.
+machine_load() {
+  local apps load
+  load=$(cut -d' ' -f1-3 /proc/loadavg)
+  apps=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader 2> /dev/null |
+    sed 's/, */ /g' | tr '\n' ';' | sed 's/;$//')
+  echo "load $load${apps:+; GPU already held by: $apps}"
+}
 run_bench() {  # kind exe-or-name command-line
   local kind=$1 name=$2 cmdline; cmdline=$(expand "$3")
   [ "$kind" = bench ] && cmdline="$bundle/bin/$name $cmdline"
-  local log=$out/bench/$(basename "$name").log t0=$SECONDS
+  local log=$out/bench/$(basename "$name").log t0=$SECONDS before
   [ -f "$log" ] && log=$out/bench/$(basename "$name").$t0.log
+  before=$(machine_load)
   timeout --kill-after=10 "$(limit 1200)" bash -c "$cmdline" < /dev/null > "$log" 2>&1
   local rc=$? st
   st=$(status $rc)
-  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s' "$st" "$kind $(basename "$name")" "$rc" $((SECONDS - t0)) "$(basename "$log")")"
+  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s  (at start: %s)' "$st" "$kind $(basename "$name")" "$rc" $((SECONDS - t0)) "$(basename "$log")" "$before")"
   [ "$st" = ok ] || echo "$kind $name" >> "$out/.failed"
 }
 run_smoke() {  # ranks exe

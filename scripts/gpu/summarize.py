@@ -51,7 +51,12 @@ def collect(dirs):
                 found[key].update(gbench_medians(p))
         for f in sorted(os.listdir(bench)) if os.path.isdir(bench) else []:
             if f.startswith("train_step_") and f.endswith(".json"):
-                found["train"][f[len("train_step_"):-5]] = load(os.path.join(bench, f))
+                key = f[len("train_step_"):-5]
+                doc = load(os.path.join(bench, f))
+                trace = os.path.join(bench, f"trace_{key}.json")  # its --kernel-trace: GPU busy and idle a step
+                if os.path.exists(trace) and "trace" not in doc:
+                    doc["trace"] = load(trace).get("trace", {})
+                found["train"][key] = doc
             if f.startswith("allreduce_compress_cuda") and f.endswith(".json"):  # hpdt-allreduce-perf --compress
                 found["compress"].append(load(os.path.join(bench, f)))
             if f == "prewarm_torch_compile.json":  # run.sh's prewarm: torch.compile's cold compilation, one step
@@ -582,9 +587,30 @@ def compress_table(docs, rows, numbers):
                             "wrong_device": dev["wrong"] if dev else None, "wrong_mirror": mir["wrong"] if mir else None})
 
 
+UNSTEADY = 1.10   # slowest / fastest timed step above this: the row is marked
+IDLE_SHARE = 0.25  # GPU idle inside a traced step above this share of the step: marked as well
+
+
+def unsteady_mark(doc):
+    """Why a training-step row is not a steady measurement ("" when it is): its timed steps' spread, or how long
+    its traced steps (--kernel-trace, the same run) left the GPU idle. On the H200 of 2026-11-29 the vendor NHWC
+    step ran 57 ms for 7 steps, then 61, 80 and 87 ms, and the next row (cuDNN's Find) 93-102 ms with the very same
+    kernels: the GPU idle half of each traced step."""
+    why = []
+    steps = [s for s in doc.get("step_s") or [] if s and s > 0]
+    if len(steps) >= 2 and max(steps) / min(steps) > UNSTEADY:
+        why.append(f"steps {min(steps) * 1e3:.0f}-{max(steps) * 1e3:.0f} ms")
+    trace = doc.get("trace") or {}
+    busy, span = trace.get("busy_ms_per_step"), trace.get("span_ms_per_step")
+    if busy and span and span > 0 and 1 - busy / span > IDLE_SHARE:
+        why.append(f"GPU idle {span - busy:.1f} of {span:.1f} ms a traced step")
+    return "; ".join(why)
+
+
 def train_table(t, torch, rows, numbers):
     rows.append("| training step (bf16, f32 master weights) | hpdt ours img/s | hpdt --kernels vendor img/s | PyTorch eager img/s | PyTorch compile img/s | ours / eager | ours / compile | vendor / eager |")
     rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    unsteady = []
     for label, key, tmodel in [("ResNet-50, 224², batch 256, NCHW", "resnet50_bf16_{}", "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC", "resnet50_bf16_{}_nhwc", "resnet50"),
                                ("ResNet-50, 224², batch 256, NCHW, CUDA graph", "resnet50_bf16_{}_graph", "resnet50"),
@@ -682,10 +708,24 @@ def train_table(t, torch, rows, numbers):
         eager = torch.get((tmodel, "eager"), {}).get("img_per_s_median")
         comp = torch.get((tmodel, "compile"), {}).get("img_per_s_median")
         r = lambda a, b: a / b if a and b else None  # noqa: E731
-        rows.append(f"| {label} | {fmt(ours)} | {fmt(vend)} | {fmt(eager)} | {fmt(comp)} | {fmt(r(ours, eager), 2)} | "
+        marks = {side: unsteady_mark(t.get(key.format(side), {})) for side in ("ours", "vendor")}
+        for side in ("ours", "vendor"):
+            if marks[side]:
+                unsteady.append(f"{label}, {side}: {marks[side]}")
+        rows.append(f"| {label} | {fmt(ours)}{'†' if marks['ours'] else ''} | {fmt(vend)}{'†' if marks['vendor'] else ''} | "
+                    f"{fmt(eager)} | {fmt(comp)} | {fmt(r(ours, eager), 2)} | "
                     f"{fmt(r(ours, comp), 2)} | {fmt(r(vend, eager), 2)} |")
         numbers.append({"op": "train_step", "what": label, "ours_img_s": ours, "vendor_img_s": vend,
-                        "torch_eager_img_s": eager, "torch_compile_img_s": comp})
+                        "torch_eager_img_s": eager, "torch_compile_img_s": comp,
+                        "unsteady": {k: v for k, v in marks.items() if v} or None})
+    if unsteady:
+        rows.append("")
+        rows.append(f"† Not a steady measurement: its timed steps differ by more than {UNSTEADY - 1:.0%} (slowest / "
+                    "fastest), or its traced steps left the GPU idle more than "
+                    f"{IDLE_SHARE:.0%} of a step. Something else had the host or the GPU (the summary's \"at start\" "
+                    "notes say what ran then), or the step waits on its host; read it again before acting on it.")
+        for u in unsteady:
+            rows.append(f"- {u}")
 
 
 def compile_time_table(torch, prewarm, rows, numbers):

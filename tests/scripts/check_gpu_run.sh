@@ -75,4 +75,9 @@ grep -qE '^CUT SHORT +prewarm slow_warm +rc=124' "$s" || fail "the slow prewarm 
 pgrep -f "sleep 300\.$$" > /dev/null && fail "the slow prewarm's process outlived the run"
 grep -qE '^TOTAL .*runs failed or cut short: 2; not run \(deadline\): 2' "$s" || fail "totals"
 [ -s "$w/out/environment.txt" ] && [ -s "$w/out/libraries.txt" ] || fail "environment.txt / libraries.txt missing"
+# A benchmark's line says what else the machine had when it started (the load, and other processes on the GPU):
+# a second, short run of the peer alone, after its prewarm.
+"$src/scripts/gpu/run.sh" "$w/out2" --bundle "$w/bundle" --only '^late' > "$w/log2" 2>&1 || { cat "$w/log2"; fail "the peer-only run"; }
+grep -qE '^ok +peer late +rc=0 .*late\.log  \(at start: load [0-9.]+ [0-9.]+ [0-9.]+' "$w/out2/summary.txt" ||
+  { cat "$w/out2/summary.txt"; fail "the benchmark line without the machine's load at its start"; }
 echo "PASS: run.sh phases, deadline and totals"

@@ -464,5 +464,42 @@ class CompressTable(unittest.TestCase):
         self.assertEqual(r, ["(no allreduce_compress_cuda*.json)"])
 
 
+class UnsteadyTrainRows(unittest.TestCase):
+    """A training-step row whose timed steps spread by more than 10 %, or whose trace left the GPU idle more than a
+    quarter of a step, carries a † and a line saying why; a steady one does not."""
+
+    def test_marks(self):
+        steady = {"img_per_s_median": 4000.0, "step_s": [0.064, 0.0645, 0.064],
+                  "trace": {"busy_ms_per_step": 60.0, "span_ms_per_step": 64.0}}
+        drifting = {"img_per_s_median": 4453.0, "step_s": [0.057, 0.057, 0.061, 0.080, 0.087]}
+        idle = {"img_per_s_median": 2651.0, "step_s": [0.094, 0.096, 0.1],
+                "trace": {"busy_ms_per_step": 45.6, "span_ms_per_step": 92.4}}
+        self.assertEqual(summarize.unsteady_mark(steady), "")
+        self.assertEqual(summarize.unsteady_mark({}), "")
+        self.assertEqual(summarize.unsteady_mark(drifting), "steps 57-87 ms")
+        self.assertEqual(summarize.unsteady_mark(idle), "GPU idle 46.8 of 92.4 ms a traced step")
+        t = {"resnet50_bf16_ours": steady, "resnet50_bf16_vendor_nhwc": drifting,
+             "resnet50_bf16_vendor_nhwc_cudnn_find": idle}
+        rows, numbers = [], []
+        summarize.train_table(t, {}, rows, numbers)
+        text = "\n".join(rows)
+        self.assertIn("| ResNet-50, 224², batch 256, NCHW | 4000.0 | — |", text)
+        self.assertIn("| ResNet-50, 224², batch 256, NHWC | — | 4453.0† |", text)
+        self.assertIn("- ResNet-50, 224², batch 256, NHWC, vendor: steps 57-87 ms", text)
+        self.assertIn("--cudnn-algo find, vendor: GPU idle 46.8 of 92.4 ms a traced step", text)
+        self.assertIsNone(numbers[0]["unsteady"])
+        self.assertEqual(numbers[1]["unsteady"], {"vendor": "steps 57-87 ms"})
+
+    def test_trace_read_beside_the_row(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "bench"))
+            with open(os.path.join(d, "bench", "train_step_resnet50_bf16_vendor_nhwc.json"), "w") as f:
+                json.dump({"img_per_s_median": 1.0, "step_s": [0.1, 0.1]}, f)
+            with open(os.path.join(d, "bench", "trace_resnet50_bf16_vendor_nhwc.json"), "w") as f:
+                json.dump({"trace": {"busy_ms_per_step": 45.6, "span_ms_per_step": 92.4}}, f)
+            doc = summarize.collect([d])["train"]["resnet50_bf16_vendor_nhwc"]
+            self.assertEqual(doc["trace"]["span_ms_per_step"], 92.4)
+
+
 if __name__ == "__main__":
     unittest.main()
