@@ -5,7 +5,7 @@
 #   tests/           gtest XML and the log of every test binary, check and compute-sanitizer run
 #   bench/           benchmark JSON and logs;   summary.txt  one line per run and the totals
 #
-# usage: scripts/gpu/run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--only REGEX]
+# usage: scripts/gpu/run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--no-tests] [--only REGEX]
 #                                   [--jobs N] [--deadline SECONDS] [--sanitize-timeout SECONDS]
 #                                   [--sanitize-until SECONDS] [--sanitize-tools "memcheck racecheck"]
 #   --sanitize   also run every single-process gpu test binary under compute-sanitizer memcheck and racecheck
@@ -14,6 +14,8 @@
 #                file HPDT_SANITIZE_LIST names) lists runs that start first, in its order: a binary's gtest
 #                filter per tool, or several, its parts, run side by side; the other binaries run whole after.
 #                HPDT_SANITIZER replaces compute-sanitizer (tests/scripts/check_gpu_run.sh gives a stand-in)
+#   --no-tests   run neither the smoke nor the test binaries and checks themselves: a call for the sanitizer runs
+#                (with --sanitize --no-bench) or the benchmarks alone, after a call that ran the tests
 #   --only RE    run only manifest entries whose executable (or check name) matches RE
 #   --jobs N     run the correctness phase (tests, checks, sanitizer) N at a time (default 1). The GPU is
 #                shared by them; benchmarks always run one at a time, after it, on an otherwise idle GPU
@@ -27,12 +29,13 @@
 # (skips are reported, not counted as passes).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""; bundle=$root/.gpu-bundle; sanitize=0; bench=1; only=""; jobs=1; deadline=0; san_timeout=300; san_until=0; san_tools="memcheck racecheck"
+out=""; bundle=$root/.gpu-bundle; sanitize=0; bench=1; plain_tests=1; only=""; jobs=1; deadline=0; san_timeout=300; san_until=0; san_tools="memcheck racecheck"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle=$2; shift 2 ;;
     --sanitize) sanitize=1; shift ;;
     --no-bench) bench=0; shift ;;
+    --no-tests) plain_tests=0; shift ;;
     --only) only=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --deadline) deadline=$2; shift 2 ;;
@@ -43,7 +46,7 @@ while [ $# -gt 0 ]; do
     *) out=$1; shift ;;
   esac
 done
-[ -n "$out" ] || { echo "usage: run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--only REGEX] [--jobs N] [--deadline S]" >&2; exit 2; }
+[ -n "$out" ] || { echo "usage: run.sh OUT_DIR [--bundle DIR] [--sanitize] [--no-bench] [--no-tests] [--only REGEX] [--jobs N] [--deadline S]" >&2; exit 2; }
 [ -f "$bundle/manifest.tsv" ] || { echo "run.sh: no bundle at $bundle (make one with scripts/gpu/prepare.sh and carry it)" >&2; exit 2; }
 mkdir -p "$out/tests" "$out/bench"
 summary=$out/summary.txt
@@ -237,7 +240,7 @@ while IFS= read -r line; do manifest+=("$line"); done < "$bundle/manifest.tsv"
 # 1. smoke, alone (it says at once whether MPI, HDF5 and CUDA work at all)
 for line in "${manifest[@]}"; do
   IFS=$'\t' read -r kind ranks exe args <<< "$line"
-  [ "$kind" = smoke ] && selected "$exe" && run_smoke "$ranks" "$exe"
+  [ "$kind" = smoke ] && [ $plain_tests -eq 1 ] && selected "$exe" && run_smoke "$ranks" "$exe"
 done
 prewarms=()
 for line in "${manifest[@]}"; do
@@ -251,7 +254,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / jobs > 0 ? $(nproc) / j
 for line in "${manifest[@]}"; do
   IFS=$'\t' read -r kind ranks exe args <<< "$line"
   case "$kind" in test | check) ;; *) continue ;; esac
-  selected "$exe" || continue
+  [ $plain_tests -eq 1 ] && selected "$exe" || continue
   if [ "$(left)" -le 0 ]; then not_run "$kind $exe"; continue; fi
   throttle
   if [ "$kind" = test ]; then run_test "$ranks" "$exe" & else run_check "$exe" "$args" & fi

@@ -80,4 +80,12 @@ grep -qE '^TOTAL .*runs failed or cut short: 2; not run \(deadline\): 2' "$s" ||
 "$src/scripts/gpu/run.sh" "$w/out2" --bundle "$w/bundle" --only '^late' > "$w/log2" 2>&1 || { cat "$w/log2"; fail "the peer-only run"; }
 grep -qE '^ok +peer late +rc=0 .*late\.log  \(at start: load [0-9.]+ [0-9.]+ [0-9.]+' "$w/out2/summary.txt" ||
   { cat "$w/out2/summary.txt"; fail "the benchmark line without the machine's load at its start"; }
+# --no-tests --no-bench --sanitize: the sanitizer runs alone (a lease's second call), no smoke, no plain test runs
+HPDT_SANITIZER=$w/sanitizer HPDT_SANITIZE_LIST=$w/sanitize.txt \
+  "$src/scripts/gpu/run.sh" "$w/out3" --bundle "$w/bundle" --jobs 3 --deadline 40 --no-tests --no-bench --sanitize > "$w/log3" 2>&1 ||
+  { cat "$w/log3"; fail "the sanitizer-only run"; }
+s3=$w/out3/summary.txt
+grep -qE 'smoke|check fast|^ok +test_elementwise_cuda +rc=' "$s3" && { cat "$s3"; fail "--no-tests ran a plain test, check or the smoke"; }
+[ "$(grep -cE '^ok +test_elementwise_cuda \[(memcheck, part [12]/2|racecheck)\]' "$s3")" -eq 3 ] ||
+  { cat "$s3"; fail "--no-tests: the three sanitizer runs"; }
 echo "PASS: run.sh phases, deadline and totals"
