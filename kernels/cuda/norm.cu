@@ -284,7 +284,9 @@ __device__ __forceinline__ void bn_epilogue(const BnEpilogue& e, const float (&r
 }
 
 // A channel's y = x * a + b: (a, b) from its mean, scale (invstd; with scale_is_var the running variance, invstd =
-// 1 / sqrt(var + eps) in f32 as the CPU computes it), gamma and beta.
+// 1 / sqrt(var + eps) in f32 as the CPU computes it), gamma and beta. b and the output (bn_output) as explicit fmas:
+// the backward recomputes the fused ReLU's mask from x (kReluFromInput) with these very functions, so its bits may
+// not hang on where the compiler contracts a multiply-add.
 template <class T>
 __device__ __forceinline__ float2 bn_coefficients(const float* __restrict__ mean, const float* __restrict__ scale,
                                                   int scale_is_var, float eps, const T* __restrict__ gamma,
@@ -292,8 +294,10 @@ __device__ __forceinline__ float2 bn_coefficients(const float* __restrict__ mean
   float is = scale[ch];
   if (scale_is_var) is = 1.0f / sqrtf(is + eps);
   const float a = is * to_f32(gamma[ch]);
-  return make_float2(a, to_f32(beta[ch]) - mean[ch] * a);
+  return make_float2(a, __fmaf_rn(-mean[ch], a, to_f32(beta[ch])));
 }
+// The output pass's x * a + b (before the epilogue).
+__device__ __forceinline__ float bn_output(float x, float a, float b) { return __fmaf_rn(x, a, b); }
 
 // y = x * a + b per channel (bn_coefficients), then the fused epilogue. x, y and the residual may be the same tensor.
 template <class T, int V, int R>
@@ -325,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
       if (off[u] < 0) continue;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        v[u][k] = v[u][k] * a + b;
+        v[u][k] = bn_output(v[u][k], a, b);
         if constexpr (R == kNormalised) v[u][k] = r[u][k] * ra + v[u][k];
       }
       bn_epilogue<V, R>(ep, r[u], v[u]);
@@ -336,35 +340,62 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- batch norm backward ------------------------------------------------------------------------------
 
-// The fused ReLU's backward (BatchNormReluGrad): g = y > 0 ? dy : 0, stored to dz. No-op without a ReLU.
+// The fused ReLU's backward (BatchNormReluGrad), the reduce kernels' template mode M:
+//   kReluFromOutput: g = y > 0 ? dy : 0, stored to dz, which the dx pass then reads for dy;
+//   kReluFromInput (a forward without a residual): g = dy where the forward's output of x was positive, recomputed
+//     with the forward's own arithmetic (bn_coefficients, bn_output); stored nowhere: the dx pass masks dy the same way
+//     (its template flag X). Two passes fewer: the reduce reads neither y nor writes dz. The masks differ only where
+//     a positive output rounded to zero in 16 bits (below 2^-133 in bf16, 2^-25 in f16): there this one passes dy,
+//     the derivative of the value the forward computed before rounding.
+enum : int { kNoRelu = 0, kReluFromOutput = 1, kReluFromInput = 2 };
 struct BnReluGrad {
-  const void* y;  // T*, or null: no fused ReLU
-  void* dz;       // T*
+  const void* y;        // T*: kReluFromOutput
+  void* dz;             // T*
+  const float* invstd;  // kReluFromInput: the saved invstd, gamma and beta (T*) of bn_coefficients
+  const void* gamma;
+  const void* beta;
 };
 
-// As the residual in the apply kernels, the mask is a template flag M (r.y non-null) with half the vectors per step.
-template <class T, int V, bool M>
-__device__ __forceinline__ void bn_relu_load(const BnReluGrad& r, int64_t off, float (&y)[V]) {
-  if constexpr (M) load<V>(static_cast<const T*>(r.y) + off, y);
+// Whether the forward's ReLU passed x in a channel whose output pass ran with (a, b) = ab.
+__device__ __forceinline__ bool bn_relu_passed(float x, float2 ab) { return bn_output(x, ab.x, ab.y) > 0.0f; }
+template <class T>
+__device__ __forceinline__ float2 bn_relu_coefficients(const BnReluGrad& r, const float* __restrict__ mean, int ch) {
+  return bn_coefficients(mean, r.invstd, 0, 0.0f, static_cast<const T*>(r.gamma), static_cast<const T*>(r.beta), ch);
 }
-template <class T, int V, bool M>
-__device__ __forceinline__ void bn_relu_mask(const BnReluGrad& r, int64_t off, const float (&y)[V], float (&g)[V]) {
-  if constexpr (M) {
+
+// As the residual in the apply kernels, the mask from the output is a template mode with half the vectors per step.
+template <class T, int V, int M>
+__device__ __forceinline__ void bn_relu_load(const BnReluGrad& r, int64_t off, float (&y)[V]) {
+  if constexpr (M == kReluFromOutput) load<V>(static_cast<const T*>(r.y) + off, y);
+}
+// g through the mask: from y (and stored to dz), or from x and the channels' coefficients ab.
+template <class T, int V, int M>
+__device__ __forceinline__ void bn_relu_mask(const BnReluGrad& r, int64_t off, const float (&y)[V], const float (&x)[V],
+                                             const float2 (&ab)[V], float (&g)[V]) {
+  if constexpr (M == kReluFromOutput) {
 #pragma unroll
     for (int k = 0; k < V; ++k) g[k] = y[k] > 0.0f ? g[k] : 0.0f;
     store<V>(static_cast<T*>(r.dz) + off, g);
+  } else if constexpr (M == kReluFromInput) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] = bn_relu_passed(x[k], ab[k]) ? g[k] : 0.0f;
   }
 }
 
 // Per block: sum dy, sum dy * (x - mean) over the block's chunk of the channel; dy through the fused ReLU's
 // mask first (and stored to dz) when there is one.
-template <class T, int V, bool M>
+template <class T, int V, int M>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_reduce_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, BnReluGrad rg,
                               int c, FastDiv hwv, uint32_t slots, uint32_t chunk, float* __restrict__ partial) {
-  constexpr int U = M ? (V >= 4 ? 1 : 4 / V) : 8 / V;  // values per step: 8, or 4 with the mask's (8 when V = 8)
+  // values per step: 8, or 4 with the output's mask (8 when V = 8)
+  constexpr int U = M == kReluFromOutput ? (V >= 4 ? 1 : 4 / V) : 8 / V;
   const int ch = blockIdx.y;
   const float m = mean[ch];
+  float2 ab[V];  // the channel's, once a value (bn_relu_mask takes them a value)
+  const float2 ab_ch = M == kReluFromInput ? bn_relu_coefficients<T>(rg, mean, ch) : make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int k = 0; k < V; ++k) ab[k] = ab_ch;
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
   float sdy = 0.0f, sdyx = 0.0f;
   for (uint32_t s = s0 + threadIdx.x; s < s1; s += kThreads * U) {
@@ -383,7 +414,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (off[u] < 0) continue;
-      bn_relu_mask<T, V, M>(rg, off[u], yv[u], g[u]);
+      bn_relu_mask<T, V, M>(rg, off[u], yv[u], p[u], ab, g[u]);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         sdy += g[u][k];
@@ -451,15 +482,18 @@ struct BnResidualSums {
   float* partial;     // [c][splits][2]
 };
 
-// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)). dx may be dy (or x).
-template <class T, int V, bool S>
+// dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)). dx may be dy (or x). X: dy through
+// the fused ReLU's mask from x first (kReluFromInput; beta the forward's).
+template <class T, int V, bool S, bool X>
 __device__ __forceinline__ void bn_backward_apply_channel(const T* dy, const T* x, const float* __restrict__ mean,
                                                           const float* __restrict__ invstd, const T* __restrict__ gamma,
-                                                          const float* __restrict__ coef, T* dx, int c, FastDiv hwv,
-                                                          uint32_t slots, uint32_t chunk, const BnResidualSums& rs) {
+                                                          const T* __restrict__ beta, const float* __restrict__ coef,
+                                                          T* dx, int c, FastDiv hwv, uint32_t slots, uint32_t chunk,
+                                                          const BnResidualSums& rs) {
   constexpr int U = V >= 4 ? 2 : 4;
   const int ch = blockIdx.y;
   const float is = invstd[ch], k = to_f32(gamma[ch]) * is, mdy = coef[ch], mdyx = coef[c + ch], m = mean[ch];
+  const float2 ab = X ? bn_coefficients(mean, invstd, 0, 0.0f, gamma, beta, ch) : make_float2(0.0f, 0.0f);
   float sdy = 0.0f, sdyr = 0.0f, mr = 0.0f;
   if constexpr (S) mr = rs.mean[ch];
   const uint32_t s0 = blockIdx.x * chunk, s1 = chunk_end(s0, chunk, slots);
@@ -479,6 +513,9 @@ __device__ __forceinline__ void bn_backward_apply_channel(const T* dy, const T* 
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (off[u] < 0) continue;
+      if constexpr (X)
+#pragma unroll
+        for (int e = 0; e < V; ++e) g[u][e] = bn_relu_passed(p[u][e], ab) ? g[u][e] : 0.0f;
       if constexpr (S) {
 #pragma unroll
         for (int e = 0; e < V; ++e) {
@@ -500,12 +537,12 @@ __device__ __forceinline__ void bn_backward_apply_channel(const T* dy, const T* 
   }
 }
 
-template <class T, int V>
+template <class T, int V, bool X>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_apply_kernel(const T* dy, const T* x, const float* __restrict__ mean, const float* __restrict__ invstd,
-                             const T* __restrict__ gamma, const float* __restrict__ coef, T* dx, int c, FastDiv hwv,
-                             uint32_t slots, uint32_t chunk) {
-  bn_backward_apply_channel<T, V, false>(dy, x, mean, invstd, gamma, coef, dx, c, hwv, slots, chunk, {});
+                             const T* __restrict__ gamma, const T* __restrict__ beta, const float* __restrict__ coef,
+                             T* dx, int c, FastDiv hwv, uint32_t slots, uint32_t chunk) {
+  bn_backward_apply_channel<T, V, false, X>(dy, x, mean, invstd, gamma, beta, coef, dx, c, hwv, slots, chunk, {});
 }
 
 // bn_backward_apply_kernel that also writes the residual's batch norm's backward sums (BnResidualSums).
@@ -515,7 +552,7 @@ __global__ void __launch_bounds__(kThreads)
                                   const float* __restrict__ invstd, const T* __restrict__ gamma,
                                   const float* __restrict__ coef, T* dx, int c, FastDiv hwv, uint32_t slots,
                                   uint32_t chunk, BnResidualSums rs) {
-  bn_backward_apply_channel<T, V, true>(dy, x, mean, invstd, gamma, coef, dx, c, hwv, slots, chunk, rs);
+  bn_backward_apply_channel<T, V, true, false>(dy, x, mean, invstd, gamma, nullptr, coef, dx, c, hwv, slots, chunk, rs);
 }
 
 // ---- batch norm, NCHW planes narrower than a vector: the apply passes over the flat tensor ---------------
@@ -628,7 +665,7 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (R != kNoResidual) load_upto<V>(static_cast<const T*>(ep.residual) + off, n, r[u]);
       },
       [&](int u, int64_t off, int n) {
-        flat_values<V>(f, int(off - rg.e0), ab, v[u], [](int, float xv, float2 k) { return xv * k.x + k.y; });
+        flat_values<V>(f, int(off - rg.e0), ab, v[u], [](int, float xv, float2 k) { return bn_output(xv, k.x, k.y); });
         if constexpr (R == kNormalised)
           flat_values<V>(f, int(off - rg.e0), ra, v[u], [&](int e, float yv, float k) { return r[u][e] * k + yv; });
         bn_epilogue<V, R>(ep, r[u], v[u]);
@@ -636,24 +673,26 @@ __global__ void __launch_bounds__(kThreads)
       });
 }
 
-// bn_backward_apply_kernel's coefficients of a channel, as it computes them.
+// bn_backward_apply_kernel's coefficients of a channel, as it computes them (b: the ReLU mask's, with X).
 struct BnDxCoef {
-  float k, mdy, mdyx, m, is;
+  float k, mdy, mdyx, m, is, b;
 };
 
 // bn_backward_apply_kernel on the flat tensor.
-template <class T>
+template <class T, bool X>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_apply_flat_kernel(const T* dy, const T* x, const float* __restrict__ mean,
                                   const float* __restrict__ invstd, const T* __restrict__ gamma,
-                                  const float* __restrict__ coef, T* dx, FlatPlanes f) {
+                                  const T* __restrict__ beta, const float* __restrict__ coef, T* dx, FlatPlanes f) {
   constexpr int V = kVec<T>, U = 2;
   extern __shared__ BnDxCoef dc[];
   const int64_t p0 = int64_t(blockIdx.x) * f.per_block;
   for (int j = threadIdx.x; j < f.entries(V); j += kThreads) {
     const int ch = int((p0 + j) % f.c);
     const float is = invstd[ch];
-    dc[j] = {to_f32(gamma[ch]) * is, coef[ch], coef[f.c + ch], mean[ch], is};
+    // (the mask's a is k: is * gamma and gamma * is are one product)
+    const float b = X ? bn_coefficients(mean, invstd, 0, 0.0f, gamma, beta, ch).y : 0.0f;
+    dc[j] = {to_f32(gamma[ch]) * is, coef[ch], coef[f.c + ch], mean[ch], is, b};
   }
   __syncthreads();
   const FlatRange rg = flat_range<V>(f);
@@ -667,6 +706,7 @@ __global__ void __launch_bounds__(kThreads)
       [&](int u, int64_t off, int n) {
         const float(&xu)[V] = p[u];
         flat_values<V>(f, int(off - rg.e0), dc, g[u], [&xu](int e, float d, const BnDxCoef& k) {
+          if constexpr (X) d = bn_relu_passed(xu[e], make_float2(k.k, k.b)) ? d : 0.0f;
           return k.k * (d - k.mdy - (xu[e] - k.m) * k.is * k.mdyx);
         });
         store_upto<V>(dx + off, n, g[u]);
@@ -793,7 +833,7 @@ __global__ void __launch_bounds__(kThreads)
       if (off[u] < 0) continue;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        val[u][k] = val[u][k] * a[k] + b[k];
+        val[u][k] = bn_output(val[u][k], a[k], b[k]);
         if constexpr (R == kNormalised) val[u][k] = res[u][k] * ra[k] + val[u][k];
       }
       bn_epilogue<V, R>(ep, res[u], val[u]);
@@ -833,17 +873,22 @@ __device__ __forceinline__ void nhwc_block_sums2(float (&sh)[2][kThreads * V], c
 }
 
 // Per block and channel: sum dy, sum dy * (x - mean) (the tree as bn_stats_nhwc_kernel); partial [c][splits][2].
-template <class T, int V, bool M>
+template <class T, int V, int M>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_reduce_nhwc_kernel(const T* dy, const T* __restrict__ x, const float* __restrict__ mean, BnReluGrad rg,
                                    NhwcCols g, uint32_t rows, uint32_t chunk, float* __restrict__ partial) {
-  constexpr int U = M && V >= 4 ? 2 : 4;
+  constexpr int U = M == kReluFromOutput && V >= 4 ? 2 : 4;
   __shared__ float sh[2][kThreads * V];
   const int v = g.column(), ty = g.ty(), TY = g.rows_step();
   const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
   float sdy[V], sdyx[V], m[V];
+  float2 ab[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) sdy[k] = 0.0f, sdyx[k] = 0.0f, m[k] = v < g.cv ? mean[v * V + k] : 0.0f;
+  for (int k = 0; k < V; ++k) {
+    sdy[k] = 0.0f, sdyx[k] = 0.0f, m[k] = v < g.cv ? mean[v * V + k] : 0.0f, ab[k] = make_float2(0.0f, 0.0f);
+    if constexpr (M == kReluFromInput)
+      if (v < g.cv) ab[k] = bn_relu_coefficients<T>(rg, mean, v * V + k);
+  }
   if (v < g.cv)
     for (uint32_t r = r0 + uint32_t(ty); r < r1; r += uint32_t(TY * U)) {
       float gv[U][V], pv[U][V], yv[U][V];
@@ -861,7 +906,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (off[u] < 0) continue;
-        bn_relu_mask<T, V, M>(rg, off[u], yv[u], gv[u]);
+        bn_relu_mask<T, V, M>(rg, off[u], yv[u], pv[u], ab, gv[u]);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           sdy[k] += gv[u][k];
@@ -873,12 +918,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dx = gamma * invstd * (dy - mean(dy) - (x - mean) * invstd * mean(dy * xhat)), as bn_backward_apply_kernel; with
-// S, the residual's batch norm's sums as well (BnResidualSums, the tree as bn_backward_reduce_nhwc_kernel's).
-template <class T, int V, bool S>
+// S, the residual's batch norm's sums as well (BnResidualSums, the tree as bn_backward_reduce_nhwc_kernel's); X, dy
+// through the fused ReLU's mask from x first (kReluFromInput; beta the forward's).
+template <class T, int V, bool S, bool X>
 __device__ __forceinline__ void bn_backward_apply_columns(const T* dy, const T* x, const float* __restrict__ mean,
                                                           const float* __restrict__ invstd, const T* __restrict__ gamma,
-                                                          const float* __restrict__ coef, T* dx, int c, NhwcCols g,
-                                                          uint32_t rows, uint32_t chunk, const BnResidualSums& rs) {
+                                                          const T* __restrict__ beta, const float* __restrict__ coef,
+                                                          T* dx, int c, NhwcCols g, uint32_t rows, uint32_t chunk,
+                                                          const BnResidualSums& rs) {
   // With the sums, 8 channels a thread take one row a step: three loads in flight and two blocks an SM (the plain
   // kernel's), where two rows needed 138 registers (one block an SM; 36 bytes of spills capped at two).
   constexpr int U = V == 1 ? 4 : S && V == 8 ? 1 : 2;
@@ -890,11 +937,13 @@ __device__ __forceinline__ void bn_backward_apply_columns(const T* dy, const T* 
 #pragma unroll
   for (int k = 0; k < SV; ++k) sdy[k] = 0.0f, sdyr[k] = 0.0f, mr[k] = S && v < g.cv ? rs.mean[v * V + k] : 0.0f;
   if (v < g.cv) {
-    float is[V], kk[V], mdy[V], mdyx[V], m[V];
+    float is[V], kk[V], mdy[V], mdyx[V], m[V], mb[X ? V : 1];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int ch = v * V + k;
       is[k] = invstd[ch], kk[k] = to_f32(gamma[ch]) * is[k], mdy[k] = coef[ch], mdyx[k] = coef[c + ch], m[k] = mean[ch];
+      // (the mask's a is kk: is * gamma and gamma * is are one product)
+      if constexpr (X) mb[k] = bn_coefficients(mean, invstd, 0, 0.0f, gamma, beta, ch).y;
     }
     const uint32_t r0 = blockIdx.x * chunk, r1 = chunk_end(r0, chunk, rows);
     for (uint32_t r = r0 + uint32_t(g.ty()); r < r1; r += uint32_t(TY * U)) {
@@ -913,6 +962,9 @@ __device__ __forceinline__ void bn_backward_apply_columns(const T* dy, const T* 
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (off[u] < 0) continue;
+        if constexpr (X)
+#pragma unroll
+          for (int e = 0; e < V; ++e) gv[u][e] = bn_relu_passed(pv[u][e], make_float2(kk[e], mb[e])) ? gv[u][e] : 0.0f;
         if constexpr (S) {
 #pragma unroll
           for (int e = 0; e < V; ++e) {
@@ -932,13 +984,13 @@ __device__ __forceinline__ void bn_backward_apply_columns(const T* dy, const T* 
   }
 }
 
-template <class T, int V>
+template <class T, int V, bool X>
 __global__ void __launch_bounds__(kThreads)
     bn_backward_apply_nhwc_kernel(const T* dy, const T* x, const float* __restrict__ mean,
                                   const float* __restrict__ invstd, const T* __restrict__ gamma,
-                                  const float* __restrict__ coef, T* dx, int c, NhwcCols g, uint32_t rows,
-                                  uint32_t chunk) {
-  bn_backward_apply_columns<T, V, false>(dy, x, mean, invstd, gamma, coef, dx, c, g, rows, chunk, {});
+                                  const T* __restrict__ beta, const float* __restrict__ coef, T* dx, int c, NhwcCols g,
+                                  uint32_t rows, uint32_t chunk) {
+  bn_backward_apply_columns<T, V, false, X>(dy, x, mean, invstd, gamma, beta, coef, dx, c, g, rows, chunk, {});
 }
 
 // bn_backward_apply_nhwc_kernel that also writes the residual's batch norm's backward sums (BnResidualSums).
@@ -948,7 +1000,7 @@ __global__ void __launch_bounds__(kThreads)
                                        const float* __restrict__ invstd, const T* __restrict__ gamma,
                                        const float* __restrict__ coef, T* dx, int c, NhwcCols g, uint32_t rows,
                                        uint32_t chunk, BnResidualSums rs) {
-  bn_backward_apply_columns<T, V, true>(dy, x, mean, invstd, gamma, coef, dx, c, g, rows, chunk, rs);
+  bn_backward_apply_columns<T, V, true, false>(dy, x, mean, invstd, gamma, nullptr, coef, dx, c, g, rows, chunk, rs);
 }
 
 // ---- host side of batch norm ---------------------------------------------------------------------------
@@ -997,6 +1049,15 @@ template <class F>
 void with_flag(bool b, F&& f) {
   if (b) return f(std::true_type{});
   f(std::false_type{});
+}
+
+// Calls f(std::integral_constant<int, M>{}) for the reduce kernels' ReLU mode M (kNoRelu, kReluFromOutput,
+// kReluFromInput).
+template <class F>
+void with_relu_mode(int mode, F&& f) {
+  if (mode == kReluFromInput) return f(std::integral_constant<int, kReluFromInput>{});
+  if (mode == kReluFromOutput) return f(std::integral_constant<int, kReluFromOutput>{});
+  f(std::integral_constant<int, kNoRelu>{});
 }
 
 // Calls f(std::integral_constant<int, R>{}) for the apply kernels' residual (BnResidual) of `ep`.
@@ -1512,8 +1573,13 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     const T* xp = static_cast<const T*>(x.data());
     const float* mean = saved.mean.data<float>();
     const float* invstd = saved.invstd.data<float>();
-    // With a fused ReLU the reduce pass writes dz = dy masked by y > 0, and the dx pass reads dz for dy.
-    const BnReluGrad rg{relu ? relu->y.data() : nullptr, relu ? relu->dz.data() : nullptr};
+    // With a fused ReLU the reduce pass writes dz = dy masked by y > 0, and the dx pass reads dz for dy; with the
+    // mask from x (kReluFromInput) both passes mask dy themselves and write nothing but dx.
+    const bool from_input = relu && relu->mask_from_input();
+    const int relu_mode = !relu ? kNoRelu : from_input ? kReluFromInput : kReluFromOutput;
+    const T* bp = from_input ? static_cast<const T*>(relu->beta.data()) : nullptr;
+    const BnReluGrad rg{relu_mode == kReluFromOutput ? relu->y.data() : nullptr,
+                        relu_mode == kReluFromOutput ? relu->dz.data() : nullptr, invstd, gamma.data(), bp};
     const void* yp = rg.y;
     const void* dzp = rg.dz;
     // 1. per-block sums [c][splits][2], or the ones the kernel that wrote dy computed (`sums`: dy is then dz already)
@@ -1532,13 +1598,13 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     }
     if (given) {
       partial = sums->partial, splits = int(sums->splits);
-      if (relu && dzp != dy.data())
+      if (relu_mode == kReluFromOutput && dzp != dy.data())
         HPDT_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(dzp), dy.data(), dy.nbytes(), cudaMemcpyDeviceToDevice, s));
     } else if (nhwc) {
       partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), nd.col_blocks);
-      with_flag(relu != nullptr, [&](auto mt) {
-        constexpr bool M = decltype(mt)::value;
+      with_relu_mode(relu_mode, [&](auto mt) {
+        constexpr int M = decltype(mt)::value;
         if (nd.v == 1)
           bn_backward_reduce_nhwc_kernel<T, 1, M>
               <<<grid, kThreads, 0, s>>>(dyp, xp, mean, rg, nd.cols, nd.rows, nd.chunk, partial.data<float>());
@@ -1553,7 +1619,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
       partial = Tensor::empty({c * splits * 2}, DType::f32, x.device(), opts);
       const dim3 grid(unsigned(splits), unsigned(d.c));
       with_vector<T>(d.v, [&](auto vt) {
-        with_flag(relu != nullptr, [&](auto mt) {
+        with_relu_mode(relu_mode, [&](auto mt) {
           bn_backward_reduce_kernel<T, decltype(vt)::value, decltype(mt)::value>
               <<<grid, kThreads, 0, s>>>(dyp, xp, mean, rg, d.c, d.hwv, d.slots, sp.chunk, partial.data<float>());
         });
@@ -1576,7 +1642,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     // 3. dx
     const T* gp = static_cast<const T*>(gamma.data());
     T* dxp = static_cast<T*>(dx.data());
-    if (relu) dyp = static_cast<const T*>(dzp);
+    if (relu_mode == kReluFromOutput) dyp = static_cast<const T*>(dzp);
     // The residual's batch norm's partials describe its dy, this one's dz (what residual_grad hands on)
     auto residual_partials = [&](int apply_splits) {
       return BnResidualSums{rp, residual_sums->mean.data<float>(),
@@ -1592,17 +1658,21 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
               <<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, int(c), ad.cols, ad.rows,
                                           ad.chunk, residual_partials(ad.splits));
         else
-          bn_backward_apply_nhwc_kernel<T, V><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(),
-                                                                         dxp, int(c), ad.cols, ad.rows, ad.chunk);
+          with_flag(from_input, [&](auto xt) {
+            bn_backward_apply_nhwc_kernel<T, V, decltype(xt)::value><<<agrid, kThreads, 0, s>>>(
+                dyp, xp, mean, invstd, gp, bp, coef.data<float>(), dxp, int(c), ad.cols, ad.rows, ad.chunk);
+          });
       };
       if (ad.v == 1)
         launch(std::integral_constant<int, 1>{});
       else
         launch(std::integral_constant<int, kVec<T>>{});
     } else if (d.flat) {
-      bn_backward_apply_flat_kernel<T>
-          <<<d.planes.blocks(), kThreads, size_t(d.planes.entries(kVec<T>)) * sizeof(BnDxCoef), s>>>(
-              dyp, xp, mean, invstd, gp, coef.data<float>(), dxp, d.planes);
+      with_flag(from_input, [&](auto xt) {
+        bn_backward_apply_flat_kernel<T, decltype(xt)::value>
+            <<<d.planes.blocks(), kThreads, size_t(d.planes.entries(kVec<T>)) * sizeof(BnDxCoef), s>>>(
+                dyp, xp, mean, invstd, gp, bp, coef.data<float>(), dxp, d.planes);
+      });
     } else {
       const ChannelSplit ap = channel_split(d.c, d.slots, int64_t(kThreads) * 8);
       const dim3 agrid(unsigned(ap.splits), unsigned(d.c));
@@ -1613,8 +1683,10 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
                                                                          dxp, d.c, d.hwv, d.slots, ap.chunk,
                                                                          residual_partials(ap.splits));
         else
-          bn_backward_apply_kernel<T, V><<<agrid, kThreads, 0, s>>>(dyp, xp, mean, invstd, gp, coef.data<float>(), dxp,
-                                                                    d.c, d.hwv, d.slots, ap.chunk);
+          with_flag(from_input, [&](auto xt) {
+            bn_backward_apply_kernel<T, V, decltype(xt)::value><<<agrid, kThreads, 0, s>>>(
+                dyp, xp, mean, invstd, gp, bp, coef.data<float>(), dxp, d.c, d.hwv, d.slots, ap.chunk);
+          });
       });
     }
     HPDT_CUDA_CHECK_LAUNCH();

@@ -52,8 +52,15 @@ void check_fusion(std::string_view op, const Tensor& x, int64_t c, const BatchNo
   check_shape(op, "residual batch norm's mean", rb->mean, Shape{c});
   check_shape(op, "residual batch norm's scale", rb->scale, Shape{c});
 }
-void check_relu_grad(std::string_view op, const Tensor& x, const BatchNormReluGrad* r, const Stream& s) {
+void check_relu_grad(std::string_view op, const Tensor& x, int64_t c, const BatchNormReluGrad* r, const Stream& s) {
   if (!r) return;
+  if (r->mask_from_input()) {
+    HPDT_CHECK(!r->y.defined() && !r->dz.defined(), op,
+               ": the ReLU's mask from x (relu.beta given) takes no relu output y and writes no dz");
+    detail::float_op_device(op, {&x, &r->beta}, s);
+    check_shape(op, "relu's beta", r->beta, Shape{c});
+    return;
+  }
   detail::float_op_device(op, {&x, &r->y, &r->dz}, s);
   check_shape(op, "relu output y", r->y, x.shape());
   check_shape(op, "dz", r->dz, x.shape());
@@ -210,8 +217,11 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   check_shape(op, "dx", dx, x.shape());
   check_shape(op, "dgamma", dgamma, Shape{d.c});
   check_shape(op, "dbeta", dbeta, Shape{d.c});
-  check_relu_grad(op, x, relu, s);
+  check_relu_grad(op, x, d.c, relu, s);
   check_residual_sums(op, x, d.c, residual_sums, s);
+  HPDT_CHECK(!(relu && relu->mask_from_input() && residual_sums), op,
+             ": the residual's batch norm's sums (residual_sums) are of dz, which the ReLU's mask from x does not "
+             "write: give the mask as the output y and dz (a forward with a residual)");
   if (dev.is_cuda()) {
     check_shape(op, "saved mean", saved.mean, Shape{d.c});
     check_shape(op, "saved invstd", saved.invstd, Shape{d.c});
@@ -222,7 +232,16 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
   (void)sums;  // the CPU runs its own reduce (no CPU kernel computes them) and hands none on
   if (residual_sums) residual_sums->clear_results();
   const float* g = dy.data<float>();  // dL/d(bn output): dy, or through the fused ReLU's mask
-  if (relu) {
+  std::vector<float> own_dz;
+  if (relu && relu->mask_from_input()) {
+    // the forward's output again, by the forward's own functions (so the mask is its bits), masking dy in place
+    own_dz.resize(size_t(dy.numel()));
+    cpu::batchnorm_apply<float>(d.n, d.c, d.hw, x.data<float>(), saved.mean.data<float>(), saved.invstd.data<float>(),
+                                gamma.data<float>(), relu->beta.data<float>(), own_dz.data());
+    cpu::relu_forward<float>(dy.numel(), own_dz.data(), own_dz.data());
+    cpu::relu_backward<float>(dy.numel(), own_dz.data(), g, own_dz.data());
+    g = own_dz.data();
+  } else if (relu) {
     cpu::relu_backward<float>(dy.numel(), relu->y.data<float>(), g, relu->dz.data<float>());
     g = relu->dz.data<float>();
   }

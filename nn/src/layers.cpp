@@ -1,6 +1,7 @@
 #include <cmath>
 #include <utility>
 
+#include "hpdt/core/env.h"
 #include "hpdt/kernels/attention.h"
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/linear.h"
@@ -197,6 +198,7 @@ Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual, const Bat
   const DType dt = arena_->compute_dtype();
   check_input(x, dt);
   x_ = x;
+  forward_added_residual_ = residual != nullptr;
   ensure(y_, x.shape(), dt);
   const Tensor g = arena_->param(g_id_), b = arena_->param(b_id_);
   Tensor mean = arena_->buffer(mean_id_), var = arena_->buffer(var_id_);
@@ -220,6 +222,19 @@ Tensor BatchNorm::run_forward(const Tensor& x, const Tensor* residual, const Bat
   return y_;
 }
 
+namespace {
+// HPDT_BN_RELU_MASK=output keeps the fused ReLU's backward on its output's mask (dz written, the dx pass reading it)
+// where the mask from x would do: the A/B of kernels::BatchNormReluGrad::mask_from_input.
+bool relu_mask_from_input() { return env_switch("HPDT_BN_RELU_MASK", "input", "output"); }
+}  // namespace
+
+Tensor BatchNorm::residual_grad() const {
+  if (!then_relu_) return dy_;
+  HPDT_CHECK(masked_grad_.defined(), name_,
+             ": residual_grad() after a backward whose forward added no residual (its ReLU's mask came from x: no dz)");
+  return masked_grad_;
+}
+
 Tensor BatchNorm::backward(const Tensor& dy) {
   if (!(dy.shape() == x_.shape())) fail("gradient shape differs from the output " + x_.shape().str(), dy);
   HPDT_CHECK(training_, name_, ": backward in eval mode is not supported (statistics are frozen; use train mode)");
@@ -233,13 +248,19 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   // feed_residual_grad_sums_to: the residual's batch norm's sums, from the apply pass that reads dz anyway
   kernels::ChannelGradSums* rsums = ask_grad_sums(residual_grad_sums_for_, residual_grad_sums_, dy);
   if (then_relu_) {
+    kernels::BatchNormReluGrad relu;
     if (sums) {
       masked_grad_ = dy;
+      relu = {y_, masked_grad_};
+    } else if (!forward_added_residual_ && !rsums && relu_mask_from_input()) {
+      // Nobody reads dz (no residual to hand it to): the mask from x, two passes over the activation fewer.
+      masked_grad_ = Tensor();
+      relu.beta = arena_->param(b_id_);
     } else {
       ensure(dz_, x_.shape(), x_.dtype());
       masked_grad_ = dz_;
+      relu = {y_, masked_grad_};
     }
-    const kernels::BatchNormReluGrad relu{y_, masked_grad_};
     kernels::batchnorm_backward_train(dy, x_, arena_->param(g_id_), saved_, dx_, dg, db, sync_, stream_, layout_, &relu,
                                       sums, rsums);
   } else {

@@ -676,6 +676,10 @@ def train_table(t, torch, rows, numbers):
                                 "resnet50"),
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, CUDA graph",
                                 "resnet50_bf16_{}_nhwc_conv_v3_graph", "resnet50"),
+                               # since 2026-11-30: the fused ReLUs' masks from their outputs (the A/B)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, the fused ReLUs' backward masks from "
+                                "their outputs (HPDT_BN_RELU_MASK=output)",
+                                "resnet50_bf16_{}_nhwc_conv_v3_relu_mask_output", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),

@@ -169,6 +169,18 @@ TEST(LayerApi, FusedBatchNormReluIsBnThenAddThenRelu) {
         EXPECT_EQ(dg1.data<float>()[ch], dg2.data<float>()[ch]);
         EXPECT_EQ(db1.data<float>()[ch], db2.data<float>()[ch]);
       }
+      if (!with_residual) {  // the mask from x (no residual): the same bits again, and no dz
+        Tensor dx3 = fresh(), dg3 = zeros_c(), db3 = zeros_c();
+        BatchNormReluGrad from_x;
+        from_x.beta = b;
+        batchnorm_backward_train(dy, x, g, s2, dx3, dg3, db3, nullptr, kCpu, layout, &from_x);
+        for (int64_t i = 0; i < x.numel(); ++i) ASSERT_EQ(dx1.data<float>()[i], dx3.data<float>()[i]) << i;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          EXPECT_EQ(dg1.data<float>()[ch], dg3.data<float>()[ch]);
+          EXPECT_EQ(db1.data<float>()[ch], db3.data<float>()[ch]);
+        }
+        EXPECT_FALSE(from_x.dz.defined());
+      }
       // eval: running statistics, the same epilogue
       Tensor te = fresh(), ye1 = fresh(), ye2 = fresh();
       batchnorm_forward_eval(x, g, b, rm1, rv1, 1e-5f, te, kCpu, layout);
@@ -191,6 +203,22 @@ TEST(LayerApi, FusedBatchNormReluIsBnThenAddThenRelu) {
   const BatchNormReluGrad short_dz{y, Tensor::empty({2, 3, 4, 3}, DType::f32)};
   HPDT_EXPECT_THROW_MSG(batchnorm_backward_train(y, x, g, saved, dx, dg, db, nullptr, kCpu, Layout::nchw, &short_dz),
                         "batchnorm_backward_train: dz has shape [2, 3, 4, 3], expected [2, 3, 4, 4]");
+  // the mask from x: beta of the channels, no y or dz beside it, no residual sums (they are of dz)
+  BatchNormReluGrad short_beta;
+  short_beta.beta = filled({2}, 2);
+  HPDT_EXPECT_THROW_MSG(batchnorm_backward_train(y, x, g, saved, dx, dg, db, nullptr, kCpu, Layout::nchw, &short_beta),
+                        "batchnorm_backward_train: relu's beta has shape [2], expected [3]");
+  BatchNormReluGrad both{y, Tensor::empty(s, DType::f32)};
+  both.beta = b;
+  HPDT_EXPECT_THROW_MSG(batchnorm_backward_train(y, x, g, saved, dx, dg, db, nullptr, kCpu, Layout::nchw, &both),
+                        "the ReLU's mask from x (relu.beta given) takes no relu output y and writes no dz");
+  BatchNormReluGrad from_x;
+  from_x.beta = b;
+  ChannelGradSums residual_sums;
+  residual_sums.x = filled(s, 3), residual_sums.mean = Tensor::zeros({3}, DType::f32);
+  HPDT_EXPECT_THROW_MSG(batchnorm_backward_train(y, x, g, saved, dx, dg, db, nullptr, kCpu, Layout::nchw, &from_x,
+                                                 nullptr, &residual_sums),
+                        "the residual's batch norm's sums (residual_sums) are of dz");
 }
 
 // A residual's own batch norm (BatchNormFusion::residual_bn, ResNet's projection shortcut) is, on the CPU, exactly

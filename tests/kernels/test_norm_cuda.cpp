@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -213,6 +214,28 @@ void NormCuda::bn_fused_case(const Shape& shape, DType dt, Layout layout, bool r
   EXPECT_TRUE(close(dx, to_cpu_f32(dxg), value_tol(dt))) << "dx";
   EXPECT_TRUE(close(dg, to_cpu_f32(dgg), sum_tol(dt, count))) << "dgamma";
   EXPECT_TRUE(close(db, to_cpu_f32(dbg), sum_tol(dt, count))) << "dbeta";
+  if (residual) return;
+  // The mask from x (BatchNormReluGrad::beta; no y read, no dz written): what the mask from the GPU forward's own
+  // output gives, from the GPU's own statistics. (Within the tolerances, not bit for bit: the dx passes are other
+  // instances of their bodies, which the compiler may contract differently; a wrong mask at one value is off by
+  // about dy there, far outside them.)
+  const Tensor dyg = gpu(dy, dt, misaligned);
+  auto backward = [&](const kernels::BatchNormReluGrad& relu) {
+    Tensor dx_out = poison(shape, dt, misaligned), dg_out = to_gpu(dg0, dt), db_out = to_gpu(db0, dt);
+    kernels::batchnorm_backward_train(dyg, xg, gg, sg, dx_out, dg_out, db_out, {}, stream, layout, &relu);
+    return std::array<Tensor, 3>{to_cpu_f32(dx_out), to_cpu_f32(dg_out), to_cpu_f32(db_out)};
+  };
+  const int64_t r0 = test::emu_launches("bn_backward_reduce");
+  const auto from_output = backward({yg, poison(shape, dt, misaligned)});
+  kernels::BatchNormReluGrad mask_from_x;
+  mask_from_x.beta = bg;
+  const auto from_input = backward(mask_from_x);
+  EXPECT_TRUE(close(from_output[0], from_input[0], value_tol(dt))) << "dx, the mask from x";
+  EXPECT_TRUE(close(from_output[1], from_input[1], sum_tol(dt, count))) << "dgamma, the mask from x";
+  EXPECT_TRUE(close(from_output[2], from_input[2], sum_tol(dt, count))) << "dbeta, the mask from x";
+  if (r0 >= 0) {
+    EXPECT_EQ(test::emu_launches("bn_backward_reduce") - r0, 2) << "a reduce pass each";
+  }
 }
 
 TEST_F(NormCuda, FusedReluAndResidualMatchCpu) {

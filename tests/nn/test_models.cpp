@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "hpdt/core/env.h"
 #include "hpdt/core/philox.h"
 #include "hpdt/kernels/activation.h"
 #include "hpdt/kernels/loss.h"
@@ -119,6 +120,48 @@ TEST(Layers, FusedBatchNormReluAndConvInputGradMatchTheSeparateLayers) {
   conv.set_needs_input_grad(false);
   conv.add_to_next_input_grad(cr);
   HPDT_EXPECT_THROW_MSG(conv.backward(cdy), "conv: add_to_next_input_grad on a layer that computes no input gradient");
+}
+
+// A BatchNorm with then_relu whose forward added no residual takes its ReLU's mask from x in backward (nothing reads
+// dz): the same bits as the mask from its output (HPDT_BN_RELU_MASK=output), no residual gradient to hand on; after a
+// forward with a residual, dz again. A bad HPDT_BN_RELU_MASK is named.
+TEST(Layers, BatchNormReluMaskFromTheInputWithoutAResidual) {
+  ParameterArena a;
+  BatchNorm bn(a, "bn_relu", 4, 1e-5f, 0.1f, /*then_relu=*/true);
+  const Stream cpu;
+  a.finalize(5, DType::f32, cpu);
+  Rng rng(11);
+  auto rand = [&](const Shape& s) { return normal_tensor(rng, s); };
+  for (const kernels::Layout layout : {kernels::Layout::nchw, kernels::Layout::nhwc}) {
+    SCOPED_TRACE(kernels::layout_name(layout));
+    const Shape s = layout == kernels::Layout::nchw ? Shape{3, 4, 5, 5} : Shape{3, 5, 5, 4};
+    const Tensor x = rand(s), r = rand(s), dy = rand(s);
+    bn.set_layout(layout);
+    bn.forward(x);
+    const Tensor from_x = bn.backward(dy).clone(cpu);
+    HPDT_EXPECT_THROW_MSG(bn.residual_grad(),
+                          "bn_relu: residual_grad() after a backward whose forward added no residual");
+    Tensor from_y;
+    {
+      const ScopedEnv output("HPDT_BN_RELU_MASK", "output");
+      bn.forward(x);
+      from_y = bn.backward(dy).clone(cpu);
+      EXPECT_TRUE(bn.residual_grad().defined()) << "dz, with the mask from the output";
+    }
+    int64_t cut = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      ASSERT_EQ(from_x.data<float>()[i], from_y.data<float>()[i]) << i;
+      cut += bn.residual_grad().data<float>()[i] == 0.0f;
+    }
+    EXPECT_GT(cut, 0) << "the ReLU cut nothing: the mask is untested";
+    bn.forward(x, r);  // a residual: dz written, the residual's gradient
+    bn.backward(dy);
+    EXPECT_TRUE(bn.residual_grad().defined());
+  }
+  const ScopedEnv bad("HPDT_BN_RELU_MASK", "y");
+  const Tensor x = rand({3, 5, 5, 4});
+  bn.forward(x);
+  HPDT_EXPECT_THROW_MSG(bn.backward(x), "HPDT_BN_RELU_MASK=y: expected input or output");
 }
 
 // BatchNorm::forward(x, r, residual_bn) (ResNet's projection shortcut: residual_bn only computes its statistics,

@@ -476,6 +476,44 @@ TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirReductionsFromTheConvolutions) {
   EXPECT_GT(cosine, 0.98) << "cosine of the two steps' gradients";
 }
 
+// The fused ReLUs' backward masks from x (BatchNorm without a residual; the default) against the masks from the
+// outputs (HPDT_BN_RELU_MASK=output): the same forward bits, so the same loss; the gradients agree but for the dx
+// passes' roundings (other instances of their bodies) and a positive output rounded to zero in bf16 (none expected).
+// A mask left out anywhere, or taken from the wrong tensor, moves the gradient far off.
+TEST_P(ModelsCuda, Bf16ReluMasksFromTheInputMatchTheMasksFromTheOutput) {
+  if (std::string(GetParam().model).rfind("resnet", 0) != 0) GTEST_SKIP() << "no batch norm in " << GetParam().model;
+  const Data d = make_data(GetParam());
+  // the launches of norm.cu's kernels with the mask from x (on the emulator, which names kernels with their template
+  // arguments: the reduce kernels' ReLU mode M = kReluFromInput, the dx kernels' flag X; -1 on a GPU)
+  const auto from_x_launches = [] {
+    const int64_t reduce = test::emu_launches("int M = 2"), apply = test::emu_launches("bool X = true");
+    return reduce < 0 ? std::pair<int64_t, int64_t>{-1, -1} : std::pair<int64_t, int64_t>{reduce, apply};
+  };
+  auto a = gpu_model(DType::bf16);
+  const auto l0 = from_x_launches();
+  const StepOut from_input = forward_backward(*a, d);
+  const auto l1 = from_x_launches();
+  StepOut from_output;
+  {
+    const ScopedEnv output("HPDT_BN_RELU_MASK", "output");
+    auto b = gpu_model(DType::bf16);
+    from_output = forward_backward(*b, d);
+  }
+  const auto l2 = from_x_launches();
+  if (l0.first >= 0) {
+    // ResNet-20: the stem's batch norm and each block's first (no residual): 1 + 9
+    EXPECT_EQ(l1.first - l0.first, 10) << "reduce passes with the mask from x";
+    EXPECT_EQ(l1.second - l0.second, 10) << "dx passes with the mask from x";
+    EXPECT_EQ(l2.first - l1.first, 0) << "HPDT_BN_RELU_MASK=output";
+    EXPECT_EQ(l2.second - l1.second, 0) << "HPDT_BN_RELU_MASK=output";
+  }
+  ASSERT_TRUE(std::isfinite(from_input.loss));
+  EXPECT_EQ(from_input.loss, from_output.loss) << "the forward is the same";
+  const double cosine = gradient_cosine(from_input.grads, from_output.grads);
+  std::printf("[ relu masks ] %s: gradient cosine %.8f (from x against from y)\n", GetParam().model, cosine);
+  EXPECT_GT(cosine, 0.9999) << "cosine of the two steps' gradients";
+}
+
 // The fused step hpdt-train runs on the GPU (unscale, clip, AdamW, model copy in one kernel) against the
 // unfused sequence on a twin model: the gradients are the same bits (deterministic kernels, same seed and
 // data), and the fused kernel does the same f32 operations, so the results agree to an f32 ulp or so.

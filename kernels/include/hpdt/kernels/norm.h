@@ -45,8 +45,14 @@ struct BatchNormFusion {
 // The backward of a fused ReLU: y is the fused forward's output (its sign is the ReLU's mask); dz is
 // written with dL/d(bn(x) + residual) = (y > 0 ? dy : 0), which is also the residual's gradient. Batch
 // norm's gradients then follow from dz. Same shape and dtype as x.
+// Or, where the forward added no residual: beta (the forward's) with y and dz undefined. The mask is then
+// recomputed from x as the forward computed its output, relu((x - mean) * invstd * gamma + beta) > 0 with the
+// saved statistics, the same arithmetic on the same device, and no dz is written: the reduce pass reads dy and x
+// (not y as well, nor writes dz) and the dx pass masks dy itself, two passes over the activation fewer.
 struct BatchNormReluGrad {
   Tensor y, dz;
+  Tensor beta = Tensor();  // defined: the mask from x (y and dz undefined)
+  bool mask_from_input() const { return beta.defined(); }
 };
 
 // x is [n, c, h, w] (NCHW), [n, h, w, c] (layout nhwc: the [n*h*w, c] matrix) or [n, c] (either layout).
@@ -67,10 +73,12 @@ void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& 
                             const Tensor& running_var, float eps, Tensor& y, const Stream& stream,
                             Layout layout = Layout::nchw, const BatchNormFusion& fusion = {});
 // Training backward: dx overwritten; dgamma, dbeta accumulated (+=) from the local batch. With `relu`
-// (the forward fused a ReLU), dy is the gradient of the ReLU's output and relu->dz is written as well.
+// (the forward fused a ReLU), dy is the gradient of the ReLU's output and relu->dz is written as well (not with
+// relu->mask_from_input()).
 // sums (optional): dy's sums from the kernel that wrote dy (channel_stats.h: a convolution's backward-data), used
 // (CUDA) where they describe dy and that kernel applied the ReLU's mask (sums->y given) exactly when `relu` is given:
-// dy then already is dz, the reduce pass is skipped, and relu->dz is dy (a copy of it unless relu->dz is dy itself).
+// dy then already is dz, the reduce pass is skipped, and relu->dz is dy (a copy of it unless relu->dz is dy itself;
+// none with the mask from x, which dy then passes unchanged).
 // residual_sums (optional): a request for the backward sums of the residual's batch norm (BatchNormFusion::
 // residual_bn in the forward), whose output gradient is this one's dz: x = the residual r (x's shape and dtype),
 // mean = that batch norm's saved mean, y undefined (no ReLU). CUDA's apply pass reads r as well and writes them

@@ -153,7 +153,7 @@ class BatchNorm : public Layer {
   void forward_statistics(const Tensor& x);
   Tensor backward(const Tensor& dy) override;
   // After backward of forward(x, residual): dL/d(residual) (dy through the ReLU's mask).
-  Tensor residual_grad() const { return then_relu_ ? masked_grad_ : dy_; }
+  Tensor residual_grad() const;
   // For a block whose residual r goes through `residual_bn` (forward(x, r, residual_bn)) and whose caller then runs
   // residual_bn.backward(residual_grad()): this layer's backward pass over dy also reads r (residual_bn's input) and
   // computes residual_bn's backward sums, which residual_bn's backward then uses instead of its reduce pass (CUDA,
@@ -186,6 +186,7 @@ class BatchNorm : public Layer {
   int64_t c_;
   float eps_, momentum_;
   bool then_relu_, defer_ready_ = false;
+  bool forward_added_residual_ = false;  // the last forward's: without one, backward takes the ReLU's mask from x
   int g_id_, b_id_, mean_id_, var_id_;
   kernels::BatchNormSaved saved_;
   kernels::AllReduceSum sync_;
@@ -196,7 +197,7 @@ class BatchNorm : public Layer {
   // feed_residual_grad_sums_to: the residual's batch norm, and the sums this layer's backward computes for it
   BatchNorm* residual_grad_sums_for_ = nullptr;
   kernels::ChannelGradSums residual_grad_sums_;
-  Tensor masked_grad_;  // with then_relu: dz_, or dy where the layer that wrote it wrote dz
+  Tensor masked_grad_;  // with then_relu: dz_, or dy where the layer that wrote it wrote dz; none (mask from x)
   friend class Conv2d;
   friend class MaxPool2d;
   // For the layer that writes dy, the gradient of `bn`'s output (Conv2d, MaxPool2d): `request` with bn's inputs
