@@ -680,6 +680,10 @@ def train_table(t, torch, rows, numbers):
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, the fused ReLUs' backward masks from "
                                 "their outputs (HPDT_BN_RELU_MASK=output)",
                                 "resnet50_bf16_{}_nhwc_conv_v3_relu_mask_output", "resnet50"),
+                               # since 2026-11-30: the v3 pipelines by the old rule, barrier throughout (the A/B)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, GEMM v3 and conv v3 on the barrier "
+                                "pipeline throughout (HPDT_GEMM_V3_PIPELINE=barrier)",
+                                "resnet50_bf16_{}_nhwc_conv_v3_barrier", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),

@@ -1195,6 +1195,44 @@ TEST_F(GemmCuda, V3FindInsideACaptureRunsTheHeuristicsPlan) {
   kernels::cuda::gemm_v3_forget_found();
 }
 
+// v3's pipeline by rule (wgmma.cuh: v3_rule_plan, split_k.cuh: short_k_loop): a short k loop over a wave of tiles or
+// more runs pingpong on the slim and narrow tiles and ws on the wide one; fewer tiles than SMs, or a pinned pipeline,
+// barrier. On the emulator (132 SMs, as an H100's; a GPU decides the same by its own count), which kernel ran, and
+// each result against the oracle.
+TEST_F(GemmCuda, V3PipelineByRuleFollowsTheKLoop) {
+  if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  if (!test::emulated()) GTEST_SKIP() << "which kernel ran is counted on the CUDA emulator only";
+  struct RuleCase {
+    const char* what;
+    int64_t M, N, K;
+    const char* pinned;  // HPDT_GEMM_V3_PIPELINE, or null
+    const char* kernel;  // what must run (a part of its name)
+  };
+  const RuleCase cases[] = {
+      {"short k loop, 132 slim tiles: pingpong", 132 * 128, 64, 64, nullptr, "gemm_v3_pingpong_kernel"},
+      {"short k loop, 132 wide tiles: ws", 132 * 128, 256, 64, nullptr, "bool WS = true"},
+      {"short k loop, 131 slim tiles: barrier", 131 * 128, 64, 64, nullptr, "bool WS = false"},
+      {"short k loop, 132 slim tiles, barrier pinned", 132 * 128, 64, 64, "barrier", "bool WS = false"},
+  };
+  for (const RuleCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    const ScopedEnv pin("HPDT_GEMM_V3_PIPELINE", c.pinned), tile("HPDT_GEMM_V3_TILE", nullptr);
+    const Tensor a = random({c.M, c.K}), b = random({c.N, c.K});
+    const Tensor A = to_gpu(a, DType::bf16), B = to_gpu(b, DType::bf16);
+    Tensor C = poisoned({c.M, c.N});
+    const int64_t before = test::emu_launches(c.kernel), v3_before = test::emu_launches("gemm_v3_");
+    kernels::cuda::gemm(false, true, c.M, c.N, c.K, 1, A.data(), c.K, B.data(), c.K, 0, C.data(), c.N, DType::bf16,
+                        DType::f32, {}, stream, GemmVariant::v3_wgmma);
+    EXPECT_EQ(test::emu_launches("gemm_v3_") - v3_before, 1) << "one GEMM v3 launch";
+    EXPECT_EQ(test::emu_launches(c.kernel) - before, 1) << c.kernel;
+    Tensor want = Tensor::zeros({c.M, c.N}, DType::f32);
+    const Tensor ar = round_through(a, DType::bf16), br = round_through(b, DType::bf16);
+    kernels::cpu::gemm<float>(false, true, c.M, c.N, c.K, 1, ar.data<float>(), c.K, br.data<float>(), c.K, 0,
+                              want.data<float>(), c.N);
+    EXPECT_TRUE(close(want, to_cpu_f32(C), gemm_tolerance(DType::f32, c.K, 1, 0)));
+  }
+}
+
 // v3's switches. HPDT_GEMM_V3_CTAS caps the persistent pipelines' blocks: anything but a positive number is an error
 // naming it (and the barrier pipeline, one block per tile, does not read it). HPDT_GEMM_V3_PIPELINE names one of
 // three pipelines, HPDT_GEMM_V3_TILE one of three tiles, HPDT_GEMM_V3_ACTIVATION fused or pass, anything else is an

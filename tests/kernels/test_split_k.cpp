@@ -99,3 +99,19 @@ TEST(BlockTile, WholeWavesChooseTheTile) {
 }
 
 }  // namespace
+
+// GEMM v3's and conv v3's pipeline by rule: the persistent pipelines for a k loop of at most 18 k tiles (K <= 1152)
+// over a wave of tiles or more. ResNet-50's 3x3 64- and 128-channel convolutions (K = 576, 1152; thousands of tiles)
+// take them, its 256-channel ones (K = 2304) and ViT-B/16's K = 3072 GEMMs do not, nor a call of fewer tiles than SMs.
+TEST(ShortKLoop, ByKAndWaves) {
+  using hpdt::kernels::cuda::detail::short_k_loop;
+  EXPECT_TRUE(short_k_loop(576, 7168, 132));
+  EXPECT_TRUE(short_k_loop(1152, 1568, 132));
+  EXPECT_TRUE(short_k_loop(768, 891, 132));  // ViT-B/16's qkv forward (12,608 x 2,304, K = 768) on the wide tile
+  EXPECT_FALSE(short_k_loop(1153, 7168, 132));
+  EXPECT_FALSE(short_k_loop(2304, 784, 132));
+  EXPECT_FALSE(short_k_loop(3072, 594, 132));
+  EXPECT_FALSE(short_k_loop(64, 131, 132));  // less than a wave
+  EXPECT_TRUE(short_k_loop(64, 132, 132));
+  EXPECT_TRUE(short_k_loop(64, 1, 0));  // no SM count: one tile is a wave
+}

@@ -429,7 +429,8 @@ void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   const int sms = detail::sm_count(stream.device().index);
   bool act_pass = false;
   pinned_v3_activation_pass(act_pass);
-  const Plan heuristic{v3_pipeline(), v3_tile((int64_t(p.M) + kBM - 1) / kBM, p.N, sms), act_pass};
+  Plan heuristic = v3_rule_plan((int64_t(p.M) + kBM - 1) / kBM, p.N, p.K, sms);
+  heuristic.act_pass = act_pass;
   const Plan plan = gemm_tuning() == GemmTuning::find ? found_plan(p, ab_type, c_type, stream, heuristic) : heuristic;
   launch_plan(p, plan, ab_type, c_type, stream);
 }

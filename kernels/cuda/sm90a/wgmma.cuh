@@ -554,7 +554,7 @@ inline bool pinned_v3_activation_pass(bool& out) {
 
 // A plan of GEMM v3 or conv v3: the pipeline and the block tile (and for a GEMM with an activation, where it runs).
 // Under kernels::GemmTuning::find each call shape takes the fastest of v3_find_candidates, timed (gemm_wgmma.cu,
-// conv_wgmma.cu); by rule v3_pipeline / v3_tile.
+// conv_wgmma.cu); by rule v3_rule_plan.
 struct V3Plan {
   V3Pipeline pipeline;
   V3Tile tile;
@@ -564,6 +564,19 @@ inline const char* v3_pipeline_name(V3Pipeline p) {
   return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
 }
 inline const char* v3_tile_name(V3Tile t) { return t == V3Tile::slim ? "slim" : t == V3Tile::wide ? "wide" : "narrow"; }
+// The plan by rule of a call of `tiles_m` 128-row tiles by n columns reducing K = k, on `sms` SMs: the tile by v3_tile,
+// the pipeline HPDT_GEMM_V3_PIPELINE's where it is set, else by split_k.cuh's short_k_loop (since 2026-11-30; barrier
+// before): pingpong on the slim and narrow tiles, ws on the wide one, for a short k loop over a wave of tiles or
+// more; barrier otherwise. A pinned tile keeps its pin (wide with a short k loop: ws).
+inline V3Plan v3_rule_plan(int64_t tiles_m, int64_t n, int64_t k, int64_t sms) {
+  V3Pipeline pinned = V3Pipeline::barrier;
+  const bool pipeline_pinned = pinned_v3_pipeline(pinned);
+  const V3Tile tile = v3_tile(tiles_m, n, sms);  // by whole waves as on barrier, unless pinned (pingpong: narrow)
+  if (pipeline_pinned) return {pinned, tile};
+  const int bn = tile == V3Tile::slim ? Slim::BN : tile == V3Tile::wide ? Wide::BN : Narrow::BN;
+  if (!detail::short_k_loop(k, tiles_m * ((n + bn - 1) / bn), sms)) return {V3Pipeline::barrier, tile};
+  return {tile == V3Tile::wide ? V3Pipeline::ws : V3Pipeline::pingpong, tile};
+}
 inline std::string v3_plan_name(const V3Plan& plan) {
   return std::string(v3_pipeline_name(plan.pipeline)) + "/" + v3_tile_name(plan.tile) +
          (plan.act_pass ? "+gelu pass" : "");
