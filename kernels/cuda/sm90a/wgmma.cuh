@@ -473,10 +473,12 @@ inline int64_t pipeline_blocks(const char* who, bool ws, int64_t units, int sms)
   return std::min(units, cap);
 }
 
-// The pipeline HPDT_GEMM_V3_PIPELINE chooses (read at every call, so that tests and benchmarks can switch it):
-// unset or "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3, conv v3's forward and
-// backward-data; conv v3's backward-filter runs "ws" under it); anything else is an error naming the variable.
-// pinned_v3_pipeline: the one the variable names, or none when it is unset (GEMM v3's Find then times all three).
+// The pipeline HPDT_GEMM_V3_PIPELINE pins (read at every call, so that tests and benchmarks can switch it):
+// "barrier", "ws" (warp-specialised, persistent) or "pingpong" (GEMM v3, conv v3's forward and backward-data; conv
+// v3's backward-filter runs "ws" under it); anything else is an error naming the variable. Unset, each call's plan
+// by rule (v3_rule_plan, since 2026-11-30; barrier before) or under Find the fastest of all three.
+// pinned_v3_pipeline: the one the variable names, or none when it is unset. v3_pipeline: that, or barrier (what
+// v3_tile's tile rule assumes).
 enum class V3Pipeline { barrier, ws, pingpong };
 inline bool pinned_v3_pipeline(V3Pipeline& out) {
   const char* e = std::getenv("HPDT_GEMM_V3_PIPELINE");
