@@ -68,8 +68,8 @@ inline bool wide_tile_by_waves(int64_t wide_tiles, int64_t narrow_tiles, int64_t
 // MMAs: pingpong (two consumer warpgroups in turns, one's epilogue under the other's MMAs) on the slim and narrow
 // tiles, ws (persistent; the next tile's loads under the epilogue) on the wide one. Everything else: barrier, a block
 // a tile. From the H200's Find timings in the ResNet-50 and ViT-B/16 steps (2026-11-29): over the ResNet-50 step's 78
-// distinct GEMM v3 and conv v3 calls, barrier by rule added up to 11.35 ms, this rule to 10.66 and the fastest plans
-// to 10.64 (conv v3's 3x3 64-channel forward 0.316 -> 0.237 ms, K = 576; its 3x3 128-channel backward-data phases
+// distinct GEMM v3 and conv v3 calls, barrier by rule added up to 12.66 ms, this rule to 11.89 and the fastest plans
+// to 11.87 (conv v3's 3x3 64-channel forward 0.316 -> 0.237 ms, K = 576; its 3x3 128-channel backward-data phases
 // 10-18 % faster, K <= 1152; the 3x3 256- and 512-channel ones, K = 2304, fastest on barrier); over ViT-B/16's 15,
 // 1.84 against 1.80 (K = 768: its forwards; its K = 3072 and weight-gradient calls stay on barrier).
 constexpr int64_t kShortK = 1152;
