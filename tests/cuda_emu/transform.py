@@ -259,6 +259,23 @@ class AsmGen:
                              'uint64_t(%s), %d, cuda_emu_tc, uint32_t(%s), %s); }' %
                              (rank, ', '.join('int32_t(%s)' % self.ref(c) for c in coords), self.address(args[0]),
                               self.ref(m.group(1)), rank, self.address(args[2]), loc))
+        elif re.fullmatch(r'cp\.async\.bulk\.tensor\.[3-5]d\.shared::cluster\.global\.im2col\.'
+                          r'mbarrier::complete_tx::bytes', opcode):
+            rank = int(opcode.split('.')[4][0])
+            m = re.fullmatch(r'\[\s*(%\d+)\s*,\s*\{([^}]*)\}\s*\]', args[1].strip()) if len(args) == 4 else None
+            o = re.fullmatch(r'\{([^}]*)\}', args[3].strip()) if len(args) == 4 else None
+            coords = [c.strip() for c in m.group(2).split(',')] if m else []
+            offsets = [c.strip() for c in o.group(1).split(',')] if o else []
+            if (not m or not o or len(coords) != rank or len(offsets) != rank - 2 or
+                    not all(re.fullmatch(r'%\d+', c) for c in coords + offsets)):
+                raise TransformError('cp.async.bulk.tensor.%dd (im2col) is emulated as `[dst], [map, {c0, ..}], [bar], '
+                                     '{o0, ..}` with %d coordinates and %d offsets only' % (rank, rank, rank - 2))
+            self.body.append('{ const int32_t cuda_emu_tc[%d] = {%s}; const uint16_t cuda_emu_to[%d] = {%s}; '
+                             '::cuda_emu::ptx::tma_load_im2col(uint32_t(%s), uint64_t(%s), %d, cuda_emu_tc, '
+                             'cuda_emu_to, uint32_t(%s), %s); }' %
+                             (rank, ', '.join('int32_t(%s)' % self.ref(c) for c in coords), rank - 2,
+                              ', '.join('uint16_t(%s)' % self.ref(c) for c in offsets), self.address(args[0]),
+                              self.ref(m.group(1)), rank, self.address(args[2]), loc))
         elif opcode == 'cp.async.bulk.tensor.2d.global.shared::cta.bulk_group':
             m = re.fullmatch(r'\[\s*(%\d+)\s*,\s*\{([^}]*)\}\s*\]', args[0].strip()) if len(args) == 2 else None
             coords = [c.strip() for c in m.group(2).split(',')] if m else []

@@ -510,6 +510,99 @@ TEST(CudaEmu, TmaBox4dSwizzleAndBounds) {
   EXPECT_EQ(inside, 3) << "rows of the box inside the tensor (x 0..2 of row y 4, image 2)";
 }
 
+// An im2col load (rank 4) of 16 pixels of 32 f32 channels (128-byte rows, 128-byte swizzle) at (0, w0, h0, n0) with
+// offsets (ow, oh), the shared bytes copied out raw.
+__global__ void tma_im2col16(const __grid_constant__ CUtensorMap map, int w0, int h0, int n0, int ow, int oh,
+                             float* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u, bar = base + 2048;
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_expect(bar, 2048);
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+        "%6}], [%2], {%7, %8};\n" ::"r"(base),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(bar), "r"(0), "r"(w0), "r"(h0), "r"(n0), "h"(uint16_t(ow)),
+        "h"(uint16_t(oh))
+        : "memory");
+  }
+  __syncthreads();
+  while (!mbar_try_wait(bar, 0u)) {
+  }
+  const auto* s = reinterpret_cast<const float*>(smem + (base - smem_u32(smem)));
+  for (int i = int(threadIdx.x); i < 512; i += int(blockDim.x)) out[i] = s[i];
+}
+
+struct Im2colLoad {
+  const char* name;
+  int n, hw, lower, upper, stride, h0, w0, oh, ow;
+  std::vector<float> want;  // the 16 pixels' values
+};
+
+// TMA's im2col mode (PTX ISA, "Tensor copy: im2col mode"): the five loads whose results triton-lang/triton's
+// python/tutorials/gluon/13-conv-im2col.py lists (its tests assert them on Hopper), on n images of 4 x 4 pixels whose
+// 32 channels all hold 1 + the pixel's index: the plain box, a bounding box shifted by the padding (corners -1), the
+// offsets shifting the loaded pixels, and the traversal wrapping into the next image, with and without padding.
+// Then a strided traversal (element strides 2, a 5 x 5 image, the corners of a 3 x 3 convolution with padding 1 and
+// stride 2 as that tutorial's conv2d_tma_im2col sets them): every second pixel of rows 0, 2, 4, then the next
+// (missing) image's zeros. Each row with the 128-byte swizzle; the encoder's range checks.
+TEST(CudaEmu, TmaIm2colLoadsAsDocumented) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault, &q),
+            cudaSuccess);
+  ASSERT_EQ(q, cudaDriverEntryPointSuccess);
+  const auto encode = reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(fn);
+  const Im2colLoad loads[] = {
+      {"plain", 1, 4, 0, 0, 1, 0, 0, 0, 0, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+      {"padded", 1, 4, -1, -1, 1, -1, -1, 0, 0, {0, 0, 0, 0, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11}},
+      {"offsets", 1, 4, -1, -1, 1, -1, -1, 1, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+      {"two images", 2, 4, 0, 0, 1, 1, 3, 0, 0, {8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}},
+      {"two images padded", 2, 4, -1, -1, 1, 1, 2, 0, 0, {7, 0, 9, 10, 11, 0, 0, 0, 0, 0, 17, 18, 19, 0, 21, 22}},
+      {"stride 2", 1, 5, -1, -1, 2, -1, -1, 1, 1, {1, 3, 5, 11, 13, 15, 21, 23, 25, 0, 0, 0, 0, 0, 0, 0}},
+  };
+  cudaFuncSetAttribute(tma_im2col16, cudaFuncAttributeMaxDynamicSharedMemorySize, 2048 + 1024 + 64);
+  for (const Im2colLoad& l : loads) {
+    SCOPED_TRACE(l.name);
+    const int c = 32;
+    std::vector<float> t(size_t(l.n) * l.hw * l.hw * c);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = float(1 + i / c);
+    Buf<float> dt(t), dout(512);
+    const cuuint64_t dims[4] = {cuuint64_t(c), cuuint64_t(l.hw), cuuint64_t(l.hw), cuuint64_t(l.n)};
+    const cuuint64_t strides[3] = {cuuint64_t(c) * 4, cuuint64_t(l.hw) * c * 4, cuuint64_t(l.hw) * l.hw * c * 4};
+    const int lower[2] = {l.lower, l.lower}, upper[2] = {l.upper, l.upper};
+    const cuuint32_t es[4] = {1, cuuint32_t(l.stride), cuuint32_t(l.stride), 1};
+    CUtensorMap map{};
+    ASSERT_EQ(encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dt.d, dims, strides, lower, upper, 32, 16, es,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              CUDA_SUCCESS);
+    tma_im2col16<<<1, 128, 2048 + 1024 + 64>>>(map, l.w0, l.h0, 0, l.ow, l.oh, dout.d);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const auto o = dout.down();
+    for (int r = 0; r < 16; ++r)
+      for (int e = 0; e < c; ++e)  // 16-byte chunk (4 floats) k of row r at chunk k ^ r % 8
+        ASSERT_EQ(o[size_t(r * c + (((e / 4) ^ (r % 8)) * 4) + e % 4)], l.want[size_t(r)]) << "pixel " << r << " " << e;
+  }
+  // the driver's limits: rank 4's corners within [-128, 127], a box of non-zero extent, at most 1024 pixels
+  std::vector<float> t(32 * 16);
+  Buf<float> dt(t);
+  const cuuint64_t dims[4] = {32, 4, 4, 1}, strides[3] = {128, 512, 2048};
+  const cuuint32_t es[4] = {1, 1, 1, 1};
+  const int ok[2] = {-1, -1}, far[2] = {-129, 0}, empty[2] = {-5, -5};
+  CUtensorMap map{};
+  const auto try_encode = [&](const int* lower, const int* upper, cuuint32_t pixels) {
+    return encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dt.d, dims, strides, lower, upper, 32, pixels, es,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  EXPECT_EQ(try_encode(ok, ok, 1024), CUDA_SUCCESS);
+  EXPECT_EQ(try_encode(far, ok, 16), CUDA_ERROR_INVALID_VALUE) << "a corner below -128";
+  EXPECT_EQ(try_encode(ok, empty, 16), CUDA_ERROR_INVALID_VALUE) << "the upper corner past the lower one";
+  EXPECT_EQ(try_encode(ok, ok, 1025), CUDA_ERROR_INVALID_VALUE) << "1025 pixels";
+}
+
 // One warpgroup: A (64 x 16) and B (8 x 16, k-major) written into 128-byte-swizzled tiles by plain stores,
 // then wgmma m64n8k16 from descriptors, D read back in the m64nNk16 fragment layout.
 __global__ void wgmma_n8(const uint16_t* a, const uint16_t* b, float* out) {

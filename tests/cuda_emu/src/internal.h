@@ -43,8 +43,8 @@ constexpr int kMaxThreadsPerBlock = 1024;
 // Dynamic shared memory limit a kernel was given with cudaFuncSetAttribute (default 48 KiB).
 size_t max_dynamic_smem(const void* kernel);
 
-// What the emulated cuTensorMapEncodeTiled stores in a CUtensorMap's opaque bytes (rank 1 to 5), and the TMA
-// loads read back.
+// What the emulated cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col store in a CUtensorMap's opaque bytes
+// (rank 1 to 5; im2col 3 to 5), and the TMA loads read back.
 constexpr int kTensorMapMaxRank = 5;
 struct TensorMap {
   uint64_t magic;
@@ -53,10 +53,17 @@ struct TensorMap {
   uint32_t elem_bytes;
   uint64_t dim[kTensorMapMaxRank];         // elements; dim[0] contiguous
   uint64_t stride[kTensorMapMaxRank - 1];  // stride[i]: bytes between consecutive indices of dimension i + 1
-  uint16_t box[kTensorMapMaxRank];         // boxDim: elements traversed per dimension
-  uint8_t step[kTensorMapMaxRank];         // elementStrides (1 for dimension 0): ceil(box / step) are loaded
-  int swizzle;                             // CUtensorMapSwizzle
-  int oob_nan;                             // out-of-bounds elements read as NaN instead of zero
+  uint16_t box[kTensorMapMaxRank];         // boxDim: elements traversed per dimension (im2col: box[0] only, the
+                                           // channelsPerPixel)
+  uint8_t step[kTensorMapMaxRank];         // elementStrides (1 for dimension 0): ceil(box / step) are loaded; im2col:
+                                           // the traversal stride of each spatial dimension
+  uint8_t swizzle;                         // CUtensorMapSwizzle
+  uint8_t oob_nan;                         // out-of-bounds elements read as NaN instead of zero
+  uint8_t im2col;                          // made by cuTensorMapEncodeIm2col
+  // im2col: the bounding box's corners per spatial dimension (dimension 1 first: W, H, D), and the pixels a load
+  // walks (pixelsPerColumn)
+  int16_t lower[kTensorMapMaxRank - 2], upper[kTensorMapMaxRank - 2];
+  uint16_t pixels;
 };
 static_assert(sizeof(TensorMap) <= sizeof(CUtensorMap));
 constexpr uint64_t kTensorMapMagic = 0x3250414d54554465ull;

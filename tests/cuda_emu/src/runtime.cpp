@@ -719,48 +719,105 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 // ---- driver entry points: tensor maps ----------------------------------------------------------------------
 namespace {
-// The driver's checks (CUDA driver API, cuTensorMapEncodeTiled) for what the emulator supports: rank 1 to 5,
-// no interleave, element strides 1 to 8 (the first ignored, as the driver does).
-CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
-                                     const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                                     const cuuint32_t* elem_strides, CUtensorMapInterleave interleave,
-                                     CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
-  auto bad = [](const char* why) {
-    std::fprintf(stderr, "cuda_emu: cuTensorMapEncodeTiled: %s\n", why);
-    return CUDA_ERROR_INVALID_VALUE;
-  };
+// The driver's checks common to cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col for what the emulator supports
+// (no interleave, element strides 1 to 8, the first ignored as the driver does), and the fields they share; null
+// when fine, else why not.
+const char* encode_common(cuda_emu::TensorMap& t, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                          const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* elem_strides,
+                          CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapFloatOOBfill oob) {
   static const uint32_t bytes_of[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2};
-  if (!map || !address || !dims || !strides || !box || !elem_strides) return bad("null argument");
-  if (unsigned(type) >= sizeof bytes_of / sizeof bytes_of[0]) return bad("unsupported data type");
-  if (rank < 1 || rank > uint32_t(cuda_emu::kTensorMapMaxRank)) return bad("rank outside [1, 5]");
-  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) return bad("the emulator supports no interleave");
+  if (!address || !dims || !strides || !elem_strides) return "null argument";
+  if (unsigned(type) >= sizeof bytes_of / sizeof bytes_of[0]) return "unsupported data type";
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) return "the emulator supports no interleave";
+  if (unsigned(swizzle) > unsigned(CU_TENSOR_MAP_SWIZZLE_128B)) return "the emulator supports swizzles up to 128B";
   const uint32_t eb = bytes_of[type];
-  if (reinterpret_cast<uintptr_t>(address) % 16) return bad("global address not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(address) % 16) return "global address not 16-byte aligned";
   for (uint32_t i = 0; i < rank; ++i) {
-    if (dims[i] == 0 || dims[i] > (uint64_t(1) << 32)) return bad("a dimension is 0 or above 2^32");
-    if (box[i] == 0 || box[i] > 256) return bad("box dimension outside [1, 256]");
-    if (elem_strides[i] == 0 || elem_strides[i] > 8) return bad("element stride outside [1, 8]");
+    if (dims[i] == 0 || dims[i] > (uint64_t(1) << 32)) return "a dimension is 0 or above 2^32";
+    if (elem_strides[i] == 0 || elem_strides[i] > 8) return "element stride outside [1, 8]";
   }
   // strides[i - 1]: bytes from one index of dimension i to the next; each spans the dimensions below it
   for (uint32_t i = 1; i < rank; ++i) {
     const uint64_t below = i == 1 ? dims[0] * eb : dims[i - 1] * strides[i - 2];
     if (strides[i - 1] % 16 || strides[i - 1] >= (uint64_t(1) << 40) || strides[i - 1] < below)
-      return bad("a stride not a multiple of 16 bytes, above 2^40, or shorter than the dimensions below it");
+      return "a stride not a multiple of 16 bytes, above 2^40, or shorter than the dimensions below it";
   }
-  if ((box[0] * eb) % 16) return bad("box row not a multiple of 16 bytes");
-  const uint32_t span[] = {0, 32, 64, 128};
-  if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && box[0] * eb > span[swizzle]) return bad("box row wider than the swizzle span");
-  cuda_emu::TensorMap t{};
+  t = cuda_emu::TensorMap{};
   t.magic = cuda_emu::kTensorMapMagic;
   t.base = static_cast<const unsigned char*>(address);
   t.rank = rank;
   for (uint32_t i = 0; i < rank; ++i) {
-    t.dim[i] = dims[i], t.box[i] = uint16_t(box[i]), t.step[i] = uint8_t(i == 0 ? 1 : elem_strides[i]);
+    t.dim[i] = dims[i], t.step[i] = uint8_t(i == 0 ? 1 : elem_strides[i]);
     if (i > 0) t.stride[i - 1] = strides[i - 1];
   }
   t.elem_bytes = eb;
-  t.swizzle = int(swizzle);
+  t.swizzle = uint8_t(swizzle);
   t.oob_nan = oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA;
+  return nullptr;
+}
+
+// A box row of `bytes` under `swizzle`: a multiple of 16 bytes, within the swizzle's span; null when fine.
+const char* check_row(uint32_t bytes, CUtensorMapSwizzle swizzle) {
+  if (bytes % 16) return "box row not a multiple of 16 bytes";
+  const uint32_t span[] = {0, 32, 64, 128};
+  if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && bytes > span[swizzle]) return "box row wider than the swizzle span";
+  return nullptr;
+}
+
+CUresult encode_failed(const char* fn, const char* why) {
+  std::fprintf(stderr, "cuda_emu: %s: %s\n", fn, why);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// cuTensorMapEncodeTiled: rank 1 to 5, boxes of 1 to 256 elements a dimension.
+CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                     const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                     const cuuint32_t* elem_strides, CUtensorMapInterleave interleave,
+                                     CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+  const char* fn = "cuTensorMapEncodeTiled";
+  if (!map || !box) return encode_failed(fn, "null argument");
+  if (rank < 1 || rank > uint32_t(cuda_emu::kTensorMapMaxRank)) return encode_failed(fn, "rank outside [1, 5]");
+  cuda_emu::TensorMap t;
+  if (const char* why = encode_common(t, type, rank, address, dims, strides, elem_strides, interleave, swizzle, oob))
+    return encode_failed(fn, why);
+  for (uint32_t i = 0; i < rank; ++i) {
+    if (box[i] == 0 || box[i] > 256) return encode_failed(fn, "box dimension outside [1, 256]");
+    t.box[i] = uint16_t(box[i]);
+  }
+  if (const char* why = check_row(box[0] * t.elem_bytes, swizzle)) return encode_failed(fn, why);
+  *map = CUtensorMap{};
+  std::memcpy(map, &t, sizeof t);
+  return CUDA_SUCCESS;
+}
+
+// cuTensorMapEncodeIm2col (CUDA driver API): rank 3 to 5 ([n][d][h][w][c] with dimension 0 the channels), the
+// bounding box's corners per spatial dimension (W first, as CUTLASS's make_im2col_tma_copy_desc passes them) within
+// the rank's range ([-32768, 32767] at rank 3, [-128, 127] at 4, [-16, 15] at 5) and a box of non-zero extent in
+// each, channelsPerPixel 1 to 256 (one box row), pixelsPerColumn 1 to 1024.
+CUresult emu_tensor_map_encode_im2col(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                      const cuuint64_t* dims, const cuuint64_t* strides, const int* lower,
+                                      const int* upper, cuuint32_t channels, cuuint32_t pixels,
+                                      const cuuint32_t* elem_strides, CUtensorMapInterleave interleave,
+                                      CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+  const char* fn = "cuTensorMapEncodeIm2col";
+  if (!map || !lower || !upper) return encode_failed(fn, "null argument");
+  if (rank < 3 || rank > uint32_t(cuda_emu::kTensorMapMaxRank)) return encode_failed(fn, "rank outside [3, 5]");
+  cuda_emu::TensorMap t;
+  if (const char* why = encode_common(t, type, rank, address, dims, strides, elem_strides, interleave, swizzle, oob))
+    return encode_failed(fn, why);
+  if (channels == 0 || channels > 256) return encode_failed(fn, "channelsPerPixel outside [1, 256]");
+  if (pixels == 0 || pixels > 1024) return encode_failed(fn, "pixelsPerColumn outside [1, 1024]");
+  if (const char* why = check_row(channels * t.elem_bytes, swizzle)) return encode_failed(fn, why);
+  const int limit = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
+  for (uint32_t i = 0; i + 2 < rank; ++i) {
+    if (lower[i] < -limit || lower[i] >= limit || upper[i] < -limit || upper[i] >= limit)
+      return encode_failed(fn, "a bounding-box corner outside the range of its rank");
+    if (int64_t(dims[i + 1]) - 1 + upper[i] < lower[i]) return encode_failed(fn, "a bounding box of zero extent");
+    t.lower[i] = int16_t(lower[i]), t.upper[i] = int16_t(upper[i]);
+  }
+  t.box[0] = uint16_t(channels);
+  t.pixels = uint16_t(pixels);
+  t.im2col = 1;
   *map = CUtensorMap{};
   std::memcpy(map, &t, sizeof t);
   return CUDA_SUCCESS;
@@ -770,9 +827,10 @@ CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type,
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int, unsigned long long,
                                              cudaDriverEntryPointQueryResult* status) {
   if (!symbol || !fn) return fail(cudaErrorInvalidValue);
-  const bool known = std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0;
-  *fn = known ? reinterpret_cast<void*>(&emu_tensor_map_encode_tiled) : nullptr;
-  if (status) *status = known ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  *fn = std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0    ? reinterpret_cast<void*>(&emu_tensor_map_encode_tiled)
+        : std::strcmp(symbol, "cuTensorMapEncodeIm2col") == 0 ? reinterpret_cast<void*>(&emu_tensor_map_encode_im2col)
+                                                              : nullptr;
+  if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }
 

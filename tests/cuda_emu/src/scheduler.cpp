@@ -187,6 +187,7 @@ struct TmaLoad {
   uint64_t phase;  // the phase of `bar` it completes (1-based)
   TensorMap map;
   int32_t c[kTensorMapMaxRank];
+  uint16_t off[kTensorMapMaxRank - 2];  // an im2col load's offsets (dimension 1 first)
   Loc loc;
 };
 
@@ -1353,7 +1354,9 @@ uint32_t swizzle_offset(uint32_t off, int mode) {
 // Elements a box of `m` loads along dimension i: ceil(boxDim / elementStride).
 uint32_t box_count(const TensorMap& m, uint32_t i) { return (uint32_t(m.box[i]) + m.step[i] - 1) / m.step[i]; }
 // The bytes of one box of `m`: its rows (box[0] elements) one after another, dimension 1 fastest.
+// An im2col map's box: pixelsPerColumn rows of channelsPerPixel.
 uint32_t box_bytes(const TensorMap& m) {
+  if (m.im2col) return uint32_t(m.pixels) * m.box[0] * m.elem_bytes;
   uint32_t bytes = m.elem_bytes;
   for (uint32_t i = 0; i < m.rank; ++i) bytes *= box_count(m, i);
   return bytes;
@@ -1387,30 +1390,75 @@ void walk_box(const TensorMap& m, const int32_t* c, Visit visit, bool whole_gran
   }
 }
 
+// Walks an im2col load of `m` at coordinates c with offsets `off` (PTX ISA, "Tensor copy: im2col mode"): row p of
+// the box is the p-th pixel of a traversal that starts at (c[1], .., c[rank - 2]) in image c[rank - 1] and steps
+// each spatial dimension i by its traversal stride within the bounding box [lower[i - 1], dim[i] - 1 +
+// upper[i - 1]] (dimension 1 fastest; past the box's end a dimension restarts at its lower corner and the next one
+// steps; past the last spatial dimension the next image begins). The pixel loaded is the traversal's position plus
+// the offsets, channels c[0].. of it: zeros outside the tensor. visit as walk_box's. The rule as
+// triton-lang/triton's python/tutorials/gluon/13-conv-im2col.py states it; the five loads whose results that tutorial
+// lists (and its tests assert on Hopper: padding, offsets, wrapping into the next image) the emulator's self-test
+// repeats (CudaEmu.TmaIm2colLoadsAsDocumented).
+template <class Visit>
+void walk_im2col(const TensorMap& m, const int32_t* c, const uint16_t* off, Visit visit) {
+  const uint32_t spatial = m.rank - 2, row_bytes = m.box[0] * m.elem_bytes;
+  int64_t pos[kTensorMapMaxRank];
+  for (uint32_t i = 1; i < m.rank; ++i) pos[i] = c[i];
+  for (uint32_t p = 0; p < m.pixels; ++p) {
+    bool inside = pos[m.rank - 1] >= 0 && uint64_t(pos[m.rank - 1]) < m.dim[m.rank - 1];
+    uint64_t offset = inside ? uint64_t(pos[m.rank - 1]) * m.stride[m.rank - 2] : 0;
+    for (uint32_t i = 1; i <= spatial; ++i) {
+      const int64_t coord = pos[i] + off[i - 1];
+      inside = inside && coord >= 0 && uint64_t(coord) < m.dim[i];
+      if (inside) offset += uint64_t(coord) * m.stride[i - 1];
+    }
+    for (uint32_t e = 0; e < m.box[0]; ++e) {
+      const int64_t x = int64_t(c[0]) + e;
+      const bool in = inside && x >= 0 && uint64_t(x) < m.dim[0];
+      visit(swizzle_offset(p * row_bytes + e * m.elem_bytes, m.swizzle),
+            in ? const_cast<unsigned char*>(m.base) + offset + uint64_t(x) * m.elem_bytes : nullptr);
+    }
+    uint32_t i = 1;
+    for (; i <= spatial; ++i) {  // the next pixel: step dimension i, or restart it and carry
+      pos[i] += m.step[i];
+      if (pos[i] <= int64_t(m.dim[i]) - 1 + m.upper[i - 1]) break;
+      pos[i] = m.lower[i - 1];
+    }
+    if (i > spatial) ++pos[m.rank - 1];
+  }
+}
+
 void perform_tma(const TmaLoad& t) {
   const TensorMap& m = t.map;
   const uint32_t bytes = box_bytes(m);
   unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
   for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.b->fills[line] = FillTag{t.bar, t.phase};
-  walk_box(m, t.c, [&](uint32_t at, const unsigned char* global) {
+  const auto copy = [&](uint32_t at, const unsigned char* global) {
     if (global)
       std::memcpy(dst + at, global, m.elem_bytes);
     else
       std::memset(dst + at, m.oob_nan ? 0xff : 0, m.elem_bytes);
-  });
+  };
+  if (m.im2col)
+    walk_im2col(m, t.c, t.off, copy);
+  else
+    walk_box(m, t.c, copy);
   Mbarrier& b = mbarrier_at(t.bar, "cp.async.bulk.tensor (complete_tx)", t.loc);
   b.tx -= int64_t(bytes);
   mbarrier_maybe_complete(b);
 }
 
 // The tensor map at `tensor_map` for a cp.async.bulk.tensor.<rank>d (`what`) with its box at shared address smem:
-// made by cuTensorMapEncodeTiled, of that rank, smem aligned for its swizzle, a mode the emulator takes.
-TensorMap checked_map(uint64_t tensor_map, int rank, uint32_t smem, const char* what, const Loc& loc) {
+// made by cuTensorMapEncodeIm2col for an im2col load (im2col), else by cuTensorMapEncodeTiled, of that rank, smem
+// aligned for its swizzle, a mode the emulator takes.
+TensorMap checked_map(uint64_t tensor_map, int rank, uint32_t smem, const char* what, const Loc& loc,
+                      bool im2col = false) {
   TensorMap m;
   std::memcpy(&m, reinterpret_cast<const void*>(uintptr_t(tensor_map)), sizeof m);
-  if (m.magic != kTensorMapMagic)
-    fatal("%s at %s:%u: %p is not a tensor map made by cuTensorMapEncodeTiled", what, short_file(loc.file_name()),
-          loc.line(), reinterpret_cast<const void*>(uintptr_t(tensor_map)));
+  if (m.magic != kTensorMapMagic || bool(m.im2col) != im2col)
+    fatal("%s at %s:%u: %p is not a tensor map made by %s", what, short_file(loc.file_name()), loc.line(),
+          reinterpret_cast<const void*>(uintptr_t(tensor_map)),
+          im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled");
   if (uint32_t(rank) != m.rank)
     fatal("%s (%dd) at %s:%u: the tensor map has rank %u", what, rank, short_file(loc.file_name()), loc.line(), m.rank);
   const uint32_t align = m.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
@@ -1604,10 +1652,8 @@ void trap(const Loc& loc) {
         short_file(loc.file_name()), loc.line());
 }
 
-void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
-  check_in_kernel("cp.async.bulk.tensor");
-  TmaLoad t;
-  t.map = checked_map(tensor_map, rank, dst, "cp.async.bulk.tensor", loc);
+namespace {
+void issue_tma_load(TmaLoad& t, uint32_t dst, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
   t.phase = mbarrier_at(bar, "cp.async.bulk.tensor", loc).completed + 1;
   t.dst = dst, t.bar = bar, t.loc = loc;
   for (int i = 0; i < kTensorMapMaxRank; ++i) t.c[i] = i < rank ? coords[i] : 0;
@@ -1619,6 +1665,23 @@ void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords
     perform_tma(t);
   else
     E.b->tma_pending.push_back(t);
+}
+}  // namespace
+
+void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
+  check_in_kernel("cp.async.bulk.tensor");
+  TmaLoad t{};
+  t.map = checked_map(tensor_map, rank, dst, "cp.async.bulk.tensor", loc);
+  issue_tma_load(t, dst, rank, coords, bar, loc);
+}
+
+void tma_load_im2col(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, const uint16_t* offsets,
+                     uint32_t bar, const Loc& loc) {
+  check_in_kernel("cp.async.bulk.tensor (im2col)");
+  TmaLoad t{};
+  t.map = checked_map(tensor_map, rank, dst, "cp.async.bulk.tensor (im2col)", loc, /*im2col=*/true);
+  for (int i = 0; i + 2 < rank; ++i) t.off[i] = offsets[i];
+  issue_tma_load(t, dst, rank, coords, bar, loc);
 }
 
 namespace {

@@ -176,6 +176,10 @@ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc);
 void fence_mbarrier_init(const Loc& loc);
 // cp.async.bulk.tensor.<rank>d: the box of `tensor_map` at coordinates coords[0..rank) (dimension 0 first)
 void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc);
+// cp.async.bulk.tensor.<rank>d...im2col: pixelsPerColumn pixels of a map made by cuTensorMapEncodeIm2col from
+// coords (dimension 0 first) with the im2col offsets (rank - 2 of them, dimension 1 first)
+void tma_load_im2col(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, const uint16_t* offsets,
+                     uint32_t bar, const Loc& loc);
 // cp.async.bulk.tensor.<rank>d.global.shared::cta.bulk_group: the box of `tensor_map` at coords from shared memory
 // at src, in this thread's open bulk group; performed when a bulk_wait_group covers the group (the latest moment
 // CUDA allows TMA to read src: a write of src before that wait shows in global memory) or when the thread exits.
