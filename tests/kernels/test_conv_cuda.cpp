@@ -1384,7 +1384,8 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
 // Under --conv v3, the NHWC forwards that run on conv v3 (3x3, strided) and on GEMM v3 (1x1) hand batch norm y's
 // statistics too (sm90a/column_stats.cuh): they describe y, merge to its statistics (counts exactly: the box rows
 // outside the pixel grid are not counted), and batch norm given them matches its own pass; in every pipeline (the
-// persistent ones on 3 blocks, several tiles each). With a bias (not a batch norm's convolution) they are cleared.
+// persistent ones on 3 blocks, several tiles each), conv v3 loading by boxes and by im2col (HPDT_CONV_V3_LOAD). With a
+// bias (not a batch norm's convolution) they are cleared.
 TEST_F(ConvCuda, BatchNormStatisticsFromConvV3AndGemmV3) {
   const test::EpilogueBnReductions epilogue_reductions;
 
@@ -1401,21 +1402,23 @@ TEST_F(ConvCuda, BatchNormStatisticsFromConvV3AndGemmV3) {
                              {"3x3 s2 64->128 at 11x9", {2, 64, 11, 9, 128, 3, 3, 2, 1}, "conv_v3"},
                              {"3x3 128->192 at 6x7", {3, 128, 6, 7, 192, 3, 3, 1, 1}, "conv_v3"},
                              {"1x1 64->256 at 10x13", {2, 64, 10, 13, 256, 1, 1, 1, 0}, "gemm_v3"}};
-  for (const char* pipeline : {"barrier", "ws", "pingpong"})
-    for (const StatsCase& k : cases) {
-      const Conv2dShape& s = k.s;
-      SCOPED_TRACE(std::string(k.name) + " pipeline " + pipeline);
-      const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
-          blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr);
-      const int64_t c = s.c_out, plane = s.out_h() * s.out_w(), count = s.n * plane;
-      const Shape ys{s.n, s.out_h(), s.out_w(), c};
-      const Tensor xh = round_through(random({s.n, s.h, s.w, s.c_in}), DType::bf16);
-      const Tensor wh = round_through(random({c, s.c_in, s.kh, s.kw}), DType::bf16);
-      const Tensor x = to_gpu(xh, DType::bf16), w = to_gpu(wh, DType::bf16);
-      Tensor y = poisoned(ys, DType::bf16);
-      kernels::ChannelStats st;
-      Conv2dEpilogue e;
-      e.stats = &st;
+  for (const char* load : {"box", "im2col"})
+    for (const char* pipeline : {"barrier", "ws", "pingpong"})
+      for (const StatsCase& k : cases) {
+        const Conv2dShape& s = k.s;
+        SCOPED_TRACE(std::string(k.name) + " pipeline " + pipeline + " load " + load);
+        const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
+            blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr),
+            loads("HPDT_CONV_V3_LOAD", load);
+        const int64_t c = s.c_out, plane = s.out_h() * s.out_w(), count = s.n * plane;
+        const Shape ys{s.n, s.out_h(), s.out_w(), c};
+        const Tensor xh = round_through(random({s.n, s.h, s.w, s.c_in}), DType::bf16);
+        const Tensor wh = round_through(random({c, s.c_in, s.kh, s.kw}), DType::bf16);
+        const Tensor x = to_gpu(xh, DType::bf16), w = to_gpu(wh, DType::bf16);
+        Tensor y = poisoned(ys, DType::bf16);
+        kernels::ChannelStats st;
+        Conv2dEpilogue e;
+        e.stats = &st;
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
       const unsigned long long before = cuda_emu::launches_named(k.kernel), v2s = cuda_emu::launches_named("conv_nhwc_");
 #endif
@@ -1489,26 +1492,28 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
                             {"3x3 s2 128->64 at 11x9 (4 phases)", {2, 128, 11, 9, 64, 3, 3, 2, 1}, "conv_v3"},
                             {"1x1 64->128 at 10x13", {2, 64, 10, 13, 128, 1, 1, 1, 0}, "gemm_v3"}};
   int config = 0;
-  for (const char* pipeline : {"barrier", "ws", "pingpong"})
-    for (const SumsCase& k : cases)
-      for (const bool with_residual : {false, true}) {
-        const bool relu = config++ % 2 == 0;
-        const Conv2dShape& s = k.s;
-        SCOPED_TRACE(std::string(k.name) + " pipeline " + pipeline + (relu ? " relu" : "") +
-                     (with_residual ? " residual" : ""));
-        const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
-            blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr);
-        const DType dt = DType::bf16;
-        const int64_t c = s.c_in, count = s.n * s.h * s.w;
-        const Shape xs{s.n, s.h, s.w, c}, ys{s.n, s.out_h(), s.out_w(), s.c_out};
-        const Tensor dy = to_gpu(random(ys), dt), w = to_gpu(random({s.c_out, c, s.kh, s.kw}), dt);
-        const Tensor res = to_gpu(random(xs), dt);
-        const Tensor* r = with_residual ? &res : nullptr;
-        kernels::ChannelGradSums sums;
-        sums.x = to_gpu(random(xs, -1.0f, 3.0f), dt);
-        if (relu) sums.y = to_gpu(random(xs), dt);
-        sums.mean = to_gpu(random({c}, 0.5f, 1.5f));
-        Tensor dz = poisoned(xs, dt), g = poisoned(xs, dt);
+  for (const char* load : {"box", "im2col"})
+    for (const char* pipeline : {"barrier", "ws", "pingpong"})
+      for (const SumsCase& k : cases)
+        for (const bool with_residual : {false, true}) {
+          const bool relu = config++ % 2 == 0;
+          const Conv2dShape& s = k.s;
+          SCOPED_TRACE(std::string(k.name) + " pipeline " + pipeline + " load " + load + (relu ? " relu" : "") +
+                       (with_residual ? " residual" : ""));
+          const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
+              blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr),
+              loads("HPDT_CONV_V3_LOAD", load);
+          const DType dt = DType::bf16;
+          const int64_t c = s.c_in, count = s.n * s.h * s.w;
+          const Shape xs{s.n, s.h, s.w, c}, ys{s.n, s.out_h(), s.out_w(), s.c_out};
+          const Tensor dy = to_gpu(random(ys), dt), w = to_gpu(random({s.c_out, c, s.kh, s.kw}), dt);
+          const Tensor res = to_gpu(random(xs), dt);
+          const Tensor* r = with_residual ? &res : nullptr;
+          kernels::ChannelGradSums sums;
+          sums.x = to_gpu(random(xs, -1.0f, 3.0f), dt);
+          if (relu) sums.y = to_gpu(random(xs), dt);
+          sums.mean = to_gpu(random({c}, 0.5f, 1.5f));
+          Tensor dz = poisoned(xs, dt), g = poisoned(xs, dt);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
         const char* kernel = with_residual ? "conv_v3" : k.kernel;
         const unsigned long long before = cuda_emu::launches_named(kernel), v2s = cuda_emu::launches_named("conv_nhwc_");
@@ -1561,7 +1566,8 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
 // box empty. All three pipelines (wgmma.cuh): "barrier" in bf16 and f16, "ws" (HPDT_GEMM_V3_PIPELINE=ws) and
 // "pingpong" in bf16, the latter two persistent on 3 blocks (HPDT_GEMM_V3_CTAS), so that a block runs several tiles
 // (or split-K parts); pingpong has no wide tile (its cases pinned wide are left out) and runs the backward-filter
-// on "ws".
+// on "ws". Then the forwards and backward-data phases loading A by im2col (HPDT_CONV_V3_LOAD=im2col: runs of 128
+// pixels across rows and images, the taps as im2col offsets, backward-data's backwards) on each pipeline.
 TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   if (!wgmma_runs_here())
     GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
@@ -1587,17 +1593,25 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       {"3x3 s2 64->64 at 4x260 (boxes of 128 x 1)", {2, 64, 4, 260, 64, 3, 3, 2, 1}, nullptr, 4},
       {"3x3 64->64 at 32x32 (split-K)", {2, 64, 32, 32, 64, 3, 3, 1, 1}, nullptr, 1},
   };
-  const std::pair<const char*, DType> runs[] = {
-      {"barrier", DType::bf16}, {"barrier", DType::f16}, {"ws", DType::bf16}, {"pingpong", DType::bf16}};
-  for (const auto& [pipeline, dt] : runs)
+  struct Run {
+    const char* pipeline;
+    DType dt;
+    const char* load;  // HPDT_CONV_V3_LOAD
+  };
+  const Run runs[] = {{"barrier", DType::bf16, "box"},    {"barrier", DType::f16, "box"},
+                      {"ws", DType::bf16, "box"},         {"pingpong", DType::bf16, "box"},
+                      {"barrier", DType::bf16, "im2col"}, {"ws", DType::f16, "im2col"},
+                      {"pingpong", DType::bf16, "im2col"}};
+  for (const auto& [pipeline, dt, load] : runs)
     for (const V3Case& c : cases) {
       const bool pingpong = std::strcmp(pipeline, "pingpong") == 0;
       if (pingpong && c.tile && std::strcmp(c.tile, "wide") == 0) continue;
       const Conv2dShape& s = c.s;
-      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " pipeline " + pipeline);
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(dtype_name(dt)) + " pipeline " + pipeline + " load " + load);
       if (c.tile) ::setenv("HPDT_GEMM_V3_TILE", c.tile, 1);
       ::setenv("HPDT_GEMM_V3_PIPELINE", pipeline, 1);
-      const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr);
+      const ScopedEnv blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr),
+          loads("HPDT_CONV_V3_LOAD", load);
       const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out}, ws{s.c_out, s.c_in, s.kh, s.kw};
       const Tensor x = random(xs), w = random(ws), b = random({s.c_out}), dy = random(ys), dw0 = random(ws),
                    db0 = random({s.c_out}), res_y = random(ys), res_x = random(xs);
@@ -1606,10 +1620,12 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt),
                    gres_y = to_gpu(res_y, dt), gres_x = to_gpu(res_x, dt);
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-      const unsigned long long v3s = cuda_emu::launches_named("conv_v3"), convs = cuda_emu::launches_named("conv_nhwc_"),
+      const unsigned long long v3s = cuda_emu::launches_named("conv_v3"),
+                               convs = cuda_emu::launches_named("conv_nhwc_"),
                                reduces = cuda_emu::launches_named("wgrad_reduce"),
                                ws_v3s = cuda_emu::launches_named("bool WS = true"),
-                               pingpong_v3s = cuda_emu::launches_named("conv_v3_pingpong");
+                               pingpong_v3s = cuda_emu::launches_named("conv_v3_pingpong"),
+                               im2col_loads = cuda_emu::tma_im2col_loads();
 #endif
       // forward with bias, then with bias and a residual; backward-data, then with a residual
       Tensor y = poisoned(ys, dt), yr = poisoned(ys, dt), dx = poisoned(xs, dt), dxr = poisoned(xs, dt);
@@ -1659,6 +1675,9 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
       if (s.h == 32) {
         EXPECT_EQ(cuda_emu::launches_named("wgrad_reduce") - reduces, 1u) << "split-K's reduction";
       }
+      // im2col: the forwards' and backward-data phases' A tiles by im2col loads; box: none
+      EXPECT_EQ(cuda_emu::tma_im2col_loads() > im2col_loads, std::strcmp(load, "im2col") == 0 && (fwd_v3 || bwd_v3))
+          << "im2col loads";
 #endif
     }
 }
@@ -1667,9 +1686,10 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
 #if HPDT_HAVE_CUDA
 // conv v3 (`--conv v3`) on ResNet-50's 3x3 convolutions at their real planes (batch 4): every box shape the
 // planes choose (56: 16 x 8, 28: 32 x 4, 14: 16 x 8, 7: 8 x 8 x 2 images), every N tile, split-K backward-filter,
-// and its stride-2 convolutions (3 x 3 and the 1 x 1 projection: element-strided TMA, backward-data phases), against v1 in f32 on the same bf16 inputs (as
-// OursVsCudnnLargeBf16), and within two bf16 roundings of v2. Too large for the emulator, where
-// NhwcRunsOnConvV3WhenChosen covers the same code on small planes.
+// and its stride-2 convolutions (3 x 3 and the 1 x 1 projection: element-strided TMA, backward-data phases), against v1
+// in f32 on the same bf16 inputs (as OursVsCudnnLargeBf16), and within two bf16 roundings of v2; loading by im2col
+// (HPDT_CONV_V3_LOAD=im2col) the same bits as by boxes. Too large for the emulator, where NhwcRunsOnConvV3WhenChosen
+// covers the same code on small planes.
 TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
   if (kEmulated) GTEST_SKIP() << "too large for the CUDA emulator (NhwcRunsOnConvV3WhenChosen runs there)";
   if (!wgmma_runs_here())
@@ -1696,10 +1716,11 @@ TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
     backward_data(Impl::v1, s, dy32, w32, dx_ref, Layout::nhwc);
     backward_filter(Impl::v1, s, x32, dy32, dw_ref, nullptr, Layout::nhwc);
     const Tensor want[3] = {to_cpu_f32(y_ref), to_cpu_f32(dx_ref), to_cpu_f32(dw_ref)};
-    Tensor got[2][3];  // v2, v3
-    for (int v = 0; v < 2; ++v) {
-      SCOPED_TRACE(v == 0 ? "v2" : "v3 (--conv v3)");
+    Tensor got[3][3];  // v2, v3, v3 loading by im2col
+    for (int v = 0; v < 3; ++v) {
+      SCOPED_TRACE(v == 0 ? "v2" : v == 1 ? "v3 (--conv v3)" : "v3, HPDT_CONV_V3_LOAD=im2col");
       const kernels::ScopedConvChoice choice(v == 0 ? kernels::ConvChoice::v2 : kernels::ConvChoice::v3);
+      const ScopedEnv load("HPDT_CONV_V3_LOAD", v == 2 ? "im2col" : nullptr);
       const auto variant = v == 0 ? kernels::cuda::ConvVariant::v2_tensor_core : kernels::cuda::ConvVariant::automatic;
       Tensor y = poisoned(ys, bf), dx = poisoned(xs, bf);
       Tensor dw = Tensor::zeros(ws, bf, Device::cuda(0), AllocOptions{.stream = &stream});
@@ -1714,6 +1735,8 @@ TEST_F(ConvCuda, LargeConvV3AgainstV2Bf16) {
       Tolerance t = conv_tolerance(bf, l[d], Impl::v2);
       t.rtol *= 2, t.atol *= 2;
       EXPECT_TRUE(close(got[0][d], got[1][d], t)) << "v3 vs v2, direction " << d;
+      // the same k order tile for tile: loading by im2col changes which rows a tile holds, not any row's sums
+      EXPECT_TRUE(close(got[1][d], got[2][d], {0.0, 0.0})) << "v3 im2col vs v3 boxes, direction " << d;
     }
   }
 }

@@ -42,19 +42,20 @@
 #include <type_traits>
 #include <vector>
 
-#include "conv_common.cuh"
-#include "conv_v3.cuh"
 #include "band_epilogue.cuh"
 #include "column_stats.cuh"
+#include "conv_common.cuh"
+#include "conv_v3.cuh"
+#include "fast_div.cuh"
 #include "find.cuh"
 #include "gemm_common.cuh"
-#include "launch.cuh"
-#include "v3_find.cuh"
-#include "wgmma.cuh"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/gemm.h"
+#include "launch.cuh"
+#include "v3_find.cuh"
+#include "wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(HPDT_CUDA_EMU)
 #error "conv_wgmma.cu is built for sm_90a only (wgmma and TMA); kernels/CMakeLists.txt gives it its own target"
@@ -90,6 +91,11 @@ struct PixelTiles {
   int stride;                // source pixels per output pixel (TMA's element stride)
   int oy0, ox0, tsign, kw, c_tiles;
   int dst_h, dst_w, dys, dy0, dxs, dx0;
+  // im2col loads (conv_v3_im2col): tile tm is the grid's pixels 128 tm .. 128 tm + 127 in order (image, row,
+  // column), `pixels` of them in all; A's k tile one im2col load from the source coordinates (by0, bx0) of pixel
+  // (0, 0)'s tap (0, 0) in the source's order (backward-data's taps run backwards: tap (kh - 1, kw - 1) first)
+  int im2col, kh, by0, bx0, pixels;
+  FastDiv per_image, per_row;  // hp * wp, wp
 };
 
 // The forward / backward-data kernel's shared memory: the stages (C::kSmem), kConvBarBytes for their barriers (two a
@@ -104,7 +110,14 @@ static_assert(kConvSmem<Wide> <= 227 * 1024 && kConvSmem<Narrow> <= 227 * 1024 &
 
 // Row m (0..127) of a pixel tile whose box starts at image img0, row py0, column px0 -> its row of dst: pixel
 // (m % tw, m / tw % th, m / (tw th)) of the box; outside the pixel grid, row p.M, which the epilogue drops.
+// im2col tiles: the tile's first pixel plus m, through the grid's order; past the grid, row p.M.
 __device__ __forceinline__ int pixel_row(const Params& p, const PixelTiles& q, int img0, int py0, int px0, int m) {
+  if (q.im2col) {
+    const int l = (img0 * q.hp + py0) * q.wp + px0 + m;
+    if (l >= q.pixels) return p.M;
+    const int img = q.per_image.div(l), in = l - img * q.hp * q.wp, py = q.per_row.div(in), px = in - py * q.wp;
+    return (img * q.dst_h + py * q.dys + q.dy0) * q.dst_w + px * q.dxs + q.dx0;
+  }
   const int img = img0 + (m >> (q.box.tw_log2 + q.box.th_log2));
   const int py = py0 + ((m >> q.box.tw_log2) & ((1 << q.box.th_log2) - 1));
   const int px = px0 + (m & ((1 << q.box.tw_log2) - 1));
@@ -195,20 +208,32 @@ __device__ __forceinline__ PixelTile pixel_tile(const Params& p, const PixelTile
   PixelTile t;
   t.kt_count = p.K / kBK;
   gemm_detail::tile_coords(u, p.tiles_m, p.tiles_n, t.tm, t.tn);
-  box_origin(q.box, t.tm, t.img0, t.py0, t.px0);
+  if (q.im2col) {  // the image, row and column of the tile's first pixel
+    const int first = t.tm * 128;
+    t.img0 = q.per_image.div(first);
+    const int in = first - t.img0 * q.hp * q.wp;
+    t.py0 = q.per_row.div(in);
+    t.px0 = in - t.py0 * q.wp;
+  } else {
+    box_origin(q.box, t.tm, t.img0, t.py0, t.px0);
+  }
   return t;
 }
 
 // k tile kt of pixel tile t into the stage at `stage`, completing on `bar` (one thread): the tap's shifted box of
-// source pixels (64 channels) and the weights' 64 x BN box.
+// source pixels (64 channels), or im2col, the tile's 128 pixels at the tap's offsets; and the weights' 64 x BN box.
 template <class C>
 __device__ __forceinline__ void issue_pixels(const CUtensorMap* map_src, const CUtensorMap* map_w, const PixelTiles& q,
                                              const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
   const int tap = kt / q.c_tiles, c0 = (kt - tap * q.c_tiles) * kBK;
   const int jr = tap / q.kw, jc = tap - jr * q.kw;
   mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
-  tma_load_4d(stage, map_src, bar, c0, t.px0 * q.stride + q.ox0 + q.tsign * jc, t.py0 * q.stride + q.oy0 + q.tsign * jr,
-              t.img0);
+  if (q.im2col)
+    tma_load_im2col_4d(stage, map_src, bar, c0, t.px0 * q.stride + q.bx0, t.py0 * q.stride + q.by0, t.img0,
+                       uint16_t(q.tsign > 0 ? jc : q.kw - 1 - jc), uint16_t(q.tsign > 0 ? jr : q.kh - 1 - jr));
+  else
+    tma_load_4d(stage, map_src, bar, c0, t.px0 * q.stride + q.ox0 + q.tsign * jc,
+                t.py0 * q.stride + q.oy0 + q.tsign * jr, t.img0);
   tma_load_2d(stage + uint32_t(C::kABytes), map_w, bar, kt * kBK, t.tn * C::BN);
 }
 
@@ -291,19 +316,66 @@ PixelBox choose_box(int log2_pixels, int n, int h, int w, int stride, int64_t* c
   return best;
 }
 
+// The bounding box of an im2col load of c's source (x first, then y): from pixel (0, 0)'s tap (0, 0), (bx0, by0),
+// to the last pixel's, in source coordinates, as corners relative to the source's first and last pixel.
+void im2col_corners(const ConvV3& c, const PixelTiles& q, int (&lower)[2], int (&upper)[2]) {
+  lower[0] = q.bx0, lower[1] = q.by0;
+  upper[0] = q.bx0 + (c.wp - 1) * c.stride - (c.ws - 1);
+  upper[1] = q.by0 + (c.hp - 1) * c.stride - (c.hs - 1);
+}
+
+// How conv v3 loads A's k tiles: HPDT_CONV_V3_LOAD=box (the default) or im2col, read at every call (anything else
+// is an error naming the variable).
+bool im2col_requested() {
+  const char* e = std::getenv("HPDT_CONV_V3_LOAD");
+  if (!e || std::strcmp(e, "box") == 0) return false;
+  HPDT_CHECK(std::strcmp(e, "im2col") == 0, "HPDT_CONV_V3_LOAD=", e, ": expected box or im2col");
+  return true;
+}
+
+// c's pixel tiles (the launch's PixelTiles but for its tile counts; *tiles: the 128-row tiles): im2col where
+// HPDT_CONV_V3_LOAD asks for it and the bounding box's corners are within what a rank-4 im2col map takes (else,
+// and by default, boxes of the pixel grid, choose_box).
+PixelTiles pixel_tiles_of(const ConvV3& c, int64_t* tiles) {
+  PixelTiles q{};
+  q.n = c.n, q.hp = c.hp, q.wp = c.wp, q.stride = c.stride;
+  q.oy0 = c.oy0, q.ox0 = c.ox0, q.tsign = c.tsign, q.kh = c.kh, q.kw = c.kw, q.c_tiles = c.C / kBK;
+  q.dst_h = c.dst_h, q.dst_w = c.dst_w, q.dys = c.dys, q.dy0 = c.dy0, q.dxs = c.dxs, q.dx0 = c.dx0;
+  q.by0 = c.oy0 - (c.tsign > 0 ? 0 : c.kh - 1), q.bx0 = c.ox0 - (c.tsign > 0 ? 0 : c.kw - 1);
+  int lower[2], upper[2];
+  im2col_corners(c, q, lower, upper);
+  q.im2col = im2col_requested() && im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) &&
+             im2col_corner_ok(upper[0]) && im2col_corner_ok(upper[1]);
+  if (q.im2col) {
+    q.pixels = c.n * c.hp * c.wp;
+    q.per_image = FastDiv(int64_t(c.hp) * c.wp), q.per_row = FastDiv(c.wp);
+    *tiles = ceil_div(q.pixels, 128);
+  } else {
+    q.box = choose_box(7, c.n, c.hp, c.wp, c.stride, tiles);
+  }
+  return q;
+}
+
 template <class T, class C>
 void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline pipeline, const Stream& stream) {
   p.tiles_n = int(ceil_div(c.M, C::BN));
   p.prefetch = epilogue_prefetch();
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
-  // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn; the weights [M][ldw] in 64 x BN boxes
+  // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn, or im2col, 128 pixels of 64 channels
+  // traversing each image's hp x wp grid of taps (0, 0) (im2col_corners); the weights [M][ldw] in 64 x BN boxes
   const cuuint64_t src_dims[4] = {cuuint64_t(c.C), cuuint64_t(c.ws), cuuint64_t(c.hs), cuuint64_t(c.n)};
   const cuuint64_t src_strides[3] = {cuuint64_t(c.C) * 2, cuuint64_t(c.ws) * c.C * 2, cuuint64_t(c.hs) * c.ws * c.C * 2};
-  const cuuint32_t src_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.box.tw_log2,
-                                 cuuint32_t(q.stride) << q.box.th_log2, cuuint32_t(q.box.tn)};
-  const cuuint32_t src_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
-  const CUtensorMap map_src =
-      swizzled_map("conv v3 (source)", c.src, 4, src_dims, src_strides, src_box, dt, src_steps);
+  CUtensorMap map_src;
+  if (q.im2col) {
+    int lower[2], upper[2];
+    im2col_corners(c, q, lower, upper);
+    map_src = im2col_map("conv v3 (source, im2col)", c.src, src_dims, src_strides, lower, upper, 128, q.stride, dt);
+  } else {
+    const cuuint32_t src_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.box.tw_log2,
+                                   cuuint32_t(q.stride) << q.box.th_log2, cuuint32_t(q.box.tn)};
+    const cuuint32_t src_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
+    map_src = swizzled_map("conv v3 (source)", c.src, 4, src_dims, src_strides, src_box, dt, src_steps);
+  }
   const cuuint64_t w_dims[2] = {cuuint64_t(p.K), cuuint64_t(c.M)};
   const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
@@ -460,7 +532,7 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
 
 // A call, as far as its plan's speed goes: its kind (0 forward or backward-data phase, 1 backward-filter), device,
 // dtype, the pins of HPDT_GEMM_V3_PIPELINE / _TILE, and every field of ConvV3 / ConvV3Wgrad that shapes the work.
-using FindKey = std::array<int64_t, 29>;
+using FindKey = std::array<int64_t, 30>;
 
 // The process's plans and their reports, which cuda::gemm_v3_found() lists after GEMM v3's.
 find::Choices<FindKey, V3Plan, GemmV3Found>& found_plans() {
@@ -559,9 +631,9 @@ bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
 }
 
 int64_t conv_v3_row_groups(const ConvV3& c) {
-  int64_t boxes = 0;
-  choose_box(7, c.n, c.hp, c.wp, c.stride, &boxes);
-  return 2 * boxes;
+  int64_t tiles = 0;
+  pixel_tiles_of(c, &tiles);
+  return 2 * tiles;
 }
 
 void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
@@ -574,12 +646,8 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                                     (!c.grad_sums->y.defined() || aligned4(c.grad_sums->y.data()))))),
              "conv v3: batch-norm reductions need an even channel count (", c.M,
              ") and 4-byte aligned tensors (the epilogue reduces pairs of channels)");
-  PixelTiles q{};
-  int64_t boxes = 0;
-  q.box = choose_box(7, c.n, c.hp, c.wp, c.stride, &boxes);
-  q.n = c.n, q.hp = c.hp, q.wp = c.wp, q.stride = c.stride;
-  q.oy0 = c.oy0, q.ox0 = c.ox0, q.tsign = c.tsign, q.kw = c.kw, q.c_tiles = c.C / kBK;
-  q.dst_h = c.dst_h, q.dst_w = c.dst_w, q.dys = c.dys, q.dy0 = c.dy0, q.dxs = c.dxs, q.dx0 = c.dx0;
+  int64_t boxes = 0;  // the pixel tiles: boxes, or im2col's runs of 128 pixels
+  const PixelTiles q = pixel_tiles_of(c, &boxes);
   Params p{};
   p.M = c.n * c.dst_h * c.dst_w;  // dst's rows (pixels); the GEMM's "M" here only bounds the epilogue's rows
   p.N = c.M;
@@ -623,16 +691,42 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   V3Plan plan = v3_rule_plan(p.tiles_m, c.M, p.K, detail::sm_count(stream.device().index));
   if (gemm_tuning() == GemmTuning::find) {
     const V3Pins pins = v3_pins();
-    const FindKey key{0, stream.device().index, int64_t(dt), pins.pipeline, pins.tile, c.M, c.ldw, c.C, c.hs, c.ws,
-                      c.n, c.hp, c.wp, c.stride, c.oy0, c.ox0, c.tsign, c.kh, c.kw, c.dst_h, c.dst_w, c.dys, c.dy0,
-                      c.dxs, c.dx0, c.bias != nullptr, c.residual != nullptr, c.stats != nullptr,
-                      c.grad_sums != nullptr};
+    const FindKey key{0,
+                      stream.device().index,
+                      int64_t(dt),
+                      pins.pipeline,
+                      pins.tile,
+                      c.M,
+                      c.ldw,
+                      c.C,
+                      c.hs,
+                      c.ws,
+                      c.n,
+                      c.hp,
+                      c.wp,
+                      c.stride,
+                      c.oy0,
+                      c.ox0,
+                      c.tsign,
+                      c.kh,
+                      c.kw,
+                      c.dst_h,
+                      c.dst_w,
+                      c.dys,
+                      c.dy0,
+                      c.dxs,
+                      c.dx0,
+                      c.bias != nullptr,
+                      c.residual != nullptr,
+                      c.stats != nullptr,
+                      c.grad_sums != nullptr,
+                      q.im2col};
     const auto describe = [&] {
       std::ostringstream call;
       call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " "
            << c.C << "->" << c.M << " " << c.n << "x" << c.hs << "x" << c.ws << " -> " << c.hp << "x" << c.wp << " "
            << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "")
-           << (c.stats ? " bn-stats" : "") << (c.grad_sums ? " bn-grad-sums" : "");
+           << (c.stats ? " bn-stats" : "") << (c.grad_sums ? " bn-grad-sums" : "") << (q.im2col ? " im2col" : "");
       return call.str();
     };
     Tensor scratch;

@@ -109,6 +109,19 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// im2col load (rank 4) of `map` (im2col_map) into shared memory, completing on `bar`: the map's 128 pixels of 64
+// channels from channel c0 of the traversal at (x, y) of image img (the bounding box's coordinates: the first output
+// pixel's tap (0, 0)), each pixel shifted by the offsets (ox, oy) (the tap); rows of 128 bytes one after another
+// as tma_load_4d's box lands (conv_wgmma.cu: a forward's or backward-data phase's 128 consecutive output pixels)
+__device__ __forceinline__ void tma_load_im2col_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int x,
+                                                   int y, int img, uint16_t ox, uint16_t oy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+      "%6}], [%2], {%7, %8};\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(x), "r"(y), "r"(img), "h"(ox), "h"(oy)
+      : "memory");
+}
+
 // wgmma shared-memory descriptor, 128-byte swizzle (mode 1 in bits 62-63): start >> 4, leading byte offset
 // (LBO) >> 4, stride byte offset (SBO) >> 4. SBO is 1024 in both layouts used here: from one 8-row group of
 // 128-byte rows to the next (k-major: 8 rows of m or n; MN-major: 8 rows of k). LBO: unused by k-major
@@ -629,6 +642,41 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
+}
+
+inline PFN_cuTensorMapEncodeIm2col_v12000 im2col_map_encoder() {
+  static const PFN_cuTensorMapEncodeIm2col_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    HPDT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &f, 12000, cudaEnableDefault, &q));
+    HPDT_CHECK(q == cudaDriverEntryPointSuccess && f != nullptr,
+               "conv v3: the driver has no cuTensorMapEncodeIm2col (CUDA 12.0 or newer is needed)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(f);
+  }();
+  return fn;
+}
+
+// The bounding-box corners an im2col map of rank 4 takes: [-128, 127] (cuTensorMapEncodeIm2col).
+inline bool im2col_corner_ok(int64_t v) { return v >= -128 && v <= 127; }
+
+// An im2col TMA map (tma_load_im2col_4d) of a 16-bit NHWC tensor [dims[3]][dims[2]][dims[1]][dims[0]] (strides as
+// swizzled_map's): loads of `pixels` pixels of 64 channels (one 128-byte row each, 128-byte swizzle), traversing each
+// image's bounding box from (lower[0], lower[1]) (x, y) to (dims[1] - 1 + upper[0], dims[2] - 1 + upper[1]) in
+// steps of `stride`, x fastest, then the next image; out-of-bounds pixels read as zeros. `who` names the caller in
+// the error.
+inline CUtensorMap im2col_map(const char* who, const void* ptr, const cuuint64_t* dims, const cuuint64_t* strides,
+                              const int* lower, const int* upper, cuuint32_t pixels, int stride, DType t) {
+  CUtensorMap map;
+  HPDT_CHECK(t == DType::bf16 || t == DType::f16, who, ": im2col TMA maps of ", dtype_name(t), " are not made here");
+  const cuuint32_t steps[4] = {1, cuuint32_t(stride), cuuint32_t(stride), 1};
+  const CUresult r = im2col_map_encoder()(
+      &map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+      const_cast<void*>(ptr), dims, strides, lower, upper, 64, pixels, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeIm2col failed (CUresult ", int(r), ") for a ", dims[3], " x ",
+             dims[2], " x ", dims[1], " x ", dims[0], " tensor at ", ptr, ", corners (", lower[0], ", ", lower[1],
+             ") and (", upper[0], ", ", upper[1], "), stride ", stride);
+  return map;
 }
 
 // A TMA map of a 16-bit (or f32) tensor of `rank` dimensions (dims[0] contiguous; strides[i]: bytes from one index

@@ -264,6 +264,8 @@ BankCounts bank_counts();
 unsigned long long launches_named(const char* part);
 // TMA stores (cp.async.bulk.tensor, shared -> global) issued so far, by every kernel: which epilogue ran, for tests.
 unsigned long long tma_stores();
+// im2col TMA loads (cp.async.bulk.tensor...im2col) issued so far, all threads
+unsigned long long tma_im2col_loads();
 // The 128-byte lines (their first byte's address) that L2 prefetches (prefetch.global.L2) of every launch named since
 // the last clear_prefetched_lines(), each once, in address order: which inputs an epilogue prefetched, for tests.
 std::vector<uintptr_t> prefetched_lines();

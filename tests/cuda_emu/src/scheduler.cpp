@@ -297,6 +297,7 @@ Exec& E = *[] {
   return e;
 }();
 std::atomic<unsigned long long> g_tma_stores{0};  // tma_stores()
+std::atomic<unsigned long long> g_tma_im2col_loads{0};  // tma_im2col_loads()
 std::mutex g_prefetch_mutex;
 std::set<uintptr_t>& g_prefetched = *new std::set<uintptr_t>;  // prefetched_lines() (never destroyed, as E)
 std::atomic<unsigned long long> g_block_yields{0};  // block_yields()
@@ -1678,6 +1679,7 @@ void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords
 void tma_load_im2col(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, const uint16_t* offsets,
                      uint32_t bar, const Loc& loc) {
   check_in_kernel("cp.async.bulk.tensor (im2col)");
+  g_tma_im2col_loads.fetch_add(1);
   TmaLoad t{};
   t.map = checked_map(tensor_map, rank, dst, "cp.async.bulk.tensor (im2col)", loc, /*im2col=*/true);
   for (int i = 0; i + 2 < rank; ++i) t.off[i] = offsets[i];
@@ -2068,6 +2070,7 @@ void count_bank_conflicts(bool on) {
 BankCounts bank_counts() { return g_banks; }
 
 unsigned long long tma_stores() { return g_tma_stores.load(); }
+unsigned long long tma_im2col_loads() { return g_tma_im2col_loads.load(); }
 
 unsigned long long block_yields() { return g_block_yields.load(); }
 
