@@ -1,6 +1,6 @@
-// conv2d on the GPU: hpdt's implicit-GEMM kernels (v1 SIMT, v2 tensor cores, v3 wgmma + TMA) beside cuDNN, in TFLOP/s, on
-// ResNet-50's convolutions at 224 x 224, batch 256, bf16 and f32, forward / backward-data / backward-filter, in
-// both activation layouts: conv/... NCHW (kernels/cuda/conv.cu, cuDNN with NCHW descriptors), conv_nhwc/... NHWC
+// conv2d on the GPU: hpdt's implicit-GEMM kernels (v1 SIMT, v2 tensor cores, v3 wgmma + TMA) beside cuDNN, in TFLOP/s,
+// on ResNet-50's convolutions at 224 x 224, batch 256, bf16 and f32, forward / backward-data / backward-filter, in both
+// activation layouts: conv/... NCHW (kernels/cuda/conv.cu, cuDNN with NCHW descriptors), conv_nhwc/... NHWC
 // (kernels/cuda/conv_nhwc.cu, cuDNN with NHWC descriptors and its NHWC filter layout). Rows of one layout, shape,
 // dtype and direction are consecutive (v1, v2, v3, cudnn), and every row of ours carries vs_cudnn = cuDNN time / our
 // time in the same layout (> 1: faster than cuDNN), so the ratio reads off one run. Every row also carries per_step,
@@ -14,7 +14,10 @@
 // reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of
 // those takes the row. v3_wgmma_ws rows: the same with HPDT_GEMM_V3_PIPELINE=ws (wgmma.cuh's warp-specialised
 // pipeline in conv v3 and GEMM v3); v3_wgmma_pingpong rows with HPDT_GEMM_V3_PIPELINE=pingpong (its backward-filter
-// on ws).
+// on ws); v3_wgmma_im2col rows with HPDT_CONV_V3_LOAD=im2col (conv v3's A tiles by TMA's im2col mode, runs of 128
+// output pixels; since 2026-11-30), for the forwards and backward-datas conv v3 runs (not the 1x1 stride-1 GEMMs, not
+// the backward-filter, which keep their loads), with x_box: the time loading by boxes (the default) / this time,
+// same run.
 // x_direct (v2 rows of a strided convolution of fewer than 16 channels, the stem: every direction, both layouts; the
 // backward-data on space-to-depth since 2026-11-29, second session): the time
 // with HPDT_CONV_SPACE_TO_DEPTH=off (the direct gathers) / the time on space-to-depth (the default since 2026-11-29;
@@ -60,15 +63,16 @@ const auto& kCases = bench::kResNet50Convs;
 constexpr int64_t kBatch = 256;
 
 enum class Dir { forward, backward_data, backward_filter };
-enum class Impl { v1, v2, v2scalar, v3, v3ws, v3pingpong, cudnn, cudnn_find };
+enum class Impl { v1, v2, v2scalar, v3, v3ws, v3pingpong, v3im2col, cudnn, cudnn_find };
 const char* dir_name(Dir d) { return d == Dir::forward ? "fwd" : d == Dir::backward_data ? "bwd_data" : "bwd_filter"; }
 const char* impl_name(Impl i) {
-  return i == Impl::v1   ? "v1_simt"
-         : i == Impl::v2 ? "v2_tensor_core"
-         : i == Impl::v2scalar ? "v2_scalar_epilogue"
-         : i == Impl::v3 ? "v3_wgmma"
-         : i == Impl::v3ws ? "v3_wgmma_ws"
+  return i == Impl::v1           ? "v1_simt"
+         : i == Impl::v2         ? "v2_tensor_core"
+         : i == Impl::v2scalar   ? "v2_scalar_epilogue"
+         : i == Impl::v3         ? "v3_wgmma"
+         : i == Impl::v3ws       ? "v3_wgmma_ws"
          : i == Impl::v3pingpong ? "v3_wgmma_pingpong"
+         : i == Impl::v3im2col   ? "v3_wgmma_im2col"
          : i == Impl::cudnn      ? "cudnn"
                                  : "cudnn_find";
 }
@@ -76,6 +80,13 @@ bool is_cudnn(Impl i) { return i == Impl::cudnn || i == Impl::cudnn_find; }
 // Whether `--conv v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
 // on GEMM v3; otherwise conv v3 for a forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0 and a
 // backward-filter with c_in % 64 == 0, c_out % 8 == 0 (strides up to 8).
+bool is_v3(Impl i) { return i == Impl::v3 || i == Impl::v3ws || i == Impl::v3pingpong || i == Impl::v3im2col; }
+// Whether conv v3 itself (not GEMM v3) runs (case, direction) as a forward or backward-data: where its A tiles can
+// come by im2col.
+bool conv_v3_loads_pixels(const Conv2dShape& s, Dir d) {
+  if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return false;
+  return (d == Dir::forward && s.c_in % 64 == 0) || (d == Dir::backward_data && s.c_out % 64 == 0);
+}
 bool v3_takes(const Conv2dShape& s, Dir d) {
   if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return true;
   if (d == Dir::forward) return s.c_in % 64 == 0;
@@ -108,7 +119,7 @@ Buffers make_buffers(const Conv2dShape& s, DType dt, Layout layout, const Stream
 
 void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, const Stream& stream) {
   namespace kc = kernels::cuda;
-  const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
+  const bool v3 = is_v3(impl);
   const kc::ConvVariant v = v3                                           ? kc::ConvVariant::automatic
                             : impl == Impl::v2 || impl == Impl::v2scalar ? kc::ConvVariant::v2_tensor_core
                                                                          : kc::ConvVariant::v1_simt;
@@ -119,6 +130,8 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
   const ScopedEnv pipeline("HPDT_GEMM_V3_PIPELINE", impl == Impl::v3ws         ? "ws"
                                                     : impl == Impl::v3pingpong ? "pingpong"
                                                                                : nullptr);
+  // v3im2col: A tiles by im2col; the others conv v3's default (boxes)
+  const ScopedEnv load("HPDT_CONV_V3_LOAD", impl == Impl::v3im2col ? "im2col" : nullptr);
   const kernels::ScopedCudnnAlgo how(impl == Impl::cudnn_find ? kernels::CudnnAlgo::find : kernels::CudnnAlgo::heuristic);
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {
@@ -211,6 +224,7 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
       const ScopedEnv direct("HPDT_CONV_SPACE_TO_DEPTH", "off");
       state.counters["x_direct"] = time_ms(s, b, d, impl, layout, stream, 10) / ours;
     }
+    if (impl == Impl::v3im2col) state.counters["x_box"] = time_ms(s, b, d, Impl::v3, layout, stream, 10) / ours;
   }
 }
 
@@ -219,13 +233,14 @@ const bool registered = [] {
     for (DType dt : {DType::bf16, DType::f32})
       for (int c = 0; c < int(std::size(kCases)); ++c)
         for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
-          for (Impl impl : {Impl::v1, Impl::v2, Impl::v2scalar, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::cudnn,
-                            Impl::cudnn_find}) {
-            const bool v3 = impl == Impl::v3 || impl == Impl::v3ws || impl == Impl::v3pingpong;
+          for (Impl impl : {Impl::v1, Impl::v2, Impl::v2scalar, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::v3im2col,
+                            Impl::cudnn, Impl::cudnn_find}) {
+            const bool v3 = is_v3(impl);
             if (impl == Impl::cudnn_find && dt != DType::bf16) continue;  // the targets' dtype
             if (impl == Impl::v2scalar && (dt != DType::bf16 || !kCases[c].spotlight)) continue;
             if ((impl == Impl::v2 || v3) && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
             if (v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].shape(kBatch), d))) continue;
+            if (impl == Impl::v3im2col && !conv_v3_loads_pixels(kCases[c].shape(kBatch), d)) continue;
             // the other shapes of the step: bf16, v2, v3 (the automatic choice) and cuDNN
             if (!kCases[c].spotlight && (dt != DType::bf16 || impl == Impl::v1 || impl == Impl::v3ws ||
                                          impl == Impl::v3pingpong))

@@ -325,9 +325,9 @@ def conv_table(c, rows, numbers):
     # cuDNN twice: its heuristic's algorithm (the vendor backend's default) and Find's fastest (cudnn_find rows, since
     # 2026-11-28: --cudnn-algo find, PyTorch's cudnn.benchmark); the ratios are against the faster of the two.
     rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | v3 ms | v3 ws ms "
-                "| v3 pingpong ms | cuDNN heuristic ms | cuDNN Find ms | v2 / best cuDNN speed "
+                "| v3 pingpong ms | v3 im2col ms | cuDNN heuristic ms | cuDNN Find ms | v2 / best cuDNN speed "
                 "| best v3 / best cuDNN speed |")
-    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k in sorted(c):
         parts = k.split("/")
         if len(parts) != 5 or parts[4] != "v2_tensor_core" or parts[2] != "bf16":
@@ -336,18 +336,20 @@ def conv_table(c, rows, numbers):
         get = lambda impl: c.get("/".join(parts[:4] + [impl]))  # noqa: E731
         cu, cuf = get("cudnn"), get("cudnn_find")
         v3, v3ws, v3pp = get("v3_wgmma"), get("v3_wgmma_ws"), get("v3_wgmma_pingpong")  # pingpong: since 2026-11-28
+        v3i = get("v3_wgmma_im2col")  # HPDT_CONV_V3_LOAD=im2col: since 2026-11-30
         ours = c[k]
         cudnn_times = [r["real_time"] for r in (cu, cuf) if r]
         best_cudnn = min(cudnn_times) if cudnn_times else None
         ratio = best_cudnn / ours["real_time"] if best_cudnn else None
-        v3_times = [r["real_time"] for r in (v3, v3ws, v3pp) if r]
+        v3_times = [r["real_time"] for r in (v3, v3ws, v3pp, v3i) if r]
         v3_ratio = best_cudnn / min(v3_times) if best_cudnn and v3_times else None
         ms = lambda r: fmt(r["real_time"] if r else None, 3)  # noqa: E731
         rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {ms(v3)} | {ms(v3ws)} | {ms(v3pp)} "
-                    f"| {ms(cu)} | {ms(cuf)} | {fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
+                    f"| {ms(v3i)} | {ms(cu)} | {ms(cuf)} | {fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
         numbers.append({"op": "conv", "case": parts[1], "layout": layout, "dir": parts[3], "ours_ms": ours["real_time"],
                         "v3_ms": v3["real_time"] if v3 else None, "v3_ws_ms": v3ws["real_time"] if v3ws else None,
                         "v3_pingpong_ms": v3pp["real_time"] if v3pp else None,
+                        "v3_im2col_ms": v3i["real_time"] if v3i else None,
                         "cudnn_ms": cu["real_time"] if cu else None, "cudnn_find_ms": cuf["real_time"] if cuf else None,
                         "ours_over_cudnn": ratio, "best_v3_over_cudnn": v3_ratio})
 
@@ -436,7 +438,7 @@ def conv_step_table(c, rows, numbers, gpu=None):
         rows.append("(no run with per_step counters: hpdt-bench-conv-cuda before 2026-11-28)")
         return
     cols = [("conv", "v2_tensor_core"), ("conv", "cudnn"), ("conv_nhwc", "v2_tensor_core"), ("conv_nhwc", "v3"),
-            ("conv_nhwc", "cudnn")]
+            ("conv_nhwc", "v3_im2col"), ("conv_nhwc", "cudnn")]
 
     def roofline_ms(name):
         """ms a step of this shape at the GPU's peaks, or None without peaks or counters for every direction."""
@@ -451,15 +453,23 @@ def conv_step_table(c, rows, numbers, gpu=None):
         return total
 
     rows.append("| convolution (bf16, batch 256) | a step runs it | NCHW v2 ms | NCHW cuDNN ms | NHWC v2 ms "
-                "| NHWC --conv v3 ms | NHWC cuDNN ms | NCHW v2 / cuDNN speed | NHWC v2 / cuDNN speed | roofline ms |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                "| NHWC --conv v3 ms | NHWC --conv v3, im2col ms | NHWC cuDNN ms | NCHW v2 / cuDNN speed "
+                "| NHWC v2 / cuDNN speed | roofline ms |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    have_im2col = any(k.endswith("/v3_wgmma_im2col") for k in c)
 
     def step_ms(t, layout, impl):
         """ms a step of this shape, three directions, or None where a direction was not timed."""
         total = 0.0
         for d in ("fwd", "bwd_data", "bwd_filter"):
             got = t.get((layout, d, "v3_wgmma" if impl == "v3" else impl))
-            if got is None and impl == "v3":  # --conv v3 runs v2 where v3 does not take the direction
+            if impl == "v3_im2col":  # HPDT_CONV_V3_LOAD=im2col (since 2026-11-30): conv v3's forward and
+                # backward-data; elsewhere what --conv v3 runs
+                if not have_im2col:
+                    return None  # a run before 2026-11-30
+                got = t.get((layout, d, "v3_wgmma_im2col")) or t.get((layout, d, "v3_wgmma"))
+            if got is None and impl in ("v3", "v3_im2col"):  # --conv v3 runs v2 where v3 does not take the direction
                 got = t.get((layout, d, "v2_tensor_core"))
             if impl == "cudnn":  # the faster of the heuristic's and Find's (cudnn_find: since 2026-11-28)
                 found = [r for r in (got, t.get((layout, d, "cudnn_find"))) if r is not None]
@@ -474,10 +484,11 @@ def conv_step_table(c, rows, numbers, gpu=None):
 
     def row(name, per_step, ms, nd):
         return (f"| {name} | {per_step} | " + " | ".join(fmt(ms[col], nd) for col in cols) +
-                f" | {fmt(speed(ms[cols[0]], ms[cols[1]]), 2)} | {fmt(speed(ms[cols[2]], ms[cols[4]]), 2)} "
+                f" | {fmt(speed(ms[cols[0]], ms[cols[1]]), 2)} | {fmt(speed(ms[cols[2]], ms[cols[5]]), 2)} "
                 f"| {fmt(ms['roofline'], nd)} |")
 
-    keys = ["nchw_v2_ms", "nchw_cudnn_ms", "nhwc_v2_ms", "nhwc_conv_v3_ms", "nhwc_cudnn_ms"]  # cols' order
+    keys = ["nchw_v2_ms", "nchw_cudnn_ms", "nhwc_v2_ms", "nhwc_conv_v3_ms", "nhwc_conv_v3_im2col_ms",
+            "nhwc_cudnn_ms"]  # cols' order
     per_shape = sorted(((name, int(max(n for _, n in t.values())),
                          {**{col: step_ms(t, *col) for col in cols}, "roofline": roofline_ms(name)})
                         for name, t in shapes.items()), key=lambda e: (-e[1], e[0]))  # (name, per_step, {col: ms})
@@ -684,6 +695,9 @@ def train_table(t, torch, rows, numbers):
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, GEMM v3 and conv v3 on the barrier "
                                 "pipeline throughout (HPDT_GEMM_V3_PIPELINE=barrier)",
                                 "resnet50_bf16_{}_nhwc_conv_v3_barrier", "resnet50"),
+                               # since 2026-11-30: conv v3's A tiles by TMA's im2col mode (the candidate default)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, conv v3's A tiles by im2col "
+                                "(HPDT_CONV_V3_LOAD=im2col)", "resnet50_bf16_{}_nhwc_conv_v3_im2col", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),

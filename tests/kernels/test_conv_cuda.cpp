@@ -1680,6 +1680,13 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
           << "im2col loads";
 #endif
     }
+  // a load HPDT_CONV_V3_LOAD does not name: an error naming the variable
+  const Conv2dShape s{1, 64, 5, 5, 64, 3, 3, 1, 1};
+  const Tensor x = to_gpu(random({1, 5, 5, 64}), DType::bf16), w = to_gpu(random({64, 64, 3, 3}), DType::bf16);
+  Tensor y = poisoned({1, 5, 5, 64}, DType::bf16);
+  const ScopedEnv bad("HPDT_CONV_V3_LOAD", "gather");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::conv2d_forward_nhwc(s, x, w, Conv2dEpilogue{}, y, stream, auto_v),
+                        "HPDT_CONV_V3_LOAD=gather: expected box or im2col");
 }
 #endif
 

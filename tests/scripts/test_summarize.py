@@ -92,7 +92,30 @@ class ConvStep(unittest.TestCase):
         self.assertAlmostEqual(by["s"]["cudnn_find_ms"], 0.5)
         self.assertAlmostEqual(by["t"]["ours_over_cudnn"], 2.0)  # an older run: the heuristic's only
         self.assertIsNone(by["t"]["cudnn_find_ms"])
-        self.assertIn("| s | NCHW | fwd | 1.000 | — | — | — | 3.000 | 0.500 | 0.50 | — |", "\n".join(r))
+        self.assertIn("| s | NCHW | fwd | 1.000 | — | — | — | — | 3.000 | 0.500 | 0.50 | — |", "\n".join(r))
+
+    def test_im2col_rows_beside_conv_v3(self):
+        """HPDT_CONV_V3_LOAD=im2col rows (since 2026-11-30): their own per-op column, in the best v3; in the step table
+        a column of --conv v3 with them where they ran, v3's (or v2's) rows elsewhere; none without any im2col row."""
+        c = rows("3x3_64-64_56", 2, lambda l, d, i: {"v2_tensor_core": 4.0, "cudnn": 1.0, "v3_wgmma": 2.0}[i],
+                 impls=("v2_tensor_core", "cudnn", "v3_wgmma"))
+        _, n = self.table(c)
+        self.assertIsNone(n["3x3_64-64_56"]["nhwc_conv_v3_im2col_ms"])  # a run before 2026-11-30
+        for d in ("fwd", "bwd_data"):  # conv v3's directions: im2col faster
+            c[f"conv_nhwc/3x3_64-64_56/bf16/{d}/v3_wgmma_im2col"] = {"real_time": 1.5, "per_step": 2.0}
+        del c["conv_nhwc/3x3_64-64_56/bf16/bwd_filter/v3_wgmma"]  # --conv v3 on v2 there
+        text, n = self.table(c)
+        one = n["3x3_64-64_56"]
+        self.assertAlmostEqual(one["nhwc_conv_v3_ms"], 2 * (2.0 + 2.0 + 4.0))
+        self.assertAlmostEqual(one["nhwc_conv_v3_im2col_ms"], 2 * (1.5 + 1.5 + 4.0))
+        self.assertAlmostEqual(n["total"]["nhwc_conv_v3_im2col_ms"], 14.0)
+        self.assertIn("| 3x3_64-64_56 | 2 | 24.000 | 6.000 | 24.000 | 16.000 | 14.000 | 6.000 | 0.25 | 0.25 |",
+                      "\n".join(text))
+        r, n = [], []
+        summarize.conv_table(c, r, n)
+        fwd = [x for x in n if x["layout"] == "NHWC" and x["dir"] == "fwd"][0]
+        self.assertAlmostEqual(fwd["v3_im2col_ms"], 1.5)
+        self.assertAlmostEqual(fwd["best_v3_over_cudnn"], 1.0 / 1.5)
 
     def test_epilogue_table_pairs_the_scalar_rows_with_v2(self):
         c = {"conv/a/bf16/bwd_data/v2_tensor_core": {"real_time": 0.3},

@@ -19,7 +19,12 @@
 // epilogue also computes the batch norm's statistics of its output channels (column_stats.cuh), a partial per
 // channel and 64-row half of a pixel box (its real pixels).
 // Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
-// 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Tile N: 64 output channels when M <= 64 (ResNet's
+// 14 x 14: 16 x 8, 77 %; 7 x 7: 8 x 8 x 2 images, 77 %). Or, with HPDT_CONV_V3_LOAD=im2col (2026-11-30; boxes stay
+// the default until a GPU has run it), no boxes: tile tm is the grid's pixels 128 tm .. 128 tm + 127 in (image, row,
+// column) order, and A's k tile one load of TMA's im2col mode (PTX ISA, "Tensor copy: im2col mode";
+// cuTensorMapEncodeIm2col), which walks each image's grid of tap-(0, 0) source coordinates (the map's bounding box,
+// in steps of the stride, across rows and images) and loads every pixel at the tap's offsets, zeros outside the
+// source: every row used but the last tile's overhang. Tile N: 64 output channels when M <= 64 (ResNet's
 // 64-channel 3 x 3 convolutions), else 128, or 256 by whole waves (wgmma.cuh: v3_tile). No split-K: k is at
 // most 9 * 512 = 4608 here and the pixel tiles fill the GPU.
 //
