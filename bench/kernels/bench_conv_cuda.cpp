@@ -14,10 +14,9 @@
 // reduced channels are whole 64-wide k tiles, 1x1 stride-1 convolutions on GEMM v3; registered only where one of
 // those takes the row. v3_wgmma_ws rows: the same with HPDT_GEMM_V3_PIPELINE=ws (wgmma.cuh's warp-specialised
 // pipeline in conv v3 and GEMM v3); v3_wgmma_pingpong rows with HPDT_GEMM_V3_PIPELINE=pingpong (its backward-filter
-// on ws); v3_wgmma_im2col rows with HPDT_CONV_V3_LOAD=im2col (conv v3's A tiles by TMA's im2col mode, runs of 128
-// output pixels; since 2026-11-30), for the forwards and backward-datas conv v3 runs (not the 1x1 stride-1 GEMMs, not
-// the backward-filter, which keep their loads), with x_box: the time loading by boxes (the default) / this time,
-// same run.
+// on ws); v3_wgmma_im2col rows with HPDT_CONV_V3_LOAD=im2col (conv v3's pixels by TMA's im2col mode, runs of 128
+// output pixels a tile, 64 a backward-filter k tile; since 2026-11-30), for the directions conv v3 runs (not the 1x1
+// stride-1 GEMMs), with x_box: the time loading by boxes (the default) / this time, same run.
 // x_direct (v2 rows of a strided convolution of fewer than 16 channels, the stem: every direction, both layouts; the
 // backward-data on space-to-depth since 2026-11-29, second session): the time
 // with HPDT_CONV_SPACE_TO_DEPTH=off (the direct gathers) / the time on space-to-depth (the default since 2026-11-29;
@@ -77,21 +76,19 @@ const char* impl_name(Impl i) {
                                  : "cudnn_find";
 }
 bool is_cudnn(Impl i) { return i == Impl::cudnn || i == Impl::cudnn_find; }
+bool is_v3(Impl i) { return i == Impl::v3 || i == Impl::v3ws || i == Impl::v3pingpong || i == Impl::v3im2col; }
 // Whether `--conv v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
 // on GEMM v3; otherwise conv v3 for a forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0 and a
 // backward-filter with c_in % 64 == 0, c_out % 8 == 0 (strides up to 8).
-bool is_v3(Impl i) { return i == Impl::v3 || i == Impl::v3ws || i == Impl::v3pingpong || i == Impl::v3im2col; }
-// Whether conv v3 itself (not GEMM v3) runs (case, direction) as a forward or backward-data: where its A tiles can
-// come by im2col.
-bool conv_v3_loads_pixels(const Conv2dShape& s, Dir d) {
-  if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return false;
-  return (d == Dir::forward && s.c_in % 64 == 0) || (d == Dir::backward_data && s.c_out % 64 == 0);
-}
 bool v3_takes(const Conv2dShape& s, Dir d) {
   if (s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) return true;
   if (d == Dir::forward) return s.c_in % 64 == 0;
   if (d == Dir::backward_data) return s.c_out % 64 == 0;
   return s.c_in % 64 == 0 && s.c_out % 8 == 0;
+}
+// Whether conv v3 itself (not GEMM v3) runs (case, direction): where its pixels can come by im2col.
+bool conv_v3_loads_pixels(const Conv2dShape& s, Dir d) {
+  return !(s.kh == 1 && s.kw == 1 && s.stride == 1 && s.pad == 0) && v3_takes(s, d);
 }
 
 struct Buffers {

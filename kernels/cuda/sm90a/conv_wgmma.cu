@@ -415,6 +415,10 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline
 
 struct WgradTiles {
   PixelBox box;  // a k tile: a box of 64 pixels
+  // im2col (conv_v3_im2col): k tile kt is the output grid's pixels 64 kt .. 64 kt + 63 in (image, row, column) order,
+  // x's chunks by im2col loads at their taps' offsets, dy's rows one 2-D box; `pixels` in all
+  int im2col, oh, ow, pixels;
+  FastDiv per_image, per_row;  // oh * ow, ow
   int ci, co, kw, stride, pad, taps;
   int K;                     // taps * ci: dw's row length
   int m_tiles;               // tiles of 128 (tap, channel) rows
@@ -448,21 +452,39 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
   float d[C::BN / 2];
   const auto issue = [&](const WgradUnit& w, int kt, uint32_t stage, uint32_t bar) {
     int img0, py0, px0;
-    box_origin(q.box, w.kt0 + kt, img0, py0, px0);
+    const int first = (w.kt0 + kt) * 64;  // im2col: the k tile's first pixel
+    if (q.im2col) {
+      img0 = q.per_image.div(first);
+      const int in = first - img0 * q.oh * q.ow;
+      py0 = q.per_row.div(in);
+      px0 = in - py0 * q.ow;
+    } else {
+      box_origin(q.box, w.kt0 + kt, img0, py0, px0);
+    }
     mbar_arrive_expect_tx(bar, uint32_t(C::kStageBytes));
     // the A tile's two 64-row chunks, each at its tap's offset (a chunk past K reads channel ci: out of bounds)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int m = w.tm * kBM + 64 * j, tap = m / q.ci;
       const bool inside = m < q.K;
-      tma_load_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, inside ? m - tap * q.ci : q.ci,
-                  px0 * q.stride + (inside ? tap % q.kw - q.pad : 0), py0 * q.stride + (inside ? tap / q.kw - q.pad : 0),
-                  img0);
+      if (q.im2col)
+        tma_load_im2col_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, inside ? m - tap * q.ci : q.ci,
+                           px0 * q.stride - q.pad, py0 * q.stride - q.pad, img0, uint16_t(inside ? tap % q.kw : 0),
+                           uint16_t(inside ? tap / q.kw : 0));
+      else
+        tma_load_4d(stage + uint32_t(j) * kMnBoxBytes, &map_x, bar, inside ? m - tap * q.ci : q.ci,
+                    px0 * q.stride + (inside ? tap % q.kw - q.pad : 0),
+                    py0 * q.stride + (inside ? tap / q.kw - q.pad : 0), img0);
     }
 #pragma unroll
-    for (int j = 0; j < C::BN / 64; ++j)
-      tma_load_4d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, w.tn * C::BN + 64 * j, px0,
-                  py0, img0);
+    for (int j = 0; j < C::BN / 64; ++j) {
+      if (q.im2col)  // dy as [pixels][co]: rows past the last pixel read as zeros
+        tma_load_2d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, w.tn * C::BN + 64 * j,
+                    first);
+      else
+        tma_load_4d(stage + uint32_t(C::kABytes) + uint32_t(j) * kMnBoxBytes, &map_dy, bar, w.tn * C::BN + 64 * j, px0,
+                    py0, img0);
+    }
   };
   // D row m = tap * ci + c, column co: dw[co][c][tap] (dw's layout, row length K), or this split's partial
   run_pipeline<T, C, WS, 1, true, true>(
@@ -492,6 +514,14 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
       });
 }
 
+// The bounding box of the backward-filter's im2col loads of x: the output grid's taps (0, 0) in x's coordinates, from
+// pixel (0, 0)'s (-pad) to the last one's, as corners relative to x's first and last pixel (x first, then y).
+void wgrad_im2col_corners(const ConvV3Wgrad& c, int (&lower)[2], int (&upper)[2]) {
+  lower[0] = lower[1] = -c.pad;
+  upper[0] = -c.pad + (c.ow - 1) * c.stride - (c.w - 1);
+  upper[1] = -c.pad + (c.oh - 1) * c.stride - (c.h - 1);
+}
+
 template <class T, class C>
 void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view, V3Pipeline pipeline,
                   const Stream& stream) {
@@ -514,13 +544,25 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
   const cuuint64_t dy_dims[4] = {cuuint64_t(c.co), cuuint64_t(c.ow), cuuint64_t(c.oh), cuuint64_t(c.n)};
   const cuuint64_t dy_strides[3] = {cuuint64_t(c.co) * 2, cuuint64_t(c.ow) * c.co * 2,
                                     cuuint64_t(c.oh) * c.ow * c.co * 2};
-  // x: every stride-th pixel (TMA's element strides), the same box rows as dy's
-  const cuuint32_t box[4] = {cuuint32_t(kBK), 1u << q.box.tw_log2, 1u << q.box.th_log2, cuuint32_t(q.box.tn)};
-  const cuuint32_t x_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.box.tw_log2,
-                               cuuint32_t(q.stride) << q.box.th_log2, cuuint32_t(q.box.tn)};
-  const cuuint32_t x_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
-  const CUtensorMap map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, x_box, dt, x_steps);
-  const CUtensorMap map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
+  // x: every stride-th pixel (TMA's element strides), the same box rows as dy's; im2col: runs of 64 output pixels,
+  // x by im2col loads over the output grid's taps (0, 0) (wgrad_im2col_corners), dy as a [pixels][co] matrix
+  CUtensorMap map_x, map_dy;
+  if (q.im2col) {
+    int lower[2], upper[2];
+    wgrad_im2col_corners(c, lower, upper);
+    map_x = im2col_map("conv v3 backward-filter (x, im2col)", c.x, x_dims, x_strides, lower, upper, 64, q.stride, dt);
+    const cuuint64_t rows_dims[2] = {cuuint64_t(c.co), cuuint64_t(q.pixels)};
+    const cuuint64_t rows_strides[1] = {cuuint64_t(c.co) * 2};
+    const cuuint32_t rows_box[2] = {cuuint32_t(kBK), 64};
+    map_dy = swizzled_map("conv v3 backward-filter (dy rows)", c.dy, 2, rows_dims, rows_strides, rows_box, dt);
+  } else {
+    const cuuint32_t box[4] = {cuuint32_t(kBK), 1u << q.box.tw_log2, 1u << q.box.th_log2, cuuint32_t(q.box.tn)};
+    const cuuint32_t x_box[4] = {cuuint32_t(kBK), cuuint32_t(q.stride) << q.box.tw_log2,
+                                 cuuint32_t(q.stride) << q.box.th_log2, cuuint32_t(q.box.tn)};
+    const cuuint32_t x_steps[4] = {1, cuuint32_t(q.stride), cuuint32_t(q.stride), 1};
+    map_x = swizzled_map("conv v3 backward-filter (x)", c.x, 4, x_dims, x_strides, x_box, dt, x_steps);
+    map_dy = swizzled_map("conv v3 backward-filter (dy)", c.dy, 4, dy_dims, dy_strides, box, dt);
+  }
   const auto go = [&](auto warp_specialised) {
     constexpr bool WS = decltype(warp_specialised)::value;
     constexpr auto kernel = conv_v3_wgrad_kernel<T, C, WS>;
@@ -571,9 +613,20 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
   HPDT_CHECK(conv_v3_wgrad_can_take(c, dt, stream), "conv v3 backward-filter: this convolution (", dtype_name(dt),
              ", ci = ", c.ci, ", co = ", c.co, ") is not one it takes (conv_v3_wgrad_can_take)");
   WgradTiles q{};
-  int64_t boxes = 0;
-  q.box = choose_box(6, c.n, c.oh, c.ow, c.stride, &boxes);
-  q.kt_total = int(boxes);
+  int lower[2], upper[2];
+  wgrad_im2col_corners(c, lower, upper);
+  q.im2col = im2col_requested() && im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) &&
+             im2col_corner_ok(upper[0]) && im2col_corner_ok(upper[1]) &&
+             int64_t(c.n) * c.oh * c.ow < (int64_t(1) << 31) - 64;
+  if (q.im2col) {  // k tiles of 64 consecutive output pixels
+    q.oh = c.oh, q.ow = c.ow, q.pixels = c.n * c.oh * c.ow;
+    q.per_image = FastDiv(int64_t(c.oh) * c.ow), q.per_row = FastDiv(c.ow);
+    q.kt_total = int(ceil_div(q.pixels, 64));
+  } else {  // k tiles of boxes of 64 pixels
+    int64_t boxes = 0;
+    q.box = choose_box(6, c.n, c.oh, c.ow, c.stride, &boxes);
+    q.kt_total = int(boxes);
+  }
   q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.stride = c.stride, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
   q.m_tiles = int(ceil_div(q.K, kBM));
   // the tile follows co; the pipeline by rule (ws on the wide tile: 5-6 % faster than barrier on every ResNet-50
@@ -602,14 +655,21 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
       return pins.pipeline >= 0 ? std::vector<V3Plan>{{pipeline, tile}}
                                 : std::vector<V3Plan>{{V3Pipeline::barrier, tile}, {V3Pipeline::ws, tile}};
     };
-    const FindKey key{1, stream.device().index, int64_t(dt), pins.pipeline, pins.tile, c.n, c.h, c.w, c.ci, c.co,
-                      c.kh, c.kw, c.stride, c.pad, c.oh, c.ow};
+    const FindKey key{1,           stream.device().index,
+                      int64_t(dt), pins.pipeline,
+                      pins.tile,   c.n,
+                      c.h,         c.w,
+                      c.ci,        c.co,
+                      c.kh,        c.kw,
+                      c.stride,    c.pad,
+                      c.oh,        c.ow,
+                      q.im2col};
     const auto describe = [&] {
       std::ostringstream call;
       call << "conv v3 bwd_filter " << kernel_name(c.kh, c.kw, c.stride) << " " << c.ci << "->" << c.co << " " << c.n
            << "x" << c.h << "x" << c.w;
       if (c.pad) call << " pad " << c.pad;
-      call << " " << dtype_name(dt);
+      call << " " << dtype_name(dt) << (q.im2col ? " im2col" : "");
       return call.str();
     };
     Tensor scratch;
