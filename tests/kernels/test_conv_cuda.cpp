@@ -1317,8 +1317,9 @@ TEST_F(ConvCuda, NhwcFindTimesV2AndV3OnScratchOutputs) {
 // candidate plans (pipeline x tile; the backward-filter's two pipelines) on a scratch output, then runs the fastest.
 // A 3x3 with 64 and with 128 output channels (slim, and narrow / wide), all three directions against the oracle (dw
 // accumulating: had a timing run touched the real dw, it would be off); the reports (after GEMM v3's, in
-// cuda::gemm_v3_found), each candidate timed, the fastest taken; a repeat not timed again; inside a capture an
-// untimed call runs the rule's plan and stays untimed.
+// cuda::gemm_v3_found), each candidate timed (each plan loading by boxes and by im2col), the fastest taken; a repeat
+// not timed again; inside a capture an untimed call runs the rule's plan and stays untimed; HPDT_CONV_V3_LOAD=im2col
+// leaves the im2col plans only.
 TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
   if (!wgmma_runs_here())
     GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
@@ -1349,14 +1350,15 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
       EXPECT_GT(ms, 0.0);
       best = std::min(best, ms);
     }
-    // the N of each: co (forward), ci (backward-data: 64, slim), co (backward-filter, whose tile follows it)
+    // the N of each: co (forward), ci (backward-data: 64, slim), co (backward-filter, whose tile follows it); each
+    // plan loading by boxes, then by im2col (HPDT_CONV_V3_LOAD unset)
     const bool wgrad = i % 3 == 2, wide = i == 3;
-    if (wgrad)
-      EXPECT_EQ(names, (std::vector<std::string>{i < 3 ? "barrier/slim" : "barrier/narrow", i < 3 ? "ws/slim" : "ws/narrow"}));
-    else if (wide)
-      EXPECT_EQ(names, (std::vector<std::string>{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide", "pingpong/narrow"}));
-    else
-      EXPECT_EQ(names, (std::vector<std::string>{"barrier/slim", "ws/slim", "pingpong/slim"}));
+    std::vector<std::string> want =
+        wgrad  ? std::vector<std::string>{i < 3 ? "barrier/slim" : "barrier/narrow", i < 3 ? "ws/slim" : "ws/narrow"}
+        : wide ? std::vector<std::string>{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide", "pingpong/narrow"}
+               : std::vector<std::string>{"barrier/slim", "ws/slim", "pingpong/slim"};
+    for (size_t j = 0, n = want.size(); j < n; ++j) want.push_back(want[j] + "+im2col");
+    EXPECT_EQ(names, want);
     const auto taken = std::find_if(f.ms.begin(), f.ms.end(), [&](const auto& r) { return r.first == f.plan; });
     ASSERT_NE(taken, f.ms.end()) << f.plan;
     EXPECT_EQ(taken->second, best);
@@ -1377,6 +1379,36 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
   EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.nbytes()), 0) << "the captured convolution is not the rule's";
   kernels::cuda::gemm_v3_forget_found();
   EXPECT_TRUE(kernels::cuda::gemm_v3_found().empty());
+  // HPDT_CONV_V3_LOAD pins the load: Find times that one only, in every direction
+  {
+    const ScopedEnv pin("HPDT_CONV_V3_LOAD", "im2col");
+    expect_nhwc_directions_right(cases[0], dt, false);
+    const std::vector<kernels::cuda::GemmV3Found> pinned = kernels::cuda::gemm_v3_found();
+    ASSERT_EQ(pinned.size(), 3u);
+    for (const kernels::cuda::GemmV3Found& f : pinned) {
+      EXPECT_EQ(f.ms.size(), f.call.find("bwd_filter") != std::string::npos ? 2u : 3u) << f.call;
+      for (const auto& [plan, ms] : f.ms) EXPECT_NE(plan.find("+im2col"), std::string::npos) << f.call << ": " << plan;
+    }
+  }
+  kernels::cuda::gemm_v3_forget_found();
+  // with batch norm's statistics in the epilogue (partials sized by the rule's tiles, conv_v3_row_groups): the
+  // rule's load only
+  {
+    const test::EpilogueBnReductions epilogue_reductions;
+    const Tensor x9 = to_gpu(random({2, 9, 9, 64}), dt), w9 = to_gpu(random({64, 64, 3, 3}), dt);
+    Tensor y9 = poisoned({2, 9, 9, 64}, dt);
+    kernels::ChannelStats st;
+    Conv2dEpilogue e;
+    e.stats = &st;
+    kernels::cuda::conv2d_forward_nhwc({2, 64, 9, 9, 64, 3, 3, 1, 1}, x9, w9, e, y9, stream, auto_v);
+    const std::vector<kernels::cuda::GemmV3Found> stats = kernels::cuda::gemm_v3_found();
+    ASSERT_EQ(stats.size(), 1u);
+    EXPECT_EQ(stats[0].call, "conv v3 fwd 3x3 64->64 2x9x9 -> 9x9 bf16 bn-stats");
+    EXPECT_EQ(stats[0].ms.size(), 3u);
+    for (const auto& [plan, ms] : stats[0].ms) EXPECT_EQ(plan.find("+im2col"), std::string::npos) << plan;
+    EXPECT_TRUE(st.partial.defined()) << "the epilogue's statistics";
+  }
+  kernels::cuda::gemm_v3_forget_found();
 }
 #endif
 

@@ -329,19 +329,28 @@ void im2col_corners(const ConvV3& c, const PixelTiles& q, int (&lower)[2], int (
   upper[1] = q.by0 + (c.hp - 1) * c.stride - (c.hs - 1);
 }
 
-// How conv v3 loads A's k tiles: HPDT_CONV_V3_LOAD=box (the default) or im2col, read at every call (anything else
-// is an error naming the variable).
-bool im2col_requested() {
+// How conv v3 loads its pixels, HPDT_CONV_V3_LOAD=box or im2col, read at every call (anything else is an error
+// naming the variable): -1 unset, 0 box, 1 im2col. Unset, the rule loads by boxes (the default until a GPU has run
+// im2col) and Find times both (the calls without batch-norm reductions: conv_v3_launch).
+int pinned_conv_v3_load() {
   const char* e = std::getenv("HPDT_CONV_V3_LOAD");
-  if (!e || std::strcmp(e, "box") == 0) return false;
+  if (!e) return -1;
+  if (std::strcmp(e, "box") == 0) return 0;
   HPDT_CHECK(std::strcmp(e, "im2col") == 0, "HPDT_CONV_V3_LOAD=", e, ": expected box or im2col");
-  return true;
+  return 1;
+}
+// The load by rule: im2col where pinned.
+bool rule_im2col() { return pinned_conv_v3_load() == 1; }
+
+bool corners_fit(const int (&lower)[2], const int (&upper)[2]) {
+  return im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) && im2col_corner_ok(upper[0]) &&
+         im2col_corner_ok(upper[1]);
 }
 
-// c's pixel tiles (the launch's PixelTiles but for its tile counts; *tiles: the 128-row tiles): im2col where
-// HPDT_CONV_V3_LOAD asks for it and the bounding box's corners are within what a rank-4 im2col map takes (else,
-// and by default, boxes of the pixel grid, choose_box).
-PixelTiles pixel_tiles_of(const ConvV3& c, int64_t* tiles) {
+// c's pixel tiles (the launch's PixelTiles but for its tile counts; *tiles: the 128-row tiles): by im2col where
+// `im2col` asks for it and the bounding box's corners are within what a rank-4 im2col map takes (q.im2col says), else
+// boxes of the pixel grid (choose_box).
+PixelTiles pixel_tiles_of(const ConvV3& c, bool im2col, int64_t* tiles) {
   PixelTiles q{};
   q.n = c.n, q.hp = c.hp, q.wp = c.wp, q.stride = c.stride;
   q.oy0 = c.oy0, q.ox0 = c.ox0, q.tsign = c.tsign, q.kh = c.kh, q.kw = c.kw, q.c_tiles = c.C / kBK;
@@ -349,8 +358,7 @@ PixelTiles pixel_tiles_of(const ConvV3& c, int64_t* tiles) {
   q.by0 = c.oy0 - (c.tsign > 0 ? 0 : c.kh - 1), q.bx0 = c.ox0 - (c.tsign > 0 ? 0 : c.kw - 1);
   int lower[2], upper[2];
   im2col_corners(c, q, lower, upper);
-  q.im2col = im2col_requested() && im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) &&
-             im2col_corner_ok(upper[0]) && im2col_corner_ok(upper[1]);
+  q.im2col = im2col && corners_fit(lower, upper);
   if (q.im2col) {
     q.pixels = c.n * c.hp * c.wp;
     q.per_image = FastDiv(int64_t(c.hp) * c.wp), q.per_row = FastDiv(c.wp);
@@ -595,6 +603,27 @@ std::string kernel_name(int kh, int kw, int stride) {
   return os.str();
 }
 
+// c's backward-filter tiles (but its split-K and dw, launch_wgrad's): k tiles by im2col where `im2col` asks for it,
+// the corners fit a rank-4 im2col map and the pixels an int (q.im2col says), else boxes of 64 pixels.
+WgradTiles wgrad_tiles_of(const ConvV3Wgrad& c, bool im2col) {
+  WgradTiles q{};
+  int lower[2], upper[2];
+  wgrad_im2col_corners(c, lower, upper);
+  q.im2col = im2col && corners_fit(lower, upper) && int64_t(c.n) * c.oh * c.ow < (int64_t(1) << 31) - 64;
+  if (q.im2col) {  // k tiles of 64 consecutive output pixels
+    q.oh = c.oh, q.ow = c.ow, q.pixels = c.n * c.oh * c.ow;
+    q.per_image = FastDiv(int64_t(c.oh) * c.ow), q.per_row = FastDiv(c.ow);
+    q.kt_total = int(ceil_div(q.pixels, 64));
+  } else {  // k tiles of boxes of 64 pixels
+    int64_t boxes = 0;
+    q.box = choose_box(6, c.n, c.oh, c.ow, c.stride, &boxes);
+    q.kt_total = int(boxes);
+  }
+  q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.stride = c.stride, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
+  q.m_tiles = int(ceil_div(q.K, kBM));
+  return q;
+}
+
 }  // namespace
 
 std::vector<GemmV3Found> conv_v3_found() { return found_plans().reports(); }
@@ -612,29 +641,19 @@ bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream
 void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) {
   HPDT_CHECK(conv_v3_wgrad_can_take(c, dt, stream), "conv v3 backward-filter: this convolution (", dtype_name(dt),
              ", ci = ", c.ci, ", co = ", c.co, ") is not one it takes (conv_v3_wgrad_can_take)");
-  WgradTiles q{};
-  int lower[2], upper[2];
-  wgrad_im2col_corners(c, lower, upper);
-  q.im2col = im2col_requested() && im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) &&
-             im2col_corner_ok(upper[0]) && im2col_corner_ok(upper[1]) &&
-             int64_t(c.n) * c.oh * c.ow < (int64_t(1) << 31) - 64;
-  if (q.im2col) {  // k tiles of 64 consecutive output pixels
-    q.oh = c.oh, q.ow = c.ow, q.pixels = c.n * c.oh * c.ow;
-    q.per_image = FastDiv(int64_t(c.oh) * c.ow), q.per_row = FastDiv(c.ow);
-    q.kt_total = int(ceil_div(q.pixels, 64));
-  } else {  // k tiles of boxes of 64 pixels
-    int64_t boxes = 0;
-    q.box = choose_box(6, c.n, c.oh, c.ow, c.stride, &boxes);
-    q.kt_total = int(boxes);
-  }
-  q.ci = c.ci, q.co = c.co, q.kw = c.kw, q.stride = c.stride, q.pad = c.pad, q.taps = c.kh * c.kw, q.K = q.taps * c.ci;
-  q.m_tiles = int(ceil_div(q.K, kBM));
+  const WgradTiles q = wgrad_tiles_of(c, rule_im2col());
+  const int load_pin = pinned_conv_v3_load();
+  const WgradTiles q_other = wgrad_tiles_of(c, !q.im2col);  // Find times both loads where both apply
+  const bool other_load = load_pin < 0 && q_other.im2col != q.im2col;
   // the tile follows co; the pipeline by rule (ws on the wide tile: 5-6 % faster than barrier on every ResNet-50
   // backward-filter the H200 timed under Find, 2026-11-29; barrier on the others, which it ran as fast or faster), or
   // under Find the faster of barrier and ws (pingpong runs ws here)
   const V3Tile tile = c.co <= 64 ? V3Tile::slim : c.co <= 128 ? V3Tile::narrow : V3Tile::wide;
-  const auto launch_on = [&](V3Pipeline pipeline, void* dw) {
-    WgradTiles qq = q;
+  const auto launch_on = [&](const V3Plan& plan, void* dw) {
+    const V3Pipeline pipeline = plan.pipeline;
+    WgradTiles qq = plan.im2col == q.im2col ? q : q_other;
+    HPDT_CHECK(plan.im2col == qq.im2col, "conv v3 backward-filter: a plan loading by ",
+               plan.im2col ? "im2col" : "boxes", " where this call cannot");
     qq.dw = dw;
     // dw as a flat tensor for wgrad_reduce (it adds the splits into dw.numel() elements)
     Tensor dw_view = Tensor::wrap(dw, {int64_t(c.co) * q.K}, dt, stream.device());
@@ -644,16 +663,31 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
       else if (tile == V3Tile::narrow) launch_wgrad<T, Narrow>(c, qq, dt, dw_view, pipeline, stream);
       else launch_wgrad<T, Wide>(c, qq, dt, dw_view, pipeline, stream);
     };
-    if (dt == DType::bf16) run(bf16_t{});
-    else run(f16_t{});
+    if (dt == DType::bf16)
+      run(bf16_t{});
+    else
+      run(f16_t{});
   };
   V3Pipeline pipeline = tile == V3Tile::wide ? V3Pipeline::ws : V3Pipeline::barrier;
   if (pinned_v3_pipeline(pipeline) && pipeline == V3Pipeline::pingpong) pipeline = V3Pipeline::ws;
+  V3Plan plan{pipeline, tile};
+  plan.im2col = q.im2col;
   if (gemm_tuning() == GemmTuning::find) {
     const V3Pins pins = v3_pins();
-    const auto candidates = [&] {  // a pinned pipeline: its own (pingpong runs ws here)
-      return pins.pipeline >= 0 ? std::vector<V3Plan>{{pipeline, tile}}
-                                : std::vector<V3Plan>{{V3Pipeline::barrier, tile}, {V3Pipeline::ws, tile}};
+    const auto candidates = [&] {  // a pinned pipeline: its own (pingpong runs ws here); each load where both apply
+      std::vector<V3Plan> plans = pins.pipeline >= 0
+                                      ? std::vector<V3Plan>{{pipeline, tile}}
+                                      : std::vector<V3Plan>{{V3Pipeline::barrier, tile}, {V3Pipeline::ws, tile}};
+      for (V3Plan& pl : plans) pl.im2col = q.im2col;
+      if (other_load) {
+        const size_t n = plans.size();
+        for (size_t i = 0; i < n; ++i) {
+          V3Plan pl = plans[i];
+          pl.im2col = q_other.im2col;
+          plans.push_back(pl);
+        }
+      }
+      return plans;
     };
     const FindKey key{1,           stream.device().index,
                       int64_t(dt), pins.pipeline,
@@ -663,27 +697,24 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
                       c.kh,        c.kw,
                       c.stride,    c.pad,
                       c.oh,        c.ow,
-                      q.im2col};
+                      load_pin};
     const auto describe = [&] {
       std::ostringstream call;
       call << "conv v3 bwd_filter " << kernel_name(c.kh, c.kw, c.stride) << " " << c.ci << "->" << c.co << " " << c.n
            << "x" << c.h << "x" << c.w;
       if (c.pad) call << " pad " << c.pad;
-      call << " " << dtype_name(dt) << (q.im2col ? " im2col" : "");
+      call << " " << dtype_name(dt);
       return call.str();
     };
     Tensor scratch;
-    const auto on_scratch = [&](const V3Plan& plan) {
+    const auto on_scratch = [&](const V3Plan& candidate) {
       if (!scratch.defined())
         scratch = Tensor::empty({int64_t(c.co) * q.K}, dt, stream.device(), AllocOptions{.stream = &stream});
-      launch_on(plan.pipeline, scratch.data());
+      launch_on(candidate, scratch.data());
     };
-    pipeline = find_v3_plan(
-                   found_plans(), key, "conv v3", describe, candidates, {pipeline, tile},
-                   detail::native(stream), on_scratch)
-                   .pipeline;
+    plan = find_v3_plan(found_plans(), key, "conv v3", describe, candidates, plan, detail::native(stream), on_scratch);
   }
-  launch_on(pipeline, c.dw);
+  launch_on(plan, c.dw);
 }
 
 bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
@@ -695,9 +726,9 @@ bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
          gemm_detail::v3_device_ok(stream.device().index);
 }
 
-int64_t conv_v3_row_groups(const ConvV3& c) {
+int64_t conv_v3_row_groups(const ConvV3& c) {  // the rule's load: conv_v3_launch keeps to it with reductions
   int64_t tiles = 0;
-  pixel_tiles_of(c, &tiles);
+  pixel_tiles_of(c, rule_im2col(), &tiles);
   return 2 * tiles;
 }
 
@@ -711,8 +742,14 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                                     (!c.grad_sums->y.defined() || aligned4(c.grad_sums->y.data()))))),
              "conv v3: batch-norm reductions need an even channel count (", c.M,
              ") and 4-byte aligned tensors (the epilogue reduces pairs of channels)");
-  int64_t boxes = 0;  // the pixel tiles: boxes, or im2col's runs of 128 pixels
-  const PixelTiles q = pixel_tiles_of(c, &boxes);
+  int64_t boxes = 0;  // the pixel tiles by the rule's load: boxes, or im2col's runs of 128 pixels
+  const PixelTiles q = pixel_tiles_of(c, rule_im2col(), &boxes);
+  // ... and by the other load, which Find also times where HPDT_CONV_V3_LOAD is unset, the corners fit and no batch
+  // norm's reductions ride along (their partials are sized by the rule's tiles: conv_v3_row_groups)
+  int64_t other_boxes = 0;
+  const int load_pin = pinned_conv_v3_load();
+  const PixelTiles q_other = pixel_tiles_of(c, !q.im2col, &other_boxes);
+  const bool other_load = load_pin < 0 && !c.stats && !c.grad_sums && q_other.im2col != q.im2col;
   Params p{};
   p.M = c.n * c.dst_h * c.dst_w;  // dst's rows (pixels); the GEMM's "M" here only bounds the epilogue's rows
   p.N = c.M;
@@ -739,21 +776,32 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
     p.bn_x = g.x.data(), p.bn_y = g.y.defined() ? g.y.data() : nullptr, p.bn_mean = g.mean.data<float>();
   }
   const auto launch_plan = [&](const V3Plan& plan, void* dst) {
+    const bool other = plan.im2col != q.im2col;
+    HPDT_CHECK(!other || other_load, "conv v3: a plan loading by ", plan.im2col ? "im2col" : "boxes",
+               " where this call cannot");
+    const PixelTiles& qq = other ? q_other : q;
     Params pp = p;
     pp.C = dst;
+    if (other) pp.tiles_m = int(other_boxes);
     auto run = [&](auto tag) {
       using T = decltype(tag);
-      if (plan.tile == V3Tile::slim) launch<T, Slim>(c, q, pp, dt, plan.pipeline, stream);
-      else if (plan.tile == V3Tile::wide) launch<T, Wide>(c, q, pp, dt, plan.pipeline, stream);
-      else launch<T, Narrow>(c, q, pp, dt, plan.pipeline, stream);
+      if (plan.tile == V3Tile::slim)
+        launch<T, Slim>(c, qq, pp, dt, plan.pipeline, stream);
+      else if (plan.tile == V3Tile::wide)
+        launch<T, Wide>(c, qq, pp, dt, plan.pipeline, stream);
+      else
+        launch<T, Narrow>(c, qq, pp, dt, plan.pipeline, stream);
     };
-    if (dt == DType::bf16) run(bf16_t{});
-    else run(f16_t{});
+    if (dt == DType::bf16)
+      run(bf16_t{});
+    else
+      run(f16_t{});
   };
   // The plan: by rule as GEMM v3's (wgmma.cuh: v3_rule_plan; slim for up to 64 output channels; K = taps x channels,
   // so the 3x3 convolutions of 64 and 128 channels have a short k loop), or under Find the fastest of GEMM v3's
-  // candidates, timed on a scratch dst
+  // candidates, timed on a scratch dst, with each load where both apply (other_load)
   V3Plan plan = v3_rule_plan(p.tiles_m, c.M, p.K, detail::sm_count(stream.device().index));
+  plan.im2col = q.im2col;
   if (gemm_tuning() == GemmTuning::find) {
     const V3Pins pins = v3_pins();
     const FindKey key{0,
@@ -785,13 +833,13 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                       c.residual != nullptr,
                       c.stats != nullptr,
                       c.grad_sums != nullptr,
-                      q.im2col};
+                      load_pin};
     const auto describe = [&] {
       std::ostringstream call;
       call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " "
            << c.C << "->" << c.M << " " << c.n << "x" << c.hs << "x" << c.ws << " -> " << c.hp << "x" << c.wp << " "
            << dtype_name(dt) << (c.bias ? " bias" : "") << (c.residual ? " residual" : "")
-           << (c.stats ? " bn-stats" : "") << (c.grad_sums ? " bn-grad-sums" : "") << (q.im2col ? " im2col" : "");
+           << (c.stats ? " bn-stats" : "") << (c.grad_sums ? " bn-grad-sums" : "");
       return call.str();
     };
     Tensor scratch;
@@ -801,9 +849,20 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                                 AllocOptions{.stream = &stream});
       launch_plan(candidate, scratch.data());
     };
-    plan = find_v3_plan(
-        found_plans(), key, "conv v3", describe, [&] { return v3_find_candidates(c.M, pins); }, plan,
-        detail::native(stream), on_scratch);
+    const auto candidates = [&] {
+      std::vector<V3Plan> plans = v3_find_candidates(c.M, pins);
+      for (V3Plan& pl : plans) pl.im2col = q.im2col;
+      if (other_load) {
+        const size_t n = plans.size();
+        for (size_t i = 0; i < n; ++i) {
+          V3Plan pl = plans[i];
+          pl.im2col = q_other.im2col;
+          plans.push_back(pl);
+        }
+      }
+      return plans;
+    };
+    plan = find_v3_plan(found_plans(), key, "conv v3", describe, candidates, plan, detail::native(stream), on_scratch);
   }
   launch_plan(plan, c.dst);
 }

@@ -574,6 +574,7 @@ struct V3Plan {
   V3Pipeline pipeline;
   V3Tile tile;
   bool act_pass = false;  // the activation as a pass after a plain GEMM (pinned_v3_activation_pass)
+  bool im2col = false;    // conv v3: its pixels by TMA's im2col mode (conv_wgmma.cu: HPDT_CONV_V3_LOAD)
 };
 inline const char* v3_pipeline_name(V3Pipeline p) {
   return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
@@ -594,7 +595,7 @@ inline V3Plan v3_rule_plan(int64_t tiles_m, int64_t n, int64_t k, int64_t sms) {
 }
 inline std::string v3_plan_name(const V3Plan& plan) {
   return std::string(v3_pipeline_name(plan.pipeline)) + "/" + v3_tile_name(plan.tile) +
-         (plan.act_pass ? "+gelu pass" : "");
+         (plan.act_pass ? "+gelu pass" : "") + (plan.im2col ? "+im2col" : "");
 }
 
 // HPDT_GEMM_V3_PIPELINE's, HPDT_GEMM_V3_TILE's and HPDT_GEMM_V3_ACTIVATION's pins as ints (-1 unset), part of a Find
