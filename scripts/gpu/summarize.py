@@ -780,21 +780,31 @@ def gemm_found_table(t, rows, numbers):
     for _, r in runs:
         for f in r["gemm_v3_found"]:
             plans += [p for p in f.get("ms", {}) if p not in plans]
+    # conv v3's plans loading by im2col ("+im2col", since 2026-11-30): a column of the boxes' best over theirs
+    im2col = any(p.endswith("+im2col") for p in plans)
     rows.append("| step | GEMM (M x N x K, A/B transposed, dtypes, epilogue) | plan taken | "
-                + " | ".join(f"{p} ms" for p in plans) + " | best / barrier's best |")
-    rows.append("|---|---|---|" + "---:|" * (len(plans) + 1))
+                + " | ".join(f"{p} ms" for p in plans) + " | best / barrier's best |"
+                + (" boxes' best / im2col's best |" if im2col else ""))
+    rows.append("|---|---|---|" + "---:|" * (len(plans) + 1 + im2col))
     for key, r in runs:
         for f in r["gemm_v3_found"]:
             ms = f.get("ms", {})
             best = ms.get(f["plan"])
-            barrier = [v for p, v in ms.items() if p.startswith("barrier/")]
+            barrier = [v for p, v in ms.items() if p.startswith("barrier/") and not p.endswith("+im2col")]
             gain = min(barrier) / best if best and barrier else None
-            rows.append(f"| {key} | {f['call']} | {f['plan']} | " + " | ".join(fmt(ms.get(p), 3) for p in plans)
-                        + f" | {fmt(gain, 2)} |")
+            row = (f"| {key} | {f['call']} | {f['plan']} | " + " | ".join(fmt(ms.get(p), 3) for p in plans)
+                   + f" | {fmt(gain, 2)} |")
+            if im2col:
+                boxes = [v for p, v in ms.items() if not p.endswith("+im2col")]
+                by_im2col = [v for p, v in ms.items() if p.endswith("+im2col")]
+                row += f" {fmt(min(boxes) / min(by_im2col) if boxes and by_im2col else None, 2)} |"
+            rows.append(row)
             numbers.append({"op": "gemm_v3_found", "step": key, "call": f["call"], "plan": f["plan"], "ms": ms})
     rows.append("")
     rows.append("Each candidate timed once per shape at its first call (median of 5 after a warm-up, on scratch "
-                "outputs); the last column: how much faster the plan taken is than the barrier pipeline's best tile.")
+                "outputs); best / barrier's best: how much faster the plan taken is than the barrier pipeline's best "
+                "tile (loading by boxes)" + ("; boxes' best / im2col's best: above 1, conv v3 loading by im2col was "
+                                            "faster." if im2col else "."))
 
 
 def conv_found_table(t, rows, numbers):

@@ -195,10 +195,24 @@ class ConvStep(unittest.TestCase):
                       "0.800 | 0.600 | 0.700 | 0.650 | 0.400 | — | — | — | 1.50 |", text)
         self.assertIn("| — | — | — | — | — | 0.010 | 0.020 | 0.030 | 1.00 |", text)
         self.assertIn("pingpong/slim ms", r[0])
+        self.assertNotIn("im2col", text)
         r, n = [], []
         summarize.gemm_found_table({"vit_b16_bf16_ours": {}}, r, n)
         self.assertIn("no step run with --gemm-tuning find", r[0])
         self.assertEqual(n, [])
+
+    def test_gemm_found_table_compares_conv_v3s_loads(self):
+        """conv v3's plans by im2col (since 2026-11-30): a last column, the boxes' best over the im2col plans' best."""
+        t = {"resnet50_bf16_ours_nhwc_conv_find": {"gemm_v3_found": [
+            {"call": "conv v3 fwd 3x3 256->256 256x14x14 -> 14x14 bf16", "plan": "barrier/wide+im2col",
+             "ms": {"barrier/wide": 0.5, "ws/wide": 0.6, "barrier/wide+im2col": 0.4, "ws/wide+im2col": 0.45}},
+            {"call": "1024x256x64 NN bf16->bf16", "plan": "barrier/slim", "ms": {"barrier/slim": 0.01}}]}}
+        r, n = [], []
+        summarize.gemm_found_table(t, r, n)
+        text = "\n".join(r)
+        self.assertIn("boxes' best / im2col's best", r[0])
+        self.assertIn("| 0.500 | 0.600 | 0.400 | 0.450 | — | 1.25 | 1.25 |", text)
+        self.assertIn("| — | — | — | — | 0.010 | 1.00 | — |", text)
 
     def test_conv_found_table_totals_the_timed_convolutions(self):
         """One row a convolution (v2 untimed where v3 does not take it), and the timed ones added up each way."""
