@@ -45,6 +45,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "band_epilogue.cuh"
@@ -345,6 +346,19 @@ bool rule_im2col() { return pinned_conv_v3_load() == 1; }
 bool corners_fit(const int (&lower)[2], const int (&upper)[2]) {
   return im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) && im2col_corner_ok(upper[0]) &&
          im2col_corner_ok(upper[1]);
+}
+
+// Find's candidates `plans` loading as the rule does (im2col), then, where both loads apply (both), each loading the
+// other way too.
+std::vector<V3Plan> with_loads(std::vector<V3Plan> plans, bool im2col, bool both) {
+  for (V3Plan& pl : plans) pl.im2col = im2col;
+  const size_t n = plans.size();
+  for (size_t i = 0; both && i < n; ++i) {
+    V3Plan pl = plans[i];
+    pl.im2col = !im2col;
+    plans.push_back(pl);
+  }
+  return plans;
 }
 
 // c's pixel tiles (the launch's PixelTiles but for its tile counts; *tiles: the 128-row tiles): by im2col where
@@ -678,16 +692,7 @@ void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) 
       std::vector<V3Plan> plans = pins.pipeline >= 0
                                       ? std::vector<V3Plan>{{pipeline, tile}}
                                       : std::vector<V3Plan>{{V3Pipeline::barrier, tile}, {V3Pipeline::ws, tile}};
-      for (V3Plan& pl : plans) pl.im2col = q.im2col;
-      if (other_load) {
-        const size_t n = plans.size();
-        for (size_t i = 0; i < n; ++i) {
-          V3Plan pl = plans[i];
-          pl.im2col = q_other.im2col;
-          plans.push_back(pl);
-        }
-      }
-      return plans;
+      return with_loads(std::move(plans), q.im2col, other_load);
     };
     const FindKey key{1,           stream.device().index,
                       int64_t(dt), pins.pipeline,
@@ -849,19 +854,7 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                                 AllocOptions{.stream = &stream});
       launch_plan(candidate, scratch.data());
     };
-    const auto candidates = [&] {
-      std::vector<V3Plan> plans = v3_find_candidates(c.M, pins);
-      for (V3Plan& pl : plans) pl.im2col = q.im2col;
-      if (other_load) {
-        const size_t n = plans.size();
-        for (size_t i = 0; i < n; ++i) {
-          V3Plan pl = plans[i];
-          pl.im2col = q_other.im2col;
-          plans.push_back(pl);
-        }
-      }
-      return plans;
-    };
+    const auto candidates = [&] { return with_loads(v3_find_candidates(c.M, pins), q.im2col, other_load); };
     plan = find_v3_plan(found_plans(), key, "conv v3", describe, candidates, plan, detail::native(stream), on_scratch);
   }
   launch_plan(plan, c.dst);

@@ -633,27 +633,23 @@ inline std::vector<V3Plan> v3_find_candidates(int64_t n, const V3Pins& pins, boo
   return out;
 }
 
+// The driver's entry point `name` (CUDA 12.0's version) as Fn; `who` names the caller in the error.
+template <class Fn>
+Fn driver_entry_point(const char* name, const char* who) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  HPDT_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &q));
+  HPDT_CHECK(q == cudaDriverEntryPointSuccess && f != nullptr, who, ": the driver has no ", name,
+             " (CUDA 12.0 or newer is needed)");
+  return reinterpret_cast<Fn>(f);
+}
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    HPDT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    HPDT_CHECK(q == cudaDriverEntryPointSuccess && f != nullptr,
-               "GEMM / conv v3: the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or newer is needed)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
+  static const auto fn =
+      driver_entry_point<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled", "GEMM / conv v3");
   return fn;
 }
-
 inline PFN_cuTensorMapEncodeIm2col_v12000 im2col_map_encoder() {
-  static const PFN_cuTensorMapEncodeIm2col_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    HPDT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &f, 12000, cudaEnableDefault, &q));
-    HPDT_CHECK(q == cudaDriverEntryPointSuccess && f != nullptr,
-               "conv v3: the driver has no cuTensorMapEncodeIm2col (CUDA 12.0 or newer is needed)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(f);
-  }();
+  static const auto fn = driver_entry_point<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col", "conv v3");
   return fn;
 }
 
