@@ -97,7 +97,7 @@ struct PixelTiles {
   int stride;                // source pixels per output pixel (TMA's element stride)
   int oy0, ox0, tsign, kw, c_tiles;
   int dst_h, dst_w, dys, dy0, dxs, dx0;
-  // im2col loads (conv_v3_im2col): tile tm is the grid's pixels 128 tm .. 128 tm + 127 in order (image, row,
+  // im2col loads (HPDT_CONV_V3_LOAD, Find): tile tm is the grid's pixels 128 tm .. 128 tm + 127 in order (image, row,
   // column), `pixels` of them in all; A's k tile one im2col load from the source coordinates (by0, bx0) of pixel
   // (0, 0)'s tap (0, 0) in the source's order (backward-data's taps run backwards: tap (kh - 1, kw - 1) first)
   int im2col, kh, by0, bx0, pixels;
@@ -437,8 +437,8 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline
 
 struct WgradTiles {
   PixelBox box;  // a k tile: a box of 64 pixels
-  // im2col (conv_v3_im2col): k tile kt is the output grid's pixels 64 kt .. 64 kt + 63 in (image, row, column) order,
-  // x's chunks by im2col loads at their taps' offsets, dy's rows one 2-D box; `pixels` in all
+  // im2col (HPDT_CONV_V3_LOAD, Find): k tile kt is the output grid's pixels 64 kt .. 64 kt + 63 in (image, row,
+  // column) order, x's chunks by im2col loads at their taps' offsets, dy's rows one 2-D box; `pixels` in all
   int im2col, oh, ow, pixels;
   FastDiv per_image, per_row;  // oh * ow, ow
   int ci, co, kw, stride, pad, taps;
