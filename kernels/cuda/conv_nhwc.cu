@@ -1212,6 +1212,20 @@ std::vector<ConvFound> conv_found() { return found_choices().reports(); }
 
 void conv_forget_found() { found_choices().clear(); }
 
+void tma_im2col_load_nhwc(const Tensor& src, const int (&lower)[2], const int (&upper)[2], int stride, int x, int y,
+                          int img, int ox, int oy, int pixels, Tensor& dst, const Stream& stream) {
+  HPDT_CHECK(src.ndim() == 4 && src.size(3) == 64 && src.is_cuda() && dst.is_cuda() && dst.dtype() == src.dtype() &&
+                 dst.numel() == int64_t(pixels) * 64,
+             "tma_im2col_load_nhwc: src [n][h][w][64] and dst of ", pixels, " x 64 values of src's dtype are needed");
+#if HPDT_HAVE_GEMM_WGMMA
+  conv_detail::conv_v3_im2col_load(src.data(), src.dtype(), int(src.size(0)), int(src.size(1)), int(src.size(2)), lower,
+                                   upper, stride, x, y, img, ox, oy, pixels, dst.data(), stream);
+#else
+  (void)lower, (void)upper, (void)stride, (void)x, (void)y, (void)img, (void)ox, (void)oy, (void)stream;
+  HPDT_CHECK(false, "tma_im2col_load_nhwc: this build has no sm_90 kernels");
+#endif
+}
+
 void conv2d_filter_from_krsc(const Conv2dShape& s, const Tensor& w_krsc, Tensor& dw, const Stream& stream) {
   const int64_t n = dw.numel();
   if (n == 0) return;

@@ -65,6 +65,12 @@ struct ConvV3Wgrad {
 bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream);
 void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream);
 
+// One load of TMA's im2col mode as conv v3 issues it (cuda::tma_im2col_load_nhwc, conv.h: for tests): `pixels`
+// (1..256) pixels of the first 64 channels of src [n][h][w][64] (16-bit) into dst [pixels][64], unswizzled.
+void conv_v3_im2col_load(const void* src, DType dt, int n, int h, int w, const int (&lower)[2], const int (&upper)[2],
+                         int stride, int x, int y, int img, int ox, int oy, int pixels, void* dst,
+                         const Stream& stream);
+
 // conv v3's plans under kernels::GemmTuning::find (pipeline and tile per call, as GEMM v3's; the backward-filter's
 // pipeline alone, its tile following co), in the order they were found; cuda::gemm_v3_found() lists them after
 // GEMM v3's, and gemm_v3_forget_found() forgets them too.

@@ -1313,6 +1313,103 @@ TEST_F(ConvCuda, NhwcFindTimesV2AndV3OnScratchOutputs) {
 #endif
 
 #if HPDT_HAVE_CUDA
+// TMA's im2col mode as the GPU does it, one load at a time (cuda::tma_im2col_load_nhwc): the loads whose results
+// triton-lang/triton's python/tutorials/gluon/13-conv-im2col.py lists and the CUDA emulator's self-test repeats
+// (CudaEmu.TmaIm2colLoadsAsDocumented), on n images of hw x hw pixels whose 64 channels hold 1 + the pixel's index
+// (bf16, exact): the plain box, padding corners, offsets, wrapping into the next image with and without padding, a
+// stride-2 traversal; then corners that differ between x and y (a 5 x 7 image, lower (-1, 0), upper (1, -1)), which
+// show the corners' order. On a GPU this checks the emulator's model of the mode (docs/cuda-emulator.md); on the
+// emulator, that the product's load path is the self-test's.
+TEST_F(ConvCuda, TmaIm2colLoadsAsTheEmulatorModels) {
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  struct Load {
+    const char* name;
+    int n, h, w, lower[2], upper[2], stride, x, y, ox, oy;
+    std::vector<float> want;  // the 16 pixels' values
+  };
+  const Load loads[] = {
+      {"plain", 1, 4, 4, {0, 0}, {0, 0}, 1, 0, 0, 0, 0, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+      {"padded", 1, 4, 4, {-1, -1}, {-1, -1}, 1, -1, -1, 0, 0, {0, 0, 0, 0, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11}},
+      {"offsets",
+       1,
+       4,
+       4,
+       {-1, -1},
+       {-1, -1},
+       1,
+       -1,
+       -1,
+       1,
+       1,
+       {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+      {"two images",
+       2,
+       4,
+       4,
+       {0, 0},
+       {0, 0},
+       1,
+       3,
+       1,
+       0,
+       0,
+       {8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}},
+      {"two images padded",
+       2,
+       4,
+       4,
+       {-1, -1},
+       {-1, -1},
+       1,
+       2,
+       1,
+       0,
+       0,
+       {7, 0, 9, 10, 11, 0, 0, 0, 0, 0, 17, 18, 19, 0, 21, 22}},
+      {"stride 2",
+       1,
+       5,
+       5,
+       {-1, -1},
+       {-1, -1},
+       2,
+       -1,
+       -1,
+       1,
+       1,
+       {1, 3, 5, 11, 13, 15, 21, 23, 25, 0, 0, 0, 0, 0, 0, 0}},
+      // x in [-1, 7 - 1 + 1] = [-1, 7], y in [0, 5 - 1 - 1] = [0, 3]: rows of 9 pixels, 4 rows an image
+      {"x and y corners differ",
+       1,
+       5,
+       7,
+       {-1, 0},
+       {1, -1},
+       1,
+       -1,
+       0,
+       0,
+       0,
+       {0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 8, 9, 10, 11, 12, 13}},
+  };
+  const DType dt = DType::bf16;
+  for (const Load& l : loads) {
+    SCOPED_TRACE(l.name);
+    Tensor host = Tensor::empty({l.n, l.h, l.w, 64}, DType::f32, Device::cpu());
+    for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = float(1 + i / 64);
+    const Tensor src = to_gpu(host, dt);
+    Tensor dst = poisoned({16, 64}, dt);
+    kernels::cuda::tma_im2col_load_nhwc(src, l.lower, l.upper, l.stride, l.x, l.y, 0, l.ox, l.oy, 16, dst, stream);
+    const Tensor got = to_cpu_f32(dst);
+    for (int r = 0; r < 16; ++r)
+      for (int e = 0; e < 64; ++e)
+        ASSERT_EQ(got.data<float>()[r * 64 + e], l.want[size_t(r)]) << "pixel " << r << ", channel " << e;
+  }
+}
+#endif
+
+#if HPDT_HAVE_CUDA
 // conv v3 under kernels::GemmTuning::find (--conv v3 --gemm-tuning find): each call's first run times GEMM v3's
 // candidate plans (pipeline x tile; the backward-filter's two pipelines) on a scratch output, then runs the fastest.
 // A 3x3 with 64 and with 128 output channels (slim, and narrow / wide), all three directions against the oracle (dw

@@ -638,6 +638,33 @@ WgradTiles wgrad_tiles_of(const ConvV3Wgrad& c, bool im2col) {
   return q;
 }
 
+// ---- one im2col load, for tests (conv_v3_im2col_load) ---------------------------------------------------------
+
+// One block: thread 0 issues the map's load (its pixelsPerColumn pixels of 64 channels) at (x, y, img) with offsets
+// (ox, oy); every thread then copies the landed rows out of the 128-byte swizzle into dst [pixels][64].
+__global__ void __launch_bounds__(128, 1) im2col_load_kernel(const __grid_constant__ CUtensorMap map, int x, int y,
+                                                             int img, int ox, int oy, int pixels, uint16_t* dst) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u, bar = base + uint32_t(pixels) * 128u;
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(bar, uint32_t(pixels) * 128u);
+    tma_load_im2col_4d(base, &map, bar, 0, x, y, img, uint16_t(ox), uint16_t(oy));
+  }
+  mbar_wait(bar, 0);
+  const unsigned char* rows = smem_raw + (base - smem_u32(smem_raw));
+  for (int i = int(threadIdx.x); i < pixels * 64; i += int(blockDim.x)) {
+    const int r = i / 64, e = i % 64;  // 16-byte chunk c of row r lands at chunk c ^ r % 8
+    uint16_t v;
+    memcpy(&v, rows + r * 128 + (((e / 8) ^ (r % 8)) * 16) + (e % 8) * 2, 2);
+    dst[i] = v;
+  }
+}
+
 }  // namespace
 
 std::vector<GemmV3Found> conv_v3_found() { return found_plans().reports(); }
@@ -858,6 +885,24 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
     plan = find_v3_plan(found_plans(), key, "conv v3", describe, candidates, plan, detail::native(stream), on_scratch);
   }
   launch_plan(plan, c.dst);
+}
+
+void conv_v3_im2col_load(const void* src, DType dt, int n, int h, int w, const int (&lower)[2], const int (&upper)[2],
+                         int stride, int x, int y, int img, int ox, int oy, int pixels, void* dst,
+                         const Stream& stream) {
+  HPDT_CHECK((dt == DType::bf16 || dt == DType::f16) && stream.is_cuda() && aligned16(src) && pixels >= 1 &&
+                 pixels <= 256 && ox >= 0 && oy >= 0 && gemm_detail::v3_device_ok(stream.device().index),
+             "conv v3 im2col load: a 16-bit, 16-byte aligned source, 1 to 256 pixels, offsets from 0 and a compute "
+             "capability 9.0 device are needed");
+  const cuuint64_t dims[4] = {64, cuuint64_t(w), cuuint64_t(h), cuuint64_t(n)};
+  const cuuint64_t strides[3] = {128, cuuint64_t(w) * 128, cuuint64_t(h) * w * 128};
+  const CUtensorMap map =
+      im2col_map("conv v3 im2col load", src, dims, strides, lower, upper, cuuint32_t(pixels), stride, dt);
+  const int smem = pixels * 128 + 1024 + 16;
+  detail::allow_dynamic_smem<im2col_load_kernel>(smem);
+  im2col_load_kernel<<<1, 128, smem, detail::native(stream)>>>(map, x, y, img, ox, oy, pixels,
+                                                               static_cast<uint16_t*>(dst));
+  HPDT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace hpdt::kernels::cuda::conv_detail

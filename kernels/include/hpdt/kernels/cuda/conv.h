@@ -57,6 +57,14 @@ std::vector<ConvFound> conv_found();
 // Forgets them, so that the next call of each convolution is timed again (tests).
 void conv_forget_found();
 
+// One load of TMA's im2col mode as conv v3 issues it (for tests: the GPU's answer to what the CUDA emulator models,
+// docs/cuda-emulator.md): `pixels` (1 to 256) pixels of src's 64 channels (src [n][h][w][64], bf16 or f16, dense)
+// into dst ([pixels][64], src's dtype), walking from (x, y) of image img with offsets (ox, oy) >= 0 inside each image's
+// bounding box from (lower[0], lower[1]) to (w - 1 + upper[0], h - 1 + upper[1]) (x first) in steps of `stride`.
+// Throws without an sm_90 build and a compute capability 9.0 device.
+void tma_im2col_load_nhwc(const Tensor& src, const int (&lower)[2], const int (&upper)[2], int stride, int x, int y,
+                          int img, int ox, int oy, int pixels, Tensor& dst, const Stream& stream);
+
 // cuDNN 9 (the `vendor` backend and the benchmark peer): NCHW or NHWC tensor descriptors (`layout`), f32
 // compute (no TF32 for f32 tensors), algorithms cached per shape as kernels::cudnn_algo() says (backend.h): the
 // first deterministic one of the v7 heuristics, or Find's fastest (timed at a shape's first call, synchronising). NHWC runs
