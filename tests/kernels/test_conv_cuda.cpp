@@ -1406,6 +1406,14 @@ TEST_F(ConvCuda, TmaIm2colLoadsAsTheEmulatorModels) {
       for (int e = 0; e < 64; ++e)
         ASSERT_EQ(got.data<float>()[r * 64 + e], l.want[size_t(r)]) << "pixel " << r << ", channel " << e;
   }
+  // a source of other than 64 channels, or a dst of other than pixels x 64 values: an error saying what is needed
+  const Tensor narrow = to_gpu(random({1, 4, 4, 32}), dt), src = to_gpu(random({1, 4, 4, 64}), dt);
+  Tensor dst = poisoned({16, 64}, dt), small = poisoned({8, 64}, dt);
+  const int zero[2] = {0, 0};
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::tma_im2col_load_nhwc(narrow, zero, zero, 1, 0, 0, 0, 0, 0, 16, dst, stream),
+                        "src [n][h][w][64] and dst of 16 x 64 values");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::tma_im2col_load_nhwc(src, zero, zero, 1, 0, 0, 0, 0, 0, 16, small, stream),
+                        "src [n][h][w][64] and dst of 16 x 64 values");
 }
 #endif
 
