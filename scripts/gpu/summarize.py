@@ -403,6 +403,36 @@ def conv_space_to_depth_table(c, rows, numbers):
         rows.append("(no x_direct counters: hpdt-bench-conv-cuda before 2026-11-29)")
 
 
+def conv_im2col_table(c, rows, numbers):
+    """conv v3 loading its pixels by TMA's im2col mode (HPDT_CONV_V3_LOAD=im2col, since 2026-11-30) against boxes
+    (the default): the v3_wgmma_im2col rows' x_box counter, the boxes' time over the im2col time, same run, back to
+    back; with each shape's per_step, how much a step's --conv v3 convolutions would gain."""
+    found = []
+    for k in sorted(c):
+        parts = k.split("/")
+        if len(parts) != 5 or parts[4] != "v3_wgmma_im2col" or "x_box" not in c[k]:
+            continue
+        ms, x = c[k]["real_time"], c[k]["x_box"]
+        found.append((parts, ms, x, c[k].get("per_step")))
+    if not found:
+        rows.append("(no x_box counters: hpdt-bench-conv-cuda before 2026-11-30)")
+        return
+    rows.append("| convolution (batch 256) | dtype | direction | a step runs it | v3 by boxes ms | v3 by im2col ms "
+                "| boxes / im2col time | a step's gain ms |")
+    rows.append("|---|---|---|---:|---:|---:|---:|---:|")
+    total, complete = 0.0, True
+    for parts, ms, x, per_step in found:
+        gain = per_step * (ms * x - ms) if per_step is not None else None
+        complete = complete and gain is not None
+        total += gain or 0.0
+        rows.append(f"| {parts[1]} | {parts[2]} | {parts[3]} | {fmt(per_step, 0)} | {ms * x:.3f} | {ms:.3f} "
+                    f"| {fmt(x, 2)} | {fmt(gain, 3)} |")
+        numbers.append({"op": "conv_im2col", "case": parts[1], "dtype": parts[2], "dir": parts[3],
+                        "per_step": per_step, "v3_box_ms": ms * x, "v3_im2col_ms": ms, "x_box": x})
+    rows.append(f"| **a step, {len(found)} directions** | | | | | | | {fmt(total if complete else None, 2)} |")
+    numbers.append({"op": "conv_im2col_total", "directions": len(found), "gain_ms": total if complete else None})
+
+
 # Nominal dense bf16 tensor-core FLOP/s and HBM bytes/s (datasheets), by a substring of the GPU's name, first match
 # wins: the roofline of "ResNet-50's convolutions, a step".
 PEAKS = [("H100 PCIe", 756e12, 2.0e12), ("H100 NVL", 835e12, 3.9e12), ("H100", 989e12, 3.35e12),
@@ -917,6 +947,8 @@ def main():
                  lambda: conv_epilogue_table(f["conv"], rows, numbers)),
                 ("The stem on space-to-depth (x_direct: HPDT_CONV_SPACE_TO_DEPTH=off against on)",
                  lambda: conv_space_to_depth_table(f["conv"], rows, numbers)),
+                ("conv v3 by im2col against boxes (x_box: HPDT_CONV_V3_LOAD=im2col against the default)",
+                 lambda: conv_im2col_table(f["conv"], rows, numbers)),
                 ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",
                  lambda: conv_step_table(f["conv"], rows, numbers, gpu_name(f))),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),

@@ -201,6 +201,24 @@ class ConvStep(unittest.TestCase):
         self.assertIn("no step run with --gemm-tuning find", r[0])
         self.assertEqual(n, [])
 
+    def test_im2col_table_reads_the_x_box_counters(self):
+        """x_box: the boxes' time over the im2col time of a v3_wgmma_im2col row; a step's gain weighs it by per_step;
+        rows without the counter are out; no rows at all says so."""
+        c = {"conv_nhwc/3x3_256-256_14/bf16/fwd/v3_wgmma_im2col": {"real_time": 0.8, "x_box": 1.25, "per_step": 5.0},
+             "conv_nhwc/3x3_256-256_14/bf16/bwd_filter/v3_wgmma_im2col": {"real_time": 1.0, "x_box": 0.9,
+                                                                          "per_step": 5.0},
+             "conv_nhwc/3x3_256-256_14/bf16/fwd/v3_wgmma": {"real_time": 1.0, "per_step": 5.0}}
+        r, n = [], []
+        summarize.conv_im2col_table(c, r, n)
+        text = "\n".join(r)
+        self.assertIn("| 3x3_256-256_14 | bf16 | fwd | 5 | 1.000 | 0.800 | 1.25 | 1.000 |", text)
+        self.assertIn("| 3x3_256-256_14 | bf16 | bwd_filter | 5 | 0.900 | 1.000 | 0.90 | -0.500 |", text)
+        self.assertAlmostEqual(n[-1]["gain_ms"], 0.5)
+        self.assertEqual(n[-1]["directions"], 2)
+        r, n = [], []
+        summarize.conv_im2col_table({}, r, n)
+        self.assertIn("no x_box counters", r[0])
+
     def test_gemm_found_table_compares_conv_v3s_loads(self):
         """conv v3's plans by im2col (since 2026-11-30): a last column, the boxes' best over the im2col plans' best."""
         t = {"resnet50_bf16_ours_nhwc_conv_find": {"gemm_v3_found": [
