@@ -340,8 +340,8 @@ int pinned_conv_v3_load() {
   HPDT_CHECK(std::strcmp(e, "im2col") == 0, "HPDT_CONV_V3_LOAD=", e, ": expected box or im2col");
   return 1;
 }
-// The load by rule: im2col where pinned.
-bool rule_im2col() { return pinned_conv_v3_load() == 1; }
+// The load by rule for pinned_conv_v3_load's `load_pin`: im2col where pinned so (the one place the default is set).
+bool rule_im2col(int load_pin) { return load_pin == 1; }
 
 bool corners_fit(const int (&lower)[2], const int (&upper)[2]) {
   return im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) && im2col_corner_ok(upper[0]) &&
@@ -682,10 +682,12 @@ bool conv_v3_wgrad_can_take(const ConvV3Wgrad& c, DType dt, const Stream& stream
 void conv_v3_wgrad_launch(const ConvV3Wgrad& c, DType dt, const Stream& stream) {
   HPDT_CHECK(conv_v3_wgrad_can_take(c, dt, stream), "conv v3 backward-filter: this convolution (", dtype_name(dt),
              ", ci = ", c.ci, ", co = ", c.co, ") is not one it takes (conv_v3_wgrad_can_take)");
-  const WgradTiles q = wgrad_tiles_of(c, rule_im2col());
   const int load_pin = pinned_conv_v3_load();
-  const WgradTiles q_other = wgrad_tiles_of(c, !q.im2col);  // Find times both loads where both apply
-  const bool other_load = load_pin < 0 && q_other.im2col != q.im2col;
+  const WgradTiles q = wgrad_tiles_of(c, rule_im2col(load_pin));
+  // Find times both loads where both apply (the load not pinned); the other's tiles worked out only then
+  const WgradTiles q_other =
+      gemm_tuning() == GemmTuning::find && load_pin < 0 ? wgrad_tiles_of(c, !q.im2col) : q;
+  const bool other_load = q_other.im2col != q.im2col;
   // the tile follows co; the pipeline by rule (ws on the wide tile: 5-6 % faster than barrier on every ResNet-50
   // backward-filter the H200 timed under Find, 2026-11-29; barrier on the others, which it ran as fast or faster), or
   // under Find the faster of barrier and ws (pingpong runs ws here)
@@ -760,7 +762,7 @@ bool conv_v3_can_take(const ConvV3& c, DType dt, const Stream& stream) {
 
 int64_t conv_v3_row_groups(const ConvV3& c) {  // the rule's load: conv_v3_launch keeps to it with reductions
   int64_t tiles = 0;
-  pixel_tiles_of(c, rule_im2col(), &tiles);
+  pixel_tiles_of(c, rule_im2col(pinned_conv_v3_load()), &tiles);
   return 2 * tiles;
 }
 
@@ -774,14 +776,16 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                                     (!c.grad_sums->y.defined() || aligned4(c.grad_sums->y.data()))))),
              "conv v3: batch-norm reductions need an even channel count (", c.M,
              ") and 4-byte aligned tensors (the epilogue reduces pairs of channels)");
-  int64_t boxes = 0;  // the pixel tiles by the rule's load: boxes, or im2col's runs of 128 pixels
-  const PixelTiles q = pixel_tiles_of(c, rule_im2col(), &boxes);
-  // ... and by the other load, which Find also times where HPDT_CONV_V3_LOAD is unset, the corners fit and no batch
-  // norm's reductions ride along (their partials are sized by the rule's tiles: conv_v3_row_groups)
-  int64_t other_boxes = 0;
   const int load_pin = pinned_conv_v3_load();
-  const PixelTiles q_other = pixel_tiles_of(c, !q.im2col, &other_boxes);
-  const bool other_load = load_pin < 0 && !c.stats && !c.grad_sums && q_other.im2col != q.im2col;
+  int64_t boxes = 0;  // the pixel tiles by the rule's load: boxes, or im2col's runs of 128 pixels
+  const PixelTiles q = pixel_tiles_of(c, rule_im2col(load_pin), &boxes);
+  // ... and by the other load, which Find also times where HPDT_CONV_V3_LOAD is unset, the corners fit and no batch
+  // norm's reductions ride along (their partials are sized by the rule's tiles: conv_v3_row_groups); worked out only
+  // then, not on every call
+  int64_t other_boxes = boxes;
+  const bool may_time_other = gemm_tuning() == GemmTuning::find && load_pin < 0 && !c.stats && !c.grad_sums;
+  const PixelTiles q_other = may_time_other ? pixel_tiles_of(c, !q.im2col, &other_boxes) : q;
+  const bool other_load = q_other.im2col != q.im2col;
   Params p{};
   p.M = c.n * c.dst_h * c.dst_w;  // dst's rows (pixels); the GEMM's "M" here only bounds the epilogue's rows
   p.N = c.M;
