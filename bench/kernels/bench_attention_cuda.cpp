@@ -17,6 +17,8 @@
 // a check that the reference computes the same attention.
 // Shapes: ViT-B/16 at 224 (b 64, 12 heads, t 197, dh 64) and long sequences (b 8, 16 heads, t 1024 and
 // 4096, dh 64 and 128); dtypes bf16, f16 (v1, v2) and f32 (v1 only).
+// A/B rows of v2 under a switch, beside its default rows: v2_narrow (HPDT_ATTENTION_V2_TILES=narrow), v2_step64
+// (HPDT_ATTENTION_V2_DKDV_STEP=64: the dK/dV pass at dh 128 with 64 queries a step; backward rows, dh 128).
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cudnn.h>
@@ -292,10 +294,15 @@ void report(benchmark::State& state, double flops, double sec, double ref_sec) {
 }
 
 // Ours: variant 1, 2 or 3, forward or backward. Each iteration is one call, timed with CUDA events.
-// v2_tiles: HPDT_ATTENTION_V2_TILES for this row ("v2_narrow" rows: v2's one-m-tile-a-warp tiles), or null.
-void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward, const char* v2_tiles) {
+// pin: an environment variable and its value for this row, or {} ("v2_narrow" rows: HPDT_ATTENTION_V2_TILES=narrow,
+// v2's one-m-tile-a-warp tiles; "v2_step64": HPDT_ATTENTION_V2_DKDV_STEP=64, the dh-128 dK/dV pass's tall step).
+struct EnvPin {
+  const char* name = nullptr;
+  const char* value = nullptr;
+};
+void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool backward, EnvPin pin) {
   if (skip_without_gpu(state)) return;
-  const ScopedEnv scope("HPDT_ATTENTION_V2_TILES", v2_tiles);
+  const ScopedEnv scope(pin.name ? pin.name : "HPDT_ATTENTION_V2_TILES", pin.value);
   try {
     Problem p = make_problem(sh, dt);
     const Stream& s = bench_stream();
@@ -388,7 +395,7 @@ void register_all() {
           if (v >= 2 && dt == DType::f32) continue;
           if (v == 3 && !backward) continue;  // v3's forward is v2's
           benchmark::RegisterBenchmark((dir + "v" + std::to_string(v) + "/" + tail).c_str(), BM_flash, sh, dt, v,
-                                       backward, nullptr)
+                                       backward, EnvPin{})
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
         }
@@ -396,7 +403,15 @@ void register_all() {
         // they differ: the forward above dh 64 (padded to 128), the backward above dh 16 (at dh 128 its dQ pass)
         const bool differs = backward ? sh.dh > 16 : sh.dh > 64;
         if (dt != DType::f32 && differs)
-          benchmark::RegisterBenchmark((dir + "v2_narrow/" + tail).c_str(), BM_flash, sh, dt, 2, backward, "narrow")
+          benchmark::RegisterBenchmark((dir + "v2_narrow/" + tail).c_str(), BM_flash, sh, dt, 2, backward,
+                                       EnvPin{"HPDT_ATTENTION_V2_TILES", "narrow"})
+              ->UseManualTime()
+              ->Unit(benchmark::kMillisecond);
+        // the dh-128 dK/dV pass with 64 queries a step (2026-11-30) beside its default 32 (the v2 rows): the backward
+        // at dh 128, t = 4096 is the one attention row short of 0.8x SDPA (0.76x, H200, 2026-11-29)
+        if (dt != DType::f32 && backward && sh.dh > 64)
+          benchmark::RegisterBenchmark((dir + "v2_step64/" + tail).c_str(), BM_flash, sh, dt, 2, backward,
+                                       EnvPin{"HPDT_ATTENTION_V2_DKDV_STEP", "64"})
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
       }

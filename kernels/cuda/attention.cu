@@ -594,6 +594,12 @@ bool narrow_v2_tiles() {
   return true;
 }
 
+// HPDT_ATTENTION_V2_DKDV_STEP=32|64: the queries a step of the dK/dV pass at dh 128 (BackwardTileNarrow's 32 or
+// BackwardTileTall128's 64, above). Unset: 32, the step measured on the H200 (2026-11-29: 0.76x SDPA's backward at
+// t = 4096); 64 is for measuring against it (hpdt-bench-attention-cuda's v2_step64 rows). Read at every call, as
+// HPDT_ATTENTION_V2_TILES; anything else is an error naming the variable.
+bool tall_dkdv128_step() { return !env_switch("HPDT_ATTENTION_V2_DKDV_STEP", "32", "64"); }
+
 template <int DHP, class Tile>
 constexpr size_t mma_forward_smem() {
   return sizeof(uint16_t) * size_t(Tile::BR + 4 * Tile::BC) * (DHP + 8);
@@ -769,7 +775,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 // Backward tiles, one shape for both passes: each warp owns MT m-tiles of 16 rows (keys in the dK/dV pass,
 // queries in the dQ pass), BLOCK = 16 MT warps rows a CTA, and STEP rows of the other side per loop step.
 //   Narrow (MT = 1; STEP 64, 32 at dh 128): the tiles measured on 2026-11-26 (bwd 0.78-0.79x SDPA at t = 4096),
-//     and the only ones of the dK/dV pass at dh 128, where two m-tiles' dK and dV (256 registers) cannot fit, and
+//     and the default of the dK/dV pass at dh 128, where two m-tiles' dK and dV (256 registers) cannot fit, and
 //     of both passes at dh 16 (where ptxas spills the wide dK/dV kernel at 128 registers).
 //   Wide (MT = 2, STEP 32; the default since 2026-11-27: both passes at dh 32 and 64, the dQ pass at dh 128):
 //     every Q / dO (dK/dV pass) or K / V (dQ pass) fragment read from shared memory feeds two m-tiles' mma's:
@@ -781,6 +787,12 @@ struct MmaBackwardTile {
 template <int DHP>
 using BackwardTileNarrow = MmaBackwardTile<1, DHP == 128 ? 32 : 64>;
 using BackwardTileWide = MmaBackwardTile<2, 32>;
+//   Tall (HPDT_ATTENTION_V2_DKDV_STEP=64; the dK/dV pass at dh 128 only, v2's and v3's): MT = 1, STEP 64. Each warp's
+//     K and V fragments, re-read from shared memory at every k step, feed 64 queries' mma's instead of 32: ldmatrix
+//     per mma 0.625 -> 0.56 over the step's four products, and half the steps (barriers, lse and D loads) a key
+//     block. 254 registers against 238 (ptxas, sm_90, no spills: still 2 CTAs an SM), 104 KB of shared memory
+//     against 70. dK and dV are the same values: their sums add the same 16-query products in the same order.
+using BackwardTileTall128 = MmaBackwardTile<1, 64>;
 
 // FUSED_DQ (variant 3): and the dS^T tile of a step, [BLOCK keys][STEP + 8] 16-bit.
 template <int DHP, class Tile, bool FUSED_DQ = false>
@@ -1340,7 +1352,7 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
       constexpr int DHP = decltype(dhp)::value;
       if constexpr (kIs16Bit<T>) {
         if (variant == kAttentionTensorCore || variant == kAttentionFusedBackward) {
-          // one launch of each pass, with its own tile (dh 128: the dK/dV pass has only the narrow one)
+          // one launch of each pass, with its own tile (dh 128: the dK/dV pass one m-tile a warp, narrow or tall)
           const auto launch = [&](auto dkdv_tile, auto dq_tile) {
             using KT = decltype(dkdv_tile);
             using QT = decltype(dq_tile);
@@ -1378,10 +1390,16 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
           };
           if constexpr (DHP == 16) {
             launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
+          } else if constexpr (DHP == 128) {
+            const bool narrow = narrow_v2_tiles();
+            if (tall_dkdv128_step())
+              narrow ? launch(BackwardTileTall128{}, BackwardTileNarrow<DHP>{})
+                     : launch(BackwardTileTall128{}, BackwardTileWide{});
+            else
+              narrow ? launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{})
+                     : launch(BackwardTileNarrow<DHP>{}, BackwardTileWide{});
           } else if (narrow_v2_tiles()) {
             launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
-          } else if constexpr (DHP == 128) {
-            launch(BackwardTileNarrow<DHP>{}, BackwardTileWide{});
           } else {
             launch(BackwardTileWide{}, BackwardTileWide{});
           }

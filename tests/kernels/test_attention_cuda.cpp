@@ -314,6 +314,63 @@ TEST_F(AttentionCuda, BothV2TileShapes) {
 #endif
 
 #if HPDT_HAVE_CUDA
+// The dK/dV pass at dh 128 with 64 queries a step (HPDT_ATTENTION_V2_DKDV_STEP=64, BackwardTileTall128) where the
+// default takes 32: against the oracle (check_all: auto, v2 and v3, both 16-bit dtypes) on t one past a 32-row
+// step, a 64-row block and a 128-row block, t = 1, dh 80 (padded to 128), large scores over many blocks, under both
+// of v2's tile settings; and against the step of 32, v2 and v3 each: dq, dk, dv the same values (every sum adds the
+// same 16-query products in the same order; a masked query past t adds zeros, so only a zero's sign may differ). On
+// the emulator, also which kernels ran.
+TEST_F(AttentionCuda, TallDkDvStepAtDh128) {
+  const Case cases[] = {{1, 33, 2, 128}, {2, 65, 1, 128}, {1, 129, 1, 128},
+                        {1, 1, 2, 128},  {1, 97, 2, 80},  {1, 200, 1, 128, 8.0f}};
+  for (const char* tiles : {"wide", "narrow"}) {
+    SCOPED_TRACE(tiles);
+    const ScopedEnv pin("HPDT_ATTENTION_V2_TILES", tiles);
+    {
+      const ScopedEnv tall("HPDT_ATTENTION_V2_DKDV_STEP", "64");
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      const char* tall_name = "DHP = 128; Tile = MmaBackwardTile<1, 64>";
+      const char* step32_name = "DHP = 128; Tile = MmaBackwardTile<1, 32>";
+      const unsigned long long tall_before = cuda_emu::launches_named(tall_name);
+      const unsigned long long step32_before = cuda_emu::launches_named(step32_name);
+#endif
+      for (const Case& c : cases) check_all(c);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+      // 6 cases x 2 dtypes x (auto, v2, v3): one dK/dV launch each, all tall; the narrow setting's dQ passes
+      // (<1, 32> as before: the switch is the dK/dV pass's) are auto's and v2's
+      EXPECT_EQ(cuda_emu::launches_named(tall_name) - tall_before, 36u);
+      EXPECT_EQ(cuda_emu::launches_named(step32_name) - step32_before, std::strcmp(tiles, "narrow") == 0 ? 24u : 0u);
+#endif
+    }
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.str());
+      const DType dt = DType::bf16;
+      const Oracle o = oracle(c, dt);
+      const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
+      for (int v : {kernels::cuda::kAttentionTensorCore, kernels::cuda::kAttentionFusedBackward}) {
+        Tensor grads[2];
+        for (int k = 0; k < 2; ++k) {
+          const ScopedEnv step("HPDT_ATTENTION_V2_DKDV_STEP", k == 0 ? "32" : "64");
+          grads[k] = grads_of(c, dt, qkv_g, dout_g, v);
+        }
+        const float* a = grads[0].data<float>();
+        const float* b = grads[1].data<float>();
+        int64_t differ = 0;
+        for (int64_t i = 0; i < grads[0].numel(); ++i) differ += a[i] != b[i];
+        EXPECT_EQ(differ, 0) << "v" << v << ": of " << grads[0].numel() << " gradients, 64 queries a step against 32";
+      }
+    }
+  }
+  const ScopedEnv bad("HPDT_ATTENTION_V2_DKDV_STEP", "128");
+  const Case c{1, 5, 1, 128};
+  const Oracle o = oracle(c, DType::bf16);
+  const Tensor qkv_g = to_gpu(o.qkv, DType::bf16), dout_g = to_gpu(o.dout, DType::bf16);
+  HPDT_EXPECT_THROW_MSG(grads_of(c, DType::bf16, qkv_g, dout_g, kernels::cuda::kAttentionTensorCore),
+                        "HPDT_ATTENTION_V2_DKDV_STEP=128: expected 32 or 64");
+}
+#endif
+
+#if HPDT_HAVE_CUDA
 // Variant 3 (the one-pass backward, kernels/cuda/attention.cu): its dK and dV are v2's bit for bit (the same dK/dV
 // kernel and tile), its dQ the oracle's (check_all above), from one kernel launch. Cases: one key block (the block
 // stores dQ itself), several key blocks and query blocks (the turns: store, adds, the last add's scaled store; t =

@@ -28,6 +28,32 @@ expect $'^peer\t0\ttorch_compile\tpython3 .*torch_gpu_train_step.py'
 grep -vE '^(#|$)' "$src/scripts/gpu/checks.txt" | while read -r name _; do
   grep -qP "^check\t0\t\Q$name\E\t" <<< "$m" || { echo "check_gpu_manifest: check $name missing" >&2; exit 1; }
 done || fail=1
+# A benchmark filter in benchmarks.txt must select rows (a typo would quietly time nothing, or profile nothing: an
+# ncu peer's filter too).
+"$py" - "$src/scripts/gpu/benchmarks.txt" "$build" <<'PY' || fail=1
+import os, re, shlex, subprocess, sys
+bench_file, build = sys.argv[1], sys.argv[2]
+bad = 0
+for line in open(bench_file):
+    line = line.strip()
+    if not line or line.startswith("#"):
+        continue
+    words = shlex.split(line)
+    exe = next((w for w in words if re.search(r"(^|/)bench/\S*hpdt-bench-[\w-]+$", w)), None)
+    filt = next((w.split("=", 1)[1] for w in words if w.startswith("--benchmark_filter=")), None)
+    if exe is None or filt is None:
+        continue
+    path = os.path.join(build, exe.replace("{bin}/", ""))
+    got = subprocess.run([path, "--benchmark_list_tests", "--benchmark_filter=" + filt], capture_output=True, text=True)
+    n = len(got.stdout.split())
+    if got.returncode != 0 or n == 0:
+        print(f"check_gpu_manifest: benchmarks.txt: {os.path.basename(path)} --benchmark_filter={filt} selects no row"
+              f" ({got.stderr.strip() or 'none listed'})", file=sys.stderr)
+        bad = 1
+    else:
+        print(f"filter\t{n}\t{os.path.basename(path)}\t{filt}")
+sys.exit(bad)
+PY
 # A sanitizer filter must name cases that exist (a typo would quietly run nothing).
 while read -r tool bin filter; do
   case "$tool" in '#'* | '') continue ;; esac

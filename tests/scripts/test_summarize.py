@@ -311,7 +311,27 @@ class Attention(unittest.TestCase):
         r, n = [], []
         summarize.attention_table(a, sdpa, r, n)
         self.assertIsNone(n[0]["bwd_v3_ratio"])
-        self.assertIn("| 14.000 | — | — | 7.500 | 0.54 | — |", "\n".join(r))
+        self.assertIn("| 14.000 | — | — | 7.500 | 0.54 | — | — | — |", "\n".join(r))
+
+    def test_tall_dkdv_step_beside_the_default(self):
+        """The dh-128 dK/dV pass at 64 queries a step (attention_bwd/v2_step64 rows) gets its own column and ratio
+        against SDPA's backward; a shape without the row leaves them empty."""
+        a = {"attention_fwd/v2/bf16/b8_h16_t4096_d128": {"real_time": 4.0},
+             "attention_bwd/v2/bf16/b8_h16_t4096_d128": {"real_time": 14.0},
+             "attention_bwd/v2_step64/bf16/b8_h16_t4096_d128": {"real_time": 12.5},
+             "attention_fwd/v2/bf16/b8_h16_t4096_d64": {"real_time": 2.0},
+             "attention_bwd/v2/bf16/b8_h16_t4096_d64": {"real_time": 6.0}}
+        sdpa = [{"b": 8, "heads": 16, "t": 4096, "dh": dh, "forward": {"s_median": 0.003},
+                 "forward_backward": {"s_median": 0.0105}} for dh in (64, 128)]
+        r, n = [], []
+        summarize.attention_table(a, sdpa, r, n)
+        by = {x["shape"]: x for x in n}
+        self.assertAlmostEqual(by["b8_h16_t4096_d128"]["ours_bwd_step64_ms"], 12.5)
+        self.assertAlmostEqual(by["b8_h16_t4096_d128"]["bwd_step64_ratio"], 0.6)
+        self.assertIsNone(by["b8_h16_t4096_d64"]["bwd_step64_ratio"])
+        text = "\n".join(r)
+        self.assertIn("| 7.500 | 0.54 | — | 12.500 | 0.60 |", text)
+        self.assertIn("| 6.000 | — | — | 7.500 | 1.25 | — | — | — |", text)
 
 
 class GemmBatchNormEpilogue(unittest.TestCase):
