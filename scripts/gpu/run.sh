@@ -315,6 +315,11 @@ if [ $bench -eq 1 ]; then
     finish_prewarm "$(basename "$exe")" wait
     if [ "$(left)" -le 0 ]; then not_run "$kind $exe $(echo "$args" | grep -oE -- '--out[= ][^ ]*' | head -1)"; continue; fi
     run_bench "$kind" "$exe" "$args"
+    # an Nsight Compute profile (peer ncu_*) is rendered at once, inside the deadline: at the call's end (device.sh)
+    # the rendering of many reports would outlast the call's limit
+    if [ "$kind" = peer ] && [[ $exe == ncu_* ]] && [ "$(left)" -gt 0 ] && command -v ncu > /dev/null; then
+      "$root/scripts/gpu/ncu_reports.sh" render "$out/bench" "$summary"
+    fi
   done
 fi
 for name in ${prewarms[@]+"${prewarms[@]}"}; do finish_prewarm "$name"; done  # those whose benchmark did not run

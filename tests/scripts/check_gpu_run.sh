@@ -19,6 +19,7 @@ printf '%s\t%s\t%s\t%s\n' \
   check 0 slow "sleep 120" \
   bench 0 bench/kernels/hpdt-bench-elementwise "--benchmark_filter=NONE" \
   peer 0 late "true" \
+  peer 0 ncu_fake "echo report > {out}/ncu_fake.ncu-rep" \
   prewarm 0 late "sleep 1; echo warmed > {out}/late.warm" \
   prewarm 0 slow_warm "trap '' TERM; sleep 300.$$" > "$w/bundle/manifest.tsv"
 # --sanitize through a stand-in for compute-sanitizer (it says which tool and runs the binary with the rest of its
@@ -67,19 +68,30 @@ grep -q "not_in_the_bundle" "$s" && fail "a listed binary that is not in the bun
 grep -qE '^CUT SHORT check slow +rc=124' "$s" || fail "the slow check was not cut at the deadline"
 grep -qE '^NOT RUN +bench bench/kernels/hpdt-bench-elementwise' "$s" || fail "the benchmark after the deadline"
 grep -qE '^NOT RUN +peer late' "$s" || fail "the peer after the deadline"
+grep -qE "^NOT RUN +peer ncu_fake" "$s" || fail "the ncu peer after the deadline"
 # the prewarms started after the smoke, in the background: the quick one ended (its peer was not run: noted at the
 # end), the slow one, deaf to timeout's TERM at the deadline, was killed at the run's end, its processes too
 grep -qE '^ok +prewarm late +rc=0' "$s" && [ -s "$w/out/bench/late.warm" ] || fail "the quick prewarm"
 grep -qE '^CUT SHORT +prewarm slow_warm +rc=124' "$s" || fail "the slow prewarm was not stopped"
 # (its sleep is this run's own, 300.PID seconds: a machine-wide "sleep 300", another shell's, once failed this)
 pgrep -f "sleep 300\.$$" > /dev/null && fail "the slow prewarm's process outlived the run"
-grep -qE '^TOTAL .*runs failed or cut short: 2; not run \(deadline\): 2' "$s" || fail "totals"
+grep -qE '^TOTAL .*runs failed or cut short: 2; not run \(deadline\): 3' "$s" || fail "totals"
 [ -s "$w/out/environment.txt" ] && [ -s "$w/out/libraries.txt" ] || fail "environment.txt / libraries.txt missing"
 # A benchmark's line says what else the machine had when it started (the load, and other processes on the GPU):
 # a second, short run of the peer alone, after its prewarm.
 "$src/scripts/gpu/run.sh" "$w/out2" --bundle "$w/bundle" --only '^late' > "$w/log2" 2>&1 || { cat "$w/log2"; fail "the peer-only run"; }
 grep -qE '^ok +peer late +rc=0 .*late\.log  \(at start: load [0-9.]+ [0-9.]+ [0-9.]+' "$w/out2/summary.txt" ||
   { cat "$w/out2/summary.txt"; fail "the benchmark line without the machine's load at its start"; }
+# An Nsight Compute peer's report is rendered right after it, inside the run (scripts/gpu/ncu_reports.sh render),
+# by a stand-in ncu here: its details page, and its source page refused
+mkdir -p "$w/fakebin"
+printf '%s\n' '#!/bin/sh' '[ "$4" = details ] && { echo "details of $2"; exit 0; }' 'echo "no source" >&2; exit 1' > "$w/fakebin/ncu"
+chmod +x "$w/fakebin/ncu"
+PATH=$w/fakebin:$PATH NCU_RENDER_TIMEOUT=5 "$src/scripts/gpu/run.sh" "$w/out4" --bundle "$w/bundle" --only '^ncu_fake' > "$w/log4" 2>&1 ||
+  { cat "$w/log4"; fail "the ncu peer's run"; }
+grep -q "details of .*ncu_fake.ncu-rep" "$w/out4/bench/ncu_fake.details.txt" 2>/dev/null &&
+  grep -q "no SASS from ncu_fake.ncu-rep: ncu could not print its source page" "$w/out4/summary.txt" ||
+  { cat "$w/out4/summary.txt"; fail "the ncu peer's report was not rendered inside run.sh"; }
 # --no-tests --no-bench --sanitize: the sanitizer runs alone (a lease's second call), no smoke, no plain test runs
 HPDT_SANITIZER=$w/sanitizer HPDT_SANITIZE_LIST=$w/sanitize.txt \
   "$src/scripts/gpu/run.sh" "$w/out3" --bundle "$w/bundle" --jobs 3 --deadline 40 --no-tests --no-bench --sanitize > "$w/log3" 2>&1 ||

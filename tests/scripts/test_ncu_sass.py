@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unittest
 from contextlib import redirect_stdout
@@ -150,7 +151,11 @@ if [ "$4" = details ]; then echo "details of $2"; else cat {page}; fi
 """)
             os.chmod(os.path.join(bin_dir, "ncu"), 0o755)
             summary = os.path.join(out, "summary.txt")
-            env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], NCU_RENDER_TIMEOUT="2")
+            # "slow" is larger: the archive's limit (5 headers, 4 one-block members, the end) leaves it out
+            with open(os.path.join(bench, "slow.ncu-rep"), "w") as f:
+                f.write("report" * 200)
+            env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], NCU_RENDER_TIMEOUT="2",
+                       NCU_ARCHIVE_MAX_BYTES=str(512 * 7 + 1024))
             r = subprocess.run([reports, bench, out, summary], capture_output=True, text=True, env=env)
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(summary) as f:
@@ -161,8 +166,11 @@ if [ "$4" = details ]; then echo "details of $2"; else cat {page}; fi
                           "broken.source.err)", text)
             self.assertIn("no SASS from slow.ncu-rep: ncu could not print its source page in 2 s", text)
             self.assertRegex(text, r"no SASS from nosass.ncu-rep: ncu_sass.py: .*nosass.source.csv holds no SASS rows")
-            self.assertEqual(sorted(os.listdir(out)),
-                             ["broken.ncu-rep", "gemm.ncu-rep", "nosass.ncu-rep", "slow.ncu-rep", "summary.txt"])
+            self.assertEqual(sorted(os.listdir(out)), ["ncu-reports.tar", "summary.txt"])
+            with tarfile.open(os.path.join(out, "ncu-reports.tar")) as t:
+                self.assertEqual(sorted(t.getnames()), ["broken.ncu-rep", "gemm.ncu-rep", "nosass.ncu-rep"])
+                self.assertEqual(t.extractfile("gemm.ncu-rep").read(), b"report")
+            self.assertIn("slow.ncu-rep left out of ncu-reports.tar (it would pass 4608 bytes)", text)
             left = sorted(os.listdir(bench))
             self.assertEqual(left, ["broken.details.txt", "broken.source.err", "gemm.details.txt", "gemm.sass.txt",
                                     "gemm.sass_summary.txt", "nosass.details.txt", "nosass.sass_summary.txt",
