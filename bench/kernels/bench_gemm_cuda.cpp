@@ -19,6 +19,9 @@
 // x_plain = the plain GEMM's time / this row's (same run): what the reduction costs the GEMM, against the batch norm
 // pass it saves (one read of C, or the reduce kernel's 4 passes, at the GPU's bandwidth); ..._bn_grad_sums_residual
 // adds a residual (the skip connection's gradient, as in each block's first convolution).
+// _tma_store rows (2026-11-30): v3's three pipelines with the TMA-store epilogue (HPDT_GEMM_V3_STORE=tma,
+// sm90a/tma_store_epilogue.cuh) on the plain shapes whose time is most in their stores (the K sweep, ResNet-50's 1x1
+// convolutions, ViT-B/16's forwards, 4096^3 NT), with x_direct = the direct stores' time / the TMA stores' (same run).
 // x_no_prefetch (v3 rows whose epilogue reads inputs: C with beta != 0, the GELU gradient's input, batch norm's x and
 // y, the residual) = the row's time with HPDT_EPILOGUE_PREFETCH=off / its time (same run): what prefetching the
 // epilogue's inputs into L2 at each tile's start gains (band_epilogue.cuh, 2026-11-29).
@@ -155,15 +158,15 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
 
 // v3_pipeline: HPDT_GEMM_V3_PIPELINE for this row (v3's "ws" and "pingpong" rows), or null for the default; v3_blocks:
 // HPDT_GEMM_V3_CTAS (the ws pipeline's block cap), or null for one block per SM; v3_tile: HPDT_GEMM_V3_TILE, or null
-// for the tile v3 chooses
+// for the tile v3 chooses; v3_store: HPDT_GEMM_V3_STORE ("tma": the _tma_store rows), or null for the default
 void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v, const char* v3_pipeline,
-                const char* v3_blocks, const char* v3_tile) {
+                const char* v3_blocks, const char* v3_tile, const char* v3_store) {
   if (!cuda_available()) {
     state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
     return;
   }
   const ScopedEnv scope("HPDT_GEMM_V3_PIPELINE", v3_pipeline), blocks("HPDT_GEMM_V3_CTAS", v3_blocks),
-      tile("HPDT_GEMM_V3_TILE", v3_tile);
+      tile("HPDT_GEMM_V3_TILE", v3_tile), store("HPDT_GEMM_V3_STORE", v3_store);
   try {
     Operands o = make_operands(sh, ab, c);
     const Stream& s = bench_stream();
@@ -190,6 +193,10 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     const double own =
         v != GemmVariant::vendor || sh.act || sh.bn ? seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) : 0.0;
     if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / own;
+    if (v3_store) {  // the same row with the direct stores, back to back
+      const ScopedEnv direct("HPDT_GEMM_V3_STORE", "direct");
+      state.counters["x_direct"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
+    }
     if (sh.act) state.counters["x_unfused"] = seconds_per_call([&] { run_unfused(sh, o, ab, c, v); }, 20) / own;
     if (sh.bn) {
       GemmShape plain = sh;
@@ -214,30 +221,37 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
 // pipeline with a block per tile (row v3_wgmma_ws_per_tile: HPDT_GEMM_V3_CTAS above any tile count), which tells
 // what the persistence gains, and the default pipeline on each block tile (rows v3_wgmma_wide, v3_wgmma_narrow:
 // HPDT_GEMM_V3_TILE), which tells whether the tile's wave model (split_k.cuh: wide_tile_by_waves) chose right.
-// v3_pipelines false: v3's default pipeline only.
+// v3_pipelines false: v3's default pipeline only. v3_stores: each pipeline's row again with the TMA-store epilogue
+// (rows v3_wgmma_tma_store, v3_wgmma_ws_tma_store, v3_wgmma_pingpong_tma_store: HPDT_GEMM_V3_STORE=tma, 2026-11-30),
+// with x_direct = the same row's time with the direct stores / its time (same run, back to back).
 void add(const GemmShape& sh, DType ab, DType c, std::initializer_list<GemmVariant> variants, bool v3_ablation = false,
-         bool v3_pipelines = true) {
+         bool v3_pipelines = true, bool v3_stores = false) {
   struct Row {
     const char* suffix;
     const char* pipeline;
     const char* blocks;
     const char* tile;
+    const char* store;
     bool ablation;
   };
-  const Row rows[] = {{"", nullptr, nullptr, nullptr, false},
-                      {"_ws", "ws", nullptr, nullptr, false},
-                      {"_pingpong", "pingpong", nullptr, nullptr, false},
-                      {"_ws_per_tile", "ws", "2147483647", nullptr, true},
-                      {"_wide", nullptr, nullptr, "wide", true},
-                      {"_narrow", nullptr, nullptr, "narrow", true}};
+  const Row rows[] = {{"", nullptr, nullptr, nullptr, nullptr, false},
+                      {"_ws", "ws", nullptr, nullptr, nullptr, false},
+                      {"_pingpong", "pingpong", nullptr, nullptr, nullptr, false},
+                      {"_ws_per_tile", "ws", "2147483647", nullptr, nullptr, true},
+                      {"_wide", nullptr, nullptr, "wide", nullptr, true},
+                      {"_narrow", nullptr, nullptr, "narrow", nullptr, true},
+                      {"_tma_store", nullptr, nullptr, nullptr, "tma", false},
+                      {"_ws_tma_store", "ws", nullptr, nullptr, "tma", false},
+                      {"_pingpong_tma_store", "pingpong", nullptr, nullptr, "tma", false}};
   for (GemmVariant v : variants)
     for (const Row& r : rows) {
-      if ((r.pipeline || r.tile) && v != GemmVariant::v3_wgmma) continue;
+      if ((r.pipeline || r.tile || r.store) && v != GemmVariant::v3_wgmma) continue;
       if (r.ablation && !v3_ablation) continue;
       if (r.pipeline && !v3_pipelines) continue;
+      if (r.store && !v3_stores) continue;
       const std::string name = "gemm/" + std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + "/" +
                                sh.name + "/" + std::string(kernels::cuda::gemm_variant_name(v)) + r.suffix;
-      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, r.pipeline, r.blocks, r.tile)
+      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, sh, ab, c, v, r.pipeline, r.blocks, r.tile, r.store)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }
@@ -248,7 +262,8 @@ void register_all() {
   const auto tensor_cores = {GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor};
   const GemmShape sq4096{"4096x4096x4096_NN", 4096, 4096, 4096, false, false, 0.0f};
   add(sq4096, DType::bf16, DType::bf16, all);
-  add({"4096x4096x4096_NT", 4096, 4096, 4096, false, true, 0.0f}, DType::bf16, DType::bf16, tensor_cores, true);
+  add({"4096x4096x4096_NT", 4096, 4096, 4096, false, true, 0.0f}, DType::bf16, DType::bf16, tensor_cores, true, true,
+      true);
   add({"4096x4096x4096_TN", 4096, 4096, 4096, true, false, 0.0f}, DType::bf16, DType::bf16, tensor_cores);
   add(sq4096, DType::f32, DType::f32, {GemmVariant::v1_simt, GemmVariant::vendor});
   add({"8192x8192x8192_NN", 8192, 8192, 8192, false, false, 0.0f}, DType::bf16, DType::bf16, tensor_cores);
@@ -265,7 +280,8 @@ void register_all() {
     const std::string base = std::string("vitb16_b64_") + l.name + "_";
     const std::string dims = std::to_string(rows) + "x" + std::to_string(l.in) + "->" + std::to_string(l.out);
     // the persistent ws pipeline against a block per tile where k is short (768): the forwards
-    add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16, all, l.in == 768);
+    add({base + "fwd_" + dims, rows, l.out, l.in, false, true, 0.0f}, DType::bf16, DType::bf16, all, l.in == 768, true,
+        true);
     add({base + "dx_" + dims, rows, l.in, l.out, false, false, 0.0f}, DType::bf16, DType::bf16, all);
     add({base + "dw_" + dims, l.out, l.in, rows, true, false, 1.0f}, DType::bf16, DType::bf16, all);
   }
@@ -283,7 +299,7 @@ void register_all() {
   for (const int64_t k : {int64_t(64), int64_t(256), int64_t(768), int64_t(3072)}) {
     const std::string dims = std::to_string(rows) + "x3072_k" + std::to_string(k);
     add({"ksweep_" + dims, rows, 3072, k, false, true, 0.0f}, DType::bf16, DType::bf16,
-        {GemmVariant::v3_wgmma, GemmVariant::vendor});
+        {GemmVariant::v3_wgmma, GemmVariant::vendor}, false, true, true);
     add({"ksweep_gelu_" + dims, rows, 3072, k, false, true, 0.0f, 1}, DType::bf16, DType::bf16,
         {GemmVariant::v3_wgmma, GemmVariant::vendor}, false, false);
   }
@@ -295,10 +311,10 @@ void register_all() {
     const std::string conv = "resnet50_b256_1x1_" + std::to_string(ci) + "to" + std::to_string(co) + "_56_";
     for (const auto& [suffix, bn] : {std::pair<const char*, int>{"", 0}, {"_bn_stats", 1}})
       add({conv + "fwd" + suffix, pixels, co, ci, false, true, 0.0f, 0, bn}, DType::bf16, DType::bf16,
-          {GemmVariant::v3_wgmma});
+          {GemmVariant::v3_wgmma}, false, true, bn == 0);
     for (const auto& [suffix, bn] : {std::pair<const char*, int>{"", 0}, {"_bn_grad_sums", 2}})
       add({conv + "dgrad" + suffix, pixels, ci, co, false, false, 0.0f, 0, bn}, DType::bf16, DType::bf16,
-          {GemmVariant::v3_wgmma});
+          {GemmVariant::v3_wgmma}, false, true, bn == 0);
     add({conv + "dgrad_bn_grad_sums_residual", pixels, ci, co, false, false, 0.0f, 0, 2, true}, DType::bf16,
         DType::bf16, {GemmVariant::v3_wgmma});
   }

@@ -54,6 +54,9 @@ struct Params {
   // GEMM v3 and conv v3: prefetch a tile's epilogue inputs (C when beta != 0, res, the GELU gradient's aux, bn_x and
   // bn_y) into L2 as its k loop starts (band_epilogue.cuh: band_prefetch_inputs; HPDT_EPILOGUE_PREFETCH=off: not)
   bool prefetch;
+  // GEMM v3: the epilogue by TMA stores through C's store map (sm90a/tma_store_epilogue.cuh; HPDT_GEMM_V3_STORE=tma,
+  // where gemm_wgmma.cu's tma_store_eligible holds)
+  bool tma_store = false;
 };
 
 // Block index -> output tile, in groups of 8 tile rows so blocks running together share A and B in L2.

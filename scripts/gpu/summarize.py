@@ -192,6 +192,29 @@ def gemm_table(g, rows, numbers):
                     "| pingpong TFLOP/s | without / with (barrier) | (ws) | (pingpong) |")
         rows.append("|---|---:|---:|---:|---:|---:|---:|")
         rows.extend(pf_rows)
+    # GEMM v3's TMA-store epilogue (rows ..._tma_store, since 2026-11-30: HPDT_GEMM_V3_STORE=tma): TFLOP/s with it, and
+    # x_direct = the direct stores' time / the TMA stores', same run (above 1: the TMA stores are faster); the K sweep's
+    # shapes too (their t0 in the K table)
+    ts_rows = []
+    all_shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/bf16->bf16/")},
+                        key=lambda s: (not s[0].isdigit(), s))
+    for sh in all_shapes:
+        recs = [ran_as(g.get(f"gemm/bf16->bf16/{sh}/{v}"), "v3_wgmma")
+                for v in ("v3_wgmma_tma_store", "v3_wgmma_ws_tma_store", "v3_wgmma_pingpong_tma_store")]
+        if not any(recs):
+            continue
+        tf = [r["TFLOP/s"] if r else None for r in recs]
+        xd = [r.get("x_direct") if r else None for r in recs]
+        ts_rows.append(f"| {sh} | " + " | ".join(fmt(t) for t in tf) + " | " + " | ".join(fmt(x, 2) for x in xd) + " |")
+        numbers.append({"op": "gemm_tma_store", "shape": sh, "v3_tflops": tf[0], "v3_ws_tflops": tf[1],
+                        "v3_pingpong_tflops": tf[2], "v3_x_direct": xd[0], "v3_ws_x_direct": xd[1],
+                        "v3_pingpong_x_direct": xd[2]})
+    if ts_rows:
+        rows.append("")
+        rows.append("| GEMM v3 by TMA stores (bf16) | barrier TFLOP/s | ws TFLOP/s | pingpong TFLOP/s "
+                    "| direct / TMA (barrier) | (ws) | (pingpong) |")
+        rows.append("|---|---:|---:|---:|---:|---:|---:|")
+        rows.extend(ts_rows)
 
 
 def fit_line(points):
@@ -209,6 +232,9 @@ def fit_line(points):
 
 
 KSWEEP_VARIANTS = [("v3_wgmma", "v3 barrier"), ("v3_wgmma_ws", "v3 ws"), ("v3_wgmma_pingpong", "v3 pingpong"),
+                   # since 2026-11-30: the TMA-store epilogue (HPDT_GEMM_V3_STORE=tma), whose t0 says what it saves
+                   ("v3_wgmma_tma_store", "v3 barrier, TMA stores"), ("v3_wgmma_ws_tma_store", "v3 ws, TMA stores"),
+                   ("v3_wgmma_pingpong_tma_store", "v3 pingpong, TMA stores"),
                    ("vendor", "cuBLAS")]
 
 
@@ -734,6 +760,9 @@ def train_table(t, torch, rows, numbers):
                                # since 2026-11-30: conv v3's A tiles by TMA's im2col mode (the candidate default)
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, conv v3's A tiles by im2col "
                                 "(HPDT_CONV_V3_LOAD=im2col)", "resnet50_bf16_{}_nhwc_conv_v3_im2col", "resnet50"),
+                               # since 2026-11-30: GEMM v3's plain GEMMs by TMA stores (the A/B)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, GEMM v3 by TMA stores "
+                                "(HPDT_GEMM_V3_STORE=tma)", "resnet50_bf16_{}_nhwc_conv_v3_tma_store", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),
@@ -753,6 +782,8 @@ def train_table(t, torch, rows, numbers):
                                 "vit_b16_bf16_{}_gelu_fused", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, attention's one-pass backward (HPDT_ATTENTION_BACKWARD=v3)",
                                 "vit_b16_bf16_{}_attention_v3", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, GEMM v3 by TMA stores (HPDT_GEMM_V3_STORE=tma)",
+                                "vit_b16_bf16_{}_tma_store", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, epilogue inputs not prefetched (HPDT_EPILOGUE_PREFETCH=off)",
                                 "vit_b16_bf16_{}_no_prefetch", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gelu fused, GELU as a pass after GEMM v3 (HPDT_GEMM_V3_ACTIVATION=pass)",

@@ -426,6 +426,11 @@ class AsmGen:
             x, y = self.vector(args[1], 2)
             self.body.append('::cuda_emu::ptx::st_shared_v2_f32(uint32_t(%s), float(%s), float(%s), %s);' %
                              (self.address(args[0]), x, y, loc))
+        elif opcode in ('st.shared.b32', 'st.shared::cta.b32'):
+            if len(args) != 2:
+                raise TransformError('%s takes 2 operands' % opcode)
+            self.body.append('::cuda_emu::ptx::st_shared_b32(uint32_t(%s), uint32_t(%s), %s);' %
+                             (self.address(args[0]), self.value(args[1]), loc))
         elif opcode == 'red.global.add.v2.f32':
             # sm_90's vector reduction into global memory: two f32 adds, each atomic (one OS thread runs every CUDA
             # thread, so plain adds are); round to nearest even, as the GPU's (which also flushes subnormals)

@@ -963,6 +963,98 @@ TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
       }
 }
 
+// GEMM v3's TMA-store epilogue (HPDT_GEMM_V3_STORE=tma, sm90a/tma_store_epilogue.cuh) on every pipeline x tile, the
+// persistent ones on 2 blocks (a block's next tile reuses the two chunk images): a last tile of 2 rows (bands wholly
+// outside C: no store), N = 264 (a last tile with one chunk of 8 of its 32 columns inside C: TMA clips the rest),
+// C's row padding poisoned (run() checks it kept the poison), one MN-major A. Plain (alpha 1, no bias): the same bits
+// as the direct stores. alpha and a bias (bf16, f16): against the oracle. Where it cannot take the GEMM (C in f32, N
+// = 259 not a multiple of 8, beta, split-K), the direct stores run instead. On the emulator the TMA stores are counted:
+// one a 16-row band and 32-column chunk inside C, ceil(M / 16) x ceil(N / 32); none where it does not apply or is off.
+TEST_F(GemmCuda, V3TmaStoreEpilogue) {
+  if (!v3_runs_here())
+    GTEST_SKIP() << "v3_wgmma does not run here (a compute capability 9.0 device and a build for sm_90)";
+  struct Form {
+    const char* name;
+    int64_t M, N, K;
+    DType ab, c;
+    float alpha, beta;
+    bool bias, ta, eligible;
+  };
+  const Form forms[] = {
+      {"plain", 130, 264, 72, DType::bf16, DType::bf16, 1.0f, 0.0f, false, false, true},
+      {"plain, A MN-major", 34, 200, 40, DType::f16, DType::f16, 1.0f, 0.0f, false, true, true},
+      {"alpha and bias", 130, 264, 72, DType::bf16, DType::bf16, 0.75f, 0.0f, true, false, true},
+      {"alpha and bias, f16", 34, 200, 40, DType::f16, DType::f16, -1.5f, 0.0f, true, false, true},
+      {"C in f32", 130, 264, 72, DType::bf16, DType::f32, 1.0f, 0.0f, true, false, false},
+      {"N not a multiple of 8", 34, 259, 40, DType::bf16, DType::bf16, 1.0f, 0.0f, false, false, false},
+      {"beta", 34, 200, 40, DType::bf16, DType::bf16, 1.0f, 0.5f, false, false, false}};
+  for (const char* pipeline : {"barrier", "ws", "pingpong"})
+    for (const char* tile : {"narrow", "wide", "slim"}) {
+      if (std::string(pipeline) == "pingpong" && std::string(tile) == "wide") continue;
+      const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline),
+          ctas("HPDT_GEMM_V3_CTAS", std::string(pipeline) != "barrier" ? "2" : nullptr),
+          tiles("HPDT_GEMM_V3_TILE", tile);
+      for (const Form& f : forms) {
+        Case c;
+        c.variant = GemmVariant::v3_wgmma;
+        c.ta = f.ta, c.tb = true;
+        c.M = f.M, c.N = f.N, c.K = f.K, c.ab = f.ab, c.c = f.c, c.alpha = f.alpha, c.beta = f.beta, c.bias = f.bias;
+        c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
+        SCOPED_TRACE(std::string(pipeline) + " " + tile + " " + f.name + ": " + describe(c));
+        for (const char* store_mode : {"direct", "tma"}) {
+          const ScopedEnv store("HPDT_GEMM_V3_STORE", store_mode);
+          const bool tma = std::string(store_mode) == "tma";
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          const unsigned long long before = cuda_emu::tma_stores();
+#endif
+          EXPECT_TRUE(run(c)) << store_mode;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+          const unsigned long long want =
+              tma && f.eligible ? uint64_t((c.M + 15) / 16) * uint64_t((c.N + 31) / 32) : 0u;
+          EXPECT_EQ(cuda_emu::tma_stores() - before, want) << "TMA stores, HPDT_GEMM_V3_STORE=" << store_mode;
+#else
+          (void)tma;
+#endif
+        }
+        if (f.alpha == 1.0f && !f.bias) {  // both stores on the same inputs: the same bits
+          const int64_t lda = c.ta ? c.M + c.pad_a : c.K + c.pad_a, ldb = c.K + c.pad_b, ldc = c.N + c.pad_c;
+          const Tensor A = to_gpu(random({c.ta ? c.K : c.M, lda}), c.ab), B = to_gpu(random({c.N, ldb}), c.ab);
+          Tensor out[2];
+          for (int k = 0; k < 2; ++k) {
+            const ScopedEnv store("HPDT_GEMM_V3_STORE", k == 0 ? "direct" : "tma");
+            out[k] = poisoned({c.M, ldc}, c.c);
+            kernels::cuda::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, out[k].data(), ldc,
+                                c.ab, c.c, {}, stream, GemmVariant::v3_wgmma);
+          }
+          const Tensor a = out[0].to(Device::cpu(), stream), b = out[1].to(Device::cpu(), stream);
+          stream.synchronize();
+          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes())) << "TMA stores against direct ones (C and padding)";
+        }
+      }
+    }
+  // split-K (the partials through band_epilogue, the sum through the reduction kernel): no TMA store
+  {
+    const ScopedEnv store("HPDT_GEMM_V3_STORE", "tma");
+    Case c;
+    c.variant = GemmVariant::v3_wgmma;
+    c.tb = true, c.M = 64, c.N = 64, c.K = 4096, c.ab = DType::bf16, c.c = DType::bf16;
+    c.pad_a = aligned_pad(c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    const unsigned long long before = cuda_emu::tma_stores(), reductions = cuda_emu::launches_named("splitk_reduce");
+#endif
+    EXPECT_TRUE(run(c));
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    ASSERT_GT(cuda_emu::launches_named("splitk_reduce"), reductions) << "not split: the case tests nothing";
+    EXPECT_EQ(cuda_emu::tma_stores() - before, 0u) << "split-K";
+#endif
+  }
+  const ScopedEnv bad("HPDT_GEMM_V3_STORE", "fast");
+  Case c;
+  c.variant = GemmVariant::v3_wgmma;
+  c.tb = true, c.M = 16, c.N = 16, c.K = 16, c.ab = DType::bf16, c.c = DType::bf16;
+  HPDT_EXPECT_THROW_MSG(run(c), "HPDT_GEMM_V3_STORE=fast: expected direct or tma");
+}
+
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
 // band_epilogue.cuh's buffer writes (st.shared.v2.f32, 8 bytes a lane: a phase of 16 lanes, 4 fragment rows x 4
 // lanes) take one shared-memory wavefront a phase, as few as 128 bytes a phase can: the emulator counts them (v2,

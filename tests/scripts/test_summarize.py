@@ -334,6 +334,42 @@ class Attention(unittest.TestCase):
         self.assertIn("| 6.000 | — | — | 7.500 | 1.25 | — | — | — |", text)
 
 
+class GemmTmaStore(unittest.TestCase):
+    """The _tma_store rows (HPDT_GEMM_V3_STORE=tma): a table of their TFLOP/s and x_direct per pipeline, for the K
+    sweep's shapes too, a row that fell back to v2 left out; and the K sweep's line for them."""
+
+    def test_table_and_k_sweep(self):
+        sweep = GemmTimeAgainstK()
+        g = {}
+        g.update(sweep.rows("v3_wgmma", 60e-6, 700.0))
+        g.update(sweep.rows("v3_wgmma_tma_store", 25e-6, 700.0))
+        for k in (64, 256, 768, 3072):
+            g[f"gemm/bf16->bf16/ksweep_1000x2000_k{k}/v3_wgmma_tma_store"]["x_direct"] = 1.5
+        g["gemm/bf16->bf16/resnet50_b256_1x1_64to256_56_fwd/v3_wgmma_tma_store"] = {
+            "TFLOP/s": 90.0, "x_direct": 1.8, "label": "v3_wgmma"}
+        g["gemm/bf16->bf16/resnet50_b256_1x1_64to256_56_fwd/v3_wgmma_ws_tma_store"] = {
+            "TFLOP/s": 80.0, "x_direct": 1.6, "label": "v2_mma"}  # fell back: not v3's
+        rows, numbers = [], []
+        summarize.gemm_table(g, rows, numbers)
+        text = "\n".join(rows)
+        self.assertIn("| GEMM v3 by TMA stores (bf16) | barrier TFLOP/s | ws TFLOP/s | pingpong TFLOP/s "
+                      "| direct / TMA (barrier) | (ws) | (pingpong) |", text)
+        self.assertIn("| resnet50_b256_1x1_64to256_56_fwd | 90.0 | — | — | 1.80 | — | — |", text)
+        ts = {x["shape"]: x for x in numbers if x["op"] == "gemm_tma_store"}
+        self.assertEqual(ts["ksweep_1000x2000_k64"]["v3_x_direct"], 1.5)
+        self.assertIsNone(ts["resnet50_b256_1x1_64to256_56_fwd"]["v3_ws_x_direct"])
+        rows, numbers = [], []
+        summarize.gemm_k_table(g, rows, numbers)
+        n = {x["variant"]: x for x in numbers}
+        self.assertAlmostEqual(n["v3_wgmma_tma_store"]["fixed_us"], 25.0, places=6)
+        self.assertAlmostEqual(n["v3_wgmma"]["fixed_us"], 60.0, places=6)
+        self.assertIn("| plain (1000x2000) | v3 barrier, TMA stores | ", "\n".join(rows))
+        # a run without the rows: no table
+        rows = []
+        summarize.gemm_table({k: v for k, v in g.items() if "tma_store" not in k}, rows, [])
+        self.assertNotIn("TMA stores", "\n".join(rows))
+
+
 class GemmBatchNormEpilogue(unittest.TestCase):
     """GEMM v3 with batch norm's reduction in its epilogue (rows ..._bn_stats, ..._bn_grad_sums): its own table, with
     x_plain per pipeline, only where v3 ran (a row labelled v2 is left out), and not in the cuBLAS table (no vendor

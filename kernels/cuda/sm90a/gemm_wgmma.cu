@@ -37,14 +37,16 @@
 #include "column_stats.cuh"
 #include "find.cuh"
 #include "gemm_common.cuh"
-#include "launch.cuh"
-#include "v3_find.cuh"
-#include "wgmma.cuh"
+#include "hpdt/core/env.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/gemm.h"
+#include "launch.cuh"
+#include "tma_store_epilogue.cuh"
+#include "v3_find.cuh"
+#include "wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(HPDT_CUDA_EMU)
 #error "gemm_wgmma.cu is built for sm_90a only (wgmma and TMA); kernels/CMakeLists.txt gives it its own target"
@@ -127,6 +129,21 @@ __device__ __forceinline__ void store_rows(const Params& p, float (&d)[C::BN / 2
                                        stats_exchange<C>(staging, base, wg, 2 * tm + half, C::BN / kChunkCols));
 }
 
+// The same rows by TMA stores (tma_store_epilogue.cuh; p.tma_store): chunk c's 16 rows from row0, its 32 columns from
+// col0 + 32 c.
+template <class T, class C>
+__device__ __forceinline__ void tma_store_rows(const Params& p, const CUtensorMap* map_c, float (&d)[C::BN / 2], int tm,
+                                               int tn, int half, int wg, unsigned char* staging) {
+  const int warp = (int(threadIdx.x) % 128) / 32;
+  const int row0 = tm * kBM + half * 64 + warp * 16, col0 = tn * C::BN;
+  auto frag = [&](auto J) {
+    constexpr int j = decltype(J)::value;
+    return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+  };
+  auto at = [&](int c, int) { return make_int2(row0, col0 + c * kChunkCols); };
+  tma_store_epilogue<T, C::BN / kChunkCols>(p, map_c, frag, at, staging + (wg * 4 + warp) * kBandBufBytes);
+}
+
 // Work unit u (wgmma.cuh's pipelines): split u / tiles of output tile u % tiles, tiles = tiles_m * tiles_n; its
 // k tiles are kt0 = split * kt_per_split, kt0 + 1, .. (kt below counts them from 0); no split-K: all of them.
 struct Unit {
@@ -151,8 +168,12 @@ struct StoreTile {
   float (&d)[C::BN / 2];
   unsigned char* staging;
   uint32_t base;
+  const CUtensorMap* map_c;
   __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
-    store_rows<T, C>(p, d, w.tm, w.tn, w.split, wg, wg, staging, base);
+    if (p.tma_store)
+      tma_store_rows<T, C>(p, map_c, d, w.tm, w.tn, wg, wg, staging);
+    else
+      store_rows<T, C>(p, d, w.tm, w.tn, w.split, wg, wg, staging, base);
   }
   // the inputs of warpgroup wg's 64 rows (wgmma.cuh: prefetch_unit)
   __device__ __forceinline__ void prefetch(const Unit& w, int wg) const {
@@ -171,6 +192,7 @@ struct StoreWholeTile {
   float (&d1)[C::BN / 2];
   unsigned char* staging;
   uint32_t base;
+  const CUtensorMap* map_c;
   __device__ __forceinline__ void operator()(const Unit& w, int cw) const {
     constexpr int kHalfChunks = C::BN / kChunkCols;
     const int warp = (int(threadIdx.x) % 128) / 32;
@@ -180,8 +202,12 @@ struct StoreWholeTile {
       const int half = c / kHalfChunks;
       return make_int2(row0 + half * 64 + r, col0 + (c - half * kHalfChunks) * kChunkCols);
     };
-    band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, staging + (cw * 4 + warp) * kBandBufBytes,
-                                      stats_exchange<C>(staging, base, cw, 2 * w.tm, kHalfChunks));
+    unsigned char* buf = staging + (cw * 4 + warp) * kBandBufBytes;
+    if (p.tma_store)
+      tma_store_epilogue<T, 2 * kHalfChunks>(p, map_c, frag, at, buf);
+    else
+      band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, buf,
+                                        stats_exchange<C>(staging, base, cw, 2 * w.tm, kHalfChunks));
   }
   // the inputs of the whole tile's 128 rows
   __device__ __forceinline__ void prefetch(const Unit& w, int) const {
@@ -195,7 +221,7 @@ struct StoreWholeTile {
 template <class T, class C, bool WS, int IN_FLIGHT, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     gemm_v3_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                   const Params p, int units) {
+                   const __grid_constant__ CUtensorMap map_c, const Params p, int units) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   unsigned char* staging = smem_raw + (staging_of<C>(base) - smem_u32(smem_raw));
@@ -206,7 +232,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
       [&](const Unit& w, int kt, uint32_t stage, uint32_t bar) {
         issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, w.tm, w.tn, w.kt0 + kt);
       },
-      StoreTile<T, C>{p, d, staging, base});
+      StoreTile<T, C>{p, d, staging, base, &map_c});
 }
 
 // GEMM v3 on the pingpong pipeline (wgmma.cuh: pingpong_pipeline): persistent, each consumer warpgroup a whole
@@ -215,7 +241,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
 template <class T, class C, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(kWsThreads<C>, 1)
     gemm_v3_pingpong_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                            const Params p, int units) {
+                            const __grid_constant__ CUtensorMap map_c, const Params p, int units) {
   static_assert(C::BN <= 128, "a warpgroup's whole tile: 128 accumulators a thread at most");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -227,7 +253,7 @@ __global__ void __launch_bounds__(kWsThreads<C>, 1)
       [&](const Unit& w, int kt, uint32_t stage, uint32_t bar) {
         issue_stage<C, A_MN, B_MN>(&map_a, &map_b, bar, stage, w.tm, w.tn, w.kt0 + kt);
       },
-      StoreWholeTile<T, C>{p, d0, d1, staging, base});
+      StoreWholeTile<T, C>{p, d0, d1, staging, base, &map_c});
 }
 
 // A row-major matrix [rows][cols] (row stride ld elements) as a TMA map of box_rows x 64 boxes (64 values of a
@@ -243,48 +269,62 @@ CUtensorMap tile_map(const void* ptr, int64_t rows, int64_t cols, int64_t ld, in
 // One launch of gemm_v3_kernel<T, C, WS, IN_FLIGHT, ..> over tiles x splits work units, its shared-memory limit
 // raised once per kernel and device.
 template <class T, class C, bool WS, int IN_FLIGHT, bool A_MN, bool B_MN>
-void launch_kernel(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
-                   cudaStream_t s) {
+void launch_kernel(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& mc,
+                   int device, cudaStream_t s) {
   constexpr auto kernel = gemm_v3_kernel<T, C, WS, IN_FLIGHT, A_MN, B_MN>;
   detail::allow_dynamic_smem<kernel>(kGemmSmem<C>);
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n * splits;
   const int64_t blocks = pipeline_blocks("gemm v3", WS, units, detail::sm_count(device));
-  kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kGemmSmem<C>, s>>>(ma, mb, p, int(units));
+  kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kGemmSmem<C>, s>>>(ma, mb, mc, p, int(units));
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, class C, bool A_MN, bool B_MN>
-void launch_pingpong(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, int device,
-                     cudaStream_t s) {
+void launch_pingpong(int splits, const Params& p, const CUtensorMap& ma, const CUtensorMap& mb, const CUtensorMap& mc,
+                     int device, cudaStream_t s) {
   constexpr auto kernel = gemm_v3_pingpong_kernel<T, C, A_MN, B_MN>;
   detail::allow_dynamic_smem<kernel>(kGemmSmem<C>);
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n * splits;
   const int64_t blocks = pipeline_blocks("gemm v3", true, units, detail::sm_count(device));
-  kernel<<<unsigned(blocks), unsigned(kWsThreads<C>), kGemmSmem<C>, s>>>(ma, mb, p, int(units));
+  kernel<<<unsigned(blocks), unsigned(kWsThreads<C>), kGemmSmem<C>, s>>>(ma, mb, mc, p, int(units));
   HPDT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, class C, bool A_MN, bool B_MN>
 void launch_layout(const Params& p, V3Pipeline pipeline, int splits, const CUtensorMap& ma, const CUtensorMap& mb,
-                   int device, cudaStream_t s) {
+                   const CUtensorMap& mc, int device, cudaStream_t s) {
   // HPDT_GEMM_V3_IN_FLIGHT=0 runs the barrier pipeline waiting for every k tile's MMAs (k-major x k-major only;
   // read at every call: tests and benchmarks switch it)
   const char* in_flight = std::getenv("HPDT_GEMM_V3_IN_FLIGHT");
   if (pipeline == V3Pipeline::pingpong) {
     if constexpr (C::BN <= 128)
-      launch_pingpong<T, C, A_MN, B_MN>(splits, p, ma, mb, device, s);
+      launch_pingpong<T, C, A_MN, B_MN>(splits, p, ma, mb, mc, device, s);
     else
       HPDT_CHECK(false, "gemm v3: the pingpong pipeline has the slim and narrow tiles only");
   } else if (pipeline == V3Pipeline::ws)
-    launch_kernel<T, C, true, 1, A_MN, B_MN>(splits, p, ma, mb, device, s);
+    launch_kernel<T, C, true, 1, A_MN, B_MN>(splits, p, ma, mb, mc, device, s);
   else if constexpr (!A_MN && !B_MN) {
     if (in_flight && std::strcmp(in_flight, "0") == 0)
-      launch_kernel<T, C, false, 0, false, false>(splits, p, ma, mb, device, s);
+      launch_kernel<T, C, false, 0, false, false>(splits, p, ma, mb, mc, device, s);
     else
-      launch_kernel<T, C, false, 1, false, false>(splits, p, ma, mb, device, s);
+      launch_kernel<T, C, false, 1, false, false>(splits, p, ma, mb, mc, device, s);
   } else {
-    launch_kernel<T, C, false, 1, A_MN, B_MN>(splits, p, ma, mb, device, s);
+    launch_kernel<T, C, false, 1, A_MN, B_MN>(splits, p, ma, mb, mc, device, s);
   }
+}
+
+// HPDT_GEMM_V3_STORE=direct|tma: the epilogue's stores. direct (unset: the default until a GPU has timed both), each
+// lane's pairs by st.global after band_epilogue.cuh's round trip through shared memory; tma, the plain GEMM's chunks
+// by TMA stores (tma_store_epilogue.cuh) where tma_store_eligible holds, band_epilogue elsewhere. Read at every call,
+// as HPDT_GEMM_V3_PIPELINE; anything else is an error naming the variable.
+bool tma_store_chosen() { return !env_switch("HPDT_GEMM_V3_STORE", "direct", "tma"); }
+
+// Where the TMA-store epilogue can take a GEMM: a 16-bit C, 16-byte aligned, with N and ldc multiples of 8 (TMA
+// writes whole 16-byte granules: a row ending mid-granule would have the padding after it overwritten), nothing but
+// alpha and a bias in the epilogue, no split-K (checked by the caller).
+bool tma_store_eligible(const Params& p) {
+  return !p.c_f32 && p.beta == 0.0f && !p.res && p.act == kActNone && !p.aux && !p.col_stats && !p.partial &&
+         p.N % 8 == 0 && p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
 }
 
 template <class T, class C>
@@ -303,14 +343,18 @@ void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const St
                                   p.col_stats ? 1 : 16, detail::kWgmmaFlops, stream, partial);
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
+  // C's store map where the TMA-store epilogue runs (else unused: zeros)
+  p.tma_store = splits == 1 && tma_store_chosen() && tma_store_eligible(p);
+  CUtensorMap mc{};
+  if (p.tma_store) mc = store_map("gemm v3 (C)", p.C, p.M, p.N, p.ldc, c_type);
   if (p.a_kmajor && p.b_kmajor)
-    launch_layout<T, C, false, false>(p, pipeline, splits, ma, mb, device, s);
+    launch_layout<T, C, false, false>(p, pipeline, splits, ma, mb, mc, device, s);
   else if (p.a_kmajor)
-    launch_layout<T, C, false, true>(p, pipeline, splits, ma, mb, device, s);
+    launch_layout<T, C, false, true>(p, pipeline, splits, ma, mb, mc, device, s);
   else if (p.b_kmajor)
-    launch_layout<T, C, true, false>(p, pipeline, splits, ma, mb, device, s);
+    launch_layout<T, C, true, false>(p, pipeline, splits, ma, mb, mc, device, s);
   else
-    launch_layout<T, C, true, true>(p, pipeline, splits, ma, mb, device, s);
+    launch_layout<T, C, true, true>(p, pipeline, splits, ma, mb, mc, device, s);
   if (splits > 1) splitk_reduce(p, splits, c_type, s);
 }
 

@@ -701,4 +701,21 @@ inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, cons
   return map;
 }
 
+// The TMA-store map of a row-major 16-bit matrix [rows][cols] (row stride ld elements): boxes of 32 values by 16 rows,
+// the 64-byte swizzle (tma_store_epilogue.cuh's chunk images). `who` names the caller in the error.
+inline CUtensorMap store_map(const char* who, void* ptr, int64_t rows, int64_t cols, int64_t ld, DType t) {
+  CUtensorMap map;
+  HPDT_CHECK(t == DType::bf16 || t == DType::f16, who, ": TMA-store maps of ", dtype_name(t), " are not made here");
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
+  const cuuint32_t box[2] = {32, 16}, steps[2] = {1, 1};
+  const CUresult r =
+      tensor_map_encoder()(&map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                           2, ptr, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+                           CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for the store map of a ",
+             rows, " x ", cols, " matrix (ld ", ld, ") at ", ptr);
+  return map;
+}
+
 }  // namespace hpdt::kernels::cuda::sm90a

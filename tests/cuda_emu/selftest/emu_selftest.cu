@@ -371,19 +371,21 @@ __global__ void tma_box(const __grid_constant__ CUtensorMap map, int c0, int c1,
   }
 }
 
-CUtensorMap bf16_map(const void* p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows) {
+// A bf16 matrix's TMA map: boxes of box_cols x box_rows in `swizzle` (64 columns, 128 bytes, in the 128-byte one).
+CUtensorMap bf16_map(const void* p, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows,
+                     CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B, uint32_t box_cols = 64) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult q{};
   EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), cudaSuccess);
   EXPECT_EQ(q, cudaDriverEntryPointSuccess);
   CUtensorMap m{};
   const cuuint64_t dims[2] = {cols, rows}, strides[1] = {ld * 2};
-  const cuuint32_t box[2] = {64, box_rows}, es[2] = {1, 1};
-  EXPECT_EQ(reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
-                &m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides, box, es,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-            CUDA_SUCCESS);
+  const cuuint32_t box[2] = {box_cols, box_rows}, es[2] = {1, 1};
+  EXPECT_EQ(
+      reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
+          &m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides, box, es,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+      CUDA_SUCCESS);
   return m;
 }
 
@@ -448,6 +450,46 @@ TEST(CudaEmu, TmaStoreSwizzleAndBounds) {
       if (x >= 64 && x < written && y >= 40) {
         const uint64_t r = y - 40, e = x - 64;
         want = uint16_t(1 + r * 64 + (((e / 8) ^ (r % 8)) * 8) + e % 8);
+      }
+      ASSERT_EQ(o[size_t(y * ld + x)], want) << y << " " << x;
+    }
+}
+
+// The 64-byte swizzle, as GEMM v3's TMA-store epilogue uses it (sm90a/tma_store_epilogue.cuh): a box of 32 bf16 x 16
+// rows (64-byte rows), its shared image filled with s[i] = i + 1 raw, stored at (32, 8) of a 40 x 72 matrix (row stride
+// 80): row r's 16-byte unit u is read from unit u ^ (r / 2) % 4 (the PTX ISA's swizzle: address bits [4, 6) XOR bits
+// [7, 9)), and rows past the matrix are not written.
+__global__ void tma_store_box_64b(const __grid_constant__ CUtensorMap map, int c0, int c1) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  auto* s = reinterpret_cast<uint16_t*>(smem + (base - smem_u32(smem)));
+  for (int i = int(threadIdx.x); i < 512; i += int(blockDim.x)) s[i] = uint16_t(i + 1);
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(&map)),
+                 "r"(base), "r"(c0), "r"(c1)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  }
+}
+
+TEST(CudaEmu, TmaStore64ByteSwizzle) {
+  const uint64_t rows = 20, cols = 72, ld = 80;
+  Buf<uint16_t> dm(std::vector<uint16_t>(rows * ld, 0x7777));
+  const CUtensorMap map = bf16_map(dm.d, rows, cols, ld, 16, CU_TENSOR_MAP_SWIZZLE_64B, 32);
+  cudaFuncSetAttribute(tma_store_box_64b, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024 + 1024);
+  tma_store_box_64b<<<1, 64, 1024 + 1024>>>(map, 32, 8);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto o = dm.down();
+  for (uint64_t y = 0; y < rows; ++y)
+    for (uint64_t x = 0; x < ld; ++x) {
+      uint16_t want = 0x7777;
+      if (x >= 32 && x < 64 && y >= 8) {
+        const uint64_t r = y - 8, e = x - 32;
+        want = uint16_t(1 + r * 32 + (((e / 8) ^ (r / 2 % 4)) * 8) + e % 8);
       }
       ASSERT_EQ(o[size_t(y * ld + x)], want) << y << " " << x;
     }

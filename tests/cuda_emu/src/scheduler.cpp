@@ -1316,6 +1316,15 @@ void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc) {
   if (E.stats) record_write(E.b->st_by_warp, E.b->cur->st_seq, addr, 8);
 }
 
+void st_shared_b32(uint32_t addr, uint32_t v, const Loc& loc) {
+  check_in_kernel("st.shared.b32");
+  if (addr % 4)
+    fatal("st.shared.b32 at %s:%u: shared address 0x%x is not 4-byte aligned", short_file(loc.file_name()), loc.line(),
+          addr);
+  std::memcpy(shared_ptr(addr, 4, "st.shared.b32", loc), &v, 4);
+  if (E.stats) record_write(E.b->st_by_warp, E.b->cur->st_seq, addr, 4);
+}
+
 // ---- sm_90a: mbarrier, TMA, wgmma ------------------------------------------------------------------------
 namespace {
 Mbarrier& mbarrier_at(uint32_t bar, const char* what, const Loc& loc) {

@@ -161,6 +161,8 @@ float cvt_f32_f16(uint16_t h);
 float cvt_f32_bf16(uint16_t h);
 // st.shared.v2.f32 [addr], {x, y}: 8 bytes, 8-byte aligned, into the block's shared memory
 void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc);
+// st.shared.b32 [addr], v: 4 bytes, 4-byte aligned (the TMA-store epilogue's 16-bit pairs)
+void st_shared_b32(uint32_t addr, uint32_t v, const Loc& loc);
 // prefetch.global.L2 [addr]: no effect on memory; addr must lie inside a device allocation (stricter than a GPU,
 // which ignores a prefetch it cannot serve), and its 128-byte line is recorded (cuda_emu::prefetched_lines)
 void prefetch_global_l2(uint64_t addr, const Loc& loc);
