@@ -90,6 +90,23 @@ def ran_as(r, variant):
     return r if r and r.get("label") in (None, variant) else None
 
 
+V3_PIPELINES = ("v3_wgmma", "v3_wgmma_ws", "v3_wgmma_pingpong")
+
+
+def v3_pipeline_rows(g, key, counter, suffix=""):
+    """A shape's v3 rows on its three pipelines (key: "gemm/DT/SHAPE", suffix: the rows' suffix): their TFLOP/s and
+    their counter, None where a row is missing or fell back to v2; None where no row has the counter."""
+    recs = [ran_as(g.get(f"{key}/{v}{suffix}"), "v3_wgmma") for v in V3_PIPELINES]
+    xs = [r.get(counter) if r else None for r in recs]
+    if not any(x is not None for x in xs):
+        return None
+    return [r["TFLOP/s"] if r else None for r in recs], xs
+
+
+def pipeline_row(sh, tf, xs):
+    return f"| {sh} | " + " | ".join(fmt(t) for t in tf) + " | " + " | ".join(fmt(x, 2) for x in xs) + " |"
+
+
 def gemm_table(g, rows, numbers):
     rows.append("| GEMM (bf16 in, bf16 out, f32 accumulate) | v1 SIMT TFLOP/s | v2 mma.sync TFLOP/s | v3 wgmma TFLOP/s "
                 "| v3 ws TFLOP/s | v3 pingpong TFLOP/s | v3 ws, a block per tile TFLOP/s | v3 ws, direct stores TFLOP/s "
@@ -150,71 +167,42 @@ def gemm_table(g, rows, numbers):
         rows.extend(tiles)
     # Batch norm's reduction in GEMM v3's epilogue (rows ..._bn_stats / ..._bn_grad_sums, since 2026-11-28: ResNet-50's
     # 1x1 convolutions as NHWC GEMMs): TFLOP/s with it, and x_plain = the plain GEMM's time / this row's, same run
-    bn_rows = []
-    for sh in shapes:
-        if "_bn_" not in sh:
-            continue
-        recs = [ran_as(g.get(f"gemm/bf16->bf16/{sh}/{v}"), "v3_wgmma")
-                for v in ("v3_wgmma", "v3_wgmma_ws", "v3_wgmma_pingpong")]
-        if not any(recs):
-            continue
-        tf = [r["TFLOP/s"] if r else None for r in recs]
-        xp = [r.get("x_plain") if r else None for r in recs]
-        bn_rows.append(f"| {sh} | " + " | ".join(fmt(t) for t in tf) + " | " + " | ".join(fmt(x, 2) for x in xp) + " |")
-        numbers.append({"op": "gemm_bn_epilogue", "shape": sh, "v3_tflops": tf[0], "v3_ws_tflops": tf[1],
-                        "v3_pingpong_tflops": tf[2], "v3_x_plain": xp[0], "v3_ws_x_plain": xp[1],
-                        "v3_pingpong_x_plain": xp[2]})
-    if bn_rows:
-        rows.append("")
-        rows.append("| GEMM v3 with batch norm's reduction (bf16) | barrier TFLOP/s | ws TFLOP/s | pingpong TFLOP/s "
-                    "| plain / with (barrier) | (ws) | (pingpong) |")
-        rows.append("|---|---:|---:|---:|---:|---:|---:|")
-        rows.extend(bn_rows)
+    v3_counter_table(g, [(sh, f"gemm/bf16->bf16/{sh}", {"shape": sh}) for sh in shapes if "_bn_" in sh], "x_plain", "",
+                     "gemm_bn_epilogue", "| GEMM v3 with batch norm's reduction (bf16) | barrier TFLOP/s | ws TFLOP/s "
+                     "| pingpong TFLOP/s | plain / with (barrier) | (ws) | (pingpong) |", rows, numbers)
     # GEMM v3's prefetch of its epilogue's inputs into L2 (2026-11-29, band_epilogue.cuh): x_no_prefetch = the row's
     # time with HPDT_EPILOGUE_PREFETCH=off / its time, same run, on every v3 row whose epilogue reads inputs
-    pf_rows = []
-    for dt in ("bf16->bf16", "f32->f32"):
-        for sh in shapes:
-            recs = [ran_as(g.get(f"gemm/{dt}/{sh}/{v}"), "v3_wgmma")
-                    for v in ("v3_wgmma", "v3_wgmma_ws", "v3_wgmma_pingpong")]
-            xs = [r.get("x_no_prefetch") if r else None for r in recs]
-            if not any(x is not None for x in xs):
-                continue
-            tf = [r["TFLOP/s"] if r else None for r in recs]
-            pf_rows.append(f"| {sh} ({dt}) | " + " | ".join(fmt(t) for t in tf) + " | " +
-                           " | ".join(fmt(x, 2) for x in xs) + " |")
-            numbers.append({"op": "gemm_epilogue_prefetch", "dtype": dt, "shape": sh, "v3_tflops": tf[0],
-                            "v3_ws_tflops": tf[1], "v3_pingpong_tflops": tf[2], "v3_x_no_prefetch": xs[0],
-                            "v3_ws_x_no_prefetch": xs[1], "v3_pingpong_x_no_prefetch": xs[2]})
-    if pf_rows:
-        rows.append("")
-        rows.append("| GEMM v3, the epilogue's inputs prefetched into L2 | barrier TFLOP/s | ws TFLOP/s "
-                    "| pingpong TFLOP/s | without / with (barrier) | (ws) | (pingpong) |")
-        rows.append("|---|---:|---:|---:|---:|---:|---:|")
-        rows.extend(pf_rows)
+    v3_counter_table(g, [(f"{sh} ({dt})", f"gemm/{dt}/{sh}", {"dtype": dt, "shape": sh})
+                         for dt in ("bf16->bf16", "f32->f32") for sh in shapes], "x_no_prefetch", "",
+                     "gemm_epilogue_prefetch", "| GEMM v3, the epilogue's inputs prefetched into L2 | barrier TFLOP/s "
+                     "| ws TFLOP/s | pingpong TFLOP/s | without / with (barrier) | (ws) | (pingpong) |", rows, numbers)
     # GEMM v3's TMA-store epilogue (rows ..._tma_store, since 2026-11-30: HPDT_GEMM_V3_STORE=tma): TFLOP/s with it, and
     # x_direct = the direct stores' time / the TMA stores', same run (above 1: the TMA stores are faster); the K sweep's
     # shapes too (their t0 in the K table)
-    ts_rows = []
     all_shapes = sorted({k.split("/")[2] for k in g if k.startswith("gemm/bf16->bf16/")},
                         key=lambda s: (not s[0].isdigit(), s))
-    for sh in all_shapes:
-        recs = [ran_as(g.get(f"gemm/bf16->bf16/{sh}/{v}"), "v3_wgmma")
-                for v in ("v3_wgmma_tma_store", "v3_wgmma_ws_tma_store", "v3_wgmma_pingpong_tma_store")]
-        if not any(recs):
+    v3_counter_table(g, [(sh, f"gemm/bf16->bf16/{sh}", {"shape": sh}) for sh in all_shapes], "x_direct", "_tma_store",
+                     "gemm_tma_store", "| GEMM v3 by TMA stores (bf16) | barrier TFLOP/s | ws TFLOP/s | pingpong TFLOP/s "
+                     "| direct / TMA (barrier) | (ws) | (pingpong) |", rows, numbers)
+
+
+def v3_counter_table(g, entries, counter, suffix, op, header, rows, numbers):
+    """A table of v3's three pipelines beside one counter of theirs: entries (label, key, fields of the number), the
+    rows g[key/PIPELINE + suffix]; numbers op with {v3, v3_ws, v3_pingpong}_tflops and _COUNTER. None where no row has
+    the counter."""
+    body = []
+    for label, key, fields in entries:
+        got = v3_pipeline_rows(g, key, counter, suffix)
+        if not got:
             continue
-        tf = [r["TFLOP/s"] if r else None for r in recs]
-        xd = [r.get("x_direct") if r else None for r in recs]
-        ts_rows.append(f"| {sh} | " + " | ".join(fmt(t) for t in tf) + " | " + " | ".join(fmt(x, 2) for x in xd) + " |")
-        numbers.append({"op": "gemm_tma_store", "shape": sh, "v3_tflops": tf[0], "v3_ws_tflops": tf[1],
-                        "v3_pingpong_tflops": tf[2], "v3_x_direct": xd[0], "v3_ws_x_direct": xd[1],
-                        "v3_pingpong_x_direct": xd[2]})
-    if ts_rows:
-        rows.append("")
-        rows.append("| GEMM v3 by TMA stores (bf16) | barrier TFLOP/s | ws TFLOP/s | pingpong TFLOP/s "
-                    "| direct / TMA (barrier) | (ws) | (pingpong) |")
-        rows.append("|---|---:|---:|---:|---:|---:|---:|")
-        rows.extend(ts_rows)
+        tf, xs = got
+        body.append(pipeline_row(label, tf, xs))
+        rec = {"op": op, **fields}
+        for pipe, t, x in zip(("v3", "v3_ws", "v3_pingpong"), tf, xs):
+            rec[f"{pipe}_tflops"], rec[f"{pipe}_{counter}"] = t, x
+        numbers.append(rec)
+    if body:
+        rows.extend(["", header, "|---|---:|---:|---:|---:|---:|---:|"] + body)
 
 
 def fit_line(points):

@@ -411,8 +411,9 @@ TEST(CudaEmu, TmaBoxSwizzleAndBounds) {
       }
 }
 
-// A TMA store of one 64 x 64 bf16 box from shared memory (filled with s[i] = i + 1 in its raw, swizzled layout) to
-// (c0, c1) of a map; `wait` 0: thread 0 leaves without waiting for it (a fault).
+// A TMA store of one box of at most 4096 bf16 (64 x 64 in the 128-byte swizzle, 32 x 16 in the 64-byte one) from
+// shared memory (filled with s[i] = i + 1 in its raw, swizzled layout) to (c0, c1) of a map; `wait` 0: thread 0 leaves
+// without waiting for it (a fault).
 __global__ void tma_store_box(const __grid_constant__ CUtensorMap map, int c0, int c1, int wait) {
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
@@ -456,32 +457,15 @@ TEST(CudaEmu, TmaStoreSwizzleAndBounds) {
 }
 
 // The 64-byte swizzle, as GEMM v3's TMA-store epilogue uses it (sm90a/tma_store_epilogue.cuh): a box of 32 bf16 x 16
-// rows (64-byte rows), its shared image filled with s[i] = i + 1 raw, stored at (32, 8) of a 40 x 72 matrix (row stride
+// rows (64-byte rows), its shared image filled with s[i] = i + 1 raw, stored at (32, 8) of a 20 x 72 matrix (row stride
 // 80): row r's 16-byte unit u is read from unit u ^ (r / 2) % 4 (the PTX ISA's swizzle: address bits [4, 6) XOR bits
 // [7, 9)), and rows past the matrix are not written.
-__global__ void tma_store_box_64b(const __grid_constant__ CUtensorMap map, int c0, int c1) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
-  auto* s = reinterpret_cast<uint16_t*>(smem + (base - smem_u32(smem)));
-  for (int i = int(threadIdx.x); i < 512; i += int(blockDim.x)) s[i] = uint16_t(i + 1);
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-                     reinterpret_cast<uint64_t>(&map)),
-                 "r"(base), "r"(c0), "r"(c1)
-                 : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-  }
-}
-
 TEST(CudaEmu, TmaStore64ByteSwizzle) {
   const uint64_t rows = 20, cols = 72, ld = 80;
   Buf<uint16_t> dm(std::vector<uint16_t>(rows * ld, 0x7777));
   const CUtensorMap map = bf16_map(dm.d, rows, cols, ld, 16, CU_TENSOR_MAP_SWIZZLE_64B, 32);
-  cudaFuncSetAttribute(tma_store_box_64b, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024 + 1024);
-  tma_store_box_64b<<<1, 64, 1024 + 1024>>>(map, 32, 8);
+  cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
+  tma_store_box<<<1, 64, 8192 + 1024>>>(map, 32, 8, 1);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   const auto o = dm.down();
   for (uint64_t y = 0; y < rows; ++y)
