@@ -835,31 +835,36 @@ def gemm_found_table(t, rows, numbers):
     for _, r in runs:
         for f in r["gemm_v3_found"]:
             plans += [p for p in f.get("ms", {}) if p not in plans]
-    # conv v3's plans loading by im2col ("+im2col", since 2026-11-30): a column of the boxes' best over theirs
-    im2col = any(p.endswith("+im2col") for p in plans)
+    # plans with another way of moving data (since 2026-11-30): conv v3 loading by im2col ("+im2col") and GEMM v3
+    # storing by TMA ("+tma store"); for each kind present, a column of the other plans' best over theirs
+    kinds = [(suffix, head, note) for suffix, head, note in
+             (("+im2col", "boxes' best / im2col's best", "conv v3 loading by im2col"),
+              ("+tma store", "direct stores' best / TMA stores' best", "GEMM v3 storing by TMA"))
+             if any(p.endswith(suffix) for p in plans)]
     rows.append("| step | GEMM (M x N x K, A/B transposed, dtypes, epilogue) | plan taken | "
                 + " | ".join(f"{p} ms" for p in plans) + " | best / barrier's best |"
-                + (" boxes' best / im2col's best |" if im2col else ""))
-    rows.append("|---|---|---|" + "---:|" * (len(plans) + 1 + im2col))
+                + "".join(f" {head} |" for _, head, _ in kinds))
+    rows.append("|---|---|---|" + "---:|" * (len(plans) + 1 + len(kinds)))
     for key, r in runs:
         for f in r["gemm_v3_found"]:
             ms = f.get("ms", {})
             best = ms.get(f["plan"])
-            barrier = [v for p, v in ms.items() if p.startswith("barrier/") and not p.endswith("+im2col")]
+            barrier = [v for p, v in ms.items()
+                       if p.startswith("barrier/") and not p.endswith("+im2col") and not p.endswith("+tma store")]
             gain = min(barrier) / best if best and barrier else None
             row = (f"| {key} | {f['call']} | {f['plan']} | " + " | ".join(fmt(ms.get(p), 3) for p in plans)
                    + f" | {fmt(gain, 2)} |")
-            if im2col:
-                boxes = [v for p, v in ms.items() if not p.endswith("+im2col")]
-                by_im2col = [v for p, v in ms.items() if p.endswith("+im2col")]
-                row += f" {fmt(min(boxes) / min(by_im2col) if boxes and by_im2col else None, 2)} |"
+            for suffix, _, _ in kinds:
+                others = [v for p, v in ms.items() if not p.endswith(suffix)]
+                these = [v for p, v in ms.items() if p.endswith(suffix)]
+                row += f" {fmt(min(others) / min(these) if others and these else None, 2)} |"
             rows.append(row)
             numbers.append({"op": "gemm_v3_found", "step": key, "call": f["call"], "plan": f["plan"], "ms": ms})
     rows.append("")
     rows.append("Each candidate timed once per shape at its first call (median of 5 after a warm-up, on scratch "
                 "outputs); best / barrier's best: how much faster the plan taken is than the barrier pipeline's best "
-                "tile (loading by boxes)" + ("; boxes' best / im2col's best: above 1, conv v3 loading by im2col was "
-                                            "faster." if im2col else "."))
+                "tile (loading by boxes, storing directly)"
+                + "".join(f"; {head}: above 1, {note} was faster" for _, head, note in kinds) + ".")
 
 
 def conv_found_table(t, rows, numbers):

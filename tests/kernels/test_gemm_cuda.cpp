@@ -1169,7 +1169,8 @@ TEST_F(GemmCuda, V3PrefetchesEveryEpilogueInputLineIntoL2) {
 // keeps its pre-activation (had timing written it elsewhere than scratch, ok; had the final run not written it, the
 // check fails), split-K (the partials' workspace per run), N <= 64 (the slim tile alone). Then: one report per shape,
 // in order, every candidate timed and the fastest taken (a GELU or its gradient: each plan fused and as a pass after
-// a plain GEMM, "+gelu pass"); a repeat is not timed again; the pins restrict the candidates (one left: none timed).
+// a plain GEMM, "+gelu pass"; a plain one the TMA-store epilogue can take: each plan storing directly and by TMA,
+// "+tma store"); a repeat is not timed again; the pins restrict the candidates (one left: none timed).
 TEST_F(GemmCuda, V3FindTimesEveryPlanOnScratchOutputs) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const kernels::ScopedGemmTuning find(kernels::GemmTuning::find);
@@ -1247,6 +1248,28 @@ TEST_F(GemmCuda, V3FindTimesEveryPlanOnScratchOutputs) {
     ASSERT_EQ(now.size(), cases.size() + 3);
     EXPECT_EQ(now.back().plan, "pingpong/narrow");
     EXPECT_TRUE(now.back().ms.empty());
+  }
+  {  // a plain GEMM the TMA-store epilogue can take (16-bit C, alpha and a bias, N and ldc multiples of 8): each plan
+     // with the direct stores, then by TMA stores (HPDT_GEMM_V3_STORE unset), the fastest taken and right; pinned: its
+     // kind
+    Case c = cases[0];
+    c.N = 152, c.beta = 0.0f, c.pad_c = aligned_pad(c.N);
+    std::vector<std::string> want{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide", "pingpong/narrow"};
+    for (size_t j = 0, n = want.size(); j < n; ++j) want.push_back(want[j] + "+tma store");
+    const std::pair<const char*, size_t> pins[] = {{nullptr, 10}, {"direct", 5}, {"tma", 5}};
+    for (const auto& [pin, count] : pins) {
+      const ScopedEnv store("HPDT_GEMM_V3_STORE", pin);
+      SCOPED_TRACE(describe(c) + " stores pinned: " + (pin ? pin : "no"));
+      EXPECT_TRUE(run(c));
+      const std::vector<kernels::cuda::GemmV3Found> now = kernels::cuda::gemm_v3_found();
+      ASSERT_FALSE(now.empty());
+      const kernels::cuda::GemmV3Found& f = now.back();
+      EXPECT_EQ(f.call, "200x152x130 NT bf16->bf16 bias");
+      std::vector<std::string> names;
+      for (const auto& [plan, ms] : f.ms) names.push_back(plan);
+      const size_t from = pin && std::string(pin) == "tma" ? 5 : 0;
+      EXPECT_EQ(names, std::vector<std::string>(want.begin() + long(from), want.begin() + long(from + count)));
+    }
   }
   kernels::cuda::gemm_v3_forget_found();
   EXPECT_TRUE(kernels::cuda::gemm_v3_found().empty());

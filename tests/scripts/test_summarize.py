@@ -232,6 +232,23 @@ class ConvStep(unittest.TestCase):
         self.assertIn("| 0.500 | 0.600 | 0.400 | 0.450 | — | 1.25 | 1.25 |", text)
         self.assertIn("| — | — | — | — | 0.010 | 1.00 | — |", text)
 
+    def test_gemm_found_table_compares_gemm_v3s_stores(self):
+        """GEMM v3's plans storing by TMA (since 2026-11-30): a column of the direct plans' best over theirs, beside
+        the im2col one when both kinds are present; barrier's best counts neither."""
+        t = {"resnet50_bf16_ours_nhwc_conv_find": {"gemm_v3_found": [
+            {"call": "802816x256x64 NT bf16->bf16", "plan": "ws/wide+tma store",
+             "ms": {"barrier/wide": 0.36, "ws/wide": 0.35, "barrier/wide+tma store": 0.2, "ws/wide+tma store": 0.18}},
+            {"call": "conv v3 fwd 3x3 64->64 256x56x56 -> 56x56 bf16", "plan": "barrier/slim",
+             "ms": {"barrier/slim": 0.3, "barrier/slim+im2col": 0.4}}]}}
+        r, n = [], []
+        summarize.gemm_found_table(t, r, n)
+        text = "\n".join(r)
+        self.assertIn("| best / barrier's best | boxes' best / im2col's best | direct stores' best / TMA stores' best |",
+                      r[0])
+        self.assertIn("| 0.360 | 0.350 | 0.200 | 0.180 | — | — | 2.00 | — | 1.94 |", text)
+        self.assertIn("| 0.300 | 0.400 | 1.00 | 0.75 | — |", text)
+        self.assertIn("TMA stores' best: above 1, GEMM v3 storing by TMA was faster.", text)
+
     def test_conv_found_table_totals_the_timed_convolutions(self):
         """One row a convolution (v2 untimed where v3 does not take it), and the timed ones added up each way."""
         t = {"resnet50_bf16_ours_nhwc_conv_find": {"conv_found": [

@@ -313,12 +313,6 @@ void launch_layout(const Params& p, V3Pipeline pipeline, int splits, const CUten
   }
 }
 
-// HPDT_GEMM_V3_STORE=direct|tma: the epilogue's stores. direct (unset: the default until a GPU has timed both), each
-// lane's pairs by st.global after band_epilogue.cuh's round trip through shared memory; tma, the plain GEMM's chunks
-// by TMA stores (tma_store_epilogue.cuh) where tma_store_eligible holds, band_epilogue elsewhere. Read at every call,
-// as HPDT_GEMM_V3_PIPELINE; anything else is an error naming the variable.
-bool tma_store_chosen() { return !env_switch("HPDT_GEMM_V3_STORE", "direct", "tma"); }
-
 // Where the TMA-store epilogue can take a GEMM: a 16-bit C, 16-byte aligned, with N and ldc multiples of 8 (TMA
 // writes whole 16-byte granules: a row ending mid-granule would have the padding after it overwritten), nothing but
 // alpha and a bias in the epilogue, no split-K (checked by the caller).
@@ -327,8 +321,12 @@ bool tma_store_eligible(const Params& p) {
          p.N % 8 == 0 && p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
 }
 
+// The epilogue's stores (the plan's tma_store: HPDT_GEMM_V3_STORE, wgmma.cuh's pinned_v3_store, or Find's choice):
+// direct, each lane's pairs by st.global after band_epilogue.cuh's round trip through shared memory (the rule's,
+// until a GPU has timed both); TMA, the plain GEMM's chunks by TMA stores (tma_store_epilogue.cuh) where
+// tma_store_eligible holds and the call is not split, band_epilogue elsewhere.
 template <class T, class C>
-void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const Stream& stream) {
+void launch_tile(Params p, V3Pipeline pipeline, bool tma_store, DType ab, DType c_type, const Stream& stream) {
   const int device = stream.device().index;
   const cudaStream_t s = detail::native(stream);
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
@@ -344,7 +342,7 @@ void launch_tile(Params p, V3Pipeline pipeline, DType ab, DType c_type, const St
   const CUtensorMap ma = p.a_kmajor ? tile_map(p.A, p.M, p.K, p.lda, kBM, ab) : tile_map(p.A, p.K, p.M, p.lda, kBK, ab);
   const CUtensorMap mb = p.b_kmajor ? tile_map(p.B, p.N, p.K, p.ldb, C::BN, ab) : tile_map(p.B, p.K, p.N, p.ldb, kBK, ab);
   // C's store map where the TMA-store epilogue runs (else unused: zeros)
-  p.tma_store = splits == 1 && tma_store_chosen() && tma_store_eligible(p);
+  p.tma_store = splits == 1 && tma_store && tma_store_eligible(p);
   CUtensorMap mc{};
   if (p.tma_store) mc = store_map("gemm v3 (C)", p.C, p.M, p.N, p.ldc, c_type);
   if (p.a_kmajor && p.b_kmajor)
@@ -369,15 +367,18 @@ void launch_plan(const Params& p, const Plan& plan, DType ab_type, DType c_type,
     // the pass reads it there and writes C (else the pass would read C, write aux and write C).
     const bool from_aux = p.act == kActGelu && p.aux && p.beta == 0.0f;
     if (from_aux) plain.C = p.aux;
-    launch_plan(plain, Plan{plan.pipeline, plan.tile}, ab_type, c_type, stream);
+    launch_plan(plain, Plan{plan.pipeline, plan.tile, false, false, plan.tma_store}, ab_type, c_type, stream);
     activation_only(p, c_type, detail::native(stream), from_aux);
     return;
   }
   const auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (plan.tile == V3Tile::slim) launch_tile<T, Slim>(p, plan.pipeline, ab_type, c_type, stream);
-    else if (plan.tile == V3Tile::wide) launch_tile<T, Wide>(p, plan.pipeline, ab_type, c_type, stream);
-    else launch_tile<T, Narrow>(p, plan.pipeline, ab_type, c_type, stream);
+    if (plan.tile == V3Tile::slim)
+      launch_tile<T, Slim>(p, plan.pipeline, plan.tma_store, ab_type, c_type, stream);
+    else if (plan.tile == V3Tile::wide)
+      launch_tile<T, Wide>(p, plan.pipeline, plan.tma_store, ab_type, c_type, stream);
+    else
+      launch_tile<T, Narrow>(p, plan.pipeline, plan.tma_store, ab_type, c_type, stream);
   };
   if (ab_type == DType::bf16) run(bf16_t{});
   else run(f16_t{});
@@ -394,7 +395,7 @@ struct FindKey {
   bool c_f32;
   int mode;  // band_mode: plain, GELU (erf / tanh), GELU gradient (erf / tanh)
   bool bias, res, aux, beta;
-  int pin_pipeline, pin_tile, pin_act_pass;
+  int pin_pipeline, pin_tile, pin_act_pass, pin_tma_store;
   auto operator<=>(const FindKey&) const = default;
 };
 
@@ -433,6 +434,7 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
   key.pin_pipeline = pins.pipeline;
   key.pin_tile = pins.tile;
   key.pin_act_pass = pins.act_pass;
+  key.pin_tma_store = pins.tma_store;
   Tensor c_scratch, aux_scratch;
   Params q = p;
   const auto on_scratch = [&](const Plan& plan) {
@@ -450,7 +452,8 @@ Plan found_plan(const Params& p, DType ab_type, DType c_type, const Stream& stre
   };
   return find_v3_plan(
       found_plans(), key, "gemm v3", [&] { return describe_call(p, ab_type, c_type); },
-      [&] { return v3_find_candidates(p.N, pins, p.act != kActNone); }, fallback, detail::native(stream), on_scratch);
+      [&] { return v3_find_candidates(p.N, pins, p.act != kActNone, tma_store_eligible(p)); }, fallback,
+      detail::native(stream), on_scratch);
 }
 
 }  // namespace
@@ -471,10 +474,12 @@ bool v3_device_ok(int device) {
 void v3_launch(Params p, DType ab_type, DType c_type, const Stream& stream) {
   HPDT_CHECK(c_type == DType::f32 || c_type == ab_type, "gemm v3: C must be f32 or A's dtype");
   const int sms = detail::sm_count(stream.device().index);
-  bool act_pass = false;
+  bool act_pass = false, tma_store = false;
   pinned_v3_activation_pass(act_pass);
+  pinned_v3_store(tma_store);
   Plan heuristic = v3_rule_plan((int64_t(p.M) + kBM - 1) / kBM, p.N, p.K, sms);
   heuristic.act_pass = act_pass;
+  heuristic.tma_store = tma_store;
   const Plan plan = gemm_tuning() == GemmTuning::find ? found_plan(p, ab_type, c_type, stream, heuristic) : heuristic;
   launch_plan(p, plan, ab_type, c_type, stream);
 }

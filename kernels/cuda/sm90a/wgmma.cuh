@@ -567,6 +567,17 @@ inline bool pinned_v3_activation_pass(bool& out) {
   return true;
 }
 
+// GEMM v3's epilogue stores (sm90a/tma_store_epilogue.cuh): HPDT_GEMM_V3_STORE=direct|tma pins them (out: tma), read
+// at every call; anything else is an error naming the variable. Unset: direct by rule, both timed under Find.
+inline bool pinned_v3_store(bool& tma) {
+  const char* e = std::getenv("HPDT_GEMM_V3_STORE");
+  if (!e) return false;
+  HPDT_CHECK(std::strcmp(e, "direct") == 0 || std::strcmp(e, "tma") == 0, "HPDT_GEMM_V3_STORE=", e,
+             ": expected direct or tma");
+  tma = std::strcmp(e, "tma") == 0;
+  return true;
+}
+
 // A plan of GEMM v3 or conv v3: the pipeline and the block tile (and for a GEMM with an activation, where it runs).
 // Under kernels::GemmTuning::find each call shape takes the fastest of v3_find_candidates, timed (gemm_wgmma.cu,
 // conv_wgmma.cu); by rule v3_rule_plan.
@@ -575,6 +586,7 @@ struct V3Plan {
   V3Tile tile;
   bool act_pass = false;  // the activation as a pass after a plain GEMM (pinned_v3_activation_pass)
   bool im2col = false;    // conv v3: its pixels by TMA's im2col mode (conv_wgmma.cu: HPDT_CONV_V3_LOAD)
+  bool tma_store = false;  // GEMM v3: the plain GEMM's epilogue by TMA stores where it applies (pinned_v3_store)
 };
 inline const char* v3_pipeline_name(V3Pipeline p) {
   return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
@@ -595,29 +607,33 @@ inline V3Plan v3_rule_plan(int64_t tiles_m, int64_t n, int64_t k, int64_t sms) {
 }
 inline std::string v3_plan_name(const V3Plan& plan) {
   return std::string(v3_pipeline_name(plan.pipeline)) + "/" + v3_tile_name(plan.tile) +
-         (plan.act_pass ? "+gelu pass" : "") + (plan.im2col ? "+im2col" : "");
+         (plan.act_pass ? "+gelu pass" : "") + (plan.im2col ? "+im2col" : "") + (plan.tma_store ? "+tma store" : "");
 }
 
 // HPDT_GEMM_V3_PIPELINE's, HPDT_GEMM_V3_TILE's and HPDT_GEMM_V3_ACTIVATION's pins as ints (-1 unset), part of a Find
 // key: they restrict the candidates.
 struct V3Pins {
-  int pipeline = -1, tile = -1, act_pass = -1;
+  int pipeline = -1, tile = -1, act_pass = -1, tma_store = -1;
 };
 inline V3Pins v3_pins() {
   V3Pins pins;
   V3Pipeline p = V3Pipeline::barrier;
   V3Tile t = V3Tile::narrow;
-  bool pass = false;
+  bool pass = false, tma = false;
   if (pinned_v3_pipeline(p)) pins.pipeline = int(p);
   if (pinned_v3_tile(t)) pins.tile = int(t);
   if (pinned_v3_activation_pass(pass)) pins.act_pass = int(pass);
+  if (pinned_v3_store(tma)) pins.tma_store = int(tma);
   return pins;
 }
 
 // Find's candidates for a call n wide: every pipeline and tile (slim where n <= 64, where wider tiles multiply
 // zeros; else narrow and wide), less pingpong with the wide tile, each restricted to its pin; for a GEMM with an
-// activation (`activation`) each of those fused and then as a pass (unless HPDT_GEMM_V3_ACTIVATION pins one).
-inline std::vector<V3Plan> v3_find_candidates(int64_t n, const V3Pins& pins, bool activation = false) {
+// activation (`activation`) each of those fused and then as a pass (unless HPDT_GEMM_V3_ACTIVATION pins one); for a
+// GEMM the TMA-store epilogue can take (`tma_store`) each of those with the direct stores and then with TMA's ("+tma
+// store", unless HPDT_GEMM_V3_STORE pins one).
+inline std::vector<V3Plan> v3_find_candidates(int64_t n, const V3Pins& pins, bool activation = false,
+                                              bool tma_store = false) {
   if (pins.pipeline >= 0 && pins.tile >= 0) check_v3_pins(V3Pipeline(pins.pipeline), V3Tile(pins.tile));
   std::vector<V3Pipeline> pipelines{V3Pipeline::barrier, V3Pipeline::ws, V3Pipeline::pingpong};
   std::vector<V3Tile> tiles = n <= 64 ? std::vector<V3Tile>{V3Tile::slim} : std::vector<V3Tile>{V3Tile::narrow, V3Tile::wide};
@@ -626,10 +642,13 @@ inline std::vector<V3Plan> v3_find_candidates(int64_t n, const V3Pins& pins, boo
   std::vector<V3Plan> out;
   std::vector<bool> passes{false};
   if (activation) passes = pins.act_pass >= 0 ? std::vector<bool>{pins.act_pass == 1} : std::vector<bool>{false, true};
-  for (bool pass : passes)
-    for (V3Pipeline pl : pipelines)
-      for (V3Tile t : tiles)
-        if (pl != V3Pipeline::pingpong || t != V3Tile::wide) out.push_back({pl, t, pass});
+  std::vector<bool> stores{false};
+  if (tma_store) stores = pins.tma_store >= 0 ? std::vector<bool>{pins.tma_store == 1} : std::vector<bool>{false, true};
+  for (bool store : stores)
+    for (bool pass : passes)
+      for (V3Pipeline pl : pipelines)
+        for (V3Tile t : tiles)
+          if (pl != V3Pipeline::pingpong || t != V3Tile::wide) out.push_back({pl, t, pass, false, store});
   return out;
 }
 
