@@ -333,13 +333,7 @@ void im2col_corners(const ConvV3& c, const PixelTiles& q, int (&lower)[2], int (
 // How conv v3 loads its pixels, HPDT_CONV_V3_LOAD=box or im2col, read at every call (anything else is an error
 // naming the variable): -1 unset, 0 box, 1 im2col. Unset, the rule loads by boxes (the default until a GPU has run
 // im2col) and Find times both (the calls without batch-norm reductions: conv_v3_launch).
-int pinned_conv_v3_load() {
-  const char* e = std::getenv("HPDT_CONV_V3_LOAD");
-  if (!e) return -1;
-  if (std::strcmp(e, "box") == 0) return 0;
-  HPDT_CHECK(std::strcmp(e, "im2col") == 0, "HPDT_CONV_V3_LOAD=", e, ": expected box or im2col");
-  return 1;
-}
+int pinned_conv_v3_load() { return env_pin("HPDT_CONV_V3_LOAD", "box", "im2col"); }
 // The load by rule for pinned_conv_v3_load's `load_pin`: im2col where pinned so (the one place the default is set).
 bool rule_im2col(int load_pin) { return load_pin == 1; }
 

@@ -37,7 +37,6 @@
 #include "column_stats.cuh"
 #include "find.cuh"
 #include "gemm_common.cuh"
-#include "hpdt/core/env.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/tensor.h"
@@ -112,12 +111,13 @@ __device__ __forceinline__ ColumnReduction stats_exchange(unsigned char* staging
 
 // The epilogue of 64 x BN accumulators of tile (tm, tn), rows 64 half.. of it, split `split` of its k range, by
 // the warpgroup that computed them: each warp its 16 rows through band_epilogue, in its buffer of the staging area
-// (warpgroup wg's warp w: buffer 4 wg + w). Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register
-// fragment D"): warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column
-// 8 j + 2 (lane % 4) + e of row + 8 h, the mma C fragment band_epilogue takes.
+// (warpgroup wg's warp w: buffer 4 wg + w), or by TMA stores through C's map (tma_store_epilogue.cuh; p.tma_store).
+// Accumulator layout of m64nN (PTX ISA, "wgmma .m64nNk16 register fragment D"): warp w of the warpgroup holds rows
+// 16 w + lane / 4 (+ 8); d[4 j + 2 h + e] is column 8 j + 2 (lane % 4) + e of row + 8 h, the mma C fragment
+// band_epilogue takes.
 template <class T, class C>
-__device__ __forceinline__ void store_rows(const Params& p, float (&d)[C::BN / 2], int tm, int tn, int split, int half,
-                                           int wg, unsigned char* staging, uint32_t base) {
+__device__ __forceinline__ void store_rows(const Params& p, const CUtensorMap* map_c, float (&d)[C::BN / 2], int tm,
+                                           int tn, int split, int half, int wg, unsigned char* staging, uint32_t base) {
   const int warp = (int(threadIdx.x) % 128) / 32;
   const int row0 = tm * kBM + half * 64 + warp * 16, col0 = tn * C::BN;
   auto frag = [&](auto J) {
@@ -125,23 +125,12 @@ __device__ __forceinline__ void store_rows(const Params& p, float (&d)[C::BN / 2
     return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
   };
   auto at = [&](int c, int r) { return make_int2(row0 + r, col0 + c * kChunkCols); };
-  band_epilogue<T, C::BN / kChunkCols>(p, split, frag, at, staging + (wg * 4 + warp) * kBandBufBytes,
-                                       stats_exchange<C>(staging, base, wg, 2 * tm + half, C::BN / kChunkCols));
-}
-
-// The same rows by TMA stores (tma_store_epilogue.cuh; p.tma_store): chunk c's 16 rows from row0, its 32 columns from
-// col0 + 32 c.
-template <class T, class C>
-__device__ __forceinline__ void tma_store_rows(const Params& p, const CUtensorMap* map_c, float (&d)[C::BN / 2], int tm,
-                                               int tn, int half, int wg, unsigned char* staging) {
-  const int warp = (int(threadIdx.x) % 128) / 32;
-  const int row0 = tm * kBM + half * 64 + warp * 16, col0 = tn * C::BN;
-  auto frag = [&](auto J) {
-    constexpr int j = decltype(J)::value;
-    return make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
-  };
-  auto at = [&](int c, int) { return make_int2(row0, col0 + c * kChunkCols); };
-  tma_store_epilogue<T, C::BN / kChunkCols>(p, map_c, frag, at, staging + (wg * 4 + warp) * kBandBufBytes);
+  unsigned char* buf = staging + (wg * 4 + warp) * kBandBufBytes;
+  if (p.tma_store)
+    tma_store_epilogue<T, C::BN / kChunkCols>(p, map_c, frag, at, buf);
+  else
+    band_epilogue<T, C::BN / kChunkCols>(p, split, frag, at, buf,
+                                         stats_exchange<C>(staging, base, wg, 2 * tm + half, C::BN / kChunkCols));
 }
 
 // Work unit u (wgmma.cuh's pipelines): split u / tiles of output tile u % tiles, tiles = tiles_m * tiles_n; its
@@ -170,10 +159,7 @@ struct StoreTile {
   uint32_t base;
   const CUtensorMap* map_c;
   __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
-    if (p.tma_store)
-      tma_store_rows<T, C>(p, map_c, d, w.tm, w.tn, wg, wg, staging);
-    else
-      store_rows<T, C>(p, d, w.tm, w.tn, w.split, wg, wg, staging, base);
+    store_rows<T, C>(p, map_c, d, w.tm, w.tn, w.split, wg, wg, staging, base);
   }
   // the inputs of warpgroup wg's 64 rows (wgmma.cuh: prefetch_unit)
   __device__ __forceinline__ void prefetch(const Unit& w, int wg) const {

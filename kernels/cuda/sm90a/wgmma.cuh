@@ -23,6 +23,7 @@
 
 #include "hpdt/core/check_cuda.h"
 #include "hpdt/core/dtype.h"
+#include "hpdt/core/env.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/float16.h"
 #include "mma_sync.cuh"  // smem_u32
@@ -559,23 +560,17 @@ inline V3Tile v3_tile(int64_t tiles_m, int64_t n, int64_t sms) {
 // GEMMs' speed; the pass reads C and writes it, and the kept input, once more). HPDT_GEMM_V3_ACTIVATION=fused|pass
 // pins it (read at every call; anything else is an error naming the variable).
 inline bool pinned_v3_activation_pass(bool& out) {
-  const char* e = std::getenv("HPDT_GEMM_V3_ACTIVATION");
-  if (!e) return false;
-  HPDT_CHECK(std::strcmp(e, "fused") == 0 || std::strcmp(e, "pass") == 0, "HPDT_GEMM_V3_ACTIVATION=", e,
-             ": expected fused or pass");
-  out = std::strcmp(e, "pass") == 0;
-  return true;
+  const int pin = env_pin("HPDT_GEMM_V3_ACTIVATION", "fused", "pass");
+  if (pin >= 0) out = pin == 1;
+  return pin >= 0;
 }
 
 // GEMM v3's epilogue stores (sm90a/tma_store_epilogue.cuh): HPDT_GEMM_V3_STORE=direct|tma pins them (out: tma), read
 // at every call; anything else is an error naming the variable. Unset: direct by rule, both timed under Find.
 inline bool pinned_v3_store(bool& tma) {
-  const char* e = std::getenv("HPDT_GEMM_V3_STORE");
-  if (!e) return false;
-  HPDT_CHECK(std::strcmp(e, "direct") == 0 || std::strcmp(e, "tma") == 0, "HPDT_GEMM_V3_STORE=", e,
-             ": expected direct or tma");
-  tma = std::strcmp(e, "tma") == 0;
-  return true;
+  const int pin = env_pin("HPDT_GEMM_V3_STORE", "direct", "tma");
+  if (pin >= 0) tma = pin == 1;
+  return pin >= 0;
 }
 
 // A plan of GEMM v3 or conv v3: the pipeline and the block tile (and for a GEMM with an activation, where it runs).

@@ -36,13 +36,19 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// A two-way switch read from the environment: `name` unset or `first`: true; `second`: false; anything else is an
-// error naming the variable and both values ("HPDT_BN_FLAT=yes: expected on or off").
-inline bool env_switch(const char* name, const char* first, const char* second) {
+// A two-way pin read from the environment: -1 where `name` is unset, 0 where it is `first`, 1 where it is `second`;
+// anything else is an error naming the variable and both values ("HPDT_BN_FLAT=yes: expected on or off").
+inline int env_pin(const char* name, const char* first, const char* second) {
   const char* e = std::getenv(name);
-  if (e == nullptr || std::strcmp(e, first) == 0) return true;
+  if (e == nullptr) return -1;
+  if (std::strcmp(e, first) == 0) return 0;
   HPDT_CHECK(std::strcmp(e, second) == 0, name, "=", e, ": expected ", first, " or ", second);
-  return false;
+  return 1;
+}
+
+// A two-way switch with a default: `name` unset or `first`: true; `second`: false; anything else an error (env_pin).
+inline bool env_switch(const char* name, const char* first, const char* second) {
+  return env_pin(name, first, second) != 1;
 }
 
 }  // namespace hpdt
