@@ -16,7 +16,11 @@
 // pipeline in conv v3 and GEMM v3); v3_wgmma_pingpong rows with HPDT_GEMM_V3_PIPELINE=pingpong (its backward-filter
 // on ws); v3_wgmma_im2col rows with HPDT_CONV_V3_LOAD=im2col (conv v3's pixels by TMA's im2col mode, runs of 128
 // output pixels a tile, 64 a backward-filter k tile; since 2026-11-30), for the directions conv v3 runs (not the 1x1
-// stride-1 GEMMs), with x_box: the time loading by boxes (the default) / this time, same run.
+// stride-1 GEMMs), with x_box: the time loading by boxes (the default) / this time, same run; v3_wgmma_tma_store rows
+// (forward and backward-data) with HPDT_CONV_V3_STORE=tma and HPDT_GEMM_V3_STORE=tma (the TMA-store epilogue of conv
+// v3 and, on the 1x1 stride-1 convolutions, of GEMM v3; since 2026-11-30, fourth session), with x_direct: the time
+// with the direct stores (the default) / this time, same run (not registered where they cannot apply: a strided
+// backward-data, the backward-filter).
 // x_direct (v2 rows of a strided convolution of fewer than 16 channels, the stem: every direction, both layouts; the
 // backward-data on space-to-depth since 2026-11-29, second session): the time
 // with HPDT_CONV_SPACE_TO_DEPTH=off (the direct gathers) / the time on space-to-depth (the default since 2026-11-29;
@@ -62,7 +66,7 @@ const auto& kCases = bench::kResNet50Convs;
 constexpr int64_t kBatch = 256;
 
 enum class Dir { forward, backward_data, backward_filter };
-enum class Impl { v1, v2, v2scalar, v3, v3ws, v3pingpong, v3im2col, cudnn, cudnn_find };
+enum class Impl { v1, v2, v2scalar, v3, v3ws, v3pingpong, v3im2col, v3tma, cudnn, cudnn_find };
 const char* dir_name(Dir d) { return d == Dir::forward ? "fwd" : d == Dir::backward_data ? "bwd_data" : "bwd_filter"; }
 const char* impl_name(Impl i) {
   return i == Impl::v1           ? "v1_simt"
@@ -72,11 +76,14 @@ const char* impl_name(Impl i) {
          : i == Impl::v3ws       ? "v3_wgmma_ws"
          : i == Impl::v3pingpong ? "v3_wgmma_pingpong"
          : i == Impl::v3im2col   ? "v3_wgmma_im2col"
+         : i == Impl::v3tma      ? "v3_wgmma_tma_store"
          : i == Impl::cudnn      ? "cudnn"
                                  : "cudnn_find";
 }
 bool is_cudnn(Impl i) { return i == Impl::cudnn || i == Impl::cudnn_find; }
-bool is_v3(Impl i) { return i == Impl::v3 || i == Impl::v3ws || i == Impl::v3pingpong || i == Impl::v3im2col; }
+bool is_v3(Impl i) {
+  return i == Impl::v3 || i == Impl::v3ws || i == Impl::v3pingpong || i == Impl::v3im2col || i == Impl::v3tma;
+}
 // Whether `--conv v3` runs (case, direction) on a wgmma kernel (NHWC, 16-bit): 1x1 stride-1 unpadded convolutions
 // on GEMM v3; otherwise conv v3 for a forward with c_in % 64 == 0, a backward-data with c_out % 64 == 0 and a
 // backward-filter with c_in % 64 == 0, c_out % 8 == 0 (strides up to 8).
@@ -129,6 +136,9 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
                                                                                : nullptr);
   // v3im2col: A tiles by im2col; the others conv v3's default (boxes)
   const ScopedEnv load("HPDT_CONV_V3_LOAD", impl == Impl::v3im2col ? "im2col" : nullptr);
+  // v3tma: conv v3's and GEMM v3's epilogues by TMA stores where they apply; the others their default (direct)
+  const ScopedEnv conv_store("HPDT_CONV_V3_STORE", impl == Impl::v3tma ? "tma" : nullptr),
+      gemm_store("HPDT_GEMM_V3_STORE", impl == Impl::v3tma ? "tma" : nullptr);
   const kernels::ScopedCudnnAlgo how(impl == Impl::cudnn_find ? kernels::CudnnAlgo::find : kernels::CudnnAlgo::heuristic);
   const bool nhwc = layout == Layout::nhwc;
   switch (d) {
@@ -222,6 +232,7 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
       state.counters["x_direct"] = time_ms(s, b, d, impl, layout, stream, 10) / ours;
     }
     if (impl == Impl::v3im2col) state.counters["x_box"] = time_ms(s, b, d, Impl::v3, layout, stream, 10) / ours;
+    if (impl == Impl::v3tma) state.counters["x_direct"] = time_ms(s, b, d, Impl::v3, layout, stream, 10) / ours;
   }
 }
 
@@ -231,13 +242,17 @@ const bool registered = [] {
       for (int c = 0; c < int(std::size(kCases)); ++c)
         for (Dir d : {Dir::forward, Dir::backward_data, Dir::backward_filter})
           for (Impl impl : {Impl::v1, Impl::v2, Impl::v2scalar, Impl::v3, Impl::v3ws, Impl::v3pingpong, Impl::v3im2col,
-                            Impl::cudnn, Impl::cudnn_find}) {
+                            Impl::v3tma, Impl::cudnn, Impl::cudnn_find}) {
             const bool v3 = is_v3(impl);
             if (impl == Impl::cudnn_find && dt != DType::bf16) continue;  // the targets' dtype
             if (impl == Impl::v2scalar && (dt != DType::bf16 || !kCases[c].spotlight)) continue;
             if ((impl == Impl::v2 || v3) && dt == DType::f32) continue;  // tensor cores: f16/bf16 only
             if (v3 && (layout != Layout::nhwc || !v3_takes(kCases[c].shape(kBatch), d))) continue;
             if (impl == Impl::v3im2col && !conv_v3_loads_pixels(kCases[c].shape(kBatch), d)) continue;
+            // TMA stores: the forwards and the stride-1 backward-datas (a strided one's phases store directly; the
+            // backward-filter has dw's own stores)
+            if (impl == Impl::v3tma && (d == Dir::backward_filter || (d == Dir::backward_data && kCases[c].stride > 1)))
+              continue;
             // the other shapes of the step: bf16, v2, v3 (the automatic choice) and cuDNN
             if (!kCases[c].spotlight && (dt != DType::bf16 || impl == Impl::v1 || impl == Impl::v3ws ||
                                          impl == Impl::v3pingpong))

@@ -339,9 +339,9 @@ def conv_table(c, rows, numbers):
     # cuDNN twice: its heuristic's algorithm (the vendor backend's default) and Find's fastest (cudnn_find rows, since
     # 2026-11-28: --cudnn-algo find, PyTorch's cudnn.benchmark); the ratios are against the faster of the two.
     rows.append("| convolution (bf16, batch 256) | layout | direction | ours v2 (tensor cores) ms | v3 ms | v3 ws ms "
-                "| v3 pingpong ms | v3 im2col ms | cuDNN heuristic ms | cuDNN Find ms | v2 / best cuDNN speed "
-                "| best v3 / best cuDNN speed |")
-    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                "| v3 pingpong ms | v3 im2col ms | v3 TMA stores ms | cuDNN heuristic ms | cuDNN Find ms "
+                "| v2 / best cuDNN speed | best v3 / best cuDNN speed |")
+    rows.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k in sorted(c):
         parts = k.split("/")
         if len(parts) != 5 or parts[4] != "v2_tensor_core" or parts[2] != "bf16":
@@ -351,19 +351,21 @@ def conv_table(c, rows, numbers):
         cu, cuf = get("cudnn"), get("cudnn_find")
         v3, v3ws, v3pp = get("v3_wgmma"), get("v3_wgmma_ws"), get("v3_wgmma_pingpong")  # pingpong: since 2026-11-28
         v3i = get("v3_wgmma_im2col")  # HPDT_CONV_V3_LOAD=im2col: since 2026-11-30
+        v3t = get("v3_wgmma_tma_store")  # HPDT_CONV_V3_STORE=tma (and GEMM v3's): since 2026-11-30, fourth session
         ours = c[k]
         cudnn_times = [r["real_time"] for r in (cu, cuf) if r]
         best_cudnn = min(cudnn_times) if cudnn_times else None
         ratio = best_cudnn / ours["real_time"] if best_cudnn else None
-        v3_times = [r["real_time"] for r in (v3, v3ws, v3pp, v3i) if r]
+        v3_times = [r["real_time"] for r in (v3, v3ws, v3pp, v3i, v3t) if r]
         v3_ratio = best_cudnn / min(v3_times) if best_cudnn and v3_times else None
         ms = lambda r: fmt(r["real_time"] if r else None, 3)  # noqa: E731
         rows.append(f"| {parts[1]} | {layout} | {parts[3]} | {ours['real_time']:.3f} | {ms(v3)} | {ms(v3ws)} | {ms(v3pp)} "
-                    f"| {ms(v3i)} | {ms(cu)} | {ms(cuf)} | {fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
+                    f"| {ms(v3i)} | {ms(v3t)} | {ms(cu)} | {ms(cuf)} | {fmt(ratio, 2)} | {fmt(v3_ratio, 2)} |")
         numbers.append({"op": "conv", "case": parts[1], "layout": layout, "dir": parts[3], "ours_ms": ours["real_time"],
                         "v3_ms": v3["real_time"] if v3 else None, "v3_ws_ms": v3ws["real_time"] if v3ws else None,
                         "v3_pingpong_ms": v3pp["real_time"] if v3pp else None,
                         "v3_im2col_ms": v3i["real_time"] if v3i else None,
+                        "v3_tma_store_ms": v3t["real_time"] if v3t else None,
                         "cudnn_ms": cu["real_time"] if cu else None, "cudnn_find_ms": cuf["real_time"] if cuf else None,
                         "ours_over_cudnn": ratio, "best_v3_over_cudnn": v3_ratio})
 
@@ -401,8 +403,8 @@ def conv_space_to_depth_table(c, rows, numbers):
     found = False
     for k in sorted(c):
         parts = k.split("/")
-        if len(parts) != 5 or "x_direct" not in c[k]:
-            continue
+        if len(parts) != 5 or parts[4] != "v2_tensor_core" or "x_direct" not in c[k]:
+            continue  # (v3_wgmma_tma_store rows carry an x_direct of their own: conv_tma_store_table)
         if not found:
             rows.append("| convolution (batch 256) | layout | dtype | direction | v2 on space-to-depth ms | v2 direct ms "
                         "| direct / space-to-depth time |")
@@ -417,22 +419,22 @@ def conv_space_to_depth_table(c, rows, numbers):
         rows.append("(no x_direct counters: hpdt-bench-conv-cuda before 2026-11-29)")
 
 
-def conv_im2col_table(c, rows, numbers):
-    """conv v3 loading its pixels by TMA's im2col mode (HPDT_CONV_V3_LOAD=im2col, since 2026-11-30) against boxes
-    (the default): the v3_wgmma_im2col rows' x_box counter, the boxes' time over the im2col time, same run, back to
-    back; with each shape's per_step, how much a step's --conv v3 convolutions would gain."""
+def conv_v3_ab_table(c, rows, numbers, impl, counter, since, labels, op, keys):
+    """conv v3's `impl` rows against --conv v3's default by their `counter` (the default's time over the row's, same
+    run, back to back); with each shape's per_step, how much a step's --conv v3 convolutions would gain. labels: the
+    default's and the row's columns and their ratio's, keys: their numbers' keys, op: the numbers' op."""
     found = []
     for k in sorted(c):
         parts = k.split("/")
-        if len(parts) != 5 or parts[4] != "v3_wgmma_im2col" or "x_box" not in c[k]:
+        if len(parts) != 5 or parts[4] != impl or counter not in c[k]:
             continue
-        ms, x = c[k]["real_time"], c[k]["x_box"]
+        ms, x = c[k]["real_time"], c[k][counter]
         found.append((parts, ms, x, c[k].get("per_step")))
     if not found:
-        rows.append("(no x_box counters: hpdt-bench-conv-cuda before 2026-11-30)")
+        rows.append(f"(no {counter} counters: hpdt-bench-conv-cuda before {since})")
         return
-    rows.append("| convolution (batch 256) | dtype | direction | a step runs it | v3 by boxes ms | v3 by im2col ms "
-                "| boxes / im2col time | a step's gain ms |")
+    rows.append(f"| convolution (batch 256) | dtype | direction | a step runs it | v3 {labels[0]} ms | v3 {labels[1]} ms "
+                f"| {labels[2]} time | a step's gain ms |")
     rows.append("|---|---|---|---:|---:|---:|---:|---:|")
     total, complete = 0.0, True
     for parts, ms, x, per_step in found:
@@ -441,10 +443,27 @@ def conv_im2col_table(c, rows, numbers):
         total += gain or 0.0
         rows.append(f"| {parts[1]} | {parts[2]} | {parts[3]} | {fmt(per_step, 0)} | {ms * x:.3f} | {ms:.3f} "
                     f"| {fmt(x, 2)} | {fmt(gain, 3)} |")
-        numbers.append({"op": "conv_im2col", "case": parts[1], "dtype": parts[2], "dir": parts[3],
-                        "per_step": per_step, "v3_box_ms": ms * x, "v3_im2col_ms": ms, "x_box": x})
+        numbers.append({"op": op, "case": parts[1], "dtype": parts[2], "dir": parts[3], "per_step": per_step,
+                        keys[0]: ms * x, keys[1]: ms, counter: x})
     rows.append(f"| **a step, {len(found)} directions** | | | | | | | {fmt(total if complete else None, 2)} |")
-    numbers.append({"op": "conv_im2col_total", "directions": len(found), "gain_ms": total if complete else None})
+    numbers.append({"op": op + "_total", "directions": len(found), "gain_ms": total if complete else None})
+
+
+def conv_im2col_table(c, rows, numbers):
+    """conv v3 loading its pixels by TMA's im2col mode (HPDT_CONV_V3_LOAD=im2col, since 2026-11-30) against boxes
+    (the default): the v3_wgmma_im2col rows' x_box counter, the boxes' time over the im2col time."""
+    conv_v3_ab_table(c, rows, numbers, "v3_wgmma_im2col", "x_box", "2026-11-30",
+                     ("by boxes", "by im2col", "boxes / im2col"), "conv_im2col", ("v3_box_ms", "v3_im2col_ms"))
+
+
+def conv_tma_store_table(c, rows, numbers):
+    """--conv v3's forwards and backward-datas storing by TMA (HPDT_CONV_V3_STORE=tma and HPDT_GEMM_V3_STORE=tma:
+    conv v3's and, for the 1x1 stride-1 convolutions, GEMM v3's TMA-store epilogue; since 2026-11-30, fourth session)
+    against the direct stores (the default): the v3_wgmma_tma_store rows' x_direct, the direct time over the TMA
+    one (no rows where they cannot apply: a strided backward-data's phases, the backward-filter)."""
+    conv_v3_ab_table(c, rows, numbers, "v3_wgmma_tma_store", "x_direct", "2026-11-30 (fourth session)",
+                     ("direct stores", "TMA stores", "direct / TMA"), "conv_tma_store",
+                     ("v3_direct_ms", "v3_tma_store_ms"))
 
 
 # Nominal dense bf16 tensor-core FLOP/s and HBM bytes/s (datasheets), by a substring of the GPU's name, first match
@@ -836,11 +855,12 @@ def gemm_found_table(t, rows, numbers):
         for f in r["gemm_v3_found"]:
             plans += [p for p in f.get("ms", {}) if p not in plans]
     # plans with another way of moving data (since 2026-11-30): conv v3 loading by im2col ("+im2col") and GEMM v3
-    # storing by TMA ("+tma store"); for each kind present, a column of the other plans' best over theirs
+    # (since the fourth session, conv v3 too) storing by TMA ("+tma store"), a plan possibly both
+    # ("barrier/slim+im2col+tma store"); for each kind present, a column of the other plans' best over theirs
     kinds = [(suffix, head, note) for suffix, head, note in
              (("+im2col", "boxes' best / im2col's best", "conv v3 loading by im2col"),
-              ("+tma store", "direct stores' best / TMA stores' best", "GEMM v3 storing by TMA"))
-             if any(p.endswith(suffix) for p in plans)]
+              ("+tma store", "direct stores' best / TMA stores' best", "storing by TMA"))
+             if any(suffix in p for p in plans)]
     rows.append("| step | GEMM (M x N x K, A/B transposed, dtypes, epilogue) | plan taken | "
                 + " | ".join(f"{p} ms" for p in plans) + " | best / barrier's best |"
                 + "".join(f" {head} |" for _, head, _ in kinds))
@@ -850,13 +870,13 @@ def gemm_found_table(t, rows, numbers):
             ms = f.get("ms", {})
             best = ms.get(f["plan"])
             barrier = [v for p, v in ms.items()
-                       if p.startswith("barrier/") and not p.endswith("+im2col") and not p.endswith("+tma store")]
+                       if p.startswith("barrier/") and "+im2col" not in p and "+tma store" not in p]
             gain = min(barrier) / best if best and barrier else None
             row = (f"| {key} | {f['call']} | {f['plan']} | " + " | ".join(fmt(ms.get(p), 3) for p in plans)
                    + f" | {fmt(gain, 2)} |")
             for suffix, _, _ in kinds:
-                others = [v for p, v in ms.items() if not p.endswith(suffix)]
-                these = [v for p, v in ms.items() if p.endswith(suffix)]
+                others = [v for p, v in ms.items() if suffix not in p]
+                these = [v for p, v in ms.items() if suffix in p]
                 row += f" {fmt(min(others) / min(these) if others and these else None, 2)} |"
             rows.append(row)
             numbers.append({"op": "gemm_v3_found", "step": key, "call": f["call"], "plan": f["plan"], "ms": ms})
@@ -979,6 +999,8 @@ def main():
                  lambda: conv_space_to_depth_table(f["conv"], rows, numbers)),
                 ("conv v3 by im2col against boxes (x_box: HPDT_CONV_V3_LOAD=im2col against the default)",
                  lambda: conv_im2col_table(f["conv"], rows, numbers)),
+                ("--conv v3 by TMA stores against direct ones (x_direct: HPDT_CONV_V3_STORE=tma against the default)",
+                 lambda: conv_tma_store_table(f["conv"], rows, numbers)),
                 ("ResNet-50's convolutions, a step (ms; each shape's three directions, times how often a step runs it)",
                  lambda: conv_step_table(f["conv"], rows, numbers, gpu_name(f))),
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),

@@ -227,7 +227,7 @@ class AsmGen:
         self.body.append('bool cuda_emu_pred_%s = false;' % m.group(1))
 
     def emit_hopper(self, opcode, args, instr, loc):
-        """sm_90a: mbarrier, TMA (cp.async.bulk.tensor loads and 2-D stores, bulk groups, the async-proxy fence) and
+        """sm_90a: mbarrier, TMA (cp.async.bulk.tensor loads and stores, bulk groups, the async-proxy fence) and
         wgmma; False when `opcode` is none of them."""
         if opcode == 'mbarrier.init.shared::cta.b64':
             self.body.append('::cuda_emu::ptx::mbarrier_init(uint32_t(%s), uint32_t(%s), %s);' %
@@ -276,14 +276,16 @@ class AsmGen:
                              (rank, ', '.join('int32_t(%s)' % self.ref(c) for c in coords), rank - 2,
                               ', '.join('uint16_t(%s)' % self.ref(c) for c in offsets), self.address(args[0]),
                               self.ref(m.group(1)), rank, self.address(args[2]), loc))
-        elif opcode == 'cp.async.bulk.tensor.2d.global.shared::cta.bulk_group':
+        elif re.fullmatch(r'cp\.async\.bulk\.tensor\.[1-5]d\.global\.shared::cta\.bulk_group', opcode):
+            rank = int(opcode.split('.')[4][0])
             m = re.fullmatch(r'\[\s*(%\d+)\s*,\s*\{([^}]*)\}\s*\]', args[0].strip()) if len(args) == 2 else None
             coords = [c.strip() for c in m.group(2).split(',')] if m else []
-            if not m or len(coords) != 2 or not all(re.fullmatch(r'%\d+', c) for c in coords):
-                raise TransformError('cp.async.bulk.tensor.2d (store) is emulated as `[map, {c0, c1}], [src]` only')
-            self.body.append('{ const int32_t cuda_emu_tc[2] = {%s}; ::cuda_emu::ptx::tma_store(uint64_t(%s), 2, '
+            if not m or len(coords) != rank or not all(re.fullmatch(r'%\d+', c) for c in coords):
+                raise TransformError('cp.async.bulk.tensor.%dd (store) is emulated as `[map, {c0, ..}], [src]` with %d '
+                                     'coordinates only' % (rank, rank))
+            self.body.append('{ const int32_t cuda_emu_tc[%d] = {%s}; ::cuda_emu::ptx::tma_store(uint64_t(%s), %d, '
                              'cuda_emu_tc, uint32_t(%s), %s); }' %
-                             (', '.join('int32_t(%s)' % self.ref(c) for c in coords), self.ref(m.group(1)),
+                             (rank, ', '.join('int32_t(%s)' % self.ref(c) for c in coords), self.ref(m.group(1)), rank,
                               self.address(args[1]), loc))
         elif opcode == 'cp.async.bulk.commit_group':
             self.body.append('::cuda_emu::ptx::bulk_commit_group(%s);' % loc)

@@ -1370,9 +1370,9 @@ TEST_F(ConvCuda, TmaIm2colLoadsAsTheEmulatorModels) {
 // candidate plans (pipeline x tile; the backward-filter's two pipelines) on a scratch output, then runs the fastest.
 // A 3x3 with 64 and with 128 output channels (slim, and narrow / wide), all three directions against the oracle (dw
 // accumulating: had a timing run touched the real dw, it would be off); the reports (after GEMM v3's, in
-// cuda::gemm_v3_found), each candidate timed (each plan loading by boxes and by im2col), the fastest taken; a repeat
-// not timed again; inside a capture an untimed call runs the rule's plan and stays untimed; HPDT_CONV_V3_LOAD=im2col
-// leaves the im2col plans only.
+// cuda::gemm_v3_found), each candidate timed (each plan loading by boxes and by im2col, the forward's and
+// backward-data's storing directly and by TMA), the fastest taken; a repeat not timed again; inside a capture an
+// untimed call runs the rule's plan and stays untimed; HPDT_CONV_V3_LOAD=im2col leaves the im2col plans only.
 TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
   if (!wgmma_runs_here())
     GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
@@ -1403,14 +1403,21 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
       EXPECT_GT(ms, 0.0);
       best = std::min(best, ms);
     }
-    // the N of each: co (forward), ci (backward-data: 64, slim), co (backward-filter, whose tile follows it); each
-    // plan loading by boxes, then by im2col (HPDT_CONV_V3_LOAD unset)
+    // the N of each: co (forward), ci (backward-data: 64, slim), co (backward-filter, whose tile follows it); the
+    // forward's and backward-data's each storing directly, then by TMA (HPDT_CONV_V3_STORE unset: both apply here);
+    // each plan loading by boxes, then by im2col (HPDT_CONV_V3_LOAD unset)
     const bool wgrad = i % 3 == 2, wide = i == 3;
     std::vector<std::string> want =
         wgrad  ? std::vector<std::string>{i < 3 ? "barrier/slim" : "barrier/narrow", i < 3 ? "ws/slim" : "ws/narrow"}
         : wide ? std::vector<std::string>{"barrier/narrow", "barrier/wide", "ws/narrow", "ws/wide", "pingpong/narrow"}
                : std::vector<std::string>{"barrier/slim", "ws/slim", "pingpong/slim"};
-    for (size_t j = 0, n = want.size(); j < n; ++j) want.push_back(want[j] + "+im2col");
+    if (!wgrad)
+      for (size_t j = 0, n = want.size(); j < n; ++j) want.push_back(want[j] + "+tma store");
+    for (size_t j = 0, n = want.size(); j < n; ++j) {
+      const size_t store = want[j].find("+tma store");
+      want.push_back(store == std::string::npos ? want[j] + "+im2col"
+                                                : want[j].substr(0, store) + "+im2col" + want[j].substr(store));
+    }
     EXPECT_EQ(names, want);
     const auto taken = std::find_if(f.ms.begin(), f.ms.end(), [&](const auto& r) { return r.first == f.plan; });
     ASSERT_NE(taken, f.ms.end()) << f.plan;
@@ -1439,7 +1446,7 @@ TEST_F(ConvCuda, NhwcConvV3FindTimesItsPlans) {
     const std::vector<kernels::cuda::GemmV3Found> pinned = kernels::cuda::gemm_v3_found();
     ASSERT_EQ(pinned.size(), 3u);
     for (const kernels::cuda::GemmV3Found& f : pinned) {
-      EXPECT_EQ(f.ms.size(), f.call.find("bwd_filter") != std::string::npos ? 2u : 3u) << f.call;
+      EXPECT_EQ(f.ms.size(), f.call.find("bwd_filter") != std::string::npos ? 2u : 6u) << f.call;
       for (const auto& [plan, ms] : f.ms) EXPECT_NE(plan.find("+im2col"), std::string::npos) << f.call << ": " << plan;
     }
   }
@@ -1784,6 +1791,106 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   const ScopedEnv bad("HPDT_CONV_V3_LOAD", "gather");
   HPDT_EXPECT_THROW_MSG(kernels::cuda::conv2d_forward_nhwc(s, x, w, Conv2dEpilogue{}, y, stream, auto_v),
                         "HPDT_CONV_V3_LOAD=gather: expected box or im2col");
+}
+#endif
+
+#if HPDT_HAVE_CUDA
+// conv v3's TMA-store epilogue (HPDT_CONV_V3_STORE=tma, sm90a/tma_store_epilogue.cuh): the forward (bias; bias and a
+// residual) and the stride-1 backward-data (without and with a residual) give the direct stores' bits (alpha is 1:
+// the same sums in the same order), every output poisoned first, on every pipeline (the persistent ones on 3 blocks:
+// a block's next tile reuses the chunk images) and both loads. The pixel boxes' store boxes: 16 x 8 at 9 x 9 (a box
+// partly outside the grid in x and y), 8 x 8 x 2 images at 7 x 7 (8 x 2 pixels a chunk; the second image of the
+// last box past the batch), 128 x 1 at 3 x 130; the channels 72 (the last chunk 8 of its 32 columns inside: TMA clips
+// the rest) and a wide tile. Where the stores cannot apply (36 channels, not a multiple of 8; the stride phases of a
+// strided backward-data, whose rows are every other pixel of dx) the direct ones run, with the same bits. On the
+// emulator: TMA stores issued exactly where they apply; a bad value is an error naming the variable.
+TEST_F(ConvCuda, ConvV3TmaStoreEpilogue) {
+  if (!wgmma_runs_here())
+    GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
+  const kernels::ScopedConvChoice v3(kernels::ConvChoice::v3);
+  const auto auto_v = kernels::cuda::ConvVariant::automatic;
+  struct StoreCase {
+    const char* name;
+    Conv2dShape s;
+    const char* tile;       // HPDT_GEMM_V3_TILE, or null
+    bool fwd_tma, bwd_tma;  // where the TMA stores apply (forward; backward-data)
+  };
+  const StoreCase cases[] = {
+      {"3x3 64->64 at 9x9", {2, 64, 9, 9, 64, 3, 3, 1, 1}, nullptr, true, true},
+      {"3x3 128->72 at 7x7 (8 x 8 x 2 boxes)", {3, 128, 7, 7, 72, 3, 3, 1, 1}, nullptr, true, false},
+      {"3x3 64->128 at 7x7 wide", {3, 64, 7, 7, 128, 3, 3, 1, 1}, "wide", true, true},
+      {"1x3 64->64 at 3x130 (boxes of 128 x 1)", {1, 64, 3, 130, 64, 1, 3, 1, 1}, nullptr, true, true},
+      {"3x3 64->36 at 6x5", {2, 64, 6, 5, 36, 3, 3, 1, 1}, nullptr, false, false},
+      {"3x3 s2 64->64 at 9x9 (4 phases)", {2, 64, 9, 9, 64, 3, 3, 2, 1}, nullptr, true, false},
+  };
+  for (const char* load : {"box", "im2col"})
+    for (const char* pipeline : {"barrier", "ws", "pingpong"})
+      for (const StoreCase& k : cases) {
+        if (std::strcmp(pipeline, "pingpong") == 0 && k.tile && std::strcmp(k.tile, "wide") == 0) continue;
+        const Conv2dShape& s = k.s;
+        SCOPED_TRACE(std::string(k.name) + " pipeline " + pipeline + " load " + load);
+        const ScopedEnv pipe("HPDT_GEMM_V3_PIPELINE", pipeline), tiles("HPDT_GEMM_V3_TILE", k.tile),
+            blocks("HPDT_GEMM_V3_CTAS", std::strcmp(pipeline, "barrier") != 0 ? "3" : nullptr),
+            loads("HPDT_CONV_V3_LOAD", load);
+        const DType dt = DType::bf16;
+        const Shape xs{s.n, s.h, s.w, s.c_in}, ys{s.n, s.out_h(), s.out_w(), s.c_out};
+        const Tensor x = to_gpu(random(xs), dt), w = to_gpu(random({s.c_out, s.c_in, s.kh, s.kw}), dt);
+        const Tensor b = to_gpu(random({s.c_out}), dt), dy = to_gpu(random(ys), dt);
+        const Tensor res_y = to_gpu(random(ys), dt), res_x = to_gpu(random(xs), dt);
+        const bool bwd_on_v3 = s.c_out % 64 == 0;
+        // [store][forward, forward + residual, backward-data, backward-data + residual]
+        Tensor out[2][4];
+        for (int st = 0; st < 2; ++st) {
+          const bool tma = st == 1;
+          const ScopedEnv store("HPDT_CONV_V3_STORE", tma ? "tma" : "direct");
+          for (int d = 0; d < 4; ++d) {
+            const bool fwd = d < 2, with_res = d % 2 == 1;
+            if (!fwd && !bwd_on_v3) continue;
+            out[st][d] = poisoned(fwd ? ys : xs, dt);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+            const unsigned long long before = cuda_emu::tma_stores();
+#endif
+            if (fwd) {
+              Conv2dEpilogue e;
+              e.bias = &b;
+              if (with_res) e.residual = &res_y;
+              kernels::cuda::conv2d_forward_nhwc(s, x, w, e, out[st][d], stream, auto_v);
+            } else {
+              kernels::cuda::conv2d_backward_data_nhwc(s, dy, w, out[st][d], stream, auto_v,
+                                                       with_res ? &res_x : nullptr);
+            }
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+            const bool applies = tma && (fwd ? k.fwd_tma : k.bwd_tma);
+            EXPECT_EQ(cuda_emu::tma_stores() > before, applies)
+                << (fwd ? "forward" : "backward-data") << (with_res ? " + residual" : "") << ": TMA stores";
+#endif
+          }
+        }
+        for (int d = 0; d < 4; ++d) {
+          if (!out[0][d].defined()) continue;
+          const Tensor direct = out[0][d].to(Device::cpu(), stream), by_tma = out[1][d].to(Device::cpu(), stream);
+          stream.synchronize();
+          EXPECT_EQ(0, std::memcmp(direct.data(), by_tma.data(), direct.nbytes()))
+              << (d < 2 ? "forward" : "backward-data") << (d % 2 ? " + residual" : "")
+              << ": TMA stores against direct ones";
+        }
+        // and the TMA stores' forward against the oracle (the direct stores' own tests cover the rest)
+        if (std::strcmp(pipeline, "barrier") == 0 && k.fwd_tma) {
+          Tensor want = Tensor::empty(ys, DType::f32);
+          const Tensor xh = to_cpu_f32(x), wh = to_cpu_f32(w), bh = to_cpu_f32(b);
+          kernels::cpu::conv2d_forward_nhwc(s, xh.data<float>(), wh.data<float>(), bh.data<float>(),
+                                            want.data<float>());
+          EXPECT_TRUE(close(want, to_cpu_f32(out[1][0]), conv_tolerance(dt, double(s.c_in * s.kh * s.kw), Impl::v2)))
+              << "forward by TMA stores against the oracle";
+        }
+      }
+  // a value HPDT_CONV_V3_STORE does not name: an error naming the variable
+  const Conv2dShape s{1, 64, 5, 5, 64, 3, 3, 1, 1};
+  const Tensor x = to_gpu(random({1, 5, 5, 64}), DType::bf16), w = to_gpu(random({64, 64, 3, 3}), DType::bf16);
+  Tensor y = poisoned({1, 5, 5, 64}, DType::bf16);
+  const ScopedEnv bad("HPDT_CONV_V3_STORE", "fast");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::conv2d_forward_nhwc(s, x, w, Conv2dEpilogue{}, y, stream, auto_v),
+                        "HPDT_CONV_V3_STORE=fast: expected direct or tma");
 }
 #endif
 

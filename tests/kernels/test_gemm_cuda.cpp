@@ -966,9 +966,10 @@ TEST_F(GemmCuda, TensorCoreEpilogueOnEdgeShapes) {
 // GEMM v3's TMA-store epilogue (HPDT_GEMM_V3_STORE=tma, sm90a/tma_store_epilogue.cuh) on every pipeline x tile, the
 // persistent ones on 2 blocks (a block's next tile reuses the two chunk images): a last tile of 2 rows (bands wholly
 // outside C: no store), N = 264 (a last tile with one chunk of 8 of its 32 columns inside C: TMA clips the rest),
-// C's row padding poisoned (run() checks it kept the poison), one MN-major A. Plain (alpha 1, no bias): the same bits
-// as the direct stores. alpha and a bias (bf16, f16): against the oracle. Where it cannot take the GEMM (C in f32, N
-// = 259 not a multiple of 8, beta, split-K), the direct stores run instead. On the emulator the TMA stores are counted:
+// C's row padding poisoned (run() checks it kept the poison), one MN-major A. Plain (alpha 1, no bias), and with a
+// residual (since the fourth session of 2026-11-30): the same bits as the direct stores. alpha and a bias (bf16,
+// f16), with a residual too: against the oracle. Where it cannot take the GEMM (C in f32, N = 259 not a multiple of
+// 8, beta, split-K), the direct stores run instead. On the emulator the TMA stores are counted:
 // one a 16-row band and 32-column chunk inside C, ceil(M / 16) x ceil(N / 32); none where it does not apply or is off.
 TEST_F(GemmCuda, V3TmaStoreEpilogue) {
   if (!v3_runs_here())
@@ -978,7 +979,7 @@ TEST_F(GemmCuda, V3TmaStoreEpilogue) {
     int64_t M, N, K;
     DType ab, c;
     float alpha, beta;
-    bool bias, ta, eligible;
+    bool bias, ta, eligible, residual = false;
   };
   const Form forms[] = {
       {"plain", 130, 264, 72, DType::bf16, DType::bf16, 1.0f, 0.0f, false, false, true},
@@ -987,7 +988,9 @@ TEST_F(GemmCuda, V3TmaStoreEpilogue) {
       {"alpha and bias, f16", 34, 200, 40, DType::f16, DType::f16, -1.5f, 0.0f, true, false, true},
       {"C in f32", 130, 264, 72, DType::bf16, DType::f32, 1.0f, 0.0f, true, false, false},
       {"N not a multiple of 8", 34, 259, 40, DType::bf16, DType::bf16, 1.0f, 0.0f, false, false, false},
-      {"beta", 34, 200, 40, DType::bf16, DType::bf16, 1.0f, 0.5f, false, false, false}};
+      {"beta", 34, 200, 40, DType::bf16, DType::bf16, 1.0f, 0.5f, false, false, false},
+      {"residual", 130, 264, 72, DType::bf16, DType::bf16, 1.0f, 0.0f, false, false, true, true},
+      {"alpha, bias and residual, f16", 34, 200, 40, DType::f16, DType::f16, 0.5f, 0.0f, true, false, true, true}};
   for (const char* pipeline : {"barrier", "ws", "pingpong"})
     for (const char* tile : {"narrow", "wide", "slim"}) {
       if (std::string(pipeline) == "pingpong" && std::string(tile) == "wide") continue;
@@ -999,6 +1002,7 @@ TEST_F(GemmCuda, V3TmaStoreEpilogue) {
         c.variant = GemmVariant::v3_wgmma;
         c.ta = f.ta, c.tb = true;
         c.M = f.M, c.N = f.N, c.K = f.K, c.ab = f.ab, c.c = f.c, c.alpha = f.alpha, c.beta = f.beta, c.bias = f.bias;
+        c.residual = f.residual;
         c.pad_a = aligned_pad(c.ta ? c.M : c.K), c.pad_b = aligned_pad(c.K), c.pad_c = aligned_pad(c.N);
         SCOPED_TRACE(std::string(pipeline) + " " + tile + " " + f.name + ": " + describe(c));
         for (const char* store_mode : {"direct", "tma"}) {
@@ -1019,12 +1023,15 @@ TEST_F(GemmCuda, V3TmaStoreEpilogue) {
         if (f.alpha == 1.0f && !f.bias) {  // both stores on the same inputs: the same bits
           const int64_t lda = c.ta ? c.M + c.pad_a : c.K + c.pad_a, ldb = c.K + c.pad_b, ldc = c.N + c.pad_c;
           const Tensor A = to_gpu(random({c.ta ? c.K : c.M, lda}), c.ab), B = to_gpu(random({c.N, ldb}), c.ab);
+          const Tensor R = to_gpu(random({c.M, ldc}), c.c);
+          kernels::cuda::GemmEpilogue e;
+          if (f.residual) e.residual = R.data();
           Tensor out[2];
           for (int k = 0; k < 2; ++k) {
             const ScopedEnv store("HPDT_GEMM_V3_STORE", k == 0 ? "direct" : "tma");
             out[k] = poisoned({c.M, ldc}, c.c);
             kernels::cuda::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, out[k].data(), ldc,
-                                c.ab, c.c, {}, stream, GemmVariant::v3_wgmma);
+                                c.ab, c.c, e, stream, GemmVariant::v3_wgmma);
           }
           const Tensor a = out[0].to(Device::cpu(), stream), b = out[1].to(Device::cpu(), stream);
           stream.synchronize();

@@ -92,7 +92,7 @@ class ConvStep(unittest.TestCase):
         self.assertAlmostEqual(by["s"]["cudnn_find_ms"], 0.5)
         self.assertAlmostEqual(by["t"]["ours_over_cudnn"], 2.0)  # an older run: the heuristic's only
         self.assertIsNone(by["t"]["cudnn_find_ms"])
-        self.assertIn("| s | NCHW | fwd | 1.000 | — | — | — | — | 3.000 | 0.500 | 0.50 | — |", "\n".join(r))
+        self.assertIn("| s | NCHW | fwd | 1.000 | — | — | — | — | — | 3.000 | 0.500 | 0.50 | — |", "\n".join(r))
 
     def test_im2col_rows_beside_conv_v3(self):
         """HPDT_CONV_V3_LOAD=im2col rows (since 2026-11-30): their own per-op column, in the best v3; in the step table
@@ -219,6 +219,38 @@ class ConvStep(unittest.TestCase):
         summarize.conv_im2col_table({}, r, n)
         self.assertIn("no x_box counters", r[0])
 
+    def test_tma_store_rows_beside_conv_v3(self):
+        """v3_wgmma_tma_store rows (HPDT_CONV_V3_STORE=tma, since the fourth session of 2026-11-30): their own per-op
+        column, in the best v3; their x_direct in a table of its own, weighed by per_step, not in the stem's
+        space-to-depth table (v2 rows only)."""
+        c = {"conv_nhwc/1x1_256-64_56/bf16/bwd_data/v2_tensor_core": {"real_time": 1.0},
+             "conv_nhwc/1x1_256-64_56/bf16/bwd_data/cudnn": {"real_time": 0.5},
+             "conv_nhwc/1x1_256-64_56/bf16/bwd_data/v3_wgmma": {"real_time": 0.8, "per_step": 2.0},
+             "conv_nhwc/1x1_256-64_56/bf16/bwd_data/v3_wgmma_tma_store": {"real_time": 0.4, "x_direct": 2.0,
+                                                                          "per_step": 2.0},
+             "conv_nhwc/3x3s2_128-128_56/bf16/fwd/v3_wgmma_tma_store": {"real_time": 0.3, "x_direct": 1.0,
+                                                                        "per_step": 1.0}}
+        r, n = [], []
+        summarize.conv_table(c, r, n)
+        self.assertAlmostEqual(n[0]["v3_tma_store_ms"], 0.4)
+        self.assertAlmostEqual(n[0]["best_v3_over_cudnn"], 0.5 / 0.4)
+        self.assertIn("| 1x1_256-64_56 | NHWC | bwd_data | 1.000 | 0.800 | — | — | — | 0.400 | 0.500 | — | 0.50 | 1.25 |",
+                      "\n".join(r))
+        r, n = [], []
+        summarize.conv_tma_store_table(c, r, n)
+        text = "\n".join(r)
+        self.assertIn("| v3 direct stores ms | v3 TMA stores ms | direct / TMA time |", text)
+        self.assertIn("| 1x1_256-64_56 | bf16 | bwd_data | 2 | 0.800 | 0.400 | 2.00 | 0.800 |", text)
+        self.assertIn("| 3x3s2_128-128_56 | bf16 | fwd | 1 | 0.300 | 0.300 | 1.00 | 0.000 |", text)
+        self.assertEqual(n[-1], {"op": "conv_tma_store_total", "directions": 2, "gain_ms": 0.8})
+        self.assertEqual(n[0]["v3_direct_ms"], 0.8)
+        r, n = [], []
+        summarize.conv_space_to_depth_table(c, r, n)
+        self.assertTrue(r[0].startswith("(no x_direct"), r)
+        r, n = [], []
+        summarize.conv_tma_store_table({}, r, n)
+        self.assertIn("no x_direct counters", r[0])
+
     def test_gemm_found_table_compares_conv_v3s_loads(self):
         """conv v3's plans by im2col (since 2026-11-30): a last column, the boxes' best over the im2col plans' best."""
         t = {"resnet50_bf16_ours_nhwc_conv_find": {"gemm_v3_found": [
@@ -247,7 +279,20 @@ class ConvStep(unittest.TestCase):
                       r[0])
         self.assertIn("| 0.360 | 0.350 | 0.200 | 0.180 | — | — | 2.00 | — | 1.94 |", text)
         self.assertIn("| 0.300 | 0.400 | 1.00 | 0.75 | — |", text)
-        self.assertIn("TMA stores' best: above 1, GEMM v3 storing by TMA was faster.", text)
+        self.assertIn("TMA stores' best: above 1, storing by TMA was faster.", text)
+
+    def test_gemm_found_table_reads_plans_both_by_im2col_and_tma_stores(self):
+        """conv v3's plans loading by im2col and storing by TMA at once (since the fourth session of 2026-11-30:
+        "+im2col+tma store") count in both columns, and not as barrier's."""
+        t = {"resnet50_bf16_ours_nhwc_conv_find": {"gemm_v3_found": [
+            {"call": "conv v3 fwd 3x3 64->64 256x56x56 -> 56x56 bf16", "plan": "barrier/slim+im2col+tma store",
+             "ms": {"barrier/slim": 0.4, "barrier/slim+tma store": 0.3, "barrier/slim+im2col": 0.25,
+                    "barrier/slim+im2col+tma store": 0.2}}]}}
+        r, n = [], []
+        summarize.gemm_found_table(t, r, n)
+        text = "\n".join(r)
+        # best / barrier's: 0.4 / 0.2; boxes' best / im2col's: 0.3 / 0.2; direct's best / TMA's: 0.25 / 0.2
+        self.assertIn("| 0.400 | 0.300 | 0.250 | 0.200 | 2.00 | 1.50 | 1.25 |", text)
 
     def test_conv_found_table_totals_the_timed_convolutions(self):
         """One row a convolution (v2 untimed where v3 does not take it), and the timed ones added up each way."""

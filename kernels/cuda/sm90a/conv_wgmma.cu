@@ -15,7 +15,8 @@
 // loaded), the same rows in shared memory. B's k tile is the weights' [M][64] slice, as in GEMM v3. No gather,
 // no im2col buffer, no index math in the k loop beyond the tap's coordinates.
 // The epilogue maps each accumulator row back to its pixel and stores through band_epilogue.cuh (bias and residual
-// as GEMM v3); rows of the box outside the pixel grid are computed and dropped. Asked (ConvV3::stats), the forward's
+// as GEMM v3), or with HPDT_CONV_V3_STORE=tma by TMA stores of 16-row chunks (tma_store_epilogue.cuh; PixelStore);
+// rows of the box outside the pixel grid are computed and dropped. Asked (ConvV3::stats), the forward's
 // epilogue also computes the batch norm's statistics of its output channels (column_stats.cuh), a partial per
 // channel and 64-row half of a pixel box (its real pixels).
 // Box shape: the one with the fewest tiles (56 x 56: 16 x 8, 87.5 % of rows used; 28 x 28: 32 x 4, 87.5 %;
@@ -60,6 +61,7 @@
 #include "hpdt/kernels/backend.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #include "launch.cuh"
+#include "tma_store_epilogue.cuh"
 #include "v3_find.cuh"
 #include "wgmma.cuh"
 
@@ -131,12 +133,34 @@ __device__ __forceinline__ int pixel_row(const Params& p, const PixelTiles& q, i
                                              : p.M;
 }
 
+// tma_store_epilogue's `store` for conv v3's dst (p.tma_store: conv_tma_store_eligible, dst the dense output grid):
+// chunk c, whose first row is tile row origin(c).x (16 consecutive rows) and first column origin(c).y, as one box of
+// dst's store map: of an im2col tile, rows `first` + m .. of dst as a [pixels][channels] matrix; of a pixel box (tw
+// x th x tn), the sub-box {32, bw, bh, bn} (bw = min(tw, 16), ..: conv_store_box) of dst as [n][hp][wp][channels] at
+// the pixel of row m. TMA drops the pixels outside the grid, as pixel_row does.
+template <class Origin>
+struct PixelStore {
+  const CUtensorMap* map_dst;
+  const PixelTiles& q;
+  int img0, py0, px0, first;  // the tile's box origin; im2col: its first pixel
+  Origin& origin;
+  __device__ __forceinline__ void operator()(int c, uint32_t image) const {
+    const int2 mc = origin(c);
+    const int tw = q.box.tw_log2, th = q.box.th_log2;
+    if (q.im2col)
+      tma_store_2d(map_dst, image, mc.y, first + mc.x);
+    else
+      tma_store_4d(map_dst, image, mc.y, px0 + (mc.x & ((1 << tw) - 1)), py0 + ((mc.x >> tw) & ((1 << th) - 1)),
+                   img0 + (mc.x >> (tw + th)));
+  }
+};
+
 // Warpgroup wg's 64 x BN accumulators (the D fragment as in gemm_wgmma.cu's store_rows), rows 64 wg.. of the tile,
-// to their pixels' rows of dst (pixel_row) through band_epilogue.
+// to their pixels' rows of dst (pixel_row) through band_epilogue, or by TMA stores (p.tma_store: PixelStore).
 template <class T, class C>
-__device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, float (&d)[C::BN / 2], int tm,
-                                             int img0, int py0, int px0, int tn, int wg, unsigned char* staging,
-                                             uint32_t stats_bars) {
+__device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& q, const CUtensorMap* map_dst,
+                                             float (&d)[C::BN / 2], int tm, int img0, int py0, int px0, int tn, int wg,
+                                             unsigned char* staging, uint32_t stats_bars) {
   const int warp = (int(threadIdx.x) % 128) / 32;
   const int m0 = wg * 64 + warp * 16;
   auto frag = [&](auto J) {
@@ -147,9 +171,15 @@ __device__ __forceinline__ void store_pixels(const Params& p, const PixelTiles& 
     return make_int2(pixel_row(p, q, img0, py0, px0, m0 + r), tn * C::BN + c * gemm_detail::kChunkCols);
   };
   constexpr int kChunks = C::BN / gemm_detail::kChunkCols;
-  gemm_detail::band_epilogue<T, kChunks>(
-      p, 0, frag, at, staging + (wg * 4 + warp) * gemm_detail::kBandBufBytes,
-      column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, wg, 2 * tm + wg, kChunks));
+  unsigned char* buf = staging + (wg * 4 + warp) * gemm_detail::kBandBufBytes;
+  if (p.tma_store) {
+    auto origin = [&](int c) { return make_int2(m0, tn * C::BN + c * gemm_detail::kChunkCols); };
+    tma_store_epilogue<T, kChunks>(p, frag, at, buf, PixelStore{map_dst, q, img0, py0, px0, tm * 128, origin});
+  } else {
+    gemm_detail::band_epilogue<T, kChunks>(
+        p, 0, frag, at, buf,
+        column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, wg, 2 * tm + wg, kChunks));
+  }
 }
 
 // The forward's `store` step (a functor whose operator() is forced inline: a lambda around the epilogue was left a
@@ -158,12 +188,13 @@ template <class T, class C>
 struct StorePixels {
   const Params& p;
   const PixelTiles& q;
+  const CUtensorMap* map_dst;
   float (&d)[C::BN / 2];
   unsigned char* staging;
   uint32_t stats_bars;
   template <class Tile>
   __device__ __forceinline__ void operator()(const Tile& t, int wg) const {
-    store_pixels<T, C>(p, q, d, t.tm, t.img0, t.py0, t.px0, t.tn, wg, staging, stats_bars);
+    store_pixels<T, C>(p, q, map_dst, d, t.tm, t.img0, t.py0, t.px0, t.tn, wg, staging, stats_bars);
   }
   // the inputs of warpgroup wg's 64 rows' pixels (wgmma.cuh: prefetch_unit)
   template <class Tile>
@@ -179,6 +210,7 @@ template <class T, class C>
 struct StorePixelsWhole {
   const Params& p;
   const PixelTiles& q;
+  const CUtensorMap* map_dst;
   float (&d0)[C::BN / 2];
   float (&d1)[C::BN / 2];
   unsigned char* staging;
@@ -188,14 +220,22 @@ struct StorePixelsWhole {
     constexpr int kHalfChunks = C::BN / gemm_detail::kChunkCols;
     const int warp = (int(threadIdx.x) % 128) / 32;
     gemm_detail::HalvesFrag<C::BN> frag{d0, d1};
-    auto at = [&](int c, int r) {
+    auto origin = [&](int c) {
       const int half = c / kHalfChunks;
-      return make_int2(pixel_row(p, q, t.img0, t.py0, t.px0, half * 64 + warp * 16 + r),
-                       t.tn * C::BN + (c - half * kHalfChunks) * gemm_detail::kChunkCols);
+      return make_int2(half * 64 + warp * 16, t.tn * C::BN + (c - half * kHalfChunks) * gemm_detail::kChunkCols);
     };
-    gemm_detail::band_epilogue<T, 2 * kHalfChunks>(
-        p, 0, frag, at, staging + (cw * 4 + warp) * gemm_detail::kBandBufBytes,
-        column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
+    auto at = [&](int c, int r) {
+      const int2 mc = origin(c);
+      return make_int2(pixel_row(p, q, t.img0, t.py0, t.px0, mc.x + r), mc.y);
+    };
+    unsigned char* buf = staging + (cw * 4 + warp) * gemm_detail::kBandBufBytes;
+    if (p.tma_store)
+      tma_store_epilogue<T, 2 * kHalfChunks>(p, frag, at, buf,
+                                             PixelStore{map_dst, q, t.img0, t.py0, t.px0, t.tm * 128, origin});
+    else
+      gemm_detail::band_epilogue<T, 2 * kHalfChunks>(
+          p, 0, frag, at, buf,
+          column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
   }
   // the inputs of the whole tile's 128 rows' pixels
   template <class Tile>
@@ -252,7 +292,7 @@ __device__ __forceinline__ unsigned char* conv_staging(unsigned char* smem_raw, 
 template <class T, class C, bool WS>
 __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
     conv_v3_kernel(const __grid_constant__ CUtensorMap map_src, const __grid_constant__ CUtensorMap map_w,
-                   const PixelTiles q, const Params p) {
+                   const __grid_constant__ CUtensorMap map_dst, const PixelTiles q, const Params p) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   unsigned char* staging = conv_staging<C>(smem_raw, base);
@@ -264,7 +304,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
       [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
         issue_pixels<C>(&map_src, &map_w, q, t, kt, stage, bar);
       },
-      StorePixels<T, C>{p, q, d, staging, stats_bars});
+      StorePixels<T, C>{p, q, &map_dst, d, staging, stats_bars});
 }
 
 // conv v3 forward / backward-data on the pingpong pipeline (wgmma.cuh: pingpong_pipeline): each consumer warpgroup a
@@ -272,7 +312,7 @@ __global__ void __launch_bounds__(kPipelineThreads<C, WS>, 1)
 template <class T, class C>
 __global__ void __launch_bounds__(kWsThreads<C>, 1)
     conv_v3_pingpong_kernel(const __grid_constant__ CUtensorMap map_src, const __grid_constant__ CUtensorMap map_w,
-                            const PixelTiles q, const Params p) {
+                            const __grid_constant__ CUtensorMap map_dst, const PixelTiles q, const Params p) {
   static_assert(C::BN <= 128, "a warpgroup's whole tile: 128 accumulators a thread at most");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -285,7 +325,7 @@ __global__ void __launch_bounds__(kWsThreads<C>, 1)
       [&](const PixelTile& t, int kt, uint32_t stage, uint32_t bar) {
         issue_pixels<C>(&map_src, &map_w, q, t, kt, stage, bar);
       },
-      StorePixelsWhole<T, C>{p, q, d0, d1, staging, stats_bars});
+      StorePixelsWhole<T, C>{p, q, &map_dst, d0, d1, staging, stats_bars});
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -337,6 +377,23 @@ int pinned_conv_v3_load() { return env_pin("HPDT_CONV_V3_LOAD", "box", "im2col")
 // The load by rule for pinned_conv_v3_load's `load_pin`: im2col where pinned so (the one place the default is set).
 bool rule_im2col(int load_pin) { return load_pin == 1; }
 
+// How conv v3's forward and backward-data store their outputs (tma_store_epilogue.cuh), HPDT_CONV_V3_STORE=direct or
+// tma, read at every call (anything else is an error naming the variable): -1 unset, 0 direct, 1 tma. Unset, the rule
+// stores directly (the default until a GPU has timed both) and Find times both where the TMA stores apply.
+int pinned_conv_v3_store() { return env_pin("HPDT_CONV_V3_STORE", "direct", "tma"); }
+// The stores by rule for pinned_conv_v3_store's `store_pin`: TMA's where pinned so (the one place the default is set).
+bool rule_tma_store(int store_pin) { return store_pin == 1; }
+
+// Where the TMA-store epilogue can take a conv v3 call (its Params p): as GEMM v3's (gemm_wgmma.cu:
+// tma_store_eligible: 16-bit dst 16-byte aligned, channels a multiple of 8, alpha, bias and a residual only), and
+// dst the dense output grid, one row a pixel in the tiles' order (a forward, a stride-1 backward-data; not a stride
+// phase of a strided one, whose rows are every stride-th pixel of dx).
+bool conv_tma_store_eligible(const ConvV3& c, const Params& p) {
+  return p.beta == 0.0f && p.act == gemm_detail::kActNone && !p.aux && !p.col_stats && !p.partial && c.M % 8 == 0 &&
+         aligned16(c.dst) && reinterpret_cast<uintptr_t>(c.residual) % 4 == 0 && c.dst_h == c.hp && c.dst_w == c.wp &&
+         c.dys == 1 && c.dxs == 1 && c.dy0 == 0 && c.dx0 == 0;
+}
+
 bool corners_fit(const int (&lower)[2], const int (&upper)[2]) {
   return im2col_corner_ok(lower[0]) && im2col_corner_ok(lower[1]) && im2col_corner_ok(upper[0]) &&
          im2col_corner_ok(upper[1]);
@@ -377,6 +434,25 @@ PixelTiles pixel_tiles_of(const ConvV3& c, bool im2col, int64_t* tiles) {
   return q;
 }
 
+// The TMA-store box of a pixel box tw x th x tn (conv_tma_store_eligible's tiles): 16 consecutive rows of the tile,
+// {bw, bh, bn} pixels with bw = min(tw, 16), bh = min(th, 16 / bw), bn = 16 / (bw bh) (powers of two; a chunk's rows
+// start at a multiple of 16, so they are such a sub-box).
+std::array<cuuint32_t, 3> conv_store_box(const PixelBox& b) {
+  const int bw = std::min(1 << b.tw_log2, 16), bh = std::min(1 << b.th_log2, 16 / bw);
+  return {cuuint32_t(bw), cuuint32_t(bh), cuuint32_t(16 / (bw * bh))};
+}
+
+// dst's TMA-store map for tiles q (p.tma_store): [pixels][channels] in boxes of 32 x 16 (im2col tiles), or
+// [n][hp][wp][channels] in boxes of 32 x conv_store_box (pixel boxes).
+CUtensorMap conv_store_map(const ConvV3& c, const PixelTiles& q, DType dt) {
+  if (q.im2col) return store_map("conv v3 (dst)", c.dst, int64_t(c.n) * c.hp * c.wp, c.M, c.M, dt);
+  const auto b = conv_store_box(q.box);
+  const cuuint64_t dims[4] = {cuuint64_t(c.M), cuuint64_t(c.wp), cuuint64_t(c.hp), cuuint64_t(c.n)};
+  const cuuint64_t strides[3] = {cuuint64_t(c.M) * 2, cuuint64_t(c.wp) * c.M * 2, cuuint64_t(c.hp) * c.wp * c.M * 2};
+  const cuuint32_t box[4] = {32, b[0], b[1], b[2]};
+  return store_map("conv v3 (dst)", c.dst, 4, dims, strides, box, dt);
+}
+
 template <class T, class C>
 void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline pipeline, const Stream& stream) {
   p.tiles_n = int(ceil_div(c.M, C::BN));
@@ -401,14 +477,20 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline
   const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
   const CUtensorMap map_w = swizzled_map("conv v3 (weights)", c.w, 2, w_dims, w_strides, w_box, dt);
+  CUtensorMap map_dst{};  // (unused without TMA stores: zeros)
+  if (p.tma_store) {
+    ConvV3 at = c;
+    at.dst = p.C;  // (Find's trials store to a scratch dst)
+    map_dst = conv_store_map(at, q, dt);
+  }
   const int sms = detail::sm_count(stream.device().index);
   if (pipeline == V3Pipeline::pingpong) {
     if constexpr (C::BN <= 128) {
       constexpr auto kernel = conv_v3_pingpong_kernel<T, C>;
       detail::allow_dynamic_smem<kernel>(kConvSmem<C>);
       const int64_t blocks = pipeline_blocks("conv v3", true, units, sms);
-      kernel<<<unsigned(blocks), unsigned(kWsThreads<C>), kConvSmem<C>, detail::native(stream)>>>(map_src, map_w, q,
-                                                                                                  p);
+      kernel<<<unsigned(blocks), unsigned(kWsThreads<C>), kConvSmem<C>, detail::native(stream)>>>(map_src, map_w,
+                                                                                                  map_dst, q, p);
       HPDT_CUDA_CHECK_LAUNCH();
     } else {
       HPDT_CHECK(false, "conv v3: the pingpong pipeline has the narrow and 64-wide tiles only");
@@ -421,7 +503,7 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline
     detail::allow_dynamic_smem<kernel>(kConvSmem<C>);
     const int64_t blocks = pipeline_blocks("conv v3", WS, units, sms);
     kernel<<<unsigned(blocks), unsigned(kPipelineThreads<C, WS>), kConvSmem<C>, detail::native(stream)>>>(
-        map_src, map_w, q, p);
+        map_src, map_w, map_dst, q, p);
     HPDT_CUDA_CHECK_LAUNCH();
   };
   on_pipeline(pipeline, go);
@@ -595,7 +677,7 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
 
 // A call, as far as its plan's speed goes: its kind (0 forward or backward-data phase, 1 backward-filter), device,
 // dtype, the pins of HPDT_GEMM_V3_PIPELINE / _TILE, and every field of ConvV3 / ConvV3Wgrad that shapes the work.
-using FindKey = std::array<int64_t, 30>;
+using FindKey = std::array<int64_t, 31>;
 
 // The process's plans and their reports, which cuda::gemm_v3_found() lists after GEMM v3's.
 find::Choices<FindKey, V3Plan, GemmV3Found>& found_plans() {
@@ -805,6 +887,9 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
     p.stats_splits = int(g.splits), p.stats_split0 = c.sums_split0;
     p.bn_x = g.x.data(), p.bn_y = g.y.defined() ? g.y.data() : nullptr, p.bn_mean = g.mean.data<float>();
   }
+  // the epilogue's stores: TMA's where they apply and the plan asks for them (HPDT_CONV_V3_STORE, or Find's choice)
+  const int store_pin = pinned_conv_v3_store();
+  const bool tma_ok = conv_tma_store_eligible(c, p);
   const auto launch_plan = [&](const V3Plan& plan, void* dst) {
     const bool other = plan.im2col != q.im2col;
     HPDT_CHECK(!other || other_load, "conv v3: a plan loading by ", plan.im2col ? "im2col" : "boxes",
@@ -812,6 +897,7 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
     const PixelTiles& qq = other ? q_other : q;
     Params pp = p;
     pp.C = dst;
+    pp.tma_store = plan.tma_store && tma_ok;
     if (other) pp.tiles_m = int(other_boxes);
     auto run = [&](auto tag) {
       using T = decltype(tag);
@@ -829,11 +915,14 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
   };
   // The plan: by rule as GEMM v3's (wgmma.cuh: v3_rule_plan; slim for up to 64 output channels; K = taps x channels,
   // so the 3x3 convolutions of 64 and 128 channels have a short k loop), or under Find the fastest of GEMM v3's
-  // candidates, timed on a scratch dst, with each load where both apply (other_load)
+  // candidates, timed on a scratch dst, with each load where both apply (other_load), each storing directly and by TMA
+  // where TMA's stores apply (tma_ok; unless HPDT_CONV_V3_STORE pins one)
   V3Plan plan = v3_rule_plan(p.tiles_m, c.M, p.K, detail::sm_count(stream.device().index));
   plan.im2col = q.im2col;
+  plan.tma_store = rule_tma_store(store_pin) && tma_ok;
   if (gemm_tuning() == GemmTuning::find) {
-    const V3Pins pins = v3_pins();
+    V3Pins pins = v3_pins();
+    pins.tma_store = store_pin;  // conv v3's own pin, not GEMM v3's
     const FindKey key{0,
                       stream.device().index,
                       int64_t(dt),
@@ -863,7 +952,8 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                       c.residual != nullptr,
                       c.stats != nullptr,
                       c.grad_sums != nullptr,
-                      load_pin};
+                      load_pin,
+                      store_pin};
     const auto describe = [&] {
       std::ostringstream call;
       call << "conv v3 " << (c.tsign > 0 ? "fwd " : "bwd_data phase ") << kernel_name(c.kh, c.kw, c.stride) << " "
@@ -879,7 +969,9 @@ void conv_v3_launch(const ConvV3& c, DType dt, const Stream& stream) {
                                 AllocOptions{.stream = &stream});
       launch_plan(candidate, scratch.data());
     };
-    const auto candidates = [&] { return with_loads(v3_find_candidates(c.M, pins), q.im2col, other_load); };
+    const auto candidates = [&] {
+      return with_loads(v3_find_candidates(c.M, pins, false, tma_ok), q.im2col, other_load);
+    };
     plan = find_v3_plan(found_plans(), key, "conv v3", describe, candidates, plan, detail::native(stream), on_scratch);
   }
   launch_plan(plan, c.dst);

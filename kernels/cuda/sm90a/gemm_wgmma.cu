@@ -109,6 +109,17 @@ __device__ __forceinline__ ColumnReduction stats_exchange(unsigned char* staging
   return column_reduction_of(staging + 8 * kBandBufBytes, stats_bars_of<C>(base), wg, split0, group_chunks);
 }
 
+// tma_store_epilogue's `store` for C as a matrix: chunk c's box at its first row and column (at(c, 0)).
+template <class At>
+struct MatrixStore {
+  const CUtensorMap* map_c;
+  At& at;
+  __device__ __forceinline__ void operator()(int c, uint32_t image) const {
+    const int2 rc = at(c, 0);
+    tma_store_2d(map_c, image, rc.y, rc.x);
+  }
+};
+
 // The epilogue of 64 x BN accumulators of tile (tm, tn), rows 64 half.. of it, split `split` of its k range, by
 // the warpgroup that computed them: each warp its 16 rows through band_epilogue, in its buffer of the staging area
 // (warpgroup wg's warp w: buffer 4 wg + w), or by TMA stores through C's map (tma_store_epilogue.cuh; p.tma_store).
@@ -127,7 +138,7 @@ __device__ __forceinline__ void store_rows(const Params& p, const CUtensorMap* m
   auto at = [&](int c, int r) { return make_int2(row0 + r, col0 + c * kChunkCols); };
   unsigned char* buf = staging + (wg * 4 + warp) * kBandBufBytes;
   if (p.tma_store)
-    tma_store_epilogue<T, C::BN / kChunkCols>(p, map_c, frag, at, buf);
+    tma_store_epilogue<T, C::BN / kChunkCols>(p, frag, at, buf, MatrixStore{map_c, at});
   else
     band_epilogue<T, C::BN / kChunkCols>(p, split, frag, at, buf,
                                          stats_exchange<C>(staging, base, wg, 2 * tm + half, C::BN / kChunkCols));
@@ -190,7 +201,7 @@ struct StoreWholeTile {
     };
     unsigned char* buf = staging + (cw * 4 + warp) * kBandBufBytes;
     if (p.tma_store)
-      tma_store_epilogue<T, 2 * kHalfChunks>(p, map_c, frag, at, buf);
+      tma_store_epilogue<T, 2 * kHalfChunks>(p, frag, at, buf, MatrixStore{map_c, at});
     else
       band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, buf,
                                         stats_exchange<C>(staging, base, cw, 2 * w.tm, kHalfChunks));
@@ -301,10 +312,10 @@ void launch_layout(const Params& p, V3Pipeline pipeline, int splits, const CUten
 
 // Where the TMA-store epilogue can take a GEMM: a 16-bit C, 16-byte aligned, with N and ldc multiples of 8 (TMA
 // writes whole 16-byte granules: a row ending mid-granule would have the padding after it overwritten), nothing but
-// alpha and a bias in the epilogue, no split-K (checked by the caller).
+// alpha, a bias and a residual (4-byte aligned: read in pairs) in the epilogue, no split-K (checked by the caller).
 bool tma_store_eligible(const Params& p) {
-  return !p.c_f32 && p.beta == 0.0f && !p.res && p.act == kActNone && !p.aux && !p.col_stats && !p.partial &&
-         p.N % 8 == 0 && p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
+  return !p.c_f32 && p.beta == 0.0f && p.act == kActNone && !p.aux && !p.col_stats && !p.partial && p.N % 8 == 0 &&
+         p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0 && reinterpret_cast<uintptr_t>(p.res) % 4 == 0;
 }
 
 // The epilogue's stores (the plan's tma_store: HPDT_GEMM_V3_STORE, wgmma.cuh's pinned_v3_store, or Find's choice):

@@ -566,7 +566,8 @@ inline bool pinned_v3_activation_pass(bool& out) {
 }
 
 // GEMM v3's epilogue stores (sm90a/tma_store_epilogue.cuh): HPDT_GEMM_V3_STORE=direct|tma pins them (out: tma), read
-// at every call; anything else is an error naming the variable. Unset: direct by rule, both timed under Find.
+// at every call; anything else is an error naming the variable. Unset: direct by rule, both timed under Find. Conv
+// v3's forward and backward-data have their own, HPDT_CONV_V3_STORE (conv_wgmma.cu: pinned_conv_v3_store).
 inline bool pinned_v3_store(bool& tma) {
   const int pin = env_pin("HPDT_GEMM_V3_STORE", "direct", "tma");
   if (pin >= 0) tma = pin == 1;
@@ -581,7 +582,7 @@ struct V3Plan {
   V3Tile tile;
   bool act_pass = false;  // the activation as a pass after a plain GEMM (pinned_v3_activation_pass)
   bool im2col = false;    // conv v3: its pixels by TMA's im2col mode (conv_wgmma.cu: HPDT_CONV_V3_LOAD)
-  bool tma_store = false;  // GEMM v3: the plain GEMM's epilogue by TMA stores where it applies (pinned_v3_store)
+  bool tma_store = false;  // the plain epilogue by TMA stores where it applies (pinned_v3_store, pinned_conv_v3_store)
 };
 inline const char* v3_pipeline_name(V3Pipeline p) {
   return p == V3Pipeline::ws ? "ws" : p == V3Pipeline::pingpong ? "pingpong" : "barrier";
@@ -715,21 +716,29 @@ inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, cons
   return map;
 }
 
-// The TMA-store map of a row-major 16-bit matrix [rows][cols] (row stride ld elements): boxes of 32 values by 16 rows,
-// the 64-byte swizzle (tma_store_epilogue.cuh's chunk images). `who` names the caller in the error.
-inline CUtensorMap store_map(const char* who, void* ptr, int64_t rows, int64_t cols, int64_t ld, DType t) {
+// A TMA-store map of a 16-bit tensor of `rank` dimensions (dims[0] contiguous, strides[i] bytes from one index of
+// dimension i + 1 to the next) in boxes of box[0] = 32 values (64 bytes) by box[1..], the 64-byte swizzle
+// (tma_store_epilogue.cuh's chunk images: box[1] x .. x box[rank - 1] = 16 rows). `who` names the caller in the error.
+inline CUtensorMap store_map(const char* who, void* ptr, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                             const cuuint32_t* box, DType t) {
   CUtensorMap map;
   HPDT_CHECK(t == DType::bf16 || t == DType::f16, who, ": TMA-store maps of ", dtype_name(t), " are not made here");
+  const cuuint32_t steps[5] = {1, 1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, cuuint32_t(rank),
+      ptr, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+      CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeTiled failed (CUresult ", int(r),
+             ") for the store map of a rank-", rank, " tensor of ", dims[rank - 1], " x .. x ", dims[0], " values at ",
+             ptr);
+  return map;
+}
+// ... of a row-major 16-bit matrix [rows][cols] (row stride ld elements): boxes of 32 values by 16 rows.
+inline CUtensorMap store_map(const char* who, void* ptr, int64_t rows, int64_t cols, int64_t ld, DType t) {
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
-  const cuuint32_t box[2] = {32, 16}, steps[2] = {1, 1};
-  const CUresult r =
-      tensor_map_encoder()(&map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                           2, ptr, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
-                           CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for the store map of a ",
-             rows, " x ", cols, " matrix (ld ", ld, ") at ", ptr);
-  return map;
+  const cuuint32_t box[2] = {32, 16};
+  return store_map(who, ptr, 2, dims, strides, box, t);
 }
 
 }  // namespace hpdt::kernels::cuda::sm90a
