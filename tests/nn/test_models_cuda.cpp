@@ -514,6 +514,43 @@ TEST_P(ModelsCuda, Bf16ReluMasksFromTheInputMatchTheMasksFromTheOutput) {
   EXPECT_GT(cosine, 0.9999) << "cosine of the two steps' gradients";
 }
 
+// The bf16 step on our Hopper kernels with every epilogue the TMA stores can take storing by TMA
+// (HPDT_GEMM_V3_STORE=tma, HPDT_CONV_V3_STORE=tma; sm90a/tma_store_epilogue.cuh) against the direct stores: the same
+// loss, logits and gradients, bit for bit (the TMA path adds the same bias and residual in the same order and rounds
+// once, and every other kernel is deterministic). On the emulator the TMA stores are counted: NHWC ResNet-20's
+// convolutions with 64 channels (conv v3's forwards and stride-1 backward-datas), ViT-Ti's plain and residual linear
+// layers. (NCHW ResNet-20 has none: its convolutions run on v2, its classifier's GEMMs, 10 classes, on v2.)
+TEST_P(ModelsCuda, Bf16StepByTmaStoresMatchesDirectStores) {
+  if (std::string(GetParam().model).rfind("resnet", 0) == 0 && !GetParam().layout)
+    GTEST_SKIP() << "no epilogue of NCHW " << GetParam().model << " takes TMA stores (conv v2; a 10-class classifier)";
+  {
+    const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
+    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, false, 8, 8, probe.data(),
+                                    probe.data(), DType::bf16, gpu) != kernels::cuda::GemmVariant::v3_wgmma)
+      GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
+  }
+  const kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
+  const kernels::ScopedConvChoice conv_v3(kernels::ConvChoice::v3);
+  const Data d = make_data(GetParam());
+  StepOut out[2];
+  for (int k = 0; k < 2; ++k) {
+    const char* store = k == 0 ? "direct" : "tma";
+    const ScopedEnv gemm_store("HPDT_GEMM_V3_STORE", store), conv_store("HPDT_CONV_V3_STORE", store);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    const unsigned long long before = cuda_emu::tma_stores();
+#endif
+    auto m = gpu_model(DType::bf16);
+    out[k] = forward_backward(*m, d);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    EXPECT_EQ(cuda_emu::tma_stores() > before, k == 1) << "TMA stores, " << store;
+#endif
+  }
+  ASSERT_TRUE(std::isfinite(out[0].loss));
+  EXPECT_EQ(out[0].loss, out[1].loss);
+  EXPECT_EQ(out[0].logits, out[1].logits) << "logits";
+  EXPECT_EQ(out[0].grads, out[1].grads) << "gradients";
+}
+
 // The fused step hpdt-train runs on the GPU (unscale, clip, AdamW, model copy in one kernel) against the
 // unfused sequence on a twin model: the gradients are the same bits (deterministic kernels, same seed and
 // data), and the fused kernel does the same f32 operations, so the results agree to an f32 ulp or so.
