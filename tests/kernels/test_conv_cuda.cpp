@@ -117,6 +117,17 @@ class ConvCuda : public test::CudaOracleTest {
     return kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, true, 64, 64, probe.data(),
                                        probe.data(), DType::bf16, stream) == kernels::cuda::GemmVariant::v3_wgmma;
   }
+  // A conv v3 forward (under the caller's --conv v3) with `name` set to a value it does not take: an error naming the
+  // variable, `message`.
+  void expect_bad_conv_v3_variable(const char* name, const char* value, const char* message) {
+    const Conv2dShape s{1, 64, 5, 5, 64, 3, 3, 1, 1};
+    const Tensor x = to_gpu(random({1, 5, 5, 64}), DType::bf16), w = to_gpu(random({64, 64, 3, 3}), DType::bf16);
+    Tensor y = poisoned({1, 5, 5, 64}, DType::bf16);
+    const ScopedEnv bad(name, value);
+    HPDT_EXPECT_THROW_MSG(
+        kernels::cuda::conv2d_forward_nhwc(s, x, w, Conv2dEpilogue{}, y, stream, kernels::cuda::ConvVariant::automatic),
+        message);
+  }
 #endif
   // ---- the implementations under test ----
   void forward(Impl impl, const Conv2dShape& s, const Tensor& x, const Tensor& w, const Conv2dEpilogue& e, Tensor& y,
@@ -1784,13 +1795,7 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
         EXPECT_EQ(im2col_loads[d + 1] > im2col_loads[d], im2col && on_v3[d]) << "im2col loads, direction " << d;
 #endif
     }
-  // a load HPDT_CONV_V3_LOAD does not name: an error naming the variable
-  const Conv2dShape s{1, 64, 5, 5, 64, 3, 3, 1, 1};
-  const Tensor x = to_gpu(random({1, 5, 5, 64}), DType::bf16), w = to_gpu(random({64, 64, 3, 3}), DType::bf16);
-  Tensor y = poisoned({1, 5, 5, 64}, DType::bf16);
-  const ScopedEnv bad("HPDT_CONV_V3_LOAD", "gather");
-  HPDT_EXPECT_THROW_MSG(kernels::cuda::conv2d_forward_nhwc(s, x, w, Conv2dEpilogue{}, y, stream, auto_v),
-                        "HPDT_CONV_V3_LOAD=gather: expected box or im2col");
+  expect_bad_conv_v3_variable("HPDT_CONV_V3_LOAD", "gather", "HPDT_CONV_V3_LOAD=gather: expected box or im2col");
 }
 #endif
 
@@ -1884,13 +1889,7 @@ TEST_F(ConvCuda, ConvV3TmaStoreEpilogue) {
               << "forward by TMA stores against the oracle";
         }
       }
-  // a value HPDT_CONV_V3_STORE does not name: an error naming the variable
-  const Conv2dShape s{1, 64, 5, 5, 64, 3, 3, 1, 1};
-  const Tensor x = to_gpu(random({1, 5, 5, 64}), DType::bf16), w = to_gpu(random({64, 64, 3, 3}), DType::bf16);
-  Tensor y = poisoned({1, 5, 5, 64}, DType::bf16);
-  const ScopedEnv bad("HPDT_CONV_V3_STORE", "fast");
-  HPDT_EXPECT_THROW_MSG(kernels::cuda::conv2d_forward_nhwc(s, x, w, Conv2dEpilogue{}, y, stream, auto_v),
-                        "HPDT_CONV_V3_STORE=fast: expected direct or tma");
+  expect_bad_conv_v3_variable("HPDT_CONV_V3_STORE", "fast", "HPDT_CONV_V3_STORE=fast: expected direct or tma");
 }
 #endif
 

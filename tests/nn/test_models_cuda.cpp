@@ -519,10 +519,14 @@ TEST_P(ModelsCuda, Bf16ReluMasksFromTheInputMatchTheMasksFromTheOutput) {
 // loss, logits and gradients, bit for bit (the TMA path adds the same bias and residual in the same order and rounds
 // once, and every other kernel is deterministic). On the emulator the TMA stores are counted: NHWC ResNet-20's
 // convolutions with 64 channels (conv v3's forwards and stride-1 backward-datas), ViT-Ti's plain and residual linear
-// layers. (NCHW ResNet-20 has none: its convolutions run on v2, its classifier's GEMMs, 10 classes, on v2.)
+// layers with its GELU separate (the default; the fused GELU's fc1 keeps the direct stores, the other layers are the
+// same: that case is left out, to keep the emulator's time). NCHW ResNet-20 has none: its convolutions run on v2,
+// its classifier's GEMMs (10 classes) on v2.
 TEST_P(ModelsCuda, Bf16StepByTmaStoresMatchesDirectStores) {
   if (std::string(GetParam().model).rfind("resnet", 0) == 0 && !GetParam().layout)
     GTEST_SKIP() << "no epilogue of NCHW " << GetParam().model << " takes TMA stores (conv v2; a 10-class classifier)";
+  if (std::string(GetParam().model) == "vit_ti" && GetParam().fuse_gelu)
+    GTEST_SKIP() << "the separate-GELU case covers these layers and fc1 (here a fused GELU: direct stores)";
   {
     const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
     if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, false, 8, 8, probe.data(),
