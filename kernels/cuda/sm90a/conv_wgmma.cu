@@ -108,13 +108,20 @@ struct PixelTiles {
 
 // The forward / backward-data kernel's shared memory: the stages (C::kSmem), kConvBarBytes for their barriers (two a
 // stage, and the pingpong pipeline's two turns; the column statistics' two at kConvStatsBars), then the epilogue's
-// buffers (band_epilogue.cuh: 2 KiB for each of the 8 consumer warps) and the column statistics' exchange.
-constexpr uint32_t kConvBarBytes = 256, kConvStatsBars = 240;
+// buffers (band_epilogue.cuh: 2 KiB for each of the 8 consumer warps) and the column statistics' exchange. The
+// buffers start 1024-byte aligned: the TMA-store epilogue's images (tma_store_epilogue.cuh) are swizzled by the
+// shared address's bits in 512-byte periods (the 64-byte swizzle), so an image must start where a period does
+// (256 bytes of barriers put them 256 bytes off: the emulator, which checks that alignment since, stopped there).
+constexpr uint32_t kConvBarBytes = 1024, kConvStatsBars = 240;
 template <class C>
 constexpr int kConvSmem = C::kSmem + int(kConvBarBytes) + 8 * gemm_detail::kBandBufBytes + 2 * int(kColumnReductionBytes);
+template <class C>
+constexpr bool kConvStagingAligned = (C::STAGES * C::kStageBytes + int(kConvBarBytes)) % 1024 == 0;
 static_assert(kConvSmem<Wide> <= 227 * 1024 && kConvSmem<Narrow> <= 227 * 1024 && kConvSmem<Slim> <= 227 * 1024 &&
                   16 * Slim::STAGES + 16 <= int(kConvStatsBars) && kConvStatsBars + 16 <= kConvBarBytes,
               "an H100 block has 227 KiB; the barriers fit before the buffers");
+static_assert(kConvStagingAligned<Wide> && kConvStagingAligned<Narrow> && kConvStagingAligned<Slim>,
+              "the epilogue's buffers 1024-byte aligned (the TMA-store images' swizzle)");
 
 // Row m (0..127) of a pixel tile whose box starts at image img0, row py0, column px0 -> its row of dst: pixel
 // (m % tw, m / tw % th, m / (tw th)) of the box; outside the pixel grid, row p.M, which the epilogue drops.

@@ -414,9 +414,9 @@ TEST(CudaEmu, TmaBoxSwizzleAndBounds) {
 // A TMA store of one box of at most 4096 bf16 (64 x 64 in the 128-byte swizzle, 32 x 16 in the 64-byte one) from
 // shared memory (filled with s[i] = i + 1 in its raw, swizzled layout) to (c0, c1) of a map; `wait` 0: thread 0 leaves
 // without waiting for it (a fault).
-__global__ void tma_store_box(const __grid_constant__ CUtensorMap map, int c0, int c1, int wait) {
+__global__ void tma_store_box(const __grid_constant__ CUtensorMap map, int c0, int c1, int wait, int offset) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  const uint32_t base = ((smem_u32(smem) + 1023u) & ~1023u) + uint32_t(offset);
   auto* s = reinterpret_cast<uint16_t*>(smem + (base - smem_u32(smem)));
   for (int i = int(threadIdx.x); i < 4096; i += int(blockDim.x)) s[i] = uint16_t(i + 1);
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -441,7 +441,7 @@ TEST(CudaEmu, TmaStoreSwizzleAndBounds) {
   const CUtensorMap map = bf16_map(dm.d, rows, cols, ld, 64);
   cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
   const unsigned long long before = cuda_emu::tma_stores();
-  tma_store_box<<<1, 128, 8192 + 1024>>>(map, 64, 40, 1);
+  tma_store_box<<<1, 128, 8192 + 1024>>>(map, 64, 40, 1, 0);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(cuda_emu::tma_stores() - before, 1u);
   const auto o = dm.down();
@@ -465,7 +465,7 @@ TEST(CudaEmu, TmaStore64ByteSwizzle) {
   Buf<uint16_t> dm(std::vector<uint16_t>(rows * ld, 0x7777));
   const CUtensorMap map = bf16_map(dm.d, rows, cols, ld, 16, CU_TENSOR_MAP_SWIZZLE_64B, 32);
   cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
-  tma_store_box<<<1, 64, 8192 + 1024>>>(map, 32, 8, 1);
+  tma_store_box<<<1, 64, 8192 + 1024>>>(map, 32, 8, 1, 0);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   const auto o = dm.down();
   for (uint64_t y = 0; y < rows; ++y)
@@ -811,7 +811,13 @@ TEST(CudaEmuDeathTest, StopsOnHopperFaults) {
   for (int after_a_wait : {0, 1})
     EXPECT_DEATH(wgmma_unfenced<<<1, 128, 16384>>>(f.d, after_a_wait), "no wgmma.fence since the kernel's start");
   cudaFuncSetAttribute(tma_store_box, cudaFuncAttributeMaxDynamicSharedMemorySize, 8192 + 1024);
-  EXPECT_DEATH(tma_store_box<<<1, 128, 8192 + 1024>>>(map, 0, 0, 0), "TMA stores issued .* never waited for");
+  EXPECT_DEATH(tma_store_box<<<1, 128, 8192 + 1024>>>(map, 0, 0, 0, 0), "TMA stores issued .* never waited for");
+  // a swizzled box's shared image where the swizzle's pattern does not start (the GPU swizzles by the address's bits:
+  // 1024-byte periods for 128 bytes, 512 for 64): conv v3's TMA-store images were 256 bytes off, 2026-11-30
+  EXPECT_DEATH(tma_store_box<<<1, 128, 8192 + 1024>>>(map, 0, 0, 1, 512), "not 1024-byte aligned");
+  Buf<uint16_t> m64(20 * 80);
+  const CUtensorMap map64 = bf16_map(m64.d, 20, 72, 80, 16, CU_TENSOR_MAP_SWIZZLE_64B, 32);
+  EXPECT_DEATH(tma_store_box<<<1, 64, 8192 + 1024>>>(map64, 32, 8, 1, 256), "not 512-byte aligned");
   EXPECT_DEATH(
       {
         setenv("CUDA_EMU_TMA", "early", 1);

@@ -1471,10 +1471,16 @@ TensorMap checked_map(uint64_t tensor_map, int rank, uint32_t smem, const char* 
           im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled");
   if (uint32_t(rank) != m.rank)
     fatal("%s (%dd) at %s:%u: the tensor map has rank %u", what, rank, short_file(loc.file_name()), loc.line(), m.rank);
-  const uint32_t align = m.swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 1024 : 128;
+  // The GPU swizzles by the shared address's bits (128 bytes: bits [4, 7) XOR [7, 10); 64: [4, 6) XOR [7, 9); 32: bit 4
+  // XOR bit 7), so a box's image starts where the pattern does: 1024, 512 or 256 bytes; the emulator swizzles from the
+  // box's start, which is the same there. Unswizzled: 128 bytes.
+  const uint32_t align = m.swizzle == CU_TENSOR_MAP_SWIZZLE_128B  ? 1024
+                         : m.swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 512
+                         : m.swizzle == CU_TENSOR_MAP_SWIZZLE_32B ? 256
+                                                                  : 128;
   if (smem % align)
-    fatal("%s at %s:%u: shared address 0x%x is not %u-byte aligned", what, short_file(loc.file_name()), loc.line(), smem,
-          align);
+    fatal("%s at %s:%u: shared address 0x%x is not %u-byte aligned (the map's swizzle starts there)", what,
+          short_file(loc.file_name()), loc.line(), smem, align);
   if (m.swizzle == CU_TENSOR_MAP_SWIZZLE_128B && m.box[0] * m.elem_bytes != 128)
     fatal("%s at %s:%u: the emulator takes 128-byte-swizzled boxes of 128-byte rows only", what,
           short_file(loc.file_name()), loc.line());
