@@ -391,14 +391,13 @@ int pinned_conv_v3_store() { return env_pin("HPDT_CONV_V3_STORE", "direct", "tma
 // The stores by rule for pinned_conv_v3_store's `store_pin`: TMA's where pinned so (the one place the default is set).
 bool rule_tma_store(int store_pin) { return store_pin == 1; }
 
-// Where the TMA-store epilogue can take a conv v3 call (its Params p): as GEMM v3's (gemm_wgmma.cu:
-// tma_store_eligible: 16-bit dst 16-byte aligned, channels a multiple of 8, alpha, bias and a residual only), and
-// dst the dense output grid, one row a pixel in the tiles' order (a forward, a stride-1 backward-data; not a stride
-// phase of a strided one, whose rows are every stride-th pixel of dx).
+// Where the TMA-store epilogue can take a conv v3 call (its Params p): as a GEMM (tma_store_epilogue.cuh:
+// tma_store_eligible; p.N and p.ldc are the channels, p.C dst, p.res the residual), and dst the dense output grid, one
+// row a pixel in the tiles' order (a forward, a stride-1 backward-data; not a stride phase of a strided one, whose
+// rows are every stride-th pixel of dx).
 bool conv_tma_store_eligible(const ConvV3& c, const Params& p) {
-  return p.beta == 0.0f && p.act == gemm_detail::kActNone && !p.aux && !p.col_stats && !p.partial && c.M % 8 == 0 &&
-         aligned16(c.dst) && reinterpret_cast<uintptr_t>(c.residual) % 4 == 0 && c.dst_h == c.hp && c.dst_w == c.wp &&
-         c.dys == 1 && c.dxs == 1 && c.dy0 == 0 && c.dx0 == 0;
+  return tma_store_eligible(p) && c.dst_h == c.hp && c.dst_w == c.wp && c.dys == 1 && c.dxs == 1 && c.dy0 == 0 &&
+         c.dx0 == 0;
 }
 
 bool corners_fit(const int (&lower)[2], const int (&upper)[2]) {
@@ -449,15 +448,15 @@ std::array<cuuint32_t, 3> conv_store_box(const PixelBox& b) {
   return {cuuint32_t(bw), cuuint32_t(bh), cuuint32_t(16 / (bw * bh))};
 }
 
-// dst's TMA-store map for tiles q (p.tma_store): [pixels][channels] in boxes of 32 x 16 (im2col tiles), or
-// [n][hp][wp][channels] in boxes of 32 x conv_store_box (pixel boxes).
-CUtensorMap conv_store_map(const ConvV3& c, const PixelTiles& q, DType dt) {
-  if (q.im2col) return store_map("conv v3 (dst)", c.dst, int64_t(c.n) * c.hp * c.wp, c.M, c.M, dt);
+// The TMA-store map of c's output at dst (c.dst, or Find's scratch) for tiles q (p.tma_store): [pixels][channels] in
+// boxes of 32 x 16 (im2col tiles), or [n][hp][wp][channels] in boxes of 32 x conv_store_box (pixel boxes).
+CUtensorMap conv_store_map(const ConvV3& c, const PixelTiles& q, void* dst, DType dt) {
+  if (q.im2col) return store_map("conv v3 (dst)", dst, int64_t(c.n) * c.hp * c.wp, c.M, c.M, dt);
   const auto b = conv_store_box(q.box);
   const cuuint64_t dims[4] = {cuuint64_t(c.M), cuuint64_t(c.wp), cuuint64_t(c.hp), cuuint64_t(c.n)};
   const cuuint64_t strides[3] = {cuuint64_t(c.M) * 2, cuuint64_t(c.wp) * c.M * 2, cuuint64_t(c.hp) * c.wp * c.M * 2};
   const cuuint32_t box[4] = {32, b[0], b[1], b[2]};
-  return store_map("conv v3 (dst)", c.dst, 4, dims, strides, box, dt);
+  return store_map("conv v3 (dst)", dst, 4, dims, strides, box, dt);
 }
 
 template <class T, class C>
@@ -484,12 +483,8 @@ void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline
   const cuuint64_t w_strides[1] = {cuuint64_t(c.ldw) * 2};
   const cuuint32_t w_box[2] = {cuuint32_t(kBK), cuuint32_t(C::BN)};
   const CUtensorMap map_w = swizzled_map("conv v3 (weights)", c.w, 2, w_dims, w_strides, w_box, dt);
-  CUtensorMap map_dst{};  // (unused without TMA stores: zeros)
-  if (p.tma_store) {
-    ConvV3 at = c;
-    at.dst = p.C;  // (Find's trials store to a scratch dst)
-    map_dst = conv_store_map(at, q, dt);
-  }
+  // dst's store map where the TMA-store epilogue runs (else unused: zeros)
+  const CUtensorMap map_dst = p.tma_store ? conv_store_map(c, q, p.C, dt) : CUtensorMap{};
   const int sms = detail::sm_count(stream.device().index);
   if (pipeline == V3Pipeline::pingpong) {
     if constexpr (C::BN <= 128) {
@@ -683,7 +678,8 @@ void launch_wgrad(const ConvV3Wgrad& c, WgradTiles q, DType dt, Tensor& dw_view,
 // ---- Find (kernels::GemmTuning::find, as GEMM v3's: gemm_wgmma.cu) -------------------------------------------
 
 // A call, as far as its plan's speed goes: its kind (0 forward or backward-data phase, 1 backward-filter), device,
-// dtype, the pins of HPDT_GEMM_V3_PIPELINE / _TILE, and every field of ConvV3 / ConvV3Wgrad that shapes the work.
+// dtype, the pins of HPDT_GEMM_V3_PIPELINE / _TILE, HPDT_CONV_V3_LOAD (and _STORE), and every field of ConvV3 /
+// ConvV3Wgrad that shapes the work.
 using FindKey = std::array<int64_t, 31>;
 
 // The process's plans and their reports, which cuda::gemm_v3_found() lists after GEMM v3's.

@@ -310,14 +310,6 @@ void launch_layout(const Params& p, V3Pipeline pipeline, int splits, const CUten
   }
 }
 
-// Where the TMA-store epilogue can take a GEMM: a 16-bit C, 16-byte aligned, with N and ldc multiples of 8 (TMA
-// writes whole 16-byte granules: a row ending mid-granule would have the padding after it overwritten), nothing but
-// alpha, a bias and a residual (4-byte aligned: read in pairs) in the epilogue, no split-K (checked by the caller).
-bool tma_store_eligible(const Params& p) {
-  return !p.c_f32 && p.beta == 0.0f && p.act == kActNone && !p.aux && !p.col_stats && !p.partial && p.N % 8 == 0 &&
-         p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0 && reinterpret_cast<uintptr_t>(p.res) % 4 == 0;
-}
-
 // The epilogue's stores (the plan's tma_store: HPDT_GEMM_V3_STORE, wgmma.cuh's pinned_v3_store, or Find's choice):
 // direct, each lane's pairs by st.global after band_epilogue.cuh's round trip through shared memory (the rule's,
 // until a GPU has timed both); TMA, the plain GEMM's chunks by TMA stores (tma_store_epilogue.cuh) where

@@ -11,7 +11,7 @@
 // lane hands the chunk to TMA, which writes it to C by itself while the warp goes on (CUTLASS's sm90 epilogues store
 // by TMA too). Rows past M are clipped by TMA; columns past N too, in whole 16-byte granules (on the H200 of
 // 2026-11-27 a TMA store overwrote the padding after a row ending mid-granule), so the host takes this path only
-// where N and ldc are multiples of 8 (gemm_wgmma.cu: tma_store_eligible; conv_wgmma.cu: conv_tma_store_eligible).
+// where N and ldc are multiples of 8 (tma_store_eligible below; conv v3: conv_wgmma.cu's conv_tma_store_eligible).
 // A residual (since 2026-11-30, fourth session: the 1x1 backward-datas of ResNet-50's blocks add one, 0.64 ms at
 // 56^2 on the H200, 2.4x their least traffic) is read by each lane as the pairs it holds, 4 bytes a pair, all 8 of
 // a chunk issued together before the chunk is written: a warp's load covers 8 rows x 16 bytes, and the next
@@ -40,6 +40,16 @@ namespace hpdt::kernels::cuda::sm90a {
 constexpr int kTmaStoreRows = 16;                                                      // a warp's band of the tile
 constexpr uint32_t kTmaStoreImageBytes = kTmaStoreRows * gemm_detail::kChunkCols * 2;  // one chunk, 16-bit: 1 KiB
 static_assert(2 * kTmaStoreImageBytes <= uint32_t(gemm_detail::kBandBufBytes), "two images in a warp's buffer");
+
+// Where the TMA-store epilogue can take a GEMM v3 or conv v3 call (its Params; conv v3 asks for a dense output grid
+// besides: conv_wgmma.cu, conv_tma_store_eligible): a 16-bit C, 16-byte aligned, with N and ldc multiples of 8 (TMA
+// writes whole 16-byte granules: a row ending mid-granule would have the padding after it overwritten), nothing but
+// alpha, a bias and a residual (4-byte aligned: read in pairs) in the epilogue, no split-K (checked by the caller).
+inline bool tma_store_eligible(const gemm_detail::Params& p) {
+  return !p.c_f32 && p.beta == 0.0f && p.act == gemm_detail::kActNone && !p.aux && !p.col_stats && !p.partial &&
+         p.N % 8 == 0 && p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.res) % 4 == 0;
+}
 
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

@@ -606,8 +606,8 @@ inline std::string v3_plan_name(const V3Plan& plan) {
          (plan.act_pass ? "+gelu pass" : "") + (plan.im2col ? "+im2col" : "") + (plan.tma_store ? "+tma store" : "");
 }
 
-// HPDT_GEMM_V3_PIPELINE's, HPDT_GEMM_V3_TILE's and HPDT_GEMM_V3_ACTIVATION's pins as ints (-1 unset), part of a Find
-// key: they restrict the candidates.
+// HPDT_GEMM_V3_PIPELINE's, HPDT_GEMM_V3_TILE's, HPDT_GEMM_V3_ACTIVATION's and HPDT_GEMM_V3_STORE's pins as ints (-1
+// unset; conv v3 puts HPDT_CONV_V3_STORE's in tma_store), part of a Find key: they restrict the candidates.
 struct V3Pins {
   int pipeline = -1, tile = -1, act_pass = -1, tma_store = -1;
 };
@@ -695,10 +695,12 @@ inline CUtensorMap im2col_map(const char* who, const void* ptr, const cuuint64_t
 // of dimension i + 1 to the next) in boxes of box[0] values (one 128-byte row) by box[1..], 128-byte swizzle,
 // out-of-bounds elements read as zeros. steps: TMA's element strides (every steps[i]-th element along dimension
 // i, ceil(box[i] / steps[i]) of them; steps[0] is ignored), or null for all 1. `who` names the caller in the
-// error.
+// error. (store_map: the 64-byte swizzle, no L2 promotion.)
 inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, const cuuint64_t* dims,
                                 const cuuint64_t* strides, const cuuint32_t* box, DType t,
-                                const cuuint32_t* steps = nullptr) {
+                                const cuuint32_t* steps = nullptr,
+                                CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B,
+                                CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   CUtensorMap map;
   const cuuint32_t ones[5] = {1, 1, 1, 1, 1};
   const cuuint32_t* elem_strides = steps ? steps : ones;
@@ -707,10 +709,9 @@ inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, cons
   const CUtensorMapDataType type = t == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                    : t == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  const CUresult r = tensor_map_encoder()(
-      &map, type, cuuint32_t(rank),
-      const_cast<void*>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(&map, type, cuuint32_t(rank), const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for a rank-", rank,
              " tensor of ", dims[rank - 1], " x .. x ", dims[0], " values at ", ptr);
   return map;
@@ -721,17 +722,9 @@ inline CUtensorMap swizzled_map(const char* who, const void* ptr, int rank, cons
 // (tma_store_epilogue.cuh's chunk images: box[1] x .. x box[rank - 1] = 16 rows). `who` names the caller in the error.
 inline CUtensorMap store_map(const char* who, void* ptr, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                              const cuuint32_t* box, DType t) {
-  CUtensorMap map;
   HPDT_CHECK(t == DType::bf16 || t == DType::f16, who, ": TMA-store maps of ", dtype_name(t), " are not made here");
-  const cuuint32_t steps[5] = {1, 1, 1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, cuuint32_t(rank),
-      ptr, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
-      CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  HPDT_CHECK(r == CUDA_SUCCESS, who, ": cuTensorMapEncodeTiled failed (CUresult ", int(r),
-             ") for the store map of a rank-", rank, " tensor of ", dims[rank - 1], " x .. x ", dims[0], " values at ",
-             ptr);
-  return map;
+  return swizzled_map(who, ptr, rank, dims, strides, box, t, nullptr, CU_TENSOR_MAP_SWIZZLE_64B,
+                      CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }
 // ... of a row-major 16-bit matrix [rows][cols] (row stride ld elements): boxes of 32 values by 16 rows.
 inline CUtensorMap store_map(const char* who, void* ptr, int64_t rows, int64_t cols, int64_t ld, DType t) {
