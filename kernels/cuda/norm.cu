@@ -8,8 +8,9 @@
 //      values (8 values at a time, merged with Chan's formula), then a fixed warp/block tree -> one partial
 //      (count, mean, M2) per block. Skipped where the kernel that wrote x handed over partials of the same layout
 //      (BatchNormFusion::stats: conv v2's forward epilogue, kernels::ChannelStats).
-//   2. bn_stats_finalize: one warp per channel merges its partials (lanes over splits, then a fixed tree;
-//      double), then the CPU's finalize: mean, invstd, running stats with momentum and the unbiased variance.
+//   2. bn_stats_finalize: one block per channel adds its partials as shifted sums (threads over splits, then a
+//      fixed tree; double), then the CPU's finalize: mean, invstd, running stats with momentum and the unbiased
+//      variance.
 //      SyncBN instead writes the CPU's (sum, sumsq, count) buffer, which the host all-reduces, and
 //      bn_finalize_from_sums finishes exactly as kernels/cpu/norm.cpp does.
 //   3. bn_apply_kernel: y = x * a + b with a = invstd * gamma, b = beta - mean * a (eval: from running stats).
@@ -181,58 +182,62 @@ __device__ __forceinline__ void bn_finalize_channel(int ch, double count, double
   running_var[ch] = float((1 - momentum) * double(running_var[ch]) + momentum * unbiased);
 }
 
-// The finalize kernels: one warp per channel (kFinalizeWarps channels per block). Lane l takes the partials l,
-// l + 32, ... in order, then the 32 lane results meet in a fixed shfl_down tree (double): a fixed order, so the
-// same bits every run. One thread per channel walking every partial serially was slow where there are many: NHWC
-// batch norm has ~1,000 row blocks per channel for c <= 256 (a dependent double divide per partial, ~50 us).
-constexpr int kFinalizeWarps = 4;
-unsigned finalize_blocks(int c) { return unsigned((c + kFinalizeWarps - 1) / kFinalizeWarps); }
+// The finalize kernels: one block of kFinalizeThreads per channel. Thread t takes the partials t, t + 256, ... in
+// order, kBatch loads in flight before it adds them; the threads' results meet in a fixed tree (block_sums): the same
+// bits every run. Where there are many partials (conv v3's and GEMM v3's epilogues hand over one per 64 rows: 12,544
+// a channel at 56x56, batch 256), one warp a channel merging them by Chan's rule (two dependent double divisions a
+// partial) took 85 us a launch on the H200 (2026-11-29), 20 us with the NHWC statistics' 1,056 splits.
+constexpr int kFinalizeThreads = 256;
 
-struct WelfordD {
-  double n, mean, m2;
-};
-__device__ __forceinline__ WelfordD merge(WelfordD a, WelfordD b) {
-  if (b.n == 0) return a;
-  if (a.n == 0) return b;
-  const double n = a.n + b.n, delta = b.mean - a.mean;
-  return {n, a.mean + delta * b.n / n, a.m2 + b.m2 + delta * delta * a.n * b.n / n};
+// The sums of kN doubles over the block, in thread 0: each warp's in its lane 0 (shfl_down tree), then warp 0 adds
+// the warps' in order. Every thread calls it, once per kernel.
+template <int kN>
+__device__ __forceinline__ void block_sums(double (&v)[kN]) {
+  constexpr int kWarps = kFinalizeThreads / 32;
+  __shared__ double sums[kN][kWarps];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) v[i] = warp_sum_to_lane0(v[i]);
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < kN; ++i) sums[i][warp] = v[i];
+  __syncthreads();
+  if (warp == 0)
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] = warp_sum_to_lane0<kWarps>(lane < kWarps ? sums[i][lane] : 0.0);
 }
 
-// Merges the channel's partials (lanes over splits, then the fixed tree). Local statistics: finalizes from Welford's
-// mean and M2. SyncBN (sync_buf set): writes the CPU's seam buffer instead: sum = mean * count, sumsq = M2 + mean^2 *
-// count, and the count at [2c].
-__global__ void __launch_bounds__(32 * kFinalizeWarps)
+// Merges the channel's partials (count, mean, M2) as shifted sums about the mean m0 of partial 0: n, sum n (m - m0),
+// sum (M2 + n (m - m0)^2), in double, without a division until the end (the channel's mean m0 + S / n, M2 = Q - S^2
+// / n). Local statistics: finalizes from them. SyncBN (sync_buf set): writes the CPU's seam buffer instead: sum =
+// mean * count, sumsq = M2 + mean^2 * count, and the count at [2c].
+__global__ void __launch_bounds__(kFinalizeThreads)
     bn_stats_finalize(const float* __restrict__ partial, int splits, int c, double count, double eps, double momentum,
                       float* sync_buf, float* mean, float* invstd, float* running_mean, float* running_var) {
-  const int ch = blockIdx.x * kFinalizeWarps + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (ch >= c) return;  // whole warps
-  WelfordD w{0, 0, 0};
-  // A lane's partials s = lane, lane + 32, ... in that order, loaded kBatch at a time before their merges: one at a
-  // time, each load waited for the merge before it (the H200, 2026-11-29: ~20 µs a launch with the NHWC statistics'
-  // 1056 splits, 3 µs with NCHW's fewer). The same merges in the same order: the same bits.
-  constexpr int kBatch = 8;
-  for (int s0 = lane; s0 < splits; s0 += 32 * kBatch) {
+  const int ch = blockIdx.x;
+  const float* part = partial + int64_t(ch) * splits * 3;
+  const double m0 = part[1];
+  double acc[3] = {0.0, 0.0, 0.0};  // n, S, Q
+  constexpr int kBatch = 4;
+  for (int s0 = int(threadIdx.x); s0 < splits; s0 += kFinalizeThreads * kBatch) {
     float q[kBatch][3];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int s = s0 + 32 * b;
-      if (s < splits) {
-        const float* p = partial + (int64_t(ch) * splits + s) * 3;
-        q[b][0] = p[0], q[b][1] = p[1], q[b][2] = p[2];
-      }
+      const int s = s0 + kFinalizeThreads * b;
+      if (s < splits) q[b][0] = part[3 * s], q[b][1] = part[3 * s + 1], q[b][2] = part[3 * s + 2];
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (s0 + 32 * b < splits) w = merge(w, WelfordD{q[b][0], q[b][1], q[b][2]});
+      if (s0 + kFinalizeThreads * b < splits) {
+        const double n = q[b][0], e = double(q[b][1]) - m0;  // an empty partial: n = 0, M2 = 0
+        acc[0] += n;
+        acc[1] = fma(n, e, acc[1]);
+        acc[2] += fma(n * e, e, double(q[b][2]));
+      }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const WelfordD other{__shfl_down_sync(0xffffffffu, w.n, o), __shfl_down_sync(0xffffffffu, w.mean, o),
-                         __shfl_down_sync(0xffffffffu, w.m2, o)};
-    w = merge(w, other);
-  }
-  if (lane != 0) return;
-  const double n = w.n, m = w.mean, m2 = w.m2;
+  block_sums(acc);
+  if (threadIdx.x != 0) return;
+  const double n = acc[0], d = n > 0 ? acc[1] / n : 0.0, m = m0 + d, m2 = fmax(0.0, acc[2] - acc[1] * d);
   if (sync_buf) {
     sync_buf[ch] = float(m * n);
     sync_buf[c + ch] = float(m2 + m * m * n);
@@ -429,29 +434,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Per channel, in split order (double): sum_dy, sum_dy_xhat = sum dy (x - mean) * invstd (as the CPU);
+// Per channel (double; the finalize kernels' threads over the splits and fixed tree): sum_dy, sum_dy_xhat = sum dy
+// (x - mean) * invstd (as the CPU);
 // dgamma += sum_dy_xhat, dbeta += sum_dy (local batch); coef = (sum_dy / count, sum_dy_xhat / count) for dx.
 // SyncBN (sync_buf set) also writes the seam buffer (sum_dy, sum_dy_xhat, count).
 template <class T>
-__global__ void __launch_bounds__(32 * kFinalizeWarps)
+__global__ void __launch_bounds__(kFinalizeThreads)
     bn_backward_finalize(const float* __restrict__ partial, int splits, int c, double count,
                          const float* __restrict__ invstd, T* dgamma, T* dbeta, float* sync_buf,
                          float* __restrict__ coef) {
-  const int ch = blockIdx.x * kFinalizeWarps + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (ch >= c) return;  // whole warps
-  double sdy = 0, sdyx = 0;
-  for (int s = lane; s < splits; s += 32) {
-    const float* p = partial + (int64_t(ch) * splits + s) * 2;
-    sdy += double(p[0]);
-    sdyx += double(p[1]);
-  }
+  const int ch = blockIdx.x;
+  const float2* part = reinterpret_cast<const float2*>(partial) + int64_t(ch) * splits;
+  double acc[2] = {0.0, 0.0};  // sum dy, sum dy (x - mean)
+  constexpr int kBatch = 4;
+  for (int s0 = int(threadIdx.x); s0 < splits; s0 += kFinalizeThreads * kBatch) {
+    float2 q[kBatch];
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    sdy += __shfl_down_sync(0xffffffffu, sdy, o);
-    sdyx += __shfl_down_sync(0xffffffffu, sdyx, o);
+    for (int b = 0; b < kBatch; ++b)
+      if (s0 + kFinalizeThreads * b < splits) q[b] = part[s0 + kFinalizeThreads * b];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (s0 + kFinalizeThreads * b < splits) acc[0] += double(q[b].x), acc[1] += double(q[b].y);
   }
-  if (lane != 0) return;
-  sdyx *= double(invstd[ch]);
+  block_sums(acc);
+  if (threadIdx.x != 0) return;
+  const double sdy = acc[0], sdyx = acc[1] * double(invstd[ch]);
   dgamma[ch] = from_f32<T>(to_f32(dgamma[ch]) + float(sdyx));
   dbeta[ch] = from_f32<T>(to_f32(dbeta[ch]) + float(sdy));
   if (sync_buf) {
@@ -1518,9 +1525,9 @@ void statistics(const char* op, const Tensor& x, Tensor& running_mean, Tensor& r
     float* rv = running_var.data<float>();
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
-    bn_stats_finalize<<<finalize_blocks(int(c)), 32 * kFinalizeWarps, 0, s>>>(partial.data<float>(), splits, int(c), double(count), eps,
-                                                             momentum, sync ? buf.data<float>() : nullptr, mean, invstd,
-                                                             rm, rv);
+    bn_stats_finalize<<<unsigned(c), kFinalizeThreads, 0, s>>>(partial.data<float>(), splits, int(c), double(count),
+                                                               eps, momentum, sync ? buf.data<float>() : nullptr, mean,
+                                                               invstd, rm, rv);
     HPDT_CUDA_CHECK_LAUNCH();
     if (sync) {
       sync_round_trip(sync, buf.data<float>(), int(c), s);
@@ -1630,7 +1637,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     Tensor coef = Tensor::empty({2 * c}, DType::f32, x.device(), opts);
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
-    bn_backward_finalize<T><<<finalize_blocks(int(c)), 32 * kFinalizeWarps, 0, s>>>(
+    bn_backward_finalize<T><<<unsigned(c), kFinalizeThreads, 0, s>>>(
         partial.data<float>(), splits, int(c), double(count), invstd, static_cast<T*>(dgamma.data()),
         static_cast<T*>(dbeta.data()), sync ? buf.data<float>() : nullptr, coef.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();

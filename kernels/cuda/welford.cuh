@@ -1,5 +1,6 @@
-// Welford / Chan statistics in f32, shared by batch norm's kernels (norm.cu) and the tensor-core epilogue's column
-// statistics (band_epilogue.cuh, sm90a/column_stats.cuh). Private to kernels/cuda.
+// Welford / Chan statistics in f32: batch norm's statistics kernels (norm.cu). (The tensor-core epilogues' column
+// statistics, band_epilogue.cuh and sm90a/column_stats.cuh, use shifted sums instead: no division a value.) Private
+// to kernels/cuda.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -681,6 +681,68 @@ TEST_F(NormCuda, BatchNormNhwcStatisticsOfDataFarFromZero) {
   }
 }
 
+// The finalize kernels with many partials (conv v3's and GEMM v3's epilogues hand over one per 64 rows: 12,544 a
+// channel at 56x56, batch 256): given here by hand, one per row with an empty one every 7th (3,428 a channel, so each
+// of the finalize's 256 threads takes several batches of its 4 loads), of data far from zero (100 +- 0.1: the sums
+// are shifted by the first partial's mean). Batch norm given them computes the CPU oracle's statistics, running
+// variance and output; the backward given the sums as ChannelGradSums the oracle's dgamma, dbeta and dx.
+TEST_F(NormCuda, BatchNormFinalizesManyPartials) {
+  const int64_t rows = 3000, c = 5, splits = rows + (rows + 5) / 6;
+  const Shape s{rows, 1, 1, c};
+  const Tensor x = random(s, 99.9f, 100.1f), dy = random(s), g = random({c}, 0.5, 1.5), b = random({c});
+  const Tensor rv0 = random({c}, 0.5f, 2.0f), dg0 = random({c}), db0 = random({c});
+  // CPU oracle
+  Tensor rm = Tensor::zeros({c}, DType::f32), rv = rv0.clone(cpu), y = Tensor::empty(s, DType::f32);
+  BatchNormSaved saved;
+  kernels::batchnorm_forward_train(x, g, b, rm, rv, kEps, kMomentum, saved, y, {}, cpu, Layout::nhwc);
+  Tensor dx = Tensor::empty(s, DType::f32), dg = dg0.clone(cpu), db = db0.clone(cpu);
+  kernels::batchnorm_backward_train(dy, x, g, saved, dx, dg, db, {}, cpu, Layout::nhwc);
+  // the partials: split k of channel ch is row r (count 1, mean x, M2 0), or empty where k % 7 == 6
+  const float* xv = x.data<float>();
+  const float* dyv = dy.data<float>();
+  const float* mv = saved.mean.data<float>();
+  std::vector<float> stats(size_t(c * splits * 3), 0.0f), sums(size_t(c * splits * 2), 0.0f);
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t k = 0, r = 0; k < splits; ++k) {
+      if (k % 7 == 6 || r == rows) continue;
+      const float v = xv[r * c + ch], d = dyv[r * c + ch];
+      float* st = &stats[size_t((ch * splits + k) * 3)];
+      st[0] = 1.0f, st[1] = v;
+      float* sm = &sums[size_t((ch * splits + k) * 2)];
+      sm[0] = d, sm[1] = d * (v - mv[ch]);
+      ++r;
+    }
+  const auto on_gpu = [&](const std::vector<float>& v) {
+    Tensor t = Tensor::empty({int64_t(v.size())}, DType::f32);
+    std::copy(v.begin(), v.end(), t.data<float>());
+    return to_gpu(t);
+  };
+  const Tensor xg = to_gpu(x), gg = to_gpu(g), dyg = to_gpu(dy);
+  kernels::ChannelStats st;
+  st.partial = on_gpu(stats), st.splits = splits, st.of = xg.data(), st.count = rows;
+  Tensor rmg = to_gpu(Tensor::zeros({c}, DType::f32)), rvg = to_gpu(rv0), yg = poisoned(s, DType::f32);
+  BatchNormSaved sg;
+  kernels::BatchNormFusion fusion;
+  fusion.stats = &st;
+  kernels::batchnorm_forward_train(xg, gg, to_gpu(b), rmg, rvg, kEps, kMomentum, sg, yg, {}, stream, Layout::nhwc,
+                                   fusion);
+  EXPECT_TRUE(close(saved.mean, to_cpu_f32(sg.mean), stat_tol())) << "saved mean";
+  EXPECT_TRUE(close(saved.invstd, to_cpu_f32(sg.invstd), {1e-4, 0.0})) << "saved invstd (about 17)";
+  EXPECT_TRUE(close(rm, to_cpu_f32(rmg), stat_tol())) << "running mean";
+  EXPECT_TRUE(close(rv, to_cpu_f32(rvg), {1e-5, 1e-7})) << "running var";
+  EXPECT_TRUE(close(y, to_cpu_f32(yg), {2e-3, 1e-3})) << "y";
+  // the backward, its sums handed over (about the oracle's mean, as the batch norm's own would be about the GPU's)
+  kernels::ChannelGradSums gs;
+  gs.partial = on_gpu(sums), gs.splits = splits, gs.of = dyg.data(), gs.count = rows;
+  gs.x = xg, gs.mean = to_gpu(saved.mean);
+  const BatchNormSaved oracle_saved{to_gpu(saved.mean), to_gpu(saved.invstd)};
+  Tensor dxg = poisoned(s, DType::f32), dgg = to_gpu(dg0), dbg = to_gpu(db0);
+  kernels::batchnorm_backward_train(dyg, xg, gg, oracle_saved, dxg, dgg, dbg, {}, stream, Layout::nhwc, nullptr, &gs);
+  EXPECT_TRUE(close(dg, to_cpu_f32(dgg), sum_tol(DType::f32, rows))) << "dgamma";
+  EXPECT_TRUE(close(db, to_cpu_f32(dbg), sum_tol(DType::f32, rows))) << "dbeta";
+  EXPECT_TRUE(close(dx, to_cpu_f32(dxg), {1e-3, 1e-4})) << "dx";
+}
+
 TEST_F(NormCuda, BatchNormNhwcIsDeterministic) {
   for (DType dt : test::kCudaTestDtypes) {
     const Shape s{32, 16, 16, 16};  // 8192 rows: 16 row chunks of blocks
