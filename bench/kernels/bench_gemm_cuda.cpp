@@ -24,7 +24,10 @@
 // convolutions, ViT-B/16's forwards, 4096^3 NT), with x_direct = the direct stores' time / the TMA stores' (same run).
 // x_no_prefetch (v3 rows whose epilogue reads inputs: C with beta != 0, the GELU gradient's input, batch norm's x and
 // y, the residual) = the row's time with HPDT_EPILOGUE_PREFETCH=off / its time (same run): what prefetching the
-// epilogue's inputs into L2 at each tile's start gains (band_epilogue.cuh, 2026-11-29).
+// epilogue's inputs into L2 at each tile's start gains (band_epilogue.cuh, 2026-11-29). x_prefetch_unit (the same
+// rows) = the row's time with HPDT_EPILOGUE_PREFETCH=unit / its time: what the persistent pipelines' lookahead gains
+// (each block prefetches its next unit's inputs as a unit starts, prefetch.cuh, 2026-11-30; the barrier pipeline runs
+// one unit a block and has none: ~1).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -206,6 +209,8 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     if (v == GemmVariant::v3_wgmma && (sh.beta != 0.0f || sh.act == 2 || sh.bn == 2 || sh.residual)) {
       const ScopedEnv off("HPDT_EPILOGUE_PREFETCH", "off");
       state.counters["x_no_prefetch"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
+      const ScopedEnv unit("HPDT_EPILOGUE_PREFETCH", "unit");
+      state.counters["x_prefetch_unit"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
     }
     state.SetLabel(std::string(
         kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, sh.ta, sh.tb, o.lda, o.ldb, o.A.data(),

@@ -21,9 +21,10 @@
 // Rows and columns outside C are dropped; a pair that is not whole inside C or not pairs_aligned goes through
 // epilogue_one element by element (a rare, rolled fallback).
 // Mode kBandStats (the plain epilogue, p.col_stats set; GEMM v3 and conv v3 only) also hands a batch norm the
-// statistics of C's columns, the channels of an NHWC activation (hpdt/kernels/channel_stats.h): each lane keeps
-// (count, mean, M2) of its two columns over its rows of the chunk, the values as stored, and the chunk's end merges
-// them over the warpgroup's 64 rows (sm90a/column_stats.cuh) into one partial per column and 64-row group. Mode
+// statistics of C's columns, the channels of an NHWC activation (hpdt/kernels/channel_stats.h): each lane keeps the
+// count and the shifted sums (sum d, sum d^2, d = v - k) of its two columns over its rows of the chunk, the values
+// as stored, k the column's value in the warp's first row of the chunk; the chunk's end merges them over the
+// warpgroup's 64 rows (sm90a/column_stats.cuh) into one (count, mean, M2) per column and 64-row group. Mode
 // kBandGradSums (p.col_stats and p.bn_x: a backward-data's dx) does the same for batch norm's backward: the value
 // goes through the fused ReLU's mask (p.bn_y > 0) before its store, and the lane sums dz and dz (x - mean).
 #pragma once
@@ -36,7 +37,6 @@
 
 #include "gemm_common.cuh"
 #include "prefetch.cuh"
-#include "welford.cuh"
 
 namespace hpdt::kernels::cuda::gemm_detail {
 
@@ -200,20 +200,21 @@ struct HalvesFrag {
 // at(c, r) -> int2{row, column} of chunk c's row r (0..15) and its first column (row >= p.M: a row outside C,
 // dropped), buf the warp's kBandBufBytes of shared memory, split the split-K part (kBandPartial). MODE must be
 // band_mode(p); TC is C's element type (float when p.c_f32).
-// The moments of two columns over the same rows (welford.cuh), and their merge, a then b.
-struct PairMoments {
-  Welford c0{0.0f, 0.0f, 0.0f}, c1{0.0f, 0.0f, 0.0f};
+// The statistics of two columns over the same rows, as shifted sums: n rows, and for each column its shift k (the
+// column's value in the warp's first row of the chunk), sum d and sum d^2 with d = v - k: adds and FMAs, no division
+// (Welford's mean-then-M2 and Chan's merges, before 2026-11-30, chained ~7 divisions a chunk a lane; with them the
+// H200 ran GEMM v3 and conv v3 2-3x as long as without the statistics, 2026-11-29). A shift inside the data keeps
+// sum d^2 - (sum d)^2 / n well conditioned where the mean is large beside the spread.
+struct PairShifted {
+  float n = 0.0f, k0 = 0.0f, s0 = 0.0f, q0 = 0.0f, k1 = 0.0f, s1 = 0.0f, q1 = 0.0f;
 };
-__device__ __forceinline__ PairMoments merge(const PairMoments& a, const PairMoments& b) {
-  return {merge(a.c0, b.c0), merge(a.c1, b.c1)};
-}
 
 // Batch norm's backward sums of two columns over some rows: sum dz, sum dz (x - mean), each column.
 struct PairSums {
   float sum0 = 0.0f, sum_x0 = 0.0f, sum1 = 0.0f, sum_x1 = 0.0f;
 };
 
-// What band_epilogue does with a lane's column reductions (PairMoments in mode kBandStats, PairSums in
+// What band_epilogue does with a lane's column reductions (PairShifted in mode kBandStats, PairSums in
 // kBandGradSums) at a chunk's end: nothing here (GEMM v2, and every caller without the exchange of
 // sm90a/column_stats.cuh, whose ColumnReduction has kOn and finish_chunk for both).
 struct NoColumnReduction {
@@ -233,8 +234,15 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
   for (int c = 0; c < NCHUNKS; ++c) {
     band_write_chunk<NCHUNKS>(buf, frag, c, lane);
     __syncwarp();
-    PairMoments moments;  // kBandStats: this lane's columns over its rows of the chunk, as stored
+    PairShifted moments;  // kBandStats: this lane's columns over its rows of the chunk, as stored
     PairSums sums;        // kBandGradSums: the same for batch norm's backward
+    // kBandGradSums: the columns' saved means, loaded before any store of the chunk (after one, the compiler must
+    // assume C may alias them: a round trip a step between the stores and the sums)
+    [[maybe_unused]] float mean0 = 0.0f, mean1 = 0.0f;
+    if constexpr (MODE == kBandGradSums) {
+      const int col = at(c, 0).y + cc;
+      if (col + 1 < p.N) mean0 = p.bn_mean[col], mean1 = p.bn_mean[col + 1];
+    }
 #pragma unroll 1
     for (int rows0 = 0; rows0 < kBandRows; rows0 += 2 * kIters) {
       // The lane's pair in row rows0 + 2 it + half of the chunk, it = 0..kIters - 1: its value v[it], its row of C
@@ -342,7 +350,6 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
         for (int it = 0; it < kIters; ++it)
           if (ok >> it & 1u) band_store_pair<TC>(C + off(it), v[it]);
         if constexpr (MODE == kBandGradSums) {  // dz as stored, with x (pairs only, as kBandStats)
-          const float mean0 = col + 1 < p.N ? p.bn_mean[col] : 0.0f, mean1 = col + 1 < p.N ? p.bn_mean[col + 1] : 0.0f;
 #pragma unroll
           for (int it = 0; it < kIters; ++it)
             if (ok >> it & 1u) {
@@ -352,21 +359,25 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
             }
         }
         if constexpr (MODE == kBandStats) {  // the step's rows (pairs only: the host asks with N even, pairs_aligned)
-          float r0[kIters], r1[kIters], n = 0.0f, s0 = 0.0f, s1 = 0.0f;
+          float r0[kIters], r1[kIters];
 #pragma unroll
           for (int it = 0; it < kIters; ++it) {
             r0[it] = to_f32(from_f32<TC>(v[it].x));  // the value stored (exact for f32)
             r1[it] = to_f32(from_f32<TC>(v[it].y));
-            if (ok >> it & 1u) n += 1.0f, s0 += r0[it], s1 += r1[it];
           }
-          if (n > 0.0f) {
-            const float m0 = s0 / n, m1 = s1 / n;
-            float q0 = 0.0f, q1 = 0.0f;
+          if (rows0 == 0) {  // the shifts: the warp's row 0, lane (lane % 16)'s first row (0 where it is outside C,
+                             // and then so are all 16: rows grow with the lane's row)
+            moments.k0 = __shfl_sync(0xffffffffu, (ok & 1u) ? r0[0] : 0.0f, lane & 15);
+            moments.k1 = __shfl_sync(0xffffffffu, (ok & 1u) ? r1[0] : 0.0f, lane & 15);
+          }
 #pragma unroll
-            for (int it = 0; it < kIters; ++it)
-              if (ok >> it & 1u) q0 += (r0[it] - m0) * (r0[it] - m0), q1 += (r1[it] - m1) * (r1[it] - m1);
-            moments = merge(moments, PairMoments{{n, m0, q0}, {n, m1, q1}});
-          }
+          for (int it = 0; it < kIters; ++it)
+            if (ok >> it & 1u) {
+              const float d0 = r0[it] - moments.k0, d1 = r1[it] - moments.k1;
+              moments.n += 1.0f;
+              moments.s0 += d0, moments.q0 = fmaf(d0, d0, moments.q0);
+              moments.s1 += d1, moments.q1 = fmaf(d1, d1, moments.q1);
+            }
         }
         // the rest (a pair across C's last column, or C not pairs_aligned), element by element from the buffer
         if (one) {

@@ -11,15 +11,31 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
-#include "hpdt/core/env.h"
+#include "hpdt/core/error.h"
 
 namespace hpdt::kernels::cuda {
 
-// Whether the kernels prefetch their epilogue's inputs (GEMM v3 and conv v3: Params::prefetch; conv v2: GemmConv's and
-// NhwcGemm's prefetch): HPDT_EPILOGUE_PREFETCH unset or "on", yes; "off", no (the A/B switch of the benchmarks);
-// anything else is an error naming the variable. Read at every call.
-inline bool epilogue_prefetch() { return env_switch("HPDT_EPILOGUE_PREFETCH", "on", "off"); }
+// How the kernels prefetch their epilogue's inputs, HPDT_EPILOGUE_PREFETCH (read at every call; anything else is an
+// error naming the variable):
+//   unset or "on": each unit's (tile's) as its k loop starts, and in the persistent pipelines of GEMM v3 and conv v3
+//     (ws, pingpong) the block's next unit's too, then (Params::prefetch_ahead): where a unit's k loop is short (K =
+//     64-256, ResNet-50's 1x1 convolutions at 56x56: 1-4 k tiles), the lines asked for as it starts are still on
+//     their way from DRAM when its epilogue reads them; asked for one unit earlier they have a whole unit's time;
+//   "unit": each unit's own only (as before 2026-11-30; the A/B of the lookahead);
+//   "off": none (the A/B of the prefetch).
+enum class EpiloguePrefetch { off, unit, ahead };
+inline EpiloguePrefetch epilogue_prefetch_mode() {
+  const char* e = std::getenv("HPDT_EPILOGUE_PREFETCH");
+  if (e == nullptr || std::strcmp(e, "on") == 0) return EpiloguePrefetch::ahead;
+  if (std::strcmp(e, "unit") == 0) return EpiloguePrefetch::unit;
+  HPDT_CHECK(std::strcmp(e, "off") == 0, "HPDT_EPILOGUE_PREFETCH=", e, ": expected on, unit or off");
+  return EpiloguePrefetch::off;
+}
+// Whether they prefetch at all (conv v2: GemmConv's and NhwcGemm's prefetch, one tile per block: no lookahead).
+inline bool epilogue_prefetch() { return epilogue_prefetch_mode() != EpiloguePrefetch::off; }
 
 __device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr)); }
 

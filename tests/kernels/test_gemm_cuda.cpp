@@ -674,9 +674,12 @@ TEST_F(GemmCuda, V3ColumnStatisticsForBatchNorm) {
   if (!v3_runs_here()) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   struct Shape3 {
     int64_t M, N, K;
+    float offset;  // of the bias: columns whose mean is large beside their spread
   };
-  // 300 rows: 3 tiles, the last with 44 real rows (its second group none); 520: 5 tiles; N cut by every tile width
-  const Shape3 shapes[] = {{300, 192, 136}, {520, 96, 64}};
+  // 300 rows: 3 tiles, the last with 44 real rows (its second group none); 520: 5 tiles; N cut by every tile width.
+  // The offset: ~300 +- 4, where sums of squares about 0 lose ~4e-4 of M2 in f32 (the epilogue's sums are about each
+  // warp's first row).
+  const Shape3 shapes[] = {{300, 192, 136, 0.0f}, {520, 96, 64, 300.0f}};
   for (const char* schedule : {"roundrobin", "warp"})
   for (const char* pipeline : {"barrier", "ws", "pingpong"})
     for (const char* tile : {"narrow", "wide", "slim"})
@@ -689,10 +692,10 @@ TEST_F(GemmCuda, V3ColumnStatisticsForBatchNorm) {
               blocks("HPDT_GEMM_V3_CTAS", persistent ? "2" : nullptr), emu("CUDA_EMU_SCHEDULE", schedule);
           const int64_t M = sh.M, N = sh.N, K = sh.K;
           SCOPED_TRACE(std::string(schedule) + " schedule, " + pipeline + " pipeline, " + tile + " tile, " +
-                       std::to_string(M) + "x" +
-                       std::to_string(N) + "x" + std::to_string(K) + " C " + std::string(dtype_name(ct)));
+                       std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " C " +
+                       std::string(dtype_name(ct)) + ", bias offset " + std::to_string(sh.offset));
           const Tensor a = to_gpu(random({M, K}), DType::bf16), b = to_gpu(random({N, K}), DType::bf16);
-          const Tensor bias = to_gpu(random({N}), ct);
+          const Tensor bias = to_gpu(random({N}, sh.offset - 1.0f, sh.offset + 1.0f), ct);
           Tensor c = poisoned({M, N}, ct);
           kernels::ChannelStats st;
           kernels::cuda::GemmEpilogue epi;
@@ -1132,6 +1135,13 @@ TEST_F(GemmCuda, V3PrefetchesEveryEpilogueInputLineIntoL2) {
         epi.residual = res.data();
         EXPECT_EQ(run_gemm(0.5f, epi, N, ldc), both(lines_of(c.data(), ct, M, N, ldc), lines_of(res.data(), ct, M, N, ldc)))
             << "C (beta) and the residual";
+        {  // each unit's own lines only (the persistent pipelines' blocks run 2-6 units: "on" prefetches the next
+           // one's as a unit starts, and each unit's lines then once, by the unit before it)
+          const ScopedEnv unit("HPDT_EPILOGUE_PREFETCH", "unit");
+          EXPECT_EQ(run_gemm(0.5f, epi, N, ldc),
+                    both(lines_of(c.data(), ct, M, N, ldc), lines_of(res.data(), ct, M, N, ldc)))
+              << "HPDT_EPILOGUE_PREFETCH=unit";
+        }
         {
           const ScopedEnv off("HPDT_EPILOGUE_PREFETCH", "off");
           EXPECT_TRUE(run_gemm(0.5f, epi, N, ldc).empty()) << "HPDT_EPILOGUE_PREFETCH=off";
@@ -1394,9 +1404,9 @@ TEST_F(GemmCuda, V3SwitchesAreChecked) {
   }
   for (const char* bad : {"On", "1", "no", ""}) {
     const ScopedEnv prefetch("HPDT_EPILOGUE_PREFETCH", bad);
-    HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_EPILOGUE_PREFETCH=") + bad + ": expected on or off");
+    HPDT_EXPECT_THROW_MSG(gemm(), std::string("HPDT_EPILOGUE_PREFETCH=") + bad + ": expected on, unit or off");
   }
-  for (const char* good : {"on", "off"}) {
+  for (const char* good : {"on", "unit", "off"}) {
     const ScopedEnv prefetch("HPDT_EPILOGUE_PREFETCH", good);
     EXPECT_NO_THROW(gemm());
   }

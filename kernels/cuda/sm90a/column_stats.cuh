@@ -10,16 +10,20 @@
 // A warp's epilogue covers 16 rows of the tile; a partial per warp would be 12 bytes per 16 values of a channel,
 // 0.75 bytes an element written and read back, a third of what the pass saves on a bf16 activation. So the 4 warps
 // of the warpgroup that owns 64 rows merge theirs through shared memory at the end of each chunk (32 columns):
-// every warp writes its columns' moments (or sums) over its 16 rows to the chunk's exchange buffer and arrives on
-// the warpgroup's mbarrier (its lane 0, after a __syncwarp that orders the other lanes' stores before that release:
+// every warp writes its columns' sums over its 16 rows to the chunk's exchange buffer and arrives on the
+// warpgroup's mbarrier (its lane 0, after a __syncwarp that orders the other lanes' stores before that release:
 // 4 arrivals a phase, not 128 atomics on one word); warp c % 4 waits for the phase and merges the 4 in warp order
 // (the same bits every run).
+// The statistics travel as shifted sums (band_epilogue.cuh: PairShifted): each warp's (count, k, sum d, sum d^2),
+// k its first row's value; the merger moves the 4 to warp 0's shift (sum over warp w of d' = s_w + n_w e and of d'^2
+// = q_w + e (2 s_w + n_w e), e = k_w - k_0: FMAs) and divides once, for the partial's mean and M2. Batch norm's
+// partials stay (count, mean, M2), as every other producer of them writes.
 // Two buffers, alternate chunks: a warp writes buffer c % 2 once phase c - 1 has completed, i.e. once chunk c - 2's
 // merger has arrived for chunk c - 1, after its reads (the merger of chunk c - 1 waited for that phase already and
 // does not wait again: a second wait on a completed phase is what the CUDA emulator reports as a wait two phases
 // ahead). A band epilogue has an even number of chunks, so chunk c of every tile is a phase of parity c % 2, and a
 // fresh barrier passes the first wait (parity 1: the phase "before" phase 0). The cost: per chunk of 16 x 32
-// values a warp, one mbarrier phase of the warpgroup and 256 or 320 bytes through shared memory.
+// values a warp, one mbarrier phase of the warpgroup and 256 or 448 bytes through shared memory.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +33,12 @@
 
 namespace hpdt::kernels::cuda::sm90a {
 
-// One chunk's exchange: per warp, its 32 columns' (mean, M2) or (sum, sum_x), then (kBandStats) its 16 column
-// pairs' counts.
-constexpr int kStatsChunkFloats = 4 * 32 * 2 + 4 * 16;
-// A warpgroup's two buffers: 2,560 bytes (a block: two warpgroups).
+// One chunk's exchange. kBandStats: the 4 warps' shifts [4][32], sums of d [4][32], of d^2 [4][32] (column j of
+// the chunk at [w][j]), then their 16 column pairs' counts [4][16]; kBandGradSums: (sum, sum_x) of column j at
+// [w][j][2].
+constexpr int kXchgShifts = 0, kXchgSums = 4 * 32, kXchgSquares = 2 * 4 * 32, kXchgCounts = 3 * 4 * 32;
+constexpr int kStatsChunkFloats = kXchgCounts + 4 * 16;
+// A warpgroup's two buffers: 3,584 bytes (a block: two warpgroups).
 constexpr uint32_t kColumnReductionBytes = 2u * kStatsChunkFloats * 4u;
 
 struct ColumnReduction {
@@ -45,35 +51,40 @@ struct ColumnReduction {
   // Chunk c's end (every thread of the warpgroup), kBandStats: `mine` is this lane's two columns (2 (lane % 16) and
   // + 1 of the chunk) over its 8 rows of the warp's 16.
   template <int NCHUNKS, class At>
-  __device__ __forceinline__ void finish_chunk(const gemm_detail::Params& p, int c, const gemm_detail::PairMoments& mine,
-                                               At& at) const {
-    using gemm_detail::PairMoments;
+  __device__ __forceinline__ void finish_chunk(const gemm_detail::Params& p, int c,
+                                               const gemm_detail::PairShifted& mine, At& at) const {
     const int lane = int(threadIdx.x) & 31;
-    // the warp's 16 rows: lanes l and l ^ 16 hold the other 8 rows of the same columns (lower half first in both)
-    const auto shfl = [](const Welford& m) {
-      return Welford{__shfl_xor_sync(0xffffffffu, m.n, 16), __shfl_xor_sync(0xffffffffu, m.mean, 16),
-                     __shfl_xor_sync(0xffffffffu, m.m2, 16)};
-    };
-    const PairMoments other{shfl(mine.c0), shfl(mine.c1)};
-    const PairMoments w = lane < 16 ? merge(mine, other) : merge(other, mine);
+    // the warp's 16 rows: lanes l and l ^ 16 hold the other 8 rows of the same columns, with the same shifts (two
+    // terms: the same bits in both lanes whichever comes first)
+    const auto other = [&](float x) { return x + __shfl_xor_sync(0xffffffffu, x, 16); };
+    const float n = other(mine.n), s0 = other(mine.s0), q0 = other(mine.q0), s1 = other(mine.s1), q1 = other(mine.q1);
     exchange<NCHUNKS>(
         c,
         [&](float* buf, int warp) {  // (a row counts for both columns or neither: one count)
-          *reinterpret_cast<float4*>(buf + (warp * 32 + 2 * lane) * 2) =
-              make_float4(w.c0.mean, w.c0.m2, w.c1.mean, w.c1.m2);
-          buf[4 * 32 * 2 + warp * 16 + lane] = w.c0.n;
+          const int j = warp * 32 + 2 * lane;
+          *reinterpret_cast<float2*>(buf + kXchgShifts + j) = make_float2(mine.k0, mine.k1);
+          *reinterpret_cast<float2*>(buf + kXchgSums + j) = make_float2(s0, s1);
+          *reinterpret_cast<float2*>(buf + kXchgSquares + j) = make_float2(q0, q1);
+          buf[kXchgCounts + warp * 16 + lane] = n;
         },
-        [&](const float* buf) {  // lane = column, the 4 warps in order
-          Welford acc{0.0f, 0.0f, 0.0f};
+        [&](const float* buf) {  // lane = column, the 4 warps in order, moved to warp 0's shift
+          const float k = buf[kXchgShifts + lane];
+          float cnt = 0.0f, s = 0.0f, q = 0.0f;
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const float2 q = *reinterpret_cast<const float2*>(buf + (k * 32 + lane) * 2);
-            acc = merge(acc, Welford{buf[4 * 32 * 2 + k * 16 + lane / 2], q.x, q.y});
+          for (int w = 0; w < 4; ++w) {
+            const float nw = buf[kXchgCounts + w * 16 + lane / 2], sw = buf[kXchgSums + w * 32 + lane];
+            const float qw = buf[kXchgSquares + w * 32 + lane];
+            // e: 0 for warp 0; a warp without rows has nw = sw = qw = 0
+            const float e = buf[kXchgShifts + w * 32 + lane] - k;
+            cnt += nw;
+            q += fmaf(e, fmaf(nw, e, 2.0f * sw), qw);
+            s += fmaf(nw, e, sw);
           }
           const int col = at(c, 0).y + lane;
           if (col < p.N) {
             float* out = p.col_stats + (int64_t(col) * p.stats_splits + p.stats_split0 + split0 + c / group_chunks) * 3;
-            out[0] = acc.n, out[1] = acc.mean, out[2] = acc.m2;
+            const float d = cnt > 0.0f ? s / cnt : 0.0f;  // the mean's offset from k
+            out[0] = cnt, out[1] = cnt > 0.0f ? k + d : 0.0f, out[2] = cnt > 0.0f ? fmaxf(fmaf(-s, d, q), 0.0f) : 0.0f;
           }
         });
   }

@@ -333,6 +333,18 @@ __device__ __forceinline__ void prefetch_unit(const Store& store, const W& w, in
   if constexpr (requires { store.prefetch(w, cw); }) store.prefetch(w, cw);
 }
 
+// The persistent pipelines' prefetch as consumer cw starts unit u (its first when `first`), its next unit being
+// u + step: unit u's inputs unless its previous unit prefetched them already, and with Store::prefetch_ahead() the
+// next unit's too (prefetch.cuh says why), a whole unit before its epilogue reads them.
+template <class Store, class UnitOf>
+__device__ __forceinline__ void prefetch_units(const Store& store, UnitOf& unit, int u, int step, int units, bool first,
+                                               int cw) {
+  bool ahead = false;
+  if constexpr (requires { store.prefetch_ahead(); }) ahead = store.prefetch_ahead();
+  if (first || !ahead) prefetch_unit(store, unit(u), cw);
+  if (ahead && u + step < units) prefetch_unit(store, unit(u + step), cw);
+}
+
 // The start of the ws and pingpong pipelines. Thread 0 sets up the barriers, past the stages at base: per stage a
 // "full" one (the producer's arrival with the TMA bytes) and an "empty" one (an arrival from each of the `readers`
 // warps that read the stage, once their MMAs are done), then TURNS more of `readers` arrivals (pingpong's turns).
@@ -383,7 +395,7 @@ __device__ __forceinline__ void ws_pipeline(float (&d)[C::BN / 2], uint32_t base
   int it = 0;
   for (int u = int(blockIdx.x); u < units; u += int(gridDim.x)) {
     const auto w = unit(u);
-    prefetch_unit(store, w, cw);
+    prefetch_units(store, unit, u, int(gridDim.x), units, u == int(blockIdx.x), cw);
     for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
       mma_stage<T, C, A_MN, B_MN>(d, base, full, it, cw, kt == 0);
       wgmma_wait<1>();  // this warp's MMAs of k tile it - 1 are done: release its stage
@@ -427,7 +439,8 @@ __device__ __forceinline__ void pingpong_pipeline(float (&d0)[C::BN / 2], float 
       it += w.kt_count;
       continue;
     }
-    prefetch_unit(store, w, cw);  // (before the turn: the other consumer's k loop covers the wait for the lines too)
+    // (before the turn: the other consumer's k loop covers the wait for the lines too)
+    prefetch_units(store, unit, u, 2 * int(gridDim.x), units, j == cw, cw);
     if (j > 0) mbar_wait(turn + 8u * uint32_t(cw), uint32_t((j - 1) / 2) & 1u);
     for (int kt = 0; kt < w.kt_count; ++kt, ++it) {
       const uint32_t s = uint32_t(it % C::STAGES);
