@@ -176,6 +176,12 @@ def gemm_table(g, rows, numbers):
                          for dt in ("bf16->bf16", "f32->f32") for sh in shapes], "x_no_prefetch", "",
                      "gemm_epilogue_prefetch", "| GEMM v3, the epilogue's inputs prefetched into L2 | barrier TFLOP/s "
                      "| ws TFLOP/s | pingpong TFLOP/s | without / with (barrier) | (ws) | (pingpong) |", rows, numbers)
+    # ... and the persistent pipelines' lookahead (2026-11-30, prefetch.cuh): x_prefetch_unit = the row's time with
+    # HPDT_EPILOGUE_PREFETCH=unit (each unit's own inputs only) / its time (the next unit's too), same run
+    v3_counter_table(g, [(f"{sh} ({dt})", f"gemm/{dt}/{sh}", {"dtype": dt, "shape": sh})
+                         for dt in ("bf16->bf16", "f32->f32") for sh in shapes], "x_prefetch_unit", "",
+                     "gemm_prefetch_ahead", "| GEMM v3, the next unit's inputs prefetched too | barrier TFLOP/s "
+                     "| ws TFLOP/s | pingpong TFLOP/s | own only / ahead (barrier) | (ws) | (pingpong) |", rows, numbers)
     # GEMM v3's TMA-store epilogue (rows ..._tma_store, since 2026-11-30: HPDT_GEMM_V3_STORE=tma): TFLOP/s with it, and
     # x_direct = the direct stores' time / the TMA stores', same run (above 1: the TMA stores are faster); the K sweep's
     # shapes too (their t0 in the K table)
@@ -732,6 +738,10 @@ def train_table(t, torch, rows, numbers):
                                # since 2026-11-29: the v3 epilogues' inputs not prefetched into L2 (the A/B)
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, epilogue inputs not prefetched "
                                 "(HPDT_EPILOGUE_PREFETCH=off)", "resnet50_bf16_{}_nhwc_conv_v3_no_prefetch", "resnet50"),
+                               # since 2026-11-30: each unit's own inputs only, no lookahead (the A/B)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, each unit's epilogue inputs prefetched "
+                                "as it starts, not the next one's (HPDT_EPILOGUE_PREFETCH=unit)",
+                                "resnet50_bf16_{}_nhwc_conv_v3_prefetch_unit", "resnet50"),
                                # since 2026-11-29 (ninth session): the switches together, which chose the defaults
                                ("ResNet-50, 224², batch 256, NCHW, batch norm's reductions in their own passes, "
                                 "epilogue inputs not prefetched", "resnet50_bf16_{}_bn_stats_separate_no_prefetch",

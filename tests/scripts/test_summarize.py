@@ -472,6 +472,22 @@ class GemmEpiloguePrefetch(unittest.TestCase):
         self.assertEqual([x["shape"] for x in n], [sh])
         self.assertEqual(n[0]["v3_ws_x_no_prefetch"], 0.6)
         self.assertIsNone(n[0]["v3_pingpong_x_no_prefetch"])
+        self.assertNotIn("GEMM v3, the next unit's inputs prefetched too", text)  # no row has x_prefetch_unit
+
+    def test_lookahead_table(self):
+        """x_prefetch_unit (HPDT_EPILOGUE_PREFETCH=unit against on): the lookahead's table, from the same rows."""
+        sh = "resnet50_b256_1x1_256to64_56_dgrad_bn_grad_sums"
+        g = {f"gemm/bf16->bf16/{sh}/v3_wgmma": {"TFLOP/s": 100.0, "x_prefetch_unit": 1.0, "label": "v3_wgmma"},
+             f"gemm/bf16->bf16/{sh}/v3_wgmma_ws": {"TFLOP/s": 120.0, "x_prefetch_unit": 1.3, "label": "v3_wgmma"},
+             f"gemm/bf16->bf16/{sh}/v3_wgmma_pingpong": {"TFLOP/s": 130.0, "x_prefetch_unit": 1.4,
+                                                         "label": "v3_wgmma"}}
+        rows, numbers = [], []
+        summarize.gemm_table(g, rows, numbers)
+        text = "\n".join(rows)
+        self.assertIn("| GEMM v3, the next unit's inputs prefetched too |", text)
+        self.assertIn(f"| {sh} (bf16->bf16) | 100.0 | 120.0 | 130.0 | 1.00 | 1.30 | 1.40 |", text)
+        n = [x for x in numbers if x["op"] == "gemm_prefetch_ahead"]
+        self.assertEqual(n[0]["v3_pingpong_x_prefetch_unit"], 1.4)
 
 
 class GemmTimeAgainstK(unittest.TestCase):
