@@ -365,8 +365,8 @@ __device__ __forceinline__ void band_epilogue_mode(const Params& p, int split, F
             r0[it] = to_f32(from_f32<TC>(v[it].x));  // the value stored (exact for f32)
             r1[it] = to_f32(from_f32<TC>(v[it].y));
           }
-          if (rows0 == 0) {  // the shifts: the warp's row 0, lane (lane % 16)'s first row (0 where it is outside C,
-                             // and then so are all 16: rows grow with the lane's row)
+          if (rows0 == 0) {  // the shifts: the warp's row 0, lane (lane % 16)'s first row; 0 where it is outside C
+                             // (so are its other rows, but in a conv v3 box wider than the image: sums about 0)
             moments.k0 = __shfl_sync(0xffffffffu, (ok & 1u) ? r0[0] : 0.0f, lane & 15);
             moments.k1 = __shfl_sync(0xffffffffu, (ok & 1u) ? r1[0] : 0.0f, lane & 15);
           }
