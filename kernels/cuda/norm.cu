@@ -182,18 +182,28 @@ __device__ __forceinline__ void bn_finalize_channel(int ch, double count, double
   running_var[ch] = float((1 - momentum) * double(running_var[ch]) + momentum * unbiased);
 }
 
-// The finalize kernels: one block of kFinalizeThreads per channel. Thread t takes the partials t, t + 256, ... in
-// order, kBatch loads in flight before it adds them; the threads' results meet in a fixed tree (block_sums): the same
-// bits every run. Where there are many partials (conv v3's and GEMM v3's epilogues hand over one per 64 rows: 12,544
-// a channel at 56x56, batch 256), one warp a channel merging them by Chan's rule (two dependent double divisions a
-// partial) took 85 us a launch on the H200 (2026-11-29), 20 us with the NHWC statistics' 1,056 splits.
-constexpr int kFinalizeThreads = 256;
+// The finalize kernels: one block per channel, of finalize_threads(splits) threads. Thread t of T takes the partials
+// t, t + T, ... in order, kFinalizeBatch loads in flight before it adds them; the threads' results meet in a fixed tree
+// (block_sums): the same bits every run (T depends on the shape only). Where there are many partials (conv v3's and
+// GEMM v3's epilogues hand over one per 64 rows: 12,544 a channel at 56x56, batch 256), one warp a channel merging
+// them by Chan's rule (two dependent double divisions a partial) took 85 us a launch on the H200 (2026-11-29), 20 us
+// with the NHWC statistics' 1,056 splits. Few partials take a warp: no thread idle, and the CUDA emulator, which
+// runs every thread, is not slowed 8x by 256-thread blocks over a few dozen partials.
+constexpr int kFinalizeThreads = 256;  // the most
+constexpr int kFinalizeBatch = 4;      // loads in flight a thread
+int finalize_threads(int splits) {
+  int t = 32;
+  while (t < kFinalizeThreads && t * kFinalizeBatch < splits) t *= 2;
+  return t;
+}
 
-// The sums of kN doubles over the block, in thread 0: each warp's in its lane 0 (shfl_down tree), then warp 0 adds
-// the warps' in order. Every thread calls it, once per kernel.
+// The sums of kN doubles over the block (at most kFinalizeThreads, whole warps), in thread 0: each warp's in its lane
+// 0 (shfl_down tree), then warp 0 adds the warps' in order (the tree of kFinalizeThreads / 32, zeros for the warps the
+// block has not). Every thread calls it, once per kernel.
 template <int kN>
 __device__ __forceinline__ void block_sums(double (&v)[kN]) {
   constexpr int kWarps = kFinalizeThreads / 32;
+  const int warps = int(blockDim.x >> 5);
   __shared__ double sums[kN][kWarps];
 #pragma unroll
   for (int i = 0; i < kN; ++i) v[i] = warp_sum_to_lane0(v[i]);
@@ -204,7 +214,7 @@ __device__ __forceinline__ void block_sums(double (&v)[kN]) {
   __syncthreads();
   if (warp == 0)
 #pragma unroll
-    for (int i = 0; i < kN; ++i) v[i] = warp_sum_to_lane0<kWarps>(lane < kWarps ? sums[i][lane] : 0.0);
+    for (int i = 0; i < kN; ++i) v[i] = warp_sum_to_lane0<kWarps>(lane < warps ? sums[i][lane] : 0.0);
 }
 
 // Merges the channel's partials (count, mean, M2) as shifted sums about the mean m0 of partial 0: n, sum n (m - m0),
@@ -218,17 +228,17 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   const float* part = partial + int64_t(ch) * splits * 3;
   const double m0 = part[1];
   double acc[3] = {0.0, 0.0, 0.0};  // n, S, Q
-  constexpr int kBatch = 4;
-  for (int s0 = int(threadIdx.x); s0 < splits; s0 += kFinalizeThreads * kBatch) {
-    float q[kBatch][3];
+  const int threads = int(blockDim.x);
+  for (int s0 = int(threadIdx.x); s0 < splits; s0 += threads * kFinalizeBatch) {
+    float q[kFinalizeBatch][3];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int s = s0 + kFinalizeThreads * b;
+    for (int b = 0; b < kFinalizeBatch; ++b) {
+      const int s = s0 + threads * b;
       if (s < splits) q[b][0] = part[3 * s], q[b][1] = part[3 * s + 1], q[b][2] = part[3 * s + 2];
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (s0 + kFinalizeThreads * b < splits) {
+    for (int b = 0; b < kFinalizeBatch; ++b)
+      if (s0 + threads * b < splits) {
         const double n = q[b][0], e = double(q[b][1]) - m0;  // an empty partial: n = 0, M2 = 0
         acc[0] += n;
         acc[1] = fma(n, e, acc[1]);
@@ -446,15 +456,15 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   const int ch = blockIdx.x;
   const float2* part = reinterpret_cast<const float2*>(partial) + int64_t(ch) * splits;
   double acc[2] = {0.0, 0.0};  // sum dy, sum dy (x - mean)
-  constexpr int kBatch = 4;
-  for (int s0 = int(threadIdx.x); s0 < splits; s0 += kFinalizeThreads * kBatch) {
-    float2 q[kBatch];
+  const int threads = int(blockDim.x);
+  for (int s0 = int(threadIdx.x); s0 < splits; s0 += threads * kFinalizeBatch) {
+    float2 q[kFinalizeBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (s0 + kFinalizeThreads * b < splits) q[b] = part[s0 + kFinalizeThreads * b];
+    for (int b = 0; b < kFinalizeBatch; ++b)
+      if (s0 + threads * b < splits) q[b] = part[s0 + threads * b];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (s0 + kFinalizeThreads * b < splits) acc[0] += double(q[b].x), acc[1] += double(q[b].y);
+    for (int b = 0; b < kFinalizeBatch; ++b)
+      if (s0 + threads * b < splits) acc[0] += double(q[b].x), acc[1] += double(q[b].y);
   }
   block_sums(acc);
   if (threadIdx.x != 0) return;
@@ -1525,9 +1535,9 @@ void statistics(const char* op, const Tensor& x, Tensor& running_mean, Tensor& r
     float* rv = running_var.data<float>();
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
-    bn_stats_finalize<<<unsigned(c), kFinalizeThreads, 0, s>>>(partial.data<float>(), splits, int(c), double(count),
-                                                               eps, momentum, sync ? buf.data<float>() : nullptr, mean,
-                                                               invstd, rm, rv);
+    bn_stats_finalize<<<unsigned(c), finalize_threads(splits), 0, s>>>(
+        partial.data<float>(), splits, int(c), double(count), eps, momentum, sync ? buf.data<float>() : nullptr, mean,
+        invstd, rm, rv);
     HPDT_CUDA_CHECK_LAUNCH();
     if (sync) {
       sync_round_trip(sync, buf.data<float>(), int(c), s);
@@ -1637,7 +1647,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
     Tensor coef = Tensor::empty({2 * c}, DType::f32, x.device(), opts);
     Tensor buf;
     if (sync) buf = Tensor::empty({2 * c + 1}, DType::f32, x.device(), opts);
-    bn_backward_finalize<T><<<unsigned(c), kFinalizeThreads, 0, s>>>(
+    bn_backward_finalize<T><<<unsigned(c), finalize_threads(splits), 0, s>>>(
         partial.data<float>(), splits, int(c), double(count), invstd, static_cast<T*>(dgamma.data()),
         static_cast<T*>(dbeta.data()), sync ? buf.data<float>() : nullptr, coef.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();
