@@ -105,7 +105,7 @@ __device__ __forceinline__ void band_prefetch_inputs(const Params& p, int rows, 
   const int mode = band_mode(p);
   const bool reads = p.beta != 0.0f || p.res || mode == kBandGeluGradErf || mode == kBandGeluGradTanh ||
                      mode == kBandGradSums;
-  if (!p.prefetch || mode == kBandPartial || !reads || col0 >= p.N) return;
+  if (p.prefetch == EpiloguePrefetch::off || mode == kBandPartial || !reads || col0 >= p.N) return;
   const int per_row = 128 / rows, t = int(threadIdx.x) % 128;
   const int row = row_of(t / per_row);
   if (row >= p.M) return;

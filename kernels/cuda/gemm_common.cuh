@@ -13,6 +13,7 @@
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/cuda/gemm.h"
 #include "hpdt/kernels/math/activation_math.h"
+#include "prefetch.cuh"
 
 namespace hpdt::kernels::cuda::gemm_detail {
 
@@ -51,11 +52,10 @@ struct Params {
   const void* bn_x;
   const void* bn_y;
   const float* bn_mean;
-  // GEMM v3 and conv v3: prefetch a tile's epilogue inputs (C when beta != 0, res, the GELU gradient's aux, bn_x and
-  // bn_y) into L2 as its k loop starts (band_epilogue.cuh: band_prefetch_inputs; HPDT_EPILOGUE_PREFETCH=off: not),
-  // and, prefetch_ahead, in the persistent pipelines also the block's next unit's (prefetch.cuh; =unit: not)
-  bool prefetch;
-  bool prefetch_ahead = false;
+  // GEMM v3 and conv v3 (HPDT_EPILOGUE_PREFETCH, prefetch.cuh): prefetch a tile's epilogue inputs (C when beta != 0,
+  // res, the GELU gradient's aux, bn_x and bn_y) into L2 as its k loop starts (band_epilogue.cuh:
+  // band_prefetch_inputs; unless off), and, ahead, in the persistent pipelines also the block's next unit's
+  EpiloguePrefetch prefetch = EpiloguePrefetch::off;
   // GEMM v3: the epilogue by TMA stores through C's store map (sm90a/tma_store_epilogue.cuh; HPDT_GEMM_V3_STORE=tma,
   // where gemm_wgmma.cu's tma_store_eligible holds)
   bool tma_store = false;

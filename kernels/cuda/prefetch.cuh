@@ -21,7 +21,7 @@ namespace hpdt::kernels::cuda {
 // How the kernels prefetch their epilogue's inputs, HPDT_EPILOGUE_PREFETCH (read at every call; anything else is an
 // error naming the variable):
 //   unset or "on": each unit's (tile's) as its k loop starts, and in the persistent pipelines of GEMM v3 and conv v3
-//     (ws, pingpong) the block's next unit's too, then (Params::prefetch_ahead): where a unit's k loop is short (K =
+//     (ws, pingpong) the block's next unit's too, then (Params::prefetch ahead): where a unit's k loop is short (K =
 //     64-256, ResNet-50's 1x1 convolutions at 56x56: 1-4 k tiles), the lines asked for as it starts are still on
 //     their way from DRAM when its epilogue reads them; asked for one unit earlier they have a whole unit's time;
 //   "unit": each unit's own only (as before 2026-11-30; the A/B of the lookahead);

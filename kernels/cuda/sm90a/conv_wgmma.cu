@@ -203,7 +203,7 @@ struct StorePixels {
   __device__ __forceinline__ void operator()(const Tile& t, int wg) const {
     store_pixels<T, C>(p, q, map_dst, d, t.tm, t.img0, t.py0, t.px0, t.tn, wg, staging, stats_bars);
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch_ahead; }
+  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of warpgroup wg's 64 rows' pixels (wgmma.cuh: prefetch_unit)
   template <class Tile>
   __device__ __forceinline__ void prefetch(const Tile& t, int wg) const {
@@ -245,7 +245,7 @@ struct StorePixelsWhole {
           p, 0, frag, at, buf,
           column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch_ahead; }
+  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of the whole tile's 128 rows' pixels
   template <class Tile>
   __device__ __forceinline__ void prefetch(const Tile& t, int) const {
@@ -464,8 +464,7 @@ CUtensorMap conv_store_map(const ConvV3& c, const PixelTiles& q, void* dst, DTyp
 template <class T, class C>
 void launch(const ConvV3& c, const PixelTiles& q, Params p, DType dt, V3Pipeline pipeline, const Stream& stream) {
   p.tiles_n = int(ceil_div(c.M, C::BN));
-  const EpiloguePrefetch prefetch = epilogue_prefetch_mode();
-  p.prefetch = prefetch != EpiloguePrefetch::off, p.prefetch_ahead = prefetch == EpiloguePrefetch::ahead;
+  p.prefetch = epilogue_prefetch_mode();
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
   // the source [n][hs][ws][C] in boxes of 64 channels x tw x th x tn, or im2col, 128 pixels of 64 channels
   // traversing each image's hp x wp grid of taps (0, 0) (im2col_corners); the weights [M][ldw] in 64 x BN boxes

@@ -172,7 +172,7 @@ struct StoreTile {
   __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
     store_rows<T, C>(p, map_c, d, w.tm, w.tn, w.split, wg, wg, staging, base);
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch_ahead; }
+  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of warpgroup wg's 64 rows (wgmma.cuh: prefetch_unit)
   __device__ __forceinline__ void prefetch(const Unit& w, int wg) const {
     const int row0 = w.tm * kBM + wg * 64;
@@ -207,7 +207,7 @@ struct StoreWholeTile {
       band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, buf,
                                         stats_exchange<C>(staging, base, cw, 2 * w.tm, kHalfChunks));
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch_ahead; }
+  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of the whole tile's 128 rows
   __device__ __forceinline__ void prefetch(const Unit& w, int) const {
     const int row0 = w.tm * kBM;
@@ -322,8 +322,7 @@ void launch_tile(Params p, V3Pipeline pipeline, bool tma_store, DType ab, DType 
   const cudaStream_t s = detail::native(stream);
   p.tiles_m = int((int64_t(p.M) + kBM - 1) / kBM);
   p.tiles_n = int((int64_t(p.N) + C::BN - 1) / C::BN);
-  const EpiloguePrefetch prefetch = epilogue_prefetch_mode();
-  p.prefetch = prefetch != EpiloguePrefetch::off, p.prefetch_ahead = prefetch == EpiloguePrefetch::ahead;
+  p.prefetch = epilogue_prefetch_mode();
   // Split-K in whole waves (one block per SM): >= 4 k tiles (256 k) per split. The weight-gradient GEMMs of
   // ViT-B/16 (K = 12,608) have 36-144 tiles. None with the column statistics (computed from the final values).
   HPDT_CHECK(!p.col_stats || p.stats_split0 + 2 * p.tiles_m <= p.stats_splits, "gemm v3: column reductions for ",
