@@ -17,6 +17,8 @@
 #                       fp16 and powersgd on the device), the GPU paths bitwise equal to each other (device compression to the host
 #                       mirror's, HPDT_DEVICE_COMPRESSION=off), the GPU run near the CPU run (mixed precision on the
 #                       emulated GPU: test_nn_models_cuda_emu)
+#   cuda-emu-find       the same HPDT_TRAIN at np 1: a bf16 ViT-Ti with GEMM v3's plans by Find near the same run by
+#                       rule (one core: its own test, so that it runs beside others)
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank, and with --compress topk and bf16 on the GPU bitwise equal to
@@ -49,7 +51,7 @@ gemm_find_near_rule() {
   run 1 "${vitb[@]}" --device cuda --gemm-tuning find --checkpoint-dir "$w/bf16-find" > "$w/bf16-find.log" 2>&1 || { cat "$w/bf16-find.log"; fail "vit-ti bf16 cuda --gemm-tuning find"; }
   grep -q "GEMM v3 plans by find" "$w/bf16-find.log" || { cat "$w/bf16-find.log"; fail "--gemm-tuning find: not named on the GPU line"; }
   "$compare" "$(latest "$w/bf16-rule")" "$(latest "$w/bf16-find")" --atol 1e-3 --rtol 1e-2 || fail "vit-ti bf16 --gemm-tuning find: not near the run by rule"
-  run 1 "${vitb[@]}" --lr 1e-9 --device cuda --checkpoint-dir "$w/bf16-still" > /dev/null 2>&1 || fail "vit-ti bf16 cuda at lr 1e-9"
+  run 1 "${vitb[@]}" --lr 1e-9 --max-steps 1 --device cuda --checkpoint-dir "$w/bf16-still" > /dev/null 2>&1 || fail "vit-ti bf16 cuda at lr 1e-9"
   if "$compare" "$(latest "$w/bf16-still")" "$(latest "$w/bf16-rule")" --atol 1e-3 --rtol 1e-2 > /dev/null; then fail "the bf16 run did not move the weights beyond the tolerance"; fi
 }
 common_resnet=(--model resnet20 --sync-bn --eval false --augment false --max-steps 3 --lr 0.05 --warmup-epochs 0)
@@ -274,6 +276,8 @@ cuda-emu)
     "${args[@]}" --lr 1e-9 --device cpu --algo ring --checkpoint-dir "$w/still" > /dev/null 2>&1 || fail "cpu run at lr 1e-9"
   # (peak lr 3.1e-5 at global batch 8: AdamW moves every weight by about that per step)
   if "$compare" "$(ck still)" "$(ck mirror)" --atol 1e-5 > /dev/null; then fail "the GPU run did not change the parameters"; fi
+  ;;
+cuda-emu-find)
   gemm_find_near_rule 4
   ;;
 cuda-gpu)
