@@ -1,20 +1,15 @@
 #!/usr/bin/env bash
 # Runs the job scripts of jobscripts/ end to end on an emulated 2-node Slurm cluster with a tiny
-# payload: sbatch --wait (exit code checked), SLURM scripts with srun --mpi=pmix and mpirun, PBS
-# scripts through sbatch's #PBS handling with PBS_NODEFILE from generate_pbs_nodefile, the node-count
-# sweep with its collector (hpdt-scaling), and preemption: a USR1 makes the trainer checkpoint, the
-# job requeue itself and resume. Scripts whose binary is not built are SKIPPED with a message.
+# payload: each job waited for (lib.sh's sbatch_wait; exit code checked), SLURM scripts with srun
+# --mpi=pmix and mpirun, PBS scripts through sbatch's #PBS handling with PBS_NODEFILE from
+# generate_pbs_nodefile, the node-count sweep with its collector (hpdt-scaling; sweep.sh --wait, which is
+# sbatch --wait), and preemption: a USR1 makes the trainer checkpoint, the job requeue itself and resume. Scripts whose binary is not built are SKIPPED with a message.
 # Exit 77 (skipped) when not root or Slurm is missing.
 #   usage: job_scripts.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1 build=$2
-[ "$(id -u)" -eq 0 ] || { echo "SKIPPED: the emulated cluster needs root"; exit 77; }
-for c in sbatch slurmctld slurmd munged generate_pbs_nodefile; do
-  command -v $c >/dev/null || { echo "SKIPPED: $c not installed (scripts/install-deps.sh installs Slurm)"; exit 77; }
-done
-# one emulated cluster per machine (see smoke_jobs.sh)
-exec 8>/tmp/hpdt-cluster.lock
-flock -w 240 8 || { echo "FAIL: another emulated cluster held /tmp/hpdt-cluster.lock for 240 s"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+cluster_test_start
 cluster=$src/scripts/cluster/cluster.sh
 work=$(mktemp -d /tmp/hpdt-jobs-test.XXXXXX)
 export HPDT_CLUSTER_DIR=$work/state
@@ -51,13 +46,13 @@ done
 if [ -x "$perf" ]; then
   export HPDT_PERF_ARGS="-b 8 -e 64K -f 8 -n 2 -w 1 --repeat 1 --algo ring,hier,mpi,auto --device cpu"
   for launch in srun mpirun; do
-    HPDT_LAUNCH=$launch HPDT_OUT=$work/ar-$launch timeout 150 sbatch --wait "${slurm_shape[@]}" -o "$work/ar-$launch.out" \
+    HPDT_LAUNCH=$launch HPDT_OUT=$work/ar-$launch sbatch_wait 150 "${slurm_shape[@]}" -o "$work/ar-$launch.out" \
       "$src/jobscripts/slurm/allreduce.sbatch" > /dev/null
     check "slurm/allreduce.sbatch ($launch)" $? "$work/ar-$launch.out" "Out of bounds values : 0 OK" \
       "Rank +0 .* on +node1" "Rank +1 .* on +node2" "tuning file for --algo auto"
     [ -s "$work/ar-$launch/allreduce.json" ] && [ -s "$work/ar-$launch/tuning.json" ] || { echo "FAIL: no JSON/tuning from $launch"; fail=1; }
   done
-  HPDT_OUT=$work/ar-pbs timeout 150 sbatch --wait "${pbs_shape[@]}" -o "$work/ar-pbs.out" "$src/jobscripts/pbs/allreduce.pbs" > /dev/null
+  HPDT_OUT=$work/ar-pbs sbatch_wait 150 "${pbs_shape[@]}" -o "$work/ar-pbs.out" "$src/jobscripts/pbs/allreduce.pbs" > /dev/null
   check "pbs/allreduce.pbs (mpiexec --hostfile \$PBS_NODEFILE)" $? "$work/ar-pbs.out" "Out of bounds values : 0 OK" \
     "on +node1" "on +node2" "launcher mpiexec"
 else
@@ -67,10 +62,10 @@ fi
 if [ -x "$train" ]; then
   export HPDT_TRAIN_ARGS="--model resnet20 --max-steps 4 --train-samples 256 --eval-samples 64 --device cpu --algo ring --progress lines"
   export HPDT_BATCH=8
-  HPDT_OUT=$work/train timeout 200 sbatch --wait "${slurm_shape[@]}" -o "$work/train.out" "$src/jobscripts/slurm/train.sbatch" > /dev/null
+  HPDT_OUT=$work/train sbatch_wait 200 "${slurm_shape[@]}" -o "$work/train.out" "$src/jobscripts/slurm/train.sbatch" > /dev/null
   check "slurm/train.sbatch" $? "$work/train.out"
   grep -q '"type":"summary"' "$work"/train/metrics.*.jsonl 2>/dev/null || { echo "FAIL: train.sbatch wrote no summary"; fail=1; }
-  HPDT_OUT=$work/train-pbs timeout 200 sbatch --wait "${pbs_shape[@]}" -o "$work/train-pbs.out" "$src/jobscripts/pbs/train.pbs" > /dev/null
+  HPDT_OUT=$work/train-pbs sbatch_wait 200 "${pbs_shape[@]}" -o "$work/train-pbs.out" "$src/jobscripts/pbs/train.pbs" > /dev/null
   check "pbs/train.pbs" $? "$work/train-pbs.out"
   # node-count sweep 1,2 (weak scaling) + collector -> hpdt-scaling table
   timeout 300 "$src/jobscripts/slurm/sweep.sh" --nodes 1,2 --batch 8 --out "$work/sweep" --wait -- \

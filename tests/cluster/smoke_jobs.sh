@@ -5,14 +5,8 @@
 #   usage: smoke_jobs.sh SOURCE_DIR HPDT_SMOKE_BINARY
 set -uo pipefail
 src=$1 smoke=$2
-[ "$(id -u)" -eq 0 ] || { echo "SKIPPED: the emulated cluster needs root"; exit 77; }
-for c in sbatch slurmctld slurmd munged generate_pbs_nodefile; do
-  command -v $c >/dev/null || { echo "SKIPPED: $c not installed (scripts/install-deps.sh installs Slurm)"; exit 77; }
-done
-# One emulated cluster per MACHINE (network namespaces, /etc/slurm, /etc/hosts are global): ctest's
-# RESOURCE_LOCK only orders tests of one ctest run, so concurrent runs (several worktrees) queue here.
-exec 8>/tmp/hpdt-cluster.lock
-flock -w 240 8 || { echo "FAIL: another emulated cluster held /tmp/hpdt-cluster.lock for 240 s"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+cluster_test_start
 cluster=$src/scripts/cluster/cluster.sh
 work=$(mktemp -d /tmp/hpdt-cluster-test.XXXXXX)
 export HPDT_CLUSTER_DIR=$work/state
@@ -71,7 +65,7 @@ for job in slurm.sbatch pbs.sh; do
   out=${job%%.*}.out
   for attempt in 1 2; do
     rm -f "$out"
-    timeout 120 sbatch --wait "$job" > /dev/null
+    sbatch_wait 120 "$job" > /dev/null
     rc=$?
     passes=$(grep -c "all checks passed" "$out" 2>/dev/null || true)
     want=2; [ "$job" = pbs.sh ] && want=1
