@@ -8,6 +8,7 @@
 #   usage: job_scripts.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1 build=$2
+# shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 cluster_test_start
 cluster=$src/scripts/cluster/cluster.sh

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # What the emulated-cluster tests share (sourced by smoke_jobs.sh and job_scripts.sh).
 
 # cluster_test_start: exit 77 (skipped) unless root with Slurm installed, then take the machine's cluster lock.

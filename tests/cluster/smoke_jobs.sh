@@ -5,6 +5,7 @@
 #   usage: smoke_jobs.sh SOURCE_DIR HPDT_SMOKE_BINARY
 set -uo pipefail
 src=$1 smoke=$2
+# shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 cluster_test_start
 cluster=$src/scripts/cluster/cluster.sh
