@@ -54,7 +54,8 @@ struct Params {
   const float* bn_mean;
   // GEMM v3 and conv v3 (HPDT_EPILOGUE_PREFETCH, prefetch.cuh): prefetch a tile's epilogue inputs (C when beta != 0,
   // res, the GELU gradient's aux, bn_x and bn_y) into L2 as its k loop starts (band_epilogue.cuh:
-  // band_prefetch_inputs; unless off), and, ahead, in the persistent pipelines also the block's next unit's
+  // band_prefetch_inputs; unless off); with ahead (the default) the persistent pipelines also prefetch the block's
+  // next unit's (wgmma.cuh: prefetch_units).
   EpiloguePrefetch prefetch = EpiloguePrefetch::off;
   // GEMM v3: the epilogue by TMA stores through C's store map (sm90a/tma_store_epilogue.cuh; HPDT_GEMM_V3_STORE=tma,
   // where gemm_wgmma.cu's tma_store_eligible holds)

@@ -203,7 +203,6 @@ struct StorePixels {
   __device__ __forceinline__ void operator()(const Tile& t, int wg) const {
     store_pixels<T, C>(p, q, map_dst, d, t.tm, t.img0, t.py0, t.px0, t.tn, wg, staging, stats_bars);
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of warpgroup wg's 64 rows' pixels (wgmma.cuh: prefetch_unit)
   template <class Tile>
   __device__ __forceinline__ void prefetch(const Tile& t, int wg) const {
@@ -245,7 +244,6 @@ struct StorePixelsWhole {
           p, 0, frag, at, buf,
           column_reduction_of(staging + 8 * gemm_detail::kBandBufBytes, stats_bars, cw, 2 * t.tm, kHalfChunks));
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of the whole tile's 128 rows' pixels
   template <class Tile>
   __device__ __forceinline__ void prefetch(const Tile& t, int) const {

@@ -172,7 +172,6 @@ struct StoreTile {
   __device__ __forceinline__ void operator()(const Unit& w, int wg) const {
     store_rows<T, C>(p, map_c, d, w.tm, w.tn, w.split, wg, wg, staging, base);
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of warpgroup wg's 64 rows (wgmma.cuh: prefetch_unit)
   __device__ __forceinline__ void prefetch(const Unit& w, int wg) const {
     const int row0 = w.tm * kBM + wg * 64;
@@ -207,7 +206,6 @@ struct StoreWholeTile {
       band_epilogue<T, 2 * kHalfChunks>(p, w.split, frag, at, buf,
                                         stats_exchange<C>(staging, base, cw, 2 * w.tm, kHalfChunks));
   }
-  __device__ __forceinline__ bool prefetch_ahead() const { return p.prefetch == EpiloguePrefetch::ahead; }
   // the inputs of the whole tile's 128 rows
   __device__ __forceinline__ void prefetch(const Unit& w, int) const {
     const int row0 = w.tm * kBM;

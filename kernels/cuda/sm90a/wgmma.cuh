@@ -27,6 +27,7 @@
 #include "hpdt/core/error.h"
 #include "hpdt/core/float16.h"
 #include "mma_sync.cuh"  // smem_u32
+#include "prefetch.cuh"  // EpiloguePrefetch
 #include "split_k.cuh"
 #include "watchdog.cuh"
 
@@ -334,13 +335,13 @@ __device__ __forceinline__ void prefetch_unit(const Store& store, const W& w, in
 }
 
 // The persistent pipelines' prefetch as consumer cw starts unit u (its first when `first`), its next unit being
-// u + step: unit u's inputs unless its previous unit prefetched them already, and with Store::prefetch_ahead() the
-// next unit's too (prefetch.cuh says why), a whole unit before its epilogue reads them.
+// u + step: unit u's inputs unless its previous unit prefetched them already, and where the store's Params ask for
+// EpiloguePrefetch::ahead the next unit's too (prefetch.cuh says why), a whole unit before its epilogue reads them.
 template <class Store, class UnitOf>
 __device__ __forceinline__ void prefetch_units(const Store& store, UnitOf& unit, int u, int step, int units, bool first,
                                                int cw) {
   bool ahead = false;
-  if constexpr (requires { store.prefetch_ahead(); }) ahead = store.prefetch_ahead();
+  if constexpr (requires { store.p.prefetch; }) ahead = store.p.prefetch == EpiloguePrefetch::ahead;
   if (first || !ahead) prefetch_unit(store, unit(u), cw);
   if (ahead && u + step < units) prefetch_unit(store, unit(u + step), cw);
 }
