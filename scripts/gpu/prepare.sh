@@ -34,8 +34,14 @@ targets=$( { cat "$build/gpu-test-targets.txt"; echo hpdt-smoke hpdt-prepare-dat
              grep -hoE '(\{bin\}/|^)(apps|bench|tests)/[^ ]+' "$root/scripts/gpu/checks.txt" "$root/scripts/gpu/benchmarks.txt" | xargs -n1 basename; } |
            tr ' ' '\n' | grep -v '^$' | sort -u)
 echo "targets:" $targets
-cmake --build --preset gpu-bundle --target $targets 2>&1 | tee "$bundle/build.log" | grep -E "error|FAILED|warning" || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "prepare.sh: build failed, see $bundle/build.log" >&2; exit 1; }
+# (The build's status through the pipe: pipefail, and a grep that finds nothing is no failure. Until 2026-11-30 the
+# status was read from PIPESTATUS after `|| true`, i.e. true's: a failed build went on to pack a bundle without the
+# binaries it could not link, and gtest's discovery left their tests out of the manifest unannounced.)
+if ! cmake --build --preset gpu-bundle --target $targets 2>&1 | tee "$bundle/build.log" |
+  { grep -E "error|FAILED|warning" || true; }; then
+  echo "prepare.sh: build failed, see $bundle/build.log" >&2
+  exit 1
+fi
 # Every CUDA object's report, kept beside it by scripts/gpu/ptxas-log.sh (the build log holds only what this build
 # recompiled).
 find "$build" -name '*.ptxas.log' | sort | xargs -r cat | grep -E "ptxas info|bytes stack frame|spill" > "$bundle/ptxas.log" || true
