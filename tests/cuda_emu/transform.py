@@ -442,6 +442,17 @@ class AsmGen:
             self.body.append('{ float* cuda_emu_red = reinterpret_cast<float*>(uintptr_t(%s)); '
                              'cuda_emu_red[0] += float(%s); cuda_emu_red[1] += float(%s); }' %
                              (self.address(args[0]), x, y))
+        elif opcode == 'fence.acq_rel.gpu' and not args:
+            # the release/acquire fence of attention v3's turns: where a thread publishes to other blocks, as
+            # __threadfence (fence.sc), so another resident block runs here (CUDA_EMU_RESIDENT)
+            self.body.append('__threadfence();')
+        elif opcode in ('ld.acquire.gpu.global.u32', 'ld.acquire.gpu.global.b32'):
+            # an acquire load of a flag another block sets (one OS thread runs every CUDA thread: a plain load is
+            # ordered; volatile, so that a spin re-reads it)
+            if len(args) != 2:
+                raise TransformError('%s takes 2 operands' % opcode)
+            self.body.append('%s = *reinterpret_cast<const volatile uint32_t*>(uintptr_t(%s));' %
+                             (self.ref(args[0], want_output=True), self.address(args[1])))
         elif opcode == 'prefetch.global.L2':
             # a cache hint: the emulator checks the address lies in device memory and records its 128-byte line
             if len(args) != 1:

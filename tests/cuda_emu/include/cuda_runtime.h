@@ -273,6 +273,9 @@ void clear_prefetched_lines();
 // Times a block let another resident block run (CUDA_EMU_RESIDENT > 1: at __threadfence, or at __nanosleep once
 // every runnable thread of the block spins), by every launch so far: whether blocks really interleaved, for tests.
 unsigned long long block_yields();
+// How many blocks of a launch are resident at once: CUDA_EMU_RESIDENT (1 to 64; 1 when unset), as a launch reads
+// it. What a kernel whose blocks wait for each other may count on (attention v3's rotated order asks).
+int resident_blocks();
 }  // namespace cuda_emu
 
 // Driver entry points (only cuTensorMapEncodeTiled is emulated; cuda.h has its types).

@@ -1155,6 +1155,48 @@ TEST(CudaEmu, ResidentBlocksWaitForEachOther) {
   }
 }
 
+// The same chain by attention v3's turn protocol: an acquire load of the flag (ld.acquire.gpu), the row published by
+// a release fence (fence.acq_rel.gpu) before the flag is set. Each block waits for the one before; 4 resident.
+__global__ void acquire_release_chain(unsigned* rows, unsigned* flags, unsigned* seen) {
+  const int b = int(blockIdx.x), t = int(threadIdx.x);
+  rows[b * 64 + t] = unsigned(b * 1000 + t);
+  __syncthreads();
+  if (t == 0) {
+    if (b > 0) {
+      unsigned f = 0;
+      for (;;) {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(f) : "l"(flags + b - 1) : "memory");
+        if (f != 0u) break;
+        __nanosleep(32);
+      }
+      seen[b] = rows[(b - 1) * 64 + 63];
+    }
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    atomicExch(flags + b, 1u);
+  }
+}
+
+TEST(CudaEmu, AcquireLoadsAndReleaseFencesHandOver) {
+  const hpdt::ScopedEnv resident("CUDA_EMU_RESIDENT", "4");
+  EXPECT_EQ(cuda_emu::resident_blocks(), 4);
+  Chain c(11);
+  const unsigned long long yields = cuda_emu::block_yields();
+  acquire_release_chain<<<11, 64>>>(c.rows.d, c.flags.d, c.seen.d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto seen = c.seen.down();
+  for (int b = 1; b < 11; ++b) EXPECT_EQ(seen[size_t(b)], unsigned((b - 1) * 1000 + 63)) << "block " << b;
+  EXPECT_GT(cuda_emu::block_yields(), yields) << "the blocks did not interleave";
+}
+
+TEST(CudaEmu, ResidentBlocksReadTheSetting) {
+  {
+    const hpdt::ScopedEnv unset("CUDA_EMU_RESIDENT", "");  // empty: the default, one block
+    EXPECT_EQ(cuda_emu::resident_blocks(), 1);
+  }
+  const hpdt::ScopedEnv resident("CUDA_EMU_RESIDENT", "7");
+  EXPECT_EQ(cuda_emu::resident_blocks(), 7);
+}
+
 // Two warps of a block hand a flag to each other, whichever runs first: the one that spins must let the other run
 // (with one resident block too). Block 0 runs its threads forward, block 1 in reverse (CUDA_EMU_ORDER's default).
 __global__ void warps_hand_off(unsigned* flags, unsigned* out) {

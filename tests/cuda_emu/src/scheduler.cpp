@@ -1946,7 +1946,7 @@ bool dispatch_in_reverse() {
 
 // CUDA_EMU_RESIDENT: how many blocks of a launch are resident at once (1 to 64; 1 by default), read at every
 // launch (tests switch it).
-int resident_blocks() {
+int resident_setting() {
   const char* e = std::getenv("CUDA_EMU_RESIDENT");
   if (!e || !*e) return 1;
   char* end = nullptr;
@@ -2001,7 +2001,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   }
   gridDim = g;
   blockDim = b;
-  E.resident = resident_blocks();
+  E.resident = resident_setting();
   E.spin_rounds = 0;
   while (E.slots.size() < size_t(E.resident)) E.slots.push_back(new Block);
   const int nwarps = int((threads + 31) / 32);
@@ -2088,6 +2088,8 @@ unsigned long long tma_stores() { return g_tma_stores.load(); }
 unsigned long long tma_im2col_loads() { return g_tma_im2col_loads.load(); }
 
 unsigned long long block_yields() { return g_block_yields.load(); }
+
+int resident_blocks() { return resident_setting(); }
 
 std::vector<uintptr_t> prefetched_lines() {
   std::lock_guard<std::mutex> lock(g_prefetch_mutex);
