@@ -18,7 +18,9 @@
 // Shapes: ViT-B/16 at 224 (b 64, 12 heads, t 197, dh 64) and long sequences (b 8, 16 heads, t 1024 and
 // 4096, dh 64 and 128); dtypes bf16, f16 (v1, v2) and f32 (v1 only).
 // A/B rows of v2 under a switch, beside its default rows: v2_narrow (HPDT_ATTENTION_V2_TILES=narrow), v2_step64
-// (HPDT_ATTENTION_V2_DKDV_STEP=64: the dK/dV pass at dh 128 with 64 queries a step; backward rows, dh 128).
+// (HPDT_ATTENTION_V2_DKDV_STEP=64: the dK/dV pass at dh 128 with 64 queries a step; backward rows, dh 128); and of
+// v3: v3_keys (HPDT_ATTENTION_V3_ORDER=keys, its dQ adds in key order, as measured on 2026-11-29) beside v3, rotated
+// where the GPU holds a head's key blocks at once. v3's rows carry `rotated` (1: the rotated order ran).
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cudnn.h>
@@ -295,7 +297,8 @@ void report(benchmark::State& state, double flops, double sec, double ref_sec) {
 
 // Ours: variant 1, 2 or 3, forward or backward. Each iteration is one call, timed with CUDA events.
 // pin: an environment variable and its value for this row, or {} ("v2_narrow" rows: HPDT_ATTENTION_V2_TILES=narrow,
-// v2's one-m-tile-a-warp tiles; "v2_step64": HPDT_ATTENTION_V2_DKDV_STEP=64, the dh-128 dK/dV pass's tall step).
+// v2's one-m-tile-a-warp tiles; "v2_step64": HPDT_ATTENTION_V2_DKDV_STEP=64, the dh-128 dK/dV pass's tall step;
+// "v3_keys": HPDT_ATTENTION_V3_ORDER=keys).
 struct EnvPin {
   const char* name = nullptr;
   const char* value = nullptr;
@@ -337,6 +340,8 @@ void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool
     }
     const double flops = sh.fwd_flops() * (backward ? 2.5 : 1.0);
     report(state, flops, total / double(state.iterations()), ref_sec);
+    if (variant == kernels::cuda::kAttentionFusedBackward)
+      state.counters["rotated"] = benchmark::Counter(kernels::cuda::attention_v3_rotated(p.qkv, sh.heads) ? 1 : 0);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -412,6 +417,12 @@ void register_all() {
         if (dt != DType::f32 && backward && sh.dh > 64)
           benchmark::RegisterBenchmark((dir + "v2_step64/" + tail).c_str(), BM_flash, sh, dt, 2, backward,
                                        EnvPin{"HPDT_ATTENTION_V2_DKDV_STEP", "64"})
+              ->UseManualTime()
+              ->Unit(benchmark::kMillisecond);
+        // v3's dQ adds in key order (2026-11-29: 0.50-0.86x SDPA) beside its rotated default (2026-11-30)
+        if (dt != DType::f32 && backward)
+          benchmark::RegisterBenchmark((dir + "v3_keys/" + tail).c_str(), BM_flash, sh, dt, 3, backward,
+                                       EnvPin{"HPDT_ATTENTION_V3_ORDER", "keys"})
               ->UseManualTime()
               ->Unit(benchmark::kMillisecond);
       }

@@ -19,10 +19,13 @@
 //   order (so the rounding) changes from run to run. Splitting dQ off keeps every sum in a fixed order
 //   at the price of recomputing S = QK^T and dP = dO V^T once more: 7 tile GEMMs instead of 5.
 //   Variant 3 does 2 and 3 in one pass and still keeps the order: each key block's CTA adds its share of a
-//   query block's dQ into an f32 accumulator only when the key block before it has (a turn counter per query
-//   block and warp; dq_add_in_key_order), as FlashAttention-2's deterministic mode does: 5 tile GEMMs, the adds
-//   of consecutive key blocks serialised per query block. Its CTAs take their key blocks by ticket, in the order
-//   they start, so a key block's predecessor is always resident or done (fused_ticket).
+//   query block's dQ into an f32 accumulator only when the key block before it in that query block's order has (a
+//   turn counter per query block and warp; dq_add_in_turn), as FlashAttention-2's deterministic mode does: 5 tile
+//   GEMMs, the adds of the key blocks serialised per query block. Its CTAs take their key blocks by ticket, in the
+//   order they start (fused_ticket). In key order every key block visits the query blocks from the first and
+//   waits for the key block before it at every step; rotated (the default where a head's key blocks fit on the
+//   GPU at once), key block k starts at query block k nqb / nkb, and the query blocks take their adds in the order
+//   the key blocks reach them, so that in lockstep nobody waits (the schedule above dq_rank).
 //
 // Variants (numbered, each kept, tested and timed):
 //   v1 SIMT, every dtype (the f32 path): 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i
@@ -39,6 +42,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "attention_schedule.cuh"
 #include "hpdt/core/env.h"
 #include "hpdt/kernels/cuda/attention.h"
 #include "launch.cuh"
@@ -567,6 +571,16 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
 }
 
+// Variant 3's turn counters: an acquire load (what the key blocks before did to the accumulator is visible after
+// it) and the release fence before a turn passes on. fence.acq_rel is all the order needs; __threadfence is the
+// heavier fence.sc.
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_release() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+
 // Forward tiles: each warp owns MT m-tiles of 16 query rows (BR = 16 MT warps), so every K and V fragment
 // read from shared memory feeds MT mma's; BC keys per step.
 //   dh <= 64: MT = 2, BC = 64, Q's fragments in registers for the whole pass (FlashAttention-2's 128-row tile).
@@ -783,6 +797,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 template <int MT_, int STEP_>
 struct MmaBackwardTile {
   static constexpr int MT = MT_, BLOCK = 16 * kMmaWarps * MT_, STEP = STEP_;
+  static_assert(STEP <= BLOCK, "v3's rotated order needs as many query blocks (of STEP) as key blocks (of BLOCK)");
 };
 template <int DHP>
 using BackwardTileNarrow = MmaBackwardTile<1, DHP == 128 ? 32 : 64>;
@@ -809,6 +824,62 @@ __device__ __forceinline__ int& fused_ticket() {
   return ticket;
 }
 
+// Variant 3's schedule: the order in which a key block visits the query blocks, and its place in each query block's
+// order of dQ adds. The host picks one per call (`rotate`; HPDT_ATTENTION_V3_ORDER, v3_rotates below).
+//   - Key order (rotate 0): every key block visits query blocks 0, 1, ..., nqb - 1, and query block qb takes its
+//     adds from key blocks 0, 1, ..., nkb - 1 (rank kbi). All key blocks reach query block qb at about the same
+//     step, so its adds queue: key block kbi adds kbi hand-overs late at every step, a lag that grows along the key
+//     blocks.
+//   - Rotated: key block kbi starts at query block kbi nqb / nkb (fused_offset) and wraps around, so the key blocks
+//     reach a query block at different steps, each at least one step after the one before, and the query block takes
+//     its adds in that order: from kstar, the last key block that starts at or before it, down to 0, then from
+//     nkb - 1 down to kstar + 1 (rank (kstar - kbi) mod nkb). In lockstep nobody waits; a key block passes its turn
+//     on one step late, at its next dQ step, when its adds have long reached L2 (dq_add_in_turn). Key block kbi
+//     waits for kbi + 1, which starts later: the order is a cycle, so all nkb key blocks of a head must be resident
+//     at once, which the host checks against what the GPU holds. (The tickets still give a head's key blocks in
+//     the order they start: a head whose blocks have all started finishes, and frees room for the next.)
+// The offset is a static shared variable, as the ticket: set with it, read at every step.
+__device__ __forceinline__ int& fused_offset() {
+  __shared__ int offset;
+  return offset;
+}
+
+// The rotated order's query block and rank of step s, in slot s % 2: thread 0 computes them at the top of the step,
+// where only dK and dV are live (computed in the dQ step, next to its outputs, a division made the tall dh-128
+// kernel spill), and every warp reads them in the dQ step, and those of step s - 1 (the turn to pass on) in the
+// other slot. Thread 0 writes slot s % 2 after the loop's barrier at the top of step s, which every warp passes
+// only once done with step s - 1's dQ step, the last to read that slot (as step s - 2's turn to pass on).
+__device__ __forceinline__ int2* fused_turn_info() {
+  __shared__ int2 info[2];
+  return info;
+}
+
+// Step s's query block (FUSED_DQ: rotated by the offset, 0 in key order).
+template <bool FUSED_DQ>
+__device__ __forceinline__ int query_block_at(int s, int nqb) {
+  if constexpr (FUSED_DQ) {
+    const int qb = s + fused_offset();
+    return qb >= nqb ? qb - nqb : qb;
+  } else {
+    return s;
+  }
+}
+
+// Key block kbi's place in query block qb's order of dQ adds: 0 the first, nkb - 1 the last (rotated:
+// attention_schedule.cuh, checked on the CPU by test_attention_schedule).
+__device__ __forceinline__ int dq_rank(int qb, int kbi, int nkb, int nqb, bool rotate) {
+  return rotate ? detail::v3_rotated_rank(qb, kbi, nkb, nqb) : kbi;
+}
+
+// Passes query block qb's turn on (this warp's counter, batch and head bh): the warp's adds to it first (release),
+// then the count of adds done, rank + 1.
+__device__ __forceinline__ void pass_turn(unsigned* turns, int bh, int nqb, int qb, int rank) {
+  fence_release();
+  __syncwarp();
+  if (threadIdx.x % 32 == 0)
+    atomicExch(turns + (int64_t(bh) * nqb + qb) * kMmaWarps + threadIdx.x / 32, unsigned(rank + 1));
+}
+
 // The dK/dV kernel's block: its ticket (FUSED_DQ), else blockIdx.x (unsigned, as blockIdx.x: the divisions by it
 // compile as before).
 template <bool FUSED_DQ>
@@ -817,121 +888,140 @@ __device__ __forceinline__ unsigned block_of() {
   else return blockIdx.x;
 }
 
-// Variant 3's dQ step (one query block of a dK/dV CTA, FUSED_DQ below): this CTA's share of dQ for the block's
-// BR = STEP queries, dS K over its BC = BLOCK keys, added in key-block order into dQ.
+// Variant 3's dQ step (step s's query block of a dK/dV CTA, FUSED_DQ below): this CTA's share of dQ for the block's
+// BR = STEP queries, dS K over its BC = BLOCK keys, added into dQ in its turn (the schedule above: key order or
+// rotated).
 //   - The GEMM (BR x DHP outputs, K = BC): dS from ds_s, where the warps left dS^T ([key][query], so the A
 //     fragments come through ldmatrix .trans), K from k_s. The (BR / 16) x (DHP / 16) output units of 16 x 16 go
 //     to the 4 warps round-robin, the same units to warp w in every CTA.
 //   - The order, per warp: warp w of key block kbi (0 .. nkb - 1 of its batch and head) waits until its turn
-//     counter for the query block reads kbi, i.e. until warp w of key block kbi - 1 has added its units; key block
-//     0 stores its share into the f32 accumulator acc, the middle ones add to it, the last adds, scales and stores
-//     dQ itself in T (one key block: it stores straight to dQ); the middle ones add with a vector red, a
+//     counter for the query block reads its rank (dq_rank; in key order kbi), i.e. until warp w of the key block
+//     before it has added its units; the first stores its share into the f32 accumulator acc, the middle ones add
+//     to it, the last adds, scales and stores dQ itself in T (one key block: it stores straight to dQ). The
+//     counter is read once before the GEMM (an acquire load, whose latency the GEMM hides; in the rotated order
+//     the turn has usually come by then) and again only while it is not yet this block's turn. The middle ones
+//     add with a vector red, a
 //     reduction performed in L2, so that the accumulator is not read back to the SM nkb times (at t = 4096, dh 128
 //     a load and a store of it per key block would be 2 x 64 x 268 MB of L2 traffic a backward; the adds are half
 //     that, as FlashAttention-2's, whose order is not fixed). So every dQ element is the same sum in the same
 //     order on every run (the reductions are float atomics, but one at a time per element, in the turns' order),
 //     with one f32 accumulator of [b, heads, t, dh]; the accumulator needs no zeroing, the counters do. A warp
 //     waits only for the same warp of the block before (the units it adds to), so the step needs no block barrier
-//     after the GEMM's. Key block kbi - 1 went to a block that started before this one (the kernel hands out its
-//     work by tickets, in the order blocks start), so it is resident or done and the wait ends, whatever order the
-//     GPU dispatches blocks in; FlashAttention-2's deterministic backward orders its dQ adds the same way (per
-//     CTA), relying on dispatch in index order instead. A wait past watchdog.cuh's kWaitTimeoutNs traps (a lost
-//     turn would hang the GPU).
-// Query block qb of the CTA whose ticket is `block` (fused_ticket(): batch and head block / nkb, key block
-// kbi = block % nkb); acc [b, heads, t, dh] f32, dqkv as the kernel's, turns kMmaWarps counters per batch, head and
-// query block. (The offsets are computed here from the kernel's parameters, not passed in: three more 64-bit
-// values live across the dK/dV loop made the dh-128 kernel spill.)
+//     after the GEMM's. In key order, key block kbi - 1 went to a block that started before this one (the kernel
+//     hands out its work by tickets, in the order blocks start), so it is resident or done and the wait ends,
+//     whatever order the GPU dispatches blocks in; FlashAttention-2's deterministic backward orders its dQ adds the
+//     same way (per CTA), relying on dispatch in index order instead. The rotated order needs the head's key blocks
+//     resident together (above). A wait past watchdog.cuh's kWaitTimeoutNs traps (a lost turn would hang the GPU).
+//   - Passing the turn on: in key order right after the adds; rotated, the step before's at the start of this one
+//     (pass_turn). A key block's last step in the rotated order is the query block it reaches after every other key
+//     block (rank nkb - 1): no turn to pass on.
+// The CTA whose ticket is `block` (fused_ticket(): batch and head block / nkb, key block kbi = block % nkb); acc
+// [b, heads, t, dh] f32, dqkv as the kernel's, turns kMmaWarps counters per batch, head and query block. (The
+// offsets are computed here from the kernel's parameters, not passed in: three more 64-bit values live across the
+// dK/dV loop made the dh-128 kernel spill.)
 template <class T, int DHP, class Tile>
-__device__ __forceinline__ void dq_add_in_key_order(const uint16_t* ds_s, const uint16_t* k_s, float* acc_all,
-                                                    T* dqkv, unsigned* turns, int heads, int qb, int t, int dh,
-                                                    int nkb, float scale) {
+__device__ __forceinline__ void dq_add_in_turn(const uint16_t* ds_s, const uint16_t* k_s, float* acc_all, T* dqkv,
+                                               unsigned* turns, int heads, int s, int t, int dh, int nkb, float scale,
+                                               bool rotate) {
   constexpr int BR = Tile::STEP, BC = Tile::BLOCK, LS = DHP + 8, LQ = BR + 8;
   constexpr int NP = DHP / 16, UNITS = (BR / 16) * NP, U = UNITS / kMmaWarps;
   static_assert(UNITS % kMmaWarps == 0, "whole output units a warp");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int nqb = (t + BR - 1) / BR;
+  // The step before's turn (rotated: its adds were issued a step ago), and the first read of this step's, whose
+  // latency the GEMM hides.
+  if (rotate && s > 0) {
+    const int2 before = fused_turn_info()[(s - 1) & 1];
+    pass_turn(turns, fused_ticket() / nkb, nqb, before.x, before.y);
+  }
   const int block = fused_ticket();
-  const int bh = block / nkb, kbi = block % nkb, q0 = qb * BR;
+  const int bh = block / nkb, kbi = block % nkb, qb = query_block_at<true>(s, nqb), q0 = qb * BR;
+  const int rank = rotate ? fused_turn_info()[s & 1].y : kbi;
   const int64_t ld = 3 * int64_t(heads) * dh;
   float* acc = acc_all + int64_t(bh) * t * dh;
   T* dq = dqkv + int64_t(bh / heads) * t * ld + int64_t(bh % heads) * dh;
-  unsigned* turn = turns + (int64_t(bh) * ((t + BR - 1) / BR) + qb) * kMmaWarps + warp;
-  float part[U][2][4] = {};
-  // (not unrolled: with the dK and dV accumulators live, loads hoisted from later k steps made the dh-64 wide
-  // kernel spill)
+  unsigned* turn = turns + (int64_t(bh) * nqb + qb) * kMmaWarps + warp;
+  unsigned seen = 0;
+  if (lane == 0) seen = ld_acquire(turn);
+  // The warp's U output units in H passes of UP: a pass's GEMM, then its adds (the turn waited for before the first
+  // pass's, and held through the second's GEMM). At 64 queries a step a warp has 8 units: 64 accumulators at once
+  // next to dK and dV's 128 made the tall dh-128 kernel spill; 2 passes of 32 do not. Each element still gets this
+  // block's share once, so the sums are the same.
+  constexpr int H = U > 4 ? 2 : 1, UP = U / H;
 #pragma unroll 1
-  for (int kk = 0; kk < BC / 16; ++kk) {
+  for (int pass = 0; pass < H; ++pass) {
+    float part[UP][2][4] = {};
+    // (not unrolled: with the dK and dV accumulators live, loads hoisted from later k steps made the dh-64 wide
+    // kernel spill)
+#pragma unroll 1
+    for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int u = warp + kMmaWarps * i, mi = u / NP, np = u % NP;
-      uint32_t a[4], b[4];
-      // A = dS rows mi*16.., keys kk*16..: stored transposed, 8 x 8 matrix j from key rows 8 (j / 2).., query
-      // columns 8 (j % 2)..
-      ldmatrix_x4_trans(a, ds_s + (kk * 16 + lane % 8 + 8 * (lane / 16)) * LQ + mi * 16 + 8 * ((lane / 8) % 2));
-      ldmatrix_x4_trans(b, b_frag_addr<LS>(k_s, kk * 16, np * 16, lane));
-      mma_16816<T>(part[i][0], a, b[0], b[1]);
-      mma_16816<T>(part[i][1], a, b[2], b[3]);
+      for (int i = 0; i < UP; ++i) {
+        const int u = warp + kMmaWarps * (pass * UP + i), mi = u / NP, np = u % NP;
+        uint32_t a[4], b[4];
+        // A = dS rows mi*16.., keys kk*16..: stored transposed, 8 x 8 matrix j from key rows 8 (j / 2).., query
+        // columns 8 (j % 2)..
+        ldmatrix_x4_trans(a, ds_s + (kk * 16 + lane % 8 + 8 * (lane / 16)) * LQ + mi * 16 + 8 * ((lane / 8) % 2));
+        ldmatrix_x4_trans(b, b_frag_addr<LS>(k_s, kk * 16, np * 16, lane));
+        mma_16816<T>(part[i][0], a, b[0], b[1]);
+        mma_16816<T>(part[i][1], a, b[2], b[3]);
+      }
     }
-  }
-  if (lane == 0) {
-    const volatile unsigned* tv = turn;
-    if (*tv != unsigned(kbi)) {
+    if (pass == 0 && lane == 0 && seen != unsigned(rank)) {  // (each read an acquire of the adds before this block's)
       const uint64_t t0 = global_ns();
-      while (*tv != unsigned(kbi)) {
+      do {
         if (global_ns() - t0 > kWaitTimeoutNs) asm volatile("trap;\n" ::: "memory");
         __nanosleep(64);
-      }
+      } while (ld_acquire(turn) != unsigned(rank));
     }
-    __threadfence();  // with the volatile read: the acquire of key block kbi - 1's adds
-  }
-  __syncwarp();
-  // The lane's pairs of this CTA's share: f(pair, its f32 accumulator entry, row, column) for each inside dQ; one
-  // loop per kind of key block (first, middle, last), each with one kind of access (one loop with the choice inside
-  // spilled the dh-64 wide kernel).
-  auto each = [&](auto&& f) {
+    __syncwarp();
+    // The lane's pairs of this pass: f(pair, its f32 accumulator entry, row, column) for each inside dQ; one loop per
+    // kind of key block (first, middle, last), each with one kind of access (one loop with the choice inside
+    // spilled the dh-64 wide kernel).
+    auto each = [&](auto&& f) {
 #pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int u = warp + kMmaWarps * i, mi = u / NP, np = u % NP;
+      for (int i = 0; i < UP; ++i) {
+        const int u = warp + kMmaWarps * (pass * UP + i), mi = u / NP, np = u % NP;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int r = q0 + mi * 16 + lane / 4 + 8 * half, c = np * 16 + 8 * h + 2 * (lane % 4);
-          if (r < t && c < dh)
-            f(make_float2(part[i][h][2 * half], part[i][h][2 * half + 1]), acc + int64_t(r) * dh + c, r, c);
+          for (int half = 0; half < 2; ++half) {
+            const int r = q0 + mi * 16 + lane / 4 + 8 * half, c = np * 16 + 8 * h + 2 * (lane % 4);
+            if (r < t && c < dh)
+              f(make_float2(part[i][h][2 * half], part[i][h][2 * half + 1]), acc + int64_t(r) * dh + c, r, c);
+          }
+      }
+    };
+    if (rank == nkb - 1) {  // the last: the sum so far plus its share, scaled, into dQ
+      each([&](float2 v, float* a, int r, int c) {
+        if (rank > 0) {
+          const float2 o = __ldcg(reinterpret_cast<const float2*>(a));
+          v.x = o.x + v.x;
+          v.y = o.y + v.y;
         }
+        store2(dq + int64_t(r) * ld + c, v.x * scale, v.y * scale);
+      });
+    } else if (rank == 0) {  // the first: its share
+      each([&](float2 v, float* a, int, int) { __stcg(reinterpret_cast<float2*>(a), v); });
+    } else {  // the middle ones: added in L2, nothing read back (the turns fix the order)
+      each([&](float2 v, float* a, int, int) { red_add_f32x2(a, v.x, v.y); });
     }
-  };
-  if (kbi == nkb - 1) {  // the last: the sum so far plus its share, scaled, into dQ
-    each([&](float2 v, float* a, int r, int c) {
-      if (kbi > 0) {
-        const float2 o = __ldcg(reinterpret_cast<const float2*>(a));
-        v.x = o.x + v.x;
-        v.y = o.y + v.y;
-      }
-      store2(dq + int64_t(r) * ld + c, v.x * scale, v.y * scale);
-    });
-  } else if (kbi == 0) {  // the first: its share
-    each([&](float2 v, float* a, int, int) { __stcg(reinterpret_cast<float2*>(a), v); });
-  } else {  // the middle ones: added in L2, nothing read back (the turns fix the order)
-    each([&](float2 v, float* a, int, int) { red_add_f32x2(a, v.x, v.y); });
   }
-  __threadfence();  // this lane's adds are visible on the GPU before the turn passes on
-  __syncwarp();
-  if (lane == 0) atomicExch(turn, unsigned(kbi + 1));
+  if (!rotate) pass_turn(turns, bh, nqb, qb, rank);
 }
 
 // dK, dV with tensor cores: a CTA holds BC = BLOCK keys (16 MT per warp) and loops over query blocks of BR = STEP.
 // Each warp works on its own keys in the transposed orientation (S^T = K Q^T, dP^T = V dO^T), so
 // P^T and dS^T are A fragments for dV += P^T dO and dK += dS^T Q without any exchange between warps.
-// FUSED_DQ (variant 3): dQ in the same pass, each query block's dS^T through shared memory into
-// dq_add_in_key_order (dq_acc: the f32 accumulator, turns: zeroed counters, one per batch, head, query block and
-// warp).
+// FUSED_DQ (variant 3): dQ in the same pass, each query block's dS^T through shared memory into dq_add_in_turn
+// (dq_acc: the f32 accumulator, turns: zeroed counters, one per batch, head, query block and warp; rotate: the
+// rotated order, else key order; 0 without FUSED_DQ).
 template <class T, int DHP, class Tile, bool FUSED_DQ>
 __global__ void __launch_bounds__(kMmaThreads)
     attention_backward_dkdv_v2_kernel(const T* __restrict__ qkv, const T* __restrict__ dout,
                                       const float* __restrict__ lse, const float* __restrict__ D, T* __restrict__ dqkv,
                                       float* dq_acc, unsigned* turns, int t, int heads, int dh, float scale,
-                                      float scale_log2) {
+                                      float scale_log2, int rotate) {
   constexpr int MT = Tile::MT, BC = Tile::BLOCK, BR = Tile::STEP;
   constexpr int LS = DHP + 8, KS = DHP / 16, ND = DHP / 8, NR = BR / 8;
   extern __shared__ uint4 smem_u4[];
@@ -948,10 +1038,13 @@ __global__ void __launch_bounds__(kMmaThreads)
   // not from blockIdx.x: key block kbi waits for kbi - 1 in its dQ steps, and a ticket handed out earlier went to
   // a block that is resident or done, whatever order the GPU dispatches blocks in (CUB's single-pass scans take
   // their tiles the same way). The ticket counter follows the turns (one cudaMemsetAsync zeroes both).
+  // Its first query block (fused_offset) follows from the key block: the schedule above dq_rank.
   if constexpr (FUSED_DQ) {
     if (threadIdx.x == 0) {
       const int nqb_all = (t + BR - 1) / BR;
-      fused_ticket() = int(atomicAdd(turns + int64_t(gridDim.x / nkb) * nqb_all * kMmaWarps, 1u));
+      const int ticket = int(atomicAdd(turns + int64_t(gridDim.x / nkb) * nqb_all * kMmaWarps, 1u));
+      fused_ticket() = ticket;
+      fused_offset() = rotate ? detail::v3_first_query_block(ticket % nkb, nkb, nqb_all) : 0;
     }
     __syncthreads();
   }
@@ -977,19 +1070,26 @@ __global__ void __launch_bounds__(kMmaThreads)
   };
   cp_async_tile<T, DHP, BC>(k_s, q_g + d + k0 * ld, ld, t - k0, dh);
   cp_async_tile<T, DHP, BC>(v_s, q_g + 2 * d + k0 * ld, ld, t - k0, dh);
-  load_queries(0, 0);
+  const int nqb = (t + BR - 1) / BR;
+  load_queries(query_block_at<FUSED_DQ>(0, nqb), 0);
   cp_async_commit();
 
   float dk[MT][ND][4] = {}, dv[MT][ND][4] = {};
-  const int nqb = (t + BR - 1) / BR;
-  for (int qb = 0; qb < nqb; ++qb) {
+  // step s: query block query_block_at(s) (s itself but in variant 3's rotated order)
+  for (int s = 0; s < nqb; ++s) {
     cp_async_wait<0>();
-    __syncthreads();  // query block qb is in shared memory; block qb - 1's buffers are free
-    if (qb + 1 < nqb) {
-      load_queries(qb + 1, (qb + 1) & 1);
+    __syncthreads();  // step s's query block is in shared memory; step s - 1's buffers are free
+    if constexpr (FUSED_DQ) {
+      if (rotate && threadIdx.x == 0) {  // this step's query block and rank, for the dQ step (fused_turn_info)
+        const int qb = query_block_at<true>(s, nqb);
+        fused_turn_info()[s & 1] = make_int2(qb, dq_rank(qb, fused_ticket() % nkb, nkb, nqb, true));
+      }
+    }
+    if (s + 1 < nqb) {
+      load_queries(query_block_at<FUSED_DQ>(s + 1, nqb), (s + 1) & 1);
       cp_async_commit();
     }
-    const int buf = qb & 1;
+    const int buf = s & 1;
     const uint16_t* qt = q_s + buf * BR * LS;
     const uint16_t* gt = do_s + buf * BR * LS;
     const float* ls = lse_s + buf * BR;
@@ -1073,9 +1173,11 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     if constexpr (FUSED_DQ) {
       __syncthreads();  // every warp's dS^T is in ds_s
-      dq_add_in_key_order<T, DHP, Tile>(ds_s, k_s, dq_acc, dqkv, turns, heads, qb, t, dh, nkb, scale);
+      dq_add_in_turn<T, DHP, Tile>(ds_s, k_s, dq_acc, dqkv, turns, heads, s, t, dh, nkb, scale, rotate != 0);
     }
   }
+  // (Rotated, the last step's turn is not passed on: the last step's query block is the one this key block reaches
+  // after all the others, its rank nkb - 1, and nobody waits for it.)
 
   // (FUSED_DQ: the block's coordinates read back from the ticket, not held across the loop: with them live, the
   // dh-64 wide kernel spilled)
@@ -1274,7 +1376,76 @@ int resolve_variant(int variant, const char* op, const Tensor& qkv, int64_t head
   return variant;
 }
 
+// The backward's tiles at padded head dim DHP: f(dK/dV tile, dQ tile). dh 128: the dK/dV pass one m-tile a warp,
+// 32 queries a step or 64 (tall); dh 16: narrow alone; elsewhere wide or narrow (HPDT_ATTENTION_V2_TILES).
+template <int DHP, class F>
+void with_backward_tiles(F&& f) {
+  if constexpr (DHP == 16) {
+    f(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
+  } else if constexpr (DHP == 128) {
+    const bool narrow = narrow_v2_tiles();
+    if (tall_dkdv128_step())
+      narrow ? f(BackwardTileTall128{}, BackwardTileNarrow<DHP>{}) : f(BackwardTileTall128{}, BackwardTileWide{});
+    else
+      narrow ? f(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{})
+             : f(BackwardTileNarrow<DHP>{}, BackwardTileWide{});
+  } else if (narrow_v2_tiles()) {
+    f(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
+  } else {
+    f(BackwardTileWide{}, BackwardTileWide{});
+  }
+}
+
+// Variant 3's order (the schedule above dq_rank): HPDT_ATTENTION_V3_ORDER=rotated (unset: the default) or keys,
+// read at every call; anything else is an error naming the variable. Rotated needs the nkb key blocks of a head
+// resident at once, so it runs only where nkb is at most half of what the GPU holds of the kernel at once (the
+// occupancy calculator's blocks an SM times the SMs; on the emulator, CUDA_EMU_RESIDENT): the other half leaves
+// room for what runs beside it (a comm kernel, another process's under MPS). Elsewhere, and at one key block, key
+// order (and where the ranks would not fit their 32-bit arithmetic, v3_rotation_fits: far beyond what a GPU holds).
+// The dK/dV kernel's limit on dynamic shared memory must be raised first (allow_dynamic_smem).
+template <auto Kernel>
+bool v3_rotates(int nkb, int nqb, size_t smem) {
+  const bool wanted = env_switch("HPDT_ATTENTION_V3_ORDER", "rotated", "keys");
+  if (!wanted || nkb < 2 || !detail::v3_rotation_fits(nkb, nqb)) return false;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  (void)smem;
+  const int64_t resident = cuda_emu::resident_blocks();
+#else
+  int device = 0;
+  HPDT_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t resident = int64_t(detail::blocks_per_sm<Kernel>(kMmaThreads, int(smem))) * detail::sm_count(device);
+#endif
+  return 2 * int64_t(nkb) <= resident;
+}
+
+// v3_rotates for the fused dK/dV kernel of this dtype, head dim and tile (the dynamic shared memory allowed first).
+template <class T, int DHP, class Tile>
+bool fused_backward_rotates(int t) {
+  const size_t smem = mma_dkdv_smem<DHP, Tile, true>();
+  constexpr auto fused = attention_backward_dkdv_v2_kernel<T, DHP, Tile, true>;
+  detail::allow_dynamic_smem<fused>(int(smem));
+  return v3_rotates<fused>((t + Tile::BLOCK - 1) / Tile::BLOCK, (t + Tile::STEP - 1) / Tile::STEP, smem);
+}
+
 }  // namespace
+
+bool attention_v3_rotated(const Tensor& qkv, int64_t heads) {
+  const char* op = "attention_v3_rotated";
+  const Geometry g = geometry(op, qkv, heads);
+  if (!attention_variant_supported(kAttentionFusedBackward, qkv, heads) || int64_t(g.b) * g.t == 0) return false;
+  bool rotated = false;
+  dispatch_floating(qkv.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (kIs16Bit<T>) {
+      with_padded_head_dim(g.dh, op, [&](auto dhp) {
+        constexpr int DHP = decltype(dhp)::value;
+        with_backward_tiles<DHP>(
+            [&](auto dkdv_tile, auto) { rotated = fused_backward_rotates<T, DHP, decltype(dkdv_tile)>(g.t); });
+      });
+    }
+  });
+  return rotated;
+}
 
 bool attention_variant_supported(int variant, const Tensor& qkv, int64_t heads) {
   const int64_t dh = qkv.size(2) / 3 / heads;
@@ -1359,7 +1530,8 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
             const int key_blocks = (g.t + KT::BLOCK - 1) / KT::BLOCK;
             const int64_t dkdv_ctas = int64_t(g.b) * g.heads * key_blocks;
             if (variant == kAttentionFusedBackward) {
-              // variant 3: one pass; dQ through an f32 accumulator and zeroed turn counters (per query block and warp)
+              // variant 3: one pass; dQ through an f32 accumulator and zeroed turn counters (per query block and
+              // warp), in key order or rotated (v3_rotates)
               const AllocOptions on{.stream = &stream};
               const int query_blocks = (g.t + KT::STEP - 1) / KT::STEP;
               Tensor acc = Tensor::empty({g.b, g.heads, g.t, g.dh}, DType::f32, qkv.device(), on);
@@ -1367,10 +1539,10 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
                                            qkv.device(), on);  // + the ticket counter
               const size_t smem = mma_dkdv_smem<DHP, KT, true>();
               constexpr auto fused = attention_backward_dkdv_v2_kernel<T, DHP, KT, true>;
-              detail::allow_dynamic_smem<fused>(int(smem));
-              fused<<<grid_of(dkdv_ctas, op), kMmaThreads, smem, s>>>(
-                  q, go, L, Dp, dq, acc.data<float>(), static_cast<unsigned*>(turns.data()), g.t, g.heads, g.dh,
-                  g.scale(), g.scale_log2());
+              const int rotate = fused_backward_rotates<T, DHP, KT>(g.t) ? 1 : 0;
+              fused<<<grid_of(dkdv_ctas, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, acc.data<float>(),
+                                                                      static_cast<unsigned*>(turns.data()), g.t,
+                                                                      g.heads, g.dh, g.scale(), g.scale_log2(), rotate);
               HPDT_CUDA_CHECK_LAUNCH();
               return;
             }
@@ -1378,7 +1550,7 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
             constexpr auto dkdv = attention_backward_dkdv_v2_kernel<T, DHP, KT, false>;
             detail::allow_dynamic_smem<dkdv>(int(smem));
             dkdv<<<grid_of(dkdv_ctas, op), kMmaThreads, smem, s>>>(q, go, L, Dp, dq, nullptr, nullptr, g.t, g.heads,
-                                                                   g.dh, g.scale(), g.scale_log2());
+                                                                   g.dh, g.scale(), g.scale_log2(), 0);
             HPDT_CUDA_CHECK_LAUNCH();
             smem = mma_dq_smem<DHP, QT>();
             constexpr auto dqk = attention_backward_dq_v2_kernel<T, DHP, QT>;
@@ -1388,21 +1560,7 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
                 q, go, L, Dp, dq, g.t, g.heads, g.dh, g.scale(), g.scale_log2());
             HPDT_CUDA_CHECK_LAUNCH();
           };
-          if constexpr (DHP == 16) {
-            launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
-          } else if constexpr (DHP == 128) {
-            const bool narrow = narrow_v2_tiles();
-            if (tall_dkdv128_step())
-              narrow ? launch(BackwardTileTall128{}, BackwardTileNarrow<DHP>{})
-                     : launch(BackwardTileTall128{}, BackwardTileWide{});
-            else
-              narrow ? launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{})
-                     : launch(BackwardTileNarrow<DHP>{}, BackwardTileWide{});
-          } else if (narrow_v2_tiles()) {
-            launch(BackwardTileNarrow<DHP>{}, BackwardTileNarrow<DHP>{});
-          } else {
-            launch(BackwardTileWide{}, BackwardTileWide{});
-          }
+          with_backward_tiles<DHP>(launch);
           return;
         }
       }

@@ -1,5 +1,5 @@
 // The limit of hpdt's device-side waits: GEMM v3's and conv v3's mbarrier waits (sm90a/wgmma.cuh: mbar_wait) and
-// attention v3's turn waits (attention.cu: dq_add_in_key_order). A wait that never ends (a lost arrival, a phase
+// attention v3's turn waits (attention.cu: dq_add_in_turn). A wait that never ends (a lost arrival, a phase
 // nobody completes, a turn never passed on) would hang the process, and a GPU lease with it; past kWaitTimeoutNs of
 // the GPU's global timer the waiting thread executes `trap` instead, and the launch fails with
 // cudaErrorLaunchFailure, which the host's next HPDT_CUDA_CHECK reports. No such wait is legitimately longer than

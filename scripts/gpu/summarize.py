@@ -592,11 +592,13 @@ def attention_table(a, torch_att, rows, numbers):
         sdpa[key] = (f * 1e3, bwd * 1e3, fl)
     # narrow: v2's one-m-tile-a-warp tiles where they differ from the default (HPDT_ATTENTION_V2_TILES=narrow, rows
     # v2_narrow: the dh-128 forward, the dh 32/64 backward), timed in the same run
-    # v3: the one-pass backward (dQ added in key-block order; rows attention_bwd/v3, since 2026-11-28)
+    # v3: the one-pass backward (rows attention_bwd/v3, since 2026-11-28; its dQ adds in key order until 2026-11-30,
+    # rotated since where the GPU holds a head's key blocks at once: the row's `rotated` counter, "(r)" after the
+    # time); v3 keys: the same in key order (HPDT_ATTENTION_V3_ORDER=keys, rows attention_bwd/v3_keys, since 2026-11-30)
     # step 64: v2's backward with the dh-128 dK/dV pass at 64 queries a step (HPDT_ATTENTION_V2_DKDV_STEP=64, rows
     # attention_bwd/v2_step64, since 2026-11-30; dh 128 only)
-    rows.append("| attention (bf16) | ours v2 fwd ms | fwd narrow ms | SDPA fwd ms | fwd: ours / SDPA speed | ours v2 bwd ms | bwd narrow ms | v3 bwd (one pass) ms | SDPA bwd ms | bwd: ours / SDPA speed | v3 bwd: ours / SDPA speed | v2 bwd, 64 a step ms | 64 a step: ours / SDPA speed |")
-    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows.append("| attention (bf16) | ours v2 fwd ms | fwd narrow ms | SDPA fwd ms | fwd: ours / SDPA speed | ours v2 bwd ms | bwd narrow ms | v3 bwd (one pass) ms | SDPA bwd ms | bwd: ours / SDPA speed | v3 bwd: ours / SDPA speed | v2 bwd, 64 a step ms | 64 a step: ours / SDPA speed | v3 bwd, key order ms | v3 key order / SDPA speed |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for key in sorted({k.split("/")[3] for k in a if k.startswith("attention_fwd/v2/bf16/")}):
         f = a.get(f"attention_fwd/v2/bf16/{key}")
         fn = a.get(f"attention_fwd/v2_narrow/bf16/{key}")
@@ -604,22 +606,27 @@ def attention_table(a, torch_att, rows, numbers):
         bn = a.get(f"attention_bwd/v2_narrow/bf16/{key}")
         b3 = a.get(f"attention_bwd/v3/bf16/{key}")
         b64 = a.get(f"attention_bwd/v2_step64/bf16/{key}")
+        b3k = a.get(f"attention_bwd/v3_keys/bf16/{key}")
         s = sdpa.get(key)
         fr = s[0] / f["real_time"] if s and f else None
         br = s[1] / b["real_time"] if s and b else None
         br3 = s[1] / b3["real_time"] if s and b3 else None
         br64 = s[1] / b64["real_time"] if s and b64 else None
+        br3k = s[1] / b3k["real_time"] if s and b3k else None
         ms = lambda r: fmt(r["real_time"] if r else None, 3)
+        rotated = b3 is not None and b3.get("rotated") == 1
         rows.append(f"| {key} | {ms(f)} | {ms(fn)} | {fmt(s[0] if s else None, 3)} | {fmt(fr, 2)} | "
-                    f"{ms(b)} | {ms(bn)} | {ms(b3)} | {fmt(s[1] if s else None, 3)} | {fmt(br, 2)} | {fmt(br3, 2)} | "
-                    f"{ms(b64)} | {fmt(br64, 2)} |")
+                    f"{ms(b)} | {ms(bn)} | {ms(b3)}{' (r)' if rotated else ''} | {fmt(s[1] if s else None, 3)} | "
+                    f"{fmt(br, 2)} | {fmt(br3, 2)} | {ms(b64)} | {fmt(br64, 2)} | {ms(b3k)} | {fmt(br3k, 2)} |")
         numbers.append({"op": "attention", "shape": key, "ours_fwd_ms": f["real_time"] if f else None,
                         "ours_fwd_narrow_ms": fn["real_time"] if fn else None,
                         "sdpa_fwd_ms": s[0] if s else None, "fwd_ratio": fr, "ours_bwd_ms": b["real_time"] if b else None,
                         "ours_bwd_narrow_ms": bn["real_time"] if bn else None,
                         "ours_bwd_v3_ms": b3["real_time"] if b3 else None,
                         "sdpa_bwd_ms": s[1] if s else None, "bwd_ratio": br, "bwd_v3_ratio": br3,
-                        "ours_bwd_step64_ms": b64["real_time"] if b64 else None, "bwd_step64_ratio": br64})
+                        "ours_bwd_step64_ms": b64["real_time"] if b64 else None, "bwd_step64_ratio": br64,
+                        "bwd_v3_rotated": rotated, "ours_bwd_v3_keys_ms": b3k["real_time"] if b3k else None,
+                        "bwd_v3_keys_ratio": br3k})
 
 
 COPY_GBS = 3000.0  # H100 SXM device-to-device copy, bytes read + written (KINDS.md of the device tool, 2026-11-13)

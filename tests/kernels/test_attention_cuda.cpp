@@ -349,6 +349,8 @@ TEST_F(AttentionCuda, TallDkDvStepAtDh128) {
       const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
       for (int v : {kernels::cuda::kAttentionTensorCore, kernels::cuda::kAttentionFusedBackward}) {
         Tensor grads[2];
+        // (v3 in key order: rotated, a key block's first query block depends on how many it has, 32 or 64 rows)
+        const ScopedEnv keys("HPDT_ATTENTION_V3_ORDER", "keys");
         for (int k = 0; k < 2; ++k) {
           const ScopedEnv step("HPDT_ATTENTION_V2_DKDV_STEP", k == 0 ? "32" : "64");
           grads[k] = grads_of(c, dt, qkv_g, dout_g, v);
@@ -371,12 +373,14 @@ TEST_F(AttentionCuda, TallDkDvStepAtDh128) {
 #endif
 
 #if HPDT_HAVE_CUDA
-// Variant 3 (the one-pass backward, kernels/cuda/attention.cu): its dK and dV are v2's bit for bit (the same dK/dV
-// kernel and tile), its dQ the oracle's (check_all above), from one kernel launch. Cases: one key block (the block
-// stores dQ itself), several key blocks and query blocks (the turns: store, adds, the last add's scaled store; t =
-// 700 is 6 key blocks at dh 64, 11 at dh 128), a ragged last query block, and v2's narrow tiles.
+// Variant 3 (the one-pass backward, kernels/cuda/attention.cu) in key order: its dK and dV are v2's bit for bit
+// (the same dK/dV kernel and tile, the query blocks visited in the same order), its dQ the oracle's (check_all
+// above), from one kernel launch. Cases: one key block (the block stores dQ itself), several key blocks and query
+// blocks (the turns: store, adds, the last add's scaled store; t = 700 is 6 key blocks at dh 64, 11 at dh 128), a
+// ragged last query block, and v2's narrow tiles. (The rotated order: FusedBackwardRotatedOrder.)
 void AttentionCuda::expect_fused_backward_matches_v2() {
   const Case cases[] = {{2, 50, 3, 64}, {1, 700, 2, 64}, {1, 300, 2, 128}, {2, 97, 1, 32}, {1, 130, 2, 16}};
+  const ScopedEnv keys("HPDT_ATTENTION_V3_ORDER", "keys");
   for (const char* tiles : {"wide", "narrow"}) {
     const ScopedEnv pin("HPDT_ATTENTION_V2_TILES", tiles);
     for (const Case& c : cases) {
@@ -433,6 +437,81 @@ TEST_F(AttentionCuda, FusedBackwardTakesKeyBlocksInTheOrderBlocksStart) {
   }
 }
 #endif
+
+// Variant 3's rotated order (the default where a head's key blocks fit on the GPU together; on the emulator with
+// CUDA_EMU_RESIDENT blocks side by side, 24 here: up to 12 key blocks): against the oracle (dq, dk, dv), the same
+// bits on a second run and with the blocks dispatched from the last (the order is fixed by the key blocks, not by
+// which CTA starts first), and on the emulator blocks that really interleaved. Cases: dh 128 (5 key blocks of 64, 10
+// query blocks of 32), dh 64 wide (6 of 128, 22 of 32) and narrow (11 of 64, 11 of 64), dh 16 (3 of 64 and 3 query
+// blocks of 64: each key block one step behind the one before), dh 128 with 64 queries a step (4 and 4, large
+// scores). Then where it does not run: HPDT_ATTENTION_V3_ORDER=keys, one key block, and on the emulator too few
+// resident blocks (9: under twice the key blocks); a bad value is an error naming the variable. Any order of the
+// adds gives the right dq, and dq is stored in 16 bits, where sums in another order rarely differ: whether the
+// ranks are the order of arrival (the point of the rotation: speed) is test_attention_schedule's check, on the CPU.
+TEST_F(AttentionCuda, FusedBackwardRotatedOrder) {
+  struct Setting {
+    Case c;
+    const char* tiles;
+    const char* step;
+  };
+  const Setting settings[] = {{{1, 300, 2, 128}, "wide", "32"},
+                              {{1, 700, 2, 64}, "wide", "32"},
+                              {{1, 700, 1, 64}, "narrow", "32"},
+                              {{2, 130, 2, 16}, "wide", "32"},
+                              {{1, 200, 1, 128, 8.0f}, "wide", "64"}};
+  const ScopedEnv resident("CUDA_EMU_RESIDENT", "24");
+  const DType dt = DType::bf16;
+  for (const Setting& st : settings) {
+    const Case& c = st.c;
+    SCOPED_TRACE(c.str() + " " + st.tiles + ", " + st.step + " a step");
+    const ScopedEnv tiles("HPDT_ATTENTION_V2_TILES", st.tiles), step("HPDT_ATTENTION_V2_DKDV_STEP", st.step);
+    const Oracle o = oracle(c, dt);
+    const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
+    ASSERT_TRUE(kernels::cuda::attention_v3_rotated(qkv_g, c.heads));
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    const unsigned long long yields = cuda_emu::block_yields();
+#endif
+    check(c, dt, kernels::cuda::kAttentionFusedBackward, o, qkv_g);
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+    EXPECT_GT(cuda_emu::block_yields(), yields) << "no block let another run: the blocks did not interleave";
+#endif
+    const Tensor first = grads_of(c, dt, qkv_g, dout_g, kernels::cuda::kAttentionFusedBackward);
+    Tensor again, reversed;
+    again = grads_of(c, dt, qkv_g, dout_g, kernels::cuda::kAttentionFusedBackward);
+    {
+      const ScopedEnv reverse("CUDA_EMU_DISPATCH", "reverse");
+      reversed = grads_of(c, dt, qkv_g, dout_g, kernels::cuda::kAttentionFusedBackward);
+    }
+    EXPECT_EQ(0, std::memcmp(first.data(), again.data(), first.nbytes())) << "a second run differs";
+    EXPECT_EQ(0, std::memcmp(first.data(), reversed.data(), first.nbytes()))
+        << "blocks dispatched from the last differ";
+  }
+  const Case c{1, 300, 2, 128};
+  const Oracle o = oracle(c, dt);
+  const Tensor qkv_g = to_gpu(o.qkv, dt), dout_g = to_gpu(o.dout, dt);
+  {
+    const ScopedEnv keys("HPDT_ATTENTION_V3_ORDER", "keys");
+    EXPECT_FALSE(kernels::cuda::attention_v3_rotated(qkv_g, c.heads));
+  }
+  {
+    const ScopedEnv rotated("HPDT_ATTENTION_V3_ORDER", "rotated");
+    EXPECT_TRUE(kernels::cuda::attention_v3_rotated(qkv_g, c.heads));
+  }
+  const Tensor one = to_gpu(oracle({1, 50, 2, 128}, dt).qkv, dt);  // 1 key block: nothing to rotate
+  EXPECT_FALSE(kernels::cuda::attention_v3_rotated(one, 2));
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  {
+    const ScopedEnv few("CUDA_EMU_RESIDENT", "9");  // 5 key blocks need 10
+    EXPECT_FALSE(kernels::cuda::attention_v3_rotated(qkv_g, c.heads));
+    check(c, dt, kernels::cuda::kAttentionFusedBackward, o, qkv_g);  // in key order, as the emulator can
+  }
+#endif
+  const ScopedEnv bad("HPDT_ATTENTION_V3_ORDER", "diagonal");
+  HPDT_EXPECT_THROW_MSG(grads_of(c, dt, qkv_g, dout_g, kernels::cuda::kAttentionFusedBackward),
+                        "HPDT_ATTENTION_V3_ORDER=diagonal: expected rotated or keys");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::attention_v3_rotated(qkv_g, c.heads),
+                        "HPDT_ATTENTION_V3_ORDER=diagonal: expected rotated or keys");
+}
 
 // HPDT_ATTENTION_BACKWARD=v3 makes auto's (the layers') tensor-core backward v3, bit for bit the explicit variant 3;
 // v2 and unset leave it v2; it changes no explicit variant, and a bad value is an error naming the variable. On the

@@ -9,8 +9,9 @@
 //   1: SIMT, f32 arithmetic, every dtype and any head dim <= 128;
 //   2: tensor cores (mma.sync m16n8k16, f32 accumulation), f16/bf16 with head dim a multiple of 8 and
 //      16-byte aligned tensors;
-//   3: as 2, with the backward in one pass (dQ added in key-block order into an f32 accumulator: 5 tile products
-//      instead of 7, still deterministic);
+//   3: as 2, with the backward in one pass (dQ added in a fixed order into an f32 accumulator: 5 tile products
+//      instead of 7, still deterministic; the order, key blocks in turn or rotated, is HPDT_ATTENTION_V3_ORDER's and
+//      the GPU's: attention_v3_rotated);
 //   0: the best one that applies (2 where it can run, else 1; the backward's 2 becomes 3 under
 //      HPDT_ATTENTION_BACKWARD=v3, for timing v3 in a training step).
 #pragma once
@@ -33,5 +34,11 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& lse, Tensor& ou
 // per query block for dQ (variant 3: dQ in the key blocks' pass, added in a fixed order).
 void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out, const Tensor& dout, int64_t heads,
                         Tensor& dqkv, const Stream& stream, int variant = kAttentionAuto);
+
+// Whether variant 3's backward of these tensors runs its rotated order (its key blocks start at different query
+// blocks, so that none waits for another's dQ adds; it needs a head's key blocks resident together) rather than key
+// order: HPDT_ATTENTION_V3_ORDER (rotated, the default, or keys) and what the current GPU holds at once. False
+// where variant 3 cannot run. For tests and the benchmark's counters.
+bool attention_v3_rotated(const Tensor& qkv, int64_t heads);
 
 }  // namespace hpdt::kernels::cuda
