@@ -25,7 +25,7 @@
 //   order they start (fused_ticket). In key order every key block visits the query blocks from the first and
 //   waits for the key block before it at every step; rotated (the default where a head's key blocks fit on the
 //   GPU at once), key block k starts at query block k nqb / nkb, and the query blocks take their adds in the order
-//   the key blocks reach them, so that in lockstep nobody waits (the schedule above dq_rank).
+//   the key blocks reach them, so that in lockstep nobody waits (the schedule above fused_offset).
 //
 // Variants (numbered, each kept, tested and timed):
 //   v1 SIMT, every dtype (the f32 path): 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i
@@ -825,7 +825,7 @@ __device__ __forceinline__ int& fused_ticket() {
 }
 
 // Variant 3's schedule: the order in which a key block visits the query blocks, and its place in each query block's
-// order of dQ adds. The host picks one per call (`rotate`; HPDT_ATTENTION_V3_ORDER, v3_rotates below).
+// order of dQ adds. The host picks one per call (`rotate`; HPDT_ATTENTION_V3_ORDER, fused_backward_rotates below).
 //   - Key order (rotate 0): every key block visits query blocks 0, 1, ..., nqb - 1, and query block qb takes its
 //     adds from key blocks 0, 1, ..., nkb - 1 (rank kbi). All key blocks reach query block qb at about the same
 //     step, so its adds queue: key block kbi adds kbi hand-overs late at every step, a lag that grows along the key
@@ -844,11 +844,13 @@ __device__ __forceinline__ int& fused_offset() {
   return offset;
 }
 
-// The rotated order's query block and rank of step s, in slot s % 2: thread 0 computes them at the top of the step,
-// where only dK and dV are live (computed in the dQ step, next to its outputs, a division made the tall dh-128
-// kernel spill), and every warp reads them in the dQ step, and those of step s - 1 (the turn to pass on) in the
-// other slot. Thread 0 writes slot s % 2 after the loop's barrier at the top of step s, which every warp passes
-// only once done with step s - 1's dQ step, the last to read that slot (as step s - 2's turn to pass on).
+// The rotated order's query block and rank of step s (attention_schedule.cuh's v3_rotated_rank, checked on the CPU
+// by test_attention_schedule), in slot s % 2: thread 0 computes them at the top of the step, where only dK and dV
+// are live (computed in the dQ step, next to its outputs, a division made the tall dh-128 kernel spill), and every
+// warp reads them in the dQ step, and those of step s - 1 (the turn to pass on) in the other slot. (The query block
+// could be computed again from s - 1, but with it the tall kernel spilled 16 bytes.) Thread 0 writes slot s % 2
+// after the loop's barrier at the top of step s, which every warp passes only once done with step s - 1's dQ step,
+// the last to read that slot (as step s - 2's turn to pass on).
 __device__ __forceinline__ int2* fused_turn_info() {
   __shared__ int2 info[2];
   return info;
@@ -863,12 +865,6 @@ __device__ __forceinline__ int query_block_at(int s, int nqb) {
   } else {
     return s;
   }
-}
-
-// Key block kbi's place in query block qb's order of dQ adds: 0 the first, nkb - 1 the last (rotated:
-// attention_schedule.cuh, checked on the CPU by test_attention_schedule).
-__device__ __forceinline__ int dq_rank(int qb, int kbi, int nkb, int nqb, bool rotate) {
-  return rotate ? detail::v3_rotated_rank(qb, kbi, nkb, nqb) : kbi;
 }
 
 // Passes query block qb's turn on (this warp's counter, batch and head bh): the warp's adds to it first (release),
@@ -894,24 +890,23 @@ __device__ __forceinline__ unsigned block_of() {
 //   - The GEMM (BR x DHP outputs, K = BC): dS from ds_s, where the warps left dS^T ([key][query], so the A
 //     fragments come through ldmatrix .trans), K from k_s. The (BR / 16) x (DHP / 16) output units of 16 x 16 go
 //     to the 4 warps round-robin, the same units to warp w in every CTA.
-//   - The order, per warp: warp w of key block kbi (0 .. nkb - 1 of its batch and head) waits until its turn
-//     counter for the query block reads its rank (dq_rank; in key order kbi), i.e. until warp w of the key block
-//     before it has added its units; the first stores its share into the f32 accumulator acc, the middle ones add
-//     to it, the last adds, scales and stores dQ itself in T (one key block: it stores straight to dQ). The
-//     counter is read once before the GEMM (an acquire load, whose latency the GEMM hides; in the rotated order
-//     the turn has usually come by then) and again only while it is not yet this block's turn. The middle ones
-//     add with a vector red, a
-//     reduction performed in L2, so that the accumulator is not read back to the SM nkb times (at t = 4096, dh 128
-//     a load and a store of it per key block would be 2 x 64 x 268 MB of L2 traffic a backward; the adds are half
-//     that, as FlashAttention-2's, whose order is not fixed). So every dQ element is the same sum in the same
-//     order on every run (the reductions are float atomics, but one at a time per element, in the turns' order),
-//     with one f32 accumulator of [b, heads, t, dh]; the accumulator needs no zeroing, the counters do. A warp
-//     waits only for the same warp of the block before (the units it adds to), so the step needs no block barrier
-//     after the GEMM's. In key order, key block kbi - 1 went to a block that started before this one (the kernel
-//     hands out its work by tickets, in the order blocks start), so it is resident or done and the wait ends,
-//     whatever order the GPU dispatches blocks in; FlashAttention-2's deterministic backward orders its dQ adds the
-//     same way (per CTA), relying on dispatch in index order instead. The rotated order needs the head's key blocks
-//     resident together (above). A wait past watchdog.cuh's kWaitTimeoutNs traps (a lost turn would hang the GPU).
+//   - The order, per warp: warp w of key block kbi (0 .. nkb - 1 of its batch and head) waits until its turn counter
+//     for the query block reads its rank (fused_turn_info; in key order kbi), i.e. until warp w of the key block before
+//     it has added its units; the first stores its share into the f32 accumulator acc, the middle ones add to it, the
+//     last adds, scales and stores dQ itself in T (one key block: it stores straight to dQ). The counter is read once
+//     before the GEMM (an acquire load, whose latency the GEMM hides; in the rotated order the turn has usually come by
+//     then) and again only while it is not yet this block's turn. The middle ones add with a vector red, a reduction
+//     performed in L2, so that the accumulator is not read back to the SM nkb times (at t = 4096, dh 128 a load and a
+//     store of it per key block would be 2 x 64 x 268 MB of L2 traffic a backward; the adds are half that, as
+//     FlashAttention-2's, whose order is not fixed). So every dQ element is the same sum in the same order on every run
+//     (the reductions are float atomics, but one at a time per element, in the turns' order), with one f32 accumulator
+//     of [b, heads, t, dh]; the accumulator needs no zeroing, the counters do. A warp waits only for the same warp of
+//     the block before (the units it adds to), so the step needs no block barrier after the GEMM's. In key order, key
+//     block kbi - 1 went to a block that started before this one (the kernel hands out its work by tickets, in the
+//     order blocks start), so it is resident or done and the wait ends, whatever order the GPU dispatches blocks in;
+//     FlashAttention-2's deterministic backward orders its dQ adds the same way (per CTA), relying on dispatch in index
+//     order instead. The rotated order needs the head's key blocks resident together (above). A wait past
+//     watchdog.cuh's kWaitTimeoutNs traps (a lost turn would hang the GPU).
 //   - Passing the turn on: in key order right after the adds; rotated, the step before's at the start of this one
 //     (pass_turn). A key block's last step in the rotated order is the query block it reaches after every other key
 //     block (rank nkb - 1): no turn to pass on.
@@ -1038,7 +1033,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   // not from blockIdx.x: key block kbi waits for kbi - 1 in its dQ steps, and a ticket handed out earlier went to
   // a block that is resident or done, whatever order the GPU dispatches blocks in (CUB's single-pass scans take
   // their tiles the same way). The ticket counter follows the turns (one cudaMemsetAsync zeroes both).
-  // Its first query block (fused_offset) follows from the key block: the schedule above dq_rank.
+  // Its first query block (fused_offset) follows from the key block: the schedule above fused_offset.
   if constexpr (FUSED_DQ) {
     if (threadIdx.x == 0) {
       const int nqb_all = (t + BR - 1) / BR;
@@ -1082,7 +1077,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     if constexpr (FUSED_DQ) {
       if (rotate && threadIdx.x == 0) {  // this step's query block and rank, for the dQ step (fused_turn_info)
         const int qb = query_block_at<true>(s, nqb);
-        fused_turn_info()[s & 1] = make_int2(qb, dq_rank(qb, fused_ticket() % nkb, nkb, nqb, true));
+        fused_turn_info()[s & 1] = make_int2(qb, detail::v3_rotated_rank(qb, fused_ticket() % nkb, nkb, nqb));
       }
     }
     if (s + 1 < nqb) {
@@ -1396,35 +1391,30 @@ void with_backward_tiles(F&& f) {
   }
 }
 
-// Variant 3's order (the schedule above dq_rank): HPDT_ATTENTION_V3_ORDER=rotated (unset: the default) or keys,
-// read at every call; anything else is an error naming the variable. Rotated needs the nkb key blocks of a head
-// resident at once, so it runs only where nkb is at most half of what the GPU holds of the kernel at once (the
-// occupancy calculator's blocks an SM times the SMs; on the emulator, CUDA_EMU_RESIDENT): the other half leaves
-// room for what runs beside it (a comm kernel, another process's under MPS). Elsewhere, and at one key block, key
-// order (and where the ranks would not fit their 32-bit arithmetic, v3_rotation_fits: far beyond what a GPU holds).
-// The dK/dV kernel's limit on dynamic shared memory must be raised first (allow_dynamic_smem).
-template <auto Kernel>
-bool v3_rotates(int nkb, int nqb, size_t smem) {
-  const bool wanted = env_switch("HPDT_ATTENTION_V3_ORDER", "rotated", "keys");
-  if (!wanted || nkb < 2 || !detail::v3_rotation_fits(nkb, nqb)) return false;
-#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-  (void)smem;
-  const int64_t resident = cuda_emu::resident_blocks();
-#else
-  int device = 0;
-  HPDT_CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t resident = int64_t(detail::blocks_per_sm<Kernel>(kMmaThreads, int(smem))) * detail::sm_count(device);
-#endif
-  return 2 * int64_t(nkb) <= resident;
-}
-
-// v3_rotates for the fused dK/dV kernel of this dtype, head dim and tile (the dynamic shared memory allowed first).
+// Variant 3's order for the fused dK/dV kernel of this dtype, head dim and tile at sequence length t (the schedule
+// above fused_offset): HPDT_ATTENTION_V3_ORDER=rotated (unset: the default) or keys, read at every call; anything
+// else is an error naming the variable. Rotated needs the nkb key blocks of a head resident at once, so it runs
+// only where nkb is at most half of what the GPU holds of the kernel at once (the occupancy calculator's blocks an
+// SM times the SMs; on the emulator, CUDA_EMU_RESIDENT): the other half leaves room for what runs beside it (a comm
+// kernel, another process's under MPS). Elsewhere, and at one key block, key order (and where the ranks would not
+// fit their 32-bit arithmetic, v3_rotation_fits: far beyond what a GPU holds). Raises the kernel's limit on dynamic
+// shared memory first (allow_dynamic_smem), which the occupancy query and the launch need.
 template <class T, int DHP, class Tile>
 bool fused_backward_rotates(int t) {
   const size_t smem = mma_dkdv_smem<DHP, Tile, true>();
   constexpr auto fused = attention_backward_dkdv_v2_kernel<T, DHP, Tile, true>;
   detail::allow_dynamic_smem<fused>(int(smem));
-  return v3_rotates<fused>((t + Tile::BLOCK - 1) / Tile::BLOCK, (t + Tile::STEP - 1) / Tile::STEP, smem);
+  const int nkb = (t + Tile::BLOCK - 1) / Tile::BLOCK, nqb = (t + Tile::STEP - 1) / Tile::STEP;
+  const bool wanted = env_switch("HPDT_ATTENTION_V3_ORDER", "rotated", "keys");
+  if (!wanted || nkb < 2 || !detail::v3_rotation_fits(nkb, nqb)) return false;
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  const int64_t resident = cuda_emu::resident_blocks();
+#else
+  int device = 0;
+  HPDT_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t resident = int64_t(detail::blocks_per_sm<fused>(kMmaThreads, int(smem))) * detail::sm_count(device);
+#endif
+  return 2 * int64_t(nkb) <= resident;
 }
 
 }  // namespace
@@ -1531,7 +1521,7 @@ void attention_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
             const int64_t dkdv_ctas = int64_t(g.b) * g.heads * key_blocks;
             if (variant == kAttentionFusedBackward) {
               // variant 3: one pass; dQ through an f32 accumulator and zeroed turn counters (per query block and
-              // warp), in key order or rotated (v3_rotates)
+              // warp), in key order or rotated (fused_backward_rotates)
               const AllocOptions on{.stream = &stream};
               const int query_blocks = (g.t + KT::STEP - 1) / KT::STEP;
               Tensor acc = Tensor::empty({g.b, g.heads, g.t, g.dh}, DType::f32, qkv.device(), on);

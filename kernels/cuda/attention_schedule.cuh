@@ -1,4 +1,4 @@
-// Attention v3's rotated order (kernels/cuda/attention.cu, the schedule above dq_rank): where key block kbi of a
+// Attention v3's rotated order (kernels/cuda/attention.cu, the schedule above fused_offset): where key block kbi of a
 // head's nkb starts among its nqb query blocks, and its rank in a query block's order of dQ adds. Plain C++ for the
 // host and the device: tests/kernels/test_attention_schedule.cpp checks on the CPU that the ranks are the order in
 // which the key blocks reach each query block.
