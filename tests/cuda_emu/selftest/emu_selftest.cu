@@ -784,6 +784,35 @@ __global__ void refill_under_readers(const __grid_constant__ CUtensorMap map, fl
   }
 }
 
+// Every warp has seen the first fill complete; thread 0 then refills the stage (CUDA_EMU_TMA=early: it lands at
+// once) and no one waits for it before the wgmmas read the stage: they read lines filled for a phase their warps
+// have not seen complete, whatever the order the emulator runs the warps in (refill_under_readers may stop on its
+// wait instead).
+__global__ void refill_before_the_wgmma(const __grid_constant__ CUtensorMap map, float* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u, bar = base + 8192;
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    mbar_expect(bar, 8192);
+    tma_2d(base, &map, bar, 0, 0);
+  }
+  __syncthreads();
+  while (!mbar_try_wait(bar, 0)) {
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_expect(bar, 8192);
+    tma_2d(base, &map, bar, 0, 64);
+  }
+  __syncthreads();
+  float d[4] = {0, 0, 0, 0};
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  mma_m64n8k16(d, desc128(base), desc128(base));
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  out[threadIdx.x] = d[0];
+}
+
 // Thread 0 completes phase 0 of an mbarrier, passes it, then waits for phase 2 (parity 0 again) while phase 1 is
 // still open: the parity matches the old phase, so the wait passes at once, on a GPU too.
 __global__ void wait_two_phases_ahead() {
@@ -826,6 +855,15 @@ TEST(CudaEmuDeathTest, StopsOnHopperFaults) {
         cudaDeviceSynchronize();
       },
       "was refilled before every reader|no thread of the block can complete");
+  cudaFuncSetAttribute(refill_before_the_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, 16384);
+  EXPECT_DEATH(
+      {
+        setenv("CUDA_EMU_TMA", "early", 1);
+        refill_before_the_wgmma<<<1, 128, 16384>>>(map, f.d);
+        cudaDeviceSynchronize();
+      },
+      "TMA filled for phase 2 of the mbarrier .* while this warp has seen 1 phases of it complete: the stage was "
+      "refilled before every reader");
 }
 
 // ---- launch configuration ----------------------------------------------------------------------------------

@@ -697,11 +697,16 @@ void end_block_smem() {
 #endif
 }
 
+// Whether [addr, addr + bytes) lies in the block's dynamic or static shared memory.
+bool in_shared(uint32_t addr, size_t bytes) {
+  const size_t a = addr;
+  return (a >= E.b->dyn_start && a + bytes <= E.b->dyn_start + E.b->dyn_bytes) ||
+         (a >= kStaticBegin && a + bytes <= kStaticBegin + E.b->static_top);
+}
+
 unsigned char* shared_ptr(uint32_t addr, size_t bytes, const char* what, const Loc& loc) {
   const size_t a = addr;
-  const bool in_dyn = a >= E.b->dyn_start && a + bytes <= E.b->dyn_start + E.b->dyn_bytes;
-  const bool in_static = a >= kStaticBegin && a + bytes <= kStaticBegin + E.b->static_top;
-  if (!in_dyn && !in_static) {
+  if (!in_shared(addr, bytes)) {
     if (a >= kDynBegin && a < kDynEnd + kPage)
       fatal(
           "%s at %s:%u: shared address 0x%x (%zu bytes) outside the %zu bytes of dynamic shared memory "
@@ -1501,36 +1506,65 @@ bool yield_to_others() {
   return true;
 }
 
-// One element of a 16-bit matrix held in shared memory as wgmma's descriptor describes it, with the 128-byte
-// swizzle (the only mode emulated): row `row` (m of A, n of B), column k. PTX ISA, "Shared Memory Matrix
-// Layout", canonical layouts in units of 8 16-bit values (T = 8):
+// The 16-bit elements of one wgmma operand held in shared memory as its descriptor describes it, with the
+// 128-byte swizzle (the only mode emulated): element (row, k) is row `row` (m of A, n of B), column k. PTX ISA,
+// "Shared Memory Matrix Layout", canonical layouts in units of 8 16-bit values (T = 8):
 //   k-major:  ((8,m),(T,2k)):((8T,SBO),(1,T)): a row's k values in one 128-byte row, rows 128 bytes apart,
 //             8-row groups SBO apart;
 //   MN-major: ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)): 64 m (or n) values in one 128-byte row per k, k rows
 //             128 bytes apart, 8-row groups of k SBO apart, 64-wide blocks of m (n) LBO apart.
-uint16_t wgmma_element(uint64_t desc, bool mn_major, int row, int k, const Fiber& reader, const Loc& loc) {
-  const uint32_t start = uint32_t(desc & 0x3fffu) << 4;
-  const uint32_t lbo = uint32_t((desc >> 16) & 0x3fffu) << 4;
-  const uint32_t sbo = uint32_t((desc >> 32) & 0x3fffu) << 4;
-  const uint32_t addr =
-      mn_major ? start + uint32_t(row / 64) * lbo + uint32_t(k / 8) * sbo + uint32_t(k % 8) * 128u + uint32_t(row % 64) * 2u
-               : start + uint32_t(row / 8) * sbo + uint32_t(row % 8) * 128u + uint32_t(k) * 2u;
-  const uint32_t phys = (addr & ~0x3ffu) | swizzle_offset(addr & 0x3ffu, CU_TENSOR_MAP_SWIZZLE_128B);
-  const auto fill = E.b->fills.find(phys / 128);
-  if (fill != E.b->fills.end()) {
-    const auto seen = reader.seen_phases.find(fill->second.bar);
-    const uint64_t seen_phase = seen == reader.seen_phases.end() ? 0 : seen->second;
-    if (fill->second.phase > seen_phase)
-      fatal("wgmma at %s:%u (warp %d) reads shared memory at 0x%x that TMA filled for phase %llu of the mbarrier at "
+// The swizzle moves 16-byte chunks inside their 128-byte line, so the elements of a line share the checks: TMA's
+// fill of the line against the phases the reading warp has seen, and the bounds. They run once a line entered
+// (the emulator's hot spot was running them for every element); read k-major operands row by row and MN-major
+// ones k by k to stay on a line.
+class WgmmaOperand {
+ public:
+  WgmmaOperand(uint64_t desc, bool mn_major, const Fiber& reader, const Loc& loc)
+      : start_(uint32_t(desc & 0x3fffu) << 4),
+        lbo_(uint32_t((desc >> 16) & 0x3fffu) << 4),
+        sbo_(uint32_t((desc >> 32) & 0x3fffu) << 4),
+        mn_major_(mn_major),
+        reader_(reader),
+        loc_(loc) {}
+
+  uint16_t operator()(int row, int k) {
+    const uint32_t addr = mn_major_ ? start_ + uint32_t(row / 64) * lbo_ + uint32_t(k / 8) * sbo_ +
+                                          uint32_t(k % 8) * 128u + uint32_t(row % 64) * 2u
+                                    : start_ + uint32_t(row / 8) * sbo_ + uint32_t(row % 8) * 128u + uint32_t(k) * 2u;
+    const uint32_t phys = (addr & ~0x3ffu) | swizzle_offset(addr & 0x3ffu, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (phys / 128 != line_) enter_line(phys);
+    // a line partly outside shared memory: the element's own bounds (the message names it)
+    const unsigned char* p = line_base_ ? line_base_ + phys % 128 : shared_ptr(phys, 2, "wgmma operand", loc_);
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  }
+
+ private:
+  void enter_line(uint32_t phys) {
+    line_ = phys / 128;
+    const auto fill = E.b->fills.find(line_);
+    if (fill != E.b->fills.end()) {
+      const auto seen = reader_.seen_phases.find(fill->second.bar);
+      const uint64_t seen_phase = seen == reader_.seen_phases.end() ? 0 : seen->second;
+      if (fill->second.phase > seen_phase)
+        fatal(
+            "wgmma at %s:%u (warp %d) reads shared memory at 0x%x that TMA filled for phase %llu of the mbarrier at "
             "0x%x, while this warp has seen %llu phases of it complete: the stage was refilled before every reader "
             "was done with it (a missing barrier or release before the refill)",
-            short_file(loc.file_name()), loc.line(), reader.index / 32, phys, (unsigned long long)fill->second.phase,
+            short_file(loc_.file_name()), loc_.line(), reader_.index / 32, phys, (unsigned long long)fill->second.phase,
             fill->second.bar, (unsigned long long)seen_phase);
+    }
+    line_base_ = in_shared(line_ * 128, 128) ? E.b->window + size_t(line_) * 128 : nullptr;
   }
-  uint16_t v;
-  std::memcpy(&v, shared_ptr(phys, 2, "wgmma operand", loc), 2);
-  return v;
-}
+
+  const uint32_t start_, lbo_, sbo_;
+  const bool mn_major_;
+  const Fiber& reader_;
+  const Loc& loc_;
+  uint32_t line_ = ~0u;
+  const unsigned char* line_base_ = nullptr;
+};
 
 void check_wgmma_desc(uint64_t desc, bool mn_major, const char* which, const Loc& loc) {
   const int mode = int(desc >> 62);
@@ -1566,28 +1600,41 @@ void perform_wgmmas(Fiber* lanes, uint32_t mask, size_t count) {
               op.loc.line(), lanes[0].index / 32);
     }
     auto to_f32 = [&](uint16_t h) { return op.ab_type ? bf16_to_f32(h) : f16_to_f32(h); };
+    // The warp's 16 x n block of D at once, k outermost: the n columns' chains are independent (vectorized), and
+    // each element still takes its 16 products in k order, one fma each (the bits of a lane-by-lane loop).
+    const size_t n = size_t(op.n);
     float A[16][16];
-    std::vector<float> B(size_t(op.n) * 16);
-    for (int r = 0; r < 16; ++r)
-      for (int k = 0; k < 16; ++k)
-        A[r][k] = to_f32(wgmma_element(op.desc_a, op.mn_a, wg_warp * 16 + r, k, lanes[0], op.loc));
-    for (int n = 0; n < op.n; ++n)
-      for (int k = 0; k < 16; ++k)
-        B[size_t(n) * 16 + k] = to_f32(wgmma_element(op.desc_b, op.mn_b, n, k, lanes[0], op.loc));
+    thread_local std::vector<float> Bt, D;  // [k][n], [row][n]
+    Bt.resize(16 * n);
+    D.assign(16 * n, 0.0f);
+    WgmmaOperand a(op.desc_a, op.mn_a, lanes[0], op.loc), b(op.desc_b, op.mn_b, lanes[0], op.loc);
+    const auto gather = [](int rows, bool mn_major, auto&& set) {  // in the layout's line order
+      for (int outer = 0; outer < (mn_major ? 16 : rows); ++outer)
+        for (int inner = 0; inner < (mn_major ? rows : 16); ++inner) mn_major ? set(inner, outer) : set(outer, inner);
+    };
+    gather(16, op.mn_a, [&](int r, int k) { A[r][k] = to_f32(a(wg_warp * 16 + r, k)); });
+    gather(op.n, op.mn_b, [&](int c, int k) { Bt[size_t(k) * n + size_t(c)] = to_f32(b(c, k)); });
     // D fragment (PTX ISA, wgmma .m64nNk16 f32 accumulators): lane l holds rows l / 4 and l / 4 + 8 of the
     // warp's 16; d[4 j + 2 h + e] is column 8 j + 2 (l % 4) + e of row l / 4 + 8 h.
-    for (uint32_t m = mask; m; m &= m - 1) {
-      const int l = std::countr_zero(m);
-      const Wgmma& o = lanes[l].wgmmas[i];
-      for (int j = 0; j < op.n / 8; ++j)
-        for (int h = 0; h < 2; ++h)
-          for (int e = 0; e < 2; ++e) {
-            const int row = l / 4 + 8 * h, col = 8 * j + 2 * (l % 4) + e;
-            float acc = op.scale_d ? *o.d[size_t(4 * j + 2 * h + e)] : 0.0f;
-            for (int k = 0; k < 16; ++k) acc = std::fma(A[row][k], B[size_t(col) * 16 + k], acc);
-            *o.d[size_t(4 * j + 2 * h + e)] = acc;
-          }
-    }
+    const auto fragment = [&](auto&& visit) {
+      for (uint32_t m = mask; m; m &= m - 1) {
+        const int l = std::countr_zero(m);
+        const Wgmma& o = lanes[l].wgmmas[i];
+        for (int j = 0; j < op.n / 8; ++j)
+          for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e)
+              visit(*o.d[size_t(4 * j + 2 * h + e)], D[size_t(l / 4 + 8 * h) * n + size_t(8 * j + 2 * (l % 4) + e)]);
+      }
+    };
+    if (op.scale_d) fragment([](const float& reg, float& acc) { acc = reg; });
+    for (int r = 0; r < 16; ++r)
+      for (int k = 0; k < 16; ++k) {
+        const float x = A[r][k];
+        float* __restrict__ acc = &D[size_t(r) * n];
+        const float* __restrict__ bk = &Bt[size_t(k) * n];
+        for (size_t c = 0; c < n; ++c) acc[c] = std::fma(x, bk[c], acc[c]);
+      }
+    fragment([](float& reg, const float& acc) { reg = acc; });
   }
   for (uint32_t m = mask; m; m &= m - 1) {
     Fiber& f = lanes[std::countr_zero(m)];
