@@ -1287,8 +1287,8 @@ void mma_m16n8k16_f32(int ab_type, float* d, const uint32_t* a, const uint32_t* 
                  for (int i = 0; i < 128; ++i) (&B[0][0])[i] = f16_to_f32((&Bb[0][0])[i]);
                }
                // 16-bit products are exact in f32; each sum in f32, k in order (fma chains, vectorised over n).
-               for (int k = 0; k < 16; ++k)
-                 for (int m = 0; m < 16; ++m)
+               for (int m = 0; m < 16; ++m)  // a row's 8 sums held in one register over k
+                 for (int k = 0; k < 16; ++k)
                    for (int n = 0; n < 8; ++n) D[m][n] = std::fma(A[m][k], B[k][n], D[m][n]);
                for (int l = 0; l < 32; ++l) {
                  const int g = l / 4, q = l % 4;
