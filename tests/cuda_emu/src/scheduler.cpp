@@ -29,6 +29,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "internal.h"
 
@@ -1527,17 +1528,18 @@ class WgmmaOperand {
         reader_(reader),
         loc_(loc) {}
 
-  uint16_t operator()(int row, int k) {
+  bool mn_major() const { return mn_major_; }
+
+  // The 8 elements from (row, k) on along the layout's contiguous dimension (k k-major, row MN-major; that
+  // coordinate a multiple of 8): one 16-byte chunk, which the swizzle moves whole.
+  const unsigned char* chunk(int row, int k) {
     const uint32_t addr = mn_major_ ? start_ + uint32_t(row / 64) * lbo_ + uint32_t(k / 8) * sbo_ +
                                           uint32_t(k % 8) * 128u + uint32_t(row % 64) * 2u
                                     : start_ + uint32_t(row / 8) * sbo_ + uint32_t(row % 8) * 128u + uint32_t(k) * 2u;
     const uint32_t phys = (addr & ~0x3ffu) | swizzle_offset(addr & 0x3ffu, CU_TENSOR_MAP_SWIZZLE_128B);
     if (phys / 128 != line_) enter_line(phys);
-    // a line partly outside shared memory: the element's own bounds (the message names it)
-    const unsigned char* p = line_base_ ? line_base_ + phys % 128 : shared_ptr(phys, 2, "wgmma operand", loc_);
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
+    // a line partly outside shared memory: the chunk's own bounds (the message names it)
+    return line_base_ ? line_base_ + phys % 128 : shared_ptr(phys, 16, "wgmma operand", loc_);
   }
 
  private:
@@ -1600,20 +1602,33 @@ void perform_wgmmas(Fiber* lanes, uint32_t mask, size_t count) {
               op.loc.line(), lanes[0].index / 32);
     }
     auto to_f32 = [&](uint16_t h) { return op.ab_type ? bf16_to_f32(h) : f16_to_f32(h); };
-    // The warp's 16 x n block of D at once, k outermost: the n columns' chains are independent (vectorized), and
-    // each element still takes its 16 products in k order, one fma each (the bits of a lane-by-lane loop).
+    // The warp's 16 x n block of D at once, vectorised over n: each element still takes its 16 products in k
+    // order, one fma each (the bits of a lane-by-lane loop).
     const size_t n = size_t(op.n);
     float A[16][16];
     thread_local std::vector<float> Bt, D;  // [k][n], [row][n]
     Bt.resize(16 * n);
     D.assign(16 * n, 0.0f);
     WgmmaOperand a(op.desc_a, op.mn_a, lanes[0], op.loc), b(op.desc_b, op.mn_b, lanes[0], op.loc);
-    const auto gather = [](int rows, bool mn_major, auto&& set) {  // in the layout's line order
-      for (int outer = 0; outer < (mn_major ? 16 : rows); ++outer)
-        for (int inner = 0; inner < (mn_major ? rows : 16); ++inner) mn_major ? set(inner, outer) : set(outer, inner);
+    // in the layout's order, a 16-byte chunk at a time: row by row k-major, k by k MN-major
+    const auto gather = [&](WgmmaOperand& src, int row0, int rows, auto&& set) {
+      uint16_t v[8];
+      if (!src.mn_major()) {
+        for (int r = 0; r < rows; ++r)
+          for (int k0 = 0; k0 < 16; k0 += 8) {
+            std::memcpy(v, src.chunk(row0 + r, k0), 16);
+            for (int e = 0; e < 8; ++e) set(r, k0 + e, v[e]);
+          }
+      } else {
+        for (int k = 0; k < 16; ++k)
+          for (int r0 = 0; r0 < rows; r0 += 8) {
+            std::memcpy(v, src.chunk(row0 + r0, k), 16);
+            for (int e = 0; e < 8; ++e) set(r0 + e, k, v[e]);
+          }
+      }
     };
-    gather(16, op.mn_a, [&](int r, int k) { A[r][k] = to_f32(a(wg_warp * 16 + r, k)); });
-    gather(op.n, op.mn_b, [&](int c, int k) { Bt[size_t(k) * n + size_t(c)] = to_f32(b(c, k)); });
+    gather(a, wg_warp * 16, 16, [&](int r, int k, uint16_t h) { A[r][k] = to_f32(h); });
+    gather(b, 0, op.n, [&](int c, int k, uint16_t h) { Bt[size_t(k) * n + size_t(c)] = to_f32(h); });
     // D fragment (PTX ISA, wgmma .m64nNk16 f32 accumulators): lane l holds rows l / 4 and l / 4 + 8 of the
     // warp's 16; d[4 j + 2 h + e] is column 8 j + 2 (l % 4) + e of row l / 4 + 8 h.
     const auto fragment = [&](auto&& visit) {
@@ -1627,13 +1642,24 @@ void perform_wgmmas(Fiber* lanes, uint32_t mask, size_t count) {
       }
     };
     if (op.scale_d) fragment([](const float& reg, float& acc) { acc = reg; });
-    for (int r = 0; r < 16; ++r)
-      for (int k = 0; k < 16; ++k) {
-        const float x = A[r][k];
-        float* __restrict__ acc = &D[size_t(r) * n];
-        const float* __restrict__ bk = &Bt[size_t(k) * n];
-        for (size_t c = 0; c < n; ++c) acc[c] = std::fma(x, bk[c], acc[c]);
-      }
+    // W columns' sums held in registers over k (64: 8 independent vector chains)
+    const auto accumulate = [&]<size_t W>(std::integral_constant<size_t, W>) {
+      for (int r = 0; r < 16; ++r)
+        for (size_t c0 = 0; c0 < n; c0 += W) {
+          float acc[W];
+          std::memcpy(acc, &D[size_t(r) * n + c0], sizeof acc);
+          for (int k = 0; k < 16; ++k) {
+            const float x = A[r][k];
+            const float* bk = &Bt[size_t(k) * n + c0];
+            for (size_t c = 0; c < W; ++c) acc[c] = std::fma(x, bk[c], acc[c]);
+          }
+          std::memcpy(&D[size_t(r) * n + c0], acc, sizeof acc);
+        }
+    };
+    if (n % 64 == 0)
+      accumulate(std::integral_constant<size_t, 64>{});
+    else
+      accumulate(std::integral_constant<size_t, 8>{});  // n is a multiple of 8
     fragment([](float& reg, const float& acc) { reg = acc; });
   }
   for (uint32_t m = mask; m; m &= m - 1) {
