@@ -1515,7 +1515,7 @@ bool yield_to_others() {
 //   MN-major: ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)): 64 m (or n) values in one 128-byte row per k, k rows
 //             128 bytes apart, 8-row groups of k SBO apart, 64-wide blocks of m (n) LBO apart.
 // The swizzle moves 16-byte chunks inside their 128-byte line, so the elements of a line share the checks: TMA's
-// fill of the line against the phases the reading warp has seen, and the bounds. They run once a line entered
+// fill of the line against the phases the reading warp has seen, and the bounds. They run when a read enters a line
 // (the emulator's hot spot was running them for every element); read k-major operands row by row and MN-major
 // ones k by k to stay on a line.
 class WgmmaOperand {
