@@ -183,8 +183,14 @@ machine_load() {
     sed 's/, */ /g' | tr '\n' ';' | sed 's/;$//')
   echo "load $load${apps:+; GPU already held by: $apps}"
 }
+bench_label() {  # kind exe-or-name args: a peer's NAME; a bench's output file (--out, --benchmark_out, -J) without
+  # .json, since one executable serves many entries (the training steps), else the executable's name
+  local label
+  [ "$1" = bench ] && label=$(echo "$3" | grep -oE -- '(--out|--benchmark_out|-J)[= ][^ ]+' | head -1 | sed -E 's/^[^= ]+[= ]//')
+  label=$(basename "${label:-$2}"); echo "${label%.json}"
+}
 run_bench() {  # kind exe-or-name command-line
-  local kind=$1 name=$2 cmdline; cmdline=$(expand "$3")
+  local kind=$1 name=$2 cmdline label; cmdline=$(expand "$3"); label=$(bench_label "$1" "$2" "$3")
   [ "$kind" = bench ] && cmdline="$bundle/bin/$name $cmdline"
   local log=$out/bench/$(basename "$name").log t0=$SECONDS before
   [ -f "$log" ] && log=$out/bench/$(basename "$name").$t0.log
@@ -192,8 +198,9 @@ run_bench() {  # kind exe-or-name command-line
   timeout --kill-after=10 "$(limit 1200)" bash -c "$cmdline" < /dev/null > "$log" 2>&1
   local rc=$? st
   st=$(status $rc)
-  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s  (at start: %s)' "$st" "$kind $(basename "$name")" "$rc" $((SECONDS - t0)) "$(basename "$log")" "$before")"
-  [ "$st" = ok ] || echo "$kind $name" >> "$out/.failed"
+  # (started at t0 s after the start: what the next lease's order is planned from)
+  note "$(printf '%-9s %-44s rc=%-3s %4ss  %s  (at %ss; load at start: %s)' "$st" "$kind $label" "$rc" $((SECONDS - t0)) "$(basename "$log")" "$((t0 - start))" "$before")"
+  [ "$st" = ok ] || echo "$kind $label" >> "$out/.failed"
 }
 run_smoke() {  # ranks exe
   local t0=$SECONDS
@@ -313,7 +320,7 @@ if [ $bench -eq 1 ]; then
     case "$kind" in bench | peer) ;; *) continue ;; esac
     selected "$exe$args" || continue
     finish_prewarm "$(basename "$exe")" wait
-    if [ "$(left)" -le 0 ]; then not_run "$kind $exe $(echo "$args" | grep -oE -- '--out[= ][^ ]*' | head -1)"; continue; fi
+    if [ "$(left)" -le 0 ]; then not_run "$kind $(bench_label "$kind" "$exe" "$args")"; continue; fi
     run_bench "$kind" "$exe" "$args"
     # an Nsight Compute profile (peer ncu_*) is rendered at once, inside the deadline: at the call's end (device.sh)
     # the rendering of many reports would outlast the call's limit

@@ -17,7 +17,7 @@ printf '%s\t%s\t%s\t%s\n' \
   test 0 tests/kernels/test_elementwise_cuda "" \
   check 0 fast "echo fine" \
   check 0 slow "sleep 120" \
-  bench 0 bench/kernels/hpdt-bench-elementwise "--benchmark_filter=NONE" \
+  bench 0 bench/kernels/hpdt-bench-elementwise "--benchmark_filter=NONE --benchmark_out={out}/bench_fake.json" \
   peer 0 late "true" \
   peer 0 ncu_fake "echo report > {out}/ncu_fake.ncu-rep" \
   prewarm 0 late "sleep 1; echo warmed > {out}/late.warm" \
@@ -66,7 +66,8 @@ grep -qE '^ok +test_elementwise_cuda \[racecheck\] .*RACECHECK SUMMARY: 1 hazard
 grep -q "not_in_the_bundle" "$s" && fail "a listed binary that is not in the bundle ran"
 [ "$(grep -c 'test_elementwise_cuda \[memcheck' "$s")" -eq 2 ] || fail "memcheck should run as its two parts only"
 grep -qE '^CUT SHORT check slow +rc=124' "$s" || fail "the slow check was not cut at the deadline"
-grep -qE '^NOT RUN +bench bench/kernels/hpdt-bench-elementwise' "$s" || fail "the benchmark after the deadline"
+# (a benchmark's line names its output file: one executable serves many entries)
+grep -qE '^NOT RUN +bench bench_fake ' "$s" || fail "the benchmark after the deadline, by its output's name"
 grep -qE '^NOT RUN +peer late' "$s" || fail "the peer after the deadline"
 grep -qE "^NOT RUN +peer ncu_fake" "$s" || fail "the ncu peer after the deadline"
 # the prewarms started after the smoke, in the background: the quick one ended (its peer was not run: noted at the
@@ -79,9 +80,12 @@ grep -qE '^TOTAL .*runs failed or cut short: 2; not run \(deadline\): 3' "$s" ||
 [ -s "$w/out/environment.txt" ] && [ -s "$w/out/libraries.txt" ] || fail "environment.txt / libraries.txt missing"
 # A benchmark's line says what else the machine had when it started (the load, and other processes on the GPU):
 # a second, short run of the peer alone, after its prewarm.
-"$src/scripts/gpu/run.sh" "$w/out2" --bundle "$w/bundle" --only '^late' > "$w/log2" 2>&1 || { cat "$w/log2"; fail "the peer-only run"; }
-grep -qE '^ok +peer late +rc=0 .*late\.log  \(at start: load [0-9.]+ [0-9.]+ [0-9.]+' "$w/out2/summary.txt" ||
-  { cat "$w/out2/summary.txt"; fail "the benchmark line without the machine's load at its start"; }
+"$src/scripts/gpu/run.sh" "$w/out2" --bundle "$w/bundle" --only '^late|bench_fake' > "$w/log2" 2>&1 || { cat "$w/log2"; fail "the peer-only run"; }
+grep -qE '^ok +bench bench_fake +rc=0 .*hpdt-bench-elementwise\.log' "$w/out2/summary.txt" ||
+  { cat "$w/out2/summary.txt"; fail "the benchmark's line, named by its output file"; }
+# (and when it started, in seconds after the run's: the order of the next lease is planned from these)
+grep -qE '^ok +peer late +rc=0 .*late\.log  \(at [0-9]+s; load at start: load [0-9.]+ [0-9.]+ [0-9.]+' "$w/out2/summary.txt" ||
+  { cat "$w/out2/summary.txt"; fail "the benchmark line without its start or the machine's load at its start"; }
 # An Nsight Compute peer's report is rendered right after it, inside the run (scripts/gpu/ncu_reports.sh render),
 # by a stand-in ncu here: its details page, and its source page refused
 mkdir -p "$w/fakebin"
