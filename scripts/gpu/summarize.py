@@ -23,14 +23,50 @@ def load(path):
         return json.load(f)
 
 
-def gbench_medians(path):
-    """name (without /manual_time...) -> median aggregate record of a Google Benchmark JSON file."""
+def gbench_salvage(text):
+    """The complete records of a Google Benchmark JSON file whose writer was stopped (run.sh cuts a benchmark at the
+    lease's deadline): the reporter writes each benchmark's records as they finish, so every record before the cut
+    is whole. {"context": ..., "benchmarks": [...]}, or None where not even the list began."""
+    start = re.search(r'"benchmarks"\s*:\s*\[', text)
+    if not start:
+        return None
+    dec, pos, recs = json.JSONDecoder(), start.end(), []
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            rec, pos = dec.raw_decode(text, pos)
+        except ValueError:  # the record the cut went through, or the list's end
+            break
+        if not isinstance(rec, dict):
+            break
+        recs.append(rec)
+    context = {}
+    m = re.search(r'"context"\s*:\s*', text)
+    if m:
+        try:
+            context = dec.raw_decode(text, m.end())[0]
+        except ValueError:
+            pass
+    return {"context": context, "benchmarks": recs}
+
+
+def gbench_medians(path, cut=None):
+    """name (without /manual_time...) -> median aggregate record of a Google Benchmark JSON file. A file cut short
+    keeps the benchmarks that finished before the cut (gbench_salvage), and adds (path, records kept) to `cut`."""
     out = {}
+    with open(path) as f:
+        text = f.read()
     try:
-        doc = load(path)
-    except ValueError:  # empty: the benchmark ran nothing (its log says why)
-        print(f"summarize.py: {path} holds no JSON; skipped", file=sys.stderr)
-        return out
+        doc = json.loads(text)
+    except ValueError:
+        doc = gbench_salvage(text)
+        if doc is None:  # empty: the benchmark ran nothing (its log says why)
+            print(f"summarize.py: {path} holds no JSON; skipped", file=sys.stderr)
+            return out
+        if cut is not None:
+            cut.append((path, len(doc["benchmarks"])))
+        print(f"summarize.py: {path} was cut short; {len(doc['benchmarks'])} whole records kept", file=sys.stderr)
     for b in doc.get("benchmarks", []):
         if b.get("aggregate_name") != "median":
             continue
@@ -40,7 +76,7 @@ def gbench_medians(path):
 
 def collect(dirs):
     found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "train": {}, "torch": {}, "torch_prewarm": {},
-             "compress": [], "summary": [], "environment": ""}
+             "compress": [], "summary": [], "environment": "", "cut": []}
     for d in dirs:
         bench = os.path.join(d, "bench")
         for key, fname in [("gemm", "bench_gemm_cuda.json"), ("conv", "bench_conv_cuda.json"),
@@ -48,7 +84,7 @@ def collect(dirs):
                            ("attention", "bench_attention_cuda.json"), ("layers", "bench_layers_cuda.json")]:
             p = os.path.join(bench, fname)
             if os.path.exists(p):
-                found[key].update(gbench_medians(p))
+                found[key].update(gbench_medians(p, found["cut"]))
         for f in sorted(os.listdir(bench)) if os.path.isdir(bench) else []:
             if f.startswith("train_step_") and f.endswith(".json"):
                 key = f[len("train_step_"):-5]
@@ -995,6 +1031,10 @@ def main():
                 f"cuDNN {env.get('cudnn', '?')}, PyTorch {env.get('torch', '?')}; hpdt built at {build.get('git_commit', '?')[:12]} "
                 f"(nvcc {' '.join(build.get('nvcc', []))}). Medians; every ratio is of two numbers from the same run.")
     rows.append("")
+    for path, kept in f["cut"]:
+        rows.append(f"Cut short (the lease's deadline): `{os.path.relpath(path)}`, the {kept} records written before "
+                    "the cut are read; its other rows did not run.")
+        rows.append("")
     sections = [("Training step", lambda: train_table(f["train"], f["torch"], rows, numbers)),
                 ("torch.compile's compilation (the peer's first step)",
                  lambda: compile_time_table(f["torch"], f["torch_prewarm"], rows, numbers)),

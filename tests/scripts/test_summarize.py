@@ -333,6 +333,47 @@ class ConvStep(unittest.TestCase):
             self.assertAlmostEqual(n["total"]["nchw_v2_ms"], 9.0 + 6.0)
 
 
+class CutShort(unittest.TestCase):
+    """A benchmark cut at the lease's deadline leaves its JSON unfinished: the records written before the cut are
+    read, the one the cut went through is not, and the summary says the file was cut."""
+
+    def doc(self, names):
+        return {"context": {"date": "2026-11-29"},
+                "benchmarks": [{"name": n + "/manual_time_median", "run_name": n + "/manual_time",
+                                "aggregate_name": "median", "real_time": 1.0 + i} for i, n in enumerate(names)]}
+
+    def test_the_whole_records_before_the_cut(self):
+        names = ["conv/a/bf16/fwd/v2_tensor_core", "conv/a/bf16/fwd/cudnn", "conv/b/bf16/fwd/v2_tensor_core"]
+        text = json.dumps(self.doc(names), indent=2)
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "bench_conv_cuda.json")
+            cut_at = text.index('"conv/b/') + 5  # inside the third record
+            for end, kept in ((cut_at, 2), (text.rindex("]"), 3), (len(text), 3), (text.index("[") + 1, 0)):
+                with open(p, "w") as f:
+                    f.write(text[:end])
+                cut = []
+                m = summarize.gbench_medians(p, cut)
+                self.assertEqual(sorted(m), sorted(names[:kept]), end)
+                self.assertEqual(cut, [] if end == len(text) else [(p, kept)])
+            self.assertEqual(m, {})
+            with open(p, "w") as f:  # nothing written: no JSON at all, nothing read, not listed as cut
+                f.write("")
+            cut = []
+            self.assertEqual(summarize.gbench_medians(p, cut), {})
+            self.assertEqual(cut, [])
+
+    def test_collect_lists_the_cut_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "run", "bench"))
+            text = json.dumps(self.doc(["attention_fwd/v2/bf16/x", "attention_fwd/v2/bf16/y"]))
+            p = os.path.join(d, "run", "bench", "bench_attention_cuda.json")
+            with open(p, "w") as f:
+                f.write(text[:text.index("attention_fwd/v2/bf16/y")])
+            found = summarize.collect([os.path.join(d, "run")])
+            self.assertEqual(list(found["attention"]), ["attention_fwd/v2/bf16/x"])
+            self.assertEqual(found["cut"], [(p, 1)])
+
+
 class Sass(unittest.TestCase):
     def test_each_report_summary_is_a_block(self):
         with tempfile.TemporaryDirectory() as d:
