@@ -1,6 +1,6 @@
 // GPU self-attention: hpdt's flash-style kernels (v1 SIMT, v2 mma.sync tensor cores; forward and
 // backward; v3, v2 with the one-pass backward: backward rows only) beside an unfused reference in the same run,
-// timed with CUDA events (manual time).
+// each call timed on the GPU alone (manual time; gpu_timing.h), the x_unfused counter's both sides back to back.
 //
 // Reference ("unfused"): cuBLAS batched GEMMs (cublasGemmBatchedEx, f32 compute, one pointer per
 // (batch, head), reading q, k, v in place from the packed qkv rows as our kernels do) for S = scale QK^T
@@ -37,6 +37,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpu_timing.h"
 #include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
@@ -48,6 +49,7 @@
 namespace {
 
 using namespace hpdt;
+using namespace hpdt::bench;
 
 struct AttnShape {
   int64_t b, heads, t, dh;
@@ -67,11 +69,6 @@ struct AttnShape {
 
 const AttnShape kShapes[] = {
     {64, 12, 197, 64}, {8, 16, 1024, 64}, {8, 16, 1024, 128}, {8, 16, 4096, 64}, {8, 16, 4096, 128}};
-
-Stream& bench_stream() {
-  static Stream* s = new Stream(Stream::create_cuda(0));  // never destroyed: outlives CUDA's own teardown
-  return *s;
-}
 
 // Inputs and outputs of one shape and dtype on the GPU (q, k uniform in [-1, 1): realistic scores).
 struct Problem {
@@ -94,19 +91,6 @@ Problem make_problem(const AttnShape& sh, DType dt) {
   kernels::fill_uniform(p.qkv, -1, 1, 11, 0, s);
   kernels::fill_uniform(p.dout, -1, 1, 12, 0, s);
   return p;
-}
-
-// Seconds per call of `f`, averaged over `reps` back-to-back calls after one warm-up call.
-template <class F>
-double seconds_per_call(F&& f, int reps) {
-  const Stream& s = bench_stream();
-  f();
-  Event start(Device::cuda(0)), stop(Device::cuda(0));
-  start.record(s);
-  for (int i = 0; i < reps; ++i) f();
-  stop.record(s);
-  stop.synchronize();
-  return start.elapsed_ms(stop) / 1e3 / reps;
 }
 
 int reps_for(const AttnShape& sh) { return sh.t >= 4096 ? 3 : 10; }
@@ -275,19 +259,11 @@ double reference_seconds(const AttnShape& sh, DType dt, bool backward) {
   Problem p = make_problem(sh, dt);
   auto u = make_unfused(p, backward);
   unfused_forward(p, *u);
-  const double sec = backward ? seconds_per_call([&] { unfused_backward(p, *u); }, reps_for(sh))
-                              : seconds_per_call([&] { unfused_forward(p, *u); }, reps_for(sh));
+  const double sec = backward ? seconds_back_to_back([&] { unfused_backward(p, *u); }, reps_for(sh))
+                              : seconds_back_to_back([&] { unfused_forward(p, *u); }, reps_for(sh));
   BENCH_CUDNN(cudnnDestroyTensorDescriptor(u->rows));
   cache[key] = sec;
   return sec;
-}
-
-bool skip_without_gpu(benchmark::State& state) {
-  if (!cuda_available()) {
-    state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
-    return true;
-  }
-  return false;
 }
 
 void report(benchmark::State& state, double flops, double sec, double ref_sec) {
@@ -295,7 +271,7 @@ void report(benchmark::State& state, double flops, double sec, double ref_sec) {
   if (ref_sec > 0) state.counters["x_unfused"] = benchmark::Counter(ref_sec / sec);
 }
 
-// Ours: variant 1, 2 or 3, forward or backward. Each iteration is one call, timed with CUDA events.
+// Ours: variant 1, 2 or 3, forward or backward. Each iteration is one call, on the GPU alone (gpu_timing.h).
 // pin: an environment variable and its value for this row, or {} ("v2_narrow" rows: HPDT_ATTENTION_V2_TILES=narrow,
 // v2's one-m-tile-a-warp tiles; "v2_step64": HPDT_ATTENTION_V2_DKDV_STEP=64, the dh-128 dK/dV pass's tall step;
 // "v3_keys": HPDT_ATTENTION_V3_ORDER=keys).
@@ -327,19 +303,8 @@ void BM_flash(benchmark::State& state, AttnShape sh, DType dt, int variant, bool
         kernels::cuda::attention_forward(p.qkv, sh.heads, p.lse, p.out, s, variant);
     };
     call();
-    Event start(Device::cuda(0)), stop(Device::cuda(0));
-    double total = 0;
-    for (auto _ : state) {
-      start.record(s);
-      call();
-      stop.record(s);
-      stop.synchronize();
-      const double sec = start.elapsed_ms(stop) / 1e3;
-      state.SetIterationTime(sec);
-      total += sec;
-    }
     const double flops = sh.fwd_flops() * (backward ? 2.5 : 1.0);
-    report(state, flops, total / double(state.iterations()), ref_sec);
+    report(state, flops, time_row(state, call), ref_sec);
     if (variant == kernels::cuda::kAttentionFusedBackward)
       state.counters["rotated"] = benchmark::Counter(kernels::cuda::attention_v3_rotated(p.qkv, sh.heads) ? 1 : 0);
   } catch (const std::exception& e) {
@@ -366,22 +331,14 @@ void BM_unfused(benchmark::State& state, AttnShape sh, DType dt, bool backward) 
       unfused_backward(p, *u);
       state.counters["ref_grad_max_abs_diff"] = benchmark::Counter(max_abs_diff(ours_grad, p.dqkv));
     }
-    Event start(Device::cuda(0)), stop(Device::cuda(0));
-    double total = 0;
-    for (auto _ : state) {
-      start.record(s);
+    const double sec = time_row(state, [&] {
       if (backward)
         unfused_backward(p, *u);
       else
         unfused_forward(p, *u);
-      stop.record(s);
-      stop.synchronize();
-      const double sec = start.elapsed_ms(stop) / 1e3;
-      state.SetIterationTime(sec);
-      total += sec;
-    }
+    });
     BENCH_CUDNN(cudnnDestroyTensorDescriptor(u->rows));
-    report(state, sh.fwd_flops() * (backward ? 2.5 : 1.0), total / double(state.iterations()), 0);
+    report(state, sh.fwd_flops() * (backward ? 2.5 : 1.0), sec, 0);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -430,11 +387,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return hpdt::bench::run_benchmarks(argc, argv, register_all); }

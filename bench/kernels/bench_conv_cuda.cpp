@@ -31,8 +31,9 @@
 // compares against the faster of the two. On the H200 (2026-11-27) the heuristic's pick ran the 1x1 256->64 at 56^2
 // NCHW forward at 19 TFLOP/s, so vs_cudnn alone flatters us.
 // Every row also carries flop and bytes, one call's FLOPs and least traffic (summarize.py's roofline).
-// Time: CUDA events around each call (manual time), after a warm-up call (where Find runs); no TF32 for f32 (see
-// kernels/cuda/conv_vendor.cu).
+// Time: each call on the GPU alone (manual time; gpu_timing.h: the stream held while the host issues the call, so
+// the launch gap, larger for cuDNN's calls than ours, is not counted), after a warm-up call (where Find runs); the
+// vs_cudnn and x_* counters: 10 calls back to back each side. No TF32 for f32 (see kernels/cuda/conv_vendor.cu).
 //   hpdt-bench-conv-cuda --benchmark_filter=bf16
 #include <benchmark/benchmark.h>
 
@@ -40,6 +41,7 @@
 #include <string>
 #include <tuple>
 
+#include "gpu_timing.h"
 #include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
@@ -54,6 +56,7 @@
 namespace {
 
 using namespace hpdt;
+using namespace hpdt::bench;
 using kernels::Conv2dEpilogue;
 using kernels::Conv2dShape;
 using kernels::Layout;
@@ -169,50 +172,33 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
   }
 }
 
-// Mean milliseconds of `iters` calls, timed with events after one warm-up call.
-double time_ms(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, const Stream& stream, int iters) {
-  run_once(s, b, d, impl, layout, stream);
-  Event start(Device::cuda(0)), stop(Device::cuda(0));
-  start.record(stream);
-  for (int i = 0; i < iters; ++i) run_once(s, b, d, impl, layout, stream);
-  stop.record(stream);
-  stop.synchronize();
-  return double(start.elapsed_ms(stop)) / iters;
+// Mean milliseconds of `iters` calls back to back, after one warm-up call (gpu_timing.h).
+double time_ms(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, int iters) {
+  return 1e3 * seconds_back_to_back([&] { run_once(s, b, d, impl, layout, bench_stream()); }, iters);
 }
 
 // cuDNN's time (impl: cudnn or cudnn_find) for a (case, dtype, direction, layout), measured once per process for
 // the vs_cudnn and vs_cudnn_find counters.
-double cudnn_ms(int case_index, const Conv2dShape& s, DType dt, Dir d, Layout layout, Impl impl, Buffers& b,
-                const Stream& stream) {
+double cudnn_ms(int case_index, const Conv2dShape& s, DType dt, Dir d, Layout layout, Impl impl, Buffers& b) {
   static std::map<std::tuple<int, int, int, int, int>, double> cache;
   const auto key = std::make_tuple(case_index, int(dt), int(d), int(layout), int(impl));
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const double ms = time_ms(s, b, d, impl, layout, stream, 10);
+  const double ms = time_ms(s, b, d, impl, layout, 10);
   cache.emplace(key, ms);
   return ms;
 }
 
 void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl, Layout layout) {
-  if (!cuda_available()) {
-    state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
-    return;
-  }
+  if (skip_without_gpu(state)) return;
   const Conv2dShape s = kCases[case_index].shape(kBatch);
-  // One stream for the process: the caching allocator reuses a block only on the stream it was freed on, so a
-  // stream per benchmark would keep every benchmark's ~1 GB of buffers cached.
-  static const Stream stream = Stream::create_cuda(0);
+  // One stream for the process (bench_stream): the caching allocator reuses a block only on the stream it was freed
+  // on, so a stream per benchmark would keep every benchmark's ~1 GB of buffers cached.
+  const Stream& stream = bench_stream();
   Buffers b = make_buffers(s, dt, layout, stream);
   run_once(s, b, d, impl, layout, stream);  // warm-up: cuDNN's heuristics or Find, caching allocator
   stream.synchronize();
-  Event start(Device::cuda(0)), stop(Device::cuda(0));
-  for (auto _ : state) {
-    start.record(stream);
-    run_once(s, b, d, impl, layout, stream);
-    stop.record(stream);
-    stop.synchronize();
-    state.SetIterationTime(double(start.elapsed_ms(stop)) * 1e-3);
-  }
+  time_row(state, [&] { run_once(s, b, d, impl, layout, stream); });
   const double flops = 2.0 * double(s.n * s.out_h() * s.out_w()) * double(s.c_out) * double(s.c_in * s.kh * s.kw);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   // One call's FLOPs and least traffic (input, weights and output once each; the same in every direction), for
@@ -222,17 +208,17 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   // times a ResNet-50 step runs this (the stem's backward-data: never)
   state.counters["per_step"] = kCases[case_index].stem() && d == Dir::backward_data ? 0 : kCases[case_index].per_step;
   if (!is_cudnn(impl)) {
-    const double ours = time_ms(s, b, d, impl, layout, stream, 10);
-    state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn, b, stream) / ours;
+    const double ours = time_ms(s, b, d, impl, layout, 10);
+    state.counters["vs_cudnn"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn, b) / ours;
     if (dt == DType::bf16)
-      state.counters["vs_cudnn_find"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn_find, b, stream) / ours;
+      state.counters["vs_cudnn_find"] = cudnn_ms(case_index, s, dt, d, layout, Impl::cudnn_find, b) / ours;
     if (impl == Impl::v2 && s.stride >= 2 && s.c_in < 16 && s.kh >= s.stride &&
         s.kw >= s.stride) {  // where kernels/cuda/space_to_depth.cuh applies (the backward-data: no residual here)
       const ScopedEnv direct("HPDT_CONV_SPACE_TO_DEPTH", "off");
-      state.counters["x_direct"] = time_ms(s, b, d, impl, layout, stream, 10) / ours;
+      state.counters["x_direct"] = time_ms(s, b, d, impl, layout, 10) / ours;
     }
-    if (impl == Impl::v3im2col) state.counters["x_box"] = time_ms(s, b, d, Impl::v3, layout, stream, 10) / ours;
-    if (impl == Impl::v3tma) state.counters["x_direct"] = time_ms(s, b, d, Impl::v3, layout, stream, 10) / ours;
+    if (impl == Impl::v3im2col) state.counters["x_box"] = time_ms(s, b, d, Impl::v3, layout, 10) / ours;
+    if (impl == Impl::v3tma) state.counters["x_direct"] = time_ms(s, b, d, Impl::v3, layout, 10) / ours;
   }
 }
 

@@ -1,10 +1,11 @@
 // GPU GEMM: hpdt's variants (v1 SIMT, v2 mma.sync tensor cores, v3 Hopper wgmma + TMA) beside cuBLAS
 // (cublasGemmEx, f32 compute)
-// on the same shapes, timed with CUDA events around each call (manual time).
+// on the same shapes, each call timed on the GPU alone (manual time; gpu_timing.h: the stream held while the host
+// issues it, so the launch gap is not counted).
 // Counters: TFLOP/s (2 M N K per call) and, for ours, x_cublas = our throughput / cuBLAS's on the same
-// shape, dtypes and transposes (cuBLAS timed once per shape in the same process), so the ratio reads off
-// one run. The label is the variant that actually ran (v3 falls back to v2 off k-major x k-major layouts,
-// v2 to v1 where it cannot take a layout).
+// shape, dtypes and transposes (both 20 calls back to back; cuBLAS timed once per shape in the same process), so the
+// ratio reads off one run. The label is the variant that actually ran (v3 falls back to v2 off k-major x k-major
+// layouts, v2 to v1 where it cannot take a layout).
 //
 // Shapes: square 4096^3 (bf16 NN and NT, f32), 8192^3 bf16 (NN and NT), and the GEMMs of a ViT-B/16 training step at
 // batch 64 (rows = 64 * 197 tokens): qkv 768->2304, attention out 768->768, fc1 768->3072, fc2 3072->768, each as
@@ -37,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_timing.h"
 #include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
@@ -49,6 +51,7 @@
 namespace {
 
 using namespace hpdt;
+using namespace hpdt::bench;
 using kernels::cuda::GemmVariant;
 
 struct GemmShape {
@@ -60,11 +63,6 @@ struct GemmShape {
   int bn = 0;   // batch norm's reduction in the epilogue: 1 the column statistics, 2 the backward sums with a mask
   bool residual = false;  // a residual [M, N] added in the epilogue
 };
-
-Stream& bench_stream() {
-  static Stream* s = new Stream(Stream::create_cuda(0));  // never destroyed: outlives CUDA's own teardown
-  return *s;
-}
 
 // A, B, C of one shape on the GPU, uniform in [-1, 1).
 struct Operands {
@@ -133,20 +131,6 @@ void run_unfused(const GemmShape& sh, Operands& o, DType ab, DType c, GemmVarian
   if (sh.act == 2) kernels::gelu_backward(o.H, o.C, kernels::GeluForm::erf, o.G, bench_stream());
 }
 
-// Seconds per call of `run`, averaged over `reps` back-to-back calls after one warm-up call.
-template <class Run>
-double seconds_per_call(Run&& run, int reps) {
-  const Stream& s = bench_stream();
-  run();
-  Event start(Device::cuda(0)), stop(Device::cuda(0));
-  start.record(s);
-  for (int i = 0; i < reps; ++i) run();
-  stop.record(s);
-  stop.synchronize();
-  return start.elapsed_ms(stop) / 1e3 / reps;
-}
-
-// cuBLAS's time on a shape, measured once per process.
 double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c) {
   static std::mutex mutex;
   static std::map<std::string, double> cache;
@@ -154,7 +138,7 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const double t = seconds_per_call([&] { run_gemm(sh, o, ab, c, GemmVariant::vendor); }, 20);
+  const double t = seconds_back_to_back([&] { run_gemm(sh, o, ab, c, GemmVariant::vendor); }, 20);
   cache[key] = t;
   return t;
 }
@@ -164,10 +148,7 @@ double cublas_seconds(const GemmShape& sh, const Operands& o, DType ab, DType c)
 // for the tile v3 chooses; v3_store: HPDT_GEMM_V3_STORE ("tma": the _tma_store rows), or null for the default
 void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVariant v, const char* v3_pipeline,
                 const char* v3_blocks, const char* v3_tile, const char* v3_store) {
-  if (!cuda_available()) {
-    state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
-    return;
-  }
+  if (skip_without_gpu(state)) return;
   const ScopedEnv scope("HPDT_GEMM_V3_PIPELINE", v3_pipeline), blocks("HPDT_GEMM_V3_CTAS", v3_blocks),
       tile("HPDT_GEMM_V3_TILE", v3_tile), store("HPDT_GEMM_V3_STORE", v3_store);
   try {
@@ -175,42 +156,32 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     const Stream& s = bench_stream();
     run_gemm(sh, o, ab, c, v);  // warm-up: shared-memory attributes, cuBLAS handle and heuristics
     s.synchronize();
-    Event start(Device::cuda(0)), stop(Device::cuda(0));
-    double total = 0;
-    for (auto _ : state) {
-      start.record(s);
-      run_gemm(sh, o, ab, c, v);
-      stop.record(s);
-      stop.synchronize();
-      const double sec = start.elapsed_ms(stop) / 1e3;
-      state.SetIterationTime(sec);
-      total += sec;
-    }
+    const double per_call = time_row(state, [&] { run_gemm(sh, o, ab, c, v); });
     const double flop = 2.0 * double(sh.M) * double(sh.N) * double(sh.K);
-    const double per_call = total / double(state.iterations());
     state.counters["TFLOP/s"] = flop / per_call / 1e12;
-    // The x_* counters time both sides alike: 20 calls back to back (seconds_per_call). Set against the loop's
-    // per_call (each call timed alone, its launch gap included) they leaned toward the other side: on the H200
+    // The x_* counters time both sides alike: 20 calls back to back (seconds_back_to_back). Set against the loop's
+    // per_call (until 2026-11-30 each call timed with its launch gap) they leaned toward the other side: on the H200
     // (2026-11-29) x_no_prefetch read 0.86-0.95 on weight gradients whose split-K units prefetch nothing. Timed only
     // for a row that has such a counter (every one but a plain cuBLAS row).
-    const double own =
-        v != GemmVariant::vendor || sh.act || sh.bn ? seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) : 0.0;
+    const double own = v != GemmVariant::vendor || sh.act || sh.bn
+                           ? seconds_back_to_back([&] { run_gemm(sh, o, ab, c, v); }, 20)
+                           : 0.0;
     if (v != GemmVariant::vendor) state.counters["x_cublas"] = cublas_seconds(sh, o, ab, c) / own;
     if (v3_store) {  // the same row with the direct stores, back to back
       const ScopedEnv direct("HPDT_GEMM_V3_STORE", "direct");
-      state.counters["x_direct"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
+      state.counters["x_direct"] = seconds_back_to_back([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
     }
-    if (sh.act) state.counters["x_unfused"] = seconds_per_call([&] { run_unfused(sh, o, ab, c, v); }, 20) / own;
+    if (sh.act) state.counters["x_unfused"] = seconds_back_to_back([&] { run_unfused(sh, o, ab, c, v); }, 20) / own;
     if (sh.bn) {
       GemmShape plain = sh;
       plain.bn = 0;
-      state.counters["x_plain"] = seconds_per_call([&] { run_gemm(plain, o, ab, c, v); }, 20) / own;
+      state.counters["x_plain"] = seconds_back_to_back([&] { run_gemm(plain, o, ab, c, v); }, 20) / own;
     }
     if (v == GemmVariant::v3_wgmma && (sh.beta != 0.0f || sh.act == 2 || sh.bn == 2 || sh.residual)) {
       const ScopedEnv off("HPDT_EPILOGUE_PREFETCH", "off");
-      state.counters["x_no_prefetch"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
+      state.counters["x_no_prefetch"] = seconds_back_to_back([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
       const ScopedEnv unit("HPDT_EPILOGUE_PREFETCH", "unit");
-      state.counters["x_prefetch_unit"] = seconds_per_call([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
+      state.counters["x_prefetch_unit"] = seconds_back_to_back([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
     }
     state.SetLabel(std::string(
         kernels::cuda::gemm_variant_name(kernels::cuda::gemm_resolve(v, sh.ta, sh.tb, o.lda, o.ldb, o.A.data(),
@@ -327,11 +298,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return hpdt::bench::run_benchmarks(argc, argv, register_all); }

@@ -1,5 +1,5 @@
 // GPU memory-bound layer ops (kernels/cuda/{norm,pool,activation,embed,loss}.cu) in GB/s, at ResNet-50 and
-// ViT-B/16 training sizes (batch 64), bf16 and f32, timed with CUDA events around each call (manual time).
+// ViT-B/16 training sizes (batch 64), bf16 and f32, each call timed on the GPU alone (manual time; gpu_timing.h).
 //
 // Counters:
 //   GB/s       bytes / time, with bytes the traffic the op cannot avoid for its algorithm (listed per op below;
@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_timing.h"
 #include "hpdt/core/check_cuda.h"
 #include "hpdt/core/env.h"
 #include "hpdt/core/runtime.h"
@@ -48,11 +49,7 @@
 namespace {
 
 using namespace hpdt;
-
-Stream& bench_stream() {
-  static Stream* s = new Stream(Stream::create_cuda(0));  // never destroyed: outlives CUDA's own teardown
-  return *s;
-}
+using namespace hpdt::bench;
 
 double peak_bytes_per_s() {
   int khz = 0, bits = 0;
@@ -87,63 +84,38 @@ struct Op {
 };
 using Factory = std::function<Op(DType)>;
 
-double seconds_per_call(const std::function<void()>& run, int reps) {
-  const Stream& s = bench_stream();
-  run();
-  Event start(Device::cuda(0)), stop(Device::cuda(0));
-  start.record(s);
-  for (int i = 0; i < reps; ++i) run();
-  stop.record(s);
-  stop.synchronize();
-  return double(start.elapsed_ms(stop)) / 1e3 / reps;
-}
-
 void bench(benchmark::State& state, const Factory& make, DType dt) {
-  if (!cuda_available()) {
-    state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
-    return;
-  }
+  if (skip_without_gpu(state)) return;
   try {
     Op op = make(dt);
     const Stream& s = bench_stream();
     op.run();  // warm-up
     s.synchronize();
-    Event start(Device::cuda(0)), stop(Device::cuda(0));
-    double total = 0;
-    for (auto _ : state) {
-      start.record(s);
-      op.run();
-      stop.record(s);
-      stop.synchronize();
-      const double sec = double(start.elapsed_ms(stop)) / 1e3;
-      state.SetIterationTime(sec);
-      total += sec;
-    }
-    const double per_call = total / double(state.iterations());
+    const double per_call = time_row(state, op.run);
     state.counters["GB/s"] = op.bytes / per_call / 1e9;
     state.counters["peak_frac"] = op.bytes / per_call / peak_bytes_per_s();
     // The x_* counters time both sides alike, 20 calls back to back (seconds_per_call), against `own`, this op's time
     // the same way: set against per_call (each call timed alone, its launch gap included) they leaned toward the other
     // side, most on the short kernels (H200, 2026-11-29). Timed only for a row that has such a counter.
     const double own =
-        op.peer || op.unfused || op.narrow_planes || op.pool_vectors ? seconds_per_call(op.run, 20) : 0.0;
+        op.peer || op.unfused || op.narrow_planes || op.pool_vectors ? seconds_back_to_back(op.run, 20) : 0.0;
     if (op.peer) {
       try {
-        const double peer = seconds_per_call(op.peer, 20);
+        const double peer = seconds_back_to_back(op.peer, 20);
         state.counters["cudnn_GB/s"] = op.bytes / peer / 1e9;
         state.counters["x_cudnn"] = peer / own;
       } catch (const std::exception& e) {  // e.g. a dtype this cuDNN API does not take: ours still counts
         state.SetLabel(std::string("cuDNN peer failed: ") + e.what());
       }
     }
-    if (op.unfused) state.counters["x_unfused"] = seconds_per_call(op.unfused, 20) / own;
+    if (op.unfused) state.counters["x_unfused"] = seconds_back_to_back(op.unfused, 20) / own;
     if (op.narrow_planes) {
       const ScopedEnv per_channel("HPDT_BN_FLAT", "off");
-      state.counters["x_per_channel"] = seconds_per_call(op.run, 20) / own;
+      state.counters["x_per_channel"] = seconds_back_to_back(op.run, 20) / own;
     }
     if (op.pool_vectors) {
       const ScopedEnv scalar("HPDT_POOL_VECTOR", "off");
-      state.counters["x_scalar"] = seconds_per_call(op.run, 20) / own;
+      state.counters["x_scalar"] = seconds_back_to_back(op.run, 20) / own;
     }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
@@ -648,11 +620,4 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return hpdt::bench::run_benchmarks(argc, argv, register_all); }

@@ -1,5 +1,5 @@
-// GPU optimizer step and gradient compression, in GB/s against the bytes each op must move, timed with CUDA
-// events around each call (manual time).
+// GPU optimizer step and gradient compression, in GB/s against the bytes each op must move, each call timed on the
+// GPU alone (manual time; gpu_timing.h).
 //
 //   fused_adamw      the fused mixed-precision AdamW step (f32 master, m, v; bf16 gradients; bf16 model
 //                    copy): reads p, m, v (f32) and g (bf16), writes p, m, v and the model copy: 28 bytes per
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_timing.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -32,21 +33,9 @@
 namespace {
 
 using namespace hpdt;
+using namespace hpdt::bench;
 
 constexpr int64_t kResNet50 = 25557032, kViTB = 86567656, kCompressN = 25000000;
-
-Stream& bench_stream() {
-  static Stream* s = new Stream(Stream::create_cuda(0));  // never destroyed: outlives CUDA's own teardown
-  return *s;
-}
-
-bool skip_without_gpu(benchmark::State& state) {
-  if (!cuda_available()) {
-    state.SkipWithError(("no GPU: " + cuda_unavailable_reason()).c_str());
-    return true;
-  }
-  return false;
-}
 
 Tensor device_uniform(int64_t n, DType dt, float lo, float hi, uint64_t seed) {
   const Stream& s = bench_stream();
@@ -55,23 +44,14 @@ Tensor device_uniform(int64_t n, DType dt, float lo, float hi, uint64_t seed) {
   return t;
 }
 
-// Times `op` with CUDA events per iteration (one warm-up call first); sets bytes/s from bytes_per_call.
+// Times `op` a call an iteration on the GPU alone (one warm-up call first; gpu_timing.h); sets bytes/s from
+// bytes_per_call. A call that synchronises with the host (the unfused peer's checks) counts its waits: each of its
+// iterations shows in launch_gaps.
 double time_op(benchmark::State& state, double bytes_per_call, const std::function<void()>& op) {
   const Stream& s = bench_stream();
   op();
   s.synchronize();
-  Event start(Device::cuda(0)), end(Device::cuda(0));
-  double total_ms = 0;
-  for (auto _ : state) {
-    start.record(s);
-    op();
-    end.record(s);
-    end.synchronize();
-    const double ms = start.elapsed_ms(end);
-    total_ms += ms;
-    state.SetIterationTime(ms / 1e3);
-  }
-  const double per_call_s = total_ms / 1e3 / double(state.iterations());
+  const double per_call_s = time_row(state, op);
   state.counters["GB/s"] = bytes_per_call / per_call_s / 1e9;
   state.counters["ms"] = per_call_s * 1e3;
   return per_call_s;

@@ -120,6 +120,35 @@ class Timer:
             self.seconds = time.perf_counter() - self.t0
 
 
+class GpuAloneTimer:
+    """One call at a time on the GPU alone, as hpdt's op benchmarks time theirs (bench/kernels/gpu_timing.h): a spin
+    kernel (torch.cuda._sleep) holds the stream while the host issues the call, so the time between the events is
+    the GPU's alone, not the Python and dispatch time before its kernels start. An iteration whose start event the
+    GPU reached before the host had queued the stop event counts in launch_gaps, and the next spin is twice as long
+    (up to 10 ms)."""
+
+    def __init__(self):
+        self.a, self.b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.a.record()
+        torch.cuda._sleep(1_000_000)
+        self.b.record()
+        self.b.synchronize()
+        self.cycles_per_s = 1e6 / (self.a.elapsed_time(self.b) / 1e3)
+        self.spin_s, self.launch_gaps = 50e-6, 0
+
+    def seconds(self, fn):
+        torch.cuda._sleep(int(self.spin_s * self.cycles_per_s))
+        self.a.record()
+        fn()
+        self.b.record()
+        gap = self.a.query()  # the GPU got to the start before the host had queued the stop
+        self.b.synchronize()
+        if gap:
+            self.launch_gaps += 1
+            self.spin_s = min(2 * self.spin_s, 10e-3)
+        return self.a.elapsed_time(self.b) / 1e3
+
+
 def median(v):
     s = sorted(v)
     return s[len(s) // 2]
@@ -208,18 +237,27 @@ def attention_records(a, device):
         flops_fwd = 4.0 * b * h * t * t * dh
         rec = {"b": b, "heads": h, "t": t, "dh": dh, "dtype": str(q.dtype).replace("torch.", "")}
         for what in ("forward", "forward_backward"):
+            def call():
+                o = F.scaled_dot_product_attention(q, k, v)
+                if what == "forward_backward":
+                    o.backward(do)
             times = []
+            timer = GpuAloneTimer() if device.type == "cuda" else None
             for s in range(a.warmup + a.steps):
-                with Timer(device) as tm:
-                    o = F.scaled_dot_product_attention(q, k, v)
-                    if what == "forward_backward":
-                        o.backward(do)
+                if timer:
+                    sec = timer.seconds(call)
+                else:
+                    with Timer(device) as tm:
+                        call()
+                    sec = tm.seconds
                 if s >= a.warmup:
-                    times.append(tm.seconds)
+                    times.append(sec)
                 q.grad = k.grad = v.grad = None
             med = median(times)
             flops = flops_fwd * (1.0 if what == "forward" else 3.5)
             rec[what] = {"s_median": med, "tflops": flops / med / 1e12}
+            if timer:  # since 2026-11-30: each call on the GPU alone (before, with its Python and dispatch time)
+                rec[what].update({"timing": "gpu_alone", "launch_gaps": timer.launch_gaps})
         out.append(rec)
     return out
 

@@ -8,6 +8,7 @@
 #include "hpdt/core/philox.h"
 #include "hpdt/kernels/cpu/elementwise.h"
 #include "hpdt/kernels/cpu/reduce.h"
+#include "hpdt/kernels/cuda/spin.h"
 #include "hpdt/kernels/elementwise.h"
 #include "hpdt/kernels/reduce.h"
 #include "hpdt_test.h"
@@ -138,6 +139,33 @@ TEST_F(CudaKernels, SumMatchesCpuAndIsDeterministic) {
       EXPECT_EQ(test::bits_of(b), test::bits_of(b2)) << "run-to-run difference, n=" << n;
     }
   }
+}
+
+// spin() holds its stream for its time: events around it are at least that far apart (the global timer steps by
+// ~1 us), and on a GPU, work queued behind it has not run when the host has queued it: the benchmarks' timed calls
+// rely on that (bench/kernels/gpu_timing.h). The emulator runs a launch at once, so there only the time is checked.
+TEST_F(CudaKernels, SpinHoldsItsStreamForItsTime) {
+  Event before(Device::cuda(0)), after(Device::cuda(0));
+  before.record(stream);
+  kernels::cuda::spin(2e-3, stream);
+  after.record(stream);
+  after.synchronize();
+  EXPECT_GE(before.elapsed_ms(after), 1.99);
+  EXPECT_LT(before.elapsed_ms(after), 1000.0);
+  if (test::emu_launches("spin_kernel") < 0) {  // a GPU
+    Tensor y = Tensor::empty({1 << 20}, DType::f32, Device::cuda(0), AllocOptions{.stream = &stream});
+    kernels::cuda::spin(0.2, stream);
+    before.record(stream);
+    kernels::fill(y, 1, stream);
+    after.record(stream);
+    EXPECT_FALSE(before.query()) << "the work behind spin(0.2 s) started within the time the host took to queue it";
+    after.synchronize();
+  } else {
+    EXPECT_EQ(test::emu_launches("spin_kernel"), 1);
+  }
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::spin(-1, stream), "spin: -1 s is outside [0, 1]");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::spin(2, stream), "spin: 2 s is outside [0, 1]");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::spin(std::nan(""), stream), "outside [0, 1]");
 }
 
 TEST_F(CudaKernels, ErrorsNameTheOperation) {
