@@ -1,9 +1,11 @@
 // The GPU benchmarks' timing (bench/kernels/gpu_timing.h) on a GPU: a call timed by CallTimer takes the GPU's time
 // alone, without the time the host takes to issue it, and the iterations whose spin was shorter than that count as
-// launch gaps until the spin covers it.
+// launch gaps until the spin covers it. Under compute-sanitizer (scripts/gpu/run.sh sets HPDT_UNDER_SANITIZER) the same
+// calls run, their times unchecked: the instrumentation slows the host and the GPU alike.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "gpu_timing.h"
@@ -13,6 +15,8 @@
 namespace {
 
 using namespace hpdt;
+
+bool under_sanitizer() { return std::getenv("HPDT_UNDER_SANITIZER") != nullptr; }
 
 TEST(GpuTiming, ACallIsTimedWithoutItsLaunchGap) {
   HPDT_REQUIRE_GPU();
@@ -30,11 +34,11 @@ TEST(GpuTiming, ACallIsTimedWithoutItsLaunchGap) {
   call();
   stop.record(s);
   stop.synchronize();
-  EXPECT_GE(start.elapsed_ms(stop), 1.0);
-
   bench::CallTimer timer;
   double last = 0;
   for (int i = 0; i < 12; ++i) last = timer.seconds(call);
+  if (under_sanitizer()) return;
+  EXPECT_GE(start.elapsed_ms(stop), 1.0);
   EXPECT_GE(last, 0.19e-3);
   EXPECT_LT(last, 0.5e-3) << "the host's millisecond is still in the time";
   // 50 us doubled until it covers the host's 1 ms: 5 iterations with a gap (50 .. 800 us), then none
@@ -47,6 +51,7 @@ TEST(GpuTiming, BackToBackTimesAGpuBoundCallByItsKernel) {
   const Stream& s = bench::bench_stream();
   // GPU-bound calls back to back: the host runs ahead, the mean is the kernel's time
   const double gpu_bound = bench::seconds_back_to_back([&] { kernels::cuda::spin(500e-6, s); }, 10);
+  if (under_sanitizer()) return;
   EXPECT_GE(gpu_bound, 0.49e-3);
   EXPECT_LT(gpu_bound, 0.6e-3);
 }

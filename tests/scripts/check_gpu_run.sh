@@ -27,7 +27,7 @@ printf '%s\t%s\t%s\t%s\n' \
 cat > "$w/sanitizer" <<'EOS'
 #!/usr/bin/env bash
 tool=$2; shift 6
-echo "stand-in sanitizer: $tool $*"
+echo "stand-in sanitizer: $tool $* (HPDT_UNDER_SANITIZER=${HPDT_UNDER_SANITIZER:-unset})"
 "$@"; rc=$?
 if [ "$tool" = racecheck ] && [ $rc -eq 0 ]; then  # a hazard inside a cuDNN kernel, as on the H200 (2026-11-29)
   echo "========= Error: Race reported between Write access at sm90_xmma_dgrad_kernel__5x_cudnn+0x8c30"
@@ -59,6 +59,8 @@ for part in 1 2; do
   grep -qE "^ok +test_elementwise_cuda \[memcheck, part $part/2\] .*ERROR SUMMARY: 0 errors \(memcheck\) \(cases: -?ElementwiseCuda" "$s" ||
     fail "memcheck part $part of 2"
   grep -q -- "--gtest_filter=" "$w/out/tests/test_elementwise_cuda.memcheck.part$part.log" || fail "the log of memcheck part $part"
+  grep -q "HPDT_UNDER_SANITIZER=memcheck" "$w/out/tests/test_elementwise_cuda.memcheck.part$part.log" ||
+    fail "memcheck part $part: the binary was not told it runs under the sanitizer (HPDT_UNDER_SANITIZER)"
 done
 # (its one hazard lies inside a cuDNN kernel: ok, and said so; scripts/gpu/vendor_races.sh)
 grep -qE '^ok +test_elementwise_cuda \[racecheck\] .*RACECHECK SUMMARY: 1 hazard .*: 1 hazard reports, all inside vendor kernels' "$s" ||
