@@ -193,7 +193,8 @@ bench_label() {  # kind exe-or-name args: a peer's NAME; a bench's output file (
 run_bench() {  # kind exe-or-name command-line
   local kind=$1 name=$2 cmdline label; cmdline=$(expand "$3"); label=$(bench_label "$1" "$2" "$3")
   [ "$kind" = bench ] && cmdline="$bundle/bin/$name $cmdline"
-  local log=$out/bench/$(basename "$name").log t0=$SECONDS before
+  local log t0=$SECONDS before
+  log=$out/bench/$(basename "$name").log
   [ -f "$log" ] && log=$out/bench/$(basename "$name").$t0.log
   before=$(machine_load)
   timeout --kill-after=10 "$(limit 1200)" bash -c "$cmdline" < /dev/null > "$log" 2>&1
