@@ -689,6 +689,31 @@ def layers_table(layers, rows, numbers):
                         "bf16_x_per_channel": per_channel, "bf16_x_scalar": scalar})
 
 
+def launch_gaps_table(found, torch_attention, rows, numbers):
+    """The per-op rows whose calls were not all timed on the GPU alone (their launch_gaps counter, since 2026-11-30:
+    iterations whose start event the GPU reached before the host had issued the call; bench/kernels/gpu_timing.h),
+    and SDPA's. 0 is expected but for calls that synchronise with the host (the optimizer's unfused peer)."""
+    recs = [(k, b) for fam in ("gemm", "conv", "attention", "layers") for k, b in sorted(found[fam].items())
+            if "launch_gaps" in b]
+    sdpa = [(f"sdpa/b{r['b']}_h{r['heads']}_t{r['t']}_d{r['dh']}/{what}", r[what])
+            for r in (torch_attention or []) for what in ("forward", "forward_backward")
+            if isinstance(r.get(what), dict) and "launch_gaps" in r[what]]
+    if not recs and not sdpa:
+        rows.append("(no launch_gaps counters: runs before 2026-11-30, whose rows timed each call with its launch gap)")
+        return
+    gapped = [(k, b["launch_gaps"], b.get("iterations")) for k, b in recs if b["launch_gaps"] > 0]
+    gapped += [(k, r["launch_gaps"], None) for k, r in sdpa if r["launch_gaps"] > 0]
+    rows.append(f"{len(recs) + len(sdpa)} rows carry the counter; {len(gapped)} of them had iterations timed with "
+                "their launch gap (the median over repetitions; SDPA's: over its timed calls).")
+    if gapped:
+        rows.append("")
+        rows.append("| row | launch_gaps | iterations |")
+        rows.append("|---|---:|---:|")
+        for k, g, it in gapped:
+            rows.append(f"| {k} | {fmt(g, 0)} | {fmt(it, 0)} |")
+            numbers.append({"op": "launch_gaps", "row": k, "launch_gaps": g, "iterations": it})
+
+
 def compress_table(docs, rows, numbers):
     """hpdt-allreduce-perf --device cuda --compress: each compression's out-of-place time on the GPU
     (comm::DeviceCompressor) beside the host mirror's (copied down, compressed on the host, copied back up), per size;
@@ -1063,6 +1088,8 @@ def main():
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
                 (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
                  lambda: layers_table(f["layers"], rows, numbers)),
+                ("Per-op rows timed with their launch gap (launch_gaps; results/gpu/README.md, item 16)",
+                 lambda: launch_gaps_table(f, f["torch"].get("attention"), rows, numbers)),
                 ("Gradient compression on the GPU against the host mirror (hpdt-allreduce-perf, out of place)",
                  lambda: compress_table(f["compress"], rows, numbers)),
                 ("Machine code of the profiled kernels (Nsight Compute's source page: stall samples per instruction)",

@@ -374,6 +374,29 @@ class CutShort(unittest.TestCase):
             self.assertEqual(found["cut"], [(p, 1)])
 
 
+class LaunchGaps(unittest.TestCase):
+    def table(self, found, sdpa=None):
+        rows, numbers = [], []
+        summarize.launch_gaps_table(found, sdpa, rows, numbers)
+        return rows, numbers
+
+    def test_lists_the_rows_with_gaps(self):
+        found = {"gemm": {"gemm/bf16->bf16/a/v3_wgmma": {"launch_gaps": 0.0, "iterations": 900},
+                          "gemm/bf16->bf16/a/vendor": {"launch_gaps": 3.0, "iterations": 900}},
+                 "conv": {"conv/x/bf16/fwd/cudnn": {"real_time": 1.0}}, "attention": {}, "layers": {}}
+        sdpa = [{"b": 8, "heads": 16, "t": 4096, "dh": 128,
+                 "forward": {"s_median": 1e-3, "launch_gaps": 0}, "forward_backward": {"s_median": 4e-3, "launch_gaps": 2}}]
+        rows, numbers = self.table(found, sdpa)
+        self.assertIn("4 rows carry the counter; 2 of them", rows[0])
+        self.assertEqual([n["row"] for n in numbers],
+                         ["gemm/bf16->bf16/a/vendor", "sdpa/b8_h16_t4096_d128/forward_backward"])
+
+    def test_old_runs_say_so(self):
+        rows, numbers = self.table({"gemm": {"g": {"real_time": 1.0}}, "conv": {}, "attention": {}, "layers": {}})
+        self.assertIn("no launch_gaps counters", rows[0])
+        self.assertEqual(numbers, [])
+
+
 class Sass(unittest.TestCase):
     def test_each_report_summary_is_a_block(self):
         with tempfile.TemporaryDirectory() as d:
