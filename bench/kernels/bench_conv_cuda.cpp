@@ -197,8 +197,7 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
     const double ours = time_ms(s, b, d, impl, layout, 10);
     // cuDNN right after ours (until 2026-11-30 once a process, at the case's first row)
     state.counters["vs_cudnn"] = time_ms(s, b, d, Impl::cudnn, layout, 10) / ours;
-    if (dt == DType::bf16)
-      state.counters["vs_cudnn_find"] = time_ms(s, b, d, Impl::cudnn_find, layout, 10) / ours;
+    if (dt == DType::bf16) state.counters["vs_cudnn_find"] = time_ms(s, b, d, Impl::cudnn_find, layout, 10) / ours;
     if (impl == Impl::v2 && s.stride >= 2 && s.c_in < 16 && s.kh >= s.stride &&
         s.kw >= s.stride) {  // where kernels/cuda/space_to_depth.cuh applies (the backward-data: no residual here)
       const ScopedEnv direct("HPDT_CONV_SPACE_TO_DEPTH", "off");

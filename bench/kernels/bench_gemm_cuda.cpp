@@ -155,8 +155,7 @@ void bench_gemm(benchmark::State& state, GemmShape sh, DType ab, DType c, GemmVa
     // cuBLAS right after ours (until 2026-11-30 once a process, at the shape's first row: 8192^3 NN read 1.04 by the
     // rows and 0.85 by this counter on the H200, 2026-11-29, on 1.6 ms calls that no launch gap explains)
     if (v != GemmVariant::vendor)
-      state.counters["x_cublas"] =
-          seconds_back_to_back([&] { run_gemm(sh, o, ab, c, GemmVariant::vendor); }, 20) / own;
+      state.counters["x_cublas"] = seconds_back_to_back([&] { run_gemm(sh, o, ab, c, GemmVariant::vendor); }, 20) / own;
     if (v3_store) {  // the same row with the direct stores, back to back
       const ScopedEnv direct("HPDT_GEMM_V3_STORE", "direct");
       state.counters["x_direct"] = seconds_back_to_back([&] { run_gemm(sh, o, ab, c, v); }, 20) / own;
