@@ -8,28 +8,16 @@ host part is 1 ms and GPU part 0.2 ms must be timed at 0.2 ms once the sleep cov
 iterations before count as launch gaps. Then attention_records, with a stand-in SDPA on the CPU, must carry the
 timer's fields on a "cuda" device. Run by /usr/bin/python3 (torch); exits 77 (ctest: skipped) without torch.
 """
-import importlib.util
 import math
-import os
-import sys
 import types
 import unittest
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: this python cannot import torch (apt-get install python3-torch)")
-    sys.exit(77)
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "bench", "peers", "torch_gpu_train_step.py")
+from peer_support import load_peer
+import torch
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("torch_gpu_train_step", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_peer("torch_gpu_train_step")
 
 
 class FakeGpu:

@@ -7,29 +7,18 @@ backward that reaches q, k and v, and print the shape and a time. Run by /usr/bi
 skipped) where torch cannot be imported.
 """
 import contextlib
-import importlib.util
 import io
 import math
-import os
 import sys
 import unittest
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("SKIP: this python cannot import torch (apt-get install python3-torch)")
-    sys.exit(77)
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "bench", "peers", "torch_sdpa_profile.py")
+from peer_support import load_peer
+import torch
+import torch.nn.functional as F
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("torch_sdpa_profile", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_peer("torch_sdpa_profile")
 
 
 def run(mod, argv):
