@@ -23,8 +23,9 @@
 #                that; what did not run is listed as NOT RUN (a lease on a GPU machine is short)
 # Order: smoke, then tests + checks (+ sanitizer), then benchmarks in the order of benchmarks.txt. A benchmarks.txt
 # entry "prewarm NAME COMMAND" starts right after the smoke, in the background (niced, outside the --jobs slots),
-# and the benchmark or peer NAME waits for it before it starts: torch.compile's compilation, which fills the
-# inductor caches (TORCHINDUCTOR_CACHE_DIR) while the tests run, so that the timed peer finds its graphs compiled.
+# and the benchmark or peer NAME runs once it has ended (the entries after NAME go first while it runs): torch.compile's
+# compilation, which fills the inductor caches (TORCHINDUCTOR_CACHE_DIR) while the tests run, so that the timed peer
+# finds its graphs compiled.
 # Exit code: 0 when every test and check that ran passed and nothing was cut short, 1 otherwise
 # (skips are reported, not counted as passes).
 set -uo pipefail
@@ -316,20 +317,45 @@ fi
 wait
 unset OMP_NUM_THREADS
 # 3. benchmarks, one at a time
+prewarming() { [ -f "$out/.prewarm/$1.start" ] && [ ! -f "$out/.prewarm/$1.rc" ]; }  # name: started, not ended
+run_entry() {  # a manifest line: a benchmark or peer, after its prewarm (waited for) if it has one
+  local kind ranks exe args
+  IFS=$'\t' read -r kind ranks exe args <<< "$1"
+  finish_prewarm "$(basename "$exe")" wait
+  if [ "$(left)" -le 0 ]; then not_run "$kind $(bench_label "$kind" "$exe" "$args")"; return; fi
+  run_bench "$kind" "$exe" "$args"
+  # an Nsight Compute profile (peer ncu_*) is rendered at once, inside the deadline: at the call's end (device.sh)
+  # the rendering of many reports would outlast the call's limit
+  if [ "$kind" = peer ] && [[ $exe == ncu_* ]] && [ "$(left)" -gt 0 ] && command -v ncu > /dev/null; then
+    "$root/scripts/gpu/ncu_reports.sh" render "$out/bench" "$summary"
+  fi
+}
+# An entry whose prewarm is still running when its turn comes waits in `later` while the entries after it run (the
+# GPU idled through torch.compile's compilation before, ~5 minutes cold); it runs as soon as an entry ends and its
+# prewarm has, and after the last entry it is waited for.
+later=()
+run_ready_later() {
+  local keep=() line exe
+  for line in ${later[@]+"${later[@]}"}; do
+    exe=$(cut -f3 <<< "$line")
+    if prewarming "$(basename "$exe")"; then keep+=("$line"); else run_entry "$line"; fi
+  done
+  later=(${keep[@]+"${keep[@]}"})
+}
 if [ $bench -eq 1 ]; then
   for line in "${manifest[@]}"; do
     IFS=$'\t' read -r kind ranks exe args <<< "$line"
     case "$kind" in bench | peer) ;; *) continue ;; esac
     selected "$exe$args" || continue
-    finish_prewarm "$(basename "$exe")" wait
-    if [ "$(left)" -le 0 ]; then not_run "$kind $(bench_label "$kind" "$exe" "$args")"; continue; fi
-    run_bench "$kind" "$exe" "$args"
-    # an Nsight Compute profile (peer ncu_*) is rendered at once, inside the deadline: at the call's end (device.sh)
-    # the rendering of many reports would outlast the call's limit
-    if [ "$kind" = peer ] && [[ $exe == ncu_* ]] && [ "$(left)" -gt 0 ] && command -v ncu > /dev/null; then
-      "$root/scripts/gpu/ncu_reports.sh" render "$out/bench" "$summary"
+    if prewarming "$(basename "$exe")"; then
+      note "$(printf '%-9s %-44s (its prewarm is still running: the entries after it go first)' "LATER" "$kind $(basename "$exe")")"
+      later+=("$line")
+      continue
     fi
+    run_entry "$line"
+    run_ready_later
   done
+  for line in ${later[@]+"${later[@]}"}; do run_entry "$line"; done
 fi
 for name in ${prewarms[@]+"${prewarms[@]}"}; do finish_prewarm "$name"; done  # those whose benchmark did not run
 

@@ -106,4 +106,18 @@ s3=$w/out3/summary.txt
 grep -qE 'smoke|check fast|^ok +test_elementwise_cuda +rc=' "$s3" && { cat "$s3"; fail "--no-tests ran a plain test, check or the smoke"; }
 [ "$(grep -cE '^ok +test_elementwise_cuda \[(memcheck, part [12]/2|racecheck)\]' "$s3")" -eq 3 ] ||
   { cat "$s3"; fail "--no-tests: the three sanitizer runs"; }
+# A peer whose prewarm is still running at its turn waits while the entries after it run (the GPU idled through
+# torch.compile's compilation before): here the prewarm takes 3 s, the next peer 5, so the peer runs right after that
+# one, before the last.
+mkdir -p "$w/bundle5"
+ln -s "$w/bundle/bin" "$w/bundle5/bin"
+printf '%s\t%s\t%s\t%s\n' \
+  prewarm 0 warm_first "sleep 3" \
+  peer 0 warm_first "echo ran > {out}/warm_first.ran" \
+  peer 0 meanwhile "sleep 5" \
+  peer 0 last "true" > "$w/bundle5/manifest.tsv"
+"$src/scripts/gpu/run.sh" "$w/out5" --bundle "$w/bundle5" --no-tests > "$w/log5" 2>&1 || { cat "$w/log5"; fail "the run with a late prewarm"; }
+order=$(grep -oE '^(LATER|ok) +(peer|prewarm) [a-z_]+' "$w/out5/summary.txt" | sed -E 's/ +/ /g' | paste -sd, -)
+[ "$order" = "LATER peer warm_first,ok peer meanwhile,ok prewarm warm_first,ok peer warm_first,ok peer last" ] &&
+  [ -s "$w/out5/bench/warm_first.ran" ] || { cat "$w/out5/summary.txt"; fail "the late prewarm's peer: order $order"; }
 echo "PASS: run.sh phases, deadline and totals"
