@@ -25,9 +25,7 @@ void wait_cuda_watched(const std::function<cudaError_t()>& query, ncclComm_t ncc
                        const OperationContext& what, const std::string& not_arrived) {
   const auto t0 = std::chrono::steady_clock::now();
   for (unsigned spin = 0;; ++spin) {
-    const cudaError_t e = query();
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) HPDT_CUDA_CHECK(e);
+    if (hpdt::detail::cuda_query_done(query(), "cudaStreamQuery / cudaEventQuery")) return;
     if ((spin & 63) != 63) continue;
     if (nccl) {
       ncclResult_t async = ncclSuccess;

@@ -120,10 +120,7 @@ void Event::synchronize() const {
 bool Event::query() const {
   if (!device_.is_cuda()) return true;
 #if HPDT_HAVE_CUDA
-  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event_.get()));
-  if (e == cudaErrorNotReady) return false;
-  HPDT_CUDA_CHECK(e);
-  return true;
+  return detail::cuda_query_done(cudaEventQuery(static_cast<cudaEvent_t>(event_.get())), "cudaEventQuery");
 #else
   return true;
 #endif

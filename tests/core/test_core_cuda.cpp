@@ -8,6 +8,7 @@
 #include <random>
 
 #include "hpdt/core/allocator.h"
+#include "hpdt/core/check_cuda.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -134,6 +135,17 @@ TEST_F(CoreCuda, EventsTimeDeviceWork) {
   const float ms = start.elapsed_ms(stop);
   EXPECT_GT(ms, 0.0f);
   EXPECT_LT(ms, 60e3f);
+}
+
+// A query's three answers (Event::query and comm's waits): done, not yet, or an error that throws. "Not yet" leaves no
+// last error behind for the next launch check to report (the GPU side of this: test_elementwise_cuda's
+// SpinHoldsItsStreamForItsTime). A pure function of the answer: no GPU needed.
+TEST(CudaQuery, AnswersDoneNotYetOrThrows) {
+  EXPECT_TRUE(detail::cuda_query_done(cudaSuccess, "cudaEventQuery(e)"));
+  EXPECT_FALSE(detail::cuda_query_done(cudaErrorNotReady, "cudaEventQuery(e)"));
+  EXPECT_NE(cudaPeekAtLastError(), cudaErrorNotReady);
+  HPDT_EXPECT_THROW_MSG(detail::cuda_query_done(cudaErrorInvalidValue, "cudaEventQuery(e)"),
+                        "CUDA error cudaErrorInvalidValue");
 }
 
 }  // namespace
