@@ -12,7 +12,8 @@
 // call and the stop event: the host has issued the whole call before the GPU reaches the start event, and the time
 // between the events is the GPU's alone. Where the GPU reached the start event before the host had queued the stop
 // event (the spin was too short for the host's work, or the call waited for the host), the iteration counts in the
-// row's `launch_gaps` counter and the next spin is twice as long (up to 10 ms).
+// row's `launch_gaps` counter and the next spin is twice as long (up to 10 ms). A row first calibrates the spin on
+// untimed calls, so its count is of the timed iterations whose host part outgrew it (or that waited for the host).
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -68,24 +69,36 @@ class CallTimer {
     stop_.synchronize();
     if (gap) {
       ++launch_gaps_;
-      spin_s_ = std::min(2 * spin_s_, 10e-3);
+      spin_s_ = std::min(2 * spin_s_, kMaxSpin);
     }
     return double(start_.elapsed_ms(stop_)) / 1e3;
   }
   int launch_gaps() const { return launch_gaps_; }
+  // Untimed calls until one has no gap (or the spin is at its cap), then the count from zero: the row's iterations
+  // start with a spin long enough for the host's part of the call.
+  template <class Run>
+  void calibrate(Run&& run) {
+    for (int gaps = launch_gaps_;; gaps = launch_gaps_) {
+      seconds(run);
+      if (launch_gaps_ == gaps || spin_s_ >= kMaxSpin) break;
+    }
+    launch_gaps_ = 0;
+  }
 
  private:
+  static constexpr double kMaxSpin = 10e-3;
   double spin_s_ = 50e-6;
   int launch_gaps_ = 0;
   Event start_{Device::cuda(0)}, stop_{Device::cuda(0)};
 };
 
-// The row's loop: each iteration one call of `run` on the GPU alone (CallTimer), its manual time; the row's
-// launch_gaps counter. `run` has been called once before (the warm-up: allocations, plans, Find). Returns the mean
-// seconds a call.
+// The row's loop: each iteration one call of `run` on the GPU alone (CallTimer, calibrated first), its manual time;
+// the row's launch_gaps counter. `run` has been called once before (the warm-up: allocations, plans, Find). Returns
+// the mean seconds a call.
 template <class Run>
 double time_row(benchmark::State& state, Run&& run) {
   CallTimer timer;
+  timer.calibrate(run);
   double total = 0;
   for (auto _ : state) {
     const double sec = timer.seconds(run);

@@ -46,6 +46,26 @@ TEST(GpuTiming, ACallIsTimedWithoutItsLaunchGap) {
   EXPECT_LE(timer.launch_gaps(), 6);
 }
 
+// Calibrated first, as a benchmark row's timer is (time_row): its timed calls start without a gap.
+TEST(GpuTiming, ACalibratedTimerTimesWithoutGaps) {
+  HPDT_REQUIRE_GPU();
+  const Stream& s = bench::bench_stream();
+  auto call = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    kernels::cuda::spin(200e-6, s);
+  };
+  call();
+  s.synchronize();
+  bench::CallTimer timer;
+  timer.calibrate(call);
+  EXPECT_EQ(timer.launch_gaps(), 0);
+  const double t = timer.seconds(call);
+  if (under_sanitizer()) return;
+  EXPECT_GE(t, 0.19e-3);
+  EXPECT_LT(t, 0.5e-3);
+  EXPECT_EQ(timer.launch_gaps(), 0);
+}
+
 TEST(GpuTiming, BackToBackTimesAGpuBoundCallByItsKernel) {
   HPDT_REQUIRE_GPU();
   const Stream& s = bench::bench_stream();

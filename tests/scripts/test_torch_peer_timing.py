@@ -90,6 +90,13 @@ class GpuAloneTimer(unittest.TestCase):
         for t in times[5:]:
             self.assertAlmostEqual(t, 0.2e-3, delta=1e-5)
 
+    def test_calibrated_first_no_gaps(self):
+        timer = self.mod.GpuAloneTimer()
+        timer.calibrate(self.call)
+        self.assertEqual(timer.launch_gaps, 0)
+        self.assertAlmostEqual(timer.seconds(self.call), 0.2e-3, delta=1e-5)
+        self.assertEqual(timer.launch_gaps, 0)
+
     def test_plainly_timed_the_host_is_in(self):
         t = self.mod.Timer(types.SimpleNamespace(type="cuda"))
         with t:
