@@ -18,21 +18,27 @@ using namespace hpdt;
 
 bool under_sanitizer() { return std::getenv("HPDT_UNDER_SANITIZER") != nullptr; }
 
-TEST(GpuTiming, ACallIsTimedWithoutItsLaunchGap) {
-  HPDT_REQUIRE_GPU();
-  const Stream& s = bench::bench_stream();
-  // a call whose host part (1 ms) is five times its GPU part (a 0.2 ms kernel)
-  auto call = [&] {
+// A call whose host part (1 ms) is five times its GPU part (a 0.2 ms kernel), called once before the tests time it.
+class GpuTiming : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HPDT_REQUIRE_GPU();
+    call();
+    s().synchronize();
+  }
+  static const Stream& s() { return bench::bench_stream(); }
+  static void call() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    kernels::cuda::spin(200e-6, s);
-  };
-  call();
-  s.synchronize();
+    kernels::cuda::spin(200e-6, s());
+  }
+};
+
+TEST_F(GpuTiming, ACallIsTimedWithoutItsLaunchGap) {
   // timed plainly, the events around it, the host's millisecond is in
   Event start(Device::cuda(0)), stop(Device::cuda(0));
-  start.record(s);
+  start.record(s());
   call();
-  stop.record(s);
+  stop.record(s());
   stop.synchronize();
   bench::CallTimer timer;
   double last = 0;
@@ -47,15 +53,7 @@ TEST(GpuTiming, ACallIsTimedWithoutItsLaunchGap) {
 }
 
 // Calibrated first, as a benchmark row's timer is (time_row): its timed calls start without a gap.
-TEST(GpuTiming, ACalibratedTimerTimesWithoutGaps) {
-  HPDT_REQUIRE_GPU();
-  const Stream& s = bench::bench_stream();
-  auto call = [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    kernels::cuda::spin(200e-6, s);
-  };
-  call();
-  s.synchronize();
+TEST_F(GpuTiming, ACalibratedTimerTimesWithoutGaps) {
   bench::CallTimer timer;
   timer.calibrate(call);
   EXPECT_EQ(timer.launch_gaps(), 0);
@@ -66,11 +64,9 @@ TEST(GpuTiming, ACalibratedTimerTimesWithoutGaps) {
   EXPECT_EQ(timer.launch_gaps(), 0);
 }
 
-TEST(GpuTiming, BackToBackTimesAGpuBoundCallByItsKernel) {
-  HPDT_REQUIRE_GPU();
-  const Stream& s = bench::bench_stream();
+TEST_F(GpuTiming, BackToBackTimesAGpuBoundCallByItsKernel) {
   // GPU-bound calls back to back: the host runs ahead, the mean is the kernel's time
-  const double gpu_bound = bench::seconds_back_to_back([&] { kernels::cuda::spin(500e-6, s); }, 10);
+  const double gpu_bound = bench::seconds_back_to_back([&] { kernels::cuda::spin(500e-6, s()); }, 10);
   if (under_sanitizer()) return;
   EXPECT_GE(gpu_bound, 0.49e-3);
   EXPECT_LT(gpu_bound, 0.6e-3);
