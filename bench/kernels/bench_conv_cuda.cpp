@@ -170,11 +170,6 @@ void run_once(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout,
   }
 }
 
-// Mean milliseconds of `iters` calls back to back, after one warm-up call (gpu_timing.h).
-double time_ms(const Conv2dShape& s, Buffers& b, Dir d, Impl impl, Layout layout, int iters) {
-  return 1e3 * seconds_back_to_back([&] { run_once(s, b, d, impl, layout, bench_stream()); }, iters);
-}
-
 void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl, Layout layout) {
   if (skip_without_gpu(state)) return;
   const Conv2dShape s = kCases[case_index].shape(kBatch);
@@ -194,17 +189,21 @@ void BM_conv(benchmark::State& state, int case_index, DType dt, Dir d, Impl impl
   // times a ResNet-50 step runs this (the stem's backward-data: never)
   state.counters["per_step"] = kCases[case_index].stem() && d == Dir::backward_data ? 0 : kCases[case_index].per_step;
   if (!is_cudnn(impl)) {
-    const double ours = time_ms(s, b, d, impl, layout, 10);
+    // (the ratio counters: 10 calls back to back each side, gpu_timing.h)
+    auto back_to_back = [&](Impl which) {
+      return seconds_back_to_back([&] { run_once(s, b, d, which, layout, stream); }, 10);
+    };
+    const double ours = back_to_back(impl);
     // cuDNN right after ours (until 2026-11-30 once a process, at the case's first row)
-    state.counters["vs_cudnn"] = time_ms(s, b, d, Impl::cudnn, layout, 10) / ours;
-    if (dt == DType::bf16) state.counters["vs_cudnn_find"] = time_ms(s, b, d, Impl::cudnn_find, layout, 10) / ours;
+    state.counters["vs_cudnn"] = back_to_back(Impl::cudnn) / ours;
+    if (dt == DType::bf16) state.counters["vs_cudnn_find"] = back_to_back(Impl::cudnn_find) / ours;
     if (impl == Impl::v2 && s.stride >= 2 && s.c_in < 16 && s.kh >= s.stride &&
         s.kw >= s.stride) {  // where kernels/cuda/space_to_depth.cuh applies (the backward-data: no residual here)
       const ScopedEnv direct("HPDT_CONV_SPACE_TO_DEPTH", "off");
-      state.counters["x_direct"] = time_ms(s, b, d, impl, layout, 10) / ours;
+      state.counters["x_direct"] = back_to_back(impl) / ours;
     }
-    if (impl == Impl::v3im2col) state.counters["x_box"] = time_ms(s, b, d, Impl::v3, layout, 10) / ours;
-    if (impl == Impl::v3tma) state.counters["x_direct"] = time_ms(s, b, d, Impl::v3, layout, 10) / ours;
+    if (impl == Impl::v3im2col) state.counters["x_box"] = back_to_back(Impl::v3) / ours;
+    if (impl == Impl::v3tma) state.counters["x_direct"] = back_to_back(Impl::v3) / ours;
   }
 }
 
