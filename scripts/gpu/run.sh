@@ -348,7 +348,7 @@ if [ $bench -eq 1 ]; then
     case "$kind" in bench | peer) ;; *) continue ;; esac
     selected "$exe$args" || continue
     if prewarming "$(basename "$exe")"; then
-      note "$(printf '%-9s %-44s (its prewarm is still running: the entries after it go first)' "LATER" "$kind $(basename "$exe")")"
+      note "$(printf '%-9s %-44s (its prewarm is still running: the entries after it go first)' "LATER" "$kind $(bench_label "$kind" "$exe" "$args")")"
       later+=("$line")
       continue
     fi
