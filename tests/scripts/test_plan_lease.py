@@ -3,6 +3,7 @@
 executable in the old format, where one line has it; never from a run cut short), estimates by kind, --rows first,
 a peer whose prewarm is still running going after the entries that follow it, and the deadline's cut and unrun."""
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -65,6 +66,24 @@ class PlanLease(unittest.TestCase):
         self.assertEqual(p["bench_gemm_cuda"][3], "cut")       # starts at 192
         self.assertEqual(p["bench_attention_cuda"][3], "not run")
         self.assertEqual(p["train_step_b"][3], "not run")
+
+
+class BadInput(unittest.TestCase):
+    """A malformed --rows or a missing file: a message naming it and exit 1."""
+
+    def run_plan(self, *args):
+        script = os.path.join(HERE, "..", "..", "scripts", "gpu", "plan_lease.py")
+        return subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+
+    def test_messages(self):
+        bench = os.path.join(HERE, "..", "..", "scripts", "gpu", "benchmarks.txt")
+        for args, needle in (([bench, "--rows", "x=y"], "--rows x=y: expected NAME=COUNT"),
+                             (["no/such/benchmarks.txt"], "no/such/benchmarks.txt"),
+                             ([bench, "--summary", "no/such/summary.txt"], "no/such/summary.txt")):
+            r = self.run_plan(*args)
+            self.assertEqual(r.returncode, 1, args)
+            self.assertIn(needle, r.stderr)
+            self.assertEqual(r.stdout, "")
 
 
 if __name__ == "__main__":
