@@ -75,5 +75,6 @@ bool is_live_stream(const void* s);
 bool in_device_memory(const void* p, size_t n);
 // From the fault handler: says when `addr` lies just past a device allocation.
 void describe_global_fault(const void* addr);
+void write_launch_log();  // CUDA_EMU_LAUNCH_LOG (scheduler.cpp), registered at start-up by runtime.cpp
 
 }  // namespace cuda_emu

@@ -16,10 +16,12 @@
 #include <immintrin.h>
 #endif
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -1989,8 +1991,12 @@ void print_stats() {
 bool g_count_banks = false;  // count_bank_conflicts(true)
 BankCounts g_banks{};
 
-std::map<std::string, unsigned long long>& launch_names() {  // launches_named: every launch, by kernel name
-  static auto* m = new std::map<std::string, unsigned long long>;
+struct LaunchTally {
+  unsigned long long launches = 0;
+  long long ns = 0;  // host time spent emulating them
+};
+std::map<std::string, LaunchTally>& launch_names() {  // launches_named and the launch log: every launch, by kernel
+  static auto* m = new std::map<std::string, LaunchTally>;
   return *m;
 }
 
@@ -2093,7 +2099,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   }
   E.ldm_wavefronts = E.ldm_ideal = E.cp_wavefronts = E.cp_ideal = E.st_wavefronts = E.st_ideal = 0;
   E.stats = stats_enabled() || g_count_banks;
-  const long long t0 = E.stats ? clock_ns() : 0;
+  const long long t0 = clock_ns();
   // Blocks are dispatched in index order (x fastest), as a GPU does (CUDA_EMU_DISPATCH=reverse: from the last; CUDA
   // promises no order), up to E.resident at a time. The resident
   // ones take turns, each until it is done or yields (block_yield: at __nanosleep when every runnable thread of
@@ -2140,8 +2146,11 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   blockIdx = {0, 0, 0};
   E.in_launch = false;
   launching = false;
-  if (stats_enabled()) record_stats(clock_ns() - t0, threads * g.x * g.y * g.z);
-  ++launch_names()[E.kernel_name ? E.kernel_name : "?"];
+  const long long ns = clock_ns() - t0;
+  if (stats_enabled()) record_stats(ns, threads * g.x * g.y * g.z);
+  LaunchTally& tally = launch_names()[E.kernel_name ? E.kernel_name : "?"];
+  ++tally.launches;
+  tally.ns += ns;
   g_banks.ldmatrix_wavefronts += E.ldm_wavefronts;
   g_banks.ldmatrix_ideal += E.ldm_ideal;
   g_banks.cp_async_wavefronts += E.cp_wavefronts;
@@ -2174,10 +2183,38 @@ void clear_prefetched_lines() {
   g_prefetched.clear();
 }
 
+// CUDA_EMU_LAUNCH_LOG=DIR: at exit, DIR/<executable>.<pid>.launches names every kernel this process launched, how
+// often and the seconds spent emulating them ("<launches>\t<seconds>\t<kernel>"), after a first line with its
+// arguments (a test's --gtest_filter): which kernels each test case reaches, read by
+// scripts/gpu/sanitizer_coverage.py to check that the GPU's sanitizer runs reach them all.
+void write_launch_log() {
+  const std::string dir = std::getenv("CUDA_EMU_LAUNCH_LOG");
+  std::string args;
+  if (FILE* f = std::fopen("/proc/self/cmdline", "rb")) {
+    for (int c; (c = std::fgetc(f)) != EOF;) args += c ? char(c) : ' ';
+    std::fclose(f);
+  }
+  std::string exe = args.substr(0, args.find(' '));
+  exe = exe.substr(exe.rfind('/') + 1);
+  const std::string path = dir + "/" + exe + "." + std::to_string(getpid()) + ".launches";
+  mkdir(dir.c_str(), 0777);  // the first process makes it (an error shows at the fopen)
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "cuda_emu: CUDA_EMU_LAUNCH_LOG: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    return;
+  }
+  while (!args.empty() && args.back() == ' ') args.pop_back();
+  std::fprintf(f, "# %s\n", args.c_str());
+  for (const auto& [name, t] : launch_names())
+    std::fprintf(f, "%llu\t%.6f\t%s\n", t.launches, double(t.ns) * 1e-9, name.c_str());
+  if (std::fclose(f) != 0)
+    std::fprintf(stderr, "cuda_emu: CUDA_EMU_LAUNCH_LOG: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+}
+
 unsigned long long launches_named(const char* part) {
   unsigned long long n = 0;
-  for (const auto& [name, count] : launch_names())
-    if (name.find(part) != std::string::npos) n += count;
+  for (const auto& [name, t] : launch_names())
+    if (name.find(part) != std::string::npos) n += t.launches;
   return n;
 }
 
