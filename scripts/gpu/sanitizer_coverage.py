@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Do the GPU's compute-sanitizer runs reach every kernel the GPU suite launches?
+
+scripts/gpu/run.sh --sanitize runs each single-process GPU test binary under memcheck and racecheck: whole, or, for
+a binary with lines in scripts/gpu/sanitize.txt, only the gtest filters those lines give (racecheck slows the long
+cases 100-1000x). Whether those filters still reach every kernel cannot be read off their names. The CUDA emulator
+can tell: with CUDA_EMU_LAUNCH_LOG=DIR every emulated test process writes the kernels it launched
+(DIR/<exe>.<pid>.launches, its first line the process's arguments), and ctest runs every case of
+test_<family>_cuda_emu as a process of its own. This script maps each case to its kernels, applies sanitize.txt's
+filters as run.sh does, and lists per tool the kernels (template instances) no sanitizer run reaches, with the
+cases that would.
+
+What the emulator cannot say: kernels chosen only for shapes the emulated tests shrink (tests ask emulated()),
+vendor kernels (not ours, not emulated), cases that ctest leaves to the GPU (test_nn_models_cuda_emu's filter).
+
+usage: sanitizer_coverage.py --launches DIR (--ctest-dir BUILD [--ctest CTEST] | --cases FILE)
+                             [--sanitize-list FILE] [--tools "memcheck racecheck"] [--json OUT] [--suggest] [--parts]
+  --cases FILE   the emulated cases that ran, one "test_<family>_cuda_emu.<gtest name>" a line (instead of asking
+                 ctest which cases the build registers)
+  --suggest      also print sanitize.txt lines of the cases that reach a tool's missing kernels (chosen greedily by
+                 kernels reached per emulated second), each with its launches and emulated seconds
+  --parts        print each racecheck run's launches and emulated seconds (its cost, as far as the logs tell)
+exit: 0 every kernel reached by every tool; 1 some not (named), or bad input; 77 the logs are incomplete (a case
+registered but not logged: a partial ctest run), nothing checked.
+"""
+import argparse
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+
+EMU_EXE = re.compile(r"^(test_\w+_cuda)_emu$")
+GPU_EXE = re.compile(r"^(test_\w+_cuda)$")
+SKIP = 77
+# Cases that the GPU binary has but skips on a GPU: what they launch on the emulator, no sanitizer sees.
+GPU_SKIPS = {("test_gemm_cuda", "GemmCuda.V3PipelineByRuleFollowsTheKLoop")}  # counts launches: emulator only
+
+
+def fail(msg):
+    print(f"sanitizer_coverage.py: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def gtest_match(name, gtest_filter):
+    """gtest's --gtest_filter: POSITIVE[-NEGATIVE], each ':'-separated patterns with * and ?."""
+    pos, _, neg = gtest_filter.partition("-")
+
+    def any_of(patterns):
+        return any(fnmatch.fnmatchcase(name, p.replace("[", "[[]")) for p in patterns.split(":") if p)
+
+    return (any_of(pos) if pos else True) and not any_of(neg)
+
+
+def read_sanitize_list(path):
+    """(tool, binary, filter) lines of sanitize.txt, as run.sh reads them (`read -r tool bin filter`)."""
+    runs = []
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                fields = line.split(None, 2)
+                if not fields or fields[0].startswith("#"):
+                    continue
+                if len(fields) < 2:
+                    fail(f"{path}:{n}: a run needs TOOL BINARY [FILTER], got {line.strip()!r}")
+                runs.append((fields[0], fields[1], fields[2].strip() if len(fields) > 2 else ""))
+    except OSError as e:
+        fail(f"--sanitize-list {path}: {e.strerror}")
+    return runs
+
+
+def read_logs(directory):
+    """{(gpu binary, gtest name): {kernel: (launches, emulated seconds)}} from the emulator's launch logs."""
+    if not os.path.isdir(directory):
+        fail(f"--launches {directory}: not a directory (run the emulated tests with CUDA_EMU_LAUNCH_LOG={directory})")
+    cases = {}
+    for entry in sorted(os.listdir(directory)):
+        if not entry.endswith(".launches"):
+            continue
+        path = os.path.join(directory, entry)
+        with open(path) as f:
+            lines = f.read().splitlines()
+        if not lines or not lines[0].startswith("# "):
+            fail(f"{path}: not a launch log (its first line is not '# <arguments>')")
+        args = lines[0][2:].split(" ")
+        m = EMU_EXE.match(os.path.basename(args[0]))
+        filters = [a.split("=", 1)[1] for a in args if a.startswith("--gtest_filter=")]
+        if not m or len(filters) != 1:
+            continue  # not one case of an emulated test binary (the trainer, a whole binary run by hand)
+        kernels = cases.setdefault((m.group(1), filters[0]), {})
+        for line in lines[1:]:
+            fields = line.split("\t", 2)
+            try:
+                launches, seconds, kernel = int(fields[0]), float(fields[1]), fields[2]
+            except (ValueError, IndexError):
+                fail(f"{path}: a line is not '<launches><TAB><seconds><TAB><kernel>': {line!r}")
+            n, t = kernels.get(kernel, (0, 0.0))
+            kernels[kernel] = (n + launches, t + seconds)
+    return cases
+
+
+def registered_cases(ctest, ctest_dir):
+    """The cases ctest registers, emulated and GPU: '<exe>.<gtest name>' run with that gtest filter."""
+    try:
+        out = subprocess.run([ctest, "--test-dir", ctest_dir, "--show-only=json-v1"], check=True,
+                             capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        fail(f"--ctest-dir {ctest_dir}: ctest --show-only failed: {e}")
+    names = []
+    for test in json.loads(out).get("tests", []):
+        command = test.get("command") or []
+        if not command:
+            continue
+        exe = os.path.basename(command[0])
+        filters = [a.split("=", 1)[1] for a in command if a.startswith("--gtest_filter=")]
+        # a parameterized case's name ends in "  # GetParam() = ..."
+        name = f"{exe}.{filters[0]}" if len(filters) == 1 else None
+        if (EMU_EXE.match(exe) or GPU_EXE.match(exe)) and name and test["name"].split("  # ")[0] == name:
+            names.append(name)
+    return names
+
+
+def split_cases(names):
+    """({(gpu binary, case)} of the emulated cases, {(gpu binary, case)} of the GPU binaries' cases)."""
+    emu, gpu = set(), set()
+    for name in names:
+        exe, _, case = name.partition(".")
+        m, g = EMU_EXE.match(exe), GPU_EXE.match(exe)
+        if not (m or g) or not case:
+            fail(f"--cases: {name!r} is not test_<family>_cuda[_emu].<gtest name>")
+        (emu if m else gpu).add(((m or g).group(1), case))
+    return emu, gpu
+
+
+# What a case costs under a sanitizer is not known here; its launches and emulated seconds are what the logs give.
+# On the H200 (2026-11-27/29) racecheck took 0.01-0.02 s a launch of the small kernels (test_norm_cuda whole: 4,731
+# launches, 50 s) but ~0.16 s a launch of attention's (AttentionCuda.OddHeadDims: 440 launches, 0.85 s emulated,
+# 70-100 s) and of the models' steps (F32StepMatchesTheCpuThenSgd/resnet20: 270, 1.0 s, 35 s): neither count alone
+# predicts it, and the suggestions rank by emulated seconds, the work of every thread's every access.
+def cost(kernels):
+    """(launches, emulated seconds) of a case whose launch log is `kernels`."""
+    return sum(n for n, _ in kernels.values()), sum(t for _, t in kernels.values())
+
+
+def describe(kernels):
+    n, t = cost(kernels)
+    return f"{n} launches, {t:.2f} s emulated"
+
+
+def short(kernel):
+    """'void ns::k(args) [with T = x]' -> 'k [T = x]'."""
+    head, _, with_ = kernel.partition(" [with ")
+    name = head.split("(", 1)[0].split(" ")[-1].split("::")[-1]
+    return name + (" [" + with_ if with_ else "")
+
+
+def coverage(cases, runs, tools):
+    """{tool: {kernel: [cases reaching it, cheapest first]}} of the kernels no run of that tool reaches (a case
+    as (emulated seconds, binary, gtest name))."""
+    every = {}
+    for (binary, case), kernels in cases.items():
+        for k in kernels:
+            every.setdefault(k, []).append((cost(kernels)[1], binary, case))
+    missing = {}
+    for tool in tools:
+        filters = {}
+        for t, binary, f in runs:
+            if t == tool:
+                filters.setdefault(binary, []).append(f)
+        reached = set()
+        for (binary, case), kernels in cases.items():
+            if any(gtest_match(case, f or "*") for f in filters.get(binary, ["*"])):
+                reached.update(kernels)
+        missing[tool] = {k: sorted(every[k])[:3] for k in sorted(set(every) - reached, key=short)}
+    return every, missing
+
+
+def suggest(cases, missing):
+    """The cases that reach a tool's missing kernels, picked greedily by kernels reached per emulated second:
+    {binary: [gtest names]}, for new sanitize.txt lines."""
+    left, picked = set(missing), {}
+    while left:
+        def value(item):
+            (binary, case), kernels = item
+            seconds = cost(kernels)[1]
+            return len(left & set(kernels)) / (seconds + 0.05), -seconds
+        (binary, case), kernels = max(cases.items(), key=value)
+        picked.setdefault(binary, []).append(case)
+        left -= set(kernels)
+    return picked
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--launches", required=True)
+    ap.add_argument("--ctest-dir")
+    ap.add_argument("--cases")
+    ap.add_argument("--ctest", default="ctest")
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--sanitize-list", default=os.path.join(here, "sanitize.txt"))
+    ap.add_argument("--tools", default="memcheck racecheck")
+    ap.add_argument("--json")
+    ap.add_argument("--parts", action="store_true", help="print each racecheck run's launches and emulated seconds")
+    ap.add_argument("--suggest", action="store_true",
+                    help="print sanitize.txt lines that would reach the kernels a tool misses")
+    a = ap.parse_args()
+    if bool(a.ctest_dir) == bool(a.cases):
+        fail("give one of --ctest-dir BUILD and --cases FILE")
+    runs = read_sanitize_list(a.sanitize_list)
+    cases = read_logs(a.launches)
+    if a.cases:
+        try:
+            with open(a.cases) as f:
+                names = [line.strip() for line in f if line.strip()]
+        except OSError as e:
+            fail(f"--cases {a.cases}: {e.strerror}")
+    else:
+        names = registered_cases(a.ctest, a.ctest_dir)
+    expected, on_gpu = split_cases(names)
+    if not expected:
+        fail("no emulated test case is registered: nothing to check")
+    if not on_gpu:
+        print("no GPU test binary in this build (a build without CUDA): which cases exist on a GPU is unknown; "
+              "nothing checked")
+        return SKIP
+    unlogged = sorted(expected - set(cases))
+    if unlogged:
+        print(f"incomplete: {len(unlogged)} of {len(expected)} emulated cases left no launch log in {a.launches} "
+              f"(a partial ctest run, or a case that crashed), e.g. {unlogged[0][0]}_emu.{unlogged[0][1]}; "
+              "nothing checked")
+        return SKIP
+    # the emulator-only cases (#if HPDT_CUDA_EMU) and those a GPU skips reach no kernel under a GPU's sanitizer
+    emu_only = {key for key in expected if key not in on_gpu or key in GPU_SKIPS}
+    cases = {key: k for key, k in cases.items() if key in expected and key not in emu_only}
+    tools = a.tools.split()
+    every, missing = coverage(cases, runs, tools)
+    print(f"{len(every)} kernels (template instances) launched by {len(cases)} emulated cases of "
+          f"{len({b for b, _ in cases})} binaries (not counted: {len(emu_only)} cases that do not run on a GPU); "
+          f"the sanitizer runs of {a.sanitize_list}:")
+    for tool in tools:
+        print(f"  {tool}: reaches {len(every) - len(missing[tool])} of {len(every)}")
+        for kernel, reaching in missing[tool].items():
+            print(f"    not reached: {short(kernel)}")
+            print("      launched by: " + "; ".join(f"{b} {c} ({describe(cases[(b, c)])})" for _, b, c in reaching))
+    if a.parts:
+        listed = {b for t, b, _ in runs if t == "racecheck"}
+        whole = [("racecheck", b, "") for b in sorted({b for b, _ in cases} - listed)]
+        for t, binary, f in [r for r in runs if r[0] == "racecheck"] + whole:
+            n = t = 0
+            for (b, c), k in cases.items():
+                if b == binary and gtest_match(c, f or "*"):
+                    n, t = n + cost(k)[0], t + cost(k)[1]
+            print(f"racecheck part ({n} launches, {t:.2f} s emulated): {binary} {f or '(whole)'}")
+    if a.suggest:
+        for tool in tools:
+            for binary, picked in suggest(cases, missing[tool]).items():
+                for c in picked:
+                    print(f"suggested ({describe(cases[(binary, c)])}): {tool} {binary} {c}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"kernels": len(every), "cases": len(cases),
+                       "not_reached": {t: {short(k): [f"{b} {c}" for _, b, c in r] for k, r in m.items()}
+                                       for t, m in missing.items()}}, f, indent=1)
+    return 1 if any(missing.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
