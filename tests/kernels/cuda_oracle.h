@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -37,14 +38,31 @@ constexpr bool emulated() {
 #endif
 }
 
-// The vendor backend (cuBLAS, cuDNN) runs only on a GPU: under emulation a test that compares against it
-// skips with this (visibly), and a test that loops over both backends leaves the vendor one out
+// True when scripts/gpu/run.sh runs this binary under compute-sanitizer's racecheck (HPDT_UNDER_SANITIZER=racecheck).
+// racecheck slows a kernel by 100-1000x, as the emulator does, and looks for shared-memory hazards, which depend on a
+// block's code path, not on the grid: there the tests take the emulator's shapes (small_shapes) and leave the vendor
+// backend out (vendor_available), whose kernels are not ours (cuDNN's reported hazards of their own on the H200,
+// 2026-11-29). memcheck keeps both: it checks how we call the vendor too.
+inline bool under_racecheck() {
+  const char* tool = std::getenv("HPDT_UNDER_SANITIZER");
+  return tool && std::string(tool) == "racecheck";
+}
+
+// The shapes of the emulator (where a test has smaller ones): in the emulator and under racecheck. Every code path
+// stays (channels, kernel sizes, strides, tile edges); only batches and planes shrink. So the kernels racecheck
+// sees are the ones the emulator logs (scripts/gpu/sanitizer_coverage.py).
+inline bool small_shapes() { return emulated() || under_racecheck(); }
+
+// The vendor backend (cuBLAS, cuDNN) runs only on a GPU, and there not under racecheck: a test that compares against
+// it skips with this (visibly), and a test that loops over both backends leaves the vendor one out
 // (`if (vendor && !vendor_available()) continue;`).
-constexpr bool vendor_available() { return !emulated(); }
-#define HPDT_SKIP_WITHOUT_VENDOR()                                                                   \
-  do {                                                                                               \
-    if (!::hpdt::test::vendor_available())                                                           \
-      GTEST_SKIP() << "the vendor backend (cuBLAS/cuDNN) is not available in the CUDA emulator";     \
+inline bool vendor_available() { return !emulated() && !under_racecheck(); }
+#define HPDT_SKIP_WITHOUT_VENDOR()                                                                                \
+  do {                                                                                                            \
+    if (::hpdt::test::emulated())                                                                                 \
+      GTEST_SKIP() << "the vendor backend (cuBLAS/cuDNN) is not available in the CUDA emulator";                  \
+    if (::hpdt::test::under_racecheck())                                                                          \
+      GTEST_SKIP() << "the vendor backend (cuBLAS/cuDNN) is left out under racecheck (its kernels are not ours)"; \
   } while (0)
 
 struct Tolerance {

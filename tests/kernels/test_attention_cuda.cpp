@@ -221,8 +221,9 @@ TEST_F(AttentionCuda, HeadDimsAndLengths) {
   for (int64_t dh : {16, 24, 32, 64, 128})
     for (int64_t t : {1, 2, 17, 50, 65, 197}) {
       const auto& p = pairs[k++ % 6];
-      // The CUDA emulator runs every thread in turn: t = 197 there with one batch of two heads, not 36 heads.
-      if (test::emulated() && t == 197)
+      // The CUDA emulator runs every thread in turn (racecheck nearly so): t = 197 there with one batch of two heads,
+      // not 36 heads.
+      if (test::small_shapes() && t == 197)
         check_all({1, t, 2, dh});
       else
         check_all({p[0], t, p[1], dh});
@@ -549,6 +550,39 @@ TEST_F(AttentionCuda, BackwardVariantOfAutoFromTheEnvironment) {
   EXPECT_TRUE(same(run(0, false), v2)) << "auto, unset";
   const ScopedEnv bad("HPDT_ATTENTION_BACKWARD", "fused");
   HPDT_EXPECT_THROW_MSG(run(0, false), "HPDT_ATTENTION_BACKWARD=fused: expected v2 or v3");
+}
+#endif
+
+#if HPDT_HAVE_CUDA
+// Every tensor-core kernel instance once, on small cases: racecheck's attention part (scripts/gpu/sanitize.txt), whose
+// cost grows with the launches (~0.16 s each under racecheck on the H200, 2026-11-27), so each instance runs on the
+// fewest and smallest cases that still take its code paths; scripts/gpu/sanitizer_coverage.py checks that it reaches
+// them all. Against the oracle, both 16-bit dtypes, v2 and v3 (rotated where the GPU holds a head's key blocks, on
+// the emulator with 24 blocks resident; auto runs v2's kernels), under both of v2's tile settings, dh 16, 32, 64 and
+// 128 (and 128 with 64 queries a dK/dV step). t = 130: two or three key blocks (v3's turns), a last query block of 2
+// rows. Large scores (the online rescaling's branch) at dh 64 and 128, wide tiles.
+TEST_F(AttentionCuda, EveryKernelInstanceOnSmallCases) {
+  const ScopedEnv resident("CUDA_EMU_RESIDENT", "24");
+  for (const char* tiles : {"wide", "narrow"}) {
+    const ScopedEnv pin("HPDT_ATTENTION_V2_TILES", tiles);
+    for (const char* step : {"32", "64"})
+      for (int64_t dh : {16, 32, 64, 128}) {
+        if (dh != 128 && std::strcmp(step, "64") == 0) continue;  // the step applies at dh 128 only
+        SCOPED_TRACE(std::string(tiles) + ", " + step + " queries a dK/dV step");
+        const ScopedEnv dkdv("HPDT_ATTENTION_V2_DKDV_STEP", step);
+        std::vector<Case> cases{{1, 130, 1, dh}};
+        if (dh >= 64 && std::strcmp(step, "32") == 0 && std::strcmp(tiles, "wide") == 0)
+          cases.push_back({1, 130, 1, dh, 8.0f});
+        for (const Case& c : cases)
+          for (DType dt : {DType::bf16, DType::f16}) {
+            const Oracle o = oracle(c, dt);
+            const Tensor qkv_g = to_gpu(o.qkv, dt);
+            for (int v : variants(qkv_g, c.heads))  // v1 (SIMT): OddHeadDims' part
+              if (v == kernels::cuda::kAttentionTensorCore || v == kernels::cuda::kAttentionFusedBackward)
+                check(c, dt, v, o, qkv_g);
+          }
+      }
+  }
 }
 #endif
 

@@ -224,7 +224,8 @@ class GemmCuda : public test::CudaOracleTest {
 using kernels::cuda::GemmVariant;
 
 const GemmVariant kVariants[] = {GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::v3_wgmma, GemmVariant::vendor};
-// The variants compared with the CPU: all of them, less cuBLAS where it cannot run (the CUDA emulator).
+// The variants compared with the CPU: all of them, less cuBLAS where it cannot run (the CUDA emulator) or is left
+// out (racecheck: test::vendor_available).
 std::vector<GemmVariant> checked_variants() {
   std::vector<GemmVariant> v{GemmVariant::v1_simt, GemmVariant::v2_mma, GemmVariant::v3_wgmma};
   if (test::vendor_available()) v.push_back(GemmVariant::vendor);
@@ -294,9 +295,10 @@ TEST_F(GemmCuda, RealisticLinearShapes) {
     int64_t rows, in, out;
   };
   const Lin shapes[] = {{64 * 50, 192, 576}, {2 * 197, 768, 3072}, {256, 64, 10}};
-  // The CUDA emulator runs every thread in turn: there the rows (batch x tokens) shrink, in and out stay.
+  // The CUDA emulator runs every thread in turn (racecheck nearly so): there the rows (batch x tokens) shrink, in and
+  // out stay.
   const Lin emulated_shapes[] = {{4 * 50, 192, 576}, {197, 768, 3072}, {256, 64, 10}};
-  for (const Lin& l : test::emulated() ? emulated_shapes : shapes)
+  for (const Lin& l : test::small_shapes() ? emulated_shapes : shapes)
     for (GemmVariant v : checked_variants())
       for (const Types& ty :
            {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f32}})
@@ -517,6 +519,24 @@ TEST_F(GemmCuda, EpilogueErrors) {
   HPDT_EXPECT_THROW_MSG(kernels::cuda::gemm(false, false, 4, 4, 4, 1, A.data(), 4, B.data(), 4, 0, C.data(), 4,
                                             DType::bf16, DType::bf16, pre_only, stream),
                         "gemm: pre_activation is stored only with the epilogue's GELU");
+}
+
+// Under racecheck (scripts/gpu/run.sh sets HPDT_UNDER_SANITIZER to the tool) the tests take the emulator's shapes and
+// leave cuBLAS/cuDNN out; under memcheck, or without a sanitizer, they run as they would anyway.
+TEST_F(GemmCuda, RacecheckTakesTheEmulatorsShapesWithoutTheVendor) {
+  {
+    const ScopedEnv tool("HPDT_UNDER_SANITIZER", "racecheck");
+    EXPECT_TRUE(test::under_racecheck());
+    EXPECT_TRUE(test::small_shapes());
+    EXPECT_FALSE(test::vendor_available());
+    EXPECT_EQ(checked_variants().size(), 3u);  // v1, v2, v3: no vendor
+  }
+  for (const char* tool : {"memcheck", static_cast<const char*>(nullptr)}) {
+    const ScopedEnv scope("HPDT_UNDER_SANITIZER", tool);
+    EXPECT_FALSE(test::under_racecheck());
+    EXPECT_EQ(test::small_shapes(), test::emulated());
+    EXPECT_EQ(test::vendor_available(), !test::emulated());
+  }
 }
 
 // Large 16-bit GEMMs: v2 against cuBLAS (both f32-accumulated), every transpose. 4104^2 x 264 has enough
@@ -1556,12 +1576,12 @@ TEST_F(GemmCuda, LinearForwardBackward) {
       {{2, 197, 768}, 3072},                                                    // ViT-B fc1
       {{256, 64}, 10},                                                          // ResNet fc
   };
-  // The CUDA emulator runs every thread in turn: there the two big layers run with fewer rows.
+  // The CUDA emulator runs every thread in turn (racecheck nearly so): there the two big layers run with fewer rows.
   const LinearShape emulated_shapes[] = {
       {{1, 1}, 1}, {{7, 5}, 3}, {{17, 33}, 65}, {{2, 17, 192}, 192}, {{4, 50, 192}, 576}, {{1, 197, 768}, 3072},
       {{256, 64}, 10},
   };
-  for (const LinearShape& sh : test::emulated() ? emulated_shapes : shapes)
+  for (const LinearShape& sh : test::small_shapes() ? emulated_shapes : shapes)
     for (const DType dt : test::kCudaTestDtypes)
       for (const bool with_bias : {true, false})
         for (const bool vendor : {false, true}) {
