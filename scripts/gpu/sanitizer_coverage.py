@@ -10,18 +10,22 @@ test_<family>_cuda_emu as a process of its own. This script maps each case to it
 filters as run.sh does, and lists per tool the kernels (template instances) no sanitizer run reaches, with the
 cases that would.
 
-What the emulator cannot say: kernels chosen only for shapes the emulated tests shrink (tests ask emulated()),
-vendor kernels (not ours, not emulated), cases that ctest leaves to the GPU (test_nn_models_cuda_emu's filter).
+What the emulator cannot say: kernels chosen only at the shapes a test shrinks for the emulator (under racecheck the
+tests shrink them too, test::small_shapes; not memcheck, nor a test's own #if HPDT_CUDA_EMU branches), vendor
+kernels (not ours, not emulated), cases that ctest leaves to the GPU (test_nn_models_cuda_emu's filter), the GPU
+tests without an emulated build (test_kernel_trace_cuda, the MPI tests). Cases that exist only on the emulator or
+that a GPU skips (GPU_SKIPS) are left out of the count.
 
 usage: sanitizer_coverage.py --launches DIR (--ctest-dir BUILD [--ctest CTEST] | --cases FILE)
                              [--sanitize-list FILE] [--tools "memcheck racecheck"] [--json OUT] [--suggest] [--parts]
-  --cases FILE   the emulated cases that ran, one "test_<family>_cuda_emu.<gtest name>" a line (instead of asking
-                 ctest which cases the build registers)
+  --cases FILE   the registered cases, one "<exe>.<gtest name>" a line, the emulated ones (test_<family>_cuda_emu)
+                 and the GPU binaries' (test_<family>_cuda: which cases exist on a GPU), instead of asking ctest
   --suggest      also print sanitize.txt lines of the cases that reach a tool's missing kernels (chosen greedily by
                  kernels reached per emulated second), each with its launches and emulated seconds
   --parts        print each racecheck run's launches and emulated seconds (its cost, as far as the logs tell)
-exit: 0 every kernel reached by every tool; 1 some not (named), or bad input; 77 the logs are incomplete (a case
-registered but not logged: a partial ctest run), nothing checked.
+exit: 0 every kernel reached by every tool; 1 some not (named), a sanitize.txt line that names no GPU test binary
+or selects none of its cases, or other bad input; 77 the logs are incomplete (a case registered but not logged: a
+partial ctest run) or the build has no GPU test binaries, nothing checked.
 """
 import argparse
 import fnmatch
@@ -155,6 +159,17 @@ def short(kernel):
     return name + (" [" + with_ if with_ else "")
 
 
+def check_lines(runs, on_gpu, path):
+    """A line that names no GPU test binary, or whose filter selects none of its cases (a case renamed), runs
+    nothing on the GPU (run.sh passes it over, or runs an empty part): an error naming it."""
+    binaries = {b for b, _ in on_gpu}
+    for tool, binary, f in runs:
+        if binary not in binaries:
+            fail(f"{path}: '{tool} {binary}' names no GPU test binary of this build")
+        if not any(gtest_match(c, f or "*") for b, c in on_gpu if b == binary):
+            fail(f"{path}: '{tool} {binary} {f}' selects none of {binary}'s cases (renamed?)")
+
+
 def coverage(cases, runs, tools):
     """{tool: {kernel: [cases reaching it, cheapest first]}} of the kernels no run of that tool reaches (a case
     as (emulated seconds, binary, gtest name))."""
@@ -234,6 +249,7 @@ def main():
     emu_only = {key for key in expected if key not in on_gpu or key in GPU_SKIPS}
     cases = {key: k for key, k in cases.items() if key in expected and key not in emu_only}
     tools = a.tools.split()
+    check_lines(runs, on_gpu, a.sanitize_list)
     every, missing = coverage(cases, runs, tools)
     print(f"{len(every)} kernels (template instances) launched by {len(cases)} emulated cases of "
           f"{len({b for b, _ in cases})} binaries (not counted: {len(emu_only)} cases that do not run on a GPU); "

@@ -131,6 +131,11 @@ class SanitizerCoverage(unittest.TestCase):
         r = self.run_script(sanitize=os.path.join(self.d.name, "absent.txt"))
         self.assertIn("--sanitize-list", r.stderr)
         self.assertEqual(r.returncode, 1)
+        for line, says in (("racecheck test_gemm_cuda GemmCuda.Renamed\n", "selects none of test_gemm_cuda's cases"),
+                           ("memcheck test_gemm_cud\n", "'memcheck test_gemm_cud' names no GPU test binary")):
+            r = self.run_script(sanitize=self.write("typo.txt", SANITIZE + line))
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn(says, r.stderr)
         bad_case = self.write("badcase.txt", "gemm_cuda.GemmCuda.Small\n")
         r = self.run_script(cases=bad_case)
         self.assertIn("is not test_<family>_cuda[_emu].<gtest name>", r.stderr)
