@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "hpdt/core/philox.h"
+#include "hpdt/kernels/accumulate.h"
 #include "hpdt/kernels/cpu/elementwise.h"
 #include "hpdt/kernels/cpu/reduce.h"
 #include "hpdt/kernels/cuda/spin.h"
@@ -119,6 +120,41 @@ TEST_F(CudaKernels, CastEveryPairAndAllHalfPatterns) {
         continue;
       }
       ASSERT_EQ(test::bits_of(a), test::bits_of(b)) << dtype_name(half) << " pattern " << i;
+    }
+  }
+}
+
+// The all-reduce family's device kernels (kernels/cuda/accumulate.cu: the NCCL transport's reductions, the device
+// all-reduce's conversions), bit for bit the CPU's: dst += src, x /= d, and every conversion between f32, f16 and
+// bf16 (a copy where the types match). Until 2026-12-01 only the MPI test launched them, so no compute-sanitizer run
+// (single-process binaries only) reached them; here every one does.
+TEST_F(CudaKernels, AllReduceAccumulateDivideConvertMatchCpuBitwise) {
+  const DType fl[] = {DType::f32, DType::f16, DType::bf16};
+  for (int64_t n : kSizes) {
+    const size_t un = size_t(n);
+    Tensor a = Tensor::empty({n}, DType::f32), b = Tensor::empty({n}, DType::f32);
+    kernels::cpu::fill_uniform(a, -70000, 70000, seed, 0);  // beyond f16's range: overflow converts too
+    kernels::cpu::fill_uniform(b, -3, 5, seed, 1);
+    Tensor ga = to_gpu(a), gb = to_gpu(b);
+    kernels::accumulate_f32(a.data<float>(), b.data<float>(), un);
+    kernels::cuda::accumulate_f32(ga.data<float>(), gb.data<float>(), un, stream.handle());
+    expect_same_bytes(a, to_cpu(ga), "accumulate_f32, n " + std::to_string(n));
+    kernels::divide_f32(a.data<float>(), un, 3.0f);
+    kernels::cuda::divide_f32(ga.data<float>(), un, 3.0f, stream.handle());
+    expect_same_bytes(a, to_cpu(ga), "divide_f32, n " + std::to_string(n));
+    for (DType from : fl) {
+      Tensor x = Tensor::empty({n}, from);
+      kernels::convert(x.data(), from, a.data(), DType::f32, un);
+      const Tensor gx = to_gpu(x);
+      for (DType to : fl) {
+        Tensor want = Tensor::empty({n}, to);
+        kernels::convert(want.data(), to, x.data(), from, un);
+        Tensor got = poisoned({n}, to);
+        kernels::cuda::convert(got.data(), to, gx.data(), from, un, stream.handle());
+        expect_same_bytes(want, to_cpu(got),
+                          "convert " + std::string(dtype_name(from)) + "->" + std::string(dtype_name(to)) + ", n " +
+                              std::to_string(n));
+      }
     }
   }
 }
