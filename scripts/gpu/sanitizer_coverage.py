@@ -23,7 +23,8 @@ usage: sanitizer_coverage.py --launches DIR (--ctest-dir BUILD [--ctest CTEST] |
   --suggest      also print sanitize.txt lines of the cases that reach a tool's missing kernels (chosen greedily by
                  kernels reached per emulated second), each with its launches and emulated seconds
   --parts        print each racecheck run's launches and emulated seconds (its cost, as far as the logs tell)
-exit: 0 every kernel reached by every tool; 1 some not (named), a sanitize.txt line that names no GPU test binary
+Also: every __global__ function of kernels/cuda (--kernel-sources) must be launched by some emulated case.
+exit: 0 every kernel reached by every tool; 1 some not (named), a kernel function no case launches, a sanitize.txt line that names no GPU test binary
 or selects none of its cases, or other bad input; 77 the logs are incomplete (a case registered but not logged: a
 partial ctest run) or the build has no GPU test binaries, nothing checked.
 """
@@ -40,6 +41,9 @@ GPU_EXE = re.compile(r"^(test_\w+_cuda)$")
 SKIP = 77
 # Cases that the GPU binary has but skips on a GPU: what they launch on the emulator, no sanitizer sees.
 GPU_SKIPS = {("test_gemm_cuda", "GemmCuda.V3PipelineByRuleFollowsTheKLoop")}  # counts launches: emulator only
+# Kernels of ours that run only beside the vendor's (conv_vendor.cu), which the emulator cannot run: element-wise,
+# no shared memory; memcheck runs them in the GPU's vendor cases.
+VENDOR_PATH_KERNELS = {"epilogue_inplace", "filter_from_krsc"}
 
 
 def fail(msg):
@@ -159,6 +163,30 @@ def short(kernel):
     return name + (" [" + with_ if with_ else "")
 
 
+def kernel_functions(source_dir):
+    """{name: file} of the __global__ functions under source_dir (*.cu, *.cuh)."""
+    found = {}
+    for base, _, files in os.walk(source_dir):
+        for name in sorted(files):
+            if not name.endswith((".cu", ".cuh")):
+                continue
+            path = os.path.join(base, name)
+            with open(path) as f:
+                text = f.read()
+            for m in re.finditer(r"__global__", text):
+                rest = re.sub(r"__launch_bounds__\s*\([^)]*\)", "", text[m.end():m.end() + 400])
+                fn = re.search(r"([A-Za-z_]\w*)\s*\(", rest)
+                if fn:
+                    found.setdefault(fn.group(1), path)
+    return found
+
+
+def unlaunched(cases, source_dir):
+    """The kernel functions of source_dir that no emulated case launches, less VENDOR_PATH_KERNELS: {name: file}."""
+    launched = {short(k).split(" [")[0] for kernels in cases.values() for k in kernels}
+    return {n: f for n, f in kernel_functions(source_dir).items() if n not in launched | VENDOR_PATH_KERNELS}
+
+
 def check_lines(runs, on_gpu, path):
     """A line that names no GPU test binary, or whose filter selects none of its cases (a case renamed), runs
     nothing on the GPU (run.sh passes it over, or runs an empty part): an error naming it."""
@@ -216,6 +244,8 @@ def main():
     ap.add_argument("--sanitize-list", default=os.path.join(here, "sanitize.txt"))
     ap.add_argument("--tools", default="memcheck racecheck")
     ap.add_argument("--json")
+    ap.add_argument("--kernel-sources", default=os.path.join(here, "..", "..", "kernels", "cuda"),
+                    help="where the __global__ functions are that some case must launch (default kernels/cuda)")
     ap.add_argument("--parts", action="store_true", help="print each racecheck run's launches and emulated seconds")
     ap.add_argument("--suggest", action="store_true",
                     help="print sanitize.txt lines that would reach the kernels a tool misses")
@@ -259,6 +289,10 @@ def main():
         for kernel, reaching in missing[tool].items():
             print(f"    not reached: {short(kernel)}")
             print("      launched by: " + "; ".join(f"{b} {c} ({describe(cases[(b, c)])})" for _, b, c in reaching))
+    never = unlaunched(cases, a.kernel_sources)
+    for name, path in sorted(never.items()):
+        print(f"  no emulated case launches {name} ({os.path.relpath(path)}): no test reaches it on the emulator, "
+              "no sanitizer run on a GPU")
     if a.parts:
         listed = {b for t, b, _ in runs if t == "racecheck"}
         whole = [("racecheck", b, "") for b in sorted({b for b, _ in cases} - listed)]
@@ -278,7 +312,7 @@ def main():
             json.dump({"kernels": len(every), "cases": len(cases),
                        "not_reached": {t: {short(k): [f"{b} {c}" for _, b, c in r] for k, r in m.items()}
                                        for t, m in missing.items()}}, f, indent=1)
-    return 1 if any(missing.values()) else 0
+    return 1 if any(missing.values()) or never else 0
 
 
 if __name__ == "__main__":

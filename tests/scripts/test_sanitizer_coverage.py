@@ -48,6 +48,11 @@ class SanitizerCoverage(unittest.TestCase):
                 f.writelines(f"{n}\t{t:.6f}\t{k}\n" for k, (n, t) in kernels.items())
         with open(os.path.join(self.logs, "hpdt-train-emu.7.launches"), "w") as f:  # not a test case: ignored
             f.write(f"# hpdt-train-emu --device cuda\n5\t1.0\t{K_NORM}\n")
+        self.sources = os.path.join(self.d.name, "kernels")
+        os.mkdir(self.sources)
+        self.write("kernels/a.cu", "template <int P>\n__global__ void __launch_bounds__(256) v3_kernel(const float* x) {}\n"
+                   "__global__ void small_kernel(float*) {}\n")
+        self.write("kernels/b.cuh", "__global__\nvoid norm_kernel(float* y) {}\n")
         self.cases = self.write("cases.txt", "".join(f"{exe}.{case}\n" for exe, case in LOGS) +
                                 "".join(f"{exe[:-4]}.{case}\n" for exe, case in ON_GPU_TOO))
         self.sanitize = self.write("sanitize.txt", SANITIZE)
@@ -63,7 +68,8 @@ class SanitizerCoverage(unittest.TestCase):
 
     def run_script(self, *extra, cases=None, sanitize=None):
         return subprocess.run([sys.executable, SCRIPT, "--launches", self.logs, "--cases", cases or self.cases,
-                               "--sanitize-list", sanitize or self.sanitize, *extra], capture_output=True, text=True)
+                               "--sanitize-list", sanitize or self.sanitize, "--kernel-sources", self.sources, *extra],
+                              capture_output=True, text=True)
 
     def test_gtest_filters(self):
         self.assertTrue(sc.gtest_match("GemmCuda.V3Edges", "GemmCuda.Small:GemmCuda.V3E?ges"))
@@ -95,6 +101,16 @@ class SanitizerCoverage(unittest.TestCase):
         self.assertIn("racecheck: reaches 4 of 4", r.stdout)
         with open(out) as f:
             self.assertIn('"not_reached"', f.read())
+
+    def test_a_kernel_function_no_case_launches_fails(self):
+        sanitize = self.write("s2.txt", SANITIZE + "racecheck test_gemm_cuda GemmCuda.V3Pingpong\n")
+        self.assertEqual(self.run_script(sanitize=sanitize).returncode, 0)
+        self.write("kernels/c.cu", "__global__ void lonely_kernel(int n) {}\n"
+                   "__global__ void epilogue_inplace(float* y) {}\n")  # a vendor path's: not counted
+        r = self.run_script(sanitize=sanitize)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("no emulated case launches lonely_kernel", r.stdout)
+        self.assertNotIn("epilogue_inplace", r.stdout)
 
     def test_incomplete_logs_skip(self):
         with open(self.cases) as f:
