@@ -388,6 +388,19 @@ TEST_F(ConvCuda, ResNet20At28) {
   for (size_t i = 0; i < std::size(cases); ++i) check_case(cases[i], i % 2 == 1);
 }
 
+// v2's backward-filter with the 128-row tile (more than 64 output channels) on both of dy's chunk loads (8 pixels on
+// 16 x 16 planes, 4 on 14 x 14) and both of x's gathers (by channels: 32 input channels; element by element: 5),
+// NCHW, and NHWC's 128-row tile with gathered dy and x. No test reached these instances before 2026-12-01
+// (scripts/gpu/kernel_instances.py: compiled, never launched on the emulator).
+TEST_F(ConvCuda, WeightGradientWideTiles) {
+  for (int64_t plane : {16, 14}) {
+    const std::string at = " at " + std::to_string(plane);
+    check_case({("3x3 32->128" + at).c_str(), 2, 32, plane, plane, 128, 3, 1, 1}, plane == 16);
+    check_case({("3x3 5->72" + at).c_str(), 2, 5, plane, plane, 72, 3, 1, 1}, plane == 14);
+  }
+  check_case({"3x3 5->72 at 16", 2, 5, 16, 16, 72, 3, 1, 1}, false, Layout::nhwc);
+}
+
 TEST_F(ConvCuda, ResNet50BottleneckAt56) {
   const Case cases[] = {{"1x1 64->64", 2, 64, 56, 56, 64, 1, 1, 0},
                         {"3x3 64->64", 2, 64, 56, 56, 64, 3, 1, 1},
