@@ -857,9 +857,10 @@ TEST_F(NormCuda, LayerNormIsDeterministic) {
 // Planes narrower than a 16-byte vector (7x7; 14x14 and 6x6 in 2-byte types; 2x2 and [n, c], where a vector spans
 // several planes) take the apply passes over the flat tensor (norm.cu: bn_apply_flat_kernel,
 // bn_backward_apply_flat_kernel): the same bits as the per-channel kernels (HPDT_BN_FLAT=off) in the training
-// forward with the residual and ReLU, the eval forward, in place (y = x), and the backward through the ReLU's mask;
-// odd totals end in a partial vector, {4, 2048, 7, 7} runs 25 blocks of 334 planes (bf16). On the emulator, which
-// kernels ran.
+// forward with the residual and ReLU, the eval forward, in place (y = x), and the backward through the ReLU's mask
+// from y and from x; odd totals end in a partial vector, {4, 2048, 7, 7} runs 25 blocks of 334 planes (bf16); 3x6
+// planes (18 values) run the per-channel kernels on 2-wide vectors (which, with the mask from x on narrow planes, no
+// test reached before 2026-12-01). On the emulator, which kernels ran.
 TEST_F(NormCuda, NarrowPlanesTakeTheFlatApplyWithTheSameBits) {
   struct Out {
     std::vector<Tensor> t;
@@ -883,13 +884,27 @@ TEST_F(NormCuda, NarrowPlanesTakeTheFlatApplyWithTheSameBits) {
     const kernels::BatchNormReluGrad relu{yg, poison(s, dt)};
     Tensor dxg = poison(s, dt), dgg = to_gpu(dg0, dt), dbg = to_gpu(dg0, dt);
     kernels::batchnorm_backward_train(to_gpu(dy, dt), xg, gg, sg, dxg, dgg, dbg, {}, stream, Layout::nchw, &relu);
-    for (const Tensor& t : {yg, yeg, xin, relu.dz, dxg, dgg, dbg}) o.t.push_back(to_cpu_f32(t));
+    // the ReLU's mask from x (and beta), as the batch norms without a residual take it
+    const kernels::BatchNormReluGrad relu_x{Tensor(), Tensor(), bg};
+    Tensor dxg_x = poison(s, dt), dgg_x = to_gpu(dg0, dt), dbg_x = to_gpu(dg0, dt);
+    kernels::batchnorm_backward_train(to_gpu(dy, dt), xg, gg, sg, dxg_x, dgg_x, dbg_x, {}, stream, Layout::nchw,
+                                      &relu_x);
+    for (const Tensor& t : {yg, yeg, xin, relu.dz, dxg, dgg, dbg, dxg_x, dgg_x, dbg_x}) o.t.push_back(to_cpu_f32(t));
     return o;
   };
-  const char* names[] = {"y", "eval y", "eval y in place", "dz", "dx", "dgamma", "dbeta"};
+  const char* names[] = {"y",
+                         "eval y",
+                         "eval y in place",
+                         "dz",
+                         "dx",
+                         "dgamma",
+                         "dbeta",
+                         "dx (mask from x)",
+                         "dgamma (mask from x)",
+                         "dbeta (mask from x)"};
   for (DType dt : test::kCudaTestDtypes)
     for (const Shape& s : {Shape{3, 17, 7, 7}, Shape{4, 2048, 7, 7}, Shape{16, 256, 14, 14}, Shape{7, 3, 6, 6},
-                           Shape{5, 3, 2, 2}, Shape{37, 17}, Shape{2, 8, 28, 28}}) {
+                           Shape{5, 3, 2, 2}, Shape{37, 17}, Shape{2, 8, 28, 28}, Shape{3, 5, 3, 6}}) {
       SCOPED_TRACE(label(s, dt));
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
       const int64_t hw = s.numel() / (s[0] * s[1]);
@@ -899,8 +914,8 @@ TEST_F(NormCuda, NarrowPlanesTakeTheFlatApplyWithTheSameBits) {
       const uint64_t inputs = draw_position();
       const Out on = run(s, dt, "on");
 #if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
-      // per run: the training forward, two evals and the backward
-      EXPECT_EQ(cuda_emu::launches_named("_flat_kernel") - flat0, narrow ? 4u : 0u) << "flat apply kernels";
+      // per run: the training forward, two evals and the two backwards
+      EXPECT_EQ(cuda_emu::launches_named("_flat_kernel") - flat0, narrow ? 5u : 0u) << "flat apply kernels";
       const unsigned long long flat1 = cuda_emu::launches_named("_flat_kernel");
 #endif
       rewind(inputs);  // the same inputs
