@@ -1697,7 +1697,7 @@ TEST_F(ConvCuda, BatchNormBackwardSumsFromConvV3AndGemmV3) {
 // (or split-K parts); pingpong has no wide tile (its cases pinned wide are left out) and runs the backward-filter
 // on "ws". Then every direction loading by im2col (HPDT_CONV_V3_LOAD=im2col: runs of 128 output pixels across rows
 // and images, the taps as im2col offsets, backward-data's backwards; the backward-filter's k tiles runs of 64) on
-// each pipeline, and on the emulator that each direction on conv v3 issued im2col loads.
+// each pipeline, pingpong's in f16, and on the emulator that each direction on conv v3 issued im2col loads.
 TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   if (!wgmma_runs_here())
     GTEST_SKIP() << "conv v3 does not run here (it needs a compute capability 9.0 device and an sm_90 build)";
@@ -1731,7 +1731,7 @@ TEST_F(ConvCuda, NhwcRunsOnConvV3WhenChosen) {
   const Run runs[] = {{"barrier", DType::bf16, "box"},    {"barrier", DType::f16, "box"},
                       {"ws", DType::bf16, "box"},         {"pingpong", DType::bf16, "box"},
                       {"barrier", DType::bf16, "im2col"}, {"ws", DType::f16, "im2col"},
-                      {"pingpong", DType::bf16, "im2col"}};
+                      {"pingpong", DType::f16, "im2col"}};
   for (const auto& [pipeline, dt, load] : runs)
     for (const V3Case& c : cases) {
       const bool pingpong = std::strcmp(pipeline, "pingpong") == 0;
