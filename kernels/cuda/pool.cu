@@ -438,7 +438,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // 32-bit flat indices (and FastDiv) when every index, and every index a grid-stride loop steps to, is below 2^31.
-bool fits_i31(int64_t n) { return n < (int64_t(1) << 31) - int64_t(kThreads) * 132 * 16; }
+// HPDT_POOL_INDEX=64 takes 64-bit ones at any size: the path of tensors past 2^31 values, which no test could hold
+// otherwise (MaxPoolWideIndicesGiveTheSameBits); 32, the default, takes them only where needed.
+bool fits_i31(int64_t n) {
+  return env_switch("HPDT_POOL_INDEX", "32", "64") && n < (int64_t(1) << 31) - int64_t(kThreads) * 132 * 16;
+}
 
 // HPDT_POOL_VECTOR=off: one value a thread in every max-pool kernel (the A/B for the vector kernels).
 bool pool_vectors_enabled() { return env_switch("HPDT_POOL_VECTOR", "on", "off"); }

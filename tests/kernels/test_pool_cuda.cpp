@@ -56,6 +56,23 @@ const MaxCase kMaxCases[] = {{{1, 1, 1, 1}, 1, 1, 0},    {{2, 3, 7, 7}, 3, 2, 1}
 
 class PoolCuda : public test::CudaOracleTest {
  protected:
+  // Max pooling's y, dx (onto a poisoned tensor, so every element is written) and argmax as bits, forward and
+  // backward on random inputs with NaN and -inf among them: what the A/B tests compare.
+  std::vector<uint32_t> maxpool_bits(const MaxCase& c, DType dt, Layout layout) {
+    const Shape xs = in_layout(c.x, layout), ys = in_layout(out_shape(c), layout);
+    Tensor x = random(xs);
+    for (int64_t i = 3; i < x.numel(); i += 29) x.data<float>()[i] = i % 2 ? NAN : -INFINITY;
+    Tensor y = poisoned(ys, dt), am = poisoned(ys, DType::i32), dx = poisoned(xs, dt);
+    kernels::maxpool2d_forward(to_gpu(x, dt), c.k, c.stride, c.pad, y, am, stream, layout);
+    kernels::maxpool2d_backward(to_gpu(random(ys), dt), am, c.k, c.stride, c.pad, dx, stream, layout);
+    const Tensor amc = am.to(Device::cpu(), stream);
+    stream.synchronize();
+    std::vector<uint32_t> bits;
+    for (const Tensor& t : {to_cpu_f32(y), to_cpu_f32(dx)})
+      for (int64_t i = 0; i < t.numel(); ++i) bits.push_back(test::bits_of(t.data<float>()[i]));
+    for (int64_t i = 0; i < amc.numel(); ++i) bits.push_back(uint32_t(amc.data<int32_t>()[i]));
+    return bits;
+  }
   static Shape out_shape(const MaxCase& c) {
     return {c.x[0], c.x[1], (c.x[2] + 2 * c.pad - c.k) / c.stride + 1, (c.x[3] + 2 * c.pad - c.k) / c.stride + 1};
   }
@@ -116,19 +133,7 @@ TEST_F(PoolCuda, MaxPoolNanAndMinusInfinity) {
 TEST_F(PoolCuda, MaxPoolVectorKernelsGiveTheSameBits) {
   auto run = [&](const MaxCase& c, DType dt, Layout layout, const char* vector) {
     const ScopedEnv env("HPDT_POOL_VECTOR", vector);
-    const Shape xs = in_layout(c.x, layout), ys = in_layout(out_shape(c), layout);
-    Tensor x = random(xs);
-    for (int64_t i = 3; i < x.numel(); i += 29) x.data<float>()[i] = i % 2 ? NAN : -INFINITY;
-    Tensor y = poisoned(ys, dt), am = poisoned(ys, DType::i32), dx = poisoned(xs, dt);
-    kernels::maxpool2d_forward(to_gpu(x, dt), c.k, c.stride, c.pad, y, am, stream, layout);
-    kernels::maxpool2d_backward(to_gpu(random(ys), dt), am, c.k, c.stride, c.pad, dx, stream, layout);
-    const Tensor amc = am.to(Device::cpu(), stream);
-    stream.synchronize();
-    std::vector<uint32_t> bits;
-    for (const Tensor& t : {to_cpu_f32(y), to_cpu_f32(dx)})
-      for (int64_t i = 0; i < t.numel(); ++i) bits.push_back(test::bits_of(t.data<float>()[i]));
-    for (int64_t i = 0; i < amc.numel(); ++i) bits.push_back(uint32_t(amc.data<int32_t>()[i]));
-    return bits;
+    return maxpool_bits(c, dt, layout);
   };
   for (DType dt : test::kCudaTestDtypes)
     for (Layout layout : {Layout::nchw, Layout::nhwc})
@@ -167,6 +172,38 @@ TEST_F(PoolCuda, MaxPoolVectorKernelsGiveTheSameBits) {
   const ScopedEnv bad("HPDT_POOL_VECTOR", "yes");
   HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_forward(x, 2, 2, 0, y, am, stream, Layout::nhwc),
                         "HPDT_POOL_VECTOR=yes: expected on or off");
+}
+
+// Max pooling's 64-bit flat indices (taken past 2^31 values, forced by HPDT_POOL_INDEX=64) against the 32-bit ones,
+// bit for bit: y, argmax, dx, every kernel (one value a thread and vectors), both layouts, every dtype. No tensor a
+// test can hold reaches them otherwise (scripts/gpu/kernel_instances.py listed their 21 instances as never launched).
+// On the emulator, that the 64-bit kernels ran. A bad value is an error naming the variable.
+TEST_F(PoolCuda, MaxPoolWideIndicesGiveTheSameBits) {
+  for (DType dt : test::kCudaTestDtypes)
+    for (Layout layout : {Layout::nchw, Layout::nhwc})
+      for (const MaxCase& c : kMaxCases) {
+        if (c.x.numel() > 100000) continue;  // ResNet's stem: the 32-bit kernels' test above has it
+        SCOPED_TRACE(c.str() + " " + std::string(dtype_name(dt)) + " " + kernels::layout_name(layout));
+        std::vector<uint32_t> bits[2];
+        const uint64_t inputs = draw_position();
+        for (int wide = 0; wide < 2; ++wide) {
+          const ScopedEnv env("HPDT_POOL_INDEX", wide ? "64" : "32");
+          const int64_t wide0 = test::emu_launches("Index = long");
+          rewind(inputs);  // the same inputs
+          bits[wide] = maxpool_bits(c, dt, layout);
+          if (wide0 >= 0) {
+            EXPECT_EQ(test::emu_launches("Index = long") - wide0 > 0, wide == 1) << "64-bit kernels";
+          }
+        }
+        ASSERT_EQ(bits[0].size(), bits[1].size());
+        for (size_t i = 0; i < bits[0].size(); ++i)
+          ASSERT_EQ(bits[0][i], bits[1][i]) << "value " << i << " of y, dx, argmax";
+      }
+  const Tensor x = to_gpu(random({1, 4, 4, 8}), DType::bf16);
+  Tensor y = poisoned({1, 2, 2, 8}, DType::bf16), am = poisoned({1, 2, 2, 8}, DType::i32);
+  const ScopedEnv bad("HPDT_POOL_INDEX", "16");
+  HPDT_EXPECT_THROW_MSG(kernels::maxpool2d_forward(x, 2, 2, 0, y, am, stream, Layout::nhwc),
+                        "HPDT_POOL_INDEX=16: expected 32 or 64");
 }
 
 // Tensors one element past a 16-byte boundary (views into larger buffers): the kernels then take one value a thread
