@@ -156,11 +156,15 @@ def describe(kernels):
     return f"{n} launches, {t:.2f} s emulated"
 
 
+def function_name(kernel):
+    """'void ns::k(args) [with T = x]' -> 'k'."""
+    return kernel.partition(" [with ")[0].split("(", 1)[0].split(" ")[-1].split("::")[-1]
+
+
 def short(kernel):
     """'void ns::k(args) [with T = x]' -> 'k [T = x]'."""
-    head, _, with_ = kernel.partition(" [with ")
-    name = head.split("(", 1)[0].split(" ")[-1].split("::")[-1]
-    return name + (" [" + with_ if with_ else "")
+    with_ = kernel.partition(" [with ")[2]
+    return function_name(kernel) + (" [" + with_ if with_ else "")
 
 
 def kernel_functions(source_dir):
@@ -183,7 +187,7 @@ def kernel_functions(source_dir):
 
 def unlaunched(cases, source_dir):
     """The kernel functions of source_dir that no emulated case launches, less VENDOR_PATH_KERNELS: {name: file}."""
-    launched = {short(k).split(" [")[0] for kernels in cases.values() for k in kernels}
+    launched = {function_name(k) for kernels in cases.values() for k in kernels}
     return {n: f for n, f in kernel_functions(source_dir).items() if n not in launched | VENDOR_PATH_KERNELS}
 
 
@@ -198,6 +202,18 @@ def check_lines(runs, on_gpu, path):
             fail(f"{path}: '{tool} {binary} {f}' selects none of {binary}'s cases (renamed?)")
 
 
+def tool_runs(runs, tool, binaries):
+    """The (binary, gtest filter) runs of `tool` as run.sh makes them: a binary's sanitize.txt lines, or, where it has
+    none, the binary whole ("*")."""
+    listed = [(b, f or "*") for t, b, f in runs if t == tool]
+    return listed + [(b, "*") for b in sorted(set(binaries) - {b for b, _ in listed})]
+
+
+def selected(cases, binary, gtest_filter):
+    """The cases (keys and launch logs) that one run selects."""
+    return [(key, k) for key, k in cases.items() if key[0] == binary and gtest_match(key[1], gtest_filter)]
+
+
 def coverage(cases, runs, tools):
     """{tool: {kernel: [cases reaching it, cheapest first]}} of the kernels no run of that tool reaches (a case
     as (emulated seconds, binary, gtest name))."""
@@ -207,13 +223,9 @@ def coverage(cases, runs, tools):
             every.setdefault(k, []).append((cost(kernels)[1], binary, case))
     missing = {}
     for tool in tools:
-        filters = {}
-        for t, binary, f in runs:
-            if t == tool:
-                filters.setdefault(binary, []).append(f)
         reached = set()
-        for (binary, case), kernels in cases.items():
-            if any(gtest_match(case, f or "*") for f in filters.get(binary, ["*"])):
+        for binary, f in tool_runs(runs, tool, {b for b, _ in cases}):
+            for _, kernels in selected(cases, binary, f):
                 reached.update(kernels)
         missing[tool] = {k: sorted(every[k])[:3] for k in sorted(set(every) - reached, key=short)}
     return every, missing
@@ -294,14 +306,10 @@ def main():
         print(f"  no emulated case launches {name} ({os.path.relpath(path)}): no test reaches it on the emulator, "
               "no sanitizer run on a GPU")
     if a.parts:
-        listed = {b for t, b, _ in runs if t == "racecheck"}
-        whole = [("racecheck", b, "") for b in sorted({b for b, _ in cases} - listed)]
-        for t, binary, f in [r for r in runs if r[0] == "racecheck"] + whole:
-            n = t = 0
-            for (b, c), k in cases.items():
-                if b == binary and gtest_match(c, f or "*"):
-                    n, t = n + cost(k)[0], t + cost(k)[1]
-            print(f"racecheck part ({n} launches, {t:.2f} s emulated): {binary} {f or '(whole)'}")
+        for binary, f in tool_runs(runs, "racecheck", {b for b, _ in cases}):
+            costs = [cost(k) for _, k in selected(cases, binary, f)]
+            print(f"racecheck part ({sum(n for n, _ in costs)} launches, {sum(t for _, t in costs):.2f} s emulated): "
+                  f"{binary} {'(whole)' if f == '*' else f}")
     if a.suggest:
         for tool in tools:
             for binary, picked in suggest(cases, missing[tool]).items():
