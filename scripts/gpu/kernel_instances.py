@@ -41,8 +41,7 @@ def split_top(s, sep=","):
     """s split at `sep` outside <> and ()."""
     out, depth, cur = [], 0, ""
     for ch in s:
-        depth += ch in "<(" and 1 or 0
-        depth -= ch in ">)" and 1 or 0
+        depth += (ch in "<(") - (ch in ">)")
         if ch == sep and depth == 0:
             out.append(cur.strip())
             cur = ""
@@ -119,15 +118,13 @@ def demangle(names):
     return out.splitlines()
 
 
-def never_launched(demangled, cases):
+def never_launched(compiled, cases):
     """{kernel name: [template arguments of each compiled instance no case launched]}."""
     launched = {from_pretty(k) for kernels in cases.values() for k in kernels}
     out = {}
-    for d in demangled:
-        inst = from_demangled(d)
-        if inst not in launched:
-            out.setdefault(inst[0], []).append(inst[1])
-    return {k: sorted(set(v)) for k, v in sorted(out.items())}
+    for name, args in sorted(compiled - launched):
+        out.setdefault(name, []).append(args)
+    return out
 
 
 def main():
@@ -137,9 +134,9 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     cases = sanitizer_coverage.read_logs(a.launches)
-    demangled = demangle(compiled_entries(a.objects))
-    missing = never_launched(demangled, cases)
-    total = len({from_demangled(d) for d in demangled})
+    compiled = {from_demangled(d) for d in demangle(compiled_entries(a.objects))}
+    missing = never_launched(compiled, cases)
+    total = len(compiled)
     n = sum(len(v) for v in missing.values())
     print(f"{total} kernel instances compiled; {n} launched by no emulated case ({len(cases)} cases logged):")
     for name, instances in missing.items():
