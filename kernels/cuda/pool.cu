@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(kThreads)
 // 32-bit flat indices (and FastDiv) when every index, and every index a grid-stride loop steps to, is below 2^31.
 // HPDT_POOL_INDEX=64 takes 64-bit ones at any size: the path of tensors past 2^31 values, which no test could hold
 // otherwise (MaxPoolWideIndicesGiveTheSameBits); 32, the default, takes them only where needed.
-bool fits_i31(int64_t n) {
+bool index32(int64_t n) {
   return env_switch("HPDT_POOL_INDEX", "32", "64") && n < (int64_t(1) << 31) - int64_t(kThreads) * 132 * 16;
 }
 
@@ -499,7 +499,7 @@ void maxpool2d_forward(const Tensor& x, int64_t k, int64_t stride, int64_t pad, 
             Div(oh * ow), g);
       HPDT_CUDA_CHECK_LAUNCH();
     };
-    if (fits_i31(total) && fits_i31(x.numel()))
+    if (index32(total) && index32(x.numel()))
       launch(uint32_t{});
     else
       launch(int64_t{});
@@ -518,7 +518,7 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
   if (total == 0) return;
   // The batch norm's sums: where HPDT_CONV_BN_STATS allows it, every index fits 32 bits, and NCHW's channels fit a
   // grid's y dimension, NHWC's channel vectors a block (checked below)
-  ChannelGradSums* sums = bn_grad && conv_detail::conv_epilogue_bn_stats() && fits_i31(total) && fits_i31(dy.numel()) &&
+  ChannelGradSums* sums = bn_grad && conv_detail::conv_epilogue_bn_stats() && index32(total) && index32(dy.numel()) &&
                                   (nhwc || dx.size(1) <= 65535)
                               ? bn_grad
                               : nullptr;
@@ -580,7 +580,7 @@ void maxpool2d_backward(const Tensor& dy, const Tensor& argmax, int64_t k, int64
             per_split, FastDiv(h * w / V), FastDiv(w / V), g);
       });
       HPDT_CUDA_CHECK_LAUNCH();
-    } else if (fits_i31(total) && fits_i31(dy.numel())) {
+    } else if (index32(total) && index32(dy.numel())) {
       launch(uint32_t{});
     } else {
       launch(int64_t{});
