@@ -87,8 +87,11 @@ function(hpdt_add_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
+  # DISCOVERY_TIMEOUT: listing a binary's cases loads its libraries; with cuBLAS and cuDNN (~1 GB) from a cold page
+  # cache that took past the default 5 s on a fresh clone (2026-12-01: test_resnet50_convs, and the CI run stopped).
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 60
     TEST_PREFIX "${T_NAME}."
     PROPERTIES SKIP_REGULAR_EXPRESSION "${HPDT_GTEST_SKIP_REGEX}")
   hpdt_set_discovered_test_properties(${T_NAME} LABELS "${labels}" ENVIRONMENT "${HPDT_TEST_ENV}" TIMEOUT ${T_TIMEOUT})
