@@ -52,6 +52,14 @@ for line in open(bench_file):
         bad = 1
     else:
         print(f"filter\t{n}\t{os.path.basename(path)}\t{filt}")
+    # An Nsight Compute profile must count each kernel apart, or take one launch of one row: a row launches its
+    # kernels dozens of times (calibration, the x_* counters back to back, cuBLAS's for x_cublas), so "the first N
+    # matching launches" are all the first row's first kernel.
+    one_launch = n == 1 and "--launch-count" in words and words[words.index("--launch-count") + 1] == "1"
+    if words[0] == "peer" and len(words) > 2 and words[2] == "ncu" and "per-launch-config" not in words and not one_launch:
+        print(f"check_gpu_manifest: benchmarks.txt: peer {words[1]} profiles the first launches of {n} row(s) without"
+              f" --filter-mode per-launch-config: they would all be the first row's first kernel", file=sys.stderr)
+        bad = 1
 sys.exit(bad)
 PY
 # A sanitizer filter must name cases that exist (a typo would quietly run nothing).
