@@ -9,10 +9,13 @@
 // GPU (--device cuda, CUDA builds): the model, its gradients and the optimizer on GPU 0, the batch
 // copied up once (the step is timed without data loading), mixed precision as hpdt-train runs it
 // (--precision bf16: bf16 activations and model copy, f32 master weights; fp16 adds the dynamic loss
-// scale; the optimizer is the fused step), GEMM/convolution by hpdt's kernels or cuBLAS/cuDNN (--kernels). Each step ends with a stream
-// synchronisation, so its host time is the GPU's. The JSON line (and --out FILE, written atomically)
-// also holds the GPU name, driver and CUDA runtime versions, the git commit, peak device memory, and
-// the machine and build records:
+// scale; the optimizer is the fused step), GEMM/convolution by hpdt's kernels or cuBLAS/cuDNN (--kernels). Each step
+// ends with a stream synchronisation, so its host time is the GPU's. It is the only wait of a step (since 2026-12-01):
+// the loss goes to a device word and the fused step's skip flag is read after that wait, as the PyTorch peer reads
+// nothing inside its step; --sync-loss reads the loss right after the forward and the flag right after the optimizer,
+// as hpdt-train does (two more waits, the A/B: while the GPU drains at each, the host has nothing queued to overlap it
+// with). The JSON line (and --out FILE, written atomically) also holds the GPU name, driver and CUDA runtime versions,
+// the git commit, peak device memory, and the machine and build records:
 //   hpdt-bench-train-step --device cuda --model resnet50 --channels 3 --image 224 --classes 1000
 //       --batch 256 --precision bf16 --kernels ours --steps 20 --warmup 5 --out resnet50_ours.json
 // --cuda-graph: after the warm-up steps (at least two: they fill the caching allocator the capture then
@@ -115,6 +118,10 @@ int main(int argc, char** argv) {
                  "or a layer of its own (separate, the default: 8 % faster in ViT-B/16's step on the H200)")
       ->check(CLI::IsMember({"fused", "separate"}));
   app.add_option("--out", out, "also write the result as a JSON document (with machine and build records)");
+  bool sync_loss = false;
+  app.add_flag("--sync-loss", sync_loss,
+               "--device cuda: read the loss after the forward and the skip flag after the optimizer, as hpdt-train "
+               "does (two more waits a step; by default the step is queued whole and read back at its end)");
   bool cuda_graph = false;
   app.add_flag("--cuda-graph", cuda_graph, "--device cuda: capture one step into a CUDA graph and replay it (after the warm-up)");
   std::string kernel_trace;
@@ -140,6 +147,9 @@ int main(int argc, char** argv) {
     HPDT_CHECK(gemm_tuning != "find" || warmup >= 1, "--gemm-tuning find needs --warmup 1 or more (GEMM v3's Find "
                "times every plan of every GEMM shape in the first step, which would then be timed)");
     HPDT_CHECK(!cuda_graph || gpu, "--cuda-graph needs --device cuda");
+    HPDT_CHECK(!sync_loss || gpu, "--sync-loss needs --device cuda");
+    HPDT_CHECK(!sync_loss || !cuda_graph,
+               "--sync-loss: not with --cuda-graph (a graph reads nothing back inside a step)");
     HPDT_CHECK(app.count("--gelu") == 0 || model.starts_with("vit"), "--gelu ", gelu, " is for the ViTs (", model,
                " has no GELU)");
     HPDT_CHECK(kernel_trace.empty() || gpu, "--kernel-trace needs --device cuda (it traces GPU kernels)");
@@ -250,14 +260,26 @@ int main(int argc, char** argv) {
       skipped += !opt.last_fused_step_ok();
       if (!kernel_trace.empty()) traced = trace_steps_of(replay);
     }
-    // one eager step, waited for
+    // one eager step, waited for: on the GPU queued whole and read back after its one wait (the loss from a device
+    // word, the fused step's skip flag), or with --sync-loss read as hpdt-train reads them, each where it is computed
+    hpdt::Tensor eager_loss_state;
+    if (gpu && !sync_loss && !cuda_graph) eager_loss_state = hpdt::kernels::make_loss_state(m->device(), stream);
     const auto eager_step = [&] {
       const hpdt::Tensor logits = m->forward(x);
-      loss = hpdt::kernels::softmax_cross_entropy(logits, y, 0.0, &dl, scaler.scale(), stream);
+      if (eager_loss_state.defined())
+        hpdt::kernels::softmax_cross_entropy_queued(logits, y, 0.0, &dl, scaler.scale(), eager_loss_state, stream);
+      else
+        loss = hpdt::kernels::softmax_cross_entropy(logits, y, 0.0, &dl, scaler.scale(), stream);
       m->backward(dl);
       bool ok = true;
       if (gpu) {  // as hpdt-train on the GPU: unscale, inf/NaN skip, SGD and the model copy in one kernel
-        ok = opt.fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
+        if (eager_loss_state.defined()) {
+          opt.queue_fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
+          loss = hpdt::kernels::read_loss(eager_loss_state, stream);  // the step's one wait
+          ok = opt.finish_fused_step();
+        } else {
+          ok = opt.fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
+        }
       } else {
         ok = scaler.unscale(m->arena());
         if (ok) opt.step();
@@ -303,6 +325,7 @@ int main(int argc, char** argv) {
                         {"warmup", warmup},
                         {"img_per_s_median", double(batch) / median},
                         {"cuda_graph", cuda_graph},
+                        {"sync_loss", sync_loss},
                         {"extra_warmup", extra_warmup},
                         {"step_s_median", median},
                         {"step_s", times},

@@ -15,6 +15,10 @@ Tensor state_like(const ParameterArena& arena) {
 
 bool Optimizer::fused_step(const Tensor& grads, float scale, double max_norm) {
   queue_fused_step(grads, scale, max_norm);
+  return finish_fused_step();
+}
+
+bool Optimizer::finish_fused_step() {
   const bool ok = last_fused_step_ok();
   if (ok) {
     if (arena_->device().is_cpu()) arena_->sync_model_copy();

@@ -848,8 +848,13 @@ def train_table(t, torch, rows, numbers):
                                # since 2026-11-30: GEMM v3's plain GEMMs by TMA stores (the A/B)
                                ("ResNet-50, 224², batch 256, NHWC, --conv v3, GEMM v3 by TMA stores "
                                 "(HPDT_GEMM_V3_STORE=tma)", "resnet50_bf16_{}_nhwc_conv_v3_tma_store", "resnet50"),
+                               # since 2026-12-01: the loss and skip flag read inside the step, as hpdt-train (the A/B)
+                               ("ResNet-50, 224², batch 256, NHWC, --conv v3, the loss and skip flag read inside the "
+                                "step (--sync-loss)", "resnet50_bf16_{}_nhwc_conv_v3_sync_loss", "resnet50"),
                                ("ViT-B/16, 224², batch 64", "vit_b16_bf16_{}", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, CUDA graph", "vit_b16_bf16_{}_graph", "vit_b16"),
+                               ("ViT-B/16, 224², batch 64, the loss and skip flag read inside the step (--sync-loss)",
+                                "vit_b16_bf16_{}_sync_loss", "vit_b16"),
                                ("ViT-B/16, 224², batch 64, --gemm v2", "vit_b16_bf16_{}_gemm_v2", "vit_b16"),
                                # until 2026-11-27 v2 was the default and v3 a row of its own
                                ("ViT-B/16, 224², batch 64, --gemm v3", "vit_b16_bf16_{}_gemm_v3", "vit_b16"),

@@ -51,6 +51,8 @@ expect_error "--gemm-tuning find needs --warmup 1 or more" --device cuda --gemm-
 expect_error "--gemm-tuning" --gemm-tuning fastest
 expect_error "--gelu separate is for the ViTs" --gelu separate
 expect_error "--cuda-graph needs --device cuda" --cuda-graph
+expect_error "--sync-loss needs --device cuda" --sync-loss
+expect_error "--sync-loss: not with --cuda-graph" --device cuda --cuda-graph --sync-loss
 expect_error "--kernel-trace needs --device cuda" --kernel-trace "$work/t.json"
 expect_error "--trace-steps needs --kernel-trace" --trace-steps 3
 expect_error "--model" --model resnet9000

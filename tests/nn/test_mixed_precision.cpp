@@ -225,6 +225,31 @@ TEST(MixedPrecision, FusedStepEqualsUnscaleClipStep) {
   EXPECT_FALSE(opt.fused_step(m->arena().comm_grads(), 1e30f, 0.0));
   EXPECT_EQ(m->arena().master_params().to_vector<float>(), before) << "a skipped fused step changes nothing";
   EXPECT_EQ(opt.steps(), 0);
+  // Queued, then finished after the rest of the step was queued (finish_fused_step): the same skip, the same count.
+  opt.queue_fused_step(m->arena().comm_grads(), 1e30f, 0.0);
+  EXPECT_FALSE(opt.finish_fused_step());
+  EXPECT_EQ(m->arena().master_params().to_vector<float>(), before);
+  EXPECT_EQ(opt.steps(), 0) << "a skipped step is taken back from the count";
+}
+
+// fused_step in two halves (queue_fused_step, then finish_fused_step), as a step queued whole and read back at its
+// end runs it: the same bits, step count and compute copy as fused_step.
+TEST(MixedPrecision, QueuedThenFinishedFusedStepIsTheFusedStep) {
+  const Batch b = batch();
+  auto m1 = make_model("resnet20", tiny(DType::bf16));
+  auto m2 = make_model("resnet20", tiny(DType::bf16));
+  AdamW o1(m1->arena(), kernels::AdamWOptions{}), o2(m2->arena(), kernels::AdamWOptions{});
+  for (int step = 0; step < 2; ++step) {
+    forward_backward(*m1, b, 1.0f);
+    forward_backward(*m2, b, 1.0f);
+    ASSERT_TRUE(o1.fused_step(m1->arena().comm_grads(), 1.0f, 0.05));
+    o2.queue_fused_step(m2->arena().comm_grads(), 1.0f, 0.05);
+    ASSERT_TRUE(o2.finish_fused_step());
+    EXPECT_EQ(m2->arena().master_params().to_vector<float>(), m1->arena().master_params().to_vector<float>());
+    EXPECT_EQ(m2->arena().param(3).to_vector<float>(), m1->arena().param(3).to_vector<float>())
+        << "step " << step << ": the compute copy follows";
+    EXPECT_EQ(o2.steps(), o1.steps());
+  }
 }
 
 TEST(MixedPrecision, Bf16TrainsWithoutScaling) {

@@ -754,5 +754,22 @@ class UnsteadyTrainRows(unittest.TestCase):
             self.assertEqual(doc["trace"]["span_ms_per_step"], 92.4)
 
 
+class EveryStepOfTheListHasARow(unittest.TestCase):
+    """Every training step scripts/gpu/benchmarks.txt times (its --out train_step_KEY.json) has a row in the training-step
+    table: a step the table does not know would be timed on a lease and never read."""
+
+    def test_rows(self):
+        import re
+        with open(os.path.join(HERE, "..", "..", "scripts", "gpu", "benchmarks.txt")) as f:
+            keys = re.findall(r"--out \{out\}/train_step_(\S+)\.json", f.read())
+        self.assertGreater(len(keys), 30)
+        t = {k: {"img_per_s_median": 1000.0 + i + 0.5} for i, k in enumerate(keys)}
+        rows, numbers = [], []
+        summarize.train_table(t, {}, rows, numbers)
+        text = "\n".join(rows)
+        missing = [k for i, k in enumerate(keys) if f"{1000.0 + i + 0.5:.1f}" not in text]
+        self.assertEqual(missing, [], "steps of benchmarks.txt without a row in summarize.py's training-step table")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -40,6 +40,10 @@ class Optimizer {
   // the CPU the model copy is refreshed by fused_step.
   void queue_fused_step(const Tensor& grads, float scale, double max_norm);
   bool last_fused_step_ok();
+  // The rest of fused_step after queue_fused_step, for a step queued whole and read back at its end (as
+  // hpdt-bench-train-step's eager GPU step does): waits, takes a skipped step back from the count, refreshes a
+  // CPU arena's compute copy, and returns whether the step ran. fused_step = queue_fused_step + this.
+  bool finish_fused_step();
   virtual void set_lr(float lr) = 0;
   virtual float lr() const = 0;
   int64_t steps() const { return steps_; }
