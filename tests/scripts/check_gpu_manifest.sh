@@ -62,6 +62,42 @@ for line in open(bench_file):
         bad = 1
 sys.exit(bad)
 PY
+# Every training step of benchmarks.txt must get past hpdt-bench-train-step's command line and its checks of the flags
+# together (a flag it does not know, or a combination it refuses, would cost a lease that run): here, with no usable
+# GPU, each stops at "no usable GPU", which the binary checks after all of them. Skipped where a GPU is usable.
+"$py" - "$src/scripts/gpu/benchmarks.txt" "$build" <<'PY' || fail=1
+import os, shlex, subprocess, sys, tempfile
+bench_file, build = sys.argv[1], sys.argv[2]
+bad = checked = 0
+with tempfile.TemporaryDirectory() as out:
+    for line in open(bench_file):
+        words = shlex.split(line.strip()) if line.strip() and not line.startswith("#") else []
+        at = next((i for i, w in enumerate(words) if w.endswith("bench/train_step/hpdt-bench-train-step")), None)
+        if at is None:
+            continue
+        env = dict(os.environ)
+        for w in words[2:at] if words[0] == "peer" else []:  # peer NAME [env VAR=VALUE ...] EXE ARGS
+            if "=" in w:
+                k, v = w.split("=", 1)
+                env[k] = v
+        argv = [os.path.join(build, words[at].replace("{bin}/", ""))] + [w.replace("{out}", out) for w in words[at + 1:]]
+        try:
+            got = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
+        except subprocess.TimeoutExpired:
+            print("train-step lines: skipped, a GPU is usable here (a step ran)")
+            break
+        said = got.stdout + got.stderr
+        checked += 1
+        if got.returncode == 0 or "no usable GPU" not in said:
+            name = words[1] if words[0] == "peer" else next(
+                (os.path.basename(w) for w in words if w.startswith("{out}/train_step_")), words[0])
+            why = said.strip().splitlines()[0] if said.strip() else f"rc {got.returncode}"
+            print(f"check_gpu_manifest: benchmarks.txt: {name}: hpdt-bench-train-step refused its command line: {why}",
+                  file=sys.stderr)
+            bad = 1
+print(f"train-step lines whose flags hpdt-bench-train-step accepts: {checked}")
+sys.exit(bad)
+PY
 # A sanitizer filter must name cases that exist (a typo would quietly run nothing).
 while read -r tool bin filter; do
   case "$tool" in '#'* | '') continue ;; esac
