@@ -98,6 +98,25 @@ with tempfile.TemporaryDirectory() as out:
 print(f"train-step lines whose flags hpdt-bench-train-step accepts: {checked}")
 sys.exit(bad)
 PY
+# Every switch a benchmarks.txt line sets (env HPDT_...=VALUE, the A/B rows) must be one the code reads: a misspelt
+# name is ignored, and the row would time the default under the A/B's name. (A wrong value is an error naming the
+# variable, at the first call that reads it.)
+"$py" - "$src" <<'PY' || fail=1
+import os, re, sys
+src = sys.argv[1]
+wanted = set(re.findall(r"\b(HPDT_[A-Z0-9_]+)=", open(os.path.join(src, "scripts", "gpu", "benchmarks.txt")).read()))
+read = set()
+for top in ("kernels", "core", "nn", "comm", "bench", "apps", "io"):
+    for d, _, files in os.walk(os.path.join(src, top)):
+        for f in files:
+            if f.endswith((".cpp", ".cu", ".cuh", ".h")):
+                read |= set(re.findall(r'"(HPDT_[A-Z0-9_]+)"', open(os.path.join(d, f), errors="replace").read()))
+unknown = sorted(wanted - read)
+for v in unknown:
+    print(f"check_gpu_manifest: benchmarks.txt sets {v}, which no source of hpdt reads", file=sys.stderr)
+print(f"switches benchmarks.txt sets, each read by the code: {len(wanted) - len(unknown)} of {len(wanted)}")
+sys.exit(1 if unknown else 0)
+PY
 # A sanitizer filter must name cases that exist (a typo would quietly run nothing).
 while read -r tool bin filter; do
   case "$tool" in '#'* | '') continue ;; esac
