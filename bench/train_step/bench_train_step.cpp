@@ -225,15 +225,17 @@ int main(int argc, char** argv) {
       skipped = timed_skipped;
       return t;
     };
+    // The step queued whole, nothing read back inside: the graph's step, and the eager GPU step's but with
+    // --sync-loss (the loss into a device word, the fused step's skip flag left for after the wait).
+    hpdt::Tensor loss_state;
+    if (gpu && !sync_loss) loss_state = hpdt::kernels::make_loss_state(m->device(), stream);
+    const auto queued = [&] {
+      const hpdt::Tensor logits = m->forward(x);
+      hpdt::kernels::softmax_cross_entropy_queued(logits, y, 0.0, &dl, scaler.scale(), loss_state, stream);
+      m->backward(dl);
+      opt.queue_fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
+    };
     if (cuda_graph) {
-      // The step as the graph holds it: nothing read back inside.
-      hpdt::Tensor loss_state = hpdt::kernels::make_loss_state(m->device(), stream);
-      const auto queued = [&] {
-        const hpdt::Tensor logits = m->forward(x);
-        hpdt::kernels::softmax_cross_entropy_queued(logits, y, 0.0, &dl, scaler.scale(), loss_state, stream);
-        m->backward(dl);
-        opt.queue_fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
-      };
       // Warm-up: that step run eagerly, waited for; then more (at most 5) until one allocates no new device
       // memory, so that the capture takes all of it from the caching allocator's cache.
       hpdt::CachingAllocator& alloc = hpdt::cuda_caching_allocator(0);
@@ -260,29 +262,24 @@ int main(int argc, char** argv) {
       skipped += !opt.last_fused_step_ok();
       if (!kernel_trace.empty()) traced = trace_steps_of(replay);
     }
-    // one eager step, waited for: on the GPU queued whole and read back after its one wait (the loss from a device
-    // word, the fused step's skip flag), or with --sync-loss read as hpdt-train reads them, each where it is computed
-    hpdt::Tensor eager_loss_state;
-    if (gpu && !sync_loss && !cuda_graph) eager_loss_state = hpdt::kernels::make_loss_state(m->device(), stream);
+    // one eager step, waited for: on the GPU queued whole and read back after its one wait, or with --sync-loss as
+    // hpdt-train runs it, the loss and the skip flag each read where it is computed
     const auto eager_step = [&] {
-      const hpdt::Tensor logits = m->forward(x);
-      if (eager_loss_state.defined())
-        hpdt::kernels::softmax_cross_entropy_queued(logits, y, 0.0, &dl, scaler.scale(), eager_loss_state, stream);
-      else
-        loss = hpdt::kernels::softmax_cross_entropy(logits, y, 0.0, &dl, scaler.scale(), stream);
-      m->backward(dl);
       bool ok = true;
-      if (gpu) {  // as hpdt-train on the GPU: unscale, inf/NaN skip, SGD and the model copy in one kernel
-        if (eager_loss_state.defined()) {
-          opt.queue_fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
-          loss = hpdt::kernels::read_loss(eager_loss_state, stream);  // the step's one wait
-          ok = opt.finish_fused_step();
-        } else {
-          ok = opt.fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
-        }
+      if (loss_state.defined()) {
+        queued();
+        loss = hpdt::kernels::read_loss(loss_state, stream);  // the step's one wait
+        ok = opt.finish_fused_step();
       } else {
-        ok = scaler.unscale(m->arena());
-        if (ok) opt.step();
+        const hpdt::Tensor logits = m->forward(x);
+        loss = hpdt::kernels::softmax_cross_entropy(logits, y, 0.0, &dl, scaler.scale(), stream);
+        m->backward(dl);
+        if (gpu) {  // as hpdt-train on the GPU: unscale, inf/NaN skip, SGD and the model copy in one kernel
+          ok = opt.fused_step(m->arena().comm_grads(), scaler.scale(), 0.0);
+        } else {
+          ok = scaler.unscale(m->arena());
+          if (ok) opt.step();
+        }
       }
       skipped += !ok;
       scaler.update(!ok);
