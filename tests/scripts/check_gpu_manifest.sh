@@ -28,74 +28,83 @@ expect $'^peer\t0\ttorch_compile\tpython3 .*torch_gpu_train_step.py'
 grep -vE '^(#|$)' "$src/scripts/gpu/checks.txt" | while read -r name _; do
   grep -qP "^check\t0\t\Q$name\E\t" <<< "$m" || { echo "check_gpu_manifest: check $name missing" >&2; exit 1; }
 done || fail=1
-# A benchmark filter in benchmarks.txt must select rows (a typo would quietly time nothing, or profile nothing: an
-# ncu peer's filter too).
+# benchmarks.txt, line by line:
+# - a benchmark filter must select rows (a typo would quietly time nothing, or profile nothing: an ncu peer's too);
+# - an Nsight Compute profile must count each kernel apart, or take one launch of one row: a row launches its kernels
+#   dozens of times (calibration, the x_* counters back to back, cuBLAS's for x_cublas), so "the first N matching
+#   launches" are all the first row's first kernel;
+# - a training step must get past hpdt-bench-train-step's command line and its checks of the flags together (a flag
+#   it does not know, or a combination it refuses, would cost a lease that run): here, with no usable GPU, each stops
+#   at "no usable GPU", which the binary checks after all of them. Skipped where a GPU is usable.
 "$py" - "$src/scripts/gpu/benchmarks.txt" "$build" <<'PY' || fail=1
-import os, re, shlex, subprocess, sys
+import os, re, shlex, subprocess, sys, tempfile
 bench_file, build = sys.argv[1], sys.argv[2]
-bad = 0
-for line in open(bench_file):
-    line = line.strip()
-    if not line or line.startswith("#"):
-        continue
-    words = shlex.split(line)
-    exe = next((w for w in words if re.search(r"(^|/)bench/\S*hpdt-bench-[\w-]+$", w)), None)
-    filt = next((w.split("=", 1)[1] for w in words if w.startswith("--benchmark_filter=")), None)
-    if exe is None or filt is None:
-        continue
-    path = os.path.join(build, exe.replace("{bin}/", ""))
-    got = subprocess.run([path, "--benchmark_list_tests", "--benchmark_filter=" + filt], capture_output=True, text=True)
-    n = len(got.stdout.split())
-    if got.returncode != 0 or n == 0:
-        print(f"check_gpu_manifest: benchmarks.txt: {os.path.basename(path)} --benchmark_filter={filt} selects no row"
-              f" ({got.stderr.strip() or 'none listed'})", file=sys.stderr)
-        bad = 1
-    else:
-        print(f"filter\t{n}\t{os.path.basename(path)}\t{filt}")
-    # An Nsight Compute profile must count each kernel apart, or take one launch of one row: a row launches its
-    # kernels dozens of times (calibration, the x_* counters back to back, cuBLAS's for x_cublas), so "the first N
-    # matching launches" are all the first row's first kernel.
-    one_launch = n == 1 and "--launch-count" in words and words[words.index("--launch-count") + 1] == "1"
-    if words[0] == "peer" and len(words) > 2 and words[2] == "ncu" and "per-launch-config" not in words and not one_launch:
-        print(f"check_gpu_manifest: benchmarks.txt: peer {words[1]} profiles the first launches of {n} row(s) without"
-              f" --filter-mode per-launch-config: they would all be the first row's first kernel", file=sys.stderr)
-        bad = 1
-sys.exit(bad)
-PY
-# Every training step of benchmarks.txt must get past hpdt-bench-train-step's command line and its checks of the flags
-# together (a flag it does not know, or a combination it refuses, would cost a lease that run): here, with no usable
-# GPU, each stops at "no usable GPU", which the binary checks after all of them. Skipped where a GPU is usable.
-"$py" - "$src/scripts/gpu/benchmarks.txt" "$build" <<'PY' || fail=1
-import os, shlex, subprocess, sys, tempfile
-bench_file, build = sys.argv[1], sys.argv[2]
-bad = checked = 0
+bad = steps = 0
+gpu_usable = False
+
+
+def train_step_refusal(words, at, out):
+    """Why hpdt-bench-train-step (words[at]) refused the line's command line, or None; raises TimeoutExpired if it
+    ran (a GPU is usable)."""
+    env = dict(os.environ)
+    for w in words[2:at] if words[0] == "peer" else []:  # peer NAME [env VAR=VALUE ...] EXE ARGS
+        if "=" in w:
+            k, v = w.split("=", 1)
+            env[k] = v
+    argv = [os.path.join(build, words[at].replace("{bin}/", ""))] + [w.replace("{out}", out) for w in words[at + 1:]]
+    got = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
+    said = got.stdout + got.stderr
+    if got.returncode != 0 and "no usable GPU" in said:
+        return None
+    return said.strip().splitlines()[0] if said.strip() else f"rc {got.returncode}"
+
+
 with tempfile.TemporaryDirectory() as out:
     for line in open(bench_file):
-        words = shlex.split(line.strip()) if line.strip() and not line.startswith("#") else []
-        at = next((i for i, w in enumerate(words) if w.endswith("bench/train_step/hpdt-bench-train-step")), None)
-        if at is None:
+        line = line.strip()
+        if not line or line.startswith("#"):
             continue
-        env = dict(os.environ)
-        for w in words[2:at] if words[0] == "peer" else []:  # peer NAME [env VAR=VALUE ...] EXE ARGS
-            if "=" in w:
-                k, v = w.split("=", 1)
-                env[k] = v
-        argv = [os.path.join(build, words[at].replace("{bin}/", ""))] + [w.replace("{out}", out) for w in words[at + 1:]]
-        try:
-            got = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
-        except subprocess.TimeoutExpired:
-            print("train-step lines: skipped, a GPU is usable here (a step ran)")
-            break
-        said = got.stdout + got.stderr
-        checked += 1
-        if got.returncode == 0 or "no usable GPU" not in said:
-            name = words[1] if words[0] == "peer" else next(
-                (os.path.basename(w) for w in words if w.startswith("{out}/train_step_")), words[0])
-            why = said.strip().splitlines()[0] if said.strip() else f"rc {got.returncode}"
-            print(f"check_gpu_manifest: benchmarks.txt: {name}: hpdt-bench-train-step refused its command line: {why}",
+        words = shlex.split(line)
+        at = next((i for i, w in enumerate(words) if w.endswith("bench/train_step/hpdt-bench-train-step")), None)
+        if at is not None:
+            if gpu_usable:
+                continue
+            try:
+                why = train_step_refusal(words, at, out)
+            except subprocess.TimeoutExpired:
+                print("train-step lines: skipped, a GPU is usable here (a step ran)")
+                gpu_usable = True
+                continue
+            steps += 1
+            if why is not None:
+                name = words[1] if words[0] == "peer" else next(
+                    (os.path.basename(w) for w in words if w.startswith("{out}/train_step_")), words[0])
+                print(f"check_gpu_manifest: benchmarks.txt: {name}: hpdt-bench-train-step refused its command line:"
+                      f" {why}", file=sys.stderr)
+                bad = 1
+            continue
+        exe = next((w for w in words if re.search(r"(^|/)bench/\S*hpdt-bench-[\w-]+$", w)), None)
+        filt = next((w.split("=", 1)[1] for w in words if w.startswith("--benchmark_filter=")), None)
+        if exe is None or filt is None:
+            continue
+        path = os.path.join(build, exe.replace("{bin}/", ""))
+        got = subprocess.run([path, "--benchmark_list_tests", "--benchmark_filter=" + filt], capture_output=True,
+                             text=True)
+        n = len(got.stdout.split())
+        if got.returncode != 0 or n == 0:
+            print(f"check_gpu_manifest: benchmarks.txt: {os.path.basename(path)} --benchmark_filter={filt} selects no"
+                  f" row ({got.stderr.strip() or 'none listed'})", file=sys.stderr)
+            bad = 1
+        else:
+            print(f"filter\t{n}\t{os.path.basename(path)}\t{filt}")
+        one_launch = n == 1 and "--launch-count" in words and words[words.index("--launch-count") + 1] == "1"
+        if words[0] == "peer" and len(words) > 2 and words[2] == "ncu" and "per-launch-config" not in words \
+                and not one_launch:
+            print(f"check_gpu_manifest: benchmarks.txt: peer {words[1]} profiles the first launches of {n} row(s)"
+                  f" without --filter-mode per-launch-config: they would all be the first row's first kernel",
                   file=sys.stderr)
             bad = 1
-print(f"train-step lines whose flags hpdt-bench-train-step accepts: {checked}")
+print(f"train-step lines whose flags hpdt-bench-train-step accepts: {steps}")
 sys.exit(bad)
 PY
 # Every switch a benchmarks.txt line sets (env HPDT_...=VALUE, the A/B rows) must be one the code reads: a misspelt

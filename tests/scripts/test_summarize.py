@@ -5,6 +5,7 @@ its heuristic's and Find's algorithms (also in the per-op table), the stem's bac
 where every shape ran, and the whole tables from a results directory."""
 import json
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -759,7 +760,6 @@ class EveryStepOfTheListHasARow(unittest.TestCase):
     table: a step the table does not know would be timed on a lease and never read."""
 
     def test_rows(self):
-        import re
         with open(os.path.join(HERE, "..", "..", "scripts", "gpu", "benchmarks.txt")) as f:
             keys = re.findall(r"--out \{out\}/train_step_(\S+)\.json", f.read())
         self.assertGreater(len(keys), 30)
