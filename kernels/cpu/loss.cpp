@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "hpdt/core/error.h"
 
@@ -39,8 +40,26 @@ double softmax_cross_entropy(int64_t b, int64_t classes, const T* logits, const 
   return total / double(b);
 }
 
+template <class T>
+int64_t count_correct(int64_t b, int64_t classes, const T* logits, const int32_t* labels) {
+  int64_t correct = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const T* z = logits + i * classes;
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t c = 0; c < classes; ++c) m = std::fmax(m, z[c]);  // fmax: NaNs skipped, as on the GPU
+    int64_t first = classes;
+    for (int64_t c = 0; c < classes && first == classes; ++c)
+      if (z[c] == m) first = c;
+    correct += first < classes && first == labels[i];  // (a row of NaNs has no first)
+  }
+  return correct;
+}
+
 template double softmax_cross_entropy<float>(int64_t, int64_t, const float*, const int32_t*, double, float*, double);
 template double softmax_cross_entropy<double>(int64_t, int64_t, const double*, const int32_t*, double, double*,
                                               double);
+
+template int64_t count_correct<float>(int64_t, int64_t, const float*, const int32_t*);
+template int64_t count_correct<double>(int64_t, int64_t, const double*, const int32_t*);
 
 }  // namespace hpdt::kernels::cpu

@@ -2,10 +2,12 @@
 // double; here f32 per row, the batch sum in double).
 //   ce_rows_kernel: one warp per row: max, sum exp(z - max) and sum q z (butterfly, so every lane holds the
 //     row's values), loss_row = lse - sum q z; dlogits = (softmax - q) * grad_scale / b. An out-of-range
-//     label records the smallest such row in a device word (atomicMin on an integer: order-free).
+//     label records the smallest such row in a device word (atomicMin on an integer: order-free). A row whose
+//     label is its first largest logit adds one to the correct count (top-1 accuracy; an integer atomicAdd:
+//     order-free), so that the trainer needs no host copy of the logits.
 //   ce_total_kernel: one block adds the row losses in a fixed order (double) and reads the bad label.
 // The op returns the loss to the host, so it synchronises the stream (the only wait); the _queued form
-// leaves the result in a device word for read_loss (CUDA graph capture).
+// leaves the result in device memory for read_loss / read_loss_values (CUDA graph capture; hpdt-train's step).
 #include <cstdint>
 #include <limits>
 
@@ -25,11 +27,18 @@ struct Result {  // what comes back to the host
   uint32_t bad_row;  // 0xffffffff: every label in range
   int32_t bad_label;
   int64_t batch, classes;  // of the call (for read_loss)
+  uint32_t correct;        // rows whose label is their first largest logit
 };
 
 __device__ __forceinline__ float warp_allmax(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ int warp_allmin(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -53,15 +62,21 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = lane; c < classes; c += 32) m = fmaxf(m, to_f32(z[c]));
   m = warp_allmax(m);
   float s = 0.0f, qz = 0.0f;
+  int first = classes;  // the first class holding the maximum (NaNs, which fmaxf skips, never do)
   for (int c = lane; c < classes; c += 32) {
     const float v = to_f32(z[c]);
     s += expf(v - m);
     qz += (c == label ? on : off) * v;
+    if (v == m && first == classes) first = c;  // a lane's classes ascend: its first hit is its lowest
   }
   s = warp_allsum(s);
   qz = warp_allsum(qz);
+  first = warp_allmin(first);
   const float lse = m + logf(s);
-  if (lane == 0) row_loss[row] = lse - qz;
+  if (lane == 0) {
+    row_loss[row] = lse - qz;
+    if (first == label) atomicAdd(&result->correct, 1u);
+  }
   if (dlogits) {
     T* g = dlogits + row * classes;
     for (int c = lane; c < classes; c += 32)
@@ -107,6 +122,7 @@ void queue_loss(const Tensor& logits, const Tensor& labels, double smoothing, Te
   const AllocOptions opts{.stream = &stream};
   Tensor row_loss = Tensor::empty({b}, DType::f32, logits.device(), opts);
   HPDT_CUDA_CHECK(cudaMemsetAsync(res, 0xff, sizeof(Result), s));  // bad_row = 0xffffffff: none yet
+  HPDT_CUDA_CHECK(cudaMemsetAsync(&res->correct, 0, sizeof res->correct, s));
   dispatch_floating(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     ce_rows_kernel<T><<<unsigned((b + kWarps - 1) / kWarps), kThreads, 0, s>>>(
@@ -148,6 +164,7 @@ Tensor make_loss_state(Device device, const Stream& stream) {
   Tensor state = Tensor::empty({int64_t(sizeof(Result))}, DType::u8, device, opts);
   Result none{};
   none.bad_row = 0xffffffffu;
+  none.correct = 0;
   none.total = std::numeric_limits<double>::quiet_NaN();  // until a loss is queued (batch 0)
   HPDT_CUDA_CHECK(cudaMemcpyAsync(state.data(), &none, sizeof none, cudaMemcpyHostToDevice, detail::native(stream)));
   HPDT_CUDA_CHECK(cudaStreamSynchronize(detail::native(stream)));
@@ -162,14 +179,14 @@ void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, do
   queue_loss(logits, labels, smoothing, dlogits, grad_scale, static_cast<Result*>(state.data()), stream);
 }
 
-double read_loss(const Tensor& state, const Stream& stream) {
+LossValues read_loss_values(const Tensor& state, const Stream& stream) {
   HPDT_CHECK(state.dtype() == DType::u8 && state.nbytes() == sizeof(Result), "read_loss: state is not one of make_loss_state");
   Result host{};
   const cudaStream_t s = detail::native(stream);
   HPDT_CUDA_CHECK(cudaMemcpyAsync(&host, state.data(), sizeof host, cudaMemcpyDeviceToHost, s));
   HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (host.batch <= 0) return host.total;  // nothing queued yet: NaN
-  return mean_of(host, host.batch, host.classes);
+  if (host.batch <= 0) return {host.total, 0, 0};  // nothing queued yet: NaN
+  return {mean_of(host, host.batch, host.classes), int64_t(host.correct), host.batch};
 }
 
 }  // namespace hpdt::kernels::cuda

@@ -39,6 +39,17 @@ double softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double 
                                            smoothing, dlogits ? dlogits->data<float>() : nullptr, grad_scale);
 }
 
+int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  const char* op = "count_correct";
+  HPDT_CHECK(logits.is_cpu() && labels.is_cpu(), op, ": CPU tensors only (got ", logits.device().str(), " and ",
+             labels.device().str(), "); on the GPU read_loss_values counts them");
+  HPDT_CHECK(logits.ndim() == 2, op, ": logits must be [b, classes], got ", logits.shape().str());
+  check_dtype(op, "logits", logits, DType::f32);
+  check_dtype(op, "labels", labels, DType::i32);
+  check_shape(op, "labels", labels, Shape{logits.size(0)});
+  return cpu::count_correct<float>(logits.size(0), logits.size(1), logits.data<float>(), labels.data<int32_t>());
+}
+
 Tensor make_loss_state(Device device, const Stream& s) {
   if (!device.is_cuda()) cuda_only("make_loss_state", device);
 #if HPDT_HAVE_CUDA
@@ -63,10 +74,12 @@ void softmax_cross_entropy_queued(const Tensor& logits, const Tensor& labels, do
 #endif
 }
 
-double read_loss(const Tensor& state, const Stream& s) {
+double read_loss(const Tensor& state, const Stream& s) { return read_loss_values(state, s).mean_loss; }
+
+LossValues read_loss_values(const Tensor& state, const Stream& s) {
   if (!state.is_cuda()) cuda_only("read_loss", state.device());
 #if HPDT_HAVE_CUDA
-  return cuda::read_loss(state, s);
+  return cuda::read_loss_values(state, s);
 #else
   (void)s;
   cuda_only("read_loss", state.device());

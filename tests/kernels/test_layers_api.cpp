@@ -48,6 +48,27 @@ TEST(LayerApi, BadShapesAndDtypesNameTheOpAndShapes) {
   HPDT_EXPECT_THROW_MSG(maxpool2d_forward(x, 3, 2, 1, mp_y, am, kCpu), "maxpool2d_forward: y has shape [2, 3, 3, 4], expected [2, 3, 4, 4]");
 }
 
+// Top-1's count: ties go to the first class, NaNs are never the largest, a row of NaNs and an out-of-range label
+// count nothing; the hpdt-train CPU step's accuracy and the oracle of the GPU's queued count (test_loss_cuda).
+TEST(LayerApi, CountCorrectTakesTheFirstLargestLogit) {
+  const float nan = std::nanf("");
+  const Tensor logits =
+      Tensor::from_vector<float>({0, 3, 3,                                         // tie: class 1
+                                  nan, 1, 0,                                       // NaN skipped: class 1
+                                  2, nan, 2,                                       // tie around a NaN: class 0
+                                  nan, nan, nan, -INFINITY, -INFINITY, -INFINITY,  // all -inf: class 0
+                                  1, 2, 5},
+                                 {6, 3});
+  EXPECT_EQ(count_correct(logits, Tensor::from_vector<int32_t>({1, 1, 0, 0, 0, 2}, {6})), 6 - 1);  // the NaN row
+  EXPECT_EQ(count_correct(logits, Tensor::from_vector<int32_t>({2, 0, 2, 1, 1, 2}, {6})), 1);
+  EXPECT_EQ(count_correct(logits, Tensor::from_vector<int32_t>({1, 1, 0, 3, -1, 7}, {6})), 3);
+  EXPECT_EQ(count_correct(logits.slice(0, 0), Tensor::empty({0}, DType::i32)), 0);
+  HPDT_EXPECT_THROW_MSG(count_correct(logits, Tensor::from_vector<int32_t>({1, 1}, {2})),
+                        "count_correct: labels has shape [2], expected [6]");
+  HPDT_EXPECT_THROW_MSG(count_correct(Tensor::zeros({6, 3}, DType::f16), Tensor::zeros({6}, DType::i32)),
+                        "has dtype f16");
+}
+
 TEST(LayerApi, LinearAndMatmulAgree) {
   Tensor x = filled({6, 5}, 0), w = filled({3, 5}, 1), b = filled({3}, 2), y = Tensor::empty({6, 3}, DType::f32);
   linear_forward(x, w, &b, y, kCpu);

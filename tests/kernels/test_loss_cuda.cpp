@@ -146,4 +146,58 @@ TEST_F(LossCuda, QueuedFormEqualsTheWaitingOne) {
                         "not one of make_loss_state");
 }
 
+// The correct count the queued form keeps (hpdt-train's accuracy without a host copy of the logits) against the
+// CPU's count_correct on the logits as stored: Philox logits, and logits of 4 values so that most rows tie (the
+// first class wins), a NaN in some rows (never the largest) and a row of NaNs (none); odd batches, 1000 classes.
+TEST_F(LossCuda, QueuedFormCountsTheCorrectSamples) {
+  const float nan = std::nanf("");
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Case& c : {Case{1, 1}, Case{17, 10}, Case{256, 1000, 0.1}, Case{33, 4}})
+      for (bool ties : {false, true}) {
+        SCOPED_TRACE(std::to_string(c.b) + "x" + std::to_string(c.classes) + " " + std::string(dtype_name(dt)) +
+                     (ties ? " ties" : ""));
+        Tensor z = random({c.b, c.classes}, -4, 4);
+        float* p = z.data<float>();
+        if (ties) {
+          for (int64_t i = 0; i < z.numel(); ++i) p[i] = std::floor(p[i] / 2.0f);  // -2, -1, 0 or 1
+          for (int64_t r = 0; r < c.b; r += 3) p[r * c.classes + (r % c.classes)] = nan;
+          if (c.b > 1)
+            for (int64_t k = 0; k < c.classes; ++k) p[(c.b - 1) * c.classes + k] = nan;
+        }
+        // labels: Philox, and on every other row the oracle's own answer, so that the count is not near 0
+        Tensor labels = labels_for(c.b, c.classes);
+        const Tensor zr = round_through(z, dt);
+        for (int64_t r = 0; r < c.b; r += 2) {
+          const Tensor row = zr.slice(r, r + 1);
+          for (int32_t k = 0; k < int32_t(c.classes); ++k) {
+            labels.data<int32_t>()[r] = k;
+            if (kernels::count_correct(row, labels.slice(r, r + 1)) == 1) break;
+          }
+        }
+        const int64_t want = kernels::count_correct(zr, labels);
+        Tensor state = kernels::make_loss_state(Device::cuda(0), stream);
+        Tensor dl = poisoned({c.b, c.classes}, dt);
+        kernels::softmax_cross_entropy_queued(to_gpu(z, dt), labels.to(Device::cuda(0), stream), c.smoothing, &dl, 1.0,
+                                              state, stream);
+        const kernels::LossValues got = kernels::read_loss_values(state, stream);
+        EXPECT_EQ(got.correct, want);
+        EXPECT_EQ(got.batch, c.b);
+        EXPECT_GE(want, c.b / 4) << "the oracle's own labels on every other row";
+        if (!ties) {
+          EXPECT_NEAR(got.mean_loss, kernels::softmax_cross_entropy(zr, labels, c.smoothing, nullptr, 1.0, cpu),
+                      1e-5 * (1 + std::fabs(got.mean_loss)));
+        }
+      }
+  // Each call counts afresh: a second call on the same state does not add to the first's count.
+  const Tensor z = to_gpu(random({64, 10}), DType::bf16);
+  const Tensor labels = labels_for(64, 10);
+  const int64_t want = kernels::count_correct(to_cpu_f32(z), labels);
+  Tensor state = kernels::make_loss_state(Device::cuda(0), stream);
+  for (int i = 0; i < 2; ++i)
+    kernels::softmax_cross_entropy_queued(z, labels.to(Device::cuda(0), stream), 0.0, nullptr, 1.0, state, stream);
+  EXPECT_EQ(kernels::read_loss_values(state, stream).correct, want);
+  HPDT_EXPECT_THROW_MSG(kernels::count_correct(to_cpu_f32(z).to(Device::cuda(0), stream), labels),
+                        "count_correct: CPU tensors only");
+}
+
 }  // namespace

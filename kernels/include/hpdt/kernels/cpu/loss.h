@@ -12,4 +12,9 @@ template <class T>
 double softmax_cross_entropy(int64_t b, int64_t classes, const T* logits, const int32_t* labels, double smoothing,
                              T* dlogits, double grad_scale);
 
+// Rows whose label is the first class holding the row's largest logit (NaNs are never the largest; a row of
+// NaNs has none; a label outside [0, classes) is not correct): top-1 accuracy's count.
+template <class T>
+int64_t count_correct(int64_t b, int64_t classes, const T* logits, const int32_t* labels);
+
 }  // namespace hpdt::kernels::cpu
