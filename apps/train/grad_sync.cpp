@@ -10,6 +10,10 @@
 
 namespace hpdt::train {
 
+namespace {
+constexpr const char* kOneRank = "none (one rank)";
+}  // namespace
+
 // HPDT_DEVICE_COMPRESSION=off keeps the compression on the host mirror (the A/B, and the oracle of the
 // tests).
 bool GradSync::device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo) {
@@ -37,6 +41,10 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
   }
   HPDT_CHECK(compute.is_cuda() && compute.device() == grads.device(), "GradSync: gradients on ", grads.device().str(),
              " need a compute stream of that device, got one on ", compute.device().str());
+  if (comm.size() == 1 && options_.algorithm == comm::Algorithm::automatic && options_.compression.lossless()) {
+    path_ = kOneRank;  // the average of one rank's gradients is those gradients
+    return;
+  }
   const int dev = grads.device().index;
   copy_stream_ = Stream::create_cuda(dev);
   // ring/tree/rhd/hier uncompressed run on the GPU over NCCL when every rank has a GPU of its own (comm's
@@ -111,6 +119,7 @@ void GradSync::notify_ready(size_t offset, size_t count) {
     host_->notify_ready(offset, count);
     return;
   }
+  if (path_ == kOneRank) return;
   HPDT_CHECK(offset <= size_t(grads_.numel()) && count <= size_t(grads_.numel()) - offset, "GradSync::notify_ready: [",
              offset, ", ", offset + count, ") is outside the gradient buffer of ", grads_.numel(), " elements");
   if (count == 0) return;
@@ -244,6 +253,7 @@ void GradSync::wait() {
     host_->wait();
     return;
   }
+  if (path_ == kOneRank) return;  // exposed_s_ stays 0, timings_ empty
   const double t0 = now_s();
   {
     std::unique_lock<std::mutex> lock(mu_);

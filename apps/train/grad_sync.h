@@ -2,6 +2,9 @@
 // loop (begin_step, notify_ready from the arena's grad-ready callback, wait before the optimizer):
 //
 //   cpu                 comm::GradientSync on the arena's gradient buffer itself (what it always was).
+//   cuda, one rank      --algo auto (the default) without --compress on a single rank: nothing to average, so
+//                       nothing is done (no host mirror, no stager thread, no wait). Path name "none (one
+//                       rank)". An algorithm named on the command line still runs, on one rank as on many.
 //   cuda, ours on GPU   ring, tree, rhd, hier uncompressed when every rank has a GPU of its own: as nccl
 //                       below, with comm::allreduce_device running that algorithm on the GPU over NCCL
 //                       send/recv (comm's nccl-p2p path). Path name "nccl-p2p".
@@ -58,7 +61,7 @@ class GradSync {
   // All buckets averaged; on CUDA the result is in `grads` for work queued on `compute` after this call.
   void wait();
 
-  // "host" (CPU gradients), "host mirror", "device compression", "nccl" or "nccl-p2p".
+  // "host" (CPU gradients), "none (one rank)", "host mirror", "device compression", "nccl" or "nccl-p2p".
   const std::string& path() const { return path_; }
   size_t bucket_count() const;
   const std::vector<comm::BucketTiming>& timings() const;

@@ -3,9 +3,13 @@
 //
 // --device cuda: each rank takes GPU local rank % GPUs on its node; the model, its gradients and the
 // optimizer state live there and every kernel is queued on one compute stream per rank. Batches are
-// copied up from the reader's (pinned) host memory; the gradients are averaged by GradSync (a pinned
-// host mirror for the host algorithms, device memory for nccl). What the host reads (loss, accuracy,
-// checksums, checkpoints, broadcasts) is copied down; --device cpu runs exactly as before.
+// copied up from the reader's pinned host memory (a pool of it, reused); the gradients are averaged by GradSync
+// (a pinned host mirror for the host algorithms, device memory for nccl, nothing on one rank). A training step is
+// queued whole and waited for once, at its end: the loss and the correct count stay in device memory until then
+// (kernels::softmax_cross_entropy_queued), the fused optimizer step's skip flag too (queue_fused_step), and the
+// phases are timed by events; the host waits inside a step only where the gradients' averaging needs it (its
+// stager thread on several ranks) and for SyncBN's statistics. What else the host reads (checksums, checkpoints,
+// broadcasts) is copied down; --device cpu runs as before, timed by the same (host-clock) events.
 #include "trainer.h"
 
 #include <mpi.h>
@@ -105,28 +109,6 @@ void copy_from_host(const Tensor& src, const Tensor& dst, const Stream& s) {
   s.synchronize();
 }
 
-// logits -> f32 host values (the model's compute dtype may be f16/bf16 on the GPU).
-Tensor host_f32(const Tensor& t, const Stream& s) {
-  Tensor h = host_copy(t, s);
-  if (h.dtype() == DType::f32) return h;
-  Tensor f = Tensor::empty(h.shape(), DType::f32);
-  kernels::cast(h, f, Stream());
-  return f;
-}
-
-// `logits` on the host, f32.
-int64_t count_correct(const Tensor& logits, const Tensor& labels, int64_t rows) {
-  const int64_t classes = logits.size(1);
-  const float* l = logits.data<float>();
-  const int32_t* y = labels.data<int32_t>();
-  int64_t correct = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* row = l + i * classes;
-    correct += int64_t(std::max_element(row, row + classes) - row) == y[i];
-  }
-  return correct;
-}
-
 // Rank 0's values of t everywhere; a device tensor goes through a host copy.
 void bcast_tensor(const Tensor& t, MPI_Comm comm, const Stream& s) {
   Tensor h = host_copy(t, s);
@@ -147,6 +129,23 @@ double median(std::vector<double> v) {
 
 struct StepTimes {
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0;
+};
+
+// Where a training step's phases begin and end on the compute stream. On the GPU these are the GPU's times,
+// read after the step's one wait; on the CPU, whose stream runs each call before it returns, the host's.
+struct StepMarks {
+  struct Micro {
+    Event forward, backward, backward_end;
+  };
+  std::vector<Micro> micro;
+  Event start, optimizer, optimizer_end;
+  double start_host_s = 0;  // the host clock at `start` (recorded on an idle stream)
+
+  StepMarks(Device d, int micro_batches) : start(d), optimizer(d), optimizer_end(d) {
+    for (int m = 0; m < micro_batches; ++m) micro.push_back({Event(d), Event(d), Event(d)});
+  }
+  double seconds(const Event& a, const Event& b) const { return double(a.elapsed_ms(b)) * 1e-3; }
+  double host_s(const Event& e) const { return start_host_s + seconds(start, e); }  // for the timeline
 };
 
 class Run {
@@ -192,6 +191,8 @@ class Run {
   Stream stream_;  // the compute stream: the CPU stream, or this rank's CUDA stream
   std::unique_ptr<nccl_log::NcclDebugCapture> nccl_debug_;
   Tensor dlogits_, images_dev_, labels_dev_;
+  std::vector<Tensor> loss_states_;  // CUDA: each micro-batch's loss and correct count, read at the step's end
+  std::unique_ptr<StepMarks> marks_;
   bool armed_ = false;  // forward gradients of this micro-batch to the sync (the last micro-batch)
   int64_t global_batch_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   int64_t step_ = 0, epoch_ = 0, step_in_epoch_ = 0;  // optimizer steps done; position
@@ -272,8 +273,8 @@ void Run::to_device(const io::Batch& b, Tensor* images, Tensor* labels) {
     *labels = b.labels;
     return;
   }
-  // Asynchronous from the reader's pinned memory; the host value the loss returns (or the eval's host
-  // copy of the logits) waits for the stream before the batch goes back to the reader.
+  // Asynchronous from the reader's pinned memory: the caller keeps the batch until the stream has passed the
+  // copies (the training step to its end, evaluation to its read of the loss).
   nn::ensure_on(images_dev_, b.images.shape(), b.images.dtype(), stream_);
   nn::ensure_on(labels_dev_, b.labels.shape(), b.labels.dtype(), stream_);
   copy(b.images, images_dev_, stream_);
@@ -328,6 +329,9 @@ void Run::setup_model() {
   // (a different OpenMP reduction order, say) can make the replicas start apart.
   bcast_tensor(arena.master_params(), world_, stream_);
   for (auto& [bname, t] : arena.buffers()) bcast_tensor(t, world_, stream_);
+  marks_ = std::make_unique<StepMarks>(device_, o_.accum_steps);
+  if (device_.is_cuda())
+    for (int m = 0; m < o_.accum_steps; ++m) loss_states_.push_back(kernels::make_loss_state(device_, stream_));
   arena.sync_model_copy();
   model_->set_first_sample(int64_t(rank_) * o_.batch);  // dropout masks by position in the global batch
   if (o_.sync_bn)
@@ -391,6 +395,9 @@ void Run::setup_comm() {
   tr.shuffle_block = o_.shuffle_block;
   tr.window_batches = o_.window_batches;
   tr.tail = io::TailPolicy::drop;
+  // On the GPU each batch's pinned memory comes back to a pool when the step lets it go: a fresh pinned
+  // allocation a batch would cost a cudaHostAlloc, and its release a cudaFreeHost, which waits for the device.
+  tr.reuse_batch_memory = device_.is_cuda();
   train_reader_ = as_usage([&] {
     return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);
   });
@@ -404,6 +411,7 @@ void Run::setup_comm() {
     io::ReaderOptions ev;
     ev.mode = io::ReaderMode::eval;
     ev.prefetch = 2;
+    ev.reuse_batch_memory = device_.is_cuda();
     eval_reader_ = as_usage([&] {
       return std::make_unique<io::ShardedReader>(world_, test_path_, global_batch_, o_.seed, ev);
     });
@@ -599,49 +607,68 @@ void Run::sync_buffers() {
 StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) {
   StepTimes t;
   const double t_step = now_s();
+  const bool gpu = device_.is_cuda();
+  StepMarks& mk = *marks_;
   sync_->begin_step();
+  // The stream is idle here (the last step, evaluation and checkpoints end with a wait): the host's clock now is
+  // the stream's at `start`, which places the GPU's phases on the timeline.
+  mk.start.record(stream_);
+  mk.start_host_s = now_s();
   const double scale = double(scaler_.scale()) / double(o_.accum_steps);
+  std::vector<io::Batch> held;  // GPU: the batches' pinned memory, read by copies up to the step's one wait
   for (int m = 0; m < o_.accum_steps; ++m) {
-    double t0 = now_s();
+    StepMarks::Micro& mm = mk.micro[size_t(m)];
+    const double t0 = now_s();
     io::Batch batch = train_reader_->next();
-    Tensor images, labels;
-    to_device(batch, &images, &labels);
-    double t1 = now_s();
+    const double t1 = now_s();
     t.data += t1 - t0;
     timeline_.span(Timeline::data, "data wait", t0, t1);
+    Tensor images, labels;
+    to_device(batch, &images, &labels);
+    mm.forward.record(stream_);
     const Tensor& logits = model_->forward(images);
     // dlogits in the logits' dtype (the compute dtype) on the model's device
     nn::ensure_on(dlogits_, logits.shape(), logits.dtype(), stream_);
-    const double loss = kernels::softmax_cross_entropy(logits, labels, o_.label_smoothing, &dlogits_, scale, stream_);
-    *loss_sum += loss * double(batch.labels.numel());
-    *correct += count_correct(host_f32(logits, stream_), batch.labels, batch.labels.numel());
-    *samples += batch.labels.numel();
-    double t2 = now_s();
-    t.forward += t2 - t1;
-    timeline_.span(Timeline::compute, "forward", t1, t2);
+    const int64_t n = batch.labels.numel();
+    if (gpu) {
+      kernels::softmax_cross_entropy_queued(logits, labels, o_.label_smoothing, &dlogits_, scale,
+                                            loss_states_[size_t(m)], stream_);
+    } else {
+      *loss_sum +=
+          kernels::softmax_cross_entropy(logits, labels, o_.label_smoothing, &dlogits_, scale, stream_) * double(n);
+      *correct += kernels::count_correct(logits, labels);
+    }
+    *samples += n;
+    mm.backward.record(stream_);
     armed_ = m == o_.accum_steps - 1;
     model_->backward(dlogits_, m > 0);
     armed_ = false;
-    stream_.synchronize();  // CUDA: backward's time is the GPU's, not the time to queue it
-    double t3 = now_s();
-    t.backward += t3 - t2;
-    timeline_.span(Timeline::compute, "backward", t2, t3);
+    mm.backward_end.record(stream_);
+    if (gpu) held.push_back(std::move(batch));
   }
   const double tw = now_s();
   sync_->wait();
   t.comm = sync_->exposed_s();
-  timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
+  if (sync_->path() != "none (one rank)") timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
   for (const auto& b : sync_->timings())
     timeline_.span(Timeline::comm, "allreduce bucket " + std::to_string(b.bucket), b.start_s, b.end_s,
                    {{"elements", b.count}, {"offset", b.offset}, {"wire_bytes", b.wire_bytes}});
-  const double t4 = now_s();
   auto& arena = model_->arena();
   bool ok = true;
-  if (device_.is_cuda()) {
+  mk.optimizer.record(stream_);
+  if (gpu) {
     // Two passes over the gradients as reduced (model dtype, or f32 with lossy compression): unscale,
     // inf/NaN check, clipping, the step on the f32 master and the model copy in one kernel.
     optimizer_->set_lr(float(schedule_.at(long(step_))));
-    ok = optimizer_->fused_step(sync_f32_grads_ ? arena.grads() : arena.comm_grads(), scaler_.scale(), o_.clip_norm);
+    optimizer_->queue_fused_step(sync_f32_grads_ ? arena.grads() : arena.comm_grads(), scaler_.scale(), o_.clip_norm);
+    mk.optimizer_end.record(stream_);
+    ok = optimizer_->finish_fused_step();  // the step's one wait
+    for (int m = 0; m < o_.accum_steps; ++m) {
+      const kernels::LossValues v = kernels::read_loss_values(loss_states_[size_t(m)], stream_);  // (done: no wait)
+      *loss_sum += v.mean_loss * double(v.batch);
+      *correct += v.correct;
+    }
+    held.clear();
   } else {
     ok = scaler_.unscale(arena, /*cast_model_grads=*/!sync_f32_grads_);
     if (ok) {
@@ -649,14 +676,20 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
       optimizer_->set_lr(float(schedule_.at(long(step_))));
       optimizer_->step();
     }
+    mk.optimizer_end.record(stream_);
   }
   if (!ok) ++skipped_steps_;
   scaler_.update(!ok);
-  stream_.synchronize();
-  const double t5 = now_s();
-  t.optimizer = t5 - t4;
-  timeline_.span(Timeline::compute, ok ? "optimizer" : "optimizer (skipped: inf/NaN)", t4, t5);
-  t.total = t5 - t_step;
+  t.total = now_s() - t_step;
+  for (const StepMarks::Micro& mm : mk.micro) {
+    t.forward += mk.seconds(mm.forward, mm.backward);
+    t.backward += mk.seconds(mm.backward, mm.backward_end);
+    timeline_.span(Timeline::compute, "forward", mk.host_s(mm.forward), mk.host_s(mm.backward));
+    timeline_.span(Timeline::compute, "backward", mk.host_s(mm.backward), mk.host_s(mm.backward_end));
+  }
+  t.optimizer = mk.seconds(mk.optimizer, mk.optimizer_end);
+  timeline_.span(Timeline::compute, ok ? "optimizer" : "optimizer (skipped: inf/NaN)", mk.host_s(mk.optimizer),
+                 mk.host_s(mk.optimizer_end));
   return t;
 }
 
@@ -676,8 +709,15 @@ json Run::evaluate() {
     to_device(b, &images, &labels);
     const Tensor& logits = model_->forward(images);
     Tensor l = logits.slice(0, b.valid), y = labels.slice(0, b.valid);
-    sums[0] += kernels::softmax_cross_entropy(l, y, 0.0, nullptr, 1.0, stream_) * double(b.valid);
-    sums[1] += double(count_correct(host_f32(l, stream_), b.labels.slice(0, b.valid), b.valid));
+    if (device_.is_cuda()) {  // one wait a batch (the read), and no copy of the logits
+      kernels::softmax_cross_entropy_queued(l, y, 0.0, nullptr, 1.0, loss_states_.at(0), stream_);
+      const kernels::LossValues v = kernels::read_loss_values(loss_states_[0], stream_);
+      sums[0] += v.mean_loss * double(b.valid);
+      sums[1] += double(v.correct);
+    } else {
+      sums[0] += kernels::softmax_cross_entropy(l, y, 0.0, nullptr, 1.0, stream_) * double(b.valid);
+      sums[1] += double(kernels::count_correct(l, y));
+    }
     sums[2] += double(b.valid);
   }
   HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, world_));
@@ -849,9 +889,11 @@ int Run::execute() {
         kernels += o_.gemm_tuning != "find" ? " (NHWC convolutions by find)"
                    : o_.conv != "find"      ? " (GEMM v3 plans by find)"
                                             : " (GEMM v3 plans and NHWC convolutions by find)";
-      std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, gradients averaged via %s\n",
+      const std::string grads = sync_->path() == "none (one rank)" ? "gradients not averaged (one rank)"
+                                                                   : "gradients averaged via " + sync_->path();
+      std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, %s\n",
                   cuda_device_name(device_.index).c_str(), kernels.c_str(),
-                  std::string(dtype_name(model_->compute_dtype())).c_str(), sync_->path().c_str());
+                  std::string(dtype_name(model_->compute_dtype())).c_str(), grads.c_str());
     }
     std::fflush(stdout);
   }

@@ -41,6 +41,24 @@ run() {  # run NP ARGS...
     --threads 1 --seed 7 "$@"
 }
 latest() { ls "$1"/ckpt-*.h5 | tail -1; }
+# metrics_near A.jsonl B.jsonl: the same steps, each step's loss within 1e-4 (1 + |loss|) and accuracy equal, and the
+# summaries' test_loss and test_accuracy likewise (the keys as hpdt-train writes them: sorted).
+metrics_near() {
+  awk '
+    function num(key,   m) { if (match($0, "\"" key "\":[-+0-9.eE]+")) return substr($0, RSTART + length(key) + 3, RLENGTH - length(key) - 3); return "none" }
+    function near(a, b) { d = a - b; if (d < 0) d = -d; return d <= 1e-4 * (1 + (a < 0 ? -a : a)) }
+    /"type":"step"/ || /"type":"summary"/ {
+      k = /"type":"step"/ ? "step " num("step") : "summary"
+      l = /"type":"step"/ ? num("loss") : num("test_loss"); a = /"type":"step"/ ? num("accuracy") : num("test_accuracy")
+      if (NR == FNR) { L[k] = l; A[k] = a; n++; next }
+      seen++
+      if (!(k in L)) { print "metrics: " k " only in " ARGV[2]; bad = 1; next }
+      if (l == "none" || !near(L[k], l)) { print "metrics: " k " loss " L[k] " against " l; bad = 1 }
+      if (A[k] != a) { print "metrics: " k " accuracy " A[k] " against " a; bad = 1 }
+    }
+    END { if (seen != n || n < 2) { print "metrics: " n " records in " ARGV[1] ", " seen " in " ARGV[2]; bad = 1 }; exit bad }
+  ' "$1" "$2"
+}
 # GEMM v3's plans by Find (--gemm-tuning find; 16-bit GEMMs) in a bf16 ViT-Ti of batch $1, near the same run by rule
 # (SGD: a wrong gradient moves the weights far, where AdamW's steps are about lr whatever the gradient); and that
 # comparison can fail: the run by rule against its own start (lr 1e-9).
@@ -228,8 +246,15 @@ cuda-emu)
         --lr 0.001 --warmup-epochs 0)
   ck() { echo "$w/$1/ckpt-000000002.h5"; }
   # (path expected in the banner, extra environment, algorithm)
-  run 2 "${args[@]}" --device cuda --algo ring --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda ring (host mirror)"; }
+  # (this run and the CPU one below also evaluate 8 test samples and write their metrics: the loss and accuracy
+  # the GPU step reads back once, at its end, against the CPU's)
+  run 2 "${args[@]}" --eval true --eval-samples 8 --metrics "$w/mirror.jsonl" --device cuda --algo ring \
+    --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda ring (host mirror)"; }
   grep -q "gradients averaged via host mirror" "$w/mirror.log" || { cat "$w/mirror.log"; fail "2 ranks on 1 emulated GPU should take the host mirror"; }
+  # One rank with --algo auto (the default): nothing to average, no mirror; near the 2-rank run of the same global batch.
+  run 1 "${args[@]}" --batch 8 --device cuda --checkpoint-dir "$w/one" > "$w/one.log" 2>&1 || { cat "$w/one.log"; fail "cuda, 1 rank"; }
+  grep -q "gradients not averaged (one rank)" "$w/one.log" || { cat "$w/one.log"; fail "1 rank, --algo auto: expected no averaging"; }
+  "$compare" "$(ck mirror)" "$(ck one)" --atol 2e-4 --rtol 2e-3 || fail "cuda np 1 (not averaged) is not near cuda np 2 (host mirror)"
   # One virtual node per rank: every rank has its own (emulated) GPU, so ring/hier run on the GPU over NCCL.
   for algo in ring hier nccl; do
     HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --algo $algo --checkpoint-dir "$w/$algo" > "$w/$algo.log" 2>&1 ||
@@ -269,8 +294,12 @@ cuda-emu)
     fail "the device compression run resumed from the host mirror's checkpoint differs from an uninterrupted one"
   # The GPU kernels against the CPU ones after two AdamW steps (other summation orders).
   timeout --kill-after=10 240 $mpiexec -n 2 "$cpu" --data "$data/fashion-mnist-train.h5" --progress lines --threads 1 --seed 7 \
-    "${args[@]}" --device cpu --algo ring --checkpoint-dir "$w/cpu" > "$w/cpu.log" 2>&1 || { cat "$w/cpu.log"; fail "cpu run"; }
+    "${args[@]}" --eval true --eval-samples 8 --metrics "$w/cpu.jsonl" --device cpu --algo ring --checkpoint-dir "$w/cpu" \
+    > "$w/cpu.log" 2>&1 || { cat "$w/cpu.log"; fail "cpu run"; }
   "$compare" "$(ck cpu)" "$(ck mirror)" --atol 2e-4 --rtol 2e-3 || fail "the emulated GPU run is not near the CPU run"
+  # Each step's loss and accuracy, and the evaluation's, as the GPU step counts them on the device (read after its
+  # one wait) against the CPU's: the loss within 1e-4, the same number of samples right (f32).
+  metrics_near "$w/cpu.jsonl" "$w/mirror.jsonl" || fail "the emulated GPU run's loss or accuracy is not the CPU run's"
   # ...and the runs trained: the parameters moved (against a run whose steps hardly move them).
   timeout --kill-after=10 240 $mpiexec -n 2 "$cpu" --data "$data/fashion-mnist-train.h5" --progress lines --threads 1 --seed 7 \
     "${args[@]}" --lr 1e-9 --device cpu --algo ring --checkpoint-dir "$w/still" > /dev/null 2>&1 || fail "cpu run at lr 1e-9"
