@@ -76,7 +76,7 @@ def gbench_medians(path, cut=None):
 
 def collect(dirs):
     found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "train": {}, "torch": {}, "torch_prewarm": {},
-             "compress": [], "summary": [], "environment": "", "cut": []}
+             "hpdt_train": {}, "compress": [], "summary": [], "environment": "", "cut": []}
     for d in dirs:
         bench = os.path.join(d, "bench")
         for key, fname in [("gemm", "bench_gemm_cuda.json"), ("conv", "bench_conv_cuda.json"),
@@ -93,6 +93,14 @@ def collect(dirs):
                 if os.path.exists(trace) and "trace" not in doc:
                     doc["trace"] = load(trace).get("trace", {})
                 found["train"][key] = doc
+            if f.startswith("train_hpdt_train_") and f.endswith(".jsonl"):  # scripts/gpu/train_throughput.sh
+                for line in open(os.path.join(bench, f)):
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if rec.get("type") == "summary":
+                        found["hpdt_train"][f[len("train_hpdt_train_"):-6]] = rec
             if f.startswith("allreduce_compress_cuda") and f.endswith(".json"):  # hpdt-allreduce-perf --compress
                 found["compress"].append(load(os.path.join(bench, f)))
             if f == "prewarm_torch_compile.json":  # run.sh's prewarm: torch.compile's cold compilation, one step
@@ -907,6 +915,35 @@ def train_table(t, torch, rows, numbers):
             rows.append(f"- {u}")
 
 
+# hpdt-train's model name -> the benchmark's step of the same configuration (its defaults)
+HPDT_TRAIN_BENCH_STEP = {"resnet50": ("ResNet-50, batch 256", "resnet50_bf16_ours_nhwc_conv_v3"),
+                         "vit-b": ("ViT-B/16, batch 64", "vit_b16_bf16_ours")}
+
+
+def hpdt_train_table(runs, steps, rows, numbers):
+    """hpdt-train's own runs (scripts/gpu/train_throughput.sh: 224x224 synthetic data, bf16, its defaults) beside
+    hpdt-bench-train-step's step of the same model: the summary's median step and its breakdown (ms), and x_bench =
+    the trainer's img/s over the benchmark's (what the reader, the copy up and the trainer's bookkeeping cost)."""
+    if not runs:
+        rows.append("(no train_hpdt_train_*.jsonl)")
+        return
+    rows.append("| hpdt-train (bf16, 224², synthetic data) | img/s | step (ms) | data wait | forward | backward | "
+                "exposed comm | optimizer | gradients | benchmark step img/s | x_bench |")
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+    for model in sorted(runs):
+        r = runs[model]
+        label, key = HPDT_TRAIN_BENCH_STEP.get(model, (model, None))
+        ips = r.get("throughput_img_s")
+        bench = steps.get(key, {}).get("img_per_s_median") if key else None
+        x = ips / bench if ips and bench else None
+        ms = lambda k: r[k] * 1e3 if isinstance(r.get(k), (int, float)) else None  # noqa: E731
+        rows.append(f"| {label} | {fmt(ips, 0)} | {fmt(ms('step_time_s'))} | {fmt(ms('data_wait_s'))} | "
+                    f"{fmt(ms('forward_s'))} | {fmt(ms('backward_s'))} | {fmt(ms('exposed_comm_s'))} | "
+                    f"{fmt(ms('optimizer_s'))} | {r.get('grad_sync', '?')} | {fmt(bench, 0)} | {fmt(x, 2)} |")
+        numbers.append({"op": "hpdt-train", "model": model, "img_s": ips, "step_ms": ms("step_time_s"),
+                        "data_wait_ms": ms("data_wait_s"), "bench_step_img_s": bench, "x_bench": x})
+
+
 def compile_time_table(torch, prewarm, rows, numbers):
     """torch.compile's first step, cold (the prewarm that run.sh starts while the tests run, since 2026-11-29) and
     in the timed peer (warm if the inductor caches carried over between the processes), beside its img/s."""
@@ -1066,6 +1103,8 @@ def main():
                     "the cut are read; its other rows did not run.")
         rows.append("")
     sections = [("Training step", lambda: train_table(f["train"], f["torch"], rows, numbers)),
+                ("hpdt-train on the GPU: its own steps beside the benchmark's (scripts/gpu/train_throughput.sh)",
+                 lambda: hpdt_train_table(f["hpdt_train"], f["train"], rows, numbers)),
                 ("torch.compile's compilation (the peer's first step)",
                  lambda: compile_time_table(f["torch"], f["torch_prewarm"], rows, numbers)),
                 ("Where a training step's GPU time goes (kernel traces, ms a step, by kernel family)",

@@ -334,6 +334,38 @@ class ConvStep(unittest.TestCase):
             self.assertAlmostEqual(n["total"]["nchw_v2_ms"], 9.0 + 6.0)
 
 
+class HpdtTrain(unittest.TestCase):
+    def test_trainer_runs_beside_the_benchmark_step(self):
+        """train_throughput.sh's metrics (the summary record among the step records) against the benchmark's step of
+        the same model: x_bench is the trainer's img/s over the benchmark's; a model without its step says so."""
+        with tempfile.TemporaryDirectory() as d:
+            bench = os.path.join(d, "run", "bench")
+            os.makedirs(bench)
+            with open(os.path.join(bench, "train_hpdt_train_resnet50.jsonl"), "w") as f:
+                f.write(json.dumps({"type": "config", "model": "resnet50"}) + "\n")
+                f.write(json.dumps({"type": "step", "step": 1, "img_s": 4000.0}) + "\n")
+                f.write(json.dumps({"type": "summary", "throughput_img_s": 4500.0, "step_time_s": 0.0569,
+                                    "data_wait_s": 0.001, "forward_s": 0.02, "backward_s": 0.034,
+                                    "exposed_comm_s": 0.0, "optimizer_s": 0.0015,
+                                    "grad_sync": "none (one rank)"}) + "\n")
+            with open(os.path.join(bench, "train_hpdt_train_vit-b.jsonl"), "w") as f:
+                f.write(json.dumps({"type": "summary", "throughput_img_s": 2000.0, "step_time_s": 0.032}) + "\n")
+            with open(os.path.join(bench, "train_step_resnet50_bf16_ours_nhwc_conv_v3.json"), "w") as f:
+                json.dump({"img_per_s_median": 5000.0}, f)
+            found = summarize.collect([os.path.join(d, "run")])
+            rows, numbers = [], []
+            summarize.hpdt_train_table(found["hpdt_train"], found["train"], rows, numbers)
+            by = {n["model"]: n for n in numbers}
+            self.assertAlmostEqual(by["resnet50"]["x_bench"], 0.9)
+            self.assertAlmostEqual(by["resnet50"]["step_ms"], 56.9)
+            self.assertIsNone(by["vit-b"]["x_bench"])  # no train_step_vit_b16_bf16_ours.json in this run
+            self.assertIn("| ResNet-50, batch 256 | 4500 | 56.9 | 1.0 | 20.0 | 34.0 | 0.0 | 1.5 | none (one rank) | 5000 "
+                          "| 0.90 |", rows)
+        rows = []
+        summarize.hpdt_train_table({}, {}, rows, [])
+        self.assertEqual(rows, ["(no train_hpdt_train_*.jsonl)"])
+
+
 class CutShort(unittest.TestCase):
     """A benchmark cut at the lease's deadline leaves its JSON unfinished: the records written before the cut are
     read, the one the cut went through is not, and the summary says the file was cut."""
