@@ -3,9 +3,11 @@
 //
 // --device cuda: each rank takes GPU local rank % GPUs on its node; the model, its gradients and the
 // optimizer state live there and every kernel is queued on one compute stream per rank. Batches are
-// copied up from the reader's pinned host memory (a pool of it, reused); the gradients are averaged by GradSync
-// (a pinned host mirror for the host algorithms, device memory for nccl, nothing on one rank). A training step is
-// queued whole and waited for once, at its end: the loss and the correct count stay in device memory until then
+// copied up from the reader's pinned host memory (a pool of it, reused) on a copy stream, into two slots in turn: the
+// next step's first batch is read and its copy queued before the step's wait, so that both overlap the step (events
+// order the copy after the last backward reading its slot, and the forward after the copy); the gradients are averaged
+// by GradSync (a pinned host mirror for the host algorithms, device memory for nccl, nothing on one rank). A training
+// step is queued whole and waited for once, at its end: the loss and the correct count stay in device memory until then
 // (kernels::softmax_cross_entropy_queued), the fused optimizer step's skip flag too (queue_fused_step), and the
 // phases are timed by events; the host waits inside a step only where the gradients' averaging needs it (its
 // stager thread on several ranks) and for SyncBN's statistics. What else the host reads (checksums, checkpoints,
@@ -151,6 +153,14 @@ struct StepMarks {
 class Run {
  public:
   explicit Run(const TrainOptions& o) : o_(o), timeline_(!o.timeline.empty()) {}
+  ~Run() {
+    try {
+      drop_staged();  // (an exception left one: its pinned memory must outlive its copy)
+    } catch (...) {
+    }
+  }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
   int execute();
 
  private:
@@ -160,14 +170,24 @@ class Run {
   void setup_model();
   void setup_comm();
   void resume_if_asked();
-  StepTimes train_step(double* loss_sum, int64_t* correct, int64_t* samples);
+  // One optimizer step. stage_next (GPU): the next step is in this epoch, so its first batch is read and its copy
+  // up queued before this step's wait, overlapping this step's work.
+  StepTimes train_step(double* loss_sum, int64_t* correct, int64_t* samples, bool stage_next);
+  // A micro-batch from the reader; on the GPU its copy up is queued on copy_stream_ into a slot of its own.
+  struct Staged {
+    io::Batch batch;
+    int slot = 0;
+  };
+  Staged stage(StepTimes& t);
+  void drop_staged();  // a staged batch not trained on (the loop ended): its copy finished, the batch let go
   json evaluate();
   void sync_buffers();
   void save_checkpoint(const std::string& why);
   void final_report(const std::vector<StepTimes>& steps, const json& last_eval, double wall);
   void verify_identical_parameters();
   void finish_nccl_debug();
-  // The batch on the model's device (the reader's host tensors themselves on the CPU).
+  // The batch on the model's device (the reader's host tensors themselves on the CPU), copied on the compute stream:
+  // evaluation's (training's go through stage()).
   void to_device(const io::Batch& b, Tensor* images, Tensor* labels);
 
   const TrainOptions& o_;
@@ -192,6 +212,14 @@ class Run {
   std::unique_ptr<nccl_log::NcclDebugCapture> nccl_debug_;
   Tensor dlogits_, images_dev_, labels_dev_;
   std::vector<Tensor> loss_states_;  // CUDA: each micro-batch's loss and correct count, read at the step's end
+  // CUDA: training batches go up on copy_stream_ into two slots in turn, so that the next one's copy overlaps the
+  // step before it; copied_[k] (copy stream) says slot k is filled, released_[k] (compute stream) that the last
+  // backward reading it has run. staged_: the next step's first batch, its copy queued.
+  Stream copy_stream_;
+  Tensor image_slots_[2], label_slots_[2];
+  Event copied_[2], released_[2];
+  int next_slot_ = 0;
+  std::optional<Staged> staged_;
   std::unique_ptr<StepMarks> marks_;
   bool armed_ = false;  // forward gradients of this micro-batch to the sync (the last micro-batch)
   int64_t global_batch_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
@@ -255,6 +283,12 @@ void Run::setup_device() {
   cuda_set_device(gpu);
   device_ = Device::cuda(gpu);
   stream_ = Stream::create_cuda(gpu);
+  copy_stream_ = Stream::create_cuda(gpu);
+  for (int k = 0; k < 2; ++k) {
+    copied_[k] = Event(device_, /*timing=*/false);
+    released_[k] = Event(device_, /*timing=*/false);
+    released_[k].record(stream_);  // free to fill
+  }
   kernels::set_kernel_backend(kernels::parse_kernel_backend(o_.kernels));
   kernels::set_gemm_choice(kernels::parse_gemm_choice(o_.gemm));
   kernels::set_conv_choice(kernels::parse_conv_choice(o_.conv));
@@ -281,6 +315,30 @@ void Run::to_device(const io::Batch& b, Tensor* images, Tensor* labels) {
   copy(b.labels, labels_dev_, stream_);
   *images = images_dev_;
   *labels = labels_dev_;
+}
+
+Run::Staged Run::stage(StepTimes& t) {
+  const double t0 = now_s();
+  Staged st{train_reader_->next(), next_slot_};
+  const double t1 = now_s();
+  t.data += t1 - t0;
+  timeline_.span(Timeline::data, "data wait", t0, t1);
+  if (device_.is_cpu()) return st;
+  next_slot_ ^= 1;
+  const int k = st.slot;
+  released_[k].wait(copy_stream_);  // the backward that last read slot k runs before the copy overwrites it
+  nn::ensure_on(image_slots_[k], st.batch.images.shape(), st.batch.images.dtype(), copy_stream_);
+  nn::ensure_on(label_slots_[k], st.batch.labels.shape(), st.batch.labels.dtype(), copy_stream_);
+  copy(st.batch.images, image_slots_[k], copy_stream_);
+  copy(st.batch.labels, label_slots_[k], copy_stream_);
+  copied_[k].record(copy_stream_);
+  return st;
+}
+
+void Run::drop_staged() {
+  if (!staged_) return;
+  copied_[staged_->slot].synchronize();
+  staged_.reset();
 }
 
 void Run::setup_data() {
@@ -604,7 +662,7 @@ void Run::sync_buffers() {
   for (auto& [name, t] : model_->arena().buffers()) bcast_tensor(t, world_, stream_);
 }
 
-StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) {
+StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, bool stage_next) {
   StepTimes t;
   const double t_step = now_s();
   const bool gpu = device_.is_cuda();
@@ -618,13 +676,12 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
   std::vector<io::Batch> held;  // GPU: the batches' pinned memory, read by copies up to the step's one wait
   for (int m = 0; m < o_.accum_steps; ++m) {
     StepMarks::Micro& mm = mk.micro[size_t(m)];
-    const double t0 = now_s();
-    io::Batch batch = train_reader_->next();
-    const double t1 = now_s();
-    t.data += t1 - t0;
-    timeline_.span(Timeline::data, "data wait", t0, t1);
-    Tensor images, labels;
-    to_device(batch, &images, &labels);
+    Staged st = staged_ ? std::move(*staged_) : stage(t);
+    staged_.reset();
+    const io::Batch& batch = st.batch;
+    const Tensor images = gpu ? image_slots_[st.slot] : batch.images;
+    const Tensor labels = gpu ? label_slots_[st.slot] : batch.labels;
+    if (gpu) copied_[st.slot].wait(stream_);
     mm.forward.record(stream_);
     const Tensor& logits = model_->forward(images);
     // dlogits in the logits' dtype (the compute dtype) on the model's device
@@ -644,7 +701,11 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
     model_->backward(dlogits_, m > 0);
     armed_ = false;
     mm.backward_end.record(stream_);
-    if (gpu) held.push_back(std::move(batch));
+    if (gpu) {
+      released_[st.slot].record(stream_);
+      held.push_back(std::move(st.batch));
+      if (m + 1 < o_.accum_steps) staged_ = stage(t);  // the next micro-batch's copy beside this one's work
+    }
   }
   const double tw = now_s();
   sync_->wait();
@@ -662,6 +723,7 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples) 
     optimizer_->set_lr(float(schedule_.at(long(step_))));
     optimizer_->queue_fused_step(sync_f32_grads_ ? arena.grads() : arena.comm_grads(), scaler_.scale(), o_.clip_norm);
     mk.optimizer_end.record(stream_);
+    if (stage_next) staged_ = stage(t);    // the next step's first batch: read and copied up while this one runs
     ok = optimizer_->finish_fused_step();  // the step's one wait
     for (int m = 0; m < o_.accum_steps; ++m) {
       const kernels::LossValues v = kernels::read_loss_values(loss_states_[size_t(m)], stream_);  // (done: no wait)
@@ -914,7 +976,8 @@ int Run::execute() {
     while (step_in_epoch_ < epoch_end) {
       double local_loss = 0;
       int64_t local_correct = 0, local_samples = 0;
-      StepTimes t = train_step(&local_loss, &local_correct, &local_samples);
+      StepTimes t = train_step(&local_loss, &local_correct, &local_samples,
+                               /*stage_next=*/step_in_epoch_ + 1 < epoch_end);
       // Test hook: rank 0 sends itself SIGTERM after this step, exercising the real preemption path.
       if (rank_ == 0 && signal_at_step_ > 0 && step_ + 1 == signal_at_step_) std::raise(SIGTERM);
       // One small all-reduce per step: loss, accuracy and the preemption flag, so that every rank
@@ -967,6 +1030,7 @@ int Run::execute() {
       step_in_epoch_ = 0;
     }
   }
+  drop_staged();  // (a preempted run's next batch)
   const double wall = now_s() - t_start;
   if (preempted) {
     if (rank_ == 0)
