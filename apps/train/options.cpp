@@ -102,6 +102,10 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks on the node)")
       ->check(hpdt::cli::non_negative());
   app.add_option("--prefetch", o.prefetch, "batches the reader keeps ready")->check(hpdt::cli::positive());
+  app.add_option("--decode-threads", o.decode_threads,
+                 "threads that decode a training batch (0, the default: on the GPU min(8, the rank's cores - 1), on "
+                 "the CPU 1, beside the step's own threads)")
+      ->check(hpdt::cli::non_negative());
   app.add_option("--shuffle-block", o.shuffle_block,
                  "shuffle blocks of this many consecutive samples, mixed within each global batch (1: per-sample "
                  "shuffle); larger blocks turn random reads into sequential ones on slow disks")

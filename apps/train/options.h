@@ -57,6 +57,7 @@ struct TrainOptions {
   std::string nccl_debug;           // directory for per-rank NCCL_DEBUG files
   int threads = 0;                  // OpenMP threads per rank (0: cores / local ranks)
   int prefetch = 4;
+  int decode_threads = 0;  // the reader's decode threads (0: on the GPU min(8, the rank's cores - 1), on the CPU 1)
   long shuffle_block = 1;           // shuffle blocks of this many consecutive samples (1: per-sample)
   long window_batches = 1;          // interleaved windows of this many global batches (1: off)
   bool augment = true;

@@ -16,14 +16,15 @@
 
 #include <mpi.h>
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
-#include <csignal>
-#include <cstring>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -31,10 +32,10 @@
 #include <optional>
 #include <thread>
 
+#include "grad_sync.h"
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
 #include "hpdt/comm/compression.h"
-#include "grad_sync.h"
 #include "hpdt/core/build_info.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
@@ -87,6 +88,16 @@ std::string sibling_test_split(const std::string& train) {
   if (pos == std::string::npos) return {};
   auto test = fs::path(train).parent_path() / (name.substr(0, pos) + "test" + name.substr(pos + 5));
   return fs::exists(test) ? test.string() : std::string();
+}
+
+// The cores a rank may run on: its affinity mask's (a launcher may bind it), no more than its share of the node's.
+int rank_cores(int local_size) {
+  const int node = int(std::max(1u, std::thread::hardware_concurrency()));
+  int cores = node;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = std::max(1, CPU_COUNT(&set));
+  return std::max(1, std::min(cores, node / std::max(1, local_size)));
 }
 
 uint64_t fnv1a(const void* data, size_t n) {
@@ -225,6 +236,7 @@ class Run {
   int64_t global_batch_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   int64_t step_ = 0, epoch_ = 0, step_in_epoch_ = 0;  // optimizer steps done; position
   int64_t skipped_steps_ = 0;
+  int decode_threads_ = 1;  // the training reader's (--decode-threads, or its default)
   std::string resumed_note_;
   int64_t signal_at_step_ = [] {
     const char* v = std::getenv("HPDT_TRAIN_TEST_SIGNAL_AT_STEP");
@@ -456,6 +468,12 @@ void Run::setup_comm() {
   // On the GPU each batch's pinned memory comes back to a pool when the step lets it go: a fresh pinned
   // allocation a batch would cost a cudaHostAlloc, and its release a cudaFreeHost, which waits for the device.
   tr.reuse_batch_memory = device_.is_cuda();
+  // On the GPU the host's cores are idle but for this thread: the reader decodes each batch on several, as many as
+  // this rank may use (its affinity: a launcher that binds each rank to one core leaves it one) but one, at most 8.
+  decode_threads_ = o_.decode_threads > 0 ? o_.decode_threads
+                    : device_.is_cuda()   ? std::min(8, std::max(1, rank_cores(local_size_) - 1))
+                                          : 1;
+  tr.decode_threads = decode_threads_;
   train_reader_ = as_usage([&] {
     return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);
   });
@@ -937,6 +955,7 @@ int Run::execute() {
                     {"shuffle_block", o_.shuffle_block},
                     {"window_batches", o_.window_batches},
                     {"augment", o_.augment},
+                    {"decode_threads", decode_threads_},
                     {"resumed_from_step", step_},
                     {"note", resumed_note_},
                     {"build", build_info_json()}});

@@ -19,10 +19,10 @@
 // shuffles read --shuffle-bytes, block orders --block-bytes (default --bytes). Reported: median over
 // --reps of aggregate MB/s (all ranks' bytes / slowest rank's time): "read" counts the HDF5 read calls
 // only, "pipeline" the whole reader from construction through the last next() (read [+ exchange] +
-// u8->f32 decode + normalise [+ augment], prefetch 2), samples/s of the pipeline, and the reader's
-// own seconds (slowest rank) in read, exchange, decode, and waiting in next(); "steady" is the
-// pipeline after its first batch (leaves out the start-up: opening, and the first window of window
-// reads, which nothing overlaps), with the first batch's latency beside it.
+// u8->f32 decode + normalise [+ augment] on --decode-threads threads, prefetch 2), samples/s of the pipeline, and the
+// reader's own seconds (slowest rank) in read, exchange, decode, and waiting in next(); "steady" is the pipeline after
+// its first batch (leaves out the start-up: opening, and the first window of window reads, which nothing overlaps),
+// with the first batch's latency beside it.
 #include <fcntl.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -55,6 +55,7 @@ using namespace hpdt;
 using nlohmann::json;
 
 int g_rank = 0, g_size = 1;
+int g_decode_threads = 1;  // --decode-threads: ReaderOptions::decode_threads of every reader case
 
 std::string load_average() {
   std::ifstream f("/proc/loadavg");
@@ -218,6 +219,7 @@ ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batc
   opt.augment = augment;
   opt.collective = collective;
   opt.prefetch = 2;
+  opt.decode_threads = g_decode_threads;
   opt.window_batches = std::max<int64_t>(1, window_samples / (local_batch * g_size));
   HPDT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   Stopwatch sw;  // includes opening the file and the first reads, as a trainer sees them
@@ -303,6 +305,8 @@ int main(int argc, char** argv) {
   app.add_option("--local-batch", local_batch, "samples per rank per step")->check(hpdt::cli::positive());
   app.add_option("--reps", reps, "repetitions (median reported)")->check(hpdt::cli::positive());
   app.add_flag("--augment", augment, "also measure train mode with crop+flip augmentation");
+  app.add_option("--decode-threads", g_decode_threads, "threads that decode each batch (ReaderOptions::decode_threads)")
+      ->check(hpdt::cli::positive());
   app.add_flag("--keep-cache", keep_cache, "do not drop the page cache (warm: read the file once first)");
   app.add_option("--seed", seed, "shuffle seed");
   app.add_option("--out", out, "JSON output file");
@@ -327,10 +331,21 @@ int main(int argc, char** argv) {
     g_keep_cache = keep_cache;
     json doc;
     doc["benchmark"] = "hpdt-io-bench";
-    doc["config"] = {{"files", files}, {"bytes", bytes}, {"shuffle_bytes", shuffle_bytes}, {"block_bytes", block_bytes},
-                     {"shuffle_blocks", blocks}, {"local_batch", local_batch}, {"reps", reps},
-                     {"window_samples", window_samples}, {"window_bytes", window_bytes},
-                     {"ranks", g_size}, {"prefetch", 2}, {"mpiio", mpiio_setting()}, {"page_cache", keep_cache ? "kept (warm)" : "dropped before each measurement"}, {"mpi_thread_multiple", provided == MPI_THREAD_MULTIPLE}};
+    doc["config"] = {{"files", files},
+                     {"bytes", bytes},
+                     {"shuffle_bytes", shuffle_bytes},
+                     {"block_bytes", block_bytes},
+                     {"shuffle_blocks", blocks},
+                     {"local_batch", local_batch},
+                     {"reps", reps},
+                     {"decode_threads", g_decode_threads},
+                     {"window_samples", window_samples},
+                     {"window_bytes", window_bytes},
+                     {"ranks", g_size},
+                     {"prefetch", 2},
+                     {"mpiio", mpiio_setting()},
+                     {"page_cache", keep_cache ? "kept (warm)" : "dropped before each measurement"},
+                     {"mpi_thread_multiple", provided == MPI_THREAD_MULTIPLE}};
     doc["machine"] = machine_info();
     doc["build"] = build_info_json();
     doc["load_average_start"] = load_average();

@@ -800,6 +800,8 @@ struct ShardedReader::Impl {
     const bool augment = opt.augment && opt.mode == ReaderMode::train;
     const int64_t pad = augment ? opt.crop_padding : 0;
     const int64_t q0 = b.step * global_batch + int64_t(rank) * local_batch;
+    // Samples apart: each writes its own rows and label, its augmentation a function of its position alone.
+#pragma omp parallel for schedule(static) num_threads(opt.decode_threads) if (opt.decode_threads > 1 && n > 1)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t row = b.indices[size_t(i)];
       lab[i] = labels[size_t(row)];
@@ -921,6 +923,7 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
                " must be a positive multiple of the number of ranks (", m.size, ")");
     HPDT_CHECK(m.opt.prefetch >= 0, "prefetch depth must be >= 0, got ", m.opt.prefetch);
     HPDT_CHECK(m.opt.crop_padding >= 0, "crop padding must be >= 0, got ", m.opt.crop_padding);
+    HPDT_CHECK(m.opt.decode_threads >= 1, "decode_threads must be >= 1, got ", m.opt.decode_threads);
     HPDT_CHECK(m.opt.shuffle_block >= 1, "shuffle block must be >= 1, got ", m.opt.shuffle_block);
     HPDT_CHECK(m.opt.window_batches >= 1, "window_batches must be >= 1, got ", m.opt.window_batches);
     HPDT_CHECK(m.opt.in_memory_limit_bytes >= 0, "in_memory_limit_bytes must be >= 0");

@@ -569,7 +569,7 @@ bool same_batch(const io::Batch& a, const io::Batch& b) {
 }
 
 // Augmented, normalised batches: resuming at (epoch, step) reproduces an uninterrupted run bit for
-// bit, prefetch depth changes nothing, and a 1-rank reader of the whole global batch (on
+// bit, prefetch depth and the decode threads change nothing, and a 1-rank reader of the whole global batch (on
 // MPI_COMM_SELF, alive beside the world reader) holds this rank's batch as its slice.
 TEST(ShardedReader, ResumeAndPrefetchAndAugmentationAreReproducible) {
   test::TempDir dir;
@@ -597,6 +597,14 @@ TEST(ShardedReader, ResumeAndPrefetchAndAugmentationAreReproducible) {
     EXPECT_TRUE(same_batch(resumed.next(), run[size_t(k)])) << "batch " << k;
   resumed.set_epoch(0);
   EXPECT_TRUE(same_batch(resumed.next(), run[0]));
+
+  // Decoded by 3 threads (the samples split among them; hpdt-train on a GPU), into pooled memory: the same bits.
+  io::ReaderOptions threads = opt;
+  threads.decode_threads = 3;
+  threads.reuse_batch_memory = true;
+  io::ShardedReader parallel(MPI_COMM_WORLD, path, B, 5, threads);
+  for (int64_t k = 0; k < int64_t(run.size()); ++k)
+    EXPECT_TRUE(same_batch(parallel.next(), run[size_t(k)])) << "batch " << k << ", 3 decode threads";
 
   io::ShardedReader single(MPI_COMM_SELF, path, B, 5, opt);
   ASSERT_EQ(single.local_batch(), B);
@@ -647,6 +655,10 @@ TEST(ShardedReader, BadOptionsAndFilesFailOnEveryRank) {
   io::ReaderOptions zero_window;
   zero_window.window_batches = 0;
   HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, path, p, 0, zero_window), "window_batches must be >= 1");
+  io::ReaderOptions no_decoder;
+  no_decoder.decode_threads = 0;
+  HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, path, p, 0, no_decoder),
+                        "decode_threads must be >= 1, got 0");
   io::ShardedReader ok(MPI_COMM_WORLD, path, p, 0, {});
   HPDT_EXPECT_THROW_MSG(ok.resume(0, ok.steps_per_epoch()), "step must be in");
   EXPECT_EQ(ok.next().step, 0);

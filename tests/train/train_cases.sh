@@ -206,6 +206,7 @@ bad-input)
   expect_error "--gemm-tuning" --device cuda --gemm-tuning fastest
   expect_error "--shuffle-block" --shuffle-block 0
   expect_error "--window-batches" --window-batches 0
+  expect_error "--decode-threads" --decode-threads -1
   expect_error "--layout" --layout nchwc
   expect_error "--layout nhwc is for the ResNets" --model vit-ti --layout nhwc
   expect_error "--dropout is for the ViTs" --dropout 0.1
@@ -252,7 +253,9 @@ cuda-emu)
     --checkpoint-dir "$w/mirror" > "$w/mirror.log" 2>&1 || { cat "$w/mirror.log"; fail "cuda ring (host mirror)"; }
   grep -q "gradients averaged via host mirror" "$w/mirror.log" || { cat "$w/mirror.log"; fail "2 ranks on 1 emulated GPU should take the host mirror"; }
   # One rank with --algo auto (the default): nothing to average, no mirror; near the 2-rank run of the same global batch.
-  run 1 "${args[@]}" --batch 8 --device cuda --checkpoint-dir "$w/one" > "$w/one.log" 2>&1 || { cat "$w/one.log"; fail "cuda, 1 rank"; }
+  # (its reader decodes each batch on 2 threads: the same batches)
+  run 1 "${args[@]}" --batch 8 --decode-threads 2 --device cuda --checkpoint-dir "$w/one" > "$w/one.log" 2>&1 ||
+    { cat "$w/one.log"; fail "cuda, 1 rank"; }
   grep -q "gradients not averaged (one rank)" "$w/one.log" || { cat "$w/one.log"; fail "1 rank, --algo auto: expected no averaging"; }
   "$compare" "$(ck mirror)" "$(ck one)" --atol 2e-4 --rtol 2e-3 || fail "cuda np 1 (not averaged) is not near cuda np 2 (host mirror)"
   # One virtual node per rank: every rank has its own (emulated) GPU, so ring/hier run on the GPU over NCCL.

@@ -99,6 +99,11 @@ struct ReaderOptions {
   int crop_padding = 4;                  // zero padding (in pixels, raw image) around the random crop
   bool hflip = true;                     // with augment: flip horizontally with probability 1/2
   bool normalize = true;                 // (x/255 - mean[c]) / std[c] with the file's mean/std; else x/255
+  // Threads that decode a batch (u8 -> f32, normalisation, augmentation), its samples split among them (OpenMP on
+  // the decode thread): the same bits at any count. 1, the default, decodes on the decode thread alone, beside a CPU
+  // step's own threads; hpdt-train on a GPU, whose host cores are otherwise idle, gives it more (a 224x224 batch of
+  // 256 with crop and flip: ~60 ms on one thread, 27-34 on two, on this project's 2-core machine; docs/train.md).
+  int decode_threads = 1;
   TailPolicy tail = TailPolicy::drop;    // train mode; eval mode always pads
   bool collective = true;                // collective transfer (false: independent, for comparisons)
   // Readahead hints: when a batch is queued, ask the kernel to start reading this rank's rows of it
