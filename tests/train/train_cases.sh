@@ -17,6 +17,12 @@
 #                       fp16 and powersgd on the device), the GPU paths bitwise equal to each other (device compression to the host
 #                       mirror's, HPDT_DEVICE_COMPRESSION=off), the GPU run near the CPU run (mixed precision on the
 #                       emulated GPU: test_nn_models_cuda_emu)
+#   cuda-emu-streams    the same HPDT_TRAIN with each stream's work deferred (CUDA_EMU_STREAMS=lazy, and random
+#                       with 4 seeds: docs/cuda-emulator.md), through the one-rank path (batches copied up on a copy
+#                       stream into two slots, 3 micro-batches a step so that a slot is reused within it), the host
+#                       mirror (the stager thread, a copy stream) and device compression at np 2, and nccl-p2p with a
+#                       GPU per rank: each bitwise equal to the same run in the eager mode, where a missing event
+#                       wait between the streams would read or overwrite a buffer at the wrong time
 #   cuda-emu-find       the same HPDT_TRAIN at np 1: a bf16 ViT-Ti with GEMM v3's plans by Find near the same run by
 #                       rule (one core: its own test, so that it runs beside others)
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
@@ -311,6 +317,32 @@ cuda-emu)
   ;;
 cuda-emu-find)
   gemm_find_near_rule 4
+  ;;
+cuda-emu-streams)
+  args=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 2
+        --lr 0.001 --warmup-epochs 0 --device cuda)
+  ck() { echo "$w/$1/ckpt-000000002.h5"; }
+  # same_in_every_order NAME NP [ARGS...]: the run in the eager mode, then lazy and random (seeds 1-4), bitwise equal
+  same_in_every_order() {
+    local name=$1 np=$2; shift 2
+    CUDA_EMU_STREAMS=eager run "$np" "${args[@]}" "$@" --checkpoint-dir "$w/$name-eager" > "$w/$name-eager.log" 2>&1 ||
+      { cat "$w/$name-eager.log"; fail "$name: the eager run"; }
+    for mode in lazy random:1 random:2 random:3 random:4; do
+      CUDA_EMU_STREAMS=${mode%%:*} CUDA_EMU_STREAMS_SEED=${mode#*:} run "$np" "${args[@]}" "$@" \
+        --checkpoint-dir "$w/$name-$mode" > "$w/$name-$mode.log" 2>&1 || { cat "$w/$name-$mode.log"; fail "$name: CUDA_EMU_STREAMS=$mode"; }
+      "$compare" "$(ck "$name-eager")" "$(ck "$name-$mode")" --optimizer > "$w/cmp.log" ||
+        { cat "$w/cmp.log"; fail "$name: CUDA_EMU_STREAMS=$mode differs from the eager run (a missing wait between streams?)"; }
+    done
+    grep -h "gradients" "$w/$name-eager.log"
+  }
+  same_in_every_order one 1 --accum-steps 3
+  grep -q "gradients not averaged (one rank)" "$w/one-eager.log" || { cat "$w/one-eager.log"; fail "1 rank: expected no averaging"; }
+  same_in_every_order mirror 2 --algo ring
+  grep -q "gradients averaged via host mirror" "$w/mirror-eager.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
+  same_in_every_order topk 2 --algo ring --compress topk:0.1
+  grep -q "gradients averaged via device compression" "$w/topk-eager.log" || fail "--compress topk: expected device compression"
+  HPDT_RANKS_PER_NODE=1 same_in_every_order p2p 2 --algo ring
+  grep -q "gradients averaged via nccl-p2p" "$w/p2p-eager.log" || fail "a GPU per rank: expected nccl-p2p"
   ;;
 cuda-gpu)
   vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 8

@@ -924,6 +924,72 @@ TEST(CudaEmu, StreamCaptureAndReplay) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+// CUDA_EMU_STREAMS=lazy: work on created streams waits to be asked for; a copy on another stream reads the kernel's
+// output only when it waits for an event recorded after the kernel (without the wait it reads the old values, as a
+// GPU may); synchronisations run what they must; a queued event is not ready for cudaEventElapsedTime.
+TEST(CudaEmu, DeferredStreamsRunWorkAsTheWaitsSay) {
+  const hpdt::ScopedEnv lazy("CUDA_EMU_STREAMS", "lazy");
+  const int n = 64;
+  Buf<float> a(std::vector<float>(n, 0.0f)), b(std::vector<float>(n, -1.0f)), c(std::vector<float>(n, -1.0f));
+  cudaStream_t s1, s2;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t done, t0, t1;
+  ASSERT_EQ(cudaEventCreate(&done), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&t0), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&t1), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(t0, s1), cudaSuccess);
+  add_one<<<1, 128, 0, s1>>>(a.d, n);  // queued: a stays 0 until s1 runs
+  ASSERT_EQ(cudaEventRecord(t1, s1), cudaSuccess);
+  float ms = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, t0, t1), cudaErrorNotReady);
+  (void)cudaGetLastError();
+  ASSERT_EQ(cudaMemcpyAsync(b.d, a.d, n * sizeof(float), cudaMemcpyDeviceToDevice, s2), cudaSuccess);  // no wait
+  ASSERT_EQ(cudaEventRecord(done, s1), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s2, done, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(c.d, a.d, n * sizeof(float), cudaMemcpyDeviceToDevice, s2), cudaSuccess);  // after it
+  ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);  // runs s2, whose wait runs s1 up to `done`
+  std::vector<float> hb(n), hc(n);
+  ASSERT_EQ(cudaMemcpyAsync(hb.data(), b.d, n * sizeof(float), cudaMemcpyDeviceToHost, s2),
+            cudaSuccess);  // pageable: now
+  ASSERT_EQ(cudaMemcpyAsync(hc.data(), c.d, n * sizeof(float), cudaMemcpyDeviceToHost, s2), cudaSuccess);
+  EXPECT_EQ(hb[3], 0.0f) << "the copy without a wait ran after the kernel";
+  EXPECT_EQ(hc[3], 1.0f) << "the copy after the wait did not see the kernel";
+  EXPECT_EQ(cudaEventElapsedTime(&ms, t0, t1), cudaSuccess);
+  // An event synchronisation runs its stream up to the event only; the synchronous copy runs everything first.
+  add_one<<<1, 128, 0, s1>>>(a.d, n);
+  ASSERT_EQ(cudaEventRecord(done, s1), cudaSuccess);
+  add_one<<<1, 128, 0, s1>>>(a.d, n);
+  ASSERT_EQ(cudaEventSynchronize(done), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(hb.data(), a.d, n * sizeof(float), cudaMemcpyDeviceToHost, s2), cudaSuccess);
+  EXPECT_EQ(hb[3], 2.0f) << "cudaEventSynchronize ran past its event (or short of it)";
+  EXPECT_EQ(a.down()[3], 3.0f) << "cudaMemcpy did not run the queued work first";
+  for (cudaEvent_t e : {done, t0, t1}) EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s1), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s2), cudaSuccess);
+}
+
+// CUDA_EMU_STREAMS=random: each stream draws at its creation whether it runs its work as queued or lazily. Over 16
+// streams both kinds come out (seen by reading the emulated device memory, host memory, before any synchronisation),
+// and every stream's result is the same after its synchronisation.
+TEST(CudaEmu, RandomStreamsRunAtOnceOrWhenAsked) {
+  const hpdt::ScopedEnv random("CUDA_EMU_STREAMS", "random");
+  const int n = 64;
+  int at_once = 0, asked = 0;
+  for (int k = 0; k < 16; ++k) {
+    Buf<float> a(std::vector<float>(n, 0.0f));
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    add_one<<<1, 128, 0, st>>>(a.d, n);
+    (a.d[3] == 1.0f ? at_once : asked) += 1;  // (an emulator-only peek: device memory is host memory here)
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_EQ(a.d[3], 1.0f) << "stream " << k;
+    EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+  }
+  EXPECT_GT(at_once, 0);
+  EXPECT_GT(asked, 0);
+}
+
 __global__ void big_smem(float* out) {
   extern __shared__ float buf[];
   buf[threadIdx.x] = 1.0f;

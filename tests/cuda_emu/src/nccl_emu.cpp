@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hpdt/core/float16.h"
+#include "internal.h"
 
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
@@ -257,17 +258,21 @@ ncclResult_t ncclGroupEnd() {
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t) {
+                      cudaStream_t stream) {
+  cuda_emu::drain_stream(stream);  // (deferred streams: the collectives run at once, over MPI)
   return p2p(const_cast<void*>(sendbuff), count, datatype, peer, comm, false);
 }
 
-ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  cuda_emu::drain_stream(stream);
   return p2p(recvbuff, count, datatype, peer, comm, true);
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   if (!comm) return fail(ncclInvalidArgument, "nccl emu: null communicator");
+  cuda_emu::drain_stream(stream);
   if (op != ncclSum && op != ncclAvg) return fail(ncclInvalidArgument, "nccl emu: only ncclSum and ncclAvg are emulated");
   if (count == 0) return ncclSuccess;
   if (count > size_t(INT32_MAX)) return fail(ncclInvalidArgument, "nccl emu: count above 2^31 - 1");

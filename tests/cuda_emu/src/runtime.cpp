@@ -2,6 +2,16 @@
 // memsets run at once (the async ones too); launches run synchronously, so streams and events only keep
 // their bookkeeping (events record host time). Device pointers are tracked, so a copy or memset that runs
 // past an allocation, or names host memory as device memory, fails as it would on a GPU.
+//
+// CUDA_EMU_STREAMS=lazy|random (default eager: the above) queues the work of each created stream instead, and runs
+// it only as the program's synchronisation asks: a stream or event synchronisation runs that stream's work up to it,
+// a stream waiting on an event runs, when its own work reaches the wait, the recording stream's work up to the
+// event, and the legacy stream, synchronous copies and memsets, cudaFree and cudaFreeHost run everything first.
+// "random" draws for each stream at its creation, by a coin (CUDA_EMU_STREAMS_SEED), whether it runs its work as soon
+// as it is queued (still after the waits it queued) or lazily: then a copy stream's work may run before a lazy
+// compute stream's earlier work that reads the copy's target (a missing wait for the reader), where "lazy" catches a
+// reader that does not wait for its producer. What a missing dependency then does on a GPU, a different order of
+// the streams' work, happens here: tests compare the results with the eager mode's.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -9,10 +19,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <unordered_map>
 
@@ -24,6 +36,10 @@ struct CUstream_st {
   bool capturing = false;  // between cudaStreamBeginCapture and cudaStreamEndCapture
   bool invalidated = false;
   std::vector<std::function<void()>> captured;
+  // CUDA_EMU_STREAMS=lazy|random: work queued and not yet run; `queued` counts what was ever queued, `done` what ran
+  std::deque<std::function<void()>> pending;
+  uint64_t queued = 0, done = 0;
+  bool runs_at_once = false;  // "random": this stream drawn to run its work as queued (else only when asked)
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
@@ -35,6 +51,8 @@ struct CUevent_st {
   unsigned flags = 0;
   bool recorded = false;
   double ms = 0;
+  CUstream_st* stream = nullptr;  // deferred streams: recorded on this stream, complete when its `done` reaches seq
+  uint64_t seq = 0;
 };
 
 namespace cuda_emu {
@@ -81,6 +99,92 @@ cudaError_t refused_in_capture() {
   } while (0)
 
 bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
+
+// ---- deferred streams (CUDA_EMU_STREAMS) ---------------------------------------------------------------------------
+enum class StreamMode { eager, lazy, random };
+// Read at every call (a test may set it around work it synchronises; set it before a program starts otherwise).
+StreamMode stream_mode() {
+  const char* v = std::getenv("CUDA_EMU_STREAMS");
+  if (!v || !*v || std::strcmp(v, "eager") == 0) return StreamMode::eager;
+  if (std::strcmp(v, "lazy") == 0) return StreamMode::lazy;
+  if (std::strcmp(v, "random") == 0) return StreamMode::random;
+  std::fprintf(stderr, "cuda emu: CUDA_EMU_STREAMS=%s: expected eager, lazy or random\n", v);
+  std::abort();
+}
+bool deferring(cudaStream_t s) {
+  return stream_mode() != StreamMode::eager && !is_legacy(s) && s != cudaStreamPerThread;
+}
+// One lock over every stream's queue and the running of queued work (which may run on any thread that synchronises:
+// GradSync's stager runs the compute stream's kernels when it waits for an event of theirs).
+std::recursive_mutex& exec_mutex() {
+  static auto* m = new std::recursive_mutex;
+  return *m;
+}
+cudaError_t g_async_error = cudaSuccess;  // the first error of queued work, returned by the next synchronisation
+
+// Runs s's queued work until `upto` of its items have run (a wait item first runs its producer's work).
+void drain(CUstream_st* s, uint64_t upto) {
+  std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  while (s->done < upto && !s->pending.empty()) {
+    std::function<void()> op = std::move(s->pending.front());
+    s->pending.pop_front();
+    op();
+    ++s->done;
+    if (g_last_error != cudaSuccess && g_async_error == cudaSuccess) g_async_error = g_last_error;
+  }
+}
+void drain(CUstream_st* s) { drain(s, UINT64_MAX); }
+std::vector<CUstream_st*> live_streams();
+void drain_all() {
+  if (stream_mode() == StreamMode::eager) return;
+  std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  for (bool more = true; more;) {  // (a stream's work may wait on another's)
+    more = false;
+    for (CUstream_st* s : live_streams()) {
+      more |= !s->pending.empty();
+      drain(s);
+    }
+  }
+}
+// Queues op on s when its work is deferred (else false: the caller runs it now, after the queued work of every
+// stream when s is the legacy stream). "random": a coin then says whether s runs its queue at once.
+bool defer(cudaStream_t s, std::function<void()> op) {
+  if (!deferring(s)) {
+    if (stream_mode() != StreamMode::eager && is_legacy(s)) drain_all();
+    return false;
+  }
+  std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  s->pending.push_back(std::move(op));
+  ++s->queued;
+  if (s->runs_at_once) drain(s);
+  return true;
+}
+// "random": whether a new stream runs its work as queued (a seeded coin, in the order streams are created).
+bool draw_runs_at_once() {
+  if (stream_mode() != StreamMode::random) return false;
+  static std::mt19937_64 coin([] {
+    const char* v = std::getenv("CUDA_EMU_STREAMS_SEED");
+    return v ? std::strtoull(v, nullptr, 10) : 1ull;
+  }());
+  std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  return (coin() >> 17) & 1;
+}
+// Before work that runs now on stream s (a call that returns when done): s's queued work, or every stream's for the
+// legacy stream.
+void run_after(cudaStream_t s) {
+  if (stream_mode() == StreamMode::eager) return;
+  if (deferring(s))
+    drain(s);
+  else
+    drain_all();
+}
+cudaError_t take_async_error() {
+  std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  const cudaError_t e = g_async_error;
+  g_async_error = cudaSuccess;
+  if (e != cudaSuccess) g_last_error = e;
+  return e;
+}
 
 // Device memory: under AddressSanitizer plain heap blocks (it checks their bounds); otherwise each block ends
 // where a PROT_NONE page starts (start 256-byte aligned, as cudaMalloc's), so a kernel running past the end of
@@ -154,6 +258,13 @@ bool valid_stream(cudaStream_t s) {
   return reg().streams.count(s) != 0;
 }
 
+std::vector<CUstream_st*> live_streams() {
+  std::lock_guard<std::mutex> lock(reg().mutex);
+  std::vector<CUstream_st*> v;
+  for (const void* p : reg().streams) v.push_back(static_cast<CUstream_st*>(const_cast<void*>(p)));
+  return v;
+}
+
 bool valid_event(cudaEvent_t e) {
   std::lock_guard<std::mutex> lock(reg().mutex);
   return e && reg().events.count(e) != 0;
@@ -214,7 +325,7 @@ size_t max_dynamic_smem(const void* kernel) {
 
 // Work queued on the stream this thread captures is kept for the graph instead of run (device.h's launch).
 bool capture_defer(const void* stream, std::function<void()> op) {
-  if (!g_capture) return false;
+  if (!g_capture) return defer(static_cast<cudaStream_t>(const_cast<void*>(stream)), std::move(op));
   auto* s = static_cast<cudaStream_t>(const_cast<void*>(stream));
   if (is_legacy(s)) {  // the legacy stream waits for the capturing one: not allowed inside a capture
     g_capture->invalidated = true;
@@ -224,6 +335,16 @@ bool capture_defer(const void* stream, std::function<void()> op) {
   if (s != g_capture) return false;  // another stream: runs now
   s->captured.push_back(std::move(op));
   return true;
+}
+
+void drain_stream(const void* stream) {
+  auto* s = static_cast<cudaStream_t>(const_cast<void*>(stream));
+  if (stream_mode() == StreamMode::eager) return;
+  if (!deferring(s)) {
+    drain_all();
+    return;
+  }
+  drain(s);
 }
 
 }  // namespace cuda_emu
@@ -432,7 +553,8 @@ cudaError_t cudaRuntimeGetVersion(int* v) {
 }
 cudaError_t cudaDeviceSynchronize() {
   CUDA_EMU_NOT_IN_CAPTURE();
-  return cudaSuccess;
+  drain_all();
+  return take_async_error();
 }
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
@@ -470,6 +592,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 cudaError_t cudaFree(void* ptr) {
   CUDA_EMU_NOT_IN_CAPTURE();
   if (!ptr) return cudaSuccess;
+  drain_all();  // (cudaFree waits for the device)
   size_t size = 0;
   {
     std::lock_guard<std::mutex> lock(reg().mutex);
@@ -497,6 +620,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned) {
 }
 cudaError_t cudaFreeHost(void* ptr) {
   if (!ptr) return cudaSuccess;
+  drain_all();  // (as cudaFree: a queued copy may still read it)
   {
     std::lock_guard<std::mutex> lock(reg().mutex);
     if (reg().pinned.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return fail(cudaErrorInvalidValue);
@@ -528,6 +652,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* ptr) 
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   CUDA_EMU_NOT_IN_CAPTURE();
+  drain_all();
   return copy(dst, src, count, kind);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
@@ -539,6 +664,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
       return cudaSuccess;
     }
   }
+  // (deferred streams: a copy from or to pageable memory returns when done, so it runs now, after its stream)
+  if (deferring(stream) && !pageable(dst, count) && !pageable(src, count)) {
+    if (locate(dst, count) == Where::bad || locate(src, count) == Where::bad) return fail(cudaErrorInvalidValue);
+    defer(stream, [=] { (void)copy(dst, src, count, kind); });
+    return cudaSuccess;
+  }
+  run_after(stream);
   return copy(dst, src, count, kind);
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
@@ -556,6 +688,15 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
       return cudaSuccess;
     }
   }
+  const size_t span_d = height ? (height - 1) * dpitch + width : 0, span_s = height ? (height - 1) * spitch + width : 0;
+  if (deferring(stream) && !pageable(dst, span_d) && !pageable(src, span_s)) {
+    defer(stream, [=] {
+      for (size_t r = 0; r < height; ++r)
+        (void)copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width, kind);
+    });
+    return cudaSuccess;
+  }
+  run_after(stream);
   for (size_t r = 0; r < height; ++r) {
     const cudaError_t e =
         copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width, kind);
@@ -566,6 +707,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
 cudaError_t cudaMemcpyPeer(void* dst, int dd, const void* src, int sd, size_t count) {
   CUDA_EMU_NOT_IN_CAPTURE();
   if (dd != 0 || sd != 0) return fail(cudaErrorInvalidDevice);
+  run_after(nullptr);
   return copy(dst, src, count, cudaMemcpyDeviceToDevice);
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dd, const void* src, int sd, size_t count, cudaStream_t stream) {
@@ -575,6 +717,7 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dd, const void* src, int sd, size
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
   CUDA_EMU_NOT_IN_CAPTURE();
+  run_after(nullptr);
   return memset_device(ptr, value, count);
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
@@ -585,6 +728,12 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
     stream->captured.push_back([=] { std::memset(ptr, value, count); });
     return cudaSuccess;
   }
+  if (deferring(stream)) {
+    if (count > 0 && locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
+    defer(stream, [=] { (void)memset_device(ptr, value, count); });
+    return cudaSuccess;
+  }
+  run_after(stream);
   return memset_device(ptr, value, count);
 }
 
@@ -596,6 +745,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int pr
   auto* st = new CUstream_st;
   st->flags = flags;
   st->priority = priority;
+  st->runs_at_once = draw_runs_at_once();
   std::lock_guard<std::mutex> lock(reg().mutex);
   reg().streams.insert(st);
   *s = st;
@@ -607,6 +757,15 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!valid_stream(s) || is_legacy(s)) return fail(cudaErrorInvalidResourceHandle);
+  if (stream_mode() != StreamMode::eager) {  // its queued work still runs (as on a GPU); events forget it
+    std::lock_guard<std::recursive_mutex> exec(exec_mutex());
+    drain(s);
+    std::lock_guard<std::mutex> lock(reg().mutex);
+    for (const void* e : reg().events)
+      if (static_cast<const CUevent_st*>(e)->stream == s)
+        const_cast<CUevent_st*>(static_cast<const CUevent_st*>(e))->stream = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(reg().mutex);
     if (reg().streams.erase(s) == 0) return fail(cudaErrorInvalidResourceHandle);
@@ -616,7 +775,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   CUDA_EMU_NOT_IN_CAPTURE();
-  return valid_stream(s) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
+  run_after(s);
+  return take_async_error();
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 
@@ -660,6 +821,17 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (!exec) return fail(cudaErrorInvalidValue);
   if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   CUDA_EMU_NOT_IN_CAPTURE();  // (a graph launched into a capture is not emulated)
+  if (deferring(s)) {         // the whole graph one item of s's work
+    const std::vector<std::function<void()>> ops = exec->ops;
+    defer(s, [ops] {
+      for (auto& op : ops) {
+        op();
+        if (g_last_error != cudaSuccess) return;
+      }
+    });
+    return cudaSuccess;
+  }
+  run_after(s);
   for (auto& op : exec->ops) {
     op();
     if (g_last_error != cudaSuccess) return g_last_error;  // a kernel of the graph failed its launch
@@ -678,6 +850,19 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!valid_stream(s) || !valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  if (stream_mode() == StreamMode::eager) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+  CUstream_st* producer = e->stream;  // the event as recorded now (a later record does not move this wait)
+  const uint64_t seq = e->seq;
+  if (!producer || producer == s) return cudaSuccess;
+  if (!deferring(s)) {
+    drain(producer, seq);
+    return cudaSuccess;
+  }
+  // s's later work runs after the producer's work up to the event: when s's own work reaches this item.
+  defer(s, [producer, seq] {
+    if (valid_stream(producer)) drain(producer, seq);
+  });
   return cudaSuccess;
 }
 
@@ -690,6 +875,11 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  if (stream_mode() != StreamMode::eager) {  // a queued record of it runs first (it writes to the event)
+    std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+    if (e->stream) drain(e->stream, e->seq);
+  }
   {
     std::lock_guard<std::mutex> lock(reg().mutex);
     if (reg().events.erase(e) == 0) return fail(cudaErrorInvalidResourceHandle);
@@ -707,18 +897,40 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     });
     return cudaSuccess;
   }
+  if (deferring(s)) {
+    std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+    e->stream = s;
+    defer(s, [e] {
+      e->recorded = true;
+      e->ms = now_ms();
+    });
+    e->seq = s->queued;  // (a coin may have run it already: then done >= seq)
+    return cudaSuccess;
+  }
+  run_after(s);
+  e->stream = nullptr;
   e->recorded = true;
   e->ms = now_ms();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   CUDA_EMU_NOT_IN_CAPTURE();
-  return valid_event(e) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  if (stream_mode() != StreamMode::eager) {
+    std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+    if (e->stream) drain(e->stream, e->seq);
+  }
+  return take_async_error();
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!valid_event(start) || !valid_event(end)) return fail(cudaErrorInvalidResourceHandle);
   if ((start->flags | end->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
+  if (stream_mode() != StreamMode::eager) {  // a record still queued: not ready, as on a GPU
+    std::lock_guard<std::recursive_mutex> lock(exec_mutex());
+    for (const CUevent_st* e : {start, end})
+      if (e->stream && e->stream->done < e->seq) return fail(cudaErrorNotReady);
+  }
   if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
   *ms = float(end->ms - start->ms);
   return cudaSuccess;
