@@ -128,9 +128,12 @@ void drain(CUstream_st* s, uint64_t upto) {
   while (s->done < upto && !s->pending.empty()) {
     std::function<void()> op = std::move(s->pending.front());
     s->pending.pop_front();
+    const cudaError_t before = g_last_error;  // (this thread's, and not the queued work's)
+    g_last_error = cudaSuccess;
     op();
     ++s->done;
     if (g_last_error != cudaSuccess && g_async_error == cudaSuccess) g_async_error = g_last_error;
+    g_last_error = before;
   }
 }
 void drain(CUstream_st* s) { drain(s, UINT64_MAX); }
@@ -337,15 +340,7 @@ bool capture_defer(const void* stream, std::function<void()> op) {
   return true;
 }
 
-void drain_stream(const void* stream) {
-  auto* s = static_cast<cudaStream_t>(const_cast<void*>(stream));
-  if (stream_mode() == StreamMode::eager) return;
-  if (!deferring(s)) {
-    drain_all();
-    return;
-  }
-  drain(s);
-}
+void drain_stream(const void* stream) { run_after(static_cast<cudaStream_t>(const_cast<void*>(stream))); }
 
 }  // namespace cuda_emu
 
