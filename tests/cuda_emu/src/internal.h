@@ -40,8 +40,9 @@ constexpr size_t kSmemPerSm = 228 * 1024;
 constexpr size_t kStaticSmemMax = 48 * 1024;
 constexpr int kMaxThreadsPerBlock = 1024;
 
-// CUDA_EMU_STREAMS=lazy|random (runtime.cpp): runs the work queued on `stream` (every stream's for the legacy one)
-// before work that runs at once on it (the NCCL emulation's collectives over MPI). Nothing in the eager mode.
+// CUDA_EMU_STREAMS=lazy|random (runtime.cpp): runs the work queued on `stream` (every stream's for the legacy one,
+// nullptr) before work that runs at once on it (the NCCL emulation's collectives over MPI) or before the emulator's
+// counters are read (launches_named, tma_stores, ...). Nothing in the eager mode.
 void drain_stream(const void* stream);
 
 // Dynamic shared memory limit a kernel was given with cudaFuncSetAttribute (default 48 KiB).

@@ -2159,17 +2159,32 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   g_banks.st_shared_ideal += E.st_ideal;
 }
 
+// The emulator's own counters (tests read them right after a call): under CUDA_EMU_STREAMS=lazy|random the work
+// queued so far runs first, so that they count what it does, as in the eager mode.
 void count_bank_conflicts(bool on) {
+  drain_stream(nullptr);
   g_count_banks = on;
   g_banks = BankCounts{};
 }
 
-BankCounts bank_counts() { return g_banks; }
+BankCounts bank_counts() {
+  drain_stream(nullptr);
+  return g_banks;
+}
 
-unsigned long long tma_stores() { return g_tma_stores.load(); }
-unsigned long long tma_im2col_loads() { return g_tma_im2col_loads.load(); }
+unsigned long long tma_stores() {
+  drain_stream(nullptr);
+  return g_tma_stores.load();
+}
+unsigned long long tma_im2col_loads() {
+  drain_stream(nullptr);
+  return g_tma_im2col_loads.load();
+}
 
-unsigned long long block_yields() { return g_block_yields.load(); }
+unsigned long long block_yields() {
+  drain_stream(nullptr);
+  return g_block_yields.load();
+}
 
 int resident_blocks() { return resident_setting(); }
 
@@ -2212,6 +2227,7 @@ void write_launch_log() {
 }
 
 unsigned long long launches_named(const char* part) {
+  drain_stream(nullptr);
   unsigned long long n = 0;
   for (const auto& [name, t] : launch_names())
     if (name.find(part) != std::string::npos) n += t.launches;
