@@ -10,10 +10,6 @@
 
 namespace hpdt::train {
 
-namespace {
-constexpr const char* kOneRank = "none (one rank)";
-}  // namespace
-
 // HPDT_DEVICE_COMPRESSION=off keeps the compression on the host mirror (the A/B, and the oracle of the
 // tests).
 bool GradSync::device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo) {
@@ -42,7 +38,8 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
   HPDT_CHECK(compute.is_cuda() && compute.device() == grads.device(), "GradSync: gradients on ", grads.device().str(),
              " need a compute stream of that device, got one on ", compute.device().str());
   if (comm.size() == 1 && options_.algorithm == comm::Algorithm::automatic && options_.compression.lossless()) {
-    path_ = kOneRank;  // the average of one rank's gradients is those gradients
+    path_ = "none (one rank)";  // the average of one rank's gradients is those gradients
+    one_rank_ = true;
     return;
   }
   const int dev = grads.device().index;
@@ -119,7 +116,7 @@ void GradSync::notify_ready(size_t offset, size_t count) {
     host_->notify_ready(offset, count);
     return;
   }
-  if (path_ == kOneRank) return;
+  if (one_rank_) return;
   HPDT_CHECK(offset <= size_t(grads_.numel()) && count <= size_t(grads_.numel()) - offset, "GradSync::notify_ready: [",
              offset, ", ", offset + count, ") is outside the gradient buffer of ", grads_.numel(), " elements");
   if (count == 0) return;
@@ -253,7 +250,7 @@ void GradSync::wait() {
     host_->wait();
     return;
   }
-  if (path_ == kOneRank) return;  // exposed_s_ stays 0, timings_ empty
+  if (one_rank_) return;  // exposed_s_ stays 0, timings_ empty
   const double t0 = now_s();
   {
     std::unique_lock<std::mutex> lock(mu_);

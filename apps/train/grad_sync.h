@@ -63,6 +63,7 @@ class GradSync {
 
   // "host" (CPU gradients), "none (one rank)", "host mirror", "device compression", "nccl" or "nccl-p2p".
   const std::string& path() const { return path_; }
+  bool averages() const { return !one_rank_; }  // false: one rank, --algo auto, lossless (nothing to average)
   size_t bucket_count() const;
   const std::vector<comm::BucketTiming>& timings() const;
   double exposed_s() const;
@@ -85,6 +86,7 @@ class GradSync {
   void reduce_device_bucket(size_t b);
 
   std::string path_;
+  bool one_rank_ = false;  // path "none (one rank)": notify_ready and wait do nothing
   Tensor grads_;
   Stream compute_;
   comm::GradientSyncOptions options_;

@@ -48,7 +48,6 @@
 #include "hpdt/io/prepare.h"
 #include "hpdt/io/reader.h"
 #include "hpdt/kernels/backend.h"
-#include "hpdt/kernels/elementwise.h"
 #include "hpdt/kernels/loss.h"
 #include "hpdt/nccl_log/capture.h"
 #include "hpdt/nn/model.h"
@@ -728,7 +727,7 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
   const double tw = now_s();
   sync_->wait();
   t.comm = sync_->exposed_s();
-  if (sync_->path() != "none (one rank)") timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
+  if (sync_->averages()) timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
   for (const auto& b : sync_->timings())
     timeline_.span(Timeline::comm, "allreduce bucket " + std::to_string(b.bucket), b.start_s, b.end_s,
                    {{"elements", b.count}, {"offset", b.offset}, {"wire_bytes", b.wire_bytes}});
@@ -970,8 +969,8 @@ int Run::execute() {
         kernels += o_.gemm_tuning != "find" ? " (NHWC convolutions by find)"
                    : o_.conv != "find"      ? " (GEMM v3 plans by find)"
                                             : " (GEMM v3 plans and NHWC convolutions by find)";
-      const std::string grads = sync_->path() == "none (one rank)" ? "gradients not averaged (one rank)"
-                                                                   : "gradients averaged via " + sync_->path();
+      const std::string grads =
+          sync_->averages() ? "gradients averaged via " + sync_->path() : "gradients not averaged (one rank)";
       std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, %s\n",
                   cuda_device_name(device_.index).c_str(), kernels.c_str(),
                   std::string(dtype_name(model_->compute_dtype())).c_str(), grads.c_str());

@@ -150,10 +150,11 @@ void drain_all() {
   }
 }
 // Queues op on s when its work is deferred (else false: the caller runs it now, after the queued work of every
-// stream when s is the legacy stream). "random": a coin then says whether s runs its queue at once.
+// stream when s is the legacy stream). A "random" stream drawn to run at once then runs its queue.
+void run_after(cudaStream_t s);
 bool defer(cudaStream_t s, std::function<void()> op) {
   if (!deferring(s)) {
-    if (stream_mode() != StreamMode::eager && is_legacy(s)) drain_all();
+    run_after(s);
     return false;
   }
   std::lock_guard<std::recursive_mutex> lock(exec_mutex());
