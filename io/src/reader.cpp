@@ -1,9 +1,14 @@
 // ShardedReader: the sample order, the shared I/O thread, collective hyperslab reads and decoding.
 #include "hpdt/io/reader.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -11,11 +16,6 @@
 #include <map>
 #include <mutex>
 #include <thread>
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "dataset_internal.h"
 #include "h5.h"
@@ -26,6 +26,7 @@
 #include "hpdt/core/philox.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/timer.h"
+#include "hpdt/kernels/cpu/image.h"
 
 namespace hpdt::io {
 
@@ -268,6 +269,7 @@ struct ShardedReader::Impl {
   BufferPool window_buffers{6};  // window reads: a window's part, send and staging bytes (~2 windows)
   std::shared_ptr<const HintFile> hints;  // readahead hints, when enabled and the layout allows
   std::shared_ptr<BatchPool> batch_pool;  // reuse_batch_memory
+  kernels::PixelNormalization norm;       // the decode's (normalization())
 
   // Submission side (calling thread only).
   int64_t submit_epoch = 0, submit_step = 0;
@@ -771,32 +773,42 @@ struct ShardedReader::Impl {
 
   // ---- decode (decode thread) ----
 
-  size_t labels_offset() const {  // in a pooled batch allocation, after the images, 64-byte aligned
-    return (size_t(local_batch * info.sample_bytes()) * sizeof(float) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+  // A pooled batch allocation: the images (f32) or the pixels (u8) and the crops, then the labels, each 64-byte
+  // aligned.
+  static size_t aligned(size_t bytes) { return (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment; }
+  size_t crops_offset() const { return aligned(size_t(local_batch * info.sample_bytes())); }
+  size_t labels_offset() const {
+    if (opt.raw_pixels) return crops_offset() + aligned(size_t(local_batch) * 3 * sizeof(int32_t));
+    return aligned(size_t(local_batch * info.sample_bytes()) * sizeof(float));
   }
 
   // staging holds rows[k] at position k, or (in_memory) every sample at its own index.
   void decode(Batch& b, const std::vector<int64_t>& rows, const uint8_t* staging, bool in_memory) {
     const int64_t C = info.c, H = info.h, W = info.w, S = C * H * W, n = local_batch;
+    const bool raw = opt.raw_pixels;
     if (batch_pool) {
       b.memory = batch_pool->take();
-      b.images = Tensor::wrap(b.memory.get(), {n, C, H, W}, DType::f32);
-      b.labels = Tensor::wrap(static_cast<char*>(b.memory.get()) + labels_offset(), {n}, DType::i32);
+      char* base = static_cast<char*>(b.memory.get());
+      if (raw) {
+        b.pixels = Tensor::wrap(base, {n, C, H, W}, DType::u8);
+        b.crops = Tensor::wrap(base + crops_offset(), {n, 3}, DType::i32);
+      } else {
+        b.images = Tensor::wrap(base, {n, C, H, W}, DType::f32);
+      }
+      b.labels = Tensor::wrap(base + labels_offset(), {n}, DType::i32);
     } else {
       AllocOptions alloc;
       alloc.pinned = opt.pinned;
-      b.images = Tensor::empty({n, C, H, W}, DType::f32, Device::cpu(), alloc);
+      if (raw) {
+        b.pixels = Tensor::empty({n, C, H, W}, DType::u8, Device::cpu(), alloc);
+        b.crops = Tensor::empty({n, 3}, DType::i32, Device::cpu(), alloc);
+      } else {
+        b.images = Tensor::empty({n, C, H, W}, DType::f32, Device::cpu(), alloc);
+        if (!opt.pinned) advise_huge_pages(b.images.data(), b.images.nbytes());
+      }
       b.labels = Tensor::empty({n}, DType::i32, Device::cpu(), alloc);
-      if (!opt.pinned) advise_huge_pages(b.images.data(), b.images.nbytes());
     }
-    float* out = b.images.data<float>();
     int32_t* lab = b.labels.data<int32_t>();
-    std::vector<float> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));  // out = v * scale + shift
-    for (int64_t c = 0; c < C; ++c) {
-      const float m = opt.normalize ? info.mean[size_t(c)] : 0.0f, s = opt.normalize ? info.std[size_t(c)] : 1.0f;
-      scale[size_t(c)] = 1.0f / (255.0f * s);
-      shift[size_t(c)] = -m / s;
-    }
     const bool augment = opt.augment && opt.mode == ReaderMode::train;
     const int64_t pad = augment ? opt.crop_padding : 0;
     const int64_t q0 = b.step * global_batch + int64_t(rank) * local_batch;
@@ -807,33 +819,22 @@ struct ShardedReader::Impl {
       lab[i] = labels[size_t(row)];
       const size_t pos = in_memory ? size_t(row) : size_t(std::lower_bound(rows.begin(), rows.end(), row) - rows.begin());
       const uint8_t* src = staging + pos * size_t(S);
-      float* dst = out + i * S;
-      int64_t dy = 0, dx = 0;
+      int32_t dy = 0, dx = 0;
       bool flip = false;
       if (augment) {
         // A function of (seed, epoch, position in the epoch): the same at any rank count.
         const Philox4x32 r = philox_block(seed ^ kAugmentKey, uint64_t(b.epoch), uint64_t(q0 + i));
-        dy = pad > 0 ? int64_t(r.v[0] % uint32_t(2 * pad + 1)) - pad : 0;
-        dx = pad > 0 ? int64_t(r.v[1] % uint32_t(2 * pad + 1)) - pad : 0;
+        dy = pad > 0 ? int32_t(int64_t(r.v[0] % uint32_t(2 * pad + 1)) - pad) : 0;
+        dx = pad > 0 ? int32_t(int64_t(r.v[1] % uint32_t(2 * pad + 1)) - pad) : 0;
         flip = opt.hflip && (r.v[2] & 1u);
       }
-      for (int64_t c = 0; c < C; ++c) {
-        const float sc = scale[size_t(c)], sh = shift[size_t(c)];
-        const uint8_t* sp = src + c * H * W;
-        float* dp = dst + c * H * W;
-        if (!augment) {
-          for (int64_t k = 0; k < H * W; ++k) dp[k] = float(sp[k]) * sc + sh;
-          continue;
-        }
-        // out(y, x) = padded(y + dy, x' + dx) with x' = flip ? W-1-x : x; outside the image: 0.
-        for (int64_t y = 0; y < H; ++y) {
-          const int64_t sy = y + dy;
-          for (int64_t x = 0; x < W; ++x) {
-            const int64_t sx = (flip ? W - 1 - x : x) + dx;
-            const float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? float(sp[sy * W + sx]) : 0.0f;
-            dp[y * W + x] = v * sc + sh;
-          }
-        }
+      if (raw) {  // the consumer decodes (kernels::decode_images): the pixels as stored and the crop
+        std::memcpy(b.pixels.data<uint8_t>() + i * S, src, size_t(S));
+        int32_t* crop = b.crops.data<int32_t>() + 3 * i;
+        crop[0] = dy, crop[1] = dx, crop[2] = flip ? 1 : 0;
+      } else {
+        kernels::cpu::decode_image(src, C, H, W, dy, dx, flip, norm.scale.data(), norm.shift.data(),
+                                   b.images.data<float>() + i * S);
       }
     }
   }
@@ -964,6 +965,8 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
                   path);
     HPDT_CHECK(m.info.sample_bytes() < (int64_t(1) << 31), "samples of ", m.info.sample_bytes(),
                " bytes are more than the reader supports (2^31)");
+    m.norm = m.opt.normalize ? kernels::PixelNormalization::from_mean_std(m.info.c, m.info.mean, m.info.std)
+                             : kernels::PixelNormalization::from_mean_std(m.info.c, {}, {});
   } catch (...) {
     if (error.empty()) m.run<void>([&m] { m.close_task(); }).get();
     MPI_Comm_free(&m.comm);
@@ -996,6 +999,7 @@ ShardedReader::~ShardedReader() {
 
 const DatasetInfo& ShardedReader::info() const { return impl_->info; }
 const ReaderOptions& ShardedReader::options() const { return impl_->opt; }
+const kernels::PixelNormalization& ShardedReader::normalization() const { return impl_->norm; }
 int64_t ShardedReader::global_batch() const { return impl_->global_batch; }
 int64_t ShardedReader::local_batch() const { return impl_->local_batch; }
 int64_t ShardedReader::steps_per_epoch() const { return impl_->steps; }

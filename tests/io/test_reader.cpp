@@ -629,6 +629,57 @@ TEST(ShardedReader, ResumeAndPrefetchAndAugmentationAreReproducible) {
   }
 }
 
+// raw_pixels: the batches carry the pixels as stored and each sample's crop; kernels::decode_images with the reader's
+// normalization() turns them into exactly the images of the reader's own decode (what hpdt-train does on the GPU).
+TEST(ShardedReader, RawPixelsDecodeToTheReadersImagesBitForBit) {
+  test::TempDir dir;
+  const int p = world_size();
+  const std::string path = make_index_dataset(dir, 37);
+  for (const bool augment : {true, false}) {
+    for (const bool pooled : {false, true}) {
+      SCOPED_TRACE(std::string(augment ? "augmented" : "plain") + (pooled ? ", pooled memory" : ""));
+      io::ReaderOptions opt;
+      opt.augment = augment;
+      opt.crop_padding = 2;
+      opt.in_memory_limit_bytes = pooled ? 0 : int64_t(1) << 20;  // both read paths
+      io::ReaderOptions raw = opt;
+      raw.raw_pixels = true;
+      raw.reuse_batch_memory = pooled;
+      raw.decode_threads = 2;
+      const int64_t B = 3 * p;
+      io::ShardedReader decoded(MPI_COMM_WORLD, path, B, 8, opt), undecoded(MPI_COMM_WORLD, path, B, 8, raw);
+      int64_t cropped = 0, flipped = 0;
+      for (int64_t k = 0; k < 2 * decoded.steps_per_epoch() + 1; ++k) {
+        const io::Batch want = decoded.next(), got = undecoded.next();
+        ASSERT_FALSE(got.images.defined());
+        ASSERT_EQ(got.pixels.dtype(), DType::u8);
+        ASSERT_EQ(got.pixels.shape(), want.images.shape());
+        ASSERT_EQ(got.crops.shape(), (Shape{want.images.size(0), 3}));
+        ASSERT_EQ(got.indices, want.indices) << "batch " << k;
+        ASSERT_EQ(std::memcmp(got.labels.data(), want.labels.data(), want.labels.nbytes()), 0) << "batch " << k;
+        for (int64_t i = 0; i < got.crops.size(0); ++i) {
+          const int32_t* c = got.crops.data<int32_t>() + 3 * i;
+          cropped += c[0] != 0 || c[1] != 0;
+          flipped += c[2];
+          // The pixels are the sample's own: its id in the first 4 bytes (index_fill).
+          uint32_t id = 0;
+          std::memcpy(&id, got.pixels.data<uint8_t>() + i * got.pixels.numel() / got.pixels.size(0), 4);
+          ASSERT_EQ(int64_t(id), got.indices[size_t(i)]) << "batch " << k << " sample " << i;
+        }
+        Tensor images = Tensor::empty(want.images.shape(), DType::f32);
+        kernels::decode_images(got.pixels, got.crops, undecoded.normalization(), images, Stream());
+        ASSERT_EQ(std::memcmp(images.data(), want.images.data(), images.nbytes()), 0) << "batch " << k;
+      }
+      if (augment) {
+        EXPECT_GT(cropped, 0);
+        EXPECT_GT(flipped, 0);
+      } else {
+        EXPECT_EQ(cropped + flipped, 0);
+      }
+    }
+  }
+}
+
 TEST(ShardedReader, NormalisationUsesTheFileStatistics) {
   test::TempDir dir;
   const std::string path = make_index_dataset(dir, 20);

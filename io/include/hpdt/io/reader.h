@@ -56,6 +56,7 @@
 
 #include "hpdt/core/tensor.h"
 #include "hpdt/io/dataset.h"
+#include "hpdt/kernels/image.h"
 
 namespace hpdt::io {
 
@@ -104,6 +105,11 @@ struct ReaderOptions {
   // step's own threads; hpdt-train on a GPU, whose host cores are otherwise idle, gives it more (a 224x224 batch of
   // 256 with crop and flip: ~60 ms on one thread, 27-34 on two, on this project's 2-core machine; docs/train.md).
   int decode_threads = 1;
+  // Hand over the u8 pixels instead of decoded images: Batch::pixels (u8 [b, C, H, W], the samples as stored) and
+  // Batch::crops (i32 [b, 3], each sample's crop and flip, zeros without augmentation), Batch::images undefined. The
+  // consumer decodes them with kernels::decode_images and normalization(), on the GPU say (hpdt-train does): the
+  // same values as the decode here, bit for bit, from a quarter of the bytes.
+  bool raw_pixels = false;
   TailPolicy tail = TailPolicy::drop;    // train mode; eval mode always pads
   bool collective = true;                // collective transfer (false: independent, for comparisons)
   // Readahead hints: when a batch is queued, ask the kernel to start reading this rank's rows of it
@@ -125,16 +131,18 @@ struct ReaderOptions {
 };
 
 struct Batch {
-  Tensor images;  // f32 [b, C, H, W], CPU (pinned when asked and a GPU is usable)
+  Tensor images;  // f32 [b, C, H, W], CPU (pinned when asked and a GPU is usable); undefined with raw_pixels
   Tensor labels;  // i32 [b]
-  std::shared_ptr<void> memory;  // reuse_batch_memory: owns images and labels (back to the pool when released)
+  Tensor pixels;  // raw_pixels: u8 [b, C, H, W], the samples as stored (pinned as images are)
+  Tensor crops;   // raw_pixels: i32 [b, 3], each sample's (dy, dx, flip) for kernels::decode_images
+  std::shared_ptr<void> memory;  // reuse_batch_memory: owns the tensors above (back to the pool when released)
   int64_t epoch = 0, step = 0;
   int64_t valid = 0;            // leading samples that are real; < b only in a padded last step
   std::vector<int64_t> indices; // dataset index of each sample (row of /images)
   double wait_seconds = 0;      // how long next() blocked for this batch (0 when it was ready)
   double read_seconds = 0;      // the HDF5 read of this rank's share (on the I/O thread)
   double exchange_seconds = 0;  // MPI_Alltoallv of a two-phase (block order) read; part of read_seconds
-  double decode_seconds = 0;    // u8 -> f32, normalisation and augmentation
+  double decode_seconds = 0;    // u8 -> f32, normalisation and augmentation (raw_pixels: the gather alone)
   int64_t runs = 0;             // contiguous runs of rows this rank read for the batch
   double read_cpu_seconds = 0;  // CPU time of the I/O thread on this batch (user + kernel, incl. page-cache copies)
   double decode_cpu_seconds = 0;  // CPU time of the decode thread on this batch (incl. page faults of the new tensors)
@@ -161,6 +169,9 @@ class ShardedReader {
   ShardedReader& operator=(const ShardedReader&) = delete;
 
   const DatasetInfo& info() const;
+  // The per-channel normalisation of the decode (the file's mean and std, or none without
+  // ReaderOptions::normalize): what kernels::decode_images takes to decode raw_pixels batches.
+  const kernels::PixelNormalization& normalization() const;
   const ReaderOptions& options() const;
   int64_t global_batch() const;
   int64_t local_batch() const;
