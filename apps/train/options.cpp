@@ -106,6 +106,10 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
                  "threads that decode a training batch (0, the default: on the GPU min(8, the rank's cores - 1), on "
                  "the CPU 1, beside the step's own threads)")
       ->check(hpdt::cli::non_negative());
+  app.add_option("--decode", o.decode,
+                 "auto|host|device: where batches are decoded (crop, flip, normalisation): on the reader's threads "
+                 "(host), or where the model runs from the u8 pixels (device: on the GPU a quarter of the bytes to "
+                 "copy and no cast; the same values). auto: device on the GPU, host on the CPU");
   app.add_option("--shuffle-block", o.shuffle_block,
                  "shuffle blocks of this many consecutive samples, mixed within each global batch (1: per-sample "
                  "shuffle); larger blocks turn random reads into sequential ones on slow disks")
@@ -140,6 +144,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--gemm-tuning", o.gemm_tuning, {"heuristic", "find"});
   require_one_of("--layout", o.layout, {"auto", "nchw", "nhwc"});
   require_one_of("--gelu", o.gelu, {"fused", "separate"});
+  require_one_of("--decode", o.decode, {"auto", "host", "device"});
   if (o.dropout != 0 && o.model.rfind("vit", 0) != 0)
     HPDT_FAIL("--dropout is for the ViTs (", o.model, " has no dropout layers)");
   if (!(o.dropout >= 0 && o.dropout < 1)) HPDT_FAIL("--dropout ", o.dropout, " is not in [0, 1)");

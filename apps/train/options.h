@@ -58,6 +58,7 @@ struct TrainOptions {
   int threads = 0;                  // OpenMP threads per rank (0: cores / local ranks)
   int prefetch = 4;
   int decode_threads = 0;  // the reader's decode threads (0: on the GPU min(8, the rank's cores - 1), on the CPU 1)
+  std::string decode = "auto";      // auto|host|device: batches decoded by the reader, or from u8 where the model runs
   long shuffle_block = 1;           // shuffle blocks of this many consecutive samples (1: per-sample)
   long window_batches = 1;          // interleaved windows of this many global batches (1: off)
   bool augment = true;

@@ -196,9 +196,13 @@ class Run {
   void final_report(const std::vector<StepTimes>& steps, const json& last_eval, double wall);
   void verify_identical_parameters();
   void finish_nccl_debug();
-  // The batch on the model's device (the reader's host tensors themselves on the CPU), copied on the compute stream:
-  // evaluation's (training's go through stage()).
-  void to_device(const io::Batch& b, Tensor* images, Tensor* labels);
+  // The batch on the model's device (the reader's host tensors themselves on the CPU), copied on the compute stream,
+  // and the model's input from it: evaluation's (training's go through stage()).
+  void to_device(const io::Batch& b, const io::ShardedReader& reader, Tensor* images, Tensor* labels);
+  // --decode device: the model's input from a batch's pixels and crops on the model's device, decoded into decoded_
+  // (on the GPU in the model's compute dtype: the f32 images' cast folded into the decode). decoded_ is read by the
+  // first layer's backward (f32 models); the next decode into it is queued after that, on the one compute stream.
+  Tensor decode_input(const Tensor& pixels, const Tensor& crops, const io::ShardedReader& reader);
 
   const TrainOptions& o_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
@@ -220,13 +224,14 @@ class Run {
   Device device_ = Device::cpu();
   Stream stream_;  // the compute stream: the CPU stream, or this rank's CUDA stream
   std::unique_ptr<nccl_log::NcclDebugCapture> nccl_debug_;
-  Tensor dlogits_, images_dev_, labels_dev_;
+  Tensor dlogits_, images_dev_, labels_dev_, pixels_dev_, crops_dev_, decoded_;
+  bool decode_on_device_ = false;    // --decode: the readers hand over u8 pixels, decoded where the model runs
   std::vector<Tensor> loss_states_;  // CUDA: each micro-batch's loss and correct count, read at the step's end
   // CUDA: training batches go up on copy_stream_ into two slots in turn, so that the next one's copy overlaps the
   // step before it; copied_[k] (copy stream) says slot k is filled, released_[k] (compute stream) that the last
   // backward reading it has run. staged_: the next step's first batch, its copy queued.
   Stream copy_stream_;
-  Tensor image_slots_[2], label_slots_[2];
+  Tensor image_slots_[2], label_slots_[2], pixel_slots_[2], crop_slots_[2];  // images, or pixels and crops (--decode)
   Event copied_[2], released_[2];
   int next_slot_ = 0;
   std::optional<Staged> staged_;
@@ -312,20 +317,38 @@ void Run::setup_device() {
   if (!o_.nccl_debug.empty()) nccl_debug_ = std::make_unique<nccl_log::NcclDebugCapture>(o_.nccl_debug);
 }
 
-void Run::to_device(const io::Batch& b, Tensor* images, Tensor* labels) {
+namespace {
+// host -> dev (allocated on `stream`'s device as host's shape and dtype when it differs), queued on `stream`.
+void upload(const Tensor& host, Tensor& dev, const Stream& stream) {
+  nn::ensure_on(dev, host.shape(), host.dtype(), stream);
+  copy(host, dev, stream);
+}
+}  // namespace
+
+Tensor Run::decode_input(const Tensor& pixels, const Tensor& crops, const io::ShardedReader& reader) {
+  nn::ensure_on(decoded_, pixels.shape(), device_.is_cuda() ? model_->compute_dtype() : DType::f32, stream_);
+  kernels::decode_images(pixels, crops, reader.normalization(), decoded_, stream_);
+  return decoded_;
+}
+
+void Run::to_device(const io::Batch& b, const io::ShardedReader& reader, Tensor* images, Tensor* labels) {
   if (device_.is_cpu()) {
-    *images = b.images;
+    *images = decode_on_device_ ? decode_input(b.pixels, b.crops, reader) : b.images;
     *labels = b.labels;
     return;
   }
   // Asynchronous from the reader's pinned memory: the caller keeps the batch until the stream has passed the
   // copies (the training step to its end, evaluation to its read of the loss).
-  nn::ensure_on(images_dev_, b.images.shape(), b.images.dtype(), stream_);
-  nn::ensure_on(labels_dev_, b.labels.shape(), b.labels.dtype(), stream_);
-  copy(b.images, images_dev_, stream_);
-  copy(b.labels, labels_dev_, stream_);
-  *images = images_dev_;
+  upload(b.labels, labels_dev_, stream_);
   *labels = labels_dev_;
+  if (decode_on_device_) {
+    upload(b.pixels, pixels_dev_, stream_);
+    upload(b.crops, crops_dev_, stream_);
+    *images = decode_input(pixels_dev_, crops_dev_, reader);
+  } else {
+    upload(b.images, images_dev_, stream_);
+    *images = images_dev_;
+  }
 }
 
 Run::Staged Run::stage(StepTimes& t) {
@@ -338,10 +361,13 @@ Run::Staged Run::stage(StepTimes& t) {
   next_slot_ ^= 1;
   const int k = st.slot;
   released_[k].wait(copy_stream_);  // the backward that last read slot k runs before the copy overwrites it
-  nn::ensure_on(image_slots_[k], st.batch.images.shape(), st.batch.images.dtype(), copy_stream_);
-  nn::ensure_on(label_slots_[k], st.batch.labels.shape(), st.batch.labels.dtype(), copy_stream_);
-  copy(st.batch.images, image_slots_[k], copy_stream_);
-  copy(st.batch.labels, label_slots_[k], copy_stream_);
+  if (decode_on_device_) {
+    upload(st.batch.pixels, pixel_slots_[k], copy_stream_);
+    upload(st.batch.crops, crop_slots_[k], copy_stream_);
+  } else {
+    upload(st.batch.images, image_slots_[k], copy_stream_);
+  }
+  upload(st.batch.labels, label_slots_[k], copy_stream_);
   copied_[k].record(copy_stream_);
   return st;
 }
@@ -473,6 +499,10 @@ void Run::setup_comm() {
                     : device_.is_cuda()   ? std::min(8, std::max(1, rank_cores(local_size_) - 1))
                                           : 1;
   tr.decode_threads = decode_threads_;
+  // On the GPU the batches go up as u8 and are decoded there (4x fewer bytes to copy, the cast to the compute dtype in
+  // the same pass); the same values as the reader's decode.
+  decode_on_device_ = o_.decode == "device" || (o_.decode == "auto" && device_.is_cuda());
+  tr.raw_pixels = decode_on_device_;
   train_reader_ = as_usage([&] {
     return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);
   });
@@ -487,6 +517,7 @@ void Run::setup_comm() {
     ev.mode = io::ReaderMode::eval;
     ev.prefetch = 2;
     ev.reuse_batch_memory = device_.is_cuda();
+    ev.raw_pixels = decode_on_device_;
     eval_reader_ = as_usage([&] {
       return std::make_unique<io::ShardedReader>(world_, test_path_, global_batch_, o_.seed, ev);
     });
@@ -696,10 +727,14 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
     Staged st = staged_ ? std::move(*staged_) : stage(t);
     staged_.reset();
     const io::Batch& batch = st.batch;
-    const Tensor images = gpu ? image_slots_[st.slot] : batch.images;
-    const Tensor labels = gpu ? label_slots_[st.slot] : batch.labels;
-    if (gpu) copied_[st.slot].wait(stream_);
+    const int k = st.slot;
+    const Tensor labels = gpu ? label_slots_[k] : batch.labels;
+    if (gpu) copied_[k].wait(stream_);
     mm.forward.record(stream_);
+    Tensor images = gpu ? image_slots_[k] : batch.images;
+    if (decode_on_device_)
+      images = gpu ? decode_input(pixel_slots_[k], crop_slots_[k], *train_reader_)
+                   : decode_input(batch.pixels, batch.crops, *train_reader_);
     const Tensor& logits = model_->forward(images);
     // dlogits in the logits' dtype (the compute dtype) on the model's device
     nn::ensure_on(dlogits_, logits.shape(), logits.dtype(), stream_);
@@ -785,7 +820,7 @@ json Run::evaluate() {
     io::Batch b = eval_reader_->next();
     if (b.valid == 0) continue;
     Tensor images, labels;
-    to_device(b, &images, &labels);
+    to_device(b, *eval_reader_, &images, &labels);
     const Tensor& logits = model_->forward(images);
     Tensor l = logits.slice(0, b.valid), y = labels.slice(0, b.valid);
     if (device_.is_cuda()) {  // one wait a batch (the read), and no copy of the logits
@@ -955,6 +990,7 @@ int Run::execute() {
                     {"window_batches", o_.window_batches},
                     {"augment", o_.augment},
                     {"decode_threads", decode_threads_},
+                    {"decode", decode_on_device_ ? "device" : "host"},
                     {"resumed_from_step", step_},
                     {"note", resumed_note_},
                     {"build", build_info_json()}});

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of hpdt-train under MPI (ctest runs one CASE per test):
-#   equivalence-resnet  ResNet-20 with SyncBN: np 2 and np 4 end with the parameters of np 1 (same global batch)
+#   equivalence-resnet  ResNet-20 with SyncBN: np 2 and np 4 end with the parameters of np 1 (same global batch);
+#                       --decode device (u8 batches decoded by kernels::decode_images) the bits of --decode host
 #   equivalence-vit     ViT-Ti (AdamW) with dropout: the same (the masks follow the sample, not the rank);
 #                       --gelu fused ends near the separate GELU's (the default) parameters and optimizer state
 #   resume              SIGTERM mid-run -> checkpoint + exit 75; --resume ends bit-identical to an
@@ -16,7 +17,8 @@
 #                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl; --compress topk, qsgd,
 #                       fp16 and powersgd on the device), the GPU paths bitwise equal to each other (device compression to the host
 #                       mirror's, HPDT_DEVICE_COMPRESSION=off), the GPU run near the CPU run (mixed precision on the
-#                       emulated GPU: test_nn_models_cuda_emu)
+#                       emulated GPU: test_nn_models_cuda_emu); batches decoded on the GPU (the default) bitwise
+#                       equal to the reader's decode, in f32 and bf16
 #   cuda-emu-streams    the same HPDT_TRAIN with each stream's work deferred (CUDA_EMU_STREAMS=lazy, and random
 #                       with 4 seeds: docs/cuda-emulator.md), through the one-rank path (batches copied up on a copy
 #                       stream into two slots, 3 micro-batches a step so that a slot is reused within it), the host
@@ -65,6 +67,13 @@ metrics_near() {
     END { if (seen != n || n < 2) { print "metrics: " n " records in " ARGV[1] ", " seen " in " ARGV[2]; bad = 1 }; exit bad }
   ' "$1" "$2"
 }
+# same_metrics A.jsonl B.jsonl: every step's loss and accuracy, and the evaluation's, written identically (and some are).
+same_metrics() {
+  local a b
+  a=$(grep -oE '"(test_)?(loss|accuracy)":[^,}]*' "$1") b=$(grep -oE '"(test_)?(loss|accuracy)":[^,}]*' "$2")
+  [ "$(printf '%s\n' "$a" | grep -c test_loss)" -ge 1 ] || { echo "metrics: no test_loss in $1"; return 1; }
+  [ "$a" = "$b" ] || { diff <(printf '%s\n' "$a") <(printf '%s\n' "$b") | head -5; return 1; }
+}
 # GEMM v3's plans by Find (--gemm-tuning find; 16-bit GEMMs) in a bf16 ViT-Ti of batch $1, near the same run by rule
 # (SGD: a wrong gradient moves the weights far, where AdamW's steps are about lr whatever the gradient); and that
 # comparison can fail: the run by rule against its own start (lr 1e-9).
@@ -106,6 +115,17 @@ equivalence-resnet | equivalence-vit)
     # separate layers the other way round (without dropout the same bits: test_nn_models).
     run 1 "${args[@]}" --batch $b --gelu fused --checkpoint-dir "$w/gelu" > "$w/gelu.log" 2>&1 || { cat "$w/gelu.log"; fail "--gelu fused run"; }
     "$compare" "$(latest "$w/np1")" "$(latest "$w/gelu")" --optimizer --atol 2e-5 --rtol 2e-3 || fail "--gelu fused differs from the separate GELU"
+  fi
+  if [ $case = equivalence-resnet ]; then
+    # --decode device on the CPU (the reader hands over u8 pixels and crops, kernels::decode_images decodes them on
+    # the training thread): the same bits as the reader's decode, with crop and flip, and in the evaluation.
+    for d in host device; do
+      run 1 "${args[@]}" --batch $b --augment true --eval true --eval-samples 32 --decode $d --metrics "$w/decode-$d.jsonl" \
+        --checkpoint-dir "$w/decode-$d" > "$w/decode-$d.log" 2>&1 || { cat "$w/decode-$d.log"; fail "--decode $d run"; }
+    done
+    grep -q '"decode":"host"' "$w/decode-host.jsonl" || fail "the CPU's default --decode should be recorded as host"
+    "$compare" "$(latest "$w/decode-host")" "$(latest "$w/decode-device")" --optimizer || fail "--decode device differs from host"
+    same_metrics "$w/decode-host.jsonl" "$w/decode-device.jsonl" || fail "--decode device: the loss or accuracy differs from host"
   fi
   # ...and the runs really trained: the parameters moved away from the initial ones.
   run 1 "${args[@]}" --batch $b --max-steps 1 --lr 1e-9 --checkpoint-dir "$w/init" > /dev/null 2>&1 || fail "init run"
@@ -213,6 +233,7 @@ bad-input)
   expect_error "--shuffle-block" --shuffle-block 0
   expect_error "--window-batches" --window-batches 0
   expect_error "--decode-threads" --decode-threads -1
+  expect_error "--decode" --decode gpu
   expect_error "--layout" --layout nchwc
   expect_error "--layout nhwc is for the ResNets" --model vit-ti --layout nhwc
   expect_error "--dropout is for the ViTs" --dropout 0.1
@@ -264,6 +285,18 @@ cuda-emu)
     { cat "$w/one.log"; fail "cuda, 1 rank"; }
   grep -q "gradients not averaged (one rank)" "$w/one.log" || { cat "$w/one.log"; fail "1 rank, --algo auto: expected no averaging"; }
   "$compare" "$(ck mirror)" "$(ck one)" --atol 2e-4 --rtol 2e-3 || fail "cuda np 1 (not averaged) is not near cuda np 2 (host mirror)"
+  # Batches go up as u8 and are decoded on the GPU (--decode auto: device), into the model's dtype: the same bits as the
+  # reader's decode (--decode host), with crop and flip and in the evaluation, in f32 and in bf16 (the cast folded in).
+  for p in fp32 bf16; do
+    for d in auto host; do
+      run 1 "${args[@]}" --batch 8 --augment true --eval true --eval-samples 8 --precision $p --decode $d --device cuda \
+        --metrics "$w/dec-$p-$d.jsonl" --checkpoint-dir "$w/dec-$p-$d" > "$w/dec-$p-$d.log" 2>&1 ||
+        { cat "$w/dec-$p-$d.log"; fail "cuda --precision $p --decode $d"; }
+    done
+    grep -q '"decode":"device"' "$w/dec-$p-auto.jsonl" || fail "--decode auto on the GPU should decode on the device"
+    "$compare" "$(ck dec-$p-host)" "$(ck dec-$p-auto)" --optimizer || fail "--precision $p: the GPU's decode differs from the reader's"
+    same_metrics "$w/dec-$p-host.jsonl" "$w/dec-$p-auto.jsonl" || fail "--precision $p: the GPU's decode changes the loss or accuracy"
+  done
   # One virtual node per rank: every rank has its own (emulated) GPU, so ring/hier run on the GPU over NCCL.
   for algo in ring hier nccl; do
     HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --algo $algo --checkpoint-dir "$w/$algo" > "$w/$algo.log" 2>&1 ||
