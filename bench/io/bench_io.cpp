@@ -19,7 +19,8 @@
 // shuffles read --shuffle-bytes, block orders --block-bytes (default --bytes). Reported: median over
 // --reps of aggregate MB/s (all ranks' bytes / slowest rank's time): "read" counts the HDF5 read calls
 // only, "pipeline" the whole reader from construction through the last next() (read [+ exchange] +
-// u8->f32 decode + normalise [+ augment] on --decode-threads threads, prefetch 2), samples/s of the pipeline, and the
+// u8->f32 decode + normalise [+ augment] on --decode-threads threads, or with --raw-pixels the gather of the u8
+// samples alone, prefetch 2), samples/s of the pipeline, and the
 // reader's own seconds (slowest rank) in read, exchange, decode, and waiting in next(); "steady" is the pipeline after
 // its first batch (leaves out the start-up: opening, and the first window of window reads, which nothing overlaps),
 // with the first batch's latency beside it.
@@ -56,6 +57,7 @@ using nlohmann::json;
 
 int g_rank = 0, g_size = 1;
 int g_decode_threads = 1;  // --decode-threads: ReaderOptions::decode_threads of every reader case
+bool g_raw_pixels = false;  // --raw-pixels: ReaderOptions::raw_pixels of every reader case (the decode left to the GPU)
 
 std::string load_average() {
   std::ifstream f("/proc/loadavg");
@@ -220,6 +222,7 @@ ReaderRun reader_read(const std::string& path, int64_t bytes, int64_t local_batc
   opt.collective = collective;
   opt.prefetch = 2;
   opt.decode_threads = g_decode_threads;
+  opt.raw_pixels = g_raw_pixels;
   opt.window_batches = std::max<int64_t>(1, window_samples / (local_batch * g_size));
   HPDT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   Stopwatch sw;  // includes opening the file and the first reads, as a trainer sees them
@@ -308,6 +311,9 @@ int main(int argc, char** argv) {
   app.add_option("--decode-threads", g_decode_threads, "threads that decode each batch (ReaderOptions::decode_threads)")
       ->check(hpdt::cli::positive());
   app.add_flag("--keep-cache", keep_cache, "do not drop the page cache (warm: read the file once first)");
+  app.add_flag("--raw-pixels", g_raw_pixels,
+               "the readers hand over u8 pixels and crops (ReaderOptions::raw_pixels, hpdt-train's GPU default): their "
+               "decode is then the gather of the batch's samples alone");
   app.add_option("--seed", seed, "shuffle seed");
   app.add_option("--out", out, "JSON output file");
   int provided = 0;
@@ -339,6 +345,7 @@ int main(int argc, char** argv) {
                      {"local_batch", local_batch},
                      {"reps", reps},
                      {"decode_threads", g_decode_threads},
+                     {"raw_pixels", g_raw_pixels},
                      {"window_samples", window_samples},
                      {"window_bytes", window_bytes},
                      {"ranks", g_size},

@@ -5,6 +5,7 @@
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/elementwise.h"
+#include "hpdt/kernels/image.h"
 #include "hpdt/kernels/reduce.h"
 
 namespace {
@@ -65,6 +66,32 @@ void BM_sum(benchmark::State& state, bool cuda) {
   state.SetBytesProcessed(state.iterations() * n * 4);
 }
 
+// A batch of n ImageNet-sized u8 images (3 x 224 x 224) decoded with crop and flip into the model's input
+// (kernels::decode_images: what hpdt-train does on the GPU in place of copying f32 images up and casting them).
+// Bytes: the pixels read and the output written. The cast it replaces is BM_cast/cuda_f32_to_bf16 at n x 150,528.
+void BM_decode_images(benchmark::State& state, bool cuda, DType dt) {
+  if (skip_without_gpu(state, cuda)) return;
+  Setup s(cuda);
+  const int64_t n = state.range(0), c = 3, h = 224, w = 224;
+  Tensor pixels = Tensor::empty({n, c, h, w}, DType::u8), crops = Tensor::empty({n, 3}, DType::i32);
+  for (int64_t j = 0; j < pixels.numel(); ++j) pixels.data<uint8_t>()[j] = uint8_t((j * 131) % 251);
+  for (int64_t i = 0; i < n; ++i) {  // the reader's 4-pixel crops, half of them flipped
+    int32_t* cr = crops.data<int32_t>() + 3 * i;
+    cr[0] = int32_t(i % 9) - 4, cr[1] = int32_t((i * 7) % 9) - 4, cr[2] = int32_t(i & 1);
+  }
+  if (cuda) {
+    pixels = pixels.to(s.device, s.stream);
+    crops = crops.to(s.device, s.stream);
+  }
+  const auto norm = kernels::PixelNormalization::from_mean_std(c, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
+  Tensor y = Tensor::empty({n, c, h, w}, dt, s.device);
+  for (auto _ : state) {
+    kernels::decode_images(pixels, crops, norm, y, s.stream);
+    s.stream.synchronize();
+  }
+  state.SetBytesProcessed(state.iterations() * pixels.numel() * int64_t(1 + dtype_size(dt)));
+}
+
 constexpr int64_t kSmall = 1 << 16, kLarge = 1 << 24;
 
 BENCHMARK_CAPTURE(BM_axpy, cpu_f32, false, DType::f32)->Range(kSmall, kLarge)->UseRealTime();
@@ -72,10 +99,12 @@ BENCHMARK_CAPTURE(BM_axpy, cpu_bf16, false, DType::bf16)->Range(kSmall, kLarge)-
 BENCHMARK_CAPTURE(BM_cast, cpu_f32_to_f16, false, DType::f32, DType::f16)->Range(kSmall, kLarge)->UseRealTime();
 BENCHMARK_CAPTURE(BM_cast, cpu_f32_to_bf16, false, DType::f32, DType::bf16)->Range(kSmall, kLarge)->UseRealTime();
 BENCHMARK_CAPTURE(BM_sum, cpu_f32, false)->Range(kSmall, kLarge)->UseRealTime();
+BENCHMARK_CAPTURE(BM_decode_images, cpu_f32, false, DType::f32)->Arg(16)->Arg(64)->UseRealTime();
 BENCHMARK_CAPTURE(BM_axpy, cuda_f32, true, DType::f32)->Range(kSmall, 1 << 28)->UseRealTime();
 BENCHMARK_CAPTURE(BM_axpy, cuda_bf16, true, DType::bf16)->Range(kSmall, 1 << 28)->UseRealTime();
 BENCHMARK_CAPTURE(BM_cast, cuda_f32_to_bf16, true, DType::f32, DType::bf16)->Range(kSmall, 1 << 28)->UseRealTime();
 BENCHMARK_CAPTURE(BM_sum, cuda_f32, true)->Range(kSmall, 1 << 28)->UseRealTime();
+BENCHMARK_CAPTURE(BM_decode_images, cuda_bf16, true, DType::bf16)->Arg(64)->Arg(256)->UseRealTime();
 
 }  // namespace
 

@@ -802,6 +802,7 @@ struct ShardedReader::Impl {
       if (raw) {
         b.pixels = Tensor::empty({n, C, H, W}, DType::u8, Device::cpu(), alloc);
         b.crops = Tensor::empty({n, 3}, DType::i32, Device::cpu(), alloc);
+        if (!opt.pinned) advise_huge_pages(b.pixels.data(), b.pixels.nbytes());
       } else {
         b.images = Tensor::empty({n, C, H, W}, DType::f32, Device::cpu(), alloc);
         if (!opt.pinned) advise_huge_pages(b.images.data(), b.images.nbytes());
