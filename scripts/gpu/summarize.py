@@ -932,7 +932,10 @@ def hpdt_train_table(runs, steps, rows, numbers):
     rows.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for model in sorted(runs):
         r = runs[model]
-        label, key = HPDT_TRAIN_BENCH_STEP.get(model, (model, None))
+        base, _, tag = model.partition("_")  # train_throughput.sh's HPDT_THROUGHPUT_TAG: model_tag
+        label, key = HPDT_TRAIN_BENCH_STEP.get(base, (base, None))
+        if tag:
+            label += f" ({tag})"
         ips = r.get("throughput_img_s")
         bench = steps.get(key, {}).get("img_per_s_median") if key else None
         x = ips / bench if ips and bench else None

@@ -348,6 +348,8 @@ class HpdtTrain(unittest.TestCase):
                                     "data_wait_s": 0.001, "forward_s": 0.02, "backward_s": 0.034,
                                     "exposed_comm_s": 0.0, "optimizer_s": 0.0015,
                                     "grad_sync": "none (one rank)"}) + "\n")
+            with open(os.path.join(bench, "train_hpdt_train_resnet50_decode-host.jsonl"), "w") as f:  # a tagged run
+                f.write(json.dumps({"type": "summary", "throughput_img_s": 4000.0, "step_time_s": 0.064}) + "\n")
             with open(os.path.join(bench, "train_hpdt_train_vit-b.jsonl"), "w") as f:
                 f.write(json.dumps({"type": "summary", "throughput_img_s": 2000.0, "step_time_s": 0.032}) + "\n")
             with open(os.path.join(bench, "train_step_resnet50_bf16_ours_nhwc_conv_v3.json"), "w") as f:
@@ -359,6 +361,8 @@ class HpdtTrain(unittest.TestCase):
             self.assertAlmostEqual(by["resnet50"]["x_bench"], 0.9)
             self.assertAlmostEqual(by["resnet50"]["step_ms"], 56.9)
             self.assertIsNone(by["vit-b"]["x_bench"])  # no train_step_vit_b16_bf16_ours.json in this run
+            self.assertAlmostEqual(by["resnet50_decode-host"]["x_bench"], 0.8)  # beside the same benchmark step
+            self.assertTrue(any(r.startswith("| ResNet-50, batch 256 (decode-host) | 4000 | 64.0 |") for r in rows), rows)
             self.assertIn("| ResNet-50, batch 256 | 4500 | 56.9 | 1.0 | 20.0 | 34.0 | 0.0 | 1.5 | none (one rank) | 5000 "
                           "| 0.90 |", rows)
         rows = []
