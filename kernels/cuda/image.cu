@@ -33,7 +33,12 @@ __global__ void __launch_bounds__(kThreads)
     const int ch = int(plane - img * c);
     const int32_t dy = __ldg(crops + 3 * img), dx = __ldg(crops + 3 * img + 1);
     const bool flip = __ldg(crops + 3 * img + 2) != 0;
-    const float sc = norm.scale[ch], sh = norm.shift[ch];
+    // The channel's pair by constant indices: indexing the argument struct by `ch` made nvcc copy all 128 bytes of it
+    // to each thread's stack (-Xptxas -v: a 128-byte stack frame), this selection keeps it in the parameter bank.
+    float sc = 0, sh = 0;
+#pragma unroll
+    for (int k = 0; k < kDecodeMaxChannelsCuda; ++k)
+      if (k == ch) sc = norm.scale[k], sh = norm.shift[k];
     const uint8_t* src = pixels + plane * hw;
     T* dst = y + plane * hw;
     for (int p = blockIdx.x * kThreads * kItems + threadIdx.x; p < hw; p += gridDim.x * kThreads * kItems) {
