@@ -47,6 +47,12 @@ fi
 find "$build" -name '*.ptxas.log' | sort | xargs -r cat | grep -E "ptxas info|bytes stack frame|spill" > "$bundle/ptxas.log" || true
 echo "ptxas.log: $(grep -c 'Compiling entry function' "$bundle/ptxas.log") kernels," \
   "$(grep 'spill stores' "$bundle/ptxas.log" | grep -vc ' 0 bytes spill stores') with spills"
+# A stack frame without spills is local memory the code asked for: an array (or an argument struct) indexed by a
+# value the compiler cannot resolve, copied to every thread's stack (decode_images' normalisation, until ce47046).
+# Named, so that a new one shows: on 2026-12-01 only GEMM v1's three (256 bytes: the SIMT oracle's accumulators).
+awk '/Compiling entry function/ {match($0, /'"'"'[^'"'"']*'"'"'/); name = substr($0, RSTART + 1, RLENGTH - 2)}
+     /bytes stack frame/ && $1 != "0" {print "  stack frame " $1 " bytes: " name}' "$bundle/ptxas.log" | sort -u |
+  { c++filt 2>/dev/null || cat; } | cut -c1-200
 
 echo "== manifest of GPU tests and benchmarks"
 /usr/bin/env python3 "$root/scripts/gpu/manifest.py" "$build" "$root/scripts/gpu/benchmarks.txt" "$root/scripts/gpu/checks.txt" > "$bundle/manifest.tsv"
