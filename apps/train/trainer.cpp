@@ -48,6 +48,7 @@
 #include "hpdt/io/prepare.h"
 #include "hpdt/io/reader.h"
 #include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/image.h"
 #include "hpdt/kernels/loss.h"
 #include "hpdt/nccl_log/capture.h"
 #include "hpdt/nn/model.h"
@@ -502,6 +503,18 @@ void Run::setup_comm() {
   // On the GPU the batches go up as u8 and are decoded there (4x fewer bytes to copy, the cast to the compute dtype in
   // the same pass); the same values as the reader's decode.
   decode_on_device_ = o_.decode == "device" || (o_.decode == "auto" && device_.is_cuda());
+  if (decode_on_device_ && device_.is_cuda() && info_.c > kernels::kDecodeMaxChannelsCuda) {
+    if (o_.decode == "device")
+      throw UsageError("--decode device: --data " + train_path_ + " has " + std::to_string(info_.c) +
+                       " channels; the GPU decode takes at most " + std::to_string(kernels::kDecodeMaxChannelsCuda) +
+                       " (use --decode host)");
+    decode_on_device_ = false;  // auto: the reader decodes these
+    if (rank_ == 0)
+      std::fprintf(stderr,
+                   "hpdt-train: note: %lld channels are more than the GPU decode takes (%lld): the reader "
+                   "decodes the batches (--decode host)\n",
+                   (long long)info_.c, (long long)kernels::kDecodeMaxChannelsCuda);
+  }
   tr.raw_pixels = decode_on_device_;
   train_reader_ = as_usage([&] {
     return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);

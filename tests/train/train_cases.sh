@@ -297,6 +297,16 @@ cuda-emu)
     "$compare" "$(ck dec-$p-host)" "$(ck dec-$p-auto)" --optimizer || fail "--precision $p: the GPU's decode differs from the reader's"
     same_metrics "$w/dec-$p-host.jsonl" "$w/dec-$p-auto.jsonl" || fail "--precision $p: the GPU's decode changes the loss or accuracy"
   done
+  # More channels than the GPU decode takes (16): --decode device is refused naming the flag and the file; auto lets
+  # the reader decode them.
+  timeout 60 "$prepare" --out "$w/wide17.h5" --synthetic 64 --shape 17,8,8 --classes 10 > /dev/null || fail "prepare 17 channels"
+  wide=(--data "$w/wide17.h5" --model resnet20 --eval false --max-steps 1 --batch 8 --device cuda)
+  run 1 "${wide[@]}" --decode device > "$w/wide-device.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--decode device: --data $w/wide17.h5 has 17 channels" "$w/wide-device.log" ||
+    { cat "$w/wide-device.log"; fail "--decode device with 17 channels: expected exit 2 naming the flag and the file, got $rc"; }
+  run 1 "${wide[@]}" --metrics "$w/wide-auto.jsonl" > "$w/wide-auto.log" 2>&1 || { cat "$w/wide-auto.log"; fail "17 channels, --decode auto"; }
+  grep -q '"decode":"host"' "$w/wide-auto.jsonl" || fail "17 channels, --decode auto: the reader should decode"
   # One virtual node per rank: every rank has its own (emulated) GPU, so ring/hier run on the GPU over NCCL.
   for algo in ring hier nccl; do
     HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --algo $algo --checkpoint-dir "$w/$algo" > "$w/$algo.log" 2>&1 ||
