@@ -211,6 +211,34 @@ def optim_case():
     return out
 
 
+def image_decode_case():
+    """The reader's augmentation and normalisation as torchvision composes them: RandomCrop(padding=P) of the zero-
+    padded image, then RandomHorizontalFlip, ToTensor (v / 255), Normalize(mean, std), here with the crop offsets and
+    flips written out (dy, dx in [-P, P]; the first sample plain). Its own generator, so the other files keep their
+    bytes."""
+    g = torch.Generator().manual_seed(20261201)
+    n, c, h, w, pad = 6, 3, 5, 7, 2
+    pixels = torch.randint(0, 256, (n, c, h, w), generator=g, dtype=torch.int64)
+    crops = torch.randint(-pad, pad + 1, (n, 2), generator=g)
+    flips = torch.randint(0, 2, (n,), generator=g)
+    crops[0] = 0
+    flips[0] = 0
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    m = torch.tensor(mean, dtype=torch.float32).view(c, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32).view(c, 1, 1)
+    out = []
+    for i in range(n):
+        img = F.pad(pixels[i].float(), (pad, pad, pad, pad))  # zeros around: the padding's pixel value 0
+        dy, dx = int(crops[i, 0]), int(crops[i, 1])
+        win = img[:, pad + dy:pad + dy + h, pad + dx:pad + dx + w]
+        if int(flips[i]):
+            win = torch.flip(win, [-1])
+        out.append((win / 255.0 - m) / s)
+    return {"shape": [n, c, h, w], "pixels": [int(v) for v in pixels.reshape(-1).tolist()],
+            "crops": [int(v) for v in torch.cat([crops, flips.view(n, 1)], 1).reshape(-1).tolist()],
+            "mean": mean, "std": std, "y": arr(torch.stack(out))}
+
+
 # ---- models ----------------------------------------------------------------------------------------
 
 class Block(nn.Module):  # torchvision BasicBlock (projection shortcut)
@@ -372,6 +400,7 @@ def main():
     step = training_step(ViT(1, 8, 4, 192, 12, 3, 10), x, labels, 0.1, sgd, adamw)
     step["config"] = {"model": "vit_ti", "in_channels": 1, "image_size": 8, "patch": 4, "classes": 10}
     write(out_dir, "step_vit_ti", step)
+    write(out_dir, "image_decode", image_decode_case())
 
 
 if __name__ == "__main__":

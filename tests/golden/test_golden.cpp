@@ -18,6 +18,7 @@
 #include "hpdt/kernels/attention.h"
 #include "hpdt/kernels/conv.h"
 #include "hpdt/kernels/embed.h"
+#include "hpdt/kernels/image.h"
 #include "hpdt/kernels/linear.h"
 #include "hpdt/kernels/loss.h"
 #include "hpdt/kernels/norm.h"
@@ -205,6 +206,26 @@ TEST(Golden, TokensAndCrossEntropy) {
     EXPECT_NEAR(loss, k["loss"].get<double>(), 1e-5 * std::abs(k["loss"].get<double>()));
     expect_close("cross entropy dlogits", dl, k["dlogits"]);
   }
+}
+
+// The reader's crop, flip and normalisation (kernels::decode_images, also its host decode) against torchvision's
+// composition written out in PyTorch: pad, crop, flip, v / 255, (v - mean) / std. Ours is one fma(v, 1 / (255 std),
+// -mean / std), PyTorch's three roundings: within 1e-6 + 1e-6 |want|.
+TEST(Golden, ImageDecodeIsTorchvisionsCropFlipNormalize) {
+  const json c = load("image_decode");
+  const auto s = c["shape"].get<std::vector<int64_t>>();
+  const Shape shape{s[0], s[1], s[2], s[3]};
+  Tensor pixels = Tensor::empty(shape, DType::u8);
+  const auto px = c["pixels"].get<std::vector<int>>();
+  ASSERT_EQ(int64_t(px.size()), pixels.numel());
+  for (size_t i = 0; i < px.size(); ++i) pixels.data<uint8_t>()[i] = uint8_t(px[i]);
+  const auto cr = c["crops"].get<std::vector<int32_t>>();
+  ASSERT_EQ(int64_t(cr.size()), 3 * s[0]);
+  Tensor crops = Tensor::from_vector<int32_t>(cr, {s[0], 3});
+  const auto norm = PixelNormalization::from_mean_std(s[1], vec(c["mean"]), vec(c["std"]));
+  Tensor y = Tensor::empty(shape, DType::f32);
+  decode_images(pixels, crops, norm, y, kCpu);
+  expect_close("decoded images", y, c["y"], 1e-6, 1e-6);
 }
 
 TEST(Golden, SgdAdamWAndClipping) {
