@@ -197,13 +197,19 @@ class Run {
   void final_report(const std::vector<StepTimes>& steps, const json& last_eval, double wall);
   void verify_identical_parameters();
   void finish_nccl_debug();
-  // The batch on the model's device (the reader's host tensors themselves on the CPU), copied on the compute stream,
-  // and the model's input from it: evaluation's (training's go through stage()).
-  void to_device(const io::Batch& b, const io::ShardedReader& reader, Tensor* images, Tensor* labels);
-  // --decode device: the model's input from a batch's pixels and crops on the model's device, decoded into decoded_
-  // (on the GPU in the model's compute dtype: the f32 images' cast folded into the decode). decoded_ is read by the
-  // first layer's backward (f32 models); the next decode into it is queued after that, on the one compute stream.
-  Tensor decode_input(const Tensor& pixels, const Tensor& crops, const io::ShardedReader& reader);
+  // A batch's tensors on the model's device: its images (the reader decoded them) or, with --decode device, its pixels
+  // and crops; and its labels. On the CPU the reader's tensors themselves (on_device(b)).
+  struct DeviceBatch {
+    Tensor images, labels, pixels, crops;
+  };
+  static DeviceBatch on_device(const io::Batch& b) { return {b.images, b.labels, b.pixels, b.crops}; }
+  // b's tensors copied into d's on `stream` (asynchronously from the reader's pinned memory: the caller keeps b
+  // until the stream has passed the copies): the training slots' (copy stream) and evaluation's (compute stream).
+  void upload(const io::Batch& b, DeviceBatch& d, const Stream& stream);
+  // The model's input from d: its images, or (--decode device) its pixels decoded into decoded_, on the GPU in the
+  // model's compute dtype (the f32 images' cast folded into the decode). decoded_ is read by the first layer's
+  // backward (f32 models); the next decode into it is queued after that, on the one compute stream.
+  Tensor model_input(const DeviceBatch& d, const io::ShardedReader& reader);
 
   const TrainOptions& o_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
@@ -225,14 +231,15 @@ class Run {
   Device device_ = Device::cpu();
   Stream stream_;  // the compute stream: the CPU stream, or this rank's CUDA stream
   std::unique_ptr<nccl_log::NcclDebugCapture> nccl_debug_;
-  Tensor dlogits_, images_dev_, labels_dev_, pixels_dev_, crops_dev_, decoded_;
+  Tensor dlogits_, decoded_;
+  DeviceBatch eval_batch_;           // CUDA: evaluation's batch on the device
   bool decode_on_device_ = false;    // --decode: the readers hand over u8 pixels, decoded where the model runs
   std::vector<Tensor> loss_states_;  // CUDA: each micro-batch's loss and correct count, read at the step's end
   // CUDA: training batches go up on copy_stream_ into two slots in turn, so that the next one's copy overlaps the
   // step before it; copied_[k] (copy stream) says slot k is filled, released_[k] (compute stream) that the last
   // backward reading it has run. staged_: the next step's first batch, its copy queued.
   Stream copy_stream_;
-  Tensor image_slots_[2], label_slots_[2], pixel_slots_[2], crop_slots_[2];  // images, or pixels and crops (--decode)
+  DeviceBatch slots_[2];
   Event copied_[2], released_[2];
   int next_slot_ = 0;
   std::optional<Staged> staged_;
@@ -318,38 +325,25 @@ void Run::setup_device() {
   if (!o_.nccl_debug.empty()) nccl_debug_ = std::make_unique<nccl_log::NcclDebugCapture>(o_.nccl_debug);
 }
 
-namespace {
-// host -> dev (allocated on `stream`'s device as host's shape and dtype when it differs), queued on `stream`.
-void upload(const Tensor& host, Tensor& dev, const Stream& stream) {
-  nn::ensure_on(dev, host.shape(), host.dtype(), stream);
-  copy(host, dev, stream);
-}
-}  // namespace
-
-Tensor Run::decode_input(const Tensor& pixels, const Tensor& crops, const io::ShardedReader& reader) {
-  nn::ensure_on(decoded_, pixels.shape(), device_.is_cuda() ? model_->compute_dtype() : DType::f32, stream_);
-  kernels::decode_images(pixels, crops, reader.normalization(), decoded_, stream_);
-  return decoded_;
-}
-
-void Run::to_device(const io::Batch& b, const io::ShardedReader& reader, Tensor* images, Tensor* labels) {
-  if (device_.is_cpu()) {
-    *images = decode_on_device_ ? decode_input(b.pixels, b.crops, reader) : b.images;
-    *labels = b.labels;
-    return;
-  }
-  // Asynchronous from the reader's pinned memory: the caller keeps the batch until the stream has passed the
-  // copies (the training step to its end, evaluation to its read of the loss).
-  upload(b.labels, labels_dev_, stream_);
-  *labels = labels_dev_;
+void Run::upload(const io::Batch& b, DeviceBatch& d, const Stream& stream) {
+  auto up = [&](const Tensor& host, Tensor& dev) {  // allocated as host's shape and dtype where it differs
+    nn::ensure_on(dev, host.shape(), host.dtype(), stream);
+    copy(host, dev, stream);
+  };
+  up(b.labels, d.labels);
   if (decode_on_device_) {
-    upload(b.pixels, pixels_dev_, stream_);
-    upload(b.crops, crops_dev_, stream_);
-    *images = decode_input(pixels_dev_, crops_dev_, reader);
+    up(b.pixels, d.pixels);
+    up(b.crops, d.crops);
   } else {
-    upload(b.images, images_dev_, stream_);
-    *images = images_dev_;
+    up(b.images, d.images);
   }
+}
+
+Tensor Run::model_input(const DeviceBatch& d, const io::ShardedReader& reader) {
+  if (!decode_on_device_) return d.images;
+  nn::ensure_on(decoded_, d.pixels.shape(), device_.is_cuda() ? model_->compute_dtype() : DType::f32, stream_);
+  kernels::decode_images(d.pixels, d.crops, reader.normalization(), decoded_, stream_);
+  return decoded_;
 }
 
 Run::Staged Run::stage(StepTimes& t) {
@@ -362,13 +356,7 @@ Run::Staged Run::stage(StepTimes& t) {
   next_slot_ ^= 1;
   const int k = st.slot;
   released_[k].wait(copy_stream_);  // the backward that last read slot k runs before the copy overwrites it
-  if (decode_on_device_) {
-    upload(st.batch.pixels, pixel_slots_[k], copy_stream_);
-    upload(st.batch.crops, crop_slots_[k], copy_stream_);
-  } else {
-    upload(st.batch.images, image_slots_[k], copy_stream_);
-  }
-  upload(st.batch.labels, label_slots_[k], copy_stream_);
+  upload(st.batch, slots_[k], copy_stream_);
   copied_[k].record(copy_stream_);
   return st;
 }
@@ -741,14 +729,11 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
     staged_.reset();
     const io::Batch& batch = st.batch;
     const int k = st.slot;
-    const Tensor labels = gpu ? label_slots_[k] : batch.labels;
+    const DeviceBatch d = gpu ? slots_[k] : on_device(batch);
+    const Tensor& labels = d.labels;
     if (gpu) copied_[k].wait(stream_);
     mm.forward.record(stream_);
-    Tensor images = gpu ? image_slots_[k] : batch.images;
-    if (decode_on_device_)
-      images = gpu ? decode_input(pixel_slots_[k], crop_slots_[k], *train_reader_)
-                   : decode_input(batch.pixels, batch.crops, *train_reader_);
-    const Tensor& logits = model_->forward(images);
+    const Tensor& logits = model_->forward(model_input(d, *train_reader_));
     // dlogits in the logits' dtype (the compute dtype) on the model's device
     nn::ensure_on(dlogits_, logits.shape(), logits.dtype(), stream_);
     const int64_t n = batch.labels.numel();
@@ -767,7 +752,7 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
     armed_ = false;
     mm.backward_end.record(stream_);
     if (gpu) {
-      released_[st.slot].record(stream_);
+      released_[k].record(stream_);
       held.push_back(std::move(st.batch));
       if (m + 1 < o_.accum_steps) staged_ = stage(t);  // the next micro-batch's copy beside this one's work
     }
@@ -832,10 +817,10 @@ json Run::evaluate() {
   for (int64_t s = 0; s < steps; ++s) {
     io::Batch b = eval_reader_->next();
     if (b.valid == 0) continue;
-    Tensor images, labels;
-    to_device(b, *eval_reader_, &images, &labels);
-    const Tensor& logits = model_->forward(images);
-    Tensor l = logits.slice(0, b.valid), y = labels.slice(0, b.valid);
+    if (device_.is_cuda()) upload(b, eval_batch_, stream_);  // read by the end of the batch (its loss's read)
+    const DeviceBatch d = device_.is_cuda() ? eval_batch_ : on_device(b);
+    const Tensor& logits = model_->forward(model_input(d, *eval_reader_));
+    Tensor l = logits.slice(0, b.valid), y = d.labels.slice(0, b.valid);
     if (device_.is_cuda()) {  // one wait a batch (the read), and no copy of the logits
       kernels::softmax_cross_entropy_queued(l, y, 0.0, nullptr, 1.0, loss_states_.at(0), stream_);
       const kernels::LossValues v = kernels::read_loss_values(loss_states_[0], stream_);
