@@ -8,7 +8,9 @@
 #include <random>
 
 #include "hpdt/core/allocator.h"
+#if HPDT_HAVE_CUDA
 #include "hpdt/core/check_cuda.h"
+#endif
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
@@ -139,7 +141,9 @@ TEST_F(CoreCuda, EventsTimeDeviceWork) {
 
 // A query's three answers (Event::query and comm's waits): done, not yet, or an error that throws. "Not yet" leaves no
 // last error behind for the next launch check to report (the GPU side of this: test_elementwise_cuda's
-// SpinHoldsItsStreamForItsTime). A pure function of the answer: no GPU needed.
+// SpinHoldsItsStreamForItsTime). A pure function of the answer: no GPU needed, but the CUDA runtime's types (a
+// CPU-only build has neither).
+#if HPDT_HAVE_CUDA
 TEST(CudaQuery, AnswersDoneNotYetOrThrows) {
   EXPECT_TRUE(detail::cuda_query_done(cudaSuccess, "cudaEventQuery(e)"));
   EXPECT_FALSE(detail::cuda_query_done(cudaErrorNotReady, "cudaEventQuery(e)"));
@@ -147,5 +151,6 @@ TEST(CudaQuery, AnswersDoneNotYetOrThrows) {
   HPDT_EXPECT_THROW_MSG(detail::cuda_query_done(cudaErrorInvalidValue, "cudaEventQuery(e)"),
                         "CUDA error cudaErrorInvalidValue");
 }
+#endif
 
 }  // namespace
