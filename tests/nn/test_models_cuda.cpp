@@ -168,6 +168,18 @@ void expect_close_per_tensor(const ParameterArena& a, const std::vector<float>& 
   }
 }
 
+// Whether GEMM v3 (wgmma) runs on this device and build (kernels::cuda exists only where CUDA is built).
+bool gemm_v3_runs(const Stream& gpu) {
+#if HPDT_HAVE_CUDA
+  const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
+  return kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, false, 8, 8, probe.data(),
+                                     probe.data(), DType::bf16, gpu) == kernels::cuda::GemmVariant::v3_wgmma;
+#else
+  (void)gpu;
+  return false;
+#endif
+}
+
 class ModelsCuda : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -336,12 +348,7 @@ TEST_P(ModelsCuda, Bf16StepIsFiniteAndNearTheF32Loss) {
 TEST_P(ModelsCuda, Bf16StepWithGemmV3MatchesV2) {
   const test::EpilogueBnReductions epilogue_reductions;
 
-  {
-    const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
-    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, false, 8, 8, probe.data(),
-                                    probe.data(), DType::bf16, gpu) != kernels::cuda::GemmVariant::v3_wgmma)
-      GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
-  }
+  if (!gemm_v3_runs(gpu)) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const Data d = make_data(GetParam());
   StepOut r2, r3;
   {
@@ -527,12 +534,7 @@ TEST_P(ModelsCuda, Bf16StepByTmaStoresMatchesDirectStores) {
     GTEST_SKIP() << "no epilogue of NCHW " << GetParam().model << " takes TMA stores (conv v2; a 10-class classifier)";
   if (std::string(GetParam().model) == "vit_ti" && GetParam().fuse_gelu)
     GTEST_SKIP() << "the separate-GELU case covers these layers and fc1 (here a fused GELU: direct stores)";
-  {
-    const Tensor probe = Tensor::zeros({64}, DType::bf16, gpu.device(), AllocOptions{.stream = &gpu});
-    if (kernels::cuda::gemm_resolve(kernels::cuda::GemmVariant::v3_wgmma, false, false, 8, 8, probe.data(),
-                                    probe.data(), DType::bf16, gpu) != kernels::cuda::GemmVariant::v3_wgmma)
-      GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
-  }
+  if (!gemm_v3_runs(gpu)) GTEST_SKIP() << "v3_wgmma needs a compute capability 9.0 device and a build for sm_90";
   const kernels::ScopedGemmChoice v3(kernels::GemmChoice::v3);
   const kernels::ScopedConvChoice conv_v3(kernels::ConvChoice::v3);
   const Data d = make_data(GetParam());
