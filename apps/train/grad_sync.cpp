@@ -26,6 +26,14 @@ void GradSync::cut_buckets(size_t n) {
   }
 }
 
+// The options of bucket b's device all-reduce: ring/tree/rhd/hier over NCCL (decided in the constructor).
+comm::AllreduceOptions GradSync::bucket_options(int b) const {
+  comm::AllreduceOptions o = options_.allreduce;
+  o.bucket = b;
+  o.device_transport = comm::DeviceTransport::nccl;
+  return o;
+}
+
 GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::GradientSyncOptions options,
                    const Stream& compute)
     : grads_(grads), compute_(compute), options_(std::move(options)) {
@@ -45,14 +53,15 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
   const int dev = grads.device().index;
   copy_stream_ = Stream::create_cuda(dev);
   // ring/tree/rhd/hier uncompressed run on the GPU over NCCL when every rank has a GPU of its own (comm's
-  // nccl-p2p path; agreed by all ranks), else through the host mirror like every other algorithm.
+  // nccl-p2p path; agreed by all ranks), and so does auto (comm::resolve_auto_device: the tuning file's choice per
+  // bucket, else ncclAllReduce); elsewhere the host mirror, as every other algorithm.
   const comm::Algorithm algo = options_.algorithm;
 #if HPDT_HAVE_CUDA
-  const bool ours_on_gpu = options_.compression.lossless() && comm.gpu_per_rank() &&
-                           (algo == comm::Algorithm::ring || algo == comm::Algorithm::tree || algo == comm::Algorithm::rhd ||
-                            algo == comm::Algorithm::hier);
+  const bool on_gpu = options_.compression.lossless() && comm.gpu_per_rank() &&
+                      (algo == comm::Algorithm::ring || algo == comm::Algorithm::tree || algo == comm::Algorithm::rhd ||
+                       algo == comm::Algorithm::hier || algo == comm::Algorithm::automatic);
 #else
-  const bool ours_on_gpu = false;
+  const bool on_gpu = false;
 #endif
   if (device_compression_wanted(options_.compression, algo)) {
     // compressed on the device: each bucket's message crosses to the host, not the bucket
@@ -65,21 +74,40 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
       compressors_.push_back(comm::make_device_compressor(
           options_.compression, buckets_[b].count, grads.device(), copy_stream_, options_.seed, b,
           comm::bucket_matrices(options_.tensors, buckets_[b].offset, buckets_[b].count)));
-  } else if (algo != comm::Algorithm::nccl && !ours_on_gpu) {
+  } else if (algo != comm::Algorithm::nccl && !on_gpu) {
     path_ = "host mirror";
     mirror_ = Tensor::empty({int64_t(std::max<size_t>(n, 1))}, grads.dtype(), Device::cpu(), AllocOptions{.pinned = true})
                   .flat(0, int64_t(n));
     host_ = std::make_unique<comm::GradientSync>(comm, mirror_.data(), n, grads.dtype(), options_);
   } else {
 #if HPDT_HAVE_CUDA
-    path_ = algo == comm::Algorithm::nccl ? "nccl" : "nccl-p2p";
     HPDT_CHECK(options_.compression.lossless(), "GradSync: --algo nccl reduces device memory uncompressed; gradient compression needs a host algorithm");
     reduce_comm_ = std::make_unique<comm::Communicator>(comm.comm(), comm.options());
-    (void)reduce_comm_->nccl();  // created here, on the training thread, collectively
-    HPDT_CHECK(reduce_comm_->nccl_device() == dev, "GradSync: the NCCL communicator uses GPU ",
-               reduce_comm_->nccl_device(), " but the model is on GPU ", dev,
-               " (both should be local rank % device count)");
     cut_buckets(n);
+    // Each bucket's algorithm (auto resolved by its size, the same on every rank) and the path it takes; the path
+    // name lists the distinct ones in bucket order ("nccl", "nccl-p2p", or e.g. "nccl-p2p + nccl" from a tuning file).
+    bool nccl_used = false;
+    std::vector<std::string> paths;
+    for (Bucket& k : buckets_) {
+      const size_t bytes = k.count * dtype_size(grads.dtype());
+      k.algo = algo == comm::Algorithm::automatic
+                   ? comm::resolve_auto_device(*reduce_comm_, bytes, options_.allreduce).algorithm
+                   : algo;
+      const comm::DevicePath p =
+          comm::device_allreduce_path(*reduce_comm_, k.count, grads.dtype(), k.algo, bucket_options(0));
+      nccl_used = nccl_used || p == comm::DevicePath::nccl || p == comm::DevicePath::nccl_p2p;
+      const std::string name(comm::device_path_name(p));
+      if (std::find(paths.begin(), paths.end(), name) == paths.end()) paths.push_back(name);
+    }
+    if (paths.empty())
+      paths.push_back(algo == comm::Algorithm::nccl || algo == comm::Algorithm::automatic ? "nccl" : "nccl-p2p");
+    for (const std::string& name : paths) path_ += (path_.empty() ? "" : " + ") + name;
+    if (nccl_used) {
+      (void)reduce_comm_->nccl();  // created here, on the training thread, collectively
+      HPDT_CHECK(reduce_comm_->nccl_device() == dev, "GradSync: the NCCL communicator uses GPU ",
+                 reduce_comm_->nccl_device(), " but the model is on GPU ", dev,
+                 " (both should be local rank % device count)");
+    }
 #else
     HPDT_FAIL("GradSync: --algo nccl needs a CUDA build");
 #endif
@@ -215,16 +243,15 @@ void GradSync::reduce_device_bucket(size_t b) {
   const Bucket& k = buckets_[b];
   comm::BucketTiming& t = pending_[b];  // only this thread touches slot b until next_bucket_ passes it
   const size_t es = dtype_size(grads_.dtype());
-  comm::AllreduceOptions o = options_.allreduce;
-  o.bucket = int(b);
-  o.device_transport = comm::DeviceTransport::nccl;  // ours: decided in the constructor
+  const comm::AllreduceOptions o = bucket_options(int(b));
   char* p = static_cast<char*>(grads_.data()) + k.offset * es;
-  const bool ours = options_.algorithm != comm::Algorithm::nccl;
+  const bool ours =
+      comm::device_allreduce_path(*reduce_comm_, k.count, grads_.dtype(), k.algo, o) == comm::DevicePath::nccl_p2p;
   // What our algorithms post on the NCCL transports (hier's per-node and cross-node ones are split on
   // its first call, at the same bucket on every rank).
   auto sent = [&]() -> uint64_t {
     uint64_t s = reduce_comm_->nccl_transport().bytes_sent();
-    if (options_.algorithm == comm::Algorithm::hier) {
+    if (k.algo == comm::Algorithm::hier) {
       s += reduce_comm_->nccl_local_transport().bytes_sent();
       if (const comm::NcclTransport* c = reduce_comm_->nccl_cross_transport()) s += c->bytes_sent();
     }
@@ -234,11 +261,10 @@ void GradSync::reduce_device_bucket(size_t b) {
   t.start_s = now_s();
   // The slices are complete on the device (their events were waited for): the idle copy stream is
   // the caller's stream, and the call returns when the reduction is done.
-  comm::allreduce_device(*reduce_comm_, p, p, k.count, grads_.dtype(), options_.op, options_.algorithm, o,
-                         copy_stream_.handle());
+  comm::allreduce_device(*reduce_comm_, p, p, k.count, grads_.dtype(), options_.op, k.algo, o, copy_stream_.handle());
   t.end_s = now_s();
   t.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * es);
-  // NCCL's own traffic is invisible here: count what its ring moves.
+  // NCCL's own traffic (and MPI's, staged) is invisible here: count what its ring moves.
   t.wire_bytes = ours ? sent() - sent0 : t.raw_bytes;
 #else
   (void)b;

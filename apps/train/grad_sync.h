@@ -8,13 +8,20 @@
 //   cuda, ours on GPU   ring, tree, rhd, hier uncompressed when every rank has a GPU of its own: as nccl
 //                       below, with comm::allreduce_device running that algorithm on the GPU over NCCL
 //                       send/recv (comm's nccl-p2p path). Path name "nccl-p2p".
+//   cuda, auto          --algo auto (the default) uncompressed on several ranks, each with a GPU of its own: as
+//                       nccl below, each bucket's algorithm resolved for device memory by its size
+//                       (comm::resolve_auto_device): the tuning file's entry (nccl: ncclAllReduce; ring..hier:
+//                       nccl-p2p; mpi, shm: staged through the host, or MPI on device pointers where it is
+//                       CUDA-aware), and without a file ncclAllReduce. Path name: the distinct paths in bucket
+//                       order ("nccl" without a tuning file; "nccl-p2p + nccl" where a file says ring for the
+//                       small buckets and nccl for the large). Until 2026-12-01 auto took the host mirror.
 //   cuda, compressed    --compress (any method) with any host algorithm: buckets cut as GradientSync cuts them (and
 //                       PowerSGD's matrices: comm::bucket_matrices), each compressed on the device
 //                       (comm::DeviceCompressor: the host compressors' messages and results, bit for bit) on the
 //                       stager thread as soon as it is complete; only the messages (fp16/bf16: the 16-bit values;
 //                       PowerSGD: P, Q and the values outside the matrices) cross to the host. Path name "device
 //                       compression" (HPDT_DEVICE_COMPRESSION=off: the host mirror below).
-//   cuda, host algos    ring, tree, rhd, hier (ranks sharing a GPU), mpi, shm, auto:
+//   cuda, host algos    ring, tree, rhd, hier, auto (ranks sharing a GPU), mpi, shm:
 //                       GradientSync on a pinned host mirror of the device gradients. A ready slice is copied down on a
 //                       copy stream once the compute stream has reached it (event), and a stager thread
 //                       hands it to GradientSync when the copy is done, so buckets are still reduced
@@ -38,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
 #include "hpdt/comm/compression.h"
 #include "hpdt/comm/gradient_sync.h"
@@ -61,7 +69,8 @@ class GradSync {
   // All buckets averaged; on CUDA the result is in `grads` for work queued on `compute` after this call.
   void wait();
 
-  // "host" (CPU gradients), "none (one rank)", "host mirror", "device compression", "nccl" or "nccl-p2p".
+  // "host" (CPU gradients), "none (one rank)", "host mirror", "device compression", "nccl" or "nccl-p2p" (with
+  // auto, the device paths its buckets take, joined by " + ").
   const std::string& path() const { return path_; }
   bool averages() const { return !one_rank_; }  // false: one rank, --algo auto, lossless (nothing to average)
   size_t bucket_count() const;
@@ -79,9 +88,11 @@ class GradSync {
   };
   struct Bucket {
     size_t offset, count, ready = 0;
+    comm::Algorithm algo = comm::Algorithm::nccl;  // device paths: what reduces it (auto resolved)
   };
   static bool device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo);
   void cut_buckets(size_t n);
+  comm::AllreduceOptions bucket_options(int b) const;
   void stager_loop();
   void reduce_device_bucket(size_t b);
 

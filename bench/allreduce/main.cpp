@@ -416,6 +416,15 @@ struct Bench {
     return max_over_ranks(wire);
   }
 
+  // What auto resolves to for a message of `bytes` in this run's memory (comm: resolve_auto on the host,
+  // resolve_auto_device on a GPU, where without a tuning file a GPU per rank means nccl).
+  hc::Algorithm auto_resolves_to(size_t bytes) {
+#if HPDT_HAVE_CUDA
+    if (device.is_cuda()) return hc::resolve_auto_device(comm, bytes, allreduce_options()).algorithm;
+#endif
+    return hc::resolve_auto(comm, bytes, allreduce_options()).algorithm;
+  }
+
   long long max_over_ranks(uint64_t v) {
     unsigned long long mine = v, most = 0;
     HPDT_MPI_CHECK(MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm.comm()));
@@ -997,7 +1006,7 @@ int run(int argc, char** argv) {
         bj["auto_over_best"] = bb > 0 ? au / bb : 0.0;
         // What auto resolves to here, and that algorithm's own rows of this run over the best: the
         // quality of the choice, apart from the noise between auto's loops and its algorithm's loops.
-        const std::string is(hc::algorithm_name(hc::resolve_auto(comm, bytes, bench.allreduce_options()).algorithm));
+        const std::string is(hc::algorithm_name(bench.auto_resolves_to(bytes)));
         const double its = busbw_of(is, bytes);
         char ratio[32] = "n/a";
         if (its > 0 && bb > 0) std::snprintf(ratio, sizeof ratio, "%.2f", its / bb);

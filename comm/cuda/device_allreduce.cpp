@@ -70,7 +70,7 @@ PinnedPair& pinned_buffers() {
 }
 
 Algorithm resolved(const Communicator& comm, size_t count, DType dtype, Algorithm a, const AllreduceOptions& o) {
-  return a == Algorithm::automatic ? resolve_auto(comm, count * dtype_size(dtype), o).algorithm : a;
+  return a == Algorithm::automatic ? resolve_auto_device(comm, count * dtype_size(dtype), o).algorithm : a;
 }
 
 DevicePath path_of(const Communicator& comm, Algorithm a, DType dtype, const AllreduceOptions& o) {
@@ -221,8 +221,8 @@ DevicePath device_allreduce_path(const Communicator& comm, size_t count, DType d
 
 void allreduce_device(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                       Algorithm algorithm, const AllreduceOptions& options, void* stream) {
-  const detail::CallPlan plan =
-      detail::plan_call(comm, "allreduce_device", 4, send, recv, count, dtype, op, algorithm, options);
+  const detail::CallPlan plan = detail::plan_call(comm, "allreduce_device", 4, send, recv, count, dtype, op, algorithm,
+                                                  options, /*device_memory=*/true);
   if (count == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (path_of(comm, plan.algorithm, dtype, options)) {

@@ -93,10 +93,12 @@ struct CallPlan {
   size_t segment_bytes;
   OperationContext context;
 };
-// Argument checks, auto resolution, the operation context (named after `entry`) set on the MPI
-// transports, and the debug check (signature `collective`) of an all-reduce call.
+// Argument checks, auto resolution (resolve_auto, or resolve_auto_device for `device_memory`), the operation
+// context (named after `entry`) set on the MPI transports, and the debug check (signature `collective`) of an
+// all-reduce call.
 CallPlan plan_call(Communicator& comm, std::string_view entry, int collective, const void* send, void* recv,
-                   size_t count, DType dtype, ReduceOp op, Algorithm algorithm, const AllreduceOptions& options);
+                   size_t count, DType dtype, ReduceOp op, Algorithm algorithm, const AllreduceOptions& options,
+                   bool device_memory = false);
 // The reduction of host buffers after plan_call (algorithm resolved; not nccl): MPI_Allreduce for mpi
 // f32, else widen to f32, run the algorithm class, average, narrow. `options` gives hier's phases;
 // segment_bytes is the resolved pipelining unit.

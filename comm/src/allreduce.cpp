@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #if __has_include(<mpi-ext.h>)
@@ -16,10 +17,11 @@
 
 #include "algorithms.h"
 #include "debug_check.h"
-#include "shm.h"
 #include "hpdt/core/check_mpi.h"
 #include "hpdt/core/error.h"
+#include "hpdt/core/log.h"
 #include "hpdt/kernels/accumulate.h"
+#include "shm.h"
 
 namespace hpdt::comm {
 
@@ -86,24 +88,67 @@ const TuningTable* env_tuning() {
   });
   return table.get();
 }
+
+// The table auto reads (the caller's, else HPDT_TUNING_FILE's) and its entry for this message; an entry naming
+// auto counts as none.
+std::optional<TuningChoice> tuned_choice(const Communicator& comm, size_t bytes, const AllreduceOptions& options) {
+  const TuningTable* t = options.tuning ? options.tuning : env_tuning();
+  if (!t) return std::nullopt;
+  std::optional<TuningChoice> c = t->match(bytes, comm.size(), comm.node_count());
+  if (c && c->algorithm == Algorithm::automatic) return std::nullopt;
+  return c;
+}
 }  // namespace
 
 TuningChoice resolve_auto(const Communicator& comm, size_t bytes, const AllreduceOptions& options) {
-  const TuningTable* t = options.tuning ? options.tuning : env_tuning();
-  TuningChoice c = t ? t->choose(bytes, comm.size(), comm.node_count()) : TuningTable::fallback(bytes, comm.size(), comm.node_count());
-  if (c.algorithm == Algorithm::automatic) c = TuningTable::fallback(bytes, comm.size(), comm.node_count());
-  return c;
+  const TuningChoice built_in = TuningTable::fallback(bytes, comm.size(), comm.node_count());
+  const std::optional<TuningChoice> c = tuned_choice(comm, bytes, options);
+  if (!c) return built_in;
+  if (c->algorithm == Algorithm::nccl) {
+    // A table measured on GPUs (hpdt-allreduce-perf --device cuda) names nccl where NCCL won; NCCL reduces device
+    // memory only. Until 2026-12-01 such a table made the first all-reduce of host memory fail mid-run (hpdt-train
+    // on the CPU, or through its host mirror, with the all-reduce job's tuning.json).
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      if (comm.rank() != 0) return;
+      HPDT_LOG(warn) << "tuning file " << (options.tuning ? options.tuning : env_tuning())->source()
+                     << " names nccl for all-reduces of " << bytes << " bytes (and maybe others) at " << comm.size()
+                     << " ranks on " << comm.node_count()
+                     << " nodes; NCCL reduces device memory only, so auto takes the built-in choice for these "
+                        "host buffers ("
+                     << algorithm_name(built_in.algorithm) << " here)";
+    });
+    return built_in;
+  }
+  return *c;
 }
+
+#if HPDT_HAVE_CUDA
+TuningChoice resolve_auto_device(const Communicator& comm, size_t bytes, const AllreduceOptions& options) {
+  // (an NCCL communicator cannot hold two ranks of one GPU: where ranks share one, a table's nccl gives way too)
+  const std::optional<TuningChoice> c = tuned_choice(comm, bytes, options);
+  if (c && (c->algorithm != Algorithm::nccl || comm.gpu_per_rank())) return *c;
+  if (comm.gpu_per_rank()) return {Algorithm::nccl, 0};
+  return TuningTable::fallback(bytes, comm.size(), comm.node_count());
+}
+#endif
 
 namespace detail {
 
-CallPlan plan_call(Communicator& comm, std::string_view entry, int collective, const void* send, void* recv, size_t count,
-                   DType dtype, ReduceOp op, Algorithm algorithm, const AllreduceOptions& options) {
+CallPlan plan_call(Communicator& comm, std::string_view entry, int collective, const void* send, void* recv,
+                   size_t count, DType dtype, ReduceOp op, Algorithm algorithm, const AllreduceOptions& options,
+                   bool device_memory) {
   HPDT_CHECK(is_floating(dtype), entry, ": dtype ", dtype_name(dtype), " is not supported (expected f32, f16 or bf16)");
   HPDT_CHECK(count == 0 || (send && recv), entry, ": null buffer for ", count, " elements");
   CallPlan plan{algorithm, options.segment_bytes, {}};
   if (plan.algorithm == Algorithm::automatic) {
+#if HPDT_HAVE_CUDA
+    const TuningChoice c = device_memory ? resolve_auto_device(comm, count * dtype_size(dtype), options)
+                                         : resolve_auto(comm, count * dtype_size(dtype), options);
+#else
+    HPDT_CHECK(!device_memory, entry, ": device memory needs a CUDA build");
     const TuningChoice c = resolve_auto(comm, count * dtype_size(dtype), options);
+#endif
     plan.algorithm = c.algorithm;
     if (!plan.segment_bytes) plan.segment_bytes = c.segment_bytes;
   }

@@ -40,7 +40,7 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& sourc
     }
     ++i;
   }
-  return TuningTable(std::move(entries));
+  return TuningTable(std::move(entries), source);
 }
 
 TuningTable TuningTable::load(const std::string& path) {
@@ -79,6 +79,10 @@ TuningChoice TuningTable::fallback(size_t bytes, int world_size, int nodes) {
 }
 
 TuningChoice TuningTable::choose(size_t bytes, int world_size, int nodes) const {
+  return match(bytes, world_size, nodes).value_or(fallback(bytes, world_size, nodes));
+}
+
+std::optional<TuningChoice> TuningTable::match(size_t bytes, int world_size, int nodes) const {
   const TuningEntry* best = nullptr;
   int best_score = -1;
   for (const auto& e : entries_) {
@@ -91,8 +95,8 @@ TuningChoice TuningTable::choose(size_t bytes, int world_size, int nodes) const 
       best_score = score;
     }
   }
-  if (!best) return fallback(bytes, world_size, nodes);
-  return {best->algorithm, best->segment_bytes};
+  if (!best) return std::nullopt;
+  return TuningChoice{best->algorithm, best->segment_bytes};
 }
 
 }  // namespace hpdt::comm

@@ -266,6 +266,53 @@ TEST(Tuning, BuiltInFallback) {
   EXPECT_EQ(TuningTable::fallback(1 << 20, 2, 2).algorithm, Algorithm::ring);
 }
 
+// A table's entry: the most specific one that matches (exact world size and nodes before wildcards, then file order);
+// none when nothing matches, and choose() then falls back to the built-in choice.
+TEST(Tuning, MatchTakesTheMostSpecificEntry) {
+  const TuningTable t = TuningTable::parse(R"({"format": "hpdt-allreduce-tuning", "version": 1, "entries": [
+      {"min_bytes": 0, "max_bytes": 1024, "algorithm": "tree"},
+      {"world_size": 4, "nodes": 1, "min_bytes": 0, "max_bytes": 1024, "algorithm": "rhd"},
+      {"world_size": 4, "min_bytes": 0, "max_bytes": 1024, "algorithm": "ring"},
+      {"world_size": 4, "nodes": 1, "min_bytes": 4096, "max_bytes": 0, "algorithm": "nccl", "segment_bytes": 512}]})",
+                                           "inline.json");
+  EXPECT_EQ(t.source(), "inline.json");
+  EXPECT_EQ(t.match(100, 4, 1)->algorithm, Algorithm::rhd);
+  EXPECT_EQ(t.match(100, 4, 2)->algorithm, Algorithm::ring);
+  EXPECT_EQ(t.match(100, 3, 2)->algorithm, Algorithm::tree);
+  EXPECT_EQ(t.match(1 << 30, 4, 1)->segment_bytes, 512u);
+  EXPECT_FALSE(t.match(2048, 4, 1).has_value());  // between the ranges
+  EXPECT_FALSE(t.match(4096, 4, 2).has_value());
+  EXPECT_EQ(t.choose(2048, 4, 1).algorithm, TuningTable::fallback(2048, 4, 1).algorithm);
+  HPDT_EXPECT_THROW_MSG(TuningTable::parse(R"({"format": "hpdt-allreduce-tuning", "version": 1, "entries": [
+      {"algorithm": "nvlink"}]})",
+                                           "bad.json"),
+                        "tuning file bad.json: entry 0");
+}
+
+// A table measured on GPUs (hpdt-allreduce-perf --device cuda) names nccl where NCCL won. Host memory cannot take
+// NCCL: auto passes over such an entry to the built-in choice, and the all-reduce runs (until 2026-12-01 it threw,
+// and hpdt-train on the CPU or through its host mirror stopped at its first bucket with the all-reduce job's
+// tuning.json).
+TEST(Tuning, AutoOnHostMemoryPassesOverNccl) {
+  Communicator& c = world();
+  const TuningTable t = TuningTable::parse(R"({"format": "hpdt-allreduce-tuning", "version": 1, "entries": [
+      {"min_bytes": 0, "max_bytes": 4096, "algorithm": "tree"},
+      {"min_bytes": 4096, "max_bytes": 0, "algorithm": "nccl"}]})",
+                                           "gpu-tuning.json");
+  AllreduceOptions o;
+  o.tuning = &t;
+  EXPECT_EQ(resolve_auto(c, 100, o).algorithm, Algorithm::tree);
+  EXPECT_EQ(resolve_auto(c, 1 << 20, o).algorithm, TuningTable::fallback(1 << 20, c.size(), c.node_count()).algorithm);
+  for (size_t n : {size_t(7), size_t(65537)}) {  // 28 bytes: tree; 256 KiB: the built-in choice
+    std::vector<float> x(n), want(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) x[i] = int_input(c.rank(), i);
+    for (int q = 0; q < c.size(); ++q)
+      for (size_t i = 0; i < n; ++i) want[i] += int_input(q, i);
+    allreduce(c, x.data(), x.data(), n, DType::f32, ReduceOp::sum, Algorithm::automatic, o);
+    EXPECT_EQ(x, want) << "n " << n;
+  }
+}
+
 // Without a usable GPU, asking for the NCCL communicator must throw on every rank with the same
 // message naming the failed ranks, never leave the others waiting in the ncclUniqueId broadcast.
 TEST(Communicator, NcclWithoutGpuThrowsOnEveryRank) {

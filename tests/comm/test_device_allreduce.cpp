@@ -285,10 +285,38 @@ TEST(DeviceAllreduce, MpiDirectWhenCudaAware) {
     }
 }
 
+// auto on device memory (comm::resolve_auto_device): without a tuning table, ncclAllReduce where every rank has a GPU
+// of its own, else the built-in choice, staged through the host; with one, its entries as they name them, nccl given
+// up where ranks share a GPU. Sums of integers: exact in any order (NCCL's average may round differently from the
+// host's division, so no avg where the path is nccl).
 TEST(DeviceAllreduce, AutoOnDeviceMemory) {
   HPDT_REQUIRE_GPU();
   use_my_gpu();
-  check_device_vs_host<float>(world(), Algorithm::automatic, 65537, ReduceOp::avg, false, AllreduceOptions{}, nullptr);
+  Communicator& c = world();
+  const bool own = c.gpu_per_rank();
+  if (const char* e = std::getenv("HPDT_TEST_GPU_PER_RANK"); e && *e) {  // set where the launch gives each rank its own
+    ASSERT_EQ(own, std::string(e) == "1") << "gpu_per_rank() against HPDT_TEST_GPU_PER_RANK=" << e;
+  }
+  const DevicePath big = own ? DevicePath::nccl : DevicePath::staged;
+  EXPECT_EQ(device_allreduce_path(c, 65537, DType::f32, Algorithm::automatic), big);
+  EXPECT_EQ(resolve_auto_device(c, 1 << 20).algorithm,
+            own ? Algorithm::nccl : TuningTable::fallback(1 << 20, c.size(), c.node_count()).algorithm);
+  check_device_vs_host<float>(c, Algorithm::automatic, 65537, own ? ReduceOp::sum : ReduceOp::avg, false,
+                              AllreduceOptions{}, nullptr);
+
+  const TuningTable t = TuningTable::parse(R"({"format": "hpdt-allreduce-tuning", "version": 1, "entries": [
+      {"min_bytes": 0, "max_bytes": 4096, "algorithm": "ring"},
+      {"min_bytes": 4096, "max_bytes": 0, "algorithm": "nccl"}]})",
+                                           "device-tuning.json");
+  AllreduceOptions o;
+  o.tuning = &t;
+  EXPECT_EQ(resolve_auto_device(c, 100, o).algorithm, Algorithm::ring);
+  EXPECT_EQ(device_allreduce_path(c, 25, DType::f32, Algorithm::automatic, o),
+            own ? DevicePath::nccl_p2p : DevicePath::staged);
+  EXPECT_EQ(device_allreduce_path(c, 65537, DType::f32, Algorithm::automatic, o), big);
+  // (the host oracle with the same table: ring for 100 bytes, the built-in choice in place of nccl for 256 KiB)
+  check_device_vs_host<float>(c, Algorithm::automatic, 25, ReduceOp::avg, false, o, nullptr);
+  check_device_vs_host<float>(c, Algorithm::automatic, 65537, ReduceOp::sum, true, o, nullptr);
 }
 
 // Top-k and QSGD compressed on the GPU (comm::DeviceCompressor): the host compressors' results and state, bit for bit.

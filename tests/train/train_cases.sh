@@ -14,7 +14,8 @@
 #                       ranks without a GPU, or one step where GPUs exist)
 #   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
 #                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
-#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl; --compress topk, qsgd,
+#                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl, and auto with a GPU per rank
+#                       (nccl; with a tuning file, nccl-p2p + nccl); --compress topk, qsgd,
 #                       fp16 and powersgd on the device), the GPU paths bitwise equal to each other (device compression to the host
 #                       mirror's, HPDT_DEVICE_COMPRESSION=off), the GPU run near the CPU run (mixed precision on the
 #                       emulated GPU: test_nn_models_cuda_emu); batches decoded on the GPU (the default) bitwise
@@ -22,8 +23,8 @@
 #   cuda-emu-streams    the same HPDT_TRAIN with each stream's work deferred (CUDA_EMU_STREAMS=lazy, and random
 #                       with 4 seeds: docs/cuda-emulator.md), through the one-rank path (batches copied up on a copy
 #                       stream into two slots, 3 micro-batches a step so that a slot is reused within it), the host
-#                       mirror (the stager thread, a copy stream) and device compression at np 2, and nccl-p2p with a
-#                       GPU per rank: each bitwise equal to the same run in the eager mode, where a missing event
+#                       mirror (the stager thread, a copy stream) and device compression at np 2, and nccl-p2p and
+#                       auto (nccl) with a GPU per rank: each bitwise equal to the same run in the eager mode, where a missing event
 #                       wait between the streams would read or overwrite a buffer at the wrong time
 #   cuda-emu-find       the same HPDT_TRAIN at np 1: a bf16 ViT-Ti with GEMM v3's plans by Find near the same run by
 #                       rule (one core: its own test, so that it runs beside others)
@@ -312,8 +313,28 @@ cuda-emu)
     HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --algo $algo --checkpoint-dir "$w/$algo" > "$w/$algo.log" 2>&1 ||
       { cat "$w/$algo.log"; fail "cuda $algo with a GPU per rank"; }
     want=nccl-p2p; [ $algo = nccl ] && want=nccl
-    grep -q "gradients averaged via $want\b" "$w/$algo.log" || { cat "$w/$algo.log"; fail "cuda $algo: expected the $want path"; }
+    grep -q "gradients averaged via $want$" "$w/$algo.log" || { cat "$w/$algo.log"; fail "cuda $algo: expected the $want path"; }
   done
+  # --algo auto (the default) with a GPU per rank reduces device memory too: ncclAllReduce without a tuning file (the
+  # same bits as --algo nccl); with one, each bucket as the file names it (here ring, over NCCL, below 64 KiB and nccl
+  # above: ViT-Ti's 0.1-MiB buckets and its small last ones). Sharing one GPU, auto takes the host mirror.
+  HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --checkpoint-dir "$w/auto" > "$w/auto.log" 2>&1 ||
+    { cat "$w/auto.log"; fail "cuda auto with a GPU per rank"; }
+  grep -q "gradients averaged via nccl$" "$w/auto.log" || { cat "$w/auto.log"; fail "cuda auto with a GPU per rank: expected nccl"; }
+  "$compare" "$(ck nccl)" "$(ck auto)" --optimizer || fail "auto with a GPU per rank differs from --algo nccl"
+  printf '%s\n' '{"format": "hpdt-allreduce-tuning", "version": 1, "entries": [' \
+    '{"min_bytes": 0, "max_bytes": 65536, "algorithm": "ring"}, {"min_bytes": 65536, "algorithm": "nccl"}]}' > "$w/tuning.json"
+  HPDT_RANKS_PER_NODE=1 run 2 "${args[@]}" --device cuda --bucket-mb 0.1 --tuning-file "$w/tuning.json" \
+    --checkpoint-dir "$w/auto-tuned" > "$w/auto-tuned.log" 2>&1 || { cat "$w/auto-tuned.log"; fail "cuda auto with a tuning file"; }
+  grep -q "gradients averaged via \(nccl + nccl-p2p\|nccl-p2p + nccl\)$" "$w/auto-tuned.log" ||
+    { cat "$w/auto-tuned.log"; fail "cuda auto with a tuning file: expected nccl and nccl-p2p buckets"; }
+  "$compare" "$(ck nccl)" "$(ck auto-tuned)" --optimizer --atol 1e-6 --rtol 1e-5 || fail "auto with a tuning file is not near nccl"
+  run 2 "${args[@]}" --device cuda --tuning-file "$w/tuning.json" --checkpoint-dir "$w/auto-shared" > "$w/auto-shared.log" 2>&1 ||
+    { cat "$w/auto-shared.log"; fail "cuda auto, 2 ranks on 1 GPU, a tuning file naming nccl"; }
+  grep -q "gradients averaged via host mirror" "$w/auto-shared.log" || { cat "$w/auto-shared.log"; fail "auto sharing a GPU: expected the host mirror"; }
+  grep -q "names nccl for all-reduces of" "$w/auto-shared.log" ||
+    { cat "$w/auto-shared.log"; fail "auto on host memory: expected the warning on the file's nccl"; }
+  "$compare" "$(ck mirror)" "$(ck auto-shared)" --optimizer || fail "auto through the host mirror differs from its ring (2 ranks: a + b)"
   # The same f32 sums in the same order (2 ranks: a + b whatever the algorithm): bitwise equal.
   for algo in ring hier; do
     "$compare" "$(ck mirror)" "$(ck $algo)" --optimizer || fail "nccl-p2p $algo differs from the host mirror's ring"
@@ -386,6 +407,8 @@ cuda-emu-streams)
   grep -q "gradients averaged via device compression" "$w/topk-eager.log" || fail "--compress topk: expected device compression"
   HPDT_RANKS_PER_NODE=1 same_in_every_order p2p 2 --algo ring
   grep -q "gradients averaged via nccl-p2p" "$w/p2p-eager.log" || fail "a GPU per rank: expected nccl-p2p"
+  HPDT_RANKS_PER_NODE=1 same_in_every_order auto 2  # the default --algo auto with a GPU per rank: ncclAllReduce
+  grep -q "gradients averaged via nccl$" "$w/auto-eager.log" || fail "a GPU per rank, --algo auto: expected nccl"
   ;;
 cuda-gpu)
   vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 8

@@ -64,7 +64,10 @@ inline uint64_t ring_allreduce_bytes(int ranks, size_t bytes) {
 // Default segment size of each algorithm (bytes of f32 working data).
 size_t default_segment_bytes(Algorithm a);
 
-// The algorithm `auto` resolves to for this message (bytes = count * dtype size) on this communicator.
+// The algorithm `auto` resolves to for this message of host memory (bytes = count * dtype size) on this
+// communicator: the tuning table's entry (options.tuning, else HPDT_TUNING_FILE's), else the built-in choice
+// (TuningTable::fallback). An entry naming nccl, which reduces device memory only (a table measured with
+// hpdt-allreduce-perf --device cuda), gives way to the built-in choice; rank 0 logs a warning once.
 TuningChoice resolve_auto(const Communicator& comm, size_t bytes, const AllreduceOptions& options = {});
 
 void allreduce(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
@@ -110,6 +113,11 @@ std::string_view device_path_name(DevicePath p);  // "nccl", "nccl-p2p", "mpi-di
 // The path allreduce_device takes for this call (auto resolved as it would be).
 DevicePath device_allreduce_path(const Communicator& comm, size_t count, DType dtype, Algorithm algorithm,
                                  const AllreduceOptions& options = {});
+// The algorithm `auto` resolves to for a message of device memory (allreduce_device): the tuning table's entry,
+// whatever it names (but nccl where ranks share a GPU); without one, nccl when every rank has a GPU of its own
+// (NCCL picks its own algorithm and protocol per size and topology), else the built-in choice of host memory
+// (staged).
+TuningChoice resolve_auto_device(const Communicator& comm, size_t bytes, const AllreduceOptions& options = {});
 #endif
 
 // Broadcast `bytes` bytes from `root` (binomial tree over the transport).

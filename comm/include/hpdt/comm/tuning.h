@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,8 @@ struct TuningChoice {
 class TuningTable {
  public:
   TuningTable() = default;
-  explicit TuningTable(std::vector<TuningEntry> entries) : entries_(std::move(entries)) {}
+  explicit TuningTable(std::vector<TuningEntry> entries, std::string source = "<entries>")
+      : entries_(std::move(entries)), source_(std::move(source)) {}
   // Throws hpdt::Error naming the file and the entry on bad input.
   static TuningTable load(const std::string& path);
   static TuningTable parse(const std::string& json_text, const std::string& source = "<string>");
@@ -45,13 +47,18 @@ class TuningTable {
 
   // The built-in choice when no entry matches (measured on the development machine; docs/comm.md).
   static TuningChoice fallback(size_t bytes, int world_size, int nodes);
-  TuningChoice choose(size_t bytes, int world_size, int nodes) const;
+  TuningChoice choose(size_t bytes, int world_size, int nodes) const;  // match(), else fallback()
+  // The most specific entry for this size, world size and node count (then the first in file order); none when
+  // no entry matches.
+  std::optional<TuningChoice> match(size_t bytes, int world_size, int nodes) const;
 
   const std::vector<TuningEntry>& entries() const { return entries_; }
   bool empty() const { return entries_.empty(); }
+  const std::string& source() const { return source_; }  // the file it was loaded from, for messages
 
  private:
   std::vector<TuningEntry> entries_;
+  std::string source_ = "<entries>";
 };
 
 }  // namespace hpdt::comm
