@@ -170,6 +170,8 @@ class AttentionCuda : public test::CudaOracleTest {
   void forward(const Tensor& qkv, int64_t heads, kernels::AttentionSaved& saved, Tensor& out, int variant) {
 #if HPDT_HAVE_CUDA
     if (variant != 0) return kernels::cuda::attention_forward(qkv, heads, saved.lse, out, stream, variant);
+#else
+    (void)variant;  // (a CPU-only build: only the public entry points)
 #endif
     kernels::attention_forward(qkv, heads, saved, out, stream);
   }
@@ -177,6 +179,8 @@ class AttentionCuda : public test::CudaOracleTest {
                 int64_t heads, Tensor& dqkv, int variant) {
 #if HPDT_HAVE_CUDA
     if (variant != 0) return kernels::cuda::attention_backward(qkv, saved.lse, out, dout, heads, dqkv, stream, variant);
+#else
+    (void)variant;
 #endif
     kernels::attention_backward(qkv, saved, out, dout, heads, dqkv, stream);
   }
