@@ -93,10 +93,9 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
       k.algo = algo == comm::Algorithm::automatic
                    ? comm::resolve_auto_device(*reduce_comm_, bytes, options_.allreduce).algorithm
                    : algo;
-      const comm::DevicePath p =
-          comm::device_allreduce_path(*reduce_comm_, k.count, grads.dtype(), k.algo, bucket_options(0));
-      nccl_used = nccl_used || p == comm::DevicePath::nccl || p == comm::DevicePath::nccl_p2p;
-      const std::string name(comm::device_path_name(p));
+      k.path = comm::device_allreduce_path(*reduce_comm_, k.count, grads.dtype(), k.algo, bucket_options(0));
+      nccl_used = nccl_used || k.path == comm::DevicePath::nccl || k.path == comm::DevicePath::nccl_p2p;
+      const std::string name(comm::device_path_name(k.path));
       if (std::find(paths.begin(), paths.end(), name) == paths.end()) paths.push_back(name);
     }
     if (paths.empty())
@@ -245,8 +244,7 @@ void GradSync::reduce_device_bucket(size_t b) {
   const size_t es = dtype_size(grads_.dtype());
   const comm::AllreduceOptions o = bucket_options(int(b));
   char* p = static_cast<char*>(grads_.data()) + k.offset * es;
-  const bool ours =
-      comm::device_allreduce_path(*reduce_comm_, k.count, grads_.dtype(), k.algo, o) == comm::DevicePath::nccl_p2p;
+  const bool ours = k.path == comm::DevicePath::nccl_p2p;
   // What our algorithms post on the NCCL transports (hier's per-node and cross-node ones are split on
   // its first call, at the same bucket on every rank).
   auto sent = [&]() -> uint64_t {

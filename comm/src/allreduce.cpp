@@ -89,10 +89,14 @@ const TuningTable* env_tuning() {
   return table.get();
 }
 
-// The table auto reads (the caller's, else HPDT_TUNING_FILE's) and its entry for this message; an entry naming
-// auto counts as none.
+// The table auto reads: the caller's, else HPDT_TUNING_FILE's, else none.
+const TuningTable* active_table(const AllreduceOptions& options) {
+  return options.tuning ? options.tuning : env_tuning();
+}
+
+// The active table's entry for this message; an entry naming auto counts as none.
 std::optional<TuningChoice> tuned_choice(const Communicator& comm, size_t bytes, const AllreduceOptions& options) {
-  const TuningTable* t = options.tuning ? options.tuning : env_tuning();
+  const TuningTable* t = active_table(options);
   if (!t) return std::nullopt;
   std::optional<TuningChoice> c = t->match(bytes, comm.size(), comm.node_count());
   if (c && c->algorithm == Algorithm::automatic) return std::nullopt;
@@ -111,9 +115,8 @@ TuningChoice resolve_auto(const Communicator& comm, size_t bytes, const Allreduc
     static std::once_flag warned;
     std::call_once(warned, [&] {
       if (comm.rank() != 0) return;
-      HPDT_LOG(warn) << "tuning file " << (options.tuning ? options.tuning : env_tuning())->source()
-                     << " names nccl for all-reduces of " << bytes << " bytes (and maybe others) at " << comm.size()
-                     << " ranks on " << comm.node_count()
+      HPDT_LOG(warn) << "tuning file " << active_table(options)->source() << " names nccl for all-reduces of " << bytes
+                     << " bytes (and maybe others) at " << comm.size() << " ranks on " << comm.node_count()
                      << " nodes; NCCL reduces device memory only, so auto takes the built-in choice for these "
                         "host buffers ("
                      << algorithm_name(built_in.algorithm) << " here)";
