@@ -434,24 +434,26 @@ class AsmGen:
             self.body.append('::cuda_emu::ptx::st_shared_b32(uint32_t(%s), uint32_t(%s), %s);' %
                              (self.address(args[0]), self.value(args[1]), loc))
         elif opcode == 'red.global.add.v2.f32':
-            # sm_90's vector reduction into global memory: two f32 adds, each atomic (one OS thread runs every CUDA
-            # thread, so plain adds are); round to nearest even, as the GPU's (which also flushes subnormals)
+            # sm_90's vector reduction into global memory: two f32 adds, each atomic (atomicAdd's read-modify-write:
+            # plain adds on one OS thread, real atomics under racecheck); round to nearest even, as the GPU's (which
+            # also flushes subnormals)
             if len(args) != 2:
                 raise TransformError('%s takes 2 operands' % opcode)
             x, y = self.vector(args[1], 2)
             self.body.append('{ float* cuda_emu_red = reinterpret_cast<float*>(uintptr_t(%s)); '
-                             'cuda_emu_red[0] += float(%s); cuda_emu_red[1] += float(%s); }' %
+                             'atomicAdd(cuda_emu_red, float(%s)); atomicAdd(cuda_emu_red + 1, float(%s)); }' %
                              (self.address(args[0]), x, y))
         elif opcode == 'fence.acq_rel.gpu' and not args:
             # the release/acquire fence of attention v3's turns: where a thread publishes to other blocks, as
             # __threadfence (fence.sc), so another resident block runs here (CUDA_EMU_RESIDENT)
             self.body.append('__threadfence();')
         elif opcode in ('ld.acquire.gpu.global.u32', 'ld.acquire.gpu.global.b32'):
-            # an acquire load of a flag another block sets (one OS thread runs every CUDA thread: a plain load is
-            # ordered; volatile, so that a spin re-reads it)
+            # an acquire load of a flag another block sets: an atomic load (a spin re-reads it), after which racecheck
+            # orders this thread after every fence so far (::cuda_emu::acquire_fences; nothing otherwise)
             if len(args) != 2:
                 raise TransformError('%s takes 2 operands' % opcode)
-            self.body.append('%s = *reinterpret_cast<const volatile uint32_t*>(uintptr_t(%s));' %
+            self.body.append('%s = __atomic_load_n(reinterpret_cast<const uint32_t*>(uintptr_t(%s)), __ATOMIC_ACQUIRE); '
+                             '::cuda_emu::acquire_fences();' %
                              (self.ref(args[0], want_output=True), self.address(args[1])))
         elif opcode == 'prefetch.global.L2':
             # a cache hint: the emulator checks the address lies in device memory and records its 128-byte line

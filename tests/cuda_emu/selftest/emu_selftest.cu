@@ -994,7 +994,7 @@ __global__ void big_smem(float* out) {
   extern __shared__ float buf[];
   buf[threadIdx.x] = 1.0f;
   __syncthreads();
-  out[0] = buf[0];
+  if (threadIdx.x == 0) out[0] = buf[0];
 }
 
 TEST(CudaEmu, LaunchErrors) {
@@ -1359,9 +1359,10 @@ TEST(CudaEmuDeathTest, BlocksThatWaitForAnAbsentBlockStop) {
 
 // ---- kernels/cuda/sm90a/wgmma.cuh: %globaltimer and the mbarrier watchdog ----------------------------------
 __global__ void read_global_timer(unsigned long long* out) {
-  out[0] = hpdt::kernels::cuda::sm90a::global_ns();
+  const unsigned long long t0 = hpdt::kernels::cuda::sm90a::global_ns();
   __syncthreads();
-  out[1] = hpdt::kernels::cuda::sm90a::global_ns();
+  const unsigned long long t1 = hpdt::kernels::cuda::sm90a::global_ns();
+  if (threadIdx.x == 0) out[0] = t0, out[1] = t1;
 }
 
 TEST(CudaEmu, GlobalTimerAdvances) {
@@ -1392,6 +1393,57 @@ TEST(CudaEmuDeathTest, MbarrierWatchdogFailsTheLaunch) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(wait_for_a_phase_never_completed<<<1, 2>>>(0),
                "trap at kernels/cuda/sm90a/wgmma.cuh:[0-9]+: the kernel stopped itself");
+}
+
+// ---- racecheck (the racecheck preset: ThreadSanitizer told about the CUDA threads) ------------------------------
+// Each thread stores its index in shared memory and reads its neighbour's, then the same through a warp's lanes with
+// __syncwarp, and from a producer warp to a consumer warp through an mbarrier phase. Run with every synchronisation
+// (`synced`), none of them is a race, which the racecheck build checks (a report stops the test); without the block
+// barrier, ctest's test_cuda_emu.racecheck_reports_a_missing_barrier expects ThreadSanitizer's report of the race.
+__global__ void exchange_through_shared(float* out, bool synced) {
+  namespace hw = hpdt::kernels::cuda::sm90a;
+  __shared__ float s[128];
+  __shared__ float w[128];
+  __shared__ float m[32];
+  __shared__ __align__(8) uint64_t bar;
+  const int t = threadIdx.x;
+  const uint32_t b = hpdt::kernels::cuda::smem_u32(&bar);
+  if (t == 0) {
+    hw::mbar_init(b, 32);
+    hw::fence_mbar_init();
+  }
+  s[t] = float(t);
+  if (synced) __syncthreads();
+  out[t] = s[t ^ 1];
+  w[t] = float(2 * t);
+  __syncwarp();
+  out[128 + t] = w[t ^ 31];
+  if (t < 32) {  // warp 0 produces for warp 1
+    m[t] = float(3 * t);
+    hw::mbar_arrive(b);
+  } else if (t < 64) {
+    hw::mbar_wait(b, 0, hw::kMbarTimeoutNs);
+    out[256 + t - 32] = m[63 - t];
+  }
+}
+
+TEST(CudaEmuRacecheck, SynchronisedExchangesAreNoRace) {
+  Buf<float> out(288);
+  exchange_through_shared<<<2, 128>>>(out.d, true);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto h = out.down();
+  for (int t = 0; t < 128; ++t) {
+    EXPECT_EQ(h[size_t(t)], float(t ^ 1)) << t;
+    EXPECT_EQ(h[size_t(128 + t)], float(2 * (t ^ 31))) << t;
+  }
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(h[size_t(256 + t)], float(3 * (31 - t))) << t;
+}
+
+// Run by test_cuda_emu.racecheck_reports_a_missing_barrier in the racecheck build only: the race is the test.
+TEST(CudaEmuRacecheck, DISABLED_MissingBarrierIsReported) {
+  Buf<float> out(288);
+  exchange_through_shared<<<1, 128>>>(out.d, false);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 }  // namespace

@@ -20,6 +20,11 @@
 #define CUDA_EMU_ASAN 0
 #endif
 
+// racecheck: the build tells ThreadSanitizer about the CUDA threads (HPDT_EMU_RACECHECK, docs/cuda-emulator.md)
+#ifndef CUDA_EMU_TSAN
+#define CUDA_EMU_TSAN 0
+#endif
+
 #if !defined(__x86_64__) && !defined(CUDA_EMU_UCONTEXT)
 #define CUDA_EMU_UCONTEXT 1  // no hand-written switch for this architecture
 #endif

@@ -39,6 +39,15 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if CUDA_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" {
+void __tsan_read_range(void* addr, unsigned long size);
+void __tsan_write_range(void* addr, unsigned long size);
+void __tsan_ignore_thread_begin();
+void __tsan_ignore_thread_end();
+}
+#endif
 
 uint3 threadIdx;
 uint3 blockIdx;
@@ -96,6 +105,40 @@ cuda_emu_trampoline:
 #endif
 extern "C" [[noreturn]] void cuda_emu_fiber_main();
 
+#if CUDA_EMU_TSAN
+// racecheck: the kernels' volatile loads and stores (compiled with --param=tsan-distinguish-volatile=1) as PTX has
+// them: strong operations, like relaxed atomics, which race with no other strong access (a flag spun on with
+// volatile loads and set with atomicExch), only with plain ones. ThreadSanitizer records each as a relaxed atomic of
+// its size (a store as an atomic add of 0 just before the store itself: one OS thread runs every CUDA thread).
+extern "C" {
+char __tsan_atomic8_load(const volatile char* a, int mo);
+short __tsan_atomic16_load(const volatile short* a, int mo);
+int __tsan_atomic32_load(const volatile int* a, int mo);
+long __tsan_atomic64_load(const volatile long* a, int mo);
+char __tsan_atomic8_fetch_add(volatile char* a, char v, int mo);
+short __tsan_atomic16_fetch_add(volatile short* a, short v, int mo);
+int __tsan_atomic32_fetch_add(volatile int* a, int v, int mo);
+long __tsan_atomic64_fetch_add(volatile long* a, long v, int mo);
+constexpr int kRelaxed = 0;
+void __tsan_volatile_read1(void* p) { __tsan_atomic8_load(static_cast<char*>(p), kRelaxed); }
+void __tsan_volatile_read2(void* p) { __tsan_atomic16_load(static_cast<short*>(p), kRelaxed); }
+void __tsan_volatile_read4(void* p) { __tsan_atomic32_load(static_cast<int*>(p), kRelaxed); }
+void __tsan_volatile_read8(void* p) { __tsan_atomic64_load(static_cast<long*>(p), kRelaxed); }
+void __tsan_volatile_read16(void* p) {
+  __tsan_atomic64_load(static_cast<long*>(p), kRelaxed);
+  __tsan_atomic64_load(static_cast<long*>(p) + 1, kRelaxed);
+}
+void __tsan_volatile_write1(void* p) { __tsan_atomic8_fetch_add(static_cast<char*>(p), 0, kRelaxed); }
+void __tsan_volatile_write2(void* p) { __tsan_atomic16_fetch_add(static_cast<short*>(p), 0, kRelaxed); }
+void __tsan_volatile_write4(void* p) { __tsan_atomic32_fetch_add(static_cast<int*>(p), 0, kRelaxed); }
+void __tsan_volatile_write8(void* p) { __tsan_atomic64_fetch_add(static_cast<long*>(p), 0, kRelaxed); }
+void __tsan_volatile_write16(void* p) {
+  __tsan_atomic64_fetch_add(static_cast<long*>(p), 0, kRelaxed);
+  __tsan_atomic64_fetch_add(static_cast<long*>(p) + 1, 0, kRelaxed);
+}
+}
+#endif
+
 namespace cuda_emu {
 namespace {
 
@@ -115,6 +158,7 @@ struct Context {
   const void* stack_lo = nullptr;  // for AddressSanitizer's fiber annotations
   size_t stack_size = 0;
   void* fake_stack = nullptr;
+  void* tsan = nullptr;  // racecheck (CUDA_EMU_TSAN): ThreadSanitizer's fiber of this CUDA thread, or the host's
 };
 
 enum State : uint8_t { kNew, kReady, kBlockWait, kWarpWait, kDone };
@@ -167,6 +211,7 @@ struct Fiber {
   bool spinning = false;                     // called __nanosleep in this round of the block's spinners (spin_yield)
   uint32_t cp_seq = 0;                       // CUDA_EMU_STATS: cp.async issued by this thread in this block
   uint32_t st_seq = 0;                       // CUDA_EMU_STATS: st.shared.v2.f32 issued by this thread in this block
+  bool tsan_quiet = false;                   // racecheck: ThreadSanitizer ignores its accesses (TsanQuiet)
 };
 
 // An mbarrier object (PTX ISA "mbarrier"): the phase completes when every expected arrival has come and the
@@ -176,6 +221,7 @@ struct Mbarrier {
   int64_t tx = 0;
   uint32_t phase = 0;      // parity of the current (incomplete) phase
   uint64_t completed = 0;  // phases completed so far
+  char sync[4] = {};       // racecheck: phase k's arrivals release, its waiters acquire, at sync[k % 4]
 };
 // Which fill wrote a 128-byte line of shared memory last: TMA completing phase `phase` (1-based count) of
 // the mbarrier at `bar`. A wgmma reading the line from a thread that has seen fewer phases of that barrier
@@ -186,6 +232,7 @@ struct FillTag {
 };
 // A TMA tile load issued, not yet performed (until a thread waits on its mbarrier).
 struct TmaLoad {
+  uint32_t token;  // racecheck: the issuing thread released it; the thread that performs the load acquires it
   uint32_t dst, bar;
   uint64_t phase;  // the phase of `bar` it completes (1-based)
   TensorMap map;
@@ -204,6 +251,7 @@ struct Pending {
   const char* what = "";
   Loc loc;
   Compute compute = nullptr;
+  uint8_t sync = 0;  // racecheck: the arriving lanes release, the released ones acquire, at Warp::sync[this]
 };
 
 constexpr int kMaxPending = 32;
@@ -212,6 +260,8 @@ struct Warp {
   uint32_t exists = 0, exited = 0;
   Pending pending[kMaxPending];
   int npending = 0;
+  uint8_t next_sync = 0;  // racecheck: the collectives of the warp take sync[] in turn
+  char sync[64] = {};
 };
 
 // The shared-memory window: [guard][dynamic area][guard][static area][guard]. 32-bit shared addresses
@@ -245,6 +295,14 @@ struct Block {
   int bar_arrived = 0, bar_first = 0;
   Loc bar_loc;
   int bar_op = -1, bar_acc = 0, bar_result = 0;
+  // racecheck (CUDA_EMU_TSAN): what ThreadSanitizer is told. The host releases `sync_start` once the block is set up,
+  // every thread acquires it when it starts and releases `sync_end` when it exits, which the host acquires; the
+  // arrivals at __syncthreads number `bar_gen` release bar_sync[bar_gen % 4] and the woken threads acquire it. Each
+  // thread index has a fiber of ThreadSanitizer's and a stack of its own, kept for the blocks the slot runs later.
+  uint64_t bar_gen = 0;
+  char bar_sync[4] = {}, sync_start = 0, sync_end = 0;
+  std::vector<void*> tsan_fibers;
+  std::vector<Stack*> own_stacks;
   // shared memory
   unsigned char* window = nullptr;
   size_t dyn_bytes = 0, dyn_start = kDynEnd, protected_below = kDynEnd;
@@ -304,6 +362,89 @@ std::atomic<unsigned long long> g_tma_im2col_loads{0};  // tma_im2col_loads()
 std::mutex g_prefetch_mutex;
 std::set<uintptr_t>& g_prefetched = *new std::set<uintptr_t>;  // prefetched_lines() (never destroyed, as E)
 std::atomic<unsigned long long> g_block_yields{0};  // block_yields()
+
+// ---- racecheck: ThreadSanitizer told about the CUDA threads (CUDA_EMU_TSAN, docs/cuda-emulator.md) -----------
+// The kernels, the tests and the oracle are compiled with -fsanitize=thread, this runtime is not: ThreadSanitizer
+// sees the kernels' own loads and stores, and from here only what the calls below tell it. Every CUDA thread is a
+// fiber of its own to it, switched to without synchronisation, so two threads' accesses to the same bytes race
+// unless a happens-before edge the emulator reports orders them: __syncthreads, a warp collective (each treated as
+// __syncwarp of its lanes), an mbarrier phase (arrivals and complete_tx release, the waits that pass acquire),
+// __threadfence (all fences of the process in one order), the start and the end of a block. The PTX operations
+// performed here on the threads' behalf report their memory accesses: ldmatrix's rows, cp.async's and TMA's copies,
+// st.shared, wgmma's operands.
+#if CUDA_EMU_TSAN
+// The emulator's own bookkeeping in a thread's name is not the thread's memory access: inside the entry points the
+// kernels call, the thread's accesses are ignored (the library calls the runtime makes, memmove of its vectors and
+// malloc, are intercepted even here), but for what tsan_read and tsan_write report. The flag is the running
+// thread's (each thread is ignored or not on its own in ThreadSanitizer: a fiber's state), the host's outside kernels.
+bool g_host_quiet = false;
+bool& quiet_flag() { return E.b->cur ? E.b->cur->tsan_quiet : g_host_quiet; }
+struct TsanQuiet {
+  TsanQuiet() : flag_(quiet_flag()), owner_(!flag_) {
+    if (owner_) {
+      flag_ = true;
+      __tsan_ignore_thread_begin();
+    }
+  }
+  ~TsanQuiet() {
+    if (owner_) {
+      flag_ = false;
+      __tsan_ignore_thread_end();
+    }
+  }
+  TsanQuiet(const TsanQuiet&) = delete;
+  TsanQuiet& operator=(const TsanQuiet&) = delete;
+
+ private:
+  bool& flag_;
+  const bool owner_;
+};
+void tsan_release(const void* a) { __tsan_release(const_cast<void*>(a)); }
+void tsan_acquire(const void* a) { __tsan_acquire(const_cast<void*>(a)); }
+void tsan_read(const void* a, size_t n) {
+  const bool quiet = quiet_flag();
+  if (quiet) __tsan_ignore_thread_end();
+  __tsan_read_range(const_cast<void*>(a), n);
+  if (quiet) __tsan_ignore_thread_begin();
+}
+void tsan_write(void* a, size_t n) {
+  const bool quiet = quiet_flag();
+  if (quiet) __tsan_ignore_thread_end();
+  __tsan_write_range(a, n);
+  if (quiet) __tsan_ignore_thread_begin();
+}
+#else
+void tsan_release(const void*) {}
+void tsan_acquire(const void*) {}
+void tsan_read(const void*, size_t) {}
+void tsan_write(void*, size_t) {}
+struct TsanQuiet {
+  TsanQuiet() {}  // (user-provided: no unused-variable warning where it is declared)
+};
+#endif
+char g_tsan_tokens[1024];  // TmaLoad::token
+uint32_t g_tsan_next_token = 0;
+char g_tsan_fence = 0;  // __threadfence
+
+// ThreadSanitizer's fiber for thread `index` of block slot b (made once, kept), or null without CUDA_EMU_TSAN.
+void* tsan_fiber(Block* b, int index) {
+#if CUDA_EMU_TSAN
+  if (b->tsan_fibers.size() <= size_t(index)) b->tsan_fibers.resize(size_t(index) + 1, nullptr);
+  void*& f = b->tsan_fibers[size_t(index)];
+  if (!f) {
+    f = __tsan_create_fiber(0);
+    size_t slot = 0;
+    while (slot < E.slots.size() && E.slots[slot] != b) ++slot;
+    const auto* name =
+        new std::string("CUDA thread " + std::to_string(index) + " (block slot " + std::to_string(slot) + ")");
+    __tsan_set_fiber_name(f, name->c_str());
+  }
+  return f;
+#else
+  (void)b, (void)index;
+  return nullptr;
+#endif
+}
 
 const char* short_file(const char* f) {
   const char* s = std::strstr(f, "/kernels/");
@@ -365,6 +506,9 @@ void recycle_zombie() {
 }
 
 void switch_context(Context& from, Context& to, bool from_exits) {
+#if CUDA_EMU_TSAN
+  __tsan_switch_to_fiber(to.tsan, __tsan_switch_to_fiber_no_sync);
+#endif
 #if CUDA_EMU_ASAN
   __sanitizer_start_switch_fiber(from_exits ? nullptr : &from.fake_stack, to.stack_lo, to.stack_size);
 #else
@@ -387,7 +531,15 @@ void make_current(Fiber* f) {
 }
 
 void start_fiber(Fiber* f) {
+#if CUDA_EMU_TSAN
+  // A stack of its own, kept: ThreadSanitizer would take another thread's frames on a reused stack for races.
+  if (E.b->own_stacks.size() <= size_t(f->index)) E.b->own_stacks.resize(size_t(f->index) + 1, nullptr);
+  Stack*& own = E.b->own_stacks[size_t(f->index)];
+  if (!own) own = take_stack();
+  f->stack = own;
+#else
   f->stack = take_stack();
+#endif
 #if CUDA_EMU_ASAN
   // A reused stack still carries the poisoned redzones of the frames its last thread left without returning
   // (cuda_emu_fiber_main's, at the top).
@@ -773,12 +925,16 @@ void collective(uint32_t mask, int kind, const char* what, const Loc& loc, bool 
   if (pi < 0) {
     if (w.npending == kMaxPending) fatal("more than %d concurrent warp collectives in one warp", kMaxPending);
     pi = w.npending++;
-    w.pending[pi] = Pending{mask, 0, kind, aligned, what, loc, compute};
+    w.pending[pi] = Pending{mask, 0, kind, aligned, what, loc, compute, uint8_t(w.next_sync++ % sizeof w.sync)};
   }
   Pending& p = w.pending[pi];
+  char* sync = &w.sync[p.sync];
+  tsan_release(sync);
   p.arrived |= 1u << lane;
   if (p.arrived == (mask & ~w.exited)) {
+    tsan_acquire(sync);  // before the work for all (ldmatrix's reads): every lane's accesses before it are ordered
     complete(w, pi, &E.b->fibers[size_t(me->index - lane)], lane);
+    tsan_release(sync);  // and the lanes it wakes after that work (a wgmma's reads, done at the wait for the warp)
     return;
   }
   me->state = kWarpWait;
@@ -786,6 +942,7 @@ void collective(uint32_t mask, int kind, const char* what, const Loc& loc, bool 
   me->wait_what = what;
   me->wait_mask = mask;
   wait_here();
+  tsan_acquire(sync);
 }
 
 template <class T>
@@ -870,6 +1027,7 @@ void kernel_entry(const char* pretty_name, unsigned max_threads) {
 }
 
 void syncthreads(const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__syncthreads()");
   Fiber* me = E.b->cur;
   if (E.b->ndone > 0) {
@@ -887,19 +1045,25 @@ void syncthreads(const Loc& loc) {
     fatal("thread %d reached __syncthreads() at %s:%u while thread %d waits at __syncthreads() at %s:%u", me->index,
           short_file(loc.file_name()), loc.line(), E.b->bar_first, short_file(E.b->bar_loc.file_name()), E.b->bar_loc.line());
   }
+  char* sync = &E.b->bar_sync[E.b->bar_gen % 4];
+  tsan_release(sync);
   if (++E.b->bar_arrived == E.n) {
     E.b->bar_arrived = 0;
+    ++E.b->bar_gen;
     for (Fiber& f : E.b->fibers)
       if (f.state == kBlockWait) f.state = kReady;
+    tsan_acquire(sync);
     return;
   }
   me->state = kBlockWait;
   me->wait_loc = loc;
   me->wait_what = "__syncthreads()";
   wait_here();
+  tsan_acquire(sync);
 }
 
 int syncthreads_reduce(int op, int pred, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__syncthreads_count/and/or()");
   if (E.b->bar_arrived == 0) {
     E.b->bar_op = op;
@@ -918,6 +1082,7 @@ int syncthreads_reduce(int op, int pred, const Loc& loc) {
 }
 
 void syncwarp(unsigned mask, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__syncwarp()");
   collective(mask, 1, "__syncwarp()", loc, false, nullptr);
 }
@@ -927,7 +1092,15 @@ void syncwarp(unsigned mask, const Loc& loc) {
 // wait for another's progress (a flag it spins on with __nanosleep), as on a GPU, where blocks are dispatched in
 // index order and run side by side.
 
+void acquire_fences() {
+  if (E.b->cur) tsan_acquire(&g_tsan_fence);
+}
+
 void fence_yield() {
+  if (E.b->cur) {
+    tsan_release(&g_tsan_fence);
+    tsan_acquire(&g_tsan_fence);
+  }
   if (E.resident < 2 || !E.b->cur) return;
   E.spin_rounds = 0;  // a fence publishes: progress
   block_yield();
@@ -936,6 +1109,7 @@ void fence_yield() {
 void spin_yield(const Loc& loc) {
   Fiber* me = E.b->cur;
   if (!me) return;  // host code
+  const TsanQuiet tsan_quiet;
   me->spinning = true;
   me->wait_loc = loc;
   // The block's runnable threads that have not spun in this round go first (the one being waited for may be
@@ -958,6 +1132,7 @@ void spin_yield(const Loc& loc) {
 }
 
 uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__shfl_*_sync()");
   static const char* names[] = {"__shfl_sync()", "__shfl_up_sync()", "__shfl_down_sync()", "__shfl_xor_sync()"};
   Fiber& me = *E.b->cur;
@@ -998,6 +1173,7 @@ uint64_t shfl(unsigned mask, uint64_t value, int mode, int b, int c, const Loc& 
 }
 
 unsigned vote(unsigned mask, int op, int pred, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__ballot/__any/__all_sync()");
   static const char* names[] = {"__ballot_sync()", "__any_sync()", "__all_sync()"};
   Fiber& me = *E.b->cur;
@@ -1017,6 +1193,7 @@ unsigned vote(unsigned mask, int op, int pred, const Loc& loc) {
 }
 
 unsigned match_any(unsigned mask, uint64_t value, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__match_any_sync()");
   Fiber& me = *E.b->cur;
   in_as<uint64_t>(me) = value;
@@ -1035,6 +1212,7 @@ unsigned match_any(unsigned mask, uint64_t value, const Loc& loc) {
 }
 
 unsigned match_all(unsigned mask, uint64_t value, int* pred, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__match_all_sync()");
   Fiber& me = *E.b->cur;
   in_as<uint64_t>(me) = value;
@@ -1049,6 +1227,7 @@ unsigned match_all(unsigned mask, uint64_t value, int* pred, const Loc& loc) {
 }
 
 unsigned reduce_sync(unsigned mask, int op, unsigned value, bool is_signed, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__reduce_*_sync()");
   Fiber& me = *E.b->cur;
   in_as<uint32_t>(me) = value;
@@ -1088,22 +1267,26 @@ unsigned reduce_sync(unsigned mask, int op, unsigned value, bool is_signed, cons
 }
 
 unsigned activemask() {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__activemask()");
   const Warp& w = my_warp();
   return w.exists & ~w.exited;
 }
 
 unsigned lane_id() {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("%laneid");
   return unsigned(E.b->cur->index % 32);
 }
 
 void* dynamic_shared() {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("extern __shared__");
   return E.b->window + E.b->dyn_start;
 }
 
 void* static_shared(const void* key, size_t bytes, size_t align) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("__shared__");
   for (const auto& [k, off] : E.b->statics)
     if (k == key) return E.b->window + off;
@@ -1121,7 +1304,10 @@ void* static_shared(const void* key, size_t bytes, size_t align) {
 #if CUDA_EMU_ASAN
   __asan_unpoison_memory_region(p, bytes);
 #endif
-  std::memset(p, 0xff, bytes);
+  {
+    const TsanQuiet quiet;  // the first thread to reach the declaration sets it up for all: not its store
+    std::memset(p, 0xff, bytes);
+  }
   return p;
 }
 
@@ -1141,6 +1327,7 @@ size_t shared_offset(const void* p, const Loc& loc) {
 namespace ptx {
 
 void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_size, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async");
   if (cp_size != 4 && cp_size != 8 && cp_size != 16)
     fatal("cp.async at %s:%u: cp-size %d (must be 4, 8 or 16)", short_file(loc.file_name()), loc.line(), cp_size);
@@ -1159,6 +1346,7 @@ void cp_async(uint32_t dst_shared, uint64_t src_global, int cp_size, int src_siz
 }
 
 void cp_async_commit_group(const Loc&) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.commit_group");
   Fiber& f = *E.b->cur;
   f.group_ends.push_back(f.copies.size());  // possibly an empty group, as PTX allows
@@ -1168,6 +1356,8 @@ namespace {
 void perform(Fiber& f, size_t upto) {
   for (size_t i = 0; i < upto; ++i) {
     const Copy& c = f.copies[i];
+    tsan_read(c.src, c.src_size);
+    tsan_write(c.dst, c.cp_size);
     if (c.src_size) std::memcpy(c.dst, c.src, c.src_size);
     if (c.src_size < c.cp_size) std::memset(c.dst + c.src_size, 0, c.cp_size - c.src_size);
   }
@@ -1176,6 +1366,7 @@ void perform(Fiber& f, size_t upto) {
 }  // namespace
 
 void cp_async_wait_group(int n, const Loc&) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.wait_group");
   Fiber& f = *E.b->cur;
   const int groups = int(f.group_ends.size());
@@ -1187,6 +1378,7 @@ void cp_async_wait_group(int n, const Loc&) {
 }
 
 void cp_async_wait_all(const Loc&) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.wait_all");
   Fiber& f = *E.b->cur;
   perform(f, f.copies.size());  // wait_all commits the open copies too
@@ -1194,6 +1386,7 @@ void cp_async_wait_all(const Loc&) {
 }
 
 void ldmatrix(int count, bool trans, uint32_t addr, uint32_t* r, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("ldmatrix");
   Fiber& me = *E.b->cur;
   in_as<uint32_t>(me) = addr;
@@ -1214,6 +1407,7 @@ void ldmatrix(int count, bool trans, uint32_t addr, uint32_t* r, const Loc& loc)
                    fatal("ldmatrix at %s:%u: lane %d gives row address 0x%x, not 16-byte aligned",
                          short_file(where.file_name()), where.line(), l, a);
                  rows[l] = reinterpret_cast<const uint16_t*>(shared_ptr(a, 16, "ldmatrix", where));
+                 tsan_read(rows[l], 16);
                }
                // Bank conflicts: each 8x8 matrix is one phase of 8 row reads of 16 bytes; a phase takes as many
                // wavefronts as the most distinct rows that fall on one 16-byte group of the 32 banks
@@ -1252,6 +1446,7 @@ void ldmatrix(int count, bool trans, uint32_t addr, uint32_t* r, const Loc& loc)
 }
 
 void mma_m16n8k16_f32(int ab_type, float* d, const uint32_t* a, const uint32_t* b, const float* c, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("mma.sync");
   Fiber& me = *E.b->cur;
   std::memcpy(me.in, a, 16);
@@ -1315,20 +1510,24 @@ float cvt_f32_f16(uint16_t h) { return f16_to_f32(h); }
 float cvt_f32_bf16(uint16_t h) { return bf16_to_f32(h); }
 
 void st_shared_v2_f32(uint32_t addr, float x, float y, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("st.shared.v2.f32");
   if (addr % 8)
     fatal("st.shared.v2.f32 at %s:%u: shared address 0x%x is not 8-byte aligned", short_file(loc.file_name()),
           loc.line(), addr);
   const float v[2] = {x, y};
+  tsan_write(shared_ptr(addr, 8, "st.shared.v2.f32", loc), 8);
   std::memcpy(shared_ptr(addr, 8, "st.shared.v2.f32", loc), v, 8);
   if (E.stats) record_write(E.b->st_by_warp, E.b->cur->st_seq, addr, 8);
 }
 
 void st_shared_b32(uint32_t addr, uint32_t v, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("st.shared.b32");
   if (addr % 4)
     fatal("st.shared.b32 at %s:%u: shared address 0x%x is not 4-byte aligned", short_file(loc.file_name()), loc.line(),
           addr);
+  tsan_write(shared_ptr(addr, 4, "st.shared.b32", loc), 4);
   std::memcpy(shared_ptr(addr, 4, "st.shared.b32", loc), &v, 4);
   if (E.stats) record_write(E.b->st_by_warp, E.b->cur->st_seq, addr, 4);
 }
@@ -1451,17 +1650,22 @@ void perform_tma(const TmaLoad& t) {
   const uint32_t bytes = box_bytes(m);
   unsigned char* dst = shared_ptr(t.dst, bytes, "cp.async.bulk.tensor", t.loc);
   for (uint32_t line = t.dst / 128; line < (t.dst + bytes + 127) / 128; ++line) E.b->fills[line] = FillTag{t.bar, t.phase};
+  tsan_acquire(&g_tsan_tokens[t.token]);  // what the issuing thread had done when it issued the load
   const auto copy = [&](uint32_t at, const unsigned char* global) {
-    if (global)
+    tsan_write(dst + at, m.elem_bytes);
+    if (global) {
+      tsan_read(global, m.elem_bytes);
       std::memcpy(dst + at, global, m.elem_bytes);
-    else
+    } else {
       std::memset(dst + at, m.oob_nan ? 0xff : 0, m.elem_bytes);
+    }
   };
   if (m.im2col)
     walk_im2col(m, t.c, t.off, copy);
   else
     walk_box(m, t.c, copy);
   Mbarrier& b = mbarrier_at(t.bar, "cp.async.bulk.tensor (complete_tx)", t.loc);
+  tsan_release(&b.sync[b.completed % 4]);
   b.tx -= int64_t(bytes);
   mbarrier_maybe_complete(b);
 }
@@ -1541,7 +1745,9 @@ class WgmmaOperand {
     const uint32_t phys = (addr & ~0x3ffu) | swizzle_offset(addr & 0x3ffu, CU_TENSOR_MAP_SWIZZLE_128B);
     if (phys / 128 != line_) enter_line(phys);
     // a line partly outside shared memory: the chunk's own bounds (the message names it)
-    return line_base_ ? line_base_ + phys % 128 : shared_ptr(phys, 16, "wgmma operand", loc_);
+    const unsigned char* p = line_base_ ? line_base_ + phys % 128 : shared_ptr(phys, 16, "wgmma operand", loc_);
+    tsan_read(p, 16);
+    return p;
   }
 
  private:
@@ -1673,6 +1879,7 @@ void perform_wgmmas(Fiber* lanes, uint32_t mask, size_t count) {
 }  // namespace
 
 void mbarrier_init(uint32_t bar, uint32_t count, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("mbarrier.init");
   if (bar % 8) fatal("mbarrier.init at %s:%u: address 0x%x is not 8-byte aligned", short_file(loc.file_name()), loc.line(), bar);
   shared_ptr(bar, 8, "mbarrier.init", loc);
@@ -1684,8 +1891,10 @@ void mbarrier_init(uint32_t bar, uint32_t count, const Loc& loc) {
 }
 
 void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("mbarrier.arrive.expect_tx");
   Mbarrier& m = mbarrier_at(bar, "mbarrier.arrive.expect_tx", loc);
+  tsan_release(&m.sync[m.completed % 4]);
   m.tx += int64_t(tx_bytes);
   if (m.pending == 0)
     fatal("mbarrier.arrive.expect_tx at %s:%u: more arrivals than the barrier's count %u in one phase",
@@ -1695,6 +1904,7 @@ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t tx_bytes, const Loc& loc) 
 }
 
 bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("mbarrier.try_wait.parity");
   mbarrier_at(bar, "mbarrier.try_wait.parity", loc);
   // the TMA loads completing on this barrier land now, at the latest moment a waiting thread allows
@@ -1721,6 +1931,7 @@ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
             short_file(loc.file_name()), loc.line(), parity, bar, (unsigned long long)completed);
     E.b->cur->seen_phases[bar] = completed;
     E.b->cur->failed_waits = 0;
+    tsan_acquire(&E.b->mbarriers[bar].sync[(completed - 1) % 4]);  // the last phase completed has this parity
     return true;
   }
   // Not yet: others run first. When no other thread of the block can run, nothing can complete the phase;
@@ -1735,9 +1946,13 @@ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity, const Loc& loc) {
   return false;
 }
 
-void fence_mbarrier_init(const Loc&) { check_in_kernel("fence.mbarrier_init"); }
+void fence_mbarrier_init(const Loc&) {
+  const TsanQuiet tsan_quiet;
+  check_in_kernel("fence.mbarrier_init");
+}
 
 void trap(const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("trap");
   fatal("trap at %s:%u: the kernel stopped itself (on a GPU the launch fails with cudaErrorLaunchFailure)",
         short_file(loc.file_name()), loc.line());
@@ -1746,6 +1961,8 @@ void trap(const Loc& loc) {
 namespace {
 void issue_tma_load(TmaLoad& t, uint32_t dst, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
   t.phase = mbarrier_at(bar, "cp.async.bulk.tensor", loc).completed + 1;
+  t.token = g_tsan_next_token++ % sizeof g_tsan_tokens;
+  tsan_release(&g_tsan_tokens[t.token]);
   t.dst = dst, t.bar = bar, t.loc = loc;
   for (int i = 0; i < kTensorMapMaxRank; ++i) t.c[i] = i < rank ? coords[i] : 0;
   // CUDA_EMU_TMA=early performs the load now, the earliest completion CUDA allows: a refill issued before
@@ -1760,6 +1977,7 @@ void issue_tma_load(TmaLoad& t, uint32_t dst, int rank, const int32_t* coords, u
 }  // namespace
 
 void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, uint32_t bar, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.bulk.tensor");
   TmaLoad t{};
   t.map = checked_map(tensor_map, rank, dst, "cp.async.bulk.tensor", loc);
@@ -1768,6 +1986,7 @@ void tma_load(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords
 
 void tma_load_im2col(uint32_t dst, uint64_t tensor_map, int rank, const int32_t* coords, const uint16_t* offsets,
                      uint32_t bar, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.bulk.tensor (im2col)");
   g_tma_im2col_loads.fetch_add(1);
   TmaLoad t{};
@@ -1781,14 +2000,20 @@ namespace {
 void perform_tma_store(const TmaStore& t) {
   const unsigned char* src = shared_ptr(t.src, box_bytes(t.map), "cp.async.bulk.tensor (store)", t.loc);
   walk_box(
-      t.map, t.c, [&](uint32_t at, unsigned char* global) {
-        if (global) std::memcpy(global, src + at, t.map.elem_bytes);
+      t.map, t.c,
+      [&](uint32_t at, unsigned char* global) {
+        if (global) {
+          tsan_read(src + at, t.map.elem_bytes);
+          tsan_write(global, t.map.elem_bytes);
+          std::memcpy(global, src + at, t.map.elem_bytes);
+        }
       },
       /*whole_granules=*/true);
 }
 }  // namespace
 
 void tma_store(uint64_t tensor_map, int rank, const int32_t* coords, uint32_t src, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.bulk.tensor (store)");
   g_tma_stores.fetch_add(1);
   TmaStore t;
@@ -1809,11 +2034,13 @@ void tma_store(uint64_t tensor_map, int rank, const int32_t* coords, uint32_t sr
 }
 
 void bulk_commit_group(const Loc&) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.bulk.commit_group");
   E.b->cur->bulk_group_ends.push_back(E.b->cur->bulk_stores.size());  // possibly an empty group, as PTX allows
 }
 
 void bulk_wait_group(int n, const Loc&) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("cp.async.bulk.wait_group");
   Fiber& f = *E.b->cur;
   const int groups = int(f.bulk_group_ends.size());
@@ -1825,9 +2052,13 @@ void bulk_wait_group(int n, const Loc&) {
   for (size_t& e : f.bulk_group_ends) e -= upto;
 }
 
-void fence_proxy_async(const Loc&) { check_in_kernel("fence.proxy.async"); }
+void fence_proxy_async(const Loc&) {
+  const TsanQuiet tsan_quiet;
+  check_in_kernel("fence.proxy.async");
+}
 
 void prefetch_global_l2(uint64_t addr, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("prefetch.global.L2");
   if (!in_device_memory(reinterpret_cast<const void*>(uintptr_t(addr)), 1))
     fatal("prefetch.global.L2 at %s:%u: address 0x%llx lies in no device allocation", short_file(loc.file_name()),
@@ -1837,6 +2068,7 @@ void prefetch_global_l2(uint64_t addr, const Loc& loc) {
 }
 
 void setmaxnreg(int n, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("setmaxnreg");
   if (n % 8 || n < 24 || n > 256)
     fatal("setmaxnreg at %s:%u: %d registers; PTX takes a multiple of 8 in [24, 256]", short_file(loc.file_name()),
@@ -1844,6 +2076,7 @@ void setmaxnreg(int n, const Loc& loc) {
 }
 
 void wgmma_fence(const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("wgmma.fence");
   E.b->cur->wgmma_fenced = true;
   collective(0xffffffffu, 70, "wgmma.fence", loc, true, nullptr);
@@ -1851,6 +2084,7 @@ void wgmma_fence(const Loc& loc) {
 
 void wgmma_m64nNk16(int n, int ab_type, float* const* d, uint64_t desc_a, uint64_t desc_b, bool scale_d, int scale_a,
                     int scale_b, int trans_a, int trans_b, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("wgmma.mma_async");
   if (scale_a != 1 || scale_b != 1)
     fatal("wgmma at %s:%u: imm-scale-a/b other than 1 (negated operands) are not emulated", short_file(loc.file_name()),
@@ -1882,12 +2116,14 @@ void wgmma_m64nNk16(int n, int ab_type, float* const* d, uint64_t desc_a, uint64
 }
 
 void wgmma_commit_group(const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("wgmma.commit_group");
   E.b->cur->wgmma_group_ends.push_back(E.b->cur->wgmmas.size());
   collective(0xffffffffu, 72, "wgmma.commit_group", loc, true, nullptr);
 }
 
 void wgmma_wait_group(int n, const Loc& loc) {
+  const TsanQuiet tsan_quiet;
   check_in_kernel("wgmma.wait_group");
   E.b->cur->wgmma_fenced = false;
   in_as<int32_t>(*E.b->cur) = n;
@@ -2080,6 +2316,9 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
   }
   gridDim = g;
   blockDim = b;
+#if CUDA_EMU_TSAN
+  E.main.tsan = __tsan_get_current_fiber();  // the host thread that launches
+#endif
   E.resident = resident_setting();
   E.spin_rounds = 0;
   while (E.slots.size() < size_t(E.resident)) E.slots.push_back(new Block);
@@ -2092,6 +2331,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
     for (int i = 0; i < E.n; ++i) {
       Fiber& f = E.b->fibers[size_t(i)];
       f.index = i;
+      f.ctx.tsan = tsan_fiber(E.b, i);
       f.tid = {unsigned(i) % b.x, (unsigned(i) / b.x) % b.y, unsigned(i) / (b.x * b.y)};
       E.b->warps[size_t(i / 32)].exists |= 1u << (i % 32);
     }
@@ -2121,6 +2361,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
       const uint3 idx{unsigned(lin % g.x), unsigned(lin / g.x % g.y), unsigned(lin / (uint64_t(g.x) * g.y))};
       init_block(lin, idx);
       begin_block_smem();
+      tsan_release(&E.b->sync_start);
       active.insert(active.begin(), E.b);
       ++turn;  // the same block's turn comes next (at the start: past the end, so the newest)
     }
@@ -2132,6 +2373,7 @@ void launch_impl(const Loc& where, const void* kernel, const LaunchConfig& cfg, 
       ++turn;
       continue;
     }
+    tsan_acquire(&E.b->sync_end);
     if (E.stats) {
       tally_writes(E.b->cp_by_warp, E.cp_wavefronts, E.cp_ideal);
       tally_writes(E.b->st_by_warp, E.st_wavefronts, E.st_ideal);
@@ -2251,6 +2493,13 @@ extern "C" void cuda_emu_fiber_main() {
   recycle_zombie();
   for (;;) {
     Fiber* me = E.b->cur;
+#if CUDA_EMU_TSAN
+    if (me->tsan_quiet) {  // it left the last block it ran in the emulator's code
+      me->tsan_quiet = false;
+      __tsan_ignore_thread_end();
+    }
+#endif
+    tsan_acquire(&E.b->sync_start);
     try {
       E.thunk(E.ctx);
     } catch (const std::exception& e) {
@@ -2259,6 +2508,10 @@ extern "C" void cuda_emu_fiber_main() {
       fatal("exception escaped a kernel");
     }
     // Finish what the thread issued (the GPU would), then leave for good.
+#if CUDA_EMU_TSAN
+    me->tsan_quiet = true;  // the emulator's code from here on (ended when the thread starts in a later block)
+    __tsan_ignore_thread_begin();
+#endif
     ptx::cp_async_wait_all(Loc::current());
     if (!me->wgmmas.empty())
       fatal("thread exited with %zu wgmma.mma_async issued at %s:%u and never waited for (wgmma.wait_group): its "
@@ -2269,6 +2522,7 @@ extern "C" void cuda_emu_fiber_main() {
             "the block's shared memory they read may be gone before TMA reads it",
             me->bulk_stores.size(), short_file(me->bulk_stores.front().loc.file_name()),
             me->bulk_stores.front().loc.line());
+    tsan_release(&E.b->sync_end);
     me->state = kDone;
     ++E.b->ndone;
     Warp& w = E.b->warps[size_t(me->index / 32)];
@@ -2292,7 +2546,7 @@ extern "C" void cuda_emu_fiber_main() {
           "the block must reach the barrier",
           E.b->bar_arrived, short_file(E.b->bar_loc.file_name()), E.b->bar_loc.line(), E.b->bar_first);
     Fiber* next = next_runnable(me->pos);
-    if (next && next->state == kNew) {
+    if (!CUDA_EMU_TSAN && next && next->state == kNew) {
       // A thread that has not started yet runs on this stack: no switch at all.
       next->stack = me->stack;
       next->ctx.stack_lo = me->ctx.stack_lo;
@@ -2302,9 +2556,10 @@ extern "C" void cuda_emu_fiber_main() {
       make_current(next);
       continue;
     }
-    E.zombie = me->stack;
+    if (!CUDA_EMU_TSAN) E.zombie = me->stack;  // (racecheck: each thread keeps its own)
     me->stack = nullptr;
     if (next) {
+      if (next->state == kNew) start_fiber(next);
       next->state = kReady;
       make_current(next);
       switch_context(me->ctx, next->ctx, true);

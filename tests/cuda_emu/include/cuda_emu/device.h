@@ -328,81 +328,80 @@ constexpr bool kAtomicInt = std::is_same_v<T, int> || std::is_same_v<T, unsigned
 template <class T>
 constexpr bool kAtomicArith = kAtomicInt<T> || std::is_same_v<T, float> || std::is_same_v<T, double>;
 }  // namespace cuda_emu
+namespace cuda_emu {
+// The read-modify-write of every atomic*: under ThreadSanitizer (the racecheck build, -fsanitize=thread) a real atomic,
+// so that it sees atomics as such (two threads' atomicAdd on one word do not race).
+template <class T, class F>
+inline T atomic_update(T* p, F f) {
+#if defined(__SANITIZE_THREAD__)
+  T old;
+  __atomic_load(p, &old, __ATOMIC_RELAXED);
+  T desired;
+  do {
+    desired = f(old);
+  } while (!__atomic_compare_exchange(p, &old, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  return old;
+#else
+  const T old = *p;
+  *p = f(old);
+  return old;
+#endif
+}
+}  // namespace cuda_emu
 template <class T, class U>
 inline T atomicAdd(T* p, U v) {
   static_assert(cuda_emu::kAtomicArith<T>, "no CUDA atomicAdd for this type");
-  const T old = *p;
-  *p = T(old + T(v));
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return T(old + T(v)); });
 }
 template <class T, class U>
 inline T atomicSub(T* p, U v) {
   static_assert(std::is_same_v<T, int> || std::is_same_v<T, unsigned>, "no CUDA atomicSub for this type");
-  const T old = *p;
-  *p = T(old - T(v));
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return T(old - T(v)); });
 }
 template <class T, class U>
 inline T atomicMin(T* p, U v) {
   static_assert(cuda_emu::kAtomicInt<T>, "no CUDA atomicMin for this type");
-  const T old = *p;
-  if (T(v) < old) *p = T(v);
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return T(v) < old ? T(v) : old; });
 }
 template <class T, class U>
 inline T atomicMax(T* p, U v) {
   static_assert(cuda_emu::kAtomicInt<T>, "no CUDA atomicMax for this type");
-  const T old = *p;
-  if (T(v) > old) *p = T(v);
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return T(v) > old ? T(v) : old; });
 }
 template <class T, class U>
 inline T atomicExch(T* p, U v) {
   static_assert(cuda_emu::kAtomicInt<T> || std::is_same_v<T, float>, "no CUDA atomicExch for this type");
-  const T old = *p;
-  *p = T(v);
-  return old;
+  return cuda_emu::atomic_update(p, [&](T) { return T(v); });
 }
 template <class T, class U, class V>
 inline T atomicCAS(T* p, U compare, V v) {
   static_assert(cuda_emu::kAtomicInt<T> || std::is_same_v<T, unsigned short>, "no CUDA atomicCAS for this type");
-  const T old = *p;
-  if (old == T(compare)) *p = T(v);
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return old == T(compare) ? T(v) : old; });
 }
 template <class T, class U>
 inline T atomicAnd(T* p, U v) {
   static_assert(cuda_emu::kAtomicInt<T>, "no CUDA atomicAnd for this type");
-  const T old = *p;
-  *p = T(old & T(v));
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return T(old & T(v)); });
 }
 template <class T, class U>
 inline T atomicOr(T* p, U v) {
   static_assert(cuda_emu::kAtomicInt<T>, "no CUDA atomicOr for this type");
-  const T old = *p;
-  *p = T(old | T(v));
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return T(old | T(v)); });
 }
 template <class T, class U>
 inline T atomicXor(T* p, U v) {
   static_assert(cuda_emu::kAtomicInt<T>, "no CUDA atomicXor for this type");
-  const T old = *p;
-  *p = T(old ^ T(v));
-  return old;
+  return cuda_emu::atomic_update(p, [&](T old) { return T(old ^ T(v)); });
 }
 inline unsigned atomicInc(unsigned* p, unsigned limit) {
-  const unsigned old = *p;
-  *p = old >= limit ? 0u : old + 1u;
-  return old;
+  return cuda_emu::atomic_update(p, [&](unsigned old) { return old >= limit ? 0u : old + 1u; });
 }
 inline unsigned atomicDec(unsigned* p, unsigned limit) {
-  const unsigned old = *p;
-  *p = (old == 0u || old > limit) ? limit : old - 1u;
-  return old;
+  return cuda_emu::atomic_update(p, [&](unsigned old) { return (old == 0u || old > limit) ? limit : old - 1u; });
 }
 
 namespace cuda_emu {
+void acquire_fences();  // scheduler.cpp: racecheck orders the calling thread after every __threadfence so far
 void fence_yield();  // scheduler.cpp: with several resident blocks, another one runs (CUDA_EMU_RESIDENT)
 void spin_yield(const Loc& loc);
 }  // namespace cuda_emu
