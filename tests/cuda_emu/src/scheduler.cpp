@@ -1304,10 +1304,7 @@ void* static_shared(const void* key, size_t bytes, size_t align) {
 #if CUDA_EMU_ASAN
   __asan_unpoison_memory_region(p, bytes);
 #endif
-  {
-    const TsanQuiet quiet;  // the first thread to reach the declaration sets it up for all: not its store
-    std::memset(p, 0xff, bytes);
-  }
+  std::memset(p, 0xff, bytes);  // (the first thread to reach the declaration sets it up for all: not its store)
   return p;
 }
 
