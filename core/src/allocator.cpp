@@ -59,10 +59,30 @@ size_t CachingAllocator::round_size(size_t bytes) {
 void* CachingAllocator::allocate(size_t bytes, void* stream) {
   const size_t size = round_size(bytes);
   std::lock_guard lk(mu_);
+  uint64_t pool = 0;  // the pool capturing on this stream, if any
+  for (auto& [id, q] : pools_)
+    if (q.capturing && q.stream == stream) pool = id;
+  if (pool) {
+    auto& cached = pools_.at(pool).cached;
+    if (auto it = cached.find(size); it != cached.end()) {
+      void* p = it->second;
+      cached.erase(it);
+      live_.emplace(p, Block{size, stream, pool});
+      stats_.bytes_cached -= size;
+      stats_.bytes_in_use += size;
+      stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+      ++stats_.cache_hits;
+      return p;
+    }
+  }
+  return take(bytes, size, stream, pool);
+}
+
+void* CachingAllocator::take(size_t bytes, size_t size, void* stream, uint64_t pool) {
   if (auto it = cached_.find({stream, size}); it != cached_.end()) {
     void* p = it->second;
     cached_.erase(it);
-    live_.emplace(p, Block{size, stream});
+    live_.emplace(p, Block{size, stream, pool});
     stats_.bytes_cached -= size;
     stats_.bytes_in_use += size;
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -70,16 +90,18 @@ void* CachingAllocator::allocate(size_t bytes, void* stream) {
     return p;
   }
   void* p = raw_->allocate(size);
-  if (!p && !cached_.empty()) {  // out of memory: give the cache back and try once more
-    for (auto& [key, q] : cached_) raw_->deallocate(q);
+  if (!p && !cached_.empty()) {  // out of memory: give the general cache back and try once more
+    for (auto& [key, q] : cached_) {
+      raw_->deallocate(q);
+      stats_.bytes_cached -= key.second;
+    }
     cached_.clear();
-    stats_.bytes_cached = 0;
     p = raw_->allocate(size);
   }
   if (!p)
     HPDT_FAIL(name_, " memory exhausted allocating ", bytes, " bytes (", mib(size), "): ", mib(stats_.bytes_in_use),
               " in use, peak ", mib(stats_.peak_bytes_in_use));
-  live_.emplace(p, Block{size, stream});
+  live_.emplace(p, Block{size, stream, pool});
   ++stats_.raw_allocations;
   stats_.bytes_in_use += size;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -93,16 +115,56 @@ void CachingAllocator::deallocate(void* p) {
   HPDT_CHECK(it != live_.end(), name_, " allocator: free of a pointer it did not allocate (or a double free)");
   const Block b = it->second;
   live_.erase(it);
-  cached_.emplace(std::make_pair(b.stream, b.size), p);
+  if (auto q = pools_.find(b.pool); b.pool && q != pools_.end())
+    q->second.cached.emplace(b.size, p);
+  else
+    cached_.emplace(std::make_pair(b.stream, b.size), p);
   stats_.bytes_in_use -= b.size;
   stats_.bytes_cached += b.size;
 }
 
 void CachingAllocator::release_cached() {
   std::lock_guard lk(mu_);
-  for (auto& [key, p] : cached_) raw_->deallocate(p);
+  for (auto& [key, p] : cached_) {
+    raw_->deallocate(p);
+    stats_.bytes_cached -= key.second;
+  }
   cached_.clear();
-  stats_.bytes_cached = 0;
+}
+
+uint64_t CachingAllocator::begin_pool(void* stream) {
+  std::lock_guard lk(mu_);
+  for (const auto& [id, q] : pools_)
+    HPDT_CHECK(!(q.capturing && q.stream == stream), name_,
+               " allocator: a private pool is already capturing on stream ", stream,
+               " (one capture per stream at a time)");
+  const uint64_t id = next_pool_++;
+  pools_.emplace(id, Pool{stream, true, {}});
+  return id;
+}
+
+void CachingAllocator::end_pool_capture(uint64_t pool) {
+  std::lock_guard lk(mu_);
+  auto q = pools_.find(pool);
+  HPDT_CHECK(q != pools_.end(), name_, " allocator: end_pool_capture of an unknown pool ", pool);
+  q->second.capturing = false;
+}
+
+void CachingAllocator::release_pool(uint64_t pool) {
+  std::lock_guard lk(mu_);
+  auto q = pools_.find(pool);
+  HPDT_CHECK(q != pools_.end(), name_, " allocator: release_pool of an unknown pool ", pool);
+  for (auto& [size, p] : q->second.cached) cached_.emplace(std::make_pair(q->second.stream, size), p);
+  pools_.erase(q);
+}
+
+size_t CachingAllocator::pool_bytes_cached(uint64_t pool) const {
+  std::lock_guard lk(mu_);
+  auto q = pools_.find(pool);
+  size_t n = 0;
+  if (q != pools_.end())
+    for (const auto& [size, p] : q->second.cached) n += size;
+  return n;
 }
 
 CachingAllocator::Stats CachingAllocator::stats() const {

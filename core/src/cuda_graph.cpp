@@ -2,7 +2,9 @@
 
 #include <exception>
 
+#include "hpdt/core/allocator.h"
 #include "hpdt/core/error.h"
+#include "hpdt/core/log.h"
 
 #if HPDT_HAVE_CUDA
 #include "hpdt/core/check_cuda.h"
@@ -15,7 +17,19 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   HPDT_CHECK(stream.is_cuda() && stream.handle() != nullptr,
              "CudaGraph::capture: needs a created CUDA stream (the legacy default stream cannot be captured)");
   const auto s = static_cast<cudaStream_t>(stream.handle());
-  HPDT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  // The capture's memory goes into a private pool that the graph holds: nothing else gets a block its replays write.
+  CachingAllocator& alloc = cuda_caching_allocator(stream.device().index);
+  const uint64_t pool_id = alloc.begin_pool(stream.handle());
+  std::shared_ptr<void> pool(reinterpret_cast<void*>(pool_id), [&alloc](void* id) {
+    try {
+      alloc.release_pool(reinterpret_cast<uint64_t>(id));
+    } catch (const std::exception& e) {  // (a destructor's: logged, not thrown)
+      HPDT_LOG(error) << "CudaGraph: " << e.what();
+    }
+  });
+  const cudaError_t begin = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (begin != cudaSuccess) alloc.end_pool_capture(pool_id);
+  HPDT_CUDA_CHECK(begin);
   std::exception_ptr failed;
   try {
     queue_work();
@@ -24,6 +38,7 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   }
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  alloc.end_pool_capture(pool_id);
   (void)cudaGetLastError();  // the capture's own error is reported below
   if (failed) {
     if (graph) (void)cudaGraphDestroy(graph);
@@ -42,6 +57,7 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   (void)cudaGraphDestroy(graph);
   HPDT_CUDA_CHECK(inst);
   CudaGraph g;
+  g.pool_ = std::move(pool);
   g.exec_ = std::shared_ptr<void>(exec, [](void* p) { (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(p)); });
   return g;
 #else

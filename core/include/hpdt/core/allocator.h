@@ -5,10 +5,12 @@
 //
 // Device memory comes from a CachingAllocator: cudaMalloc is slow and synchronising, so freed blocks
 // are kept and handed out again. A block is reused only on the stream it was last used on, which keeps
-// reuse safe without events (the PyTorch rule). Everything is cudaMalloc; no managed memory.
+// reuse safe without events (the PyTorch rule). Everything is cudaMalloc; no managed memory. A CUDA graph's
+// memory is kept in a private pool of its own while the graph lives (begin_pool).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,20 +57,41 @@ class CachingAllocator {
   // after the cache is released.
   void* allocate(size_t bytes, void* stream = nullptr);
   void deallocate(void* p);  // throws for a pointer it did not hand out
-  void release_cached();     // gives every cached block back to the raw allocator
+  void release_cached();     // gives every cached block of the general cache back to the raw allocator
   Stats stats() const;
   static size_t round_size(size_t bytes);
+
+  // Private pools, for CUDA-graph capture (CudaGraph::capture). Between begin_pool(stream) and
+  // end_pool_capture(pool), allocations on `stream` take the pool's cached blocks first, then the general
+  // cache's, then the raw allocator's, and every block they hand out belongs to the pool. A pool block that is
+  // freed goes back to its pool: out of reach of every other allocation and of release_cached() until
+  // release_pool(pool), which moves the pool's cached blocks into the general cache (its live blocks go there
+  // when freed). So the memory a graph's replays write is never handed to other work while the graph lives.
+  // One capturing pool per stream at a time.
+  uint64_t begin_pool(void* stream);
+  void end_pool_capture(uint64_t pool);
+  void release_pool(uint64_t pool);
+  size_t pool_bytes_cached(uint64_t pool) const;  // the pool's freed blocks (0 for a released pool)
 
  private:
   struct Block {
     size_t size;
     void* stream;
+    uint64_t pool = 0;  // 0: the general cache's
   };
+  struct Pool {
+    void* stream;
+    bool capturing = true;
+    std::multimap<size_t, void*> cached;  // size -> block
+  };
+  void* take(size_t bytes, size_t size, void* stream, uint64_t pool);  // general cache or raw; with mu_ held
   std::unique_ptr<RawAllocator> raw_;
   std::string name_;
   mutable std::mutex mu_;
   std::unordered_map<void*, Block> live_;
   std::multimap<std::pair<void*, size_t>, void*> cached_;  // (stream, size) -> block
+  std::map<uint64_t, Pool> pools_;
+  uint64_t next_pool_ = 1;
   Stats stats_;
 };
 

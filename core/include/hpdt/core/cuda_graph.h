@@ -3,12 +3,15 @@
 //
 // What the captured work may do is what stream capture allows: kernels, device copies and memsets queued
 // on that stream, taking memory the caching allocator already holds (for a training step: run it eagerly
-// twice first, since a step allocates while the model still holds the previous step's activations). Host waits, synchronous copies, copies
-// to pageable memory, cudaMalloc and work on the legacy stream make the capture fail; capture() then throws,
-// naming the call (every CUDA call in hpdt is checked). Each replay runs the same kernels with the same
-// arguments: pointers, sizes and host scalars (learning rate, step count, loss scale) are those of the
-// capture. The memory the captured work allocated and freed stays the graph's: blocks the caching
-// allocator hands out after the capture may be the same, so data kept in them across a replay is lost.
+// twice first, since a step allocates while the model still holds the previous step's activations). Host waits,
+// synchronous copies, copies to pageable memory, cudaMalloc and work on the legacy stream make the capture fail;
+// capture() then throws, naming the call (every CUDA call in hpdt is checked). Each replay runs the same kernels with
+// the same arguments: pointers, sizes and host scalars (learning rate, step count, loss scale) are those of the
+// capture. The memory the captured work allocates is the graph's while it lives: the caching allocator keeps
+// it in a private pool (CachingAllocator::begin_pool), so no later allocation gets a block the replays write,
+// and gives it back to its general cache when the graph is destroyed. (Memory allocated before the capture
+// and used inside it, a layer's buffers from the warm-up, stays its owner's: keep it alive, unchanged in
+// place, while the graph replays.)
 #pragma once
 
 #include <functional>
@@ -29,6 +32,7 @@ class CudaGraph {
   bool empty() const { return exec_ == nullptr; }
 
  private:
+  std::shared_ptr<void> pool_;  // the caching allocator's private pool of the capture (released after exec_)
   std::shared_ptr<void> exec_;  // cudaGraphExec_t
 };
 
