@@ -378,6 +378,7 @@ void Run::setup_data() {
     test_path_ = o_.test_data.empty() ? sibling_test_split(o_.data) : o_.test_data;
   }
   info_ = as_usage([&] { return io::inspect_dataset(train_path_); });
+  if (o_.train_samples > 0) info_.n = std::min<int64_t>(info_.n, o_.train_samples);  // what the run reads of it
   if (info_.h != info_.w)
     throw UsageError("--data " + train_path_ + ": images are " + std::to_string(info_.h) + "x" +
                      std::to_string(info_.w) + "; the models take square images");
@@ -479,6 +480,7 @@ void Run::setup_comm() {
   tr.shuffle_block = o_.shuffle_block;
   tr.window_batches = o_.window_batches;
   tr.tail = io::TailPolicy::drop;
+  tr.max_samples = o_.train_samples;  // --train-samples: the first N (0: all)
   // On the GPU each batch's pinned memory comes back to a pool when the step lets it go: a fresh pinned
   // allocation a batch would cost a cudaHostAlloc, and its release a cudaFreeHost, which waits for the device.
   tr.reuse_batch_memory = device_.is_cuda();

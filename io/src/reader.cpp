@@ -630,6 +630,8 @@ struct ShardedReader::Impl {
         h5check(H5Dread(images, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, dxpl, memory.data()), "H5Dread (whole dataset)",
                 path + ":/images");
       }
+      // The first max_samples only: every order and shard below is cut from info.n (the whole file was read above).
+      if (opt.max_samples > 0 && opt.max_samples < info.n) info.n = opt.max_samples;
     } catch (const std::exception& e) {
       close_task();
       return e.what();
@@ -929,6 +931,7 @@ ShardedReader::ShardedReader(MPI_Comm comm, const std::string& path, int64_t glo
     HPDT_CHECK(m.opt.shuffle_block >= 1, "shuffle block must be >= 1, got ", m.opt.shuffle_block);
     HPDT_CHECK(m.opt.window_batches >= 1, "window_batches must be >= 1, got ", m.opt.window_batches);
     HPDT_CHECK(m.opt.in_memory_limit_bytes >= 0, "in_memory_limit_bytes must be >= 0");
+    HPDT_CHECK(m.opt.max_samples >= 0, "max_samples must be >= 0 (0: all), got ", m.opt.max_samples);
     if (!std::filesystem::exists(path)) throw Error("dataset file does not exist", path);
     std::lock_guard lock(hdf5_mutex());  // the I/O thread may be in HDF5 for another reader
     quiet_hdf5_errors();

@@ -159,6 +159,45 @@ TEST(ShardedReader, EvalModeSeesEverySampleExactlyOnce) {
   }
 }
 
+// max_samples: the reader sees the first N samples of the file, as a file of N (the order, the steps per epoch), in
+// memory or read from the file, in train and eval mode.
+TEST(ShardedReader, MaxSamplesReadsTheFirstNAsAFileOfN) {
+  test::TempDir dir;
+  const int p = world_size();
+  const std::string big = make_index_dataset(dir, 50, io::Layout::contiguous);
+  const std::string small = make_index_dataset(dir, 20, io::Layout::contiguous);
+  for (const int64_t in_memory : {int64_t(1) << 30, int64_t(0)}) {
+    io::ReaderOptions opt;
+    opt.normalize = false;
+    opt.in_memory_limit_bytes = in_memory;
+    opt.max_samples = 20;
+    io::ShardedReader first(MPI_COMM_WORLD, big, 2 * p, 5, opt);
+    opt.max_samples = 0;
+    io::ShardedReader whole(MPI_COMM_WORLD, small, 2 * p, 5, opt);
+    ASSERT_EQ(first.steps_per_epoch(), 20 / (2 * p));
+    ASSERT_EQ(whole.steps_per_epoch(), first.steps_per_epoch());
+    for (int64_t s = 0; s < 2 * first.steps_per_epoch(); ++s) {  // two epochs
+      const io::Batch a = first.next(), b = whole.next();
+      ASSERT_EQ(a.indices, b.indices) << "step " << s;
+      for (int64_t i = 0; i < 2; ++i) {
+        ASSERT_LT(a.indices[size_t(i)], 20);
+        ASSERT_EQ(decoded_id(a.images.data<float>() + i * 16), a.indices[size_t(i)]);
+      }
+    }
+  }
+  io::ReaderOptions eval;
+  eval.mode = io::ReaderMode::eval;
+  eval.max_samples = 7;
+  io::ShardedReader e(MPI_COMM_WORLD, big, 4 * p, 0, eval);
+  EXPECT_EQ(e.steps_per_epoch(), (7 + 4 * p - 1) / (4 * p));
+  io::ReaderOptions more;
+  more.max_samples = 500;  // more than the file holds: all of it
+  EXPECT_EQ(io::ShardedReader(MPI_COMM_WORLD, big, 2 * p, 0, more).steps_per_epoch(), 50 / (2 * p));
+  io::ReaderOptions negative;
+  negative.max_samples = -1;
+  HPDT_EXPECT_THROW_MSG(io::ShardedReader(MPI_COMM_WORLD, big, p, 0, negative), "max_samples must be >= 0");
+}
+
 // ---- block-shuffled order ----
 
 // The per-sample order as every version before shuffle_block computed it (Fisher-Yates on Philox

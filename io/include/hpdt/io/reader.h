@@ -128,6 +128,9 @@ struct ReaderOptions {
   // read per rank; every rank keeps a copy) and batches are cut from there: Fashion-MNIST (47 MB)
   // then costs no I/O per step. 0 = always read from the file.
   int64_t in_memory_limit_bytes = int64_t(1) << 30;
+  // Read only the first max_samples samples of the file (0: all), as if it held no others: the order, the steps per
+  // epoch and the shards are those of a file of that many samples (hpdt-train's --train-samples, for short runs).
+  int64_t max_samples = 0;
 };
 
 struct Batch {
