@@ -125,7 +125,8 @@ TEST(CachingAllocator, PrivatePoolKeepsACapturesBlocksUntilReleased) {
   EXPECT_TRUE(m->live.count(t1)) << "release_cached() freed a block the graph writes";
   a.deallocate(kept);  // a live pool block freed while the pool lives: the pool's
   EXPECT_EQ(a.pool_bytes_cached(pool), 1024u + 5120u);
-  EXPECT_NE(a.allocate(5000, s), kept);
+  void* second = a.allocate(5000, s);
+  EXPECT_NE(second, kept);
   // Released (the graph destroyed): its blocks are the general cache's again.
   a.release_pool(pool);
   EXPECT_EQ(a.pool_bytes_cached(pool), 0u);
@@ -140,6 +141,9 @@ TEST(CachingAllocator, PrivatePoolKeepsACapturesBlocksUntilReleased) {
   auto st = a.stats();
   EXPECT_EQ(st.bytes_in_use, 5120u);  // the second 5000-byte block, still live
   EXPECT_EQ(st.bytes_cached, 1024u + 1024u + 1024u + 5120u);
+  a.deallocate(second);
+  a.release_cached();
+  EXPECT_TRUE(m->live.empty());
 }
 
 }  // namespace
