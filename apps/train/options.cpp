@@ -79,6 +79,10 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--keep-checkpoints", o.keep_checkpoints)->check(hpdt::cli::positive());
   app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir");
   app.add_option("--device", o.device, "cpu|cuda (cuda: one GPU per rank, local rank % GPUs on the node)");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "--device cuda: each step's forward and backward (all its micro-batches) captured into a CUDA graph "
+               "after two eager steps and replayed, one launch a step; the gradients are averaged after it, the "
+               "optimizer runs as before (not with --dropout or --sync-bn)");
   app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
   app.add_option("--gemm", o.gemm, "v3|v2: our GEMM for 16-bit inputs on the GPU (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)");
   app.add_option("--gemm-tuning", o.gemm_tuning, "heuristic|find: how GEMM v3 picks its pipeline and block tile for each GEMM shape (heuristic, the default: by rule; find: the fastest of them, timed at the shape's first call; --device cuda, --kernels ours, --gemm v3)");
@@ -168,6 +172,16 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   if (o.gemm_tuning == "find" && o.gemm != "v3") HPDT_FAIL("--gemm-tuning find tunes GEMM v3, not --gemm ", o.gemm);
   if (app.count("--cudnn-algo") > 0 && (o.device != "cuda" || o.kernels != "vendor"))
     HPDT_FAIL("--cudnn-algo ", o.cudnn_algo, " needs --device cuda and --kernels vendor");
+  if (o.cuda_graph) {
+    if (o.device != "cuda") HPDT_FAIL("--cuda-graph needs --device cuda");
+    if (o.dropout != 0)
+      HPDT_FAIL("--cuda-graph: not with --dropout ", o.dropout,
+                " (each step draws new masks from a counter on the host; a graph would replay the capture's masks)");
+    if (o.sync_bn)
+      HPDT_FAIL(
+          "--cuda-graph: not with --sync-bn (its forward waits for an all-reduce of the statistics on the host, "
+          "which a graph cannot hold)");
+  }
   if (o.algo == "nccl" && o.compress != "none")
     HPDT_FAIL("--compress ", o.compress,
               " needs a host all-reduce algorithm; --algo nccl reduces the "

@@ -50,6 +50,7 @@ struct TrainOptions {
   std::string gemm_tuning = "heuristic";  // heuristic|find: GEMM v3's plan per shape (kernels::GemmTuning)
   std::string cudnn_algo = "heuristic";  // heuristic|find: cuDNN's algorithm under --kernels vendor (kernels::CudnnAlgo)
   std::string layout = "auto";           // auto|nchw|nhwc: ResNet activations (auto: NHWC, on either device)
+  bool cuda_graph = false;               // --device cuda: each step's forward and backward replayed as one CUDA graph
   std::string gelu = "separate";  // fused|separate: ViT's MLP GELU in fc1's/fc2's GEMM epilogues or a layer of its own
   unsigned long long seed = 42;
   std::string timeline;             // Chrome/Perfetto trace

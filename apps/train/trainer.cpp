@@ -36,8 +36,10 @@
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/comm/communicator.h"
 #include "hpdt/comm/compression.h"
+#include "hpdt/core/allocator.h"
 #include "hpdt/core/build_info.h"
 #include "hpdt/core/check_mpi.h"
+#include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
 #include "hpdt/core/results.h"
@@ -190,6 +192,11 @@ class Run {
     int slot = 0;
   };
   Staged stage(StepTimes& t);
+  // --cuda-graph: the step's micro-batches copied from their slots into the graph's inputs, then forward, loss and
+  // backward of all of them replayed as one graph (run eagerly until the capture; captured again when the loss scale
+  // changes or evaluation has run the model); the gradients handed to the sync whole, after it.
+  void graph_forward_backward(StepTimes& t, double scale, int64_t* samples, std::vector<io::Batch>& held);
+  void drop_graph();
   void drop_staged();  // a staged batch not trained on (the loop ended): its copy finished, the batch let go
   json evaluate();
   void sync_buffers();
@@ -245,6 +252,15 @@ class Run {
   std::optional<Staged> staged_;
   std::unique_ptr<StepMarks> marks_;
   bool armed_ = false;  // forward gradients of this micro-batch to the sync (the last micro-batch)
+  // --cuda-graph: the graph, its inputs (one batch a micro-batch, filled from the slots), the loss scale it was
+  // captured with; graph-mode steps run eagerly since it was last dropped, and whether the last one allocated device
+  // memory (a capture must take all of its memory from the caching allocator's cache).
+  CudaGraph graph_;
+  std::vector<DeviceBatch> graph_in_;
+  double graph_scale_ = 0;
+  int eager_graph_steps_ = 0;
+  bool graph_step_allocated_ = true;
+  int64_t graph_captures_ = 0, graph_replays_ = 0, graph_eager_steps_ = 0;
   int64_t global_batch_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   int64_t step_ = 0, epoch_ = 0, step_in_epoch_ = 0;  // optimizer steps done; position
   int64_t skipped_steps_ = 0;
@@ -725,7 +741,8 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
   mk.start_host_s = now_s();
   const double scale = double(scaler_.scale()) / double(o_.accum_steps);
   std::vector<io::Batch> held;  // GPU: the batches' pinned memory, read by copies up to the step's one wait
-  for (int m = 0; m < o_.accum_steps; ++m) {
+  if (o_.cuda_graph) graph_forward_backward(t, scale, samples, held);
+  for (int m = 0; !o_.cuda_graph && m < o_.accum_steps; ++m) {
     StepMarks::Micro& mm = mk.micro[size_t(m)];
     Staged st = staged_ ? std::move(*staged_) : stage(t);
     staged_.reset();
@@ -795,7 +812,15 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
   if (!ok) ++skipped_steps_;
   scaler_.update(!ok);
   t.total = now_s() - t_step;
+  if (o_.cuda_graph) {  // one launch: forward and backward together (micro[0]'s marks bracket it)
+    const StepMarks::Micro& mm = mk.micro[0];
+    t.forward = mk.seconds(mm.forward, mm.backward_end);
+    timeline_.span(Timeline::compute,
+                   graph_.empty() ? "forward+backward (eager, before the capture)" : "forward+backward (CUDA graph)",
+                   mk.host_s(mm.forward), mk.host_s(mm.backward_end));
+  }
   for (const StepMarks::Micro& mm : mk.micro) {
+    if (o_.cuda_graph) break;
     t.forward += mk.seconds(mm.forward, mm.backward);
     t.backward += mk.seconds(mm.backward, mm.backward_end);
     timeline_.span(Timeline::compute, "forward", mk.host_s(mm.forward), mk.host_s(mm.backward));
@@ -807,8 +832,86 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
   return t;
 }
 
+void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, std::vector<io::Batch>& held) {
+  graph_in_.resize(size_t(o_.accum_steps));
+  for (int m = 0; m < o_.accum_steps; ++m) {
+    Staged st = staged_ ? std::move(*staged_) : stage(t);
+    staged_.reset();
+    const int k = st.slot;
+    copied_[k].wait(stream_);
+    // Into the graph's input (the slot is refilled while the step runs): a copy on the device, of the batch's u8
+    // pixels with --decode device.
+    DeviceBatch& in = graph_in_[size_t(m)];
+    const auto take = [&](const Tensor& from, Tensor& to) {
+      if (!from.defined()) return;
+      HPDT_CHECK(graph_.empty() || (to.shape() == from.shape() && to.dtype() == from.dtype()),
+                 "--cuda-graph: a training batch of another shape (", from.str(), ") than the graph's (", to.str(),
+                 ")");
+      nn::ensure_on(to, from.shape(), from.dtype(), stream_);
+      copy(from, to, stream_);
+    };
+    take(slots_[k].labels, in.labels);
+    take(slots_[k].images, in.images);
+    take(slots_[k].pixels, in.pixels);
+    take(slots_[k].crops, in.crops);
+    released_[k].record(stream_);
+    *samples += st.batch.labels.numel();
+    held.push_back(std::move(st.batch));
+    if (m + 1 < o_.accum_steps) staged_ = stage(t);  // the next micro-batch's copy beside this one's
+  }
+  // What the graph holds: every micro-batch's forward, loss (into its loss state, read after the step's wait) and
+  // backward; the loss scale is the capture's.
+  const auto queue = [this, scale] {
+    for (int m = 0; m < o_.accum_steps; ++m) {
+      const DeviceBatch& in = graph_in_[size_t(m)];
+      const Tensor& logits = model_->forward(model_input(in, *train_reader_));
+      nn::ensure_on(dlogits_, logits.shape(), logits.dtype(), stream_);
+      kernels::softmax_cross_entropy_queued(logits, in.labels, o_.label_smoothing, &dlogits_, scale,
+                                            loss_states_[size_t(m)], stream_);
+      model_->backward(dlogits_, m > 0);
+    }
+  };
+  if (!graph_.empty() && graph_scale_ != scale) drop_graph();  // (fp16: the dynamic loss scale moved)
+  StepMarks::Micro& mm = marks_->micro[0];
+  mm.forward.record(stream_);
+  // Captured once two eager steps have run and the last took all its memory from the cache.
+  if (graph_.empty() && eager_graph_steps_ >= 2 && !graph_step_allocated_) {
+    graph_ = CudaGraph::capture(stream_, queue);
+    graph_scale_ = scale;
+    if (rank_ == 0 && graph_captures_ == 0)
+      std::fprintf(stderr,
+                   "hpdt-train: step %lld: forward and backward captured into a CUDA graph (after %d eager steps)\n",
+                   (long long)step_ + 1, eager_graph_steps_);
+    ++graph_captures_;
+  }
+  if (!graph_.empty()) {
+    graph_.launch(stream_);
+    ++graph_replays_;
+  } else {
+    CachingAllocator& alloc = cuda_caching_allocator(device_.index);
+    const size_t before = alloc.stats().raw_allocations;
+    queue();
+    graph_step_allocated_ = alloc.stats().raw_allocations != before;
+    ++eager_graph_steps_;
+    ++graph_eager_steps_;
+  }
+  mm.backward_end.record(stream_);
+  // Every gradient is complete once the graph has run: the sync takes them whole (its event after the launch).
+  if (sync_->averages())
+    sync_->notify_ready(0, size_t((sync_f32_grads_ ? model_->arena().grads() : model_->arena().comm_grads()).numel()));
+}
+
+// The next graph-mode steps run eagerly again, then capture anew. (Called where eager model code runs between steps:
+// evaluation may replace the buffers the graph's kernels were captured with.)
+void Run::drop_graph() {
+  graph_ = CudaGraph();
+  eager_graph_steps_ = 0;
+  graph_step_allocated_ = true;
+}
+
 json Run::evaluate() {
   if (!eval_reader_) return nullptr;
+  if (o_.cuda_graph) drop_graph();
   sync_buffers();
   model_->set_training(false);
   eval_reader_->set_epoch(0);
@@ -922,6 +1025,11 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"layout", kernels::layout_name(model_->layout())},
                   {"gelu", o_.model.rfind("vit", 0) == 0 ? o_.gelu : "-"},
                   {"grad_sync", sync_->path()},
+                  // --cuda-graph: forward_s is the graph's forward and backward together, backward_s 0
+                  {"cuda_graph", o_.cuda_graph ? json{{"captures", graph_captures_},
+                                                      {"replays", graph_replays_},
+                                                      {"eager_steps", graph_eager_steps_}}
+                                               : json(false)},
                   {"parameters", model_->num_parameters()},
                   {"wall_s", wall},
                   {"git_commit", build_info_json().value("git_commit", "")}};
@@ -934,10 +1042,18 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                 (long long)last_eval["test_samples"].get<int64_t>(), last_eval["test_loss"].get<double>());
   std::printf("throughput      %.1f img/s total, %.1f img/s per rank (global batch %lld, %zu steps)\n", img_s,
               img_s / size_, (long long)(global_batch_ * o_.accum_steps), steps.size());
-  std::printf("step time       %.2f ms median: data wait %.2f, forward %.2f, backward %.2f, exposed comm %.2f (%.1f%%), optimizer %.2f\n",
-              1e3 * step_time, 1e3 * med(&StepTimes::data), 1e3 * med(&StepTimes::forward), 1e3 * med(&StepTimes::backward),
-              1e3 * med(&StepTimes::comm), step_time > 0 ? 100 * med(&StepTimes::comm) / step_time : 0.0,
-              1e3 * med(&StepTimes::optimizer));
+  char compute[96];
+  if (o_.cuda_graph)
+    std::snprintf(compute, sizeof compute, "forward+backward %.2f (CUDA graph)", 1e3 * med(&StepTimes::forward));
+  else
+    std::snprintf(compute, sizeof compute, "forward %.2f, backward %.2f", 1e3 * med(&StepTimes::forward),
+                  1e3 * med(&StepTimes::backward));
+  std::printf("step time       %.2f ms median: data wait %.2f, %s, exposed comm %.2f (%.1f%%), optimizer %.2f\n",
+              1e3 * step_time, 1e3 * med(&StepTimes::data), compute, 1e3 * med(&StepTimes::comm),
+              step_time > 0 ? 100 * med(&StepTimes::comm) / step_time : 0.0, 1e3 * med(&StepTimes::optimizer));
+  if (o_.cuda_graph)
+    std::printf("cuda graph      %lld capture(s), %lld step(s) replayed, %lld run eagerly (before a capture)\n",
+                (long long)graph_captures_, (long long)graph_replays_, (long long)graph_eager_steps_);
   std::printf("stragglers      compute per step %.2f..%.2f ms across ranks (slowest rank %d, spread %.1f%%)\n",
               1e3 * *fastest, 1e3 * *slowest, int(slowest - all.begin()), *fastest > 0 ? 100 * (*slowest / *fastest - 1) : 0.0);
   std::printf("communication   %.2f MiB sent per rank per step in %zu bucket(s), algo %s, compress %s (%.2fx fewer bytes), overlap %s\n",
@@ -985,6 +1101,7 @@ int Run::execute() {
                     {"buckets", sync_->bucket_count()},
                     {"overlap", o_.overlap},
                     {"sync_bn", o_.sync_bn},
+                    {"cuda_graph", o_.cuda_graph},
                     {"seed", o_.seed},
                     {"shuffle_block", o_.shuffle_block},
                     {"window_batches", o_.window_batches},

@@ -936,6 +936,8 @@ def hpdt_train_table(runs, steps, rows, numbers):
         label, key = HPDT_TRAIN_BENCH_STEP.get(base, (base, None))
         if tag:
             label += f" ({tag})"
+        if isinstance(r.get("cuda_graph"), dict):  # one launch: its forward column holds forward and backward
+            label += " [forward = forward + backward, one graph]"
         ips = r.get("throughput_img_s")
         bench = steps.get(key, {}).get("img_per_s_median") if key else None
         x = ips / bench if ips and bench else None

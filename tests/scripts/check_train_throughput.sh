@@ -17,6 +17,10 @@ runs=$(grep -c "^== hpdt-train" "$out/log")
 HPDT_THROUGHPUT_STEPS=1 HPDT_THROUGHPUT_ARGS="--decode host" HPDT_THROUGHPUT_TAG=decode-host \
   "$src/scripts/gpu/train_throughput.sh" "$build" "$out" > "$out/log-host" 2>&1
 rc_host=$?
+# ... and with --cuda-graph (benchmarks.txt's train_hpdt_train_cuda_graph)
+HPDT_THROUGHPUT_STEPS=1 HPDT_THROUGHPUT_ARGS="--cuda-graph" HPDT_THROUGHPUT_TAG=cuda-graph \
+  "$src/scripts/gpu/train_throughput.sh" "$build" "$out" > "$out/log-graph" 2>&1
+rc_graph=$?
 refused() {  # refused LOG MESSAGE ENV...: train_throughput.sh under ENV exits 2 with MESSAGE
   local log=$1 message=$2; shift 2
   env "$@" "$src/scripts/gpu/train_throughput.sh" "$build" "$out" > "$log" 2>&1
@@ -31,12 +35,19 @@ if [ $rc -eq 2 ]; then
   if [ $rc_host -ne 2 ] || [ "$(grep -c "no usable GPU on rank 0" "$out/log-host")" -ne 2 ]; then
     cat "$out/log-host"; fail "the --decode host runs should stop at \"no usable GPU\" too"
   fi
-  echo "PASS: both runs' flags accepted, and with --decode host; no usable GPU here"
+  if [ $rc_graph -ne 2 ] || [ "$(grep -c "no usable GPU on rank 0" "$out/log-graph")" -ne 2 ]; then
+    cat "$out/log-graph"; fail "the --cuda-graph runs should stop at \"no usable GPU\" too"
+  fi
+  echo "PASS: both runs' flags accepted, also with --decode host and with --cuda-graph; no usable GPU here"
   exit 0
 fi
 [ $rc_host -eq 0 ] || { cat "$out/log-host"; fail "train_throughput.sh with --decode host: exit $rc_host"; }
 for m in resnet50 vit-b; do
   grep -q '"type":"summary"' "$out/train_hpdt_train_${m}_decode-host.jsonl" || fail "$m: no summary with --decode host"
+done
+[ $rc_graph -eq 0 ] || { cat "$out/log-graph"; fail "train_throughput.sh with --cuda-graph: exit $rc_graph"; }
+for m in resnet50 vit-b; do
+  grep -q '"type":"summary"' "$out/train_hpdt_train_${m}_cuda-graph.jsonl" || fail "$m: no summary with --cuda-graph"
 done
 [ $rc -eq 0 ] || fail "train_throughput.sh: exit $rc"
 for m in resnet50 vit-b; do

@@ -352,6 +352,10 @@ class HpdtTrain(unittest.TestCase):
                 f.write(json.dumps({"type": "summary", "throughput_img_s": 4000.0, "step_time_s": 0.064}) + "\n")
             with open(os.path.join(bench, "train_hpdt_train_vit-b.jsonl"), "w") as f:
                 f.write(json.dumps({"type": "summary", "throughput_img_s": 2000.0, "step_time_s": 0.032}) + "\n")
+            with open(os.path.join(bench, "train_hpdt_train_resnet50_cuda-graph.jsonl"), "w") as f:  # --cuda-graph
+                f.write(json.dumps({"type": "summary", "throughput_img_s": 4600.0, "step_time_s": 0.0557,
+                                    "forward_s": 0.053, "backward_s": 0.0,
+                                    "cuda_graph": {"captures": 1, "replays": 9, "eager_steps": 3}}) + "\n")
             with open(os.path.join(bench, "train_step_resnet50_bf16_ours_nhwc_conv_v3.json"), "w") as f:
                 json.dump({"img_per_s_median": 5000.0}, f)
             found = summarize.collect([os.path.join(d, "run")])
@@ -363,6 +367,10 @@ class HpdtTrain(unittest.TestCase):
             self.assertIsNone(by["vit-b"]["x_bench"])  # no train_step_vit_b16_bf16_ours.json in this run
             self.assertAlmostEqual(by["resnet50_decode-host"]["x_bench"], 0.8)  # beside the same benchmark step
             self.assertTrue(any(r.startswith("| ResNet-50, batch 256 (decode-host) | 4000 | 64.0 |") for r in rows), rows)
+            # a graph's forward column holds forward and backward: its label says so
+            self.assertTrue(any(r.startswith("| ResNet-50, batch 256 (cuda-graph) [forward = forward + backward, one "
+                                             "graph] | 4600 | 55.7 | — | 53.0 | 0.0 |") for r in rows), rows)
+            self.assertFalse(any("one graph" in r and "decode-host" in r for r in rows), rows)
             self.assertIn("| ResNet-50, batch 256 | 4500 | 56.9 | 1.0 | 20.0 | 34.0 | 0.0 | 1.5 | none (one rank) | 5000 "
                           "| 0.90 |", rows)
         rows = []

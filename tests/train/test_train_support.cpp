@@ -110,6 +110,26 @@ TEST(TrainOptions, BadValuesNameTheFlag) {
             std::string::npos);
 }
 
+// --cuda-graph: off by default; on the GPU only, and not where a step draws host state the graph would freeze
+TEST(TrainOptions, CudaGraphNeedsTheGpuAndNoHostStateInTheStep) {
+  EXPECT_FALSE(parse({}).cuda_graph);
+  EXPECT_TRUE(parse({"--device", "cuda", "--cuda-graph"}).cuda_graph);
+  EXPECT_TRUE(parse({"--device", "cuda", "--cuda-graph", "--model", "vit-ti", "--precision", "fp16", "--accum-steps",
+                     "3", "--algo", "ring", "--compress", "topk:0.1"})
+                  .cuda_graph);
+  EXPECT_NE(parse_error({"--cuda-graph"}).find("--cuda-graph needs --device cuda"), std::string::npos);
+  EXPECT_NE(parse_error({"--device", "cuda", "--cuda-graph", "--model", "vit-ti", "--dropout", "0.1"})
+                .find("--cuda-graph: not with --dropout 0.1"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--device", "cuda", "--cuda-graph", "--sync-bn"}).find("--cuda-graph: not with --sync-bn"),
+            std::string::npos);
+  auto dir = temp_dir();
+  auto cfg = (dir / "graph.toml").string();
+  std::ofstream(cfg) << "device = \"cuda\"\ncuda-graph = true\n";
+  EXPECT_TRUE(parse({"--config", cfg.c_str()}).cuda_graph);
+  fs::remove_all(dir);
+}
+
 TEST(TrainOptions, ConfigFileIsOverriddenByCommandLine) {
   auto dir = temp_dir();
   auto cfg = (dir / "train.toml").string();

@@ -28,6 +28,9 @@
 #                       wait between the streams would read or overwrite a buffer at the wrong time
 #   cuda-emu-find       the same HPDT_TRAIN at np 1: a bf16 ViT-Ti with GEMM v3's plans by Find near the same run by
 #                       rule (one core: its own test, so that it runs beside others)
+#   cuda-emu-graph      the same HPDT_TRAIN with --cuda-graph, bitwise equal to the eager runs: one rank with 3
+#                       micro-batches a step and evaluation between epochs (captured again after it), fp16 whose loss
+#                       scale moves (captured again), 2 ranks through the host mirror and through nccl; --dropout refused
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank, and with --compress topk and bf16 on the GPU bitwise equal to
@@ -382,6 +385,57 @@ cuda-emu)
 cuda-emu-find)
   gemm_find_near_rule 4
   ;;
+cuda-emu-graph)
+  # --cuda-graph: each step's forward and backward replayed as one CUDA graph, bitwise the eager run's (the same kernels
+  # with the same arguments), whatever the graph had to be captured again for.
+  ck() { echo "$w/$1/ckpt-$(printf %09d "$2").h5"; }
+  # graph_like_eager NAME NP STEPS ARGS...: the run with and without --cuda-graph, the same checkpoint and metrics
+  graph_like_eager() {
+    local name=$1 np=$2 steps=$3; shift 3
+    for mode in eager graph; do
+      local flag=(); [ $mode = graph ] && flag=(--cuda-graph)
+      run "$np" "$@" "${flag[@]}" --metrics "$w/$name-$mode.jsonl" --checkpoint-dir "$w/$name-$mode" \
+        > "$w/$name-$mode.log" 2>&1 || { cat "$w/$name-$mode.log"; fail "$name: the $mode run"; }
+    done
+    "$compare" "$(ck "$name-eager" "$steps")" "$(ck "$name-graph" "$steps")" --optimizer > "$w/cmp.log" ||
+      { cat "$w/cmp.log"; fail "$name: the --cuda-graph run differs from the eager one"; }
+    diff <(grep -oE '"(test_)?(loss|accuracy|loss_scale)":[^,}]*' "$w/$name-eager.jsonl") \
+      <(grep -oE '"(test_)?(loss|accuracy|loss_scale)":[^,}]*' "$w/$name-graph.jsonl") ||
+      fail "$name: the --cuda-graph run's loss, accuracy or loss scale differs from the eager one's"
+    grep -h "cuda graph  " "$w/$name-graph.log"
+  }
+  captures() { grep -o '"cuda_graph":{"captures":[0-9]*' "$w/$1-graph.jsonl" | grep -o '[0-9]*$'; }
+  # One rank, 3 micro-batches a step from the two slots (u8 batches decoded on the GPU, crop and flip), 2 epochs of 4
+  # steps (--train-samples 48): eager steps until one allocates nothing, then a capture; evaluation drops the graph, so
+  # the second epoch captures again.
+  graph_like_eager accum 1 8 --model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --augment true \
+    --eval true --eval-samples 8 --train-samples 48 --epochs 2 --batch 4 --accum-steps 3 --lr 0.001 --warmup-epochs 0 \
+    --device cuda
+  grep -q '"steps_per_epoch":4,' "$w/accum-graph.jsonl" || fail "--train-samples 48 at a global batch of 12: 4 steps an epoch"
+  [ "$(captures accum)" = 2 ] || fail "accum: expected 2 captures (one an epoch), got $(captures accum)"
+  # (the second epoch's warm-up may be shorter: the first left the cache warm)
+  replays=$(grep -o '"replays":[0-9]*' "$w/accum-graph.jsonl" | grep -o '[0-9]*$')
+  eager=$(grep -o '"eager_steps":[0-9]*' "$w/accum-graph.jsonl" | grep -o '[0-9]*$')
+  [ "${replays:-0}" -ge 2 ] && [ $((replays + eager)) -eq 8 ] ||
+    fail "accum: expected 8 steps, 2 or more replayed: $replays replayed, $eager eager"
+  grep -q "forward+backward .* (CUDA graph)" "$w/accum-graph.log" || fail "accum: the summary should say the step ran as a graph"
+  # fp16 at a learning rate that overflows now and then: the dynamic loss scale halves, the graph is captured again.
+  graph_like_eager fp16 1 10 --model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 10 \
+    --batch 4 --lr 1000 --warmup-epochs 0 --precision fp16 --device cuda
+  [ "$(captures fp16)" -ge 2 ] || fail "fp16: the loss scale moved after the capture, expected a second capture"
+  # Two ranks: the gradients averaged after the graph, through the host mirror (one GPU) and NCCL (a GPU each).
+  vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 5
+       --batch 2 --lr 0.001 --warmup-epochs 0 --device cuda)
+  graph_like_eager mirror 2 5 "${vit[@]}" --algo ring
+  grep -q "gradients averaged via host mirror" "$w/mirror-graph.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
+  HPDT_RANKS_PER_NODE=1 graph_like_eager nccl 2 5 "${vit[@]}" --algo nccl
+  grep -q "gradients averaged via nccl$" "$w/nccl-graph.log" || fail "a GPU per rank, --algo nccl: expected nccl"
+  # Bad input: refused before any work, naming the flag (exit 2).
+  run 1 --model vit-ti --cuda-graph --dropout 0.1 --device cuda > "$w/bad.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--cuda-graph: not with --dropout 0.1" "$w/bad.log" ||
+    { cat "$w/bad.log"; fail "--cuda-graph --dropout: expected exit 2 naming both flags, got $rc"; }
+  ;;
 cuda-emu-streams)
   args=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 2
         --lr 0.001 --warmup-epochs 0 --device cuda)
@@ -401,6 +455,11 @@ cuda-emu-streams)
   }
   same_in_every_order one 1 --accum-steps 3
   grep -q "gradients not averaged (one rank)" "$w/one-eager.log" || { cat "$w/one-eager.log"; fail "1 rank: expected no averaging"; }
+  # --cuda-graph: the batches copied from their slots into the graph's inputs, the graph replayed (steps 4 and 5)
+  ck() { echo "$w/$1/ckpt-000000005.h5"; }
+  same_in_every_order graph 1 --accum-steps 3 --max-steps 5 --cuda-graph
+  grep -q "cuda graph      1 capture(s), 2 step(s) replayed" "$w/graph-eager.log" || { cat "$w/graph-eager.log"; fail "--cuda-graph: expected 2 replays"; }
+  ck() { echo "$w/$1/ckpt-000000002.h5"; }
   same_in_every_order mirror 2 --algo ring
   grep -q "gradients averaged via host mirror" "$w/mirror-eager.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
   same_in_every_order topk 2 --algo ring --compress topk:0.1
