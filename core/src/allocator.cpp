@@ -62,32 +62,20 @@ void* CachingAllocator::allocate(size_t bytes, void* stream) {
   uint64_t pool = 0;  // the pool capturing on this stream, if any
   for (auto& [id, q] : pools_)
     if (q.capturing && q.stream == stream) pool = id;
+  const Block block{size, stream, pool};
+  // A capture's own freed blocks first, then the general cache's (of this stream), then new memory.
   if (pool) {
     auto& cached = pools_.at(pool).cached;
     if (auto it = cached.find(size); it != cached.end()) {
       void* p = it->second;
       cached.erase(it);
-      live_.emplace(p, Block{size, stream, pool});
-      stats_.bytes_cached -= size;
-      stats_.bytes_in_use += size;
-      stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-      ++stats_.cache_hits;
-      return p;
+      return hand_out(p, block, /*from_cache=*/true);
     }
   }
-  return take(bytes, size, stream, pool);
-}
-
-void* CachingAllocator::take(size_t bytes, size_t size, void* stream, uint64_t pool) {
   if (auto it = cached_.find({stream, size}); it != cached_.end()) {
     void* p = it->second;
     cached_.erase(it);
-    live_.emplace(p, Block{size, stream, pool});
-    stats_.bytes_cached -= size;
-    stats_.bytes_in_use += size;
-    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-    ++stats_.cache_hits;
-    return p;
+    return hand_out(p, block, /*from_cache=*/true);
   }
   void* p = raw_->allocate(size);
   if (!p && !cached_.empty()) {  // out of memory: give the general cache back and try once more
@@ -101,9 +89,18 @@ void* CachingAllocator::take(size_t bytes, size_t size, void* stream, uint64_t p
   if (!p)
     HPDT_FAIL(name_, " memory exhausted allocating ", bytes, " bytes (", mib(size), "): ", mib(stats_.bytes_in_use),
               " in use, peak ", mib(stats_.peak_bytes_in_use));
-  live_.emplace(p, Block{size, stream, pool});
-  ++stats_.raw_allocations;
-  stats_.bytes_in_use += size;
+  return hand_out(p, block, /*from_cache=*/false);
+}
+
+void* CachingAllocator::hand_out(void* p, const Block& block, bool from_cache) {
+  live_.emplace(p, block);
+  if (from_cache) {
+    stats_.bytes_cached -= block.size;
+    ++stats_.cache_hits;
+  } else {
+    ++stats_.raw_allocations;
+  }
+  stats_.bytes_in_use += block.size;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   return p;
 }

@@ -84,7 +84,7 @@ class CachingAllocator {
     bool capturing = true;
     std::multimap<size_t, void*> cached;  // size -> block
   };
-  void* take(size_t bytes, size_t size, void* stream, uint64_t pool);  // general cache or raw; with mu_ held
+  void* hand_out(void* p, const Block& block, bool from_cache);  // live, counted; with mu_ held
   std::unique_ptr<RawAllocator> raw_;
   std::string name_;
   mutable std::mutex mu_;
