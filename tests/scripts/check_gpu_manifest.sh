@@ -107,9 +107,9 @@ with tempfile.TemporaryDirectory() as out:
 print(f"train-step lines whose flags hpdt-bench-train-step accepts: {steps}")
 sys.exit(bad)
 PY
-# Every switch a benchmarks.txt line sets (env HPDT_...=VALUE, the A/B rows) must be one the code reads: a misspelt
-# name is ignored, and the row would time the default under the A/B's name. (A wrong value is an error naming the
-# variable, at the first call that reads it.)
+# Every switch a benchmarks.txt line sets (env HPDT_...=VALUE, the A/B rows) must be one the code (or a script of
+# scripts/gpu) reads: a misspelt name is ignored, and the row would time the default under the A/B's name. (A wrong
+# value is an error naming the variable, at the first call that reads it.)
 "$py" - "$src" <<'PY' || fail=1
 import os, re, sys
 src = sys.argv[1]
@@ -120,6 +120,11 @@ for top in ("kernels", "core", "nn", "comm", "bench", "apps", "io"):
         for f in files:
             if f.endswith((".cpp", ".cu", ".cuh", ".h")):
                 read |= set(re.findall(r'"(HPDT_[A-Z0-9_]+)"', open(os.path.join(d, f), errors="replace").read()))
+# ... or the lease's scripts that a line runs (train_throughput.sh's HPDT_THROUGHPUT_ARGS): $NAME or ${NAME...}
+for d, _, files in os.walk(os.path.join(src, "scripts", "gpu")):
+    for f in files:
+        if f.endswith(".sh"):
+            read |= set(re.findall(r"\$\{?(HPDT_[A-Z0-9_]+)", open(os.path.join(d, f), errors="replace").read()))
 unknown = sorted(wanted - read)
 for v in unknown:
     print(f"check_gpu_manifest: benchmarks.txt sets {v}, which no source of hpdt reads", file=sys.stderr)
