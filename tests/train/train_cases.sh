@@ -30,7 +30,8 @@
 #                       rule (one core: its own test, so that it runs beside others)
 #   cuda-emu-graph      the same HPDT_TRAIN with --cuda-graph, bitwise equal to the eager runs: one rank with 3
 #                       micro-batches a step and evaluation between epochs (captured again after it), fp16 whose loss
-#                       scale moves (captured again), 2 ranks through the host mirror and through nccl; --dropout refused
+#                       scale moves (captured again), 2 ranks through the host mirror and through nccl, one rank
+#                       under CUDA_EMU_STREAMS's orders as cuda-emu-streams; --dropout refused (one ctest slot)
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank, and with --compress topk and bf16 on the GPU bitwise equal to
@@ -93,6 +94,21 @@ gemm_find_near_rule() {
 }
 common_resnet=(--model resnet20 --sync-bn --eval false --augment false --max-steps 3 --lr 0.05 --warmup-epochs 0)
 common_vit=(--model vit-ti --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --lr 0.001 --warmup-epochs 0 --dropout 0.1)
+
+# same_in_every_order NAME NP [ARGS...] (cuda-emu-streams, cuda-emu-graph): the run of the caller's args and ARGS in the
+# emulator's eager mode, then lazy and random (seeds 1-4), each bitwise equal to it (ck NAME: the checkpoint compared)
+same_in_every_order() {
+  local name=$1 np=$2; shift 2
+  CUDA_EMU_STREAMS=eager run "$np" "${args[@]}" "$@" --checkpoint-dir "$w/$name-eager" > "$w/$name-eager.log" 2>&1 ||
+    { cat "$w/$name-eager.log"; fail "$name: the eager run"; }
+  for mode in lazy:0 random:1 random:2 random:3 random:4; do  # mode:seed (lazy draws nothing)
+    CUDA_EMU_STREAMS=${mode%%:*} CUDA_EMU_STREAMS_SEED=${mode#*:} run "$np" "${args[@]}" "$@" \
+      --checkpoint-dir "$w/$name-$mode" > "$w/$name-$mode.log" 2>&1 || { cat "$w/$name-$mode.log"; fail "$name: CUDA_EMU_STREAMS=$mode"; }
+    "$compare" "$(ck "$name-eager")" "$(ck "$name-$mode")" --optimizer > "$w/cmp.log" ||
+      { cat "$w/cmp.log"; fail "$name: CUDA_EMU_STREAMS=$mode differs from the eager run (a missing wait between streams?)"; }
+  done
+  grep -h "gradients" "$w/$name-eager.log"
+}
 
 case $case in
 equivalence-resnet | equivalence-vit)
@@ -430,6 +446,17 @@ cuda-emu-graph)
   grep -q "gradients averaged via host mirror" "$w/mirror-graph.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
   HPDT_RANKS_PER_NODE=1 graph_like_eager nccl 2 5 "${vit[@]}" --algo nccl
   grep -q "gradients averaged via nccl$" "$w/nccl-graph.log" || fail "a GPU per rank, --algo nccl: expected nccl"
+  for name in mirror nccl; do
+    [ "$(captures $name)" = 1 ] && grep -q '"replays":2' "$w/$name-graph.jsonl" ||
+      fail "$name: expected a capture after the eager steps and 2 replayed steps of 5"
+  done
+  # The streams' work deferred (CUDA_EMU_STREAMS, as cuda-emu-streams): the batches copied from their slots into the
+  # graph's inputs while the next one is copied up, the graph replayed at steps 4 and 5.
+  args=("${vit[@]}")
+  ck() { echo "$w/$1/ckpt-000000005.h5"; }
+  same_in_every_order streams 1 --accum-steps 3 --cuda-graph
+  grep -q "cuda graph      1 capture(s), 2 step(s) replayed" "$w/streams-eager.log" ||
+    { cat "$w/streams-eager.log"; fail "--cuda-graph under CUDA_EMU_STREAMS: expected 2 replays"; }
   # Bad input: refused before any work, naming the flag (exit 2).
   run 1 --model vit-ti --cuda-graph --dropout 0.1 --device cuda > "$w/bad.log" 2>&1
   rc=$?
@@ -440,26 +467,8 @@ cuda-emu-streams)
   args=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 2
         --lr 0.001 --warmup-epochs 0 --device cuda)
   ck() { echo "$w/$1/ckpt-000000002.h5"; }
-  # same_in_every_order NAME NP [ARGS...]: the run in the eager mode, then lazy and random (seeds 1-4), bitwise equal
-  same_in_every_order() {
-    local name=$1 np=$2; shift 2
-    CUDA_EMU_STREAMS=eager run "$np" "${args[@]}" "$@" --checkpoint-dir "$w/$name-eager" > "$w/$name-eager.log" 2>&1 ||
-      { cat "$w/$name-eager.log"; fail "$name: the eager run"; }
-    for mode in lazy:0 random:1 random:2 random:3 random:4; do  # mode:seed (lazy draws nothing)
-      CUDA_EMU_STREAMS=${mode%%:*} CUDA_EMU_STREAMS_SEED=${mode#*:} run "$np" "${args[@]}" "$@" \
-        --checkpoint-dir "$w/$name-$mode" > "$w/$name-$mode.log" 2>&1 || { cat "$w/$name-$mode.log"; fail "$name: CUDA_EMU_STREAMS=$mode"; }
-      "$compare" "$(ck "$name-eager")" "$(ck "$name-$mode")" --optimizer > "$w/cmp.log" ||
-        { cat "$w/cmp.log"; fail "$name: CUDA_EMU_STREAMS=$mode differs from the eager run (a missing wait between streams?)"; }
-    done
-    grep -h "gradients" "$w/$name-eager.log"
-  }
   same_in_every_order one 1 --accum-steps 3
   grep -q "gradients not averaged (one rank)" "$w/one-eager.log" || { cat "$w/one-eager.log"; fail "1 rank: expected no averaging"; }
-  # --cuda-graph: the batches copied from their slots into the graph's inputs, the graph replayed (steps 4 and 5)
-  ck() { echo "$w/$1/ckpt-000000005.h5"; }
-  same_in_every_order graph 1 --accum-steps 3 --max-steps 5 --cuda-graph
-  grep -q "cuda graph      1 capture(s), 2 step(s) replayed" "$w/graph-eager.log" || { cat "$w/graph-eager.log"; fail "--cuda-graph: expected 2 replays"; }
-  ck() { echo "$w/$1/ckpt-000000002.h5"; }
   same_in_every_order mirror 2 --algo ring
   grep -q "gradients averaged via host mirror" "$w/mirror-eager.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
   same_in_every_order topk 2 --algo ring --compress topk:0.1
