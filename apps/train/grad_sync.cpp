@@ -306,6 +306,7 @@ void GradSync::wait() {
 }
 
 size_t GradSync::bucket_count() const { return host_ ? host_->bucket_count() : buckets_.size(); }
+std::vector<size_t> GradSync::bucket_offsets() const { return host_ ? host_->bucket_offsets() : bucket_offsets_; }
 const std::vector<comm::BucketTiming>& GradSync::timings() const { return host_ ? host_->timings() : timings_; }
 double GradSync::exposed_s() const { return path_ == "host" ? host_->exposed_s() : exposed_s_; }
 uint64_t GradSync::bytes_sent() const { return host_ ? host_->bytes_sent() : bytes_sent_; }

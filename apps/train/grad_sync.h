@@ -74,6 +74,8 @@ class GradSync {
   const std::string& path() const { return path_; }
   bool averages() const { return !one_rank_; }  // false: one rank, --algo auto, lossless (nothing to average)
   size_t bucket_count() const;
+  // The first gradient element of each bucket, ascending (backward fills the buffer front to back); empty on one rank.
+  std::vector<size_t> bucket_offsets() const;
   const std::vector<comm::BucketTiming>& timings() const;
   double exposed_s() const;
   uint64_t bytes_sent() const;

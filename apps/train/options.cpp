@@ -82,8 +82,9 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_flag("--cuda-graph", o.cuda_graph,
                "--device cuda: each step's forward and backward (all its micro-batches) captured into a CUDA graph "
                "once the eager steps before it allocate no new device memory, and replayed: one launch a step; "
-               "captured again after each evaluation and when the fp16 loss scale moves. The gradients are "
-               "averaged after the graph, the optimizer runs as before (not with --dropout or --sync-bn)");
+               "captured again after each evaluation and when the fp16 loss scale moves. On several ranks in parts, "
+               "one a gradient bucket, each bucket averaged while the parts after it run; the optimizer runs as "
+               "before (not with --dropout or --sync-bn)");
   app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
   app.add_option("--gemm", o.gemm, "v3|v2: our GEMM for 16-bit inputs on the GPU (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)");
   app.add_option("--gemm-tuning", o.gemm_tuning, "heuristic|find: how GEMM v3 picks its pipeline and block tile for each GEMM shape (heuristic, the default: by rule; find: the fastest of them, timed at the shape's first call; --device cuda, --kernels ours, --gemm v3)");

@@ -197,6 +197,9 @@ class Run {
   // changes or evaluation has run the model); the gradients handed to the sync whole, after it.
   void graph_forward_backward(StepTimes& t, double scale, int64_t* samples, std::vector<io::Batch>& held);
   void drop_graph();
+  // Inside a --cuda-graph capture, on several ranks: [offset, offset + count) is complete in the work captured so far
+  // (the last micro-batch's backward); the capture is split where a bucket is complete.
+  void captured_ready(size_t offset, size_t count);
   void drop_staged();  // a staged batch not trained on (the loop ended): its copy finished, the batch let go
   json evaluate();
   void sync_buffers();
@@ -255,12 +258,20 @@ class Run {
   // --cuda-graph: the graph, its inputs (one batch a micro-batch, filled from the slots), the loss scale it was
   // captured with; graph-mode steps run eagerly since it was last dropped, and whether the last one allocated device
   // memory (a capture must take all of its memory from the caching allocator's cache).
+  // On several ranks the graph is captured in parts, split where a gradient bucket is complete: after part p's launch
+  // the gradient slices it completes (graph_part_ready_[p]) go to the sync, which reduces them while the parts after
+  // it run, as in an eager step.
   CudaGraph graph_;
+  std::vector<std::vector<std::pair<size_t, size_t>>> graph_part_ready_;
+  const CudaGraph::Split* capture_split_ = nullptr;  // while a capture may split
+  std::vector<size_t> capture_bucket_ends_;          // the element each bucket ends at, ascending
+  size_t capture_ready_ = 0;                         // gradient elements complete in the capture so far
   std::vector<DeviceBatch> graph_in_;
   double graph_scale_ = 0;
   int eager_graph_steps_ = 0;
   bool graph_step_allocated_ = true;
   int64_t graph_captures_ = 0, graph_replays_ = 0, graph_eager_steps_ = 0;
+  size_t graph_parts_ = 0;  // the last capture's
   int64_t global_batch_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   int64_t step_ = 0, epoch_ = 0, step_in_epoch_ = 0;  // optimizer steps done; position
   int64_t skipped_steps_ = 0;
@@ -487,6 +498,7 @@ void Run::setup_comm() {
   sync_ = std::make_unique<GradSync>(*comm_, grads, so, stream_);
   model_->arena().set_grad_ready_callback([this](size_t offset, size_t count) {
     if (armed_) sync_->notify_ready(offset, count);
+    if (capture_split_) captured_ready(offset, count);
   });
 
   global_batch_ = int64_t(o_.batch) * size_;
@@ -861,14 +873,21 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
   }
   // What the graph holds: every micro-batch's forward, loss (into its loss state, read after the step's wait) and
   // backward; the loss scale is the capture's.
-  const auto queue = [this, scale] {
+  // Run eagerly (no split given), the last micro-batch's backward hands its gradients to the sync as they are
+  // complete, as in an eager step; captured, it splits the capture where a bucket is.
+  const auto queue = [this, scale](const CudaGraph::Split* split) {
     for (int m = 0; m < o_.accum_steps; ++m) {
       const DeviceBatch& in = graph_in_[size_t(m)];
       const Tensor& logits = model_->forward(model_input(in, *train_reader_));
       nn::ensure_on(dlogits_, logits.shape(), logits.dtype(), stream_);
       kernels::softmax_cross_entropy_queued(logits, in.labels, o_.label_smoothing, &dlogits_, scale,
                                             loss_states_[size_t(m)], stream_);
+      const bool last = m == o_.accum_steps - 1;
+      armed_ = last && !split;
+      capture_split_ = last && sync_->averages() ? split : nullptr;
       model_->backward(dlogits_, m > 0);
+      armed_ = false;
+      capture_split_ = nullptr;
     }
   };
   if (!graph_.empty() && graph_scale_ != scale) drop_graph();  // (fp16: the dynamic loss scale moved)
@@ -876,29 +895,49 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
   mm.forward.record(stream_);
   // Captured once two eager steps have run and the last took all its memory from the cache.
   if (graph_.empty() && eager_graph_steps_ >= 2 && !graph_step_allocated_) {
-    graph_ = CudaGraph::capture(stream_, queue);
+    graph_part_ready_.assign(1, {});
+    capture_ready_ = 0;
+    capture_bucket_ends_.clear();
+    const std::vector<size_t> starts = sync_->bucket_offsets();
+    for (size_t b = 1; b < starts.size(); ++b) capture_bucket_ends_.push_back(starts[b]);
+    graph_ = CudaGraph::capture_parts(stream_, [&](const CudaGraph::Split& split) { queue(&split); });
+    HPDT_CHECK(graph_.parts() == graph_part_ready_.size(), "--cuda-graph: ", graph_.parts(), " parts captured for ",
+               graph_part_ready_.size(), " sets of gradients");
     graph_scale_ = scale;
+    graph_parts_ = graph_.parts();
     if (rank_ == 0 && graph_captures_ == 0)
       std::fprintf(stderr,
-                   "hpdt-train: step %lld: forward and backward captured into a CUDA graph (after %d eager steps)\n",
-                   (long long)step_ + 1, eager_graph_steps_);
+                   "hpdt-train: step %lld: forward and backward captured into a CUDA graph of %zu part(s) (after %d "
+                   "eager steps)\n",
+                   (long long)step_ + 1, graph_.parts(), eager_graph_steps_);
     ++graph_captures_;
   }
   if (!graph_.empty()) {
-    graph_.launch(stream_);
+    for (size_t p = 0; p < graph_.parts(); ++p) {  // each part's complete gradients to the sync after its launch
+      graph_.launch_part(stream_, p);
+      for (const auto& [offset, count] : graph_part_ready_[p]) sync_->notify_ready(offset, count);
+    }
     ++graph_replays_;
   } else {
     CachingAllocator& alloc = cuda_caching_allocator(device_.index);
     const size_t before = alloc.stats().raw_allocations;
-    queue();
+    queue(nullptr);
     graph_step_allocated_ = alloc.stats().raw_allocations != before;
     ++eager_graph_steps_;
     ++graph_eager_steps_;
   }
   mm.backward_end.record(stream_);
-  // Every gradient is complete once the graph has run: the sync takes them whole (its event after the launch).
-  if (sync_->averages())
-    sync_->notify_ready(0, size_t((sync_f32_grads_ ? model_->arena().grads() : model_->arena().comm_grads()).numel()));
+}
+
+void Run::captured_ready(size_t offset, size_t count) {
+  graph_part_ready_.back().emplace_back(offset, count);
+  capture_ready_ += count;
+  // A bucket is complete and gradients remain: the next part starts here.
+  auto end = std::upper_bound(capture_bucket_ends_.begin(), capture_bucket_ends_.end(), capture_ready_);
+  if (end == capture_bucket_ends_.begin()) return;
+  capture_bucket_ends_.erase(capture_bucket_ends_.begin(), end);
+  (*capture_split_)();
+  graph_part_ready_.emplace_back();
 }
 
 // The next graph-mode steps run eagerly again, then capture anew. (Called where eager model code runs between steps:
@@ -1027,6 +1066,7 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
                   {"grad_sync", sync_->path()},
                   // --cuda-graph: forward_s is the graph's forward and backward together, backward_s 0
                   {"cuda_graph", o_.cuda_graph ? json{{"captures", graph_captures_},
+                                                      {"parts", graph_parts_},
                                                       {"replays", graph_replays_},
                                                       {"eager_steps", graph_eager_steps_}}
                                                : json(false)},
@@ -1052,8 +1092,10 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
               1e3 * step_time, 1e3 * med(&StepTimes::data), compute, 1e3 * med(&StepTimes::comm),
               step_time > 0 ? 100 * med(&StepTimes::comm) / step_time : 0.0, 1e3 * med(&StepTimes::optimizer));
   if (o_.cuda_graph)
-    std::printf("cuda graph      %lld capture(s), %lld step(s) replayed, %lld run eagerly (before a capture)\n",
-                (long long)graph_captures_, (long long)graph_replays_, (long long)graph_eager_steps_);
+    std::printf(
+        "cuda graph      %lld capture(s), %lld step(s) replayed, %lld run eagerly (before a capture); %zu "
+        "part(s), split where a gradient bucket is complete\n",
+        (long long)graph_captures_, (long long)graph_replays_, (long long)graph_eager_steps_, graph_parts_);
   std::printf("stragglers      compute per step %.2f..%.2f ms across ranks (slowest rank %d, spread %.1f%%)\n",
               1e3 * *fastest, 1e3 * *slowest, int(slowest - all.begin()), *fastest > 0 ? 100 * (*slowest / *fastest - 1) : 0.0);
   std::printf("communication   %.2f MiB sent per rank per step in %zu bucket(s), algo %s, compress %s (%.2fx fewer bytes), overlap %s\n",

@@ -13,6 +13,10 @@
 namespace hpdt {
 
 CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& queue_work) {
+  return capture_parts(stream, [&](const Split&) { queue_work(); });
+}
+
+CudaGraph CudaGraph::capture_parts(const Stream& stream, const std::function<void(const Split& split)>& queue_work) {
 #if HPDT_HAVE_CUDA
   HPDT_CHECK(stream.is_cuda() && stream.handle() != nullptr,
              "CudaGraph::capture: needs a created CUDA stream (the legacy default stream cannot be captured)");
@@ -30,18 +34,42 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
   const cudaError_t begin = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
   if (begin != cudaSuccess) alloc.end_pool_capture(pool_id);
   HPDT_CUDA_CHECK(begin);
+  const char* const not_capturable =
+      " (an operation of the captured work is not capturable: an allocation, a synchronous copy, a host wait or work "
+      "on the legacy stream)";
+  std::vector<cudaGraph_t> graphs;  // the parts captured so far (destroyed once instantiated, or on failure)
+  const auto destroy_graphs = [&] {
+    for (cudaGraph_t g : graphs) (void)cudaGraphDestroy(g);
+    graphs.clear();
+  };
+  bool capturing = true;
+  const auto end_part = [&]() -> cudaError_t {
+    cudaGraph_t g = nullptr;
+    capturing = false;
+    const cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (e == cudaSuccess) graphs.push_back(g);
+    return e;
+  };
+  const Split split = [&] {
+    const cudaError_t e = end_part();
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      HPDT_FAIL("the capture of part ", graphs.size() + 1, " failed: ", cudaGetErrorString(e), not_capturable);
+    }
+    HPDT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    capturing = true;
+  };
   std::exception_ptr failed;
   try {
-    queue_work();
+    queue_work(split);
   } catch (...) {
     failed = std::current_exception();
   }
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  const cudaError_t end = capturing ? end_part() : cudaSuccess;
   alloc.end_pool_capture(pool_id);
   (void)cudaGetLastError();  // the capture's own error is reported below
   if (failed) {
-    if (graph) (void)cudaGraphDestroy(graph);
+    destroy_graphs();
     try {
       std::rethrow_exception(failed);
     } catch (const std::exception& e) {
@@ -49,16 +77,18 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
                 "): inside a capture only kernels, device copies and memsets on the capturing stream may be queued");
     }
   }
-  HPDT_CHECK(end == cudaSuccess, "CudaGraph::capture: the capture failed: ", cudaGetErrorString(end),
-             " (an operation of the captured work is not capturable: an allocation, a synchronous copy, a host "
-             "wait or work on the legacy stream)");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  HPDT_CUDA_CHECK(inst);
+  if (end != cudaSuccess) destroy_graphs();
+  HPDT_CHECK(end == cudaSuccess, "CudaGraph::capture: the capture failed: ", cudaGetErrorString(end), not_capturable);
   CudaGraph g;
   g.pool_ = std::move(pool);
-  g.exec_ = std::shared_ptr<void>(exec, [](void* p) { (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(p)); });
+  for (cudaGraph_t graph : graphs) {  // (an empty part, of two splits in a row, launches as nothing)
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    if (inst != cudaSuccess) destroy_graphs();
+    HPDT_CUDA_CHECK(inst);
+    g.execs_.emplace_back(exec, [](void* p) { (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(p)); });
+  }
+  destroy_graphs();
   return g;
 #else
   (void)stream;
@@ -68,9 +98,15 @@ CudaGraph CudaGraph::capture(const Stream& stream, const std::function<void()>& 
 }
 
 void CudaGraph::launch(const Stream& stream) const {
-  HPDT_CHECK(exec_ != nullptr, "CudaGraph::launch: the graph is empty (capture one first)");
+  HPDT_CHECK(!execs_.empty(), "CudaGraph::launch: the graph is empty (capture one first)");
+  for (size_t part = 0; part < execs_.size(); ++part) launch_part(stream, part);
+}
+
+void CudaGraph::launch_part(const Stream& stream, size_t part) const {
+  HPDT_CHECK(part < execs_.size(), "CudaGraph::launch_part: part ", part, " of a graph of ", execs_.size());
 #if HPDT_HAVE_CUDA
-  HPDT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_.get()), static_cast<cudaStream_t>(stream.handle())));
+  HPDT_CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(execs_[part].get()), static_cast<cudaStream_t>(stream.handle())));
 #else
   (void)stream;
 #endif

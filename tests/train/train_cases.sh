@@ -30,8 +30,9 @@
 #                       rule (one core: its own test, so that it runs beside others)
 #   cuda-emu-graph      the same HPDT_TRAIN with --cuda-graph, bitwise equal to the eager runs: one rank with 3
 #                       micro-batches a step and evaluation between epochs (captured again after it), fp16 whose loss
-#                       scale moves (captured again), 2 ranks through the host mirror and through nccl, one rank
-#                       under CUDA_EMU_STREAMS's orders as cuda-emu-streams; --dropout refused (one ctest slot)
+#                       scale moves (captured again), 2 ranks through the host mirror (the graph in parts, split at
+#                       the buckets) and through nccl, 1 and 2 ranks under CUDA_EMU_STREAMS's orders as
+#                       cuda-emu-streams; --dropout refused (one ctest slot)
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank, and with --compress topk and bf16 on the GPU bitwise equal to
@@ -39,7 +40,7 @@
 #                       fp16 (loss scaling) runs finish with a finite loss (their GEMMs on v3, the default), and
 #                       bf16 runs with --gemm v2 (ViT-Ti) and --conv v3 (ResNet-50 in NHWC, whose 1x1 convolutions
 #                       then run as GEMM v3, the others on conv v3); ViT-Ti with --gelu fused near the CPU
-#                       run (f32) and finite (bf16)
+#                       run (f32) and finite (bf16); --cuda-graph near the eager run on 1 rank and on 2 (in parts)
 # usage: train_cases.sh CASE HPDT_TRAIN COMPARE_CHECKPOINTS PREPARE_DATA DATA_DIR
 # env:   HPDT_MPIEXEC (launcher and flags)
 set -uo pipefail
@@ -439,10 +440,11 @@ cuda-emu-graph)
   graph_like_eager fp16 1 10 --model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 10 \
     --batch 4 --lr 1000 --warmup-epochs 0 --precision fp16 --device cuda
   [ "$(captures fp16)" -ge 2 ] || fail "fp16: the loss scale moved after the capture, expected a second capture"
-  # Two ranks: the gradients averaged after the graph, through the host mirror (one GPU) and NCCL (a GPU each).
+  # Two ranks: the gradients averaged through the host mirror (one GPU; 1-MiB buckets, so the graph is captured in
+  # parts, each bucket handed to the sync after the part that completes it) and NCCL (a GPU each; one bucket, one part).
   vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 5
        --batch 2 --lr 0.001 --warmup-epochs 0 --device cuda)
-  graph_like_eager mirror 2 5 "${vit[@]}" --algo ring
+  graph_like_eager mirror 2 5 "${vit[@]}" --algo ring --bucket-mb 1
   grep -q "gradients averaged via host mirror" "$w/mirror-graph.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
   HPDT_RANKS_PER_NODE=1 graph_like_eager nccl 2 5 "${vit[@]}" --algo nccl
   grep -q "gradients averaged via nccl$" "$w/nccl-graph.log" || fail "a GPU per rank, --algo nccl: expected nccl"
@@ -450,6 +452,12 @@ cuda-emu-graph)
     [ "$(captures $name)" = 1 ] && grep -q '"replays":2' "$w/$name-graph.jsonl" ||
       fail "$name: expected a capture after the eager steps and 2 replayed steps of 5"
   done
+  parts() { grep -o '"parts":[0-9]*' "$w/$1-graph.jsonl" | grep -o '[0-9]*$'; }
+  buckets() { grep '"type":"summary"' "$w/$1-graph.jsonl" | grep -o '"buckets":[0-9]*' | grep -o '[0-9]*$'; }
+  [ "$(parts mirror)" -gt 1 ] && [ "$(parts mirror)" -le "$(buckets mirror)" ] ||
+    fail "mirror: 1-MiB buckets should split the graph into 2..$(buckets mirror) parts, got $(parts mirror)"
+  [ "$(parts nccl)" = 1 ] || fail "nccl: one bucket, expected one part, got $(parts nccl)"
+  [ "$(parts accum)" = 1 ] || fail "one rank: nothing to average, expected one part, got $(parts accum)"
   # The streams' work deferred (CUDA_EMU_STREAMS, as cuda-emu-streams): the batches copied from their slots into the
   # graph's inputs while the next one is copied up, the graph replayed at steps 4 and 5.
   args=("${vit[@]}")
@@ -457,6 +465,8 @@ cuda-emu-graph)
   same_in_every_order streams 1 --accum-steps 3 --cuda-graph
   grep -q "cuda graph      1 capture(s), 2 step(s) replayed" "$w/streams-eager.log" ||
     { cat "$w/streams-eager.log"; fail "--cuda-graph under CUDA_EMU_STREAMS: expected 2 replays"; }
+  # ... and the parts of two ranks' graph, each followed by its buckets' copy down on the mirror's copy stream
+  same_in_every_order streams-mirror 2 --algo ring --bucket-mb 1 --cuda-graph
   # Bad input: refused before any work, naming the flag (exit 2).
   run 1 --model vit-ti --cuda-graph --dropout 0.1 --device cuda > "$w/bad.log" 2>&1
   rc=$?
@@ -516,6 +526,23 @@ cuda-gpu)
   run 1 "${vit[@]}" --device cuda --algo nccl --checkpoint-dir "$w/nccl" > "$w/nccl.log" 2>&1 || { cat "$w/nccl.log"; fail "cuda --algo nccl (1 rank)"; }
   grep -q "gradients averaged via nccl" "$w/nccl.log" || { cat "$w/nccl.log"; fail "--algo nccl: expected the nccl path"; }
   "$compare" "$(ck vit-gpu)" "$(ck nccl)" --atol 1e-6 --rtol 1e-5 || fail "--algo nccl on 1 rank differs from --algo ring"
+  # --cuda-graph (forward and backward replayed as CUDA graphs after the eager warm-up steps): near the eager run, on
+  # one rank and on two sharing the GPU (the host mirror; 1-MiB buckets, so the graph is in parts). The same kernels
+  # run either way (bitwise the same on the emulator, train.cuda-emu-graph); here within rounding, in case a kernel's
+  # order of additions varies between runs.
+  for g in "1 one" "2 two --algo ring --bucket-mb 1"; do
+    read -r np name extra <<< "$g"
+    for mode in eager graph; do
+      flag=(); [ $mode = graph ] && flag=(--cuda-graph)
+      # shellcheck disable=SC2086  # extra: words
+      run "$np" "${vit[@]}" --batch 4 --max-steps 5 --device cuda $extra "${flag[@]}" --checkpoint-dir "$w/g-$name-$mode" \
+        > "$w/g-$name-$mode.log" 2>&1 || { cat "$w/g-$name-$mode.log"; fail "cuda np $np, $mode (--cuda-graph's twin)"; }
+    done
+    grep -qE "cuda graph      1 capture\(s\), [1-9] step\(s\) replayed" "$w/g-$name-graph.log" ||
+      { cat "$w/g-$name-graph.log"; fail "np $np --cuda-graph: expected a capture and replayed steps"; }
+    "$compare" "$w/g-$name-eager/ckpt-000000005.h5" "$w/g-$name-graph/ckpt-000000005.h5" --optimizer --atol 1e-6 --rtol 1e-5 ||
+      fail "np $np: the --cuda-graph run is not near the eager run"
+  done
   # Mixed precision: the step runs and the loss stays finite (how near it is: test_nn_models_cuda).
   for p in bf16 fp16; do
     run 1 "${res[@]}" --device cuda --precision $p --max-steps 5 --checkpoint-dir "$w/$p" > "$w/$p.log" 2>&1 || { cat "$w/$p.log"; fail "resnet20 --precision $p"; }

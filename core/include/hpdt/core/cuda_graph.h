@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "hpdt/core/stream.h"
 
@@ -23,17 +24,24 @@ namespace hpdt {
 
 class CudaGraph {
  public:
+  using Split = std::function<void()>;
   CudaGraph() = default;  // empty: launch() throws
   // Runs queue_work() with `stream` capturing (this thread only: other threads' CUDA calls are unaffected)
   // and instantiates the graph. Nothing of the captured work runs now.
   static CudaGraph capture(const Stream& stream, const std::function<void()>& queue_work);
-  // Queues one replay on `stream` (a CUDA stream of the capture's device).
+  // The same, the work cut into parts, one graph each, wherever it calls split(): between the parts' launches the
+  // host can act on what the parts before have queued (hpdt-train hands each complete gradient bucket to the
+  // all-reduce). One private pool holds the memory of all of them; parts() is the number of split() calls + 1.
+  static CudaGraph capture_parts(const Stream& stream, const std::function<void(const Split& split)>& queue_work);
+  // Queues one replay of every part, in order, on `stream` (a CUDA stream of the capture's device).
   void launch(const Stream& stream) const;
-  bool empty() const { return exec_ == nullptr; }
+  void launch_part(const Stream& stream, size_t part) const;  // part < parts()
+  size_t parts() const { return execs_.size(); }
+  bool empty() const { return execs_.empty(); }
 
  private:
-  std::shared_ptr<void> pool_;  // the caching allocator's private pool of the capture (released after exec_)
-  std::shared_ptr<void> exec_;  // cudaGraphExec_t
+  std::shared_ptr<void> pool_;                // the caching allocator's private pool (released after the parts)
+  std::vector<std::shared_ptr<void>> execs_;  // cudaGraphExec_t, one a part
 };
 
 }  // namespace hpdt
