@@ -8,6 +8,7 @@
 #include <random>
 
 #include "hpdt/core/allocator.h"
+#include "hpdt/core/cuda_graph.h"
 #if HPDT_HAVE_CUDA
 #include "hpdt/core/check_cuda.h"
 #endif
@@ -115,6 +116,57 @@ TEST_F(CoreCuda, CachingAllocatorReusesDeviceBlocks) {
   const CachingAllocator::Stats after = a.stats();
   EXPECT_EQ(after.raw_allocations, mid.raw_allocations);
   EXPECT_EQ(after.cache_hits, mid.cache_hits + 1);
+}
+
+// A capture cut into parts (CudaGraph::capture_parts, hpdt-train --cuda-graph on several ranks): nothing runs at
+// capture; each part runs at its own launch, in order, so the host can act between them; a split right after another
+// makes an empty part; the memory the capture took is the graph's (not handed out again while it lives).
+TEST_F(CoreCuda, CudaGraphPartsRunAtTheirOwnLaunches) {
+  const int64_t n = 4099;
+  const AllocOptions on{.stream = &stream};
+  const Tensor h1 = random_bytes({n}, DType::f32, 1), h2 = random_bytes({n}, DType::f32, 2);
+  const Tensor src1 = h1.to(Device::cuda(0), stream), src2 = h2.to(Device::cuda(0), stream);
+  Tensor a = Tensor::zeros({n}, DType::f32, Device::cuda(0), on),
+         b = Tensor::zeros({n}, DType::f32, Device::cuda(0), on);
+  { const Tensor warm = Tensor::empty({n}, DType::f32, Device::cuda(0), on); }  // cached: the capture takes it
+  stream.synchronize();
+  void* temp = nullptr;
+  const CudaGraph g = CudaGraph::capture_parts(stream, [&](const CudaGraph::Split& split) {
+    Tensor t = Tensor::empty({n}, DType::f32, Device::cuda(0), on);  // (a cudaMalloc would fail the capture)
+    temp = t.data();
+    copy(src1, t, stream);  // part 0: a = src1, through a temporary
+    copy(t, a, stream);
+    split();
+    copy(src2, b, stream);  // part 1: b = src2
+    split();
+    split();  // part 2: empty; part 3: empty
+  });
+  ASSERT_EQ(g.parts(), 4u);
+  const auto host = [&](const Tensor& t) {
+    Tensor h = t.to(Device::cpu(), stream);
+    stream.synchronize();
+    return h;
+  };
+  const Tensor zero = Tensor::zeros({n}, DType::f32);
+  EXPECT_TRUE(same_bytes(host(a), zero) && same_bytes(host(b), zero)) << "captured work ran at capture";
+  g.launch_part(stream, 0);
+  EXPECT_TRUE(same_bytes(host(a), h1));
+  EXPECT_TRUE(same_bytes(host(b), zero)) << "part 1 ran with part 0";
+  for (size_t part = 1; part < g.parts(); ++part) g.launch_part(stream, part);
+  EXPECT_TRUE(same_bytes(host(b), h2));
+  HPDT_EXPECT_THROW_MSG(g.launch_part(stream, 4), "part 4 of a graph of 4");
+  const Tensor after = Tensor::empty({n}, DType::f32, Device::cuda(0), on);
+  EXPECT_NE(after.data(), temp) << "a block of the graph's pool was handed out while the graph lives";
+  // A part whose work waits for the host fails the capture, naming it.
+  HPDT_EXPECT_THROW_MSG(CudaGraph::capture_parts(stream,
+                                                 [&](const CudaGraph::Split& split) {
+                                                   copy(src1, a, stream);
+                                                   split();
+                                                   stream.synchronize();
+                                                 }),
+                        "CudaGraph::capture");
+  g.launch(stream);  // every part, the stream usable after the failed capture
+  EXPECT_TRUE(same_bytes(host(a), h1) && same_bytes(host(b), h2));
 }
 
 // Pinned host tensors hold what was written and travel to the device and back.
