@@ -872,9 +872,9 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
     if (m + 1 < o_.accum_steps) staged_ = stage(t);  // the next micro-batch's copy beside this one's
   }
   // What the graph holds: every micro-batch's forward, loss (into its loss state, read after the step's wait) and
-  // backward; the loss scale is the capture's.
-  // Run eagerly (no split given), the last micro-batch's backward hands its gradients to the sync as they are
-  // complete, as in an eager step; captured, it splits the capture where a bucket is.
+  // backward, with the capture's loss scale. Run eagerly (no split), the last micro-batch's backward hands its
+  // gradients to the sync as they complete, as in an eager step; captured on several ranks, it cuts the capture into
+  // parts where a bucket is complete (captured_ready).
   const auto queue = [this, scale](const CudaGraph::Split* split) {
     for (int m = 0; m < o_.accum_steps; ++m) {
       const DeviceBatch& in = graph_in_[size_t(m)];
@@ -883,11 +883,16 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
       kernels::softmax_cross_entropy_queued(logits, in.labels, o_.label_smoothing, &dlogits_, scale,
                                             loss_states_[size_t(m)], stream_);
       const bool last = m == o_.accum_steps - 1;
+      struct Disarm {  // (also when backward throws: the callback must not keep a split that is gone)
+        Run* run;
+        ~Disarm() {
+          run->armed_ = false;
+          run->capture_split_ = nullptr;
+        }
+      } disarm{this};
       armed_ = last && !split;
       capture_split_ = last && sync_->averages() ? split : nullptr;
       model_->backward(dlogits_, m > 0);
-      armed_ = false;
-      capture_split_ = nullptr;
     }
   };
   if (!graph_.empty() && graph_scale_ != scale) drop_graph();  // (fp16: the dynamic loss scale moved)
