@@ -91,7 +91,9 @@ class GradSync {
   struct Bucket {
     size_t offset, count, ready = 0;
     comm::Algorithm algo = comm::Algorithm::nccl;    // device paths: what reduces it (auto resolved)
-    comm::DevicePath path = comm::DevicePath::nccl;  // ... and where (comm::device_allreduce_path)
+#if HPDT_HAVE_CUDA
+    comm::DevicePath path = comm::DevicePath::nccl;  // ... and where (comm::device_allreduce_path; GPU builds)
+#endif
   };
   static bool device_compression_wanted(const comm::CompressionSpec& spec, comm::Algorithm algo);
   void cut_buckets(size_t n);
