@@ -1112,17 +1112,23 @@ void ensure_f32(Tensor& t, int64_t n, const Tensor& like, const Stream& stream) 
 
 unsigned channel_blocks(int c) { return unsigned((c + 127) / 128); }
 
-// SyncBN's host seam: the callback all-reduces a host buffer, so the 2c+1 floats (sum, sumsq or the
-// backward sums, count) travel to the host and back with one stream synchronisation in between. That round
-// trip is the price of the host-side seam; a device-side all-reduce on the stream would avoid it. Pageable
-// memory: the device-to-host copy returns when done, the host-to-device copy once the buffer is staged.
-void sync_round_trip(const AllReduceSum& sync, float* dev_buf, int c, cudaStream_t s) {
-  std::vector<float> host(size_t(2 * c + 1));
-  const size_t bytes = host.size() * sizeof(float);
-  HPDT_CUDA_CHECK(cudaMemcpyAsync(host.data(), dev_buf, bytes, cudaMemcpyDeviceToHost, s));
+// SyncBN's all-reduce of the 2c+1 floats (sum, sumsq or the backward sums, count) in dev_buf, in place. The device
+// seam queues it on the stream (no wait). The host seam is a round trip: to the host, one stream synchronisation,
+// the callback, back; pageable memory, so the device-to-host copy returns when done and the host-to-device copy
+// once the buffer is staged. A CUDA graph cannot capture the round trip (the trainer's --cuda-graph needs the device
+// seam).
+void sync_sums(const AllReduceSum& sync, float* dev_buf, int c, const Stream& stream) {
+  const size_t n = size_t(2 * c + 1);
+  if (sync.device) {
+    sync.device(dev_buf, n, stream);
+    return;
+  }
+  const cudaStream_t s = detail::native(stream);
+  std::vector<float> host(n);
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(host.data(), dev_buf, n * sizeof(float), cudaMemcpyDeviceToHost, s));
   HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
-  sync(host.data(), host.size());
-  HPDT_CUDA_CHECK(cudaMemcpyAsync(dev_buf, host.data(), bytes, cudaMemcpyHostToDevice, s));
+  sync.host(host.data(), n);
+  HPDT_CUDA_CHECK(cudaMemcpyAsync(dev_buf, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
 }
 
 template <class T>
@@ -1540,7 +1546,7 @@ void statistics(const char* op, const Tensor& x, Tensor& running_mean, Tensor& r
         invstd, rm, rv);
     HPDT_CUDA_CHECK_LAUNCH();
     if (sync) {
-      sync_round_trip(sync, buf.data<float>(), int(c), s);
+      sync_sums(sync, buf.data<float>(), int(c), stream);
       bn_finalize_from_sums<<<channel_blocks(int(c)), 128, 0, s>>>(buf.data<float>(), int(c), eps, momentum, mean,
                                                                    invstd, rm, rv);
       HPDT_CUDA_CHECK_LAUNCH();
@@ -1652,7 +1658,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
         static_cast<T*>(dbeta.data()), sync ? buf.data<float>() : nullptr, coef.data<float>());
     HPDT_CUDA_CHECK_LAUNCH();
     if (sync) {
-      sync_round_trip(sync, buf.data<float>(), int(c), s);
+      sync_sums(sync, buf.data<float>(), int(c), stream);
       bn_backward_coef_from_sums<<<channel_blocks(int(c)), 128, 0, s>>>(buf.data<float>(), int(c), coef.data<float>());
       HPDT_CUDA_CHECK_LAUNCH();
     }

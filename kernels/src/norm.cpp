@@ -122,6 +122,13 @@ void fused_epilogue_cpu(const Nchw& d, const BatchNormFusion& f, bool scale_is_v
   if (f.relu) cpu::relu_forward<float>(y.numel(), p, p);
 }
 
+// SyncBN on the CPU: the host sum (a device-only seam is a caller's mistake, named).
+void host_sum(const AllReduceSum& sync, std::vector<float>& buf) {
+  HPDT_CHECK(bool(sync.host),
+             "batch norm on the CPU: the SyncBN seam has only a device all-reduce (AllReduceSum::device)");
+  sync.host(buf.data(), buf.size());
+}
+
 // The CPU's training statistics: saved mean and invstd, running statistics updated.
 void statistics_cpu(const Nchw& d, const Tensor& x, Tensor& running_mean, Tensor& running_var, float eps,
                     float momentum, BatchNormSaved& saved, const AllReduceSum& sync) {
@@ -135,7 +142,7 @@ void statistics_cpu(const Nchw& d, const Tensor& x, Tensor& running_mean, Tensor
       buf[size_t(d.c + c)] = float(sumsq[size_t(c)]);
     }
     buf[size_t(2 * d.c)] = float(count);
-    sync(buf.data(), buf.size());
+    host_sum(sync, buf);
     for (int64_t c = 0; c < d.c; ++c) {
       sum[size_t(c)] = buf[size_t(c)];
       sumsq[size_t(c)] = buf[size_t(d.c + c)];
@@ -262,7 +269,7 @@ void batchnorm_backward_train(const Tensor& dy, const Tensor& x, const Tensor& g
       buf[size_t(d.c + c)] = float(sdyx[size_t(c)]);
     }
     buf[size_t(2 * d.c)] = float(count);
-    sync(buf.data(), buf.size());
+    host_sum(sync, buf);
     for (int64_t c = 0; c < d.c; ++c) {
       sdy[size_t(c)] = buf[size_t(c)];
       sdyx[size_t(c)] = buf[size_t(d.c + c)];

@@ -6,7 +6,8 @@
 // (c = 1, 3, 17; h*w = 1 ([n, c]), 7^2, 28^2); layer norm rows of d = 1, 5, 17, 192 (ViT-Ti), 768 (ViT-B),
 // 5000 and 12000 (the dgamma/dbeta accumulators beyond 48 KiB of shared memory), with 1, 17 and 197-token
 // rows. Misaligned views take the scalar (non-vector) paths. SyncBN: a callback that doubles the sums (two
-// identical ranks), compared with the CPU op given the same callback, buffer contents included.
+// identical ranks), compared with the CPU op given the same callback, buffer contents included; the device seam
+// (doubled on the device, no host wait) against the host seam bit for bit, and in a CUDA graph.
 // Determinism: two runs of every reduction give the same bits.
 // NHWC batch norm ([n, h, w, c] or [n, c] with layout nhwc: the column statistics of the [n*h*w, c] matrix) runs
 // the same checks against the CPU's NHWC path (kernels/cpu/norm.cpp on the matrix), on odd channel counts
@@ -27,11 +28,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cuda_oracle.h"
+#include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/env.h"
+#include "hpdt/kernels/accumulate.h"
 #include "hpdt/kernels/norm.h"
 #include "hpdt_test.h"
 
@@ -618,6 +622,75 @@ TEST_F(NormCuda, BatchNormIsDeterministic) {
               << dtype_name(dt) << " output " << i << " element " << j << (sync ? " sync" : "");
     }
 }
+
+#if HPDT_HAVE_CUDA
+// SyncBN's device seam (AllReduceSum::device: hpdt-train's NCCL on the compute stream with a GPU per rank). Handed
+// the seam buffer in device memory and the op's stream, with the sums doubled there (two identical ranks), the
+// training forward and backward give the host seam's bits (NCHW and NHWC, f32 and bf16). It waits for nothing on
+// the host, so a CUDA graph holds it: captured, the ops replay onto poisoned outputs with the eager bits; the host
+// seam's round trip (a stream wait) fails the capture instead.
+TEST_F(NormCuda, SyncBatchNormDeviceSeamGivesTheHostSeamsBitsAndAGraphHoldsIt) {
+  for (Layout layout : {Layout::nchw, Layout::nhwc})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::string(kernels::layout_name(layout)));
+      constexpr int64_t c = 17;
+      const Shape s = layout == Layout::nhwc ? Shape{4, 7, 7, c} : Shape{4, c, 7, 7};
+      const Tensor x = to_gpu(random(s, -1, 3), dt), dy = to_gpu(random(s), dt), g = to_gpu(random({c}, 0.5, 1.5), dt),
+                   b = to_gpu(random({c}), dt);
+      const Tensor rm0 = random({c}), rv0 = random({c}, 0.5, 2), dg0 = random({c}), db0 = random({c});
+      std::vector<float> seen;
+      int device_calls = 0;
+      AllReduceSum on_device;
+      on_device.device = [&](float* data, size_t n, const Stream& st) {
+        ++device_calls;
+        EXPECT_EQ(n, size_t(2 * c + 1));
+        EXPECT_EQ(st.handle(), stream.handle()) << "the seam was not handed the op's stream";
+        kernels::cuda::divide_f32(data, n, 0.5f, st.handle());  // x / 0.5: doubled exactly
+      };
+      struct Out {
+        Tensor rm, rv, y, dx, dg, db;
+        BatchNormSaved saved;
+      };
+      auto fresh = [&] {
+        return Out{to_gpu(rm0), to_gpu(rv0), poisoned(s, dt), poisoned(s, dt), to_gpu(dg0, dt), to_gpu(db0, dt), {}};
+      };
+      auto run = [&](Out& o, const AllReduceSum& sync) {
+        kernels::batchnorm_forward_train(x, g, b, o.rm, o.rv, kEps, kMomentum, o.saved, o.y, sync, stream, layout);
+        kernels::batchnorm_backward_train(dy, x, g, o.saved, o.dx, o.dg, o.db, sync, stream, layout);
+      };
+      auto expect_same_bits = [&](const Out& want, const Out& got, const char* what) {
+        const Tensor w[8] = {want.y, want.saved.mean, want.saved.invstd, want.rm, want.rv, want.dx, want.dg, want.db};
+        const Tensor h[8] = {got.y, got.saved.mean, got.saved.invstd, got.rm, got.rv, got.dx, got.dg, got.db};
+        const char* names[8] = {"y",           "saved mean", "saved invstd", "running mean",
+                                "running var", "dx",         "dgamma",       "dbeta"};
+        for (int i = 0; i < 8; ++i) {
+          const Tensor a = to_cpu_f32(w[i]), bb = to_cpu_f32(h[i]);
+          EXPECT_EQ(std::memcmp(a.data(), bb.data(), a.nbytes()), 0) << what << ": " << names[i] << " differs";
+        }
+      };
+      Out host = fresh();
+      run(host, doubling(&seen));
+      ASSERT_EQ(seen.size(), size_t(2 * c + 1)) << "the host seam was not called";
+      // (the capture allocates only from the cache: the replay's outputs made first, then the eager run, whose
+      // temporaries the capture takes)
+      Out dev = fresh(), replayed = fresh();
+      replayed.saved = {to_gpu(dg0), to_gpu(db0)};
+      run(dev, on_device);
+      EXPECT_EQ(device_calls, 2) << "the device seam: once in the forward, once in the backward";
+      expect_same_bits(host, dev, "the device seam");
+      const CudaGraph graph = CudaGraph::capture(stream, [&] { run(replayed, on_device); });
+      EXPECT_EQ(device_calls, 4);
+      graph.launch(stream);
+      expect_same_bits(host, replayed, "the graph's replay");
+      Out refused = fresh();
+      EXPECT_THROW(CudaGraph::capture(stream, [&] { run(refused, doubling(&seen)); }), Error)
+          << "the host seam's round trip should fail a capture";
+      Out after = fresh();  // the stream works after the failed capture
+      run(after, on_device);
+      expect_same_bits(host, after, "after the failed capture");
+    }
+}
+#endif
 
 // ---- batch norm, NHWC ----------------------------------------------------------------------------------------
 

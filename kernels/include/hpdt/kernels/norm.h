@@ -2,6 +2,7 @@
 // on CUDA (statistics f32).
 #pragma once
 
+#include <concepts>
 #include <functional>
 
 #include "hpdt/core/stream.h"
@@ -11,8 +12,23 @@
 
 namespace hpdt::kernels {
 
-// SyncBN seam: all-reduce-sum `n` floats in place across the ranks that share a batch. Null: local stats.
-using AllReduceSum = std::function<void(float* data, size_t n)>;
+// SyncBN seam: all-reduce-sum `n` floats in place across the ranks that share a batch. Empty: local statistics.
+//   host    sums host memory, called once the values are ready: the CPU path, and on the GPU a round trip (the
+//           values copied to the host after a stream wait, and back).
+//   device  (GPU) queues the sum of device memory on `stream` and returns without waiting (NCCL on the compute
+//           stream): no host round trip, and a CUDA graph can capture it. Taken on the GPU when set; the CPU path
+//           needs `host`.
+// A callable of (float*, size_t) converts to a host sum; nullptr to an empty one.
+struct AllReduceSum {
+  std::function<void(float* data, size_t n)> host;
+  std::function<void(float* device_data, size_t n, const Stream& stream)> device;
+
+  AllReduceSum() = default;
+  AllReduceSum(std::nullptr_t) {}  // NOLINT(google-explicit-constructor): as std::function, nullptr is empty
+  template <std::invocable<float*, size_t> F>
+  AllReduceSum(F f) : host(std::move(f)) {}  // NOLINT(google-explicit-constructor): a host sum is the common case
+  explicit operator bool() const { return bool(host) || bool(device); }
+};
 
 struct BatchNormSaved {
   Tensor mean, invstd;  // [c] f32, written by the training forward, read by backward
