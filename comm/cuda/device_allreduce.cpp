@@ -200,6 +200,16 @@ void staged(Communicator& comm, const void* send, void* recv, size_t count, DTyp
 
 }  // namespace
 
+void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op, void* stream) {
+  HPDT_CHECK(comm.gpu_per_rank(), "allreduce_device_enqueue: rank ", comm.rank(), " shares its GPU with other ranks (",
+             comm.describe(), "); an NCCL communicator needs a GPU per rank");
+  ncclComm_t nc = comm.nccl();
+  if (count == 0) return;
+  const detail::DeviceScope scope(comm.nccl_device());
+  HPDT_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(dtype), op == ReduceOp::avg ? ncclAvg : ncclSum, nc,
+                                static_cast<cudaStream_t>(stream)));
+}
+
 std::string_view device_path_name(DevicePath p) {
   switch (p) {
     case DevicePath::nccl:

@@ -8,10 +8,12 @@
 //     host all-reduce of the same data == the exact sum;
 //   mpi directly on device pointers where the MPI is CUDA-aware (skips otherwise);
 //   nccl at 1 rank: sum returns the input exactly, avg too (divided by 1), f32/f16/bf16;
+//   allreduce_device_enqueue (NCCL on the caller's stream, a GPU per rank): exact sums, and in a CUDA graph;
 //   NcclTransport: send/recv to self, several transfers in one group, zero bytes, wait vs wait_all.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -28,6 +30,9 @@
 #include <cuda_runtime.h>
 
 #include "hpdt/core/check_cuda.h"
+#include "hpdt/core/cuda_graph.h"
+#include "hpdt/core/float16.h"
+#include "hpdt/core/stream.h"
 #endif
 
 using namespace hpdt;
@@ -336,6 +341,97 @@ TEST(DeviceAllreduce, BadArguments) {
                         "not supported");
   HPDT_EXPECT_THROW_MSG(allreduce_device(world(), nullptr, nullptr, 4, DType::f32, ReduceOp::sum, Algorithm::ring),
                         "null buffer");
+}
+
+// ---- allreduce_device_enqueue: NCCL on the caller's stream ------------------------------------------
+
+// SyncBN's all-reduce (hpdt-train --sync-bn with a GPU per rank): in place on the caller's stream, behind the input
+// queued there, the exact sum (f32, bf16) of small integers, and their average within an ulp; count 0 does nothing.
+// Captured into a CUDA graph it runs at each launch, not at the capture: the data unchanged after the capture, the sum
+// after the first launch, p times the sum after the second. Ranks sharing a GPU: refused, naming the rank. The
+// emulator's ranks are GPUs of their own (one virtual node each); on a real machine the case needs a GPU per rank.
+TEST(DeviceAllreduceEnqueue, SumsOnTheCallersStreamAndAGraphHoldsIt) {
+  HPDT_REQUIRE_GPU();
+  use_my_gpu();
+#if HPDT_CUDA_EMU
+  CommunicatorOptions co;
+  co.ranks_per_node = "1";
+  Communicator c(MPI_COMM_WORLD, co);
+#else
+  Communicator& c = world();
+#endif
+  if (!c.gpu_per_rank()) {
+    DeviceBuffer b(16);
+    HPDT_EXPECT_THROW_MSG(allreduce_device_enqueue(c, b.get(), 4, DType::f32, ReduceOp::sum, nullptr),
+                          "rank " + std::to_string(c.rank()) + " shares its GPU");
+    GTEST_SKIP() << "needs a GPU per rank (" << c.local_size() << " ranks per node, " << cuda_device_count()
+                 << " GPU(s)); the refusal was checked";
+  }
+  const int p = c.size(), r = c.rank();
+  const int dev = c.local_rank() % cuda_device_count();
+  const Stream stream = Stream::create_cuda(dev);
+  const auto s = static_cast<cudaStream_t>(stream.handle());
+  (void)c.nccl();  // (made before the capture below, as its contract asks)
+  auto check = [&](DType dt, ReduceOp op, size_t n, int launches) {
+    const std::string what = std::string(dtype_name(dt)) + " " + std::string(reduce_op_name(op)) +
+                             " n=" + std::to_string(n) + (launches ? " in a graph" : "");
+    std::vector<float> in(n), want(n);
+    for (size_t i = 0; i < n; ++i) {
+      in[i] = int_input(r, i);
+      float sum = 0;
+      for (int q = 0; q < p; ++q) sum += int_input(q, i);
+      want[i] = op == ReduceOp::avg ? sum / float(p) : sum;
+    }
+    const size_t es = dtype_size(dt);
+    std::vector<uint16_t> in16(n), got16(n);
+    for (size_t i = 0; i < n; ++i) in16[i] = f32_to_bf16_bits(in[i]);
+    const void* host_in = dt == DType::f32 ? static_cast<const void*>(in.data()) : in16.data();
+    DeviceBuffer d(n * es);
+    d.fill(0xff);
+    // The input queued on the stream (not waited for): the all-reduce must come after it.
+    if (n) HPDT_CUDA_CHECK(cudaMemcpyAsync(d.get(), host_in, n * es, cudaMemcpyHostToDevice, s));
+    auto read = [&] {
+      std::vector<float> out(n);
+      HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+      if (dt == DType::f32) {
+        d.download(out.data());
+      } else {
+        d.download(got16.data());
+        for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(got16[i]);
+      }
+      return out;
+    };
+    if (!launches) {
+      allreduce_device_enqueue(c, d.get(), n, dt, op, stream.handle());
+      const std::vector<float> got = read();
+      for (size_t i = 0; i < n; ++i)  // (NCCL's average is its own rounding: within an ulp)
+        if (op == ReduceOp::sum)
+          ASSERT_EQ(got[i], want[i]) << what << ": element " << i;
+        else
+          ASSERT_NEAR(got[i], want[i], 1e-6f * std::abs(want[i])) << what << ": element " << i;
+      return;
+    }
+    const CudaGraph graph =
+        CudaGraph::capture(stream, [&] { allreduce_device_enqueue(c, d.get(), n, dt, op, stream.handle()); });
+    std::vector<float> got = read();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], in[i]) << what << ": ran at the capture, element " << i;
+    for (int l = 1; l <= launches; ++l) {
+      graph.launch(stream);
+      got = read();
+      for (size_t i = 0; i < n; ++i) {
+        float w = want[i];  // the sum, then p times it (every rank holds the sum)
+        for (int k = 1; k < l; ++k) w *= float(p);
+        ASSERT_EQ(got[i], w) << what << ": launch " << l << ", element " << i;
+      }
+    }
+  };
+  for (size_t n : {size_t(0), size_t(1), size_t(35), size_t(4097)}) {
+    check(DType::f32, ReduceOp::sum, n, 0);
+    check(DType::bf16, ReduceOp::sum, n, 0);
+    check(DType::f32, ReduceOp::avg, n, 0);
+  }
+  check(DType::f32, ReduceOp::sum, 35, 2);  // SyncBN's 2c + 1 floats at c = 17
+  HPDT_EXPECT_THROW_MSG(allreduce_device_enqueue(c, nullptr, 4, DType::i32, ReduceOp::sum, stream.handle()), "i32");
 }
 
 // ---- NCCL, one rank per process ---------------------------------------------------------------------

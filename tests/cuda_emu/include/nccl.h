@@ -8,10 +8,11 @@
 // ncclGroupEnd (a lone send/recv at its call) and returns when all its operations are complete: a group that
 // would deadlock on a GPU (a receive whose matching send the peer only issues after its own group completes)
 // hangs here too, and is reported after CUDA_EMU_NCCL_TIMEOUT_S seconds (default 60) instead of hanging.
-// Collectives (ncclAllReduce) run at once, also inside a group; f16/bf16 are summed in f32 and rounded once
-// (NCCL rounds after every addition). ncclCommInitRank with nranks > 1 is collective over MPI_COMM_WORLD
-// (every world rank creates a communicator at the same time, as hpdt's Communicator does); ncclCommSplit is
-// collective over its parent, as in NCCL.
+// Collectives (ncclAllReduce) run at once, also inside a group; in a CUDA graph capture ncclAllReduce is kept for the
+// graph and runs at each launch, the launch running at once (send/recv are refused in a capture, ncclInvalidUsage);
+// f16/bf16 are summed in f32 and rounded once (NCCL rounds after every addition). ncclCommInitRank with nranks > 1 is
+// collective over MPI_COMM_WORLD (every world rank creates a communicator at the same time, as hpdt's Communicator
+// does); ncclCommSplit is collective over its parent, as in NCCL.
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -49,6 +50,12 @@ constexpr int kMaxThreadsPerBlock = 1024;
 // nullptr) before work that runs at once on it (the NCCL emulation's collectives over MPI) or before the emulator's
 // counters are read (launches_named, tma_stores, ...). Nothing in the eager mode.
 void drain_stream(const void* stream);
+// The NCCL emulation's collective queued on a stream this thread captures into a graph: `op` is kept for the
+// graph (true), and a graph holding one runs at once at cudaGraphLaunch, as the collectives do (the MPI calls on
+// the launching thread, never from another thread's wait on deferred work). False when `stream` is not captured.
+bool capture_collective(const void* stream, std::function<void()> op);
+// Whether this thread captures `stream` into a graph now (the NCCL calls not emulated in a capture refuse then).
+bool captures(const void* stream);
 
 // Dynamic shared memory limit a kernel was given with cudaFuncSetAttribute (default 48 KiB).
 size_t max_dynamic_smem(const void* kernel);

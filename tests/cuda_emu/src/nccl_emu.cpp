@@ -126,6 +126,34 @@ ncclResult_t reduce_16(const void* send, void* recv, size_t count, MPI_Comm c, W
   return ncclSuccess;
 }
 
+// The reduction itself (arguments checked by ncclAllReduce), now or at a graph's launch.
+ncclResult_t all_reduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        ncclComm_t comm) {
+  if (count == 0) return ncclSuccess;
+  ncclResult_t r = ncclSuccess;
+  const float scale = op == ncclAvg ? 1.0f / float(comm->size) : 1.0f;
+  switch (datatype) {
+    case ncclFloat32: {
+      const void* in = sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
+      if (MPI_Allreduce(in, recvbuff, int(count), MPI_FLOAT, MPI_SUM, comm->mpi) != MPI_SUCCESS)
+        return fail(ncclSystemError, "nccl emu: MPI_Allreduce failed");
+      if (op == ncclAvg)
+        for (size_t i = 0; i < count; ++i) static_cast<float*>(recvbuff)[i] *= scale;
+      return ncclSuccess;
+    }
+    case ncclFloat16:
+      r = reduce_16(sendbuff, recvbuff, count, comm->mpi, hpdt::f16_bits_to_f32,
+                    [scale](float f) { return hpdt::f32_to_f16_bits(f * scale); });
+      return r;
+    case ncclBfloat16:
+      r = reduce_16(sendbuff, recvbuff, count, comm->mpi, hpdt::bf16_bits_to_f32,
+                    [scale](float f) { return hpdt::f32_to_bf16_bits(f * scale); });
+      return r;
+    default:
+      return fail(ncclInvalidArgument, "nccl emu: ncclAllReduce emulates f32, f16 and bf16 only");
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -259,12 +287,16 @@ ncclResult_t ncclGroupEnd() {
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
+  if (cuda_emu::captures(stream))
+    return fail(ncclInvalidUsage, "nccl emu: ncclSend in a CUDA graph capture is not emulated");
   cuda_emu::drain_stream(stream);  // (deferred streams: the collectives run at once, over MPI)
   return p2p(const_cast<void*>(sendbuff), count, datatype, peer, comm, false);
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
+  if (cuda_emu::captures(stream))
+    return fail(ncclInvalidUsage, "nccl emu: ncclRecv in a CUDA graph capture is not emulated");
   cuda_emu::drain_stream(stream);
   return p2p(recvbuff, count, datatype, peer, comm, true);
 }
@@ -272,32 +304,23 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   if (!comm) return fail(ncclInvalidArgument, "nccl emu: null communicator");
-  cuda_emu::drain_stream(stream);
-  if (op != ncclSum && op != ncclAvg) return fail(ncclInvalidArgument, "nccl emu: only ncclSum and ncclAvg are emulated");
-  if (count == 0) return ncclSuccess;
+  if (op != ncclSum && op != ncclAvg)
+    return fail(ncclInvalidArgument, "nccl emu: only ncclSum and ncclAvg are emulated");
   if (count > size_t(INT32_MAX)) return fail(ncclInvalidArgument, "nccl emu: count above 2^31 - 1");
-  ncclResult_t r = ncclSuccess;
-  const float scale = op == ncclAvg ? 1.0f / float(comm->size) : 1.0f;
-  switch (datatype) {
-    case ncclFloat32: {
-      const void* in = sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
-      if (MPI_Allreduce(in, recvbuff, int(count), MPI_FLOAT, MPI_SUM, comm->mpi) != MPI_SUCCESS)
-        return fail(ncclSystemError, "nccl emu: MPI_Allreduce failed");
-      if (op == ncclAvg)
-        for (size_t i = 0; i < count; ++i) static_cast<float*>(recvbuff)[i] *= scale;
-      return ncclSuccess;
-    }
-    case ncclFloat16:
-      r = reduce_16(sendbuff, recvbuff, count, comm->mpi, hpdt::f16_bits_to_f32,
-                    [scale](float f) { return hpdt::f32_to_f16_bits(f * scale); });
-      return r;
-    case ncclBfloat16:
-      r = reduce_16(sendbuff, recvbuff, count, comm->mpi, hpdt::bf16_bits_to_f32,
-                    [scale](float f) { return hpdt::f32_to_bf16_bits(f * scale); });
-      return r;
-    default:
-      return fail(ncclInvalidArgument, "nccl emu: ncclAllReduce emulates f32, f16 and bf16 only");
-  }
+  if (datatype != ncclFloat32 && datatype != ncclFloat16 && datatype != ncclBfloat16)
+    return fail(ncclInvalidArgument, "nccl emu: ncclAllReduce emulates f32, f16 and bf16 only");
+  if (group_depth > 0 && cuda_emu::captures(stream))
+    return fail(ncclInvalidUsage, "nccl emu: a collective inside a group, in a CUDA graph capture, is not emulated");
+  // In a capture, kept for the graph: it runs at each launch (a failure there names itself and fails the launch).
+  if (cuda_emu::capture_collective(stream, [=] {
+        if (all_reduce(sendbuff, recvbuff, count, datatype, op, comm) != ncclSuccess) {
+          std::fprintf(stderr, "nccl emu: ncclAllReduce in a CUDA graph: %s\n", last_error.c_str());
+          cuda_emu::set_last_error(cudaErrorLaunchFailure);
+        }
+      }))
+    return ncclSuccess;
+  cuda_emu::drain_stream(stream);
+  return all_reduce(sendbuff, recvbuff, count, datatype, op, comm);
 }
 
 }  // extern "C"

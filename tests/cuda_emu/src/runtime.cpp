@@ -35,6 +35,7 @@ struct CUstream_st {
   int priority = 0;
   bool capturing = false;  // between cudaStreamBeginCapture and cudaStreamEndCapture
   bool invalidated = false;
+  bool captured_collective = false;  // the capture holds an NCCL collective (capture_collective)
   std::vector<std::function<void()>> captured;
   // CUDA_EMU_STREAMS=lazy|random: work queued and not yet run; `queued` counts what was ever queued, `done` what ran
   std::deque<std::function<void()>> pending;
@@ -43,9 +44,11 @@ struct CUstream_st {
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;
+  bool collective = false;  // holds an NCCL collective: launched, it runs at once
 };
 struct CUgraphExec_st {
   std::vector<std::function<void()>> ops;
+  bool collective = false;
 };
 struct CUevent_st {
   unsigned flags = 0;
@@ -342,6 +345,14 @@ bool capture_defer(const void* stream, std::function<void()> op) {
 }
 
 void drain_stream(const void* stream) { run_after(static_cast<cudaStream_t>(const_cast<void*>(stream))); }
+
+bool captures(const void* stream) { return g_capture && stream == g_capture; }
+bool capture_collective(const void* stream, std::function<void()> op) {
+  if (!captures(stream)) return false;
+  g_capture->captured.push_back(std::move(op));
+  g_capture->captured_collective = true;
+  return true;
+}
 
 }  // namespace cuda_emu
 
@@ -783,6 +794,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   if (g_capture || s->capturing) return fail(cudaErrorIllegalState);
   s->capturing = true;
   s->invalidated = false;
+  s->captured_collective = false;
   s->captured.clear();
   g_capture = s;
   return cudaSuccess;
@@ -797,7 +809,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   ops.swap(s->captured);
   *graph = nullptr;
   if (s->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
-  *graph = new CUgraph_st{std::move(ops)};
+  *graph = new CUgraph_st{std::move(ops), s->captured_collective};
   return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
@@ -810,14 +822,16 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* statu
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   if (!graph) return fail(cudaErrorInvalidValue);
-  *exec = new CUgraphExec_st{graph->ops};
+  *exec = new CUgraphExec_st{graph->ops, graph->collective};
   return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (!exec) return fail(cudaErrorInvalidValue);
   if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   CUDA_EMU_NOT_IN_CAPTURE();  // (a graph launched into a capture is not emulated)
-  if (deferring(s)) {         // the whole graph one item of s's work
+  // The whole graph one item of s's work; with a collective it runs now, after s's queued work (as the emulated
+  // collectives do: a deferred MPI collective could run on whichever thread next waits, and deadlock).
+  if (deferring(s) && !exec->collective) {
     const std::vector<std::function<void()>> ops = exec->ops;
     defer(s, [ops] {
       for (auto& op : ops) {

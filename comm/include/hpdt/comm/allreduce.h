@@ -108,6 +108,14 @@ bool mpi_cuda_aware();
 void allreduce_device(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                       Algorithm algorithm, const AllreduceOptions& options = {}, void* stream = nullptr);
 
+// In-place all-reduce of device memory queued on the caller's `stream` (a cudaStream_t): ncclAllReduce on that
+// stream itself, and the host does not wait. The result is there for the work queued after it on `stream`, and a
+// CUDA graph capturing `stream` captures it. For small messages that must stay in the stream's order (SyncBN's
+// batch statistics). Needs a GPU per rank (gpu_per_rank(); throws naming the rank otherwise) and the NCCL
+// communicator made before any capture (comm.nccl(), collective). NCCL's summation order; f32, f16 or bf16.
+// No watchdog (the host does not wait): a peer that never joins leaves the stream unfinished.
+void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op, void* stream);
+
 enum class DevicePath { nccl, nccl_p2p, mpi_direct, staged };
 std::string_view device_path_name(DevicePath p);  // "nccl", "nccl-p2p", "mpi-direct", "staged"
 // The path allreduce_device takes for this call (auto resolved as it would be).
