@@ -72,7 +72,9 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--compress", o.compress, "none|fp16|bf16|topk:R|qsgd:B|powersgd:R");
   app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB")->check(hpdt::cli::positive());
   app.add_option("--overlap", o.overlap, "all-reduce buckets during backward (true) or after it (false)");
-  app.add_flag("--sync-bn", o.sync_bn, "batch-norm statistics over all ranks");
+  app.add_flag("--sync-bn", o.sync_bn,
+               "batch-norm statistics over all ranks (--device cuda with a GPU per rank: by NCCL on the compute "
+               "stream; otherwise by MPI on the host)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir);
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (0: end and preemption only)")
       ->check(hpdt::cli::non_negative());
@@ -84,7 +86,7 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
                "once the eager steps before it allocate no new device memory, and replayed: one launch a step; "
                "captured again after each evaluation and when the fp16 loss scale moves. On several ranks in parts, "
                "one a gradient bucket, each bucket averaged while the parts after it run; the optimizer runs as "
-               "before (not with --dropout or --sync-bn)");
+               "before (not with --dropout; with --sync-bn only with a GPU per rank)");
   app.add_option("--kernels", o.kernels, "ours|vendor: GEMM and convolution on the GPU by hpdt's kernels or cuBLAS/cuDNN (--device cuda)");
   app.add_option("--gemm", o.gemm, "v3|v2: our GEMM for 16-bit inputs on the GPU (v3, the default: Hopper wgmma + TMA where it can run, v2 elsewhere; --device cuda, --kernels ours)");
   app.add_option("--gemm-tuning", o.gemm_tuning, "heuristic|find: how GEMM v3 picks its pipeline and block tile for each GEMM shape (heuristic, the default: by rule; find: the fastest of them, timed at the shape's first call; --device cuda, --kernels ours, --gemm v3)");
@@ -179,10 +181,6 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
     if (o.dropout != 0)
       HPDT_FAIL("--cuda-graph: not with --dropout ", o.dropout,
                 " (each step draws new masks from a counter on the host; a graph would replay the capture's masks)");
-    if (o.sync_bn)
-      HPDT_FAIL(
-          "--cuda-graph: not with --sync-bn (its forward waits for an all-reduce of the statistics on the host, "
-          "which a graph cannot hold)");
   }
   if (o.algo == "nccl" && o.compress != "none")
     HPDT_FAIL("--compress ", o.compress,

@@ -182,6 +182,7 @@ class Run {
   void setup_data();
   void setup_model();
   void setup_comm();
+  kernels::AllReduceSum batchnorm_sync();  // --sync-bn's all-reduce (sets sync_bn_via_)
   void resume_if_asked();
   // One optimizer step. stage_next (GPU): the next step is in this epoch, so its first batch is read and its copy
   // up queued before this step's wait, overlapping this step's work.
@@ -231,6 +232,8 @@ class Run {
   std::unique_ptr<nn::Optimizer> optimizer_;
   nn::LossScaler scaler_ = nn::LossScaler::off();
   std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<comm::Communicator> bn_;  // --sync-bn on GPUs with one per rank: NCCL on the compute stream
+  std::string sync_bn_via_;                 // --sync-bn: "nccl" (on the compute stream) or "mpi" (on the host)
   comm::TuningTable tuning_;
   std::unique_ptr<GradSync> sync_;
   bool sync_f32_grads_ = false;  // mixed precision with lossy compression: the f32 gradients are synced
@@ -446,10 +449,11 @@ void Run::setup_model() {
     for (int m = 0; m < o_.accum_steps; ++m) loss_states_.push_back(kernels::make_loss_state(device_, stream_));
   arena.sync_model_copy();
   model_->set_first_sample(int64_t(rank_) * o_.batch);  // dropout masks by position in the global batch
-  if (o_.sync_bn)
-    model_->set_batchnorm_sync([this](float* data, size_t n) {
-      HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, bn_comm_));
-    });
+  if (o_.sync_bn) model_->set_batchnorm_sync(batchnorm_sync());
+  if (o_.cuda_graph && o_.sync_bn && sync_bn_via_ != "nccl")
+    throw UsageError("--cuda-graph with --sync-bn needs a GPU per rank: ranks share a GPU here (" +
+                     (bn_ ? bn_->describe() : std::to_string(size_) + " ranks") +
+                     "), so the batch statistics are all-reduced on the host, which a graph cannot hold");
   if (o_.optimizer == "sgd") {
     kernels::SgdOptions so;
     so.lr = float(o_.lr);
@@ -464,6 +468,30 @@ void Run::setup_model() {
     optimizer_ = std::make_unique<nn::AdamW>(arena, ao);
   }
   scaler_ = nn::LossScaler::for_dtype(cfg.dtype);
+}
+
+// --sync-bn: the batch statistics summed over the ranks. On GPUs with one per rank, by NCCL on the compute stream
+// (comm::allreduce_device_enqueue: no host round trip, and a --cuda-graph capture holds it), on its own communicator;
+// otherwise by MPI on the host (ranks sharing a GPU: NCCL cannot hold them; the CPU).
+kernels::AllReduceSum Run::batchnorm_sync() {
+#if HPDT_HAVE_CUDA
+  if (device_.is_cuda()) {
+    bn_ = std::make_unique<comm::Communicator>(bn_comm_);  // (collective)
+    if (bn_->gpu_per_rank()) {
+      (void)bn_->nccl();  // made now (collective), not in a capture
+      sync_bn_via_ = "nccl";
+      kernels::AllReduceSum sum;
+      sum.device = [this](float* data, size_t n, const Stream& s) {
+        comm::allreduce_device_enqueue(*bn_, data, n, DType::f32, comm::ReduceOp::sum, s.handle());
+      };
+      return sum;
+    }
+  }
+#endif
+  sync_bn_via_ = "mpi";
+  return [this](float* data, size_t n) {
+    HPDT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, bn_comm_));
+  };
 }
 
 void Run::setup_comm() {
@@ -1148,6 +1176,7 @@ int Run::execute() {
                     {"buckets", sync_->bucket_count()},
                     {"overlap", o_.overlap},
                     {"sync_bn", o_.sync_bn},
+                    {"sync_bn_via", sync_bn_via_},
                     {"cuda_graph", o_.cuda_graph},
                     {"seed", o_.seed},
                     {"shuffle_block", o_.shuffle_block},
@@ -1169,8 +1198,11 @@ int Run::execute() {
         kernels += o_.gemm_tuning != "find" ? " (NHWC convolutions by find)"
                    : o_.conv != "find"      ? " (GEMM v3 plans by find)"
                                             : " (GEMM v3 plans and NHWC convolutions by find)";
-      const std::string grads =
+      std::string grads =
           sync_->averages() ? "gradients averaged via " + sync_->path() : "gradients not averaged (one rank)";
+      if (o_.sync_bn)
+        grads += sync_bn_via_ == "nccl" ? "; batch-norm statistics via nccl on the compute stream"
+                                        : "; batch-norm statistics via MPI on the host";
       std::printf("hpdt-train: GPU %s (one per rank), %s kernels, %s compute, %s\n",
                   cuda_device_name(device_.index).c_str(), kernels.c_str(),
                   std::string(dtype_name(model_->compute_dtype())).c_str(), grads.c_str());
@@ -1274,6 +1306,7 @@ void Run::finish_nccl_debug() {
   if (!nccl_debug_) return;
   sync_.reset();
   comm_.reset();
+  bn_.reset();
   HPDT_MPI_CHECK(MPI_Barrier(world_));
   if (rank_ == 0) {
     std::printf("%s", nccl_debug_->report().c_str());

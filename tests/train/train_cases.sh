@@ -386,6 +386,21 @@ cuda-emu)
     > "$w/resumed.log" 2>&1 || { cat "$w/resumed.log"; fail "cuda --compress qsgd:4 resumed from the host mirror's checkpoint"; }
   "$compare" "$(latest "$w/dev3")" "$(latest "$w/resumed")" --optimizer ||
     fail "the device compression run resumed from the host mirror's checkpoint differs from an uninterrupted one"
+  # --sync-bn (ResNet-20): the batch statistics summed over the ranks. Sharing one GPU, by MPI on the host (a round trip
+  # a batch norm); a GPU each, by NCCL on the compute stream. The same sums (2 ranks: a + b), so the same bits (ring
+  # both ways: the host mirror's and nccl-p2p's are bitwise equal). Near one rank with the global batch: the statistics
+  # are of all 8 samples (each rank's own 4, without --sync-bn, leave the running variances ~0.1 apart).
+  sbn=(--model resnet20 --sync-bn --eval false --augment false --max-steps 3 --lr 0.05 --warmup-epochs 0 --device cuda
+       --algo ring)
+  run 2 "${sbn[@]}" --batch 4 --checkpoint-dir "$w/sbn-mpi" > "$w/sbn-mpi.log" 2>&1 || { cat "$w/sbn-mpi.log"; fail "--sync-bn, 2 ranks on 1 GPU"; }
+  grep -q "batch-norm statistics via MPI on the host" "$w/sbn-mpi.log" || { cat "$w/sbn-mpi.log"; fail "--sync-bn sharing a GPU: expected MPI"; }
+  HPDT_RANKS_PER_NODE=1 run 2 "${sbn[@]}" --batch 4 --metrics "$w/sbn-nccl.jsonl" --checkpoint-dir "$w/sbn-nccl" \
+    > "$w/sbn-nccl.log" 2>&1 || { cat "$w/sbn-nccl.log"; fail "--sync-bn, a GPU per rank"; }
+  grep -q "batch-norm statistics via nccl on the compute stream" "$w/sbn-nccl.log" && grep -q '"sync_bn_via":"nccl"' "$w/sbn-nccl.jsonl" ||
+    { cat "$w/sbn-nccl.log"; fail "--sync-bn with a GPU per rank: expected nccl on the compute stream"; }
+  "$compare" "$(latest "$w/sbn-mpi")" "$(latest "$w/sbn-nccl")" --optimizer || fail "--sync-bn by nccl differs from MPI's"
+  run 1 "${sbn[@]}" --batch 8 --checkpoint-dir "$w/sbn-one" > "$w/sbn-one.log" 2>&1 || { cat "$w/sbn-one.log"; fail "--sync-bn, 1 rank"; }
+  "$compare" "$(latest "$w/sbn-one")" "$(latest "$w/sbn-nccl")" --atol 2e-4 --rtol 2e-3 || fail "--sync-bn by nccl: not near one rank's batch of 8"
   # The GPU kernels against the CPU ones after two AdamW steps (other summation orders).
   timeout --kill-after=10 240 $mpiexec -n 2 "$cpu" --data "$data/fashion-mnist-train.h5" --progress lines --threads 1 --seed 7 \
     "${args[@]}" --eval true --eval-samples 8 --metrics "$w/cpu.jsonl" --device cpu --algo ring --checkpoint-dir "$w/cpu" \
@@ -469,6 +484,19 @@ cuda-emu-graph)
     { cat "$w/streams-eager.log"; fail "--cuda-graph under CUDA_EMU_STREAMS: expected 2 replays"; }
   # ... and the parts of two ranks' graph, each followed by its buckets' copy down on the mirror's copy stream
   same_in_every_order streams-mirror 2 --algo ring --bucket-mb 1 --cuda-graph
+  # --sync-bn with a GPU per rank: the statistics' all-reduces (NCCL on the compute stream) inside the graph's parts,
+  # bitwise the eager run's, also with the streams' work deferred (the launches of graphs holding a collective run at
+  # once in the emulator, as its collectives do). Sharing a GPU (MPI on the host) the run is refused (exit 2).
+  rn=(--model resnet20 --sync-bn --eval false --augment false --max-steps 5 --batch 4 --lr 0.05 --warmup-epochs 0
+      --device cuda --algo ring --bucket-mb 0.1)
+  HPDT_RANKS_PER_NODE=1 graph_like_eager syncbn 2 5 "${rn[@]}"
+  [ "$(captures syncbn)" = 1 ] && [ "$(parts syncbn)" -gt 1 ] || fail "syncbn: expected one capture in several parts"
+  args=("${rn[@]}") orders="lazy:0 random:1"
+  HPDT_RANKS_PER_NODE=1 same_in_every_order streams-syncbn 2 --cuda-graph
+  run 2 "${rn[@]}" --cuda-graph > "$w/bad.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--cuda-graph with --sync-bn needs a GPU per rank" "$w/bad.log" ||
+    { cat "$w/bad.log"; fail "--cuda-graph --sync-bn sharing a GPU: expected exit 2 naming both flags, got $rc"; }
   # Bad input: refused before any work, naming the flag (exit 2).
   run 1 --model vit-ti --cuda-graph --dropout 0.1 --device cuda > "$w/bad.log" 2>&1
   rc=$?
@@ -545,6 +573,28 @@ cuda-gpu)
     "$compare" "$w/g-$name-eager/ckpt-000000005.h5" "$w/g-$name-graph/ckpt-000000005.h5" --optimizer --atol 1e-6 --rtol 1e-5 ||
       fail "np $np: the --cuda-graph run is not near the eager run"
   done
+  # --sync-bn on the real GPU: one rank (a GPU of its own) all-reduces the statistics by NCCL on the compute stream (a
+  # 1-rank communicator: the sums unchanged), near the run without --sync-bn (the same statistics, finalized from the
+  # sums instead); with --cuda-graph the NCCL all-reduces are captured into the graph, near the eager run. Two ranks
+  # sharing the GPU take MPI on the host, near one rank with their global batch.
+  for mode in eager graph; do
+    flag=(); [ $mode = graph ] && flag=(--cuda-graph)
+    run 1 "${res[@]}" --sync-bn --max-steps 5 --device cuda "${flag[@]}" --checkpoint-dir "$w/sbn-$mode" > "$w/sbn-$mode.log" 2>&1 ||
+      { cat "$w/sbn-$mode.log"; fail "resnet20 --sync-bn, $mode"; }
+    grep -q "batch-norm statistics via nccl on the compute stream" "$w/sbn-$mode.log" ||
+      { cat "$w/sbn-$mode.log"; fail "--sync-bn on one rank: expected nccl on the compute stream"; }
+  done
+  grep -qE "cuda graph      1 capture\(s\), [1-9] step\(s\) replayed" "$w/sbn-graph.log" ||
+    { cat "$w/sbn-graph.log"; fail "--sync-bn --cuda-graph: expected a capture and replayed steps"; }
+  "$compare" "$w/sbn-eager/ckpt-000000005.h5" "$w/sbn-graph/ckpt-000000005.h5" --optimizer --atol 1e-6 --rtol 1e-5 ||
+    fail "--sync-bn: the --cuda-graph run is not near the eager run"
+  run 1 "${res[@]}" --max-steps 5 --device cuda --checkpoint-dir "$w/sbn-off" > "$w/sbn-off.log" 2>&1 || { cat "$w/sbn-off.log"; fail "resnet20, 5 steps"; }
+  "$compare" "$w/sbn-off/ckpt-000000005.h5" "$w/sbn-eager/ckpt-000000005.h5" --atol 2e-4 --rtol 2e-3 ||
+    fail "--sync-bn on one rank is not near the run without it"
+  run 2 "${res[@]}" --batch 8 --sync-bn --device cuda --algo ring --checkpoint-dir "$w/sbn-two" > "$w/sbn-two.log" 2>&1 ||
+    { cat "$w/sbn-two.log"; fail "resnet20 --sync-bn, 2 ranks sharing the GPU"; }
+  grep -q "batch-norm statistics via MPI on the host" "$w/sbn-two.log" || { cat "$w/sbn-two.log"; fail "--sync-bn sharing a GPU: expected MPI"; }
+  "$compare" "$(ckr res-gpu)" "$(ckr sbn-two)" --atol 2e-4 --rtol 2e-3 || fail "--sync-bn at np 2: not near np 1's batch of 16"
   # Mixed precision: the step runs and the loss stays finite (how near it is: test_nn_models_cuda).
   for p in bf16 fp16; do
     run 1 "${res[@]}" --device cuda --precision $p --max-steps 5 --checkpoint-dir "$w/$p" > "$w/$p.log" 2>&1 || { cat "$w/$p.log"; fail "resnet20 --precision $p"; }
