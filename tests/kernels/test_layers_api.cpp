@@ -144,6 +144,15 @@ TEST(LayerApi, SyncBatchNormHookSeesSumsAndCount) {
   batchnorm_backward_train(dy, x, g, s2, dx2, dg2, db2, twice, kCpu);
   for (int64_t i = 0; i < x.numel(); ++i) ASSERT_NEAR(dx1.data<float>()[i], dx2.data<float>()[i], 1e-5);
   for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(dg1.data<float>()[c], dg2.data<float>()[c]);  // local sums
+  // the CPU sums on the host: a hook with only the device seam is refused, naming it, and calls nothing
+  AllReduceSum device_only;
+  bool called = false;
+  device_only.device = [&](float*, size_t, const Stream&) { called = true; };
+  HPDT_EXPECT_THROW_MSG(batchnorm_forward_train(x, g, b, rm2, rv2, 1e-5f, 0.1f, s2, y2, device_only, kCpu),
+                        "only a device all-reduce");
+  HPDT_EXPECT_THROW_MSG(batchnorm_backward_train(dy, x, g, s2, dx2, dg2, db2, device_only, kCpu),
+                        "only a device all-reduce");
+  EXPECT_FALSE(called);
 }
 
 // The fused epilogue (BatchNormFusion) and its backward (BatchNormReluGrad) are, on the CPU, exactly the ops they
