@@ -450,10 +450,6 @@ void Run::setup_model() {
   arena.sync_model_copy();
   model_->set_first_sample(int64_t(rank_) * o_.batch);  // dropout masks by position in the global batch
   if (o_.sync_bn) model_->set_batchnorm_sync(batchnorm_sync());
-  if (o_.cuda_graph && o_.sync_bn && sync_bn_via_ != "nccl")
-    throw UsageError("--cuda-graph with --sync-bn needs a GPU per rank: ranks share a GPU here (" +
-                     (bn_ ? bn_->describe() : std::to_string(size_) + " ranks") +
-                     "), so the batch statistics are all-reduced on the host, which a graph cannot hold");
   if (o_.optimizer == "sgd") {
     kernels::SgdOptions so;
     so.lr = float(o_.lr);
@@ -472,12 +468,16 @@ void Run::setup_model() {
 
 // --sync-bn: the batch statistics summed over the ranks. On GPUs with one per rank, by NCCL on the compute stream
 // (comm::allreduce_device_enqueue: no host round trip, and a --cuda-graph capture holds it), on its own communicator;
-// otherwise by MPI on the host (ranks sharing a GPU: NCCL cannot hold them; the CPU).
+// otherwise by MPI on the host (ranks sharing a GPU: NCCL cannot hold them, and --cuda-graph is refused; the CPU).
 kernels::AllReduceSum Run::batchnorm_sync() {
 #if HPDT_HAVE_CUDA
   if (device_.is_cuda()) {
-    bn_ = std::make_unique<comm::Communicator>(bn_comm_);  // (collective)
-    if (bn_->gpu_per_rank()) {
+    auto bn = std::make_unique<comm::Communicator>(bn_comm_);  // (collective)
+    if (!bn->gpu_per_rank() && o_.cuda_graph)
+      throw UsageError("--cuda-graph with --sync-bn needs a GPU per rank: ranks share a GPU here (" + bn->describe() +
+                       "), so the batch statistics are all-reduced on the host, which a graph cannot hold");
+    if (bn->gpu_per_rank()) {
+      bn_ = std::move(bn);
       (void)bn_->nccl();  // made now (collective), not in a capture
       sync_bn_via_ = "nccl";
       kernels::AllReduceSum sum;
