@@ -37,6 +37,7 @@ enum cudaError {
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
   cudaErrorStreamCaptureImplicit = 906,
   cudaErrorStreamCaptureWrongThread = 908,
   cudaErrorUnknown = 999,

@@ -924,6 +924,77 @@ TEST(CudaEmu, StreamCaptureAndReplay) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+// Fork and join: a stream that waits for an event recorded in the capture joins it, its work goes into the graph
+// (in issue order, after the event's), and the capture ends only once the capturing stream has waited for an event
+// recorded after the joined stream's last work (else cudaErrorStreamCaptureUnjoined, as on a GPU).
+TEST(CudaEmu, StreamCaptureForksAndJoins) {
+  const int n = 64;
+  Buf<float> x(std::vector<float>(n, 0.0f)), y(std::vector<float>(n, -1.0f));
+  cudaStream_t s, t;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t fork, join;
+  ASSERT_EQ(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+  cudaStreamCaptureStatus st;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  add_one<<<1, 128, 0, s>>>(x.d, n);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(t, &st), cudaSuccess);
+  EXPECT_EQ(st, cudaStreamCaptureStatusNone);
+  ASSERT_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);  // t joins
+  ASSERT_EQ(cudaStreamIsCapturing(t, &st), cudaSuccess);
+  EXPECT_EQ(st, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(cudaMemcpyAsync(y.d, x.d, n * sizeof(float), cudaMemcpyDeviceToDevice, t), cudaSuccess);  // y = x
+  ASSERT_EQ(cudaEventRecord(join, t), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);  // t joined back
+  add_one<<<1, 128, 0, s>>>(x.d, n);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(t, &st), cudaSuccess);
+  EXPECT_EQ(st, cudaStreamCaptureStatusNone) << "the capture ended: t no longer in it";
+  EXPECT_EQ(x.down()[3], 0.0f) << "captured work ran at capture";
+  EXPECT_EQ(y.down()[3], -1.0f) << "the joined stream's captured copy ran at capture";
+  cudaGraphExec_t e = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(e, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(x.down()[3], 2.0f);
+  EXPECT_EQ(y.down()[3], 1.0f) << "the copy on the joined stream runs between the two kernels";
+  ASSERT_EQ(cudaGraphLaunch(e, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(x.down()[3], 4.0f);
+  EXPECT_EQ(y.down()[3], 3.0f);
+  EXPECT_EQ(cudaGraphExecDestroy(e), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(g), cudaSuccess);
+
+  // Not joined back: EndCapture fails, and t is a plain stream again (its next kernel runs).
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+  add_one<<<1, 128, 0, t>>>(y.d, n);
+  ASSERT_EQ(cudaEventRecord(join, t), cudaSuccess);
+  add_one<<<1, 128, 0, t>>>(y.d, n);  // after the event the capturing stream waits for
+  ASSERT_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);
+  g = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(g, nullptr);
+  (void)cudaGetLastError();
+  EXPECT_EQ(y.down()[3], 3.0f) << "the failed capture's work ran";
+  add_one<<<1, 128, 0, t>>>(y.d, n);
+  ASSERT_EQ(cudaStreamSynchronize(t), cudaSuccess);
+  EXPECT_EQ(y.down()[3], 4.0f) << "after the capture, t's kernels run";
+
+  // A stream that joins and queues nothing needs no join.
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(g), cudaSuccess);
+  for (cudaEvent_t ev : {fork, join}) EXPECT_EQ(cudaEventDestroy(ev), cudaSuccess);
+  for (cudaStream_t q : {s, t}) EXPECT_EQ(cudaStreamDestroy(q), cudaSuccess);
+}
+
 // CUDA_EMU_STREAMS=lazy: work on created streams waits to be asked for; a copy on another stream reads the kernel's
 // output only when it waits for an event recorded after the kernel (without the wait it reads the old values, as a
 // GPU may); synchronisations run what they must; a queued event is not ready for cudaEventElapsedTime.

@@ -37,6 +37,12 @@ struct CUstream_st {
   bool invalidated = false;
   bool captured_collective = false;  // the capture holds an NCCL collective (capture_collective)
   std::vector<std::function<void()>> captured;
+  // Fork and join: a stream that waits for an event recorded in a capture joins it (`origin`: the capturing stream
+  // whose graph its work goes into, in issue order); `origin` must wait for an event recorded after the joined
+  // stream's last captured op before the capture ends (`ops` its captured ops, `joined_at` the count that wait saw).
+  CUstream_st* origin = nullptr;
+  std::vector<CUstream_st*> joined;  // the origin's
+  uint64_t ops = 0, joined_at = 0;
   // CUDA_EMU_STREAMS=lazy|random: work queued and not yet run; `queued` counts what was ever queued, `done` what ran
   std::deque<std::function<void()>> pending;
   uint64_t queued = 0, done = 0;
@@ -56,6 +62,10 @@ struct CUevent_st {
   double ms = 0;
   CUstream_st* stream = nullptr;  // deferred streams: recorded on this stream, complete when its `done` reaches seq
   uint64_t seq = 0;
+  // Recorded in a capture: the capture's stream, the stream it was recorded on and that stream's captured ops then.
+  CUstream_st* capture = nullptr;
+  CUstream_st* capture_stream = nullptr;
+  uint64_t capture_ops = 0;
 };
 
 namespace cuda_emu {
@@ -102,6 +112,21 @@ cudaError_t refused_in_capture() {
   } while (0)
 
 bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
+
+// The capture (its origin stream) whose graph work queued on `s` goes into now: this thread's capture when `s` is
+// its stream or joined it; else null (the work runs, or is deferred, as outside a capture).
+CUstream_st* capture_of(cudaStream_t s) {
+  if (!g_capture || is_legacy(s)) return nullptr;
+  return s == g_capture || s->origin == g_capture ? g_capture : nullptr;
+}
+// Keeps `op`, queued on `s`, for the graph of the capture `s` is part of (false: none).
+bool capture_op(cudaStream_t s, std::function<void()> op) {
+  CUstream_st* c = capture_of(s);
+  if (!c) return false;
+  c->captured.push_back(std::move(op));
+  ++s->ops;
+  return true;
+}
 
 // ---- deferred streams (CUDA_EMU_STREAMS) ---------------------------------------------------------------------------
 enum class StreamMode { eager, lazy, random };
@@ -339,17 +364,16 @@ bool capture_defer(const void* stream, std::function<void()> op) {
     set_last_error(cudaErrorStreamCaptureImplicit);
     return true;
   }
-  if (s != g_capture) return false;  // another stream: runs now
-  s->captured.push_back(std::move(op));
-  return true;
+  return capture_op(s, std::move(op));  // (another stream: false, it runs now)
 }
 
 void drain_stream(const void* stream) { run_after(static_cast<cudaStream_t>(const_cast<void*>(stream))); }
 
-bool captures(const void* stream) { return g_capture && stream == g_capture; }
+bool captures(const void* stream) {
+  return capture_of(static_cast<cudaStream_t>(const_cast<void*>(stream))) != nullptr;
+}
 bool capture_collective(const void* stream, std::function<void()> op) {
-  if (!captures(stream)) return false;
-  g_capture->captured.push_back(std::move(op));
+  if (!capture_op(static_cast<cudaStream_t>(const_cast<void*>(stream)), std::move(op))) return false;
   g_capture->captured_collective = true;
   return true;
 }
@@ -381,6 +405,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     CUDA_EMU_NAME(cudaErrorStreamCaptureUnsupported)
     CUDA_EMU_NAME(cudaErrorStreamCaptureInvalidated)
     CUDA_EMU_NAME(cudaErrorStreamCaptureUnmatched)
+    CUDA_EMU_NAME(cudaErrorStreamCaptureUnjoined)
     CUDA_EMU_NAME(cudaErrorStreamCaptureImplicit)
     CUDA_EMU_NAME(cudaErrorStreamCaptureWrongThread)
     CUDA_EMU_NAME(cudaErrorInvalidResourceHandle)
@@ -421,6 +446,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureImplicit:
       return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capture sequence contains a fork that was not joined to the primary stream";
     default:
       return "unknown error (CUDA emulator)";
   }
@@ -666,10 +693,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (g_capture) {
     if (pageable(dst, count) || pageable(src, count) || is_legacy(stream)) return refused_in_capture();
-    if (stream == g_capture) {
-      stream->captured.push_back([=] { (void)copy(dst, src, count, kind); });
-      return cudaSuccess;
-    }
+    if (capture_op(stream, [=] { (void)copy(dst, src, count, kind); })) return cudaSuccess;
   }
   // (deferred streams: a copy from or to pageable memory returns when done, so it runs now, after its stream)
   if (deferring(stream) && !pageable(dst, count) && !pageable(src, count)) {
@@ -687,13 +711,11 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
   if (g_capture) {
     const size_t span_d = height ? (height - 1) * dpitch + width : 0, span_s = height ? (height - 1) * spitch + width : 0;
     if (pageable(dst, span_d) || pageable(src, span_s) || is_legacy(stream)) return refused_in_capture();
-    if (stream == g_capture) {
-      stream->captured.push_back([=] {
-        for (size_t r = 0; r < height; ++r)
-          (void)copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width, kind);
-      });
+    if (capture_op(stream, [=] {
+          for (size_t r = 0; r < height; ++r)
+            (void)copy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width, kind);
+        }))
       return cudaSuccess;
-    }
   }
   const size_t span_d = height ? (height - 1) * dpitch + width : 0, span_s = height ? (height - 1) * spitch + width : 0;
   if (deferring(stream) && !pageable(dst, span_d) && !pageable(src, span_s)) {
@@ -730,9 +752,9 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) {
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (g_capture && is_legacy(stream)) return refused_in_capture();
-  if (g_capture && stream == g_capture) {
+  if (capture_of(stream)) {
     if (locate(ptr, count) != Where::device) return fail(cudaErrorInvalidValue);
-    stream->captured.push_back([=] { std::memset(ptr, value, count); });
+    capture_op(stream, [=] { std::memset(ptr, value, count); });
     return cudaSuccess;
   }
   if (deferring(stream)) {
@@ -796,6 +818,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   s->invalidated = false;
   s->captured_collective = false;
   s->captured.clear();
+  s->joined.clear();
   g_capture = s;
   return cudaSuccess;
 }
@@ -808,16 +831,27 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   std::vector<std::function<void()>> ops;
   ops.swap(s->captured);
   *graph = nullptr;
+  // Every stream that joined the capture must have been joined back: the origin waited for an event recorded
+  // after its last captured op (else a GPU's EndCapture fails too: the graph would have a branch nothing awaits).
+  bool unjoined = false;
+  for (CUstream_st* j : s->joined) {
+    unjoined = unjoined || j->ops > j->joined_at;
+    j->origin = nullptr;
+    j->ops = j->joined_at = 0;
+  }
+  s->joined.clear();
   if (s->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  if (unjoined) return fail(cudaErrorStreamCaptureUnjoined);
   *graph = new CUgraph_st{std::move(ops), s->captured_collective};
   return cudaSuccess;
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
   if (!valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   if (is_legacy(s) && g_capture) return refused_in_capture();
-  *status = !s || is_legacy(s) || !s->capturing ? cudaStreamCaptureStatusNone
-            : s->invalidated                    ? cudaStreamCaptureStatusInvalidated
-                                                : cudaStreamCaptureStatusActive;
+  CUstream_st* c = is_legacy(s) ? nullptr : s->capturing ? s : s->origin;  // (joined: its origin's capture)
+  *status = !c || !c->capturing ? cudaStreamCaptureStatusNone
+            : c->invalidated    ? cudaStreamCaptureStatusInvalidated
+                                : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
@@ -860,6 +894,17 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!valid_stream(s) || !valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
+  if (g_capture && e->capture == g_capture) {  // an event of this capture: a fork, a join or an order within it
+    if (is_legacy(s)) return refused_in_capture();
+    if (!capture_of(s)) {  // s joins the capture (its later work goes into the graph, after the event's)
+      s->origin = g_capture;
+      s->ops = s->joined_at = 0;
+      g_capture->joined.push_back(s);
+    } else if (s == g_capture && e->capture_stream != g_capture) {  // joined back up to the event
+      e->capture_stream->joined_at = std::max(e->capture_stream->joined_at, e->capture_ops);
+    }
+    return cudaSuccess;  // (the graph's ops run in issue order, which keeps every such dependency)
+  }
   if (stream_mode() == StreamMode::eager) return cudaSuccess;
   std::lock_guard<std::recursive_mutex> lock(exec_mutex());
   CUstream_st* producer = e->stream;  // the event as recorded now (a later record does not move this wait)
@@ -900,13 +945,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!valid_event(e) || !valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   if (g_capture && is_legacy(s)) return refused_in_capture();
-  if (g_capture && s == g_capture) {
-    s->captured.push_back([e] {
-      e->recorded = true;
-      e->ms = now_ms();
-    });
+  if (capture_op(s, [e] {
+        e->recorded = true;
+        e->ms = now_ms();
+      })) {
+    e->capture = g_capture;
+    e->capture_stream = s;
+    e->capture_ops = s->ops;
     return cudaSuccess;
   }
+  e->capture = nullptr;
   if (deferring(s)) {
     std::lock_guard<std::recursive_mutex> lock(exec_mutex());
     e->stream = s;
