@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +44,7 @@ struct CUstream_st {
   CUstream_st* origin = nullptr;
   std::vector<CUstream_st*> joined;  // the origin's
   uint64_t ops = 0, joined_at = 0;
+  uint64_t capture_id = 0;  // the origin's: which of its captures (an event of an earlier one is not of this one)
   // CUDA_EMU_STREAMS=lazy|random: work queued and not yet run; `queued` counts what was ever queued, `done` what ran
   std::deque<std::function<void()>> pending;
   uint64_t queued = 0, done = 0;
@@ -65,7 +67,7 @@ struct CUevent_st {
   // Recorded in a capture: the capture's stream, the stream it was recorded on and that stream's captured ops then.
   CUstream_st* capture = nullptr;
   CUstream_st* capture_stream = nullptr;
-  uint64_t capture_ops = 0;
+  uint64_t capture_ops = 0, capture_id = 0;
 };
 
 namespace cuda_emu {
@@ -819,6 +821,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   s->captured_collective = false;
   s->captured.clear();
   s->joined.clear();
+  static std::atomic<uint64_t> captures_begun{0};
+  s->capture_id = ++captures_begun;
   g_capture = s;
   return cudaSuccess;
 }
@@ -894,7 +898,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!valid_stream(s) || !valid_event(e)) return fail(cudaErrorInvalidResourceHandle);
-  if (g_capture && e->capture == g_capture) {  // an event of this capture: a fork, a join or an order within it
+  if (g_capture && e->capture == g_capture && e->capture_id == g_capture->capture_id) {  // an event of this capture: a fork, a join or an order within it
     if (is_legacy(s)) return refused_in_capture();
     if (!capture_of(s)) {  // s joins the capture (its later work goes into the graph, after the event's)
       s->origin = g_capture;
@@ -945,13 +949,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!valid_event(e) || !valid_stream(s)) return fail(cudaErrorInvalidResourceHandle);
   if (g_capture && is_legacy(s)) return refused_in_capture();
-  if (capture_op(s, [e] {
-        e->recorded = true;
-        e->ms = now_ms();
-      })) {
-    e->capture = g_capture;
+  // Recorded in a capture, the event is an internal dependency of the graph (cudaEventRecord without
+  // cudaEventRecordExternal): a stream that waits for it forks or joins, and a launch of the graph does not record it
+  // (a query or a wait of the host still sees its last record outside a capture, as on a GPU).
+  if (CUstream_st* c = capture_of(s)) {
+    e->capture = c;
     e->capture_stream = s;
     e->capture_ops = s->ops;
+    e->capture_id = c->capture_id;
     return cudaSuccess;
   }
   e->capture = nullptr;
