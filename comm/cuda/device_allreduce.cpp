@@ -12,6 +12,7 @@
 #include <exception>
 
 #include "../src/algorithms.h"
+#include "../src/debug_check.h"
 #include "cuda_util.h"
 #include "hpdt/comm/allreduce.h"
 #include "hpdt/core/check_cuda.h"
@@ -204,10 +205,21 @@ void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DTyp
   HPDT_CHECK(comm.gpu_per_rank(), "allreduce_device_enqueue: rank ", comm.rank(), " shares its GPU with other ranks (",
              comm.describe(), "); an NCCL communicator needs a GPU per rank");
   ncclComm_t nc = comm.nccl();
+  // (debug mode: checked at the call, on the host; a graph's replays are not checked again)
+  if (comm.debug_checks())
+    detail::check_same_call(comm, detail::CallSignature{5, int(Algorithm::nccl), int(dtype), int(op), count});
   if (count == 0) return;
   const detail::DeviceScope scope(comm.nccl_device());
   HPDT_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(dtype), op == ReduceOp::avg ? ncclAvg : ncclSum, nc,
                                 static_cast<cudaStream_t>(stream)));
+}
+
+void wait_enqueued(Communicator& comm, void* stream, const std::string& what, int bucket) {
+  ncclComm_t nc = comm.nccl();
+  const detail::DeviceScope scope(comm.nccl_device());
+  detail::wait_stream_watched(static_cast<cudaStream_t>(stream), nc, comm.options().watchdog,
+                              OperationContext{what, bucket},
+                              "unknown (an NCCL collective over all " + std::to_string(comm.size()) + " ranks)");
 }
 
 std::string_view device_path_name(DevicePath p) {

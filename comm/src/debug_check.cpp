@@ -14,8 +14,16 @@ std::string describe(const CallSignature& s) {
   switch (s.collective) {
     case 1:
     case 4:
-      os << (s.collective == 4 ? "allreduce_device " : "allreduce ") << (s.algorithm >= 0 && s.algorithm <= int(Algorithm::automatic) ? algorithm_name(Algorithm(s.algorithm)) : "?") << " " << s.count << " x " << (s.dtype >= 0 && s.dtype <= 4 ? dtype_name(DType(s.dtype)) : "?") << " "
-         << (s.op == 0 ? "sum" : s.op == 1 ? "avg" : "?");
+    case 5:
+      os << (s.collective == 5   ? "allreduce_device_enqueue "
+             : s.collective == 4 ? "allreduce_device "
+                                 : "allreduce ")
+         << (s.algorithm >= 0 && s.algorithm <= int(Algorithm::automatic) ? algorithm_name(Algorithm(s.algorithm))
+                                                                          : "?")
+         << " " << s.count << " x " << (s.dtype >= 0 && s.dtype <= 4 ? dtype_name(DType(s.dtype)) : "?") << " "
+         << (s.op == 0   ? "sum"
+             : s.op == 1 ? "avg"
+                         : "?");
       break;
     case 2: os << "broadcast " << s.count << " bytes from rank " << s.algorithm; break;
     case 3: os << "allgather " << s.count << " bytes"; break;

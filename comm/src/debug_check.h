@@ -11,7 +11,7 @@
 namespace hpdt::comm::detail {
 
 struct CallSignature {
-  int32_t collective;  // 1 allreduce, 2 broadcast, 3 allgather, 4 allreduce_device
+  int32_t collective;  // 1 allreduce, 2 broadcast, 3 allgather, 4 allreduce_device, 5 allreduce_device_enqueue
   int32_t algorithm;   // or root for broadcast
   int32_t dtype;
   int32_t op;

@@ -392,7 +392,10 @@ TEST(DeviceAllreduceEnqueue, SumsOnTheCallersStreamAndAGraphHoldsIt) {
     if (n) HPDT_CUDA_CHECK(cudaMemcpyAsync(d.get(), host_in, n * es, cudaMemcpyHostToDevice, s));
     auto read = [&] {
       std::vector<float> out(n);
-      HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+      if (launches)
+        HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+      else
+        wait_enqueued(c, stream.handle(), "the test's all-reduce");  // (the watched wait)
       if (dt == DType::f32) {
         d.download(out.data());
       } else {
@@ -432,6 +435,33 @@ TEST(DeviceAllreduceEnqueue, SumsOnTheCallersStreamAndAGraphHoldsIt) {
   }
   check(DType::f32, ReduceOp::sum, 35, 2);  // SyncBN's 2c + 1 floats at c = 17
   HPDT_EXPECT_THROW_MSG(allreduce_device_enqueue(c, nullptr, 4, DType::i32, ReduceOp::sum, stream.handle()), "i32");
+}
+
+// Debug mode checks the enqueued all-reduce on the host at the call: different counts are named on every rank, before
+// NCCL sees them (which would hang or corrupt), and a matching call then runs.
+TEST(DeviceAllreduceEnqueue, DebugModeNamesADifferentCallOnEveryRank) {
+  HPDT_REQUIRE_GPU();
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  use_my_gpu();
+  CommunicatorOptions co;
+  co.debug_checks = true;
+#if HPDT_CUDA_EMU
+  co.ranks_per_node = "1";
+#endif
+  Communicator c(MPI_COMM_WORLD, co);
+  if (!c.gpu_per_rank()) GTEST_SKIP() << "needs a GPU per rank (" << c.local_size() << " ranks per node)";
+  const Stream stream = Stream::create_cuda(c.local_rank() % cuda_device_count());
+  std::vector<float> ones(8, 1.0f);
+  DeviceBuffer d(ones.size() * sizeof(float));
+  d.upload(ones.data());
+  const size_t n = c.rank() == 0 ? 7 : 8;
+  HPDT_EXPECT_THROW_MSG(allreduce_device_enqueue(c, d.get(), n, DType::f32, ReduceOp::sum, stream.handle()),
+                        "collective mismatch (debug checks): rank " + std::to_string(c.rank()) +
+                            " calls allreduce_device_enqueue nccl " + std::to_string(n) + " x f32 sum");
+  allreduce_device_enqueue(c, d.get(), 8, DType::f32, ReduceOp::sum, stream.handle());
+  wait_enqueued(c, stream.handle(), "the matching all-reduce");
+  d.download(ones.data());
+  EXPECT_EQ(ones[7], float(c.size()));
 }
 
 // ---- NCCL, one rank per process ---------------------------------------------------------------------

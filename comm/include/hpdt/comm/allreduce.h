@@ -113,8 +113,13 @@ void allreduce_device(Communicator& comm, const void* send, void* recv, size_t c
 // CUDA graph capturing `stream` captures it. For small messages that must stay in the stream's order (SyncBN's
 // batch statistics). Needs a GPU per rank (gpu_per_rank(); throws naming the rank otherwise) and the NCCL
 // communicator made before any capture (comm.nccl(), collective). NCCL's summation order; f32, f16 or bf16.
-// No watchdog (the host does not wait): a peer that never joins leaves the stream unfinished.
+// No watchdog (the host does not wait): a peer that never joins leaves the stream unfinished (wait_enqueued below
+// is the watched wait). Debug mode (debug_checks) checks the call on the host, as a distinct collective.
 void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op, void* stream);
+// The host waits until the work queued on `stream` so far is done, under comm's watchdog: NCCL's asynchronous errors
+// of comm.nccl() throw, and past the timeout the watchdog's message names `what` (and `bucket`, >= 0) and aborts or
+// throws as its options say. For streams that hold allreduce_device_enqueue's all-reduces (GPU builds).
+void wait_enqueued(Communicator& comm, void* stream, const std::string& what, int bucket = -1);
 
 enum class DevicePath { nccl, nccl_p2p, mpi_direct, staged };
 std::string_view device_path_name(DevicePath p);  // "nccl", "nccl-p2p", "mpi-direct", "staged"
