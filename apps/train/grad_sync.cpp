@@ -107,6 +107,21 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
                  reduce_comm_->nccl_device(), " but the model is on GPU ", dev,
                  " (both should be local rank % device count)");
     }
+    // Every bucket by ncclAllReduce: queued by the training thread itself (agreed: the paths and gpu_per_rank are
+    // the same on every rank, and so is HPDT_GRAD_SYNC_QUEUED in a sane launch).
+    queued_ = reduce_comm_->gpu_per_rank() && !buckets_.empty() &&
+              std::all_of(buckets_.begin(), buckets_.end(),
+                          [](const Bucket& k) { return k.path == comm::DevicePath::nccl; }) &&
+              env_switch("HPDT_GRAD_SYNC_QUEUED", "on", "off");
+    if (queued_) {
+      marks_.reserve(buckets_.size());
+      for (size_t b = 0; b < buckets_.size(); ++b)
+        marks_.push_back({Event(grads.device()), Event(grads.device()), Event(grads.device())});
+      origin_ = Event(grads.device());
+      fork_ = Event(grads.device(), /*timing=*/false);
+      join_ = Event(grads.device(), /*timing=*/false);
+      return;  // no stager thread
+    }
 #else
     HPDT_FAIL("GradSync: --algo nccl needs a CUDA build");
 #endif
@@ -126,6 +141,11 @@ GradSync::~GradSync() {
 
 void GradSync::begin_step() {
   if (host_) host_->begin_step();
+  if (queued_) {  // (the compute stream is idle here: the last step ended with a wait)
+    origin_.record(compute_);
+    origin_host_s_ = now_s();
+    capturing_ = in_graph_ = timed_ = false;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& b : buckets_) b.ready = 0;
   next_bucket_ = 0;
@@ -147,6 +167,17 @@ void GradSync::notify_ready(size_t offset, size_t count) {
   HPDT_CHECK(offset <= size_t(grads_.numel()) && count <= size_t(grads_.numel()) - offset, "GradSync::notify_ready: [",
              offset, ", ", offset + count, ") is outside the gradient buffer of ", grads_.numel(), " elements");
   if (count == 0) return;
+  if (queued_) {  // the training thread: count the bucket's ready elements, queue the complete buckets in order
+    size_t b =
+        size_t(std::upper_bound(bucket_offsets_.begin(), bucket_offsets_.end(), offset) - bucket_offsets_.begin()) - 1;
+    for (; b < buckets_.size() && buckets_[b].offset < offset + count; ++b) {
+      Bucket& k = buckets_[b];
+      k.ready += std::min(offset + count, k.offset + k.count) - std::max(offset, k.offset);
+      HPDT_CHECK(k.ready <= k.count, "GradSync: bucket ", b, " notified for more elements than it holds");
+    }
+    if (options_.overlap) queue_due_buckets(false);
+    return;
+  }
   const Device dev = grads_.device();
   Event done(dev, /*timing=*/false);
   if (mirror_.defined()) {
@@ -222,6 +253,78 @@ void GradSync::stager_loop() {
   }
 }
 
+// The queued path: the complete buckets from next_bucket_ on, in bucket order (the same on every rank); `all`: every
+// bucket must be complete (wait()).
+void GradSync::queue_due_buckets(bool all) {
+  for (; next_bucket_ < buckets_.size(); ++next_bucket_) {
+    const Bucket& k = buckets_[next_bucket_];
+    if (k.ready < k.count) {
+      HPDT_CHECK(!all, "GradSync: bucket ", next_bucket_, " has ", k.ready, " of its ", k.count,
+                 " gradients complete at wait() (backward notified too few)");
+      return;
+    }
+    queue_bucket(next_bucket_);
+  }
+}
+
+// Bucket b's gradients are complete in the work queued on the compute stream so far: its all-reduce (average, in
+// place) on copy_stream_ after them, and the host goes on. Timing events only outside a capture (a graph's launch
+// does not record the events its capture recorded).
+void GradSync::queue_bucket(size_t b) {
+#if HPDT_HAVE_CUDA
+  const Bucket& k = buckets_[b];
+  Marks& m = marks_[b];
+  fork_.record(compute_);
+  fork_.wait(copy_stream_);
+  if (!capturing_) {
+    m.ready.record(compute_);
+    m.start.record(copy_stream_);
+  }
+  char* p = static_cast<char*>(grads_.data()) + k.offset * dtype_size(grads_.dtype());
+  comm::allreduce_device_enqueue(*reduce_comm_, p, k.count, grads_.dtype(), options_.op, copy_stream_.handle());
+  if (!capturing_) m.end.record(copy_stream_);
+  timed_ = !capturing_;
+#else
+  (void)b;
+#endif
+}
+
+void GradSync::begin_capture() {
+  HPDT_CHECK(queued_, "GradSync::begin_capture: only the queued path (nccl) is captured into a graph, not ", path_);
+  capturing_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& b : buckets_) b.ready = 0;
+  next_bucket_ = 0;
+}
+
+void GradSync::launched_in_graph() {
+  HPDT_CHECK(queued_, "GradSync::launched_in_graph: only the queued path (nccl) is captured into a graph, not ", path_);
+  in_graph_ = true;
+  timed_ = false;
+}
+
+void GradSync::finish_step() {
+  if (!queued_) return;
+#if HPDT_HAVE_CUDA  // (queued_ is only set in GPU builds)
+  comm::wait_enqueued(*reduce_comm_, compute_.handle(),
+                      "gradient all-reduce (" + std::to_string(buckets_.size()) + " bucket(s) by nccl, queued)");
+  timings_ = pending_;
+  bytes_sent_ = raw_bytes_ = 0;
+  const size_t es = dtype_size(grads_.dtype());
+  for (size_t b = 0; b < timings_.size(); ++b) {
+    comm::BucketTiming& t = timings_[b];
+    t.raw_bytes = t.wire_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), buckets_[b].count * es);
+    bytes_sent_ += t.wire_bytes;
+    raw_bytes_ += t.raw_bytes;
+    if (!timed_) continue;  // (in a graph)
+    const auto at = [&](const Event& e) { return origin_host_s_ + double(origin_.elapsed_ms(e)) * 1e-3; };
+    t.ready_s = at(marks_[b].ready);
+    t.start_s = at(marks_[b].start);
+    t.end_s = at(marks_[b].end);
+  }
+#endif
+}
+
 void GradSync::reduce_device_bucket(size_t b) {
   if (!compressors_.empty()) {  // device compression
     const Bucket& k = buckets_[b];
@@ -275,6 +378,15 @@ void GradSync::wait() {
     return;
   }
   if (one_rank_) return;  // exposed_s_ stays 0, timings_ empty
+  if (queued_) {          // the compute stream waits for the all-reduces; the host does not (finish_step does)
+    exposed_s_ = 0;
+    if (in_graph_) return;  // the launched graph holds them
+    queue_due_buckets(true);
+    join_.record(copy_stream_);
+    join_.wait(compute_);
+    capturing_ = false;
+    return;
+  }
   const double t0 = now_s();
   {
     std::unique_lock<std::mutex> lock(mu_);

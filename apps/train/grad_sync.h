@@ -28,8 +28,15 @@
 //                       while backward runs. wait() queues the copy of the averaged mirror back up on the
 //                       compute stream (the optimizer's kernels follow it in stream order).
 //   cuda, nccl          buckets of whole tensors (the same cut as GradientSync) reduced in place in device
-//                       memory by comm::allreduce_device (ncclAllReduce, average) on the stager thread as
-//                       soon as their gradients are complete on the compute stream; no compression.
+//                       memory by ncclAllReduce (average); no compression. Queued (since 2026-12-02; every
+//                       bucket by ncclAllReduce and a GPU per rank): no stager thread. notify_ready, on the
+//                       training thread, queues each bucket's all-reduce as soon as it is complete in the work
+//                       queued so far: on copy_stream_, after an event of the compute stream
+//                       (comm::allreduce_device_enqueue); wait() makes the compute stream wait for them; the host
+//                       waits only in finish_step, under comm's watchdog. A CUDA graph that captures the backward
+//                       and wait() holds the all-reduces (begin_capture, launched_in_graph).
+//                       HPDT_GRAD_SYNC_QUEUED=off, or auto's other paths in the mix: comm::allreduce_device
+//                       on the stager thread, which waits for each bucket's event on the host.
 //
 // GradientSync itself takes host memory only; the mirror is the stop-gap until comm grows a device
 // mode (per-bucket ready events + allreduce_device), which would make both CUDA paths one.
@@ -68,6 +75,15 @@ class GradSync {
   void notify_ready(size_t offset, size_t count);
   // All buckets averaged; on CUDA the result is in `grads` for work queued on `compute` after this call.
   void wait();
+  // The queued path (queued()): the calls from here to wait() are being captured into a CUDA graph (no timing events
+  // among them); launched_in_graph(): this step's graph, which holds them, was launched, so wait() queues nothing.
+  void begin_capture();
+  void launched_in_graph();
+  // After the step's work is queued (the optimizer's too): the queued path waits here for the compute stream, under
+  // comm's watchdog (a peer that never joins an all-reduce is named, not waited for forever), and reads the buckets'
+  // timings; the other paths do nothing.
+  void finish_step();
+  bool queued() const { return queued_; }
 
   // "host" (CPU gradients), "none (one rank)", "host mirror", "device compression", "nccl" or "nccl-p2p" (with
   // auto, the device paths its buckets take, joined by " + ").
@@ -76,6 +92,7 @@ class GradSync {
   size_t bucket_count() const;
   // The first gradient element of each bucket, ascending (backward fills the buffer front to back); empty on one rank.
   std::vector<size_t> bucket_offsets() const;
+  // The last step's buckets (the queued path: after finish_step; a graph's replays have no times, only bytes).
   const std::vector<comm::BucketTiming>& timings() const;
   double exposed_s() const;
   uint64_t bytes_sent() const;
@@ -100,6 +117,8 @@ class GradSync {
   comm::AllreduceOptions bucket_options(int b) const;
   void stager_loop();
   void reduce_device_bucket(size_t b);
+  void queue_due_buckets(bool all);
+  void queue_bucket(size_t b);
 
   std::string path_;
   bool one_rank_ = false;  // path "none (one rank)": notify_ready and wait do nothing
@@ -119,7 +138,17 @@ class GradSync {
   double exposed_s_ = 0;
   uint64_t bytes_sent_ = 0, raw_bytes_ = 0;
 
-  // The stager thread (cuda paths).
+  // The queued path: no stager thread; the events of each bucket (ready on the compute stream, the all-reduce's start
+  // and end on copy_stream_; timing ones, left out in a capture), `origin` on the compute stream at begin_step.
+  struct Marks {
+    Event ready, start, end;
+  };
+  bool queued_ = false, capturing_ = false, in_graph_ = false, timed_ = false;
+  std::vector<Marks> marks_;
+  Event origin_, fork_, join_;
+  double origin_host_s_ = 0;
+
+  // The stager thread (cuda paths but the queued one).
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Slice> queue_;

@@ -263,7 +263,7 @@ class Run {
   // memory (a capture must take all of its memory from the caching allocator's cache).
   // On several ranks the graph is captured in parts, split where a gradient bucket is complete: after part p's launch
   // the gradient slices it completes (graph_part_ready_[p]) go to the sync, which reduces them while the parts after
-  // it run, as in an eager step.
+  // it run, as in an eager step. The queued sync (nccl) is captured with the backward instead: one part.
   CudaGraph graph_;
   std::vector<std::vector<std::pair<size_t, size_t>>> graph_part_ready_;
   const CudaGraph::Split* capture_split_ = nullptr;  // while a capture may split
@@ -819,10 +819,7 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
   const double tw = now_s();
   sync_->wait();
   t.comm = sync_->exposed_s();
-  if (sync_->averages()) timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
-  for (const auto& b : sync_->timings())
-    timeline_.span(Timeline::comm, "allreduce bucket " + std::to_string(b.bucket), b.start_s, b.end_s,
-                   {{"elements", b.count}, {"offset", b.offset}, {"wire_bytes", b.wire_bytes}});
+  if (sync_->averages() && !sync_->queued()) timeline_.span(Timeline::compute, "wait for gradients", tw, tw + t.comm);
   auto& arena = model_->arena();
   bool ok = true;
   mk.optimizer.record(stream_);
@@ -833,6 +830,7 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
     optimizer_->queue_fused_step(sync_f32_grads_ ? arena.grads() : arena.comm_grads(), scaler_.scale(), o_.clip_norm);
     mk.optimizer_end.record(stream_);
     if (stage_next) staged_ = stage(t);    // the next step's first batch: read and copied up while this one runs
+    sync_->finish_step();                  // (queued all-reduces: the step's one wait, watched)
     ok = optimizer_->finish_fused_step();  // the step's one wait
     for (int m = 0; m < o_.accum_steps; ++m) {
       const kernels::LossValues v = kernels::read_loss_values(loss_states_[size_t(m)], stream_);  // (done: no wait)
@@ -849,6 +847,10 @@ StepTimes Run::train_step(double* loss_sum, int64_t* correct, int64_t* samples, 
     }
     mk.optimizer_end.record(stream_);
   }
+  for (const auto& b : sync_->timings())  // (read after the step's wait: the queued path's come from its events)
+    if (b.end_s > 0)                      // (a graph's replays: no times)
+      timeline_.span(Timeline::comm, "allreduce bucket " + std::to_string(b.bucket), b.start_s, b.end_s,
+                     {{"elements", b.count}, {"offset", b.offset}, {"wire_bytes", b.wire_bytes}});
   if (!ok) ++skipped_steps_;
   scaler_.update(!ok);
   t.total = now_s() - t_step;
@@ -902,7 +904,8 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
   // What the graph holds: every micro-batch's forward, loss (into its loss state, read after the step's wait) and
   // backward, with the capture's loss scale. Run eagerly (no split), the last micro-batch's backward hands its
   // gradients to the sync as they complete, as in an eager step; captured on several ranks, it cuts the capture into
-  // parts where a bucket is complete (captured_ready).
+  // parts where a bucket is complete (captured_ready), but for the queued sync (nccl), whose all-reduces the capture
+  // takes in as the eager step queues them (one part).
   const auto queue = [this, scale](const CudaGraph::Split* split) {
     for (int m = 0; m < o_.accum_steps; ++m) {
       const DeviceBatch& in = graph_in_[size_t(m)];
@@ -933,7 +936,14 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
     capture_bucket_ends_.clear();
     const std::vector<size_t> starts = sync_->bucket_offsets();
     for (size_t b = 1; b < starts.size(); ++b) capture_bucket_ends_.push_back(starts[b]);
-    graph_ = CudaGraph::capture_parts(stream_, [&](const CudaGraph::Split& split) { queue(&split); });
+    // The queued sync (nccl): its all-reduces and wait() go into the graph too, which is then one part.
+    const bool sync_inside = sync_->averages() && sync_->queued();
+    graph_ = CudaGraph::capture_parts(stream_, [&](const CudaGraph::Split& split) {
+      if (!sync_inside) return queue(&split);
+      sync_->begin_capture();
+      queue(nullptr);
+      sync_->wait();
+    });
     HPDT_CHECK(graph_.parts() == graph_part_ready_.size(), "--cuda-graph: ", graph_.parts(), " parts captured for ",
                graph_part_ready_.size(), " sets of gradients");
     graph_scale_ = scale;
@@ -950,6 +960,7 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
       graph_.launch_part(stream_, p);
       for (const auto& [offset, count] : graph_part_ready_[p]) sync_->notify_ready(offset, count);
     }
+    if (sync_->averages() && sync_->queued()) sync_->launched_in_graph();
     ++graph_replays_;
   } else {
     CachingAllocator& alloc = cuda_caching_allocator(device_.index);
@@ -1127,8 +1138,11 @@ void Run::final_report(const std::vector<StepTimes>& steps, const json& last_eva
   if (o_.cuda_graph)
     std::printf(
         "cuda graph      %lld capture(s), %lld step(s) replayed, %lld run eagerly (before a capture); %zu "
-        "part(s), split where a gradient bucket is complete\n",
-        (long long)graph_captures_, (long long)graph_replays_, (long long)graph_eager_steps_, graph_parts_);
+        "part(s), %s\n",
+        (long long)graph_captures_, (long long)graph_replays_, (long long)graph_eager_steps_, graph_parts_,
+        !sync_->averages() ? "nothing to average"
+        : sync_->queued()  ? "the gradients' all-reduces inside"
+                           : "split where a gradient bucket is complete");
   std::printf("stragglers      compute per step %.2f..%.2f ms across ranks (slowest rank %d, spread %.1f%%)\n",
               1e3 * *fastest, 1e3 * *slowest, int(slowest - all.begin()), *fastest > 0 ? 100 * (*slowest / *fastest - 1) : 0.0);
   std::printf("communication   %.2f MiB sent per rank per step in %zu bucket(s), algo %s, compress %s (%.2fx fewer bytes), overlap %s\n",

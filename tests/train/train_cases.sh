@@ -423,11 +423,12 @@ cuda-emu-graph)
   # with the same arguments), whatever the graph had to be captured again for.
   ck() { echo "$w/$1/ckpt-$(printf %09d "$2").h5"; }
   # graph_like_eager NAME NP STEPS ARGS...: the run with and without --cuda-graph, the same checkpoint and metrics
+  # ("{mode}" in an argument: eager or graph)
   graph_like_eager() {
     local name=$1 np=$2 steps=$3; shift 3
     for mode in eager graph; do
       local flag=(); [ $mode = graph ] && flag=(--cuda-graph)
-      run "$np" "$@" "${flag[@]}" --metrics "$w/$name-$mode.jsonl" --checkpoint-dir "$w/$name-$mode" \
+      run "$np" "${@//\{mode\}/$mode}" "${flag[@]}" --metrics "$w/$name-$mode.jsonl" --checkpoint-dir "$w/$name-$mode" \
         > "$w/$name-$mode.log" 2>&1 || { cat "$w/$name-$mode.log"; fail "$name: the $mode run"; }
     done
     "$compare" "$(ck "$name-eager" "$steps")" "$(ck "$name-graph" "$steps")" --optimizer > "$w/cmp.log" ||
@@ -438,6 +439,8 @@ cuda-emu-graph)
     grep -h "cuda graph  " "$w/$name-graph.log"
   }
   captures() { grep -o '"cuda_graph":{"captures":[0-9]*' "$w/$1-graph.jsonl" | grep -o '[0-9]*$'; }
+  parts() { grep -o '"parts":[0-9]*' "$w/$1-graph.jsonl" | grep -o '[0-9]*$'; }
+  buckets() { grep '"type":"summary"' "$w/$1-graph.jsonl" | grep -o '"buckets":[0-9]*' | grep -o '[0-9]*$'; }
   # One rank, 3 micro-batches a step from the two slots (u8 batches decoded on the GPU, crop and flip), 2 epochs of 4
   # steps (--train-samples 48): eager steps until one allocates nothing, then a capture; evaluation drops the graph, so
   # the second epoch captures again.
@@ -457,22 +460,27 @@ cuda-emu-graph)
     --batch 4 --lr 1000 --warmup-epochs 0 --precision fp16 --device cuda
   [ "$(captures fp16)" -ge 2 ] || fail "fp16: the loss scale moved after the capture, expected a second capture"
   # Two ranks: the gradients averaged through the host mirror (one GPU; 1-MiB buckets, so the graph is captured in
-  # parts, each bucket handed to the sync after the part that completes it) and NCCL (a GPU each; one bucket, one part).
+  # parts, each bucket handed to the sync after the part that completes it) and NCCL (a GPU each; 0.1-MiB buckets,
+  # their all-reduces queued on the GPU and captured into the graph with the backward: one part).
   vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 5
        --batch 2 --lr 0.001 --warmup-epochs 0 --device cuda)
   graph_like_eager mirror 2 5 "${vit[@]}" --algo ring --bucket-mb 1
   grep -q "gradients averaged via host mirror" "$w/mirror-graph.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
-  HPDT_RANKS_PER_NODE=1 graph_like_eager nccl 2 5 "${vit[@]}" --algo nccl
+  HPDT_RANKS_PER_NODE=1 graph_like_eager nccl 2 5 "${vit[@]}" --algo nccl --bucket-mb 0.1 --timeline "$w/nccl-{mode}.json"
   grep -q "gradients averaged via nccl$" "$w/nccl-graph.log" || fail "a GPU per rank, --algo nccl: expected nccl"
+  # the eager steps' buckets on the timeline (times from the GPU's events), the replayed steps' not (one launch)
+  spans=$(grep -o '"name":"allreduce bucket [0-9]*"' "$w/nccl-graph.json" | wc -l)
+  [ "$spans" -eq $((2 * 3 * $(buckets nccl))) ] ||
+    fail "nccl --cuda-graph: expected the 3 eager steps' $(buckets nccl) bucket spans a rank on the timeline, got $spans"
+  grep -q "1 part(s), the gradients' all-reduces inside" "$w/nccl-graph.log" || fail "nccl: the summary should say so"
   for name in mirror nccl; do
     [ "$(captures $name)" = 1 ] && grep -q '"replays":2' "$w/$name-graph.jsonl" ||
       fail "$name: expected a capture after the eager steps and 2 replayed steps of 5"
   done
-  parts() { grep -o '"parts":[0-9]*' "$w/$1-graph.jsonl" | grep -o '[0-9]*$'; }
-  buckets() { grep '"type":"summary"' "$w/$1-graph.jsonl" | grep -o '"buckets":[0-9]*' | grep -o '[0-9]*$'; }
   [ "$(parts mirror)" -gt 1 ] && [ "$(parts mirror)" -le "$(buckets mirror)" ] ||
     fail "mirror: 1-MiB buckets should split the graph into 2..$(buckets mirror) parts, got $(parts mirror)"
-  [ "$(parts nccl)" = 1 ] || fail "nccl: one bucket, expected one part, got $(parts nccl)"
+  [ "$(buckets nccl)" -gt 1 ] && [ "$(parts nccl)" = 1 ] ||
+    fail "nccl: $(buckets nccl) buckets (expected several) queued inside the graph, expected one part, got $(parts nccl)"
   [ "$(parts accum)" = 1 ] || fail "one rank: nothing to average, expected one part, got $(parts accum)"
   # The streams' work deferred (CUDA_EMU_STREAMS, as cuda-emu-streams): the batches copied from their slots into the
   # graph's inputs while the next one is copied up, the graph replayed at steps 4 and 5.
@@ -565,7 +573,9 @@ cuda-gpu)
   # one rank and on two sharing the GPU (the host mirror; 1-MiB buckets, so the graph is in parts). The same kernels
   # run either way (bitwise the same on the emulator, train.cuda-emu-graph); here within rounding, in case a kernel's
   # order of additions varies between runs.
-  for g in "1 one" "2 two --algo ring --bucket-mb 1"; do
+  # With --algo nccl (a 1-rank NCCL communicator; 0.1-MiB buckets) the bucket all-reduces, queued on a second stream,
+  # go into the graph: its first capture of two streams' work (fork and join) on a GPU.
+  for g in "1 one" "2 two --algo ring --bucket-mb 1" "1 nccl --algo nccl --bucket-mb 0.1"; do
     read -r np name extra <<< "$g"
     for mode in eager graph; do
       flag=(); [ $mode = graph ] && flag=(--cuda-graph)
@@ -578,6 +588,8 @@ cuda-gpu)
     "$compare" "$w/g-$name-eager/ckpt-000000005.h5" "$w/g-$name-graph/ckpt-000000005.h5" --optimizer --atol 1e-6 --rtol 1e-5 ||
       fail "np $np: the --cuda-graph run is not near the eager run"
   done
+  grep -q "1 part(s), the gradients' all-reduces inside" "$w/g-nccl-graph.log" ||
+    { cat "$w/g-nccl-graph.log"; fail "--algo nccl --cuda-graph: expected the all-reduces inside the graph"; }
   # --sync-bn on the real GPU: one rank (a GPU of its own) all-reduces the statistics by NCCL on the compute stream (a
   # 1-rank communicator: the sums unchanged), near the run without --sync-bn (the same statistics, finalized from the
   # sums instead); with --cuda-graph the NCCL all-reduces are captured into the graph, near the eager run. Two ranks
