@@ -499,8 +499,11 @@ cuda-emu-graph)
       --device cuda --algo ring --bucket-mb 0.1)
   HPDT_RANKS_PER_NODE=1 graph_like_eager syncbn 2 5 "${rn[@]}"
   [ "$(captures syncbn)" = 1 ] && [ "$(parts syncbn)" -gt 1 ] || fail "syncbn: expected one capture in several parts"
-  args=("${rn[@]}") orders="lazy:0 random:1"
+  # (under the streams' orders with the gradients by nccl: their all-reduces in the graph too, beside the statistics')
+  args=("${rn[@]/ring/nccl}") orders="lazy:0 random:1"
   HPDT_RANKS_PER_NODE=1 same_in_every_order streams-syncbn 2 --cuda-graph
+  grep -q "1 part(s), the gradients' all-reduces inside" "$w/streams-syncbn-eager.log" ||
+    fail "streams-syncbn: expected the gradients' all-reduces inside the graph"
   run 2 "${rn[@]}" --cuda-graph > "$w/bad.log" 2>&1
   rc=$?
   [ $rc -eq 2 ] && grep -q -- "--cuda-graph with --sync-bn needs a GPU per rank" "$w/bad.log" ||
