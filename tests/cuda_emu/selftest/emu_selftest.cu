@@ -985,6 +985,39 @@ TEST(CudaEmu, StreamCaptureForksAndJoins) {
   ASSERT_EQ(cudaStreamSynchronize(t), cudaSuccess);
   EXPECT_EQ(y.down()[3], 4.0f) << "after the capture, t's kernels run";
 
+  // Joined back through another joined stream (u -> t -> s): the origin comes after u's work too.
+  cudaStream_t u;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking), cudaSuccess);
+  for (const bool t_joins_back : {true, false}) {
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(t, fork, 0), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(fork, t), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(u, fork, 0), cudaSuccess);
+    add_one<<<1, 128, 0, u>>>(y.d, n);
+    ASSERT_EQ(cudaEventRecord(join, u), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(t, join, 0), cudaSuccess);  // t after u's kernel
+    if (t_joins_back) {
+      ASSERT_EQ(cudaEventRecord(join, t), cudaSuccess);
+      ASSERT_EQ(cudaStreamWaitEvent(s, join, 0), cudaSuccess);  // s after t, so after u
+    }
+    g = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(s, &g);
+    (void)cudaGetLastError();
+    if (t_joins_back) {
+      ASSERT_EQ(end, cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(e, s), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_EQ(y.down()[3], 5.0f) << "u's kernel in the graph";
+      EXPECT_EQ(cudaGraphExecDestroy(e), cudaSuccess);
+      EXPECT_EQ(cudaGraphDestroy(g), cudaSuccess);
+    } else {
+      EXPECT_EQ(end, cudaErrorStreamCaptureUnjoined) << "u joined t, but t never joined s";
+    }
+  }
+  EXPECT_EQ(cudaStreamDestroy(u), cudaSuccess);
+
   // A stream that joins and queues nothing needs no join.
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(fork, s), cudaSuccess);

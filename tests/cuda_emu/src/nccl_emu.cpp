@@ -51,6 +51,10 @@ struct P2p {
 };
 thread_local int group_depth = 0;
 thread_local std::vector<P2p> group_ops;
+// The open group's send/recv queued on a stream this thread captures (all of the group's, on that one stream) or on
+// none: the group is kept for the graph and runs, as one group, at each of its launches.
+thread_local cudaStream_t group_capture = nullptr;
+thread_local bool group_outside_capture = false;
 
 double timeout_s() {
   const char* e = std::getenv("CUDA_EMU_NCCL_TIMEOUT_S");
@@ -152,6 +156,23 @@ ncclResult_t all_reduce(const void* sendbuff, void* recvbuff, size_t count, nccl
     default:
       return fail(ncclInvalidArgument, "nccl emu: ncclAllReduce emulates f32, f16 and bf16 only");
   }
+}
+
+// Send/recv in a capture: only inside a group (kept for the graph with it); alone they are not emulated.
+ncclResult_t p2p_on(cudaStream_t stream, void* data, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                    bool recv) {
+  if (cuda_emu::captures(stream)) {
+    if (group_depth == 0)
+      return fail(ncclInvalidUsage, std::string("nccl emu: ") + (recv ? "ncclRecv" : "ncclSend") +
+                                        " outside a group in a CUDA graph capture is not emulated");
+    if (group_capture && group_capture != stream)
+      return fail(ncclInvalidUsage, "nccl emu: a captured send/recv group on two streams is not emulated");
+    group_capture = stream;
+    return p2p(data, count, datatype, peer, comm, recv);  // (in the group: recorded, not run)
+  }
+  if (group_depth > 0) group_outside_capture = true;
+  cuda_emu::drain_stream(stream);  // (deferred streams: the collectives run at once, over MPI)
+  return p2p(data, count, datatype, peer, comm, recv);
 }
 
 }  // namespace
@@ -282,23 +303,30 @@ ncclResult_t ncclGroupEnd() {
   if (--group_depth > 0) return ncclSuccess;
   std::vector<P2p> ops;
   ops.swap(group_ops);
+  const cudaStream_t captured = group_capture;
+  const bool mixed = captured && group_outside_capture;
+  group_capture = nullptr;
+  group_outside_capture = false;
+  if (mixed)
+    return fail(ncclInvalidUsage, "nccl emu: a group of send/recv partly in a CUDA graph capture is not emulated");
+  if (captured && cuda_emu::capture_collective(captured, [ops] {
+        if (run_ops(ops) != ncclSuccess) {
+          std::fprintf(stderr, "nccl emu: a send/recv group in a CUDA graph: %s\n", last_error.c_str());
+          cuda_emu::set_last_error(cudaErrorLaunchFailure);
+        }
+      }))
+    return ncclSuccess;
   return run_ops(ops);
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  if (cuda_emu::captures(stream))
-    return fail(ncclInvalidUsage, "nccl emu: ncclSend in a CUDA graph capture is not emulated");
-  cuda_emu::drain_stream(stream);  // (deferred streams: the collectives run at once, over MPI)
-  return p2p(const_cast<void*>(sendbuff), count, datatype, peer, comm, false);
+  return p2p_on(stream, const_cast<void*>(sendbuff), count, datatype, peer, comm, false);
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-  if (cuda_emu::captures(stream))
-    return fail(ncclInvalidUsage, "nccl emu: ncclRecv in a CUDA graph capture is not emulated");
-  cuda_emu::drain_stream(stream);
-  return p2p(recvbuff, count, datatype, peer, comm, true);
+  return p2p_on(stream, recvbuff, count, datatype, peer, comm, true);
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,

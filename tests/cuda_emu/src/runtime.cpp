@@ -39,11 +39,13 @@ struct CUstream_st {
   bool captured_collective = false;  // the capture holds an NCCL collective (capture_collective)
   std::vector<std::function<void()>> captured;
   // Fork and join: a stream that waits for an event recorded in a capture joins it (`origin`: the capturing stream
-  // whose graph its work goes into, in issue order); `origin` must wait for an event recorded after the joined
-  // stream's last captured op before the capture ends (`ops` its captured ops, `joined_at` the count that wait saw).
+  // whose graph its work goes into, in issue order). `ops` counts a stream's captured work; `after[x]` how much of
+  // stream x's captured work this stream's next work comes after, through the events it waited for (transitively).
+  // Before the capture ends the origin must come after all of every joined stream's work.
   CUstream_st* origin = nullptr;
   std::vector<CUstream_st*> joined;  // the origin's
-  uint64_t ops = 0, joined_at = 0;
+  uint64_t ops = 0;
+  std::map<const CUstream_st*, uint64_t> after;
   uint64_t capture_id = 0;  // the origin's: which of its captures (an event of an earlier one is not of this one)
   // CUDA_EMU_STREAMS=lazy|random: work queued and not yet run; `queued` counts what was ever queued, `done` what ran
   std::deque<std::function<void()>> pending;
@@ -66,8 +68,8 @@ struct CUevent_st {
   uint64_t seq = 0;
   // Recorded in a capture: the capture's stream, the stream it was recorded on and that stream's captured ops then.
   CUstream_st* capture = nullptr;
-  CUstream_st* capture_stream = nullptr;
-  uint64_t capture_ops = 0, capture_id = 0;
+  uint64_t capture_id = 0;
+  std::map<const CUstream_st*, uint64_t> capture_after;  // what a wait for it comes after (its stream's `after` + ops)
 };
 
 namespace cuda_emu {
@@ -821,6 +823,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   s->captured_collective = false;
   s->captured.clear();
   s->joined.clear();
+  s->ops = 0;
+  s->after.clear();
   static std::atomic<uint64_t> captures_begun{0};
   s->capture_id = ++captures_begun;
   g_capture = s;
@@ -835,15 +839,19 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   std::vector<std::function<void()>> ops;
   ops.swap(s->captured);
   *graph = nullptr;
-  // Every stream that joined the capture must have been joined back: the origin waited for an event recorded
-  // after its last captured op (else a GPU's EndCapture fails too: the graph would have a branch nothing awaits).
+  // Every stream that joined the capture must have been joined back: the origin comes after all of its captured work,
+  // through the events waited for (else a GPU's EndCapture fails too: the graph would have a branch nothing awaits).
   bool unjoined = false;
   for (CUstream_st* j : s->joined) {
-    unjoined = unjoined || j->ops > j->joined_at;
+    const auto it = s->after.find(j);
+    unjoined = unjoined || j->ops > (it == s->after.end() ? 0 : it->second);
     j->origin = nullptr;
-    j->ops = j->joined_at = 0;
+    j->ops = 0;
+    j->after.clear();
   }
   s->joined.clear();
+  s->after.clear();
+  s->ops = 0;
   if (s->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
   if (unjoined) return fail(cudaErrorStreamCaptureUnjoined);
   *graph = new CUgraph_st{std::move(ops), s->captured_collective};
@@ -902,11 +910,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     if (is_legacy(s)) return refused_in_capture();
     if (!capture_of(s)) {  // s joins the capture (its later work goes into the graph, after the event's)
       s->origin = g_capture;
-      s->ops = s->joined_at = 0;
+      s->ops = 0;
+      s->after.clear();
       g_capture->joined.push_back(s);
-    } else if (s == g_capture && e->capture_stream != g_capture) {  // joined back up to the event
-      e->capture_stream->joined_at = std::max(e->capture_stream->joined_at, e->capture_ops);
     }
+    for (const auto& [x, n] : e->capture_after) s->after[x] = std::max(s->after[x], n);  // (a join, or an order)
     return cudaSuccess;  // (the graph's ops run in issue order, which keeps every such dependency)
   }
   if (stream_mode() == StreamMode::eager) return cudaSuccess;
@@ -927,7 +935,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
-  auto* ev = new CUevent_st{flags, false, 0};
+  auto* ev = new CUevent_st;
+  ev->flags = flags;
   std::lock_guard<std::mutex> lock(reg().mutex);
   reg().events.insert(ev);
   *e = ev;
@@ -954,9 +963,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   // (a query or a wait of the host still sees its last record outside a capture, as on a GPU).
   if (CUstream_st* c = capture_of(s)) {
     e->capture = c;
-    e->capture_stream = s;
-    e->capture_ops = s->ops;
     e->capture_id = c->capture_id;
+    e->capture_after = s->after;
+    e->capture_after[s] = s->ops;
     return cudaSuccess;
   }
   e->capture = nullptr;
