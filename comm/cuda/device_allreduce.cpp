@@ -126,12 +126,27 @@ void mpi_direct(Communicator& comm, const void* send, void* recv, size_t count, 
 // accumulate kernel, all queued on the NCCL stream in program order), with the host path's widening,
 // averaging (division) and narrowing as kernels on that stream, so every element is summed in the host
 // path's order and the result has its bits.
+// `queued` (allreduce_device_enqueue): the transports only issue, the host waits for nothing, and the caller's stream
+// waits for the result (the last join).
 void via_nccl_p2p(Communicator& comm, const void* send, void* recv, size_t count, DType dtype, ReduceOp op, Algorithm a,
-                  const AllreduceOptions& o, size_t segment_bytes, cudaStream_t caller, const OperationContext& ctx) {
+                  const AllreduceOptions& o, size_t segment_bytes, cudaStream_t caller, const OperationContext& ctx,
+                  bool queued = false) {
   NcclTransport& t = comm.nccl_transport();  // creates the NCCL communicator on first use
   const auto cs = static_cast<cudaStream_t>(comm.nccl_stream());
   const detail::DeviceScope scope(comm.nccl_device());
   t.set_context(ctx);
+  struct Queued {  // (set back when the call ends, also by an exception)
+    std::vector<NcclTransport*> ts;
+    ~Queued() {
+      for (NcclTransport* x : ts) x->set_queued(false);
+    }
+  } queued_transports;
+  const auto queue_on = [&](NcclTransport& x) {
+    if (!queued) return;
+    x.set_queued(true);
+    queued_transports.ts.push_back(&x);
+  };
+  queue_on(t);
   join(caller, cs);
   const size_t seg_floats = std::max<size_t>(1, segment_bytes / sizeof(float));
   float* work;
@@ -150,14 +165,16 @@ void via_nccl_p2p(Communicator& comm, const void* send, void* recv, size_t count
     NcclTransport* cross = comm.nccl_cross_transport();
     local.set_context(ctx);
     if (cross) cross->set_context(ctx);
+    queue_on(local);
+    if (cross) queue_on(*cross);
     detail::HierAllreduce(local, cross, comm.min_local_size(), o.inter_node, seg_floats).run(work, count);
   } else {
     detail::flat_allreduce(a, t, work, count, seg_floats);
   }
   if (op == ReduceOp::avg) kernels::cuda::divide_f32(work, count, float(comm.size()), cs);
   if (dtype != DType::f32) kernels::cuda::convert(recv, dtype, work, DType::f32, count, cs);
-  detail::wait_stream_watched(cs, comm.nccl(), comm.options().watchdog, ctx, kLocalGpu);
-  join(cs, caller);  // work the caller queues next sees the result (already complete for the host)
+  if (!queued) detail::wait_stream_watched(cs, comm.nccl(), comm.options().watchdog, ctx, kLocalGpu);
+  join(cs, caller);  // work the caller queues next sees the result (complete for the host too, unless queued)
 }
 
 // Chunk k: copy down (device -> pinned buffer k % 2) on the caller's stream and record copied[k % 2];
@@ -212,6 +229,29 @@ void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DTyp
   const detail::DeviceScope scope(comm.nccl_device());
   HPDT_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(dtype), op == ReduceOp::avg ? ncclAvg : ncclSum, nc,
                                 static_cast<cudaStream_t>(stream)));
+}
+
+void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op,
+                              Algorithm algorithm, const AllreduceOptions& options, void* stream) {
+  HPDT_CHECK(comm.gpu_per_rank(), "allreduce_device_enqueue: rank ", comm.rank(), " shares its GPU with other ranks (",
+             comm.describe(), "); an NCCL communicator needs a GPU per rank");
+  const detail::CallPlan plan = detail::plan_call(comm, "allreduce_device_enqueue", 5, data, data, count, dtype, op,
+                                                  algorithm, options, /*device_memory=*/true);
+  const DevicePath path = path_of(comm, plan.algorithm, dtype, options);
+  HPDT_CHECK(path == DevicePath::nccl || path == DevicePath::nccl_p2p,
+             "allreduce_device_enqueue: ", algorithm_name(plan.algorithm), " of ", dtype_name(dtype), " takes the ",
+             device_path_name(path),
+             " path, whose host waits cannot be queued (queued: nccl, and ring/tree/rhd/hier over NCCL)");
+  if (count == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (path == DevicePath::nccl) {
+    ncclComm_t nc = comm.nccl();
+    const detail::DeviceScope scope(comm.nccl_device());
+    HPDT_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(dtype), op == ReduceOp::avg ? ncclAvg : ncclSum, nc, s));
+    return;
+  }
+  via_nccl_p2p(comm, data, data, count, dtype, op, plan.algorithm, options, plan.segment_bytes, s, plan.context,
+               /*queued=*/true);
 }
 
 void wait_enqueued(Communicator& comm, void* stream, const std::string& what, int bucket) {

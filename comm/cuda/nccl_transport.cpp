@@ -160,12 +160,15 @@ void NcclTransport::wait(Request r) {
   HPDT_CHECK(r < ops_.size(), "NCCL transport: unknown request ", r);
   if (r < completed_) return;
   flush();
-  drain();
+  if (queued_)
+    completed_ = issued_;  // (complete for the work queued on the stream after them)
+  else
+    drain();
 }
 
 void NcclTransport::wait_all() {
   flush();
-  drain();
+  if (!queued_) drain();
   ops_.clear();
   issued_ = completed_ = 0;
 }

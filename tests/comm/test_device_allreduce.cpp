@@ -8,7 +8,8 @@
 //     host all-reduce of the same data == the exact sum;
 //   mpi directly on device pointers where the MPI is CUDA-aware (skips otherwise);
 //   nccl at 1 rank: sum returns the input exactly, avg too (divided by 1), f32/f16/bf16;
-//   allreduce_device_enqueue (NCCL on the caller's stream, a GPU per rank): exact sums, and in a CUDA graph;
+//   allreduce_device_enqueue (NCCL on the caller's stream, a GPU per rank): exact sums, and in a CUDA graph; our
+//     algorithms queued (nccl-p2p): the host all-reduce's bits, also in a graph; debug mode's check of the call;
 //   NcclTransport: send/recv to self, several transfers in one group, zero bytes, wait vs wait_all.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -435,6 +436,59 @@ TEST(DeviceAllreduceEnqueue, SumsOnTheCallersStreamAndAGraphHoldsIt) {
   }
   check(DType::f32, ReduceOp::sum, 35, 2);  // SyncBN's 2c + 1 floats at c = 17
   HPDT_EXPECT_THROW_MSG(allreduce_device_enqueue(c, nullptr, 4, DType::i32, ReduceOp::sum, stream.handle()), "i32");
+}
+
+// Our algorithms queued (allreduce_device_enqueue with ring, tree, rhd, hier: the nccl-p2p path without a host wait):
+// the host all-reduce's bits on inexact inputs, f32 and bf16, at an odd count, after input queued on the stream; in a
+// CUDA graph after an eager call has sized the transports' scratch (nothing at the capture, the result at the launch).
+// The paths that need the host (mpi: staged or mpi-direct) are refused.
+TEST(DeviceAllreduceEnqueue, OurAlgorithmsQueuedGiveTheHostAllreducesBitsAndAGraphHoldsThem) {
+  HPDT_REQUIRE_GPU();
+  use_my_gpu();
+  CommunicatorOptions co;
+#if HPDT_CUDA_EMU
+  co.ranks_per_node = "1";
+#endif
+  Communicator c(MPI_COMM_WORLD, co);
+  if (!c.gpu_per_rank()) GTEST_SKIP() << "needs a GPU per rank (" << c.local_size() << " ranks per node)";
+  const int r = c.rank();
+  const Stream stream = Stream::create_cuda(c.local_rank() % cuda_device_count());
+  const auto s = static_cast<cudaStream_t>(stream.handle());
+  const size_t n = 4097;
+  for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::rhd, Algorithm::hier})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const std::string what = std::string(algorithm_name(a)) + " " + std::string(dtype_name(dt));
+      std::vector<float> in(n);
+      for (size_t i = 0; i < n; ++i) in[i] = 0.1f * float(r + 1) + 1e-3f * float(i % 97) + 1e-7f * float(i);
+      const size_t es = dtype_size(dt);
+      std::vector<uint16_t> in16(n);
+      for (size_t i = 0; i < n; ++i) in16[i] = f32_to_bf16_bits(in[i]);
+      const void* host_in = dt == DType::f32 ? static_cast<const void*>(in.data()) : in16.data();
+      std::vector<char> want(n * es), got(n * es);
+      allreduce(c, host_in, want.data(), n, dt, ReduceOp::avg, a);
+      DeviceBuffer d(n * es);
+      auto queue_input = [&] { HPDT_CUDA_CHECK(cudaMemcpyAsync(d.get(), host_in, n * es, cudaMemcpyHostToDevice, s)); };
+      auto enqueue = [&] { allreduce_device_enqueue(c, d.get(), n, dt, ReduceOp::avg, a, {}, stream.handle()); };
+      queue_input();  // (not waited for: the all-reduce comes after it)
+      enqueue();
+      wait_enqueued(c, stream.handle(), what);
+      d.download(got.data());
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << what << ": not the host all-reduce's bits";
+      queue_input();
+      const CudaGraph graph = CudaGraph::capture(stream, enqueue);
+      HPDT_CUDA_CHECK(cudaStreamSynchronize(s));
+      d.download(got.data());
+      ASSERT_EQ(std::memcmp(got.data(), host_in, got.size()), 0)
+          << what << ": the graph's all-reduce ran at the capture";
+      graph.launch(stream);
+      wait_enqueued(c, stream.handle(), what + " in a graph");
+      d.download(got.data());
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0) << what << ": the graph's result differs";
+    }
+  DeviceBuffer d(64);
+  HPDT_EXPECT_THROW_MSG(
+      allreduce_device_enqueue(c, d.get(), 4, DType::f32, ReduceOp::sum, Algorithm::mpi, {}, stream.handle()),
+      "whose host waits cannot be queued");
 }
 
 // Debug mode checks the enqueued all-reduce on the host at the call: different counts are named on every rank, before

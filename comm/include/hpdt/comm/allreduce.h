@@ -116,6 +116,14 @@ void allreduce_device(Communicator& comm, const void* send, void* recv, size_t c
 // No watchdog (the host does not wait): a peer that never joins leaves the stream unfinished (wait_enqueued below
 // is the watched wait). Debug mode (debug_checks) checks the call on the host, as a distinct collective.
 void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op, void* stream);
+// The same, the algorithm chosen as allreduce_device's (auto resolved for device memory): nccl as above, or
+// ring/tree/rhd/hier over NCCL send/recv (the nccl-p2p path: allreduce_device's bits, the f32 sums in the host path's
+// order), queued: the algorithm's groups and reductions on comm.nccl_stream() after the work queued on `stream`, which
+// then waits for them; the host issues each step's group and waits for none. A graph capturing `stream` captures them
+// (the transports' scratch must be sized by an eager call of that size first). The staged and mpi-direct paths need the
+// host and are refused. Debug mode checks the call (with its algorithm).
+void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op,
+                              Algorithm algorithm, const AllreduceOptions& options, void* stream);
 // The host waits until the work queued on `stream` so far is done, under comm's watchdog: NCCL's asynchronous errors
 // of comm.nccl() throw, and past the timeout the watchdog's message names `what` (and `bucket`, >= 0) and aborts or
 // throws as its options say. For streams that hold allreduce_device_enqueue's all-reduces (GPU builds).

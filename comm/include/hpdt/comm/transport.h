@@ -158,6 +158,11 @@ class NcclTransport final : public Transport {
   void accumulate(float* dst, const float* src, size_t n) override;  // a kernel on stream()
   float* scratch(size_t floats, int slot) override;                   // device memory of device()
   bool posts_ahead() const override { return false; }
+  // Queued (allreduce_device_enqueue's nccl-p2p path): wait() and wait_all() issue what is posted (one group) and
+  // return without the host waiting; the transfers complete in stream() order, before any work queued on it after
+  // them. Then the host waits nowhere here (the caller's wait does: comm::wait_enqueued). scratch() must not grow
+  // while a CUDA graph captures stream() (an allocation): size it by an eager call first.
+  void set_queued(bool queued) { queued_ = queued; }
 
  private:
   struct Op {
@@ -177,7 +182,8 @@ class NcclTransport final : public Transport {
   std::vector<int> world_ranks_;
   std::vector<Op> ops_;   // every op since the last wait_all, indexed by request id
   size_t issued_ = 0;     // ops_[0, issued_) are queued on stream_
-  size_t completed_ = 0;  // ops_[0, completed_) are known to be complete
+  size_t completed_ = 0;  // ops_[0, completed_) are known to be complete (queued_: in stream order)
+  bool queued_ = false;
   struct Scratch {
     float* p = nullptr;
     size_t floats = 0;
