@@ -107,11 +107,14 @@ GradSync::GradSync(comm::Communicator& comm, const Tensor& grads, comm::Gradient
                  reduce_comm_->nccl_device(), " but the model is on GPU ", dev,
                  " (both should be local rank % device count)");
     }
-    // Every bucket by ncclAllReduce: queued by the training thread itself (agreed: the paths and gpu_per_rank are
-    // the same on every rank, and so is HPDT_GRAD_SYNC_QUEUED in a sane launch).
+    // Every bucket by NCCL (ncclAllReduce, or our algorithms over its send/recv): queued by the training thread
+    // itself (agreed: the paths and gpu_per_rank are the same on every rank, and so is HPDT_GRAD_SYNC_QUEUED in a
+    // sane launch).
     queued_ = reduce_comm_->gpu_per_rank() && !buckets_.empty() &&
               std::all_of(buckets_.begin(), buckets_.end(),
-                          [](const Bucket& k) { return k.path == comm::DevicePath::nccl; }) &&
+                          [](const Bucket& k) {
+                            return k.path == comm::DevicePath::nccl || k.path == comm::DevicePath::nccl_p2p;
+                          }) &&
               env_switch("HPDT_GRAD_SYNC_QUEUED", "on", "off");
     if (queued_) {
       marks_.reserve(buckets_.size());
@@ -280,17 +283,25 @@ void GradSync::queue_bucket(size_t b) {
     m.ready.record(compute_);
     m.start.record(copy_stream_);
   }
-  char* p = static_cast<char*>(grads_.data()) + k.offset * dtype_size(grads_.dtype());
-  comm::allreduce_device_enqueue(*reduce_comm_, p, k.count, grads_.dtype(), options_.op, copy_stream_.handle());
+  const size_t es = dtype_size(grads_.dtype());
+  char* p = static_cast<char*>(grads_.data()) + k.offset * es;
+  const bool ours = k.path == comm::DevicePath::nccl_p2p;
+  const uint64_t sent0 = ours ? p2p_bytes_sent(k) : 0;
+  comm::allreduce_device_enqueue(*reduce_comm_, p, k.count, grads_.dtype(), options_.op, k.algo, bucket_options(int(b)),
+                                 copy_stream_.handle());
   if (!capturing_) m.end.record(copy_stream_);
   timed_ = !capturing_;
+  comm::BucketTiming& t = pending_[b];
+  t.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * es);
+  t.wire_bytes = ours ? p2p_bytes_sent(k) - sent0 : t.raw_bytes;  // (NCCL's own traffic: what its ring moves)
 #else
   (void)b;
 #endif
 }
 
 void GradSync::begin_capture() {
-  HPDT_CHECK(queued_, "GradSync::begin_capture: only the queued path (nccl) is captured into a graph, not ", path_);
+  HPDT_CHECK(queued_, "GradSync::begin_capture: only the queued path (nccl, nccl-p2p) is captured into a graph, not ",
+             path_);
   capturing_ = true;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& b : buckets_) b.ready = 0;
@@ -298,7 +309,9 @@ void GradSync::begin_capture() {
 }
 
 void GradSync::launched_in_graph() {
-  HPDT_CHECK(queued_, "GradSync::launched_in_graph: only the queued path (nccl) is captured into a graph, not ", path_);
+  HPDT_CHECK(queued_,
+             "GradSync::launched_in_graph: only the queued path (nccl, nccl-p2p) is captured into a graph, not ",
+             path_);
   in_graph_ = true;
   timed_ = false;
 }
@@ -310,10 +323,8 @@ void GradSync::finish_step() {
                       "gradient all-reduce (" + std::to_string(buckets_.size()) + " bucket(s) by nccl, queued)");
   timings_ = pending_;
   bytes_sent_ = raw_bytes_ = 0;
-  const size_t es = dtype_size(grads_.dtype());
   for (size_t b = 0; b < timings_.size(); ++b) {
     comm::BucketTiming& t = timings_[b];
-    t.raw_bytes = t.wire_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), buckets_[b].count * es);
     bytes_sent_ += t.wire_bytes;
     raw_bytes_ += t.raw_bytes;
     if (!timed_) continue;  // (in a graph)
@@ -324,6 +335,19 @@ void GradSync::finish_step() {
   }
 #endif
 }
+
+#if HPDT_HAVE_CUDA
+// What our algorithms have posted on the NCCL transports (hier's per-node and cross-node ones are split on its first
+// call, at the same bucket on every rank).
+uint64_t GradSync::p2p_bytes_sent(const Bucket& k) const {
+  uint64_t s = reduce_comm_->nccl_transport().bytes_sent();
+  if (k.algo == comm::Algorithm::hier) {
+    s += reduce_comm_->nccl_local_transport().bytes_sent();
+    if (const comm::NcclTransport* c = reduce_comm_->nccl_cross_transport()) s += c->bytes_sent();
+  }
+  return s;
+}
+#endif
 
 void GradSync::reduce_device_bucket(size_t b) {
   if (!compressors_.empty()) {  // device compression
@@ -348,17 +372,7 @@ void GradSync::reduce_device_bucket(size_t b) {
   const comm::AllreduceOptions o = bucket_options(int(b));
   char* p = static_cast<char*>(grads_.data()) + k.offset * es;
   const bool ours = k.path == comm::DevicePath::nccl_p2p;
-  // What our algorithms post on the NCCL transports (hier's per-node and cross-node ones are split on
-  // its first call, at the same bucket on every rank).
-  auto sent = [&]() -> uint64_t {
-    uint64_t s = reduce_comm_->nccl_transport().bytes_sent();
-    if (k.algo == comm::Algorithm::hier) {
-      s += reduce_comm_->nccl_local_transport().bytes_sent();
-      if (const comm::NcclTransport* c = reduce_comm_->nccl_cross_transport()) s += c->bytes_sent();
-    }
-    return s;
-  };
-  const uint64_t sent0 = ours ? sent() : 0;
+  const uint64_t sent0 = ours ? p2p_bytes_sent(k) : 0;
   t.start_s = now_s();
   // The slices are complete on the device (their events were waited for): the idle copy stream is
   // the caller's stream, and the call returns when the reduction is done.
@@ -366,7 +380,7 @@ void GradSync::reduce_device_bucket(size_t b) {
   t.end_s = now_s();
   t.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * es);
   // NCCL's own traffic (and MPI's, staged) is invisible here: count what its ring moves.
-  t.wire_bytes = ours ? sent() - sent0 : t.raw_bytes;
+  t.wire_bytes = ours ? p2p_bytes_sent(k) - sent0 : t.raw_bytes;
 #else
   (void)b;
 #endif

@@ -28,15 +28,16 @@
 //                       while backward runs. wait() queues the copy of the averaged mirror back up on the
 //                       compute stream (the optimizer's kernels follow it in stream order).
 //   cuda, nccl          buckets of whole tensors (the same cut as GradientSync) reduced in place in device
-//                       memory by ncclAllReduce (average); no compression. Queued (since 2026-12-02; every
-//                       bucket by ncclAllReduce and a GPU per rank): no stager thread. notify_ready, on the
-//                       training thread, queues each bucket's all-reduce as soon as it is complete in the work
-//                       queued so far: on copy_stream_, after an event of the compute stream
-//                       (comm::allreduce_device_enqueue); wait() makes the compute stream wait for them; the host
-//                       waits only in finish_step, under comm's watchdog. A CUDA graph that captures the backward
-//                       and wait() holds the all-reduces (begin_capture, launched_in_graph).
-//                       HPDT_GRAD_SYNC_QUEUED=off, or auto's other paths in the mix: comm::allreduce_device
-//                       on the stager thread, which waits for each bucket's event on the host.
+//                       memory by ncclAllReduce (average); no compression.
+//   queued              (since 2026-12-02) nccl and nccl-p2p, every bucket by one of them and a GPU per rank: no
+//                       stager thread. notify_ready, on the training thread, queues each bucket's all-reduce as
+//                       soon as it is complete in the work queued so far: on copy_stream_, after an event of the
+//                       compute stream (comm::allreduce_device_enqueue: ncclAllReduce, or our algorithm's send/recv
+//                       groups and reductions on the NCCL stream, issued without a host wait); wait() makes the
+//                       compute stream wait for them; the host waits only in finish_step, under comm's watchdog. A
+//                       CUDA graph that captures the backward and wait() holds the all-reduces (begin_capture,
+//                       launched_in_graph). HPDT_GRAD_SYNC_QUEUED=off, or a staged bucket of auto's in the mix:
+//                       comm::allreduce_device on the stager thread, which waits for each bucket on the host.
 //
 // GradientSync itself takes host memory only; the mirror is the stop-gap until comm grows a device
 // mode (per-bucket ready events + allreduce_device), which would make both CUDA paths one.
@@ -119,6 +120,9 @@ class GradSync {
   void reduce_device_bucket(size_t b);
   void queue_due_buckets(bool all);
   void queue_bucket(size_t b);
+#if HPDT_HAVE_CUDA
+  uint64_t p2p_bytes_sent(const Bucket& k) const;
+#endif
 
   std::string path_;
   bool one_rank_ = false;  // path "none (one rank)": notify_ready and wait do nothing

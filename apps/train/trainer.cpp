@@ -263,7 +263,7 @@ class Run {
   // memory (a capture must take all of its memory from the caching allocator's cache).
   // On several ranks the graph is captured in parts, split where a gradient bucket is complete: after part p's launch
   // the gradient slices it completes (graph_part_ready_[p]) go to the sync, which reduces them while the parts after
-  // it run, as in an eager step. The queued sync (nccl) is captured with the backward instead: one part.
+  // it run, as in an eager step. The queued sync (nccl, nccl-p2p) is captured with the backward instead: one part.
   CudaGraph graph_;
   std::vector<std::vector<std::pair<size_t, size_t>>> graph_part_ready_;
   const CudaGraph::Split* capture_split_ = nullptr;  // while a capture may split
@@ -904,8 +904,8 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
   // What the graph holds: every micro-batch's forward, loss (into its loss state, read after the step's wait) and
   // backward, with the capture's loss scale. Run eagerly (no split), the last micro-batch's backward hands its
   // gradients to the sync as they complete, as in an eager step; captured on several ranks, it cuts the capture into
-  // parts where a bucket is complete (captured_ready), but for the queued sync (nccl), whose all-reduces the capture
-  // takes in as the eager step queues them (one part).
+  // parts where a bucket is complete (captured_ready), but for the queued sync (nccl, nccl-p2p), whose all-reduces the
+  // capture takes in as the eager step queues them (one part).
   const auto queue = [this, scale](const CudaGraph::Split* split) {
     for (int m = 0; m < o_.accum_steps; ++m) {
       const DeviceBatch& in = graph_in_[size_t(m)];
@@ -936,7 +936,7 @@ void Run::graph_forward_backward(StepTimes& t, double scale, int64_t* samples, s
     capture_bucket_ends_.clear();
     const std::vector<size_t> starts = sync_->bucket_offsets();
     for (size_t b = 1; b < starts.size(); ++b) capture_bucket_ends_.push_back(starts[b]);
-    // The queued sync (nccl): its all-reduces and wait() go into the graph too, which is then one part.
+    // The queued sync (nccl, nccl-p2p): its all-reduces and wait() go into the graph too, which is then one part.
     const bool sync_inside = sync_->averages() && sync_->queued();
     graph_ = CudaGraph::capture_parts(stream_, [&](const CudaGraph::Split& split) {
       if (!sync_inside) return queue(&split);
