@@ -275,7 +275,7 @@ void GradSync::queue_due_buckets(bool all) {
 // does not record the events its capture recorded).
 void GradSync::queue_bucket(size_t b) {
 #if HPDT_HAVE_CUDA
-  const Bucket& k = buckets_[b];
+  Bucket& k = buckets_[b];
   Marks& m = marks_[b];
   fork_.record(compute_);
   fork_.wait(copy_stream_);
@@ -291,9 +291,8 @@ void GradSync::queue_bucket(size_t b) {
                                  copy_stream_.handle());
   if (!capturing_) m.end.record(copy_stream_);
   timed_ = !capturing_;
-  comm::BucketTiming& t = pending_[b];
-  t.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * es);
-  t.wire_bytes = ours ? p2p_bytes_sent(k) - sent0 : t.raw_bytes;  // (NCCL's own traffic: what its ring moves)
+  k.raw_bytes = comm::ring_allreduce_bytes(reduce_comm_->size(), k.count * es);
+  k.wire_bytes = ours ? p2p_bytes_sent(k) - sent0 : k.raw_bytes;  // (NCCL's own traffic: what its ring moves)
 #else
   (void)b;
 #endif
@@ -319,12 +318,15 @@ void GradSync::launched_in_graph() {
 void GradSync::finish_step() {
   if (!queued_) return;
 #if HPDT_HAVE_CUDA  // (queued_ is only set in GPU builds)
-  comm::wait_enqueued(*reduce_comm_, compute_.handle(),
-                      "gradient all-reduce (" + std::to_string(buckets_.size()) + " bucket(s) by nccl, queued)");
+  comm::wait_enqueued(
+      *reduce_comm_, compute_.handle(),
+      "gradient all-reduce (" + std::to_string(buckets_.size()) + " bucket(s) by " + path_ + ", queued)");
   timings_ = pending_;
   bytes_sent_ = raw_bytes_ = 0;
   for (size_t b = 0; b < timings_.size(); ++b) {
     comm::BucketTiming& t = timings_[b];
+    t.wire_bytes = buckets_[b].wire_bytes;  // (a graph's replay posts nothing on the host: the capture's counts)
+    t.raw_bytes = buckets_[b].raw_bytes;
     bytes_sent_ += t.wire_bytes;
     raw_bytes_ += t.raw_bytes;
     if (!timed_) continue;  // (in a graph)

@@ -108,6 +108,7 @@ class GradSync {
   };
   struct Bucket {
     size_t offset, count, ready = 0;
+    uint64_t wire_bytes = 0, raw_bytes = 0;  // the queued path: its all-reduce's, as last queued (a graph replays it)
     comm::Algorithm algo = comm::Algorithm::nccl;    // device paths: what reduces it (auto resolved)
 #if HPDT_HAVE_CUDA
     comm::DevicePath path = comm::DevicePath::nccl;  // ... and where (comm::device_allreduce_path; GPU builds)

@@ -468,6 +468,9 @@ cuda-emu-graph)
   grep -q "gradients averaged via host mirror" "$w/mirror-graph.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
   HPDT_RANKS_PER_NODE=1 graph_like_eager nccl 2 5 "${vit[@]}" --algo nccl --bucket-mb 0.1 --timeline "$w/nccl-{mode}.json"
   grep -q "gradients averaged via nccl$" "$w/nccl-graph.log" || fail "a GPU per rank, --algo nccl: expected nccl"
+  # (the last step was a replay: its bytes are the capture's)
+  [ "$(grep -o '"bytes_sent_per_step":[0-9]*' "$w/nccl-graph.jsonl")" = "$(grep -o '"bytes_sent_per_step":[0-9]*' "$w/nccl-eager.jsonl")" ] ||
+    fail "nccl --cuda-graph: the bytes sent a step differ from the eager run's"
   # the eager steps' buckets on the timeline (times from the GPU's events), the replayed steps' not (one launch)
   spans=$(grep -o '"name":"allreduce bucket [0-9]*"' "$w/nccl-graph.json" | wc -l)
   [ "$spans" -eq $((2 * 3 * $(buckets nccl))) ] ||
