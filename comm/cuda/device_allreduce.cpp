@@ -219,22 +219,14 @@ void staged(Communicator& comm, const void* send, void* recv, size_t count, DTyp
 }  // namespace
 
 void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op, void* stream) {
-  HPDT_CHECK(comm.gpu_per_rank(), "allreduce_device_enqueue: rank ", comm.rank(), " shares its GPU with other ranks (",
-             comm.describe(), "); an NCCL communicator needs a GPU per rank");
-  ncclComm_t nc = comm.nccl();
-  // (debug mode: checked at the call, on the host; a graph's replays are not checked again)
-  if (comm.debug_checks())
-    detail::check_same_call(comm, detail::CallSignature{5, int(Algorithm::nccl), int(dtype), int(op), count});
-  if (count == 0) return;
-  const detail::DeviceScope scope(comm.nccl_device());
-  HPDT_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(dtype), op == ReduceOp::avg ? ncclAvg : ncclSum, nc,
-                                static_cast<cudaStream_t>(stream)));
+  allreduce_device_enqueue(comm, data, count, dtype, op, Algorithm::nccl, {}, stream);
 }
 
 void allreduce_device_enqueue(Communicator& comm, void* data, size_t count, DType dtype, ReduceOp op,
                               Algorithm algorithm, const AllreduceOptions& options, void* stream) {
   HPDT_CHECK(comm.gpu_per_rank(), "allreduce_device_enqueue: rank ", comm.rank(), " shares its GPU with other ranks (",
              comm.describe(), "); an NCCL communicator needs a GPU per rank");
+  // (debug mode: the call checked here, on the host; a graph's replays are not checked again)
   const detail::CallPlan plan = detail::plan_call(comm, "allreduce_device_enqueue", 5, data, data, count, dtype, op,
                                                   algorithm, options, /*device_memory=*/true);
   const DevicePath path = path_of(comm, plan.algorithm, dtype, options);
