@@ -791,6 +791,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (!valid_stream(s) || is_legacy(s)) return fail(cudaErrorInvalidResourceHandle);
+  if (capture_of(s)) return refused_in_capture();  // (a stream of this thread's capture: its graph still needs it)
   if (stream_mode() != StreamMode::eager) {  // its queued work still runs (as on a GPU); events forget it
     std::lock_guard<std::recursive_mutex> exec(exec_mutex());
     drain(s);
