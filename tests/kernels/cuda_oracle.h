@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -99,6 +100,12 @@ class CudaOracleTest : public ::testing::Test {
     stream = Stream::create_cuda(0);
     seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed()) * 7919u + 17u;
     ::testing::Test::RecordProperty("philox_seed", std::to_string(seed));
+  }
+  // A failure names its inputs: the run's seed, and how to draw them again.
+  void TearDown() override {
+    if (HasFailure())
+      std::fprintf(stderr, "inputs: Philox seed %llu; rerun with --gtest_random_seed=%d for the same ones\n",
+                   (unsigned long long)seed, ::testing::UnitTest::GetInstance()->random_seed());
   }
 
   // A CPU f32 tensor of uniform numbers in [lo, hi) from Philox (seed, offset): fresh each run.
