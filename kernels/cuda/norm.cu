@@ -359,9 +359,8 @@ __global__ void __launch_bounds__(kThreads)
 //   kReluFromOutput: g = y > 0 ? dy : 0, stored to dz, which the dx pass then reads for dy;
 //   kReluFromInput (a forward without a residual): g = dy where the forward's output of x was positive, recomputed
 //     with the forward's own arithmetic (bn_coefficients, bn_output); stored nowhere: the dx pass masks dy the same way
-//     (its template flag X). Two passes fewer: the reduce reads neither y nor writes dz. The masks differ only where
-//     a positive output rounded to zero in 16 bits (below 2^-133 in bf16, 2^-25 in f16): there this one passes dy,
-//     the derivative of the value the forward computed before rounding.
+//     (its template flag X). Two passes fewer: the reduce reads neither y nor writes dz. The value is rounded to T
+//     as the forward stored it (bn_relu_passed), so the two masks are one: same data, same gradients.
 enum : int { kNoRelu = 0, kReluFromOutput = 1, kReluFromInput = 2 };
 struct BnReluGrad {
   const void* y;        // T*: kReluFromOutput
@@ -371,8 +370,13 @@ struct BnReluGrad {
   const void* beta;
 };
 
-// Whether the forward's ReLU passed x in a channel whose output pass ran with (a, b) = ab.
-__device__ __forceinline__ bool bn_relu_passed(float x, float2 ab) { return bn_output(x, ab.x, ab.y) > 0.0f; }
+// Whether the forward's ReLU passed x in a channel whose output pass ran with (a, b) = ab: whether the output it
+// stored, x * a + b rounded to T, is positive. (Not x * a + b > 0: in f16 a positive value up to 2^-25 is stored as
+// 0, and the mask from the output, y > 0, cut it; one such value in a channel moved its dbeta by dy there.)
+template <class T>
+__device__ __forceinline__ bool bn_relu_passed(float x, float2 ab) {
+  return to_f32(from_f32<T>(bn_output(x, ab.x, ab.y))) > 0.0f;
+}
 template <class T>
 __device__ __forceinline__ float2 bn_relu_coefficients(const BnReluGrad& r, const float* __restrict__ mean, int ch) {
   return bn_coefficients(mean, r.invstd, 0, 0.0f, static_cast<const T*>(r.gamma), static_cast<const T*>(r.beta), ch);
@@ -393,7 +397,7 @@ __device__ __forceinline__ void bn_relu_mask(const BnReluGrad& r, int64_t off, c
     store<V>(static_cast<T*>(r.dz) + off, g);
   } else if constexpr (M == kReluFromInput) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) g[k] = bn_relu_passed(x[k], ab[k]) ? g[k] : 0.0f;
+    for (int k = 0; k < V; ++k) g[k] = bn_relu_passed<T>(x[k], ab[k]) ? g[k] : 0.0f;
   }
 }
 
@@ -532,7 +536,7 @@ __device__ __forceinline__ void bn_backward_apply_channel(const T* dy, const T* 
       if (off[u] < 0) continue;
       if constexpr (X)
 #pragma unroll
-        for (int e = 0; e < V; ++e) g[u][e] = bn_relu_passed(p[u][e], ab) ? g[u][e] : 0.0f;
+        for (int e = 0; e < V; ++e) g[u][e] = bn_relu_passed<T>(p[u][e], ab) ? g[u][e] : 0.0f;
       if constexpr (S) {
 #pragma unroll
         for (int e = 0; e < V; ++e) {
@@ -723,7 +727,7 @@ __global__ void __launch_bounds__(kThreads)
       [&](int u, int64_t off, int n) {
         const float(&xu)[V] = p[u];
         flat_values<V>(f, int(off - rg.e0), dc, g[u], [&xu](int e, float d, const BnDxCoef& k) {
-          if constexpr (X) d = bn_relu_passed(xu[e], make_float2(k.k, k.b)) ? d : 0.0f;
+          if constexpr (X) d = bn_relu_passed<T>(xu[e], make_float2(k.k, k.b)) ? d : 0.0f;
           return k.k * (d - k.mdy - (xu[e] - k.m) * k.is * k.mdyx);
         });
         store_upto<V>(dx + off, n, g[u]);
@@ -981,7 +985,8 @@ __device__ __forceinline__ void bn_backward_apply_columns(const T* dy, const T* 
         if (off[u] < 0) continue;
         if constexpr (X)
 #pragma unroll
-          for (int e = 0; e < V; ++e) gv[u][e] = bn_relu_passed(pv[u][e], make_float2(kk[e], mb[e])) ? gv[u][e] : 0.0f;
+          for (int e = 0; e < V; ++e)
+            gv[u][e] = bn_relu_passed<T>(pv[u][e], make_float2(kk[e], mb[e])) ? gv[u][e] : 0.0f;
         if constexpr (S) {
 #pragma unroll
           for (int e = 0; e < V; ++e) {

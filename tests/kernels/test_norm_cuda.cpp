@@ -256,6 +256,85 @@ TEST_F(NormCuda, FusedReluAndResidualMatchCpu) {
     }
 }
 
+// The fused ReLU's mask from x (BatchNormReluGrad::beta) is the mask of the output the forward stored: x * a + b
+// rounded to the dtype, positive. Saved statistics (mean 0, invstd 1 + 2^-23), gamma 1 and channels' betas -1/8,
+// -1/4, -1/2 place values at the edge on purpose: x = -beta gives x * a + b = 2^-26, 2^-25 (both stored as 0 in f16)
+// and 2^-24 (f16's least positive), with dy 1 there. The mask of the unrounded value passed the first two; random f16
+// data draws such a value now and then (FusedReluAndResidualMatchCpu failed once in CI on one). Against the mask from y
+// = relu(x * a + b) rounded on the host; every dx kernel (per channel vectorised and scalar, flat, NHWC) and both
+// reduce kernels.
+TEST_F(NormCuda, FusedReluMaskFromXRoundsAsTheForwardStored) {
+  struct Case {
+    Shape shape;
+    Layout layout;
+    bool misaligned;
+  };
+  const Case cases[] = {{{2, 3, 28, 28}, Layout::nchw, false},
+                        {{2, 3, 28, 28}, Layout::nchw, true},
+                        {{3, 5, 7, 7}, Layout::nchw, false},
+                        {{2, 28, 28, 16}, Layout::nhwc, false},
+                        {{2, 7, 7, 3}, Layout::nhwc, false}};
+  const float a = 1.0f + 0x1p-23f;
+  for (DType dt : test::kCudaTestDtypes)
+    for (const Case& k : cases) {
+      SCOPED_TRACE(label(k.shape, dt) + " " + kernels::layout_name(k.layout) + (k.misaligned ? " misaligned" : ""));
+      const int64_t c = channels(k.shape, k.layout), n = k.shape.numel(), count = n / c;
+      Tensor x = random(k.shape, -1, 3), dy = random(k.shape);
+      // channel j's beta -e_j, e_j = 1/8, 1/4, 1/2, ...; x = e_j at every 37th value
+      const auto edge = [](int64_t j) { return std::ldexp(1.0f, -3 + int(j % 3)); };
+      const auto channel_of = [&](int64_t i) {
+        return k.layout == Layout::nhwc ? i % c : i / (n / k.shape[0] / c) % c;
+      };
+      for (int64_t i = 0; i < n; i += 37) x.data<float>()[i] = edge(channel_of(i)), dy.data<float>()[i] = 1.0f;
+      x = round_through(x, dt);
+      // the forward's output as it stored it: relu(x * a + b) (bn_coefficients: b = fma(-mean, a, beta)) rounded
+      Tensor y = Tensor::empty(k.shape, DType::f32);
+      std::vector<float> v(static_cast<size_t>(n));  // x * a + b before rounding
+      for (int64_t i = 0; i < n; ++i) {
+        v[size_t(i)] = std::fma(x.data<float>()[i], a, std::fma(-0.0f, a, -edge(channel_of(i))));
+        y.data<float>()[i] = v[size_t(i)] > 0.0f ? v[size_t(i)] : 0.0f;
+      }
+      y = round_through(y, dt);
+      int64_t stored_as_zero = 0, least_positive = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        stored_as_zero += v[size_t(i)] > 0.0f && y.data<float>()[i] == 0.0f;
+        least_positive += y.data<float>()[i] == 0x1p-24f;
+      }
+      if (dt == DType::f16) {
+        EXPECT_GT(stored_as_zero, 0) << "no positive value stored as 0: the edge is untested";
+        EXPECT_GT(least_positive, 0) << "no value stored as f16's least positive";
+      }
+      Tensor gamma = Tensor::empty({c}, DType::f32), betas = Tensor::empty({c}, DType::f32);
+      Tensor invstd = Tensor::empty({c}, DType::f32), dg0 = random({c}), db0 = random({c});
+      for (int64_t j = 0; j < c; ++j)
+        gamma.data<float>()[j] = 1.0f, betas.data<float>()[j] = -edge(j), invstd.data<float>()[j] = a;
+      const BatchNormSaved saved{Tensor::zeros({c}, DType::f32), invstd};
+      // the oracle: the CPU's backward through the mask of the stored y
+      const kernels::BatchNormReluGrad cpu_relu{y, Tensor::empty(k.shape, DType::f32)};
+      Tensor dx = Tensor::empty(k.shape, DType::f32), dg = round_through(dg0, dt), db = round_through(db0, dt);
+      kernels::batchnorm_backward_train(round_through(dy, dt), x, gamma, saved, dx, dg, db, {}, cpu, k.layout,
+                                        &cpu_relu);
+      // the GPU: the mask from x, and from the stored y
+      const BatchNormSaved sg{to_gpu(saved.mean), to_gpu(saved.invstd)};
+      const Tensor xg = gpu(x, dt, k.misaligned), dyg = gpu(dy, dt, k.misaligned), gg = to_gpu(gamma, dt);
+      auto backward = [&](const kernels::BatchNormReluGrad& relu) {
+        Tensor dx_out = poison(k.shape, dt, k.misaligned), dg_out = to_gpu(dg0, dt), db_out = to_gpu(db0, dt);
+        kernels::batchnorm_backward_train(dyg, xg, gg, sg, dx_out, dg_out, db_out, {}, stream, k.layout, &relu);
+        return std::array<Tensor, 3>{to_cpu_f32(dx_out), to_cpu_f32(dg_out), to_cpu_f32(db_out)};
+      };
+      kernels::BatchNormReluGrad mask_from_x;
+      mask_from_x.beta = to_gpu(betas, dt);
+      const auto from_input = backward(mask_from_x);
+      const auto from_output = backward({gpu(y, dt, k.misaligned), poison(k.shape, dt, k.misaligned)});
+      for (const auto* got : {&from_input, &from_output}) {
+        const char* what = got == &from_input ? "the mask from x" : "the mask from y";
+        EXPECT_TRUE(close(dx, (*got)[0], value_tol(dt))) << "dx, " << what;
+        EXPECT_TRUE(close(dg, (*got)[1], sum_tol(dt, count))) << "dgamma, " << what;
+        EXPECT_TRUE(close(db, (*got)[2], sum_tol(dt, count))) << "dbeta, " << what;
+      }
+    }
+}
+
 // A residual's own batch norm applied in the output pass (BatchNormFusion::residual_bn, ResNet's projection
 // shortcut): y = relu(bn(x) + bn_r(r)) against the CPU, which applies bn_r as batchnorm_forward does and then adds
 // it, in training (bn_r's statistics from batchnorm_statistics, against the CPU's, and bit for bit those of

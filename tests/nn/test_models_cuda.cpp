@@ -485,7 +485,7 @@ TEST_P(ModelsCuda, Bf16BatchNormsTakeTheirReductionsFromTheConvolutions) {
 
 // The fused ReLUs' backward masks from x (BatchNorm without a residual; the default) against the masks from the
 // outputs (HPDT_BN_RELU_MASK=output): the same forward bits, so the same loss; the gradients agree but for the dx
-// passes' roundings (other instances of their bodies) and a positive output rounded to zero in bf16 (none expected).
+// passes' roundings (other instances of their bodies).
 // A mask left out anywhere, or taken from the wrong tensor, moves the gradient far off.
 TEST_P(ModelsCuda, Bf16ReluMasksFromTheInputMatchTheMasksFromTheOutput) {
   if (std::string(GetParam().model).rfind("resnet", 0) != 0) GTEST_SKIP() << "no batch norm in " << GetParam().model;
