@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -164,25 +165,51 @@ class CudaOracleTest : public ::testing::Test {
     const float* w = want.data<float>();
     const float* g = got.data<float>();
     int64_t bad = 0, first = -1, worst = -1;
-    double worst_excess = -1;
+    double worst_excess = -1, margin = 0;  // margin: the largest err / allowed, of passing elements too
     for (int64_t i = 0; i < want.numel(); ++i) {
       const double wi = w[i], gi = g[i];
       const double allowed = tol.atol + tol.rtol * std::fabs(wi);
       const double err = std::fabs(gi - wi);
       const bool ok = std::isfinite(wi) ? (std::isfinite(gi) && err <= allowed) : (std::isnan(wi) ? std::isnan(gi) : gi == wi);
+      const double excess = !ok && !std::isfinite(err) ? 1e300
+                            : std::isfinite(wi)        ? err / (allowed > 0 ? allowed : 1e-30)
+                                                       : 0;
+      margin = std::max(margin, excess);
       if (!ok) {
         ++bad;
         if (first < 0) first = i;
-        const double excess = std::isfinite(err) ? err / (allowed > 0 ? allowed : 1e-30) : 1e300;
         if (excess > worst_excess) worst_excess = excess, worst = i;
       }
     }
+    record_margin(margin);
     if (bad == 0) return ::testing::AssertionSuccess();
     std::ostringstream os;
     os << bad << " of " << want.numel() << " elements outside rtol " << tol.rtol << " atol " << tol.atol
        << "; first at " << first << ": want " << w[first] << " got " << g[first] << "; worst at " << worst
        << ": want " << w[worst] << " got " << g[worst];
     return ::testing::AssertionFailure() << os.str();
+  }
+
+  // HPDT_TEST_MARGINS=FILE: every comparison, passed or failed, appends "TEST N MARGIN SEED" to FILE: the N-th
+  // comparison of the test, its elements' largest |got - want| / allowed (1 is the tolerance; above fails) and the
+  // run's --gtest_random_seed. scripts/dev/test_margins.py ranks the comparisons that random inputs bring closest to
+  // their tolerances, where a suite of fresh inputs fails now and then.
+  static void record_margin(double margin) {
+    static const char* const path = std::getenv("HPDT_TEST_MARGINS");
+    if (!path || !*path) return;
+    const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string test = t ? std::string(t->test_suite_name()) + "." + t->name() : "(outside a test)";
+    static std::string last;
+    static int n = 0;
+    n = test == last ? n + 1 : 1;
+    last = test;
+    FILE* f = std::fopen(path, "a");
+    if (!f) {
+      ADD_FAILURE() << "HPDT_TEST_MARGINS: cannot open " << path << " for appending";
+      return;
+    }
+    std::fprintf(f, "%s %d %.6g %d\n", test.c_str(), n, margin, ::testing::UnitTest::GetInstance()->random_seed());
+    std::fclose(f);
   }
 
   Stream stream;
