@@ -47,13 +47,13 @@ done
 if [ -x "$perf" ]; then
   export HPDT_PERF_ARGS="-b 8 -e 64K -f 8 -n 2 -w 1 --repeat 1 --algo ring,hier,mpi,auto --device cpu"
   for launch in srun mpirun; do
-    HPDT_LAUNCH=$launch HPDT_OUT=$work/ar-$launch sbatch_wait_retry 150 "$work/ar-$launch.out" "${slurm_shape[@]}" -o "$work/ar-$launch.out" \
+    HPDT_LAUNCH=$launch HPDT_OUT=$work/ar-$launch sbatch_wait_retry 150 "${slurm_shape[@]}" -o "$work/ar-$launch.out" \
       "$src/jobscripts/slurm/allreduce.sbatch" > /dev/null
     check "slurm/allreduce.sbatch ($launch)" $? "$work/ar-$launch.out" "Out of bounds values : 0 OK" \
       "Rank +0 .* on +node1" "Rank +1 .* on +node2" "tuning file for --algo auto"
     [ -s "$work/ar-$launch/allreduce.json" ] && [ -s "$work/ar-$launch/tuning.json" ] || { echo "FAIL: no JSON/tuning from $launch"; fail=1; }
   done
-  HPDT_OUT=$work/ar-pbs sbatch_wait_retry 150 "$work/ar-pbs.out" "${pbs_shape[@]}" -o "$work/ar-pbs.out" "$src/jobscripts/pbs/allreduce.pbs" > /dev/null
+  HPDT_OUT=$work/ar-pbs sbatch_wait_retry 150 "${pbs_shape[@]}" -o "$work/ar-pbs.out" "$src/jobscripts/pbs/allreduce.pbs" > /dev/null
   check "pbs/allreduce.pbs (mpiexec --hostfile \$PBS_NODEFILE)" $? "$work/ar-pbs.out" "Out of bounds values : 0 OK" \
     "on +node1" "on +node2" "launcher mpiexec"
 else
@@ -63,10 +63,10 @@ fi
 if [ -x "$train" ]; then
   export HPDT_TRAIN_ARGS="--model resnet20 --max-steps 4 --train-samples 256 --eval-samples 64 --device cpu --algo ring --progress lines"
   export HPDT_BATCH=8
-  HPDT_OUT=$work/train sbatch_wait_retry 200 "$work/train.out" "${slurm_shape[@]}" -o "$work/train.out" "$src/jobscripts/slurm/train.sbatch" > /dev/null
+  HPDT_OUT=$work/train sbatch_wait_retry 200 "${slurm_shape[@]}" -o "$work/train.out" "$src/jobscripts/slurm/train.sbatch" > /dev/null
   check "slurm/train.sbatch" $? "$work/train.out"
   grep -q '"type":"summary"' "$work"/train/metrics.*.jsonl 2>/dev/null || { echo "FAIL: train.sbatch wrote no summary"; fail=1; }
-  HPDT_OUT=$work/train-pbs sbatch_wait_retry 200 "$work/train-pbs.out" "${pbs_shape[@]}" -o "$work/train-pbs.out" "$src/jobscripts/pbs/train.pbs" > /dev/null
+  HPDT_OUT=$work/train-pbs sbatch_wait_retry 200 "${pbs_shape[@]}" -o "$work/train-pbs.out" "$src/jobscripts/pbs/train.pbs" > /dev/null
   check "pbs/train.pbs" $? "$work/train-pbs.out"
   # node-count sweep 1,2 (weak scaling) + collector -> hpdt-scaling table
   timeout 300 "$src/jobscripts/slurm/sweep.sh" --nodes 1,2 --batch 8 --out "$work/sweep" --wait -- \

@@ -43,14 +43,18 @@ sbatch_wait() {
   return 124
 }
 
-# sbatch_wait_retry SECONDS OUTFILE SBATCH_ARGS...: sbatch_wait, and once more, loudly, where the job failed and
-# OUTFILE shows a process killed by a signal. On this emulated cluster an MPI rank now and then dies of SIGSEGV at a
-# null PC in its start-up under srun --mpi=pmix, before any hpdt code runs (2 of ~60 runs of smoke_jobs.sh, which
-# retries the same way; once in job_scripts.sh's srun allreduce job on 2026-12-02). $HPDT_OUT, if set, is moved
+# sbatch_wait_retry SECONDS SBATCH_ARGS...: sbatch_wait, and once more, loudly, where the job failed and its output
+# (the file of SBATCH_ARGS' -o) shows a process killed by a signal. On this emulated cluster an MPI rank now and then
+# dies of SIGSEGV at a null PC in its start-up under srun --mpi=pmix, before any hpdt code runs (2 of ~60 runs of
+# smoke_jobs.sh, which retries the same way; once in job_scripts.sh's srun allreduce job on 2026-12-02). $HPDT_OUT, if set, is moved
 # aside first (the programs refuse to overwrite their outputs).
 sbatch_wait_retry() {
-  local seconds=$1 out=$2 rc
-  shift 2
+  local seconds=$1 out="" prev="" arg rc
+  shift
+  for arg in "$@"; do
+    [ "$prev" = "-o" ] && out=$arg
+    prev=$arg
+  done
   sbatch_wait "$seconds" "$@"
   rc=$?
   if [ $rc -ne 0 ] && grep -qE "Segmentation fault|Bus error|received signal" "$out" 2>/dev/null; then
