@@ -63,6 +63,10 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   app.add_option("--clip-norm", o.clip_norm, "clip gradients to this global norm (0: off)")
       ->check(hpdt::cli::non_negative());
   app.add_option("--label-smoothing", o.label_smoothing)->check(hpdt::cli::in_range(0.0, 1.0));
+  app.add_option("--vit-depth", o.vit_depth,
+                 "ViT transformer blocks (0: the model's own, 12): a shallower model of the same width for smoke "
+                 "runs; recorded in checkpoints, so a resume needs the same")
+      ->check(hpdt::cli::non_negative());
   app.add_option("--dropout", o.dropout,
                  "ViT dropout probability (embedding, attention output, MLP; 0: off). The masks depend on each "
                  "sample's position in the global batch, not on the rank count; checkpoints keep their position");
@@ -155,6 +159,8 @@ std::optional<TrainOptions> parse_train_options(int argc, const char* const* arg
   require_one_of("--decode", o.decode, {"auto", "host", "device"});
   if (o.dropout != 0 && o.model.rfind("vit", 0) != 0)
     HPDT_FAIL("--dropout is for the ViTs (", o.model, " has no dropout layers)");
+  if (o.vit_depth != 0 && o.model.rfind("vit", 0) != 0)
+    HPDT_FAIL("--vit-depth is for the ViTs (", o.model, " is a ResNet: its depth is in its name)");
   if (!(o.dropout >= 0 && o.dropout < 1)) HPDT_FAIL("--dropout ", o.dropout, " is not in [0, 1)");
   if (o.layout == "nhwc" && o.model.rfind("resnet", 0) != 0)
     HPDT_FAIL("--layout nhwc is for the ResNets (", o.model, " runs on tokens after its patch convolution)");

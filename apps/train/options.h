@@ -13,6 +13,7 @@ namespace hpdt::train {
 struct TrainOptions {
   std::string model = "resnet20";   // resnet20|resnet56|resnet18|resnet34|resnet50|vit-ti|vit-s|vit-b
   int patch = 0;                    // ViT patch size (0: 16 for images >= 224, else 4)
+  int vit_depth = 0;                // ViT transformer blocks (0: the model's own, 12)
   std::string data;                 // dataset file (train split); empty: Fashion-MNIST in the cache dir
   std::string test_data;            // test split; empty: derived from `data` (train -> test) or the cache
   std::string cache_dir;            // where Fashion-MNIST is prepared on first use

@@ -431,6 +431,7 @@ void Run::setup_model() {
   cfg.dtype = o_.precision == "fp16" ? DType::f16 : o_.precision == "bf16" ? DType::bf16 : DType::f32;
   cfg.seed = o_.seed;
   cfg.dropout = float(o_.dropout);
+  cfg.vit_depth = o_.vit_depth;
   // auto: NHWC for the ResNets on either device (the library's fallback is NCHW on CUDA, which its tests keep)
   if (o_.layout != "auto") cfg.layout = kernels::parse_layout(o_.layout, "--layout");
   else if (o_.model.rfind("resnet", 0) == 0)
@@ -1163,6 +1164,7 @@ int Run::execute() {
     metrics_.write({{"type", "config"},
                     {"model", o_.model},
                     {"parameters", model_->num_parameters()},
+                    {"model_config", model_->describe()},
                     {"ranks", size_},
                     {"data", train_path_},
                     {"test_data", test_path_},
@@ -1201,11 +1203,12 @@ int Run::execute() {
                     {"resumed_from_step", step_},
                     {"note", resumed_note_},
                     {"build", build_info_json()}});
-    std::printf("hpdt-train: %s (%lld parameters) on %d rank(s) [%s], %lld steps of global batch %lld "
-                "(%lld per epoch), peak lr %.4g, algo %s\n",
-                o_.model.c_str(), (long long)model_->num_parameters(), size_, comm_->describe().c_str(),
-                (long long)total_steps_, (long long)(global_batch_ * o_.accum_steps), (long long)steps_per_epoch_,
-                schedule_.peak, o_.algo.c_str());
+    const std::string model = o_.model + (o_.vit_depth ? " of depth " + std::to_string(o_.vit_depth) : "");
+    std::printf(
+        "hpdt-train: %s (%lld parameters) on %d rank(s) [%s], %lld steps of global batch %lld "
+        "(%lld per epoch), peak lr %.4g, algo %s\n",
+        model.c_str(), (long long)model_->num_parameters(), size_, comm_->describe().c_str(), (long long)total_steps_,
+        (long long)(global_batch_ * o_.accum_steps), (long long)steps_per_epoch_, schedule_.peak, o_.algo.c_str());
     if (device_.is_cuda()) {
       std::string kernels = o_.kernels == "vendor" ? "vendor (cuDNN algorithms by " + o_.cudnn_algo + ")" : o_.kernels;
       if (o_.kernels == "ours" && (o_.gemm_tuning == "find" || o_.conv == "find"))

@@ -12,6 +12,7 @@
 #                       preempted + resumed run with error feedback ends bit-identical to an uninterrupted one
 #   bad-input           clear errors, exit 2, nothing overwritten (and --device cuda: exit 2 naming the
 #                       ranks without a GPU, or one step where GPUs exist)
+# (the emulated cases train ViT-Ti with --vit-depth 2: every layer kind and gradient path, at a sixth of the time)
 #   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
 #                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
 #                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl, and auto with a GPU per rank
@@ -85,7 +86,7 @@ same_metrics() {
 # comparison can fail: the run by rule against its own start (lr 1e-9).
 gemm_find_near_rule() {
   local vitb=(--model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 2 --batch "$1" --lr 0.05
-              --warmup-epochs 0 --precision bf16)
+              --warmup-epochs 0 --precision bf16 "${@:2}")
   run 1 "${vitb[@]}" --device cuda --checkpoint-dir "$w/bf16-rule" > "$w/bf16-rule.log" 2>&1 || { cat "$w/bf16-rule.log"; fail "vit-ti bf16 cuda"; }
   run 1 "${vitb[@]}" --device cuda --gemm-tuning find --checkpoint-dir "$w/bf16-find" > "$w/bf16-find.log" 2>&1 || { cat "$w/bf16-find.log"; fail "vit-ti bf16 cuda --gemm-tuning find"; }
   grep -q "GEMM v3 plans by find" "$w/bf16-find.log" || { cat "$w/bf16-find.log"; fail "--gemm-tuning find: not named on the GPU line"; }
@@ -262,6 +263,8 @@ bad-input)
   expect_error "--gelu" --model vit-ti --gelu none
   expect_error "--gelu separate is for the ViTs" --gelu separate
   expect_error "--dropout 1 is not in" --model vit-ti --dropout 1
+  expect_error "--vit-depth is for the ViTs" --vit-depth 2
+  expect_error "--vit-depth" --model vit-ti --vit-depth -1
   # --layout nhwc --device cuda is accepted (NHWC has CUDA kernels): it trains where a GPU is usable and fails
   # only for the want of one here, like --device cuda below, never with a layout message.
   run 2 --layout nhwc --device cuda --eval false --max-steps 1 --batch 8 > "$w/nhwc_cuda.log" 2>&1
@@ -289,11 +292,16 @@ bad-input)
   sum=$(md5sum "$w"/ck/*.h5)
   expect_error "resnet" --model resnet56 --eval false --max-steps 2 --batch 8 --checkpoint-dir "$w/ck" --resume
   [ "$(md5sum "$w"/ck/*.h5)" = "$sum" ] || fail "the checkpoint of the other model was touched"
+  # --vit-depth is part of the model: a checkpoint of another depth is refused, naming both
+  run 1 --model vit-ti --vit-depth 1 --eval false --max-steps 1 --batch 8 --checkpoint-dir "$w/vck" > /dev/null 2>&1 ||
+    fail "vit-ti --vit-depth 1 checkpoint run"
+  expect_error "vit_depth=1' differs from this run's 'vit_ti .*vit_depth=2'" --model vit-ti --vit-depth 2 --eval false \
+    --max-steps 2 --batch 8 --checkpoint-dir "$w/vck" --resume
   ;;
 cuda-emu)
   cpu=${HPDT_TRAIN_CPU:?HPDT_TRAIN_CPU: the CPU hpdt-train to compare with}
-  args=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 4
-        --lr 0.001 --warmup-epochs 0)
+  args=(--model vit-ti --vit-depth 2 --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2
+        --batch 4 --lr 0.001 --warmup-epochs 0)
   ck() { echo "$w/$1/ckpt-000000002.h5"; }
   # (path expected in the banner, extra environment, algorithm)
   # (this run and the CPU one below also evaluate 8 test samples and write their metrics: the loss and accuracy
@@ -416,7 +424,7 @@ cuda-emu)
   if "$compare" "$(ck still)" "$(ck mirror)" --atol 1e-5 > /dev/null; then fail "the GPU run did not change the parameters"; fi
   ;;
 cuda-emu-find)
-  gemm_find_near_rule 4
+  gemm_find_near_rule 4 --vit-depth 2
   ;;
 cuda-emu-graph)
   # --cuda-graph: each step's forward and backward replayed as one CUDA graph, bitwise the eager run's (the same kernels
@@ -444,7 +452,7 @@ cuda-emu-graph)
   # One rank, 3 micro-batches a step from the two slots (u8 batches decoded on the GPU, crop and flip), 2 epochs of 4
   # steps (--train-samples 48): eager steps until one allocates nothing, then a capture; evaluation drops the graph, so
   # the second epoch captures again.
-  graph_like_eager accum 1 8 --model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --augment true \
+  graph_like_eager accum 1 8 --model vit-ti --vit-depth 2 --patch 7 --optimizer adamw --weight-decay 0.05 --augment true \
     --eval true --eval-samples 8 --train-samples 48 --epochs 2 --batch 4 --accum-steps 3 --lr 0.001 --warmup-epochs 0 \
     --device cuda
   grep -q '"steps_per_epoch":4,' "$w/accum-graph.jsonl" || fail "--train-samples 48 at a global batch of 12: 4 steps an epoch"
@@ -456,14 +464,14 @@ cuda-emu-graph)
     fail "accum: expected 8 steps, 2 or more replayed: $replays replayed, $eager eager"
   grep -q "forward+backward .* (CUDA graph)" "$w/accum-graph.log" || fail "accum: the summary should say the step ran as a graph"
   # fp16 at a learning rate that overflows now and then: the dynamic loss scale halves, the graph is captured again.
-  graph_like_eager fp16 1 10 --model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 10 \
+  graph_like_eager fp16 1 10 --model vit-ti --vit-depth 2 --patch 7 --optimizer sgd --eval false --augment false --max-steps 10 \
     --batch 4 --lr 1000 --warmup-epochs 0 --precision fp16 --device cuda
   [ "$(captures fp16)" -ge 2 ] || fail "fp16: the loss scale moved after the capture, expected a second capture"
   # Two ranks: the gradients averaged through the host mirror (one GPU; 1-MiB buckets, so the graph is captured in
   # parts, each bucket handed to the sync after the part that completes it) and NCCL (a GPU each; 0.1-MiB buckets,
   # their all-reduces queued on the GPU and captured into the graph with the backward: one part).
-  vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 5
-       --batch 2 --lr 0.001 --warmup-epochs 0 --device cuda)
+  vit=(--model vit-ti --vit-depth 2 --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false
+       --max-steps 5 --batch 2 --lr 0.001 --warmup-epochs 0 --device cuda)
   graph_like_eager mirror 2 5 "${vit[@]}" --algo ring --bucket-mb 1
   grep -q "gradients averaged via host mirror" "$w/mirror-graph.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
   HPDT_RANKS_PER_NODE=1 graph_like_eager nccl 2 5 "${vit[@]}" --algo nccl --bucket-mb 0.1 --timeline "$w/nccl-{mode}.json"
@@ -520,8 +528,8 @@ cuda-emu-graph)
     { cat "$w/bad.log"; fail "--cuda-graph --dropout: expected exit 2 naming both flags, got $rc"; }
   ;;
 cuda-emu-streams | cuda-emu-streams-one)
-  args=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 2
-        --lr 0.001 --warmup-epochs 0 --device cuda)
+  args=(--model vit-ti --vit-depth 2 --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false
+        --max-steps 2 --batch 2 --lr 0.001 --warmup-epochs 0 --device cuda)
   ck() { echo "$w/$1/ckpt-000000002.h5"; }
   if [ $case = cuda-emu-streams-one ]; then  # (one rank: a one-slot test of its own, started early)
     same_in_every_order one 1 --accum-steps 3
