@@ -372,10 +372,11 @@ struct BnReluGrad {
 
 // Whether the forward's ReLU passed x in a channel whose output pass ran with (a, b) = ab: whether the output it
 // stored, x * a + b rounded to T, is positive. (Not x * a + b > 0: in f16 a positive value up to 2^-25 is stored as
-// 0, and the mask from the output, y > 0, cut it; one such value in a channel moved its dbeta by dy there.)
+// 0, and the mask from the output, y > 0, cut it; one such value in a channel moved its dbeta by dy there.) The
+// rounding as one compare (largest_stored_as_zero: the same answer as the round trip, tests/core/test_float16.cpp).
 template <class T>
 __device__ __forceinline__ bool bn_relu_passed(float x, float2 ab) {
-  return to_f32(from_f32<T>(bn_output(x, ab.x, ab.y))) > 0.0f;
+  return bn_output(x, ab.x, ab.y) > largest_stored_as_zero<T>();
 }
 template <class T>
 __device__ __forceinline__ float2 bn_relu_coefficients(const BnReluGrad& r, const float* __restrict__ mean, int ch) {

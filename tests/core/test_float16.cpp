@@ -195,6 +195,40 @@ TEST(BFloat16, F32ToBf16SpecialsAndRandom) {
   }
 }
 
+// largest_stored_as_zero<T>: x > it exactly when x rounded to T is positive (the fused ReLU's mask in the batch norm
+// backward, kernels/cuda/norm.cu, reads it so): every f32 pattern within 2^20 of its pattern and of +0, the specials,
+// and a million random ones (both signs, NaN included).
+template <class T>
+void expect_stored_positive_iff_above_threshold() {
+  const float t = hpdt::largest_stored_as_zero<T>();
+  const auto check = [&](float x) { return (hpdt::to_f32(hpdt::from_f32<T>(x)) > 0.0f) == (x > t); };
+  EXPECT_EQ(hpdt::to_f32(hpdt::from_f32<T>(t)), 0.0f);
+  EXPECT_GT(hpdt::to_f32(hpdt::from_f32<T>(std::nextafter(t, 1.0f))), 0.0f);
+  const uint32_t tb = bits_of(t);
+  for (uint32_t u = tb > (1u << 20) ? tb - (1u << 20) : 0; u <= tb + (1u << 20); ++u)
+    ASSERT_TRUE(check(from_bits(u))) << std::hex << u;
+  for (uint32_t u = 0; u <= (1u << 20); ++u) {
+    ASSERT_TRUE(check(from_bits(u))) << std::hex << u;
+    ASSERT_TRUE(check(from_bits(u | 0x80000000u))) << std::hex << u;
+  }
+  for (float x : {INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()})
+    EXPECT_TRUE(check(x)) << x;
+  hpdt::Rng rng(7);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint32_t u = rng.next_u32();
+    ASSERT_TRUE(check(from_bits(u))) << std::hex << u;
+  }
+}
+
+TEST(Float16, StoredPositiveExactlyAboveLargestStoredAsZero) {
+  EXPECT_EQ(hpdt::largest_stored_as_zero<hpdt::f16_t>(), std::ldexp(1.0f, -25));
+  EXPECT_EQ(hpdt::largest_stored_as_zero<hpdt::bf16_t>(), std::ldexp(1.0f, -134));
+  EXPECT_EQ(hpdt::largest_stored_as_zero<float>(), 0.0f);
+  expect_stored_positive_iff_above_threshold<hpdt::f16_t>();
+  expect_stored_positive_iff_above_threshold<hpdt::bf16_t>();
+  expect_stored_positive_iff_above_threshold<float>();
+}
+
 TEST(Float16, StorageTypes) {
   EXPECT_EQ(float(hpdt::f16_t(1.0f)), 1.0f);
   EXPECT_EQ(hpdt::f16_t(1.0f).bits, 0x3c00);

@@ -153,4 +153,16 @@ HPDT_HD_INLINE f16_t from_f32<f16_t>(float x) { return f16_t::from_bits(f32_to_f
 template <>
 HPDT_HD_INLINE bf16_t from_f32<bf16_t>(float x) { return bf16_t::from_bits(f32_to_bf16_bits(x)); }
 
+// The largest f32 that T stores as +0: to_f32(from_f32<T>(x)) > 0 exactly when x > largest_stored_as_zero<T>() (NaN
+// neither). One compare where the round trip would take several instructions (or, on the CUDA emulator, the portable
+// integer conversion). f16: 2^-25, half its least positive value 2^-24 (the tie rounds to even: 0); bf16: 2^-134.
+template <class T>
+HPDT_HD_INLINE constexpr float largest_stored_as_zero();
+template <>
+HPDT_HD_INLINE constexpr float largest_stored_as_zero<float>() { return 0.0f; }
+template <>
+HPDT_HD_INLINE constexpr float largest_stored_as_zero<f16_t>() { return 0x1p-25f; }
+template <>
+HPDT_HD_INLINE constexpr float largest_stored_as_zero<bf16_t>() { return 0x1p-134f; }
+
 }  // namespace hpdt
