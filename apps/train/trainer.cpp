@@ -50,6 +50,7 @@
 #include "hpdt/io/prepare.h"
 #include "hpdt/io/reader.h"
 #include "hpdt/kernels/backend.h"
+#include "hpdt/kernels/cuda/gemm.h"
 #include "hpdt/kernels/image.h"
 #include "hpdt/kernels/loss.h"
 #include "hpdt/nccl_log/capture.h"
@@ -344,6 +345,9 @@ void Run::setup_device() {
     released_[k].record(stream_);  // free to fill
   }
   kernels::set_kernel_backend(kernels::parse_kernel_backend(o_.kernels));
+#if HPDT_HAVE_CUDA
+  if (o_.kernels == "vendor") kernels::cuda::open_cublas();  // (opened at its first GEMM otherwise: fail here instead)
+#endif
   kernels::set_gemm_choice(kernels::parse_gemm_choice(o_.gemm));
   kernels::set_conv_choice(kernels::parse_conv_choice(o_.conv));
   kernels::set_cudnn_algo(kernels::parse_cudnn_algo(o_.cudnn_algo));

@@ -4,6 +4,7 @@
 #include "../../kernels/cuda/vendor.cuh"
 #include "hpdt/core/error.h"
 #include "hpdt/kernels/cuda/conv.h"
+#include "hpdt/kernels/cuda/gemm.h"
 
 namespace hpdt::kernels::cuda {
 
@@ -12,6 +13,8 @@ namespace {
   HPDT_FAIL(op, ": the vendor backend is not available in the CUDA emulator (cuBLAS and cuDNN need a GPU)");
 }
 }  // namespace
+
+void open_cublas(const std::string&) { no_vendor("open_cublas"); }
 
 namespace detail {
 void gemm_cublas(bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t, const void*, int64_t, float, void*,

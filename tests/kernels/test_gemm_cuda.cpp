@@ -1698,6 +1698,20 @@ TEST_F(GemmCuda, LinearBackwardWithoutDxAndDeterministicBiasGradient) {
 }
 
 #if HPDT_HAVE_CUDA
+// cuBLAS is opened at the vendor GEMM's first call (open_cublas), not linked: a library that cannot be opened is an
+// error naming it and the loader's reason; the toolkit's own opens (no GPU needed for either).
+TEST(GemmCudaVendor, OpenCublasNamesTheLibraryItCannotOpen) {
+  if (test::emulated()) GTEST_SKIP() << "cuBLAS is not emulated (vendor_stubs.cpp)";
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::open_cublas("/nonexistent/libcublas.so.99"),
+                        "cannot open /nonexistent/libcublas.so.99: /nonexistent/libcublas.so.99: cannot open");
+  HPDT_EXPECT_THROW_MSG(kernels::cuda::open_cublas("libm.so.6"), "libm.so.6 has no cublasCreate_v2");
+}
+TEST(GemmCudaVendor, OpenCublasOpensTheToolkits) {
+  if (test::emulated()) GTEST_SKIP() << "cuBLAS is not emulated (vendor_stubs.cpp)";
+  EXPECT_NO_THROW(kernels::cuda::open_cublas());
+  EXPECT_NO_THROW(kernels::cuda::open_cublas());  // (once open, a no-op)
+}
+
 // The bias gradient's column sums: with 16-byte loads (cols % 8 == 0, aligned) the bits of the scalar kernel (the
 // same values one element past 16 bytes), near the CPU's sums; the ViT-B width and one not a multiple of 32 * 8.
 TEST_F(GemmCuda, BiasGradientVectorLoadsKeepTheScalarBits) {

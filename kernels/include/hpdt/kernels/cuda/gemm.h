@@ -49,6 +49,12 @@ enum class GemmVariant { automatic, v1_simt, v2_mma, v3_wgmma, vendor };
 
 std::string_view gemm_variant_name(GemmVariant v);  // "automatic", "v1_simt", "v2_mma", "v3_wgmma", "vendor"
 
+// cuBLAS, which the vendor variant calls, is opened at its first call (dlopen), not at every process's start (where
+// loading it cost ~0.3 s and 210 MB). open_cublas() opens it now (a no-op once open), so that a run which will need
+// it can fail at its start; open_cublas(library) tries that library instead (a name or a path) and leaves the one in
+// use alone. Either throws naming the library and the dynamic loader's reason when it cannot be opened.
+void open_cublas(const std::string& library = "");
+
 // What runs after the sum, before the store, in this order, in f32 with one rounding at each store:
 //   v = alpha * AB + beta * C + bias[col] + residual[row, col];
 //   gelu_grad_input set: v *= gelu'(gelu_grad_input[row, col])  (the backward of a GELU whose input that was:
