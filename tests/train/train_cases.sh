@@ -12,7 +12,7 @@
 #                       preempted + resumed run with error feedback ends bit-identical to an uninterrupted one
 #   bad-input           clear errors, exit 2, nothing overwritten (and --device cuda: exit 2 naming the
 #                       ranks without a GPU, or one step where GPUs exist)
-# (the emulated cases train ViT-Ti with --vit-depth 2: every layer kind and gradient path, at a sixth of the time)
+# (the emulated cases train ViT-Ti with --vit-depth 2: every layer kind and gradient path, in ~1/3 of 12 blocks' time)
 #   cuda-emu            HPDT_TRAIN is hpdt-train-emu (the trainer on emulated GPUs, tests/cuda_emu) and
 #                       HPDT_TRAIN_CPU the real trainer: --device cuda at np 2 through each gradient path
 #                       (host mirror; nccl-p2p ring and hier with a GPU per rank; nccl, and auto with a GPU per rank
@@ -83,7 +83,7 @@ same_metrics() {
 }
 # GEMM v3's plans by Find (--gemm-tuning find; 16-bit GEMMs) in a bf16 ViT-Ti of batch $1, near the same run by rule
 # (SGD: a wrong gradient moves the weights far, where AdamW's steps are about lr whatever the gradient); and that
-# comparison can fail: the run by rule against its own start (lr 1e-9).
+# comparison can fail: the run by rule against its own start (lr 1e-9). Further arguments go to every run.
 gemm_find_near_rule() {
   local vitb=(--model vit-ti --patch 7 --optimizer sgd --eval false --augment false --max-steps 2 --batch "$1" --lr 0.05
               --warmup-epochs 0 --precision bf16 "${@:2}")
@@ -300,8 +300,8 @@ bad-input)
   ;;
 cuda-emu)
   cpu=${HPDT_TRAIN_CPU:?HPDT_TRAIN_CPU: the CPU hpdt-train to compare with}
-  args=(--model vit-ti --vit-depth 2 --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2
-        --batch 4 --lr 0.001 --warmup-epochs 0)
+  args=(--model vit-ti --vit-depth 2 --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false
+        --max-steps 2 --batch 4 --lr 0.001 --warmup-epochs 0)
   ck() { echo "$w/$1/ckpt-000000002.h5"; }
   # (path expected in the banner, extra environment, algorithm)
   # (this run and the CPU one below also evaluate 8 test samples and write their metrics: the loss and accuracy
