@@ -28,7 +28,7 @@ PixelNormalization PixelNormalization::from_mean_std(int64_t channels, const std
 }
 
 void decode_images(const Tensor& pixels, const Tensor& crops, const PixelNormalization& norm, Tensor& y,
-                   const Stream& s) {
+                   const Stream& s, Layout layout) {
   constexpr const char* op = "decode_images";
   const Device dev = detail::float_op_device(op, {&y}, s);
   detail::common_device(op, {&pixels, &crops, &y}, s);
@@ -36,17 +36,19 @@ void decode_images(const Tensor& pixels, const Tensor& crops, const PixelNormali
   check_dtype(op, "crops", crops, DType::i32);
   HPDT_CHECK(pixels.ndim() == 4, op, ": pixels must be [n, c, h, w], got ", pixels.shape().str());
   check_shape(op, "crops", crops, Shape{pixels.size(0), 3});
-  check_shape(op, "y", y, pixels.shape());
   const int64_t c = pixels.size(1);
+  const bool nhwc = layout == Layout::nhwc;
+  check_shape(op, nhwc ? "y (nhwc)" : "y", y,
+              nhwc ? Shape{pixels.size(0), pixels.size(2), pixels.size(3), c} : pixels.shape());
   HPDT_CHECK(int64_t(norm.scale.size()) == c && int64_t(norm.shift.size()) == c, op, ": the normalisation has ",
              norm.scale.size(), " scales and ", norm.shift.size(), " shifts for ", c, " channels");
   if (dev.is_cuda()) {
     HPDT_CHECK(c <= kDecodeMaxChannelsCuda, op, ": ", c, " channels; CUDA takes at most ", kDecodeMaxChannelsCuda);
-    HPDT_ON_CUDA(cuda::decode_images(pixels, crops, norm, y, s));
+    HPDT_ON_CUDA(cuda::decode_images(pixels, crops, norm, y, s, layout));
     return;
   }
   cpu::decode_images(pixels.size(0), pixels.data<uint8_t>(), crops.data<int32_t>(), c, pixels.size(2), pixels.size(3),
-                     norm.scale.data(), norm.shift.data(), y.data<float>());
+                     norm.scale.data(), norm.shift.data(), y.data<float>(), nhwc);
 }
 
 }  // namespace hpdt::kernels

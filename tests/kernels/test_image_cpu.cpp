@@ -88,6 +88,49 @@ TEST(ImageDecodeCpu, MatchesThePadMirrorCropReferenceBitForBit) {
   }
 }
 
+// Channels last: the NCHW decode's values at [i, r, x, c], bit for bit, over crops in and beyond the image, flips and
+// 1-5 channels (the NHWC writer has loops of its own, strided by the channel count).
+TEST(ImageDecodeCpu, ChannelsLastIsTheTransposeOfTheNchwDecode) {
+  const uint64_t seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed()) * 7919u + 5u;
+  RecordProperty("philox_seed", std::to_string(seed));
+  for (const Case& k :
+       {Case{5, 3, 7, 5}, Case{4, 1, 28, 28}, Case{3, 5, 1, 9}, Case{6, 3, 32, 32}, Case{2, 2, 13, 1}}) {
+    Tensor pixels = Tensor::empty({k.n, k.c, k.h, k.w}, DType::u8);
+    for (int64_t j = 0; j < pixels.numel(); ++j)
+      pixels.data<uint8_t>()[j] = uint8_t(philox_block(seed, 1, uint64_t(j)).v[1]);
+    Tensor crops = Tensor::empty({k.n, 3}, DType::i32);
+    int32_t* cr = crops.data<int32_t>();
+    const int64_t span = std::max(k.h, k.w) + 2;
+    for (int64_t i = 0; i < k.n; ++i) {
+      const Philox4x32 r = philox_block(seed, 2, uint64_t(i));
+      cr[3 * i] = i == 0 ? 0 : int32_t(int64_t(r.v[0] % uint32_t(2 * span + 1)) - span);
+      cr[3 * i + 1] = i == 0 ? 0 : int32_t(int64_t(r.v[1] % uint32_t(2 * span + 1)) - span);
+      cr[3 * i + 2] = i == 0 ? 0 : int32_t(r.v[2] & 1u);
+    }
+    std::vector<float> mean, std;
+    for (int64_t ch = 0; ch < k.c; ++ch) {
+      mean.push_back(0.05f * float(ch + 2));
+      std.push_back(0.3f - 0.02f * float(ch));
+    }
+    const auto norm = kernels::PixelNormalization::from_mean_std(k.c, mean, std);
+    Tensor nchw = Tensor::empty({k.n, k.c, k.h, k.w}, DType::f32),
+           nhwc = Tensor::empty({k.n, k.h, k.w, k.c}, DType::f32);
+    kernels::fill(nhwc, NAN, Stream());
+    kernels::decode_images(pixels, crops, norm, nchw, Stream());
+    kernels::decode_images(pixels, crops, norm, nhwc, Stream(), kernels::Layout::nhwc);
+    const float* a = nchw.data<float>();
+    const float* b = nhwc.data<float>();
+    for (int64_t i = 0; i < k.n; ++i)
+      for (int64_t ch = 0; ch < k.c; ++ch)
+        for (int64_t p = 0; p < k.h * k.w; ++p) {
+          const float want = a[(i * k.c + ch) * k.h * k.w + p], got = b[(i * k.h * k.w + p) * k.c + ch];
+          ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+              << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " sample " << i << " channel " << ch << " pixel " << p
+              << " crop (" << cr[3 * i] << ", " << cr[3 * i + 1] << ") flip " << cr[3 * i + 2];
+        }
+  }
+}
+
 TEST(ImageDecodeCpu, NormalisationIsTheDatasetsMeanAndStd) {
   const auto n = kernels::PixelNormalization::from_mean_std(2, {0.5f, 0.25f}, {0.5f, 0.125f});
   ASSERT_EQ(n.scale.size(), 2u);
@@ -116,6 +159,8 @@ TEST(ImageDecodeCpu, RefusesWhatItCannotDecode) {
   HPDT_EXPECT_THROW_MSG(kernels::decode_images(pixels, crops, norm, wrong_y, Stream()), "y");
   Tensor bf16_y = Tensor::empty({2, 3, 4, 4}, DType::bf16);
   HPDT_EXPECT_THROW_MSG(kernels::decode_images(pixels, crops, norm, bf16_y, Stream()), "decode_images");
+  HPDT_EXPECT_THROW_MSG(kernels::decode_images(pixels, crops, norm, y, Stream(), kernels::Layout::nhwc),
+                        "y (nhwc) has shape [2, 3, 4, 4], expected [2, 4, 4, 3]");
   const auto norm1 = PixelNormalization::from_mean_std(1, {}, {});
   HPDT_EXPECT_THROW_MSG(kernels::decode_images(pixels, crops, norm1, y, Stream()), "1 scales and 1 shifts for 3");
 }

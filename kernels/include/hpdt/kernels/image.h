@@ -11,6 +11,7 @@
 
 #include "hpdt/core/stream.h"
 #include "hpdt/core/tensor.h"
+#include "hpdt/kernels/layout.h"
 
 namespace hpdt::kernels {
 
@@ -27,13 +28,13 @@ struct PixelNormalization {
 // The most channels decode_images takes on CUDA (the normalisation travels in the kernel's arguments).
 inline constexpr int64_t kDecodeMaxChannelsCuda = 16;
 
-// pixels u8 [n, C, H, W]; crops i32 [n, 3]: each sample's (dy, dx, flip) as math::crop_source takes them (flip: nonzero
-// mirrors);
-// y [n, C, H, W]:
+// pixels u8 [n, C, H, W] (as the dataset stores them); crops i32 [n, 3]: each sample's (dy, dx, flip) as
+// math::crop_source takes them (flip: nonzero mirrors);
+// y [n, C, H, W], or [n, H, W, C] with layout nhwc (the channels-last model's input, without a transpose after):
 //   y[i, c, r, x] = normalize_pixel(pixels[i, c, crop_source(r, x)], scale[c], shift[c]), pixel 0 in the padding.
 // All on one device: the CPU (y f32) or CUDA (y f32, f16 or bf16: the f32 value rounded to nearest even). Throws
 // naming the tensor or the normalisation otherwise.
 void decode_images(const Tensor& pixels, const Tensor& crops, const PixelNormalization& norm, Tensor& y,
-                   const Stream& stream);
+                   const Stream& stream, Layout layout = Layout::nchw);
 
 }  // namespace hpdt::kernels

@@ -8,5 +8,5 @@
 
 namespace hpdt::kernels::cuda {
 void decode_images(const Tensor& pixels, const Tensor& crops, const PixelNormalization& norm, Tensor& y,
-                   const Stream& stream);
+                   const Stream& stream, Layout layout);
 }  // namespace hpdt::kernels::cuda
