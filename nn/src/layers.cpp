@@ -290,21 +290,31 @@ Tensor ReLU::backward(const Tensor& dy) {
 
 Tensor ImageInput::forward(const Tensor& x) {
   check_device(x);
-  if (layout_ == kernels::Layout::nchw) return x;
-  if (x.ndim() != 4) fail("expects NCHW images [n, c, h, w]", x);
-  const Shape nhwc{x.size(0), x.size(2), x.size(3), x.size(1)};
-  if (x.size(1) == 1) return x.view(nhwc);  // one channel: the same bytes
-  ensure(y_, nhwc, x.dtype());
-  kernels::nchw_to_nhwc(x, y_, stream_);
+  if (layout_ == input_layout_) return x;
+  if (x.ndim() != 4) fail(std::string("expects ") + kernels::layout_name(input_layout_) + " images", x);
+  const bool to_nhwc = layout_ == kernels::Layout::nhwc;
+  const Shape out =
+      to_nhwc ? Shape{x.size(0), x.size(2), x.size(3), x.size(1)} : Shape{x.size(0), x.size(3), x.size(1), x.size(2)};
+  if ((to_nhwc ? x.size(1) : x.size(3)) == 1) return x.view(out);  // one channel: the same bytes
+  ensure(y_, out, x.dtype());
+  if (to_nhwc)
+    kernels::nchw_to_nhwc(x, y_, stream_);
+  else
+    kernels::nhwc_to_nchw(x, y_, stream_);
   return y_;
 }
 
 Tensor ImageInput::backward(const Tensor& dy) {
-  if (layout_ == kernels::Layout::nchw || !dy.defined()) return dy;
-  const Shape nchw{dy.size(0), dy.size(3), dy.size(1), dy.size(2)};
-  if (dy.size(3) == 1) return dy.view(nchw);
-  ensure(dx_, nchw, dy.dtype());
-  kernels::nhwc_to_nchw(dy, dx_, stream_);
+  if (layout_ == input_layout_ || !dy.defined()) return dy;
+  const bool from_nhwc = layout_ == kernels::Layout::nhwc;
+  const Shape out = from_nhwc ? Shape{dy.size(0), dy.size(3), dy.size(1), dy.size(2)}
+                              : Shape{dy.size(0), dy.size(2), dy.size(3), dy.size(1)};
+  if ((from_nhwc ? dy.size(3) : dy.size(1)) == 1) return dy.view(out);
+  ensure(dx_, out, dy.dtype());
+  if (from_nhwc)
+    kernels::nhwc_to_nchw(dy, dx_, stream_);
+  else
+    kernels::nchw_to_nhwc(dy, dx_, stream_);
   return dx_;
 }
 

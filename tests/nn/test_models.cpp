@@ -72,7 +72,7 @@ TEST(Models, UnknownNameAndBadConfigurationsThrowClearly) {
   r.image_size = 8;
   auto m = make_model("resnet20", r);
   Tensor bad = Tensor::zeros({2, 3, 8, 8}, DType::f32);
-  HPDT_EXPECT_THROW_MSG(m->forward(bad), "resnet20: expects f32 images [b, 1, 8, 8], got [2, 3, 8, 8]");
+  HPDT_EXPECT_THROW_MSG(m->forward(bad), "resnet20: expects f32 images [b, 1, 8, 8] (nchw), got [2, 3, 8, 8]");
 }
 
 // The fused layers (BatchNorm with then_relu and a residual; Conv2d's added input gradient) are BatchNorm, add,
@@ -570,6 +570,43 @@ TEST(ModelLayouts, NhwcAndNchwResNetsTrainAlike) {
     const Tensor x2 = random_images(6, c, 22);
     expect_rel(what + " eval logits", fast->forward(x2).to_vector<float>(), ref->forward(x2).to_vector<float>(), 1e-4);
   }
+}
+
+// Model::set_input_layout: images that arrive in the model's layout skip the first layer's transpose (what
+// hpdt-train's decode writes), and an NCHW model takes NHWC images through a transpose back. Either way the step is
+// the one of NCHW images, bit for bit: the first layer hands on the same bytes.
+TEST(ModelLayouts, ImagesInEitherLayoutGiveTheSameStep) {
+  for (const auto layout : {kernels::Layout::nhwc, kernels::Layout::nchw}) {
+    for (const int64_t channels : {int64_t(3), int64_t(1)}) {
+      const std::string what =
+          std::string("resnet20 ") + kernels::layout_name(layout) + ", " + std::to_string(channels) + " channel(s)";
+      ModelConfig c;
+      c.in_channels = channels;
+      c.image_size = 12;
+      c.classes = 7;
+      c.seed = 5;
+      c.layout = layout;
+      auto ref = make_model("resnet20", c), other = make_model("resnet20", c);
+      other->set_input_layout(kernels::Layout::nhwc);
+      EXPECT_EQ(ref->input_layout(), kernels::Layout::nchw);
+      EXPECT_EQ(other->input_layout(), kernels::Layout::nhwc);
+      const Tensor x = random_images(4, c, 31);
+      Tensor xt = Tensor::empty({4, 12, 12, channels}, DType::f32);
+      kernels::nchw_to_nhwc(x, xt, Stream());
+      const Tensor labels = Tensor::from_vector<int32_t>({0, 1, 2, 3}, {4});
+      EXPECT_EQ(step_logits(*other, xt, labels).to_vector<float>(), step_logits(*ref, x, labels).to_vector<float>())
+          << what;
+      EXPECT_EQ(other->arena().grads().to_vector<float>(), ref->arena().grads().to_vector<float>()) << what;
+      // The other layout's shape is refused, naming the layout it expects.
+      HPDT_EXPECT_THROW_MSG(other->forward(x), "expects f32 images [b, 12, 12, " + std::to_string(channels) +
+                                                   "] (nhwc), got [4, " + std::to_string(channels) + ", 12, 12]");
+      if (channels == 3) HPDT_EXPECT_THROW_MSG(ref->forward(xt), "images [b, 3, 12, 12] (nchw), got [4, 12, 12, 3]");
+    }
+  }
+  auto vit = make_model("vit_ti", tiny_vit());
+  vit->set_input_layout(kernels::Layout::nchw);
+  HPDT_EXPECT_THROW_MSG(vit->set_input_layout(kernels::Layout::nhwc), "vit_ti: takes NCHW images only");
+  EXPECT_EQ(vit->input_layout(), kernels::Layout::nchw);
 }
 
 TEST(ModelLayouts, TheDefaultIsNhwcForResNetsOnTheCpuAndNchwForVit) {

@@ -218,15 +218,19 @@ class ReLU : public Layer {
   Tensor y_, dx_;
 };
 
-// The model's first layer: takes NCHW images and hands them on in the model's layout (a transpose to
-// NHWC, a no-copy view for one channel; nothing for NCHW). Backward transposes back.
+// The model's first layer: takes images in the input layout (NCHW unless set_input_layout) and hands them on in
+// the model's layout: nothing where the two agree, else a transpose (a no-copy view for one channel). Backward
+// transposes back.
 class ImageInput : public Layer {
  public:
   ImageInput() : Layer("image_input") {}
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& dy) override;
+  void set_input_layout(kernels::Layout layout) { input_layout_ = layout; }
+  kernels::Layout input_layout() const { return input_layout_; }
 
  private:
+  kernels::Layout input_layout_ = kernels::Layout::nchw;
   Tensor y_, dx_;
 };
 

@@ -56,8 +56,14 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   // images [b, in_channels, image_size, image_size] f32 (or compute_dtype()) on device() -> logits
-  // [b, classes] in compute_dtype() (owned by the model until the next forward).
+  // [b, classes] in compute_dtype() (owned by the model until the next forward). With input_layout() nhwc the images
+  // are [b, image_size, image_size, in_channels].
   Tensor forward(const Tensor& images);
+  // The layout of the images forward takes: NCHW by default. A ResNet takes NHWC too (its first layer, ImageInput,
+  // transposes whichever differs from layout(); none where they agree: hpdt-train decodes its batches into the
+  // model's layout). A ViT takes NCHW only; throws naming the model otherwise.
+  void set_input_layout(kernels::Layout layout);
+  kernels::Layout input_layout() const { return input_layout_; }
   // dlogits [b, classes] on device(), in compute_dtype() or f32; zeroes the gradients first unless
   // accumulate.
   void backward(const Tensor& dlogits, bool accumulate = false);
@@ -96,6 +102,7 @@ class Model {
   ModelConfig config_;
   ParameterArena arena_;
   Sequential body_{"model"};
+  kernels::Layout input_layout_ = kernels::Layout::nchw;
   Tensor input_, dlogits_;  // CUDA mixed precision: the images and dlogits cast to the compute dtype
 };
 
