@@ -219,8 +219,9 @@ class Run {
   // until the stream has passed the copies): the training slots' (copy stream) and evaluation's (compute stream).
   void upload(const io::Batch& b, DeviceBatch& d, const Stream& stream);
   // The model's input from d: its images, or (--decode device) its pixels decoded into decoded_, on the GPU in the
-  // model's compute dtype (the f32 images' cast folded into the decode). decoded_ is read by the first layer's
-  // backward (f32 models); the next decode into it is queued after that, on the one compute stream.
+  // model's compute dtype (the f32 images' cast folded into the decode); in the model's layout either way. decoded_ is
+  // read by the first layer's backward (f32 models); the next decode into it is queued after that, on the one compute
+  // stream.
   Tensor model_input(const DeviceBatch& d, const io::ShardedReader& reader);
 
   const TrainOptions& o_;
@@ -375,8 +376,11 @@ void Run::upload(const io::Batch& b, DeviceBatch& d, const Stream& stream) {
 
 Tensor Run::model_input(const DeviceBatch& d, const io::ShardedReader& reader) {
   if (!decode_on_device_) return d.images;
-  nn::ensure_on(decoded_, d.pixels.shape(), device_.is_cuda() ? model_->compute_dtype() : DType::f32, stream_);
-  kernels::decode_images(d.pixels, d.crops, reader.normalization(), decoded_, stream_);
+  const Shape& p = d.pixels.shape();
+  const kernels::Layout layout = model_->input_layout();
+  nn::ensure_on(decoded_, layout == kernels::Layout::nhwc ? Shape{p[0], p[2], p[3], p[1]} : p,
+                device_.is_cuda() ? model_->compute_dtype() : DType::f32, stream_);
+  kernels::decode_images(d.pixels, d.crops, reader.normalization(), decoded_, stream_, layout);
   return decoded_;
 }
 
@@ -444,6 +448,8 @@ void Run::setup_model() {
   std::string name = o_.model;
   std::replace(name.begin(), name.end(), '-', '_');
   model_ = as_usage([&] { return nn::make_model(name, cfg, stream_); });
+  // The batches come in the model's layout (the readers' or the device's decode writes it): no transpose in the model.
+  model_->set_input_layout(model_->layout());
   auto& arena = model_->arena();
   // All ranks initialise from the same seed; rank 0's weights are broadcast anyway so that nothing
   // (a different OpenMP reduction order, say) can make the replicas start apart.
@@ -567,6 +573,7 @@ void Run::setup_comm() {
                    (long long)info_.c, (long long)kernels::kDecodeMaxChannelsCuda);
   }
   tr.raw_pixels = decode_on_device_;
+  tr.channels_last = model_->input_layout() == kernels::Layout::nhwc;
   train_reader_ = as_usage([&] {
     return std::make_unique<io::ShardedReader>(world_, train_path_, global_batch_, o_.seed, tr);
   });
@@ -582,6 +589,7 @@ void Run::setup_comm() {
     ev.prefetch = 2;
     ev.reuse_batch_memory = device_.is_cuda();
     ev.raw_pixels = decode_on_device_;
+    ev.channels_last = tr.channels_last;
     eval_reader_ = as_usage([&] {
       return std::make_unique<io::ShardedReader>(world_, test_path_, global_batch_, o_.seed, ev);
     });

@@ -788,6 +788,7 @@ struct ShardedReader::Impl {
   void decode(Batch& b, const std::vector<int64_t>& rows, const uint8_t* staging, bool in_memory) {
     const int64_t C = info.c, H = info.h, W = info.w, S = C * H * W, n = local_batch;
     const bool raw = opt.raw_pixels;
+    const Shape image_shape = opt.channels_last ? Shape{n, H, W, C} : Shape{n, C, H, W};
     if (batch_pool) {
       b.memory = batch_pool->take();
       char* base = static_cast<char*>(b.memory.get());
@@ -795,7 +796,7 @@ struct ShardedReader::Impl {
         b.pixels = Tensor::wrap(base, {n, C, H, W}, DType::u8);
         b.crops = Tensor::wrap(base + crops_offset(), {n, 3}, DType::i32);
       } else {
-        b.images = Tensor::wrap(base, {n, C, H, W}, DType::f32);
+        b.images = Tensor::wrap(base, image_shape, DType::f32);
       }
       b.labels = Tensor::wrap(base + labels_offset(), {n}, DType::i32);
     } else {
@@ -806,7 +807,7 @@ struct ShardedReader::Impl {
         b.crops = Tensor::empty({n, 3}, DType::i32, Device::cpu(), alloc);
         if (!opt.pinned) advise_huge_pages(b.pixels.data(), b.pixels.nbytes());
       } else {
-        b.images = Tensor::empty({n, C, H, W}, DType::f32, Device::cpu(), alloc);
+        b.images = Tensor::empty(image_shape, DType::f32, Device::cpu(), alloc);
         if (!opt.pinned) advise_huge_pages(b.images.data(), b.images.nbytes());
       }
       b.labels = Tensor::empty({n}, DType::i32, Device::cpu(), alloc);
@@ -837,7 +838,7 @@ struct ShardedReader::Impl {
         crop[0] = dy, crop[1] = dx, crop[2] = flip ? 1 : 0;
       } else {
         kernels::cpu::decode_image(src, C, H, W, dy, dx, flip, norm.scale.data(), norm.shift.data(),
-                                   b.images.data<float>() + i * S);
+                                   b.images.data<float>() + i * S, opt.channels_last);
       }
     }
   }

@@ -670,6 +670,7 @@ TEST(ShardedReader, ResumeAndPrefetchAndAugmentationAreReproducible) {
 
 // raw_pixels: the batches carry the pixels as stored and each sample's crop; kernels::decode_images with the reader's
 // normalization() turns them into exactly the images of the reader's own decode (what hpdt-train does on the GPU).
+// channels_last: the reader's images are those images transposed to NHWC, and so is decode_images' NHWC output.
 TEST(ShardedReader, RawPixelsDecodeToTheReadersImagesBitForBit) {
   test::TempDir dir;
   const int p = world_size();
@@ -686,7 +687,11 @@ TEST(ShardedReader, RawPixelsDecodeToTheReadersImagesBitForBit) {
       raw.reuse_batch_memory = pooled;
       raw.decode_threads = 2;
       const int64_t B = 3 * p;
+      io::ReaderOptions last = opt;
+      last.channels_last = true;
+      last.reuse_batch_memory = pooled;
       io::ShardedReader decoded(MPI_COMM_WORLD, path, B, 8, opt), undecoded(MPI_COMM_WORLD, path, B, 8, raw);
+      io::ShardedReader nhwc(MPI_COMM_WORLD, path, B, 8, last);
       int64_t cropped = 0, flipped = 0;
       for (int64_t k = 0; k < 2 * decoded.steps_per_epoch() + 1; ++k) {
         const io::Batch want = decoded.next(), got = undecoded.next();
@@ -708,6 +713,16 @@ TEST(ShardedReader, RawPixelsDecodeToTheReadersImagesBitForBit) {
         Tensor images = Tensor::empty(want.images.shape(), DType::f32);
         kernels::decode_images(got.pixels, got.crops, undecoded.normalization(), images, Stream());
         ASSERT_EQ(std::memcmp(images.data(), want.images.data(), images.nbytes()), 0) << "batch " << k;
+        const io::Batch want_last = nhwc.next();
+        const Shape& s = want.images.shape();
+        ASSERT_EQ(want_last.images.shape(), (Shape{s[0], s[2], s[3], s[1]}));
+        Tensor transposed = Tensor::empty(want_last.images.shape(), DType::f32);
+        kernels::nchw_to_nhwc(want.images, transposed, Stream());
+        ASSERT_EQ(std::memcmp(want_last.images.data(), transposed.data(), transposed.nbytes()), 0) << "batch " << k;
+        Tensor images_last = Tensor::empty(want_last.images.shape(), DType::f32);
+        kernels::decode_images(got.pixels, got.crops, undecoded.normalization(), images_last, Stream(),
+                               kernels::Layout::nhwc);
+        ASSERT_EQ(std::memcmp(images_last.data(), transposed.data(), transposed.nbytes()), 0) << "batch " << k;
       }
       if (augment) {
         EXPECT_GT(cropped, 0);

@@ -327,6 +327,18 @@ cuda-emu)
     "$compare" "$(ck dec-$p-host)" "$(ck dec-$p-auto)" --optimizer || fail "--precision $p: the GPU's decode differs from the reader's"
     same_metrics "$w/dec-$p-host.jsonl" "$w/dec-$p-auto.jsonl" || fail "--precision $p: the GPU's decode changes the loss or accuracy"
   done
+  # A ResNet runs in NHWC on the GPU: the batches are decoded channels last, by the GPU (auto) and by the reader (host),
+  # and go into the model without a transpose; the two decodes give the same bits. 3 channels (one is NCHW's bytes).
+  timeout 60 "$prepare" --out "$w/rgb.h5" --synthetic 64 --shape 3,12,12 --classes 10 > /dev/null || fail "prepare 3 channels"
+  for d in auto host; do
+    run 1 --data "$w/rgb.h5" --model resnet20 --eval false --augment true --max-steps 2 --batch 8 --lr 0.05 \
+      --warmup-epochs 0 --precision bf16 --decode $d --device cuda --metrics "$w/rgb-$d.jsonl" \
+      --checkpoint-dir "$w/rgb-$d" > "$w/rgb-$d.log" 2>&1 || { cat "$w/rgb-$d.log"; fail "resnet20 3 channels --decode $d"; }
+  done
+  grep -q '"decode":"device"' "$w/rgb-auto.jsonl" && grep -q '"layout":"nhwc"' "$w/rgb-auto.jsonl" ||
+    fail "resnet20 on the GPU: expected the device's decode and layout nhwc in the metrics' config"
+  "$compare" "$(ck rgb-host)" "$(ck rgb-auto)" --optimizer ||
+    fail "resnet20 nhwc: the GPU's channels-last decode differs from the reader's"
   # More channels than the GPU decode takes (16): --decode device is refused naming the flag and the file; auto lets
   # the reader decode them.
   timeout 60 "$prepare" --out "$w/wide17.h5" --synthetic 64 --shape 17,8,8 --classes 10 > /dev/null || fail "prepare 17 channels"

@@ -110,6 +110,9 @@ struct ReaderOptions {
   // consumer decodes them with kernels::decode_images and normalization(), on the GPU say (hpdt-train does): the
   // same values as the decode here, bit for bit, from a quarter of the bytes.
   bool raw_pixels = false;
+  // Decoded images channels last: Batch::images f32 [b, H, W, C], the input of a model in NHWC (nn::Model::
+  // set_input_layout) without a transpose. The pixels of raw_pixels stay as stored (decode_images takes the layout).
+  bool channels_last = false;
   TailPolicy tail = TailPolicy::drop;    // train mode; eval mode always pads
   bool collective = true;                // collective transfer (false: independent, for comparisons)
   // Readahead hints: when a batch is queued, ask the kernel to start reading this rank's rows of it
@@ -134,7 +137,8 @@ struct ReaderOptions {
 };
 
 struct Batch {
-  Tensor images;  // f32 [b, C, H, W], CPU (pinned when asked and a GPU is usable); undefined with raw_pixels
+  Tensor images;  // f32 [b, C, H, W] ([b, H, W, C] channels_last), CPU (pinned when asked and a GPU is usable);
+                  // undefined with raw_pixels
   Tensor labels;  // i32 [b]
   Tensor pixels;  // raw_pixels: u8 [b, C, H, W], the samples as stored (pinned as images are)
   Tensor crops;   // raw_pixels: i32 [b, 3], each sample's (dy, dx, flip) for kernels::decode_images
