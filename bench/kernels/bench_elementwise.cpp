@@ -2,10 +2,13 @@
 //   hpdt-bench-elementwise --benchmark_filter=cpu --benchmark_format=json
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/tensor.h"
 #include "hpdt/kernels/elementwise.h"
 #include "hpdt/kernels/image.h"
+#include "hpdt/kernels/layout.h"
 #include "hpdt/kernels/reduce.h"
 
 namespace {
@@ -69,7 +72,10 @@ void BM_sum(benchmark::State& state, bool cuda) {
 // A batch of n ImageNet-sized u8 images (3 x 224 x 224) decoded with crop and flip into the model's input
 // (kernels::decode_images: what hpdt-train does on the GPU in place of copying f32 images up and casting them).
 // Bytes: the pixels read and the output written. The cast it replaces is BM_cast/cuda_f32_to_bf16 at n x 150,528.
-void BM_decode_images(benchmark::State& state, bool cuda, DType dt) {
+// The _nhwc rows write channels last (a ResNet's input in NHWC, which the model then takes without a transpose);
+// their x_nchw_then_transpose counter is the time of what they replace (the NCHW decode, then kernels::nchw_to_nhwc)
+// over theirs, both sides 10 calls back to back after a warm-up, by the host's clock around a synchronize.
+void BM_decode_images(benchmark::State& state, bool cuda, DType dt, kernels::Layout layout = kernels::Layout::nchw) {
   if (skip_without_gpu(state, cuda)) return;
   Setup s(cuda);
   const int64_t n = state.range(0), c = 3, h = 224, w = 224;
@@ -84,12 +90,28 @@ void BM_decode_images(benchmark::State& state, bool cuda, DType dt) {
     crops = crops.to(s.device, s.stream);
   }
   const auto norm = kernels::PixelNormalization::from_mean_std(c, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
-  Tensor y = Tensor::empty({n, c, h, w}, dt, s.device);
+  Tensor y = Tensor::empty(layout == kernels::Layout::nhwc ? Shape{n, h, w, c} : Shape{n, c, h, w}, dt, s.device);
   for (auto _ : state) {
-    kernels::decode_images(pixels, crops, norm, y, s.stream);
+    kernels::decode_images(pixels, crops, norm, y, s.stream, layout);
     s.stream.synchronize();
   }
   state.SetBytesProcessed(state.iterations() * pixels.numel() * int64_t(1 + dtype_size(dt)));
+  if (layout != kernels::Layout::nhwc) return;
+  Tensor nchw = Tensor::empty({n, c, h, w}, dt, s.device);
+  const auto seconds = [&](auto&& call) {
+    call();
+    s.stream.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) call();
+    s.stream.synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 10;
+  };
+  const double direct = seconds([&] { kernels::decode_images(pixels, crops, norm, y, s.stream, layout); });
+  const double two_passes = seconds([&] {
+    kernels::decode_images(pixels, crops, norm, nchw, s.stream);
+    kernels::nchw_to_nhwc(nchw, y, s.stream);
+  });
+  state.counters["x_nchw_then_transpose"] = two_passes / direct;
 }
 
 constexpr int64_t kSmall = 1 << 16, kLarge = 1 << 24;
@@ -100,11 +122,13 @@ BENCHMARK_CAPTURE(BM_cast, cpu_f32_to_f16, false, DType::f32, DType::f16)->Range
 BENCHMARK_CAPTURE(BM_cast, cpu_f32_to_bf16, false, DType::f32, DType::bf16)->Range(kSmall, kLarge)->UseRealTime();
 BENCHMARK_CAPTURE(BM_sum, cpu_f32, false)->Range(kSmall, kLarge)->UseRealTime();
 BENCHMARK_CAPTURE(BM_decode_images, cpu_f32, false, DType::f32)->Arg(16)->Arg(64)->UseRealTime();
+BENCHMARK_CAPTURE(BM_decode_images, cpu_f32_nhwc, false, DType::f32, kernels::Layout::nhwc)->Arg(64)->UseRealTime();
 BENCHMARK_CAPTURE(BM_axpy, cuda_f32, true, DType::f32)->Range(kSmall, 1 << 28)->UseRealTime();
 BENCHMARK_CAPTURE(BM_axpy, cuda_bf16, true, DType::bf16)->Range(kSmall, 1 << 28)->UseRealTime();
 BENCHMARK_CAPTURE(BM_cast, cuda_f32_to_bf16, true, DType::f32, DType::bf16)->Range(kSmall, 1 << 28)->UseRealTime();
 BENCHMARK_CAPTURE(BM_sum, cuda_f32, true)->Range(kSmall, 1 << 28)->UseRealTime();
 BENCHMARK_CAPTURE(BM_decode_images, cuda_bf16, true, DType::bf16)->Arg(64)->Arg(256)->UseRealTime();
+BENCHMARK_CAPTURE(BM_decode_images, cuda_bf16_nhwc, true, DType::bf16, kernels::Layout::nhwc)->Arg(256)->UseRealTime();
 
 }  // namespace
 

@@ -7,7 +7,8 @@
 //   {"impl":"hpdt","model":"resnet20","batch":128,"threads":2,"step_s":[...],"img_per_s_median":...}
 //
 // GPU (--device cuda, CUDA builds): the model, its gradients and the optimizer on GPU 0, the batch
-// copied up once (the step is timed without data loading), mixed precision as hpdt-train runs it
+// copied up once (the step is timed without data loading; in the model's layout, as hpdt-train's batches and the
+// PyTorch peer's channels_last input, since 2026-12-02: no transpose in an NHWC ResNet's step), mixed precision as hpdt-train runs it
 // (--precision bf16: bf16 activations and model copy, f32 master weights; fp16 adds the dynamic loss
 // scale; the optimizer is the fused step), GEMM/convolution by hpdt's kernels or cuBLAS/cuDNN (--kernels). Each step
 // ends with a stream synchronisation, so its host time is the GPU's. It is the only wait of a step (since 2026-12-01):
@@ -184,6 +185,14 @@ int main(int argc, char** argv) {
     hpdt::Rng rng(7);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.normal();
     for (int64_t i = 0; i < batch; ++i) y.data<int32_t>()[i] = int32_t(rng.below(uint32_t(classes)));
+    // The images in the model's layout, as hpdt-train's decode writes them (and as the PyTorch peer's channels_last
+    // input): an NHWC ResNet takes them without its first layer's transpose.
+    m->set_input_layout(m->layout());
+    if (m->layout() == hpdt::kernels::Layout::nhwc) {
+      hpdt::Tensor nhwc = hpdt::Tensor::empty({batch, image, image, channels}, hpdt::DType::f32);
+      hpdt::kernels::nchw_to_nhwc(x, nhwc, hpdt::Stream());
+      x = nhwc;
+    }
     if (gpu) {
       x = x.to(m->device(), stream);
       y = y.to(m->device(), stream);
