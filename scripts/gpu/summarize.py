@@ -75,13 +75,15 @@ def gbench_medians(path, cut=None):
 
 
 def collect(dirs):
-    found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "train": {}, "torch": {}, "torch_prewarm": {},
+    found = {"gemm": {}, "conv": {}, "attention": {}, "layers": {}, "elementwise": {}, "train": {}, "torch": {},
+             "torch_prewarm": {},
              "hpdt_train": {}, "compress": [], "summary": [], "environment": "", "cut": []}
     for d in dirs:
         bench = os.path.join(d, "bench")
         for key, fname in [("gemm", "bench_gemm_cuda.json"), ("conv", "bench_conv_cuda.json"),
                            ("conv", "bench_conv_census.json"),
-                           ("attention", "bench_attention_cuda.json"), ("layers", "bench_layers_cuda.json")]:
+                           ("attention", "bench_attention_cuda.json"), ("layers", "bench_layers_cuda.json"),
+                           ("elementwise", "bench_elementwise.json")]:
             p = os.path.join(bench, fname)
             if os.path.exists(p):
                 found[key].update(gbench_medians(p, found["cut"]))
@@ -697,6 +699,25 @@ def layers_table(layers, rows, numbers):
                         "bf16_x_per_channel": per_channel, "bf16_x_scalar": scalar})
 
 
+def elementwise_table(e, rows, numbers):
+    """hpdt-bench-elementwise's GPU rows (each call then a synchronize): GB/s (bytes read + written) and the time of
+    a call; the image decode's channels-last rows (since 2026-12-02) with x_nchw_then_transpose, the time of the NCHW
+    decode and the transpose they replace over theirs (both back to back, the same run)."""
+    recs = [(k, b) for k, b in sorted(e.items()) if "/cuda" in k]
+    if not recs:
+        rows.append("(no bench_elementwise.json, or no GPU rows in it)")
+        return
+    unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    rows.append("| row | GB/s | ms a call | x_nchw_then_transpose |")
+    rows.append("|---|---:|---:|---:|")
+    for k, b in recs:
+        gbs = b["bytes_per_second"] / 1e9 if b.get("bytes_per_second") else None
+        ms = b["real_time"] * unit.get(b.get("time_unit", "ns"), 1e-6) if "real_time" in b else None
+        x = b.get("x_nchw_then_transpose")
+        rows.append(f"| {k} | {fmt(gbs, 0)} | {fmt(ms, 3)} | {fmt(x, 2)} |")
+        numbers.append({"op": "elementwise", "name": k, "gbs": gbs, "ms": ms, "x_nchw_then_transpose": x})
+
+
 def launch_gaps_table(found, torch_attention, rows, numbers):
     """The per-op rows whose calls were not all timed on the GPU alone (their launch_gaps counter, since 2026-11-30:
     iterations whose start event the GPU reached before the host had issued the call; bench/kernels/gpu_timing.h),
@@ -1137,6 +1158,8 @@ def main():
                 ("Attention", lambda: attention_table(f["attention"], f["torch"].get("attention"), rows, numbers)),
                 (f"Memory-bound layers (against a {COPY_GBS:.0f} GB/s device copy)",
                  lambda: layers_table(f["layers"], rows, numbers)),
+                ("Elementwise kernels and the image decode (hpdt-bench-elementwise)",
+                 lambda: elementwise_table(f["elementwise"], rows, numbers)),
                 ("Per-op rows timed with their launch gap (launch_gaps; results/gpu/README.md, item 16)",
                  lambda: launch_gaps_table(f, f["torch"].get("attention"), rows, numbers)),
                 ("Gradient compression on the GPU against the host mirror (hpdt-allreduce-perf, out of place)",

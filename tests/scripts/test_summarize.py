@@ -693,6 +693,29 @@ class LayersSwitchColumns(unittest.TestCase):
         self.assertIsNone(n["resnet50_relu_fwd_64x256x56x56"]["bf16_x_scalar"])
 
 
+class Elementwise(unittest.TestCase):
+    """hpdt-bench-elementwise's GPU rows: GB/s from bytes_per_second, the call's time in ms whatever the time unit,
+    and the channels-last decode's x_nchw_then_transpose; the CPU rows left out; none says so."""
+
+    def test_table(self):
+        rows, numbers = [], []
+        summarize.elementwise_table({
+            "BM_decode_images/cuda_bf16/256": {"bytes_per_second": 1.5e12, "real_time": 77.0, "time_unit": "us"},
+            "BM_decode_images/cuda_bf16_nhwc/256": {"bytes_per_second": 1.2e12, "real_time": 96250.0,
+                                                    "time_unit": "ns", "x_nchw_then_transpose": 1.75},
+            "BM_decode_images/cpu_f32/64": {"bytes_per_second": 4e10, "real_time": 1.1, "time_unit": "ms"}},
+            rows, numbers)
+        text = "\n".join(rows)
+        self.assertIn("| BM_decode_images/cuda_bf16/256 | 1500 | 0.077 | — |", text)
+        self.assertIn("| BM_decode_images/cuda_bf16_nhwc/256 | 1200 | 0.096 | 1.75 |", text)
+        self.assertNotIn("cpu_f32", text)
+        self.assertEqual({n["name"]: n["x_nchw_then_transpose"] for n in numbers},
+                         {"BM_decode_images/cuda_bf16/256": None, "BM_decode_images/cuda_bf16_nhwc/256": 1.75})
+        rows = []
+        summarize.elementwise_table({"BM_sum/cpu_f32/65536": {"bytes_per_second": 1e10}}, rows, [])
+        self.assertEqual(rows, ["(no bench_elementwise.json, or no GPU rows in it)"])
+
+
 class ConvSpaceToDepth(unittest.TestCase):
     """x_direct (v2's stem forward, both layouts: HPDT_CONV_SPACE_TO_DEPTH=off against on, same run): one row per row
     that has the counter, the direct time computed from it."""
