@@ -34,6 +34,9 @@
 #                       scale moves (captured again), 2 ranks through the host mirror (the graph in parts, split at
 #                       the buckets) and through nccl, 1 and 2 ranks under CUDA_EMU_STREAMS's orders as
 #                       cuda-emu-streams; --dropout refused (one ctest slot)
+#   cuda-emu-racecheck  the racecheck preset's HPDT_TRAIN (ThreadSanitizer on the emulated GPU's threads and the host's):
+#                       np 1 with the reader, copy stream and evaluation; a ResNet-20 in NHWC (both decodes, a CUDA
+#                       graph); np 2 through the host mirror's stager thread and through nccl (eager, graph): no report
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank, and with --compress topk and bf16 on the GPU bitwise equal to
@@ -50,9 +53,9 @@ mpiexec=${HPDT_MPIEXEC:-mpiexec}
 w=$(mktemp -d /tmp/hpdt-train-test.XXXXXX)
 trap 'rm -rf "$w"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-run() {  # run NP ARGS...
+run() {  # run NP ARGS... (HPDT_RUN_TIMEOUT: seconds a run may take, 240 unless set)
   local np=$1; shift
-  timeout --kill-after=10 240 $mpiexec -n "$np" "$train" --data "$data/fashion-mnist-train.h5" --progress lines \
+  timeout --kill-after=10 "${HPDT_RUN_TIMEOUT:-240}" $mpiexec -n "$np" "$train" --data "$data/fashion-mnist-train.h5" --progress lines \
     --threads 1 --seed 7 "$@"
 }
 latest() { ls "$1"/ckpt-*.h5 | tail -1; }
@@ -558,6 +561,36 @@ cuda-emu-streams | cuda-emu-streams-one)
   # the default --algo auto with a GPU per rank: ncclAllReduce
   HPDT_RANKS_PER_NODE=1 orders="lazy:0 random:1 random:2" same_in_every_order auto 2
   grep -q "gradients averaged via nccl$" "$w/auto-eager.log" || fail "a GPU per rank, --algo auto: expected nccl"
+  ;;
+cuda-emu-racecheck)
+  # HPDT_TRAIN is the racecheck preset's hpdt-train-emu: the trainer, the emulated kernels and the NCCL emulation under
+  # ThreadSanitizer (docs/cuda-emulator.md, "Racecheck"), which stops a rank at its first report (halt_on_error). One
+  # OpenMP thread and one decode thread: libgomp's workers are not instrumented, and every access they made would be
+  # reported. Each run must pass and its log hold no ThreadSanitizer report.
+  args=(--model vit-ti --vit-depth 2 --patch 7 --optimizer adamw --weight-decay 0.05 --augment true --max-steps 2
+        --batch 4 --lr 0.001 --warmup-epochs 0 --decode-threads 1 --device cuda)
+  checked() {  # checked NAME WHAT NP ARGS...: run, then no report in NAME.log
+    local name=$1 what=$2; shift 2
+    run "$@" --checkpoint-dir "$w/$name" > "$w/$name.log" 2>&1 || { cat "$w/$name.log"; fail "$what under ThreadSanitizer"; }
+    ! grep -q "WARNING: ThreadSanitizer" "$w/$name.log" || { cat "$w/$name.log"; fail "$what: ThreadSanitizer reported"; }
+    echo "racecheck: $what: no report"
+  }
+  # One rank: the reader's thread with pooled pinned batches, the copy stream into two slots, the GPU's decode, the
+  # one-wait step, evaluation.
+  checked one "np 1 (reader, copy stream, evaluation)" 1 "${args[@]}" --eval true --eval-samples 8
+  # A ResNet in NHWC: the batches decoded channels last on the GPU and by the reader's thread; a CUDA graph.
+  timeout 60 "$prepare" --out "$w/rgb.h5" --synthetic 32 --shape 3,12,12 --classes 10 > /dev/null || fail "prepare 3 channels"
+  rn=(--data "$w/rgb.h5" --model resnet20 --eval false --augment true --max-steps 3 --batch 4 --lr 0.05 --warmup-epochs 0
+      --decode-threads 1 --device cuda)
+  checked rn-device "resnet20 nhwc, --decode device, --cuda-graph" 1 "${rn[@]}" --cuda-graph
+  checked rn-host "resnet20 nhwc, --decode host" 1 "${rn[@]}" --decode host
+  # Two ranks on one emulated GPU: the host mirror, GradSync's stager thread reducing buckets while backward goes on.
+  checked mirror "np 2, host mirror (stager thread)" 2 "${args[@]}" --eval false --algo ring --bucket-mb 0.1
+  grep -q "gradients averaged via host mirror" "$w/mirror.log" || fail "np 2 on 1 emulated GPU: expected the host mirror"
+  # A GPU each: ncclAllReduce of each bucket queued by the training thread on a second stream, eager and in a graph.
+  HPDT_RANKS_PER_NODE=1 checked nccl "np 2, nccl (queued buckets)" 2 "${args[@]}" --eval false --algo nccl --bucket-mb 0.1
+  HPDT_RANKS_PER_NODE=1 checked nccl-graph "np 2, nccl, --cuda-graph" 2 "${args[@]}" --eval false --algo nccl \
+    --bucket-mb 0.1 --max-steps 4 --cuda-graph
   ;;
 cuda-gpu)
   vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 8
