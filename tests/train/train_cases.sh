@@ -338,7 +338,7 @@ cuda-emu)
       --warmup-epochs 0 --precision bf16 --decode $d --device cuda --metrics "$w/rgb-$d.jsonl" \
       --checkpoint-dir "$w/rgb-$d" > "$w/rgb-$d.log" 2>&1 || { cat "$w/rgb-$d.log"; fail "resnet20 3 channels --decode $d"; }
   done
-  grep -q '"decode":"device"' "$w/rgb-auto.jsonl" && grep -q '"layout":"nhwc"' "$w/rgb-auto.jsonl" ||
+  { grep -q '"decode":"device"' "$w/rgb-auto.jsonl" && grep -q '"layout":"nhwc"' "$w/rgb-auto.jsonl"; } ||
     fail "resnet20 on the GPU: expected the device's decode and layout nhwc in the metrics' config"
   "$compare" "$(ck rgb-host)" "$(ck rgb-auto)" --optimizer ||
     fail "resnet20 nhwc: the GPU's channels-last decode differs from the reader's"
