@@ -89,7 +89,8 @@ TEST(ImageDecodeCpu, MatchesThePadMirrorCropReferenceBitForBit) {
 }
 
 // Channels last: the NCHW decode's values at [i, r, x, c], bit for bit, over crops in and beyond the image, flips and
-// 1-5 channels (the NHWC writer has loops of its own, strided by the channel count).
+// 1-5 channels (the NHWC writer decodes a row of each channel, then interleaves them: RGB's by a loop of constant
+// trip count, others by the general one).
 TEST(ImageDecodeCpu, ChannelsLastIsTheTransposeOfTheNchwDecode) {
   const uint64_t seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed()) * 7919u + 5u;
   RecordProperty("philox_seed", std::to_string(seed));
