@@ -25,63 +25,51 @@ struct Normalization {
   float scale[kDecodeMaxChannelsCuda], shift[kDecodeMaxChannelsCuda];
 };
 
-template <class T>
+// Both layouts. A row of the grid's y is a plane (image, channel) in NCHW and an image in NHWC; its `len` outputs
+// (h w, or h w c) go over blockIdx.x, kItems a thread a block width apart, so that a warp writes 32 consecutive ones.
+template <class T, bool kNhwc>
 __global__ void __launch_bounds__(kThreads)
     decode_images_kernel(const uint8_t* __restrict__ pixels, const int32_t* __restrict__ crops, Normalization norm,
-                         T* __restrict__ y, int64_t planes, int c, int h, int w) {
-  const int hw = h * w;
-  for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
-    const int64_t img = plane / c;
-    const int ch = int(plane - img * c);
-    const int32_t dy = __ldg(crops + 3 * img), dx = __ldg(crops + 3 * img + 1);
-    const bool flip = __ldg(crops + 3 * img + 2) != 0;
-    // The channel's pair by constant indices: indexing the argument struct by `ch` made nvcc copy all 128 bytes of it
-    // to each thread's stack (-Xptxas -v: a 128-byte stack frame), this selection keeps it in the parameter bank.
-    float sc = 0, sh = 0;
+                         T* __restrict__ y, int64_t rows, int c, int h, int w) {
+  // The normalisation by constant indices: indexing the argument struct by a channel made nvcc copy all 128 bytes of it
+  // to each thread's stack (-Xptxas -v: a 128-byte stack frame). NCHW selects its plane's pair once a row; NHWC, whose
+  // channel changes from one output to the next, reads a copy in shared memory, filled so.
+  __shared__ float s_scale[kDecodeMaxChannelsCuda], s_shift[kDecodeMaxChannelsCuda];
+  if constexpr (kNhwc) {
 #pragma unroll
     for (int k = 0; k < kDecodeMaxChannelsCuda; ++k)
-      if (k == ch) sc = norm.scale[k], sh = norm.shift[k];
-    const uint8_t* src = pixels + plane * hw;
-    T* dst = y + plane * hw;
-    for (int p = blockIdx.x * kThreads * kItems + threadIdx.x; p < hw; p += gridDim.x * kThreads * kItems) {
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        const int q = p + k * kThreads;
-        if (q >= hw) break;
-        const int r = q / w, x = q - r * w;
-        const int64_t s = math::crop_source(r, x, h, w, dy, dx, flip);
-        dst[q] = from_f32<T>(math::normalize_pixel(s < 0 ? uint8_t(0) : __ldg(src + s), sc, sh));
-      }
-    }
+      if (int(threadIdx.x) == k) s_scale[k] = norm.scale[k], s_shift[k] = norm.shift[k];
+    __syncthreads();
   }
-}
-
-// The channels-last form: output q of an image is pixel q / c's channel q % c.
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    decode_images_nhwc_kernel(const uint8_t* __restrict__ pixels, const int32_t* __restrict__ crops, Normalization norm,
-                              T* __restrict__ y, int64_t n, int c, int h, int w) {
-  // The normalisation in shared memory, each entry copied by constant index (see above: no stack copy of the struct).
-  __shared__ float s_scale[kDecodeMaxChannelsCuda], s_shift[kDecodeMaxChannelsCuda];
-#pragma unroll
-  for (int k = 0; k < kDecodeMaxChannelsCuda; ++k)
-    if (int(threadIdx.x) == k) s_scale[k] = norm.scale[k], s_shift[k] = norm.shift[k];
-  __syncthreads();
-  const int hw = h * w, hwc = hw * c;
-  for (int64_t img = blockIdx.y; img < n; img += gridDim.y) {
+  const int hw = h * w, len = kNhwc ? hw * c : hw;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int64_t img = kNhwc ? row : row / c;
+    const int row_ch = kNhwc ? 0 : int(row - img * c);
     const int32_t dy = __ldg(crops + 3 * img), dx = __ldg(crops + 3 * img + 1);
     const bool flip = __ldg(crops + 3 * img + 2) != 0;
-    const uint8_t* src = pixels + img * hwc;
-    T* dst = y + img * hwc;
-    for (int p = blockIdx.x * kThreads * kItems + threadIdx.x; p < hwc; p += gridDim.x * kThreads * kItems) {
+    float sc = 0, sh = 0;
+    if constexpr (!kNhwc) {
+#pragma unroll
+      for (int k = 0; k < kDecodeMaxChannelsCuda; ++k)
+        if (k == row_ch) sc = norm.scale[k], sh = norm.shift[k];
+    }
+    const uint8_t* src = pixels + img * int64_t(hw) * c;  // the image's first plane
+    T* dst = y + row * len;
+    for (int p = blockIdx.x * kThreads * kItems + threadIdx.x; p < len; p += gridDim.x * kThreads * kItems) {
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
         const int q = p + k * kThreads;
-        if (q >= hwc) break;
-        const int pix = q / c, ch = q - pix * c, r = pix / w, x = pix - r * w;
+        if (q >= len) break;
+        int pix = q, ch = row_ch;
+        if constexpr (kNhwc) {  // output q of an image is pixel q / c's channel q % c
+          pix = q / c;
+          ch = q - pix * c;
+          sc = s_scale[ch];
+          sh = s_shift[ch];
+        }
+        const int r = pix / w, x = pix - r * w;
         const int64_t s = math::crop_source(r, x, h, w, dy, dx, flip);
-        dst[q] = from_f32<T>(
-            math::normalize_pixel(s < 0 ? uint8_t(0) : __ldg(src + int64_t(ch) * hw + s), s_scale[ch], s_shift[ch]));
+        dst[q] = from_f32<T>(math::normalize_pixel(s < 0 ? uint8_t(0) : __ldg(src + int64_t(ch) * hw + s), sc, sh));
       }
     }
   }
@@ -107,12 +95,13 @@ void decode_images(const Tensor& pixels, const Tensor& crops, const PixelNormali
     using T = decltype(tag);
     const auto* px = pixels.data<uint8_t>();
     const auto* cr = crops.data<int32_t>();
+    T* out = static_cast<T*>(y.data());
     if (nhwc)
-      decode_images_nhwc_kernel<T><<<grid, kThreads, 0, detail::native(stream)>>>(
-          px, cr, args, static_cast<T*>(y.data()), n, int(c), int(h), int(w));
+      decode_images_kernel<T, true>
+          <<<grid, kThreads, 0, detail::native(stream)>>>(px, cr, args, out, rows, int(c), int(h), int(w));
     else
-      decode_images_kernel<T><<<grid, kThreads, 0, detail::native(stream)>>>(px, cr, args, static_cast<T*>(y.data()),
-                                                                             rows, int(c), int(h), int(w));
+      decode_images_kernel<T, false>
+          <<<grid, kThreads, 0, detail::native(stream)>>>(px, cr, args, out, rows, int(c), int(h), int(w));
   });
   HPDT_CUDA_CHECK_LAUNCH();
 }

@@ -49,57 +49,16 @@ struct Case {
   int64_t n, c, h, w;
 };
 
-TEST(ImageDecodeCpu, MatchesThePadMirrorCropReferenceBitForBit) {
-  const uint64_t seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed()) * 104729u + 3u;
-  RecordProperty("philox_seed", std::to_string(seed));
-  uint64_t draw = 0;
-  for (const Case& k :
-       {Case{5, 3, 7, 5}, Case{4, 1, 28, 28}, Case{3, 5, 1, 9}, Case{6, 3, 32, 32}, Case{2, 2, 13, 1}}) {
-    Tensor pixels = Tensor::empty({k.n, k.c, k.h, k.w}, DType::u8);
+// A batch of k's shape: random pixels, and random crops of up to a little more than the image, so that windows fall
+// partly and wholly in the padding, half of them flipped; the first sample stays uncropped and unflipped (the plain
+// path). A per-channel normalisation.
+struct RandomBatch {
+  Tensor pixels, crops;
+  kernels::PixelNormalization norm;
+  RandomBatch(const Case& k, uint64_t seed)
+      : pixels(Tensor::empty({k.n, k.c, k.h, k.w}, DType::u8)), crops(Tensor::empty({k.n, 3}, DType::i32)) {
     for (int64_t j = 0; j < pixels.numel(); ++j)
-      pixels.data<uint8_t>()[j] = uint8_t(philox_block(seed, 1, draw++).v[0]);
-    Tensor crops = Tensor::empty({k.n, 3}, DType::i32);
-    int32_t* cr = crops.data<int32_t>();
-    for (int64_t i = 0; i < k.n; ++i) {
-      const Philox4x32 r = philox_block(seed, 2, draw++);
-      // Shifts of up to a little more than the image, so that windows fall partly and wholly in the padding; the
-      // first sample stays uncropped and unflipped (the plain path).
-      const int64_t span = std::max(k.h, k.w) + 2;
-      cr[3 * i] = i == 0 ? 0 : int32_t(int64_t(r.v[0] % uint32_t(2 * span + 1)) - span);
-      cr[3 * i + 1] = i == 0 ? 0 : int32_t(int64_t(r.v[1] % uint32_t(2 * span + 1)) - span);
-      cr[3 * i + 2] = i == 0 ? 0 : int32_t(r.v[2] & 1u);
-    }
-    std::vector<float> mean, std;
-    for (int64_t ch = 0; ch < k.c; ++ch) {
-      mean.push_back(0.1f * float(ch + 1));
-      std.push_back(0.2f + 0.05f * float(ch));
-    }
-    const auto norm = kernels::PixelNormalization::from_mean_std(k.c, mean, std);
-    Tensor y = Tensor::empty({k.n, k.c, k.h, k.w}, DType::f32);
-    kernels::fill(y, NAN, Stream());
-    kernels::decode_images(pixels, crops, norm, y, Stream());
-    for (int64_t i = 0; i < k.n; ++i) {
-      const std::vector<float> want = reference(pixels, i, cr[3 * i], cr[3 * i + 1], cr[3 * i + 2] != 0, norm);
-      const float* got = y.data<float>() + i * k.c * k.h * k.w;
-      ASSERT_EQ(std::memcmp(want.data(), got, want.size() * sizeof(float)), 0)
-          << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " sample " << i << " crop (" << cr[3 * i] << ", "
-          << cr[3 * i + 1] << ") flip " << cr[3 * i + 2];
-    }
-  }
-}
-
-// Channels last: the NCHW decode's values at [i, r, x, c], bit for bit, over crops in and beyond the image, flips and
-// 1-5 channels (the NHWC writer decodes a row of each channel, then interleaves them: RGB's by a loop of constant
-// trip count, others by the general one).
-TEST(ImageDecodeCpu, ChannelsLastIsTheTransposeOfTheNchwDecode) {
-  const uint64_t seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed()) * 7919u + 5u;
-  RecordProperty("philox_seed", std::to_string(seed));
-  for (const Case& k :
-       {Case{5, 3, 7, 5}, Case{4, 1, 28, 28}, Case{3, 5, 1, 9}, Case{6, 3, 32, 32}, Case{2, 2, 13, 1}}) {
-    Tensor pixels = Tensor::empty({k.n, k.c, k.h, k.w}, DType::u8);
-    for (int64_t j = 0; j < pixels.numel(); ++j)
-      pixels.data<uint8_t>()[j] = uint8_t(philox_block(seed, 1, uint64_t(j)).v[1]);
-    Tensor crops = Tensor::empty({k.n, 3}, DType::i32);
+      pixels.data<uint8_t>()[j] = uint8_t(philox_block(seed, 1, uint64_t(j)).v[0]);
     int32_t* cr = crops.data<int32_t>();
     const int64_t span = std::max(k.h, k.w) + 2;
     for (int64_t i = 0; i < k.n; ++i) {
@@ -110,24 +69,60 @@ TEST(ImageDecodeCpu, ChannelsLastIsTheTransposeOfTheNchwDecode) {
     }
     std::vector<float> mean, std;
     for (int64_t ch = 0; ch < k.c; ++ch) {
-      mean.push_back(0.05f * float(ch + 2));
-      std.push_back(0.3f - 0.02f * float(ch));
+      mean.push_back(0.1f * float(ch + 1));
+      std.push_back(0.2f + 0.05f * float(ch));
     }
-    const auto norm = kernels::PixelNormalization::from_mean_std(k.c, mean, std);
+    norm = kernels::PixelNormalization::from_mean_std(k.c, mean, std);
+  }
+  int32_t crop(int64_t i, int j) const { return crops.data<int32_t>()[3 * i + j]; }
+};
+
+const Case kCases[] = {{5, 3, 7, 5}, {4, 1, 28, 28}, {3, 5, 1, 9}, {6, 3, 32, 32}, {2, 2, 13, 1}};
+
+uint64_t test_seed(uint64_t salt) {
+  const uint64_t seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed()) * 104729u + salt;
+  ::testing::Test::RecordProperty("philox_seed", std::to_string(seed));
+  return seed;
+}
+
+TEST(ImageDecodeCpu, MatchesThePadMirrorCropReferenceBitForBit) {
+  const uint64_t seed = test_seed(3);
+  for (const Case& k : kCases) {
+    const RandomBatch b(k, seed + uint64_t(k.n));
+    Tensor y = Tensor::empty({k.n, k.c, k.h, k.w}, DType::f32);
+    kernels::fill(y, NAN, Stream());
+    kernels::decode_images(b.pixels, b.crops, b.norm, y, Stream());
+    for (int64_t i = 0; i < k.n; ++i) {
+      const std::vector<float> want = reference(b.pixels, i, b.crop(i, 0), b.crop(i, 1), b.crop(i, 2) != 0, b.norm);
+      const float* got = y.data<float>() + i * k.c * k.h * k.w;
+      ASSERT_EQ(std::memcmp(want.data(), got, want.size() * sizeof(float)), 0)
+          << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " sample " << i << " crop (" << b.crop(i, 0) << ", "
+          << b.crop(i, 1) << ") flip " << b.crop(i, 2);
+    }
+  }
+}
+
+// Channels last: the NCHW decode's values at [i, r, x, c], bit for bit, over the same kinds of batches (the NHWC
+// writer decodes a row of each channel, then interleaves them: RGB's by a loop of constant trip count, others by the
+// general one).
+TEST(ImageDecodeCpu, ChannelsLastIsTheTransposeOfTheNchwDecode) {
+  const uint64_t seed = test_seed(5);
+  for (const Case& k : kCases) {
+    const RandomBatch b(k, seed + uint64_t(k.n));
     Tensor nchw = Tensor::empty({k.n, k.c, k.h, k.w}, DType::f32),
            nhwc = Tensor::empty({k.n, k.h, k.w, k.c}, DType::f32);
     kernels::fill(nhwc, NAN, Stream());
-    kernels::decode_images(pixels, crops, norm, nchw, Stream());
-    kernels::decode_images(pixels, crops, norm, nhwc, Stream(), kernels::Layout::nhwc);
-    const float* a = nchw.data<float>();
-    const float* b = nhwc.data<float>();
+    kernels::decode_images(b.pixels, b.crops, b.norm, nchw, Stream());
+    kernels::decode_images(b.pixels, b.crops, b.norm, nhwc, Stream(), kernels::Layout::nhwc);
+    const float* want_at = nchw.data<float>();
+    const float* got_at = nhwc.data<float>();
     for (int64_t i = 0; i < k.n; ++i)
       for (int64_t ch = 0; ch < k.c; ++ch)
         for (int64_t p = 0; p < k.h * k.w; ++p) {
-          const float want = a[(i * k.c + ch) * k.h * k.w + p], got = b[(i * k.h * k.w + p) * k.c + ch];
+          const float want = want_at[(i * k.c + ch) * k.h * k.w + p], got = got_at[(i * k.h * k.w + p) * k.c + ch];
           ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
               << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " sample " << i << " channel " << ch << " pixel " << p
-              << " crop (" << cr[3 * i] << ", " << cr[3 * i + 1] << ") flip " << cr[3 * i + 2];
+              << " crop (" << b.crop(i, 0) << ", " << b.crop(i, 1) << ") flip " << b.crop(i, 2);
         }
   }
 }
