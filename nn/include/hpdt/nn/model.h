@@ -34,9 +34,9 @@ struct ModelConfig {
   // ViT overrides of the named size (0: take it from the name), for tiny test configurations.
   int64_t vit_dim = 0, vit_depth = 0, vit_heads = 0;
   // Activation layout of the ResNets (kernels/layout.h), on either device. Unset: NHWC on the CPU (direct
-  // convolution, 2-3x the NCHW im2col path), NCHW on CUDA (the NHWC CUDA kernels are checked against the CPU
-  // but not yet timed on a GPU; docs/nn.md). ViT is NCHW (its activations are tokens after the patch
-  // convolution). Not part of str(): parameters, checkpoints and results up to
+  // convolution, 2-3x the NCHW im2col path), NCHW on CUDA (the library's fallback, which its CUDA tests name; hpdt-train
+  // and hpdt-bench-train-step ask for NHWC, ahead on the H200 of 2026-11-29: docs/nn.md). ViT is NCHW (its activations
+  // are tokens after the patch convolution). Not part of str(): parameters, checkpoints and results up to
   // float rounding do not depend on it, so a run may resume in either layout.
   std::optional<kernels::Layout> layout;
   // ViT only: the MLP's GELU in fc1's forward GEMM epilogue and in fc2's dx GEMM (true), or a GELU layer of its own
