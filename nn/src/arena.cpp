@@ -146,7 +146,7 @@ void ParameterArena::zero_grad() {
     std::memset(grads_.data(), 0, grads_.nbytes());
     return;
   }
-  kernels::fill(grads_, 0.0f, stream_);
+  if (f32_grads()) kernels::fill(grads_, 0.0f, stream_);
   if (model_dtype_ != DType::f32) kernels::fill(model_grads_, 0.0f, stream_);
 }
 
@@ -159,7 +159,7 @@ void ParameterArena::grads_ready(int first_id, int n) {
   const int below = first_id + n;
   const int64_t offset = below < count() ? info(below).offset + info(below).shape.numel() : 0;
   const int64_t elements = first.offset + first.shape.numel() - offset;
-  if (model_dtype_ != DType::f32) {
+  if (model_dtype_ != DType::f32 && f32_grads()) {
     Tensor f32 = grads_.flat(offset, elements), model = model_grads_.flat(offset, elements);
     if (device().is_cpu())
       kernels::cast(f32, model, stream_);

@@ -40,6 +40,7 @@
 #include "hpdt/kernels/cpu/elementwise.h"
 #include "hpdt/kernels/cpu/optim.h"
 #include "hpdt/kernels/cuda/gemm.h"
+#include "hpdt/kernels/elementwise.h"
 #include "hpdt/kernels/loss.h"
 #include "hpdt/kernels/optim.h"
 #include "hpdt/nn/model.h"
@@ -581,6 +582,31 @@ TEST_P(ModelsCuda, Bf16FusedStepMatchesUnscaleClipStep) {
   size_t differ = 0;  // a one-ulp master difference may round to the neighbouring bf16 value
   for (size_t i = 0; i < ca.size(); ++i) differ += ca[i] != cb[i];
   EXPECT_LE(differ, ca.size() / 1000 + 1) << "model copies";
+}
+
+// ParameterArena::set_f32_grads(false), as hpdt-train and the train-step benchmark run the fused step on the GPU (on
+// comm_grads()): grads() is neither widened into nor zeroed (its poison stays), and the step is the same bits as the
+// twin's that keeps the f32 gradients (which are the model gradients widened).
+TEST_P(ModelsCuda, Bf16FusedStepWithoutTheF32GradientsIsTheSameStep) {
+  const Data d = make_data(GetParam());
+  auto a = gpu_model(DType::bf16);
+  auto b = gpu_model(DType::bf16);
+  EXPECT_TRUE(a->arena().f32_grads());
+  b->arena().set_f32_grads(false);
+  EXPECT_FALSE(b->arena().f32_grads());
+  Tensor poisoned = b->arena().grads();
+  kernels::fill(poisoned, NAN, gpu);
+  const StepOut ra = forward_backward(*a, d), rb = forward_backward(*b, d);
+  EXPECT_EQ(ra.loss, rb.loss);
+  const std::vector<float> ga = host_f32(a->arena().comm_grads(), gpu);
+  EXPECT_EQ(ga, host_f32(b->arena().comm_grads(), gpu)) << "model gradients";
+  EXPECT_EQ(ra.grads, ga) << "the kept f32 gradients: the model gradients widened";
+  for (size_t i = 0; i < rb.grads.size(); ++i) ASSERT_TRUE(std::isnan(rb.grads[i])) << "grads() written at " << i;
+  AdamW oa(a->arena(), {}), ob(b->arena(), {});
+  ASSERT_TRUE(oa.fused_step(a->arena().comm_grads(), 1.0f, 0.1));
+  ASSERT_TRUE(ob.fused_step(b->arena().comm_grads(), 1.0f, 0.1));
+  EXPECT_EQ(host_f32(a->arena().master_params(), gpu), host_f32(b->arena().master_params(), gpu));
+  EXPECT_EQ(host_f32(a->arena().model_params(), gpu), host_f32(b->arena().model_params(), gpu));
 }
 
 // f16 compute with GradScaler semantics: back off until the scaled gradients fit, then finite and near f32.

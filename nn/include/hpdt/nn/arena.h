@@ -98,8 +98,16 @@ class ParameterArena {
   const std::vector<std::pair<std::string, Tensor>>& buffers() const { return buffers_; }
   Tensor buffer(int id) const;
 
-  // Zeroes the gradients backward accumulates into (and the f32 ones).
+  // Zeroes the gradients backward accumulates into (and the f32 ones, where kept).
   void zero_grad();
+  // CUDA mixed precision: whether grads() holds the f32 gradients (grads_ready() widens each finished slice of
+  // model_grads() into it, zero_grad() zeroes it). On by default. A caller whose optimizer reads comm_grads() alone
+  // (the fused step: hpdt-train without lossy compression, the train-step benchmark) turns it off: a cast launch a
+  // layer and a fill of the f32 gradients a step fewer, and grads() is then not written at all (LossScaler::unscale
+  // with cast_model_grads still fills it from model_grads()). Elsewhere grads() is what backward writes or rounds from
+  // (the CPU, f32 models), and this changes nothing.
+  void set_f32_grads(bool keep) { keep_f32_grads_ = keep; }
+  bool f32_grads() const { return keep_f32_grads_ || device().is_cpu() || model_dtype_ == DType::f32; }
   void set_grad_ready_callback(GradReadyCallback cb) { on_ready_ = std::move(cb); }
   // Called by a layer when the gradients of its parameters [first_id, first_id + n) are complete.
   // In mixed precision this also converts that slice between grads() and model_grads() (CPU: rounds
@@ -123,6 +131,7 @@ class ParameterArena {
   Stream stream_;
   int64_t total_ = 0;
   bool finalized_ = false;
+  bool keep_f32_grads_ = true;
   GradReadyCallback on_ready_;
 };
 
