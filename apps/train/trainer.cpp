@@ -533,6 +533,9 @@ void Run::setup_comm() {
   // Lossy compression works on f32; in mixed precision it takes the f32 gradients backward also writes.
   // (On CUDA grads_ready() widens each finished slice of the model-dtype gradients into the f32 ones.)
   sync_f32_grads_ = !so.compression.lossless() && arena.model_dtype() != DType::f32;
+  // On the GPU the fused step reads what is reduced: the f32 gradients are kept only where lossy compression reduces
+  // them (a cast launch a layer and a fill a step fewer otherwise).
+  if (device_.is_cuda()) arena.set_f32_grads(sync_f32_grads_);
   Tensor grads = sync_f32_grads_ ? arena.grads() : arena.comm_grads();
   sync_ = std::make_unique<GradSync>(*comm_, grads, so, stream_);
   model_->arena().set_grad_ready_callback([this](size_t offset, size_t count) {

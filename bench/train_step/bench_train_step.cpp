@@ -188,6 +188,8 @@ int main(int argc, char** argv) {
     // The images in the model's layout, as hpdt-train's decode writes them (and as the PyTorch peer's channels_last
     // input): an NHWC ResNet takes them without its first layer's transpose.
     m->set_input_layout(m->layout());
+    // On the GPU every step is the fused one, on comm_grads(): as hpdt-train, no f32 copy of the gradients.
+    if (gpu) m->arena().set_f32_grads(false);
     if (m->layout() == hpdt::kernels::Layout::nhwc) {
       hpdt::Tensor nhwc = hpdt::Tensor::empty({batch, image, image, channels}, hpdt::DType::f32);
       hpdt::kernels::nchw_to_nhwc(x, nhwc, hpdt::Stream());
