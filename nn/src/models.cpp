@@ -306,14 +306,15 @@ Model::Model(std::string name, const ModelConfig& config) : name_(std::move(name
 Tensor Model::forward(const Tensor& images) {
   const ModelConfig& c = config_;
   const DType dt = compute_dtype();
-  const bool nhwc = input_layout_ == kernels::Layout::nhwc;
+  const kernels::Layout layout = input_layout();
+  const bool nhwc = layout == kernels::Layout::nhwc;
   const int64_t channel_dim = nhwc ? 3 : 1, row_dim = nhwc ? 1 : 2;
   if (images.ndim() != 4 || images.size(channel_dim) != c.in_channels || images.size(row_dim) != c.image_size ||
       images.size(row_dim + 1) != c.image_size || (images.dtype() != DType::f32 && images.dtype() != dt)) {
     const std::string size = std::to_string(c.image_size), channels = std::to_string(c.in_channels);
     HPDT_FAIL(name_, ": expects ", dt == DType::f32 ? "f32" : "f32 or " + std::string(dtype_name(dt)), " images [b, ",
               nhwc ? size + ", " + size + ", " + channels : channels + ", " + size + ", " + size, "] (",
-              kernels::layout_name(input_layout_), "), got ", images.shape().str(), " ", dtype_name(images.dtype()));
+              kernels::layout_name(layout), "), got ", images.shape().str(), " ", dtype_name(images.dtype()));
   }
   if (images.device() != device())
     HPDT_FAIL(name_, ": images on ", images.device().str(), ", but the model (first layer ",
@@ -325,17 +326,24 @@ Tensor Model::forward(const Tensor& images) {
   return body_.forward(input_);
 }
 
+ImageInput* Model::image_input() const {
+  return body_.layers().empty() ? nullptr : dynamic_cast<ImageInput*>(body_.layers().front().get());
+}
+
+kernels::Layout Model::input_layout() const {
+  const ImageInput* input = image_input();
+  return input ? input->input_layout() : kernels::Layout::nchw;
+}
+
 void Model::set_input_layout(kernels::Layout layout) {
-  ImageInput* input = body_.layers().empty() ? nullptr : dynamic_cast<ImageInput*>(body_.layers().front().get());
-  if (!input) {
-    if (layout != kernels::Layout::nchw)
-      HPDT_FAIL(name_, ": takes NCHW images only (its first layer, ",
-                body_.layers().empty() ? std::string("none") : body_.layers().front()->name(),
-                ", reads them as they are), not ", kernels::layout_name(layout));
-  } else {
+  if (ImageInput* input = image_input()) {
     input->set_input_layout(layout);
+    return;
   }
-  input_layout_ = layout;
+  if (layout != kernels::Layout::nchw)
+    HPDT_FAIL(name_, ": takes NCHW images only (its first layer, ",
+              body_.layers().empty() ? std::string("none") : body_.layers().front()->name(),
+              ", reads them as they are), not ", kernels::layout_name(layout));
 }
 
 void Model::backward(const Tensor& dlogits, bool accumulate) {

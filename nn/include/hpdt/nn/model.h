@@ -63,7 +63,7 @@ class Model {
   // transposes whichever differs from layout(); none where they agree: hpdt-train decodes its batches into the
   // model's layout). A ViT takes NCHW only; throws naming the model otherwise.
   void set_input_layout(kernels::Layout layout);
-  kernels::Layout input_layout() const { return input_layout_; }
+  kernels::Layout input_layout() const;  // (the first layer's, ImageInput; NCHW without one)
   // dlogits [b, classes] on device(), in compute_dtype() or f32; zeroes the gradients first unless
   // accumulate.
   void backward(const Tensor& dlogits, bool accumulate = false);
@@ -102,7 +102,7 @@ class Model {
   ModelConfig config_;
   ParameterArena arena_;
   Sequential body_{"model"};
-  kernels::Layout input_layout_ = kernels::Layout::nchw;
+  ImageInput* image_input() const;  // the first layer where it is one (the ResNets), else null
   Tensor input_, dlogits_;  // CUDA mixed precision: the images and dlogits cast to the compute dtype
 };
 
