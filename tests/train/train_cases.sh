@@ -37,6 +37,11 @@
 #   cuda-emu-racecheck  the racecheck preset's HPDT_TRAIN (ThreadSanitizer on the emulated GPU's threads and the host's):
 #                       np 1 with the reader, copy stream and evaluation; a ResNet-20 in NHWC (both decodes, a CUDA
 #                       graph); np 2 through the host mirror's stager thread and through nccl (eager, graph): no report
+#   cpu-only            HPDT_TRAIN is the CPU-only build's hpdt-train (HPDT_CUDA=OFF, tests/cpu_only: none of the
+#                       `#if HPDT_HAVE_CUDA` code) and HPDT_TRAIN_CPU this build's: ResNet-20 (SyncBN, crop and flip,
+#                       the reader's and the training thread's decode, evaluation) and ViT-Ti (dropout) at np 2 end
+#                       with the same bits, loss and accuracy; its --device cuda stops with exit 2 naming each rank
+#                       and "built without CUDA"
 #   cuda-gpu            on a machine with one real GPU (scripts/gpu/run.sh): ViT-Ti and ResNet-20 on the GPU
 #                       with our kernels and with --kernels vendor, near the CPU run; 2 ranks sharing the
 #                       GPU (host mirror) near 1 rank, and with --compress topk and bf16 on the GPU bitwise equal to
@@ -591,6 +596,36 @@ cuda-emu-racecheck)
   HPDT_RANKS_PER_NODE=1 checked nccl "np 2, nccl (queued buckets)" 2 "${args[@]}" --eval false --algo nccl --bucket-mb 0.1
   HPDT_RANKS_PER_NODE=1 checked nccl-graph "np 2, nccl, --cuda-graph" 2 "${args[@]}" --eval false --algo nccl \
     --bucket-mb 0.1 --max-steps 4 --cuda-graph
+  ;;
+cpu-only)
+  gpu_build=${HPDT_TRAIN_CPU:?HPDT_TRAIN_CPU: the hpdt-train of this build to compare with}
+  cpu_only=$train
+  resnet=(--model resnet20 --sync-bn --augment true --eval true --eval-samples 32 --max-steps 3 --batch 8 --lr 0.05
+          --warmup-epochs 0)
+  vit=("${common_vit[@]}" --vit-depth 2 --eval true --eval-samples 16 --batch 8)
+  for m in resnet-host:"${resnet[*]} --decode host" resnet-device:"${resnet[*]} --decode device" vit:"${vit[*]}"; do
+    name=${m%%:*}
+    read -r -a margs <<< "${m#*:}"
+    for b in cpu_only gpu_build; do
+      train=${!b}
+      run 2 "${margs[@]}" --metrics "$w/$name-$b.jsonl" --checkpoint-dir "$w/$name-$b" > "$w/$name-$b.log" 2>&1 ||
+        { cat "$w/$name-$b.log"; fail "$name: the $b run (${!b})"; }
+    done
+    { grep -q '"build":{[^}]*"cuda":false' "$w/$name-cpu_only.jsonl" && grep -q '"build":{[^}]*"cuda":true' "$w/$name-gpu_build.jsonl"; } ||
+      fail "$name: expected the metrics' build to say cuda false for $cpu_only and true for $gpu_build"
+    "$compare" "$(latest "$w/$name-gpu_build")" "$(latest "$w/$name-cpu_only")" --optimizer > "$w/cmp.log" ||
+      { cat "$w/cmp.log"; fail "$name: the CPU-only build's run differs from this build's CPU run"; }
+    same_metrics "$w/$name-gpu_build.jsonl" "$w/$name-cpu_only.jsonl" ||
+      fail "$name: the CPU-only build's loss or accuracy differs from this build's"
+    steps=$(grep -c '"type":"step"' "$w/$name-cpu_only.jsonl")
+    echo "$name: $steps steps, the CPU-only build's bits are this build's"
+  done
+  train=$cpu_only
+  run 2 --device cuda --eval false --max-steps 1 --batch 8 > "$w/cuda.log" 2>&1
+  rc=$?
+  { [ $rc -eq 2 ] && grep -q "no usable GPU on rank 0 (" "$w/cuda.log" && grep -q "rank 1 (" "$w/cuda.log" &&
+    grep -q "built without CUDA" "$w/cuda.log"; } ||
+    { cat "$w/cuda.log"; fail "--device cuda in the CPU-only build: expected exit 2 naming ranks 0 and 1 and 'built without CUDA', got $rc"; }
   ;;
 cuda-gpu)
   vit=(--model vit-ti --patch 7 --optimizer adamw --weight-decay 0.05 --eval false --augment false --max-steps 2 --batch 8
