@@ -42,6 +42,7 @@
 #include "hpdt/core/cuda_graph.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/log.h"
+#include "hpdt/core/mpi_gpus.h"
 #include "hpdt/core/results.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/timer.h"
@@ -319,21 +320,9 @@ void Run::setup_mpi() {
 // One GPU per rank: local rank % GPUs on the node. Every rank checks; when any rank has no usable GPU,
 // every rank stops with one message from rank 0 that names each such rank, its host and the reason.
 void Run::setup_device() {
-  constexpr int kLen = 512;
-  const std::string why = cuda_unavailable_reason();
-  int ok = why.empty() ? 1 : 0, all_ok = 0;
-  HPDT_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world_));
-  if (!all_ok) {
-    char mine[kLen] = {0};
-    if (!ok) std::snprintf(mine, sizeof mine, "%s: %s", host_.c_str(), why.c_str());
-    std::vector<char> all(rank_ == 0 ? size_t(size_) * kLen : 1);
-    HPDT_MPI_CHECK(MPI_Gather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, 0, world_));
-    std::string msg = "--device cuda: no usable GPU on";
-    if (rank_ == 0)
-      for (int r = 0; r < size_; ++r)
-        if (all[size_t(r) * kLen]) msg += " rank " + std::to_string(r) + " (" + std::string(&all[size_t(r) * kLen]) + ");";
-    throw UsageError(msg + " run with --device cpu, or on GPU nodes");
-  }
+  const std::string missing = ranks_without_gpu(world_);
+  if (!missing.empty())
+    throw UsageError("--device cuda: no usable GPU on " + missing + "; run with --device cpu, or on GPU nodes");
   const int gpus = cuda_device_count();
   const int gpu = local_rank_ % gpus;
   cuda_set_device(gpu);

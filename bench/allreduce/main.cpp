@@ -45,6 +45,7 @@
 #include "hpdt/core/cli_checks.h"
 #include "hpdt/core/error.h"
 #include "hpdt/core/float16.h"
+#include "hpdt/core/mpi_gpus.h"
 #include "hpdt/core/results.h"
 #include "hpdt/core/runtime.h"
 #include "hpdt/core/stream.h"
@@ -213,6 +214,12 @@ const char* check_name(CompressedCheck c) {
   return c == CompressedCheck::exact ? "exact" : c == CompressedCheck::rounding ? "16-bit rounding" : "sum of transmitted";
 }
 
+// Bad options or a machine that cannot run them, found alike on every rank: rank 0 says so once, every rank exits
+// cleanly.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct Bench {
   Options o;
   hc::Communicator& comm;
@@ -228,7 +235,8 @@ struct Bench {
       : o(std::move(opts)), comm(c), dtype(parse_dtype(o.dtype)), op(hc::parse_reduce_op(o.op)), p(c.size()),
         rank(c.rank()) {
     if (o.device == "cuda") {
-      HPDT_CHECK(cuda_available(), "--device cuda: no usable GPU (", cuda_unavailable_reason(), ")");
+      const std::string missing = ranks_without_gpu(comm.comm());
+      if (!missing.empty()) throw UsageError("--device cuda: no usable GPU on " + missing);
       const int dev = comm.local_rank() % cuda_device_count();
       cuda_set_device(dev);
       device = Device::cuda(dev);
@@ -566,10 +574,6 @@ std::vector<hc::TuningEntry> tuning_entries(const std::vector<std::pair<size_t, 
 }
 
 // A bad option (main: one message from rank 0, a clean exit with status 1 on every rank).
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"hpdt-allreduce-perf: all-reduce algorithms in the nccl-tests layout"};

@@ -58,4 +58,13 @@ grep -q "larger than -e" "$work/bad.txt" || { cat "$work/bad.txt"; echo "FAIL: -
 # a bad option is the same on every rank: rank 0 says so once, and no rank aborts the job (no MPI_Abort banner)
 [ "$(grep -c "hpdt-allreduce-perf: error:" "$work/bad.txt")" -eq 1 ] && ! grep -q "MPI_ABORT" "$work/bad.txt" \
   || { cat "$work/bad.txt"; echo "FAIL: a usage error should be one message from rank 0 and a clean exit"; exit 1; }
+# --device cuda where no GPU is usable (here; the CPU-only build): one message from rank 0 naming every rank, a clean
+# exit; where GPUs exist the same command runs
+if "${run[@]}" "$bin" --device cuda -b 4 -e 1K -n 1 -w 0 --repeat 1 --algo ring > "$work/gpu.txt" 2>&1; then
+  grep -q "# Out of bounds values : 0 OK" "$work/gpu.txt" || { cat "$work/gpu.txt"; echo "FAIL: --device cuda ran without the summary"; exit 1; }
+else
+  { [ "$(grep -c "hpdt-allreduce-perf: error:" "$work/gpu.txt")" -eq 1 ] && grep -q "no usable GPU on rank 0 (" "$work/gpu.txt" &&
+    grep -q "rank $((np - 1)) (" "$work/gpu.txt" && ! grep -q "MPI_ABORT" "$work/gpu.txt"; } ||
+    { cat "$work/gpu.txt"; echo "FAIL: --device cuda without a GPU: expected one message naming ranks 0 to $((np - 1)) and a clean exit"; exit 1; }
+fi
 echo "allreduce_perf np$np: all checks passed"
