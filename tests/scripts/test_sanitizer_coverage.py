@@ -139,6 +139,12 @@ class SanitizerCoverage(unittest.TestCase):
         self.assertEqual(r.returncode, 77, r.stdout + r.stderr)
         self.assertIn("no GPU test binary in this build", r.stdout)
 
+    def test_a_build_without_cuda_skips(self):
+        # (its GPU binaries list only the cases outside #if HPDT_HAVE_CUDA: a sanitize.txt line may select none)
+        r = self.run_script("--cuda-build", "OFF")
+        self.assertEqual(r.returncode, 77, r.stdout + r.stderr)
+        self.assertIn("a build without CUDA", r.stdout)
+
     def test_bad_input_is_named(self):
         bad_line = self.write("bad.txt", "racecheck\n")
         r = self.run_script(sanitize=bad_line)
