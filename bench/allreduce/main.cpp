@@ -214,8 +214,8 @@ const char* check_name(CompressedCheck c) {
   return c == CompressedCheck::exact ? "exact" : c == CompressedCheck::rounding ? "16-bit rounding" : "sum of transmitted";
 }
 
-// Bad options or a machine that cannot run them, found alike on every rank: rank 0 says so once, every rank exits
-// cleanly.
+// Bad options, or a machine that cannot run them, found alike on every rank (main: one message from rank 0, a clean
+// exit with status 1 on every rank).
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -573,7 +573,6 @@ std::vector<hc::TuningEntry> tuning_entries(const std::vector<std::pair<size_t, 
   return out;
 }
 
-// A bad option (main: one message from rank 0, a clean exit with status 1 on every rank).
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"hpdt-allreduce-perf: all-reduce algorithms in the nccl-tests layout"};
