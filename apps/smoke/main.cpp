@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
   CLI::App app{"hpdt-smoke: check MPI, parallel HDF5 and CUDA on this machine"};
   std::string dir = std::filesystem::temp_directory_path().string();
   std::string level = "info";
-  app.add_option("--dir", dir, "directory for the shared HDF5 test file (a shared file system for multi-node runs)");
+  app.add_option("--dir", dir, "directory for the shared HDF5 test file (a shared file system for multi-node runs)")
+      ->check(CLI::ExistingDirectory);  // (checked on every rank: one message from rank 0, a clean exit)
   app.add_option("--log-level", level, "trace|debug|info|warn|error|off");
   // A line at a time, so that a job log shows how far a rank got if it dies (a file is block-buffered otherwise).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -166,7 +167,6 @@ int main(int argc, char** argv) {
     HPDT_MPI_CHECK(MPI_Comm_rank(local, &local_rank));
     HPDT_MPI_CHECK(MPI_Comm_free(&local));
     if (rank == 0) std::printf("hpdt %s (%s)\n", build_info().version, build_info().git_commit);
-    HPDT_CHECK(std::filesystem::is_directory(dir), "--dir ", dir, " is not a directory");
     check_mpi(MPI_COMM_WORLD, rank, size);
     check_hdf5(MPI_COMM_WORLD, rank, size, dir);
     check_cuda(rank, local_rank);
