@@ -600,16 +600,13 @@ cuda-emu-racecheck)
 cpu-only)
   gpu_build=${HPDT_TRAIN_CPU:?HPDT_TRAIN_CPU: the hpdt-train of this build to compare with}
   cpu_only=$train
-  resnet=(--model resnet20 --sync-bn --augment true --eval true --eval-samples 32 --max-steps 3 --batch 8 --lr 0.05
-          --warmup-epochs 0)
-  vit=("${common_vit[@]}" --vit-depth 2 --eval true --eval-samples 16 --batch 8)
-  for m in resnet-host:"${resnet[*]} --decode host" resnet-device:"${resnet[*]} --decode device" vit:"${vit[*]}"; do
-    name=${m%%:*}
-    read -r -a margs <<< "${m#*:}"
+  # same_bits NAME ARGS...: the run of ARGS at np 2 by each build ends with the same bits, loss and accuracy
+  same_bits() {
+    local name=$1 b; shift
     for b in cpu_only gpu_build; do
       train=${!b}
-      run 2 "${margs[@]}" --metrics "$w/$name-$b.jsonl" --checkpoint-dir "$w/$name-$b" > "$w/$name-$b.log" 2>&1 ||
-        { cat "$w/$name-$b.log"; fail "$name: the $b run (${!b})"; }
+      run 2 "$@" --metrics "$w/$name-$b.jsonl" --checkpoint-dir "$w/$name-$b" > "$w/$name-$b.log" 2>&1 ||
+        { cat "$w/$name-$b.log"; fail "$name: the $b run ($train)"; }
     done
     { grep -q '"build":{[^}]*"cuda":false' "$w/$name-cpu_only.jsonl" && grep -q '"build":{[^}]*"cuda":true' "$w/$name-gpu_build.jsonl"; } ||
       fail "$name: expected the metrics' build to say cuda false for $cpu_only and true for $gpu_build"
@@ -617,9 +614,13 @@ cpu-only)
       { cat "$w/cmp.log"; fail "$name: the CPU-only build's run differs from this build's CPU run"; }
     same_metrics "$w/$name-gpu_build.jsonl" "$w/$name-cpu_only.jsonl" ||
       fail "$name: the CPU-only build's loss or accuracy differs from this build's"
-    steps=$(grep -c '"type":"step"' "$w/$name-cpu_only.jsonl")
-    echo "$name: $steps steps, the CPU-only build's bits are this build's"
-  done
+    echo "$name: $(grep -c '"type":"step"' "$w/$name-cpu_only.jsonl") steps, the CPU-only build's bits are this build's"
+  }
+  resnet=(--model resnet20 --sync-bn --augment true --eval true --eval-samples 32 --max-steps 3 --batch 8 --lr 0.05
+          --warmup-epochs 0)
+  same_bits resnet-host "${resnet[@]}" --decode host
+  same_bits resnet-device "${resnet[@]}" --decode device
+  same_bits vit "${common_vit[@]}" --vit-depth 2 --eval true --eval-samples 16 --batch 8
   train=$cpu_only
   run 2 --device cuda --eval false --max-steps 1 --batch 8 > "$w/cuda.log" 2>&1
   rc=$?
