@@ -225,7 +225,7 @@ uint16_t to_bf16(float f) {
   std::memcpy(&u, &f, 4);
   return uint16_t(u >> 16);  // test values are exact in bf16
 }
-uint16_t to_f16(float f) {  // small integers only
+uint16_t to_f16(float f) {  // values exact in f16 only
   if (f == 0) return 0;
   const uint16_t sign = f < 0 ? 0x8000 : 0;
   f = std::fabs(f);
@@ -238,10 +238,13 @@ uint16_t to_f16(float f) {  // small integers only
 template <bool kBf16>
 void check_mma() {
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> dist(-8, 8);
+  // j * 2^e (|j| < 128, e in [-10, 0]): exact in bf16 and f16, their products exact in f32, but not the sums of 16
+  // of them (magnitudes 2^-20 to 2^14), so the check below sees the emulator's rounding: an f32 fma chain over k in
+  // order, from C.
+  std::uniform_int_distribution<int> dist(-127, 127), exponent(-10, 0);
   std::vector<float> A(256), B(128);
-  for (auto& v : A) v = float(dist(rng));
-  for (auto& v : B) v = float(dist(rng));
+  for (auto& v : A) v = std::ldexp(float(dist(rng)), exponent(rng));
+  for (auto& v : B) v = std::ldexp(float(dist(rng)), exponent(rng));
   std::vector<uint16_t> ha(256), hb(128);
   for (int i = 0; i < 256; ++i) ha[size_t(i)] = kBf16 ? to_bf16(A[size_t(i)]) : to_f16(A[size_t(i)]);
   for (int i = 0; i < 128; ++i) hb[size_t(i)] = kBf16 ? to_bf16(B[size_t(i)]) : to_f16(B[size_t(i)]);
@@ -254,7 +257,7 @@ void check_mma() {
   for (int m = 0; m < 16; ++m)
     for (int n = 0; n < 8; ++n) {
       float want = 1.0f + float((n & 1) + 2 * (m >= 8));  // the C register constants
-      for (int k = 0; k < 16; ++k) want += A[size_t(m * 16 + k)] * B[size_t(k * 8 + n)];
+      for (int k = 0; k < 16; ++k) want = std::fma(A[size_t(m * 16 + k)], B[size_t(k * 8 + n)], want);
       EXPECT_EQ(c[size_t(m * 8 + n)], want) << "m " << m << " n " << n;
     }
   // PTX ISA: ldmatrix (no .trans) gives lane l the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of each

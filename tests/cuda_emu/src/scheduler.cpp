@@ -12,7 +12,7 @@
 // running one) and take turns from the scheduler's stack, a block yielding at __threadfence and when every
 // runnable thread of it spins, so that blocks waiting for each other (attention v3's dQ turns) really wait.
 #include <signal.h>
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 #include <sys/mman.h>
@@ -1482,9 +1482,30 @@ void mma_m16n8k16_f32(int ab_type, float* d, const uint32_t* a, const uint32_t* 
                  for (int i = 0; i < 128; ++i) (&B[0][0])[i] = f16_to_f32((&Bb[0][0])[i]);
                }
                // 16-bit products are exact in f32; each sum in f32, k in order (fma chains, vectorised over n).
-               for (int m = 0; m < 16; ++m)  // a row's 8 sums held in one register over k
+#if defined(__AVX__) && defined(__FMA__)
+               // A row's 8 sums in one register over k, four rows at a time (four independent chains). GCC keeps the
+               // plain loop below scalar (8 fma chains a row): it was a fifth of an emulated bf16 ResNet-20 step.
+               // Each lane of _mm256_fmadd_ps rounds once, as std::fma, and k runs in the same order: the same bits.
+               for (int m = 0; m < 16; m += 4) {
+                 __m256 d0 = _mm256_loadu_ps(D[m]), d1 = _mm256_loadu_ps(D[m + 1]), d2 = _mm256_loadu_ps(D[m + 2]),
+                        d3 = _mm256_loadu_ps(D[m + 3]);
+                 for (int k = 0; k < 16; ++k) {
+                   const __m256 bk = _mm256_loadu_ps(B[k]);
+                   d0 = _mm256_fmadd_ps(_mm256_set1_ps(A[m][k]), bk, d0);
+                   d1 = _mm256_fmadd_ps(_mm256_set1_ps(A[m + 1][k]), bk, d1);
+                   d2 = _mm256_fmadd_ps(_mm256_set1_ps(A[m + 2][k]), bk, d2);
+                   d3 = _mm256_fmadd_ps(_mm256_set1_ps(A[m + 3][k]), bk, d3);
+                 }
+                 _mm256_storeu_ps(D[m], d0);
+                 _mm256_storeu_ps(D[m + 1], d1);
+                 _mm256_storeu_ps(D[m + 2], d2);
+                 _mm256_storeu_ps(D[m + 3], d3);
+               }
+#else
+               for (int m = 0; m < 16; ++m)  // a row's 8 sums held over k
                  for (int k = 0; k < 16; ++k)
                    for (int n = 0; n < 8; ++n) D[m][n] = std::fma(A[m][k], B[k][n], D[m][n]);
+#endif
                for (int l = 0; l < 32; ++l) {
                  const int g = l / 4, q = l % 4;
                  auto* dout = reinterpret_cast<float*>(lanes[l].out);
