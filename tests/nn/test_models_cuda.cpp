@@ -1,9 +1,9 @@
 // nn on the GPU against nn on the CPU (gpu label; skipped where no GPU is usable): one full training step
 // of ResNet-20 (1x28x28, batch 8; the GPU's default NCHW, and NHWC on both devices: the NHWC CUDA kernels of
-// conv_nhwc.cu, norm.cu, pool.cu and layout.cu end to end) and ViT-Ti (patch 7, batch 4; its MLP's GELU fused into
-// the GEMMs, and as a layer of its own: ModelConfig::fuse_gelu) from identical initial weights and data:
-// loss, every gradient (the arena's flat f32 gradients, tensor by tensor), the parameters after SGD and
-// after AdamW, the BN running statistics, an eval-mode forward; then bf16 (and f16 with loss scaling)
+// conv_nhwc.cu, norm.cu, pool.cu and layout.cu end to end) and ViT-Ti (patch 7, batch 4, 2 of its 12 blocks on the CUDA
+// emulator; its MLP's GELU fused into the GEMMs, and as a layer of its own: ModelConfig::fuse_gelu) from identical
+// initial weights and data: loss, every gradient (the arena's flat f32 gradients, tensor by tensor), the parameters
+// after SGD and after AdamW, the BN running statistics, an eval-mode forward; then bf16 (and f16 with loss scaling)
 // steps that must be finite and near the f32 loss; and the errors a model gives for input on the wrong
 // device or in the wrong dtype.
 //
@@ -74,6 +74,12 @@ ModelConfig config(DType dt, std::optional<kernels::Layout> layout = std::nullop
   m.image_size = 28;
   m.classes = 10;
   m.patch = 7;  // ViT: 4x4 patches + the class token = 17 tokens
+#if defined(HPDT_CUDA_EMU) && HPDT_CUDA_EMU
+  // On the CUDA emulator ViT-Ti has 2 of its 12 blocks: every layer kind and gradient path at a sixth of the time
+  // (the vit_ti cases took 156 of test_nn_models_cuda_emu's 319 s at 12), as the emulated trainer runs do
+  // (--vit-depth 2). On a GPU the whole model.
+  m.vit_depth = 2;
+#endif
   m.dtype = dt;
   m.seed = 1234;
   m.layout = layout;
