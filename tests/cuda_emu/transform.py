@@ -766,8 +766,16 @@ def main():
             msg = '%s: error: %s' % (inp, msg)
         sys.stderr.write('cuda_emu transform: %s\n' % msg)
         sys.exit(1)
+    # The #line names the source relative to the checkout (kernels/cuda/gemm.cu): __FILE__ (HPDT_LOG) expands to it,
+    # so the preprocessed text is the same in every checkout and ccache's preprocessed mode finds the object another
+    # checkout compiled (with the absolute path, a fresh clone compiled gemm_wgmma, conv_wgmma and conv_nhwc again:
+    # ~5 of CI's CPU-minutes). The emulator's messages print it as they did (short_file).
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    name = os.path.relpath(os.path.abspath(inp), root)
+    if name.startswith('..'):
+        name = os.path.abspath(inp)  # (a source outside the checkout keeps its absolute path)
     header = ('// Generated from %s by tests/cuda_emu/transform.py for the CPU emulator of CUDA: do not edit.\n'
-              '#include <cuda_runtime.h>\n#line 1 "%s"\n' % (inp, os.path.abspath(inp)))
+              '#include <cuda_runtime.h>\n#line 1 "%s"\n' % (name, name))
     tmp = outp + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:
         f.write(header + body)
