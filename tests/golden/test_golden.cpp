@@ -27,6 +27,10 @@
 #include "hpdt/nn/model.h"
 #include "hpdt/nn/optim.h"
 
+namespace hpdt::test {
+const char* golden_dir();  // the fixtures' folder (golden_dir.cpp)
+}  // namespace hpdt::test
+
 namespace {
 
 using namespace hpdt;
@@ -35,7 +39,7 @@ using json = nlohmann::json;
 const Stream kCpu;
 
 json load(const std::string& name) {
-  std::ifstream f(std::string(HPDT_GOLDEN_DIR) + "/" + name + ".json");
+  std::ifstream f(std::string(test::golden_dir()) + "/" + name + ".json");
   EXPECT_TRUE(f.good()) << "missing fixture " << name << " (regenerate: /usr/bin/python3 tests/golden/make_fixtures.py)";
   return json::parse(f);
 }

@@ -17,10 +17,12 @@
 
 namespace hpdt::nccl_log::test {
 
+const char* corpus_default_dir();  // the configured default (corpus_default.cpp)
+
 // The corpus folder: $HPDT_NCCL_LOG_CORPUS, else the configured default (../shared/nccl_logs).
 inline std::string corpus_dir() {
   const char* env = std::getenv("HPDT_NCCL_LOG_CORPUS");
-  return env && *env ? env : HPDT_NCCL_LOG_CORPUS_DEFAULT;
+  return env && *env ? env : corpus_default_dir();
 }
 
 // The corpus file whose name starts with `prefix` ("001_"), or "" with the reason in *why.
