@@ -48,7 +48,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int64_t kTargetBlocks = 132 * 8;  // H100: one full wave of 256-thread blocks (a constant: deterministic)
+// The grids' size: 132 SMs x 8 256-thread blocks, a constant so that the partial sums' order (and so the bits) is
+// a function of the shape alone. It is one wave only for kernels of up to 32 registers (8 blocks an SM): ptxas
+// (sm_90, 2026-12-03) gives the bf16 NHWC kernels 78-80 (bn_stats_nhwc_kernel: 3 blocks an SM, ~2.7 waves) and
+// 99-128 (bn_backward_reduce_nhwc_kernel, bn_backward_apply_sums_nhwc_kernel: 2 an SM, 4 waves); the V = 1 ones
+// 30-48. Whether the partial last wave costs bandwidth is for a GPU to say (the kernels' traces).
+constexpr int64_t kTargetBlocks = 132 * 8;
 
 // ---- small helpers (private to this file) ------------------------------------------------------------
 
